@@ -1,0 +1,1 @@
+//! The process backend: the running process modifies its own code.
