@@ -1,1 +1,167 @@
 //! The process backend: the running process modifies its own code.
+//!
+//! - [`signal`]: the SIGSEGV trap handler, the SIGTRAP handler of the int3-first protocol and the
+//!   thread-scan handler (everything that runs in signal context);
+//! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
+//! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
+//! - [`scan`]: finding out whether another thread is executing in given ranges;
+//! - [`symbols`]: the executable's and libraries' symbols.
+//!
+//! One process has one dispatch table and one set of handlers, shared by every
+//! [`ProcessTarget`]; handlers are installed on the first [`ProcessTarget::new`] and stay.
+//! trapvec uses `SIGRTMAX - 1` for its thread scans: a program that blocks it in some thread makes
+//! quiescence time out with an error naming that thread.
+
+mod epoch;
+mod memory;
+mod scan;
+pub(crate) mod signal;
+mod symbols;
+mod text;
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::TargetError;
+use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch};
+
+/// Serialises text batches and dispatch changes across all targets of the process.
+static WRITER: Mutex<()> = Mutex::new(());
+
+/// The running process as a [`Target`].
+pub struct ProcessTarget {
+    info: TargetInfo,
+    symbols: SymbolTable,
+    repo: memory::Repository,
+}
+
+/// Counters of the trap handler, for tests and statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapStats {
+    /// Traps redirected through the dispatch table.
+    pub redirected: u64,
+    /// Traps at sites removed meanwhile, sent back to run the original instruction.
+    pub retried: u64,
+}
+
+/// Process-wide trap statistics.
+pub fn trap_stats() -> TrapStats {
+    TrapStats { redirected: signal::TRAPS_REDIRECTED.load(SeqCst), retried: signal::TRAPS_RETRIED.load(SeqCst) }
+}
+
+impl ProcessTarget {
+    /// Install the handlers (once per process), register for core-serialising membarriers and
+    /// read the symbols of everything loaded.
+    pub fn new() -> Result<Self, TargetError> {
+        signal::install()?;
+        text::register_membarrier()?;
+        let symbols = symbols::process_symbols()?;
+        let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+        Ok(ProcessTarget {
+            info: TargetInfo {
+                description: format!("process {} ({exe})", std::process::id()),
+                red_zone: 128,
+                save_vector_regs: true,
+                dispatcher_runs_handlers: false,
+                dispatcher_counts_hits: false,
+                has_fentry: false,
+            },
+            symbols,
+            repo: memory::Repository::default(),
+        })
+    }
+
+    /// Re-read symbols (after `dlopen`).
+    pub fn refresh_symbols(&mut self) -> Result<(), TargetError> {
+        self.symbols = symbols::process_symbols()?;
+        Ok(())
+    }
+
+    /// Live repository blocks (a leak check for tests).
+    pub fn live_blocks(&self) -> usize {
+        self.repo.live_blocks()
+    }
+
+    /// Sites currently in the process's dispatch table.
+    pub fn dispatch_sites() -> Vec<u64> {
+        signal::DISPATCH.snapshot().map(|t| t.sites).unwrap_or_default()
+    }
+}
+
+impl Target for ProcessTarget {
+    fn info(&self) -> &TargetInfo {
+        &self.info
+    }
+
+    fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        text::read_memory(addr, len)
+    }
+
+    fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+        self.repo.alloc(near, size, kind)
+    }
+
+    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+        self.repo.write(block, offset, bytes)
+    }
+
+    fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        self.repo.seal(block)
+    }
+
+    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        self.repo.free(block)
+    }
+
+    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        text::patch_batch(batch)
+    }
+
+    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        signal::DISPATCH.update(|cur| {
+            let mut pairs: Vec<(u64, u64)> = cur.map(|t| t.sites.iter().copied().zip(t.dests.iter().copied()).collect()).unwrap_or_default();
+            for e in entries {
+                if e.handler != 0 {
+                    return Err(TargetError::Dispatch { site: e.site, reason: "the process dispatcher does not run handlers; use a trampoline".into() });
+                }
+                if pairs.iter().any(|&(s, _)| s == e.site) {
+                    return Err(TargetError::Dispatch { site: e.site, reason: "site already has a dispatch entry".into() });
+                }
+                pairs.push((e.site, e.dest));
+            }
+            pairs.sort_unstable();
+            if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(TargetError::Dispatch { site: w[0].0, reason: "given twice in one batch".into() });
+            }
+            Ok(Some(signal::DispatchTable { sites: pairs.iter().map(|p| p.0).collect(), dests: pairs.iter().map(|p| p.1).collect() }))
+        })
+    }
+
+    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        signal::DISPATCH.update(|cur| {
+            let t = cur.cloned().unwrap_or_default();
+            for s in sites {
+                if t.sites.binary_search(s).is_err() {
+                    return Err(TargetError::Dispatch { site: *s, reason: "no dispatch entry for this site".into() });
+                }
+            }
+            let (sites2, dests2): (Vec<u64>, Vec<u64>) =
+                t.sites.iter().zip(&t.dests).filter(|(s, _)| !sites.contains(s)).map(|(s, d)| (*s, *d)).unzip();
+            Ok(if sites2.is_empty() { None } else { Some(signal::DispatchTable { sites: sites2, dests: dests2 }) })
+        })
+    }
+
+    fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        // Dispatch readers were drained by the table replacement; a thread redirected just before
+        // that has its RIP at the destination by the time it can take the scan signal.
+        scan::wait_until_outside(ranges, Duration::from_secs(5))
+    }
+}

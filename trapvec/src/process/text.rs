@@ -1,0 +1,199 @@
+//! The text writer of the process backend: all-or-nothing batches written with the int3-first
+//! protocol, every core synchronised with
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)` between the steps.
+//!
+//! 1. Check every patch's expected bytes; any difference aborts the batch before a write.
+//! 2. Make the pages writable (keeping them executable), publish the patch addresses as transient.
+//! 3. Write `CC` at each patch's first byte; sync. From now on no thread enters a window: it meets
+//!    the `CC` and is sent back by the SIGTRAP handler to retry.
+//! 4. Wait until no thread is *inside* a window (RIP strictly after its first byte): such a
+//!    thread started the old instructions before step 3 and must finish them first.
+//! 5. Write every tail; sync. Write every first byte; sync. Restore the page protections.
+
+use std::time::Duration;
+
+use crate::abi::INT3;
+use crate::error::{hex, TargetError};
+use crate::process::scan::wait_until_outside;
+use crate::process::signal::TRANSIENT;
+use crate::target::TextPatch;
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 5;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 6;
+
+pub(crate) fn register_membarrier() -> Result<(), TargetError> {
+    // SAFETY: membarrier takes integer arguments only.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) };
+    if r != 0 {
+        return Err(TargetError::os(
+            "membarrier(REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) (needs Linux >= 4.16)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Serialise the instruction stream of every core running a thread of this process.
+fn sync_cores() -> Result<(), TargetError> {
+    // SAFETY: integer arguments only; registration was done in `register_membarrier`.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) };
+    if r != 0 {
+        return Err(TargetError::os("membarrier(PRIVATE_EXPEDITED_SYNC_CORE)", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+}
+
+/// Protection of every mapping, from /proc/self/maps: `(start, end, PROT_*)`.
+fn mappings() -> Result<Vec<(u64, u64, libc::c_int)>, TargetError> {
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| TargetError::os("reading /proc/self/maps", e))?;
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        let p = perms.as_bytes();
+        let mut prot = 0;
+        if p.first() == Some(&b'r') {
+            prot |= libc::PROT_READ;
+        }
+        if p.get(1) == Some(&b'w') {
+            prot |= libc::PROT_WRITE;
+        }
+        if p.get(2) == Some(&b'x') {
+            prot |= libc::PROT_EXEC;
+        }
+        out.push((a, b, prot));
+    }
+    Ok(out)
+}
+
+/// Read `len` bytes of our own memory, failing cleanly on unmapped addresses.
+pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+    // SAFETY: process_vm_readv on our own pid with valid iovecs; it reports unmapped memory as
+    // an error instead of faulting.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 || n as usize != len {
+        return Err(TargetError::Read {
+            addr,
+            len,
+            reason: if n < 0 { std::io::Error::last_os_error().to_string() } else { format!("only {n} bytes readable") },
+        });
+    }
+    Ok(buf)
+}
+
+/// # Safety
+/// `addr` must be writable for `bytes.len()` bytes (the pages were made writable).
+unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
+    for (i, &b) in bytes.iter().enumerate() {
+        // SAFETY: guaranteed by the caller; volatile: other threads execute these bytes.
+        unsafe { std::ptr::write_volatile((addr as *mut u8).add(i), b) };
+    }
+}
+
+/// Apply `batch` all-or-nothing (see the module docs).
+pub(crate) fn patch_batch(batch: &[TextPatch]) -> Result<(), TargetError> {
+    for p in batch {
+        if p.old.len() != p.new.len() || p.new.is_empty() {
+            return Err(TargetError::Text { addr: p.addr, reason: format!("old ({} bytes) and new ({} bytes) differ in length", p.old.len(), p.new.len()) });
+        }
+    }
+    let mut order: Vec<&TextPatch> = batch.iter().filter(|p| p.old != p.new).collect();
+    order.sort_by_key(|p| p.addr);
+    for w in order.windows(2) {
+        if w[0].addr + w[0].old.len() as u64 > w[1].addr {
+            return Err(TargetError::Text { addr: w[1].addr, reason: format!("overlaps the patch at {:#x} in the same batch", w[0].addr) });
+        }
+    }
+    for p in &order {
+        let cur = read_memory(p.addr, p.old.len())?;
+        if cur != p.old {
+            return Err(TargetError::TextMismatch { addr: p.addr, expected: hex(&p.old), found: hex(&cur) });
+        }
+    }
+    if order.is_empty() {
+        return Ok(());
+    }
+
+    // Pages to unprotect, with the protection to put back.
+    let ps = page_size();
+    let maps = mappings()?;
+    let mut pages: Vec<u64> = order
+        .iter()
+        .flat_map(|p| {
+            let first = p.addr & !(ps - 1);
+            let last = (p.addr + p.old.len() as u64 - 1) & !(ps - 1);
+            (first..=last).step_by(ps as usize)
+        })
+        .collect();
+    pages.dedup();
+    pages.sort_unstable();
+    pages.dedup();
+    let mut prots = Vec::with_capacity(pages.len());
+    for &pg in &pages {
+        let prot = maps
+            .iter()
+            .find(|(a, b, _)| *a <= pg && pg < *b)
+            .map(|m| m.2)
+            .ok_or_else(|| TargetError::Text { addr: pg, reason: "page is not mapped".into() })?;
+        prots.push(prot);
+    }
+    let set_prot = |restore: bool| -> Result<(), TargetError> {
+        for (&pg, &prot) in pages.iter().zip(&prots) {
+            let want = if restore { prot } else { prot | libc::PROT_WRITE | libc::PROT_READ };
+            // SAFETY: `pg` is a page of an existing mapping (checked above); changing its
+            // protection does not invalidate any Rust reference (text is not borrowed).
+            if unsafe { libc::mprotect(pg as *mut libc::c_void, ps as usize, want) } != 0 {
+                return Err(TargetError::Text { addr: pg, reason: format!("mprotect: {}", std::io::Error::last_os_error()) });
+            }
+        }
+        Ok(())
+    };
+    set_prot(false)?;
+
+    let mut transient: Vec<u64> = order.iter().map(|p| p.addr).collect();
+    transient.sort_unstable();
+    TRANSIENT.replace(Some(transient));
+
+    let result = (|| {
+        for p in &order {
+            // SAFETY: the page was made writable above.
+            unsafe { write_bytes(p.addr, &[INT3]) };
+        }
+        sync_cores()?;
+        let interiors: Vec<(u64, u64)> =
+            order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect();
+        if let Err(e) = wait_until_outside(&interiors, Duration::from_secs(2)) {
+            // Put the first bytes back: nothing was written but the CCs.
+            for p in &order {
+                // SAFETY: as above.
+                unsafe { write_bytes(p.addr, &p.old[..1]) };
+            }
+            sync_cores()?;
+            return Err(e);
+        }
+        for p in &order {
+            // SAFETY: as above.
+            unsafe { write_bytes(p.addr + 1, &p.new[1..]) };
+        }
+        sync_cores()?;
+        for p in &order {
+            // SAFETY: as above.
+            unsafe { write_bytes(p.addr, &p.new[..1]) };
+        }
+        sync_cores()
+    })();
+
+    TRANSIENT.replace(None);
+    set_prot(true)?;
+    result
+}
