@@ -1,0 +1,49 @@
+//! The crate's top-level error: every failure of loading, verifying or unloading a component,
+//! each naming the component and the culprit (file, field, section, symbol, relocation, address).
+//!
+//! The per-pass errors ([`ParseError`], [`ResolveError`], [`LayoutError`], [`RelocError`]) are
+//! wrapped with the component's name and shown inline (`component foo.o: machine is ...`), so
+//! one line says everything; they are kept as typed fields for callers that match on them
+//! (the relocation error boxed: it is the largest, and errors travel by value).
+
+use thiserror::Error;
+use trapvec::TargetError;
+
+use crate::layout::LayoutError;
+use crate::manager::ComponentId;
+use crate::parse::ParseError;
+use crate::reloc::RelocError;
+use crate::resolve::ResolveError;
+
+/// What went wrong with a component.
+#[derive(Debug, Error)]
+pub enum ComponentError {
+    #[error("component {path}: cannot read the file: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("component {component}: {error}")]
+    Parse { component: String, error: ParseError },
+    #[error("component {component}: CRC32 of the file is {actual:#010x}, expected {expected:#010x}")]
+    CrcMismatch { component: String, expected: u32, actual: u32 },
+    #[error("component {component}: a component named {name:?} is already loaded ({existing})")]
+    DuplicateName { component: String, name: String, existing: ComponentId },
+    #[error("component {component}: global symbol {symbol} is already defined by component {existing}")]
+    DuplicateSymbol { component: String, symbol: String, existing: String },
+    #[error("component {component}: {error}")]
+    Resolve { component: String, error: ResolveError },
+    #[error("component {component}: {error}")]
+    Layout { component: String, error: LayoutError },
+    #[error("component {component}: {error}")]
+    Reloc { component: String, error: Box<RelocError> },
+    #[error("component {component}: {what}: {error}")]
+    Target { component: String, what: String, error: TargetError },
+    #[error("no component {0} is loaded")]
+    UnknownId(ComponentId),
+    #[error("component {component} is in use by {refs} splice(s)")]
+    InUse { component: String, refs: usize },
+    #[error("component {component} is not acquired: release without acquire")]
+    NotAcquired { component: String },
+    #[error("component {component} is imported by {}", importers.join(", "))]
+    Imported { component: String, importers: Vec<String> },
+    #[error("component {component}: code at {addr:#x} ({len} bytes) has CRC32 {actual:#010x}, expected {expected:#010x} as written")]
+    CodeModified { component: String, addr: u64, len: usize, expected: u32, actual: u32 },
+}

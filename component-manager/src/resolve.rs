@@ -1,0 +1,113 @@
+//! Symbol resolution: every undefined symbol of a component gets an address, searched in order
+//! in components already loaded (their exports), the caller's [`ExtraSymbols`] hook, then the
+//! target's symbol table. A symbol the component defines itself never reaches this pass: a
+//! relocation against it binds to the component's own definition (no interposition).
+//!
+//! Resolution needs no repository memory, so it runs before anything is allocated; every
+//! unresolved name is reported at once.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+use trapvec::{SymbolKind, Target};
+
+use crate::manager::ComponentId;
+use crate::parse::{Binding, Object, SymbolDef};
+
+/// Names the caller answers before the target is asked (the instr-manager answers
+/// `__trapvec_orig_<fn>` with the original trampoline of `fn`).
+pub trait ExtraSymbols {
+    /// `None`: not mine, keep searching. `Some(Err(reason))`: mine, but it cannot be had.
+    fn resolve(&mut self, target: &mut dyn Target, name: &str) -> Option<Result<u64, String>>;
+}
+
+/// An [`ExtraSymbols`] that knows no names.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoExtra;
+
+impl ExtraSymbols for NoExtra {
+    fn resolve(&mut self, _target: &mut dyn Target, _name: &str) -> Option<Result<u64, String>> {
+        None
+    }
+}
+
+/// Symbols that cannot be resolved.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    #[error("unresolved symbol{}: {} (searched the loaded components, the caller's extra symbols and the target)", if symbols.len() == 1 { "" } else { "s" }, symbols.join(", "))]
+    Unresolved { symbols: Vec<String> },
+    #[error("symbol {symbol}: {reason}")]
+    Extra { symbol: String, reason: String },
+}
+
+/// A global symbol exported by a loaded component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Export {
+    pub component: ComponentId,
+    pub addr: u64,
+    pub kind: SymbolKind,
+    /// A weak definition: a later strong one does not conflict with it (the first stays).
+    pub weak: bool,
+}
+
+/// Where an import was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImportSource {
+    Component(ComponentId),
+    Extra,
+    Target,
+    /// A weak undefined symbol found nowhere: its address is 0, as a static linker would make it.
+    UndefinedWeak,
+}
+
+/// The resolution of one undefined symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    pub name: String,
+    pub addr: u64,
+    /// What the definition is, when known (`Function` for extra symbols).
+    pub kind: SymbolKind,
+    pub source: ImportSource,
+}
+
+/// Resolve every named undefined symbol of `obj`. The result is indexed by symbol index
+/// (`None` for symbols that are not imports).
+pub fn resolve_imports(
+    obj: &Object,
+    exports: &BTreeMap<String, Export>,
+    extra: &mut dyn ExtraSymbols,
+    target: &mut dyn Target,
+) -> Result<Vec<Option<Import>>, ResolveError> {
+    let mut imports = vec![None; obj.symbols.len()];
+    let mut unresolved = Vec::new();
+    for sym in obj.symbols.iter().skip(1) {
+        if sym.def != SymbolDef::Undefined || sym.name.is_empty() {
+            continue;
+        }
+        let name = sym.name.as_str();
+        let found = if let Some(e) = exports.get(name) {
+            Some((e.addr, e.kind, ImportSource::Component(e.component)))
+        } else if let Some(answer) = extra.resolve(target, name) {
+            let addr = answer.map_err(|reason| ResolveError::Extra { symbol: name.to_string(), reason })?;
+            Some((addr, SymbolKind::Function, ImportSource::Extra))
+        } else if let Some(t) = target.symbols().lookup(name) {
+            Some((t.addr, t.kind, ImportSource::Target))
+        } else if sym.binding == Binding::Weak {
+            Some((0, SymbolKind::Other, ImportSource::UndefinedWeak))
+        } else {
+            None
+        };
+        match found {
+            Some((addr, kind, source)) => {
+                log::debug!("import {name} = {addr:#x} ({kind:?}, from {source:?})");
+                imports[sym.index] = Some(Import { name: name.to_string(), addr, kind, source });
+            }
+            None => unresolved.push(name.to_string()),
+        }
+    }
+    if unresolved.is_empty() {
+        Ok(imports)
+    } else {
+        Err(ResolveError::Unresolved { symbols: unresolved })
+    }
+}
