@@ -1,0 +1,167 @@
+//! Code the process benchmarks splice, assembled and compiled at run time (the bench runs where
+//! trapvec is developed, so `cc` is there): a shared object with the benchmark functions and the
+//! minimal C SIGSEGV handler that only advances RIP (the floor of the trap mechanism), and a
+//! component with an empty handler.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// The functions, the floor handler and the `int $0xf5` used to measure it.
+const FIXTURE_C: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+
+__attribute__((noinline)) int bench_target(int x)
+{
+	__asm__ volatile("" ::: "memory");
+	return x + 1;
+}
+
+static void floor_handler(int sig, siginfo_t *si, void *ctx)
+{
+	ucontext_t *uc = ctx;
+	(void)sig;
+	(void)si;
+	uc->uc_mcontext.gregs[REG_RIP] += 2;
+}
+
+static struct sigaction floor_old;
+
+int floor_install(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = floor_handler;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	return sigaction(SIGSEGV, &sa, &floor_old);
+}
+
+int floor_restore(void)
+{
+	return sigaction(SIGSEGV, &floor_old, 0);
+}
+
+__attribute__((noinline)) void floor_trap(void)
+{
+	__asm__ volatile("int $0xf5" ::: "memory");
+}
+
+__attribute__((noinline)) void int3_trap(void)
+{
+	__asm__ volatile("int3" ::: "memory");
+}
+
+static void int3_handler(int sig, siginfo_t *si, void *ctx)
+{
+	(void)sig; (void)si; (void)ctx;
+}
+
+static struct sigaction int3_old;
+
+int int3_install(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = int3_handler;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	return sigaction(SIGTRAP, &sa, &int3_old);
+}
+
+int int3_restore(void)
+{
+	return sigaction(SIGTRAP, &int3_old, 0);
+}
+"#;
+
+const HANDLER_C: &str = r#"
+#include <trapvec.h>
+void empty_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)cookie; }
+"#;
+
+pub struct Fixture {
+    pub dir: PathBuf,
+    pub handler: PathBuf,
+    handle: *mut libc::c_void,
+}
+
+fn cc(args: &[&str], what: &str) -> Result<()> {
+    let out = Command::new("cc").args(args).output().context("running cc")?;
+    if !out.status.success() {
+        bail!("cc {what}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+fn repo_include() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/include")
+}
+
+impl Fixture {
+    pub fn build() -> Result<Fixture> {
+        let dir = tempfile_dir()?;
+        let c = dir.join("fixture.c");
+        std::fs::write(&c, FIXTURE_C)?;
+        let so = dir.join("libbenchfix.so");
+        cc(&["-shared", "-fPIC", "-O2", "-o", so.to_str().unwrap(), c.to_str().unwrap()], "fixture")?;
+        let h = dir.join("handler.c");
+        std::fs::write(&h, HANDLER_C)?;
+        let handler = dir.join("handler.o");
+        let inc = repo_include();
+        cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", handler.to_str().unwrap(), h.to_str().unwrap()], "handler")?;
+        let handle = dlopen(&so)?;
+        Ok(Fixture { dir, handler, handle })
+    }
+
+    pub fn sym(&self, name: &str) -> Result<usize> {
+        dlsym(self.handle, name)
+    }
+}
+
+pub fn dlopen(path: &Path) -> Result<*mut libc::c_void> {
+    let p = CString::new(path.to_str().context("path")?)?;
+    // SAFETY: loading a library we just built; its constructors are the compiler's.
+    let h = unsafe { libc::dlopen(p.as_ptr(), libc::RTLD_NOW) };
+    if h.is_null() {
+        bail!("dlopen {} failed", path.display());
+    }
+    Ok(h)
+}
+
+pub fn dlsym(handle: *mut libc::c_void, name: &str) -> Result<usize> {
+    let n = CString::new(name)?;
+    // SAFETY: `handle` is a live dlopen handle.
+    let p = unsafe { libc::dlsym(handle, n.as_ptr()) };
+    if p.is_null() {
+        bail!("symbol {name} not found");
+    }
+    Ok(p as usize)
+}
+
+pub fn tempfile_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("trapvec-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A shared object with `n` small functions `f0 .. f{n-1}` (`push rbp; mov rbp,rsp; lea eax,[rdi+1];
+/// pop rbp; ret`), for batch timings.
+pub fn many_functions(n: usize) -> Result<(PathBuf, *mut libc::c_void)> {
+    let dir = tempfile_dir()?;
+    let mut s = String::from("\t.text\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "\t.globl f{i}\n\t.type f{i},@function\nf{i}:\n\tpush %rbp\n\tmov %rsp, %rbp\n\tlea 1(%rdi), %eax\n\tpop %rbp\n\tret\n\t.size f{i}, .-f{i}\n"
+        ));
+    }
+    let src = dir.join("many.S");
+    std::fs::write(&src, s)?;
+    let so = dir.join("libmany.so");
+    cc(&["-shared", "-nostdlib", "-o", so.to_str().unwrap(), src.to_str().unwrap()], "many functions")?;
+    let h = dlopen(&so)?;
+    Ok((so, h))
+}
