@@ -180,6 +180,8 @@ pub struct Object {
     pub symbols: Vec<Symbol>,
     /// Relocations of loaded sections, in file order.
     pub relocations: Vec<Relocation>,
+    /// In section order (which is not necessarily source order: compilers may emit the records
+    /// of one file in reverse).
     pub declared_splices: Vec<DeclaredSplice>,
 }
 

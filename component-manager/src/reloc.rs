@@ -209,21 +209,27 @@ pub struct Images {
     pub stubs_used: BTreeSet<usize>,
 }
 
-/// `S + A` or `S + A - P` as a 64-bit word (`R_X86_64_64`, `R_X86_64_PC64`): wraps like the CPU.
+/// A value computed exactly (in `i128`) reduced to the 64 bits the CPU works with: addresses
+/// wrap modulo 2^64, so `0xffff_ffff_a000_0000` and `-0x6000_0000` are the same word.
+fn wrap64(value: i128) -> u64 {
+    u64::try_from(value.rem_euclid(1i128 << 64)).unwrap_or(0)
+}
+
+/// A 64-bit field (`R_X86_64_64`, `R_X86_64_PC64`).
 fn word64(value: i128) -> [u8; 8] {
-    // Reduce modulo 2^64 first: the value is the two's complement bit pattern of the sum.
-    let wrapped = value.rem_euclid(1i128 << 64);
-    u64::try_from(wrapped).map_or([0; 8], u64::to_le_bytes)
+    wrap64(value).to_le_bytes()
 }
 
-/// A signed 32-bit field (`PC32`, `PLT32`, `32S`, the GOT-relative kinds).
+/// A 32-bit field that the CPU sign-extends (`PC32`, `PLT32`, `32S`, the GOT-relative kinds):
+/// the 64-bit word must be the sign extension of its low 32 bits.
 fn signed32(value: i128) -> Option<[u8; 4]> {
-    i32::try_from(value).ok().map(i32::to_le_bytes)
+    let word = i64::from_le_bytes(wrap64(value).to_le_bytes());
+    i32::try_from(word).ok().map(i32::to_le_bytes)
 }
 
-/// A zero-extended 32-bit field (`R_X86_64_32`).
+/// A 32-bit field that the CPU zero-extends (`R_X86_64_32`).
 fn unsigned32(value: i128) -> Option<[u8; 4]> {
-    u32::try_from(value).ok().map(u32::to_le_bytes)
+    u32::try_from(wrap64(value)).ok().map(u32::to_le_bytes)
 }
 
 /// `jmp qword ptr [rip+disp32]` at `stub`, reading the slot at `slot`.
@@ -235,11 +241,13 @@ fn stub_bytes(stub: u64, slot: u64) -> Option<[u8; STUB_SIZE]> {
     Some(bytes)
 }
 
+/// The value as the 64-bit word it would be, in hex (negative words shown as such).
 fn show(value: i128) -> String {
-    if value < 0 {
-        format!("-{:#x}", value.unsigned_abs())
+    let word = i64::from_le_bytes(wrap64(value).to_le_bytes());
+    if word < 0 && value < 0 {
+        format!("-{:#x}", word.unsigned_abs())
     } else {
-        format!("{value:#x}")
+        format!("{:#x}", wrap64(value))
     }
 }
 
@@ -573,8 +581,12 @@ mod tests {
     fn field_encoders_check_their_ranges() {
         assert_eq!(signed32(-1), Some([0xFF; 4]));
         assert_eq!(signed32(i128::from(i32::MAX) + 1), None);
+        // A kernel address in the top 2 GiB is a sign-extended 32-bit value.
+        assert_eq!(signed32(0xffff_ffff_8100_0010), Some(0x8100_0010u32.to_le_bytes()));
+        assert_eq!(signed32(0xffff_ffff_7fff_ffff), None);
         assert_eq!(unsigned32(i128::from(u32::MAX)), Some([0xFF; 4]));
         assert_eq!(unsigned32(-1), None);
+        assert_eq!(unsigned32(0xffff_ffff_8100_0010), None);
         assert_eq!(word64(-1), [0xFF; 8]);
         assert_eq!(word64(1i128 << 64 | 5), 5u64.to_le_bytes());
         assert_eq!(stub_bytes(0x1000, 0x2000), Some([0xFF, 0x25, 0xFA, 0x0F, 0, 0, 0xCC, 0xCC]));

@@ -3,6 +3,10 @@
 //! target's symbol table. A symbol the component defines itself never reaches this pass: a
 //! relocation against it binds to the component's own definition (no interposition).
 //!
+//! `_GLOBAL_OFFSET_TABLE_`, which `-fPIC` objects name without using it on x86-64 (only
+//! `GOTPC32`/`GOTOFF64`, which are not supported, would), is not an import: a relocation
+//! against it is refused as having no definition.
+//!
 //! Resolution needs no repository memory, so it runs before anything is allocated; every
 //! unresolved name is reported at once.
 
@@ -13,6 +17,9 @@ use trapvec::{SymbolKind, Target};
 
 use crate::manager::ComponentId;
 use crate::parse::{Binding, Object, SymbolDef};
+
+/// The linker-defined name of the GOT.
+const GOT_SYMBOL: &str = "_GLOBAL_OFFSET_TABLE_";
 
 /// Names the caller answers before the target is asked (the instr-manager answers
 /// `__trapvec_orig_<fn>` with the original trampoline of `fn`).
@@ -81,7 +88,7 @@ pub fn resolve_imports(
     let mut imports = vec![None; obj.symbols.len()];
     let mut unresolved = Vec::new();
     for sym in obj.symbols.iter().skip(1) {
-        if sym.def != SymbolDef::Undefined || sym.name.is_empty() {
+        if sym.def != SymbolDef::Undefined || sym.name.is_empty() || sym.name == GOT_SYMBOL {
             continue;
         }
         let name = sym.name.as_str();
