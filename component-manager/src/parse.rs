@@ -2,9 +2,10 @@
 //! splices), or a [`ParseError`] saying what could not be read.
 //!
 //! This module owns the decision of which sections are loaded at all ([`Placement`]) and the
-//! format of `.trapvec.splices`. It reads through `object`'s ELF-specific API (raw relocation
-//! types, extended section indices) and copies what it keeps, so nothing downstream borrows the
-//! file. It never panics on malformed input: every read is bounds-checked by `object` and every
+//! format of `.trapvec.splices`. It reads through `object`'s ELF-specific API
+//! (`object::read::elf`: the section table, the symbol table with extended section indices, raw
+//! `Elf64_Rela` entries and their `R_X86_64_*` types) and copies what it keeps, so nothing
+//! downstream borrows the file. It never panics on malformed input: every read is bounds-checked by `object` and every
 //! failure becomes [`ParseError::Malformed`] naming what was being read.
 //!
 //! Sections that are not loaded, and why:
@@ -21,9 +22,12 @@
 //! constructors, and loading them silently would leave the component half initialised.
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, Rela as _, SectionHeader as _, Sym as _};
+use object::read::elf::{FileHeader, Rela as _, SectionHeader as _, SectionTable, Sym as _, SymbolTable};
 use object::LittleEndian as LE;
 use thiserror::Error;
+
+/// The only ELF flavour a component can be.
+type Header = elf::FileHeader64<LE>;
 
 /// Name of the section holding declared splices (`components/include/trapvec.h`).
 pub const SPLICES_SECTION: &str = ".trapvec.splices";
@@ -254,7 +258,7 @@ const EI_DATA: usize = 5;
 
 /// Check the identification and header fields that decide whether this is a component at all,
 /// before `object` parses the rest (so the message says *which* field is wrong).
-fn check_header(bytes: &[u8]) -> Result<(), ParseError> {
+fn check_header(bytes: &[u8]) -> Result<&Header, ParseError> {
     if bytes.len() < EI_NIDENT {
         return Err(ParseError::TooShort { len: bytes.len() });
     }
@@ -269,7 +273,7 @@ fn check_header(bytes: &[u8]) -> Result<(), ParseError> {
     if encoding != elf::ELFDATA2LSB {
         return Err(ParseError::Encoding { name: encoding_name(encoding), value: encoding });
     }
-    let header = elf::FileHeader64::<LE>::parse(bytes).map_err(|e| malformed("the ELF header (64 bytes)", e))?;
+    let header = Header::parse(bytes).map_err(|e| malformed("the ELF header (64 bytes)", e))?;
     let e_type = header.e_type.get(LE);
     if e_type != elf::ET_REL {
         return Err(ParseError::Type { name: type_name(e_type), value: e_type });
@@ -278,7 +282,7 @@ fn check_header(bytes: &[u8]) -> Result<(), ParseError> {
     if machine != elf::EM_X86_64 {
         return Err(ParseError::Machine { name: machine_name(machine), value: machine });
     }
-    Ok(())
+    Ok(header)
 }
 
 fn utf8(bytes: &[u8], what: impl FnOnce() -> String) -> Result<String, ParseError> {
@@ -329,9 +333,9 @@ fn alignment(section: &str, value: u64) -> Result<u64, ParseError> {
 
 /// Parse and check a component's bytes.
 pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
-    check_header(bytes)?;
-    let file = ElfFile64::<LE>::parse(bytes).map_err(|e| malformed("the section headers or the symbol table", e))?;
-    let table = file.elf_section_table();
+    let header = check_header(bytes)?;
+    let table = header.sections(LE, bytes).map_err(|e| malformed("the section headers", e))?;
+    let symtab = table.symbols(LE, bytes, elf::SHT_SYMTAB).map_err(|e| malformed("the symbol table", e))?;
 
     let mut sections = Vec::with_capacity(table.len());
     for (index, header) in table.enumerate() {
@@ -357,8 +361,8 @@ pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
         sections.push(Section { index, name, placement, size, align, data });
     }
 
-    let symbols = parse_symbols(&file, &sections)?;
-    let relocations = parse_relocations(&file, bytes, &sections, symbols.len())?;
+    let symbols = parse_symbols(&symtab, &sections)?;
+    let relocations = parse_relocations(&table, symtab.section(), bytes, &sections, symbols.len())?;
 
     let declared_splices = match sections.iter().find(|s| s.name == SPLICES_SECTION) {
         Some(s) => {
@@ -372,8 +376,7 @@ pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
     Ok(Object { sections, symbols, relocations, declared_splices })
 }
 
-fn parse_symbols(file: &ElfFile64<'_, LE>, sections: &[Section]) -> Result<Vec<Symbol>, ParseError> {
-    let table = file.elf_symbol_table();
+fn parse_symbols(table: &SymbolTable<'_, Header>, sections: &[Section]) -> Result<Vec<Symbol>, ParseError> {
     let mut symbols = Vec::with_capacity(table.len());
     for (index, sym) in table.enumerate() {
         let index = index.0;
@@ -414,13 +417,12 @@ fn parse_symbols(file: &ElfFile64<'_, LE>, sections: &[Section]) -> Result<Vec<S
 }
 
 fn parse_relocations(
-    file: &ElfFile64<'_, LE>,
+    table: &SectionTable<'_, Header>,
+    symtab: object::SectionIndex,
     bytes: &[u8],
     sections: &[Section],
     nsymbols: usize,
 ) -> Result<Vec<Relocation>, ParseError> {
-    let table = file.elf_section_table();
-    let symtab = file.elf_symbol_table().section();
     let mut relocations = Vec::new();
     for (index, header) in table.enumerate() {
         let sh_type = header.sh_type(LE);
