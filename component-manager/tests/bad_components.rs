@@ -169,7 +169,7 @@ fn refused_data_allocation_frees_the_code_block() {
     let (mut m, mut t) = (ComponentManager::new(), target());
     t.refuse_alloc = Some(BlockKind::Data);
     let err = m.load_bytes(&mut t, "basic", &bytes, &opts(), &mut NoExtra).unwrap_err();
-    assert!(err.to_string().starts_with(&format!("component basic: allocating the data block (")), "{err}");
+    assert!(err.to_string().starts_with("component basic: allocating the data block ("), "{err}");
     assert_eq!((t.allocs, t.frees, t.live()), (1, 1, 0));
     // The failure left no trace: the same component loads afterwards.
     t.refuse_alloc = None;
