@@ -1,1 +1,33 @@
+//! instr-manager: points and splices.
+//!
+//! This crate owns the *analysis and code generation* of instrumentation: resolving a point
+//! (`symbol+offset`) to a site ([`point`]), decoding the containing function and building its
+//! basic blocks ([`analysis`]), validating a window and planning a trap or jmp splice
+//! ([`plan`]), relocating the displaced instructions ([`relocate`]), generating trampolines and
+//! patch bytes ([`trampoline`]), and the splice spec format ([`spec`]).
+//!
+//! Everything in those modules is pure: functions over `(&[u8], address)`, a
+//! [`trapvec::SymbolTable`] and a [`trapvec::TargetInfo`]; the target is seen only through read
+//! callbacks handed in by the caller. Applying plans through a [`trapvec::Target`] is the
+//! splicer's job, and nothing here may write to a target.
 
+pub mod analysis;
+pub mod error;
+pub mod plan;
+pub mod point;
+pub mod relocate;
+pub mod spec;
+pub mod trampoline;
+
+pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn};
+pub use error::{AnalysisError, Error, PlanError, Refusal, SpecError};
+pub use plan::{
+    plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, Springboard,
+};
+pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
+pub use relocate::relocate;
+pub use spec::{Action, ComponentSpec, SetSpec, Spec, SpliceSpec};
+pub use trampoline::{
+    emit_call_trampoline, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes,
+    CallTrampoline,
+};

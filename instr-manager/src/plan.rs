@@ -1,0 +1,277 @@
+//! Splice planning: given a decoded function and a site, decide what a trap or jmp splice there
+//! writes and displaces, or refuse with the reason. Pure: the target is only seen through the
+//! `read` and `busy` callbacks of [`PlanInput`].
+//!
+//! Rules (DESIGN.md, "Splices"):
+//! - the site is an instruction boundary of the decoded function and not inside the ftrace site;
+//! - the window is `[site, site + patch_len)` widened to whole instructions (the *displaced*
+//!   instructions); it lies inside one basic block, contains no branch target except possibly
+//!   the site itself, does not pass the function's end, overlaps no text that is already patched,
+//!   and every displaced instruction can be relocated ([`crate::relocate`]);
+//! - trap: `patch_len` 2 (`CD F5`);
+//! - jmp: a 5-byte `jmp rel32` when that window passes and the trampoline is within reach;
+//!   otherwise a 2-byte `jmp rel8` to a springboard (a `jmp rel32` written into 5 bytes of padding
+//!   within rel8 reach, see [`springboard`]); otherwise [`Refusal::NoRoomForJmp`] with the reasons.
+
+pub mod springboard;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use trapvec::{SymbolTable, TargetInfo};
+
+use crate::analysis::{Function, Insn, ReadFn};
+use crate::error::Refusal;
+use crate::point::{FENTRY_LEN, NOP5};
+use crate::relocate::{reaches, relocate, LAYOUT_MARGIN};
+
+/// Length of the trap `CD F5`.
+pub const TRAP_LEN: usize = 2;
+/// Length of `jmp rel32` (`E9 xx xx xx xx`).
+pub const JMP_REL32_LEN: usize = 5;
+/// Length of `jmp rel8` (`EB xx`).
+pub const JMP_REL8_LEN: usize = 2;
+
+/// How control leaves the site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mechanism {
+    /// `int 0xF5` (2 bytes), redirected by the trap dispatcher.
+    Trap,
+    /// `jmp rel32` (5 bytes), or `jmp rel8` to a springboard.
+    Jmp,
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mechanism::Trap => "trap",
+            Mechanism::Jmp => "jmp",
+        })
+    }
+}
+
+impl FromStr for Mechanism {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "trap" => Ok(Mechanism::Trap),
+            "jmp" => Ok(Mechanism::Jmp),
+            _ => Err(format!("unknown mechanism `{s}` (expected `trap` or `jmp`)")),
+        }
+    }
+}
+
+/// A `jmp rel32` written into padding, reached from the site by a `jmp rel8`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Springboard {
+    pub addr: u64,
+    /// The 5 padding bytes it overwrites.
+    pub old: Vec<u8>,
+}
+
+/// What a splice at `site` writes and displaces.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub site: u64,
+    pub mechanism: Mechanism,
+    /// The instructions overlapping `[site, site + patch_len)`, replayed out of line.
+    pub displaced: Vec<Insn>,
+    /// Total length of `displaced`; execution resumes at `site + displaced_len`.
+    pub displaced_len: usize,
+    /// Bytes written at the site: 2 for a trap, 5 for `jmp rel32`, 2 for `jmp rel8`.
+    pub patch_len: usize,
+    /// For `jmp rel8`: the springboard it jumps to.
+    pub springboard: Option<Springboard>,
+}
+
+impl Plan {
+    /// End of the displaced window.
+    pub fn window_end(&self) -> u64 {
+        self.site + self.displaced_len as u64
+    }
+
+    /// The displaced instructions, `; `-separated, in Intel syntax.
+    pub fn displaced_text(&self) -> String {
+        self.displaced.iter().map(Insn::intel).collect::<Vec<_>>().join("; ")
+    }
+}
+
+/// Everything planning needs, all of it borrowed.
+pub struct PlanInput<'a> {
+    pub func: &'a Function,
+    pub info: &'a TargetInfo,
+    /// Target bytes (for springboard padding around the function).
+    pub read: ReadFn<'a>,
+    pub symbols: &'a SymbolTable,
+    /// Whether `[lo, hi)` overlaps text that is already patched (including the displaced
+    /// window of a live splice) or a springboard in use.
+    pub busy: &'a dyn Fn(u64, u64) -> bool,
+    /// Where the trampoline will be (for jmp reach checks); `None` = assume reachable.
+    pub trampoline_near: Option<u64>,
+}
+
+/// Plan a splice of `mech` at `site`.
+pub fn plan_splice(input: &PlanInput<'_>, site: u64, mech: Mechanism) -> Result<Plan, Refusal> {
+    let plan = match mech {
+        Mechanism::Trap => plan_trap(input, site),
+        Mechanism::Jmp => plan_jmp(input, site),
+    };
+    match &plan {
+        Ok(p) => log::debug!(
+            "{mech} splice at {site:#x} in `{}`: patch {} bytes, displaces {} ({} bytes){}",
+            input.func.name,
+            p.patch_len,
+            p.displaced_text(),
+            p.displaced_len,
+            p.springboard.as_ref().map_or(String::new(), |s| format!(", springboard at {:#x}", s.addr))
+        ),
+        Err(e) => log::debug!("{mech} splice at {site:#x} refused: {e}"),
+    }
+    plan
+}
+
+/// A trap splice: 2 bytes.
+pub fn plan_trap(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
+    check_site(input.func, input.info, site)?;
+    let (displaced, displaced_len) = check_window(input, site, TRAP_LEN, "a trap (int 0xF5)")?;
+    Ok(Plan { site, mechanism: Mechanism::Trap, displaced, displaced_len, patch_len: TRAP_LEN, springboard: None })
+}
+
+/// A jmp splice: `jmp rel32`, else `jmp rel8` to a springboard.
+pub fn plan_jmp(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
+    check_site(input.func, input.info, site)?;
+    let e32 = match plan_jmp_rel32(input, site) {
+        Ok(p) => return Ok(p),
+        Err(e) => e,
+    };
+    log::debug!("jmp rel32 at {site:#x} impossible ({e32}); trying jmp rel8 to a springboard");
+    match plan_jmp_springboard(input, site) {
+        Ok(p) => Ok(p),
+        Err(Refusal::NoRoomForJmp { reason, .. }) => {
+            Err(Refusal::NoRoomForJmp { site, reason: format!("jmp rel32: {e32}; jmp rel8 to a springboard: {reason}") })
+        }
+        // The 2-byte window itself fails: the 5-byte one cannot do better.
+        Err(e8) => Err(e8),
+    }
+}
+
+/// A 5-byte `jmp rel32` splice only.
+pub fn plan_jmp_rel32(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
+    check_site(input.func, input.info, site)?;
+    let (displaced, displaced_len) = check_window(input, site, JMP_REL32_LEN, "a jmp rel32")?;
+    if let Some(t) = input.trampoline_near {
+        if !reaches(site + JMP_REL32_LEN as u64, t, LAYOUT_MARGIN) {
+            return Err(Refusal::OutOfReach { what: "a jmp rel32", from: site, to: t });
+        }
+    }
+    Ok(Plan { site, mechanism: Mechanism::Jmp, displaced, displaced_len, patch_len: JMP_REL32_LEN, springboard: None })
+}
+
+/// A 2-byte `jmp rel8` to a springboard only.
+pub fn plan_jmp_springboard(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
+    check_site(input.func, input.info, site)?;
+    let (displaced, displaced_len) = check_window(input, site, JMP_REL8_LEN, "a jmp rel8")?;
+    let window_end = site + displaced_len as u64;
+    let sb = springboard::find(input, site, window_end).map_err(|reason| Refusal::NoRoomForJmp { site, reason })?;
+    Ok(Plan { site, mechanism: Mechanism::Jmp, displaced, displaced_len, patch_len: JMP_REL8_LEN, springboard: Some(sb) })
+}
+
+/// Whether the function starts with an ftrace site that the kernel rewrites.
+pub fn has_fentry_site(func: &Function, info: &TargetInfo) -> bool {
+    info.has_fentry
+        && func.insns.first().is_some_and(|i| {
+            i.addr == func.start && i.len as u64 == FENTRY_LEN && (i.instr.is_call_near() || func.insn_bytes(i) == NOP5)
+        })
+}
+
+/// Checks that depend on the site only.
+fn check_site(func: &Function, info: &TargetInfo, site: u64) -> Result<(), Refusal> {
+    if site < func.start || site >= func.end {
+        return Err(Refusal::OutsideFunction { site, func: func.name.clone(), start: func.start, end: func.end });
+    }
+    if let Some(from) = func.undecodable_from.filter(|&f| site >= f) {
+        return Err(Refusal::Undecodable { site, func: func.name.clone(), from });
+    }
+    if func.insn_index(site).is_none() {
+        let before = func.insn_containing(site);
+        return Err(Refusal::NotInstructionBoundary {
+            site,
+            func: func.name.clone(),
+            nearest_before: before.map_or(func.start, |i| i.addr),
+            insn: before.map_or_else(String::new, Insn::intel),
+        });
+    }
+    if has_fentry_site(func, info) && site < func.start + FENTRY_LEN {
+        return Err(Refusal::OverlapsFentry {
+            site,
+            func: func.name.clone(),
+            entry: func.start,
+            fentry_end: func.start + FENTRY_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The displaced instructions of a `patch_len`-byte window at `site` (a checked boundary), or
+/// why that window cannot be spliced.
+fn check_window(
+    input: &PlanInput<'_>,
+    site: u64,
+    patch_len: usize,
+    what: &'static str,
+) -> Result<(Vec<Insn>, usize), Refusal> {
+    let func = input.func;
+    let size = func.end - func.start;
+    if size < patch_len as u64 {
+        return Err(Refusal::FunctionTooShort { func: func.name.clone(), size, needed: patch_len, what });
+    }
+    let first = func.insn_index(site).ok_or_else(|| Refusal::NotInstructionBoundary {
+        site,
+        func: func.name.clone(),
+        nearest_before: func.insn_containing(site).map_or(func.start, |i| i.addr),
+        insn: String::new(),
+    })?;
+    let mut len = 0usize;
+    let mut last = first;
+    while len < patch_len {
+        let Some(insn) = func.insns.get(last) else {
+            let window_end = site + patch_len as u64;
+            return Err(match func.undecodable_from {
+                Some(from) if from < window_end => Refusal::Undecodable { site, func: func.name.clone(), from },
+                _ => Refusal::PastFunctionEnd { site, window_end, func: func.name.clone(), func_end: func.end },
+            });
+        };
+        len += insn.len;
+        last += 1;
+    }
+    let window_end = site + len as u64;
+    if let Some(&target) = func.branch_targets.range(site + 1..window_end).next() {
+        return Err(Refusal::BranchTargetInWindow { site, window_end, target });
+    }
+    let block = func.block_of(site).ok_or(Refusal::PastFunctionEnd {
+        site,
+        window_end,
+        func: func.name.clone(),
+        func_end: func.end,
+    })?;
+    if window_end > block.end {
+        let last_insn = func.insns.iter().rev().find(|i| i.end() == block.end).map_or_else(String::new, Insn::intel);
+        return Err(Refusal::WindowCrossesBlock {
+            site,
+            window_end,
+            block_start: block.start,
+            block_end: block.end,
+            last: last_insn,
+        });
+    }
+    if (input.busy)(site, window_end) {
+        return Err(Refusal::AlreadyPatched { site, lo: site, hi: window_end });
+    }
+    let displaced = func.insns[first..last].to_vec();
+    // Relocatability, where the trampoline will be (or at the site itself: same reach).
+    relocate(&displaced, input.trampoline_near.unwrap_or(site))?;
+    Ok((displaced, len))
+}

@@ -1,0 +1,372 @@
+//! The splice spec: a TOML file naming components, splices and component variables, used by the
+//! agent (`TRAPVEC_SPEC`), by `trapctl` against the kernel and by the daemon.
+//!
+//! ```toml
+//! [[component]]
+//! path = "handler.o"          # relative to the spec file
+//! crc32 = 0x1234abcd          # optional: refuse to load if the file's CRC32 differs
+//!
+//! [[splice]]
+//! at = "compute+0"            # symbol, symbol+offset, or 0xADDRESS
+//! action = "call"             # "call" or "replace"
+//! handler = "count_compute"   # a symbol of a loaded component
+//! mechanism = "trap"          # "trap" (default) or "jmp"
+//! cookie = 0                  # optional, passed to call handlers
+//!
+//! [[set]]                     # optional: component variables written after loading
+//! symbol = "mss_clamp_mtu"
+//! value = 1000
+//! size = 4                    # 1, 2, 4 or 8 (default 8)
+//! ```
+//!
+//! Unknown keys are refused; every error names the spec file and the key (`splice[1].at`).
+//! Components may also carry their own splices as records in `.trapvec.splices`
+//! (`at=...;action=...;handler=...;mechanism=...`, see `components/include/trapvec.h`), parsed by
+//! [`SpliceSpec::from_record`].
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SpecError;
+use crate::plan::Mechanism;
+use crate::point::PointSpec;
+
+/// What a splice does at its point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Run `handler(regs, cookie)`, then the original code.
+    Call,
+    /// Go to `handler` instead of the function (at its entry).
+    Replace,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Call => "call",
+            Action::Replace => "replace",
+        })
+    }
+}
+
+/// A component to load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentSpec {
+    /// Resolved against the spec file's directory.
+    pub path: PathBuf,
+    /// Expected CRC32 of the file, when given.
+    pub crc32: Option<u32>,
+}
+
+/// A splice to apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpliceSpec {
+    /// The point as written.
+    pub at: String,
+    pub point: PointSpec,
+    pub action: Action,
+    /// Symbol of a loaded component.
+    pub handler: String,
+    pub mechanism: Mechanism,
+    pub cookie: u64,
+}
+
+/// A component variable written after loading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetSpec {
+    pub symbol: String,
+    /// The value's bits, truncated to `size` bytes (negative values are two's complement).
+    pub value: u64,
+    /// 1, 2, 4 or 8.
+    pub size: u8,
+}
+
+impl SetSpec {
+    /// The little-endian bytes to write.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.value.to_le_bytes()[..usize::from(self.size)].to_vec()
+    }
+}
+
+/// A whole spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spec {
+    pub components: Vec<ComponentSpec>,
+    pub splices: Vec<SpliceSpec>,
+    pub sets: Vec<SetSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    #[serde(default)]
+    component: Vec<RawComponent>,
+    #[serde(default)]
+    splice: Vec<RawSplice>,
+    #[serde(default)]
+    set: Vec<RawSet>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComponent {
+    path: PathBuf,
+    crc32: Option<u32>,
+}
+
+fn default_mechanism() -> Mechanism {
+    Mechanism::Trap
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSplice {
+    at: String,
+    action: Action,
+    handler: String,
+    #[serde(default = "default_mechanism")]
+    mechanism: Mechanism,
+    #[serde(default)]
+    cookie: u64,
+}
+
+fn default_size() -> u8 {
+    8
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSet {
+    symbol: String,
+    value: i64,
+    #[serde(default = "default_size")]
+    size: u8,
+}
+
+/// `value` as `size` bytes, if it fits as a signed or an unsigned number of that size.
+fn fit(value: i64, size: u8) -> Result<u64, String> {
+    if !matches!(size, 1 | 2 | 4 | 8) {
+        return Err(format!("size {size} is not 1, 2, 4 or 8"));
+    }
+    let bits = u32::from(size) * 8;
+    let bits_u64 = u64::from_ne_bytes(value.to_ne_bytes());
+    if bits == 64 {
+        return Ok(bits_u64);
+    }
+    let min = -(1i64 << (bits - 1));
+    let max = (1i64 << bits) - 1;
+    if value < min || value > max {
+        return Err(format!("value {value} does not fit in {size} byte(s)"));
+    }
+    Ok(bits_u64 & ((1u64 << bits) - 1))
+}
+
+impl Spec {
+    /// Read and check a spec file; relative component paths are resolved against its directory.
+    pub fn from_path(path: &Path) -> Result<Spec, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io { file: path.to_path_buf(), source })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Spec::parse(&text, base, path)
+    }
+
+    /// Parse spec text; `base` resolves relative paths, `file` names the spec in errors.
+    pub fn parse(text: &str, base: &Path, file: &Path) -> Result<Spec, SpecError> {
+        let raw: RawSpec = toml::from_str(text)
+            .map_err(|e| SpecError::Parse { file: file.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
+        let invalid = |key: String, reason: String| SpecError::Invalid { file: file.to_path_buf(), key, reason };
+
+        let mut components = Vec::with_capacity(raw.component.len());
+        for (i, c) in raw.component.into_iter().enumerate() {
+            if c.path.as_os_str().is_empty() {
+                return Err(invalid(format!("component[{i}].path"), "empty path".into()));
+            }
+            let path = if c.path.is_absolute() { c.path } else { base.join(c.path) };
+            components.push(ComponentSpec { path, crc32: c.crc32 });
+        }
+
+        let mut splices = Vec::with_capacity(raw.splice.len());
+        for (i, s) in raw.splice.into_iter().enumerate() {
+            let point = s.at.parse::<PointSpec>().map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
+            if s.handler.trim().is_empty() {
+                return Err(invalid(format!("splice[{i}].handler"), "empty symbol name".into()));
+            }
+            splices.push(SpliceSpec {
+                at: s.at,
+                point,
+                action: s.action,
+                handler: s.handler,
+                mechanism: s.mechanism,
+                cookie: s.cookie,
+            });
+        }
+
+        let mut sets = Vec::with_capacity(raw.set.len());
+        for (i, s) in raw.set.into_iter().enumerate() {
+            if s.symbol.trim().is_empty() {
+                return Err(invalid(format!("set[{i}].symbol"), "empty symbol name".into()));
+            }
+            let key = if matches!(s.size, 1 | 2 | 4 | 8) { "value" } else { "size" };
+            let value = fit(s.value, s.size).map_err(|r| invalid(format!("set[{i}].{key}"), r))?;
+            sets.push(SetSpec { symbol: s.symbol, value, size: s.size });
+        }
+        log::debug!(
+            "spec {}: {} component(s), {} splice(s), {} set(s)",
+            file.display(),
+            components.len(),
+            splices.len(),
+            sets.len()
+        );
+        Ok(Spec { components, splices, sets })
+    }
+}
+
+impl SpliceSpec {
+    /// Parse a `.trapvec.splices` record: `at=...;action=call|replace;handler=...;mechanism=...`
+    /// (optionally `;cookie=N`; `mechanism` defaults to trap).
+    pub fn from_record(record: &str) -> Result<SpliceSpec, SpecError> {
+        let err = |reason: String| SpecError::Record { record: record.to_string(), reason };
+        let (mut at, mut action, mut handler, mut mechanism, mut cookie) = (None, None, None, Mechanism::Trap, 0u64);
+        for field in record.split(';').filter(|f| !f.trim().is_empty()) {
+            let (k, v) = field.split_once('=').ok_or_else(|| err(format!("`{field}` is not key=value")))?;
+            let v = v.trim();
+            match k.trim() {
+                "at" => at = Some(v.to_string()),
+                "action" => {
+                    action = Some(match v {
+                        "call" => Action::Call,
+                        "replace" => Action::Replace,
+                        _ => return Err(err(format!("unknown action `{v}` (expected `call` or `replace`)"))),
+                    })
+                }
+                "handler" => handler = Some(v.to_string()),
+                "mechanism" => mechanism = v.parse().map_err(err)?,
+                "cookie" => {
+                    let n = v.strip_prefix("0x").map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok());
+                    cookie = n.ok_or_else(|| err(format!("cookie `{v}` is not a number")))?;
+                }
+                other => return Err(err(format!("unknown key `{other}`"))),
+            }
+        }
+        let at = at.ok_or_else(|| err("missing `at`".into()))?;
+        let point = at.parse::<PointSpec>().map_err(|e| err(e.to_string()))?;
+        let action = action.ok_or_else(|| err("missing `action`".into()))?;
+        let handler = handler.filter(|h| !h.is_empty()).ok_or_else(|| err("missing `handler`".into()))?;
+        Ok(SpliceSpec { at, point, action, handler, mechanism, cookie })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Spec, SpecError> {
+        Spec::parse(text, Path::new("/specs"), Path::new("/specs/demo.toml"))
+    }
+
+    #[test]
+    fn full_spec_parses_with_defaults_and_resolved_paths() {
+        let spec = parse(
+            r#"
+            [[component]]
+            path = "handler.o"
+            crc32 = 0x1234abcd
+            [[component]]
+            path = "/abs/other.o"
+
+            [[splice]]
+            at = "compute+0"
+            action = "call"
+            handler = "count_compute"
+            [[splice]]
+            at = "0xffffffff81000000"
+            action = "replace"
+            handler = "my_fn"
+            mechanism = "jmp"
+            cookie = 7
+
+            [[set]]
+            symbol = "mss_clamp_mtu"
+            value = 1000
+            size = 4
+            [[set]]
+            symbol = "flag"
+            value = -1
+            size = 1
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec.components,
+            vec![
+                ComponentSpec { path: PathBuf::from("/specs/handler.o"), crc32: Some(0x1234_abcd) },
+                ComponentSpec { path: PathBuf::from("/abs/other.o"), crc32: None },
+            ]
+        );
+        assert_eq!(spec.splices[0].point, PointSpec::Symbol { name: "compute".into(), offset: 0 });
+        assert_eq!((spec.splices[0].action, spec.splices[0].mechanism, spec.splices[0].cookie), (Action::Call, Mechanism::Trap, 0));
+        assert_eq!(spec.splices[1].point, PointSpec::Address(0xffff_ffff_8100_0000));
+        assert_eq!((spec.splices[1].action, spec.splices[1].mechanism, spec.splices[1].cookie), (Action::Replace, Mechanism::Jmp, 7));
+        assert_eq!(spec.sets[0], SetSpec { symbol: "mss_clamp_mtu".into(), value: 1000, size: 4 });
+        assert_eq!(spec.sets[0].bytes(), vec![0xE8, 0x03, 0, 0]);
+        assert_eq!(spec.sets[1].bytes(), vec![0xFF]);
+    }
+
+    #[test]
+    fn empty_spec_is_valid_and_empty() {
+        assert_eq!(parse("").unwrap(), Spec::default());
+    }
+
+    #[test]
+    fn unknown_key_is_refused_naming_file_and_key() {
+        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechansim = \"jmp\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, SpecError::Parse { .. }));
+        assert!(msg.contains("/specs/demo.toml") && msg.contains("mechansim"), "{msg}");
+        let err = parse("[[splices]]\nat = \"f\"\n").unwrap_err();
+        assert!(err.to_string().contains("splices"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_entry_and_field() {
+        let err = parse("[[splice]]\nat = \"f+zz\"\naction = \"call\"\nhandler = \"h\"\n").unwrap_err();
+        assert!(matches!(&err, SpecError::Invalid { key, .. } if key == "splice[0].at"), "{err}");
+        let err = parse("[[splice]]\nat = \"f\"\naction = \"jump\"\nhandler = \"h\"\n").unwrap_err();
+        assert!(err.to_string().contains("jump"), "{err}");
+        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechanism = \"int3\"\n").unwrap_err();
+        assert!(err.to_string().contains("int3"), "{err}");
+        let err = parse("[[set]]\nsymbol = \"x\"\nvalue = 300\nsize = 1\n").unwrap_err();
+        assert!(matches!(&err, SpecError::Invalid { key, reason, .. } if key == "set[0].value" && reason.contains("300")), "{err}");
+        let err = parse("[[set]]\nsymbol = \"x\"\nvalue = 3\nsize = 3\n").unwrap_err();
+        assert!(matches!(&err, SpecError::Invalid { key, .. } if key == "set[0].size"), "{err}");
+        let err = parse("[[component]]\npath = \"a.o\"\ncrc32 = -1\n").unwrap_err();
+        assert!(err.to_string().contains("crc32") || err.to_string().contains("line 3"), "{err}");
+        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\n").unwrap_err();
+        assert!(err.to_string().contains("handler"), "{err}");
+    }
+
+    #[test]
+    fn from_path_resolves_components_next_to_the_spec() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("spec.toml");
+        std::fs::write(&file, "[[component]]\npath = \"h.o\"\n").unwrap();
+        let spec = Spec::from_path(&file).unwrap();
+        assert_eq!(spec.components[0].path, dir.path().join("h.o"));
+        let missing = dir.path().join("nope.toml");
+        let err = Spec::from_path(&missing).unwrap_err();
+        assert!(matches!(err, SpecError::Io { .. }) && err.to_string().contains("nope.toml"));
+    }
+
+    #[test]
+    fn section_records_parse_like_the_header_macros_write_them() {
+        let s = SpliceSpec::from_record("at=compute+0;action=call;handler=count_compute;mechanism=trap").unwrap();
+        assert_eq!(s.point, PointSpec::Symbol { name: "compute".into(), offset: 0 });
+        assert_eq!((s.action, s.handler.as_str(), s.mechanism), (Action::Call, "count_compute", Mechanism::Trap));
+        let s = SpliceSpec::from_record("at=tcp_sync_mss;action=replace;handler=my_tcp_sync_mss;mechanism=jmp").unwrap();
+        assert_eq!((s.action, s.mechanism), (Action::Replace, Mechanism::Jmp));
+        for bad in ["action=call;handler=h", "at=f;action=call;handler=h;colour=red", "at=f;action=kill;handler=h", "at=f;handler=h"] {
+            assert!(matches!(SpliceSpec::from_record(bad), Err(SpecError::Record { .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Trampolines and patch bytes, generated for a given address (pure byte generation; the caller
+//! writes them into the repository and the text).
+//!
+//! The call trampoline ([`emit_call_trampoline`]) builds a `struct trapvec_regs`
+//! ([`trapvec::abi::TrapvecRegs`]) on the stack, lowest address first `r15 .. r8, rdi, rsi, rbp,
+//! rbx, rdx, rcx, rax, rsp, rip, rflags`, calls `handler(regs, cookie)`, restores the registers
+//! (with the handler's changes), then replays the displaced instructions and jumps back:
+//!
+//! ```text
+//! lea rsp,[rsp-RZ]                 ; step over the red zone (omitted when RZ = 0)
+//! pushfq                           ; rflags slot
+//! lock inc qword [rip+hits]
+//! lock inc qword [rip+inflight]
+//! lea rsp,[rsp-16]                 ; rip and rsp slots
+//! push rax .. push r15
+//! mov rax, imm64 site ; mov [rsp+128], rax      ; rip slot
+//! lea rax,[rsp+144+RZ] ; mov [rsp+120], rax     ; rsp at the point
+//! mov rbx, rsp                     ; callee-saved: survives the handler
+//! and rsp,-16
+//! (sub rsp,256 ; movdqa [rsp+16*i], xmm_i)      ; with save_vector_regs
+//! mov rdi, rbx ; mov rsi, imm64 cookie
+//! call handler                     ; rel32, or mov rax, imm64 ; call rax
+//! (movdqa xmm_i, [rsp+16*i])
+//! mov rsp, rbx
+//! pop r15 .. pop rax
+//! lea rsp,[rsp+16]
+//! lock dec qword [rip+inflight]    ; flags are still saved on the stack
+//! popfq
+//! lea rsp,[rsp+RZ]
+//! <displaced instructions relocated here>
+//! jmp site+displaced_len
+//! ```
+//!
+//! Only xmm0–15 are saved: a handler that dirties the upper halves of ymm/zmm registers (AVX code
+//! without `vzeroupper`) would corrupt live vector state of the patched code.
+
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+use trapvec::abi::TRAP_BYTES;
+use trapvec::TargetInfo;
+
+use crate::error::Refusal;
+use crate::plan::{Plan, Springboard, JMP_REL32_LEN, JMP_REL8_LEN};
+use crate::relocate::{encode_block, lower_displaced, reaches, LAYOUT_MARGIN};
+
+/// Where a call trampoline goes and what it refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTrampoline {
+    /// Address the trampoline is generated for.
+    pub addr: u64,
+    pub site: u64,
+    /// `void handler(struct trapvec_regs *, void *cookie)`.
+    pub handler: u64,
+    pub cookie: u64,
+    /// Address of an 8-byte hit counter (within ±2 GiB of `addr`).
+    pub hits: u64,
+    /// Address of an 8-byte in-flight counter (within ±2 GiB of `addr`).
+    pub inflight: u64,
+}
+
+/// The general registers in push order (the reverse of `struct trapvec_regs`).
+const PUSH_ORDER: [Register; 15] = [
+    Register::RAX,
+    Register::RCX,
+    Register::RDX,
+    Register::RBX,
+    Register::RBP,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
+/// Offsets in `struct trapvec_regs` once every register is pushed.
+const RSP_SLOT: i64 = 120;
+const RIP_SLOT: i64 = 128;
+/// Bytes from the pushed frame's base to the stack pointer at the point (minus the red zone).
+const FRAME: i64 = 144;
+/// Vector save area: xmm0–15, 16 bytes each.
+const XMM_AREA: i64 = 256;
+
+const XMM: [Register; 16] = [
+    Register::XMM0,
+    Register::XMM1,
+    Register::XMM2,
+    Register::XMM3,
+    Register::XMM4,
+    Register::XMM5,
+    Register::XMM6,
+    Register::XMM7,
+    Register::XMM8,
+    Register::XMM9,
+    Register::XMM10,
+    Register::XMM11,
+    Register::XMM12,
+    Register::XMM13,
+    Register::XMM14,
+    Register::XMM15,
+];
+
+/// Builds instruction lists, turning iced's creation errors (which fixed, valid operand
+/// combinations never produce) into [`Refusal::Encode`].
+struct Asm {
+    instrs: Vec<Instruction>,
+    addr: u64,
+    what: &'static str,
+}
+
+fn rsp_at(disp: i64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RSP, disp)
+}
+
+fn rip_at(addr: u64) -> MemoryOperand {
+    // iced: with a RIP base the displacement is the absolute target.
+    MemoryOperand::with_base_displ(Register::RIP, i64::from_ne_bytes(addr.to_ne_bytes()))
+}
+
+impl Asm {
+    fn new(addr: u64, what: &'static str) -> Self {
+        Asm { instrs: Vec::with_capacity(64), addr, what }
+    }
+
+    fn push(&mut self, r: Result<Instruction, iced_x86::IcedError>) -> Result<(), Refusal> {
+        let i = r.map_err(|e| Refusal::Encode { what: self.what, addr: self.addr, reason: e.to_string() })?;
+        self.instrs.push(i);
+        Ok(())
+    }
+
+    fn lea_rsp(&mut self, delta: i64) -> Result<(), Refusal> {
+        self.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_at(delta)))
+    }
+
+    fn locked(&mut self, code: Code, counter: u64) -> Result<(), Refusal> {
+        let mut i = Instruction::with1(code, rip_at(counter))
+            .map_err(|e| Refusal::Encode { what: self.what, addr: self.addr, reason: e.to_string() })?;
+        i.set_has_lock_prefix(true);
+        self.instrs.push(i);
+        Ok(())
+    }
+
+    fn jmp(&mut self, dest: u64) -> Result<(), Refusal> {
+        self.push(Instruction::with_branch(Code::Jmp_rel32_64, dest))
+    }
+
+    fn encode(mut self) -> Result<Vec<u8>, Refusal> {
+        encode_block(&mut self.instrs, self.addr, self.what)
+    }
+}
+
+/// The call trampoline of a `call` splice (see the module docs for the exact sequence).
+pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) -> Result<Vec<u8>, Refusal> {
+    let what = "the call trampoline";
+    for (counter, name) in [(t.hits, "the trampoline's hit counter"), (t.inflight, "the trampoline's in-flight counter")] {
+        if !reaches(t.addr, counter, LAYOUT_MARGIN) {
+            log::debug!("{name} at {counter:#x} is out of rip-relative reach of {:#x}", t.addr);
+            return Err(Refusal::OutOfReach { what: "a call trampoline's counter", from: t.addr, to: counter });
+        }
+    }
+    let rz = i64::from(info.red_zone);
+    let mut a = Asm::new(t.addr, what);
+    if rz > 0 {
+        a.lea_rsp(-rz)?;
+    }
+    a.instrs.push(Instruction::with(Code::Pushfq));
+    a.locked(Code::Inc_rm64, t.hits)?;
+    a.locked(Code::Inc_rm64, t.inflight)?;
+    a.lea_rsp(-16)?;
+    for r in PUSH_ORDER {
+        a.push(Instruction::with1(Code::Push_r64, r))?;
+    }
+    a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, t.site))?;
+    a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RIP_SLOT), Register::RAX))?;
+    a.push(Instruction::with2(Code::Lea_r64_m, Register::RAX, rsp_at(FRAME + rz)))?;
+    a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX))?;
+    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP))?;
+    a.push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?;
+    if info.save_vector_regs {
+        a.push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)))?;
+        for (i, x) in (0i64..).zip(XMM) {
+            a.push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x))?;
+        }
+    }
+    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX))?;
+    a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RSI, t.cookie))?;
+    if reaches(t.addr, t.handler, LAYOUT_MARGIN) {
+        a.push(Instruction::with_branch(Code::Call_rel32_64, t.handler))?;
+    } else {
+        log::debug!("handler {:#x} is out of rel32 reach of {:#x}: call through rax", t.handler, t.addr);
+        a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, t.handler))?;
+        a.push(Instruction::with1(Code::Call_rm64, Register::RAX))?;
+    }
+    if info.save_vector_regs {
+        for (i, x) in (0i64..).zip(XMM) {
+            a.push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)))?;
+        }
+    }
+    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX))?;
+    for r in PUSH_ORDER.iter().rev() {
+        a.push(Instruction::with1(Code::Pop_r64, *r))?;
+    }
+    a.lea_rsp(16)?;
+    a.locked(Code::Dec_rm64, t.inflight)?;
+    a.instrs.push(Instruction::with(Code::Popfq));
+    if rz > 0 {
+        a.lea_rsp(rz)?;
+    }
+    a.instrs.extend(lower_displaced(&plan.displaced, t.addr)?);
+    a.jmp(plan.window_end())?;
+    a.encode()
+}
+
+/// The displaced instructions relocated to `addr`, then `jmp site+displaced_len`: the *original
+/// trampoline* of a `replace` splice, and the destination of a trap whose handler the dispatcher
+/// runs itself.
+pub fn emit_replay(plan: &Plan, addr: u64) -> Result<Vec<u8>, Refusal> {
+    let mut a = Asm::new(addr, "the replay trampoline");
+    a.instrs.extend(lower_displaced(&plan.displaced, addr)?);
+    a.jmp(plan.window_end())?;
+    a.encode()
+}
+
+/// `lock inc qword [rip+hits]; jmp dest`: counts and goes on (to a replacement function).
+///
+/// The jump is a `jmp rel32`, or `jmp qword [rip+x]` with the address stored after it when `dest`
+/// is out of reach. When `hits` is out of rip-relative reach the counter is incremented through
+/// `rax`, saved below the red zone. The increment changes the arithmetic flags: use it where they
+/// are dead (a function's entry).
+pub fn emit_counting_jump(addr: u64, hits: u64, dest: u64) -> Vec<u8> {
+    let build = || -> Result<Vec<u8>, Refusal> {
+        let mut a = Asm::new(addr, "a counting jump");
+        if reaches(addr, hits, LAYOUT_MARGIN) {
+            a.locked(Code::Inc_rm64, hits)?;
+        } else {
+            a.lea_rsp(-128)?;
+            a.push(Instruction::with1(Code::Push_r64, Register::RAX))?;
+            a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, hits))?;
+            let mut inc = Instruction::with1(Code::Inc_rm64, MemoryOperand::with_base(Register::RAX))
+                .map_err(|e| Refusal::Encode { what: a.what, addr, reason: e.to_string() })?;
+            inc.set_has_lock_prefix(true);
+            a.instrs.push(inc);
+            a.push(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+            a.lea_rsp(128)?;
+        }
+        a.jmp(dest)?;
+        a.encode()
+    };
+    // Fixed register operands always encode, and BlockEncoder turns an unreachable jmp into its
+    // `jmp [rip+x]` long form, so this cannot fail.
+    build().unwrap_or_else(|e| unreachable!("counting jump at {addr:#x}: {e}"))
+}
+
+/// `jmp qword [rip+slot]`: a stub that goes wherever the 8-byte slot points.
+///
+/// When `slot` is out of rip-relative reach: load the slot through `rax` below the red zone and
+/// `ret 136` to it (every register, the flags and `rsp` arrive unchanged).
+pub fn emit_indirect_stub(addr: u64, slot: u64) -> Vec<u8> {
+    let build = || -> Result<Vec<u8>, Refusal> {
+        let mut a = Asm::new(addr, "an indirect stub");
+        if reaches(addr, slot, LAYOUT_MARGIN) {
+            a.push(Instruction::with1(Code::Jmp_rm64, rip_at(slot)))?;
+        } else {
+            a.lea_rsp(-128)?; // S-128: step over the red zone
+            a.push(Instruction::with1(Code::Push_r64, Register::RAX))?; // [S-136] = rax
+            a.push(Instruction::with1(Code::Push_r64, Register::RAX))?; // [S-144] = room for dest
+            a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, slot))?;
+            a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, MemoryOperand::with_base(Register::RAX)))?;
+            a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(0), Register::RAX))?;
+            a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp_at(8)))?;
+            a.push(Instruction::with1(Code::Retnq_imm16, 136u32))?; // pop dest, rsp += 136 -> S
+        }
+        a.encode()
+    };
+    // Fixed register and RIP-relative (checked in reach) operands always encode.
+    build().unwrap_or_else(|e| unreachable!("indirect stub at {addr:#x}: {e}"))
+}
+
+/// The trap written at a site: `int 0xF5`.
+pub fn trap_bytes() -> [u8; 2] {
+    TRAP_BYTES
+}
+
+fn rel32(from_end: u64, to: u64) -> Option<i32> {
+    i32::try_from(i128::from(to) - i128::from(from_end)).ok()
+}
+
+/// The jump written at a jmp plan's site: `E9 rel32` to `dest`, or `EB rel8` to the plan's
+/// springboard (which then jumps to `dest`, see [`springboard_bytes`]).
+pub fn jmp_bytes(plan: &Plan, dest: u64) -> Result<Vec<u8>, Refusal> {
+    if let Some(sb) = &plan.springboard {
+        let rel = i8::try_from(i128::from(sb.addr) - i128::from(plan.site + JMP_REL8_LEN as u64))
+            .map_err(|_| Refusal::OutOfReach { what: "a jmp rel8 to its springboard", from: plan.site, to: sb.addr })?;
+        return Ok(vec![0xEB, rel.to_le_bytes()[0]]);
+    }
+    if plan.displaced_len < JMP_REL32_LEN {
+        return Err(Refusal::Encode {
+            what: "a jmp rel32",
+            addr: plan.site,
+            reason: format!("the plan displaces only {} bytes", plan.displaced_len),
+        });
+    }
+    let rel = rel32(plan.site + JMP_REL32_LEN as u64, dest).ok_or(Refusal::OutOfReach { what: "a jmp rel32", from: plan.site, to: dest })?;
+    let mut out = vec![0xE9];
+    out.extend(rel.to_le_bytes());
+    Ok(out)
+}
+
+/// The `jmp rel32` to `dest` written into a springboard.
+pub fn springboard_bytes(sb: &Springboard, dest: u64) -> Result<[u8; 5], Refusal> {
+    let rel = rel32(sb.addr + 5, dest).ok_or(Refusal::OutOfReach { what: "a springboard's jmp rel32", from: sb.addr, to: dest })?;
+    let r = rel.to_le_bytes();
+    Ok([0xE9, r[0], r[1], r[2], r[3]])
+}
+
+#[cfg(test)]
+mod tests;

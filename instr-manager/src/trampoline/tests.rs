@@ -1,0 +1,319 @@
+//! Trampoline tests: decode what was emitted and compare the instruction sequence (Intel syntax,
+//! absolute targets) with the documented one; check rel32/imm64 values; and run one trampoline
+//! for real in this process.
+
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction};
+use trapvec::abi::TrapvecRegs;
+
+use super::*;
+use crate::analysis::{intel, Insn};
+use crate::plan::Mechanism;
+
+const SITE: u64 = 0x40_1000;
+const TRAMP: u64 = 0x5000_0000;
+const HITS: u64 = TRAMP + 0x2000;
+const INFLIGHT: u64 = TRAMP + 0x2008;
+const HANDLER: u64 = TRAMP + 0x10_0000;
+const COOKIE: u64 = 0xdead_beef_cafe;
+
+fn decode(bytes: &[u8], addr: u64) -> Vec<Instruction> {
+    let mut d = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while d.can_decode() {
+        out.push(d.decode());
+    }
+    out
+}
+
+fn listing(bytes: &[u8], addr: u64) -> Vec<String> {
+    decode(bytes, addr).iter().map(intel).collect()
+}
+
+fn plan_for(bytes: &[u8], site: u64, patch_len: usize) -> Plan {
+    let displaced: Vec<Insn> = decode(bytes, site).into_iter().map(|i| Insn { addr: i.ip(), len: i.len(), instr: i }).collect();
+    let displaced_len = displaced.iter().map(|i| i.len).sum();
+    Plan { site, mechanism: Mechanism::Trap, displaced, displaced_len, patch_len, springboard: None }
+}
+
+fn info(user: bool) -> TargetInfo {
+    TargetInfo {
+        description: "test".into(),
+        red_zone: if user { 128 } else { 0 },
+        save_vector_regs: user,
+        dispatcher_runs_handlers: !user,
+        dispatcher_counts_hits: !user,
+        has_fentry: !user,
+    }
+}
+
+fn tramp() -> CallTrampoline {
+    CallTrampoline { addr: TRAMP, site: SITE, handler: HANDLER, cookie: COOKIE, hits: HITS, inflight: INFLIGHT }
+}
+
+/// The documented sequence, with `call` and the tail given.
+fn expected(rz: u32, xmm: bool, call: &[String], tail: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    if rz > 0 {
+        v.push(format!("lea rsp, [rsp-{rz:#x}]"));
+    }
+    v.push("pushfq".into());
+    v.push(format!("lock inc qword ptr [{HITS:#x}]"));
+    v.push(format!("lock inc qword ptr [{INFLIGHT:#x}]"));
+    v.push("lea rsp, [rsp-0x10]".into());
+    for r in ["rax", "rcx", "rdx", "rbx", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"] {
+        v.push(format!("push {r}"));
+    }
+    v.push(format!("mov rax, {SITE:#x}"));
+    v.push("mov [rsp+0x80], rax".into());
+    v.push(format!("lea rax, [rsp+{:#x}]", 144 + rz));
+    v.push("mov [rsp+0x78], rax".into());
+    v.push("mov rbx, rsp".into());
+    v.push("and rsp, 0xfffffffffffffff0".into());
+    let xmm_slot = |i: u32| if i == 0 { "[rsp]".to_string() } else { format!("[rsp+{:#x}]", 16 * i) };
+    if xmm {
+        v.push("sub rsp, 0x100".into());
+        for i in 0..16 {
+            v.push(format!("movdqa {}, xmm{i}", xmm_slot(i)));
+        }
+    }
+    v.push("mov rdi, rbx".into());
+    v.push(format!("mov rsi, {COOKIE:#x}"));
+    v.extend(call.iter().cloned());
+    if xmm {
+        for i in 0..16 {
+            v.push(format!("movdqa xmm{i}, {}", xmm_slot(i)));
+        }
+    }
+    v.push("mov rsp, rbx".into());
+    for r in ["r15", "r14", "r13", "r12", "r11", "r10", "r9", "r8", "rdi", "rsi", "rbp", "rbx", "rdx", "rcx", "rax"] {
+        v.push(format!("pop {r}"));
+    }
+    v.push("lea rsp, [rsp+0x10]".into());
+    v.push(format!("lock dec qword ptr [{INFLIGHT:#x}]"));
+    v.push("popfq".into());
+    if rz > 0 {
+        v.push(format!("lea rsp, [rsp+{rz:#x}]"));
+    }
+    v.extend(tail.iter().map(|s| (*s).to_string()));
+    v
+}
+
+#[test]
+fn frame_offsets_match_struct_trapvec_regs() {
+    use std::mem::offset_of;
+    assert_eq!(offset_of!(TrapvecRegs, r15), 0);
+    assert_eq!(offset_of!(TrapvecRegs, rax), 112);
+    assert_eq!(offset_of!(TrapvecRegs, rsp), usize::try_from(RSP_SLOT).unwrap());
+    assert_eq!(offset_of!(TrapvecRegs, rip), usize::try_from(RIP_SLOT).unwrap());
+    assert_eq!(offset_of!(TrapvecRegs, rflags), 136);
+    assert_eq!(std::mem::size_of::<TrapvecRegs>(), usize::try_from(FRAME).unwrap());
+    assert_eq!(PUSH_ORDER.len() * 8, offset_of!(TrapvecRegs, rsp));
+}
+
+#[test]
+fn user_space_call_trampoline_is_the_documented_sequence() {
+    // push rbp; mov rbp, rsp displaced by a trap at SITE.
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let out = emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap();
+    let want = expected(128, true, &[format!("call {HANDLER:#x}")], &["push rbp", "mov rbp, rsp", "jmp 0x401004"]);
+    assert_eq!(listing(&out, TRAMP), want);
+    // imm64 forms for the site and the cookie, rel32 call and jmp.
+    let d = decode(&out, TRAMP);
+    let imm64: Vec<u64> = d.iter().filter(|i| i.code() == Code::Mov_r64_imm64).map(Instruction::immediate64).collect();
+    assert_eq!(imm64, vec![SITE, COOKIE]);
+    let call = d.iter().find(|i| i.is_call_near()).unwrap();
+    assert_eq!((call.code(), call.near_branch_target()), (Code::Call_rel32_64, HANDLER));
+    let back = d.last().unwrap();
+    assert_eq!((back.code(), back.near_branch_target()), (Code::Jmp_rel32_64, SITE + 4));
+}
+
+#[test]
+fn kernel_call_trampoline_has_no_red_zone_step_and_no_vector_saves() {
+    let plan = plan_for(&[0x53, 0xE8, 0x00, 0x10, 0x00, 0x00], SITE, 2); // push rbx; call +0x1000
+    let out = emit_call_trampoline(&tramp(), &plan, &info(false)).unwrap();
+    let ret = SITE + 6;
+    let want = expected(
+        0,
+        false,
+        &[format!("call {HANDLER:#x}")],
+        &[
+            "push rbx",
+            "lea rsp, [rsp-0x8]",
+            &format!("mov dword ptr [rsp], {ret:#x}"),
+            "mov dword ptr [rsp+0x4], 0x0",
+            &format!("jmp {:#x}", SITE + 6 + 0x1000),
+            &format!("jmp {ret:#x}"),
+        ],
+    );
+    assert_eq!(listing(&out, TRAMP), want);
+}
+
+#[test]
+fn far_handler_is_called_through_rax() {
+    let far = 0x7fff_0000_0000;
+    let t = CallTrampoline { handler: far, ..tramp() };
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let out = emit_call_trampoline(&t, &plan, &info(false)).unwrap();
+    let want = expected(0, false, &[format!("mov rax, {far:#x}"), "call rax".into()], &["push rbp", "mov rbp, rsp", "jmp 0x401004"]);
+    assert_eq!(listing(&out, TRAMP), want);
+}
+
+#[test]
+fn counters_out_of_rip_relative_reach_are_refused() {
+    let t = CallTrampoline { hits: TRAMP + 0x1_0000_0000, ..tramp() };
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let err = emit_call_trampoline(&t, &plan, &info(true)).unwrap_err();
+    assert_eq!(err, Refusal::OutOfReach { what: "a call trampoline's counter", from: TRAMP, to: TRAMP + 0x1_0000_0000 });
+}
+
+#[test]
+fn replay_is_relocated_displaced_then_jump_back() {
+    // mov rax, [rip+0x100] at SITE: the replay must still read SITE+7+0x100.
+    let plan = plan_for(&[0x48, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00], SITE, 5);
+    let out = emit_replay(&plan, TRAMP).unwrap();
+    assert_eq!(listing(&out, TRAMP), vec![format!("mov rax, [{:#x}]", SITE + 7 + 0x100), format!("jmp {:#x}", SITE + 7)]);
+}
+
+#[test]
+fn counting_jump_near_far_dest_and_far_counter() {
+    let out = emit_counting_jump(TRAMP, HITS, SITE);
+    assert_eq!(listing(&out, TRAMP), vec![format!("lock inc qword ptr [{HITS:#x}]"), format!("jmp {SITE:#x}")]);
+
+    // Destination out of rel32 reach: jmp through a pointer stored after the code.
+    let far = 0x7fff_1234_0000;
+    let out = emit_counting_jump(TRAMP, HITS, far);
+    let d = decode(&out, TRAMP);
+    assert!(d[1].is_jmp_near_indirect() && d[1].is_ip_rel_memory_operand(), "{}", intel(&d[1]));
+    let off = usize::try_from(d[1].ip_rel_memory_address() - TRAMP).unwrap();
+    assert_eq!(u64::from_le_bytes(out[off..off + 8].try_into().unwrap()), far);
+
+    // Counter out of reach: through rax, below the red zone.
+    let out = emit_counting_jump(TRAMP, far, SITE);
+    assert_eq!(
+        listing(&out, TRAMP),
+        vec![
+            "lea rsp, [rsp-0x80]".to_string(),
+            "push rax".into(),
+            format!("mov rax, {far:#x}"),
+            "lock inc qword ptr [rax]".into(),
+            "pop rax".into(),
+            "lea rsp, [rsp+0x80]".into(),
+            format!("jmp {SITE:#x}"),
+        ]
+    );
+}
+
+#[test]
+fn indirect_stub_near_and_far_slot() {
+    let out = emit_indirect_stub(TRAMP, HITS);
+    assert_eq!(out.len(), 6);
+    assert_eq!(listing(&out, TRAMP), vec![format!("jmp qword ptr [{HITS:#x}]")]);
+    let far = 0x7fff_1234_0000;
+    let out = emit_indirect_stub(TRAMP, far);
+    assert_eq!(
+        listing(&out, TRAMP),
+        vec![
+            "lea rsp, [rsp-0x80]".to_string(),
+            "push rax".into(),
+            "push rax".into(),
+            format!("mov rax, {far:#x}"),
+            "mov rax, [rax]".into(),
+            "mov [rsp], rax".into(),
+            "mov rax, [rsp+0x8]".into(),
+            "ret 0x88".into(),
+        ]
+    );
+}
+
+#[test]
+fn patch_bytes_are_exact() {
+    assert_eq!(trap_bytes(), [0xCD, 0xF5]);
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5, 0x90], SITE, 5);
+    // E9 rel32 from SITE+5.
+    assert_eq!(jmp_bytes(&plan, SITE + 0x105).unwrap(), vec![0xE9, 0x00, 0x01, 0x00, 0x00]);
+    assert_eq!(jmp_bytes(&plan, SITE - 0x10).unwrap(), vec![0xE9, 0xEB, 0xFF, 0xFF, 0xFF]);
+    assert!(matches!(jmp_bytes(&plan, SITE + 0x1_0000_0000), Err(Refusal::OutOfReach { .. })));
+    // EB rel8 to a springboard 0x30 bytes after the site; the springboard jumps on.
+    let sb = Springboard { addr: SITE + 0x30, old: vec![0xCC; 5] };
+    let plan8 = Plan { springboard: Some(sb.clone()), patch_len: 2, ..plan_for(&[0x31, 0xC0], SITE, 2) };
+    assert_eq!(jmp_bytes(&plan8, 0).unwrap(), vec![0xEB, 0x2E]);
+    assert_eq!(springboard_bytes(&sb, SITE + 0x35 + 0x200).unwrap(), [0xE9, 0x00, 0x02, 0x00, 0x00]);
+    // A rel32 plan whose window is shorter than 5 bytes cannot take an E9.
+    assert!(jmp_bytes(&plan_for(&[0x31, 0xC0], SITE, 2), SITE + 0x100).is_err());
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod run {
+    //! One call trampoline, executed: a tiny function is patched with a jmp rel32 to it.
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    static SEEN_RDI: AtomicU64 = AtomicU64::new(0);
+    static SEEN_COOKIE: AtomicU64 = AtomicU64::new(0);
+    static SEEN_RIP: AtomicU64 = AtomicU64::new(0);
+    static SEEN_RSP: AtomicU64 = AtomicU64::new(0);
+    static SEEN_RFLAGS: AtomicU64 = AtomicU64::new(0);
+    static SEEN_ENTRY_RSP: AtomicU64 = AtomicU64::new(0);
+
+    extern "C" fn handler(regs: *mut TrapvecRegs, cookie: u64) {
+        // SAFETY: the trampoline passes a pointer to the register frame it built on its stack,
+        // valid and exclusively ours for the duration of this call.
+        let regs = unsafe { &mut *regs };
+        SEEN_RDI.store(regs.rdi, Ordering::SeqCst);
+        SEEN_COOKIE.store(cookie, Ordering::SeqCst);
+        SEEN_RIP.store(regs.rip, Ordering::SeqCst);
+        SEEN_RSP.store(regs.rsp, Ordering::SeqCst);
+        SEEN_RFLAGS.store(regs.rflags, Ordering::SeqCst);
+        let here = 0u8;
+        SEEN_ENTRY_RSP.store(std::ptr::addr_of!(here) as u64, Ordering::SeqCst);
+        regs.rdi += 10; // visible to the patched code
+    }
+
+    #[test]
+    fn call_trampoline_runs_handler_and_replays_displaced_code() {
+        const PAGE: usize = 4096;
+        // SAFETY: an anonymous private mapping; no existing memory is affected.
+        let mem = unsafe {
+            libc::mmap(std::ptr::null_mut(), 2 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_ne!(mem, libc::MAP_FAILED);
+        let base = mem as u64;
+        let (func, tramp_addr, hits, inflight) = (base, base + 0x100, base + PAGE as u64, base + PAGE as u64 + 8);
+        // int f(int x) { return x + 1; }  as  mov eax, edi; add eax, 1; ret
+        let code = [0x89, 0xF8, 0x83, 0xC0, 0x01, 0xC3];
+        let plan = plan_for(&code[..5], func, 5);
+        let t = CallTrampoline { addr: tramp_addr, site: func, handler: handler as extern "C" fn(*mut TrapvecRegs, u64) as usize as u64, cookie: 0x1234, hits, inflight };
+        let tbytes = emit_call_trampoline(&t, &plan, &info(true)).unwrap();
+        let jmp = jmp_bytes(&Plan { mechanism: Mechanism::Jmp, ..plan.clone() }, tramp_addr).unwrap();
+        // SAFETY: all writes stay inside the first page of the mapping made above (the function
+        // is 6 bytes at offset 0, the trampoline is under 0x200 bytes at 0x100); nothing else
+        // refers to it yet.
+        unsafe {
+            let p = mem.cast::<u8>();
+            std::ptr::copy_nonoverlapping(code.as_ptr(), p, code.len());
+            std::ptr::copy_nonoverlapping(jmp.as_ptr(), p, jmp.len());
+            std::ptr::copy_nonoverlapping(tbytes.as_ptr(), p.add(0x100), tbytes.len());
+            assert_eq!(libc::mprotect(mem, PAGE, libc::PROT_READ | libc::PROT_EXEC), 0);
+        }
+        // SAFETY: the page now holds a complete function with the C ABI `int (int)`: a jmp to
+        // the trampoline, which calls `handler`, replays `mov eax, edi; add eax, 1` and jumps
+        // back to the `ret` at offset 5.
+        let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(func).unwrap()) };
+        assert_eq!(f(5), 16, "handler's rdi += 10 is seen by the replayed code");
+        assert_eq!(f(-1), 10);
+        assert_eq!(SEEN_RDI.load(Ordering::SeqCst) & 0xffff_ffff, 0xffff_ffff);
+        assert_eq!(SEEN_COOKIE.load(Ordering::SeqCst), 0x1234);
+        assert_eq!(SEEN_RIP.load(Ordering::SeqCst), func);
+        // At the site, rsp points at the return address: 16-byte aligned + 8.
+        assert_eq!(SEEN_RSP.load(Ordering::SeqCst) % 16, 8);
+        assert_ne!(SEEN_RFLAGS.load(Ordering::SeqCst) & 0x2, 0, "bit 1 of rflags is always set");
+        assert!(SEEN_ENTRY_RSP.load(Ordering::SeqCst) < SEEN_RSP.load(Ordering::SeqCst) - 128 - 144, "frame below the red zone");
+        // SAFETY: the counters are in the second, still writable page of the mapping.
+        let (h, i) = unsafe { (*(hits as *const u64), *(inflight as *const u64)) };
+        assert_eq!((h, i), (2, 0));
+        // SAFETY: the mapping is ours and no longer used.
+        unsafe { libc::munmap(mem, 2 * PAGE) };
+    }
+}
