@@ -362,3 +362,19 @@ fn eh_frame_is_dropped_with_its_relocations() {
     let c = m.get(id).unwrap();
     assert!(((c.code_len + c.data.size) as u64) < loaded + eh.size, "the blocks hold less than everything including .eh_frame");
 }
+
+#[test]
+fn common_symbols_get_zeroed_space_in_the_data_block() {
+    let bytes = compile("basic.c", &["-fcommon"]);
+    let obj = parse::parse(&bytes).unwrap();
+    let counter = obj.symbols.iter().find(|s| s.name == "counter").unwrap();
+    assert!(matches!(counter.def, parse::SymbolDef::Common { .. }), "-fcommon makes counter a common symbol");
+    let (mut m, mut t) = (ComponentManager::new(), target());
+    let id = m.load_bytes(&mut t, "basic", &bytes, &opts(), &mut NoExtra).unwrap();
+    let (counter, size) = sym(&m, id, "counter");
+    assert_eq!(size, 4);
+    assert!(m.get(id).unwrap().data.contains(counter));
+    assert_eq!(counter % 4, 0);
+    assert_eq!(t.peek(counter, 4), [0; 4]);
+    assert_eq!(rip_target(&decode(&m, &t, id, "calls_target"), Mnemonic::Add), counter);
+}
