@@ -275,3 +275,6 @@ fn check_window(
     relocate(&displaced, input.trampoline_near.unwrap_or(site))?;
     Ok((displaced, len))
 }
+
+#[cfg(test)]
+mod tests;
