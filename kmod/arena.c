@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The repository memory: a code arena (in the module's text, arena_text.S) and a
+ * data arena (in its .bss), both within +-2 GiB of kernel text.
+ *
+ * Blocks are handed out first-fit with TRAPVEC_ARENA_GRAIN granularity. Code blocks are
+ * written through a writable vmap alias of the arena's pages (the text mapping itself is
+ * read-only), only while allocated and not sealed; SEAL makes that final. Data blocks stay
+ * writable. FREE does not make a block reusable at once: a CPU or a task may still run in
+ * it (a preempted task inside a trampoline), so its room is reclaimed only after
+ * synchronize_rcu() and synchronize_rcu_tasks() (QUIESCE, or ALLOC when the arena is full).
+ *
+ * Everything here runs under trapvec_mutex.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/list.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/smp.h>
+#include <linux/uaccess.h>
+#include <linux/vmalloc.h>
+#include <asm/sync_core.h>
+#include <asm/text-patching.h>
+#include <asm/unaligned.h>
+
+#include "trapvec_arena.h"
+#include "trapvec_internal.h"
+
+struct trapvec_arena {
+	const char *name;
+	u32 kind;
+	unsigned long base;	/* kernel address (executable for code) */
+	u8 *alias;		/* writable view of [base, base + size) */
+	size_t size;
+	size_t used;		/* bytes in blocks, freed ones included until reclaimed */
+	struct list_head blocks;	/* struct trapvec_arena_block, sorted by off */
+};
+
+struct trapvec_arena_block {
+	struct list_head node;
+	struct trapvec_arena *arena;
+	u64 id;
+	size_t off;
+	size_t size;
+	bool sealed;		/* code only: never written again */
+	bool freed;		/* waiting for a grace period before its room is reused */
+};
+
+static u8 trapvec_data_arena[TRAPVEC_DATA_ARENA_SIZE] __aligned(PAGE_SIZE);
+
+static struct trapvec_arena trapvec_code = {
+	.name = "code",
+	.kind = TRAPVEC_BLOCK_CODE,
+	.size = TRAPVEC_CODE_ARENA_SIZE,
+	.blocks = LIST_HEAD_INIT(trapvec_code.blocks),
+};
+
+static struct trapvec_arena trapvec_data = {
+	.name = "data",
+	.kind = TRAPVEC_BLOCK_DATA,
+	.size = TRAPVEC_DATA_ARENA_SIZE,
+	.blocks = LIST_HEAD_INIT(trapvec_data.blocks),
+};
+
+static u64 trapvec_next_block_id = 1;
+
+void trapvec_sync_core(void *unused)
+{
+	sync_core();
+}
+
+int trapvec_arena_init(void)
+{
+	unsigned int i, npages = TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT;
+	struct page **pages;
+
+	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE % PAGE_SIZE);
+
+	pages = kcalloc(npages, sizeof(*pages), GFP_KERNEL);
+	if (!pages)
+		return -ENOMEM;
+	for (i = 0; i < npages; i++) {
+		pages[i] = vmalloc_to_page(trapvec_code_arena + i * PAGE_SIZE);
+		if (!pages[i]) {
+			kfree(pages);
+			return -EFAULT;
+		}
+	}
+	trapvec_code.alias = vmap(pages, npages, VM_MAP, PAGE_KERNEL);
+	kfree(pages);
+	if (!trapvec_code.alias)
+		return -ENOMEM;
+	trapvec_code.base = (unsigned long)trapvec_code_arena;
+	/* int3 everywhere: a stray jump into unallocated arena stops at once. */
+	memset(trapvec_code.alias, INT3_INSN_OPCODE, TRAPVEC_CODE_ARENA_SIZE);
+
+	trapvec_data.base = (unsigned long)trapvec_data_arena;
+	trapvec_data.alias = trapvec_data_arena;
+	return 0;
+}
+
+static void trapvec_arena_release(struct trapvec_arena *a)
+{
+	struct trapvec_arena_block *b, *tmp;
+
+	list_for_each_entry_safe(b, tmp, &a->blocks, node) {
+		list_del(&b->node);
+		kfree(b);
+	}
+	a->used = 0;
+}
+
+/* Unload: every CPU and task is out of the arena (see trapvec_exit()). */
+void trapvec_arena_exit(void)
+{
+	trapvec_arena_release(&trapvec_code);
+	trapvec_arena_release(&trapvec_data);
+	if (trapvec_code.alias)
+		vunmap(trapvec_code.alias);
+	trapvec_code.alias = NULL;
+}
+
+static struct trapvec_arena_block *trapvec_block_find(u64 id)
+{
+	struct trapvec_arena *arenas[] = { &trapvec_code, &trapvec_data };
+	struct trapvec_arena_block *b;
+	unsigned int i;
+
+	lockdep_assert_held(&trapvec_mutex);
+	for (i = 0; i < ARRAY_SIZE(arenas); i++)
+		list_for_each_entry(b, &arenas[i]->blocks, node)
+			if (b->id == id && !b->freed)
+				return b;
+	return NULL;
+}
+
+/* First fit: the lowest gap of at least size bytes. */
+static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t size)
+{
+	struct trapvec_arena_block *b, *nb;
+	struct list_head *after = &a->blocks;
+	size_t start = 0;
+
+	list_for_each_entry(b, &a->blocks, node) {
+		if (b->off - start >= size)
+			break;
+		start = b->off + b->size;
+		after = &b->node;
+	}
+	if (start + size > a->size)
+		return NULL;
+	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
+	if (!nb)
+		return ERR_PTR(-ENOMEM);
+	nb->arena = a;
+	nb->off = start;
+	nb->size = size;
+	nb->id = trapvec_next_block_id++;
+	list_add(&nb->node, after);
+	a->used += size;
+	return nb;
+}
+
+static void trapvec_reclaim_arena(struct trapvec_arena *a, struct trapvec_quiesce *out)
+{
+	struct trapvec_arena_block *b, *tmp;
+
+	list_for_each_entry_safe(b, tmp, &a->blocks, node) {
+		if (!b->freed)
+			continue;
+		if (a->kind == TRAPVEC_BLOCK_CODE)
+			memset(a->alias + b->off, INT3_INSN_OPCODE, b->size);
+		a->used -= b->size;
+		out->reclaimed_blocks++;
+		out->reclaimed_bytes += b->size;
+		list_del(&b->node);
+		kfree(b);
+	}
+}
+
+/*
+ * The caller has waited for synchronize_rcu() and synchronize_rcu_tasks() since the last
+ * FREE: no CPU or task can be in a freed block any more.
+ */
+void trapvec_arena_reclaim(struct trapvec_quiesce *out)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	trapvec_reclaim_arena(&trapvec_code, out);
+	trapvec_reclaim_arena(&trapvec_data, out);
+}
+
+static bool trapvec_has_freed(const struct trapvec_arena *a)
+{
+	const struct trapvec_arena_block *b;
+
+	list_for_each_entry(b, &a->blocks, node)
+		if (b->freed)
+			return true;
+	return false;
+}
+
+int trapvec_arena_alloc(struct trapvec_alloc *req)
+{
+	struct trapvec_arena *a;
+	struct trapvec_arena_block *b;
+	struct trapvec_quiesce ignored = {};
+	size_t size;
+
+	lockdep_assert_held(&trapvec_mutex);
+	if (req->kind == TRAPVEC_BLOCK_CODE)
+		a = &trapvec_code;
+	else if (req->kind == TRAPVEC_BLOCK_DATA)
+		a = &trapvec_data;
+	else
+		return -EINVAL;
+	if (!req->size || req->size > a->size)
+		return -EINVAL;
+	size = ALIGN(req->size, TRAPVEC_ARENA_GRAIN);
+
+	b = trapvec_fit(a, size);
+	if (!b && trapvec_has_freed(a)) {
+		pr_debug("%s arena full for %zu bytes: waiting to reclaim freed blocks\n",
+			 a->name, size);
+		synchronize_rcu();
+		synchronize_rcu_tasks();
+		trapvec_arena_reclaim(&ignored);
+		b = trapvec_fit(a, size);
+	}
+	if (!b)
+		return -ENOSPC;
+	if (IS_ERR(b))
+		return PTR_ERR(b);
+	if (a->kind == TRAPVEC_BLOCK_DATA)
+		memset(a->alias + b->off, 0, size);
+	req->id = b->id;
+	req->addr = a->base + b->off;
+	pr_debug("alloc %s block %llu: %zu bytes at %llx\n", a->name, b->id, size, req->addr);
+	return 0;
+}
+
+/* Data: each naturally aligned 8-byte word with one store (user space retargets slots). */
+static void trapvec_write_data(u8 *dst, const u8 *src, size_t len)
+{
+	while (len) {
+		if (IS_ALIGNED((unsigned long)dst, 8) && len >= 8) {
+			WRITE_ONCE(*(u64 *)dst, get_unaligned((const u64 *)src));
+			dst += 8;
+			src += 8;
+			len -= 8;
+		} else {
+			WRITE_ONCE(*dst, *src);
+			dst++;
+			src++;
+			len--;
+		}
+	}
+}
+
+int trapvec_arena_write(const struct trapvec_write *req)
+{
+	struct trapvec_arena_block *b;
+	struct trapvec_arena *a;
+	u8 *bounce;
+	int ret = 0;
+
+	lockdep_assert_held(&trapvec_mutex);
+	b = trapvec_block_find(req->id);
+	if (!b)
+		return -ENOENT;
+	a = b->arena;
+	if (b->sealed)
+		return -EPERM;
+	if (req->len > TRAPVEC_XFER_MAX || req->offset > b->size ||
+	    req->len > b->size - req->offset)
+		return -EINVAL;
+	if (!req->len)
+		return 0;
+
+	bounce = kvmalloc(req->len, GFP_KERNEL);
+	if (!bounce)
+		return -ENOMEM;
+	if (copy_from_user(bounce, u64_to_user_ptr(req->buf), req->len)) {
+		ret = -EFAULT;
+		goto out_free;
+	}
+	if (a->kind == TRAPVEC_BLOCK_DATA)
+		trapvec_write_data(a->alias + b->off + req->offset, bounce, req->len);
+	else
+		memcpy(a->alias + b->off + req->offset, bounce, req->len);
+
+	/* Read back through the address the CPUs use, not through the alias. */
+	if (memcmp((void *)(a->base + b->off + req->offset), bounce, req->len)) {
+		pr_err("%s block %llu: read-back after writing %u bytes at +%llu differs\n",
+		       a->name, b->id, req->len, req->offset);
+		ret = -EIO;
+	}
+out_free:
+	kvfree(bounce);
+	return ret;
+}
+
+int trapvec_arena_seal(u64 id)
+{
+	struct trapvec_arena_block *b;
+
+	lockdep_assert_held(&trapvec_mutex);
+	b = trapvec_block_find(id);
+	if (!b)
+		return -ENOENT;
+	if (b->arena->kind != TRAPVEC_BLOCK_CODE)
+		return -EINVAL;
+	if (b->sealed)
+		return 0;
+	b->sealed = true;
+	/*
+	 * Cross-modifying code: every CPU serializes before it may run the new bytes (they
+	 * were written through another mapping of the same memory).
+	 */
+	on_each_cpu(trapvec_sync_core, NULL, 1);
+	pr_debug("sealed code block %llu at %lx\n", id, b->arena->base + b->off);
+	return 0;
+}
+
+int trapvec_arena_free(u64 id)
+{
+	struct trapvec_arena_block *b;
+	unsigned long start;
+
+	lockdep_assert_held(&trapvec_mutex);
+	b = trapvec_block_find(id);
+	if (!b)
+		return -ENOENT;
+	start = b->arena->base + b->off;
+	if (trapvec_dispatch_targets(start, start + b->size)) {
+		pr_debug("block %llu at %lx is still a dispatch destination\n", id, start);
+		return -EBUSY;
+	}
+	b->freed = true;
+	return 0;
+}
+
+bool trapvec_arena_in_sealed_code(unsigned long addr)
+{
+	struct trapvec_arena_block *b;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_for_each_entry(b, &trapvec_code.blocks, node) {
+		unsigned long start = trapvec_code.base + b->off;
+
+		if (addr >= start && addr < start + b->size)
+			return b->sealed && !b->freed;
+	}
+	return false;
+}
+
+void trapvec_arena_info(struct trapvec_info *info)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	info->code_base = trapvec_code.base;
+	info->code_size = trapvec_code.size;
+	info->data_base = trapvec_data.base;
+	info->data_size = trapvec_data.size;
+	info->code_used = trapvec_code.used;
+	info->data_used = trapvec_data.used;
+}

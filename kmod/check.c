@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Site validation: may [addr, addr + len) of kernel text be overwritten?
+ *
+ * User space decodes and plans (it knows instruction boundaries, basic blocks and branch
+ * targets); the module checks again whatever the kernel knows better than user space, and
+ * gives each refusal its own reason code (trapvec_abi.h):
+ *
+ *  - the range must be core kernel text or the core text of a live module, not this module;
+ *  - not entry text, noinstr text (RCU may not be watching; the trap stub assumes it is),
+ *    nor the retpoline/return thunks (the trap path itself runs through them);
+ *  - not on the kprobes blacklist (code the kernel's own trap handling depends on);
+ *  - no overlap with text the kernel rewrites by itself: ftrace __fentry__ sites, jump
+ *    labels, static calls; and no BUG/WARN ud2 or exception-table instruction, whose
+ *    fix-ups are keyed by address and would not follow the instruction into a trampoline;
+ *  - addr must be an instruction boundary of its function, decoded from the symbol's start
+ *    over the *original* bytes (our live patches are undone in the decoder's buffer);
+ *  - finally register_kprobe() with KPROBE_FLAG_DISABLED at addr (nothing is armed) runs
+ *    every check the kernel itself makes before it lets anyone put a breakpoint there. Its
+ *    own boundary decoder reads our live traps as instructions, so its -EILSEQ is overruled
+ *    by the decoder above; -EOPNOTSUPP only says that kprobes cannot single-step the
+ *    instruction, which trapvec never does. Unregistering costs a synchronize_rcu(), so a
+ *    batch keeps its probes and releases them together (trapvec_check_release()).
+ *
+ * Called under trapvec_mutex.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kprobes.h>
+#include <linux/module.h>
+#include <linux/string.h>
+#include <asm/insn.h>
+
+#include "trapvec_internal.h"
+
+static bool trapvec_overlaps(unsigned long addr, unsigned long len, unsigned long start,
+			     unsigned long end)
+{
+	return addr < end && start < addr + len;
+}
+
+bool trapvec_in_own_module(unsigned long addr, unsigned long len)
+{
+	return within_module(addr, THIS_MODULE) ||
+	       within_module(addr + len - 1, THIS_MODULE);
+}
+
+/* Core kernel text, or core text of a live module (and not its noinstr text). */
+static u32 trapvec_check_text(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long text_end, ni_start;
+	struct module *mod;
+	u32 reason = TRAPVEC_REASON_NONE;
+
+	if (addr >= k->stext && addr + len <= k->etext)
+		return TRAPVEC_REASON_NONE;
+
+	preempt_disable();
+	mod = k->module_text_address(addr);
+	if (!mod || mod->state != MODULE_STATE_LIVE || !within_module_core(addr, mod)) {
+		reason = TRAPVEC_REASON_NOT_TEXT;
+		goto out;
+	}
+	text_end = (unsigned long)mod->core_layout.base + mod->core_layout.text_size;
+	if (addr + len > text_end) {
+		reason = TRAPVEC_REASON_NOT_TEXT;
+		goto out;
+	}
+	ni_start = (unsigned long)mod->noinstr_text_start;
+	if (mod->noinstr_text_size &&
+	    trapvec_overlaps(addr, len, ni_start, ni_start + mod->noinstr_text_size))
+		reason = TRAPVEC_REASON_NOINSTR_TEXT;
+out:
+	preempt_enable();
+	return reason;
+}
+
+/*
+ * Is addr an instruction boundary? Decode from the start of its symbol up to addr, over
+ * the original bytes. kallsyms sizes run to the next symbol, so alignment padding after a
+ * function belongs to it (int3 and nop decode one by one).
+ */
+static u32 trapvec_check_boundary(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long size, offset, func, a;
+	u8 buf[MAX_INSN_SIZE];
+	struct insn insn;
+
+	if (!k->kallsyms_lookup_size_offset(addr, &size, &offset))
+		return TRAPVEC_REASON_NOT_BOUNDARY;
+	if (offset + len > size)
+		return TRAPVEC_REASON_CROSSES_SYMBOL;
+	func = addr - offset;
+	for (a = func; a < addr; a += insn.length) {
+		int n = min_t(unsigned long, MAX_INSN_SIZE, func + size - a);
+
+		if (trapvec_text_read_original(a, buf, n))
+			return TRAPVEC_REASON_NOT_TEXT;
+		if (k->insn_decode(&insn, buf, n, INSN_MODE_KERN) < 0) {
+			pr_debug("cannot decode %pS while looking for %pS\n", (void *)a,
+				 (void *)addr);
+			return TRAPVEC_REASON_NOT_BOUNDARY;
+		}
+	}
+	return a == addr ? TRAPVEC_REASON_NONE : TRAPVEC_REASON_NOT_BOUNDARY;
+}
+
+static u32 trapvec_check_kernel_tables(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	void *start = (void *)addr, *last = (void *)(addr + len - 1);
+	u32 i;
+
+	if (k->within_kprobe_blacklist(addr))
+		return TRAPVEC_REASON_KPROBE_BLACKLIST;
+	if (k->ftrace_location_range(addr, addr + len - 1))
+		return TRAPVEC_REASON_FTRACE;
+	if (k->jump_label_text_reserved(start, last))
+		return TRAPVEC_REASON_JUMP_LABEL;
+	if (k->static_call_text_reserved(start, last))
+		return TRAPVEC_REASON_STATIC_CALL;
+	/* Such instructions start inside the range (it begins on a boundary). */
+	for (i = 0; i < len; i++) {
+		if (k->find_bug(addr + i))
+			return TRAPVEC_REASON_BUG_ENTRY;
+		if (k->search_exception_tables(addr + i))
+			return TRAPVEC_REASON_EXTABLE;
+	}
+	return TRAPVEC_REASON_NONE;
+}
+
+/*
+ * Check a site. A successful kprobe registration in kp is kept (*kp_registered) and the
+ * caller releases it with trapvec_check_release(), so that a batch pays one grace period.
+ */
+u32 trapvec_check_site(unsigned long addr, u32 len, struct kprobe *kp, bool *kp_registered,
+		       s32 *error)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	u32 reason;
+	int ret;
+
+	lockdep_assert_held(&trapvec_mutex);
+	*error = 0;
+	*kp_registered = false;
+	if (!len || len > TRAPVEC_PATCH_MAX)
+		return TRAPVEC_REASON_BAD_LENGTH;
+	if (addr + len < addr)
+		return TRAPVEC_REASON_NOT_TEXT;
+	if (trapvec_in_own_module(addr, len))
+		return TRAPVEC_REASON_OWN_MODULE;
+	if (trapvec_overlaps(addr, len, k->entry_text_start, k->entry_text_end))
+		return TRAPVEC_REASON_ENTRY_TEXT;
+	if (trapvec_overlaps(addr, len, k->noinstr_text_start, k->noinstr_text_end))
+		return TRAPVEC_REASON_NOINSTR_TEXT;
+	if (trapvec_overlaps(addr, len, k->thunk_start, k->thunk_end))
+		return TRAPVEC_REASON_THUNK;
+	reason = trapvec_check_text(addr, len);
+	if (reason)
+		return reason;
+	reason = trapvec_check_kernel_tables(addr, len);
+	if (reason)
+		return reason;
+	reason = trapvec_check_boundary(addr, len);
+	if (reason)
+		return reason;
+
+	memset(kp, 0, sizeof(*kp));
+	kp->addr = (kprobe_opcode_t *)addr;
+	kp->flags = KPROBE_FLAG_DISABLED;
+	ret = register_kprobe(kp);
+	if (!ret) {
+		*kp_registered = true;
+		return TRAPVEC_REASON_NONE;
+	}
+	if (ret == -EILSEQ || ret == -EOPNOTSUPP) {
+		pr_debug("kprobe at %pS: %d, overruled (our decoder reads the original bytes)\n", (void *)addr, ret);
+		return TRAPVEC_REASON_NONE;
+	}
+	*error = ret;
+	return TRAPVEC_REASON_KPROBE_REFUSED;
+}
+
+/* CHECK: one site, its probe released at once. */
+u32 trapvec_check_site_once(unsigned long addr, u32 len, s32 *error)
+{
+	struct kprobe kp;
+	bool registered;
+	u32 reason;
+
+	reason = trapvec_check_site(addr, len, &kp, &registered, error);
+	if (registered)
+		unregister_kprobe(&kp);
+	return reason;
+}
+
+void trapvec_check_release(struct kprobe **kps, unsigned int count)
+{
+	if (count)
+		unregister_kprobes(kps, count);
+}

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The dispatch table (site -> destination) and the dispatcher on the trap path.
+ *
+ * Readers: trapvec_dispatch(), entered from entry.S with interrupts off (the gate is an
+ * interrupt gate). An interrupts-off region is an RCU read-side critical section for
+ * synchronize_rcu(), so the table is read with rcu_read_lock_sched_notrace() (which only
+ * documents it: no function call) and entries are freed after synchronize_rcu().
+ *
+ * The trap path takes no lock, allocates nothing, logs nothing and calls no function that
+ * a site could be placed in: every helper it uses is inline, the handler call goes through
+ * the retpoline thunk (refused as a site), and counters are per CPU, read later.
+ *
+ * Writers hold trapvec_mutex.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/hash.h>
+#include <linux/hashtable.h>
+#include <linux/kprobes.h>
+#include <linux/percpu.h>
+#include <linux/rculist.h>
+#include <linux/slab.h>
+#include <linux/sort.h>
+#include <linux/uaccess.h>
+
+#include "../components/include/trapvec.h"
+#include "trapvec_internal.h"
+
+struct trapvec_counts {
+	u64 hits;
+	u64 missed;
+};
+
+struct trapvec_site {
+	struct hlist_node node;		/* in trapvec_sites, RCU */
+	unsigned long site;
+	unsigned long dest;
+	trapvec_handler_t *handler;
+	void *cookie;
+	struct trapvec_counts __percpu *counts;
+};
+
+#define TRAPVEC_SITE_BITS	12
+static DEFINE_HASHTABLE(trapvec_sites, TRAPVEC_SITE_BITS);
+static u64 trapvec_site_count;		/* under trapvec_mutex */
+
+/* Set while this CPU runs a handler: a trap taken meanwhile skips its handler. */
+static DEFINE_PER_CPU(bool, trapvec_in_handler);
+static DEFINE_PER_CPU(u64, trapvec_unknown_traps);
+static DEFINE_PER_CPU(u64, trapvec_retried_traps);
+
+static __always_inline struct hlist_head *trapvec_bucket(unsigned long site)
+{
+	return &trapvec_sites[hash_long(site, TRAPVEC_SITE_BITS)];
+}
+
+static __always_inline struct trapvec_site *trapvec_lookup_rcu(unsigned long site)
+{
+	struct trapvec_site *e;
+
+	hlist_for_each_entry_rcu_notrace(e, trapvec_bucket(site), node)
+		if (e->site == site)
+			return e;
+	return NULL;
+}
+
+/* The general registers of regs, as a handler sees them (rsp and rip are informational). */
+static __always_inline void trapvec_regs_from(struct trapvec_regs *t,
+					      const struct pt_regs *regs, unsigned long site)
+{
+	t->r15 = regs->r15;
+	t->r14 = regs->r14;
+	t->r13 = regs->r13;
+	t->r12 = regs->r12;
+	t->r11 = regs->r11;
+	t->r10 = regs->r10;
+	t->r9 = regs->r9;
+	t->r8 = regs->r8;
+	t->rdi = regs->di;
+	t->rsi = regs->si;
+	t->rbp = regs->bp;
+	t->rbx = regs->bx;
+	t->rdx = regs->dx;
+	t->rcx = regs->cx;
+	t->rax = regs->ax;
+	t->rsp = regs->sp;
+	t->rip = site;
+	t->rflags = regs->flags;
+}
+
+/* Write back what a handler may change: the general registers, not rsp, rip or rflags. */
+static __always_inline void trapvec_regs_to(struct pt_regs *regs, const struct trapvec_regs *t)
+{
+	regs->r15 = t->r15;
+	regs->r14 = t->r14;
+	regs->r13 = t->r13;
+	regs->r12 = t->r12;
+	regs->r11 = t->r11;
+	regs->r10 = t->r10;
+	regs->r9 = t->r9;
+	regs->r8 = t->r8;
+	regs->di = t->rdi;
+	regs->si = t->rsi;
+	regs->bp = t->rbp;
+	regs->bx = t->rbx;
+	regs->dx = t->rdx;
+	regs->cx = t->rcx;
+	regs->ax = t->rax;
+}
+
+/*
+ * Is there still a trap at site? The site is where the CPU just executed "int", so it is
+ * mapped; the nofault read only guards against a (never expected) hardware delivery of the
+ * vector at an ip whose previous bytes are not mapped.
+ */
+static __always_inline bool trapvec_trap_at(unsigned long site)
+{
+	u8 insn[TRAPVEC_TRAP_LEN];
+
+	__get_kernel_nofault(&insn[0], (u8 *)site, u8, fault);
+	__get_kernel_nofault(&insn[1], (u8 *)site + 1, u8, fault);
+	return insn[0] == 0xcd && insn[1] == trapvec_vector;
+fault:
+	return false;
+}
+
+/*
+ * Called from entry.S with interrupts off, on the interrupted context's stack. Returns 0
+ * when regs->ip has been set (iretq there), 1 when the trap is not ours (chain).
+ */
+__visible notrace int trapvec_dispatch(struct pt_regs *regs)
+{
+	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
+	struct trapvec_site *e;
+	int ret = 0;
+
+	rcu_read_lock_sched_notrace();
+	e = trapvec_lookup_rcu(site);
+	if (e) {
+		/* One incq %gs:...: an NMI that traps in between cannot lose a count. */
+		this_cpu_inc(e->counts->hits);
+		if (e->handler) {
+			if (!__this_cpu_read(trapvec_in_handler)) {
+				struct trapvec_regs tregs;
+
+				__this_cpu_write(trapvec_in_handler, true);
+				trapvec_regs_from(&tregs, regs, site);
+				e->handler(&tregs, e->cookie);
+				trapvec_regs_to(regs, &tregs);
+				__this_cpu_write(trapvec_in_handler, false);
+			} else {
+				/* A handler trapped (or an NMI hit a site under one). */
+				this_cpu_inc(e->counts->missed);
+			}
+		}
+		regs->ip = e->dest;
+	} else if (!trapvec_trap_at(site)) {
+		/*
+		 * The trap was reverted and its entry removed between this CPU's fetch of the
+		 * "int" and the lookup: run the original instruction, now back in place.
+		 */
+		__this_cpu_inc(trapvec_retried_traps);
+		regs->ip = site;
+	} else {
+		__this_cpu_inc(trapvec_unknown_traps);
+		ret = 1;
+	}
+	rcu_read_unlock_sched_notrace();
+	return ret;
+}
+NOKPROBE_SYMBOL(trapvec_dispatch);
+
+static struct trapvec_site *trapvec_lookup_locked(unsigned long site)
+{
+	struct trapvec_site *e;
+
+	lockdep_assert_held(&trapvec_mutex);
+	hash_for_each_possible(trapvec_sites, e, node, site)
+		if (e->site == site)
+			return e;
+	return NULL;
+}
+
+static void trapvec_site_free(struct trapvec_site *e)
+{
+	free_percpu(e->counts);
+	kfree(e);
+}
+
+/* A site is text of the kernel or of a live module, outside this module. */
+static bool trapvec_site_plausible(unsigned long site)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	struct module *mod;
+	bool ok;
+
+	if (trapvec_in_own_module(site, TRAPVEC_TRAP_LEN))
+		return false;
+	if (site >= k->stext && site + TRAPVEC_TRAP_LEN <= k->etext)
+		return true;
+	preempt_disable();
+	mod = k->module_text_address(site);
+	ok = mod && mod->state == MODULE_STATE_LIVE;
+	preempt_enable();
+	return ok;
+}
+
+int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
+			 u32 *failed_index)
+{
+	struct trapvec_site **made;
+	u32 i, j;
+	int ret = 0;
+
+	lockdep_assert_held(&trapvec_mutex);
+	*failed_index = TRAPVEC_NO_INDEX;
+
+	/* Check everything first: the batch goes in whole or not at all. */
+	for (i = 0; i < count; i++) {
+		const struct trapvec_dispatch_entry *d = &entries[i];
+
+		ret = 0;
+		if (!trapvec_site_plausible(d->site)) {
+			pr_debug("dispatch: site %llx is not kernel or module text\n", d->site);
+			ret = -EINVAL;
+		} else if (!trapvec_arena_in_sealed_code(d->dest)) {
+			pr_debug("dispatch: dest %llx of site %llx is not in a sealed code block\n",
+				 d->dest, d->site);
+			ret = -EFAULT;
+		} else if (d->handler && !trapvec_arena_in_sealed_code(d->handler)) {
+			pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
+				 d->handler, d->site);
+			ret = -EFAULT;
+		} else if (trapvec_lookup_locked(d->site)) {
+			ret = -EEXIST;
+		} else {
+			for (j = 0; j < i; j++)
+				if (entries[j].site == d->site)
+					ret = -EEXIST;
+		}
+		if (ret) {
+			*failed_index = i;
+			return ret;
+		}
+	}
+
+	made = kvcalloc(count, sizeof(*made), GFP_KERNEL);
+	if (!made)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		made[i] = kzalloc(sizeof(*made[i]), GFP_KERNEL);
+		if (!made[i])
+			goto out_nomem;
+		made[i]->counts = alloc_percpu(struct trapvec_counts);
+		if (!made[i]->counts) {
+			kfree(made[i]);
+			goto out_nomem;
+		}
+		made[i]->site = entries[i].site;
+		made[i]->dest = entries[i].dest;
+		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
+		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
+	}
+	/* Publish: hash_add_rcu() orders each entry's initialisation before its link. */
+	for (i = 0; i < count; i++)
+		hash_add_rcu(trapvec_sites, &made[i]->node, made[i]->site);
+	trapvec_site_count += count;
+	kvfree(made);
+	return 0;
+
+out_nomem:
+	while (i--)
+		trapvec_site_free(made[i]);
+	kvfree(made);
+	return -ENOMEM;
+}
+
+int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
+{
+	struct trapvec_site **gone;
+	u32 i, j;
+
+	lockdep_assert_held(&trapvec_mutex);
+	*failed_index = TRAPVEC_NO_INDEX;
+
+	gone = kvcalloc(count, sizeof(*gone), GFP_KERNEL);
+	if (!gone)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		gone[i] = trapvec_lookup_locked(sites[i]);
+		for (j = 0; gone[i] && j < i; j++)
+			if (gone[j] == gone[i])
+				gone[i] = NULL;	/* named twice */
+		if (!gone[i]) {
+			*failed_index = i;
+			kvfree(gone);
+			return -ENOENT;
+		}
+	}
+	for (i = 0; i < count; i++)
+		hash_del_rcu(&gone[i]->node);
+	trapvec_site_count -= count;
+	/* No CPU is still in the dispatcher with one of them (interrupts-off readers). */
+	synchronize_rcu();
+	for (i = 0; i < count; i++)
+		trapvec_site_free(gone[i]);
+	kvfree(gone);
+	return 0;
+}
+
+static void trapvec_sum(const struct trapvec_site *e, u64 *hits, u64 *missed)
+{
+	int cpu;
+
+	*hits = 0;
+	*missed = 0;
+	for_each_possible_cpu(cpu) {
+		const struct trapvec_counts *c = per_cpu_ptr(e->counts, cpu);
+
+		*hits += READ_ONCE(c->hits);
+		*missed += READ_ONCE(c->missed);
+	}
+}
+
+int trapvec_dispatch_hits(struct trapvec_hits *h)
+{
+	struct trapvec_site *e;
+
+	lockdep_assert_held(&trapvec_mutex);
+	e = trapvec_lookup_locked(h->site);
+	if (!e)
+		return -ENOENT;
+	trapvec_sum(e, &h->hits, &h->missed);
+	return 0;
+}
+
+static int trapvec_cmp_site(const void *a, const void *b)
+{
+	const struct trapvec_list_entry *x = a, *y = b;
+
+	return x->site < y->site ? -1 : x->site > y->site;
+}
+
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *count)
+{
+	struct trapvec_list_entry *all;
+	struct trapvec_site *e;
+	unsigned int bkt;
+	u32 n = 0;
+
+	lockdep_assert_held(&trapvec_mutex);
+	*count = trapvec_site_count;
+	if (!trapvec_site_count)
+		return 0;
+	all = kvcalloc(trapvec_site_count, sizeof(*all), GFP_KERNEL);
+	if (!all)
+		return -ENOMEM;
+	hash_for_each(trapvec_sites, bkt, e, node) {
+		all[n].site = e->site;
+		all[n].dest = e->dest;
+		all[n].handler = (unsigned long)e->handler;
+		all[n].cookie = (unsigned long)e->cookie;
+		trapvec_sum(e, &all[n].hits, &all[n].missed);
+		n++;
+	}
+	sort(all, n, sizeof(*all), trapvec_cmp_site, NULL);
+	memcpy(out, all, min(n, capacity) * sizeof(*all));
+	kvfree(all);
+	return 0;
+}
+
+/* Does a dispatch entry send CPUs (dest) or calls (handler) into [start, end)? */
+bool trapvec_dispatch_targets(unsigned long start, unsigned long end)
+{
+	struct trapvec_site *e;
+	unsigned int bkt;
+
+	lockdep_assert_held(&trapvec_mutex);
+	hash_for_each(trapvec_sites, bkt, e, node) {
+		unsigned long h = (unsigned long)e->handler;
+
+		if ((e->dest >= start && e->dest < end) || (h >= start && h < end))
+			return true;
+	}
+	return false;
+}
+
+/* Unload: the text is reverted and the gate restored; no CPU can reach an entry. */
+void trapvec_dispatch_clear(void)
+{
+	struct trapvec_site *e;
+	struct hlist_node *tmp;
+	unsigned int bkt;
+
+	lockdep_assert_held(&trapvec_mutex);
+	hash_for_each_safe(trapvec_sites, bkt, tmp, e, node) {
+		hash_del_rcu(&e->node);
+		trapvec_site_free(e);
+	}
+	trapvec_site_count = 0;
+}
+
+u64 trapvec_dispatch_count(void)
+{
+	return trapvec_site_count;
+}
+
+void trapvec_dispatch_stats(u64 *unknown, u64 *retried)
+{
+	int cpu;
+
+	*unknown = 0;
+	*retried = 0;
+	for_each_possible_cpu(cpu) {
+		*unknown += READ_ONCE(per_cpu(trapvec_unknown_traps, cpu));
+		*retried += READ_ONCE(per_cpu(trapvec_retried_traps, cpu));
+	}
+}

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kernel symbols trapvec needs but the kernel does not export.
+ *
+ * Site validation needs the kernel's own answers (is this an exception-table instruction, an
+ * ftrace site, a jump label, ...), and the functions that give them are not exported to
+ * modules; nor are the section bounds of entry and noinstr text. kallsyms_lookup_name()
+ * finds all of them, but it has not been exported either since 5.7. kprobes resolve a probe
+ * given by name with kallsyms_lookup_name() itself, so registering a kprobe on the symbol
+ * "kallsyms_lookup_name" (disabled: nothing is armed) and reading back kp.addr yields its
+ * address. Everything is resolved once at load time; a missing symbol fails the load.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kprobes.h>
+#include <linux/printk.h>
+
+#include "trapvec_internal.h"
+
+struct trapvec_ksyms trapvec_ksyms;
+
+typedef unsigned long (*trapvec_lookup_name_t)(const char *name);
+
+static trapvec_lookup_name_t trapvec_find_lookup_name(void)
+{
+	struct kprobe kp = {
+		.symbol_name = "kallsyms_lookup_name",
+		.flags = KPROBE_FLAG_DISABLED,
+	};
+	trapvec_lookup_name_t fn;
+	int ret;
+
+	ret = register_kprobe(&kp);
+	if (ret < 0) {
+		pr_err("cannot find kallsyms_lookup_name through a kprobe: %d\n", ret);
+		return NULL;
+	}
+	fn = (trapvec_lookup_name_t)kp.addr;
+	unregister_kprobe(&kp);
+	return fn;
+}
+
+struct trapvec_ksym_ref {
+	const char *name;
+	unsigned long *slot;
+};
+
+int trapvec_ksyms_init(void)
+{
+	struct trapvec_ksyms *k = &trapvec_ksyms;
+	/*
+	 * Function pointers are stored through unsigned long slots: the table below fills
+	 * each with the symbol's address, and the typed members read it back.
+	 */
+	const struct trapvec_ksym_ref refs[] = {
+		{ "kallsyms_lookup_size_offset",
+		  (unsigned long *)&k->kallsyms_lookup_size_offset },
+		{ "search_exception_tables", (unsigned long *)&k->search_exception_tables },
+		{ "ftrace_location_range", (unsigned long *)&k->ftrace_location_range },
+		{ "jump_label_text_reserved", (unsigned long *)&k->jump_label_text_reserved },
+		{ "static_call_text_reserved", (unsigned long *)&k->static_call_text_reserved },
+		{ "find_bug", (unsigned long *)&k->find_bug },
+		{ "within_kprobe_blacklist", (unsigned long *)&k->within_kprobe_blacklist },
+		{ "__module_text_address", (unsigned long *)&k->module_text_address },
+		{ "insn_decode", (unsigned long *)&k->insn_decode },
+		{ "_stext", &k->stext },
+		{ "_etext", &k->etext },
+		{ "__entry_text_start", &k->entry_text_start },
+		{ "__entry_text_end", &k->entry_text_end },
+		{ "__noinstr_text_start", &k->noinstr_text_start },
+		{ "__noinstr_text_end", &k->noinstr_text_end },
+		{ "__indirect_thunk_start", &k->thunk_start },
+		{ "__indirect_thunk_end", &k->thunk_end },
+		{ "spurious_entries_start", &k->spurious_entries_start },
+	};
+	trapvec_lookup_name_t lookup;
+	unsigned int i;
+
+	BUILD_BUG_ON(sizeof(k->find_bug) != sizeof(unsigned long));
+
+	lookup = trapvec_find_lookup_name();
+	if (!lookup)
+		return -ENOENT;
+
+	for (i = 0; i < ARRAY_SIZE(refs); i++) {
+		unsigned long addr = lookup(refs[i].name);
+
+		if (!addr) {
+			pr_err("kernel symbol %s not found\n", refs[i].name);
+			return -ENOENT;
+		}
+		*refs[i].slot = addr;
+		pr_debug("resolved %s\n", refs[i].name);
+	}
+	return 0;
+}

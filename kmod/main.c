@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * trapvec - modify a running kernel through a trap vector.
+ *
+ * The module is the kernel half of trapvec (see ../shared/DESIGN.md): user space decodes,
+ * validates and plans splices, builds trampolines and relocates components; the module
+ * checks and applies. It owns an interrupt gate (gate.c, entry.S) whose dispatcher sends a
+ * CPU that executed "int $vector" at a known site to that site's destination
+ * (dispatch.c), an executable arena within reach of kernel text (arena.c), and batched,
+ * all-or-nothing text patching with site validation (text.c, check.c). Unloading reverts
+ * every live patch and restores the gate.
+ *
+ * /dev/trapvec is mode 0600 and every ioctl also requires CAP_SYS_MODULE: changing kernel
+ * code is as strong as loading a module.
+ *
+ * Code that trapvec runs in the kernel (trampolines, components) must not sleep: a task is
+ * known to have left it only after an RCU-tasks grace period, which a task blocked inside
+ * it would end early (the rule ftrace trampolines follow too).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/capability.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "../components/include/trapvec.h"
+#include "trapvec_internal.h"
+
+/* Serializes every change; see trapvec_internal.h. */
+DEFINE_MUTEX(trapvec_mutex);
+
+unsigned int trapvec_vector = 0xf5;
+module_param_named(vector, trapvec_vector, uint, 0444);
+MODULE_PARM_DESC(vector, "trap vector: an unused system vector (default 0xf5)");
+
+static void trapvec_abi_checks(void)
+{
+	/* The sizes trapvec/src/abi.rs asserts too. */
+	BUILD_BUG_ON(sizeof(struct trapvec_info) != 128);
+	BUILD_BUG_ON(sizeof(struct trapvec_read) != 24);
+	BUILD_BUG_ON(sizeof(struct trapvec_alloc) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_write) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_block) != 8);
+	BUILD_BUG_ON(sizeof(struct trapvec_patch) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_check) != 24);
+	BUILD_BUG_ON(sizeof(struct trapvec_apply) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_entry) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_add) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_remove) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_hits) != 24);
+	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_list) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_regs) != 18 * 8);
+	BUILD_BUG_ON(TRAPVEC_PATCH_MAX >= PAGE_SIZE);
+}
+
+static long trapvec_ioc_info(void __user *uarg)
+{
+	struct trapvec_info info = {};
+
+	info.abi_version = TRAPVEC_ABI_VERSION;
+	info.vector = trapvec_vector;
+	info.entry = (unsigned long)trapvec_entry;
+	info.old_handler = trapvec_old_handler;
+	info.gate_handler = trapvec_gate_handler();
+	info.module_base = (unsigned long)THIS_MODULE->core_layout.base;
+	info.module_size = THIS_MODULE->core_layout.size;
+	trapvec_dispatch_stats(&info.unknown_traps, &info.retried_traps);
+
+	mutex_lock(&trapvec_mutex);
+	trapvec_arena_info(&info);
+	info.live_patches = trapvec_text_live_count();
+	info.dispatch_entries = trapvec_dispatch_count();
+	mutex_unlock(&trapvec_mutex);
+
+	return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+static long trapvec_ioc_read(void __user *uarg)
+{
+	struct trapvec_read req;
+	u8 __user *dst;
+	u32 done, chunk;
+	void *bounce;
+	long ret = 0;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.len > TRAPVEC_XFER_MAX || req.addr + req.len < req.addr)
+		return -EINVAL;
+	bounce = kmalloc(PAGE_SIZE, GFP_KERNEL);
+	if (!bounce)
+		return -ENOMEM;
+	dst = u64_to_user_ptr(req.buf);
+	for (done = 0; done < req.len; done += chunk) {
+		chunk = min_t(u32, req.len - done, PAGE_SIZE);
+		if (copy_from_kernel_nofault(bounce, (void *)(unsigned long)(req.addr + done),
+					     chunk)) {
+			ret = -EFAULT;
+			break;
+		}
+		if (copy_to_user(dst + done, bounce, chunk)) {
+			ret = -EFAULT;
+			break;
+		}
+	}
+	kfree(bounce);
+	return ret;
+}
+
+static long trapvec_ioc_alloc(void __user *uarg)
+{
+	struct trapvec_alloc req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_arena_alloc(&req);
+	mutex_unlock(&trapvec_mutex);
+	if (ret)
+		return ret;
+	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+}
+
+static long trapvec_ioc_write(void __user *uarg)
+{
+	struct trapvec_write req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_arena_write(&req);
+	mutex_unlock(&trapvec_mutex);
+	return ret;
+}
+
+static long trapvec_ioc_block(void __user *uarg, int (*op)(u64 id))
+{
+	struct trapvec_block req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&trapvec_mutex);
+	ret = op(req.id);
+	mutex_unlock(&trapvec_mutex);
+	return ret;
+}
+
+static long trapvec_ioc_check(void __user *uarg)
+{
+	struct trapvec_check req;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&trapvec_mutex);
+	req.reason = trapvec_check_site_once(req.addr, req.len, &req.error);
+	mutex_unlock(&trapvec_mutex);
+	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+}
+
+/* Copy an array of count elements of size from user space (count already bounded). */
+static void *trapvec_copy_array(u64 uptr, u32 count, size_t size)
+{
+	void *buf = kvmalloc_array(count, size, GFP_KERNEL);
+
+	if (!buf)
+		return ERR_PTR(-ENOMEM);
+	if (copy_from_user(buf, u64_to_user_ptr(uptr), count * size)) {
+		kvfree(buf);
+		return ERR_PTR(-EFAULT);
+	}
+	return buf;
+}
+
+static long trapvec_ioc_apply(void __user *uarg)
+{
+	struct trapvec_patch *patches;
+	struct trapvec_apply req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.count > TRAPVEC_BATCH_MAX)
+		return -E2BIG;
+	patches = trapvec_copy_array(req.patches, req.count, sizeof(*patches));
+	if (IS_ERR(patches))
+		return PTR_ERR(patches);
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_text_apply(patches, &req);
+	mutex_unlock(&trapvec_mutex);
+	kvfree(patches);
+	/* The failure details go back with the error. */
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
+}
+
+static long trapvec_ioc_dispatch_add(void __user *uarg)
+{
+	struct trapvec_dispatch_entry *entries;
+	struct trapvec_dispatch_add req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.count > TRAPVEC_BATCH_MAX)
+		return -E2BIG;
+	entries = trapvec_copy_array(req.entries, req.count, sizeof(*entries));
+	if (IS_ERR(entries))
+		return PTR_ERR(entries);
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_dispatch_add(entries, req.count, &req.failed_index);
+	mutex_unlock(&trapvec_mutex);
+	kvfree(entries);
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
+}
+
+static long trapvec_ioc_dispatch_remove(void __user *uarg)
+{
+	struct trapvec_dispatch_remove req;
+	u64 *sites;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.count > TRAPVEC_BATCH_MAX)
+		return -E2BIG;
+	sites = trapvec_copy_array(req.sites, req.count, sizeof(*sites));
+	if (IS_ERR(sites))
+		return PTR_ERR(sites);
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_dispatch_remove(sites, req.count, &req.failed_index);
+	mutex_unlock(&trapvec_mutex);
+	kvfree(sites);
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
+}
+
+static long trapvec_ioc_hits(void __user *uarg)
+{
+	struct trapvec_hits req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_dispatch_hits(&req);
+	mutex_unlock(&trapvec_mutex);
+	if (ret)
+		return ret;
+	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+}
+
+static long trapvec_ioc_list(void __user *uarg)
+{
+	struct trapvec_list_entry *out = NULL;
+	struct trapvec_list req;
+	u32 n;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.capacity > TRAPVEC_BATCH_MAX)
+		req.capacity = TRAPVEC_BATCH_MAX;
+	if (req.capacity) {
+		out = kvcalloc(req.capacity, sizeof(*out), GFP_KERNEL);
+		if (!out)
+			return -ENOMEM;
+	}
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_dispatch_list(out, req.capacity, &req.count);
+	mutex_unlock(&trapvec_mutex);
+	if (!ret) {
+		n = min(req.count, req.capacity);
+		if (n && copy_to_user(u64_to_user_ptr(req.entries), out, n * sizeof(*out)))
+			ret = -EFAULT;
+		else if (copy_to_user(uarg, &req, sizeof(req)))
+			ret = -EFAULT;
+	}
+	kvfree(out);
+	return ret;
+}
+
+static long trapvec_ioc_quiesce(void __user *uarg)
+{
+	struct trapvec_quiesce req = {};
+
+	mutex_lock(&trapvec_mutex);
+	/* No CPU in the dispatcher for a removed entry (interrupts-off readers)... */
+	synchronize_rcu();
+	/* ...and no task preempted inside a trampoline or a component. */
+	synchronize_rcu_tasks();
+	trapvec_arena_reclaim(&req);
+	mutex_unlock(&trapvec_mutex);
+	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+}
+
+static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+
+	if (!capable(CAP_SYS_MODULE))
+		return -EPERM;
+
+	switch (cmd) {
+	case TRAPVEC_IOC_INFO:
+		return trapvec_ioc_info(uarg);
+	case TRAPVEC_IOC_READ:
+		return trapvec_ioc_read(uarg);
+	case TRAPVEC_IOC_ALLOC:
+		return trapvec_ioc_alloc(uarg);
+	case TRAPVEC_IOC_WRITE:
+		return trapvec_ioc_write(uarg);
+	case TRAPVEC_IOC_SEAL:
+		return trapvec_ioc_block(uarg, trapvec_arena_seal);
+	case TRAPVEC_IOC_FREE:
+		return trapvec_ioc_block(uarg, trapvec_arena_free);
+	case TRAPVEC_IOC_CHECK:
+		return trapvec_ioc_check(uarg);
+	case TRAPVEC_IOC_APPLY:
+		return trapvec_ioc_apply(uarg);
+	case TRAPVEC_IOC_DISPATCH_ADD:
+		return trapvec_ioc_dispatch_add(uarg);
+	case TRAPVEC_IOC_DISPATCH_REMOVE:
+		return trapvec_ioc_dispatch_remove(uarg);
+	case TRAPVEC_IOC_HITS:
+		return trapvec_ioc_hits(uarg);
+	case TRAPVEC_IOC_LIST:
+		return trapvec_ioc_list(uarg);
+	case TRAPVEC_IOC_QUIESCE:
+		return trapvec_ioc_quiesce(uarg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+static const struct file_operations trapvec_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = trapvec_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice trapvec_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = TRAPVEC_DEVICE_NAME,
+	.fops = &trapvec_fops,
+	.mode = 0600,
+};
+
+static int __init trapvec_init(void)
+{
+	int ret;
+
+	trapvec_abi_checks();
+	ret = trapvec_ksyms_init();
+	if (ret)
+		return ret;
+	ret = trapvec_arena_init();
+	if (ret)
+		goto out_arena;
+	ret = trapvec_gate_install();
+	if (ret)
+		goto out_arena;
+	ret = misc_register(&trapvec_misc);
+	if (ret)
+		goto out_gate;
+	pr_info("ready: /dev/%s, vector %#x\n", TRAPVEC_DEVICE_NAME, trapvec_vector);
+	return 0;
+
+out_gate:
+	trapvec_gate_restore();
+out_arena:
+	trapvec_arena_exit();
+	return ret;
+}
+
+static void __exit trapvec_exit(void)
+{
+	/* No new ioctl can start; none is running (an open file holds the module). */
+	misc_deregister(&trapvec_misc);
+
+	mutex_lock(&trapvec_mutex);
+	trapvec_text_revert_all();
+	/*
+	 * No trap can be taken at a site of ours any more. Wait for CPUs still in the
+	 * dispatcher (an NMI is not held by stop_machine()), then for tasks preempted inside a
+	 * trampoline or a component, before the gate goes and the arena is freed with the
+	 * module.
+	 */
+	synchronize_rcu();
+	synchronize_rcu_tasks();
+	trapvec_gate_restore();
+	trapvec_dispatch_clear();
+	trapvec_arena_exit();
+	mutex_unlock(&trapvec_mutex);
+}
+
+module_init(trapvec_init);
+module_exit(trapvec_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("trapvec: modify a running kernel through a trap vector");

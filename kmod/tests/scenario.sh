@@ -1,0 +1,20 @@
+#!/bin/sh
+# The kmod VM scenario: runs as root inside the guest, with /trapvec.ko and the test
+# program at /files/trapvec_test (vmtest's layout). See run.sh.
+set -u
+test_prog=/files/trapvec_test
+state=/tmp/trapvec_state
+
+grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
+"$test_prog" --leave-live "$state" || exit 11
+# Unload with a splice live: the module must revert it and restore the gate...
+rmmod trapvec || exit 12
+# ...so that it loads again (it refuses a vector whose gate is not the spurious entry).
+insmod /trapvec.ko || exit 13
+"$test_prog" --after-reload "$state" || exit 14
+rmmod trapvec || exit 15
+if dmesg | grep -E 'WARNING:|BUG:|Oops|\[#[0-9]+\]|Spurious interrupt'; then
+	echo "kmod scenario: the kernel log has a warning"
+	exit 16
+fi
+echo "kmod scenario: passed"

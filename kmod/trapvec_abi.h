@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * The ioctl interface of /dev/trapvec.
+ *
+ * The one header shared by the module (kmod/) and user space: C programs include it as is
+ * (it needs only <linux/types.h> and <linux/ioctl.h>), and trapvec/src/abi.rs mirrors every
+ * struct and number below; a test in trapvec compiles this header and compares sizes and
+ * offsets with the Rust layout. Every struct is made of fixed-width fields with explicit
+ * padding, so that its layout is the same for every compiler.
+ *
+ * Every ioctl requires CAP_SYS_MODULE (-EPERM otherwise). Pointers to user memory are passed
+ * as __u64. An index that names no element is TRAPVEC_NO_INDEX.
+ */
+#ifndef _TRAPVEC_ABI_H
+#define _TRAPVEC_ABI_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#define TRAPVEC_ABI_VERSION	1
+#define TRAPVEC_DEVICE_NAME	"trapvec"
+#define TRAPVEC_IOC_MAGIC	'T'
+
+/* Longest text patch (bytes); a trap is 2, a jmp rel32 is 5. */
+#define TRAPVEC_PATCH_MAX	16
+/* Most bytes one READ or WRITE moves. */
+#define TRAPVEC_XFER_MAX	(1U << 20)
+/* Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE. */
+#define TRAPVEC_BATCH_MAX	65536U
+/* "No element": failed_index when nothing failed. */
+#define TRAPVEC_NO_INDEX	0xffffffffU
+
+/* Kinds of arena blocks (trapvec_alloc.kind). */
+#define TRAPVEC_BLOCK_CODE	1	/* written, then sealed; executable; never written after */
+#define TRAPVEC_BLOCK_DATA	2	/* writable at any time; never executable */
+
+/*
+ * Why a site was refused (trapvec_check.reason, trapvec_apply.reason). A site is the range
+ * [addr, addr + len) that a text patch would overwrite.
+ */
+#define TRAPVEC_REASON_NONE		0  /* accepted */
+#define TRAPVEC_REASON_BAD_LENGTH	1  /* len is 0 or above TRAPVEC_PATCH_MAX */
+#define TRAPVEC_REASON_NOT_TEXT		2  /* not core kernel text nor a live module's core text */
+#define TRAPVEC_REASON_OWN_MODULE	3  /* inside trapvec.ko itself (its code or its arena) */
+#define TRAPVEC_REASON_ENTRY_TEXT	4  /* overlaps __entry_text_start..__entry_text_end */
+#define TRAPVEC_REASON_NOINSTR_TEXT	5  /* overlaps noinstr text (kernel or module) */
+#define TRAPVEC_REASON_THUNK		6  /* overlaps the retpoline/return thunks */
+#define TRAPVEC_REASON_KPROBE_BLACKLIST	7  /* a function on the kprobes blacklist */
+#define TRAPVEC_REASON_FTRACE		8  /* overlaps an ftrace __fentry__ site */
+#define TRAPVEC_REASON_JUMP_LABEL	9  /* overlaps a jump label (static key) site */
+#define TRAPVEC_REASON_STATIC_CALL	10 /* overlaps a static call site */
+#define TRAPVEC_REASON_BUG_ENTRY	11 /* overlaps a BUG()/WARN() ud2 */
+#define TRAPVEC_REASON_EXTABLE		12 /* an instruction with an exception-table entry */
+#define TRAPVEC_REASON_NOT_BOUNDARY	13 /* addr is not an instruction boundary */
+#define TRAPVEC_REASON_CROSSES_SYMBOL	14 /* the range runs into the next symbol */
+#define TRAPVEC_REASON_KPROBE_REFUSED	15 /* register_kprobe() refused it; errno in .error */
+#define TRAPVEC_REASON_LIVE_PATCH	16 /* overlaps a live patch (or another in the batch) */
+#define TRAPVEC_REASON_MISMATCH		17 /* current bytes differ from old_bytes */
+#define TRAPVEC_REASON_MAX		17
+
+/* INFO: what the module is and where its memory lies. */
+struct trapvec_info {
+	__u32 abi_version;	/* TRAPVEC_ABI_VERSION */
+	__u32 vector;		/* the trap vector (module parameter) */
+	__u64 entry;		/* the gate's entry stub */
+	__u64 old_handler;	/* the gate's handler before the module was loaded */
+	__u64 gate_handler;	/* the gate's handler now, read from the IDT */
+	__u64 code_base;	/* executable arena (in the module's text) */
+	__u64 code_size;
+	__u64 data_base;	/* data arena (in the module's .bss) */
+	__u64 data_size;
+	__u64 code_used;	/* bytes held by code blocks (live or waiting to be freed) */
+	__u64 data_used;
+	__u64 module_base;	/* the module's core image [base, base + size) */
+	__u64 module_size;
+	__u64 live_patches;	/* text patches applied and not reverted */
+	__u64 dispatch_entries;
+	__u64 unknown_traps;	/* traps at no known site, chained to the old handler */
+	__u64 retried_traps;	/* traps at a site restored under them, sent back to it */
+};
+
+/* READ: copy len bytes of kernel memory at addr to the user buffer buf. */
+struct trapvec_read {
+	__u64 addr;
+	__u64 buf;
+	__u32 len;		/* at most TRAPVEC_XFER_MAX */
+	__u32 pad;
+};
+
+/* ALLOC: a block of size bytes (rounded up to 16) of the code or the data arena. */
+struct trapvec_alloc {
+	__u32 kind;		/* TRAPVEC_BLOCK_CODE or TRAPVEC_BLOCK_DATA */
+	__u32 pad;
+	__u64 size;
+	__u64 id;		/* out: handle for WRITE, SEAL and FREE */
+	__u64 addr;		/* out: kernel address of the block */
+};
+
+/*
+ * WRITE: copy len bytes from the user buffer buf to block id at offset, then read them back.
+ * Code blocks only before SEAL. In data blocks every naturally aligned 8-byte word is written
+ * with one store, so another CPU never sees half of a retargeted pointer.
+ */
+struct trapvec_write {
+	__u64 id;
+	__u64 offset;
+	__u64 buf;
+	__u32 len;		/* at most TRAPVEC_XFER_MAX */
+	__u32 pad;
+};
+
+/* SEAL and FREE: one block. FREE defers reuse to the next QUIESCE (see there). */
+struct trapvec_block {
+	__u64 id;
+};
+
+/* One text change: old_bytes must be at addr, new_bytes replaces them. */
+struct trapvec_patch {
+	__u64 addr;
+	__u32 len;		/* 1..TRAPVEC_PATCH_MAX */
+	__u32 pad;
+	__u8 old_bytes[TRAPVEC_PATCH_MAX];
+	__u8 new_bytes[TRAPVEC_PATCH_MAX];
+};
+
+/* CHECK: would a patch of [addr, addr + len) be accepted? Changes nothing. */
+struct trapvec_check {
+	__u64 addr;
+	__u32 len;
+	__u32 reason;		/* out: TRAPVEC_REASON_* */
+	__s32 error;		/* out: negative errno of register_kprobe() for KPROBE_REFUSED */
+	__u32 pad;
+};
+
+/*
+ * APPLY: all patches or none. A patch that exactly undoes a live patch (same addr and len,
+ * old and new swapped) reverts it and skips the site checks; any other patch is checked like
+ * CHECK and must not overlap a live patch. On failure nothing is written, the ioctl fails
+ * (-EINVAL refused site, -EBUSY overlap, -ESTALE mismatch) and failed_index, reason, error
+ * and, for a mismatch, found (the current bytes) say why.
+ */
+struct trapvec_apply {
+	__u64 patches;		/* user pointer to count struct trapvec_patch */
+	__u32 count;		/* at most TRAPVEC_BATCH_MAX */
+	__u32 flags;		/* must be 0 */
+	__u32 failed_index;	/* out */
+	__u32 reason;		/* out: TRAPVEC_REASON_* */
+	__s32 error;		/* out: negative errno behind the reason, if any */
+	__u32 pad;
+	__u8 found[TRAPVEC_PATCH_MAX];	/* out: current bytes at the failing patch */
+};
+
+/*
+ * A dispatch entry. A trap at site sends the CPU to dest (regs->ip = dest). If handler is
+ * not 0 the dispatcher first calls handler(struct trapvec_regs *, cookie) with interrupts
+ * off, unless a handler is already running on this CPU: then the handler is skipped and the
+ * hit also counts as missed. dest and handler must lie in sealed code blocks.
+ */
+struct trapvec_dispatch_entry {
+	__u64 site;		/* address of the trap instruction */
+	__u64 dest;
+	__u64 handler;
+	__u64 cookie;
+};
+
+/* DISPATCH_ADD: all entries or none (a site may have one entry). */
+struct trapvec_dispatch_add {
+	__u64 entries;		/* user pointer to count struct trapvec_dispatch_entry */
+	__u32 count;
+	__u32 failed_index;	/* out */
+};
+
+/* DISPATCH_REMOVE: all sites or none (each must have an entry). */
+struct trapvec_dispatch_remove {
+	__u64 sites;		/* user pointer to count __u64 */
+	__u32 count;
+	__u32 failed_index;	/* out */
+};
+
+/* HITS: counters of one site, summed over CPUs. */
+struct trapvec_hits {
+	__u64 site;
+	__u64 hits;		/* out: every trap taken at site */
+	__u64 missed;		/* out: of those, how many skipped the handler (reentry) */
+};
+
+/* One element of LIST. */
+struct trapvec_list_entry {
+	__u64 site;
+	__u64 dest;
+	__u64 handler;
+	__u64 cookie;
+	__u64 hits;
+	__u64 missed;
+};
+
+/* LIST: up to capacity entries, ordered by site; count is the total number of entries. */
+struct trapvec_list {
+	__u64 entries;		/* user pointer to capacity struct trapvec_list_entry */
+	__u32 capacity;
+	__u32 count;		/* out */
+};
+
+/*
+ * QUIESCE: synchronize_rcu() and synchronize_rcu_tasks(): afterwards no CPU is in the
+ * dispatcher for a removed entry and no task is in code it was sent to before the call;
+ * blocks freed before the call are then reused.
+ */
+struct trapvec_quiesce {
+	__u64 reclaimed_blocks;	/* out */
+	__u64 reclaimed_bytes;	/* out */
+};
+
+#define TRAPVEC_IOC_INFO	_IOWR(TRAPVEC_IOC_MAGIC, 0, struct trapvec_info)
+#define TRAPVEC_IOC_READ	_IOWR(TRAPVEC_IOC_MAGIC, 1, struct trapvec_read)
+#define TRAPVEC_IOC_ALLOC	_IOWR(TRAPVEC_IOC_MAGIC, 2, struct trapvec_alloc)
+#define TRAPVEC_IOC_WRITE	_IOWR(TRAPVEC_IOC_MAGIC, 3, struct trapvec_write)
+#define TRAPVEC_IOC_SEAL	_IOWR(TRAPVEC_IOC_MAGIC, 4, struct trapvec_block)
+#define TRAPVEC_IOC_FREE	_IOWR(TRAPVEC_IOC_MAGIC, 5, struct trapvec_block)
+#define TRAPVEC_IOC_CHECK	_IOWR(TRAPVEC_IOC_MAGIC, 6, struct trapvec_check)
+#define TRAPVEC_IOC_APPLY	_IOWR(TRAPVEC_IOC_MAGIC, 7, struct trapvec_apply)
+#define TRAPVEC_IOC_DISPATCH_ADD	_IOWR(TRAPVEC_IOC_MAGIC, 8, struct trapvec_dispatch_add)
+#define TRAPVEC_IOC_DISPATCH_REMOVE	_IOWR(TRAPVEC_IOC_MAGIC, 9, struct trapvec_dispatch_remove)
+#define TRAPVEC_IOC_HITS	_IOWR(TRAPVEC_IOC_MAGIC, 10, struct trapvec_hits)
+#define TRAPVEC_IOC_LIST	_IOWR(TRAPVEC_IOC_MAGIC, 11, struct trapvec_list)
+#define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
+
+#endif /* _TRAPVEC_ABI_H */

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What the parts of trapvec.ko share.
+ *
+ *   main.c      module init/exit, /dev/trapvec and its ioctls, trapvec_mutex
+ *   ksyms.c     kernel symbols that are not exported, found at load time
+ *   gate.c      the IDT gate of the trap vector
+ *   entry.S     the gate's entry stub
+ *   dispatch.c  the dispatch table and the dispatcher (the trap path)
+ *   arena.c     the code and data arenas (arena_text.S holds the code arena)
+ *   check.c     site validation
+ *   text.c      batched text patches and the record of live ones
+ */
+#ifndef _TRAPVEC_INTERNAL_H
+#define _TRAPVEC_INTERNAL_H
+
+#include <linux/mutex.h>
+#include <linux/types.h>
+#include <asm/insn.h>
+#include <asm/ptrace.h>
+
+#include "trapvec_abi.h"
+
+struct bug_entry;
+struct exception_table_entry;
+struct kprobe;
+struct module;
+
+/*
+ * trapvec_mutex serializes every change the module makes: ioctls that change or read the
+ * dispatch table's writer side, the arenas, the live-patch record, and module unload. The
+ * trap path never takes it (it runs with interrupts off and reads the dispatch table under
+ * RCU).
+ */
+extern struct mutex trapvec_mutex;
+
+/* Trap vector (module parameter), validated by trapvec_gate_install(). */
+extern unsigned int trapvec_vector;
+
+/* Length of the trap instruction: int imm8 is CD ib. */
+#define TRAPVEC_TRAP_LEN	2
+
+/* ksyms.c: kernel symbols that are not exported, resolved once at load. */
+struct trapvec_ksyms {
+	int (*kallsyms_lookup_size_offset)(unsigned long addr, unsigned long *size,
+					   unsigned long *offset);
+	const struct exception_table_entry *(*search_exception_tables)(unsigned long addr);
+	unsigned long (*ftrace_location_range)(unsigned long start, unsigned long end);
+	int (*jump_label_text_reserved)(void *start, void *end);
+	int (*static_call_text_reserved)(void *start, void *end);
+	struct bug_entry *(*find_bug)(unsigned long bugaddr);
+	bool (*within_kprobe_blacklist)(unsigned long addr);
+	struct module *(*module_text_address)(unsigned long addr);
+	int (*insn_decode)(struct insn *insn, const void *kaddr, int buf_len, enum insn_mode mode);
+	unsigned long stext, etext;
+	unsigned long entry_text_start, entry_text_end;
+	unsigned long noinstr_text_start, noinstr_text_end;
+	unsigned long thunk_start, thunk_end;
+	unsigned long spurious_entries_start;
+};
+
+extern struct trapvec_ksyms trapvec_ksyms;
+int trapvec_ksyms_init(void);
+
+/* gate.c */
+extern unsigned long trapvec_old_handler;	/* read by entry.S */
+int trapvec_gate_install(void);
+void trapvec_gate_restore(void);
+unsigned long trapvec_gate_handler(void);
+
+/* entry.S */
+void trapvec_entry(void);
+
+/* dispatch.c */
+int trapvec_dispatch(struct pt_regs *regs);
+int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
+			 u32 *failed_index);
+int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index);
+int trapvec_dispatch_hits(struct trapvec_hits *hits);
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *count);
+bool trapvec_dispatch_targets(unsigned long start, unsigned long end);
+void trapvec_dispatch_clear(void);
+u64 trapvec_dispatch_count(void);
+void trapvec_dispatch_stats(u64 *unknown, u64 *retried);
+
+/* arena.c (arena_text.S holds the code arena) */
+extern u8 trapvec_code_arena[];
+int trapvec_arena_init(void);
+void trapvec_arena_exit(void);
+int trapvec_arena_alloc(struct trapvec_alloc *req);
+int trapvec_arena_write(const struct trapvec_write *req);
+int trapvec_arena_seal(u64 id);
+int trapvec_arena_free(u64 id);
+void trapvec_arena_reclaim(struct trapvec_quiesce *out);
+bool trapvec_arena_in_sealed_code(unsigned long addr);
+void trapvec_arena_info(struct trapvec_info *info);
+
+/* check.c */
+u32 trapvec_check_site(unsigned long addr, u32 len, struct kprobe *kp, bool *kp_registered,
+		       s32 *error);
+u32 trapvec_check_site_once(unsigned long addr, u32 len, s32 *error);
+void trapvec_check_release(struct kprobe **kps, unsigned int count);
+bool trapvec_in_own_module(unsigned long addr, unsigned long len);
+
+/* text.c */
+int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req);
+void trapvec_text_revert_all(void);
+u64 trapvec_text_live_count(void);
+bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
+int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
+
+/* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
+void trapvec_sync_core(void *unused);
+
+#endif /* _TRAPVEC_INTERNAL_H */
