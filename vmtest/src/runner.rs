@@ -1,0 +1,400 @@
+//! One `vmtest run`: find the guest kernel and host tools, build the repository's guest
+//! artifacts, lay out the guest's file system, boot it, and turn what the console said into a
+//! verdict and an exit code.
+//!
+//! Guest layout (documented in README.md, "Running against a real kernel (vmtest)"):
+//!
+//! | guest path | what |
+//! |---|---|
+//! | `/init` | [`crate::init`] |
+//! | `/scenario.sh` | the scenario, run as root by `/bin/sh` |
+//! | `/trapvec.ko` | the module (absent only with `--no-load` when it cannot be built) |
+//! | `/bin/trapctl` | release trapctl (libraries at their host paths) |
+//! | `/bin/<helper>` | static helpers from `vmtest/helpers/*.c` (`tcpmss`) |
+//! | `/components/*.o` | kernel components from `components/*.c` |
+//! | `/files/<name>` | each `--file` |
+//! | `/bin/busybox` + applet links, `/sbin/tc` (iproute2) | tools |
+//! | `/lib/modules/<version>/…` | `sch_netem` (and `--with-module`s) with a trimmed modules.dep |
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::build::{BuildError, Builder};
+use crate::host::{self, HostError, KernelInstall};
+use crate::init::{self, paths, InitOptions};
+use crate::initramfs::{Initramfs, InitramfsError};
+use crate::kmods::{KmodError, ModulesDep, DEFAULT_MODULES};
+use crate::qemu::{self, Boot, Outcome, QemuConfig, QemuError};
+
+/// Exit code for a run that timed out (as coreutils `timeout` uses).
+pub const EXIT_TIMEOUT: i32 = 124;
+/// Exit code when the guest died without a verdict, or the kernel reported a problem during a
+/// scenario that itself succeeded.
+pub const EXIT_KERNEL_FAILURE: i32 = 1;
+
+/// Everything that can stop a run before the guest reports.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The scenario script does not exist.
+    #[error("scenario {path} is not a file")]
+    NoScenario {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A `--file` does not exist or is not a regular file.
+    #[error("--file {path} is not a file")]
+    NoFile {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Two `--file`s would land at the same `/files/<name>`.
+    #[error("--file {first} and --file {second} both become /files/{name}")]
+    DuplicateFile {
+        /// The guest name.
+        name: String,
+        /// The first path.
+        first: PathBuf,
+        /// The second path.
+        second: PathBuf,
+    },
+    /// The guest kernel or a host program is missing.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// Building an artifact failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The guest kernel's modules could not be resolved.
+    #[error(transparent)]
+    Kmod(#[from] KmodError),
+    /// Laying out or writing the initramfs failed.
+    #[error(transparent)]
+    Initramfs(#[from] InitramfsError),
+    /// Writing the initramfs file failed.
+    #[error("writing the initramfs to {path}: {source}")]
+    WriteInitramfs {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Reading a host file (modules.dep) failed.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// QEMU could not be run.
+    #[error(transparent)]
+    Qemu(#[from] QemuError),
+}
+
+/// What `vmtest run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The repository (workspace root) to build from.
+    pub repo: PathBuf,
+    /// The scenario script.
+    pub scenario: PathBuf,
+    /// Files copied to `/files/<name>`.
+    pub files: Vec<PathBuf>,
+    /// Limit for boot + scenario + power-off.
+    pub timeout: Duration,
+    /// `insmod /trapvec.ko` before the scenario.
+    pub load_module: bool,
+    /// The kernel to boot; `None`: the newest `/boot/vmlinuz-*-cloud-amd64`.
+    pub kernel: Option<PathBuf>,
+    /// Keep the initramfs at this path (otherwise it is a temporary file).
+    pub keep_initramfs: Option<PathBuf>,
+    /// Extra kernel command-line words.
+    pub append: Vec<String>,
+    /// Guest kernel modules to pack besides [`DEFAULT_MODULES`].
+    pub extra_modules: Vec<String>,
+    /// Guest RAM in MiB.
+    pub memory_mib: u32,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What the boot produced.
+    pub boot: Boot,
+    /// The guest kernel's version.
+    pub kernel_version: String,
+}
+
+impl Report {
+    /// The process exit code: the scenario's status when it ran cleanly; [`EXIT_TIMEOUT`] on a
+    /// timeout; [`EXIT_KERNEL_FAILURE`] when the guest died without a verdict or the kernel
+    /// reported a problem during a scenario that exited 0 (a failing scenario keeps its status).
+    pub fn exit_code(&self) -> i32 {
+        match self.boot.outcome {
+            Outcome::Finished { status } if self.boot.problems.is_empty() => status,
+            Outcome::Finished { status: 0 } => EXIT_KERNEL_FAILURE,
+            Outcome::Finished { status } => status,
+            Outcome::NoVerdict { .. } => EXIT_KERNEL_FAILURE,
+            Outcome::TimedOut => EXIT_TIMEOUT,
+        }
+    }
+
+    /// A human summary for stderr: the verdict, then any kernel problems.
+    pub fn summary(&self, timeout: Duration) -> String {
+        let secs = self.boot.elapsed.as_secs_f64();
+        let mut s = match self.boot.outcome {
+            Outcome::Finished { status } => {
+                format!("vmtest: scenario exited with status {status} ({secs:.1} s, kernel {})", self.kernel_version)
+            }
+            Outcome::NoVerdict { qemu } => format!(
+                "vmtest: the guest stopped without reporting a verdict (qemu {qemu}, after {secs:.1} s)"
+            ),
+            Outcome::TimedOut => format!(
+                "vmtest: timed out after {} s (--timeout); qemu was killed",
+                timeout.as_secs()
+            ),
+        };
+        if !self.boot.problems.is_empty() {
+            s.push_str("\nvmtest: the kernel reported problems:");
+            for p in &self.boot.problems {
+                s.push_str("\n  ");
+                s.push_str(p);
+            }
+        }
+        if !matches!(self.boot.outcome, Outcome::Finished { .. }) {
+            s.push_str("\nvmtest: last console lines:");
+            let skip = self.boot.tail.len().saturating_sub(15);
+            for line in &self.boot.tail[skip..] {
+                s.push_str("\n  | ");
+                s.push_str(line);
+            }
+        }
+        s
+    }
+}
+
+/// Runs a scenario, copying the console to `console`.
+pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunError> {
+    if !options.scenario.is_file() {
+        return Err(RunError::NoScenario { path: options.scenario.clone() });
+    }
+    let kernel = match &options.kernel {
+        Some(image) => KernelInstall::for_image(image, Path::new(host::HEADERS_DIR), Path::new(host::MODULES_DIR))?,
+        None => KernelInstall::newest()?,
+    };
+    let qemu = host::find_program("qemu-system-x86_64", "install qemu-system-x86")?;
+
+    let builder = Builder::new(&options.repo, &kernel)?;
+    let initramfs_path;
+    let _temp;
+    {
+        let _lock = builder.lock()?;
+        let tree = guest_tree(options, &kernel, &builder)?;
+        (initramfs_path, _temp) = match &options.keep_initramfs {
+            Some(path) => (path.clone(), None),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("initramfs-")
+                    .suffix(".cpio.gz")
+                    .tempfile_in(builder.work_dir())
+                    .map_err(|source| RunError::WriteInitramfs { path: builder.work_dir(), source })?;
+                (temp.path().to_owned(), Some(temp))
+            }
+        };
+        let file = std::fs::File::create(&initramfs_path)
+            .map_err(|source| RunError::WriteInitramfs { path: initramfs_path.clone(), source })?;
+        let file = tree.write_gz(std::io::BufWriter::new(file))?;
+        file.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .map_err(|source| RunError::WriteInitramfs { path: initramfs_path.clone(), source })?;
+        log::info!("initramfs {} ({} entries)", initramfs_path.display(), tree.paths().count());
+    }
+
+    let config = QemuConfig {
+        qemu,
+        kernel: kernel.vmlinuz.clone(),
+        initramfs: initramfs_path,
+        memory_mib: options.memory_mib,
+        cpus: 2,
+        append: options.append.clone(),
+        timeout: options.timeout,
+    };
+    let boot = qemu::boot(&config, console)?;
+    Ok(Report { boot, kernel_version: kernel.version })
+}
+
+/// Builds the artifacts and lays out the guest's file system.
+fn guest_tree(options: &RunOptions, kernel: &KernelInstall, builder: &Builder<'_>) -> Result<Initramfs, RunError> {
+    let busybox = host::find_program("busybox", "install busybox-static")?;
+    // busybox's tc cannot add qdiscs such as netem: scenarios get iproute2's.
+    let tc = host::find_program("tc", "install iproute2")?;
+
+    let module = match builder.module() {
+        Ok(module) => Some(module),
+        Err(err) if !options.load_module => {
+            eprintln!("vmtest: warning: {err}; the guest has no {}", paths::MODULE);
+            None
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let components = builder.components()?;
+    let trapctl = builder.trapctl()?;
+    let helpers = builder.helpers()?;
+
+    let mut fs = Initramfs::new();
+    fs.busybox(&busybox)?;
+    for dir in ["/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/etc", paths::FILES, paths::COMPONENTS] {
+        fs.dir(dir)?;
+    }
+    // The kernel opens /dev/console for init before devtmpfs is mounted.
+    fs.char_device("/dev/console", 5, 1, 0o600)?;
+    fs.bytes_file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644)?;
+    fs.bytes_file("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)?;
+    let init = init::render(&InitOptions {
+        load_module: options.load_module,
+        applet_overrides: vec![("tc".to_owned(), "/sbin/tc".to_owned())],
+        ..InitOptions::default()
+    });
+    fs.bytes_file("/init", init, 0o755)?;
+    fs.host_file(paths::SCENARIO, &options.scenario, 0o755)?;
+
+    if let Some(module) = module {
+        fs.host_file(paths::MODULE, &module, 0o644)?;
+    }
+    for object in &components {
+        fs.host_file(&guest_path(paths::COMPONENTS, object), object, 0o644)?;
+    }
+    fs.program_with_libraries("/bin/trapctl", &trapctl)?;
+    for helper in &helpers {
+        fs.program_with_libraries(&guest_path("/bin", helper), helper)?;
+    }
+    fs.program_with_libraries("/sbin/tc", &tc)?;
+    for dist_dir in ["/usr/lib/x86_64-linux-gnu/tc", "/usr/lib/tc"] {
+        add_dir_files(&mut fs, Path::new(dist_dir))?;
+    }
+    add_files(&mut fs, &options.files)?;
+    add_kernel_modules(&mut fs, kernel, &options.extra_modules)?;
+    Ok(fs)
+}
+
+/// `dir/<file name of host>`.
+fn guest_path(dir: &str, host: &Path) -> String {
+    format!("{dir}/{}", host.file_name().unwrap_or_default().to_string_lossy())
+}
+
+fn add_files(fs: &mut Initramfs, files: &[PathBuf]) -> Result<(), RunError> {
+    let mut seen: Vec<(String, &PathBuf)> = Vec::new();
+    for file in files {
+        if !file.is_file() {
+            return Err(RunError::NoFile { path: file.clone() });
+        }
+        let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {
+            return Err(RunError::DuplicateFile { name, first: (*first).clone(), second: file.clone() });
+        }
+        let mode = if is_executable(file) { 0o755 } else { 0o644 };
+        fs.host_file(&format!("{}/{name}", paths::FILES), file, mode)?;
+        seen.push((name, file));
+    }
+    Ok(())
+}
+
+/// Copies the regular files of a host directory to the same path in the guest, if it exists.
+fn add_dir_files(fs: &mut Initramfs, dir: &Path) -> Result<(), RunError> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file() {
+            fs.host_file(&path.to_string_lossy(), &path, 0o644)?;
+        }
+    }
+    Ok(())
+}
+
+fn add_kernel_modules(fs: &mut Initramfs, kernel: &KernelInstall, extra: &[String]) -> Result<(), RunError> {
+    let dep_path = kernel.modules.join("modules.dep");
+    let text = std::fs::read_to_string(&dep_path).map_err(|source| RunError::Read { path: dep_path, source })?;
+    let dep = ModulesDep::parse(&text)?;
+    let names: BTreeSet<&str> = DEFAULT_MODULES.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+    let names: Vec<&str> = names.into_iter().collect();
+    let paths = dep.closure(&names)?;
+    let guest_dir = format!("/lib/modules/{}", kernel.version);
+    for rel in &paths {
+        fs.host_file(&format!("{guest_dir}/{rel}"), &kernel.modules.join(rel), 0o644)?;
+    }
+    fs.bytes_file(&format!("{guest_dir}/modules.dep"), dep.render_subset(&paths), 0o644)?;
+    // So that modprobe of a built-in module (e.g. a qdisc compiled in) succeeds quietly.
+    for index in ["modules.builtin", "modules.builtin.modinfo"] {
+        let host = kernel.modules.join(index);
+        if host.is_file() {
+            fs.host_file(&format!("{guest_dir}/{index}"), &host, 0o644)?;
+        }
+    }
+    Ok(())
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn report(outcome: Outcome, problems: &[&str]) -> Report {
+        Report {
+            boot: Boot {
+                outcome,
+                problems: problems.iter().map(|s| (*s).to_owned()).collect(),
+                tail: vec!["last line".into()],
+                elapsed: Duration::from_secs(3),
+            },
+            kernel_version: "6.1.0-56-cloud-amd64".into(),
+        }
+    }
+
+    #[test]
+    fn exit_code_is_the_scenario_status_when_the_kernel_stayed_clean() {
+        assert_eq!(report(Outcome::Finished { status: 0 }, &[]).exit_code(), 0);
+        assert_eq!(report(Outcome::Finished { status: 3 }, &[]).exit_code(), 3);
+    }
+
+    #[test]
+    fn kernel_problem_fails_a_passing_scenario_and_keeps_a_failing_status() {
+        let warn = ["WARNING: CPU: 0 PID: 1 at x"];
+        assert_eq!(report(Outcome::Finished { status: 0 }, &warn).exit_code(), EXIT_KERNEL_FAILURE);
+        assert_eq!(report(Outcome::Finished { status: 4 }, &warn).exit_code(), 4);
+        let summary = report(Outcome::Finished { status: 0 }, &warn).summary(Duration::from_secs(60));
+        assert!(summary.contains("the kernel reported problems:\n  WARNING: CPU: 0"), "{summary}");
+    }
+
+    #[test]
+    fn timeout_and_missing_verdict_have_their_own_codes_and_show_the_console_tail() {
+        let timed_out = report(Outcome::TimedOut, &[]);
+        assert_eq!(timed_out.exit_code(), EXIT_TIMEOUT);
+        let summary = timed_out.summary(Duration::from_secs(20));
+        assert!(summary.contains("timed out after 20 s"), "{summary}");
+        assert!(summary.contains("| last line"), "{summary}");
+        let died = report(Outcome::NoVerdict { qemu: std::process::ExitStatus::from_raw(0) }, &["Kernel panic - not syncing: x"]);
+        assert_eq!(died.exit_code(), EXIT_KERNEL_FAILURE);
+    }
+
+    #[test]
+    fn files_land_in_files_dir_and_duplicates_are_refused() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(a.path().join("spec.toml"), b"x").unwrap();
+        std::fs::write(b.path().join("spec.toml"), b"y").unwrap();
+        let mut fs = Initramfs::new();
+        add_files(&mut fs, &[a.path().join("spec.toml")]).unwrap();
+        assert!(fs.get("/files/spec.toml").is_some());
+        let err = add_files(&mut Initramfs::new(), &[a.path().join("spec.toml"), b.path().join("spec.toml")]).unwrap_err();
+        assert!(matches!(err, RunError::DuplicateFile { ref name, .. } if name == "spec.toml"));
+        let err = add_files(&mut Initramfs::new(), &[a.path().join("absent")]).unwrap_err();
+        assert!(matches!(err, RunError::NoFile { .. }));
+    }
+}
