@@ -1,0 +1,358 @@
+//! `trapctl inspect <ELF file> <symbol>[+off]`: disassemble a function of any x86-64 ELF file,
+//! show its basic blocks, and say for each instruction boundary (or the one point asked for)
+//! whether a trap splice and a jmp splice are possible there, what they would displace, and why
+//! not. Nothing is modified; the planning is exactly what a splice would do, with nothing else
+//! patched and the trampoline assumed within reach.
+
+mod image;
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function};
+use instr_manager::plan::has_fentry_site;
+use instr_manager::{is_fentry_site, plan_jmp, plan_jmp_rel32, plan_trap, resolve_point, Plan, PlanInput, PointSpec, Refusal};
+use serde::Serialize;
+use trapvec::error::hex;
+use trapvec::TargetInfo;
+
+use image::{ElfKind, Image};
+
+/// Where trap and jmp splices are possible in a function of an ELF file.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Disassemble a function of an x86-64 ELF file (Intel syntax, with addresses and bytes), mark its
+basic blocks, and say for every instruction boundary whether a trap splice (int 0xF5, 2 bytes) and
+a jmp splice (jmp rel32, or jmp rel8 to a springboard in nearby padding) are possible there, what
+they would displace, and why not when not. With `symbol+offset` only that point is examined (a
+point at a traced kernel function's entry moves past its ftrace site, as a splice would).
+
+Executables and shared objects use their symbol table and virtual addresses. Relocatable objects
+(.o) and kernel modules (.ko) are examined in the section holding the symbol: addresses are offsets
+in that section, and PC-relative references leaving it show as 0x40000000. Kernel code (a .ko, a
+vmlinux, or an object calling __fentry__) is planned with the kernel's rules: ftrace site at entry,
+no red zone.")]
+pub struct Args {
+    /// ELF file: executable, shared object, relocatable object (.o), kernel module (.ko), vmlinux.
+    pub file: PathBuf,
+    /// The function, `name`, or one point in it: `name+0x10`, `name+16`, `0xADDRESS`.
+    pub point: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Plan as kernel code (ftrace sites, no red zone) or as user code, instead of detecting it.
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Auto,
+    Kernel,
+    User,
+}
+
+/// A verdict for one mechanism at one site.
+#[derive(Serialize)]
+struct Verdict {
+    possible: bool,
+    /// `trap`, `jmp rel32` or `jmp rel8 + springboard`.
+    form: Option<&'static str>,
+    displaced: Vec<String>,
+    displaced_len: usize,
+    springboard: Option<String>,
+    reason: Option<String>,
+    /// For jmp: why `jmp rel32` is impossible, when it is.
+    rel32_reason: Option<String>,
+}
+
+impl Verdict {
+    fn from_plan(p: &Plan, form: &'static str) -> Verdict {
+        Verdict {
+            possible: true,
+            form: Some(form),
+            displaced: p.displaced.iter().map(|i| i.intel()).collect(),
+            displaced_len: p.displaced_len,
+            springboard: p.springboard.as_ref().map(|s| format!("{:#x}", s.addr)),
+            reason: None,
+            rel32_reason: None,
+        }
+    }
+
+    fn refused(e: &Refusal) -> Verdict {
+        Verdict {
+            possible: false,
+            form: None,
+            displaced: Vec::new(),
+            displaced_len: 0,
+            springboard: None,
+            reason: Some(e.to_string()),
+            rel32_reason: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SiteReport {
+    addr: String,
+    /// Empty when the site is not an instruction boundary.
+    bytes: String,
+    asm: String,
+    block_start: bool,
+    trap: Verdict,
+    jmp: Verdict,
+}
+
+#[derive(Serialize)]
+struct BlockReport {
+    start: String,
+    end: String,
+    succs: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct FunctionReport {
+    name: String,
+    start: String,
+    end: String,
+    instructions: usize,
+    fentry_site: bool,
+    indirect_jumps: Vec<String>,
+    unresolved_indirect_jumps: Vec<String>,
+    undecodable_from: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    file: String,
+    kind: ElfKind,
+    kernel: bool,
+    /// `virtual` or `offsets in <section>`.
+    addresses: String,
+    point: String,
+    /// The examined site when one point was asked for.
+    site: Option<String>,
+    notes: Vec<String>,
+    function: FunctionReport,
+    blocks: Vec<BlockReport>,
+    sites: Vec<SiteReport>,
+}
+
+fn target_info(kernel: bool) -> TargetInfo {
+    TargetInfo {
+        description: if kernel { "kernel code (inspection)" } else { "user code (inspection)" }.to_string(),
+        red_zone: if kernel { 0 } else { 128 },
+        save_vector_regs: !kernel,
+        dispatcher_runs_handlers: kernel,
+        dispatcher_counts_hits: kernel,
+        has_fentry: kernel,
+    }
+}
+
+fn site_report(input: &PlanInput<'_>, site: u64) -> SiteReport {
+    let func = input.func;
+    let insn = func.insn_at(site);
+    let trap = match plan_trap(input, site) {
+        Ok(p) => Verdict::from_plan(&p, "trap"),
+        Err(e) => Verdict::refused(&e),
+    };
+    let jmp = match plan_jmp_rel32(input, site) {
+        Ok(p) => Verdict::from_plan(&p, "jmp rel32"),
+        Err(e32) => {
+            let mut v = match plan_jmp(input, site) {
+                Ok(p) => Verdict::from_plan(&p, "jmp rel8 + springboard"),
+                Err(e) => Verdict::refused(&e),
+            };
+            v.rel32_reason = Some(e32.to_string());
+            v
+        }
+    };
+    SiteReport {
+        addr: format!("{site:#x}"),
+        bytes: insn.map(|i| hex(func.insn_bytes(i))).unwrap_or_default(),
+        asm: insn.map(|i| i.intel()).unwrap_or_default(),
+        block_start: func.is_block_start(site),
+        trap,
+        jmp,
+    }
+}
+
+fn function_report(func: &Function, info: &TargetInfo) -> FunctionReport {
+    FunctionReport {
+        name: func.name.clone(),
+        start: format!("{:#x}", func.start),
+        end: format!("{:#x}", func.end),
+        instructions: func.insns.len(),
+        fentry_site: has_fentry_site(func, info),
+        indirect_jumps: func.indirect_jumps.iter().map(|j| format!("{:#x}", j.addr)).collect(),
+        unresolved_indirect_jumps: func.unresolved_indirect_jumps().map(|j| format!("{:#x}", j.addr)).collect(),
+        undecodable_from: func.undecodable_from.map(|a| format!("{a:#x}")),
+    }
+}
+
+fn build(args: &Args) -> Result<Report> {
+    let spec: PointSpec = args.point.parse()?;
+    let single = args.point.contains('+') || matches!(spec, PointSpec::Address(_));
+    let name = match &spec {
+        PointSpec::Symbol { name, .. } => Some(name.as_str()),
+        PointSpec::Address(_) => None,
+    };
+    let image: Image = image::load(&args.file, name)?;
+    if image.kind.is_relocatable() && matches!(spec, PointSpec::Address(_)) {
+        bail!("{}: addresses mean nothing in a relocatable file; name the function (`symbol+offset`)", args.file.display());
+    }
+    let kernel = match args.mode {
+        Mode::Auto => image.kernel,
+        Mode::Kernel => true,
+        Mode::User => false,
+    };
+    let info = target_info(kernel);
+    let read = |a: u64, l: usize| image.read(a, l);
+    let point = resolve_point(&spec, &image.symbols, &info, |a| read(a, 5).is_some_and(|b| is_fentry_site(&b)))
+        .with_context(|| format!("in {}", args.file.display()))?;
+    let sym = &point.function;
+    let size = usize::try_from(sym.size)?;
+    let bytes = read(sym.addr, size)
+        .with_context(|| format!("the bytes of `{}` [{:#x}, {:#x}) are not in the file", sym.name, sym.addr, sym.addr + sym.size))?;
+    let func = analyze_function_with(&sym.name, sym.addr, &bytes, &AnalysisOptions { read: Some(&read), lenient: true })?;
+
+    let mut notes = Vec::new();
+    if let Some(sec) = &image.section {
+        notes.push(format!(
+            "addresses are offsets in section {sec} (relocatable file); PC-relative references leaving it show as {:#x}",
+            image::EXTERNAL
+        ));
+    }
+    if has_fentry_site(&func, &info) {
+        notes.push(format!(
+            "kernel code: [{:#x}, {:#x}) is the ftrace __fentry__ site, which the kernel rewrites; a point at the entry moves past it",
+            func.start,
+            func.start + 5
+        ));
+    }
+    if single && point.site != func.start + spec_offset(&spec) && matches!(spec, PointSpec::Symbol { .. }) {
+        notes.push(format!("the point moved to {:#x}, past the ftrace site", point.site));
+    }
+    for j in func.unresolved_indirect_jumps() {
+        notes.push(format!(
+            "warning: the indirect jmp at {:#x} has no recognised jump table; windows are checked against the known branch targets only",
+            j.addr
+        ));
+    }
+    if let Some(a) = func.undecodable_from {
+        notes.push(format!("warning: the function cannot be decoded from {a:#x} on"));
+    }
+
+    let busy = |_: u64, _: u64| false;
+    let input = PlanInput { func: &func, info: &info, read: &read, symbols: &image.symbols, busy: &busy, trampoline_near: None };
+    let sites: Vec<SiteReport> = if single {
+        vec![site_report(&input, point.site)]
+    } else {
+        func.insns.iter().map(|i| site_report(&input, i.addr)).collect()
+    };
+    Ok(Report {
+        file: args.file.display().to_string(),
+        kind: image.kind,
+        kernel,
+        addresses: image.section.as_ref().map_or_else(|| "virtual".to_string(), |s| format!("offsets in {s}")),
+        point: args.point.clone(),
+        site: single.then(|| format!("{:#x}", point.site)),
+        notes,
+        function: function_report(&func, &info),
+        blocks: func
+            .blocks
+            .iter()
+            .map(|b| BlockReport {
+                start: format!("{:#x}", b.start),
+                end: format!("{:#x}", b.end),
+                succs: b.succs.iter().map(|s| format!("{s:#x}")).collect(),
+            })
+            .collect(),
+        sites,
+    })
+}
+
+fn spec_offset(spec: &PointSpec) -> u64 {
+    match spec {
+        PointSpec::Symbol { offset, .. } => *offset,
+        PointSpec::Address(_) => 0,
+    }
+}
+
+fn verdict_text(v: &Verdict) -> String {
+    if v.possible {
+        let mut s = match v.form {
+            Some("trap") | None => "yes".to_string(),
+            Some(form) => format!("yes, {form}"),
+        };
+        if let Some(sb) = &v.springboard {
+            s.push_str(&format!(" at {sb}"));
+        }
+        s.push_str(&format!(", displaces `{}` ({} bytes)", v.displaced.join("; "), v.displaced_len));
+        if let Some(r) = &v.rel32_reason {
+            s.push_str(&format!("; jmp rel32: no, {r}"));
+        }
+        s
+    } else {
+        let mut s = format!("no, {}", v.reason.as_deref().unwrap_or("?"));
+        if let Some(r) = v.rel32_reason.as_ref().filter(|r| !v.reason.as_deref().unwrap_or("").contains(r.as_str())) {
+            s.push_str(&format!("; jmp rel32: no, {r}"));
+        }
+        s
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+fn render_text(r: &Report) -> String {
+    // Writing to a String cannot fail: the `fmt::Result`s below are always Ok.
+    let mut o = String::new();
+    let f = &r.function;
+    let _ = writeln!(o, "{}: {}{}", r.file, r.kind.describe(), if r.kernel { ", kernel code" } else { "" });
+    let _ = writeln!(o, 
+        "function `{}` [{}, {}): {}, {}; addresses are {}",
+        f.name,
+        f.start,
+        f.end,
+        plural(f.instructions, "instruction"),
+        plural(r.blocks.len(), "basic block"),
+        r.addresses
+    );
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    if let Some(site) = &r.site {
+        let _ = writeln!(o, "point `{}` -> {site}", r.point);
+    }
+    for s in &r.sites {
+        if s.block_start {
+            if let Some(b) = r.blocks.iter().find(|b| b.start == s.addr) {
+                let succ = if b.succs.is_empty() { "(no successor in the function)".to_string() } else { b.succs.join(", ") };
+                let _ = writeln!(o, "block [{}, {}) -> {succ}", b.start, b.end);
+            }
+        }
+        if s.asm.is_empty() {
+            let _ = writeln!(o, "  {:<18}  (not an instruction boundary)", s.addr);
+        } else {
+            let _ = writeln!(o, "  {:<18}  {:<30}  {}", s.addr, s.bytes, s.asm);
+        }
+        let _ = writeln!(o, "        trap: {}", verdict_text(&s.trap));
+        let _ = writeln!(o, "        jmp:  {}", verdict_text(&s.jmp));
+    }
+    o
+}
+
+/// Run `trapctl inspect`.
+pub fn run(args: &Args) -> Result<()> {
+    let report = build(args)?;
+    let out = if args.json { serde_json::to_string_pretty(&report)? + "\n" } else { render_text(&report) };
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        // `trapctl inspect ... | head` is fine.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to stdout"),
+        _ => Ok(()),
+    }
+}
