@@ -1,1 +1,0 @@
-//! The kernel backend: ioctls to `/dev/trapvec` (served by `kmod/`), symbols from `/proc/kallsyms`.
