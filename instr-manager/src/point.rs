@@ -92,7 +92,8 @@ impl FromStr for PointSpec {
 /// A point resolved to its function and site.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedPoint {
-    /// The point as written (for messages and statistics).
+    /// The point in canonical form (`sym`, `sym+0x10`, `0xADDR`), for messages; the text as
+    /// the user wrote it stays with the caller (e.g. [`crate::SpliceSpec::at`]).
     pub spec_text: String,
     /// The containing function, with `size` set to its extent.
     pub function: Symbol,

@@ -92,7 +92,7 @@ pub(crate) fn lower_displaced(displaced: &[Insn], new_addr: u64) -> Result<Vec<I
 /// [`crate::trampoline::emit_replay`]).
 pub fn relocate(displaced: &[Insn], new_addr: u64) -> Result<Vec<u8>, Refusal> {
     let mut instrs = lower_displaced(displaced, new_addr)?;
-    let bytes = encode_block(&mut instrs, new_addr, "the displaced instructions")?;
+    let bytes = encode_block(&mut instrs, new_addr, "the displaced instructions").map_err(|e| culprit(displaced, new_addr).unwrap_or(e))?;
     log::debug!(
         "relocated {} instruction(s) from {:#x} to {new_addr:#x}: {} -> {} bytes",
         displaced.len(),
@@ -101,6 +101,22 @@ pub fn relocate(displaced: &[Insn], new_addr: u64) -> Result<Vec<u8>, Refusal> {
         bytes.len()
     );
     Ok(bytes)
+}
+
+/// When a block fails to encode, the displaced instruction that fails alone, as
+/// [`Refusal::Unrelocatable`].
+fn culprit(displaced: &[Insn], new_addr: u64) -> Option<Refusal> {
+    displaced.iter().enumerate().find_map(|(index, insn)| {
+        let one = std::slice::from_ref(insn);
+        let mut instrs = lower_displaced(one, new_addr).ok()?;
+        let err = encode_block(&mut instrs, new_addr, "a displaced instruction").err()?;
+        let ctx = Ctx { displaced, index, new_addr };
+        let reason = match err {
+            Refusal::Encode { reason, .. } => format!("iced-x86 cannot re-encode it: {reason}"),
+            other => other.to_string(),
+        };
+        Some(ctx.refuse(insn, reason))
+    })
 }
 
 /// Whether a rel32 (or RIP-relative disp32) at `from` reaches `to`, with `margin` bytes of

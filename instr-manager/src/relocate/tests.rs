@@ -310,3 +310,14 @@ proptest! {
         prop_assert_eq!(meanings(&out, new_addr, want.len()), want);
     }
 }
+
+#[test]
+fn an_instruction_iced_cannot_encode_is_named_as_the_culprit() {
+    let mut displaced = insns(&[0x55], ORIG);
+    // An instruction the encoder rejects (Code::INVALID), after a good one.
+    displaced.push(Insn { addr: ORIG + 1, len: 1, instr: Instruction::default() });
+    let err = relocate(&displaced, ORIG + 0x1000).unwrap_err();
+    let Refusal::Unrelocatable { site, addr, reason, .. } = &err else { panic!("{err:?}") };
+    assert_eq!((*site, *addr), (ORIG, ORIG + 1));
+    assert!(reason.contains("cannot re-encode"), "{err}");
+}
