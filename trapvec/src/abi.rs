@@ -43,3 +43,315 @@ pub struct TrapvecRegs {
 }
 
 const _: () = assert!(core::mem::size_of::<TrapvecRegs>() == 18 * 8);
+
+// ---------------------------------------------------------------------------------------------
+// ioctl interface
+//
+// The mirror of `kmod/trapvec_abi.h`: every struct field for field, named as the header names
+// it, and every number. `tests/abi_layout.rs` compiles the header with `cc` and compares sizes,
+// offsets and numbers with what is below; the module asserts the same sizes with BUILD_BUG_ON.
+// Pointer fields (`buf`, `patches`, `entries`, `sites`) carry user addresses as `u64`; only
+// `kernel::ioctl` fills them, from slices borrowed for the duration of the call.
+// ---------------------------------------------------------------------------------------------
+
+/// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
+pub const TRAPVEC_ABI_VERSION: u32 = 1;
+/// Name of the misc device (`/dev/trapvec`).
+pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
+/// `_IOC_TYPE` of every trapvec ioctl.
+pub const TRAPVEC_IOC_MAGIC: u8 = b'T';
+/// Longest text patch, in bytes.
+pub const TRAPVEC_PATCH_MAX: usize = 16;
+/// Most bytes one READ or WRITE moves.
+pub const TRAPVEC_XFER_MAX: u32 = 1 << 20;
+/// Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE.
+pub const TRAPVEC_BATCH_MAX: u32 = 65536;
+/// `failed_index` when nothing failed.
+pub const TRAPVEC_NO_INDEX: u32 = 0xffff_ffff;
+
+/// Code block: written, then sealed; executable; never written after.
+pub const TRAPVEC_BLOCK_CODE: u32 = 1;
+/// Data block: writable at any time; never executable.
+pub const TRAPVEC_BLOCK_DATA: u32 = 2;
+
+/// Site accepted.
+pub const TRAPVEC_REASON_NONE: u32 = 0;
+/// Length 0 or above `TRAPVEC_PATCH_MAX`.
+pub const TRAPVEC_REASON_BAD_LENGTH: u32 = 1;
+/// Not core kernel text nor a live module's core text.
+pub const TRAPVEC_REASON_NOT_TEXT: u32 = 2;
+/// Inside trapvec.ko itself.
+pub const TRAPVEC_REASON_OWN_MODULE: u32 = 3;
+/// Overlaps entry text.
+pub const TRAPVEC_REASON_ENTRY_TEXT: u32 = 4;
+/// Overlaps noinstr text.
+pub const TRAPVEC_REASON_NOINSTR_TEXT: u32 = 5;
+/// Overlaps the retpoline/return thunks.
+pub const TRAPVEC_REASON_THUNK: u32 = 6;
+/// A function on the kprobes blacklist.
+pub const TRAPVEC_REASON_KPROBE_BLACKLIST: u32 = 7;
+/// Overlaps an ftrace `__fentry__` site.
+pub const TRAPVEC_REASON_FTRACE: u32 = 8;
+/// Overlaps a jump label site.
+pub const TRAPVEC_REASON_JUMP_LABEL: u32 = 9;
+/// Overlaps a static call site.
+pub const TRAPVEC_REASON_STATIC_CALL: u32 = 10;
+/// Overlaps a BUG()/WARN() `ud2`.
+pub const TRAPVEC_REASON_BUG_ENTRY: u32 = 11;
+/// An instruction with an exception-table entry.
+pub const TRAPVEC_REASON_EXTABLE: u32 = 12;
+/// Not an instruction boundary.
+pub const TRAPVEC_REASON_NOT_BOUNDARY: u32 = 13;
+/// Runs into the next symbol.
+pub const TRAPVEC_REASON_CROSSES_SYMBOL: u32 = 14;
+/// `register_kprobe()` refused it (errno in `error`).
+pub const TRAPVEC_REASON_KPROBE_REFUSED: u32 = 15;
+/// Overlaps a live patch, or another patch of the batch.
+pub const TRAPVEC_REASON_LIVE_PATCH: u32 = 16;
+/// The current bytes differ from `old_bytes`.
+pub const TRAPVEC_REASON_MISMATCH: u32 = 17;
+/// Highest reason code.
+pub const TRAPVEC_REASON_MAX: u32 = 17;
+
+/// `struct trapvec_info`: what the module is and where its memory lies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecInfo {
+    /// `TRAPVEC_ABI_VERSION`.
+    pub abi_version: u32,
+    /// The trap vector.
+    pub vector: u32,
+    /// The gate's entry stub.
+    pub entry: u64,
+    /// The gate's handler before the module was loaded.
+    pub old_handler: u64,
+    /// The gate's handler now, read from the IDT.
+    pub gate_handler: u64,
+    /// Executable arena.
+    pub code_base: u64,
+    pub code_size: u64,
+    /// Data arena.
+    pub data_base: u64,
+    pub data_size: u64,
+    /// Bytes held by code blocks (live or waiting to be freed).
+    pub code_used: u64,
+    pub data_used: u64,
+    /// The module's core image `[base, base + size)`.
+    pub module_base: u64,
+    pub module_size: u64,
+    /// Text patches applied and not reverted.
+    pub live_patches: u64,
+    pub dispatch_entries: u64,
+    /// Traps at no known site, chained to the old handler.
+    pub unknown_traps: u64,
+    /// Traps at a site restored under them, sent back to it.
+    pub retried_traps: u64,
+}
+
+/// `struct trapvec_read`: copy `len` bytes of kernel memory at `addr` to `buf`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecRead {
+    pub addr: u64,
+    /// User buffer.
+    pub buf: u64,
+    /// At most `TRAPVEC_XFER_MAX`.
+    pub len: u32,
+    pub pad: u32,
+}
+
+/// `struct trapvec_alloc`: a block of `size` bytes (rounded up to 16) of one arena.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecAlloc {
+    /// `TRAPVEC_BLOCK_CODE` or `TRAPVEC_BLOCK_DATA`.
+    pub kind: u32,
+    pub pad: u32,
+    pub size: u64,
+    /// Out: handle for WRITE, SEAL and FREE.
+    pub id: u64,
+    /// Out: kernel address of the block.
+    pub addr: u64,
+}
+
+/// `struct trapvec_write`: copy `len` bytes from `buf` into block `id` at `offset`, read back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecWrite {
+    pub id: u64,
+    pub offset: u64,
+    /// User buffer.
+    pub buf: u64,
+    /// At most `TRAPVEC_XFER_MAX`.
+    pub len: u32,
+    pub pad: u32,
+}
+
+/// `struct trapvec_block`: the block of SEAL and FREE.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecBlock {
+    pub id: u64,
+}
+
+/// `struct trapvec_patch`: `old_bytes` must be at `addr`; `new_bytes` replaces them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecPatch {
+    pub addr: u64,
+    /// `1..=TRAPVEC_PATCH_MAX`.
+    pub len: u32,
+    pub pad: u32,
+    pub old_bytes: [u8; TRAPVEC_PATCH_MAX],
+    pub new_bytes: [u8; TRAPVEC_PATCH_MAX],
+}
+
+/// `struct trapvec_check`: would a patch of `[addr, addr + len)` be accepted?
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecCheck {
+    pub addr: u64,
+    pub len: u32,
+    /// Out: `TRAPVEC_REASON_*`.
+    pub reason: u32,
+    /// Out: negative errno of `register_kprobe()` for `TRAPVEC_REASON_KPROBE_REFUSED`.
+    pub error: i32,
+    pub pad: u32,
+}
+
+/// `struct trapvec_apply`: a batch of patches, all or none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecApply {
+    /// User pointer to `count` [`TrapvecPatch`].
+    pub patches: u64,
+    /// At most `TRAPVEC_BATCH_MAX`.
+    pub count: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Out: the failing patch, or `TRAPVEC_NO_INDEX`.
+    pub failed_index: u32,
+    /// Out: `TRAPVEC_REASON_*`.
+    pub reason: u32,
+    /// Out: negative errno behind the reason, if any.
+    pub error: i32,
+    pub pad: u32,
+    /// Out: the current bytes at the failing patch (for a mismatch).
+    pub found: [u8; TRAPVEC_PATCH_MAX],
+}
+
+/// `struct trapvec_dispatch_entry`: a trap at `site` continues at `dest`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecDispatchEntry {
+    pub site: u64,
+    pub dest: u64,
+    /// `handler(struct trapvec_regs *, cookie)`, run by the dispatcher first; 0 for none.
+    pub handler: u64,
+    pub cookie: u64,
+}
+
+/// `struct trapvec_dispatch_add`: all entries or none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecDispatchAdd {
+    /// User pointer to `count` [`TrapvecDispatchEntry`].
+    pub entries: u64,
+    pub count: u32,
+    /// Out.
+    pub failed_index: u32,
+}
+
+/// `struct trapvec_dispatch_remove`: all sites or none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecDispatchRemove {
+    /// User pointer to `count` `u64` sites.
+    pub sites: u64,
+    pub count: u32,
+    /// Out.
+    pub failed_index: u32,
+}
+
+/// `struct trapvec_hits`: counters of one site, summed over CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecHits {
+    pub site: u64,
+    /// Out: every trap taken at the site.
+    pub hits: u64,
+    /// Out: of those, how many skipped the handler (reentry).
+    pub missed: u64,
+}
+
+/// `struct trapvec_list_entry`: one element of LIST.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecListEntry {
+    pub site: u64,
+    pub dest: u64,
+    pub handler: u64,
+    pub cookie: u64,
+    pub hits: u64,
+    pub missed: u64,
+}
+
+/// `struct trapvec_list`: up to `capacity` entries ordered by site; `count` is the total.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecList {
+    /// User pointer to `capacity` [`TrapvecListEntry`].
+    pub entries: u64,
+    pub capacity: u32,
+    /// Out.
+    pub count: u32,
+}
+
+/// `struct trapvec_quiesce`: what QUIESCE reclaimed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecQuiesce {
+    pub reclaimed_blocks: u64,
+    pub reclaimed_bytes: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 128);
+const _: () = assert!(core::mem::size_of::<TrapvecRead>() == 24);
+const _: () = assert!(core::mem::size_of::<TrapvecAlloc>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecWrite>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecBlock>() == 8);
+const _: () = assert!(core::mem::size_of::<TrapvecPatch>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecCheck>() == 24);
+const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecDispatchAdd>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecDispatchRemove>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
+const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecList>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 16);
+
+/// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic
+/// encoding: direction in bits 30–31, size in 16–29, type in 8–15, number in 0–7).
+const fn iowr(nr: u8, size: usize) -> u32 {
+    const IOC_READ_WRITE: u32 = 3;
+    assert!(size < 1 << 14, "_IOC_SIZEBITS is 14");
+    // The assert above bounds `size`, so the cast keeps every bit.
+    #[allow(clippy::cast_possible_truncation)]
+    let size = size as u32;
+    (IOC_READ_WRITE << 30) | (size << 16) | ((TRAPVEC_IOC_MAGIC as u32) << 8) | nr as u32
+}
+
+pub const TRAPVEC_IOC_INFO: u32 = iowr(0, core::mem::size_of::<TrapvecInfo>());
+pub const TRAPVEC_IOC_READ: u32 = iowr(1, core::mem::size_of::<TrapvecRead>());
+pub const TRAPVEC_IOC_ALLOC: u32 = iowr(2, core::mem::size_of::<TrapvecAlloc>());
+pub const TRAPVEC_IOC_WRITE: u32 = iowr(3, core::mem::size_of::<TrapvecWrite>());
+pub const TRAPVEC_IOC_SEAL: u32 = iowr(4, core::mem::size_of::<TrapvecBlock>());
+pub const TRAPVEC_IOC_FREE: u32 = iowr(5, core::mem::size_of::<TrapvecBlock>());
+pub const TRAPVEC_IOC_CHECK: u32 = iowr(6, core::mem::size_of::<TrapvecCheck>());
+pub const TRAPVEC_IOC_APPLY: u32 = iowr(7, core::mem::size_of::<TrapvecApply>());
+pub const TRAPVEC_IOC_DISPATCH_ADD: u32 = iowr(8, core::mem::size_of::<TrapvecDispatchAdd>());
+pub const TRAPVEC_IOC_DISPATCH_REMOVE: u32 = iowr(9, core::mem::size_of::<TrapvecDispatchRemove>());
+pub const TRAPVEC_IOC_HITS: u32 = iowr(10, core::mem::size_of::<TrapvecHits>());
+pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
+pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());

@@ -15,6 +15,8 @@ pub enum TargetError {
     TextMismatch { addr: u64, expected: String, found: String },
     #[error("text patch at {addr:#x}: {reason}")]
     Text { addr: u64, reason: String },
+    #[error("the kernel refuses to patch {addr:#x}: {reason}")]
+    SiteRefused { addr: u64, reason: crate::kernel::SiteRefusal },
     #[error("dispatch entry for site {site:#x}: {reason}")]
     Dispatch { site: u64, reason: String },
     #[error("quiescence not reached: {0}")]

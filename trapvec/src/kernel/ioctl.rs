@@ -1,0 +1,193 @@
+//! The one way to talk to `kmod/`: [`ioctl`] sends a [`Request`] to `/dev/trapvec`.
+//!
+//! Every ioctl of the kernel backend goes through [`ioctl`], so a unit test can put a fake
+//! module in its place (`fake::override_ioctl`, test builds only) and check the backend's logic
+//! on any host. Requests carry the argument struct *and* the slices its pointer fields refer to;
+//! [`ioctl`] fills those fields from the slices itself, so no user pointer outlives the borrow
+//! it was taken from and callers never handle raw addresses of their own memory.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+
+use crate::abi::{
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
+    TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
+    TrapvecRead, TrapvecWrite, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
+    TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
+    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_WRITE,
+};
+
+/// One ioctl with its argument, and the memory its pointer fields name.
+#[derive(Debug)]
+pub(crate) enum Request<'a> {
+    Info(&'a mut TrapvecInfo),
+    /// `arg.buf`/`arg.len` are set from `buf`.
+    Read { arg: &'a mut TrapvecRead, buf: &'a mut [u8] },
+    Alloc(&'a mut TrapvecAlloc),
+    /// `arg.buf`/`arg.len` are set from `bytes`.
+    Write { arg: &'a mut TrapvecWrite, bytes: &'a [u8] },
+    Seal(&'a mut TrapvecBlock),
+    Free(&'a mut TrapvecBlock),
+    Check(&'a mut TrapvecCheck),
+    /// `arg.patches`/`arg.count` are set from `patches`.
+    Apply { arg: &'a mut TrapvecApply, patches: &'a [TrapvecPatch] },
+    /// `arg.entries`/`arg.count` are set from `entries`.
+    DispatchAdd { arg: &'a mut TrapvecDispatchAdd, entries: &'a [TrapvecDispatchEntry] },
+    /// `arg.sites`/`arg.count` are set from `sites`.
+    DispatchRemove { arg: &'a mut TrapvecDispatchRemove, sites: &'a [u64] },
+    Hits(&'a mut TrapvecHits),
+    /// `arg.entries`/`arg.capacity` are set from `out`.
+    List { arg: &'a mut TrapvecList, out: &'a mut [TrapvecListEntry] },
+    Quiesce(&'a mut TrapvecQuiesce),
+}
+
+impl Request<'_> {
+    /// The ioctl's name, for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Request::Info(_) => "INFO",
+            Request::Read { .. } => "READ",
+            Request::Alloc(_) => "ALLOC",
+            Request::Write { .. } => "WRITE",
+            Request::Seal(_) => "SEAL",
+            Request::Free(_) => "FREE",
+            Request::Check(_) => "CHECK",
+            Request::Apply { .. } => "APPLY",
+            Request::DispatchAdd { .. } => "DISPATCH_ADD",
+            Request::DispatchRemove { .. } => "DISPATCH_REMOVE",
+            Request::Hits(_) => "HITS",
+            Request::List { .. } => "LIST",
+            Request::Quiesce(_) => "QUIESCE",
+        }
+    }
+
+    /// Point the argument's pointer and length fields at the request's slices.
+    fn bind(&mut self) -> Result<(), Errno> {
+        fn count(len: usize) -> Result<u32, Errno> {
+            u32::try_from(len).map_err(|_| Errno::E2BIG)
+        }
+        fn addr<T>(p: *const T) -> u64 {
+            p as usize as u64
+        }
+        match self {
+            Request::Read { arg, buf } => {
+                arg.buf = addr(buf.as_mut_ptr());
+                arg.len = count(buf.len())?;
+            }
+            Request::Write { arg, bytes } => {
+                arg.buf = addr(bytes.as_ptr());
+                arg.len = count(bytes.len())?;
+            }
+            Request::Apply { arg, patches } => {
+                arg.patches = addr(patches.as_ptr());
+                arg.count = count(patches.len())?;
+            }
+            Request::DispatchAdd { arg, entries } => {
+                arg.entries = addr(entries.as_ptr());
+                arg.count = count(entries.len())?;
+            }
+            Request::DispatchRemove { arg, sites } => {
+                arg.sites = addr(sites.as_ptr());
+                arg.count = count(sites.len())?;
+            }
+            Request::List { arg, out } => {
+                arg.entries = addr(out.as_mut_ptr());
+                arg.capacity = count(out.len())?;
+            }
+            Request::Info(_)
+            | Request::Alloc(_)
+            | Request::Seal(_)
+            | Request::Free(_)
+            | Request::Check(_)
+            | Request::Hits(_)
+            | Request::Quiesce(_) => {}
+        }
+        Ok(())
+    }
+}
+
+nix::ioctl_readwrite_bad!(ioc_info, TRAPVEC_IOC_INFO, TrapvecInfo);
+nix::ioctl_readwrite_bad!(ioc_read, TRAPVEC_IOC_READ, TrapvecRead);
+nix::ioctl_readwrite_bad!(ioc_alloc, TRAPVEC_IOC_ALLOC, TrapvecAlloc);
+nix::ioctl_readwrite_bad!(ioc_write, TRAPVEC_IOC_WRITE, TrapvecWrite);
+nix::ioctl_readwrite_bad!(ioc_seal, TRAPVEC_IOC_SEAL, TrapvecBlock);
+nix::ioctl_readwrite_bad!(ioc_free, TRAPVEC_IOC_FREE, TrapvecBlock);
+nix::ioctl_readwrite_bad!(ioc_check, TRAPVEC_IOC_CHECK, TrapvecCheck);
+nix::ioctl_readwrite_bad!(ioc_apply, TRAPVEC_IOC_APPLY, TrapvecApply);
+nix::ioctl_readwrite_bad!(ioc_dispatch_add, TRAPVEC_IOC_DISPATCH_ADD, TrapvecDispatchAdd);
+nix::ioctl_readwrite_bad!(ioc_dispatch_remove, TRAPVEC_IOC_DISPATCH_REMOVE, TrapvecDispatchRemove);
+nix::ioctl_readwrite_bad!(ioc_hits, TRAPVEC_IOC_HITS, TrapvecHits);
+nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
+nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
+
+/// Send `req` to the module behind `dev`. Returns the errno of a failed call; output fields of
+/// the argument are filled in either way (the module reports failure details with the error).
+pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Errno> {
+    req.bind()?;
+    log::trace!("ioctl {}", req.name());
+    #[cfg(test)]
+    if let Some(result) = fake::intercept(&mut req) {
+        return result;
+    }
+    let fd = dev.as_raw_fd();
+    // SAFETY: each call passes a pointer to an argument struct that `req` borrows mutably for
+    // the whole call, of the type the request code was built from (abi.rs), so the module
+    // reads and writes exactly that struct. The pointer fields inside it were set by `bind()`
+    // from slices `req` also borrows (mutably where the module writes: READ's buffer, LIST's
+    // output), with their exact lengths, so every user address the module touches is valid
+    // for the call. The module keeps no pointer after returning.
+    let res = unsafe {
+        match req {
+            Request::Info(a) => ioc_info(fd, a),
+            Request::Read { arg, .. } => ioc_read(fd, arg),
+            Request::Alloc(a) => ioc_alloc(fd, a),
+            Request::Write { arg, .. } => ioc_write(fd, arg),
+            Request::Seal(a) => ioc_seal(fd, a),
+            Request::Free(a) => ioc_free(fd, a),
+            Request::Check(a) => ioc_check(fd, a),
+            Request::Apply { arg, .. } => ioc_apply(fd, arg),
+            Request::DispatchAdd { arg, .. } => ioc_dispatch_add(fd, arg),
+            Request::DispatchRemove { arg, .. } => ioc_dispatch_remove(fd, arg),
+            Request::Hits(a) => ioc_hits(fd, a),
+            Request::List { arg, .. } => ioc_list(fd, arg),
+            Request::Quiesce(a) => ioc_quiesce(fd, a),
+        }
+    };
+    res.map(drop)
+}
+
+/// The seam's test side: replace the module for the current thread.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::cell::RefCell;
+
+    use nix::errno::Errno;
+
+    use super::Request;
+
+    type Handler = Box<dyn for<'a> FnMut(&mut Request<'a>) -> Result<(), Errno>>;
+
+    thread_local! {
+        static OVERRIDE: RefCell<Option<Handler>> = const { RefCell::new(None) };
+    }
+
+    /// Every ioctl of this thread goes to `f` until the returned guard is dropped.
+    pub(crate) fn override_ioctl(f: impl for<'a> FnMut(&mut Request<'a>) -> Result<(), Errno> + 'static) -> Guard {
+        OVERRIDE.with(|o| *o.borrow_mut() = Some(Box::new(f)));
+        Guard
+    }
+
+    /// Restores the real ioctl when dropped.
+    pub(crate) struct Guard;
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| *o.borrow_mut() = None);
+        }
+    }
+
+    pub(super) fn intercept(req: &mut Request<'_>) -> Option<Result<(), Errno>> {
+        OVERRIDE.with(|o| o.borrow_mut().as_mut().map(|f| f(req)))
+    }
+}

@@ -1,0 +1,504 @@
+//! The kernel backend: the running kernel as a [`Target`], through `/dev/trapvec` (`kmod/`).
+//!
+//! - [`ioctl`]: the one function every request to the module goes through (the seam unit tests
+//!   replace);
+//! - [`kallsyms`]: symbols from `/proc/kallsyms`.
+//!
+//! This module turns the [`Target`] contract into ioctls and the module's answers into
+//! [`TargetError`]s: a text batch becomes one APPLY (all or nothing in the module), a refused
+//! site becomes [`TargetError::SiteRefused`] with the module's [`SiteRefusal`], a mismatch
+//! becomes [`TargetError::TextMismatch`] with the bytes the module found. Repository memory is
+//! the module's arena (1 MiB of code in its own text, 1 MiB of data in its `.bss`), which lies
+//! within ±2 GiB of all kernel text; each block is checked against `near` all the same.
+//!
+//! The dispatcher runs `call` handlers itself, with interrupts off and reentry detection, and
+//! counts hits per site; kernel code has no red zone and does not use vector registers; traced
+//! functions begin with the ftrace `__fentry__` site, which the module refuses to overlap.
+
+pub mod ioctl;
+pub mod kallsyms;
+
+#[cfg(test)]
+mod tests;
+
+use std::fs::OpenOptions;
+use std::ops::Range;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use thiserror::Error;
+
+use crate::abi::{
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
+    TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
+    TrapvecRead, TrapvecWrite, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
+    TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BUG_ENTRY,
+    TRAPVEC_REASON_CROSSES_SYMBOL, TRAPVEC_REASON_ENTRY_TEXT, TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE,
+    TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST, TRAPVEC_REASON_KPROBE_REFUSED,
+    TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_MISMATCH, TRAPVEC_REASON_NOINSTR_TEXT, TRAPVEC_REASON_NONE,
+    TRAPVEC_REASON_NOT_BOUNDARY, TRAPVEC_REASON_NOT_TEXT, TRAPVEC_REASON_OWN_MODULE, TRAPVEC_REASON_STATIC_CALL,
+    TRAPVEC_REASON_THUNK, TRAPVEC_XFER_MAX,
+};
+use crate::error::{hex, TargetError};
+use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
+use ioctl::Request;
+
+/// The module's device.
+pub const DEVICE_PATH: &str = "/dev/trapvec";
+/// Where kernel symbols come from.
+pub const KALLSYMS_PATH: &str = "/proc/kallsyms";
+
+/// Farthest a byte of a block may lie from `near` for `rel32` to reach it both ways.
+const REACH: u64 = i32::MAX as u64;
+
+/// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+pub enum SiteRefusal {
+    #[error("a patch must be 1 to {TRAPVEC_PATCH_MAX} bytes long")]
+    BadLength,
+    #[error("not kernel text nor the text of a live module")]
+    NotText,
+    #[error("inside trapvec.ko itself")]
+    OwnModule,
+    #[error("in entry text (__entry_text_start..__entry_text_end)")]
+    EntryText,
+    #[error("in noinstr text, where RCU may not be watching")]
+    NoinstrText,
+    #[error("in the retpoline/return thunks, which the trap path itself runs through")]
+    Thunk,
+    #[error("in a function on the kprobes blacklist")]
+    KprobeBlacklist,
+    #[error("overlaps an ftrace __fentry__ site (a point at a function's entry goes past it)")]
+    Ftrace,
+    #[error("overlaps a jump label (static key) site, which the kernel rewrites by itself")]
+    JumpLabel,
+    #[error("overlaps a static call site, which the kernel rewrites by itself")]
+    StaticCall,
+    #[error("overlaps a BUG()/WARN() trap instruction")]
+    BugEntry,
+    #[error("an instruction with an exception-table entry (its fix-up would not follow it out of line)")]
+    Extable,
+    #[error("not an instruction boundary of its function")]
+    NotBoundary,
+    #[error("runs into the next symbol")]
+    CrossesSymbol,
+    #[error("register_kprobe() refuses it: {errno}")]
+    KprobeRefused { errno: Errno },
+    #[error("overlaps a live patch, or another patch of the same batch")]
+    LivePatch,
+    #[error("the text does not hold the expected bytes")]
+    Mismatch,
+    #[error("refused for reason {code}, which this version of trapvec does not know")]
+    Unknown { code: u32 },
+    #[error("the site could not be checked: CHECK failed with {errno}")]
+    CheckFailed { errno: Errno },
+}
+
+impl SiteRefusal {
+    /// The refusal behind a module answer (`reason`, and the negative errno in `error`);
+    /// `None` when the site was accepted.
+    pub fn from_abi(reason: u32, error: i32) -> Option<SiteRefusal> {
+        Some(match reason {
+            TRAPVEC_REASON_NONE => return None,
+            TRAPVEC_REASON_BAD_LENGTH => SiteRefusal::BadLength,
+            TRAPVEC_REASON_NOT_TEXT => SiteRefusal::NotText,
+            TRAPVEC_REASON_OWN_MODULE => SiteRefusal::OwnModule,
+            TRAPVEC_REASON_ENTRY_TEXT => SiteRefusal::EntryText,
+            TRAPVEC_REASON_NOINSTR_TEXT => SiteRefusal::NoinstrText,
+            TRAPVEC_REASON_THUNK => SiteRefusal::Thunk,
+            TRAPVEC_REASON_KPROBE_BLACKLIST => SiteRefusal::KprobeBlacklist,
+            TRAPVEC_REASON_FTRACE => SiteRefusal::Ftrace,
+            TRAPVEC_REASON_JUMP_LABEL => SiteRefusal::JumpLabel,
+            TRAPVEC_REASON_STATIC_CALL => SiteRefusal::StaticCall,
+            TRAPVEC_REASON_BUG_ENTRY => SiteRefusal::BugEntry,
+            TRAPVEC_REASON_EXTABLE => SiteRefusal::Extable,
+            TRAPVEC_REASON_NOT_BOUNDARY => SiteRefusal::NotBoundary,
+            TRAPVEC_REASON_CROSSES_SYMBOL => SiteRefusal::CrossesSymbol,
+            TRAPVEC_REASON_KPROBE_REFUSED => SiteRefusal::KprobeRefused { errno: Errno::from_raw(-error) },
+            TRAPVEC_REASON_LIVE_PATCH => SiteRefusal::LivePatch,
+            TRAPVEC_REASON_MISMATCH => SiteRefusal::Mismatch,
+            code => SiteRefusal::Unknown { code },
+        })
+    }
+
+    /// The module's reason code (`None` for refusals that are not the module's verdict).
+    pub fn code(&self) -> Option<u32> {
+        Some(match self {
+            SiteRefusal::BadLength => TRAPVEC_REASON_BAD_LENGTH,
+            SiteRefusal::NotText => TRAPVEC_REASON_NOT_TEXT,
+            SiteRefusal::OwnModule => TRAPVEC_REASON_OWN_MODULE,
+            SiteRefusal::EntryText => TRAPVEC_REASON_ENTRY_TEXT,
+            SiteRefusal::NoinstrText => TRAPVEC_REASON_NOINSTR_TEXT,
+            SiteRefusal::Thunk => TRAPVEC_REASON_THUNK,
+            SiteRefusal::KprobeBlacklist => TRAPVEC_REASON_KPROBE_BLACKLIST,
+            SiteRefusal::Ftrace => TRAPVEC_REASON_FTRACE,
+            SiteRefusal::JumpLabel => TRAPVEC_REASON_JUMP_LABEL,
+            SiteRefusal::StaticCall => TRAPVEC_REASON_STATIC_CALL,
+            SiteRefusal::BugEntry => TRAPVEC_REASON_BUG_ENTRY,
+            SiteRefusal::Extable => TRAPVEC_REASON_EXTABLE,
+            SiteRefusal::NotBoundary => TRAPVEC_REASON_NOT_BOUNDARY,
+            SiteRefusal::CrossesSymbol => TRAPVEC_REASON_CROSSES_SYMBOL,
+            SiteRefusal::KprobeRefused { .. } => TRAPVEC_REASON_KPROBE_REFUSED,
+            SiteRefusal::LivePatch => TRAPVEC_REASON_LIVE_PATCH,
+            SiteRefusal::Mismatch => TRAPVEC_REASON_MISMATCH,
+            SiteRefusal::Unknown { code } => *code,
+            SiteRefusal::CheckFailed { .. } => return None,
+        })
+    }
+}
+
+/// What the module reports about itself (INFO).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    pub vector: u32,
+    /// The gate's entry stub.
+    pub entry: u64,
+    /// The gate's handler before the module was loaded (the kernel's spurious entry).
+    pub old_handler: u64,
+    /// The gate's handler now; equal to `entry` while the module is loaded.
+    pub gate_handler: u64,
+    pub code_arena: Range<u64>,
+    pub data_arena: Range<u64>,
+    /// The module's core image (refused as a site).
+    pub module: Range<u64>,
+    pub code_used: u64,
+    pub data_used: u64,
+    pub live_patches: u64,
+    pub dispatch_entries: u64,
+    /// Traps at no known site, chained to the old handler.
+    pub unknown_traps: u64,
+    /// Traps at a site whose trap had just been removed, sent back to run the original.
+    pub retried_traps: u64,
+}
+
+impl From<&TrapvecInfo> for ModuleInfo {
+    fn from(i: &TrapvecInfo) -> Self {
+        ModuleInfo {
+            vector: i.vector,
+            entry: i.entry,
+            old_handler: i.old_handler,
+            gate_handler: i.gate_handler,
+            code_arena: i.code_base..i.code_base + i.code_size,
+            data_arena: i.data_base..i.data_base + i.data_size,
+            module: i.module_base..i.module_base + i.module_size,
+            code_used: i.code_used,
+            data_used: i.data_used,
+            live_patches: i.live_patches,
+            dispatch_entries: i.dispatch_entries,
+            unknown_traps: i.unknown_traps,
+            retried_traps: i.retried_traps,
+        }
+    }
+}
+
+/// One live dispatch entry with its counters (LIST).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListedEntry {
+    pub entry: DispatchEntry,
+    pub hits: TrapHits,
+}
+
+/// The running kernel, modified through trapvec.ko.
+pub struct KernelTarget {
+    dev: OwnedFd,
+    info: TargetInfo,
+    symbols: SymbolTable,
+}
+
+impl KernelTarget {
+    /// Open `/dev/trapvec` and read `/proc/kallsyms` (both need root).
+    pub fn open() -> Result<Self, TargetError> {
+        Self::open_at(Path::new(DEVICE_PATH), Path::new(KALLSYMS_PATH))
+    }
+
+    /// Open the module's device at `device` and read symbols from `kallsyms`.
+    pub fn open_at(device: &Path, kallsyms: &Path) -> Result<Self, TargetError> {
+        let dev = OpenOptions::new().read(true).write(true).open(device).map_err(|e| {
+            TargetError::os(format!("opening {} (is trapvec.ko loaded, and are you root?)", device.display()), e)
+        })?;
+        let text = std::fs::read_to_string(kallsyms)
+            .map_err(|e| TargetError::os(format!("reading {}", kallsyms.display()), e))?;
+        Self::from_parts(dev.into(), &text)
+    }
+
+    /// A target from an open device and the text of kallsyms: asks the module who it is.
+    fn from_parts(dev: OwnedFd, kallsyms_text: &str) -> Result<Self, TargetError> {
+        let mut raw = TrapvecInfo::default();
+        ioctl::ioctl(dev.as_fd(), Request::Info(&mut raw)).map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
+        if raw.abi_version != TRAPVEC_ABI_VERSION {
+            return Err(TargetError::Other(format!(
+                "trapvec.ko speaks ioctl ABI version {}, this program speaks {TRAPVEC_ABI_VERSION}: build both from the same tree",
+                raw.abi_version
+            )));
+        }
+        let symbols = kallsyms::parse(kallsyms_text)
+            .map_err(|e| TargetError::Other(format!("kernel symbols from {KALLSYMS_PATH}: {e}")))?;
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let info = TargetInfo {
+            description: format!("kernel {} (trapvec.ko, vector {:#x})", release.trim(), raw.vector),
+            red_zone: 0,
+            save_vector_regs: false,
+            dispatcher_runs_handlers: true,
+            dispatcher_counts_hits: true,
+            has_fentry: true,
+        };
+        log::debug!(
+            "kernel target: {}, {} symbols, code arena {:#x}+{:#x}",
+            info.description,
+            symbols.len(),
+            raw.code_base,
+            raw.code_size
+        );
+        Ok(KernelTarget { dev, info, symbols: SymbolTable::new(symbols) })
+    }
+
+    fn call(&self, req: Request<'_>) -> Result<(), Errno> {
+        ioctl::ioctl(self.dev.as_fd(), req)
+    }
+
+    /// What the module reports now.
+    pub fn module_info(&self) -> Result<ModuleInfo, TargetError> {
+        let mut raw = TrapvecInfo::default();
+        self.call(Request::Info(&mut raw)).map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
+        Ok(ModuleInfo::from(&raw))
+    }
+
+    /// Would the module accept a patch of `[addr, addr + len)`? Changes nothing.
+    pub fn check_site(&self, addr: u64, len: usize) -> Result<(), SiteRefusal> {
+        let len = u32::try_from(len).map_err(|_| SiteRefusal::BadLength)?;
+        let mut arg = TrapvecCheck { addr, len, ..Default::default() };
+        self.call(Request::Check(&mut arg)).map_err(|errno| SiteRefusal::CheckFailed { errno })?;
+        match SiteRefusal::from_abi(arg.reason, arg.error) {
+            None => Ok(()),
+            Some(refusal) => {
+                log::debug!("site {addr:#x}+{len} refused: {refusal}");
+                Err(refusal)
+            }
+        }
+    }
+
+    /// Every live dispatch entry with its counters, ordered by site.
+    pub fn list(&self) -> Result<Vec<ListedEntry>, TargetError> {
+        let mut capacity = 0usize;
+        loop {
+            let mut out = vec![TrapvecListEntry::default(); capacity];
+            let mut arg = TrapvecList::default();
+            self.call(Request::List { arg: &mut arg, out: &mut out })
+                .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
+            let count = arg.count as usize;
+            if count <= capacity {
+                out.truncate(count);
+                return Ok(out
+                    .iter()
+                    .map(|e| ListedEntry {
+                        entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie },
+                        hits: TrapHits { hits: e.hits, missed: e.missed },
+                    })
+                    .collect());
+            }
+            // Entries were added since the last call: ask again with room for all.
+            capacity = count;
+        }
+    }
+
+    fn block_error(block: &RepoBlock, offset: usize, len: usize, op: &str, errno: Errno) -> TargetError {
+        let why = match errno {
+            Errno::ENOENT => "not a live block of the arena",
+            Errno::EPERM => "the block is sealed",
+            Errno::EINVAL => "outside the block, or the wrong kind of block",
+            Errno::EIO => "the bytes read back differ from the bytes written",
+            Errno::EBUSY => "a dispatch entry still sends CPUs into it",
+            _ => "",
+        };
+        let reason = if why.is_empty() { format!("{op}: {errno}") } else { format!("{op}: {why} ({errno})") };
+        TargetError::Block { addr: block.addr, offset, len, reason }
+    }
+
+    fn dispatch_error(site: u64, op: &str, errno: Errno) -> TargetError {
+        let why = match errno {
+            Errno::EEXIST => "the site already has a dispatch entry (or is given twice)",
+            Errno::EFAULT => "the destination or the handler is not in a sealed code block of the arena",
+            Errno::EINVAL => "the site is not kernel or module text outside trapvec.ko",
+            Errno::ENOENT => "no dispatch entry for this site (or it is named twice)",
+            _ => "",
+        };
+        let reason = if why.is_empty() { format!("{op}: {errno}") } else { format!("{op}: {why} ({errno})") };
+        TargetError::Dispatch { site, reason }
+    }
+
+    fn to_abi_patch(p: &TextPatch) -> Result<TrapvecPatch, TargetError> {
+        if p.old.len() != p.new.len() {
+            return Err(TargetError::Text {
+                addr: p.addr,
+                reason: format!("expects {} bytes but writes {}", p.old.len(), p.new.len()),
+            });
+        }
+        let len = u32::try_from(p.old.len())
+            .ok()
+            .filter(|&l| l >= 1 && l as usize <= TRAPVEC_PATCH_MAX)
+            .ok_or(TargetError::SiteRefused { addr: p.addr, reason: SiteRefusal::BadLength })?;
+        let mut out = TrapvecPatch { addr: p.addr, len, ..Default::default() };
+        out.old_bytes[..p.old.len()].copy_from_slice(&p.old);
+        out.new_bytes[..p.new.len()].copy_from_slice(&p.new);
+        Ok(out)
+    }
+
+    /// The error of a failed APPLY of `batch`, from the module's answer in `arg`.
+    fn apply_error(batch: &[TextPatch], arg: &TrapvecApply, errno: Errno) -> TargetError {
+        let Some(p) = batch.get(arg.failed_index as usize).filter(|_| arg.failed_index != TRAPVEC_NO_INDEX) else {
+            return TargetError::os(format!("APPLY of a batch of {} patches", batch.len()), errno);
+        };
+        match SiteRefusal::from_abi(arg.reason, arg.error) {
+            Some(SiteRefusal::Mismatch) => TargetError::TextMismatch {
+                addr: p.addr,
+                expected: hex(&p.old),
+                found: hex(&arg.found[..p.old.len().min(TRAPVEC_PATCH_MAX)]),
+            },
+            Some(reason) => TargetError::SiteRefused { addr: p.addr, reason },
+            None => TargetError::Text { addr: p.addr, reason: format!("APPLY: {errno}") },
+        }
+    }
+}
+
+impl Target for KernelTarget {
+    fn info(&self) -> &TargetInfo {
+        &self.info
+    }
+
+    fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        let mut out = vec![0u8; len];
+        for (i, chunk) in out.chunks_mut(TRAPVEC_XFER_MAX as usize).enumerate() {
+            let at = addr + (i * TRAPVEC_XFER_MAX as usize) as u64;
+            let mut arg = TrapvecRead { addr: at, ..Default::default() };
+            self.call(Request::Read { arg: &mut arg, buf: chunk })
+                .map_err(|e| TargetError::Read { addr: at, len: chunk.len(), reason: format!("READ: {e}") })?;
+        }
+        Ok(out)
+    }
+
+    fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+        let mut arg = TrapvecAlloc {
+            kind: match kind {
+                BlockKind::Code => TRAPVEC_BLOCK_CODE,
+                BlockKind::Data => TRAPVEC_BLOCK_DATA,
+            },
+            size: size as u64,
+            ..Default::default()
+        };
+        self.call(Request::Alloc(&mut arg)).map_err(|e| TargetError::Alloc {
+            near,
+            size,
+            reason: match e {
+                Errno::ENOSPC => format!("the {kind:?} arena of trapvec.ko is full ({e})"),
+                _ => format!("ALLOC: {e}"),
+            },
+        })?;
+        let block = RepoBlock { id: arg.id, addr: arg.addr, size, kind };
+        let far = arg.addr.abs_diff(near).max((arg.addr + size as u64).abs_diff(near));
+        if far > REACH {
+            // The block is unused: give it back before reporting.
+            let mut free = TrapvecBlock { id: arg.id };
+            if let Err(e) = self.call(Request::Free(&mut free)) {
+                log::warn!("freeing out-of-reach block {} at {:#x}: {e}", arg.id, arg.addr);
+            }
+            return Err(TargetError::Alloc {
+                near,
+                size,
+                reason: format!("the arena block at {:#x} is {far:#x} bytes away, out of rel32 reach", arg.addr),
+            });
+        }
+        log::debug!("allocated {kind:?} block {} at {:#x} ({size} bytes) near {near:#x}", block.id, block.addr);
+        Ok(block)
+    }
+
+    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+        for (i, chunk) in bytes.chunks(TRAPVEC_XFER_MAX as usize).enumerate() {
+            let at = offset + i * TRAPVEC_XFER_MAX as usize;
+            let mut arg = TrapvecWrite { id: block.id, offset: at as u64, ..Default::default() };
+            self.call(Request::Write { arg: &mut arg, bytes: chunk })
+                .map_err(|e| Self::block_error(block, at, chunk.len(), "WRITE", e))?;
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        let mut arg = TrapvecBlock { id: block.id };
+        self.call(Request::Seal(&mut arg)).map_err(|e| Self::block_error(block, 0, block.size, "SEAL", e))
+    }
+
+    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        let mut arg = TrapvecBlock { id: block.id };
+        self.call(Request::Free(&mut arg)).map_err(|e| Self::block_error(block, 0, block.size, "FREE", e))
+    }
+
+    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(p) = batch.get(TRAPVEC_BATCH_MAX as usize) {
+            return Err(TargetError::Text {
+                addr: p.addr,
+                reason: format!("a batch holds at most {TRAPVEC_BATCH_MAX} patches; this one has {}", batch.len()),
+            });
+        }
+        let patches = batch.iter().map(Self::to_abi_patch).collect::<Result<Vec<_>, _>>()?;
+        let mut arg = TrapvecApply::default();
+        match self.call(Request::Apply { arg: &mut arg, patches: &patches }) {
+            Ok(()) => {
+                log::debug!("applied a batch of {} text patches", batch.len());
+                Ok(())
+            }
+            Err(errno) => {
+                let err = Self::apply_error(batch, &arg, errno);
+                log::debug!("batch of {} refused: {err}", batch.len());
+                Err(err)
+            }
+        }
+    }
+
+    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        let abi: Vec<TrapvecDispatchEntry> = entries
+            .iter()
+            .map(|e| TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie })
+            .collect();
+        let mut arg = TrapvecDispatchAdd::default();
+        self.call(Request::DispatchAdd { arg: &mut arg, entries: &abi }).map_err(|errno| {
+            let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
+            Self::dispatch_error(site, "DISPATCH_ADD", errno)
+        })
+    }
+
+    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let mut arg = TrapvecDispatchRemove::default();
+        self.call(Request::DispatchRemove { arg: &mut arg, sites }).map_err(|errno| {
+            let site = sites.get(arg.failed_index as usize).copied().unwrap_or(0);
+            Self::dispatch_error(site, "DISPATCH_REMOVE", errno)
+        })
+    }
+
+    /// The module waits for `synchronize_rcu()` and `synchronize_rcu_tasks()`, which cover every
+    /// range at once.
+    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        let mut arg = TrapvecQuiesce::default();
+        self.call(Request::Quiesce(&mut arg)).map_err(|e| TargetError::Quiesce(format!("QUIESCE: {e}")))?;
+        log::debug!("quiesced; reclaimed {} blocks ({} bytes)", arg.reclaimed_blocks, arg.reclaimed_bytes);
+        Ok(())
+    }
+
+    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
+        let mut arg = TrapvecHits { site, ..Default::default() };
+        match self.call(Request::Hits(&mut arg)) {
+            Ok(()) => Some(TrapHits { hits: arg.hits, missed: arg.missed }),
+            Err(Errno::ENOENT) => None,
+            Err(e) => {
+                log::warn!("HITS of site {site:#x}: {e}");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The kernel backend's logic against a fake module (the [`ioctl`](super::ioctl) seam): batch
+//! building, error mapping, chunking, reach checks, list growth, kallsyms parsing. The real
+//! module is tested in a VM (kmod/tests/).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use nix::errno::Errno;
+
+use super::ioctl::{fake, Request};
+use super::kallsyms::{self, KallsymsError};
+use super::{KernelTarget, ListedEntry, SiteRefusal};
+use crate::abi::*;
+use crate::error::TargetError;
+use crate::target::{BlockKind, DispatchEntry, SymbolKind, Target, TextPatch, TrapHits};
+
+const TEXT: u64 = 0xffff_ffff_8100_0000;
+const CODE_ARENA: u64 = 0xffff_ffff_c020_5000;
+
+#[rustfmt::skip]
+const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff810b0f90 T __x64_sys_getppid
+ffffffff810b0fd0 t do_getppid_helper
+ffffffff81a077a0 T __memcpy
+ffffffff81a077a0 W memcpy
+ffffffff82a59540 D text_mutex
+ffffffff832b4000 b idt_table
+ffffffff82000000 R __start_rodata
+0000000000000000 A fixed_percpu_data
+ffffffffc0201ef0 t trapvec_entry\t[trapvec]
+ffffffffc0313000 b trapvec_data_arena\t[trapvec]
+";
+
+/// What the fake module has seen and what it answers.
+#[derive(Default)]
+struct FakeModule {
+    abi_version: u32,
+    /// Calls, by ioctl name, in order.
+    calls: Vec<&'static str>,
+    /// Kernel memory READ serves: `addr -> byte`, and `pattern` (byte `(addr - start) % 251`);
+    /// anything else faults.
+    memory: BTreeMap<u64, u8>,
+    pattern: std::ops::Range<u64>,
+    /// The patches of every APPLY.
+    applied: Vec<Vec<TrapvecPatch>>,
+    /// Answer to the next APPLY: errno and the fields to fill.
+    apply_failure: Option<(Errno, TrapvecApply)>,
+    /// CHECK answers by address: `(reason, error)`.
+    checks: BTreeMap<u64, (u32, i32)>,
+    /// Where ALLOC puts the next block.
+    next_block: u64,
+    next_id: u64,
+    freed: Vec<u64>,
+    sealed: Vec<u64>,
+    writes: Vec<(u64, u64, Vec<u8>)>,
+    /// Errno for every request of this name.
+    fail: BTreeMap<&'static str, (Errno, u32)>,
+    dispatch: BTreeMap<u64, TrapvecListEntry>,
+    /// Entries LIST pretends were added between a caller's two LIST calls.
+    list_grows_by: usize,
+    quiesced: u32,
+}
+
+type Shared = Rc<RefCell<FakeModule>>;
+
+impl FakeModule {
+    fn serve(&mut self, req: &mut Request<'_>) -> Result<(), Errno> {
+        self.calls.push(req.name());
+        if let Some(&(errno, index)) = self.fail.get(req.name()) {
+            match req {
+                Request::DispatchAdd { arg, .. } => arg.failed_index = index,
+                Request::DispatchRemove { arg, .. } => arg.failed_index = index,
+                _ => {}
+            }
+            return Err(errno);
+        }
+        match req {
+            Request::Info(i) => {
+                **i = TrapvecInfo {
+                    abi_version: self.abi_version,
+                    vector: 0xf5,
+                    code_base: CODE_ARENA,
+                    code_size: 1 << 20,
+                    ..Default::default()
+                }
+            }
+            Request::Read { arg, buf } => {
+                assert_eq!(arg.len as usize, buf.len());
+                assert!(buf.len() <= TRAPVEC_XFER_MAX as usize, "a READ larger than the module takes");
+                for (i, b) in buf.iter_mut().enumerate() {
+                    let at = arg.addr + i as u64;
+                    *b = match self.memory.get(&at) {
+                        Some(&v) => v,
+                        None if self.pattern.contains(&at) => u8::try_from((at - self.pattern.start) % 251).unwrap(),
+                        None => return Err(Errno::EFAULT),
+                    };
+                }
+            }
+            Request::Alloc(a) => {
+                self.next_id += 1;
+                a.id = self.next_id;
+                a.addr = self.next_block;
+                self.next_block += a.size.next_multiple_of(16);
+            }
+            Request::Write { arg, bytes } => {
+                assert!(bytes.len() <= TRAPVEC_XFER_MAX as usize);
+                self.writes.push((arg.id, arg.offset, bytes.to_vec()));
+            }
+            Request::Seal(b) => self.sealed.push(b.id),
+            Request::Free(b) => self.freed.push(b.id),
+            Request::Check(c) => (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default(),
+            Request::Apply { arg, patches } => {
+                assert_eq!(arg.count as usize, patches.len());
+                self.applied.push(patches.to_vec());
+                if let Some((errno, answer)) = self.apply_failure.take() {
+                    **arg = TrapvecApply { patches: arg.patches, count: arg.count, ..answer };
+                    return Err(errno);
+                }
+            }
+            Request::DispatchAdd { entries, .. } => {
+                for e in entries.iter() {
+                    let l = TrapvecListEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, ..Default::default() };
+                    self.dispatch.insert(e.site, l);
+                }
+            }
+            Request::DispatchRemove { sites, .. } => {
+                for s in sites.iter() {
+                    self.dispatch.remove(s);
+                }
+            }
+            Request::Hits(h) => {
+                let e = self.dispatch.get(&h.site).ok_or(Errno::ENOENT)?;
+                (h.hits, h.missed) = (e.hits, e.missed);
+            }
+            Request::List { arg, out } => {
+                if arg.capacity == 0 {
+                    // Entries arrive between this call and the caller's next one.
+                    for k in 0..self.list_grows_by as u64 {
+                        let site = TEXT + 0x1000 + k;
+                        self.dispatch.insert(site, TrapvecListEntry { site, hits: k, ..Default::default() });
+                    }
+                }
+                arg.count = u32::try_from(self.dispatch.len()).unwrap();
+                for (slot, e) in out.iter_mut().zip(self.dispatch.values()) {
+                    *slot = *e;
+                }
+            }
+            Request::Quiesce(q) => {
+                self.quiesced += 1;
+                q.reclaimed_blocks = 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A target talking to a fresh fake module; keep the guard alive for the test's duration.
+fn target_with(setup: impl FnOnce(&mut FakeModule)) -> (KernelTarget, Shared, fake::Guard) {
+    let module: Shared = Rc::new(RefCell::new(FakeModule {
+        abi_version: TRAPVEC_ABI_VERSION,
+        next_block: CODE_ARENA,
+        ..Default::default()
+    }));
+    setup(&mut module.borrow_mut());
+    let m = module.clone();
+    let guard = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
+    let dev = std::fs::File::open("/dev/null").unwrap().into();
+    let target = KernelTarget::from_parts(dev, KALLSYMS).unwrap();
+    (target, module, guard)
+}
+
+fn trap_patch(addr: u64, old: [u8; 2]) -> TextPatch {
+    TextPatch { addr, old: old.to_vec(), new: TRAP_BYTES.to_vec() }
+}
+
+#[test]
+fn kallsyms_lines_become_functions_objects_and_module_symbols() {
+    let syms = kallsyms::parse(KALLSYMS).unwrap();
+    let by = |name: &str| syms.iter().find(|s| s.name == name).unwrap().clone();
+    assert_eq!(by("__x64_sys_getppid").kind, SymbolKind::Function);
+    assert_eq!(by("do_getppid_helper").kind, SymbolKind::Function);
+    assert_eq!(by("memcpy").kind, SymbolKind::Function, "weak text (W) is a function");
+    assert_eq!(by("text_mutex").kind, SymbolKind::Object);
+    assert_eq!(by("idt_table").kind, SymbolKind::Object);
+    assert_eq!(by("__start_rodata").kind, SymbolKind::Object);
+    assert_eq!(by("fixed_percpu_data").kind, SymbolKind::Other);
+    assert_eq!(by("__x64_sys_getppid").origin, None);
+    assert_eq!(by("trapvec_entry").origin.as_deref(), Some("trapvec"));
+    assert_eq!(by("trapvec_entry").addr, 0xffff_ffff_c020_1ef0);
+    assert!(syms.iter().all(|s| s.size == 0));
+}
+
+#[test]
+fn kallsyms_function_extent_runs_to_the_next_function() {
+    let (target, _m, _g) = target_with(|_| {});
+    let f = target.symbols().function_containing(0xffff_ffff_810b_0fa0).unwrap();
+    assert_eq!(f.name, "__x64_sys_getppid");
+    assert_eq!(f.size, 0x40, "bounded by do_getppid_helper at +0x40");
+}
+
+#[test]
+fn kallsyms_with_every_address_zero_is_an_error_not_an_empty_table() {
+    let hidden = "0000000000000000 T _stext\n0000000000000000 t foo\t[bar]\n";
+    assert_eq!(kallsyms::parse(hidden).unwrap_err(), KallsymsError::AddressesHidden);
+}
+
+#[test]
+fn kallsyms_malformed_line_is_named_by_number() {
+    let bad = "ffffffff81000000 T _stext\nffffffff81000010 T\n";
+    assert_eq!(
+        kallsyms::parse(bad).unwrap_err(),
+        KallsymsError::Malformed { line: 2, text: "ffffffff81000010 T".into() }
+    );
+    let bad_module = "ffffffff81000000 t f\ttrapvec\n";
+    assert!(matches!(kallsyms::parse(bad_module), Err(KallsymsError::Malformed { line: 1, .. })));
+}
+
+#[test]
+fn target_info_describes_kernel_code_generation() {
+    let (target, _m, _g) = target_with(|_| {});
+    let info = target.info();
+    assert_eq!(info.red_zone, 0);
+    assert!(!info.save_vector_regs);
+    assert!(info.dispatcher_runs_handlers);
+    assert!(info.dispatcher_counts_hits);
+    assert!(info.has_fentry);
+    assert!(info.description.contains("vector 0xf5"), "{}", info.description);
+}
+
+#[test]
+fn a_module_speaking_another_abi_version_is_refused_at_open() {
+    let module: Shared = Rc::new(RefCell::new(FakeModule { abi_version: 7, ..Default::default() }));
+    let m = module.clone();
+    let _g = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
+    let dev = std::fs::File::open("/dev/null").unwrap().into();
+    let err = KernelTarget::from_parts(dev, KALLSYMS).err().unwrap();
+    assert!(err.to_string().contains("ABI version 7"), "{err}");
+}
+
+#[test]
+fn text_batch_is_one_apply_with_zero_padded_bytes() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let batch = [
+        trap_patch(TEXT + 0x95, [0x53, 0xe8]),
+        TextPatch { addr: TEXT + 0x200, old: vec![0x0f, 0x1f, 0x44, 0x00, 0x00], new: vec![0xe9, 1, 2, 3, 4] },
+    ];
+    target.patch_text(&batch).unwrap();
+    let m = m.borrow();
+    assert_eq!(m.calls, ["INFO", "APPLY"]);
+    let sent = &m.applied[0];
+    assert_eq!(sent.len(), 2);
+    assert_eq!((sent[0].addr, sent[0].len), (TEXT + 0x95, 2));
+    assert_eq!(sent[0].old_bytes[..3], [0x53, 0xe8, 0]);
+    assert_eq!(sent[0].new_bytes[..3], [0xcd, 0xf5, 0]);
+    assert_eq!((sent[1].addr, sent[1].len), (TEXT + 0x200, 5));
+    assert_eq!(sent[1].new_bytes[..6], [0xe9, 1, 2, 3, 4, 0]);
+}
+
+#[test]
+fn empty_batch_sends_nothing() {
+    let (mut target, m, _g) = target_with(|_| {});
+    target.patch_text(&[]).unwrap();
+    assert_eq!(m.borrow().calls, ["INFO"]);
+}
+
+#[test]
+fn apply_mismatch_names_the_failing_patch_and_the_bytes_found() {
+    let mut found = [0u8; 16];
+    found[..2].copy_from_slice(&[0xcc, 0xe8]);
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((
+            Errno::ESTALE,
+            TrapvecApply { failed_index: 1, reason: TRAPVEC_REASON_MISMATCH, found, ..Default::default() },
+        ));
+    });
+    let batch = [trap_patch(TEXT + 0x10, [0x55, 0x48]), trap_patch(TEXT + 0x95, [0x53, 0xe8])];
+    let err = target.patch_text(&batch).unwrap_err();
+    match err {
+        TargetError::TextMismatch { addr, expected, found } => {
+            assert_eq!(addr, TEXT + 0x95);
+            assert_eq!(expected, "53 e8");
+            assert_eq!(found, "cc e8");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn apply_refusal_becomes_site_refused_with_the_kernel_reason() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((
+            Errno::EINVAL,
+            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_FTRACE, ..Default::default() },
+        ));
+    });
+    let err = target.patch_text(&[trap_patch(TEXT, [0x0f, 0x1f])]).unwrap_err();
+    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::Ftrace }), "{err}");
+    assert!(err.to_string().contains("0xffffffff81000000"), "{err}");
+    assert!(err.to_string().contains("__fentry__"), "{err}");
+}
+
+#[test]
+fn apply_kprobe_refusal_carries_the_errno() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((
+            Errno::EINVAL,
+            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_KPROBE_REFUSED, error: -22, ..Default::default() },
+        ));
+    });
+    let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
+    assert!(
+        matches!(err, TargetError::SiteRefused { reason: SiteRefusal::KprobeRefused { errno: Errno::EINVAL }, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn apply_failure_without_an_index_is_an_os_error() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((Errno::ENOMEM, TrapvecApply { failed_index: TRAPVEC_NO_INDEX, ..Default::default() }));
+    });
+    let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
+    assert!(matches!(err, TargetError::Os { .. }), "{err}");
+}
+
+#[test]
+fn malformed_patches_are_refused_before_any_ioctl() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let long = TextPatch { addr: TEXT, old: vec![0x90; 17], new: vec![0xcc; 17] };
+    let err = target.patch_text(&[long]).unwrap_err();
+    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::BadLength }), "{err}");
+    let uneven = TextPatch { addr: TEXT + 4, old: vec![0x90; 2], new: vec![0xcc; 3] };
+    let err = target.patch_text(&[uneven]).unwrap_err();
+    assert!(matches!(err, TargetError::Text { addr, .. } if addr == TEXT + 4), "{err}");
+    assert_eq!(m.borrow().calls, ["INFO"]);
+}
+
+#[test]
+fn a_read_larger_than_the_module_takes_is_split_into_chunks() {
+    let len = 2 * TRAPVEC_XFER_MAX as usize + 100;
+    let (target, m, _g) = target_with(|m| {
+        m.pattern = TEXT..TEXT + len as u64;
+    });
+    let bytes = target.read(TEXT, len).unwrap();
+    assert_eq!(bytes.len(), len);
+    assert!(bytes.iter().enumerate().all(|(i, &b)| usize::from(b) == i % 251));
+    assert_eq!(m.borrow().calls.iter().filter(|c| **c == "READ").count(), 3);
+}
+
+#[test]
+fn a_read_that_faults_names_the_address() {
+    let (target, _m, _g) = target_with(|m| {
+        m.memory.insert(TEXT, 0x90);
+    });
+    let err = target.read(TEXT, 2).unwrap_err();
+    assert!(matches!(err, TargetError::Read { addr: TEXT, len: 2, .. }), "{err}");
+}
+
+#[test]
+fn alloc_sends_the_kind_and_returns_the_block() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let code = target.alloc(TEXT, 40, BlockKind::Code).unwrap();
+    let data = target.alloc(TEXT, 8, BlockKind::Data).unwrap();
+    assert_eq!((code.id, code.addr, code.size, code.kind), (1, CODE_ARENA, 40, BlockKind::Code));
+    assert_eq!((data.id, data.addr, data.kind), (2, CODE_ARENA + 48, BlockKind::Data));
+    assert_eq!(m.borrow().calls, ["INFO", "ALLOC", "ALLOC"]);
+}
+
+#[test]
+fn a_block_out_of_rel32_reach_is_freed_and_reported() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let near = CODE_ARENA - (3 << 30);
+    let err = target.alloc(near, 64, BlockKind::Code).unwrap_err();
+    assert!(matches!(err, TargetError::Alloc { near: n, size: 64, .. } if n == near), "{err}");
+    assert!(err.to_string().contains("out of rel32 reach"), "{err}");
+    assert_eq!(m.borrow().freed, [1]);
+}
+
+#[test]
+fn a_full_arena_is_reported_as_such() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("ALLOC", (Errno::ENOSPC, 0));
+    });
+    let err = target.alloc(TEXT, 1 << 19, BlockKind::Data).unwrap_err();
+    assert!(err.to_string().contains("Data arena of trapvec.ko is full"), "{err}");
+}
+
+#[test]
+fn writes_are_chunked_and_carry_the_block_id_and_offsets() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let block = target.alloc(TEXT, 3 << 20, BlockKind::Code).unwrap();
+    let bytes: Vec<u8> = (0..(TRAPVEC_XFER_MAX as usize + 10)).map(|i| u8::try_from(i % 7).unwrap()).collect();
+    target.write(&block, 16, &bytes).unwrap();
+    let m = m.borrow();
+    assert_eq!(m.writes.len(), 2);
+    assert_eq!((m.writes[0].0, m.writes[0].1, m.writes[0].2.len()), (block.id, 16, TRAPVEC_XFER_MAX as usize));
+    assert_eq!((m.writes[1].1, m.writes[1].2.len()), (16 + u64::from(TRAPVEC_XFER_MAX), 10));
+    assert_eq!([m.writes[0].2.clone(), m.writes[1].2.clone()].concat(), bytes);
+}
+
+#[test]
+fn a_write_to_a_sealed_block_says_so() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("WRITE", (Errno::EPERM, 0));
+    });
+    let block = target.alloc(TEXT, 32, BlockKind::Code).unwrap();
+    let err = target.write(&block, 4, &[0xc3]).unwrap_err();
+    match &err {
+        TargetError::Block { addr, offset: 4, len: 1, reason } => {
+            assert_eq!(*addr, block.addr);
+            assert!(reason.contains("sealed"), "{reason}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn seal_and_free_name_the_block_id() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let block = target.alloc(TEXT, 32, BlockKind::Code).unwrap();
+    target.seal(&block).unwrap();
+    target.free(&block).unwrap();
+    assert_eq!(m.borrow().sealed, [block.id]);
+    assert_eq!(m.borrow().freed, [block.id]);
+}
+
+#[test]
+fn a_dispatch_error_names_the_failing_site() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("DISPATCH_ADD", (Errno::EEXIST, 1));
+    });
+    let entries = [
+        DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0 },
+        DispatchEntry { site: TEXT + 9, dest: CODE_ARENA, handler: 0, cookie: 0 },
+    ];
+    let err = target.add_dispatch(&entries).unwrap_err();
+    assert!(matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 9 && reason.contains("already")), "{err}");
+}
+
+#[test]
+fn removing_an_unknown_site_names_it() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("DISPATCH_REMOVE", (Errno::ENOENT, 0));
+    });
+    let err = target.remove_dispatch(&[TEXT + 0x40]).unwrap_err();
+    assert!(matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 0x40 && reason.contains("no dispatch entry")), "{err}");
+}
+
+#[test]
+fn trap_hits_reads_counters_and_none_for_a_site_without_entry() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: CODE_ARENA + 32, cookie: 7 };
+    target.add_dispatch(&[entry]).unwrap();
+    m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().hits = 1200;
+    m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().missed = 100;
+    assert_eq!(target.trap_hits(TEXT + 5), Some(TrapHits { hits: 1200, missed: 100 }));
+    assert_eq!(target.trap_hits(TEXT + 6), None);
+}
+
+#[test]
+fn list_asks_again_when_entries_were_added_meanwhile() {
+    let (mut target, m, _g) = target_with(|m| m.list_grows_by = 3);
+    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 9 };
+    target.add_dispatch(&[entry]).unwrap();
+    let listed = target.list().unwrap();
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed[0], ListedEntry { entry, hits: TrapHits::default() });
+    assert_eq!(listed[3].hits.hits, 2);
+    assert_eq!(m.borrow().calls.iter().filter(|c| **c == "LIST").count(), 2);
+}
+
+#[test]
+fn check_site_maps_every_reason_code_and_back() {
+    for code in 1..=TRAPVEC_REASON_MAX {
+        let refusal = SiteRefusal::from_abi(code, -22).unwrap();
+        assert!(!matches!(refusal, SiteRefusal::Unknown { .. }), "code {code} is known");
+        assert_eq!(refusal.code(), Some(code));
+    }
+    assert_eq!(SiteRefusal::from_abi(TRAPVEC_REASON_NONE, 0), None);
+    assert_eq!(SiteRefusal::from_abi(99, 0), Some(SiteRefusal::Unknown { code: 99 }));
+
+    let (target, _m, _g) = target_with(|m| {
+        m.checks.insert(TEXT, (TRAPVEC_REASON_ENTRY_TEXT, 0));
+        m.checks.insert(TEXT + 8, (TRAPVEC_REASON_KPROBE_REFUSED, -16));
+    });
+    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::EntryText));
+    assert_eq!(target.check_site(TEXT + 8, 2), Err(SiteRefusal::KprobeRefused { errno: Errno::EBUSY }));
+    assert_eq!(target.check_site(TEXT + 16, 2), Ok(()));
+}
+
+#[test]
+fn check_site_that_cannot_ask_the_module_says_so() {
+    let (target, _m, _g) = target_with(|m| {
+        m.fail.insert("CHECK", (Errno::EPERM, 0));
+    });
+    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::CheckFailed { errno: Errno::EPERM }));
+}
+
+#[test]
+fn quiesce_is_one_ioctl_for_all_ranges() {
+    let (mut target, m, _g) = target_with(|_| {});
+    target.quiesce(&[(CODE_ARENA, CODE_ARENA + 64), (TEXT, TEXT + 2)]).unwrap();
+    assert_eq!(m.borrow().quiesced, 1);
+}
+
+#[test]
+fn module_info_converts_bases_and_sizes_to_ranges() {
+    let (target, _m, _g) = target_with(|_| {});
+    let info = target.module_info().unwrap();
+    assert_eq!(info.vector, 0xf5);
+    assert_eq!(info.code_arena, CODE_ARENA..CODE_ARENA + (1 << 20));
+}

@@ -1,0 +1,194 @@
+//! The Rust mirror of the ioctl interface (`trapvec::abi`) has the layout and the numbers of
+//! `kmod/trapvec_abi.h`, as a C compiler sees them.
+//!
+//! The test writes a C program that includes the header and prints, for every field listed
+//! below, its offset and size, the size of every struct, and every constant; it compiles the
+//! program with `cc`, runs it, and compares each line with `offset_of!`/`size_of` on the Rust
+//! side. A field listed here but missing in C fails the C compile; a field present in C but not
+//! here changes the struct size, which is compared too.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use trapvec::abi::*;
+
+/// Rows `(C struct, field, offset, size)` and sizes `(C struct, size)`.
+type RustLayout = (Vec<(&'static str, &'static str, u64, u64)>, Vec<(&'static str, u64)>);
+
+/// One measured item: `("struct trapvec_info.vector", (offset, size))` or `("sizeof struct …", (0, size))`.
+type Layout = BTreeMap<String, (u64, u64)>;
+
+/// `(C struct, Rust layout rows)`: every field with its offset and size.
+macro_rules! layout {
+    ($($ty:ty => $c:literal { $($field:ident),* $(,)? })*) => {{
+        let mut rows: Vec<(&'static str, &'static str, u64, u64)> = Vec::new();
+        let mut sizes: Vec<(&'static str, u64)> = Vec::new();
+        $(
+            let value = <$ty>::default();
+            $(
+                rows.push(($c, stringify!($field), core::mem::offset_of!($ty, $field) as u64,
+                           core::mem::size_of_val(&value.$field) as u64));
+            )*
+            sizes.push(($c, core::mem::size_of::<$ty>() as u64));
+        )*
+        (rows, sizes)
+    }};
+}
+
+fn rust_layout() -> RustLayout {
+    layout! {
+        TrapvecInfo => "trapvec_info" {
+            abi_version, vector, entry, old_handler, gate_handler, code_base, code_size, data_base,
+            data_size, code_used, data_used, module_base, module_size, live_patches,
+            dispatch_entries, unknown_traps, retried_traps,
+        }
+        TrapvecRead => "trapvec_read" { addr, buf, len, pad }
+        TrapvecAlloc => "trapvec_alloc" { kind, pad, size, id, addr }
+        TrapvecWrite => "trapvec_write" { id, offset, buf, len, pad }
+        TrapvecBlock => "trapvec_block" { id }
+        TrapvecPatch => "trapvec_patch" { addr, len, pad, old_bytes, new_bytes }
+        TrapvecCheck => "trapvec_check" { addr, len, reason, error, pad }
+        TrapvecApply => "trapvec_apply" { patches, count, flags, failed_index, reason, error, pad, found }
+        TrapvecDispatchEntry => "trapvec_dispatch_entry" { site, dest, handler, cookie }
+        TrapvecDispatchAdd => "trapvec_dispatch_add" { entries, count, failed_index }
+        TrapvecDispatchRemove => "trapvec_dispatch_remove" { sites, count, failed_index }
+        TrapvecHits => "trapvec_hits" { site, hits, missed }
+        TrapvecListEntry => "trapvec_list_entry" { site, dest, handler, cookie, hits, missed }
+        TrapvecList => "trapvec_list" { entries, capacity, count }
+        TrapvecQuiesce => "trapvec_quiesce" { reclaimed_blocks, reclaimed_bytes }
+    }
+}
+
+/// Every number of the header, by its C name.
+fn rust_constants() -> Vec<(&'static str, u64)> {
+    vec![
+        ("TRAPVEC_ABI_VERSION", u64::from(TRAPVEC_ABI_VERSION)),
+        ("TRAPVEC_IOC_MAGIC", u64::from(TRAPVEC_IOC_MAGIC)),
+        ("TRAPVEC_PATCH_MAX", TRAPVEC_PATCH_MAX as u64),
+        ("TRAPVEC_XFER_MAX", u64::from(TRAPVEC_XFER_MAX)),
+        ("TRAPVEC_BATCH_MAX", u64::from(TRAPVEC_BATCH_MAX)),
+        ("TRAPVEC_NO_INDEX", u64::from(TRAPVEC_NO_INDEX)),
+        ("TRAPVEC_BLOCK_CODE", u64::from(TRAPVEC_BLOCK_CODE)),
+        ("TRAPVEC_BLOCK_DATA", u64::from(TRAPVEC_BLOCK_DATA)),
+        ("TRAPVEC_REASON_NONE", u64::from(TRAPVEC_REASON_NONE)),
+        ("TRAPVEC_REASON_BAD_LENGTH", u64::from(TRAPVEC_REASON_BAD_LENGTH)),
+        ("TRAPVEC_REASON_NOT_TEXT", u64::from(TRAPVEC_REASON_NOT_TEXT)),
+        ("TRAPVEC_REASON_OWN_MODULE", u64::from(TRAPVEC_REASON_OWN_MODULE)),
+        ("TRAPVEC_REASON_ENTRY_TEXT", u64::from(TRAPVEC_REASON_ENTRY_TEXT)),
+        ("TRAPVEC_REASON_NOINSTR_TEXT", u64::from(TRAPVEC_REASON_NOINSTR_TEXT)),
+        ("TRAPVEC_REASON_THUNK", u64::from(TRAPVEC_REASON_THUNK)),
+        ("TRAPVEC_REASON_KPROBE_BLACKLIST", u64::from(TRAPVEC_REASON_KPROBE_BLACKLIST)),
+        ("TRAPVEC_REASON_FTRACE", u64::from(TRAPVEC_REASON_FTRACE)),
+        ("TRAPVEC_REASON_JUMP_LABEL", u64::from(TRAPVEC_REASON_JUMP_LABEL)),
+        ("TRAPVEC_REASON_STATIC_CALL", u64::from(TRAPVEC_REASON_STATIC_CALL)),
+        ("TRAPVEC_REASON_BUG_ENTRY", u64::from(TRAPVEC_REASON_BUG_ENTRY)),
+        ("TRAPVEC_REASON_EXTABLE", u64::from(TRAPVEC_REASON_EXTABLE)),
+        ("TRAPVEC_REASON_NOT_BOUNDARY", u64::from(TRAPVEC_REASON_NOT_BOUNDARY)),
+        ("TRAPVEC_REASON_CROSSES_SYMBOL", u64::from(TRAPVEC_REASON_CROSSES_SYMBOL)),
+        ("TRAPVEC_REASON_KPROBE_REFUSED", u64::from(TRAPVEC_REASON_KPROBE_REFUSED)),
+        ("TRAPVEC_REASON_LIVE_PATCH", u64::from(TRAPVEC_REASON_LIVE_PATCH)),
+        ("TRAPVEC_REASON_MISMATCH", u64::from(TRAPVEC_REASON_MISMATCH)),
+        ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
+        ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),
+        ("TRAPVEC_IOC_READ", u64::from(TRAPVEC_IOC_READ)),
+        ("TRAPVEC_IOC_ALLOC", u64::from(TRAPVEC_IOC_ALLOC)),
+        ("TRAPVEC_IOC_WRITE", u64::from(TRAPVEC_IOC_WRITE)),
+        ("TRAPVEC_IOC_SEAL", u64::from(TRAPVEC_IOC_SEAL)),
+        ("TRAPVEC_IOC_FREE", u64::from(TRAPVEC_IOC_FREE)),
+        ("TRAPVEC_IOC_CHECK", u64::from(TRAPVEC_IOC_CHECK)),
+        ("TRAPVEC_IOC_APPLY", u64::from(TRAPVEC_IOC_APPLY)),
+        ("TRAPVEC_IOC_DISPATCH_ADD", u64::from(TRAPVEC_IOC_DISPATCH_ADD)),
+        ("TRAPVEC_IOC_DISPATCH_REMOVE", u64::from(TRAPVEC_IOC_DISPATCH_REMOVE)),
+        ("TRAPVEC_IOC_HITS", u64::from(TRAPVEC_IOC_HITS)),
+        ("TRAPVEC_IOC_LIST", u64::from(TRAPVEC_IOC_LIST)),
+        ("TRAPVEC_IOC_QUIESCE", u64::from(TRAPVEC_IOC_QUIESCE)),
+    ]
+}
+
+fn header_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kmod")
+}
+
+/// Compile and run the C side; parse `name offset size` lines.
+fn c_layout(rows: &[(&str, &str, u64, u64)], sizes: &[(&str, u64)], consts: &[(&str, u64)]) -> Layout {
+    let mut src = String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"trapvec_abi.h\"\nint main(void)\n{\n");
+    for (s, f, _, _) in rows {
+        writeln!(
+            src,
+            "\tprintf(\"struct {s}.{f} %zu %zu\\n\", offsetof(struct {s}, {f}), sizeof(((struct {s} *)0)->{f}));"
+        )
+        .unwrap();
+    }
+    for (s, _) in sizes {
+        writeln!(src, "\tprintf(\"sizeof struct {s} 0 %zu\\n\", sizeof(struct {s}));").unwrap();
+    }
+    for (name, _) in consts {
+        writeln!(src, "\tprintf(\"{name} 0 %llu\\n\", (unsigned long long)({name}));").unwrap();
+    }
+    src.push_str("\treturn 0;\n}\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("abi.c");
+    let exe = dir.path().join("abi");
+    std::fs::write(&c, src).unwrap();
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(header_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("running cc (the ABI test needs a C compiler)");
+    assert!(out.status.success(), "cc failed on kmod/trapvec_abi.h:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.rsplitn(3, ' ');
+            let size = w.next().unwrap().parse().unwrap();
+            let offset = w.next().unwrap().parse().unwrap();
+            (w.next().unwrap().to_string(), (offset, size))
+        })
+        .collect()
+}
+
+#[test]
+fn rust_ioctl_structs_and_numbers_match_the_c_header() {
+    let (rows, sizes) = rust_layout();
+    let consts = rust_constants();
+    let c = c_layout(&rows, &sizes, &consts);
+
+    let mut rust = Layout::new();
+    for (s, f, off, size) in &rows {
+        rust.insert(format!("struct {s}.{f}"), (*off, *size));
+    }
+    for (s, size) in &sizes {
+        rust.insert(format!("sizeof struct {s}"), (0, *size));
+    }
+    for (name, value) in &consts {
+        rust.insert((*name).to_string(), (0, *value));
+    }
+    let mismatches: Vec<String> = rust
+        .iter()
+        .filter(|(k, v)| c.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}: Rust (offset, size|value) {v:?}, C {:?}", c.get(k)))
+        .collect();
+    assert!(mismatches.is_empty(), "layout differs from kmod/trapvec_abi.h:\n{}", mismatches.join("\n"));
+    assert_eq!(rust.len(), c.len());
+    // Sanity: the comparison covered every struct and constant.
+    assert_eq!(sizes.len(), 15);
+    assert!(rows.len() > 60);
+}
+
+#[test]
+fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
+    // nix's own _IOWR encoding, independent of abi::iowr.
+    let nix = |nr: u8, size: usize| -> u64 { nix::request_code_readwrite!(TRAPVEC_IOC_MAGIC, nr, size) };
+    assert_eq!(u64::from(TRAPVEC_IOC_INFO), nix(0, size_of::<TrapvecInfo>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_APPLY), nix(7, size_of::<TrapvecApply>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_QUIESCE), nix(12, size_of::<TrapvecQuiesce>()));
+}
