@@ -44,10 +44,6 @@ impl Image {
         let b = self.read(s.addr, usize::try_from(s.size).unwrap()).unwrap();
         analyze_function(name, s.addr, &b).unwrap()
     }
-
-    fn addr(&self, name: &str) -> u64 {
-        self.symbols.lookup(name).unwrap().addr
-    }
 }
 
 fn user() -> TargetInfo {
