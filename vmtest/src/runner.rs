@@ -250,7 +250,7 @@ fn guest_tree(options: &RunOptions, kernel: &KernelInstall, builder: &Builder<'_
     }
     // The kernel opens /dev/console for init before devtmpfs is mounted.
     fs.char_device("/dev/console", 5, 1, 0o600)?;
-    fs.bytes_file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644)?;
+    fs.bytes_file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n", 0o644)?;
     fs.bytes_file("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)?;
     let init = init::render(&InitOptions {
         load_module: options.load_module,
