@@ -1,6 +1,7 @@
 #!/bin/sh
-# The kmod VM scenario: runs as root inside the guest, with /trapvec.ko and the test
-# program at /files/trapvec_test (vmtest's layout). See run.sh.
+# The kmod VM scenario: runs as root inside the guest, with /trapvec.ko, the C test program
+# at /files/trapvec_test and, optionally, the Rust test at /files/kernel_target (vmtest's
+# layout). See run.sh.
 set -u
 test_prog=/files/trapvec_test
 state=/tmp/trapvec_state
@@ -12,6 +13,10 @@ rmmod trapvec || exit 12
 # ...so that it loads again (it refuses a vector whose gate is not the spurious entry).
 insmod /trapvec.ko || exit 13
 "$test_prog" --after-reload "$state" || exit 14
+# trapvec::kernel::KernelTarget against the real module (when run.sh built it).
+if [ -x /files/kernel_target ]; then
+	/files/kernel_target --test-threads=1 || exit 17
+fi
 rmmod trapvec || exit 15
 if dmesg | grep -E 'WARNING:|BUG:|Oops|\[#[0-9]+\]|Spurious interrupt'; then
 	echo "kmod scenario: the kernel log has a warning"

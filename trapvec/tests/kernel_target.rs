@@ -1,0 +1,108 @@
+//! `KernelTarget` against the real module: runs where `/dev/trapvec` exists (the VM of
+//! `kmod/tests/run.sh`, which builds this test statically and runs it as root in the guest);
+//! elsewhere each test says why it does nothing.
+//!
+//! The splice is the one the C test builds: a trap at `__x64_sys_getppid+5`, over
+//! `push rbx; call rel32`, with a replay trampoline `push rbx; call <callee>; jmp +11` written
+//! into a code block of the module's arena; then the trap is reverted and everything freed.
+
+use std::path::Path;
+
+use trapvec::abi::TRAP_BYTES;
+use trapvec::kernel::{KernelTarget, SiteRefusal, DEVICE_PATH};
+use trapvec::{BlockKind, DispatchEntry, Target, TargetError, TextPatch, TrapHits};
+
+const CALLS: u64 = 500;
+
+fn target() -> Option<KernelTarget> {
+    if !Path::new(DEVICE_PATH).exists() {
+        eprintln!("{DEVICE_PATH} does not exist: this test runs in the VM of kmod/tests/run.sh");
+        return None;
+    }
+    Some(KernelTarget::open().expect("opening the kernel target"))
+}
+
+fn rel32(from_next: u64, to: u64) -> [u8; 4] {
+    i32::try_from(i128::from(to) - i128::from(from_next)).expect("rel32 in reach").to_le_bytes()
+}
+
+fn getppid() -> i64 {
+    // SAFETY: getppid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getppid) }
+}
+
+#[test]
+fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
+    let Some(mut t) = target() else { return };
+    let info = t.module_info().unwrap();
+    assert_eq!(info.vector, 0xf5);
+    assert_eq!(info.gate_handler, info.entry, "the module's gate is installed");
+
+    let func = t.symbols().lookup("__x64_sys_getppid").expect("__x64_sys_getppid in kallsyms").addr;
+    let site = func + 5;
+    let orig = t.read(func, 16).unwrap();
+    assert_eq!(orig[5..7], [0x53, 0xe8], "push rbx; call rel32 at +5");
+    // The call is at site + 1; its rel32 counts from site + 6.
+    let callee = (site + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(orig[7..11].try_into().unwrap())));
+
+    assert_eq!(t.check_site(func, 2), Err(SiteRefusal::Ftrace));
+    assert_eq!(t.check_site(site, 2), Ok(()));
+    assert_eq!(t.check_site(site + 2, 2), Err(SiteRefusal::NotBoundary));
+
+    let block = t.alloc(site, 16, BlockKind::Code).unwrap();
+    assert!(info.code_arena.contains(&block.addr));
+    let mut tramp = vec![0x53, 0xe8];
+    tramp.extend(rel32(block.addr + 6, callee));
+    tramp.push(0xe9);
+    tramp.extend(rel32(block.addr + 11, site + 6));
+    t.write(&block, 0, &tramp).unwrap();
+    assert_eq!(t.read(block.addr, tramp.len()).unwrap(), tramp);
+    t.seal(&block).unwrap();
+    let err = t.write(&block, 0, &[0xcc]).unwrap_err();
+    assert!(err.to_string().contains("sealed"), "{err}");
+
+    let ppid = getppid();
+    let entry = DispatchEntry { site, dest: block.addr, handler: 0, cookie: 0 };
+    t.add_dispatch(&[entry]).unwrap();
+    let trap = TextPatch { addr: site, old: orig[5..7].to_vec(), new: TRAP_BYTES.to_vec() };
+    t.patch_text(std::slice::from_ref(&trap)).unwrap();
+    assert_eq!(t.read(site, 2).unwrap(), TRAP_BYTES);
+
+    for _ in 0..CALLS {
+        assert_eq!(getppid(), ppid);
+    }
+    assert_eq!(t.trap_hits(site), Some(TrapHits { hits: CALLS, missed: 0 }));
+    let listed = t.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].entry, entry);
+    assert_eq!(listed[0].hits.hits, CALLS);
+
+    // Applying it again overlaps the live patch.
+    let err = t.patch_text(std::slice::from_ref(&trap)).unwrap_err();
+    assert!(
+        matches!(&err, TargetError::SiteRefused { addr, reason: SiteRefusal::LivePatch } if *addr == site),
+        "{err}"
+    );
+
+    t.patch_text(&[trap.inverse()]).unwrap();
+    assert_eq!(t.read(func, 16).unwrap(), orig, "every byte restored");
+    t.remove_dispatch(&[site]).unwrap();
+    assert_eq!(t.trap_hits(site), None);
+    t.quiesce(&[(block.addr, block.addr + 16)]).unwrap();
+    t.free(&block).unwrap();
+    assert_eq!(t.module_info().unwrap().live_patches, 0);
+}
+
+#[test]
+fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
+    let Some(mut t) = target() else { return };
+    let func = t.symbols().lookup("__x64_sys_getppid").unwrap().addr;
+    let before = t.read(func, 8).unwrap();
+    let patch = TextPatch { addr: func, old: before[..2].to_vec(), new: TRAP_BYTES.to_vec() };
+    let err = t.patch_text(&[patch]).unwrap_err();
+    assert!(matches!(err, TargetError::SiteRefused { reason: SiteRefusal::Ftrace, .. }), "{err}");
+    let wrong = TextPatch { addr: func + 5, old: vec![0x90, 0x90], new: TRAP_BYTES.to_vec() };
+    let err = t.patch_text(&[wrong]).unwrap_err();
+    assert!(matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"), "{err}");
+    assert_eq!(t.read(func, 8).unwrap(), before);
+}
