@@ -116,14 +116,28 @@ impl<'k> Builder<'k> {
                 status: out.status,
             });
         }
-        let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| BuildError::Cargo { what: "metadata", reason: e.to_string() })?;
+        let meta: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| BuildError::Cargo {
+                what: "metadata",
+                reason: e.to_string(),
+            })?;
         let target_dir = meta["target_directory"]
             .as_str()
             .map(PathBuf::from)
-            .ok_or_else(|| BuildError::Cargo { what: "metadata", reason: "no target_directory".into() })?;
-        log::debug!("repository {}, target directory {}", repo.display(), target_dir.display());
-        Ok(Self { repo: repo.to_owned(), kernel, target_dir })
+            .ok_or_else(|| BuildError::Cargo {
+                what: "metadata",
+                reason: "no target_directory".into(),
+            })?;
+        log::debug!(
+            "repository {}, target directory {}",
+            repo.display(),
+            target_dir.display()
+        );
+        Ok(Self {
+            repo: repo.to_owned(),
+            kernel,
+            target_dir,
+        })
     }
 
     /// `<target>/vmtest`: where vmtest keeps what it builds (helpers, the stripped trapctl).
@@ -134,9 +148,15 @@ impl<'k> Builder<'k> {
     /// Takes the build lock (blocking until other vmtest builds are done).
     pub fn lock(&self) -> Result<BuildLock, BuildError> {
         let dir = self.work_dir();
-        std::fs::create_dir_all(&dir).map_err(|source| BuildError::Io { path: dir.clone(), source })?;
+        std::fs::create_dir_all(&dir).map_err(|source| BuildError::Io {
+            path: dir.clone(),
+            source,
+        })?;
         let path = dir.join("build.lock");
-        let file = File::create(&path).map_err(|source| BuildError::Io { path: path.clone(), source })?;
+        let file = File::create(&path).map_err(|source| BuildError::Io {
+            path: path.clone(),
+            source,
+        })?;
         let lock = Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, errno)| BuildError::Lock { path, errno })?;
         Ok(BuildLock { _lock: lock })
@@ -172,9 +192,15 @@ impl<'k> Builder<'k> {
     /// is unpacked in guest RAM; symbols stay for backtraces).
     pub fn trapctl(&self) -> Result<PathBuf, BuildError> {
         let mut cmd = cargo();
-        cmd.args(["build", "--release", "-p", "trapctl", "--message-format=json-render-diagnostics"])
-            .current_dir(&self.repo)
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "build",
+            "--release",
+            "-p",
+            "trapctl",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(&self.repo)
+        .stderr(Stdio::inherit());
         let command = describe(&cmd);
         log::debug!("running {command}");
         let out = cmd.output().map_err(|source| BuildError::Spawn {
@@ -183,12 +209,20 @@ impl<'k> Builder<'k> {
             source,
         })?;
         if !out.status.success() {
-            return Err(BuildError::Failed { what: "trapctl".into(), command, status: out.status });
+            return Err(BuildError::Failed {
+                what: "trapctl".into(),
+                command,
+                status: out.status,
+            });
         }
         let exe = trapctl_executable(&String::from_utf8_lossy(&out.stdout))?;
         let stripped = self.work_dir().join("trapctl");
         let mut strip = Command::new("strip");
-        strip.arg("--strip-debug").arg("-o").arg(&stripped).arg(&exe);
+        strip
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&exe);
         run(&mut strip, "stripping trapctl")?;
         expect_output("trapctl", stripped)
     }
@@ -197,14 +231,19 @@ impl<'k> Builder<'k> {
     pub fn helpers(&self) -> Result<Vec<PathBuf>, BuildError> {
         let src_dir = self.repo.join("vmtest").join("helpers");
         let out_dir = self.work_dir().join("helpers");
-        std::fs::create_dir_all(&out_dir).map_err(|source| BuildError::Io { path: out_dir.clone(), source })?;
+        std::fs::create_dir_all(&out_dir).map_err(|source| BuildError::Io {
+            path: out_dir.clone(),
+            source,
+        })?;
         let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("cc"));
         let mut built = Vec::new();
         for src in files_with_extension(&src_dir, "c")? {
             let name = src.file_stem().map(OsString::from).unwrap_or_default();
             let out = out_dir.join(&name);
             let mut cmd = Command::new(&cc);
-            cmd.args(["-static", "-O2", "-Wall", "-Wextra", "-o"]).arg(&out).arg(&src);
+            cmd.args(["-static", "-O2", "-Wall", "-Wextra", "-o"])
+                .arg(&out)
+                .arg(&src);
             run(&mut cmd, &format!("helper {}", name.to_string_lossy()))?;
             built.push(expect_output("helpers", out)?);
         }
@@ -213,7 +252,15 @@ impl<'k> Builder<'k> {
 
     fn kbuild(&self, what: &str, dir: &Path, targets: &[&str]) -> Result<(), BuildError> {
         let mut cmd = Command::new("make");
-        cmd.arg("-C").arg(&self.kernel.headers).arg(format!("M={}", dir.display())).arg("-j2");
+        // A make above us (`make test`) must not leak its jobserver or variables (V=1, ...)
+        // into Kbuild.
+        for var in ["MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"] {
+            cmd.env_remove(var);
+        }
+        cmd.arg("-C")
+            .arg(&self.kernel.headers)
+            .arg(format!("M={}", dir.display()))
+            .arg("-j2");
         cmd.args(targets);
         run(&mut cmd, what)
     }
@@ -226,34 +273,49 @@ fn cargo() -> Command {
 /// The `executable` of trapctl's `compiler-artifact` message in cargo's JSON output.
 fn trapctl_executable(json_lines: &str) -> Result<PathBuf, BuildError> {
     for line in json_lines.lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "trapctl" {
             if let Some(exe) = msg["executable"].as_str() {
                 return Ok(PathBuf::from(exe));
             }
         }
     }
-    Err(BuildError::Cargo { what: "build -p trapctl", reason: "no trapctl executable in its output".into() })
+    Err(BuildError::Cargo {
+        what: "build -p trapctl",
+        reason: "no trapctl executable in its output".into(),
+    })
 }
 
 /// Runs a build command with its stdout sent to our stderr.
 fn run(cmd: &mut Command, what: &str) -> Result<(), BuildError> {
     let command = describe(cmd);
     log::debug!("running {command}");
-    let stderr = std::io::stderr().as_fd().try_clone_to_owned().map_err(|source| BuildError::Spawn {
-        what: what.to_owned(),
-        command: command.clone(),
-        source,
-    })?;
-    let status = cmd.stdout(Stdio::from(stderr)).status().map_err(|source| BuildError::Spawn {
-        what: what.to_owned(),
-        command: command.clone(),
-        source,
-    })?;
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| BuildError::Spawn {
+            what: what.to_owned(),
+            command: command.clone(),
+            source,
+        })?;
+    let status = cmd
+        .stdout(Stdio::from(stderr))
+        .status()
+        .map_err(|source| BuildError::Spawn {
+            what: what.to_owned(),
+            command: command.clone(),
+            source,
+        })?;
     if status.success() {
         Ok(())
     } else {
-        Err(BuildError::Failed { what: what.to_owned(), command, status })
+        Err(BuildError::Failed {
+            what: what.to_owned(),
+            command,
+            status,
+        })
     }
 }
 
@@ -269,7 +331,10 @@ fn expect_output(what: &str, path: PathBuf) -> Result<PathBuf, BuildError> {
     if path.is_file() {
         Ok(path)
     } else {
-        Err(BuildError::MissingOutput { what: what.to_owned(), path })
+        Err(BuildError::MissingOutput {
+            what: what.to_owned(),
+            path,
+        })
     }
 }
 
@@ -278,11 +343,19 @@ fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>, BuildErro
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(BuildError::Io { path: dir.to_owned(), source }),
+        Err(source) => {
+            return Err(BuildError::Io {
+                path: dir.to_owned(),
+                source,
+            })
+        }
     };
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| BuildError::Io { path: dir.to_owned(), source })?;
+        let entry = entry.map_err(|source| BuildError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
         let path = entry.path();
         if path.is_file() && path.extension().is_some_and(|e| e == ext) {
             files.push(path);
@@ -301,13 +374,19 @@ mod tests {
         let out = r#"{"reason":"compiler-artifact","target":{"name":"trapvec","kind":["lib"]},"executable":null}
 {"reason":"compiler-artifact","target":{"name":"trapctl","kind":["bin"]},"executable":"/t/release/trapctl"}
 {"reason":"build-finished","success":true}"#;
-        assert_eq!(trapctl_executable(out).unwrap(), PathBuf::from("/t/release/trapctl"));
+        assert_eq!(
+            trapctl_executable(out).unwrap(),
+            PathBuf::from("/t/release/trapctl")
+        );
     }
 
     #[test]
     fn missing_trapctl_artifact_is_an_error() {
         let out = r#"{"reason":"build-finished","success":true}"#;
-        assert!(matches!(trapctl_executable(out), Err(BuildError::Cargo { .. })));
+        assert!(matches!(
+            trapctl_executable(out),
+            Err(BuildError::Cargo { .. })
+        ));
     }
 
     #[test]
@@ -319,7 +398,9 @@ mod tests {
         std::fs::create_dir(dir.path().join("include.c")).unwrap();
         let found = files_with_extension(dir.path(), "c").unwrap();
         assert_eq!(found, [dir.path().join("a.c"), dir.path().join("b.c")]);
-        assert!(files_with_extension(&dir.path().join("absent"), "c").unwrap().is_empty());
+        assert!(files_with_extension(&dir.path().join("absent"), "c")
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -332,7 +413,11 @@ mod tests {
             headers: "/usr/src/linux-headers-6.1.0-56-cloud-amd64".into(),
             modules: "/lib/modules/6.1.0-56-cloud-amd64".into(),
         };
-        let builder = Builder { repo: repo.path().to_owned(), kernel: &kernel, target_dir: repo.path().join("target") };
+        let builder = Builder {
+            repo: repo.path().to_owned(),
+            kernel: &kernel,
+            target_dir: repo.path().join("target"),
+        };
         let err = builder.module().unwrap_err();
         assert!(matches!(err, BuildError::NoModuleSource { .. }));
         assert!(err.to_string().contains("--no-load"));

@@ -114,16 +114,22 @@ pub fn printk_message(line: &str) -> Option<&str> {
         let after = &rest[open + 1..];
         let close = after.find(']')?;
         let stamp = after[..close].trim_start();
-        let is_time = stamp
-            .split_once('.')
-            .is_some_and(|(s, us)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !us.is_empty() && us.bytes().all(|b| b.is_ascii_digit()));
+        let is_time = stamp.split_once('.').is_some_and(|(s, us)| {
+            !s.is_empty()
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && !us.is_empty()
+                && us.bytes().all(|b| b.is_ascii_digit())
+        });
         if is_time {
             let mut message = after[close + 1..].trim_start();
             // Optional caller id: [    T123] or [    C1].
             if let Some(inner) = message.strip_prefix('[') {
                 if let Some(end) = inner.find(']') {
                     let id = inner[..end].trim_start();
-                    if id.len() > 1 && (id.starts_with('T') || id.starts_with('C')) && id[1..].bytes().all(|b| b.is_ascii_digit()) {
+                    if id.len() > 1
+                        && (id.starts_with('T') || id.starts_with('C'))
+                        && id[1..].bytes().all(|b| b.is_ascii_digit())
+                    {
                         message = inner[end + 1..].trim_start();
                     }
                 }
@@ -184,15 +190,26 @@ mod tests {
 
     #[test]
     fn caller_id_prefix_is_skipped() {
-        assert_eq!(printk_message("[    1.000000][    T1] WARNING: x"), Some("WARNING: x"));
-        assert_eq!(printk_message("[    1.000000][    C0] BUG: y"), Some("BUG: y"));
+        assert_eq!(
+            printk_message("[    1.000000][    T1] WARNING: x"),
+            Some("WARNING: x")
+        );
+        assert_eq!(
+            printk_message("[    1.000000][    C0] BUG: y"),
+            Some("BUG: y")
+        );
     }
 
     #[test]
     fn printk_after_scenario_output_on_the_same_line_still_counts() {
         let mut scan = ConsoleScanner::new();
-        scan.feed(b"partial output[   20.000000] watchdog: BUG: soft lockup - CPU#0 stuck for 22s!\n");
-        assert_eq!(scan.problems(), ["watchdog: BUG: soft lockup - CPU#0 stuck for 22s!"]);
+        scan.feed(
+            b"partial output[   20.000000] watchdog: BUG: soft lockup - CPU#0 stuck for 22s!\n",
+        );
+        assert_eq!(
+            scan.problems(),
+            ["watchdog: BUG: soft lockup - CPU#0 stuck for 22s!"]
+        );
     }
 
     #[test]

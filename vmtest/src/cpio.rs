@@ -8,7 +8,9 @@
 
 use std::io::{self, Write};
 
-/// File-type bits of `st_mode` (`S_IFMT` and friends), as cpio stores them.
+/// The file-type field of `st_mode`.
+pub const S_IFMT: u32 = 0o170_000;
+/// Directory (file-type bits of `st_mode`, as cpio stores them).
 pub const S_IFDIR: u32 = 0o040_000;
 /// Regular file.
 pub const S_IFREG: u32 = 0o100_000;
@@ -69,14 +71,20 @@ pub struct CpioWriter<W: Write> {
 impl<W: Write> CpioWriter<W> {
     /// Starts an archive on `out`.
     pub fn new(out: W) -> Self {
-        Self { out, written: 0, next_ino: 1 }
+        Self {
+            out,
+            written: 0,
+            next_ino: 1,
+        }
     }
 
     /// Appends one record: `name` (no leading `/` needed), its header, and `data` (file
     /// contents, or the target of a symlink; empty for directories and devices).
     pub fn append(&mut self, name: &str, header: Header, data: &[u8]) -> Result<(), CpioError> {
         if name.is_empty() || name.contains('\0') {
-            return Err(CpioError::BadName { name: name.to_owned() });
+            return Err(CpioError::BadName {
+                name: name.to_owned(),
+            });
         }
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -85,12 +93,29 @@ impl<W: Write> CpioWriter<W> {
 
     /// Writes the trailer and returns the underlying writer.
     pub fn finish(mut self) -> Result<W, CpioError> {
-        self.record(TRAILER, 0, Header { mode: 0, rdev: (0, 0) }, &[])?;
-        self.out.flush().map_err(|source| CpioError::Io { name: TRAILER.to_owned(), source })?;
+        self.record(
+            TRAILER,
+            0,
+            Header {
+                mode: 0,
+                rdev: (0, 0),
+            },
+            &[],
+        )?;
+        self.out.flush().map_err(|source| CpioError::Io {
+            name: TRAILER.to_owned(),
+            source,
+        })?;
         Ok(self.out)
     }
 
-    fn record(&mut self, name: &str, ino: u32, header: Header, data: &[u8]) -> Result<(), CpioError> {
+    fn record(
+        &mut self,
+        name: &str,
+        ino: u32,
+        header: Header,
+        data: &[u8],
+    ) -> Result<(), CpioError> {
         let field = |field: &'static str, value: usize| {
             u32::try_from(value).map_err(|_| CpioError::TooLarge {
                 name: name.to_owned(),
@@ -100,19 +125,37 @@ impl<W: Write> CpioWriter<W> {
         };
         let filesize = field("filesize", data.len())?;
         let namesize = field("namesize", name.len() + 1)?;
-        let nlink = if header.mode & S_IFDIR == S_IFDIR { 2 } else { 1 };
+        let nlink = if header.mode & S_IFMT == S_IFDIR {
+            2
+        } else {
+            1
+        };
         let mut head = String::with_capacity(110);
         head.push_str(std::str::from_utf8(MAGIC).expect("magic is ASCII"));
         // ino, mode, uid, gid, nlink, mtime, filesize, devmajor, devminor, rdevmajor,
         // rdevminor, namesize, check
         for value in [
-            ino, header.mode, 0, 0, nlink, 0, filesize, 0, 0, header.rdev.0, header.rdev.1,
-            namesize, 0,
+            ino,
+            header.mode,
+            0,
+            0,
+            nlink,
+            0,
+            filesize,
+            0,
+            0,
+            header.rdev.0,
+            header.rdev.1,
+            namesize,
+            0,
         ] {
             head.push_str(&format!("{value:08X}"));
         }
         debug_assert_eq!(head.len(), 110);
-        let io = |source| CpioError::Io { name: name.to_owned(), source };
+        let io = |source| CpioError::Io {
+            name: name.to_owned(),
+            source,
+        };
         self.put(head.as_bytes()).map_err(io)?;
         self.put(name.as_bytes()).map_err(io)?;
         self.put(&[0]).map_err(io)?;
@@ -152,7 +195,15 @@ mod tests {
     #[test]
     fn file_record_has_newc_header_name_and_padded_data() {
         let mut w = CpioWriter::new(Vec::new());
-        w.append("init", Header { mode: S_IFREG | 0o755, rdev: (0, 0) }, b"#!/bin/sh\n").unwrap();
+        w.append(
+            "init",
+            Header {
+                mode: S_IFREG | 0o755,
+                rdev: (0, 0),
+            },
+            b"#!/bin/sh\n",
+        )
+        .unwrap();
         let bytes = w.finish().unwrap();
 
         assert_eq!(&bytes[..6], b"070701");
@@ -174,7 +225,15 @@ mod tests {
     #[test]
     fn device_record_carries_rdev_and_no_data() {
         let mut w = CpioWriter::new(Vec::new());
-        w.append("dev/console", Header { mode: S_IFCHR | 0o600, rdev: (5, 1) }, &[]).unwrap();
+        w.append(
+            "dev/console",
+            Header {
+                mode: S_IFCHR | 0o600,
+                rdev: (5, 1),
+            },
+            &[],
+        )
+        .unwrap();
         let bytes = w.finish().unwrap();
         assert_eq!(field(&bytes, 1), 0o020_600);
         assert_eq!(field(&bytes, 6), 0);
@@ -184,9 +243,18 @@ mod tests {
     #[test]
     fn names_with_nul_or_empty_are_refused() {
         let mut w = CpioWriter::new(Vec::new());
-        let h = Header { mode: S_IFREG | 0o644, rdev: (0, 0) };
-        assert!(matches!(w.append("", h, &[]), Err(CpioError::BadName { .. })));
-        assert!(matches!(w.append("a\0b", h, &[]), Err(CpioError::BadName { .. })));
+        let h = Header {
+            mode: S_IFREG | 0o644,
+            rdev: (0, 0),
+        };
+        assert!(matches!(
+            w.append("", h, &[]),
+            Err(CpioError::BadName { .. })
+        ));
+        assert!(matches!(
+            w.append("a\0b", h, &[]),
+            Err(CpioError::BadName { .. })
+        ));
     }
 
     /// GNU cpio is the reference reader: what it extracts must be exactly what was written.
@@ -198,13 +266,39 @@ mod tests {
         };
         assert!(status.status.success());
         let mut w = CpioWriter::new(Vec::new());
-        let dir = Header { mode: S_IFDIR | 0o755, rdev: (0, 0) };
+        let dir = Header {
+            mode: S_IFDIR | 0o755,
+            rdev: (0, 0),
+        };
         w.append("bin", dir, &[]).unwrap();
-        w.append("bin/tool", Header { mode: S_IFREG | 0o755, rdev: (0, 0) }, b"\x7fELF odd len")
-            .unwrap();
-        w.append("bin/alias", Header { mode: S_IFLNK | 0o777, rdev: (0, 0) }, b"tool").unwrap();
+        w.append(
+            "bin/tool",
+            Header {
+                mode: S_IFREG | 0o755,
+                rdev: (0, 0),
+            },
+            b"\x7fELF odd len",
+        )
+        .unwrap();
+        w.append(
+            "bin/alias",
+            Header {
+                mode: S_IFLNK | 0o777,
+                rdev: (0, 0),
+            },
+            b"tool",
+        )
+        .unwrap();
         w.append("etc", dir, &[]).unwrap();
-        w.append("etc/empty", Header { mode: S_IFREG | 0o644, rdev: (0, 0) }, b"").unwrap();
+        w.append(
+            "etc/empty",
+            Header {
+                mode: S_IFREG | 0o644,
+                rdev: (0, 0),
+            },
+            b"",
+        )
+        .unwrap();
         let archive = w.finish().unwrap();
 
         let out = tempfile::tempdir().unwrap();
@@ -217,11 +311,22 @@ mod tests {
         child.stdin.take().unwrap().write_all(&archive).unwrap();
         assert!(child.wait().unwrap().success());
 
-        assert_eq!(std::fs::read(out.path().join("bin/tool")).unwrap(), b"\x7fELF odd len");
-        assert_eq!(std::fs::read_link(out.path().join("bin/alias")).unwrap().to_str(), Some("tool"));
+        assert_eq!(
+            std::fs::read(out.path().join("bin/tool")).unwrap(),
+            b"\x7fELF odd len"
+        );
+        assert_eq!(
+            std::fs::read_link(out.path().join("bin/alias"))
+                .unwrap()
+                .to_str(),
+            Some("tool")
+        );
         assert_eq!(std::fs::read(out.path().join("etc/empty")).unwrap(), b"");
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(out.path().join("bin/tool")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(out.path().join("bin/tool"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o755);
     }
 }

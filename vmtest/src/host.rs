@@ -94,37 +94,65 @@ impl KernelInstall {
 
     /// The install that `image` (a `vmlinuz-<version>`) belongs to, with headers under
     /// `headers_root` and modules under `modules_root`.
-    pub fn for_image(image: &Path, headers_root: &Path, modules_root: &Path) -> Result<Self, HostError> {
+    pub fn for_image(
+        image: &Path,
+        headers_root: &Path,
+        modules_root: &Path,
+    ) -> Result<Self, HostError> {
         if !image.is_file() {
-            return Err(HostError::MissingKernel { path: image.to_owned() });
+            return Err(HostError::MissingKernel {
+                path: image.to_owned(),
+            });
         }
         let version = image
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix("vmlinuz-"))
             .filter(|v| !v.is_empty())
-            .ok_or_else(|| HostError::NotAKernelName { path: image.to_owned() })?
+            .ok_or_else(|| HostError::NotAKernelName {
+                path: image.to_owned(),
+            })?
             .to_owned();
         let headers = headers_root.join(format!("linux-headers-{version}"));
         if !headers.join("Makefile").is_file() {
-            return Err(HostError::MissingHeaders { version, path: headers });
+            return Err(HostError::MissingHeaders {
+                version,
+                path: headers,
+            });
         }
         let modules = modules_root.join(&version);
         if !modules.join("modules.dep").is_file() {
-            return Err(HostError::MissingModules { version, path: modules });
+            return Err(HostError::MissingModules {
+                version,
+                path: modules,
+            });
         }
-        log::debug!("guest kernel {version}: {} (headers {})", image.display(), headers.display());
-        Ok(Self { version, vmlinuz: image.to_owned(), headers, modules })
+        log::debug!(
+            "guest kernel {version}: {} (headers {})",
+            image.display(),
+            headers.display()
+        );
+        Ok(Self {
+            version,
+            vmlinuz: image.to_owned(),
+            headers,
+            modules,
+        })
     }
 }
 
 /// The `vmlinuz-*-cloud-amd64` in `dir` with the highest version.
 pub fn newest_image(dir: &Path) -> Result<PathBuf, HostError> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|source| HostError::ReadDir { dir: dir.to_owned(), source })?;
+    let entries = std::fs::read_dir(dir).map_err(|source| HostError::ReadDir {
+        dir: dir.to_owned(),
+        source,
+    })?;
     let mut best: Option<(String, PathBuf)> = None;
     for entry in entries {
-        let entry = entry.map_err(|source| HostError::ReadDir { dir: dir.to_owned(), source })?;
+        let entry = entry.map_err(|source| HostError::ReadDir {
+            dir: dir.to_owned(),
+            source,
+        })?;
         let name = entry.file_name();
         let Some(version) = name
             .to_str()
@@ -133,11 +161,17 @@ pub fn newest_image(dir: &Path) -> Result<PathBuf, HostError> {
         else {
             continue;
         };
-        if best.as_ref().is_none_or(|(b, _)| compare_versions(version, b) == Ordering::Greater) {
+        if best
+            .as_ref()
+            .is_none_or(|(b, _)| compare_versions(version, b) == Ordering::Greater)
+        {
             best = Some((version.to_owned(), entry.path()));
         }
     }
-    best.map(|(_, path)| path).ok_or_else(|| HostError::NoKernel { dir: dir.to_owned() })
+    best.map(|(_, path)| path)
+        .ok_or_else(|| HostError::NoKernel {
+            dir: dir.to_owned(),
+        })
 }
 
 /// Orders kernel release strings as `sort -V` does: runs of digits compare as numbers, the rest
@@ -155,7 +189,8 @@ pub fn compare_versions(a: &str, b: &str) -> Ordering {
         let b_digit = b.starts_with(|c: char| c.is_ascii_digit());
         // Length of the leading run of digits (or of non-digits).
         let run = |s: &str, digits: bool| {
-            s.find(|c: char| c.is_ascii_digit() != digits).unwrap_or(s.len())
+            s.find(|c: char| c.is_ascii_digit() != digits)
+                .unwrap_or(s.len())
         };
         let (la, lb) = (run(a, a_digit), run(b, b_digit));
         let (ta, tb) = (&a[..la], &b[..lb]);
@@ -184,12 +219,16 @@ pub fn find_program(program: &str, hint: &'static str) -> Result<PathBuf, HostEr
         .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(program))
         .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| HostError::ProgramNotFound { program: program.to_owned(), hint })
+        .ok_or_else(|| HostError::ProgramNotFound {
+            program: program.to_owned(),
+            hint,
+        })
 }
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]
@@ -198,9 +237,18 @@ mod tests {
 
     #[test]
     fn versions_compare_numerically_per_component() {
-        assert_eq!(compare_versions("6.1.0-9-cloud-amd64", "6.1.0-56-cloud-amd64"), Ordering::Less);
-        assert_eq!(compare_versions("6.10.0-1-cloud-amd64", "6.1.0-56-cloud-amd64"), Ordering::Greater);
-        assert_eq!(compare_versions("6.1.0-56-cloud-amd64", "6.1.0-56-cloud-amd64"), Ordering::Equal);
+        assert_eq!(
+            compare_versions("6.1.0-9-cloud-amd64", "6.1.0-56-cloud-amd64"),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare_versions("6.10.0-1-cloud-amd64", "6.1.0-56-cloud-amd64"),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_versions("6.1.0-56-cloud-amd64", "6.1.0-56-cloud-amd64"),
+            Ordering::Equal
+        );
         assert_eq!(compare_versions("6.1.0-056", "6.1.0-56"), Ordering::Equal);
         assert_eq!(compare_versions("6.1", "6.1.0"), Ordering::Less);
     }
@@ -241,7 +289,9 @@ mod tests {
         std::fs::write(&image, b"").unwrap();
 
         let err = KernelInstall::for_image(&image, &src, &lib).unwrap_err();
-        assert!(matches!(err, HostError::MissingHeaders { ref version, .. } if version == "6.1.0-56-cloud-amd64"));
+        assert!(
+            matches!(err, HostError::MissingHeaders { ref version, .. } if version == "6.1.0-56-cloud-amd64")
+        );
 
         let headers = src.join("linux-headers-6.1.0-56-cloud-amd64");
         std::fs::create_dir_all(&headers).unwrap();

@@ -37,7 +37,11 @@ pub struct InitOptions {
 
 impl Default for InitOptions {
     fn default() -> Self {
-        Self { load_module: true, dmesg_tail: 40, applet_overrides: Vec::new() }
+        Self {
+            load_module: true,
+            dmesg_tail: 40,
+            applet_overrides: Vec::new(),
+        }
     }
 }
 
@@ -117,7 +121,10 @@ mod tests {
     #[test]
     fn init_mounts_everything_and_brings_lo_up_before_the_scenario() {
         let text = render(&InitOptions::default());
-        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+        };
         let scenario = at("/bin/sh -c '. \"$0\"' /scenario.sh");
         for step in [
             "mount -t proc proc /proc",
@@ -137,7 +144,10 @@ mod tests {
 
     #[test]
     fn no_load_leaves_insmod_out() {
-        let text = render(&InitOptions { load_module: false, ..InitOptions::default() });
+        let text = render(&InitOptions {
+            load_module: false,
+            ..InitOptions::default()
+        });
         assert!(!text.contains("insmod"));
         assert!(text.contains("/scenario.sh </dev/null"));
     }
@@ -150,7 +160,9 @@ mod tests {
         };
         let text = render(&options);
         assert!(
-            text.contains("/bin/sh -c 'tc() { /sbin/tc \"$@\"; }; . \"$0\"' /scenario.sh </dev/null"),
+            text.contains(
+                "/bin/sh -c 'tc() { /sbin/tc \"$@\"; }; . \"$0\"' /scenario.sh </dev/null"
+            ),
             "{text}"
         );
     }
@@ -176,8 +188,15 @@ mod tests {
         };
         let text = render(&options);
         let line = text.lines().find(|l| l.starts_with("/bin/sh -c")).unwrap();
-        let command = line.replace("/bin/sh -c", "").replace(paths::SCENARIO, &script.display().to_string());
-        let out = std::process::Command::new(&busybox).arg("sh").arg("-c").arg(format!("sh -c {command}")).output().unwrap();
+        let command = line
+            .replace("/bin/sh -c", "")
+            .replace(paths::SCENARIO, &script.display().to_string());
+        let out = std::process::Command::new(&busybox)
+            .arg("sh")
+            .arg("-c")
+            .arg(format!("sh -c {command}"))
+            .output()
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(7), "{stdout}");
         assert_eq!(stdout, format!("0={}\nreal tc marker\n", script.display()));
@@ -185,7 +204,10 @@ mod tests {
 
     #[test]
     fn insmod_failure_shows_dmesg_tail_and_reports_nonzero() {
-        let text = render(&InitOptions { dmesg_tail: 25, ..InitOptions::default() });
+        let text = render(&InitOptions {
+            dmesg_tail: 25,
+            ..InitOptions::default()
+        });
         assert!(text.contains("dmesg | tail -n 25"));
         assert!(text.contains("insmod /trapvec.ko\nstatus=$?\nif [ \"$status\" -ne 0 ]; then"));
     }
@@ -194,10 +216,17 @@ mod tests {
     #[test]
     fn init_script_is_valid_shell() {
         for load_module in [true, false] {
-            let text = render(&InitOptions { load_module, ..InitOptions::default() });
+            let text = render(&InitOptions {
+                load_module,
+                ..InitOptions::default()
+            });
             let file = tempfile::NamedTempFile::new().unwrap();
             std::fs::write(file.path(), &text).unwrap();
-            let status = std::process::Command::new("sh").arg("-n").arg(file.path()).status().unwrap();
+            let status = std::process::Command::new("sh")
+                .arg("-n")
+                .arg(file.path())
+                .status()
+                .unwrap();
             assert!(status.success(), "sh -n rejected:\n{text}");
         }
     }

@@ -43,7 +43,9 @@ pub enum InitramfsError {
         source: std::io::Error,
     },
     /// busybox is dynamically linked, so it would need libraries before /init could run.
-    #[error("{path} is dynamically linked; vmtest needs a static busybox (install busybox-static)")]
+    #[error(
+        "{path} is dynamically linked; vmtest needs a static busybox (install busybox-static)"
+    )]
     BusyboxNotStatic {
         /// The busybox binary.
         path: PathBuf,
@@ -144,13 +146,30 @@ impl Initramfs {
     /// Adds a file copied from the host when the archive is written.
     pub fn host_file(&mut self, guest: &str, host: &Path, mode: u32) -> Result<(), InitramfsError> {
         let path = normalize(guest)?;
-        self.insert(path, Node::File { source: Source::Host(host.to_owned()), mode })
+        self.insert(
+            path,
+            Node::File {
+                source: Source::Host(host.to_owned()),
+                mode,
+            },
+        )
     }
 
     /// Adds a file with the given contents.
-    pub fn bytes_file(&mut self, guest: &str, bytes: impl Into<Vec<u8>>, mode: u32) -> Result<(), InitramfsError> {
+    pub fn bytes_file(
+        &mut self,
+        guest: &str,
+        bytes: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Result<(), InitramfsError> {
         let path = normalize(guest)?;
-        self.insert(path, Node::File { source: Source::Bytes(bytes.into()), mode })
+        self.insert(
+            path,
+            Node::File {
+                source: Source::Bytes(bytes.into()),
+                mode,
+            },
+        )
     }
 
     /// Adds a symbolic link.
@@ -160,14 +179,24 @@ impl Initramfs {
     }
 
     /// Adds a character device node (no root needed: it only exists in the archive).
-    pub fn char_device(&mut self, guest: &str, major: u32, minor: u32, mode: u32) -> Result<(), InitramfsError> {
+    pub fn char_device(
+        &mut self,
+        guest: &str,
+        major: u32,
+        minor: u32,
+        mode: u32,
+    ) -> Result<(), InitramfsError> {
         let path = normalize(guest)?;
         self.insert(path, Node::CharDev { major, minor, mode })
     }
 
     /// Adds host program `host` at guest path `guest` (mode 0755) and every shared library it
     /// loads, each at its host path (so the dynamic loader finds them where `ldd` did).
-    pub fn program_with_libraries(&mut self, guest: &str, host: &Path) -> Result<(), InitramfsError> {
+    pub fn program_with_libraries(
+        &mut self,
+        guest: &str,
+        host: &Path,
+    ) -> Result<(), InitramfsError> {
         self.host_file(guest, host, 0o755)?;
         for lib in ldd::shared_libraries(host)? {
             let guest_lib = lib.to_string_lossy().into_owned();
@@ -190,12 +219,18 @@ impl Initramfs {
     /// Returns the number of applet links added.
     pub fn busybox(&mut self, host: &Path) -> Result<usize, InitramfsError> {
         if !ldd::shared_libraries(host)?.is_empty() {
-            return Err(InitramfsError::BusyboxNotStatic { path: host.to_owned() });
+            return Err(InitramfsError::BusyboxNotStatic {
+                path: host.to_owned(),
+            });
         }
         self.host_file("/bin/busybox", host, 0o755)?;
-        let out = Command::new(host).arg("--list-full").output().map_err(|e| {
-            InitramfsError::BusyboxApplets { path: host.to_owned(), reason: e.to_string() }
-        })?;
+        let out = Command::new(host)
+            .arg("--list-full")
+            .output()
+            .map_err(|e| InitramfsError::BusyboxApplets {
+                path: host.to_owned(),
+                reason: e.to_string(),
+            })?;
         if !out.status.success() {
             return Err(InitramfsError::BusyboxApplets {
                 path: host.to_owned(),
@@ -220,27 +255,48 @@ impl Initramfs {
         let mut cpio = CpioWriter::new(gz);
         for (path, node) in &self.nodes {
             match node {
-                Node::Dir => cpio.append(path, Header { mode: S_IFDIR | 0o755, rdev: (0, 0) }, &[])?,
+                Node::Dir => cpio.append(
+                    path,
+                    Header {
+                        mode: S_IFDIR | 0o755,
+                        rdev: (0, 0),
+                    },
+                    &[],
+                )?,
                 Node::File { source, mode } => {
-                    let header = Header { mode: S_IFREG | mode, rdev: (0, 0) };
+                    let header = Header {
+                        mode: S_IFREG | mode,
+                        rdev: (0, 0),
+                    };
                     match source {
                         Source::Bytes(bytes) => cpio.append(path, header, bytes)?,
                         Source::Host(host) => {
-                            let bytes = std::fs::read(host).map_err(|source| InitramfsError::ReadHost {
-                                host: host.clone(),
-                                guest: path.clone(),
-                                source,
-                            })?;
+                            let bytes =
+                                std::fs::read(host).map_err(|source| InitramfsError::ReadHost {
+                                    host: host.clone(),
+                                    guest: path.clone(),
+                                    source,
+                                })?;
                             cpio.append(path, header, &bytes)?;
                         }
                     }
                 }
-                Node::Symlink(target) => {
-                    cpio.append(path, Header { mode: S_IFLNK | 0o777, rdev: (0, 0) }, target.as_bytes())?
-                }
-                Node::CharDev { major, minor, mode } => {
-                    cpio.append(path, Header { mode: S_IFCHR | mode, rdev: (*major, *minor) }, &[])?
-                }
+                Node::Symlink(target) => cpio.append(
+                    path,
+                    Header {
+                        mode: S_IFLNK | 0o777,
+                        rdev: (0, 0),
+                    },
+                    target.as_bytes(),
+                )?,
+                Node::CharDev { major, minor, mode } => cpio.append(
+                    path,
+                    Header {
+                        mode: S_IFCHR | mode,
+                        rdev: (*major, *minor),
+                    },
+                    &[],
+                )?,
             }
         }
         let gz = cpio.finish()?;
@@ -270,7 +326,11 @@ impl Initramfs {
         match (self.nodes.get(&path), &node) {
             (Some(Node::Dir), Node::Dir) | (None, _) => {}
             (Some(existing), new) if matches!(existing, Node::Dir) != matches!(new, Node::Dir) => {
-                return Err(InitramfsError::Conflict { path, existing: existing.kind(), new: new.kind() })
+                return Err(InitramfsError::Conflict {
+                    path,
+                    existing: existing.kind(),
+                    new: new.kind(),
+                })
             }
             (Some(existing), _) => log::debug!("guest /{path}: {} replaced", existing.kind()),
         }
@@ -282,11 +342,16 @@ impl Initramfs {
 /// `/a/b` and `a/b` → `a/b`; refuses empty, `.` and `..` components.
 fn normalize(path: &str) -> Result<String, InitramfsError> {
     let trimmed = path.trim_start_matches('/').trim_end_matches('/');
-    let ok = !trimmed.is_empty() && trimmed.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+    let ok = !trimmed.is_empty()
+        && trimmed
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
     if ok {
         Ok(trimmed.to_owned())
     } else {
-        Err(InitramfsError::BadPath { path: path.to_owned() })
+        Err(InitramfsError::BadPath {
+            path: path.to_owned(),
+        })
     }
 }
 
@@ -298,30 +363,61 @@ mod tests {
     #[test]
     fn parents_are_created_and_ordered_before_children() {
         let mut fs = Initramfs::new();
-        fs.bytes_file("/usr/local/bin/x", b"x".to_vec(), 0o755).unwrap();
-        fs.bytes_file("/init", b"#!/bin/sh\n".to_vec(), 0o755).unwrap();
+        fs.bytes_file("/usr/local/bin/x", b"x".to_vec(), 0o755)
+            .unwrap();
+        fs.bytes_file("/init", b"#!/bin/sh\n".to_vec(), 0o755)
+            .unwrap();
         fs.dir("/usr-other").unwrap();
         let paths: Vec<_> = fs.paths().collect();
-        assert_eq!(paths, ["init", "usr", "usr-other", "usr/local", "usr/local/bin", "usr/local/bin/x"]);
+        assert_eq!(
+            paths,
+            [
+                "init",
+                "usr",
+                "usr-other",
+                "usr/local",
+                "usr/local/bin",
+                "usr/local/bin/x"
+            ]
+        );
     }
 
     #[test]
     fn a_file_replaces_a_symlink_but_never_a_directory() {
         let mut fs = Initramfs::new();
         fs.symlink("/sbin/tc", "/bin/busybox").unwrap();
-        fs.bytes_file("/sbin/tc", b"real tc".to_vec(), 0o755).unwrap();
+        fs.bytes_file("/sbin/tc", b"real tc".to_vec(), 0o755)
+            .unwrap();
         assert!(matches!(fs.get("/sbin/tc"), Some(Node::File { .. })));
         let err = fs.bytes_file("/sbin", b"".to_vec(), 0o644).unwrap_err();
-        assert!(matches!(err, InitramfsError::Conflict { existing: "directory", .. }));
-        let err = fs.bytes_file("/sbin/tc/inner", b"".to_vec(), 0o644).unwrap_err();
-        assert!(matches!(err, InitramfsError::Conflict { existing: "file", new: "directory", .. }));
+        assert!(matches!(
+            err,
+            InitramfsError::Conflict {
+                existing: "directory",
+                ..
+            }
+        ));
+        let err = fs
+            .bytes_file("/sbin/tc/inner", b"".to_vec(), 0o644)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            InitramfsError::Conflict {
+                existing: "file",
+                new: "directory",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn dot_dot_and_empty_paths_are_refused() {
         let mut fs = Initramfs::new();
         for bad in ["", "/", "/a/../b", "a//b", "./a"] {
-            assert!(matches!(fs.dir(bad), Err(InitramfsError::BadPath { .. })), "{bad:?}");
+            assert!(
+                matches!(fs.dir(bad), Err(InitramfsError::BadPath { .. })),
+                "{bad:?}"
+            );
         }
     }
 
@@ -337,13 +433,26 @@ mod tests {
 
         assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");
         let mut cpio = Vec::new();
-        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut cpio).unwrap();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut cpio)
+            .unwrap();
         let text = String::from_utf8_lossy(&cpio);
         // Names appear in tree order, each after a newc header.
-        let order: Vec<_> = ["bin\0", "bin/sh\0", "dev\0", "dev/console\0", "files\0", "files/data\0", "TRAILER!!!\0"]
-            .iter()
-            .map(|name| text.find(name).unwrap_or_else(|| panic!("{name:?} missing")))
-            .collect();
+        let order: Vec<_> = [
+            "bin\0",
+            "bin/sh\0",
+            "dev\0",
+            "dev/console\0",
+            "files\0",
+            "files/data\0",
+            "TRAILER!!!\0",
+        ]
+        .iter()
+        .map(|name| {
+            text.find(name)
+                .unwrap_or_else(|| panic!("{name:?} missing"))
+        })
+        .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
         assert!(text.contains("from the host"));
         assert_eq!(text.matches("070701").count(), 7, "6 nodes and the trailer");
@@ -352,10 +461,14 @@ mod tests {
     #[test]
     fn missing_host_file_is_reported_with_both_paths() {
         let mut fs = Initramfs::new();
-        fs.host_file("/bin/gone", Path::new("/nonexistent/vmtest-gone"), 0o755).unwrap();
+        fs.host_file("/bin/gone", Path::new("/nonexistent/vmtest-gone"), 0o755)
+            .unwrap();
         let err = fs.write_gz(Vec::new()).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("/nonexistent/vmtest-gone") && msg.contains("/bin/gone"), "{msg}");
+        assert!(
+            msg.contains("/nonexistent/vmtest-gone") && msg.contains("/bin/gone"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -372,7 +485,10 @@ mod tests {
             result => {
                 let links = result.unwrap();
                 assert!(links > 100, "{links} applets");
-                assert_eq!(fs.get("/bin/sh"), Some(&Node::Symlink("/bin/busybox".to_owned())));
+                assert_eq!(
+                    fs.get("/bin/sh"),
+                    Some(&Node::Symlink("/bin/busybox".to_owned()))
+                );
                 assert!(fs.get("/bin/mount").is_some());
             }
         }

@@ -52,8 +52,14 @@ impl ModulesDep {
             let (path, rest) = line
                 .split_once(':')
                 .filter(|(path, _)| !path.trim().is_empty())
-                .ok_or_else(|| KmodError::Malformed { line: index + 1, text: line.to_owned() })?;
-            deps.insert(path.trim().to_owned(), rest.split_whitespace().map(str::to_owned).collect());
+                .ok_or_else(|| KmodError::Malformed {
+                    line: index + 1,
+                    text: line.to_owned(),
+                })?;
+            deps.insert(
+                path.trim().to_owned(),
+                rest.split_whitespace().map(str::to_owned).collect(),
+            );
         }
         Ok(Self { deps })
     }
@@ -65,7 +71,9 @@ impl ModulesDep {
             .keys()
             .find(|path| module_name(path) == wanted)
             .map(String::as_str)
-            .ok_or_else(|| KmodError::Unknown { name: name.to_owned() })
+            .ok_or_else(|| KmodError::Unknown {
+                name: name.to_owned(),
+            })
     }
 
     /// The paths of `names` and everything they depend on, each once, dependencies first
@@ -84,10 +92,13 @@ impl ModulesDep {
         if out.iter().any(|p| p == path) {
             return Ok(());
         }
-        let deps = self.deps.get(path).ok_or_else(|| KmodError::DanglingDependency {
-            module: path.to_owned(),
-            dependency: path.to_owned(),
-        })?;
+        let deps = self
+            .deps
+            .get(path)
+            .ok_or_else(|| KmodError::DanglingDependency {
+                module: path.to_owned(),
+                dependency: path.to_owned(),
+            })?;
         for dep in deps {
             if !self.deps.contains_key(dep) {
                 return Err(KmodError::DanglingDependency {
@@ -144,7 +155,9 @@ kernel/lib/helper_a.ko:
     #[test]
     fn closure_puts_dependencies_first_and_each_once() {
         let dep = ModulesDep::parse(DEP).unwrap();
-        let paths = dep.closure(&["cls_fancy", "sch-netem", "helper_a"]).unwrap();
+        let paths = dep
+            .closure(&["cls_fancy", "sch-netem", "helper_a"])
+            .unwrap();
         assert_eq!(
             paths,
             [
@@ -160,7 +173,10 @@ kernel/lib/helper_a.ko:
     fn unknown_module_is_named_in_the_error() {
         let dep = ModulesDep::parse(DEP).unwrap();
         let err = dep.closure(&["sch_nope"]).unwrap_err();
-        assert_eq!(err.to_string(), "kernel module sch_nope is not in modules.dep (built in, or not built for this kernel)");
+        assert_eq!(
+            err.to_string(),
+            "kernel module sch_nope is not in modules.dep (built in, or not built for this kernel)"
+        );
     }
 
     #[test]
@@ -197,9 +213,15 @@ kernel/lib/helper_a.ko:
         let text = std::fs::read_to_string(kernel.modules.join("modules.dep")).unwrap();
         let dep = ModulesDep::parse(&text).unwrap();
         let paths = dep.closure(DEFAULT_MODULES).unwrap();
-        assert!(paths.last().unwrap().ends_with("net/sched/sch_netem.ko"), "{paths:?}");
+        assert!(
+            paths.last().unwrap().ends_with("net/sched/sch_netem.ko"),
+            "{paths:?}"
+        );
         for path in &paths {
-            assert!(kernel.modules.join(path).is_file(), "{path} listed but not installed");
+            assert!(
+                kernel.modules.join(path).is_file(),
+                "{path} listed but not installed"
+            );
         }
     }
 }

@@ -42,18 +42,33 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>, LddError> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
-        .map_err(|source| LddError::Spawn { binary: binary.to_owned(), source })?;
+        .map_err(|source| LddError::Spawn {
+            binary: binary.to_owned(),
+            source,
+        })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        if stderr.contains("not a dynamic executable") || stdout.contains("not a dynamic executable") {
+        if stderr.contains("not a dynamic executable")
+            || stdout.contains("not a dynamic executable")
+        {
             log::debug!("{} is statically linked", binary.display());
             return Ok(Vec::new());
         }
-        return Err(LddError::Failed { binary: binary.to_owned(), stderr: stderr.trim().to_owned() });
+        return Err(LddError::Failed {
+            binary: binary.to_owned(),
+            stderr: stderr.trim().to_owned(),
+        });
     }
-    let libs = parse(&stdout).map_err(|library| LddError::NotFound { binary: binary.to_owned(), library })?;
-    log::debug!("{} needs {} libraries: {libs:?}", binary.display(), libs.len());
+    let libs = parse(&stdout).map_err(|library| LddError::NotFound {
+        binary: binary.to_owned(),
+        library,
+    })?;
+    log::debug!(
+        "{} needs {} libraries: {libs:?}",
+        binary.display(),
+        libs.len()
+    );
     Ok(libs)
 }
 
@@ -108,24 +123,38 @@ mod tests {
 
     #[test]
     fn parse_reports_a_missing_library_by_name() {
-        let out = "\tlibfoo.so.3 => not found\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x1)\n";
+        let out =
+            "\tlibfoo.so.3 => not found\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x1)\n";
         assert_eq!(parse(out), Err("libfoo.so.3".to_owned()));
     }
 
     #[test]
     fn parse_of_static_pie_output_is_empty() {
-        assert_eq!(parse("\tstatically linked\n").unwrap(), Vec::<PathBuf>::new());
+        assert_eq!(
+            parse("\tstatically linked\n").unwrap(),
+            Vec::<PathBuf>::new()
+        );
     }
 
     #[test]
     fn ldd_of_a_dynamic_host_program_includes_libc_and_the_loader() {
-        let Ok(ls) = crate::host::find_program("ls", "coreutils") else { return };
+        let Ok(ls) = crate::host::find_program("ls", "coreutils") else {
+            return;
+        };
         if crate::host::find_program("ldd", "libc-bin").is_err() {
             eprintln!("skipping: no ldd on this machine");
             return;
         }
         let libs = shared_libraries(&ls).unwrap();
-        assert!(libs.iter().any(|l| l.file_name().is_some_and(|n| n == "libc.so.6")), "{libs:?}");
-        assert!(libs.iter().any(|l| l.to_string_lossy().contains("ld-linux")), "{libs:?}");
+        assert!(
+            libs.iter()
+                .any(|l| l.file_name().is_some_and(|n| n == "libc.so.6")),
+            "{libs:?}"
+        );
+        assert!(
+            libs.iter()
+                .any(|l| l.to_string_lossy().contains("ld-linux")),
+            "{libs:?}"
+        );
     }
 }

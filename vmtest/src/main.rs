@@ -11,7 +11,10 @@ use clap::{Parser, Subcommand};
 use vmtest::runner::{self, RunOptions};
 
 #[derive(Debug, Parser)]
-#[command(name = "vmtest", about = "Run a scenario against a real Linux kernel under QEMU")]
+#[command(
+    name = "vmtest",
+    about = "Run a scenario against a real Linux kernel under QEMU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

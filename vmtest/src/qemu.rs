@@ -98,7 +98,12 @@ pub struct Boot {
 impl QemuConfig {
     /// The kernel command line.
     pub fn cmdline(&self) -> String {
-        BASE_CMDLINE.iter().map(|s| (*s).to_owned()).chain(self.append.iter().cloned()).collect::<Vec<_>>().join(" ")
+        BASE_CMDLINE
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(self.append.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The QEMU command (stdin, stdout and stderr are set by [`boot`]).
@@ -126,9 +131,14 @@ impl QemuConfig {
 pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuError> {
     let start = Instant::now();
     let mut cmd = config.command();
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     log::debug!("starting {cmd:?}");
-    let mut child = cmd.spawn().map_err(|source| QemuError::Spawn { qemu: config.qemu.clone(), source })?;
+    let mut child = cmd.spawn().map_err(|source| QemuError::Spawn {
+        qemu: config.qemu.clone(),
+        source,
+    })?;
     let mut stdout = child.stdout.take().expect("stdout is piped");
 
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
@@ -158,7 +168,12 @@ pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuEr
         }
         match rx.recv_timeout(limit - now) {
             Ok(chunk) => {
-                if echo && console.write_all(&chunk).and_then(|()| console.flush()).is_err() {
+                if echo
+                    && console
+                        .write_all(&chunk)
+                        .and_then(|()| console.flush())
+                        .is_err()
+                {
                     // The reader of our stdout went away; keep running the scenario.
                     echo = false;
                 }
@@ -229,9 +244,15 @@ mod tests {
     #[test]
     fn command_uses_tcg_two_cpus_no_reboot_and_serial_stdio() {
         let cmd = config().command();
-        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<_> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         let pair = |flag: &str| {
-            let at = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("{flag} missing: {args:?}"));
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("{flag} missing: {args:?}"));
             args[at + 1].clone()
         };
         assert_eq!(pair("-accel"), "tcg");
@@ -260,7 +281,11 @@ mod tests {
         std::fs::write(&fake, format!("#!/bin/sh\n{script}\n")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let config = QemuConfig { qemu: fake, timeout, ..config() };
+        let config = QemuConfig {
+            qemu: fake,
+            timeout,
+            ..config()
+        };
         let mut console = Vec::new();
         let boot = boot(&config, &mut console).unwrap();
         (boot, console)
@@ -279,7 +304,10 @@ mod tests {
 
     #[test]
     fn exit_without_marker_is_no_verdict_with_qemus_status() {
-        let (boot, _) = fake_qemu("echo '[    2.0] Kernel panic - not syncing: x'; exit 7", Duration::from_secs(30));
+        let (boot, _) = fake_qemu(
+            "echo '[    2.0] Kernel panic - not syncing: x'; exit 7",
+            Duration::from_secs(30),
+        );
         match boot.outcome {
             Outcome::NoVerdict { qemu } => assert_eq!(qemu.code(), Some(7)),
             other => panic!("{other:?}"),

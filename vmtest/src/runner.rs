@@ -177,10 +177,16 @@ impl Report {
 /// Runs a scenario, copying the console to `console`.
 pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunError> {
     if !options.scenario.is_file() {
-        return Err(RunError::NoScenario { path: options.scenario.clone() });
+        return Err(RunError::NoScenario {
+            path: options.scenario.clone(),
+        });
     }
     let kernel = match &options.kernel {
-        Some(image) => KernelInstall::for_image(image, Path::new(host::HEADERS_DIR), Path::new(host::MODULES_DIR))?,
+        Some(image) => KernelInstall::for_image(
+            image,
+            Path::new(host::HEADERS_DIR),
+            Path::new(host::MODULES_DIR),
+        )?,
         None => KernelInstall::newest()?,
     };
     let qemu = host::find_program("qemu-system-x86_64", "install qemu-system-x86")?;
@@ -198,18 +204,31 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
                     .prefix("initramfs-")
                     .suffix(".cpio.gz")
                     .tempfile_in(builder.work_dir())
-                    .map_err(|source| RunError::WriteInitramfs { path: builder.work_dir(), source })?;
+                    .map_err(|source| RunError::WriteInitramfs {
+                        path: builder.work_dir(),
+                        source,
+                    })?;
                 (temp.path().to_owned(), Some(temp))
             }
         };
-        let file = std::fs::File::create(&initramfs_path)
-            .map_err(|source| RunError::WriteInitramfs { path: initramfs_path.clone(), source })?;
+        let file =
+            std::fs::File::create(&initramfs_path).map_err(|source| RunError::WriteInitramfs {
+                path: initramfs_path.clone(),
+                source,
+            })?;
         let file = tree.write_gz(std::io::BufWriter::new(file))?;
         file.into_inner()
             .map_err(|e| e.into_error())
             .and_then(|f| f.sync_all())
-            .map_err(|source| RunError::WriteInitramfs { path: initramfs_path.clone(), source })?;
-        log::info!("initramfs {} ({} entries)", initramfs_path.display(), tree.paths().count());
+            .map_err(|source| RunError::WriteInitramfs {
+                path: initramfs_path.clone(),
+                source,
+            })?;
+        log::info!(
+            "initramfs {} ({} entries)",
+            initramfs_path.display(),
+            tree.paths().count()
+        );
     }
 
     let config = QemuConfig {
@@ -222,11 +241,18 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
         timeout: options.timeout,
     };
     let boot = qemu::boot(&config, console)?;
-    Ok(Report { boot, kernel_version: kernel.version })
+    Ok(Report {
+        boot,
+        kernel_version: kernel.version,
+    })
 }
 
 /// Builds the artifacts and lays out the guest's file system.
-fn guest_tree(options: &RunOptions, kernel: &KernelInstall, builder: &Builder<'_>) -> Result<Initramfs, RunError> {
+fn guest_tree(
+    options: &RunOptions,
+    kernel: &KernelInstall,
+    builder: &Builder<'_>,
+) -> Result<Initramfs, RunError> {
     let busybox = host::find_program("busybox", "install busybox-static")?;
     // busybox's tc cannot add qdiscs such as netem: scenarios get iproute2's.
     let tc = host::find_program("tc", "install iproute2")?;
@@ -245,12 +271,26 @@ fn guest_tree(options: &RunOptions, kernel: &KernelInstall, builder: &Builder<'_
 
     let mut fs = Initramfs::new();
     fs.busybox(&busybox)?;
-    for dir in ["/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/etc", paths::FILES, paths::COMPONENTS] {
+    for dir in [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/tmp",
+        "/root",
+        "/run",
+        "/etc",
+        paths::FILES,
+        paths::COMPONENTS,
+    ] {
         fs.dir(dir)?;
     }
     // The kernel opens /dev/console for init before devtmpfs is mounted.
     fs.char_device("/dev/console", 5, 1, 0o600)?;
-    fs.bytes_file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n", 0o644)?;
+    fs.bytes_file(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+        0o644,
+    )?;
     fs.bytes_file("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)?;
     let init = init::render(&InitOptions {
         load_module: options.load_module,
@@ -281,7 +321,10 @@ fn guest_tree(options: &RunOptions, kernel: &KernelInstall, builder: &Builder<'_
 
 /// `dir/<file name of host>`.
 fn guest_path(dir: &str, host: &Path) -> String {
-    format!("{dir}/{}", host.file_name().unwrap_or_default().to_string_lossy())
+    format!(
+        "{dir}/{}",
+        host.file_name().unwrap_or_default().to_string_lossy()
+    )
 }
 
 fn add_files(fs: &mut Initramfs, files: &[PathBuf]) -> Result<(), RunError> {
@@ -290,9 +333,17 @@ fn add_files(fs: &mut Initramfs, files: &[PathBuf]) -> Result<(), RunError> {
         if !file.is_file() {
             return Err(RunError::NoFile { path: file.clone() });
         }
-        let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {
-            return Err(RunError::DuplicateFile { name, first: (*first).clone(), second: file.clone() });
+            return Err(RunError::DuplicateFile {
+                name,
+                first: (*first).clone(),
+                second: file.clone(),
+            });
         }
         let mode = if is_executable(file) { 0o755 } else { 0o644 };
         fs.host_file(&format!("{}/{name}", paths::FILES), file, mode)?;
@@ -303,7 +354,9 @@ fn add_files(fs: &mut Initramfs, files: &[PathBuf]) -> Result<(), RunError> {
 
 /// Copies the regular files of a host directory to the same path in the guest, if it exists.
 fn add_dir_files(fs: &mut Initramfs, dir: &Path) -> Result<(), RunError> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_file() {
@@ -313,18 +366,37 @@ fn add_dir_files(fs: &mut Initramfs, dir: &Path) -> Result<(), RunError> {
     Ok(())
 }
 
-fn add_kernel_modules(fs: &mut Initramfs, kernel: &KernelInstall, extra: &[String]) -> Result<(), RunError> {
+fn add_kernel_modules(
+    fs: &mut Initramfs,
+    kernel: &KernelInstall,
+    extra: &[String],
+) -> Result<(), RunError> {
     let dep_path = kernel.modules.join("modules.dep");
-    let text = std::fs::read_to_string(&dep_path).map_err(|source| RunError::Read { path: dep_path, source })?;
+    let text = std::fs::read_to_string(&dep_path).map_err(|source| RunError::Read {
+        path: dep_path,
+        source,
+    })?;
     let dep = ModulesDep::parse(&text)?;
-    let names: BTreeSet<&str> = DEFAULT_MODULES.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+    let names: BTreeSet<&str> = DEFAULT_MODULES
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .collect();
     let names: Vec<&str> = names.into_iter().collect();
     let paths = dep.closure(&names)?;
     let guest_dir = format!("/lib/modules/{}", kernel.version);
     for rel in &paths {
-        fs.host_file(&format!("{guest_dir}/{rel}"), &kernel.modules.join(rel), 0o644)?;
+        fs.host_file(
+            &format!("{guest_dir}/{rel}"),
+            &kernel.modules.join(rel),
+            0o644,
+        )?;
     }
-    fs.bytes_file(&format!("{guest_dir}/modules.dep"), dep.render_subset(&paths), 0o644)?;
+    fs.bytes_file(
+        &format!("{guest_dir}/modules.dep"),
+        dep.render_subset(&paths),
+        0o644,
+    )?;
     // So that modprobe of a built-in module (e.g. a qdisc compiled in) succeeds quietly.
     for index in ["modules.builtin", "modules.builtin.modinfo"] {
         let host = kernel.modules.join(index);
@@ -337,7 +409,8 @@ fn add_kernel_modules(fs: &mut Initramfs, kernel: &KernelInstall, extra: &[Strin
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    path.metadata().is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    path.metadata()
+        .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]
@@ -366,10 +439,20 @@ mod tests {
     #[test]
     fn kernel_problem_fails_a_passing_scenario_and_keeps_a_failing_status() {
         let warn = ["WARNING: CPU: 0 PID: 1 at x"];
-        assert_eq!(report(Outcome::Finished { status: 0 }, &warn).exit_code(), EXIT_KERNEL_FAILURE);
-        assert_eq!(report(Outcome::Finished { status: 4 }, &warn).exit_code(), 4);
-        let summary = report(Outcome::Finished { status: 0 }, &warn).summary(Duration::from_secs(60));
-        assert!(summary.contains("the kernel reported problems:\n  WARNING: CPU: 0"), "{summary}");
+        assert_eq!(
+            report(Outcome::Finished { status: 0 }, &warn).exit_code(),
+            EXIT_KERNEL_FAILURE
+        );
+        assert_eq!(
+            report(Outcome::Finished { status: 4 }, &warn).exit_code(),
+            4
+        );
+        let summary =
+            report(Outcome::Finished { status: 0 }, &warn).summary(Duration::from_secs(60));
+        assert!(
+            summary.contains("the kernel reported problems:\n  WARNING: CPU: 0"),
+            "{summary}"
+        );
     }
 
     #[test]
@@ -379,7 +462,12 @@ mod tests {
         let summary = timed_out.summary(Duration::from_secs(20));
         assert!(summary.contains("timed out after 20 s"), "{summary}");
         assert!(summary.contains("| last line"), "{summary}");
-        let died = report(Outcome::NoVerdict { qemu: std::process::ExitStatus::from_raw(0) }, &["Kernel panic - not syncing: x"]);
+        let died = report(
+            Outcome::NoVerdict {
+                qemu: std::process::ExitStatus::from_raw(0),
+            },
+            &["Kernel panic - not syncing: x"],
+        );
         assert_eq!(died.exit_code(), EXIT_KERNEL_FAILURE);
     }
 
@@ -392,7 +480,11 @@ mod tests {
         let mut fs = Initramfs::new();
         add_files(&mut fs, &[a.path().join("spec.toml")]).unwrap();
         assert!(fs.get("/files/spec.toml").is_some());
-        let err = add_files(&mut Initramfs::new(), &[a.path().join("spec.toml"), b.path().join("spec.toml")]).unwrap_err();
+        let err = add_files(
+            &mut Initramfs::new(),
+            &[a.path().join("spec.toml"), b.path().join("spec.toml")],
+        )
+        .unwrap_err();
         assert!(matches!(err, RunError::DuplicateFile { ref name, .. } if name == "spec.toml"));
         let err = add_files(&mut Initramfs::new(), &[a.path().join("absent")]).unwrap_err();
         assert!(matches!(err, RunError::NoFile { .. }));

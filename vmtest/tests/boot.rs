@@ -30,7 +30,10 @@ fn can_boot() -> bool {
 }
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 /// Runs `vmtest run` on `scenario` with extra arguments; prints what it said.
@@ -47,14 +50,23 @@ fn vmtest(scenario: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap();
-    println!("--- vmtest stdout ---\n{}", String::from_utf8_lossy(&out.stdout));
-    println!("--- vmtest stderr ---\n{}", String::from_utf8_lossy(&out.stderr));
+    println!(
+        "--- vmtest stdout ---\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    println!(
+        "--- vmtest stderr ---\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
 /// The value printed by the scenario as `KEY=value`.
 fn value<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
-    stdout.lines().map(|l| l.trim_end_matches('\r')).find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+    stdout
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
 }
 
 #[test]
@@ -64,7 +76,12 @@ fn guest_has_mounts_lo_path_helpers_files_and_mss_follows_lo_mtu() {
     }
     let data = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(data.path(), b"payload for the guest\n").unwrap();
-    let name = data.path().file_name().unwrap().to_string_lossy().into_owned();
+    let name = data
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let scenario = format!(
         r#"set -e
 echo "UID=$(id -u)"
@@ -89,7 +106,10 @@ tc qdisc add dev lo root netem delay 1ms
 echo "NETEM=$(tc qdisc show dev lo | grep -c netem)"
 "#
     );
-    let out = vmtest(&scenario, &["--no-load", "--file", &data.path().to_string_lossy()]);
+    let out = vmtest(
+        &scenario,
+        &["--no-load", "--file", &data.path().to_string_lossy()],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(value(&stdout, "UID"), Some("0"));
@@ -101,9 +121,15 @@ echo "NETEM=$(tc qdisc show dev lo | grep -c netem)"
     assert_eq!(value(&stdout, "MSS_THREE"), Some("32741,32741,32741,"));
     assert_eq!(value(&stdout, "MSS_1000"), Some("948"));
     assert_eq!(value(&stdout, "MSS_1400"), Some("1348"));
-    let traffic: u64 = value(&stdout, "TRAFFIC").and_then(|v| v.parse().ok()).expect("TRAFFIC=<bytes>");
+    let traffic: u64 = value(&stdout, "TRAFFIC")
+        .and_then(|v| v.parse().ok())
+        .expect("TRAFFIC=<bytes>");
     assert!(traffic > 0);
-    assert_eq!(value(&stdout, "NETEM"), Some("1"), "iproute2's tc with sch_netem from the guest kernel");
+    assert_eq!(
+        value(&stdout, "NETEM"),
+        Some("1"),
+        "iproute2's tc with sch_netem from the guest kernel"
+    );
 }
 
 #[test]
@@ -141,6 +167,9 @@ fn trapvec_module_is_loaded_before_the_scenario() {
         eprintln!("skipping: kmod/Kbuild does not exist yet, so there is no module to load");
         return;
     }
-    let out = vmtest("grep '^trapvec ' /proc/modules\ntest -c /dev/trapvec\n", &[]);
+    let out = vmtest(
+        "grep '^trapvec ' /proc/modules\ntest -c /dev/trapvec\n",
+        &[],
+    );
     assert_eq!(out.status.code(), Some(0));
 }
