@@ -104,11 +104,20 @@ echo "MSS_1400=$(tcpmss)"
 echo "TRAFFIC=$(tcpmss --traffic 1)"
 tc qdisc add dev lo root netem delay 1ms
 echo "NETEM=$(tc qdisc show dev lo | grep -c netem)"
+modprobe veth
+ip link add vmt0 type veth
+echo "VETH=$(ls /sys/class/net | grep -c '^vmt0$')"
 "#
     );
     let out = vmtest(
         &scenario,
-        &["--no-load", "--file", &data.path().to_string_lossy()],
+        &[
+            "--no-load",
+            "--file",
+            &data.path().to_string_lossy(),
+            "--with-module",
+            "veth",
+        ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
@@ -125,6 +134,7 @@ echo "NETEM=$(tc qdisc show dev lo | grep -c netem)"
         .and_then(|v| v.parse().ok())
         .expect("TRAFFIC=<bytes>");
     assert!(traffic > 0);
+    assert_eq!(value(&stdout, "VETH"), Some("1"), "--with-module veth");
     assert_eq!(
         value(&stdout, "NETEM"),
         Some("1"),
@@ -172,4 +182,22 @@ fn trapvec_module_is_loaded_before_the_scenario() {
         &[],
     );
     assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn kernel_panic_in_the_guest_fails_the_run_and_is_reported() {
+    if !can_boot() {
+        return;
+    }
+    let out = vmtest("echo c > /proc/sysrq-trigger\nsleep 60\n", &["--no-load"]);
+    assert_eq!(out.status.code(), Some(vmtest::runner::EXIT_KERNEL_FAILURE));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stopped without reporting a verdict"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Kernel panic - not syncing: sysrq triggered crash"),
+        "{stderr}"
+    );
 }
