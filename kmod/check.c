@@ -11,16 +11,22 @@
  *    nor the retpoline/return thunks (the trap path itself runs through them);
  *  - not on the kprobes blacklist (code the kernel's own trap handling depends on);
  *  - no overlap with text the kernel rewrites by itself: ftrace __fentry__ sites, jump
- *    labels, static calls; and no BUG/WARN ud2 or exception-table instruction, whose
- *    fix-ups are keyed by address and would not follow the instruction into a trampoline;
- *  - addr must be an instruction boundary of its function, decoded from the symbol's start
- *    over the *original* bytes (our live patches are undone in the decoder's buffer);
- *  - finally register_kprobe() with KPROBE_FLAG_DISABLED at addr (nothing is armed) runs
- *    every check the kernel itself makes before it lets anyone put a breakpoint there. Its
- *    own boundary decoder reads our live traps as instructions, so its -EILSEQ is overruled
- *    by the decoder above; -EOPNOTSUPP only says that kprobes cannot single-step the
- *    instruction, which trapvec never does. Unregistering costs a synchronize_rcu(), so a
- *    batch keeps its probes and releases them together (trapvec_check_release()).
+ *    labels, static calls, SMP lock prefixes (alternatives); and no BUG/WARN ud2 or
+ *    exception-table instruction, whose fix-ups are keyed by address and would not follow
+ *    the instruction into a trampoline;
+ *  - addr must be an instruction boundary of its symbol, decoded from the symbol's start
+ *    over the *original* bytes (our live patches are undone in the decoder's buffer), and the
+ *    instruction there must decode.
+ *
+ * These are the checks register_kprobe() makes (check_kprobe_address_safe() and
+ * arch_prepare_kprobe()), made directly, over the whole range instead of its first byte, and
+ * each with its own answer. CHECK also registers a kprobe with KPROBE_FLAG_DISABLED at addr
+ * (nothing is armed) and unregisters it, so that a check a later kernel adds there is heard
+ * too; APPLY does not, because a registration copies the instruction into a kprobe slot
+ * with text_poke() and costs milliseconds per site (seconds per thousand under emulation).
+ * kprobes' own boundary decoder reads our live traps as instructions, so its -EILSEQ is
+ * overruled by ours; -EOPNOTSUPP only says that kprobes cannot single-step the instruction,
+ * which trapvec never does.
  *
  * Called under trapvec_mutex.
  */
@@ -77,9 +83,10 @@ out:
 }
 
 /*
- * Is addr an instruction boundary? Decode from the start of its symbol up to addr, over
- * the original bytes. kallsyms sizes run to the next symbol, so alignment padding after a
- * function belongs to it (int3 and nop decode one by one).
+ * Is addr an instruction boundary, with a decodable instruction there? Decode from the start
+ * of its symbol through the instruction at addr, over the original bytes. kallsyms sizes run
+ * to the next symbol, so alignment padding after a function belongs to it (int3 and nop
+ * decode one by one).
  */
 static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 {
@@ -93,7 +100,7 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 	if (offset + len > size)
 		return TRAPVEC_REASON_CROSSES_SYMBOL;
 	func = addr - offset;
-	for (a = func; a < addr; a += insn.length) {
+	for (a = func; a <= addr; a += insn.length) {
 		int n = min_t(unsigned long, MAX_INSN_SIZE, func + size - a);
 
 		if (trapvec_text_read_original(a, buf, n))
@@ -103,48 +110,44 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 				 (void *)addr);
 			return TRAPVEC_REASON_NOT_BOUNDARY;
 		}
+		if (a == addr)
+			return TRAPVEC_REASON_NONE;
 	}
-	return a == addr ? TRAPVEC_REASON_NONE : TRAPVEC_REASON_NOT_BOUNDARY;
+	return TRAPVEC_REASON_NOT_BOUNDARY;
 }
 
+/* Exception-table and alternatives sites; jump labels, static calls and bugs (reserved.c). */
 static u32 trapvec_check_kernel_tables(unsigned long addr, u32 len)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
-	void *start = (void *)addr, *last = (void *)(addr + len - 1);
-	u32 i;
+	u32 i, reason;
+	int alt;
 
 	if (k->within_kprobe_blacklist(addr))
 		return TRAPVEC_REASON_KPROBE_BLACKLIST;
 	if (k->ftrace_location_range(addr, addr + len - 1))
 		return TRAPVEC_REASON_FTRACE;
-	if (k->jump_label_text_reserved(start, last))
-		return TRAPVEC_REASON_JUMP_LABEL;
-	if (k->static_call_text_reserved(start, last))
-		return TRAPVEC_REASON_STATIC_CALL;
+	reason = trapvec_reserved_check(addr, len);
+	if (reason)
+		return reason;
 	/* Such instructions start inside the range (it begins on a boundary). */
-	for (i = 0; i < len; i++) {
-		if (k->find_bug(addr + i))
-			return TRAPVEC_REASON_BUG_ENTRY;
+	for (i = 0; i < len; i++)
 		if (k->search_exception_tables(addr + i))
 			return TRAPVEC_REASON_EXTABLE;
-	}
-	return TRAPVEC_REASON_NONE;
+	/* The list of SMP lock prefixes is guarded by text_mutex (see alternative.c). */
+	mutex_lock(k->text_mutex);
+	alt = k->alternatives_text_reserved((void *)addr, (void *)(addr + len - 1));
+	mutex_unlock(k->text_mutex);
+	return alt ? TRAPVEC_REASON_ALTERNATIVE : TRAPVEC_REASON_NONE;
 }
 
-/*
- * Check a site. A successful kprobe registration in kp is kept (*kp_registered) and the
- * caller releases it with trapvec_check_release(), so that a batch pays one grace period.
- */
-u32 trapvec_check_site(unsigned long addr, u32 len, struct kprobe *kp, bool *kp_registered,
-		       s32 *error)
+/* The checks of APPLY (and of CHECK, before its kprobe). */
+u32 trapvec_check_site(unsigned long addr, u32 len)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
 	u32 reason;
-	int ret;
 
 	lockdep_assert_held(&trapvec_mutex);
-	*error = 0;
-	*kp_registered = false;
 	if (!len || len > TRAPVEC_PATCH_MAX)
 		return TRAPVEC_REASON_BAD_LENGTH;
 	if (addr + len < addr)
@@ -163,41 +166,33 @@ u32 trapvec_check_site(unsigned long addr, u32 len, struct kprobe *kp, bool *kp_
 	reason = trapvec_check_kernel_tables(addr, len);
 	if (reason)
 		return reason;
-	reason = trapvec_check_boundary(addr, len);
+	return trapvec_check_boundary(addr, len);
+}
+
+/* CHECK: the checks of APPLY, then the kernel's own verdict through a disabled kprobe. */
+u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error)
+{
+	struct kprobe kp = {
+		.addr = (kprobe_opcode_t *)addr,
+		.flags = KPROBE_FLAG_DISABLED,
+	};
+	u32 reason;
+	int ret;
+
+	*error = 0;
+	reason = trapvec_check_site(addr, len);
 	if (reason)
 		return reason;
-
-	memset(kp, 0, sizeof(*kp));
-	kp->addr = (kprobe_opcode_t *)addr;
-	kp->flags = KPROBE_FLAG_DISABLED;
-	ret = register_kprobe(kp);
+	ret = register_kprobe(&kp);
 	if (!ret) {
-		*kp_registered = true;
+		unregister_kprobe(&kp);
 		return TRAPVEC_REASON_NONE;
 	}
 	if (ret == -EILSEQ || ret == -EOPNOTSUPP) {
-		pr_debug("kprobe at %pS: %d, overruled (our decoder reads the original bytes)\n", (void *)addr, ret);
+		pr_debug("kprobe at %pS: %d, overruled (our decoder reads the original bytes)\n",
+			 (void *)addr, ret);
 		return TRAPVEC_REASON_NONE;
 	}
 	*error = ret;
 	return TRAPVEC_REASON_KPROBE_REFUSED;
-}
-
-/* CHECK: one site, its probe released at once. */
-u32 trapvec_check_site_once(unsigned long addr, u32 len, s32 *error)
-{
-	struct kprobe kp;
-	bool registered;
-	u32 reason;
-
-	reason = trapvec_check_site(addr, len, &kp, &registered, error);
-	if (registered)
-		unregister_kprobe(&kp);
-	return reason;
-}
-
-void trapvec_check_release(struct kprobe **kps, unsigned int count)
-{
-	if (count)
-		unregister_kprobes(kps, count);
 }

@@ -4,7 +4,8 @@
  *
  * Site validation needs the kernel's own answers (is this an exception-table instruction, an
  * ftrace site, a jump label, ...), and the functions that give them are not exported to
- * modules; nor are the section bounds of entry and noinstr text. kallsyms_lookup_name()
+ * modules; nor are the section bounds of entry and noinstr text, nor the kernel's tables
+ * (jump labels, static calls, bugs). kallsyms_lookup_name()
  * finds all of them, but it has not been exported either since 5.7. kprobes resolve a probe
  * given by name with kallsyms_lookup_name() itself, so registering a kprobe on the symbol
  * "kallsyms_lookup_name" (disabled: nothing is armed) and reading back kp.addr yields its
@@ -63,6 +64,10 @@ int trapvec_ksyms_init(void)
 		{ "within_kprobe_blacklist", (unsigned long *)&k->within_kprobe_blacklist },
 		{ "__module_text_address", (unsigned long *)&k->module_text_address },
 		{ "insn_decode", (unsigned long *)&k->insn_decode },
+		{ "arch_jump_entry_size", (unsigned long *)&k->arch_jump_entry_size },
+		{ "alternatives_text_reserved",
+		  (unsigned long *)&k->alternatives_text_reserved },
+		{ "text_mutex", (unsigned long *)&k->text_mutex },
 		{ "_stext", &k->stext },
 		{ "_etext", &k->etext },
 		{ "__entry_text_start", &k->entry_text_start },
@@ -72,6 +77,12 @@ int trapvec_ksyms_init(void)
 		{ "__indirect_thunk_start", &k->thunk_start },
 		{ "__indirect_thunk_end", &k->thunk_end },
 		{ "spurious_entries_start", &k->spurious_entries_start },
+		{ "__start___jump_table", &k->jump_table_start },
+		{ "__stop___jump_table", &k->jump_table_end },
+		{ "__start_static_call_sites", &k->static_call_sites_start },
+		{ "__stop_static_call_sites", &k->static_call_sites_end },
+		{ "__start___bug_table", &k->bug_table_start },
+		{ "__stop___bug_table", &k->bug_table_end },
 	};
 	trapvec_lookup_name_t lookup;
 	unsigned int i;

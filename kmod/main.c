@@ -159,8 +159,15 @@ static long trapvec_ioc_check(void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
+	if (req.flags & ~TRAPVEC_CHECK_NO_KPROBE)
+		return -EINVAL;
 	mutex_lock(&trapvec_mutex);
-	req.reason = trapvec_check_site_once(req.addr, req.len, &req.error);
+	if (req.flags & TRAPVEC_CHECK_NO_KPROBE) {
+		req.reason = trapvec_check_site(req.addr, req.len);
+		req.error = 0;
+	} else {
+		req.reason = trapvec_check_site_kprobe(req.addr, req.len, &req.error);
+	}
 	mutex_unlock(&trapvec_mutex);
 	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
 }
@@ -366,6 +373,9 @@ static int __init trapvec_init(void)
 	ret = trapvec_ksyms_init();
 	if (ret)
 		return ret;
+	ret = trapvec_reserved_init();
+	if (ret)
+		return ret;
 	ret = trapvec_arena_init();
 	if (ret)
 		goto out_arena;
@@ -382,6 +392,7 @@ out_gate:
 	trapvec_gate_restore();
 out_arena:
 	trapvec_arena_exit();
+	trapvec_reserved_exit();
 	return ret;
 }
 
@@ -403,6 +414,7 @@ static void __exit trapvec_exit(void)
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();
 	trapvec_arena_exit();
+	trapvec_reserved_exit();
 	mutex_unlock(&trapvec_mutex);
 }
 

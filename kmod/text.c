@@ -27,7 +27,6 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/kprobes.h>
 #include <linux/list.h>
 #include <linux/mm.h>
 #include <linux/module.h>
@@ -272,17 +271,15 @@ static void trapvec_fail(struct trapvec_apply *req, u32 index, u32 reason, s32 e
 }
 
 /*
- * Check patch i of the batch (a new patch, not the inverse of a live one), keeping its
- * kprobe registered in *kp. Returns 0 or the ioctl's errno (req filled in).
+ * Check patch i of the batch (a new patch, not the inverse of a live one). Returns 0 or the
+ * ioctl's errno (req filled in).
  */
-static int trapvec_check_new(const struct trapvec_patch *patches, u32 i, struct kprobe *kp,
-			     bool *kp_registered, struct trapvec_apply *req)
+static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
+			     struct trapvec_apply *req)
 {
 	const struct trapvec_patch *p = &patches[i];
 	u32 reason, j;
-	s32 error;
 
-	*kp_registered = false;
 	if (trapvec_text_overlaps_live(p->addr, p->len)) {
 		trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 		return -EBUSY;
@@ -293,11 +290,10 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i, struct 
 			return -EBUSY;
 		}
 	}
-	reason = trapvec_check_site(p->addr, p->len, kp, kp_registered, &error);
+	reason = trapvec_check_site(p->addr, p->len);
 	if (reason) {
-		pr_debug("patch %u at %pS refused: reason %u (%d)\n", i, (void *)p->addr,
-			 reason, error);
-		trapvec_fail(req, i, reason, error);
+		pr_debug("patch %u at %pS refused: reason %u\n", i, (void *)p->addr, reason);
+		trapvec_fail(req, i, reason, 0);
 		return -EINVAL;
 	}
 	return 0;
@@ -305,11 +301,9 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i, struct 
 
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
 {
-	u32 i, j, n = req->count, nprobes = 0;
+	u32 i, j, n = req->count;
 	struct trapvec_stop_ctx ctx = {};
 	struct trapvec_text_op *ops;
-	struct kprobe **probes;
-	struct kprobe *kps;
 	int ret = 0;
 
 	lockdep_assert_held(&trapvec_mutex);
@@ -321,18 +315,13 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		return 0;
 
 	ops = kvcalloc(n, sizeof(*ops), GFP_KERNEL);
-	kps = kvcalloc(n, sizeof(*kps), GFP_KERNEL);
-	probes = kvcalloc(n, sizeof(*probes), GFP_KERNEL);
-	if (!ops || !kps || !probes) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
+	if (!ops)
+		return -ENOMEM;
 
 	for (i = 0; i < n; i++) {
 		const struct trapvec_patch *p = &patches[i];
 		struct trapvec_live_patch *inv;
 		u8 cur[TRAPVEC_PATCH_MAX];
-		bool registered;
 
 		if (!p->len || p->len > TRAPVEC_PATCH_MAX) {
 			trapvec_fail(req, i, TRAPVEC_REASON_BAD_LENGTH, 0);
@@ -347,9 +336,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			ops[i].rec = inv;
 			ops[i].undo = true;
 		} else {
-			ret = trapvec_check_new(patches, i, &kps[i], &registered, req);
-			if (registered)
-				probes[nprobes++] = &kps[i];
+			ret = trapvec_check_new(patches, i, req);
 			if (ret)
 				goto out_unwind;
 		}
@@ -384,10 +371,6 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 	}
-	/* The probes only served the checks; release them before any text changes. */
-	trapvec_check_release(probes, nprobes);
-	nprobes = 0;
-
 	ctx.ops = ops;
 	ctx.count = n;
 	ret = trapvec_stop_run(&ctx);
@@ -421,13 +404,10 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	goto out_free;
 
 out_unwind:
-	trapvec_check_release(probes, nprobes);
 	for (i = 0; i < n; i++)
 		if (ops[i].rec && !ops[i].undo)
 			trapvec_live_free(ops[i].rec);
 out_free:
-	kvfree(probes);
-	kvfree(kps);
 	kvfree(ops);
 	return ret;
 }

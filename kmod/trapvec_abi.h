@@ -56,7 +56,8 @@
 #define TRAPVEC_REASON_KPROBE_REFUSED	15 /* register_kprobe() refused it; errno in .error */
 #define TRAPVEC_REASON_LIVE_PATCH	16 /* overlaps a live patch (or another in the batch) */
 #define TRAPVEC_REASON_MISMATCH		17 /* current bytes differ from old_bytes */
-#define TRAPVEC_REASON_MAX		17
+#define TRAPVEC_REASON_ALTERNATIVE	18 /* overlaps an SMP lock prefix the kernel rewrites */
+#define TRAPVEC_REASON_MAX		18
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {
@@ -123,21 +124,29 @@ struct trapvec_patch {
 	__u8 new_bytes[TRAPVEC_PATCH_MAX];
 };
 
-/* CHECK: would a patch of [addr, addr + len) be accepted? Changes nothing. */
+/*
+ * CHECK: would a patch of [addr, addr + len) be accepted? Changes nothing. Besides the checks
+ * APPLY makes, CHECK registers a disabled kprobe at addr (and unregisters it) to get the
+ * kernel's own verdict as well (reason KPROBE_REFUSED with its errno), unless flags has
+ * TRAPVEC_CHECK_NO_KPROBE: unregistering waits for an RCU grace period (milliseconds).
+ */
+#define TRAPVEC_CHECK_NO_KPROBE	1U
+
 struct trapvec_check {
 	__u64 addr;
 	__u32 len;
 	__u32 reason;		/* out: TRAPVEC_REASON_* */
 	__s32 error;		/* out: negative errno of register_kprobe() for KPROBE_REFUSED */
-	__u32 pad;
+	__u32 flags;		/* TRAPVEC_CHECK_* */
 };
 
 /*
  * APPLY: all patches or none. A patch that exactly undoes a live patch (same addr and len,
  * old and new swapped) reverts it and skips the site checks; any other patch is checked like
- * CHECK and must not overlap a live patch. On failure nothing is written, the ioctl fails
- * (-EINVAL refused site, -EBUSY overlap, -ESTALE mismatch) and failed_index, reason, error
- * and, for a mismatch, found (the current bytes) say why.
+ * CHECK (but for the kprobe cross-check) and must not overlap a live patch. On failure
+ * nothing is written, the ioctl fails (-EINVAL refused site, -EBUSY overlap, -ESTALE
+ * mismatch) and failed_index, reason, error and, for a mismatch, found (the current bytes)
+ * say why.
  */
 struct trapvec_apply {
 	__u64 patches;		/* user pointer to count struct trapvec_patch */

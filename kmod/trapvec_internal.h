@@ -9,6 +9,7 @@
  *   dispatch.c  the dispatch table and the dispatcher (the trap path)
  *   arena.c     the code and data arenas (arena_text.S holds the code arena)
  *   check.c     site validation
+ *   reserved.c  sorted snapshots of the kernel's jump-label, static-call and bug tables
  *   text.c      batched text patches and the record of live ones
  */
 #ifndef _TRAPVEC_INTERNAL_H
@@ -22,6 +23,7 @@
 #include "trapvec_abi.h"
 
 struct bug_entry;
+struct jump_entry;
 struct exception_table_entry;
 struct kprobe;
 struct module;
@@ -52,11 +54,17 @@ struct trapvec_ksyms {
 	bool (*within_kprobe_blacklist)(unsigned long addr);
 	struct module *(*module_text_address)(unsigned long addr);
 	int (*insn_decode)(struct insn *insn, const void *kaddr, int buf_len, enum insn_mode mode);
+	int (*arch_jump_entry_size)(struct jump_entry *entry);
+	int (*alternatives_text_reserved)(void *start, void *end);
+	struct mutex *text_mutex;
 	unsigned long stext, etext;
 	unsigned long entry_text_start, entry_text_end;
 	unsigned long noinstr_text_start, noinstr_text_end;
 	unsigned long thunk_start, thunk_end;
 	unsigned long spurious_entries_start;
+	unsigned long jump_table_start, jump_table_end;
+	unsigned long static_call_sites_start, static_call_sites_end;
+	unsigned long bug_table_start, bug_table_end;
 };
 
 extern struct trapvec_ksyms trapvec_ksyms;
@@ -96,11 +104,14 @@ bool trapvec_arena_in_sealed_code(unsigned long addr);
 void trapvec_arena_info(struct trapvec_info *info);
 
 /* check.c */
-u32 trapvec_check_site(unsigned long addr, u32 len, struct kprobe *kp, bool *kp_registered,
-		       s32 *error);
-u32 trapvec_check_site_once(unsigned long addr, u32 len, s32 *error);
-void trapvec_check_release(struct kprobe **kps, unsigned int count);
+u32 trapvec_check_site(unsigned long addr, u32 len);
+u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
+
+/* reserved.c */
+int trapvec_reserved_init(void);
+void trapvec_reserved_exit(void);
+u32 trapvec_reserved_check(unsigned long addr, u32 len);
 
 /* text.c */
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req);

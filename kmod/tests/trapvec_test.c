@@ -235,16 +235,46 @@ static void setup_splice(struct splice *s, uint64_t getppid)
 	check(write_block(s->code.id, 0, code, sizeof(code)) == 0, "WRITE trampoline and handler");
 }
 
+/*
+ * CHECK a patch of len bytes at the address of each of the first 400 entries of a kernel
+ * table (its first field is an address relative to itself): none may be accepted, and some
+ * must be refused for the table's reason (others fall in entry or noinstr text first).
+ */
+static void refuse_table(const char *first, const char *last, uint32_t size, uint32_t len,
+			 uint32_t reason, const char *what)
+{
+	uint64_t a, start = ksym(first), stop = ksym(last);
+	int i, found = 0, accepted = 0;
+	int32_t disp;
+
+	for (i = 0, a = start; a + size <= stop && i < 400; a += size, i++) {
+		uint32_t r;
+
+		if (kread(a, &disp, 4))
+			fatal(first);
+		r = check_reason(a + (uint64_t)(int64_t)disp, len);
+		found += r == reason;
+		accepted += r == TRAPVEC_REASON_NONE;
+	}
+	check(found > 0 && !accepted, "CHECK of %d %s: %d refused for the table's reason, %d accepted",
+	      i, what, found, accepted);
+}
+
 static void test_refusals(uint64_t getppid, const struct trapvec_info *in)
 {
-	uint64_t start, stop, a;
-	int32_t ent[4];
-	int i, found, accepted;
+	struct trapvec_check c = {};
 
 	check(check_reason(getppid, 2) == TRAPVEC_REASON_FTRACE,
 	      "CHECK __x64_sys_getppid+0 (the fentry NOP) is refused: FTRACE");
 	check(check_reason(getppid + 5, 2) == TRAPVEC_REASON_NONE,
 	      "CHECK __x64_sys_getppid+5 is accepted");
+	c.addr = getppid + 5;
+	c.len = 2;
+	c.flags = TRAPVEC_CHECK_NO_KPROBE;
+	check(tv(TRAPVEC_IOC_CHECK, &c) == 0 && c.reason == TRAPVEC_REASON_NONE,
+	      "CHECK without the kprobe cross-check accepts it too");
+	c.flags = 2;
+	check(tv(TRAPVEC_IOC_CHECK, &c) == -EINVAL, "CHECK with an unknown flag fails (EINVAL)");
 	check(check_reason(getppid + 7, 2) == TRAPVEC_REASON_NOT_BOUNDARY,
 	      "CHECK __x64_sys_getppid+7 (inside the call) is refused: NOT_BOUNDARY");
 	check(check_reason(getppid + 5, 0) == TRAPVEC_REASON_BAD_LENGTH,
@@ -262,39 +292,14 @@ static void test_refusals(uint64_t getppid, const struct trapvec_info *in)
 	check(check_reason(0x400000, 2) == TRAPVEC_REASON_NOT_TEXT,
 	      "CHECK a user address is refused: NOT_TEXT");
 
-	/* Exception-table instructions: every one sampled is refused, some as EXTABLE. */
-	start = ksym("__start___ex_table");
-	stop = ksym("__stop___ex_table");
-	found = accepted = 0;
-	for (i = 0, a = start; a + 12 <= stop && i < 400; a += 12, i++) {
-		uint32_t r;
-
-		if (kread(a, ent, 12))
-			fatal("READ __ex_table");
-		r = check_reason(a + (uint64_t)(int64_t)ent[0], 1);
-		found += r == TRAPVEC_REASON_EXTABLE;
-		accepted += r == TRAPVEC_REASON_NONE;
-	}
-	check(found > 0 && !accepted,
-	      "CHECK of %d exception-table instructions: %d refused as EXTABLE, %d accepted", i,
-	      found, accepted);
-
-	/* Jump labels: likewise. */
-	start = ksym("__start___jump_table");
-	stop = ksym("__stop___jump_table");
-	found = accepted = 0;
-	for (i = 0, a = start; a + 16 <= stop && i < 400; a += 16, i++) {
-		uint32_t r;
-
-		if (kread(a, ent, 16))
-			fatal("READ __jump_table");
-		r = check_reason(a + (uint64_t)(int64_t)ent[0], 2);
-		found += r == TRAPVEC_REASON_JUMP_LABEL;
-		accepted += r == TRAPVEC_REASON_NONE;
-	}
-	check(found > 0 && !accepted,
-	      "CHECK of %d jump-label sites: %d refused as JUMP_LABEL, %d accepted", i, found,
-	      accepted);
+	refuse_table("__start___ex_table", "__stop___ex_table", 12, 1, TRAPVEC_REASON_EXTABLE,
+		     "exception-table instructions");
+	refuse_table("__start___jump_table", "__stop___jump_table", 16, 2,
+		     TRAPVEC_REASON_JUMP_LABEL, "jump-label sites");
+	refuse_table("__start_static_call_sites", "__stop_static_call_sites", 8, 2,
+		     TRAPVEC_REASON_STATIC_CALL, "static-call sites");
+	refuse_table("__start___bug_table", "__stop___bug_table", 12, 2,
+		     TRAPVEC_REASON_BUG_ENTRY, "BUG/WARN sites");
 }
 
 static void test_user_int(void)

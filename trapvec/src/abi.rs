@@ -110,8 +110,10 @@ pub const TRAPVEC_REASON_KPROBE_REFUSED: u32 = 15;
 pub const TRAPVEC_REASON_LIVE_PATCH: u32 = 16;
 /// The current bytes differ from `old_bytes`.
 pub const TRAPVEC_REASON_MISMATCH: u32 = 17;
+/// Overlaps an SMP lock prefix the kernel rewrites (alternatives).
+pub const TRAPVEC_REASON_ALTERNATIVE: u32 = 18;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 17;
+pub const TRAPVEC_REASON_MAX: u32 = 18;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]
@@ -206,6 +208,9 @@ pub struct TrapvecPatch {
     pub new_bytes: [u8; TRAPVEC_PATCH_MAX],
 }
 
+/// CHECK flag: only the checks APPLY makes, without the kprobe cross-check.
+pub const TRAPVEC_CHECK_NO_KPROBE: u32 = 1;
+
 /// `struct trapvec_check`: would a patch of `[addr, addr + len)` be accepted?
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -216,7 +221,8 @@ pub struct TrapvecCheck {
     pub reason: u32,
     /// Out: negative errno of `register_kprobe()` for `TRAPVEC_REASON_KPROBE_REFUSED`.
     pub error: i32,
-    pub pad: u32,
+    /// `TRAPVEC_CHECK_*`.
+    pub flags: u32,
 }
 
 /// `struct trapvec_apply`: a batch of patches, all or none.

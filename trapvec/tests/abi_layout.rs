@@ -49,7 +49,7 @@ fn rust_layout() -> RustLayout {
         TrapvecWrite => "trapvec_write" { id, offset, buf, len, pad }
         TrapvecBlock => "trapvec_block" { id }
         TrapvecPatch => "trapvec_patch" { addr, len, pad, old_bytes, new_bytes }
-        TrapvecCheck => "trapvec_check" { addr, len, reason, error, pad }
+        TrapvecCheck => "trapvec_check" { addr, len, reason, error, flags }
         TrapvecApply => "trapvec_apply" { patches, count, flags, failed_index, reason, error, pad, found }
         TrapvecDispatchEntry => "trapvec_dispatch_entry" { site, dest, handler, cookie }
         TrapvecDispatchAdd => "trapvec_dispatch_add" { entries, count, failed_index }
@@ -70,6 +70,7 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_XFER_MAX", u64::from(TRAPVEC_XFER_MAX)),
         ("TRAPVEC_BATCH_MAX", u64::from(TRAPVEC_BATCH_MAX)),
         ("TRAPVEC_NO_INDEX", u64::from(TRAPVEC_NO_INDEX)),
+        ("TRAPVEC_CHECK_NO_KPROBE", u64::from(TRAPVEC_CHECK_NO_KPROBE)),
         ("TRAPVEC_BLOCK_CODE", u64::from(TRAPVEC_BLOCK_CODE)),
         ("TRAPVEC_BLOCK_DATA", u64::from(TRAPVEC_BLOCK_DATA)),
         ("TRAPVEC_REASON_NONE", u64::from(TRAPVEC_REASON_NONE)),
@@ -90,6 +91,7 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_REASON_KPROBE_REFUSED", u64::from(TRAPVEC_REASON_KPROBE_REFUSED)),
         ("TRAPVEC_REASON_LIVE_PATCH", u64::from(TRAPVEC_REASON_LIVE_PATCH)),
         ("TRAPVEC_REASON_MISMATCH", u64::from(TRAPVEC_REASON_MISMATCH)),
+        ("TRAPVEC_REASON_ALTERNATIVE", u64::from(TRAPVEC_REASON_ALTERNATIVE)),
         ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
         ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),
         ("TRAPVEC_IOC_READ", u64::from(TRAPVEC_IOC_READ)),

@@ -48,6 +48,8 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     assert_eq!(t.check_site(func, 2), Err(SiteRefusal::Ftrace));
     assert_eq!(t.check_site(site, 2), Ok(()));
     assert_eq!(t.check_site(site + 2, 2), Err(SiteRefusal::NotBoundary));
+    assert_eq!(t.precheck_site(site, 2), Ok(()));
+    assert_eq!(t.precheck_site(func + 1, 2), Err(SiteRefusal::Ftrace));
 
     let block = t.alloc(site, 16, BlockKind::Code).unwrap();
     assert!(info.code_arena.contains(&block.addr));

@@ -47,8 +47,9 @@ struct FakeModule {
     applied: Vec<Vec<TrapvecPatch>>,
     /// Answer to the next APPLY: errno and the fields to fill.
     apply_failure: Option<(Errno, TrapvecApply)>,
-    /// CHECK answers by address: `(reason, error)`.
+    /// CHECK answers by address: `(reason, error)`, and the flags of every CHECK.
     checks: BTreeMap<u64, (u32, i32)>,
+    check_flags: Vec<u32>,
     /// Where ALLOC puts the next block.
     next_block: u64,
     next_id: u64,
@@ -110,7 +111,10 @@ impl FakeModule {
             }
             Request::Seal(b) => self.sealed.push(b.id),
             Request::Free(b) => self.freed.push(b.id),
-            Request::Check(c) => (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default(),
+            Request::Check(c) => {
+                self.check_flags.push(c.flags);
+                (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default();
+            }
             Request::Apply { arg, patches } => {
                 assert_eq!(arg.count as usize, patches.len());
                 self.applied.push(patches.to_vec());
@@ -488,6 +492,16 @@ fn check_site_maps_every_reason_code_and_back() {
     assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::EntryText));
     assert_eq!(target.check_site(TEXT + 8, 2), Err(SiteRefusal::KprobeRefused { errno: Errno::EBUSY }));
     assert_eq!(target.check_site(TEXT + 16, 2), Ok(()));
+}
+
+#[test]
+fn precheck_skips_only_the_kprobe_cross_check() {
+    let (target, m, _g) = target_with(|m| {
+        m.checks.insert(TEXT, (TRAPVEC_REASON_JUMP_LABEL, 0));
+    });
+    assert_eq!(target.precheck_site(TEXT, 2), Err(SiteRefusal::JumpLabel));
+    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::JumpLabel));
+    assert_eq!(m.borrow().check_flags, [TRAPVEC_CHECK_NO_KPROBE, 0]);
 }
 
 #[test]

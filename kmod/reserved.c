@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Text the kernel rewrites by itself (jump labels, static calls) or keys by address (BUG/WARN
+ * ud2 sites), as sorted snapshots of the core kernel's tables.
+ *
+ * jump_label_text_reserved(), static_call_text_reserved() and find_bug() scan their tables
+ * linearly (thousands of entries each); at three scans per site that was most of the cost of a
+ * thousand-site batch. The core kernel's tables do not change after boot (init entries are
+ * skipped: their text is gone), so the module sorts their ranges once at load and answers by
+ * binary search. Module text is rare and its tables come and go with the module: for it the
+ * kernel's own functions are asked.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/bug.h>
+#include <linux/jump_label.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/sort.h>
+#include <linux/static_call_types.h>
+#include <asm/text-patching.h>
+
+#include "trapvec_internal.h"
+
+/* One reserved range [start, start + len) and why it is reserved. */
+struct trapvec_reserved {
+	unsigned long start;
+	u32 len;
+	u32 reason;
+};
+
+static struct trapvec_reserved *trapvec_rsv;
+static size_t trapvec_rsv_count;
+/* The longest reserved range: how far before addr an overlapping range may start. */
+static u32 trapvec_rsv_maxlen;
+
+static int trapvec_rsv_cmp(const void *a, const void *b)
+{
+	const struct trapvec_reserved *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void trapvec_rsv_add(unsigned long start, u32 len, u32 reason)
+{
+	struct trapvec_reserved *r = &trapvec_rsv[trapvec_rsv_count++];
+
+	r->start = start;
+	r->len = len;
+	r->reason = reason;
+	trapvec_rsv_maxlen = max(trapvec_rsv_maxlen, len);
+}
+
+int trapvec_reserved_init(void)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	struct jump_entry *je, *je_end = (struct jump_entry *)k->jump_table_end;
+	struct static_call_site *sc, *sc_end = (struct static_call_site *)k->static_call_sites_end;
+	struct bug_entry *bug, *bug_end = (struct bug_entry *)k->bug_table_end;
+	size_t cap;
+
+	cap = je_end - (struct jump_entry *)k->jump_table_start +
+	      (sc_end - (struct static_call_site *)k->static_call_sites_start) +
+	      (bug_end - (struct bug_entry *)k->bug_table_start);
+	trapvec_rsv = kvmalloc_array(cap, sizeof(*trapvec_rsv), GFP_KERNEL);
+	if (!trapvec_rsv)
+		return -ENOMEM;
+
+	for (je = (struct jump_entry *)k->jump_table_start; je < je_end; je++) {
+		if (jump_entry_is_init(je))
+			continue;
+		/* 2 (jmp8/nop2) or 5 bytes; the kernel decodes the site to tell. */
+		trapvec_rsv_add(jump_entry_code(je), k->arch_jump_entry_size(je),
+				TRAPVEC_REASON_JUMP_LABEL);
+	}
+	for (sc = (struct static_call_site *)k->static_call_sites_start; sc < sc_end; sc++) {
+		if (sc->key & STATIC_CALL_SITE_INIT)
+			continue;
+		/* A call or a tail jmp with rel32. */
+		trapvec_rsv_add((unsigned long)&sc->addr + sc->addr, CALL_INSN_SIZE,
+				TRAPVEC_REASON_STATIC_CALL);
+	}
+	for (bug = (struct bug_entry *)k->bug_table_start; bug < bug_end; bug++)
+		/* find_bug() matches the ud2's address; the ud2 is 2 bytes. */
+		trapvec_rsv_add((unsigned long)&bug->bug_addr_disp + bug->bug_addr_disp, 2,
+				TRAPVEC_REASON_BUG_ENTRY);
+
+	sort(trapvec_rsv, trapvec_rsv_count, sizeof(*trapvec_rsv), trapvec_rsv_cmp, NULL);
+	pr_debug("%zu reserved ranges in core kernel text\n", trapvec_rsv_count);
+	return 0;
+}
+
+void trapvec_reserved_exit(void)
+{
+	kvfree(trapvec_rsv);
+	trapvec_rsv = NULL;
+	trapvec_rsv_count = 0;
+}
+
+/* Core kernel text: the first reserved range overlapping [addr, addr + len). */
+static u32 trapvec_reserved_core(unsigned long addr, u32 len)
+{
+	unsigned long from = addr - min_t(unsigned long, addr, trapvec_rsv_maxlen);
+	size_t lo = 0, hi = trapvec_rsv_count;
+
+	/* The first range starting at or after from: earlier ones end before addr. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (trapvec_rsv[mid].start < from)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < trapvec_rsv_count && trapvec_rsv[lo].start < addr + len; lo++)
+		if (trapvec_rsv[lo].start + trapvec_rsv[lo].len > addr)
+			return trapvec_rsv[lo].reason;
+	return TRAPVEC_REASON_NONE;
+}
+
+/* Module text: the kernel's own (linear) lookups. */
+static u32 trapvec_reserved_module(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	void *start = (void *)addr, *last = (void *)(addr + len - 1);
+	u32 i;
+
+	if (k->jump_label_text_reserved(start, last))
+		return TRAPVEC_REASON_JUMP_LABEL;
+	if (k->static_call_text_reserved(start, last))
+		return TRAPVEC_REASON_STATIC_CALL;
+	for (i = 0; i < len; i++)
+		if (k->find_bug(addr + i))
+			return TRAPVEC_REASON_BUG_ENTRY;
+	return TRAPVEC_REASON_NONE;
+}
+
+u32 trapvec_reserved_check(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+
+	if (addr >= k->stext && addr + len <= k->etext)
+		return trapvec_reserved_core(addr, len);
+	return trapvec_reserved_module(addr, len);
+}
