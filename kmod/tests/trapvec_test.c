@@ -38,6 +38,7 @@
 #define NOBODY 65534
 #define CALLS 1000
 #define NESTED_CALLS 100
+#define STRESS_CYCLES 200
 
 static int failures;
 static int checks;
@@ -345,6 +346,127 @@ static void test_nonroot(void)
 	      NOBODY, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
+/* A function of module mod whose entry is the 5-byte ftrace NOP; 0 if none. */
+static uint64_t module_function(const char *mod)
+{
+	char line[512], sym[256], owner[128], type;
+	unsigned long long addr;
+	uint8_t b[5];
+	FILE *f = fopen("/proc/kallsyms", "r");
+
+	if (!f)
+		fatal("/proc/kallsyms");
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx %c %255s [%127[^]]]", &addr, &type, sym, owner) != 4 ||
+		    (type != 't' && type != 'T') || strcmp(owner, mod))
+			continue;
+		if (!kread(addr, b, 5) && !memcmp(b, "\x0f\x1f\x44\x00\x00", 5)) {
+			fclose(f);
+			return addr;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static long module_refcnt(const char *mod)
+{
+	char path[128];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &n) != 1)
+			n = -1;
+		fclose(f);
+	}
+	return n;
+}
+
+/*
+ * Module text goes through vmalloc_to_page() for its alias, and a live patch holds a
+ * reference on the module. The patch writes the bytes that are there (no behaviour changes).
+ */
+static void test_module_text(const char *mod)
+{
+	struct trapvec_patch p = {};
+	struct trapvec_apply res;
+	uint64_t func = module_function(mod);
+	long before = module_refcnt(mod), during, after;
+	int ret;
+
+	if (!func || before < 0) {
+		check(0, "module %s is loaded and has a traced function", mod);
+		return;
+	}
+	p.addr = func + 5;
+	p.len = 2;
+	check(kread(p.addr, p.old_bytes, 2) == 0 && check_reason(p.addr, 2) == TRAPVEC_REASON_NONE,
+	      "CHECK %s text at %llx is accepted", mod, (unsigned long long)p.addr);
+	memcpy(p.new_bytes, p.old_bytes, 2);
+	ret = apply(&p, 1, &res);
+	during = module_refcnt(mod);
+	check(!ret && during == before + 1, "APPLY in %s text takes a reference on it (%ld -> %ld)",
+	      mod, before, during);
+	/* Its own inverse: the same bytes. */
+	ret = apply(&p, 1, &res);
+	after = module_refcnt(mod);
+	check(!ret && after == before, "reverting it drops the reference (%ld)", after);
+}
+
+/*
+ * Splice and unsplice while another process calls getppid() on every CPU it can get: every
+ * call must return the right value, through the trap or around it.
+ */
+static void test_stress(struct splice *s, struct trapvec_patch *trap, pid_t ppid)
+{
+	struct trapvec_dispatch_entry e = { .site = s->site, .dest = s->tramp };
+	struct trapvec_patch undo = *trap;
+	struct trapvec_apply res;
+	uint64_t site = s->site;
+	int i, status, failed = 0, pipefd[2];
+	uint32_t idx;
+	pid_t pid;
+
+	memcpy(undo.old_bytes, trap->new_bytes, 2);
+	memcpy(undo.new_bytes, trap->old_bytes, 2);
+	if (pipe(pipefd))
+		fatal("pipe");
+	pid = fork();
+	if (pid < 0)
+		fatal("fork");
+	if (!pid) {
+		long calls = 0;
+		char c;
+
+		close(pipefd[1]);
+		fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+		/* Until the parent closes the pipe. */
+		while (read(pipefd[0], &c, 1) < 0 && errno == EAGAIN) {
+			if (syscall(SYS_getppid) != getppid())
+				_exit(2);
+			calls++;
+		}
+		_exit(calls > 0 ? 0 : 3);
+	}
+	close(pipefd[0]);
+	for (i = 0; i < STRESS_CYCLES && !failed; i++) {
+		failed |= dispatch_add(&e, 1, &idx) != 0;
+		failed |= apply(trap, 1, &res) != 0;
+		failed |= syscall(SYS_getppid) != ppid;
+		failed |= apply(&undo, 1, &res) != 0;
+		failed |= dispatch_remove(&site, 1, &idx) != 0;
+	}
+	close(pipefd[1]);
+	waitpid(pid, &status, 0);
+	check(!failed, "%d cycles of dispatch add, trap, revert, remove", i);
+	check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a process calling getppid() meanwhile always got %d (status %d)", ppid,
+	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 static void call_getppid(int n, pid_t want, const char *what)
 {
 	int i, wrong = 0;
@@ -553,6 +675,9 @@ int main(int argc, char **argv)
 	check(dispatch_remove(&site, 1, &failed) == -ENOENT && failed == 0,
 	      "DISPATCH_REMOVE again fails (ENOENT), index 0");
 	check(hits(s.site, &h) == -ENOENT, "HITS of a removed site fails (ENOENT)");
+	test_stress(&s, &patch[0], ppid);
+	check(kread(getppid_fn, now, 16) == 0 && !memcmp(now, s.orig, 16),
+	      "after the stress: __x64_sys_getppid's 16 bytes are the originals");
 	check(block_op(TRAPVEC_IOC_FREE, s.code.id) == 0, "FREE the trampoline block");
 	memset(&q, 0, sizeof(q));
 	ret = tv(TRAPVEC_IOC_QUIESCE, &q);
@@ -561,6 +686,8 @@ int main(int argc, char **argv)
 	      q.reclaimed_blocks, q.reclaimed_bytes);
 
 	test_nonroot();
+	if (module_refcnt("sch_netem") >= 0)
+		test_module_text("sch_netem");
 
 	if (leave) {
 		struct trapvec_alloc again;
