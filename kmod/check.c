@@ -6,7 +6,8 @@
  * targets); the module checks again whatever the kernel knows better than user space, and
  * gives each refusal its own reason code (trapvec_abi.h):
  *
- *  - the range must be core kernel text or the core text of a live module, not this module;
+ *  - the range must be core kernel text or the core text of a live module, not this module,
+ *    and overlap no live patch of ours;
  *  - not entry text, noinstr text (RCU may not be watching; the trap stub assumes it is),
  *    nor the retpoline/return thunks (the trap path itself runs through them);
  *  - not on the kprobes blacklist (code the kernel's own trap handling depends on);
@@ -154,6 +155,8 @@ u32 trapvec_check_site(unsigned long addr, u32 len)
 		return TRAPVEC_REASON_NOT_TEXT;
 	if (trapvec_in_own_module(addr, len))
 		return TRAPVEC_REASON_OWN_MODULE;
+	if (trapvec_text_overlaps_live(addr, len))
+		return TRAPVEC_REASON_LIVE_PATCH;
 	if (trapvec_overlaps(addr, len, k->entry_text_start, k->entry_text_end))
 		return TRAPVEC_REASON_ENTRY_TEXT;
 	if (trapvec_overlaps(addr, len, k->noinstr_text_start, k->noinstr_text_end))

@@ -24,6 +24,13 @@
  * record, so that reverting it (even at unload) allocates nothing.
  *
  * A live patch of module text holds a reference on that module.
+ *
+ * Windows over several instructions: stop_machine() guarantees that no CPU executes the range
+ * while it changes, not that no task is stopped inside it. With voluntary or no preemption
+ * (Debian's default) a task is never stopped in kernel code but at a call, and the only
+ * boundary inside a 2-byte trap follows a 1-byte instruction, which is not a call. Under
+ * preempt=full a task preempted right after the first displaced instruction would resume in
+ * the middle of the new bytes; that case is not handled (README.md).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 

@@ -628,6 +628,8 @@ int main(int argc, char **argv)
 	      "the site now holds cd f5");
 	check(apply(patch, 1, &res) == -EBUSY && res.reason == TRAPVEC_REASON_LIVE_PATCH,
 	      "APPLY over a live patch fails: EBUSY, LIVE_PATCH");
+	check(check_reason(s.site + 1, 1) == TRAPVEC_REASON_LIVE_PATCH,
+	      "CHECK of a byte under a live patch is refused: LIVE_PATCH");
 
 	call_getppid(CALLS, ppid, "through the trap");
 	ret = hits(s.site, &h);
