@@ -1,6 +1,6 @@
 //! The kernel backend: the running kernel as a [`Target`], through `/dev/trapvec` (`kmod/`).
 //!
-//! - [`ioctl`]: the one function every request to the module goes through (the seam unit tests
+//! - `ioctl`: the one function every request to the module goes through (the seam unit tests
 //!   replace);
 //! - [`kallsyms`]: symbols from `/proc/kallsyms`.
 //!
@@ -15,7 +15,7 @@
 //! counts hits per site; kernel code has no red zone and does not use vector registers; traced
 //! functions begin with the ftrace `__fentry__` site, which the module refuses to overlap.
 
-pub mod ioctl;
+pub(crate) mod ioctl;
 pub mod kallsyms;
 
 #[cfg(test)]
