@@ -12,6 +12,7 @@ modprobe sch_netem 2>/dev/null || echo "kmod scenario: no sch_netem, module text
 "$test_prog" --leave-live "$state" || exit 11
 # Unload with a splice live: the module must revert it and restore the gate...
 rmmod trapvec || exit 12
+dmesg | grep 'trapvec: reverted' | tail -n 1
 # ...so that it loads again (it refuses a vector whose gate is not the spurious entry).
 insmod /trapvec.ko || exit 13
 "$test_prog" --after-reload "$state" || exit 14

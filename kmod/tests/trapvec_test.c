@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trapvec_abi.h"
@@ -39,6 +40,7 @@
 #define CALLS 1000
 #define NESTED_CALLS 100
 #define STRESS_CYCLES 200
+#define BIG_BATCH 1000
 
 static int failures;
 static int checks;
@@ -467,6 +469,66 @@ static void test_stress(struct splice *s, struct trapvec_patch *trap, pid_t ppid
 	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
+static double seconds(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * A batch of n patches that write the bytes already there, 2 bytes past the ftrace NOP of
+ * n traced kernel functions (each accepted by CHECK without its kprobe): the module records,
+ * maps and, at unload, reverts them all without changing what the kernel runs.
+ */
+static void test_big_batch(int n)
+{
+	struct trapvec_patch *p = calloc(n, sizeof(*p));
+	char line[512], sym[256], type;
+	unsigned long long addr, last = 0;
+	struct trapvec_check c = {};
+	struct trapvec_apply res;
+	struct trapvec_info in;
+	uint64_t live;
+	double t0, t;
+	int k = 0, ret;
+	uint8_t b[8];
+	FILE *f = fopen("/proc/kallsyms", "r");
+
+	if (!f || !p)
+		fatal("big batch");
+	info(&in);
+	live = in.live_patches;
+	while (k < n && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx %c %255s", &addr, &type, sym) != 3 || type != 'T' ||
+		    strchr(line, '[') || addr == last)
+			continue;
+		last = addr;
+		if (kread(addr, b, 8) || memcmp(b, "\x0f\x1f\x44\x00\x00", 5))
+			continue;
+		c.addr = addr + 5;
+		c.len = 2;
+		c.flags = TRAPVEC_CHECK_NO_KPROBE;
+		if (tv(TRAPVEC_IOC_CHECK, &c) || c.reason)
+			continue;
+		p[k].addr = addr + 5;
+		p[k].len = 2;
+		memcpy(p[k].old_bytes, b + 5, 2);
+		memcpy(p[k].new_bytes, b + 5, 2);
+		k++;
+	}
+	fclose(f);
+	t0 = seconds();
+	ret = apply(p, k, &res);
+	t = seconds() - t0;
+	info(&in);
+	check(k == n && !ret && in.live_patches == live + n,
+	      "APPLY of a batch of %d patches at %d functions in %.3f s (%llu live)", k, k, t,
+	      in.live_patches);
+	free(p);
+}
+
 static void call_getppid(int n, pid_t want, const char *what)
 {
 	int i, wrong = 0;
@@ -705,6 +767,7 @@ int main(int argc, char **argv)
 		check(dispatch_add(&entry, 1, &failed) == 0 && apply(patch, 1, &res) == 0,
 		      "splice applied again, to be left live for rmmod");
 		call_getppid(10, ppid, "through the trap again");
+		test_big_batch(BIG_BATCH);
 		info(&in);
 		save_state(leave, &s, &in);
 	}
