@@ -35,6 +35,7 @@
 
 #include <linux/kprobes.h>
 #include <linux/module.h>
+#include <linux/slab.h>
 #include <linux/string.h>
 #include <asm/insn.h>
 
@@ -85,36 +86,45 @@ out:
 
 /*
  * Is addr an instruction boundary, with a decodable instruction there? Decode from the start
- * of its symbol through the instruction at addr, over the original bytes. kallsyms sizes run
- * to the next symbol, so alignment padding after a function belongs to it (int3 and nop
- * decode one by one).
+ * of its symbol through the instruction at addr, over the original bytes (read once, our live
+ * patches undone). kallsyms sizes run to the next symbol, so alignment padding after a
+ * function belongs to it (int3 and nop decode one by one).
  */
 static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
-	unsigned long size, offset, func, a;
-	u8 buf[MAX_INSN_SIZE];
+	unsigned long size, offset, span, at;
+	u32 reason = TRAPVEC_REASON_NOT_BOUNDARY;
 	struct insn insn;
+	u8 *text;
 
 	if (!k->kallsyms_lookup_size_offset(addr, &size, &offset))
 		return TRAPVEC_REASON_NOT_BOUNDARY;
 	if (offset + len > size)
 		return TRAPVEC_REASON_CROSSES_SYMBOL;
-	func = addr - offset;
-	for (a = func; a <= addr; a += insn.length) {
-		int n = min_t(unsigned long, MAX_INSN_SIZE, func + size - a);
-
-		if (trapvec_text_read_original(a, buf, n))
-			return TRAPVEC_REASON_NOT_TEXT;
-		if (k->insn_decode(&insn, buf, n, INSN_MODE_KERN) < 0) {
-			pr_debug("cannot decode %pS while looking for %pS\n", (void *)a,
-				 (void *)addr);
-			return TRAPVEC_REASON_NOT_BOUNDARY;
-		}
-		if (a == addr)
-			return TRAPVEC_REASON_NONE;
+	/* Enough for the instruction at addr, not past the symbol. */
+	span = min_t(unsigned long, size, offset + MAX_INSN_SIZE);
+	text = kvmalloc(span, GFP_KERNEL);
+	if (!text)
+		return TRAPVEC_REASON_NOT_BOUNDARY;
+	if (trapvec_text_read_original(addr - offset, text, span)) {
+		reason = TRAPVEC_REASON_NOT_TEXT;
+		goto out;
 	}
-	return TRAPVEC_REASON_NOT_BOUNDARY;
+	for (at = 0; at <= offset; at += insn.length) {
+		if (k->insn_decode(&insn, text + at, span - at, INSN_MODE_KERN) < 0) {
+			pr_debug("cannot decode %pS while looking for %pS\n",
+				 (void *)(addr - offset + at), (void *)addr);
+			break;
+		}
+		if (at == offset) {
+			reason = TRAPVEC_REASON_NONE;
+			break;
+		}
+	}
+out:
+	kvfree(text);
+	return reason;
 }
 
 /* Exception-table and alternatives sites; jump labels, static calls and bugs (reserved.c). */
