@@ -115,7 +115,8 @@ fn header_dir() -> PathBuf {
 
 /// Compile and run the C side; parse `name offset size` lines.
 fn c_layout(rows: &[(&str, &str, u64, u64)], sizes: &[(&str, u64)], consts: &[(&str, u64)]) -> Layout {
-    let mut src = String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"trapvec_abi.h\"\nint main(void)\n{\n");
+    let mut src =
+        String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"trapvec_abi.h\"\nint main(void)\n{\n");
     for (s, f, _, _) in rows {
         writeln!(
             src,

@@ -23,22 +23,40 @@ use crate::abi::{
 pub(crate) enum Request<'a> {
     Info(&'a mut TrapvecInfo),
     /// `arg.buf`/`arg.len` are set from `buf`.
-    Read { arg: &'a mut TrapvecRead, buf: &'a mut [u8] },
+    Read {
+        arg: &'a mut TrapvecRead,
+        buf: &'a mut [u8],
+    },
     Alloc(&'a mut TrapvecAlloc),
     /// `arg.buf`/`arg.len` are set from `bytes`.
-    Write { arg: &'a mut TrapvecWrite, bytes: &'a [u8] },
+    Write {
+        arg: &'a mut TrapvecWrite,
+        bytes: &'a [u8],
+    },
     Seal(&'a mut TrapvecBlock),
     Free(&'a mut TrapvecBlock),
     Check(&'a mut TrapvecCheck),
     /// `arg.patches`/`arg.count` are set from `patches`.
-    Apply { arg: &'a mut TrapvecApply, patches: &'a [TrapvecPatch] },
+    Apply {
+        arg: &'a mut TrapvecApply,
+        patches: &'a [TrapvecPatch],
+    },
     /// `arg.entries`/`arg.count` are set from `entries`.
-    DispatchAdd { arg: &'a mut TrapvecDispatchAdd, entries: &'a [TrapvecDispatchEntry] },
+    DispatchAdd {
+        arg: &'a mut TrapvecDispatchAdd,
+        entries: &'a [TrapvecDispatchEntry],
+    },
     /// `arg.sites`/`arg.count` are set from `sites`.
-    DispatchRemove { arg: &'a mut TrapvecDispatchRemove, sites: &'a [u64] },
+    DispatchRemove {
+        arg: &'a mut TrapvecDispatchRemove,
+        sites: &'a [u64],
+    },
     Hits(&'a mut TrapvecHits),
     /// `arg.entries`/`arg.capacity` are set from `out`.
-    List { arg: &'a mut TrapvecList, out: &'a mut [TrapvecListEntry] },
+    List {
+        arg: &'a mut TrapvecList,
+        out: &'a mut [TrapvecListEntry],
+    },
     Quiesce(&'a mut TrapvecQuiesce),
 }
 

@@ -391,8 +391,11 @@ impl Target for KernelTarget {
         for (i, chunk) in out.chunks_mut(TRAPVEC_XFER_MAX as usize).enumerate() {
             let at = addr + (i * TRAPVEC_XFER_MAX as usize) as u64;
             let mut arg = TrapvecRead { addr: at, ..Default::default() };
-            self.call(Request::Read { arg: &mut arg, buf: chunk })
-                .map_err(|e| TargetError::Read { addr: at, len: chunk.len(), reason: format!("READ: {e}") })?;
+            self.call(Request::Read { arg: &mut arg, buf: chunk }).map_err(|e| TargetError::Read {
+                addr: at,
+                len: chunk.len(),
+                reason: format!("READ: {e}"),
+            })?;
         }
         Ok(out)
     }

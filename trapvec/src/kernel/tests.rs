@@ -125,7 +125,13 @@ impl FakeModule {
             }
             Request::DispatchAdd { entries, .. } => {
                 for e in entries.iter() {
-                    let l = TrapvecListEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, ..Default::default() };
+                    let l = TrapvecListEntry {
+                        site: e.site,
+                        dest: e.dest,
+                        handler: e.handler,
+                        cookie: e.cookie,
+                        ..Default::default()
+                    };
                     self.dispatch.insert(e.site, l);
                 }
             }
@@ -440,7 +446,10 @@ fn a_dispatch_error_names_the_failing_site() {
         DispatchEntry { site: TEXT + 9, dest: CODE_ARENA, handler: 0, cookie: 0 },
     ];
     let err = target.add_dispatch(&entries).unwrap_err();
-    assert!(matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 9 && reason.contains("already")), "{err}");
+    assert!(
+        matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 9 && reason.contains("already")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -449,7 +458,10 @@ fn removing_an_unknown_site_names_it() {
         m.fail.insert("DISPATCH_REMOVE", (Errno::ENOENT, 0));
     });
     let err = target.remove_dispatch(&[TEXT + 0x40]).unwrap_err();
-    assert!(matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 0x40 && reason.contains("no dispatch entry")), "{err}");
+    assert!(
+        matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 0x40 && reason.contains("no dispatch entry")),
+        "{err}"
+    );
 }
 
 #[test]
