@@ -6,17 +6,24 @@
 //! ([`plan`]), relocating the displaced instructions ([`relocate`]), generating trampolines and
 //! patch bytes ([`trampoline`]), and the splice spec format ([`spec`]).
 //!
-//! Everything in those modules is pure: functions over `(&[u8], address)`, a
+//! [`splicer`] applies plans through a [`trapvec::Target`] (all-or-nothing batches, removal with
+//! quiescence), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
+//! process modifying itself.
+//!
+//! Everything in the analysis modules is pure: functions over `(&[u8], address)`, a
 //! [`trapvec::SymbolTable`] and a [`trapvec::TargetInfo`]; the target is seen only through read
 //! callbacks handed in by the caller. Applying plans through a [`trapvec::Target`] is the
 //! splicer's job, and nothing here may write to a target.
 
 pub mod analysis;
+pub mod apply;
 pub mod error;
 pub mod plan;
 pub mod point;
 pub mod relocate;
+pub mod session;
 pub mod spec;
+pub mod splicer;
 pub mod trampoline;
 
 pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn};

@@ -215,6 +215,17 @@ pub trait Target {
     /// All-or-nothing batch of text changes (see the module docs).
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError>;
 
+    /// [`Target::patch_text`] when the caller knows where a CPU may be executing inside the
+    /// patched bytes: `live_interior` lists the instruction boundaries of the code being replaced
+    /// that lie strictly inside a patch (e.g. the second instruction under a trap written over a
+    /// 1-byte `push`). Backends that cannot stop the world wait until no CPU is at one of them;
+    /// an empty list says no CPU can be inside (the old bytes are a single instruction each).
+    /// The default is the conservative `patch_text`.
+    fn patch_text_live(&mut self, batch: &[TextPatch], live_interior: &[u64]) -> Result<(), TargetError> {
+        let _ = live_interior;
+        self.patch_text(batch)
+    }
+
     /// Add dispatch entries (all or none).
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError>;
 

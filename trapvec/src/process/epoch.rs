@@ -98,12 +98,16 @@ mod tests {
         static CELL: EpochCell<Vec<u64>> = EpochCell::new();
         CELL.replace(Some(vec![7; 64]));
         let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicUsize::new(0));
         let readers: Vec<_> = (0..3)
             .map(|_| {
-                let stop = stop.clone();
+                let (stop, started) = (stop.clone(), started.clone());
                 std::thread::spawn(move || {
                     let mut n = 0u64;
                     while !stop.load(SeqCst) {
+                        if n == 1 {
+                            started.fetch_add(1, SeqCst);
+                        }
                         CELL.read(|v| {
                             let v = v.expect("always published");
                             // Every element equal: a torn or freed vector would break this.
@@ -115,6 +119,9 @@ mod tests {
                 })
             })
             .collect();
+        while started.load(SeqCst) < 3 {
+            std::thread::yield_now();
+        }
         for i in 0..2000u64 {
             CELL.replace(Some(vec![i; 64]));
         }

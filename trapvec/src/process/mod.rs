@@ -120,7 +120,12 @@ impl Target for ProcessTarget {
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        text::patch_batch(batch)
+        text::patch_batch(batch, None)
+    }
+
+    fn patch_text_live(&mut self, batch: &[TextPatch], live_interior: &[u64]) -> Result<(), TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        text::patch_batch(batch, Some(live_interior))
     }
 
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {

@@ -164,8 +164,29 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             *rip = at as i64;
             return;
         }
+        report(b"trapvec: int3 at ", at, b" is not trapvec's; passing SIGTRAP on\n");
         chain(sig, info, ctx, OLD.get().map(|o| &o.trap));
     }
+}
+
+/// Write `prefix`, `addr` in hex and `suffix` to stderr with one async-signal-safe `write`.
+fn report(prefix: &[u8], addr: u64, suffix: &[u8]) {
+    let mut buf = [0u8; 128];
+    let mut n = 0;
+    for &b in prefix.iter().chain(b"0x") {
+        buf[n] = b;
+        n += 1;
+    }
+    for i in (0..16).rev() {
+        buf[n] = b"0123456789abcdef"[((addr >> (i * 4)) & 0xf) as usize];
+        n += 1;
+    }
+    for &b in suffix.iter().take(buf.len() - n) {
+        buf[n] = b;
+        n += 1;
+    }
+    // SAFETY: write(2) is async-signal-safe; `buf[..n]` is initialised.
+    unsafe { libc::write(2, buf.as_ptr().cast(), n) };
 }
 
 extern "C" fn on_scan(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {

@@ -6,8 +6,9 @@
 //! 2. Make the pages writable (keeping them executable), publish the patch addresses as transient.
 //! 3. Write `CC` at each patch's first byte; sync. From now on no thread enters a window: it meets
 //!    the `CC` and is sent back by the SIGTRAP handler to retry.
-//! 4. Wait until no thread is *inside* a window (RIP strictly after its first byte): such a
-//!    thread started the old instructions before step 3 and must finish them first.
+//! 4. Wait until no thread is *inside* a window (RIP at an instruction boundary after its first
+//!    byte, or anywhere after it when the boundaries are not given): such a thread started the
+//!    old instructions before step 3 and must finish them first.
 //! 5. Write every tail; sync. Write every first byte; sync. Restore the page protections.
 
 use std::time::Duration;
@@ -100,8 +101,10 @@ unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
     }
 }
 
-/// Apply `batch` all-or-nothing (see the module docs).
-pub(crate) fn patch_batch(batch: &[TextPatch]) -> Result<(), TargetError> {
+/// Apply `batch` all-or-nothing (see the module docs). `live_interior`: the instruction
+/// boundaries strictly inside patches where a thread may be (step 4 waits for those only), or
+/// `None` to wait for every byte after each patch's first.
+pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) -> Result<(), TargetError> {
     for p in batch {
         if p.old.len() != p.new.len() || p.new.is_empty() {
             return Err(TargetError::Text { addr: p.addr, reason: format!("old ({} bytes) and new ({} bytes) differ in length", p.old.len(), p.new.len()) });
@@ -170,8 +173,10 @@ pub(crate) fn patch_batch(batch: &[TextPatch]) -> Result<(), TargetError> {
             unsafe { write_bytes(p.addr, &[INT3]) };
         }
         sync_cores()?;
-        let interiors: Vec<(u64, u64)> =
-            order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect();
+        let interiors: Vec<(u64, u64)> = match live_interior {
+            Some(points) => points.iter().map(|&b| (b, b + 1)).collect(),
+            None => order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect(),
+        };
         if let Err(e) = wait_until_outside(&interiors, Duration::from_secs(2)) {
             // Put the first bytes back: nothing was written but the CCs.
             for p in &order {

@@ -1,0 +1,83 @@
+//! Applying a [`Spec`] to any target: load its components, apply its splices in one batch, write
+//! its variables. All or nothing: on any error everything this call did is undone.
+
+use std::path::PathBuf;
+
+use component_manager::{ComponentId, LoadOptions};
+use trapvec::Target;
+
+use crate::plan::Mechanism;
+use crate::spec::{Spec, SpliceSpec};
+use crate::splicer::{Action, SpliceError, SpliceId, SpliceRequest, Splicer};
+
+/// What applying a spec made.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub components: Vec<ComponentId>,
+    /// `(point as written, mechanism, splice)` in spec order.
+    pub splices: Vec<(String, Mechanism, SpliceId)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("component {path}: {source}")]
+    Component { path: PathBuf, #[source] source: SpliceError },
+    #[error(transparent)]
+    Splice(#[from] SpliceError),
+    #[error("set {symbol}: {source}")]
+    Set { symbol: String, #[source] source: SpliceError },
+}
+
+/// The request a spec's `[[splice]]` table describes.
+pub fn request_of(s: &SpliceSpec) -> SpliceRequest {
+    let action = match s.action {
+        crate::spec::Action::Call => Action::Call { handler: s.handler.clone(), cookie: s.cookie },
+        crate::spec::Action::Replace => Action::Replace { with: s.handler.clone() },
+    };
+    SpliceRequest { at: s.at.clone(), action, mechanism: s.mechanism }
+}
+
+/// Apply `spec`; components are placed near `near` (0: the backend's default).
+pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<Applied, ApplyError> {
+    let mut applied = Applied::default();
+    let undo = |splicer: &mut Splicer<T>, applied: &Applied| {
+        if !applied.splices.is_empty() {
+            let ids: Vec<SpliceId> = applied.splices.iter().map(|s| s.2).collect();
+            if let Err(e) = splicer.remove(&ids) {
+                log::error!("undoing the spec's splices: {e}");
+            }
+        }
+        for &c in applied.components.iter().rev() {
+            if let Err(e) = splicer.unload_component(c) {
+                log::error!("undoing the spec's components: {e}");
+            }
+        }
+    };
+    for c in &spec.components {
+        let opts = LoadOptions { near, expected_crc32: c.crc32, name: None };
+        match splicer.load_component(&c.path, &opts) {
+            Ok(id) => applied.components.push(id),
+            Err(source) => {
+                undo(splicer, &applied);
+                return Err(ApplyError::Component { path: c.path.clone(), source });
+            }
+        }
+    }
+    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
+    match splicer.apply(&requests) {
+        Ok(ids) => {
+            applied.splices = requests.iter().zip(ids).map(|(r, id)| (r.at.clone(), r.mechanism, id)).collect();
+        }
+        Err(e) => {
+            undo(splicer, &applied);
+            return Err(e.into());
+        }
+    }
+    for s in &spec.sets {
+        if let Err(source) = splicer.set_var(&s.symbol, s.value, usize::from(s.size)) {
+            undo(splicer, &applied);
+            return Err(ApplyError::Set { symbol: s.symbol.clone(), source });
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,183 @@
+//! The library API for a process modifying itself, with RAII handles: dropping a
+//! [`SpliceHandle`] removes the splice, dropping the last [`ComponentHandle`] (splices keep their
+//! component alive) unloads the component.
+//!
+//! ```no_run
+//! use instr_manager::session::Session;
+//! use instr_manager::Mechanism;
+//! let session = Session::open()?;
+//! let comp = session.load("handler.o")?;
+//! let splice = session.splice_call("compute+0", &comp, "count_compute", Mechanism::Trap)?;
+//! // ... run compute() ...
+//! println!("{} hits", splice.hits()?);
+//! drop(splice); // the original bytes are back
+//! # Ok::<(), instr_manager::session::SessionError>(())
+//! ```
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use component_manager::{ComponentId, LoadOptions};
+use trapvec::process::ProcessTarget;
+use trapvec::Target;
+
+use crate::plan::Mechanism;
+use crate::splicer::{Action, Hits, SpliceError, SpliceId, SpliceRequest, Splicer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Splice(#[from] SpliceError),
+    #[error(transparent)]
+    Target(#[from] trapvec::TargetError),
+}
+
+type Shared = Arc<Mutex<Splicer<ProcessTarget>>>;
+
+fn lock(s: &Shared) -> MutexGuard<'_, Splicer<ProcessTarget>> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The running process, ready to be spliced.
+#[derive(Clone)]
+pub struct Session {
+    inner: Shared,
+}
+
+struct ComponentInner {
+    session: Shared,
+    id: ComponentId,
+    name: String,
+}
+
+impl Drop for ComponentInner {
+    fn drop(&mut self) {
+        if let Err(e) = lock(&self.session).unload_component(self.id) {
+            log::error!("unloading component {}: {e}", self.name);
+        }
+    }
+}
+
+/// A loaded component; unloaded when the last handle and the last splice using it are gone.
+#[derive(Clone)]
+pub struct ComponentHandle {
+    inner: Arc<ComponentInner>,
+}
+
+impl ComponentHandle {
+    pub fn id(&self) -> ComponentId {
+        self.inner.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Address of one of the component's symbols.
+    pub fn symbol(&self, name: &str) -> Option<u64> {
+        let s = lock(&self.inner.session);
+        let c = s.components().get(self.inner.id)?;
+        c.symbols.iter().find(|sym| sym.name == name).map(|sym| sym.addr)
+    }
+}
+
+/// A live splice; removed (original bytes restored) when dropped.
+pub struct SpliceHandle {
+    session: Shared,
+    id: SpliceId,
+    removed: bool,
+    /// Keeps the component loaded while the splice lives.
+    _component: Option<ComponentHandle>,
+}
+
+impl SpliceHandle {
+    pub fn id(&self) -> SpliceId {
+        self.id
+    }
+
+    /// Hits so far.
+    pub fn hits(&self) -> Result<u64, SessionError> {
+        Ok(lock(&self.session).hits(self.id)?.hits)
+    }
+
+    /// Remove now, returning the final counters (dropping removes too, logging any error).
+    pub fn remove(mut self) -> Result<Hits, SessionError> {
+        self.removed = true;
+        Ok(lock(&self.session).remove(&[self.id])?.pop().unwrap_or_default())
+    }
+}
+
+impl Drop for SpliceHandle {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Err(e) = lock(&self.session).remove(&[self.id]) {
+            log::error!("removing splice {}: {e}", self.id.0);
+        }
+    }
+}
+
+impl Session {
+    /// Open the process backend (installs the trap handlers once per process).
+    pub fn open() -> Result<Session, SessionError> {
+        Ok(Session { inner: Arc::new(Mutex::new(Splicer::new(ProcessTarget::new()?))) })
+    }
+
+    /// Run `f` with the splicer (for what the handles do not cover).
+    pub fn with<R>(&self, f: impl FnOnce(&mut Splicer<ProcessTarget>) -> R) -> R {
+        f(&mut lock(&self.inner))
+    }
+
+    /// Re-read the process's symbols (after `dlopen`).
+    pub fn refresh_symbols(&self) -> Result<(), SessionError> {
+        Ok(lock(&self.inner).target_mut().refresh_symbols()?)
+    }
+
+    /// Load a component from an ELF relocatable file.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<ComponentHandle, SessionError> {
+        self.load_with(path, &LoadOptions::default())
+    }
+
+    /// Load with options (expected CRC32, placement).
+    pub fn load_with(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<ComponentHandle, SessionError> {
+        let mut s = lock(&self.inner);
+        let mut opts = opts.clone();
+        if opts.near == 0 {
+            opts.near = default_near(s.target());
+        }
+        let id = s.load_component(path.as_ref(), &opts)?;
+        let name = s.components().get(id).map(|c| c.name.clone()).unwrap_or_default();
+        Ok(ComponentHandle { inner: Arc::new(ComponentInner { session: self.inner.clone(), id, name }) })
+    }
+
+    fn splice(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
+        let id = lock(&self.inner).apply(std::slice::from_ref(&req))?[0];
+        Ok(SpliceHandle { session: self.inner.clone(), id, removed: false, _component: component.cloned() })
+    }
+
+    /// Run `handler` (a symbol of `component`) at `at`, then the original code.
+    pub fn splice_call(&self, at: &str, component: &ComponentHandle, handler: &str, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        self.splice_call_cookie(at, component, handler, 0, mechanism)
+    }
+
+    /// As [`Session::splice_call`], passing `cookie` to the handler.
+    pub fn splice_call_cookie(&self, at: &str, component: &ComponentHandle, handler: &str, cookie: u64, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        let req = SpliceRequest { at: at.to_string(), action: Action::Call { handler: handler.to_string(), cookie }, mechanism };
+        self.splice(req, Some(component))
+    }
+
+    /// Send calls of the function at `at` to `with` (a symbol of `component`).
+    pub fn splice_replace(&self, at: &str, component: &ComponentHandle, with: &str, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        let req = SpliceRequest { at: at.to_string(), action: Action::Replace { with: with.to_string() }, mechanism };
+        self.splice(req, Some(component))
+    }
+}
+
+/// Where components go by default: near the main executable's code.
+pub fn default_near(t: &dyn Target) -> u64 {
+    let syms = t.symbols();
+    syms.lookup("main")
+        .or_else(|| syms.iter().find(|s| s.kind == trapvec::SymbolKind::Function && s.origin.is_none()))
+        .map_or(0, |s| s.addr)
+}

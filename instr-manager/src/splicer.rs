@@ -1,0 +1,618 @@
+//! Applying and removing splices through a [`Target`]: the part of the instrumentation manager
+//! with effects. Everything before the first write is planning (pure functions of this crate);
+//! every batch is all-or-nothing, and removal waits for quiescence before freeing.
+//!
+//! Life of a splice:
+//! 1. resolve the point, analyse its function, plan the window (trap or jmp, springboard);
+//! 2. allocate a data block (hit counter, in-flight counter) and a code block near the site,
+//!    emit the trampoline (call), or the counting entry jump and the *replay* (replace), seal;
+//! 3. add the dispatch entries of all trap splices of the batch, then write all text in one batch;
+//!    a failure undoes steps 2–3 for the whole batch;
+//! 4. removal: restore the text (one batch), drop the dispatch entries and point the original
+//!    trampolines' indirection slots back at the functions, wait until no thread is in the
+//!    trampolines, springboards or handlers, restore the springboards, free.
+//!
+//! `replace` splices keep the original callable through `__trapvec_orig_<fn>`: a stub
+//! `jmp [rip+slot]` whose slot holds the function itself while no replace splice of it is live,
+//! and its replay trampoline while one is.
+
+use std::collections::{BTreeMap, HashMap};
+
+use component_manager::{ComponentError, ComponentId, ComponentManager, ExtraSymbols};
+use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
+use trapvec::TargetError;
+
+use crate::analysis::analyze_function;
+use crate::point::is_fentry_site;
+use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
+use crate::point::{resolve_point, PointSpec, ResolvedPoint};
+use crate::trampoline::{emit_call_trampoline, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, CallTrampoline};
+
+/// Prefix of the symbols through which components call a replaced function's original.
+pub const ORIG_PREFIX: &str = "__trapvec_orig_";
+
+/// What a splice does when its point is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Run `handler(regs, cookie)`, then the displaced instructions, then continue.
+    Call { handler: String, cookie: u64 },
+    /// Go to `with` instead (the point must be a function's entry).
+    Replace { with: String },
+}
+
+/// One splice to make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpliceRequest {
+    /// The point as written by the user: `sym`, `sym+off` or `0xADDR`.
+    pub at: String,
+    pub action: Action,
+    pub mechanism: Mechanism,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpliceId(pub u64);
+
+/// Errors of the splicer; each names the point (as written) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum SpliceError {
+    #[error("{at}: {source}")]
+    Point { at: String, #[source] source: crate::PlanError },
+    #[error("{at}: cannot splice at {site:#x} by {mechanism}: {refusal}")]
+    Refused { at: String, site: u64, mechanism: Mechanism, refusal: crate::Refusal },
+    #[error("{at}: handler `{name}` is not a symbol of any loaded component")]
+    UnknownHandler { at: String, name: String },
+    #[error("{at}: replace needs the function's entry, but {site:#x} is {offset:#x} bytes into {function}")]
+    ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    #[error("{at}: the site {site:#x} is already spliced (by {other})")]
+    AlreadySpliced { at: String, site: u64, other: String },
+    #[error("{at}: {source}")]
+    Target { at: String, #[source] source: TargetError },
+    #[error("`{name}` is not a variable of any loaded component")]
+    UnknownVariable { name: String },
+    #[error("variable `{name}`: size must be 1, 2, 4 or 8 bytes, not {size}")]
+    VariableSize { name: String, size: usize },
+    #[error("variable `{name}` at {addr:#x}: {size} bytes do not lie inside its component's data")]
+    VariableOutside { name: String, addr: u64, size: usize },
+    #[error("no live splice with id {0}")]
+    UnknownSplice(u64),
+    #[error(transparent)]
+    Component(#[from] ComponentError),
+    #[error("{0}")]
+    TargetOp(#[from] TargetError),
+}
+
+/// A splice that is in the text right now.
+#[derive(Debug)]
+pub struct LiveSplice {
+    pub id: SpliceId,
+    pub request: SpliceRequest,
+    pub point: ResolvedPoint,
+    pub plan: Plan,
+    /// Handler or replacement address.
+    pub dest_fn: u64,
+    /// The component that owns `dest_fn`, if any (its reference is held while the splice lives).
+    pub component: Option<ComponentId>,
+    site_patch: TextPatch,
+    springboard_patch: Option<TextPatch>,
+    code: RepoBlock,
+    data: RepoBlock,
+    /// Where the trap/jmp sends the CPU.
+    entry: u64,
+    /// Replay (displaced + jmp back), for replace splices and dispatcher-run handlers.
+    replay: Option<u64>,
+    dispatch: Option<DispatchEntry>,
+}
+
+impl LiveSplice {
+    fn hits_addr(&self) -> u64 {
+        self.data.addr
+    }
+    fn inflight_addr(&self) -> u64 {
+        self.data.addr + 8
+    }
+    /// Ranges a thread could be executing in because of this splice.
+    fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut r = vec![(self.code.addr, self.code.addr + self.code.size as u64)];
+        if let Some(sb) = &self.springboard_patch {
+            r.push((sb.addr, sb.addr + sb.new.len() as u64));
+        }
+        r
+    }
+}
+
+/// Hit counters of a splice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hits {
+    pub hits: u64,
+    pub missed: u64,
+}
+
+struct OrigStub {
+    function: u64,
+    code: RepoBlock,
+    slot: RepoBlock,
+}
+
+/// The instrumentation manager over one target: components, splices, original trampolines.
+pub struct Splicer<T: Target> {
+    target: T,
+    components: ComponentManager,
+    live: BTreeMap<SpliceId, LiveSplice>,
+    orig: HashMap<String, OrigStub>,
+    next: u64,
+}
+
+struct OrigResolver<'a> {
+    orig: &'a mut HashMap<String, OrigStub>,
+    live: &'a BTreeMap<SpliceId, LiveSplice>,
+}
+
+impl ExtraSymbols for OrigResolver<'_> {
+    fn resolve(&mut self, target: &mut dyn Target, name: &str) -> Option<Result<u64, String>> {
+        let func = name.strip_prefix(ORIG_PREFIX)?;
+        if let Some(s) = self.orig.get(func) {
+            return Some(Ok(s.code.addr));
+        }
+        let Some(sym) = target.symbols().lookup(func).cloned() else {
+            return Some(Err(format!("{name}: the target has no function `{func}`")));
+        };
+        // While a replace splice of `func` is live, the slot points at its replay.
+        let current = self
+            .live
+            .values()
+            .find(|s| s.point.function.addr == sym.addr && matches!(s.request.action, Action::Replace { .. }))
+            .and_then(|s| s.replay)
+            .unwrap_or(sym.addr);
+        Some(make_orig_stub(target, sym.addr, current).map(|stub| {
+            let addr = stub.code.addr;
+            self.orig.insert(func.to_string(), stub);
+            addr
+        }))
+    }
+}
+
+fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Result<OrigStub, String> {
+    let slot = target.alloc(function, 8, BlockKind::Data).map_err(|e| e.to_string())?;
+    let code = match target.alloc(function, 16, BlockKind::Code) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = target.free(&slot);
+            return Err(e.to_string());
+        }
+    };
+    let r = (|| {
+        target.write(&slot, 0, &current.to_le_bytes())?;
+        target.write(&code, 0, &emit_indirect_stub(code.addr, slot.addr))?;
+        target.seal(&code)
+    })();
+    if let Err(e) = r {
+        let _ = target.free(&code);
+        let _ = target.free(&slot);
+        return Err(e.to_string());
+    }
+    Ok(OrigStub { function, code, slot })
+}
+
+impl<T: Target> Splicer<T> {
+    pub fn new(target: T) -> Self {
+        Splicer { target, components: ComponentManager::new(), live: BTreeMap::new(), orig: HashMap::new(), next: 0 }
+    }
+
+    pub fn target(&self) -> &T {
+        &self.target
+    }
+
+    pub fn target_mut(&mut self) -> &mut T {
+        &mut self.target
+    }
+
+    pub fn components(&self) -> &ComponentManager {
+        &self.components
+    }
+
+    /// Load a component, answering `__trapvec_orig_*` imports with original trampolines.
+    pub fn load_component(&mut self, path: &std::path::Path, opts: &component_manager::LoadOptions) -> Result<ComponentId, SpliceError> {
+        let mut extra = OrigResolver { orig: &mut self.orig, live: &self.live };
+        Ok(self.components.load_path(&mut self.target, path, opts, &mut extra)?)
+    }
+
+    /// Load a component from bytes (see [`Splicer::load_component`]).
+    pub fn load_component_bytes(&mut self, name: &str, bytes: &[u8], opts: &component_manager::LoadOptions) -> Result<ComponentId, SpliceError> {
+        let mut extra = OrigResolver { orig: &mut self.orig, live: &self.live };
+        Ok(self.components.load_bytes(&mut self.target, name, bytes, opts, &mut extra)?)
+    }
+
+    /// Unload a component (refused while a splice uses it).
+    pub fn unload_component(&mut self, id: ComponentId) -> Result<(), SpliceError> {
+        Ok(self.components.unload(&mut self.target, id)?)
+    }
+
+    pub fn live(&self) -> impl Iterator<Item = &LiveSplice> {
+        self.live.values()
+    }
+
+    pub fn get(&self, id: SpliceId) -> Option<&LiveSplice> {
+        self.live.get(&id)
+    }
+
+    /// Current hit counters of a live splice.
+    pub fn hits(&self, id: SpliceId) -> Result<Hits, SpliceError> {
+        let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
+        Ok(self.hits_of(s))
+    }
+
+    fn hits_of(&self, s: &LiveSplice) -> Hits {
+        if s.plan.mechanism == Mechanism::Trap && self.target.info().dispatcher_counts_hits {
+            if let Some(h) = self.target.trap_hits(s.point.site) {
+                return Hits { hits: h.hits, missed: h.missed };
+            }
+        }
+        let hits = self.target.read(s.hits_addr(), 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
+        Hits { hits, missed: 0 }
+    }
+
+    /// Resolve a handler/replacement name: a loaded component's symbol.
+    fn resolve_dest(&self, at: &str, name: &str) -> Result<(u64, Option<ComponentId>), SpliceError> {
+        if let Some((id, addr)) = self.components.lookup(name) {
+            return Ok((addr, Some(id)));
+        }
+        Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() })
+    }
+
+    /// Plan every request without changing anything; returns the plans or the first refusal.
+    pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+        let mut out: Vec<(ResolvedPoint, Plan)> = Vec::new();
+        for r in requests {
+            out.push(self.plan_one(r, &out)?);
+        }
+        Ok(out)
+    }
+
+    fn plan_one(&self, r: &SpliceRequest, batch: &[(ResolvedPoint, Plan)]) -> Result<(ResolvedPoint, Plan), SpliceError> {
+        let at = r.at.as_str();
+        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
+        let info = self.target.info();
+        let read = |a: u64, n: usize| self.target.read(a, n).ok();
+        let fentry = |entry: u64| read(entry, 5).is_some_and(|b| is_fentry_site(&b));
+        let point = resolve_point(&spec, self.target.symbols(), info, fentry).map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
+        if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
+            return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: other.request.at.clone() });
+        }
+        if let Some((p, _)) = batch.iter().find(|(p, _)| p.site == point.site) {
+            return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: p.spec_text.clone() });
+        }
+        if let Action::Replace { .. } = r.action {
+            let entry = point.function.addr;
+            let past_fentry = info.has_fentry && point.site == entry + 5 && fentry(entry);
+            if point.site != entry && !past_fentry {
+                return Err(SpliceError::ReplaceNotAtEntry {
+                    at: at.to_string(),
+                    site: point.site,
+                    function: point.function.name.clone(),
+                    offset: point.site - point.function.addr,
+                });
+            }
+        }
+        let f = &point.function;
+        let bytes = self.target.read(f.addr, f.size as usize).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+        let func = analyze_function(&f.name, f.addr, &bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+        // Text already claimed: the displaced windows and springboards of live splices and of
+        // earlier splices of this batch.
+        let busy = |lo: u64, hi: u64| {
+            let claimed = |p: &Plan| {
+                (p.site < hi && lo < p.site + p.displaced_len as u64)
+                    || p.springboard.as_ref().is_some_and(|sb| sb.addr < hi && lo < sb.addr + 5)
+            };
+            self.live.values().any(|s| claimed(&s.plan)) || batch.iter().any(|(_, p)| claimed(p))
+        };
+        let input = PlanInput { func: &func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
+        let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
+            at: at.to_string(),
+            site: point.site,
+            mechanism: r.mechanism,
+            refusal,
+        })?;
+        Ok((point, plan))
+    }
+
+    /// Apply `requests` as one all-or-nothing batch.
+    pub fn apply(&mut self, requests: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
+        let plans = self.plan(requests)?;
+        for (c, _) in requests.iter().zip(&plans).filter_map(|(r, p)| Some((self.component_of(r).ok()??, p))) {
+            self.components.verify(&self.target, c)?;
+        }
+        let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
+        for (r, (point, plan)) in requests.iter().zip(plans) {
+            match self.build(r, point, plan) {
+                Ok(s) => built.push(s),
+                Err(e) => {
+                    self.discard(&built);
+                    return Err(e);
+                }
+            }
+        }
+        // Dispatch entries first, so a trap that is hit the moment it is written finds its way.
+        let entries: Vec<DispatchEntry> = built.iter().filter_map(|s| s.dispatch).collect();
+        if !entries.is_empty() {
+            if let Err(e) = self.target.add_dispatch(&entries) {
+                self.discard(&built);
+                return Err(e.into());
+            }
+        }
+        self.set_orig_slots(&built, true);
+        let mut batch: Vec<TextPatch> = Vec::new();
+        for s in &built {
+            batch.extend(s.springboard_patch.iter().cloned());
+            batch.push(s.site_patch.clone());
+        }
+        // Where a thread may be inside a window: the displaced instructions after the first that
+        // start under the patched bytes.
+        let interior: Vec<u64> = built
+            .iter()
+            .flat_map(|s| {
+                let end = s.site_patch.addr + s.site_patch.new.len() as u64;
+                s.plan.displaced.iter().map(|i| i.addr).filter(move |&a| a > s.site_patch.addr && a < end)
+            })
+            .collect();
+        if let Err(e) = self.target.patch_text_live(&batch, &interior) {
+            self.set_orig_slots(&built, false);
+            let sites: Vec<u64> = entries.iter().map(|e| e.site).collect();
+            if !sites.is_empty() {
+                let _ = self.target.remove_dispatch(&sites);
+            }
+            self.discard(&built);
+            return Err(e.into());
+        }
+        let mut ids = Vec::with_capacity(built.len());
+        for s in built {
+            log::debug!("spliced {} at {:#x} by {} (entry {:#x})", s.request.at, s.point.site, s.plan.mechanism, s.entry);
+            if let Some(c) = s.component {
+                self.components.acquire(c)?;
+            }
+            ids.push(s.id);
+            self.live.insert(s.id, s);
+        }
+        Ok(ids)
+    }
+
+    fn component_of(&self, r: &SpliceRequest) -> Result<Option<ComponentId>, SpliceError> {
+        let name = match &r.action {
+            Action::Call { handler, .. } => handler,
+            Action::Replace { with } => with,
+        };
+        Ok(self.resolve_dest(&r.at, name)?.1)
+    }
+
+    /// Allocate and fill the repository side of one splice (nothing visible to running code yet).
+    fn build(&mut self, r: &SpliceRequest, point: ResolvedPoint, plan: Plan) -> Result<LiveSplice, SpliceError> {
+        let at = r.at.clone();
+        let terr = |e: TargetError| SpliceError::Target { at: at.clone(), source: e };
+        let (dest_fn, component) = match &r.action {
+            Action::Call { handler, .. } => self.resolve_dest(&at, handler)?,
+            Action::Replace { with } => self.resolve_dest(&at, with)?,
+        };
+        let site = point.site;
+        let info = self.target.info().clone();
+        let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
+        let code = match self.target.alloc(site, 512, BlockKind::Code) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.target.free(&data);
+                return Err(terr(e));
+            }
+        };
+        let result = (|| -> Result<(u64, Option<u64>, Option<DispatchEntry>), SpliceError> {
+            let refused = |refusal| SpliceError::Refused { at: at.clone(), site, mechanism: plan.mechanism, refusal };
+            self.target.write(&data, 0, &[0u8; 16]).map_err(terr)?;
+            let trap = plan.mechanism == Mechanism::Trap;
+            let (bytes, entry, replay, dispatch) = match &r.action {
+                Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
+                    let replay = emit_replay(&plan, code.addr).map_err(refused)?;
+                    let d = DispatchEntry { site, dest: code.addr, handler: dest_fn, cookie: *cookie };
+                    (replay, code.addr, Some(code.addr), Some(d))
+                }
+                Action::Call { cookie, .. } => {
+                    let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
+                    let bytes = emit_call_trampoline(&t, &plan, &info).map_err(refused)?;
+                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
+                    (bytes, code.addr, None, d)
+                }
+                Action::Replace { .. } => {
+                    let mut bytes = emit_counting_jump(code.addr, data.addr, dest_fn);
+                    bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
+                    let replay_at = code.addr + bytes.len() as u64;
+                    bytes.extend(emit_replay(&plan, replay_at).map_err(refused)?);
+                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
+                    (bytes, code.addr, Some(replay_at), d)
+                }
+            };
+            if bytes.len() > code.size {
+                return Err(SpliceError::Target {
+                    at: at.clone(),
+                    source: TargetError::Block { addr: code.addr, offset: 0, len: bytes.len(), reason: "trampoline larger than its block".into() },
+                });
+            }
+            self.target.write(&code, 0, &bytes).map_err(terr)?;
+            self.target.seal(&code).map_err(terr)?;
+            Ok((entry, replay, dispatch))
+        })();
+        let (entry, replay, dispatch) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = self.target.free(&code);
+                let _ = self.target.free(&data);
+                return Err(e);
+            }
+        };
+        let site_new = match plan.mechanism {
+            Mechanism::Trap => trap_bytes().to_vec(),
+            Mechanism::Jmp => {
+                let to = plan.springboard.as_ref().map_or(entry, |sb| sb.addr);
+                match jmp_bytes(&plan, to) {
+                    Ok(b) => b,
+                    Err(refusal) => {
+                        let _ = self.target.free(&code);
+                        let _ = self.target.free(&data);
+                        return Err(SpliceError::Refused { at, site, mechanism: plan.mechanism, refusal });
+                    }
+                }
+            }
+        };
+        let old = match self.target.read(site, site_new.len()) {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.target.free(&code);
+                let _ = self.target.free(&data);
+                return Err(terr(e));
+            }
+        };
+        let site_patch = TextPatch { addr: site, old, new: site_new };
+        let springboard_patch = match plan.springboard.as_ref().map(|sb: &Springboard| springboard_bytes(sb, entry).map(|b| (sb, b))) {
+            None => None,
+            Some(Ok((sb, b))) => Some(TextPatch { addr: sb.addr, old: sb.old.clone(), new: b.to_vec() }),
+            Some(Err(refusal)) => {
+                let _ = self.target.free(&code);
+                let _ = self.target.free(&data);
+                return Err(SpliceError::Refused { at, site, mechanism: plan.mechanism, refusal });
+            }
+        };
+        self.next += 1;
+        Ok(LiveSplice {
+            id: SpliceId(self.next),
+            request: r.clone(),
+            point,
+            plan,
+            dest_fn,
+            component,
+            site_patch,
+            springboard_patch,
+            code,
+            data,
+            entry,
+            replay,
+            dispatch,
+        })
+    }
+
+    /// Free the repository side of splices that never became visible.
+    fn discard(&mut self, built: &[LiveSplice]) {
+        for s in built {
+            let _ = self.target.free(&s.code);
+            let _ = self.target.free(&s.data);
+        }
+    }
+
+    /// Point the original-trampoline slots of replaced functions at their replays (`on`), or back
+    /// at the functions themselves.
+    fn set_orig_slots(&mut self, splices: &[LiveSplice], on: bool) {
+        for s in splices {
+            let (Action::Replace { .. }, Some(replay)) = (&s.request.action, s.replay) else { continue };
+            if let Some(stub) = self.orig.get(&s.point.function.name) {
+                let v = if on { replay } else { stub.function };
+                if let Err(e) = self.target.write(&stub.slot, 0, &v.to_le_bytes()) {
+                    log::warn!("original trampoline slot of {}: {e}", s.point.function.name);
+                }
+            }
+        }
+    }
+
+    /// Remove splices in one batch; returns their final hit counts.
+    pub fn remove(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        for id in ids {
+            if !self.live.contains_key(id) {
+                return Err(SpliceError::UnknownSplice(id.0));
+            }
+        }
+        // The trap or jmp is one instruction: no thread can be inside it.
+        let batch: Vec<TextPatch> = ids.iter().map(|id| self.live[id].site_patch.inverse()).collect();
+        self.target.patch_text_live(&batch, &[])?;
+        let taken: Vec<LiveSplice> = ids.iter().map(|id| self.live.remove(id).expect("checked")).collect();
+        let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
+        if !sites.is_empty() {
+            self.target.remove_dispatch(&sites)?;
+        }
+        self.set_orig_slots(&taken, false);
+        let ranges: Vec<(u64, u64)> = taken.iter().flat_map(|s| s.ranges()).collect();
+        self.wait_quiescent(&taken, &ranges)?;
+        let hits: Vec<Hits> = taken.iter().map(|s| self.hits_of(s)).collect();
+        let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
+        if !springboards.is_empty() {
+            self.target.patch_text_live(&springboards, &[])?;
+        }
+        for s in &taken {
+            if let Some(c) = s.component {
+                self.components.release(c)?;
+            }
+            self.target.free(&s.code)?;
+            self.target.free(&s.data)?;
+        }
+        Ok(hits)
+    }
+
+    /// Wait until no thread can be executing in the splices' code. Nothing can enter anew (the
+    /// text and dispatch entries are gone before this is called), so it is enough to see, around
+    /// one scan of the ranges that finds no thread, that no thread was inside a handler and that
+    /// no thread entered a trampoline (the entry counters did not move): a thread entering during
+    /// the scan moves a counter; one in the trampoline's prefix or tail is seen by the scan.
+    fn wait_quiescent(&mut self, taken: &[LiveSplice], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
+        let counters = |me: &Self| -> Vec<(u64, u64)> {
+            let word = |a: u64| me.target.read(a, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
+            taken.iter().map(|s| (word(s.hits_addr()), word(s.inflight_addr()))).collect()
+        };
+        let start = std::time::Instant::now();
+        loop {
+            let before = counters(self);
+            if let Some(i) = before.iter().position(|c| c.1 != 0) {
+                if start.elapsed() > std::time::Duration::from_secs(10) {
+                    return Err(TargetError::Quiesce(format!("a thread is still inside the handler of {} after 10 s", taken[i].request.at)).into());
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                continue;
+            }
+            self.target.quiesce(ranges)?;
+            if counters(self) == before {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Locate `size` bytes of a component variable: its data block and offset.
+    fn variable(&self, name: &str, size: usize) -> Result<(RepoBlock, usize), SpliceError> {
+        if ![1, 2, 4, 8].contains(&size) {
+            return Err(SpliceError::VariableSize { name: name.to_string(), size });
+        }
+        let (id, addr) = self.components.lookup(name).ok_or_else(|| SpliceError::UnknownVariable { name: name.to_string() })?;
+        let c = self.components.get(id).ok_or_else(|| SpliceError::UnknownVariable { name: name.to_string() })?;
+        if !c.data.contains(addr) || addr + size as u64 > c.data.addr + c.data.size as u64 {
+            return Err(SpliceError::VariableOutside { name: name.to_string(), addr, size });
+        }
+        Ok((c.data.clone(), (addr - c.data.addr) as usize))
+    }
+
+    /// Write a component variable (`size` 1, 2, 4 or 8 bytes, little endian), as KAPI's memcopy.
+    pub fn set_var(&mut self, name: &str, value: u64, size: usize) -> Result<(), SpliceError> {
+        let (block, off) = self.variable(name, size)?;
+        let bytes = value.to_le_bytes();
+        self.target.write(&block, off, &bytes[..size])?;
+        log::debug!("set {name} = {value} ({size} bytes at {:#x})", block.addr + off as u64);
+        Ok(())
+    }
+
+    /// Read a component variable.
+    pub fn get_var(&self, name: &str, size: usize) -> Result<u64, SpliceError> {
+        let (block, off) = self.variable(name, size)?;
+        let b = self.target.read(block.addr + off as u64, size)?;
+        let mut v = [0u8; 8];
+        v[..size].copy_from_slice(&b);
+        Ok(u64::from_le_bytes(v))
+    }
+
+    /// Remove every live splice.
+    pub fn remove_all(&mut self) -> Result<(), SpliceError> {
+        let ids: Vec<SpliceId> = self.live.keys().copied().collect();
+        if !ids.is_empty() {
+            self.remove(&ids)?;
+        }
+        Ok(())
+    }
+}

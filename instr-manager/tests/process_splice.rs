@@ -1,0 +1,383 @@
+//! In-process integration tests: real functions (assembled at test time into a shared object
+//! loaded into this test process) spliced by trap and by jmp, handlers from a real component
+//! (compiled at test time), results, exact hit counts and byte-for-byte restoration checked.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use instr_manager::session::{ComponentHandle, Session};
+use instr_manager::Mechanism::{self, Jmp, Trap};
+use trapvec::Target;
+
+struct Fixture {
+    handlers: PathBuf,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let so = dir.join("libfixtures.so");
+        let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(&so).arg(here.join("functions.S")).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let handlers = dir.join("handlers.o");
+        let inc = repo().join("components/include");
+        let out = Command::new("cc")
+            .args(["-c", "-O2", "-fPIC", "-I"])
+            .arg(&inc)
+            .arg("-o")
+            .arg(&handlers)
+            .arg(here.join("handlers.c"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let path = CString::new(so.to_str().unwrap()).unwrap();
+        // SAFETY: loading a library we just built (no constructors); it stays loaded.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        assert!(!h.is_null());
+        Fixture { handlers }
+    })
+}
+
+/// The tests splice the same fixture functions and count exact hits: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn session() -> (Session, ComponentHandle) {
+    let f = fixture();
+    let s = Session::open().unwrap();
+    s.refresh_symbols().unwrap();
+    let c = s.load(&f.handlers).unwrap();
+    (s, c)
+}
+
+fn addr(s: &Session, name: &str) -> u64 {
+    s.with(|sp| sp.target().symbols().lookup(name).unwrap_or_else(|| panic!("no symbol {name}")).addr)
+}
+
+fn call1(s: &Session, name: &str, x: i32) -> i32 {
+    let a = addr(s, name);
+    // SAFETY: the fixture functions have the C signature `int f(int)`.
+    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(a as usize) };
+    f(x)
+}
+
+fn bytes(s: &Session, name: &str, len: usize) -> Vec<u8> {
+    let a = addr(s, name);
+    s.with(|sp| trapvec::Target::read(sp.target(), a, len).unwrap())
+}
+
+fn var(c: &ComponentHandle, name: &str) -> u64 {
+    let a = c.symbol(name).unwrap();
+    // SAFETY: a u64 variable of the loaded component.
+    unsafe { std::ptr::read_volatile(a as *const u64) }
+}
+
+/// Splice `at` with count_calls, call `f(x)` n times, check the result against the unpatched
+/// one, the exact hit count, the handler's view of the registers, and the restored bytes.
+fn check_call_splice(func: &str, at: &str, x: i32, mech: Mechanism) {
+    let (s, c) = session();
+    let want = call1(&s, func, x);
+    let original = bytes(&s, func, 16);
+    let before = var(&c, "calls");
+    let blocks = c_blocks(&s);
+    let h = s.splice_call(at, &c, "count_calls", mech).unwrap();
+    assert_ne!(bytes(&s, func, 16), original, "{at}: nothing was written");
+    for _ in 0..25 {
+        assert_eq!(call1(&s, func, x), want, "{at} by {mech}: wrong result");
+    }
+    assert_eq!(h.hits().unwrap(), 25, "{at} by {mech}: hits");
+    assert_eq!(var(&c, "calls") - before, 25, "{at} by {mech}: handler runs");
+    let site = s.with(|sp| sp.get(h.id()).unwrap().point.site);
+    assert_eq!(var(&c, "last_rip"), site, "handler sees rip = the point");
+    let hits = h.remove().unwrap();
+    assert_eq!(hits.hits, 25);
+    assert_eq!(bytes(&s, func, 16), original, "{at} by {mech}: bytes not restored");
+    assert_eq!(call1(&s, func, x), want);
+    assert_eq!(c_blocks(&s), blocks, "{at} by {mech}: trampoline blocks freed");
+}
+
+/// Live repository blocks of the session.
+fn c_blocks(s: &Session) -> usize {
+    s.with(|sp| sp.target().live_blocks())
+}
+
+#[test]
+fn trap_splice_of_push_rbp_displaces_two_instructions() {
+    let _serial = serial();
+    check_call_splice("push_rbp_fn", "push_rbp_fn", 41, Trap);
+    let (s, _c) = session();
+    let plan = s.with(|sp| {
+        sp.plan(&[instr_manager::splicer::SpliceRequest {
+            at: "push_rbp_fn".into(),
+            action: instr_manager::splicer::Action::Call { handler: "count_calls".into(), cookie: 0 },
+            mechanism: Trap,
+        }])
+        .unwrap()
+    });
+    assert_eq!(plan[0].1.displaced.len(), 2, "push rbp + mov rbp,rsp");
+    assert_eq!(plan[0].1.displaced_len, 4);
+}
+
+#[test]
+fn jmp_splice_of_push_rbp() {
+    let _serial = serial();
+    check_call_splice("push_rbp_fn", "push_rbp_fn+0", 41, Jmp);
+}
+
+#[test]
+fn rip_relative_first_instruction_is_relocated() {
+    let _serial = serial();
+    check_call_splice("rip_load_fn", "rip_load_fn", 5, Trap);
+    check_call_splice("rip_load_fn", "rip_load_fn", 5, Jmp);
+}
+
+#[test]
+fn call_rel32_first_instruction_is_relocated() {
+    let _serial = serial();
+    check_call_splice("call_first_fn", "call_first_fn", 20, Trap);
+    check_call_splice("call_first_fn", "call_first_fn", 20, Jmp);
+}
+
+#[test]
+fn jcc_rel8_inside_the_window_is_relocated() {
+    let _serial = serial();
+    for x in [0, 9] {
+        check_call_splice("jcc_fn", "jcc_fn+3", x, Trap);
+        check_call_splice("jcc_fn", "jcc_fn+0", x, Jmp);
+    }
+}
+
+#[test]
+fn point_in_the_middle_of_a_function() {
+    let _serial = serial();
+    check_call_splice("mid_fn", "mid_fn+3", 4, Trap);
+    check_call_splice("mid_fn", "mid_fn+3", 4, Jmp);
+}
+
+#[test]
+fn function_shorter_than_a_jmp_is_trapped_and_jumped_only_through_a_springboard() {
+    let _serial = serial();
+    check_call_splice("tiny_fn", "tiny_fn", 1, Trap);
+    check_call_splice("tiny_nopad_fn", "tiny_nopad_fn", 1, Trap);
+    // jmp: springboard in the int3 padding after tiny_fn.
+    let (s, c) = session();
+    let pad_at = addr(&s, "tiny_fn") + 3;
+    let pad = s.with(|sp| trapvec::Target::read(sp.target(), pad_at, 13).unwrap());
+    let h = s.splice_call("tiny_fn", &c, "count_calls", Jmp).unwrap();
+    let sb = s.with(|sp| sp.get(h.id()).unwrap().plan.springboard.as_ref().map(|sb| sb.addr)).expect("a springboard");
+    assert!(sb >= pad_at && sb + 5 <= pad_at + 13, "springboard {sb:#x} in the padding");
+    assert_eq!(bytes(&s, "tiny_fn", 1)[0], 0xEB, "jmp rel8 at the site");
+    for _ in 0..10 {
+        assert_eq!(call1(&s, "tiny_fn", 1), 0);
+    }
+    assert_eq!(h.hits().unwrap(), 10);
+    drop(h);
+    let after = s.with(|sp| trapvec::Target::read(sp.target(), pad_at, 13).unwrap());
+    assert_eq!(after, pad, "springboard padding restored");
+    // jmp with no padding in reach: refused with the reason, nothing written.
+    let before = bytes(&s, "tiny_nopad_fn", 16);
+    let err = s.splice_call("tiny_nopad_fn", &c, "count_calls", Jmp).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("tiny_nopad_fn") && msg.to_lowercase().contains("springboard"), "{msg}");
+    assert_eq!(bytes(&s, "tiny_nopad_fn", 16), before);
+}
+
+#[test]
+fn window_over_a_branch_target_is_refused_and_nothing_written() {
+    let _serial = serial();
+    let (s, c) = session();
+    let before = bytes(&s, "target_fn", 16);
+    let blocks = c_blocks(&s);
+    let err = s.splice_call("target_fn", &c, "count_calls", Trap).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("target_fn") && msg.contains("target"), "{msg}");
+    assert_eq!(bytes(&s, "target_fn", 16), before);
+    assert_eq!(c_blocks(&s), blocks, "nothing allocated");
+    assert_eq!(call1(&s, "target_fn", 3), 0);
+}
+
+#[test]
+fn point_that_is_not_an_instruction_boundary_is_refused_and_nothing_written() {
+    let _serial = serial();
+    let (s, c) = session();
+    let before = bytes(&s, "push_rbp_fn", 16);
+    let err = s.splice_call("push_rbp_fn+2", &c, "count_calls", Trap).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("push_rbp_fn+2") && msg.contains("boundary"), "{msg}");
+    assert_eq!(bytes(&s, "push_rbp_fn", 16), before);
+}
+
+#[test]
+fn replace_whose_replacement_calls_the_original_through_its_trampoline() {
+    let _serial = serial();
+    for mech in [Trap, Jmp] {
+        let (s, c) = session();
+        let original = bytes(&s, "compute", 16);
+        assert_eq!(call1(&s, "compute", 5), 16);
+        let h = s.splice_replace("compute", &c, "compute_plus_1000", mech).unwrap();
+        for x in 0..20 {
+            assert_eq!(call1(&s, "compute", x), 3 * x + 1 + 1000, "by {mech}");
+        }
+        assert_eq!(h.hits().unwrap(), 20);
+        drop(h);
+        assert_eq!(bytes(&s, "compute", 16), original);
+        assert_eq!(call1(&s, "compute", 5), 16);
+        // Without the splice the original trampoline calls the function itself.
+        let orig = c.symbol("compute_plus_1000").unwrap();
+        // SAFETY: the component's function `int compute_plus_1000(int)`.
+        let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(orig as usize) };
+        assert_eq!(f(5), 1016);
+    }
+}
+
+#[test]
+fn handler_that_changes_an_argument_register_changes_the_result() {
+    let _serial = serial();
+    for mech in [Trap, Jmp] {
+        let (s, c) = session();
+        assert_eq!(call1(&s, "push_rbp_fn", 10), 11);
+        let h = s.splice_call("push_rbp_fn", &c, "double_arg", mech).unwrap();
+        assert_eq!(call1(&s, "push_rbp_fn", 10), 21, "by {mech}");
+        drop(h);
+        assert_eq!(call1(&s, "push_rbp_fn", 10), 11);
+    }
+}
+
+#[test]
+fn trap_and_jmp_splices_give_identical_results() {
+    let _serial = serial();
+    let cases: &[(&str, &str, &[i32])] = &[
+        ("push_rbp_fn", "push_rbp_fn", &[0, 7, -3]),
+        ("rip_load_fn", "rip_load_fn", &[0, 5]),
+        ("call_first_fn", "call_first_fn", &[1, 100]),
+        ("jcc_fn", "jcc_fn", &[0, 1, 50]),
+        ("mid_fn", "mid_fn+3", &[2, 9]),
+        ("compute", "compute", &[4, 8]),
+    ];
+    for &(func, at, xs) in cases {
+        let (s, c) = session();
+        let plain: Vec<i32> = xs.iter().map(|&x| call1(&s, func, x)).collect();
+        let mut per_mech = Vec::new();
+        for mech in [Trap, Jmp] {
+            let h = s.splice_call(at, &c, "count_calls", mech).unwrap();
+            per_mech.push(xs.iter().map(|&x| call1(&s, func, x)).collect::<Vec<_>>());
+            assert_eq!(h.hits().unwrap(), xs.len() as u64);
+        }
+        assert_eq!(per_mech[0], plain, "{at} by trap");
+        assert_eq!(per_mech[1], plain, "{at} by jmp");
+    }
+}
+
+#[test]
+fn four_threads_call_patched_functions_while_splices_come_and_go_10000_times() {
+    let _serial = serial();
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let (s, c) = session();
+    let f1 = addr(&s, "push_rbp_fn");
+    let f2 = addr(&s, "jcc_fn");
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let (stop, calls) = (stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                // SAFETY: fixture functions `int f(int)`.
+                let a: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f1 as usize) };
+                // SAFETY: as above.
+                let b: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f2 as usize) };
+                let mut i = t;
+                while !stop.load(Relaxed) {
+                    assert_eq!(a(i), i + 1, "push_rbp_fn({i})");
+                    let want = if i == 0 { 20 } else { 10 + i };
+                    assert_eq!(b(i), want, "jcc_fn({i})");
+                    calls.fetch_add(2, Relaxed);
+                    i = (i + 1) % 1000;
+                }
+            })
+        })
+        .collect();
+    let before = var(&c, "calls");
+    let mut hits = 0;
+    for round in 0..10_000 {
+        let mech = match std::env::var("STRESS_ONLY").as_deref() { Ok("trap") => Trap, Ok("jmp") => Jmp, _ => if round % 2 == 0 { Trap } else { Jmp } };
+        let req = |at: &str| instr_manager::splicer::SpliceRequest {
+            at: at.into(),
+            action: instr_manager::splicer::Action::Call { handler: "count_calls".into(), cookie: 0 },
+            mechanism: mech,
+        };
+        let ids = s.with(|sp| sp.apply(&[req("push_rbp_fn"), req("jcc_fn+3")])).unwrap();
+        if round % 100 == 0 {
+            std::thread::yield_now();
+        }
+        hits += s.with(|sp| sp.remove(&ids)).unwrap().iter().map(|h| h.hits).sum::<u64>();
+    }
+    stop.store(true, Relaxed);
+    for w in workers {
+        w.join().expect("a worker saw a wrong result or crashed");
+    }
+    assert!(hits > 0, "the workers went through the splices");
+    assert_eq!(var(&c, "calls") - before, hits, "every trampoline hit ran the handler exactly once");
+    assert!(calls.load(Relaxed) >= hits);
+    assert_eq!(bytes(&s, "push_rbp_fn", 16)[..4], [0x55, 0x48, 0x89, 0xe5]);
+    eprintln!("{} calls, {hits} through splices, {:?}", calls.load(Relaxed), trapvec::process::trap_stats());
+}
+
+/// Compile C source into a relocatable object for the bad-component tests.
+fn compile(name: &str, src: &str, extra: &[&str]) -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let o = dir.join(format!("{name}.o"));
+    let out = Command::new("cc").args(["-c", "-O2"]).args(extra).arg("-o").arg(&o).arg(&c).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    o
+}
+
+#[test]
+fn bad_components_are_refused_with_the_culprit_named_and_the_process_untouched() {
+    let _serial = serial();
+    let f = fixture();
+    let s = Session::open().unwrap();
+    let blocks = c_blocks(&s);
+    let good = std::fs::read(&f.handlers).unwrap();
+    let dir = tempfile::tempdir().unwrap().keep();
+
+    let truncated = dir.join("truncated.o");
+    std::fs::write(&truncated, &good[..good.len().min(200)]).unwrap();
+    let mut arm = good.clone();
+    arm[18..20].copy_from_slice(&183u16.to_le_bytes()); // EM_AARCH64
+    let wrong_machine = dir.join("wrong_machine.o");
+    std::fs::write(&wrong_machine, &arm).unwrap();
+    let tls = compile("tls", "__thread int tls_var; int get_tls(void) { return tls_var; }", &["-fno-pic"]);
+    let unresolved = compile("unresolved", "extern int no_such_symbol_anywhere(void); int f(void) { return no_such_symbol_anywhere() + 1; }", &[]);
+
+    let cases: Vec<(PathBuf, Option<u32>, Vec<&str>)> = vec![
+        (truncated, None, vec!["truncated.o"]),
+        (wrong_machine, None, vec!["wrong_machine.o", "machine"]),
+        (tls, None, vec!["tls.o", "R_X86_64_", "not supported", ".text"]),
+        (unresolved, None, vec!["unresolved.o", "no_such_symbol_anywhere"]),
+        (f.handlers.clone(), Some(0xdead_beef), vec!["handlers.o", "0xdeadbeef"]),
+    ];
+    for (path, crc, needles) in cases {
+        let opts = component_manager::LoadOptions { expected_crc32: crc, ..Default::default() };
+        let err = s.load_with(&path, &opts).err().unwrap_or_else(|| panic!("{} loaded", path.display()));
+        let msg = format!("{err}");
+        for n in needles {
+            assert!(msg.to_lowercase().contains(&n.to_lowercase()), "error for {} lacks {n:?}: {msg}", path.display());
+        }
+        assert_eq!(c_blocks(&s), blocks, "{}: repository untouched", path.display());
+        assert_eq!(s.with(|sp| sp.components().iter().count()), 0);
+    }
+    assert_eq!(s.with(|sp| sp.live().count()), 0);
+}
