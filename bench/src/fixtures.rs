@@ -84,7 +84,6 @@ void empty_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)
 "#;
 
 pub struct Fixture {
-    pub dir: PathBuf,
     pub handler: PathBuf,
     handle: *mut libc::c_void,
 }
@@ -114,7 +113,7 @@ impl Fixture {
         let inc = repo_include();
         cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", handler.to_str().unwrap(), h.to_str().unwrap()], "handler")?;
         let handle = dlopen(&so)?;
-        Ok(Fixture { dir, handler, handle })
+        Ok(Fixture { handler, handle })
     }
 
     pub fn sym(&self, name: &str) -> Result<usize> {
