@@ -133,6 +133,24 @@ struct OrigStub {
     slot: RepoBlock,
 }
 
+/// Text claimed by splices: displaced windows and springboards, as disjoint `[start, end)`
+/// ranges keyed by start (a batch of 10,000 splices checks each window in O(log n)).
+#[derive(Default)]
+struct Claimed(BTreeMap<u64, u64>);
+
+impl Claimed {
+    fn add(&mut self, p: &Plan) {
+        self.0.insert(p.site, p.site + p.displaced_len as u64);
+        if let Some(sb) = &p.springboard {
+            self.0.insert(sb.addr, sb.addr + 5);
+        }
+    }
+
+    fn overlaps(&self, lo: u64, hi: u64) -> bool {
+        self.0.range(..hi).next_back().is_some_and(|(_, &end)| end > lo)
+    }
+}
+
 /// The instrumentation manager over one target: components, splices, original trampolines.
 pub struct Splicer<T: Target> {
     target: T,
@@ -261,14 +279,20 @@ impl<T: Target> Splicer<T> {
 
     /// Plan every request without changing anything; returns the plans or the first refusal.
     pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
-        let mut out: Vec<(ResolvedPoint, Plan)> = Vec::new();
+        let mut claimed = Claimed::default();
+        for s in self.live.values() {
+            claimed.add(&s.plan);
+        }
+        let mut out: Vec<(ResolvedPoint, Plan)> = Vec::with_capacity(requests.len());
         for r in requests {
-            out.push(self.plan_one(r, &out)?);
+            let planned = self.plan_one(r, &out, &claimed)?;
+            claimed.add(&planned.1);
+            out.push(planned);
         }
         Ok(out)
     }
 
-    fn plan_one(&self, r: &SpliceRequest, batch: &[(ResolvedPoint, Plan)]) -> Result<(ResolvedPoint, Plan), SpliceError> {
+    fn plan_one(&self, r: &SpliceRequest, batch: &[(ResolvedPoint, Plan)], claimed: &Claimed) -> Result<(ResolvedPoint, Plan), SpliceError> {
         let at = r.at.as_str();
         let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
         let info = self.target.info();
@@ -298,13 +322,7 @@ impl<T: Target> Splicer<T> {
         let func = analyze_function(&f.name, f.addr, &bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
-        let busy = |lo: u64, hi: u64| {
-            let claimed = |p: &Plan| {
-                (p.site < hi && lo < p.site + p.displaced_len as u64)
-                    || p.springboard.as_ref().is_some_and(|sb| sb.addr < hi && lo < sb.addr + 5)
-            };
-            self.live.values().any(|s| claimed(&s.plan)) || batch.iter().any(|(_, p)| claimed(p))
-        };
+        let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
         let input = PlanInput { func: &func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
         let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
             at: at.to_string(),
