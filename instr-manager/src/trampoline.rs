@@ -109,6 +109,9 @@ struct Asm {
     instrs: Vec<Instruction>,
     addr: u64,
     what: &'static str,
+    /// Index of the first relocated (displaced) instruction: everything before it has a fixed
+    /// length and is encoded directly; the rest goes through the BlockEncoder.
+    tail: Option<usize>,
 }
 
 fn rsp_at(disp: i64) -> MemoryOperand {
@@ -122,7 +125,7 @@ fn rip_at(addr: u64) -> MemoryOperand {
 
 impl Asm {
     fn new(addr: u64, what: &'static str) -> Self {
-        Asm { instrs: Vec::with_capacity(64), addr, what }
+        Asm { instrs: Vec::with_capacity(64), addr, what, tail: None }
     }
 
     fn push(&mut self, r: Result<Instruction, iced_x86::IcedError>) -> Result<(), Refusal> {
@@ -147,8 +150,40 @@ impl Asm {
         self.push(Instruction::with_branch(Code::Jmp_rel32_64, dest))
     }
 
+    /// Append the displaced instructions relocated to this block.
+    fn displaced(&mut self, plan: &Plan) -> Result<(), Refusal> {
+        self.tail = Some(self.instrs.len());
+        self.instrs.extend(lower_displaced(&plan.displaced, self.addr)?);
+        Ok(())
+    }
+
+    /// Encode. The fixed-size prefix (saves, counters, the handler call) is encoded instruction by
+    /// instruction, which is several times cheaper than the BlockEncoder's passes (it matters for
+    /// batches of thousands of splices); the relocated tail, whose branch forms may grow, goes
+    /// through the BlockEncoder at the address where the prefix ends. Anything the direct encoder
+    /// refuses (e.g. a target out of rel32 reach) falls back to one BlockEncoder pass.
     fn encode(mut self) -> Result<Vec<u8>, Refusal> {
-        encode_block(&mut self.instrs, self.addr, self.what)
+        let split = self.tail.unwrap_or(self.instrs.len());
+        let mut enc = iced_x86::Encoder::new(64);
+        let mut ip = self.addr;
+        let mut direct = true;
+        for i in &self.instrs[..split] {
+            match enc.encode(i, ip) {
+                Ok(n) => ip += n as u64,
+                Err(_) => {
+                    direct = false;
+                    break;
+                }
+            }
+        }
+        if !direct {
+            return encode_block(&mut self.instrs, self.addr, self.what);
+        }
+        let mut out = enc.take_buffer();
+        if split < self.instrs.len() {
+            out.extend(encode_block(&mut self.instrs[split..], ip, self.what)?);
+        }
+        Ok(out)
     }
 }
 
@@ -209,7 +244,7 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
     if rz > 0 {
         a.lea_rsp(rz)?;
     }
-    a.instrs.extend(lower_displaced(&plan.displaced, t.addr)?);
+    a.displaced(plan)?;
     a.jmp(plan.window_end())?;
     a.encode()
 }
@@ -219,7 +254,7 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
 /// runs itself.
 pub fn emit_replay(plan: &Plan, addr: u64) -> Result<Vec<u8>, Refusal> {
     let mut a = Asm::new(addr, "the replay trampoline");
-    a.instrs.extend(lower_displaced(&plan.displaced, addr)?);
+    a.displaced(plan)?;
     a.jmp(plan.window_end())?;
     a.encode()
 }
