@@ -6,8 +6,7 @@
 //!   many rounds (the machine is shared and noisy), pinned to one CPU.
 //! - `bench batch`: time to apply and to remove N splices in one batch.
 
-mod fixtures;
-mod timing;
+use bench::{fixtures, timing};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

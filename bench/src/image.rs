@@ -1,0 +1,341 @@
+//! Code images to analyse: the executable sections of an ELF file, laid out at addresses, with
+//! the extents of its functions. Three sources:
+//!
+//! - a `vmlinux` (no symbols: Debian strips it) with symbols from a kernel's `/proc/kallsyms`,
+//!   KASLR undone through `_text` (the ELF's `.text` starts at `_text`);
+//! - a relocatable object or kernel module (`.o`, `.ko`): its executable sections are laid out one
+//!   after another from [`RELOC_BASE`], their PC-relative relocations applied so that branches
+//!   decode to their real targets; references to anything else (data, undefined symbols) point at
+//!   a far stand-in ([`EXTERNAL`]);
+//! - any other ELF (executable, shared object) at its own virtual addresses, with its `.symtab`.
+//!
+//! Kernel code starts traced functions with `call __fentry__`, which the running kernel turns
+//! into a 5-byte NOP at boot: an image of kernel code gets the NOP written over every such call
+//! at a function entry, so that it is analysed as it runs ([`CodeImage::fentry_nops`] counts
+//! them). Pure: bytes in, an owned image out.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use object::elf::{R_X86_64_PC32, R_X86_64_PLT32};
+use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget, SectionFlags};
+use thiserror::Error;
+use trapvec::{Symbol, SymbolKind, SymbolTable};
+
+/// Where a relocatable file's first executable section is laid out.
+pub const RELOC_BASE: u64 = 0x10_0000;
+/// Where references that leave a relocatable file's code point (within rel32 reach).
+pub const EXTERNAL: u64 = 0x4000_0000;
+/// The 5-byte NOP ftrace writes over `call __fentry__`.
+pub const NOP5: [u8; 5] = instr_manager::point::NOP5;
+
+/// What went wrong reading an image.
+#[derive(Debug, Error)]
+pub enum ImageError {
+    #[error("{file}: not an ELF file object can read: {source}")]
+    Parse { file: String, #[source] source: object::Error },
+    #[error("{file}: {machine:?} code, not x86-64")]
+    Machine { file: String, machine: object::Architecture },
+    #[error("{file}: section {section}: {source}")]
+    Section { file: String, section: String, #[source] source: object::Error },
+    #[error("{file}: relocation at {section}+{offset:#x}: {reason}")]
+    Relocation { file: String, section: String, offset: u64, reason: String },
+    #[error("{file}: no `.text` section to anchor kallsyms' `_text` to")]
+    NoText { file: String },
+    #[error("kallsyms has no `_text` symbol: cannot undo KASLR")]
+    NoTextSymbol,
+    #[error(transparent)]
+    Kallsyms(#[from] trapvec::kernel::kallsyms::KallsymsError),
+    #[error("{file}: no function of kallsyms lies in the image's code (wrong kernel version?)")]
+    NoFunctions { file: String },
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, #[source] source: std::io::Error },
+}
+
+/// One executable section at its address.
+#[derive(Clone, Debug)]
+pub struct Region {
+    pub name: String,
+    pub addr: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl Region {
+    pub fn end(&self) -> u64 {
+        self.addr + self.bytes.len() as u64
+    }
+}
+
+/// A function's extent in an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuncExtent {
+    /// The first name listed at this address (aliases share the extent).
+    pub name: String,
+    pub start: u64,
+    /// Exclusive.
+    pub end: u64,
+}
+
+/// The code of one ELF file, ready to decode.
+#[derive(Clone, Debug)]
+pub struct CodeImage {
+    /// The file (or `vmlinux`).
+    pub name: String,
+    /// Executable sections, sorted by address, non-overlapping.
+    pub regions: Vec<Region>,
+    /// Functions sorted by start, unique starts, each inside one region.
+    pub functions: Vec<FuncExtent>,
+    /// Every function symbol (aliases included), for the planner's neighbour lookups.
+    pub symbols: SymbolTable,
+    /// Kernel code (has ftrace sites).
+    pub kernel: bool,
+    /// `call __fentry__` sites at function entries, turned into NOPs as the running kernel does.
+    pub fentry_nops: usize,
+}
+
+impl CodeImage {
+    /// `len` bytes at `addr`, when they lie in one region.
+    pub fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let i = self.regions.partition_point(|r| r.addr <= addr).checked_sub(1)?;
+        let r = &self.regions[i];
+        let off = usize::try_from(addr - r.addr).ok()?;
+        r.bytes.get(off..off.checked_add(len)?)
+    }
+
+    /// The bytes of a function.
+    pub fn bytes_of(&self, f: &FuncExtent) -> &[u8] {
+        usize::try_from(f.end - f.start).ok().and_then(|n| self.read(f.start, n)).unwrap_or(&[])
+    }
+
+    /// Total bytes of executable sections.
+    pub fn code_bytes(&self) -> usize {
+        self.regions.iter().map(|r| r.bytes.len()).sum()
+    }
+
+    /// `vmlinux` (an ELF, symbols or not) with function symbols from `kallsyms` text. Module
+    /// symbols (`[name]`) are ignored: their code is not in vmlinux.
+    pub fn vmlinux(elf: &[u8], kallsyms: &str, name: &str) -> Result<CodeImage, ImageError> {
+        let file = parse(elf, name)?;
+        let text = file.section_by_name(".text").ok_or_else(|| ImageError::NoText { file: name.to_string() })?;
+        let syms = trapvec::kernel::kallsyms::parse(kallsyms)?;
+        let ktext = syms.iter().find(|s| s.name == "_text" && s.origin.is_none()).ok_or(ImageError::NoTextSymbol)?;
+        let bias = ktext.addr.wrapping_sub(text.address());
+        log::debug!("kallsyms: _text at {:#x}, the ELF's .text at {:#x}: KASLR offset {bias:#x}", ktext.addr, text.address());
+        let regions = exec_regions(&file, name)?;
+        let symbols: Vec<Symbol> = syms
+            .into_iter()
+            .filter(|s| s.origin.is_none() && s.kind == SymbolKind::Function)
+            .map(|s| Symbol { addr: s.addr.wrapping_sub(bias), ..s })
+            .collect();
+        let mut img = CodeImage::assemble(name, regions, symbols, true);
+        if img.functions.is_empty() {
+            return Err(ImageError::NoFunctions { file: name.to_string() });
+        }
+        img.nop_calls_to_fentry();
+        Ok(img)
+    }
+
+    /// Any x86-64 ELF file: relocatables (`.o`, `.ko`) laid out from [`RELOC_BASE`], others at
+    /// their own addresses.
+    pub fn elf_file(data: &[u8], name: &str) -> Result<CodeImage, ImageError> {
+        let file = parse(data, name)?;
+        if file.kind() == ObjectKind::Relocatable {
+            return relocatable(&file, name);
+        }
+        let regions = exec_regions(&file, name)?;
+        let symbols = trapvec::elfsyms::read_elf_symbols(data, 0, None)
+            .map_err(|source| ImageError::Parse { file: name.to_string(), source })?
+            .into_iter()
+            .filter(|s| s.kind == SymbolKind::Function)
+            .collect();
+        let kernel = file.symbols().any(|s| s.name() == Ok("__fentry__"));
+        let mut img = CodeImage::assemble(name, regions, symbols, kernel);
+        if kernel {
+            img.nop_calls_to_fentry();
+        }
+        Ok(img)
+    }
+
+    /// Read a file and build its image ([`CodeImage::elf_file`]).
+    pub fn from_path(path: &Path) -> Result<CodeImage, ImageError> {
+        let data = std::fs::read(path).map_err(|source| ImageError::Io { path: path.display().to_string(), source })?;
+        CodeImage::elf_file(&data, &path.display().to_string())
+    }
+
+    /// Sort the regions and derive function extents: a function runs to its size when it has
+    /// one, else to the next function start, and never past its region's end.
+    fn assemble(name: &str, mut regions: Vec<Region>, symbols: Vec<Symbol>, kernel: bool) -> CodeImage {
+        regions.sort_by_key(|r| r.addr);
+        let in_region = |a: u64| {
+            let i = regions.partition_point(|r| r.addr <= a).checked_sub(1)?;
+            (a < regions[i].end()).then_some(i)
+        };
+        let mut starts: Vec<(u64, u64, &str)> = symbols
+            .iter()
+            .filter(|s| s.kind == SymbolKind::Function && in_region(s.addr).is_some())
+            .map(|s| (s.addr, s.size, s.name.as_str()))
+            .collect();
+        // Same address: the sized symbol first, then by name (kallsyms aliases have no size).
+        starts.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
+        starts.dedup_by_key(|s| s.0);
+        let mut functions = Vec::with_capacity(starts.len());
+        for (i, &(start, size, fname)) in starts.iter().enumerate() {
+            let Some(r) = in_region(start) else { continue };
+            let region_end = regions[r].end();
+            let next = starts.get(i + 1).map_or(region_end, |n| n.0).min(region_end);
+            let end = if size > 0 { (start + size).min(region_end) } else { next };
+            if end > start {
+                functions.push(FuncExtent { name: fname.to_string(), start, end });
+            }
+        }
+        log::debug!("{name}: {} code bytes in {} sections, {} functions", regions.iter().map(|r| r.bytes.len()).sum::<usize>(), regions.len(), functions.len());
+        CodeImage { name: name.to_string(), regions, functions, symbols: SymbolTable::new(symbols), kernel, fentry_nops: 0 }
+    }
+
+    /// NOP the function entries that `call` the image's own `__fentry__` symbol.
+    fn nop_calls_to_fentry(&mut self) {
+        let Some(fentry) = self.symbols.lookup("__fentry__").map(|s| s.addr) else {
+            log::debug!("{}: no `__fentry__` symbol: no ftrace sites", self.name);
+            return;
+        };
+        let regions = &self.regions;
+        let sites: Vec<u64> =
+            self.functions.iter().map(|f| f.start).filter(|&e| call_target(&img_bytes_at(regions, e), e) == Some(fentry)).collect();
+        self.nop_fentry_calls(&sites);
+    }
+
+    /// Write NOP5 over the 5 bytes at each of `entries` (function entries holding `call __fentry__`).
+    fn nop_fentry_calls(&mut self, sites: &[u64]) {
+        for &site in sites {
+            let i = self.regions.partition_point(|r| r.addr <= site) - 1;
+            let r = &mut self.regions[i];
+            let off = usize::try_from(site - r.addr).unwrap_or(usize::MAX);
+            if let Some(b) = r.bytes.get_mut(off..off + 5) {
+                b.copy_from_slice(&NOP5);
+            }
+        }
+        self.fentry_nops = sites.len();
+        log::debug!("{}: {} `call __fentry__` sites turned into NOPs", self.name, sites.len());
+    }
+}
+
+fn img_bytes_at(regions: &[Region], addr: u64) -> [u8; 5] {
+    let mut out = [0u8; 5];
+    if let Some(i) = regions.partition_point(|r| r.addr <= addr).checked_sub(1) {
+        let r = &regions[i];
+        if let Some(b) = usize::try_from(addr - r.addr).ok().and_then(|o| r.bytes.get(o..o + 5)) {
+            out.copy_from_slice(b);
+        }
+    }
+    out
+}
+
+/// Target of a `call rel32` (`E8 xx xx xx xx`) at `site`.
+fn call_target(bytes: &[u8; 5], site: u64) -> Option<u64> {
+    (bytes[0] == 0xE8).then(|| {
+        let rel = i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        (site + 5).wrapping_add_signed(i64::from(rel))
+    })
+}
+
+fn parse<'d>(data: &'d [u8], name: &str) -> Result<object::File<'d>, ImageError> {
+    let file = object::File::parse(data).map_err(|source| ImageError::Parse { file: name.to_string(), source })?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(ImageError::Machine { file: name.to_string(), machine: file.architecture() });
+    }
+    Ok(file)
+}
+
+fn is_exec(s: &object::Section<'_, '_>) -> bool {
+    match s.flags() {
+        SectionFlags::Elf { sh_flags } => {
+            sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0 && sh_flags & u64::from(object::elf::SHF_ALLOC) != 0
+        }
+        _ => false,
+    }
+}
+
+fn exec_regions(file: &object::File<'_>, name: &str) -> Result<Vec<Region>, ImageError> {
+    let mut out = Vec::new();
+    for s in file.sections().filter(is_exec) {
+        let sname = s.name().unwrap_or("?").to_string();
+        let bytes = s.data().map_err(|source| ImageError::Section { file: name.to_string(), section: sname.clone(), source })?;
+        if !bytes.is_empty() {
+            out.push(Region { name: sname, addr: s.address(), bytes: bytes.to_vec() });
+        }
+    }
+    Ok(out)
+}
+
+/// A relocatable file: executable sections laid out from [`RELOC_BASE`] (16-byte aligned), with
+/// `PC32`/`PLT32` relocations applied; `call __fentry__` at a function entry becomes NOP5.
+fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageError> {
+    let err = |section: &str, offset: u64, reason: String| ImageError::Relocation {
+        file: name.to_string(),
+        section: section.to_string(),
+        offset,
+        reason,
+    };
+    let mut base: HashMap<object::SectionIndex, u64> = HashMap::new();
+    let mut regions = Vec::new();
+    let mut next = RELOC_BASE;
+    for s in file.sections().filter(is_exec) {
+        let sname = s.name().unwrap_or("?").to_string();
+        let bytes = s.data().map_err(|source| ImageError::Section { file: name.to_string(), section: sname.clone(), source })?;
+        if bytes.is_empty() {
+            continue;
+        }
+        base.insert(s.index(), next);
+        regions.push(Region { name: sname, addr: next, bytes: bytes.to_vec() });
+        next = (next + bytes.len() as u64 + 15) & !15;
+    }
+    let mut fentry_sites = Vec::new();
+    for (ri, s) in file.sections().filter(|s| base.contains_key(&s.index())).enumerate() {
+        let sbase = base[&s.index()];
+        let sname = regions[ri].name.clone();
+        for (offset, reloc) in s.relocations() {
+            let RelocationFlags::Elf { r_type } = reloc.flags() else { continue };
+            if !matches!(r_type, R_X86_64_PC32 | R_X86_64_PLT32) {
+                continue; // absolute and GOT relocations: the zeros stay, lengths are unchanged
+            }
+            let (target, is_fentry) = match reloc.target() {
+                RelocationTarget::Symbol(i) => {
+                    let t = file.symbol_by_index(i).map_err(|e| err(&sname, offset, e.to_string()))?;
+                    let fentry = t.name() == Ok("__fentry__");
+                    match t.section_index().and_then(|si| base.get(&si)) {
+                        Some(b) => (b + t.address(), fentry),
+                        None => (EXTERNAL, fentry),
+                    }
+                }
+                RelocationTarget::Section(si) => (base.get(&si).copied().unwrap_or(EXTERNAL), false),
+                _ => (EXTERNAL, false),
+            };
+            let place = sbase + offset;
+            let value = i128::from(target) + i128::from(reloc.addend()) - i128::from(place);
+            let value = i32::try_from(value).map_err(|_| err(&sname, offset, format!("{value:#x} does not fit in 32 bits")))?;
+            let off = usize::try_from(offset).map_err(|e| err(&sname, offset, e.to_string()))?;
+            let bytes = &mut regions[ri].bytes;
+            let slot = bytes.get_mut(off..off + 4).ok_or_else(|| err(&sname, offset, "outside the section".into()))?;
+            slot.copy_from_slice(&value.to_le_bytes());
+            if is_fentry && off >= 1 && bytes[off - 1] == 0xE8 {
+                fentry_sites.push(place - 1);
+            }
+        }
+    }
+    let mut symbols = Vec::new();
+    for s in file.symbols() {
+        let (Some(si), Ok(sname)) = (s.section_index(), s.name()) else { continue };
+        if s.kind() != object::SymbolKind::Text || sname.is_empty() || !s.is_definition() {
+            continue;
+        }
+        if let Some(b) = base.get(&si) {
+            symbols.push(Symbol { name: sname.to_string(), addr: b + s.address(), size: s.size(), kind: SymbolKind::Function, origin: None });
+        }
+    }
+    let kernel = !fentry_sites.is_empty() || file.section_by_name(".modinfo").is_some();
+    let mut img = CodeImage::assemble(name, regions, symbols, kernel);
+    fentry_sites.sort_unstable();
+    let entries: Vec<u64> = img.functions.iter().map(|f| f.start).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
+    img.nop_fentry_calls(&entries);
+    Ok(img)
+}
