@@ -233,7 +233,7 @@ impl Repository {
         }
         let a = &self.arenas[l.arena];
         let dst = a.alias + l.offset + offset as u64;
-        if bytes.len() == 8 && dst % 8 == 0 {
+        if bytes.len() == 8 && dst.is_multiple_of(8) {
             // One store: user code may be reading this slot (indirection slots, variables).
             let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
             // SAFETY: `dst` is 8-aligned, inside a live block of a mapping we own.

@@ -12,6 +12,10 @@
 //! trapvec uses `SIGRTMAX - 1` for its thread scans: a program that blocks it in some thread makes
 //! quiescence time out with an error naming that thread.
 
+// This backend exists only on x86-64 Linux: `usize` is 64 bits, so `u64`/`usize` casts are exact,
+// and the saved registers (`i64` greg slots) hold addresses reinterpreted bit for bit.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 mod epoch;
 mod memory;
 mod scan;

@@ -59,7 +59,7 @@ fn scan_once() -> Result<Option<u64>, TargetError> {
     let mut spins = 0u32;
     while SCAN_ACKS.load(SeqCst) < sent.len() {
         spins += 1;
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             // Threads that exited will never answer.
             sent.retain(|&t| thread_alive(t));
             if Instant::now() > deadline {
