@@ -7,8 +7,9 @@
  * checks and applies. It owns an interrupt gate (gate.c, entry.S) whose dispatcher sends a
  * CPU that executed "int $vector" at a known site to that site's destination
  * (dispatch.c), an executable arena within reach of kernel text (arena.c), and batched,
- * all-or-nothing text patching with site validation (text.c, check.c). Unloading reverts
- * every live patch and restores the gate.
+ * all-or-nothing text patching with site validation (text.c, check.c), and keeps user
+ * space's record of what it made (state.c). Unloading reverts every live patch, restores the
+ * gate and drops that record.
  *
  * /dev/trapvec is mode 0600 and every ioctl also requires CAP_SYS_MODULE: changing kernel
  * code is as strong as loading a module.
@@ -54,6 +55,7 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_list) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_state) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_regs) != 18 * 8);
 	BUILD_BUG_ON(TRAPVEC_PATCH_MAX >= PAGE_SIZE);
 }
@@ -312,6 +314,20 @@ static long trapvec_ioc_quiesce(void __user *uarg)
 	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
 }
 
+/* STATE_GET and STATE_PUT: the answer goes back with an error too (size, generation). */
+static long trapvec_ioc_state(void __user *uarg, int (*op)(struct trapvec_state *req))
+{
+	struct trapvec_state req;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	ret = op(&req);
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
+}
+
 static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
@@ -346,6 +362,10 @@ static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return trapvec_ioc_list(uarg);
 	case TRAPVEC_IOC_QUIESCE:
 		return trapvec_ioc_quiesce(uarg);
+	case TRAPVEC_IOC_STATE_GET:
+		return trapvec_ioc_state(uarg, trapvec_state_get);
+	case TRAPVEC_IOC_STATE_PUT:
+		return trapvec_ioc_state(uarg, trapvec_state_put);
 	default:
 		return -ENOTTY;
 	}
@@ -416,6 +436,8 @@ static void __exit trapvec_exit(void)
 	trapvec_arena_exit();
 	trapvec_reserved_exit();
 	mutex_unlock(&trapvec_mutex);
+	/* The blob described what was just reverted. */
+	trapvec_state_exit();
 }
 
 module_init(trapvec_init);

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	1
+#define TRAPVEC_ABI_VERSION	2
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -27,6 +27,8 @@
 #define TRAPVEC_XFER_MAX	(1U << 20)
 /* Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE. */
 #define TRAPVEC_BATCH_MAX	65536U
+/* Largest state blob (STATE_PUT). */
+#define TRAPVEC_STATE_MAX	(8U << 20)
 /* "No element": failed_index when nothing failed. */
 #define TRAPVEC_NO_INDEX	0xffffffffU
 
@@ -220,6 +222,27 @@ struct trapvec_quiesce {
 	__u64 reclaimed_bytes;	/* out */
 };
 
+/*
+ * STATE_GET and STATE_PUT: an opaque blob that user space keeps in the module between two
+ * runs of a one-shot tool (trapctl records its components and splices there). The module
+ * never looks inside; it keeps the blob (at most TRAPVEC_STATE_MAX bytes) until the next
+ * PUT or until it is unloaded, when it reverts every patch anyway, so a blob can never
+ * describe another instance of the module. Every PUT increments a generation number, which
+ * starts at 0 with an empty blob when the module loads.
+ *
+ * GET: copies the blob to buf if it fits in len bytes; size and generation are filled in
+ * either way, and -ENOSPC says that the blob did not fit (nothing was copied).
+ * PUT: replaces the blob with len bytes at buf (0: no blob) if generation still equals the
+ * current generation (compare and swap), else fails with -ESTALE; on success generation is
+ * set to the new generation. size is ignored.
+ */
+struct trapvec_state {
+	__u64 buf;		/* user buffer */
+	__u64 len;		/* GET: capacity of buf; PUT: bytes in buf */
+	__u64 size;		/* GET out: size of the blob */
+	__u64 generation;	/* GET out: current; PUT in: expected, out: new */
+};
+
 #define TRAPVEC_IOC_INFO	_IOWR(TRAPVEC_IOC_MAGIC, 0, struct trapvec_info)
 #define TRAPVEC_IOC_READ	_IOWR(TRAPVEC_IOC_MAGIC, 1, struct trapvec_read)
 #define TRAPVEC_IOC_ALLOC	_IOWR(TRAPVEC_IOC_MAGIC, 2, struct trapvec_alloc)
@@ -233,5 +256,7 @@ struct trapvec_quiesce {
 #define TRAPVEC_IOC_HITS	_IOWR(TRAPVEC_IOC_MAGIC, 10, struct trapvec_hits)
 #define TRAPVEC_IOC_LIST	_IOWR(TRAPVEC_IOC_MAGIC, 11, struct trapvec_list)
 #define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
+#define TRAPVEC_IOC_STATE_GET	_IOWR(TRAPVEC_IOC_MAGIC, 13, struct trapvec_state)
+#define TRAPVEC_IOC_STATE_PUT	_IOWR(TRAPVEC_IOC_MAGIC, 14, struct trapvec_state)
 
 #endif /* _TRAPVEC_ABI_H */

@@ -11,6 +11,7 @@
  *   check.c     site validation
  *   reserved.c  sorted snapshots of the kernel's jump-label, static-call and bug tables
  *   text.c      batched text patches and the record of live ones
+ *   state.c     user space's state blob (STATE_GET, STATE_PUT)
  */
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
@@ -119,6 +120,11 @@ void trapvec_text_revert_all(void);
 u64 trapvec_text_live_count(void);
 bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
 int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
+
+/* state.c: has its own mutex; never called with trapvec_mutex held. */
+int trapvec_state_get(struct trapvec_state *req);
+int trapvec_state_put(struct trapvec_state *req);
+void trapvec_state_exit(void);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);

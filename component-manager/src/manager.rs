@@ -20,7 +20,7 @@ use crate::reloc::{self, Images};
 use crate::resolve::{self, Export, ExtraSymbols, Import, ImportSource};
 
 /// Identifies a loaded component for as long as the manager lives (ids are never reused).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct ComponentId(pub u32);
 
 impl fmt::Display for ComponentId {
@@ -42,7 +42,7 @@ pub struct LoadOptions {
 }
 
 /// A symbol a loaded component defines, at its run-time address.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ComponentSymbol {
     pub name: String,
     pub addr: u64,
@@ -53,7 +53,7 @@ pub struct ComponentSymbol {
 }
 
 /// A component in the repository.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LoadedComponent {
     pub id: ComponentId,
     /// The file stem (`handler` for `handler.o`), or the name given.
@@ -109,7 +109,7 @@ impl LoadedComponent {
 }
 
 /// Loaded components, the index of their exports, and their reference counts.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ComponentManager {
     components: BTreeMap<ComponentId, LoadedComponent>,
     exports: BTreeMap<String, Export>,

@@ -167,7 +167,7 @@ pub struct Relocation {
 
 /// A splice the component declares for itself (`TRAPVEC_SPLICE_*` in `trapvec.h`). The strings
 /// are kept as written; the instr-manager interprets them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeclaredSplice {
     pub at: String,
     pub action: String,

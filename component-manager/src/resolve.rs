@@ -48,7 +48,7 @@ pub enum ResolveError {
 }
 
 /// A global symbol exported by a loaded component.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Export {
     pub component: ComponentId,
     pub addr: u64,

@@ -1,5 +1,7 @@
 //! Applying a [`Spec`] to any target: load its components, apply its splices in one batch, write
-//! its variables. All or nothing: on any error everything this call did is undone.
+//! its variables. All or nothing: on any error everything this call did is undone
+//! ([`apply_spec`]). [`apply_spec_best_effort`] applies every splice that validates instead, and
+//! reports each refused one with its reason; components and variables are still all or nothing.
 
 use std::path::PathBuf;
 
@@ -28,6 +30,13 @@ pub enum ApplyError {
     Set { symbol: String, #[source] source: SpliceError },
 }
 
+/// What [`apply_spec_best_effort`] made, and each splice it refused: `(point as written, why)`.
+#[derive(Debug, Default)]
+pub struct AppliedBestEffort {
+    pub applied: Applied,
+    pub refused: Vec<(String, SpliceError)>,
+}
+
 /// The request a spec's `[[splice]]` table describes.
 pub fn request_of(s: &SpliceSpec) -> SpliceRequest {
     let action = match s.action {
@@ -37,32 +46,71 @@ pub fn request_of(s: &SpliceSpec) -> SpliceRequest {
     SpliceRequest { at: s.at.clone(), action, mechanism: s.mechanism }
 }
 
-/// Apply `spec`; components are placed near `near` (0: the backend's default).
-pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<Applied, ApplyError> {
-    let mut applied = Applied::default();
-    let undo = |splicer: &mut Splicer<T>, applied: &Applied| {
-        if !applied.splices.is_empty() {
-            let ids: Vec<SpliceId> = applied.splices.iter().map(|s| s.2).collect();
-            if let Err(e) = splicer.remove(&ids) {
-                log::error!("undoing the spec's splices: {e}");
-            }
+/// Undo what an apply made: its splices, then its components in reverse order.
+fn undo<T: Target>(splicer: &mut Splicer<T>, applied: &Applied) {
+    if !applied.splices.is_empty() {
+        let ids: Vec<SpliceId> = applied.splices.iter().map(|s| s.2).collect();
+        if let Err(e) = splicer.remove(&ids) {
+            log::error!("undoing the spec's splices: {e}");
         }
-        for &c in applied.components.iter().rev() {
-            if let Err(e) = splicer.unload_component(c) {
-                log::error!("undoing the spec's components: {e}");
-            }
+    }
+    for &c in applied.components.iter().rev() {
+        if let Err(e) = splicer.unload_component(c) {
+            log::error!("undoing the spec's components: {e}");
         }
-    };
+    }
+}
+
+/// Load the spec's components (all or none).
+fn load_components<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64, applied: &mut Applied) -> Result<(), ApplyError> {
     for c in &spec.components {
         let opts = LoadOptions { near, expected_crc32: c.crc32, name: None };
         match splicer.load_component(&c.path, &opts) {
             Ok(id) => applied.components.push(id),
             Err(source) => {
-                undo(splicer, &applied);
+                undo(splicer, applied);
                 return Err(ApplyError::Component { path: c.path.clone(), source });
             }
         }
     }
+    Ok(())
+}
+
+/// Write the spec's variables; on a failure undo everything `applied` holds.
+fn write_sets<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, applied: &Applied) -> Result<(), ApplyError> {
+    for s in &spec.sets {
+        if let Err(source) = splicer.set_var(&s.symbol, s.value, usize::from(s.size)) {
+            undo(splicer, applied);
+            return Err(ApplyError::Set { symbol: s.symbol.clone(), source });
+        }
+    }
+    Ok(())
+}
+
+/// Apply `spec` with every splice that validates; each refused splice is reported with its
+/// reason (the caller decides what a refusal means, e.g. trapctl's non-zero exit).
+pub fn apply_spec_best_effort<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<AppliedBestEffort, ApplyError> {
+    let mut out = AppliedBestEffort::default();
+    load_components(splicer, spec, near, &mut out.applied)?;
+    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
+    match splicer.apply_best_effort(&requests) {
+        Ok(r) => {
+            out.applied.splices = r.applied.iter().map(|&(i, id)| (requests[i].at.clone(), requests[i].mechanism, id)).collect();
+            out.refused = r.refused.into_iter().map(|(i, e)| (requests[i].at.clone(), e)).collect();
+        }
+        Err(e) => {
+            undo(splicer, &out.applied);
+            return Err(e.into());
+        }
+    }
+    write_sets(splicer, spec, &out.applied)?;
+    Ok(out)
+}
+
+/// Apply `spec`; components are placed near `near` (0: the backend's default).
+pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<Applied, ApplyError> {
+    let mut applied = Applied::default();
+    load_components(splicer, spec, near, &mut applied)?;
     let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
     match splicer.apply(&requests) {
         Ok(ids) => {
@@ -73,11 +121,6 @@ pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -
             return Err(e.into());
         }
     }
-    for s in &spec.sets {
-        if let Err(source) = splicer.set_var(&s.symbol, s.value, usize::from(s.size)) {
-            undo(splicer, &applied);
-            return Err(ApplyError::Set { symbol: s.symbol.clone(), source });
-        }
-    }
+    write_sets(splicer, spec, &applied)?;
     Ok(applied)
 }

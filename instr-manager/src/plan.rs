@@ -65,7 +65,7 @@ impl FromStr for Mechanism {
 }
 
 /// A `jmp rel32` written into padding, reached from the site by a `jmp rel8`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Springboard {
     pub addr: u64,
     /// The 5 padding bytes it overwrites.

@@ -90,7 +90,7 @@ impl FromStr for PointSpec {
 }
 
 /// A point resolved to its function and site.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ResolvedPoint {
     /// The point in canonical form (`sym`, `sym+0x10`, `0xADDR`), for messages; the text as
     /// the user wrote it stays with the caller (e.g. [`crate::SpliceSpec::at`]).

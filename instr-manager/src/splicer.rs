@@ -15,10 +15,25 @@
 //! `replace` splices keep the original callable through `__trapvec_orig_<fn>`: a stub
 //! `jmp [rip+slot]` whose slot holds the function itself while no replace splice of it is live,
 //! and its replay trampoline while one is.
+//!
+//! Batches are all-or-nothing ([`Splicer::apply`]) or best-effort ([`Splicer::apply_best_effort`]:
+//! every request that plans and builds is applied in one batch, each other one is reported with
+//! its reason). Every planned window is also put to the target's own rules
+//! ([`Target::check_site`]) before anything is allocated.
+//!
+//! A splicer's bookkeeping can be saved and restored ([`state`]): a one-shot tool (trapctl)
+//! keeps it in the kernel module between commands, checked against the module on every restore.
+
+mod count;
+pub mod state;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 
 use component_manager::{ComponentError, ComponentId, ComponentManager, ExtraSymbols};
+use serde::{Deserialize, Serialize};
 use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
 use trapvec::TargetError;
 
@@ -26,22 +41,57 @@ use crate::analysis::analyze_function;
 use crate::point::is_fentry_site;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{resolve_point, PointSpec, ResolvedPoint};
-use crate::trampoline::{emit_call_trampoline, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, CallTrampoline};
+use crate::trampoline::{
+    emit_call_trampoline, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes,
+    CallTrampoline,
+};
+use count::emit_counting_replay;
+
+/// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
+/// longest patch); longer windows are checked one displaced instruction at a time.
+const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
 
 /// Prefix of the symbols through which components call a replaced function's original.
 pub const ORIG_PREFIX: &str = "__trapvec_orig_";
 
 /// What a splice does when its point is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Run `handler(regs, cookie)`, then the displaced instructions, then continue.
     Call { handler: String, cookie: u64 },
     /// Go to `with` instead (the point must be a function's entry).
     Replace { with: String },
+    /// Only count: no handler. A kernel trap is a dispatch entry without a handler (the
+    /// dispatcher counts) whose destination is the replay; elsewhere a counting replay
+    /// trampoline (KAPI's `count_func`).
+    Count,
+}
+
+impl Action {
+    /// The component symbol the action needs, if any.
+    pub fn symbol(&self) -> Option<&str> {
+        match self {
+            Action::Call { handler, .. } => Some(handler),
+            Action::Replace { with } => Some(with),
+            Action::Count => None,
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Call { handler, cookie: 0 } => write!(f, "call {handler}"),
+            Action::Call { handler, cookie } => write!(f, "call {handler} (cookie {cookie:#x})"),
+            Action::Replace { with } => write!(f, "replace by {with}"),
+            Action::Count => f.write_str("count"),
+        }
+    }
 }
 
 /// One splice to make.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpliceRequest {
     /// The point as written by the user: `sym`, `sym+off` or `0xADDR`.
     pub at: String,
@@ -49,7 +99,7 @@ pub struct SpliceRequest {
     pub mechanism: Mechanism,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SpliceId(pub u64);
 
 /// Errors of the splicer; each names the point (as written) it is about.
@@ -81,13 +131,49 @@ pub enum SpliceError {
     TargetOp(#[from] TargetError),
 }
 
+/// What a live splice keeps of its [`Plan`]: what removal, listing and the busy check need
+/// (the decoded instructions themselves are not kept; their text and bytes are).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    pub site: u64,
+    pub mechanism: Mechanism,
+    /// Length of the displaced window; execution resumes at `site + displaced_len`.
+    pub displaced_len: usize,
+    /// Bytes written at the site (2 trap or jmp rel8, 5 jmp rel32).
+    pub patch_len: usize,
+    /// Addresses of the displaced instructions.
+    pub displaced_addrs: Vec<u64>,
+    /// The displaced instructions in Intel syntax, `; `-separated.
+    pub displaced_text: String,
+    pub springboard: Option<Springboard>,
+}
+
+impl PlanSummary {
+    pub fn of(plan: &Plan) -> Self {
+        PlanSummary {
+            site: plan.site,
+            mechanism: plan.mechanism,
+            displaced_len: plan.displaced_len,
+            patch_len: plan.patch_len,
+            displaced_addrs: plan.displaced.iter().map(|i| i.addr).collect(),
+            displaced_text: plan.displaced_text(),
+            springboard: plan.springboard.clone(),
+        }
+    }
+
+    /// End of the displaced window.
+    pub fn window_end(&self) -> u64 {
+        self.site + self.displaced_len as u64
+    }
+}
+
 /// A splice that is in the text right now.
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LiveSplice {
     pub id: SpliceId,
     pub request: SpliceRequest,
     pub point: ResolvedPoint,
-    pub plan: Plan,
+    pub plan: PlanSummary,
     /// Handler or replacement address.
     pub dest_fn: u64,
     /// The component that owns `dest_fn`, if any (its reference is held while the splice lives).
@@ -104,6 +190,21 @@ pub struct LiveSplice {
 }
 
 impl LiveSplice {
+    /// The text patch at the site (its `new` bytes are in the text while the splice lives).
+    pub fn site_patch(&self) -> &TextPatch {
+        &self.site_patch
+    }
+
+    /// Where the trap or jmp sends the CPU.
+    pub fn entry(&self) -> u64 {
+        self.entry
+    }
+
+    /// The dispatch entry of a trap splice.
+    pub fn dispatch(&self) -> Option<DispatchEntry> {
+        self.dispatch
+    }
+
     fn hits_addr(&self) -> u64 {
         self.data.addr
     }
@@ -127,6 +228,15 @@ pub struct Hits {
     pub missed: u64,
 }
 
+/// What [`Splicer::apply_best_effort`] did: the index of each request applied, with its splice,
+/// and the index of each request refused, with the reason.
+#[derive(Debug, Default)]
+pub struct BestEffort {
+    pub applied: Vec<(usize, SpliceId)>,
+    pub refused: Vec<(usize, SpliceError)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct OrigStub {
     function: u64,
     code: RepoBlock,
@@ -139,9 +249,9 @@ struct OrigStub {
 struct Claimed(BTreeMap<u64, u64>);
 
 impl Claimed {
-    fn add(&mut self, p: &Plan) {
-        self.0.insert(p.site, p.site + p.displaced_len as u64);
-        if let Some(sb) = &p.springboard {
+    fn add(&mut self, site: u64, displaced_len: usize, springboard: Option<&Springboard>) {
+        self.0.insert(site, site + displaced_len as u64);
+        if let Some(sb) = springboard {
             self.0.insert(sb.addr, sb.addr + 5);
         }
     }
@@ -277,28 +387,77 @@ impl<T: Target> Splicer<T> {
         Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() })
     }
 
-    /// Plan every request without changing anything; returns the plans or the first refusal.
-    pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+    /// Text claimed by live splices.
+    fn claimed(&self) -> Claimed {
         let mut claimed = Claimed::default();
         for s in self.live.values() {
-            claimed.add(&s.plan);
+            claimed.add(s.plan.site, s.plan.displaced_len, s.plan.springboard.as_ref());
         }
+        claimed
+    }
+
+    /// Plan every request without changing anything; returns the plans or the first refusal.
+    pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+        let mut claimed = self.claimed();
         let mut out: Vec<(ResolvedPoint, Plan)> = Vec::with_capacity(requests.len());
         for r in requests {
             let planned = self.plan_one(r, &out, &claimed)?;
-            claimed.add(&planned.1);
+            claimed.add(planned.1.site, planned.1.displaced_len, planned.1.springboard.as_ref());
             out.push(planned);
         }
         Ok(out)
     }
 
+    /// Plan each request on its own, against the live splices and the requests before it that
+    /// planned: one result per request, in order. Changes nothing.
+    pub fn plan_each(&self, requests: &[SpliceRequest]) -> Vec<Result<(ResolvedPoint, Plan), SpliceError>> {
+        let mut claimed = self.claimed();
+        let mut planned: Vec<(ResolvedPoint, Plan)> = Vec::new();
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            match self.plan_one(r, &planned, &claimed) {
+                Ok(p) => {
+                    claimed.add(p.1.site, p.1.displaced_len, p.1.springboard.as_ref());
+                    planned.push(p.clone());
+                    out.push(Ok(p));
+                }
+                Err(e) => {
+                    log::debug!("{}: refused: {e}", r.at);
+                    out.push(Err(e));
+                }
+            }
+        }
+        out
+    }
+
+    /// Resolve `at` (as [`SpliceRequest::at`] is written) to the site a splice there would use.
+    pub fn resolve(&self, at: &str) -> Result<ResolvedPoint, SpliceError> {
+        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
+        let fentry = |entry: u64| self.target.read(entry, 5).is_ok_and(|b| is_fentry_site(&b));
+        resolve_point(&spec, self.target.symbols(), self.target.info(), fentry)
+            .map_err(|e| SpliceError::Point { at: at.to_string(), source: e })
+    }
+
+    /// The live splice at `at`: the point exactly as it was written when spliced, else the
+    /// splice whose site `at` resolves to (`tcp_sync_mss` finds the splice at its entry past
+    /// the ftrace site; `0x…` finds the splice at that site).
+    pub fn find(&self, at: &str) -> Option<SpliceId> {
+        if let Some(s) = self.live.values().find(|s| s.request.at == at) {
+            return Some(s.id);
+        }
+        let site = match at.parse::<PointSpec>() {
+            Ok(PointSpec::Address(a)) if self.live.values().any(|s| s.point.site == a) => a,
+            _ => self.resolve(at).ok()?.site,
+        };
+        self.live.values().find(|s| s.point.site == site).map(|s| s.id)
+    }
+
     fn plan_one(&self, r: &SpliceRequest, batch: &[(ResolvedPoint, Plan)], claimed: &Claimed) -> Result<(ResolvedPoint, Plan), SpliceError> {
         let at = r.at.as_str();
-        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
         let info = self.target.info();
         let read = |a: u64, n: usize| self.target.read(a, n).ok();
         let fentry = |entry: u64| read(entry, 5).is_some_and(|b| is_fentry_site(&b));
-        let point = resolve_point(&spec, self.target.symbols(), info, fentry).map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
+        let point = self.resolve(at)?;
         if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
             return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: other.request.at.clone() });
         }
@@ -317,8 +476,12 @@ impl<T: Target> Splicer<T> {
                 });
             }
         }
+        if let Some(name) = r.action.symbol() {
+            self.resolve_dest(at, name)?;
+        }
         let f = &point.function;
-        let bytes = self.target.read(f.addr, f.size as usize).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+        let size = usize::try_from(f.size).unwrap_or(usize::MAX);
+        let bytes = self.target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
         let func = analyze_function(&f.name, f.addr, &bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
@@ -330,15 +493,31 @@ impl<T: Target> Splicer<T> {
             mechanism: r.mechanism,
             refusal,
         })?;
+        self.check_windows(at, &plan)?;
         Ok((point, plan))
+    }
+
+    /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
+    /// instruction at a time when longer than a target checks at once) and the springboard.
+    fn check_windows(&self, at: &str, plan: &Plan) -> Result<(), SpliceError> {
+        let terr = |source| SpliceError::Target { at: at.to_string(), source };
+        if plan.displaced_len <= CHECK_WINDOW_MAX {
+            self.target.check_site(plan.site, plan.displaced_len).map_err(terr)?;
+        } else {
+            for i in &plan.displaced {
+                self.target.check_site(i.addr, i.len).map_err(terr)?;
+            }
+        }
+        if let Some(sb) = &plan.springboard {
+            self.target.check_site(sb.addr, sb.old.len()).map_err(terr)?;
+        }
+        Ok(())
     }
 
     /// Apply `requests` as one all-or-nothing batch.
     pub fn apply(&mut self, requests: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
         let plans = self.plan(requests)?;
-        for (c, _) in requests.iter().zip(&plans).filter_map(|(r, p)| Some((self.component_of(r).ok()??, p))) {
-            self.components.verify(&self.target, c)?;
-        }
+        self.verify_components(requests)?;
         let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
         for (r, (point, plan)) in requests.iter().zip(plans) {
             match self.build(r, point, plan) {
@@ -348,6 +527,47 @@ impl<T: Target> Splicer<T> {
                     return Err(e);
                 }
             }
+        }
+        self.commit(built)
+    }
+
+    /// Apply every request that can be applied, in one batch; report each other one with its
+    /// reason. The batch itself is still all-or-nothing: if the target refuses it as a whole
+    /// (an error no planning check foresaw) nothing is applied and that error is returned.
+    pub fn apply_best_effort(&mut self, requests: &[SpliceRequest]) -> Result<BestEffort, SpliceError> {
+        let planned = self.plan_each(requests);
+        self.verify_components(requests)?;
+        let mut built: Vec<(usize, LiveSplice)> = Vec::new();
+        let mut refused: Vec<(usize, SpliceError)> = Vec::new();
+        for (i, (r, p)) in requests.iter().zip(planned).enumerate() {
+            match p.and_then(|(point, plan)| self.build(r, point, plan)) {
+                Ok(s) => built.push((i, s)),
+                Err(e) => refused.push((i, e)),
+            }
+        }
+        let indices: Vec<usize> = built.iter().map(|(i, _)| *i).collect();
+        let ids = self.commit(built.into_iter().map(|(_, s)| s).collect())?;
+        log::debug!("best effort: {} applied, {} refused", ids.len(), refused.len());
+        Ok(BestEffort { applied: indices.into_iter().zip(ids).collect(), refused })
+    }
+
+    /// Check the code of every component the requests use (CRC of the code as written).
+    fn verify_components(&self, requests: &[SpliceRequest]) -> Result<(), SpliceError> {
+        let mut seen = Vec::new();
+        for r in requests {
+            let Some((c, _)) = r.action.symbol().and_then(|n| self.components.lookup(n)) else { continue };
+            if !seen.contains(&c) {
+                self.components.verify(&self.target, c)?;
+                seen.push(c);
+            }
+        }
+        Ok(())
+    }
+
+    /// Make built splices visible: dispatch entries, then every text patch in one batch.
+    fn commit(&mut self, built: Vec<LiveSplice>) -> Result<Vec<SpliceId>, SpliceError> {
+        if built.is_empty() {
+            return Ok(Vec::new());
         }
         // Dispatch entries first, so a trap that is hit the moment it is written finds its way.
         let entries: Vec<DispatchEntry> = built.iter().filter_map(|s| s.dispatch).collect();
@@ -369,7 +589,7 @@ impl<T: Target> Splicer<T> {
             .iter()
             .flat_map(|s| {
                 let end = s.site_patch.addr + s.site_patch.new.len() as u64;
-                s.plan.displaced.iter().map(|i| i.addr).filter(move |&a| a > s.site_patch.addr && a < end)
+                s.plan.displaced_addrs.iter().copied().filter(move |&a| a > s.site_patch.addr && a < end)
             })
             .collect();
         if let Err(e) = self.target.patch_text_live(&batch, &interior) {
@@ -393,21 +613,13 @@ impl<T: Target> Splicer<T> {
         Ok(ids)
     }
 
-    fn component_of(&self, r: &SpliceRequest) -> Result<Option<ComponentId>, SpliceError> {
-        let name = match &r.action {
-            Action::Call { handler, .. } => handler,
-            Action::Replace { with } => with,
-        };
-        Ok(self.resolve_dest(&r.at, name)?.1)
-    }
-
     /// Allocate and fill the repository side of one splice (nothing visible to running code yet).
     fn build(&mut self, r: &SpliceRequest, point: ResolvedPoint, plan: Plan) -> Result<LiveSplice, SpliceError> {
         let at = r.at.clone();
         let terr = |e: TargetError| SpliceError::Target { at: at.clone(), source: e };
-        let (dest_fn, component) = match &r.action {
-            Action::Call { handler, .. } => self.resolve_dest(&at, handler)?,
-            Action::Replace { with } => self.resolve_dest(&at, with)?,
+        let (dest_fn, component) = match r.action.symbol() {
+            Some(name) => self.resolve_dest(&at, name)?,
+            None => (0, None),
         };
         let site = point.site;
         let info = self.target.info().clone();
@@ -432,6 +644,16 @@ impl<T: Target> Splicer<T> {
                 Action::Call { cookie, .. } => {
                     let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
                     let bytes = emit_call_trampoline(&t, &plan, &info).map_err(refused)?;
+                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
+                    (bytes, code.addr, None, d)
+                }
+                Action::Count if trap && info.dispatcher_counts_hits => {
+                    let replay = emit_replay(&plan, code.addr).map_err(refused)?;
+                    let d = DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 };
+                    (replay, code.addr, Some(code.addr), Some(d))
+                }
+                Action::Count => {
+                    let bytes = emit_counting_replay(code.addr, data.addr, &plan, &info).map_err(refused)?;
                     let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
                     (bytes, code.addr, None, d)
                 }
@@ -499,7 +721,7 @@ impl<T: Target> Splicer<T> {
             id: SpliceId(self.next),
             request: r.clone(),
             point,
-            plan,
+            plan: PlanSummary::of(&plan),
             dest_fn,
             component,
             site_patch,
@@ -511,7 +733,6 @@ impl<T: Target> Splicer<T> {
             dispatch,
         })
     }
-
     /// Free the repository side of splices that never became visible.
     fn discard(&mut self, built: &[LiveSplice]) {
         for s in built {
@@ -604,7 +825,8 @@ impl<T: Target> Splicer<T> {
         if !c.data.contains(addr) || addr + size as u64 > c.data.addr + c.data.size as u64 {
             return Err(SpliceError::VariableOutside { name: name.to_string(), addr, size });
         }
-        Ok((c.data.clone(), (addr - c.data.addr) as usize))
+        // Inside the block (checked above), so the offset fits the block's usize size.
+        Ok((c.data.clone(), usize::try_from(addr - c.data.addr).unwrap_or(usize::MAX)))
     }
 
     /// Write a component variable (`size` 1, 2, 4 or 8 bytes, little endian), as KAPI's memcopy.

@@ -55,7 +55,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecRegs>() == 18 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 1;
+pub const TRAPVEC_ABI_VERSION: u32 = 2;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -66,6 +66,8 @@ pub const TRAPVEC_PATCH_MAX: usize = 16;
 pub const TRAPVEC_XFER_MAX: u32 = 1 << 20;
 /// Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE.
 pub const TRAPVEC_BATCH_MAX: u32 = 65536;
+/// Largest state blob (STATE_PUT).
+pub const TRAPVEC_STATE_MAX: u32 = 8 << 20;
 /// `failed_index` when nothing failed.
 pub const TRAPVEC_NO_INDEX: u32 = 0xffff_ffff;
 
@@ -321,6 +323,25 @@ pub struct TrapvecQuiesce {
     pub reclaimed_bytes: u64,
 }
 
+/// `struct trapvec_state`: user space's opaque state blob (STATE_GET, STATE_PUT).
+///
+/// GET copies the blob to `buf` if it fits in `len` bytes and reports `size` and `generation`
+/// either way (`ENOSPC`: it did not fit). PUT replaces the blob with `len` bytes at `buf` if
+/// `generation` is still the current one (else `ESTALE`, with the current one in
+/// `generation`), and returns the new generation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecState {
+    /// User buffer.
+    pub buf: u64,
+    /// GET: capacity of `buf`; PUT: bytes in `buf` (at most `TRAPVEC_STATE_MAX`).
+    pub len: u64,
+    /// GET out: size of the blob.
+    pub size: u64,
+    /// GET out: current; PUT in: expected, out: new.
+    pub generation: u64,
+}
+
 const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 128);
 const _: () = assert!(core::mem::size_of::<TrapvecRead>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecAlloc>() == 32);
@@ -336,6 +357,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 48);
 const _: () = assert!(core::mem::size_of::<TrapvecList>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecState>() == 32);
 
 /// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic
 /// encoding: direction in bits 30–31, size in 16–29, type in 8–15, number in 0–7).
@@ -361,3 +383,5 @@ pub const TRAPVEC_IOC_DISPATCH_REMOVE: u32 = iowr(9, core::mem::size_of::<Trapve
 pub const TRAPVEC_IOC_HITS: u32 = iowr(10, core::mem::size_of::<TrapvecHits>());
 pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
+pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());
+pub const TRAPVEC_IOC_STATE_PUT: u32 = iowr(14, core::mem::size_of::<TrapvecState>());

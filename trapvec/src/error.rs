@@ -19,6 +19,8 @@ pub enum TargetError {
     SiteRefused { addr: u64, reason: crate::kernel::SiteRefusal },
     #[error("dispatch entry for site {site:#x}: {reason}")]
     Dispatch { site: u64, reason: String },
+    #[error("the state blob of trapvec.ko changed under us (read generation {expected}, now {current}): another trapctl ran meanwhile; run the command again")]
+    StateStale { expected: u64, current: u64 },
     #[error("quiescence not reached: {0}")]
     Quiesce(String),
     #[error("{what}: {source}")]

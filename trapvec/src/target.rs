@@ -15,6 +15,7 @@ use crate::error::TargetError;
 
 /// Kind of a symbol, as far as the planners care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SymbolKind {
     Function,
     Object,
@@ -23,6 +24,7 @@ pub enum SymbolKind {
 
 /// An owned symbol of the target: a name bound to an absolute address.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Symbol {
     pub name: String,
     /// Absolute run-time address (load bias applied).
@@ -110,6 +112,7 @@ impl SymbolTable {
 
 /// Memory kinds of the repository.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum BlockKind {
     /// Written, then sealed read+execute; never written after sealing.
     Code,
@@ -119,6 +122,7 @@ pub enum BlockKind {
 
 /// A block of repository memory owned by the caller until freed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RepoBlock {
     /// Backend handle (arena block id, or the address itself).
     pub id: u64,
@@ -135,6 +139,7 @@ impl RepoBlock {
 
 /// One change of text: `old` must be there, `new` (same length) replaces it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TextPatch {
     pub addr: u64,
     pub old: Vec<u8>,
@@ -150,6 +155,7 @@ impl TextPatch {
 
 /// Where the trap handler sends a CPU that trapped at `site`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DispatchEntry {
     /// Address of the `CD F5`.
     pub site: u64,
@@ -163,6 +169,7 @@ pub struct DispatchEntry {
 
 /// Per-site counters kept by the trap dispatcher (kernel backend).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TrapHits {
     pub hits: u64,
     /// Traps taken while a handler was already running on that CPU: the handler was skipped.
@@ -238,6 +245,21 @@ pub trait Target {
 
     /// Hit counters of a trap site, when the dispatcher keeps them.
     fn trap_hits(&self, _site: u64) -> Option<TrapHits> {
+        None
+    }
+
+    /// Would the target itself accept a text patch over `[addr, addr + len)` (an instruction
+    /// window the planner has already validated)? Backends with rules of their own say no here,
+    /// with the reason, so that a refusal comes at planning time instead of failing a batch
+    /// (kernel: entry and noinstr text, the kprobes blacklist, exception-table instructions, …).
+    /// Changes nothing. The default accepts everything.
+    fn check_site(&self, _addr: u64, _len: usize) -> Result<(), TargetError> {
+        Ok(())
+    }
+
+    /// Every dispatch entry the target holds now, when it can list them (kernel: the module's
+    /// table, the truth a saved state is checked against); `None` when it cannot.
+    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
         None
     }
 }

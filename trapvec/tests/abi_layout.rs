@@ -58,6 +58,7 @@ fn rust_layout() -> RustLayout {
         TrapvecListEntry => "trapvec_list_entry" { site, dest, handler, cookie, hits, missed }
         TrapvecList => "trapvec_list" { entries, capacity, count }
         TrapvecQuiesce => "trapvec_quiesce" { reclaimed_blocks, reclaimed_bytes }
+        TrapvecState => "trapvec_state" { buf, len, size, generation }
     }
 }
 
@@ -70,6 +71,7 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_XFER_MAX", u64::from(TRAPVEC_XFER_MAX)),
         ("TRAPVEC_BATCH_MAX", u64::from(TRAPVEC_BATCH_MAX)),
         ("TRAPVEC_NO_INDEX", u64::from(TRAPVEC_NO_INDEX)),
+        ("TRAPVEC_STATE_MAX", u64::from(TRAPVEC_STATE_MAX)),
         ("TRAPVEC_CHECK_NO_KPROBE", u64::from(TRAPVEC_CHECK_NO_KPROBE)),
         ("TRAPVEC_BLOCK_CODE", u64::from(TRAPVEC_BLOCK_CODE)),
         ("TRAPVEC_BLOCK_DATA", u64::from(TRAPVEC_BLOCK_DATA)),
@@ -106,6 +108,8 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_HITS", u64::from(TRAPVEC_IOC_HITS)),
         ("TRAPVEC_IOC_LIST", u64::from(TRAPVEC_IOC_LIST)),
         ("TRAPVEC_IOC_QUIESCE", u64::from(TRAPVEC_IOC_QUIESCE)),
+        ("TRAPVEC_IOC_STATE_GET", u64::from(TRAPVEC_IOC_STATE_GET)),
+        ("TRAPVEC_IOC_STATE_PUT", u64::from(TRAPVEC_IOC_STATE_PUT)),
     ]
 }
 
@@ -183,7 +187,7 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
     assert!(mismatches.is_empty(), "layout differs from kmod/trapvec_abi.h:\n{}", mismatches.join("\n"));
     assert_eq!(rust.len(), c.len());
     // Sanity: the comparison covered every struct and constant.
-    assert_eq!(sizes.len(), 15);
+    assert_eq!(sizes.len(), 16);
     assert!(rows.len() > 60);
 }
 
@@ -194,4 +198,5 @@ fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
     assert_eq!(u64::from(TRAPVEC_IOC_INFO), nix(0, size_of::<TrapvecInfo>()));
     assert_eq!(u64::from(TRAPVEC_IOC_APPLY), nix(7, size_of::<TrapvecApply>()));
     assert_eq!(u64::from(TRAPVEC_IOC_QUIESCE), nix(12, size_of::<TrapvecQuiesce>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_STATE_PUT), nix(14, size_of::<TrapvecState>()));
 }

@@ -45,9 +45,9 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     // The call is at site + 1; its rel32 counts from site + 6.
     let callee = (site + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(orig[7..11].try_into().unwrap())));
 
-    assert_eq!(t.check_site(func, 2), Err(SiteRefusal::Ftrace));
-    assert_eq!(t.check_site(site, 2), Ok(()));
-    assert_eq!(t.check_site(site + 2, 2), Err(SiteRefusal::NotBoundary));
+    assert_eq!(t.check_site_with_kprobe(func, 2), Err(SiteRefusal::Ftrace));
+    assert_eq!(t.check_site_with_kprobe(site, 2), Ok(()));
+    assert_eq!(t.check_site_with_kprobe(site + 2, 2), Err(SiteRefusal::NotBoundary));
     assert_eq!(t.precheck_site(site, 2), Ok(()));
     assert_eq!(t.precheck_site(func + 1, 2), Err(SiteRefusal::Ftrace));
 
@@ -107,4 +107,23 @@ fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
     let err = t.patch_text(&[wrong]).unwrap_err();
     assert!(matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"), "{err}");
     assert_eq!(t.read(func, 8).unwrap(), before);
+}
+
+#[test]
+fn kernel_target_keeps_a_state_blob_with_compare_and_swap() {
+    let Some(t) = target() else { return };
+    t.lock_exclusive().unwrap();
+    let start = t.state().unwrap();
+    let blob: Vec<u8> = (0..300_000u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let next = t.put_state(start.generation, &blob).unwrap();
+    assert_eq!(next, start.generation + 1);
+    assert_eq!(t.state().unwrap().bytes, blob, "300 kB through the module, byte for byte");
+    let err = t.put_state(start.generation, b"late").unwrap_err();
+    assert!(matches!(err, TargetError::StateStale { current, .. } if current == next), "{err}");
+    // A second opener waits for the lock: try it without blocking from another descriptor.
+    let other = std::fs::File::open(DEVICE_PATH).unwrap();
+    // SAFETY: flock() on a descriptor `other` keeps open.
+    let r = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&other), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(r, -1, "the first target holds LOCK_EX");
+    t.put_state(next, &start.bytes).unwrap();
 }

@@ -13,9 +13,10 @@ use nix::errno::Errno;
 use crate::abi::{
     TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecWrite, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
+    TrapvecRead, TrapvecState, TrapvecWrite, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
     TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
-    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_WRITE,
+    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
+    TRAPVEC_IOC_WRITE,
 };
 
 /// One ioctl with its argument, and the memory its pointer fields name.
@@ -58,6 +59,16 @@ pub(crate) enum Request<'a> {
         out: &'a mut [TrapvecListEntry],
     },
     Quiesce(&'a mut TrapvecQuiesce),
+    /// `arg.buf`/`arg.len` are set from `buf`.
+    StateGet {
+        arg: &'a mut TrapvecState,
+        buf: &'a mut [u8],
+    },
+    /// `arg.buf`/`arg.len` are set from `bytes`.
+    StatePut {
+        arg: &'a mut TrapvecState,
+        bytes: &'a [u8],
+    },
 }
 
 impl Request<'_> {
@@ -77,6 +88,8 @@ impl Request<'_> {
             Request::Hits(_) => "HITS",
             Request::List { .. } => "LIST",
             Request::Quiesce(_) => "QUIESCE",
+            Request::StateGet { .. } => "STATE_GET",
+            Request::StatePut { .. } => "STATE_PUT",
         }
     }
 
@@ -113,6 +126,14 @@ impl Request<'_> {
                 arg.entries = addr(out.as_mut_ptr());
                 arg.capacity = count(out.len())?;
             }
+            Request::StateGet { arg, buf } => {
+                arg.buf = addr(buf.as_mut_ptr());
+                arg.len = buf.len() as u64;
+            }
+            Request::StatePut { arg, bytes } => {
+                arg.buf = addr(bytes.as_ptr());
+                arg.len = bytes.len() as u64;
+            }
             Request::Info(_)
             | Request::Alloc(_)
             | Request::Seal(_)
@@ -138,6 +159,8 @@ nix::ioctl_readwrite_bad!(ioc_dispatch_remove, TRAPVEC_IOC_DISPATCH_REMOVE, Trap
 nix::ioctl_readwrite_bad!(ioc_hits, TRAPVEC_IOC_HITS, TrapvecHits);
 nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
 nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
+nix::ioctl_readwrite_bad!(ioc_state_get, TRAPVEC_IOC_STATE_GET, TrapvecState);
+nix::ioctl_readwrite_bad!(ioc_state_put, TRAPVEC_IOC_STATE_PUT, TrapvecState);
 
 /// Send `req` to the module behind `dev`. Returns the errno of a failed call; output fields of
 /// the argument are filled in either way (the module reports failure details with the error).
@@ -153,8 +176,8 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
     // the whole call, of the type the request code was built from (abi.rs), so the module
     // reads and writes exactly that struct. The pointer fields inside it were set by `bind()`
     // from slices `req` also borrows (mutably where the module writes: READ's buffer, LIST's
-    // output), with their exact lengths, so every user address the module touches is valid
-    // for the call. The module keeps no pointer after returning.
+    // output, STATE_GET's buffer), with their exact lengths, so every user address the module
+    // touches is valid for the call. The module keeps no pointer after returning.
     let res = unsafe {
         match req {
             Request::Info(a) => ioc_info(fd, a),
@@ -170,6 +193,8 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::Hits(a) => ioc_hits(fd, a),
             Request::List { arg, .. } => ioc_list(fd, arg),
             Request::Quiesce(a) => ioc_quiesce(fd, a),
+            Request::StateGet { arg, .. } => ioc_state_get(fd, arg),
+            Request::StatePut { arg, .. } => ioc_state_put(fd, arg),
         }
     };
     res.map(drop)

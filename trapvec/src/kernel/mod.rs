@@ -23,7 +23,7 @@ mod tests;
 
 use std::fs::OpenOptions;
 use std::ops::Range;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -32,13 +32,13 @@ use thiserror::Error;
 use crate::abi::{
     TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecWrite, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
+    TrapvecRead, TrapvecState, TrapvecWrite, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
     TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_ALTERNATIVE,
     TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BUG_ENTRY, TRAPVEC_REASON_CROSSES_SYMBOL, TRAPVEC_REASON_ENTRY_TEXT,
     TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST,
     TRAPVEC_REASON_KPROBE_REFUSED, TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_MISMATCH, TRAPVEC_REASON_NOINSTR_TEXT,
     TRAPVEC_REASON_NONE, TRAPVEC_REASON_NOT_BOUNDARY, TRAPVEC_REASON_NOT_TEXT, TRAPVEC_REASON_OWN_MODULE,
-    TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_XFER_MAX,
+    TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_STATE_MAX, TRAPVEC_XFER_MAX,
 };
 use crate::error::{hex, TargetError};
 use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
@@ -196,6 +196,15 @@ impl From<&TrapvecInfo> for ModuleInfo {
     }
 }
 
+/// User space's state blob as the module keeps it (STATE_GET).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateBlob {
+    /// Incremented by every STATE_PUT since the module was loaded (0: never written).
+    pub generation: u64,
+    /// The bytes (empty when none were put).
+    pub bytes: Vec<u8>,
+}
+
 /// One live dispatch entry with its counters (LIST).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListedEntry {
@@ -271,7 +280,7 @@ impl KernelTarget {
     /// Would the module accept a patch of `[addr, addr + len)`? Runs every check APPLY makes,
     /// then the kernel's own verdict (a disabled kprobe registered and removed: one RCU grace
     /// period, milliseconds). Changes nothing.
-    pub fn check_site(&self, addr: u64, len: usize) -> Result<(), SiteRefusal> {
+    pub fn check_site_with_kprobe(&self, addr: u64, len: usize) -> Result<(), SiteRefusal> {
         self.check(addr, len, 0)
     }
 
@@ -315,6 +324,74 @@ impl KernelTarget {
             }
             // Entries were added since the last call: ask again with room for all.
             capacity = count;
+        }
+    }
+
+    /// Take `flock(LOCK_EX)` on the device for as long as this target lives, waiting for
+    /// another holder (another trapctl) to finish first. Every command that reads the state
+    /// blob, changes the kernel and writes the blob back holds it, so commands never interleave.
+    pub fn lock_exclusive(&self) -> Result<(), TargetError> {
+        let fd = self.dev.as_raw_fd();
+        // SAFETY: flock() only takes a descriptor, which `self.dev` keeps open; the lock is
+        // released when that descriptor is closed (the target dropped).
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(TargetError::os(format!("flock(LOCK_EX) of {DEVICE_PATH}"), err));
+        }
+        log::info!("another trapctl holds {DEVICE_PATH}: waiting for it");
+        loop {
+            // SAFETY: as above.
+            if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
+                return Ok(());
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(TargetError::os(format!("flock(LOCK_EX) of {DEVICE_PATH}"), err));
+            }
+        }
+    }
+
+    /// The state blob the module keeps for user space, with its generation.
+    pub fn state(&self) -> Result<StateBlob, TargetError> {
+        let mut capacity = 0usize;
+        loop {
+            let mut bytes = vec![0u8; capacity];
+            let mut arg = TrapvecState::default();
+            match self.call(Request::StateGet { arg: &mut arg, buf: &mut bytes }) {
+                Ok(()) => {
+                    let size = usize::try_from(arg.size).unwrap_or(usize::MAX).min(capacity);
+                    bytes.truncate(size);
+                    return Ok(StateBlob { generation: arg.generation, bytes });
+                }
+                // Another PUT may have grown it between two calls: ask again with room for it.
+                Err(Errno::ENOSPC) if arg.size <= u64::from(TRAPVEC_STATE_MAX) => {
+                    capacity = usize::try_from(arg.size).unwrap_or(usize::MAX).max(capacity + 1);
+                }
+                Err(e) => return Err(TargetError::os("STATE_GET of /dev/trapvec", e)),
+            }
+        }
+    }
+
+    /// Replace the state blob if its generation is still `expected` (compare and swap); returns
+    /// the new generation. [`TargetError::StateStale`] when another writer came in between.
+    pub fn put_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
+        if bytes.len() > TRAPVEC_STATE_MAX as usize {
+            return Err(TargetError::Other(format!(
+                "the state blob is {} bytes; trapvec.ko keeps at most {TRAPVEC_STATE_MAX}",
+                bytes.len()
+            )));
+        }
+        let mut arg = TrapvecState { generation: expected, ..Default::default() };
+        match self.call(Request::StatePut { arg: &mut arg, bytes }) {
+            Ok(()) => {
+                log::debug!("state blob: {} bytes, generation {expected} -> {}", bytes.len(), arg.generation);
+                Ok(arg.generation)
+            }
+            Err(Errno::ESTALE) => Err(TargetError::StateStale { expected, current: arg.generation }),
+            Err(e) => Err(TargetError::os("STATE_PUT of /dev/trapvec", e)),
         }
     }
 
@@ -507,6 +584,16 @@ impl Target for KernelTarget {
         self.call(Request::Quiesce(&mut arg)).map_err(|e| TargetError::Quiesce(format!("QUIESCE: {e}")))?;
         log::debug!("quiesced; reclaimed {} blocks ({} bytes)", arg.reclaimed_blocks, arg.reclaimed_bytes);
         Ok(())
+    }
+
+    /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe
+    /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
+    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        self.precheck_site(addr, len).map_err(|reason| TargetError::SiteRefused { addr, reason })
+    }
+
+    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
+        Some(self.list().map(|l| l.into_iter().map(|e| e.entry).collect()))
     }
 
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {

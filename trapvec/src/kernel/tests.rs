@@ -62,6 +62,13 @@ struct FakeModule {
     /// Entries LIST pretends were added between a caller's two LIST calls.
     list_grows_by: usize,
     quiesced: u32,
+    /// The state blob and its generation.
+    state: Vec<u8>,
+    generation: u64,
+    /// STATE_GETs answered so far, and after how many the blob grows by itself once (another
+    /// trapctl's PUT between a caller's two GETs).
+    state_gets: u32,
+    state_grows_after: Option<u32>,
 }
 
 type Shared = Rc<RefCell<FakeModule>>;
@@ -160,6 +167,30 @@ impl FakeModule {
             Request::Quiesce(q) => {
                 self.quiesced += 1;
                 q.reclaimed_blocks = 1;
+            }
+            Request::StateGet { arg, buf } => {
+                self.state_gets += 1;
+                if self.state_grows_after == Some(self.state_gets) {
+                    self.state.extend_from_slice(b" and more");
+                    self.generation += 1;
+                }
+                assert_eq!(arg.len, buf.len() as u64);
+                arg.size = self.state.len() as u64;
+                arg.generation = self.generation;
+                if self.state.len() > buf.len() {
+                    return Err(Errno::ENOSPC);
+                }
+                buf[..self.state.len()].copy_from_slice(&self.state);
+            }
+            Request::StatePut { arg, bytes } => {
+                assert_eq!(arg.len, bytes.len() as u64);
+                if arg.generation != self.generation {
+                    arg.generation = self.generation;
+                    return Err(Errno::ESTALE);
+                }
+                self.state = bytes.to_vec();
+                self.generation += 1;
+                arg.generation = self.generation;
             }
         }
         Ok(())
@@ -501,9 +532,9 @@ fn check_site_maps_every_reason_code_and_back() {
         m.checks.insert(TEXT, (TRAPVEC_REASON_ENTRY_TEXT, 0));
         m.checks.insert(TEXT + 8, (TRAPVEC_REASON_KPROBE_REFUSED, -16));
     });
-    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::EntryText));
-    assert_eq!(target.check_site(TEXT + 8, 2), Err(SiteRefusal::KprobeRefused { errno: Errno::EBUSY }));
-    assert_eq!(target.check_site(TEXT + 16, 2), Ok(()));
+    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::EntryText));
+    assert_eq!(target.check_site_with_kprobe(TEXT + 8, 2), Err(SiteRefusal::KprobeRefused { errno: Errno::EBUSY }));
+    assert_eq!(target.check_site_with_kprobe(TEXT + 16, 2), Ok(()));
 }
 
 #[test]
@@ -512,7 +543,7 @@ fn precheck_skips_only_the_kprobe_cross_check() {
         m.checks.insert(TEXT, (TRAPVEC_REASON_JUMP_LABEL, 0));
     });
     assert_eq!(target.precheck_site(TEXT, 2), Err(SiteRefusal::JumpLabel));
-    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::JumpLabel));
+    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::JumpLabel));
     assert_eq!(m.borrow().check_flags, [TRAPVEC_CHECK_NO_KPROBE, 0]);
 }
 
@@ -521,7 +552,7 @@ fn check_site_that_cannot_ask_the_module_says_so() {
     let (target, _m, _g) = target_with(|m| {
         m.fail.insert("CHECK", (Errno::EPERM, 0));
     });
-    assert_eq!(target.check_site(TEXT, 2), Err(SiteRefusal::CheckFailed { errno: Errno::EPERM }));
+    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::CheckFailed { errno: Errno::EPERM }));
 }
 
 #[test]
@@ -537,4 +568,68 @@ fn module_info_converts_bases_and_sizes_to_ranges() {
     let info = target.module_info().unwrap();
     assert_eq!(info.vector, 0xf5);
     assert_eq!(info.code_arena, CODE_ARENA..CODE_ARENA + (1 << 20));
+}
+
+#[test]
+fn state_blob_round_trips_and_reports_its_generation() {
+    let (target, m, _g) = target_with(|_| {});
+    assert_eq!(target.state().unwrap(), super::StateBlob { generation: 0, bytes: Vec::new() });
+    assert_eq!(target.put_state(0, b"{\"splices\":[]}").unwrap(), 1);
+    let blob = target.state().unwrap();
+    assert_eq!((blob.generation, blob.bytes.as_slice()), (1, &b"{\"splices\":[]}"[..]));
+    assert_eq!(target.put_state(1, b"").unwrap(), 2, "an empty blob is a write too");
+    assert!(target.state().unwrap().bytes.is_empty());
+    assert_eq!(m.borrow().generation, 2);
+}
+
+#[test]
+fn state_put_with_an_old_generation_is_stale_and_changes_nothing() {
+    let (target, m, _g) = target_with(|m| {
+        m.state = b"theirs".to_vec();
+        m.generation = 7;
+    });
+    let err = target.put_state(6, b"mine").unwrap_err();
+    assert!(matches!(err, TargetError::StateStale { expected: 6, current: 7 }), "{err}");
+    assert!(err.to_string().contains("another trapctl"), "{err}");
+    assert_eq!(m.borrow().state, b"theirs");
+}
+
+#[test]
+fn state_get_asks_again_when_the_blob_grew_between_two_calls() {
+    let (target, m, _g) = target_with(|m| {
+        m.state = b"blob".to_vec();
+        m.state_grows_after = Some(2);
+    });
+    let blob = target.state().unwrap();
+    assert_eq!((blob.generation, blob.bytes.as_slice()), (1, &b"blob and more"[..]));
+    assert_eq!(m.borrow().state_gets, 3, "capacity 0, then 4 (grew meanwhile), then 13");
+}
+
+#[test]
+fn state_larger_than_the_module_keeps_is_refused_before_any_ioctl() {
+    let (target, m, _g) = target_with(|_| {});
+    let big = vec![0u8; TRAPVEC_STATE_MAX as usize + 1];
+    let err = target.put_state(0, &big).unwrap_err();
+    assert!(err.to_string().contains("at most"), "{err}");
+    assert!(!m.borrow().calls.contains(&"STATE_PUT"));
+}
+
+#[test]
+fn target_check_site_is_the_precheck_with_the_refusal_and_address() {
+    let (target, m, _g) = target_with(|m| {
+        m.checks.insert(TEXT, (TRAPVEC_REASON_EXTABLE, 0));
+    });
+    let err = Target::check_site(&target, TEXT, 3).unwrap_err();
+    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::Extable }), "{err}");
+    assert!(err.to_string().contains("exception-table"), "{err}");
+    Target::check_site(&target, TEXT + 4, 2).unwrap();
+    assert_eq!(m.borrow().check_flags, [TRAPVEC_CHECK_NO_KPROBE; 2], "never the slow kprobe cross-check");
+}
+
+#[test]
+fn dispatch_entries_are_the_modules_list() {
+    let (mut target, _m, _g) = target_with(|_| {});
+    let e = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 3 };
+    target.add_dispatch(&[e]).unwrap();
+    assert_eq!(target.dispatch_entries().unwrap().unwrap(), vec![e]);
 }

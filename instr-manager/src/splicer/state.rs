@@ -1,0 +1,149 @@
+//! A splicer's bookkeeping, saved and restored: what a one-shot tool (`trapctl`) leaves behind
+//! for the next one, and what a daemon restarts from.
+//!
+//! The state is JSON: the loaded components (name, path, CRCs, blocks, symbols, imports,
+//! stubs, references), the live splices (request, resolved point, plan summary, site and
+//! springboard patches, code and data blocks, entry, replay, dispatch entry, component) and the
+//! original-trampoline stubs. It describes effects that live in the target, so the target is
+//! the truth: [`Splicer::import_state`] checks every claim it can against the target before
+//! trusting any of them — each dispatch entry is listed by the target with the same
+//! destination, handler and cookie; the bytes at every site and springboard are the patch's new
+//! bytes; every component's code still has the CRC it was written with. A mismatch is a
+//! [`StateError`] naming the splice or component; nothing is repaired silently.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use component_manager::{ComponentError, ComponentManager};
+use serde::{Deserialize, Serialize};
+use trapvec::error::hex;
+use trapvec::{DispatchEntry, Target, TargetError};
+
+use super::{LiveSplice, OrigStub, SpliceId, Splicer};
+
+/// Version of the state format; a state of another version is refused.
+pub const STATE_VERSION: u32 = 1;
+
+/// Why a saved state cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("the saved state is not valid: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("the saved state has format version {found}; this program reads version {STATE_VERSION}")]
+    Version { found: u32 },
+    #[error("saved splice `{at}` (site {site:#x}) has no dispatch entry in the target: the state does not describe this target")]
+    MissingDispatch { at: String, site: u64 },
+    #[error("saved splice `{at}` (site {site:#x}): the target's dispatch entry goes to {found_dest:#x} (handler {found_handler:#x}), the state says {dest:#x} (handler {handler:#x})")]
+    DispatchDiffers { at: String, site: u64, dest: u64, handler: u64, found_dest: u64, found_handler: u64 },
+    #[error("saved splice `{at}`: {what} at {addr:#x} holds {found}, not the patched bytes {expected}: the text was changed behind trapvec's back")]
+    TextDiffers { at: String, what: &'static str, addr: u64, expected: String, found: String },
+    #[error("saved component `{name}`: {source}")]
+    Component { name: String, #[source] source: ComponentError },
+    #[error("checking the saved state against the target: {0}")]
+    Target(#[from] TargetError),
+}
+
+/// The serialized form (field order is the JSON's), as written...
+#[derive(Serialize)]
+struct SavedStateRef<'a> {
+    version: u32,
+    next_splice: u64,
+    components: &'a ComponentManager,
+    splices: Vec<&'a LiveSplice>,
+    orig: BTreeMap<&'a str, &'a OrigStub>,
+}
+
+/// ...and as read back.
+#[derive(Deserialize)]
+struct SavedState {
+    version: u32,
+    next_splice: u64,
+    components: ComponentManager,
+    splices: Vec<LiveSplice>,
+    /// Original-trampoline stubs by function name, sorted for a stable output.
+    orig: BTreeMap<String, OrigStub>,
+}
+
+impl<T: Target> Splicer<T> {
+    /// Everything this splicer made, as JSON (see the module docs).
+    pub fn export_state(&self) -> Vec<u8> {
+        let saved = SavedStateRef {
+            version: STATE_VERSION,
+            next_splice: self.next,
+            components: &self.components,
+            splices: self.live.values().collect(),
+            orig: self.orig.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+        };
+        // Every field is a plain struct, string, number or map with string keys.
+        serde_json::to_vec(&saved).expect("the splicer state always serializes")
+    }
+
+    /// A splicer over `target` that takes over what `state` (from [`Splicer::export_state`])
+    /// says was made, after checking it against the target. An empty `state` is a fresh
+    /// splicer.
+    pub fn import_state(target: T, state: &[u8]) -> Result<Self, StateError> {
+        if state.is_empty() {
+            return Ok(Splicer::new(target));
+        }
+        let saved: SavedState = serde_json::from_slice(state)?;
+        if saved.version != STATE_VERSION {
+            return Err(StateError::Version { found: saved.version });
+        }
+        check_against_target(&target, &saved)?;
+        let live: BTreeMap<SpliceId, LiveSplice> = saved.splices.into_iter().map(|s| (s.id, s)).collect();
+        let orig: HashMap<String, OrigStub> = saved.orig.into_iter().collect();
+        log::debug!(
+            "state restored: {} component(s), {} splice(s), {} original trampoline(s)",
+            saved.components.iter().count(),
+            live.len(),
+            orig.len()
+        );
+        Ok(Splicer { target, components: saved.components, live, orig, next: saved.next_splice })
+    }
+}
+
+/// The checks of [`Splicer::import_state`].
+fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(), StateError> {
+    if let Some(listed) = target.dispatch_entries() {
+        let listed: HashMap<u64, DispatchEntry> = listed?.into_iter().map(|e| (e.site, e)).collect();
+        let mut ours = HashSet::new();
+        for s in &saved.splices {
+            let Some(want) = s.dispatch else { continue };
+            ours.insert(want.site);
+            let at = s.request.at.clone();
+            let got = listed.get(&want.site).ok_or(StateError::MissingDispatch { at: at.clone(), site: want.site })?;
+            if *got != want {
+                return Err(StateError::DispatchDiffers {
+                    at,
+                    site: want.site,
+                    dest: want.dest,
+                    handler: want.handler,
+                    found_dest: got.dest,
+                    found_handler: got.handler,
+                });
+            }
+        }
+        let foreign = listed.keys().filter(|k| !ours.contains(*k)).count();
+        if foreign > 0 {
+            log::warn!("the target has {foreign} dispatch entries that the saved state does not know (another client's)");
+        }
+    }
+    for s in &saved.splices {
+        let patches = std::iter::once(("the site", &s.site_patch)).chain(s.springboard_patch.as_ref().map(|p| ("the springboard", p)));
+        for (what, p) in patches {
+            let found = target.read(p.addr, p.new.len())?;
+            if found != p.new {
+                return Err(StateError::TextDiffers {
+                    at: s.request.at.clone(),
+                    what,
+                    addr: p.addr,
+                    expected: hex(&p.new),
+                    found: hex(&found),
+                });
+            }
+        }
+    }
+    for c in saved.components.iter() {
+        saved.components.verify(target, c.id).map_err(|source| StateError::Component { name: c.name.clone(), source })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! The splicer against a fake kernel-like target: count-only splices (dispatch entry or counting
+//! trampoline), planning-time refusals from the target's own rules, best-effort batches, and the
+//! saved state (round trip, checks against the target, removal after a restore).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use trapvec::kernel::SiteRefusal;
+use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
+
+use super::state::StateError;
+use super::{Action, SpliceError, SpliceRequest, Splicer};
+use crate::plan::Mechanism;
+
+const TEXT: u64 = 0xffff_ffff_8100_0000;
+const ARENA: u64 = 0xffff_ffff_c000_0000;
+
+/// A traced kernel function: the ftrace NOP, then `push rbp; mov rbp,rsp; mov rax,rdi; pop rbp;
+/// ret`, padded with int3 to 32 bytes.
+#[rustfmt::skip]
+const FUNC: [u8; 32] = [
+    /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00, // nop dword [rax+rax]   (fentry)
+    /*05*/ 0x55,                         // push rbp
+    /*06*/ 0x48, 0x89, 0xE5,             // mov rbp,rsp
+    /*09*/ 0x48, 0x89, 0xF8,             // mov rax,rdi
+    /*0c*/ 0x5D,                         // pop rbp
+    /*0d*/ 0xC3,                         // ret
+    0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC,
+];
+
+/// The functions of the fake kernel, 32 bytes apart.
+const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
+
+fn func_addr(name: &str) -> u64 {
+    TEXT + 32 * FUNCS.iter().position(|f| *f == name).unwrap() as u64
+}
+
+#[derive(Default)]
+struct Inner {
+    memory: BTreeMap<u64, u8>,
+    next_block: u64,
+    blocks: BTreeMap<u64, RepoBlock>,
+    sealed: BTreeSet<u64>,
+    dispatch: BTreeMap<u64, DispatchEntry>,
+    /// Hits the fake dispatcher reports per site.
+    hits: BTreeMap<u64, u64>,
+    /// Windows the target's own rules refuse, by start address.
+    refuse: BTreeMap<u64, SiteRefusal>,
+    checked: Vec<(u64, usize)>,
+    batches: usize,
+}
+
+/// A kernel-like target; clones share the same memory (two splicers over one kernel).
+#[derive(Clone)]
+struct FakeKernel {
+    info: TargetInfo,
+    symbols: SymbolTable,
+    inner: Rc<RefCell<Inner>>,
+}
+
+impl FakeKernel {
+    fn new() -> Self {
+        let mut inner = Inner { next_block: ARENA, ..Default::default() };
+        let mut symbols = Vec::new();
+        for name in FUNCS {
+            let at = func_addr(name);
+            for (i, b) in FUNC.iter().enumerate() {
+                inner.memory.insert(at + i as u64, *b);
+            }
+            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None });
+        }
+        symbols.push(Symbol { name: "_etext".into(), addr: TEXT + 32 * FUNCS.len() as u64, size: 0, kind: SymbolKind::Function, origin: None });
+        let info = TargetInfo {
+            description: "fake kernel".into(),
+            red_zone: 0,
+            save_vector_regs: false,
+            dispatcher_runs_handlers: true,
+            dispatcher_counts_hits: true,
+            has_fentry: true,
+        };
+        FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Rc::new(RefCell::new(inner)) }
+    }
+
+    fn text(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.read(addr, len).unwrap()
+    }
+
+    fn live_blocks(&self) -> usize {
+        self.inner.borrow().blocks.len()
+    }
+}
+
+impl Target for FakeKernel {
+    fn info(&self) -> &TargetInfo {
+        &self.info
+    }
+
+    fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        let inner = self.inner.borrow();
+        (0..len as u64)
+            .map(|i| inner.memory.get(&(addr + i)).copied())
+            .collect::<Option<Vec<u8>>>()
+            .ok_or(TargetError::Read { addr, len, reason: "unmapped".into() })
+    }
+
+    fn alloc(&mut self, _near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        let addr = inner.next_block;
+        inner.next_block += size.next_multiple_of(16) as u64;
+        for i in 0..size as u64 {
+            inner.memory.insert(addr + i, 0);
+        }
+        let block = RepoBlock { id: addr, addr, size, kind };
+        inner.blocks.insert(addr, block.clone());
+        Ok(block)
+    }
+
+    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        assert!(inner.blocks.contains_key(&block.id), "write to a freed block at {:#x}", block.addr);
+        assert!(!inner.sealed.contains(&block.id), "write to a sealed block at {:#x}", block.addr);
+        assert!(offset + bytes.len() <= block.size);
+        for (i, b) in bytes.iter().enumerate() {
+            inner.memory.insert(block.addr + (offset + i) as u64, *b);
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        self.inner.borrow_mut().sealed.insert(block.id);
+        Ok(())
+    }
+
+    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        assert!(inner.blocks.remove(&block.id).is_some(), "double free of {:#x}", block.addr);
+        inner.sealed.remove(&block.id);
+        Ok(())
+    }
+
+    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        for p in batch {
+            let found = self.read(p.addr, p.old.len())?;
+            if found != p.old {
+                return Err(TargetError::TextMismatch { addr: p.addr, expected: trapvec::error::hex(&p.old), found: trapvec::error::hex(&found) });
+            }
+        }
+        let mut inner = self.inner.borrow_mut();
+        inner.batches += 1;
+        for p in batch {
+            for (i, b) in p.new.iter().enumerate() {
+                inner.memory.insert(p.addr + i as u64, *b);
+            }
+        }
+        Ok(())
+    }
+
+    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        for e in entries {
+            assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice", e.site);
+        }
+        Ok(())
+    }
+
+    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        for s in sites {
+            inner.dispatch.remove(s).ok_or(TargetError::Dispatch { site: *s, reason: "no entry".into() })?;
+        }
+        Ok(())
+    }
+
+    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        Ok(())
+    }
+
+    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
+        let inner = self.inner.borrow();
+        inner.dispatch.contains_key(&site).then(|| TrapHits { hits: inner.hits.get(&site).copied().unwrap_or(0), missed: 0 })
+    }
+
+    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        let mut inner = self.inner.borrow_mut();
+        inner.checked.push((addr, len));
+        match inner.refuse.get(&addr) {
+            Some(reason) => Err(TargetError::SiteRefused { addr, reason: *reason }),
+            None => Ok(()),
+        }
+    }
+
+    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
+        Some(Ok(self.inner.borrow().dispatch.values().copied().collect()))
+    }
+}
+
+fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
+    SpliceRequest { at: at.into(), action: Action::Count, mechanism }
+}
+
+fn mnemonics(bytes: &[u8], ip: u64) -> Vec<Mnemonic> {
+    Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).into_iter().map(|i| i.mnemonic()).collect()
+}
+
+#[test]
+fn kernel_count_splice_is_a_handlerless_dispatch_entry_to_the_replay() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let f = func_addr("f1");
+    let id = sp.apply(&[count("f1", Mechanism::Trap)]).unwrap()[0];
+    let s = sp.get(id).unwrap();
+    assert_eq!(s.point.site, f + 5, "the entry moved past the ftrace NOP");
+    assert_eq!(s.plan.displaced_text, "push rbp; mov rbp, rsp");
+    assert_eq!(k.text(f + 5, 2), [0xCD, 0xF5]);
+    let d = s.dispatch().unwrap();
+    assert_eq!((d.site, d.handler, d.dest), (f + 5, 0, s.entry()));
+    // The replay: the two displaced instructions, then jmp f+9.
+    let replay = k.text(d.dest, 9);
+    assert_eq!(replay[..4], [0x55, 0x48, 0x89, 0xE5]);
+    assert_eq!(replay[4], 0xE9);
+    let rel = i32::from_le_bytes(replay[5..9].try_into().unwrap());
+    assert_eq!((d.dest + 9).wrapping_add_signed(i64::from(rel)), f + 9);
+    k.inner.borrow_mut().hits.insert(f + 5, 7);
+    assert_eq!(sp.hits(id).unwrap().hits, 7, "the dispatcher's counter");
+    sp.remove(&[id]).unwrap();
+    assert_eq!(k.text(f, 32), FUNC);
+    assert_eq!(k.live_blocks(), 0);
+}
+
+#[test]
+fn jmp_count_splice_counts_between_pushfq_and_popfq_then_replays() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let f = func_addr("f2");
+    let id = sp.apply(&[count("f2", Mechanism::Jmp)]).unwrap()[0];
+    let entry = sp.get(id).unwrap().entry();
+    assert_eq!(k.text(f + 5, 1), [0xE9], "jmp rel32 over push/mov/mov");
+    let code = k.text(entry, 32);
+    let m = mnemonics(&code, entry);
+    assert_eq!(m[..7], [Mnemonic::Pushfq, Mnemonic::Inc, Mnemonic::Popfq, Mnemonic::Push, Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Jmp]);
+    assert_eq!(code[1], 0xF0, "the increment is locked");
+    sp.remove(&[id]).unwrap();
+    assert_eq!(k.text(f, 32), FUNC);
+}
+
+#[test]
+fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
+    let k = FakeKernel::new();
+    let f = func_addr("f3");
+    k.inner.borrow_mut().refuse.insert(f + 5, SiteRefusal::Extable);
+    let mut sp = Splicer::new(k.clone());
+    let err = sp.apply(&[count("f0", Mechanism::Trap), count("f3", Mechanism::Trap)]).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("f3: "), "{msg}");
+    assert!(msg.contains("exception-table"), "{msg}");
+    assert_eq!(k.live_blocks(), 0, "refused while planning: nothing allocated");
+    assert_eq!(k.inner.borrow().batches, 0);
+    assert!(k.inner.borrow().checked.contains(&(f + 5, 4)), "the whole displaced window is checked");
+}
+
+#[test]
+fn best_effort_applies_what_validates_and_names_each_refusal() {
+    let k = FakeKernel::new();
+    k.inner.borrow_mut().refuse.insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
+    let mut sp = Splicer::new(k.clone());
+    let requests = [
+        count("f0", Mechanism::Trap),
+        count("f1", Mechanism::Trap),
+        count("nosuch", Mechanism::Trap),
+        count("f2+7", Mechanism::Trap),
+        count("f2", Mechanism::Trap),
+        count("f2", Mechanism::Trap),
+        SpliceRequest { at: "f3".into(), action: Action::Call { handler: "absent".into(), cookie: 0 }, mechanism: Mechanism::Trap },
+    ];
+    let r = sp.apply_best_effort(&requests).unwrap();
+    let applied: Vec<usize> = r.applied.iter().map(|a| a.0).collect();
+    assert_eq!(applied, [0, 4]);
+    let refused: BTreeMap<usize, String> = r.refused.iter().map(|(i, e)| (*i, e.to_string())).collect();
+    assert_eq!(refused.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 5, 6]);
+    assert!(refused[&1].contains("noinstr"), "{}", refused[&1]);
+    assert!(refused[&2].contains("nosuch"), "{}", refused[&2]);
+    assert!(refused[&3].contains("not an instruction boundary"), "{}", refused[&3]);
+    assert!(matches!(r.refused[3].1, SpliceError::AlreadySpliced { .. }), "{}", refused[&5]);
+    assert!(refused[&6].contains("absent"), "{}", refused[&6]);
+    assert_eq!(k.inner.borrow().batches, 1, "one batch for all that validated");
+    assert_eq!(k.text(func_addr("f1"), 32), FUNC);
+}
+
+#[test]
+fn find_takes_the_point_as_written_the_function_or_the_site_address() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k);
+    let id = sp.apply(&[count("f1+0x5", Mechanism::Trap)]).unwrap()[0];
+    assert_eq!(sp.find("f1+0x5"), Some(id));
+    assert_eq!(sp.find("f1"), Some(id), "the entry resolves past the ftrace NOP");
+    assert_eq!(sp.find(&format!("{:#x}", func_addr("f1") + 5)), Some(id));
+    assert_eq!(sp.find("f2"), None);
+    assert_eq!(sp.find("f1+6"), None);
+}
+
+#[test]
+fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
+    let k = FakeKernel::new();
+    let mut first = Splicer::new(k.clone());
+    let ids = first.apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)]).unwrap();
+    let state = first.export_state();
+    let json: serde_json::Value = serde_json::from_slice(&state).unwrap();
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["splices"].as_array().unwrap().len(), 2);
+    assert_eq!(json["splices"][0]["request"]["at"], "f0");
+    drop(first);
+
+    let mut second = Splicer::import_state(k.clone(), &state).unwrap();
+    assert_eq!(second.live().map(|s| s.id).collect::<Vec<_>>(), ids);
+    assert_eq!(second.export_state(), state, "export after import is the same state");
+    let more = second.apply(&[count("f3", Mechanism::Trap)]).unwrap();
+    assert!(more[0] > ids[1], "splice ids are not reused");
+    second.remove_all().unwrap();
+    for f in FUNCS {
+        assert_eq!(k.text(func_addr(f), 32), FUNC, "{f} restored");
+    }
+    assert_eq!(k.live_blocks(), 0);
+    assert!(k.inner.borrow().dispatch.is_empty());
+}
+
+#[test]
+fn empty_state_is_a_fresh_splicer() {
+    let sp = Splicer::import_state(FakeKernel::new(), b"").unwrap();
+    assert_eq!(sp.live().count(), 0);
+}
+
+#[test]
+fn state_whose_site_bytes_changed_is_refused_naming_the_splice() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
+    let state = sp.export_state();
+    // Someone else restored the text behind our back.
+    let site = func_addr("f1") + 5;
+    k.inner.borrow_mut().memory.insert(site, 0x55);
+    k.inner.borrow_mut().memory.insert(site + 1, 0x48);
+    let err = Splicer::import_state(k, &state).err().unwrap();
+    assert!(matches!(&err, StateError::TextDiffers { at, addr, .. } if at == "f1" && *addr == site), "{err}");
+    assert!(err.to_string().contains("holds 55 48, not the patched bytes cd f5"), "{err}");
+}
+
+#[test]
+fn state_whose_dispatch_entry_is_gone_or_different_is_refused() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
+    let state = sp.export_state();
+    let site = func_addr("f1") + 5;
+    let entry = k.inner.borrow_mut().dispatch.remove(&site).unwrap();
+    let err = Splicer::import_state(k.clone(), &state).err().unwrap();
+    assert!(matches!(err, StateError::MissingDispatch { site: s, .. } if s == site), "{err}");
+    k.inner.borrow_mut().dispatch.insert(site, DispatchEntry { dest: entry.dest + 16, ..entry });
+    let err = Splicer::import_state(k, &state).err().unwrap();
+    assert!(matches!(err, StateError::DispatchDiffers { .. }), "{err}");
+}
+
+#[test]
+fn state_of_another_version_or_garbage_is_refused() {
+    let k = FakeKernel::new();
+    let sp = Splicer::new(k.clone());
+    let mut json: serde_json::Value = serde_json::from_slice(&sp.export_state()).unwrap();
+    json["version"] = 99.into();
+    let err = Splicer::import_state(k.clone(), json.to_string().as_bytes()).err().unwrap();
+    assert!(matches!(err, StateError::Version { found: 99 }), "{err}");
+    let err = Splicer::import_state(k, b"{not json").err().unwrap();
+    assert!(matches!(err, StateError::Decode(_)), "{err}");
+}
+
+/// A component compiled at test time: a handler and a variable.
+fn component(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = dir.join("probe.c");
+    std::fs::write(
+        &src,
+        "unsigned long probe_limit = 1000;\nunsigned long probe_seen;\nvoid probe_hit(void *regs, void *cookie) { probe_seen += probe_limit; }\n",
+    )
+    .unwrap();
+    let obj = dir.join("probe.o");
+    let out = std::process::Command::new("cc")
+        .args(["-c", "-O2", "-fno-asynchronous-unwind-tables", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .output()
+        .expect("running cc");
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    obj
+}
+
+#[test]
+fn state_keeps_components_their_variables_and_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let obj = component(dir.path());
+    let k = FakeKernel::new();
+    let mut first = Splicer::new(k.clone());
+    first.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
+    let call = SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_hit".into(), cookie: 9 }, mechanism: Mechanism::Trap };
+    let id = first.apply(&[call]).unwrap()[0];
+    first.set_var("probe_limit", 1400, 8).unwrap();
+    let state = first.export_state();
+    drop(first);
+
+    let mut second = Splicer::import_state(k.clone(), &state).unwrap();
+    assert_eq!(second.get_var("probe_limit", 8).unwrap(), 1400);
+    let c = second.components().by_name("probe").expect("the component is known");
+    assert_eq!(second.components().get(c).unwrap().refs(), 1, "held by the splice");
+    let d = second.get(id).unwrap().dispatch().unwrap();
+    assert_eq!((d.handler, d.cookie), (second.components().lookup("probe_hit").unwrap().1, 9));
+    assert!(second.unload_component(c).is_err(), "in use by a live splice");
+    second.remove(&[id]).unwrap();
+    second.unload_component(c).unwrap();
+    assert_eq!(k.live_blocks(), 0);
+
+    // A component whose code changed under the saved state is refused by name.
+    let mut third = Splicer::new(k.clone());
+    let c = third.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
+    let code = third.components().get(c).unwrap().code_addr;
+    let state = third.export_state();
+    let byte = k.text(code, 1)[0];
+    k.inner.borrow_mut().memory.insert(code, byte ^ 0xFF);
+    let err = Splicer::import_state(k, &state).err().unwrap();
+    assert!(matches!(&err, StateError::Component { name, .. } if name == "probe"), "{err}");
+}
