@@ -7,7 +7,32 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use thiserror::Error;
+
+/// Building or loading the fixtures failed.
+#[derive(Debug, Error)]
+pub enum FixtureError {
+    #[error("cannot run cc: {0}")]
+    NoCompiler(#[source] std::io::Error),
+    #[error("cc failed building the {what}: {stderr}")]
+    Compile { what: &'static str, stderr: String },
+    #[error("writing {path}: {source}")]
+    Io { path: PathBuf, #[source] source: std::io::Error },
+    #[error("dlopen {path}: {reason}")]
+    Dlopen { path: PathBuf, reason: String },
+    #[error("symbol `{0}` not found in the fixture")]
+    Symbol(String),
+}
+
+type Result<T> = std::result::Result<T, FixtureError>;
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|source| FixtureError::Io { path: path.to_path_buf(), source })
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap_or_default()
+}
 
 /// The functions, the floor handler and the `int $0xf5` used to measure it.
 const FIXTURE_C: &str = r#"
@@ -21,6 +46,23 @@ __attribute__((noinline)) int bench_target(int x)
 	__asm__ volatile("" ::: "memory");
 	return x + 1;
 }
+
+/* A 3-byte function (`xor eax,eax; ret`) followed by int3 padding: a jmp splice there needs a
+ * `jmp rel8` to a springboard in the padding. */
+__asm__(".text\n"
+	".p2align 4, 0xcc\n"
+	".globl bench_short\n"
+	".type bench_short, @function\n"
+	"bench_short:\n"
+	"\txor %eax, %eax\n"
+	"\tret\n"
+	".size bench_short, .-bench_short\n"
+	".p2align 5, 0xcc\n"
+	".globl bench_short_next\n"
+	".type bench_short_next, @function\n"
+	"bench_short_next:\n"
+	"\tret\n"
+	".size bench_short_next, .-bench_short_next\n");
 
 static void floor_handler(int sig, siginfo_t *si, void *ctx)
 {
@@ -85,13 +127,15 @@ void empty_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)
 
 pub struct Fixture {
     pub handler: PathBuf,
+    /// The shared object with the benchmark functions.
+    pub so: PathBuf,
     handle: *mut libc::c_void,
 }
 
-fn cc(args: &[&str], what: &str) -> Result<()> {
-    let out = Command::new("cc").args(args).output().context("running cc")?;
+fn cc(args: &[&str], what: &'static str) -> Result<()> {
+    let out = Command::new("cc").args(args).output().map_err(FixtureError::NoCompiler)?;
     if !out.status.success() {
-        bail!("cc {what}: {}", String::from_utf8_lossy(&out.stderr));
+        return Err(FixtureError::Compile { what, stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
     }
     Ok(())
 }
@@ -104,16 +148,16 @@ impl Fixture {
     pub fn build() -> Result<Fixture> {
         let dir = tempfile_dir()?;
         let c = dir.join("fixture.c");
-        std::fs::write(&c, FIXTURE_C)?;
+        write(&c, FIXTURE_C)?;
         let so = dir.join("libbenchfix.so");
-        cc(&["-shared", "-fPIC", "-O2", "-o", so.to_str().unwrap(), c.to_str().unwrap()], "fixture")?;
+        cc(&["-shared", "-fPIC", "-O2", "-o", path_str(&so), path_str(&c)], "fixture")?;
         let h = dir.join("handler.c");
-        std::fs::write(&h, HANDLER_C)?;
+        write(&h, HANDLER_C)?;
         let handler = dir.join("handler.o");
         let inc = repo_include();
-        cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", handler.to_str().unwrap(), h.to_str().unwrap()], "handler")?;
+        cc(&["-c", "-O2", "-fPIC", "-I", path_str(&inc), "-o", path_str(&handler), path_str(&h)], "handler")?;
         let handle = dlopen(&so)?;
-        Ok(Fixture { handler, handle })
+        Ok(Fixture { handler, so, handle })
     }
 
     pub fn sym(&self, name: &str) -> Result<usize> {
@@ -122,28 +166,30 @@ impl Fixture {
 }
 
 pub fn dlopen(path: &Path) -> Result<*mut libc::c_void> {
-    let p = CString::new(path.to_str().context("path")?)?;
-    // SAFETY: loading a library we just built; its constructors are the compiler's.
+    let bad = |reason: &str| FixtureError::Dlopen { path: path.to_path_buf(), reason: reason.to_string() };
+    let p = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| bad("NUL in the path"))?;
+    // SAFETY: `p` is a NUL-terminated path of a library this module just built; its
+    // constructors are the compiler's.
     let h = unsafe { libc::dlopen(p.as_ptr(), libc::RTLD_NOW) };
     if h.is_null() {
-        bail!("dlopen {} failed", path.display());
+        return Err(bad("the loader refused it"));
     }
     Ok(h)
 }
 
 pub fn dlsym(handle: *mut libc::c_void, name: &str) -> Result<usize> {
-    let n = CString::new(name)?;
-    // SAFETY: `handle` is a live dlopen handle.
+    let n = CString::new(name).map_err(|_| FixtureError::Symbol(name.to_string()))?;
+    // SAFETY: `handle` is a live dlopen handle and `n` a NUL-terminated name.
     let p = unsafe { libc::dlsym(handle, n.as_ptr()) };
     if p.is_null() {
-        bail!("symbol {name} not found");
+        return Err(FixtureError::Symbol(name.to_string()));
     }
     Ok(p as usize)
 }
 
 pub fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("trapvec-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|source| FixtureError::Io { path: dir.clone(), source })?;
     Ok(dir)
 }
 
@@ -158,9 +204,9 @@ pub fn many_functions(n: usize) -> Result<(PathBuf, *mut libc::c_void)> {
         ));
     }
     let src = dir.join("many.S");
-    std::fs::write(&src, s)?;
+    write(&src, &s)?;
     let so = dir.join("libmany.so");
-    cc(&["-shared", "-nostdlib", "-o", so.to_str().unwrap(), src.to_str().unwrap()], "many functions")?;
+    cc(&["-shared", "-nostdlib", "-o", path_str(&so), path_str(&src)], "many functions")?;
     let h = dlopen(&so)?;
     Ok((so, h))
 }

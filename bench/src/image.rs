@@ -184,6 +184,14 @@ impl CodeImage {
             let region_end = regions[r].end();
             let next = starts.get(i + 1).map_or(region_end, |n| n.0).min(region_end);
             let end = if size > 0 { (start + size).min(region_end) } else { next };
+            let reg = &regions[r];
+            let bytes = &reg.bytes[usize::try_from(start - reg.addr).unwrap_or(0)..usize::try_from(end - reg.addr).unwrap_or(0)];
+            // Marker symbols over alignment fill (`__kprobes_text_end` spans 2 MiB of int3) are
+            // no functions.
+            if bytes.iter().all(|&b| b == 0xCC) {
+                log::debug!("{name}: `{fname}` at {start:#x} covers only int3 fill ({} bytes): not a function", bytes.len());
+                continue;
+            }
             if end > start {
                 functions.push(FuncExtent { name: fname.to_string(), start, end });
             }

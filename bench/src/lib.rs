@@ -10,10 +10,17 @@
 //! It measures and analyses; it never changes the host's kernel. Process benchmarks splice only
 //! code of the benchmark process itself; kernel rows run in a VM through `vmtest`.
 
+pub mod batch;
+pub mod cost;
+pub mod coverage;
 pub mod fixtures;
 pub mod groups;
 pub mod image;
 pub mod kernel;
+pub mod report;
+pub mod sets;
 pub mod sizes;
+pub mod speed;
 pub mod timing;
+pub mod uprobe;
 pub mod vmlinux;

@@ -1,18 +1,17 @@
-//! `bench`: jmp-vs-trap benchmarking.
-//!
-//! - `bench cost`: cycles per hit on this machine (process backend): an unpatched call, a jmp
-//!   `call` splice hit, a trap `call` splice hit (empty handler), and the floors: a minimal C
-//!   SIGSEGV handler that only advances RIP, and `int3` with an empty SIGTRAP handler. Medians of
-//!   many rounds (the machine is shared and noisy), pinned to one CPU.
-//! - `bench batch`: time to apply and to remove N splices in one batch.
+//! `bench`: jmp-vs-trap benchmarking and kernel-code analysis (the trap-based-modification
+//! paper's Table 1, Fig. 4 and Fig. 5 redone). See bench/README.md for each subcommand.
 
-use bench::{fixtures, timing};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use bench::coverage::{self, human_distance, HitCosts, DISTANCES};
+use bench::groups::Group;
+use bench::sets::{self, SetOptions};
+use bench::{batch, cost, report, sizes, speed};
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "bench", about = "jmp-vs-trap benchmarks of trapvec (process backend on this machine)")]
+#[command(name = "bench", about = "jmp-vs-trap benchmarks and kernel-code analysis of trapvec")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -20,14 +19,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Cycles per hit: unpatched call, jmp splice, trap splice, and the signal floors (Table 1 today).
+    /// Table 1 today: cycles per hit of each mechanism on this machine (process backend).
     Cost {
-        /// Calls per round.
-        #[arg(long, default_value_t = 2000)]
-        iters: u32,
-        /// Rounds; the median round is reported.
-        #[arg(long, default_value_t = 31)]
-        rounds: u32,
+        #[command(flatten)]
+        cost: CostArgs,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -39,6 +34,121 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Mech::Trap)]
         mechanism: Mech,
     },
+    /// Write the vmlinux inside a vmlinuz (every compression extract-vmlinux tries).
+    Extract {
+        /// The image; default: the newest /boot/vmlinuz-*-cloud-amd64.
+        #[arg(long)]
+        image: Option<PathBuf>,
+        /// Where to write the ELF.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Fig. 4 today: instruction-length distribution of kernel code, by group.
+    Sizes {
+        #[command(flatten)]
+        code: CodeArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fig. 5 today: what the planner says at every instruction boundary; coverage and expected
+    /// cost per hit vs the distance to the patch buffer.
+    Plan {
+        #[command(flatten)]
+        code: CodeArgs,
+        /// Only these functions (repeatable).
+        #[arg(long = "function")]
+        functions: Vec<String>,
+        /// Cycle costs from `bench cost --json`; default: measure them now.
+        #[arg(long)]
+        costs: Option<PathBuf>,
+        #[command(flatten)]
+        cost: CostArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decode + basic blocks of all of vmlinux's text, timed beside `objdump -d` of the same file.
+    Speed {
+        #[command(flatten)]
+        code: CodeArgs,
+        /// Skip objdump (its run takes a minute or more).
+        #[arg(long)]
+        no_objdump: bool,
+    },
+    /// All of the above: JSON + CSV, PNG + SVG plots and a Markdown summary under a results folder.
+    Report {
+        #[command(flatten)]
+        code: CodeArgs,
+        #[command(flatten)]
+        cost: CostArgs,
+        /// The results folder.
+        #[arg(long, default_value = "bench-results")]
+        out: PathBuf,
+        /// Skip objdump in the speed comparison.
+        #[arg(long)]
+        no_objdump: bool,
+        /// Skip the 10,000-splice batch timings.
+        #[arg(long)]
+        no_batch: bool,
+    },
+}
+
+#[derive(Args, Clone)]
+struct CostArgs {
+    /// Calls per round.
+    #[arg(long, default_value_t = 2000)]
+    iters: u32,
+    /// Rounds; the median round is reported.
+    #[arg(long, default_value_t = 31)]
+    rounds: u32,
+    /// Skip the uprobe row.
+    #[arg(long)]
+    no_uprobe: bool,
+}
+
+#[derive(Args, Clone)]
+struct CodeArgs {
+    /// The kernel image (vmlinuz or vmlinux); default: the newest /boot/vmlinuz-*-cloud-amd64.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// kallsyms of that kernel (e.g. its /proc/kallsyms, read as root); default: boot it in the
+    /// VM with vmtest (nokaslr) once and cache the result.
+    #[arg(long)]
+    kallsyms: Option<PathBuf>,
+    /// Network driver modules from /lib/modules/<version>/kernel/drivers/net/ (name or path).
+    #[arg(long = "net-driver", default_values_t = ["virtio_net".to_string()])]
+    net_drivers: Vec<String>,
+    /// Groups of vmlinux by symbol, NAME=GLOB[,GLOB...] (repeatable); default: scheduler, slab
+    /// allocator, page allocator, TCP.
+    #[arg(long = "group", value_parser = parse_group)]
+    groups: Vec<Group>,
+    /// Other ELF files to analyse (executables, shared objects, .o, .ko).
+    #[arg(long = "elf")]
+    elfs: Vec<PathBuf>,
+    /// Leave the installed kernel out (only --elf files).
+    #[arg(long)]
+    no_kernel: bool,
+    /// Cache of extracted vmlinux and kallsyms files.
+    #[arg(long)]
+    cache: Option<PathBuf>,
+}
+
+fn parse_group(s: &str) -> Result<Group, String> {
+    Group::parse(s).map_err(|e| e.to_string())
+}
+
+impl CodeArgs {
+    fn options(&self) -> SetOptions {
+        SetOptions {
+            kernel: !self.no_kernel,
+            image: self.image.clone(),
+            kallsyms: self.kallsyms.clone(),
+            cache: self.cache.clone().unwrap_or_else(bench::kernel::default_cache_dir),
+            repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."),
+            groups: self.groups.clone(),
+            net_drivers: self.net_drivers.clone(),
+            elfs: self.elfs.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -59,117 +169,113 @@ impl From<Mech> for instr_manager::Mechanism {
 fn main() -> Result<()> {
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).init();
     match Cli::parse().cmd {
-        Cmd::Cost { iters, rounds, json } => cost(iters, rounds, json),
-        Cmd::Batch { splices, mechanism } => batch(splices, mechanism.into()),
+        Cmd::Cost { cost, json } => {
+            let t = cost::measure(cost.iters, cost.rounds, !cost.no_uprobe)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&t)?);
+            } else {
+                print!("{}", t.render());
+            }
+            Ok(())
+        }
+        Cmd::Batch { splices, mechanism } => {
+            let b = batch::measure(splices, mechanism.into())?;
+            println!("{}", b.render());
+            Ok(())
+        }
+        Cmd::Extract { image, output } => {
+            let k = bench::kernel::KernelImage::find(image.as_deref())?;
+            let data = std::fs::read(&k.vmlinuz).with_context(|| format!("reading {}", k.vmlinuz.display()))?;
+            let x = bench::vmlinux::extract_vmlinux(&data, &k.vmlinuz.display().to_string())?;
+            std::fs::write(&output, &x.elf).with_context(|| format!("writing {}", output.display()))?;
+            println!("{}: {} stream at {:#x}, {} bytes of ELF written to {}", k.vmlinuz.display(), x.compression, x.offset, x.elf.len(), output.display());
+            Ok(())
+        }
+        Cmd::Sizes { code, json } => {
+            let loaded = sets::load(&code.options())?;
+            let rows = sizes::sizes(&loaded.sets);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                if let Some(s) = &loaded.sources {
+                    println!("vmlinux: {} ({}), symbols: {}", s.vmlinuz.display(), s.compression, s.kallsyms);
+                }
+                print!("{}", sizes::render(&rows));
+            }
+            Ok(())
+        }
+        Cmd::Plan { code, functions, costs, cost, json } => {
+            let loaded = sets::load(&code.options())?;
+            let costs = match costs {
+                Some(p) => cost::load(&p).map_err(anyhow::Error::msg)?.hit_costs(),
+                None => {
+                    eprintln!("bench: measuring the cycle costs (bench cost) ...");
+                    cost::measure(cost.iters, cost.rounds, false)?.hit_costs()
+                }
+            };
+            let mut all = Vec::new();
+            for set in &loaded.sets {
+                let set = if functions.is_empty() { set.clone() } else { set.only(&functions) };
+                if set.functions.is_empty() {
+                    continue;
+                }
+                let bar = report::progress(set.functions.len() as u64, &format!("planning {}", set.name));
+                let c = coverage::coverage(&set, &DISTANCES, threads(), &|n| bar.set_position(n));
+                bar.finish_and_clear();
+                all.push(c);
+            }
+            if json {
+                let v: Vec<_> = all.iter().map(|c| serde_json::json!({"coverage": c, "curve": c.curve(&costs)})).collect();
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"costs": costs, "sets": v}))?);
+            } else {
+                print!("{}", render_plan(&all, &costs));
+            }
+            Ok(())
+        }
+        Cmd::Speed { code, no_objdump } => {
+            let loaded = sets::load(&code.options())?;
+            let (img, src) = loaded.vmlinux.zip(loaded.sources).context("the speed comparison needs the kernel (drop --no-kernel)")?;
+            let s = speed::measure(&img, &src.vmlinux, threads(), !no_objdump)?;
+            print!("{}", s.render());
+            Ok(())
+        }
+        Cmd::Report { .. } => anyhow::bail!("report is not built yet"),
     }
 }
 
-fn cost(iters: u32, rounds: u32, json: bool) -> Result<()> {
-    use instr_manager::session::Session;
-    use instr_manager::Mechanism::{Jmp, Trap};
-    timing::pin_to_one_cpu();
-    let fx = fixtures::Fixture::build()?;
-    let target = fx.sym("bench_target")?;
-    // SAFETY: the fixture functions have exactly these C signatures.
-    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(target) };
-    // SAFETY: as above.
-    let floor_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("floor_trap")?) };
-    // SAFETY: as above.
-    let int3_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("int3_trap")?) };
-    // SAFETY: as above.
-    let floor_install: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("floor_install")?) };
-    // SAFETY: as above.
-    let floor_restore: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("floor_restore")?) };
-    // SAFETY: as above.
-    let int3_install: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("int3_install")?) };
-    // SAFETY: as above.
-    let int3_restore: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("int3_restore")?) };
-
-    let session = Session::open()?;
-    session.refresh_symbols()?;
-    let comp = session.load(&fx.handler)?;
-
-    let plain = timing::measure(rounds, iters, || {
-        std::hint::black_box(f(std::hint::black_box(1)));
-    });
-    let jmp = {
-        let _s = session.splice_call("bench_target", &comp, "empty_handler", Jmp)?;
-        timing::measure(rounds, iters, || {
-            std::hint::black_box(f(std::hint::black_box(1)));
-        })
-    };
-    let trap = {
-        let _s = session.splice_call("bench_target", &comp, "empty_handler", Trap)?;
-        timing::measure(rounds, iters / 10 + 1, || {
-            std::hint::black_box(f(std::hint::black_box(1)));
-        })
-    };
-    // The floors: trapvec's SIGSEGV handler is replaced for the measurement and put back.
-    anyhow::ensure!(floor_install() == 0, "installing the floor handler");
-    let floor = timing::measure(rounds, iters / 10 + 1, || floor_trap());
-    anyhow::ensure!(floor_restore() == 0, "restoring the SIGSEGV handler");
-    anyhow::ensure!(int3_install() == 0, "installing the int3 handler");
-    let int3 = timing::measure(rounds, iters / 10 + 1, || int3_trap());
-    anyhow::ensure!(int3_restore() == 0, "restoring the SIGTRAP handler");
-
-    let ghz = timing::tsc_ghz();
-    let rows = [
-        ("unpatched call", plain),
-        ("jmp splice hit (call, empty handler)", jmp),
-        ("trap splice hit (call, empty handler)", trap),
-        ("floor: minimal C SIGSEGV handler (RIP += 2)", floor),
-        ("floor: int3 + empty SIGTRAP handler", int3),
-    ];
-    let jmp_over = jmp.median - plain.median;
-    let trap_over = trap.median - plain.median;
-    let floor_over = floor.median - plain.median;
-    let ratio_floor = trap_over / floor_over;
-    let ratio_trap_jmp = trap_over / jmp_over.max(1.0);
-    if json {
-        let v = serde_json::json!({
-            "tsc_ghz": ghz,
-            "rows": rows.iter().map(|(n, s)| serde_json::json!({"name": n, "median_cycles": s.median, "p10": s.p10, "p90": s.p90})).collect::<Vec<_>>(),
-            "trap_over_floor": ratio_floor,
-            "jmp_overhead_ns": jmp_over / ghz,
-            "trap_over_jmp": ratio_trap_jmp,
-        });
-        println!("{v:#}");
-        return Ok(());
-    }
-    println!("cycles per call (TSC at {ghz:.2} GHz; median of {rounds} rounds, p10..p90 spread)");
-    for (name, s) in rows {
-        println!("  {name:<46} {:>9.0}   ({:.0}..{:.0})", s.median, s.p10, s.p90);
-    }
-    println!();
-    println!("  jmp splice overhead over the unpatched call: {jmp_over:.0} cycles = {:.1} ns (target <= 20 ns)", jmp_over / ghz);
-    println!("  trap splice overhead / C floor overhead:     {ratio_floor:.2}x (target <= 1.25x)");
-    println!("  trap / jmp overhead:                         {ratio_trap_jmp:.0}x (the paper's Table 1: 1613/84 = 19x)");
-    Ok(())
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn batch(n: usize, mech: instr_manager::Mechanism) -> Result<()> {
-    use instr_manager::session::Session;
-    use instr_manager::splicer::{Action, SpliceRequest};
-    let fx = fixtures::Fixture::build()?;
-    let (_so, handle) = fixtures::many_functions(n)?;
-    let session = Session::open()?;
-    session.refresh_symbols()?;
-    let comp = session.load(&fx.handler)?;
-    let requests: Vec<SpliceRequest> = (0..n)
-        .map(|i| SpliceRequest { at: format!("f{i}"), action: Action::Call { handler: "empty_handler".into(), cookie: 0 }, mechanism: mech })
-        .collect();
-    let t0 = std::time::Instant::now();
-    let ids = session.with(|s| s.apply(&requests)).context("applying the batch")?;
-    let apply = t0.elapsed();
-    // One call through a splice, to show it is live.
-    let f0 = fixtures::dlsym(handle, "f0")?;
-    // SAFETY: `f0` has the C signature `int f0(int)`.
-    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f0) };
-    anyhow::ensure!(f(41) == 42, "f0 through its splice");
-    let t1 = std::time::Instant::now();
-    session.with(|s| s.remove(&ids)).context("removing the batch")?;
-    let remove = t1.elapsed();
-    drop(comp);
-    println!("{n} {mech} splices in one batch: apply {:.1} ms, remove {:.1} ms (target <= 100 ms each)", apply.as_secs_f64() * 1e3, remove.as_secs_f64() * 1e3);
-    Ok(())
+fn render_plan(all: &[coverage::Coverage], costs: &HitCosts) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "cycle costs per hit: trap {:.0}, jmp rel32 {:.0}, jmp rel8+springboard {:.0}", costs.trap, costs.jmp_rel32, costs.jmp_springboard);
+    for c in all {
+        let near = &c.at[0];
+        let _ = writeln!(s, "\n{}: {} functions, {} instruction boundaries{}", c.set, c.functions, near.points,
+            if c.undecodable_functions > 0 { format!(" ({} functions partly undecodable)", c.undecodable_functions) } else { String::new() });
+        let pct = |n: u64| 100.0 * n as f64 / near.points.max(1) as f64;
+        let _ = writeln!(s, "  trap: {:.1}%   jmp rel32: {:.1}%   jmp rel8+springboard: {:.1}%   jmp impossible: {:.1}%   neither: {:.1}%   (patch buffer {} away)",
+            pct(near.trap_ok), pct(near.jmp_rel32), pct(near.jmp_springboard),
+            pct(near.points - near.jmp_rel32 - near.jmp_springboard), pct(near.neither), human_distance(near.distance));
+        let _ = writeln!(s, "  trap refused: {}", reasons(&near.trap_refusals, near.points));
+        let _ = writeln!(s, "  jmp refused:  {}", reasons(&near.jmp_refusals, near.points));
+        let _ = writeln!(s, "  {:>16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}", "distance", "trap%", "jmp%", "either%", "trap cyc", "jmp cyc", "jmp|trap cyc");
+        for p in c.curve(costs) {
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
+            let _ = writeln!(s, "  {:>16} {:>7.1} {:>7.1} {:>7.1} {:>10} {:>10} {:>12}", human_distance(p.distance),
+                100.0 * p.trap_coverage, 100.0 * p.jmp_coverage, 100.0 * p.either_coverage, f(p.trap_cycles), f(p.jmp_cycles), f(p.hybrid_cycles));
+        }
+    }
+    s
+}
+
+fn reasons(m: &std::collections::BTreeMap<String, u64>, total: u64) -> String {
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    if v.is_empty() {
+        return "never".into();
+    }
+    v.iter().map(|(k, n)| format!("{k} {:.1}%", 100.0 * **n as f64 / total.max(1) as f64)).collect::<Vec<_>>().join(", ")
 }

@@ -80,8 +80,13 @@ impl LengthHistogram {
         while keep > 0 && lens[keep - 1].1 {
             keep -= 1;
         }
-        if keep == lens.len() || keep == 0 || !lens[keep - 1].2 || undecodable {
+        if keep > 0 && (keep == lens.len() || !lens[keep - 1].2 || undecodable) {
             keep = lens.len();
+        }
+        if keep == 0 {
+            // Nothing but int3/NOP fill: no code.
+            self.padding_bytes += lens.iter().map(|l| u64::from(l.0)).sum::<u64>();
+            return;
         }
         for &(len, _, _) in &lens[..keep] {
             self.counts[usize::from(len).min(MAX_LEN)] += 1;
@@ -108,6 +113,50 @@ pub fn histogram(image: &CodeImage, pick: impl Fn(&FuncExtent) -> bool) -> Lengt
         h.add_function(f.start, image.bytes_of(f));
     }
     h
+}
+
+/// One row of Fig. 4: a set and its histogram.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SizesRow {
+    pub set: String,
+    pub source: String,
+    /// `call __fentry__` sites of the set's image turned into NOPs (as the running kernel does).
+    pub fentry_nops: usize,
+    pub histogram: LengthHistogram,
+}
+
+/// The histogram of every set.
+pub fn sizes(sets: &[crate::sets::CodeSet]) -> Vec<SizesRow> {
+    sets.iter()
+        .map(|set| {
+            let mut h = LengthHistogram::default();
+            for f in set.iter() {
+                h.add_function(f.start, set.image.bytes_of(f));
+            }
+            SizesRow { set: set.name.clone(), source: set.source.clone(), fentry_nops: set.image.fentry_nops, histogram: h }
+        })
+        .collect()
+}
+
+/// The text table: percent of instructions by length, per set.
+pub fn render(rows: &[SizesRow]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = write!(s, "{:<26} {:>7} {:>9}", "set", "funcs", "insns");
+    for n in 1..=MAX_LEN {
+        let _ = write!(s, " {n:>4}");
+    }
+    let _ = writeln!(s, " {:>5} {:>5}", ">=5", "mean");
+    for r in rows {
+        let h = &r.histogram;
+        let _ = write!(s, "{:<26} {:>7} {:>9}", r.set, h.functions, h.total());
+        for n in 1..=MAX_LEN {
+            let _ = write!(s, " {:>4.1}", 100.0 * h.share(n));
+        }
+        let _ = writeln!(s, " {:>5.1} {:>5.2}", 100.0 * h.share_at_least(5), h.mean_len());
+    }
+    let _ = writeln!(s, "(percent of instructions by length in bytes; trailing padding left out; ftrace sites counted as the 5-byte NOPs the running kernel has)");
+    s
 }
 
 #[cfg(test)]

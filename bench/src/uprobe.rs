@@ -1,0 +1,125 @@
+//! A uprobe on a function of a file, through tracefs (`uprobe_events`, the event's `enable`),
+//! removed when dropped: the kernel's own trap-based user-space probe, the anchor `bench cost`
+//! compares trapvec's trap splice with.
+//!
+//! Needs root, tracefs and `CONFIG_UPROBE_EVENTS`. When tracefs is not mounted and we are root,
+//! it is mounted at `/sys/kernel/tracing` for the measurement and unmounted afterwards. Every
+//! failure is returned as the sentence the report prints in place of the row.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+const GROUP: &str = "trapvec_bench";
+
+/// The file offset of `symbol` in the ELF at `path` (what `uprobe_events` wants).
+pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sym = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(symbol))
+        .ok_or_else(|| format!("no symbol `{symbol}` in {}", path.display()))?;
+    let addr = sym.address();
+    for seg in file.segments() {
+        let (off, _) = seg.file_range();
+        if addr >= seg.address() && addr < seg.address() + seg.size() {
+            return Ok(addr - seg.address() + off);
+        }
+    }
+    Err(format!("`{symbol}` at {addr:#x} is in no segment of {}", path.display()))
+}
+
+/// A live uprobe with its trace event enabled.
+pub struct Probe {
+    dir: PathBuf,
+    event: String,
+    mounted: bool,
+}
+
+fn append(path: &Path, line: &str) -> Result<(), String> {
+    let mut f = OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(line.as_bytes()).map_err(|e| format!("writing `{}` to {}: {e}", line.trim(), path.display()))
+}
+
+fn mount_tracefs() -> Result<(), String> {
+    let target = std::ffi::CString::new(TRACEFS).map_err(|e| e.to_string())?;
+    let fstype = std::ffi::CString::new("tracefs").map_err(|e| e.to_string())?;
+    // SAFETY: all three strings are NUL-terminated and outlive the call; data is null.
+    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 {
+        return Err(format!("tracefs is not mounted and mounting it at {TRACEFS} failed: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+impl Probe {
+    /// Probe `path` at file offset `offset`.
+    pub fn add(path: &Path, offset: u64) -> Result<Probe, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: uprobe_events needs root".into());
+        }
+        let mut mounted = false;
+        let dir = if Path::new(TRACEFS).join("uprobe_events").exists() {
+            PathBuf::from(TRACEFS)
+        } else if Path::new(DEBUGFS_TRACING).join("uprobe_events").exists() {
+            PathBuf::from(DEBUGFS_TRACING)
+        } else {
+            mount_tracefs()?;
+            mounted = true;
+            if !Path::new(TRACEFS).join("uprobe_events").exists() {
+                unmount();
+                return Err("tracefs has no uprobe_events (kernel without CONFIG_UPROBE_EVENTS)".into());
+            }
+            PathBuf::from(TRACEFS)
+        };
+        let event = format!("target_{}", std::process::id());
+        let probe = Probe { dir, event, mounted };
+        append(&probe.dir.join("uprobe_events"), &format!("p:{GROUP}/{} {}:{offset:#x}\n", probe.event, path.display()))?;
+        let enable = probe.dir.join("events").join(GROUP).join(&probe.event).join("enable");
+        append(&enable, "1\n")?;
+        log::debug!("uprobe {GROUP}/{} on {}:{offset:#x} enabled", probe.event, path.display());
+        Ok(probe)
+    }
+
+    /// Hits so far, from `uprobe_profile`.
+    pub fn hits(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.dir.join("uprobe_profile")).ok()?;
+        // `  FILE EVENT NHIT`; the event is printed without its group on most kernels.
+        let full = format!("{GROUP}/{}", self.event);
+        text.lines()
+            .find(|l| l.split_whitespace().any(|w| w == self.event || w == full))?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    }
+}
+
+fn unmount() {
+    if let Ok(target) = std::ffi::CString::new(TRACEFS) {
+        // SAFETY: `target` is NUL-terminated.
+        unsafe { libc::umount(target.as_ptr()) };
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
+        if let Err(e) = append(&enable, "0\n") {
+            log::warn!("disabling the uprobe: {e}");
+        }
+        if let Err(e) = append(&self.dir.join("uprobe_events"), &format!("-:{GROUP}/{}\n", self.event)) {
+            log::warn!("removing the uprobe: {e}");
+        }
+        if self.mounted {
+            unmount();
+        }
+    }
+}
