@@ -26,6 +26,7 @@
 
 mod count;
 pub mod state;
+mod switch;
 #[cfg(test)]
 mod tests;
 

@@ -430,3 +430,7 @@ fn state_keeps_components_their_variables_and_references() {
     let err = Splicer::import_state(k, &state).err().unwrap();
     assert!(matches!(&err, StateError::Component { name, .. } if name == "probe"), "{err}");
 }
+
+/// Tests of [`Splicer::switch`] over this fake kernel.
+#[path = "switch_tests.rs"]
+mod switch_tests;
