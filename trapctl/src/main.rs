@@ -1,13 +1,21 @@
 //! trapctl: the command-line tool of trapvec.
 //!
-//! One module per subcommand; each exposes `Args` (clap) and `run(args) -> anyhow::Result<()>`.
-//! `anyhow` is used here, at the edge; the libraries below return typed errors.
+//! One module per subcommand (or group, under [`cmd`]); each exposes clap `Args` and
+//! `run(args) -> anyhow::Result<()>`. `anyhow` is used here, at the edge; the libraries below
+//! return typed errors. Every failure ends in one line on stderr, `trapctl: <what>: <why>`, and
+//! exit status 1.
+//!
+//! The commands that act on the running kernel go through [`kernel::Kernel`]: `/dev/trapvec`
+//! locked for the command, the state of earlier commands restored from the module (and checked
+//! against it), saved back after a change.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd;
 mod inspect;
+mod kernel;
 
 #[derive(Parser)]
 #[command(name = "trapctl", version, about = "Inspect and splice running code with trapvec", propagate_version = true)]
@@ -22,6 +30,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Inspect(inspect::Args),
+    Load(cmd::component::LoadArgs),
+    Unload(cmd::component::UnloadArgs),
+    Splice(cmd::splice::SpliceArgs),
+    Unsplice(cmd::splice::UnspliceArgs),
+    Apply(cmd::apply::ApplyArgs),
+    List(cmd::list::Args),
+    Set(cmd::var::SetArgs),
+    Get(cmd::var::GetArgs),
+    Count(cmd::count::Args),
+    Read(cmd::read::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,12 +52,39 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
+        Command::Load(args) => cmd::component::load(&args),
+        Command::Unload(args) => cmd::component::unload(&args),
+        Command::Splice(args) => cmd::splice::splice(&args),
+        Command::Unsplice(args) => cmd::splice::unsplice(&args),
+        Command::Apply(args) => cmd::apply::run(&args),
+        Command::List(args) => cmd::list::run(&args),
+        Command::Set(args) => cmd::var::set(&args),
+        Command::Get(args) => cmd::var::get(&args),
+        Command::Count(args) => cmd::count::run(&args),
+        Command::Read(args) => cmd::read::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("trapctl: {e:#}");
+            eprintln!("trapctl: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, `what: why: root cause`, skipping a cause whose text
+/// the message before it already ends with (errors that print their source themselves).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -1,0 +1,105 @@
+//! `trapctl splice AT --call SYM | --replace SYM [--mechanism trap|jmp] [--cookie N]` and
+//! `trapctl unsplice AT`.
+
+use anyhow::{bail, Result};
+use instr_manager::splicer::{Action, SpliceRequest};
+use instr_manager::Mechanism;
+
+use crate::cmd::parse_u64;
+use crate::kernel::Kernel;
+
+/// Splice a point of the running kernel.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Splice one point of the running kernel. AT is `function`, `function+offset` (decimal or 0x hex)
+or `0xADDRESS`. A point at a traced function's entry moves past its 5-byte ftrace site (the
+`call __fentry__` NOP): the kernel rewrites those bytes itself; the function's arguments are still
+in their registers there.
+
+  --call SYM      run the component function SYM(struct trapvec_regs *regs, void *cookie) at the
+                  point (in the trap dispatcher, interrupts off, like a kprobe pre-handler; it may
+                  change the registers), then the displaced instructions, then carry on
+  --replace SYM   run SYM instead of the function (AT must be its entry); the original stays
+                  callable as __trapvec_orig_<function>
+
+The mechanism is `trap` (int 0xF5, 2 bytes: any instruction boundary of a basic block) or `jmp`
+(jmp rel32 over 5 bytes, or jmp rel8 to a springboard in nearby padding). The point is checked
+before anything changes: an instruction boundary, no branch target inside the displaced window,
+relocatable instructions, and the module's rules (not entry or noinstr text, not on the kprobes
+blacklist, no exception-table instruction, no jump label, static call or ftrace site).")]
+pub struct SpliceArgs {
+    /// `function`, `function+offset` or `0xADDRESS`.
+    pub at: String,
+    /// Run this component function at the point, then the original code.
+    #[arg(long, value_name = "SYM", conflicts_with = "replace", required_unless_present = "replace")]
+    pub call: Option<String>,
+    /// Run this component function instead of the function at AT (its entry).
+    #[arg(long, value_name = "SYM")]
+    pub replace: Option<String>,
+    /// How control leaves the point.
+    #[arg(long, default_value = "trap", value_parser = parse_mechanism)]
+    pub mechanism: Mechanism,
+    /// Second argument of a --call handler.
+    #[arg(long, default_value = "0", value_parser = parse_u64, requires = "call")]
+    pub cookie: u64,
+}
+
+/// Remove a splice.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Remove the splice at AT: the point as it was written when spliced, the function whose entry was
+spliced, or the site's address as `trapctl list` shows it. The original bytes are written back,
+then trapctl waits until no CPU can be in the splice's trampoline or handler before freeing them.
+Prints the final hit counts.")]
+pub struct UnspliceArgs {
+    /// The point as spliced, or the site address.
+    pub at: String,
+}
+
+pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
+    text.parse()
+}
+
+pub fn splice(args: &SpliceArgs) -> Result<()> {
+    let action = match (&args.call, &args.replace) {
+        (Some(h), None) => Action::Call { handler: h.clone(), cookie: args.cookie },
+        (None, Some(f)) => Action::Replace { with: f.clone() },
+        _ => bail!("give exactly one of --call SYM and --replace SYM"),
+    };
+    let mut k = Kernel::open()?;
+    let request = SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism };
+    let id = k.splicer.apply(std::slice::from_ref(&request))?[0];
+    k.commit_or_undo(|sp| Ok(sp.remove(&[id]).map(drop)?))?;
+    let s = k.splicer.get(id).expect("just spliced");
+    println!(
+        "spliced {} at {:#x} ({}+{:#x}) by {}: {}; displaced `{}`",
+        args.at,
+        s.point.site,
+        s.point.function.name,
+        s.point.site - s.point.function.addr,
+        s.plan.mechanism,
+        s.request.action,
+        s.plan.displaced_text
+    );
+    Ok(())
+}
+
+pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
+    let mut k = Kernel::open()?;
+    let Some(id) = k.splicer.find(&args.at) else {
+        let live: Vec<String> = k.splicer.live().map(|s| format!("{} ({:#x})", s.request.at, s.point.site)).collect();
+        bail!(
+            "no splice at `{}` ({})",
+            args.at,
+            if live.is_empty() { "nothing is spliced".to_string() } else { format!("live: {}", live.join(", ")) }
+        );
+    };
+    let (at, site) = {
+        let s = k.splicer.get(id).expect("found");
+        (s.request.at.clone(), s.point.site)
+    };
+    let hits = k.splicer.remove(&[id])?[0];
+    k.save()?;
+    println!("unspliced {at} at {site:#x}: {} hits, {} missed", hits.hits, hits.missed);
+    Ok(())
+}
