@@ -157,34 +157,123 @@ impl Asm {
         Ok(())
     }
 
-    /// Encode. The fixed-size prefix (saves, counters, the handler call) is encoded instruction by
-    /// instruction, which is several times cheaper than the BlockEncoder's passes (it matters for
-    /// batches of thousands of splices); the relocated tail, whose branch forms may grow, goes
-    /// through the BlockEncoder at the address where the prefix ends. Anything the direct encoder
-    /// refuses (e.g. a target out of rel32 reach) falls back to one BlockEncoder pass.
+    /// Encode. Fixed-size forms come from per-shape templates (see [`encode_prefix`]); when the
+    /// relocated tail needs the BlockEncoder (a `jcc rel8` that must grow to reach its target from
+    /// here), the tail goes through it at the address where the prefix ends; a prefix the direct
+    /// encoder refuses (e.g. a target out of rel32 reach) falls back to one BlockEncoder pass.
     fn encode(mut self) -> Result<Vec<u8>, Refusal> {
+        // Most relocated tails (push, mov, lea, a rel32 call or jmp) have fixed forms too.
+        if let Some(all) = encode_prefix(&self.instrs, self.addr) {
+            return Ok(all);
+        }
         let split = self.tail.unwrap_or(self.instrs.len());
-        let mut enc = iced_x86::Encoder::new(64);
-        let mut ip = self.addr;
-        let mut direct = true;
-        for i in &self.instrs[..split] {
-            match enc.encode(i, ip) {
-                Ok(n) => ip += n as u64,
-                Err(_) => {
-                    direct = false;
-                    break;
-                }
-            }
-        }
-        if !direct {
+        let Some(mut out) = encode_prefix(&self.instrs[..split], self.addr) else {
             return encode_block(&mut self.instrs, self.addr, self.what);
-        }
-        let mut out = enc.take_buffer();
+        };
         if split < self.instrs.len() {
+            let ip = self.addr + out.len() as u64;
             out.extend(encode_block(&mut self.instrs[split..], ip, self.what)?);
         }
         Ok(out)
     }
+}
+
+/// Encoded bytes of an instruction sequence with fixed-size forms, and where each instruction's
+/// address-dependent fields are.
+struct Template {
+    bytes: Vec<u8>,
+    /// Per instruction: offset, length, constant offsets.
+    layout: Vec<(usize, usize, iced_x86::ConstantOffsets)>,
+}
+
+/// An instruction with its address-dependent values (RIP-relative displacement, near branch
+/// target, 64-bit immediate) cleared: two sequences with equal shapes encode to the same bytes
+/// but for those fields.
+fn shape(i: &Instruction) -> Instruction {
+    let mut m = *i;
+    m.set_ip(0);
+    if m.memory_base() == Register::RIP {
+        m.set_memory_displacement64(0);
+    }
+    if matches!(m.code(), Code::Call_rel32_64 | Code::Jmp_rel32_64) {
+        m.set_near_branch64(0);
+    }
+    if m.code() == Code::Mov_r64_imm64 {
+        m.set_immediate64(0);
+    }
+    m
+}
+
+/// Encode `instrs` at `addr` without the BlockEncoder. Encoding a trampoline's hundred fixed
+/// instructions one by one dominates the cost of a batch of thousands of splices, so each shape
+/// is encoded once per thread and later instances copy its bytes and rewrite only the
+/// address-dependent fields. `None` if an instruction cannot be encoded this way.
+fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    type Shapes = HashMap<u64, Vec<(Vec<Instruction>, std::rc::Rc<Template>)>>;
+    thread_local! {
+        static TEMPLATES: RefCell<Shapes> = RefCell::new(HashMap::new());
+    }
+    let key: Vec<Instruction> = instrs.iter().map(shape).collect();
+    // A cheap fingerprint picks the bucket (hashing whole `Instruction`s costs more than the
+    // encoding saved); equality of the shapes decides.
+    let print = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, m| {
+        let fields = [
+            m.code() as u64,
+            u64::from(m.op_count()),
+            m.op0_register() as u64 | (m.op1_register() as u64) << 16 | (m.memory_base() as u64) << 32 | (m.memory_index() as u64) << 48,
+            m.memory_displacement64(),
+            u64::from(m.immediate32()) | u64::from(m.has_lock_prefix()) << 32,
+        ];
+        fields.iter().fold(h, |h, &f| (h ^ f).wrapping_mul(0x0100_0000_01b3))
+    });
+    let cached = TEMPLATES.with(|t| t.borrow().get(&print).and_then(|b| b.iter().find(|(k, _)| *k == key).map(|(_, t)| t.clone())));
+    let template = match cached {
+        Some(t) => t,
+        None => {
+            let mut enc = iced_x86::Encoder::new(64);
+            let mut layout = Vec::with_capacity(instrs.len());
+            let mut ip = addr;
+            for i in instrs {
+                let n = enc.encode(i, ip).ok()?;
+                layout.push(((ip - addr) as usize, n, enc.get_constant_offsets()));
+                ip += n as u64;
+            }
+            let t = std::rc::Rc::new(Template { bytes: enc.take_buffer(), layout });
+            TEMPLATES.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() > 256 {
+                    c.clear();
+                }
+                c.entry(print).or_default().push((key, t.clone()));
+            });
+            t
+        }
+    };
+    let mut out = template.bytes.clone();
+    for (i, &(off, len, co)) in instrs.iter().zip(&template.layout) {
+        let next = addr + (off + len) as u64;
+        let rel32 = |target: u64| i32::try_from(i128::from(target) - i128::from(next)).ok();
+        if i.memory_base() == Register::RIP && co.has_displacement() {
+            let d = rel32(i.memory_displacement64())?;
+            let at = off + co.displacement_offset();
+            out[at..at + 4].copy_from_slice(&d.to_le_bytes());
+        }
+        if matches!(i.code(), Code::Call_rel32_64 | Code::Jmp_rel32_64) {
+            // E8/E9 rel32: the displacement is the last 4 bytes.
+            if len != 5 {
+                return None;
+            }
+            let d = rel32(i.near_branch64())?;
+            out[off + 1..off + 5].copy_from_slice(&d.to_le_bytes());
+        }
+        if i.code() == Code::Mov_r64_imm64 {
+            let at = off + co.immediate_offset();
+            out[at..at + 8].copy_from_slice(&i.immediate64().to_le_bytes());
+        }
+    }
+    Some(out)
 }
 
 /// The call trampoline of a `call` splice (see the module docs for the exact sequence).
