@@ -1,0 +1,69 @@
+//! Talking to a running trapd: what `trapctl` uses to go through the daemon when one is
+//! listening (and straight to `/dev/trapvec` otherwise), and what `trapd send` uses.
+//! Self-contained (serde_json and anyhow only) so that trapctl's binary can include it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The socket trapd listens on unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/trapd.sock";
+
+/// `$TRAPD_SOCKET`, else [`DEFAULT_SOCKET`].
+pub fn socket_path() -> PathBuf {
+    std::env::var_os("TRAPD_SOCKET").map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+}
+
+/// Send `request` to the daemon at [`socket_path`] and return its reply; `None` when no daemon
+/// is listening there (no socket, or nobody accepting), so the caller goes to the module itself.
+/// A reply with `"ok": false` is returned as an error carrying the daemon's message.
+// Called by trapctl's binary (which includes this file); trapd itself uses `exchange`.
+#[allow(dead_code)]
+pub fn try_daemon(request: &Value) -> Option<anyhow::Result<Value>> {
+    let path = socket_path();
+    let stream = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+            log::debug!("no trapd at {}: {e}", path.display());
+            return None;
+        }
+        Err(e) => return Some(Err(anyhow::anyhow!("connecting to trapd at {}: {e}", path.display()))),
+    };
+    log::debug!("going through trapd at {}", path.display());
+    Some(exchange_one(stream, request).and_then(|reply| {
+        if reply["ok"] == Value::Bool(true) {
+            Ok(reply)
+        } else {
+            Err(anyhow::anyhow!("trapd: {}", reply["error"].as_str().unwrap_or("request refused")))
+        }
+    }))
+}
+
+#[allow(dead_code)] // see try_daemon
+fn exchange_one(mut stream: UnixStream, request: &Value) -> anyhow::Result<Value> {
+    writeln!(stream, "{request}")?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line)?;
+    if line.is_empty() {
+        anyhow::bail!("trapd closed the connection without a reply");
+    }
+    Ok(serde_json::from_str(&line)?)
+}
+
+/// Send `bytes` as they are (request lines; a last line without a newline is a request cut off),
+/// close the sending side, and return every reply line until the daemon closes.
+pub fn exchange(path: &Path, bytes: &[u8]) -> std::io::Result<Vec<String>> {
+    let mut stream = UnixStream::connect(path)?;
+    let reader_stream = stream.try_clone()?;
+    // Read replies while writing, so neither side's buffer fills up waiting for the other.
+    let reader = std::thread::spawn(move || BufReader::new(reader_stream).lines().collect::<std::io::Result<Vec<String>>>());
+    // The daemon may close early (a refusal, an overlong line): then a write fails; the replies
+    // received so far are still returned.
+    if let Err(e) = stream.write_all(bytes) {
+        log::debug!("sending to trapd: {e}");
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    reader.join().map_err(|_| std::io::Error::other("reply reader panicked"))?
+}

@@ -1,0 +1,389 @@
+//! The daemon's state and request handling: one [`Splicer`] over the kernel, the journal, the
+//! configuration's profiles and the active one.
+//!
+//! Every change follows one protocol, whoever asked (a client or a rule): journal the intent
+//! (`fsync`), make the change (all or nothing: the splicer's batches undo themselves, and
+//! [`Daemon::activate`] undoes the components and variables it touched), store the splicer's
+//! state in the module ([`StateHome`]), journal `done` with the state's generation (`fsync`),
+//! and only then reply. At start the module's state is imported (checked against the live
+//! kernel by [`Splicer::import_state`]: the module is the truth) and the journal is reconciled
+//! with it ([`journal::reconcile`]).
+
+// Errors here are made at most once per request, and they carry the splicer's errors whole.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use component_manager::LoadOptions;
+use instr_manager::apply::apply_spec;
+use instr_manager::splicer::state::StateError;
+use instr_manager::splicer::{SpliceError, SpliceId, SpliceRequest, Splicer};
+use instr_manager::Spec;
+use serde_json::{json, Value};
+use trapvec::{DispatchEntry, Target, TargetError};
+
+use super::config::{splice_request, Config};
+use super::journal::{self, Journal, JournalError, Outcome, Record};
+use super::protocol::{self, Request};
+
+/// Where a target keeps the splicer's state between daemon runs (the kernel module's blob).
+pub trait StateHome {
+    /// The stored state and its generation (0, empty: never stored).
+    fn load_state(&self) -> Result<(u64, Vec<u8>), TargetError>;
+    /// Store `bytes` if the generation is still `expected`; returns the new generation.
+    fn store_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError>;
+}
+
+impl StateHome for trapvec::kernel::KernelTarget {
+    fn load_state(&self) -> Result<(u64, Vec<u8>), TargetError> {
+        let blob = self.state()?;
+        Ok((blob.generation, blob.bytes))
+    }
+
+    fn store_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
+        self.put_state(expected, bytes)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("reading the state kept in the module: {0}")]
+    LoadState(#[source] TargetError),
+    #[error("the module's state does not match the kernel (rmmod trapvec reverts everything): {0}")]
+    Import(#[from] StateError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("listing the module's dispatch entries: {0}")]
+    List(#[source] TargetError),
+    #[error("activating the initial profile `{profile}`: {error}")]
+    Initial { profile: String, error: String },
+}
+
+/// Why a request failed (the reply's `error`).
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error(transparent)]
+    Splice(#[from] SpliceError),
+    #[error(transparent)]
+    Apply(#[from] instr_manager::apply::ApplyError),
+    #[error(transparent)]
+    Spec(#[from] instr_manager::SpecError),
+    #[error("no component named `{0}` is loaded")]
+    NoComponent(String),
+    #[error("no live splice at `{0}`")]
+    NoSplice(String),
+    #[error("no profile named `{0}` in the configuration")]
+    NoProfile(String),
+    #[error("{0}")]
+    Request(String),
+    #[error("profile `{profile}`: {source}")]
+    Profile { profile: String, #[source] source: Box<OpError> },
+}
+
+/// The daemon.
+pub struct Daemon<T: Target + StateHome> {
+    splicer: Splicer<T>,
+    config: Config,
+    journal: Journal,
+    generation: u64,
+    profile: Option<String>,
+    started: Instant,
+    /// When the active profile became active (time since `started`).
+    switched_at: Option<Duration>,
+    switches: u64,
+    /// Dispatch entries the module lists that the stored state does not know.
+    unrecorded: Vec<DispatchEntry>,
+    /// The metrics' last values, for `status`.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl<T: Target + StateHome> Daemon<T> {
+    /// Take over what the module holds, reconcile the journal with it, compact the journal and
+    /// activate the initial profile if none is recorded.
+    pub fn start(target: T, config: Config, journal_path: &Path) -> Result<Self, DaemonError> {
+        let (generation, bytes) = target.load_state().map_err(DaemonError::LoadState)?;
+        let splicer = Splicer::import_state(target, &bytes)?;
+        let (mut journal, replayed) = Journal::open(journal_path)?;
+        let mut profile = replayed.profile.clone();
+        match journal::reconcile(&replayed, generation) {
+            Outcome::Clean => {}
+            Outcome::Completed { seq } => {
+                log::warn!("journal: change {seq} was interrupted after its state was stored: taking it as done");
+                if let Some((_, Request::Activate { profile: p })) = &replayed.interrupted {
+                    profile = Some(p.clone());
+                }
+                journal.append(&Record::Done { seq, time: journal::now_secs(), generation, profile: profile.clone() })?;
+            }
+            Outcome::NotStored { seq } => {
+                log::warn!("journal: change {seq} was interrupted before its state was stored: the module's state stands");
+                journal.append(&Record::Failed { seq, time: journal::now_secs(), error: "interrupted (daemon stopped)".into() })?;
+            }
+        }
+        let known: Vec<u64> = splicer.live().filter_map(|s| s.dispatch().map(|d| d.site)).collect();
+        let unrecorded: Vec<DispatchEntry> = match splicer.target().dispatch_entries() {
+            Some(listed) => listed.map_err(DaemonError::List)?.into_iter().filter(|e| !known.contains(&e.site)).collect(),
+            None => Vec::new(),
+        };
+        for e in &unrecorded {
+            log::warn!("the module has a dispatch entry at {:#x} (to {:#x}) that no stored state describes; `rmmod trapvec` reverts it", e.site, e.dest);
+        }
+        log::info!(
+            "started: {} splice(s), {} component(s) live, state generation {generation}, profile {}",
+            splicer.live().count(),
+            splicer.components().iter().count(),
+            profile.as_deref().unwrap_or("(none)")
+        );
+        journal.compact(generation, profile.clone())?;
+        let initial = config.initial_profile.clone();
+        let mut d = Daemon {
+            splicer,
+            config,
+            journal,
+            generation,
+            profile,
+            started: Instant::now(),
+            switched_at: None,
+            switches: 0,
+            unrecorded,
+            metrics: BTreeMap::new(),
+        };
+        if let (None, Some(p)) = (&d.profile, initial) {
+            let reply = d.handle_with_cause(Request::Activate { profile: p.clone() }, "initial profile");
+            if reply["ok"] != json!(true) {
+                return Err(DaemonError::Initial { profile: p, error: reply["error"].as_str().unwrap_or_default().to_string() });
+            }
+        }
+        Ok(d)
+    }
+
+    pub fn profile(&self) -> Option<&str> {
+        self.profile.as_deref()
+    }
+
+    /// Time since start, the clock of the rules engine.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn switched_at(&self) -> Option<Duration> {
+        self.switched_at
+    }
+
+    /// Answer one request (see the module docs for the order of effects).
+    pub fn handle(&mut self, req: Request) -> Value {
+        self.handle_with_cause(req, "client request")
+    }
+
+    /// As [`Daemon::handle`], with the reason logged for a profile switch.
+    pub fn handle_with_cause(&mut self, req: Request, cause: &str) -> Value {
+        if !req.changes() {
+            return match self.read(&req) {
+                Ok(v) => protocol::ok(v),
+                Err(e) => protocol::error(e),
+            };
+        }
+        let seq = self.journal.next_seq();
+        if let Err(e) = self.journal.append(&Record::Intent { seq, time: journal::now_secs(), request: req.clone() }) {
+            log::error!("{e}");
+            return protocol::error(format!("nothing changed: {e}"));
+        }
+        let result = self.change(&req, cause);
+        let time = journal::now_secs();
+        match result {
+            Ok(v) => {
+                let bytes = self.splicer.export_state();
+                match self.splicer.target().store_state(self.generation, &bytes) {
+                    Ok(g) => self.generation = g,
+                    Err(e) => {
+                        log::error!("storing the state in the module after change {seq}: {e}");
+                        let msg = format!("the change was made in the kernel, but storing the daemon's state in the module failed: {e}");
+                        let _ = self.journal.append(&Record::Failed { seq, time, error: msg.clone() });
+                        return protocol::error(msg);
+                    }
+                }
+                let done = Record::Done { seq, time, generation: self.generation, profile: self.profile.clone() };
+                if let Err(e) = self.journal.append(&done) {
+                    log::error!("{e}");
+                    return protocol::error(format!("the change was made and stored in the module, but not journaled: {e}"));
+                }
+                protocol::ok(v)
+            }
+            Err(e) => {
+                log::info!("request {seq} refused: {e}");
+                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: e.to_string() }) {
+                    log::error!("{je}");
+                }
+                protocol::error(e)
+            }
+        }
+    }
+
+    fn read(&self, req: &Request) -> Result<Value, OpError> {
+        match req {
+            Request::List => Ok(self.list()),
+            Request::Status => Ok(self.status()),
+            Request::Get { symbol, size } => Ok(json!({ "value": self.splicer.get_var(symbol, *size)? })),
+            _ => unreachable!("only reads come here"),
+        }
+    }
+
+    fn change(&mut self, req: &Request, cause: &str) -> Result<Value, OpError> {
+        match req {
+            Request::Load { path, name } => {
+                let opts = LoadOptions { near: 0, expected_crc32: None, name: name.clone() };
+                let id = self.splicer.load_component(path, &opts)?;
+                let c = self.splicer.components().get(id).expect("just loaded");
+                log::info!("loaded component {} from {}", c.name, path.display());
+                Ok(json!({ "component": c.name, "id": id.0 }))
+            }
+            Request::Unload { name } => {
+                let id = self.splicer.components().by_name(name).ok_or_else(|| OpError::NoComponent(name.clone()))?;
+                self.splicer.unload_component(id)?;
+                log::info!("unloaded component {name}");
+                Ok(json!({}))
+            }
+            Request::Splice { at, action, handler, mechanism, cookie } => {
+                let r = splice_request(at, action, handler.as_deref(), *mechanism, *cookie).map_err(OpError::Request)?;
+                let id = self.splicer.apply(std::slice::from_ref(&r))?[0];
+                let site = self.splicer.get(id).map(|s| s.point.site).unwrap_or(0);
+                log::info!("spliced {at} ({}) at {site:#x}", r.action);
+                Ok(json!({ "id": id.0, "site": format!("{site:#x}") }))
+            }
+            Request::Unsplice { at } => {
+                let id = self.splicer.find(at).ok_or_else(|| OpError::NoSplice(at.clone()))?;
+                let hits = self.splicer.remove(&[id])?[0];
+                log::info!("unspliced {at} after {} hit(s)", hits.hits);
+                Ok(json!({ "hits": hits.hits, "missed": hits.missed }))
+            }
+            Request::Apply { spec } => {
+                let spec = Spec::from_path(spec)?;
+                let applied = apply_spec(&mut self.splicer, &spec, 0)?;
+                let splices: Vec<Value> = applied.splices.iter().map(|(at, m, id)| json!({ "at": at, "mechanism": m.to_string(), "id": id.0 })).collect();
+                log::info!("applied a spec: {} component(s), {} splice(s)", applied.components.len(), splices.len());
+                Ok(json!({ "components": applied.components.len(), "splices": splices }))
+            }
+            Request::Set { symbol, value, size } => {
+                self.splicer.set_var(symbol, *value, *size)?;
+                log::info!("set {symbol} = {value}");
+                Ok(json!({}))
+            }
+            Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) }),
+            Request::List | Request::Status | Request::Get { .. } => unreachable!("reads do not come here"),
+        }
+    }
+
+    /// The requests of profile `name` (none for no profile).
+    fn requests_of(&self, name: Option<&str>) -> Result<Vec<SpliceRequest>, OpError> {
+        let Some(name) = name else { return Ok(Vec::new()) };
+        let p = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?;
+        p.requests().map_err(OpError::Request)
+    }
+
+    /// Switch to profile `name`: load its missing components, write its variables, then in one
+    /// batch remove the active profile's splices that `name` does not have and apply those it
+    /// adds. On failure the variables get their old values and the components loaded here go.
+    fn activate(&mut self, name: &str, cause: &str) -> Result<Value, OpError> {
+        let profile = self.config.profiles.get(name).cloned().ok_or_else(|| OpError::NoProfile(name.to_string()))?;
+        let new = self.requests_of(Some(name))?;
+        // A profile that is no longer in the configuration owns nothing we can name.
+        let old = self.requests_of(self.profile.as_deref()).unwrap_or_default();
+        let remove: Vec<SpliceId> = self.splicer.live().filter(|s| old.contains(&s.request) && !new.contains(&s.request)).map(|s| s.id).collect();
+        let add: Vec<SpliceRequest> = new.iter().filter(|r| !self.splicer.live().any(|s| s.request == **r)).cloned().collect();
+        let mut loaded = Vec::new();
+        let mut written: Vec<(String, u64, usize)> = Vec::new();
+        let result = (|| -> Result<(), OpError> {
+            for path in &profile.components {
+                let present = self.splicer.components().iter().any(|c| c.path.as_deref() == Some(path.as_path()));
+                if !present {
+                    let opts = LoadOptions { near: 0, expected_crc32: None, name: None };
+                    loaded.push(self.splicer.load_component(path, &opts)?);
+                }
+            }
+            for s in &profile.sets {
+                let before = self.splicer.get_var(&s.symbol, s.size)?;
+                self.splicer.set_var(&s.symbol, s.value, s.size)?;
+                written.push((s.symbol.clone(), before, s.size));
+            }
+            self.splicer.switch(&remove, &add)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for (symbol, before, size) in written.iter().rev() {
+                if let Err(e) = self.splicer.set_var(symbol, *before, *size) {
+                    log::error!("restoring {symbol}: {e}");
+                }
+            }
+            for id in loaded.into_iter().rev() {
+                if let Err(e) = self.splicer.unload_component(id) {
+                    log::error!("unloading a component loaded for profile {name}: {e}");
+                }
+            }
+            return Err(e);
+        }
+        let previous = self.profile.replace(name.to_string());
+        self.switched_at = Some(self.now());
+        self.switches += 1;
+        log::info!(
+            "profile {} -> {name} ({cause}): {} splice(s) removed, {} added",
+            previous.as_deref().unwrap_or("(none)"),
+            remove.len(),
+            add.len()
+        );
+        Ok(json!({ "profile": name, "previous": previous, "removed": remove.len(), "added": add.len() }))
+    }
+
+    fn list(&self) -> Value {
+        let active = self.requests_of(self.profile.as_deref()).unwrap_or_default();
+        let splices: Vec<Value> = self
+            .splicer
+            .live()
+            .map(|s| {
+                let h = self.splicer.hits(s.id).unwrap_or_default();
+                json!({
+                    "id": s.id.0,
+                    "at": s.request.at,
+                    "action": s.request.action.to_string(),
+                    "mechanism": s.request.mechanism.to_string(),
+                    "function": s.point.function.name,
+                    "site": format!("{:#x}", s.point.site),
+                    "hits": h.hits,
+                    "missed": h.missed,
+                    "in_profile": active.contains(&s.request),
+                })
+            })
+            .collect();
+        let components: Vec<Value> = self
+            .splicer
+            .components()
+            .iter()
+            .map(|c| json!({ "name": c.name, "id": c.id.0, "path": c.path, "refs": c.refs() }))
+            .collect();
+        let unrecorded: Vec<Value> = self
+            .unrecorded
+            .iter()
+            .map(|e| {
+                let h = self.splicer.target().trap_hits(e.site).unwrap_or_default();
+                json!({ "site": format!("{:#x}", e.site), "dest": format!("{:#x}", e.dest), "hits": h.hits })
+            })
+            .collect();
+        json!({ "profile": self.profile, "splices": splices, "components": components, "unrecorded": unrecorded })
+    }
+
+    fn status(&self) -> Value {
+        json!({
+            "pid": std::process::id(),
+            "uptime_s": self.now().as_secs(),
+            "profile": self.profile,
+            "profiles": self.config.profiles.keys().collect::<Vec<_>>(),
+            "switches": self.switches,
+            "splices": self.splicer.live().count(),
+            "components": self.splicer.components().iter().count(),
+            "generation": self.generation,
+            "journal": self.journal.path(),
+            "unrecorded": self.unrecorded.len(),
+            "metrics": self.metrics,
+        })
+    }
+}

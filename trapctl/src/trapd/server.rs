@@ -1,0 +1,248 @@
+//! The Unix socket: who may connect (`SO_PEERCRED`: root, or a member of an allowed group),
+//! reading request lines, and answering each under the daemon's lock.
+//!
+//! Each connection has its own thread. A request is acted on only once its whole line (up to
+//! the newline) has arrived, and it is applied completely under the lock before the reply is
+//! written, so a client that disconnects mid-line changes nothing and one that disconnects
+//! before reading its reply cannot leave a change half-made. A line longer than
+//! [`MAX_LINE`](super::protocol::MAX_LINE) is answered with an error and the connection closed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+use super::protocol::{self, Request, MAX_LINE};
+
+/// Who may use the socket besides root.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    pub gids: Vec<u32>,
+}
+
+impl Access {
+    /// Resolve group names (or numeric ids) from the configuration.
+    pub fn from_groups(groups: &[String]) -> Result<Access, String> {
+        let mut gids = Vec::new();
+        for g in groups {
+            if let Ok(n) = g.parse::<u32>() {
+                gids.push(n);
+                continue;
+            }
+            match nix::unistd::Group::from_name(g) {
+                Ok(Some(grp)) => gids.push(grp.gid.as_raw()),
+                Ok(None) => return Err(format!("allow_groups: no group named `{g}`")),
+                Err(e) => return Err(format!("allow_groups: looking up `{g}`: {e}")),
+            }
+        }
+        Ok(Access { gids })
+    }
+
+    /// Whether a peer with `uid` and groups `groups` may talk to the daemon.
+    pub fn allows(&self, uid: u32, groups: &[u32]) -> bool {
+        uid == 0 || groups.iter().any(|g| self.gids.contains(g))
+    }
+}
+
+/// The groups of process `pid`: its `Gid`s and supplementary `Groups` from `/proc/PID/status`.
+pub fn groups_of(pid: i32, primary: u32) -> Vec<u32> {
+    let mut out = vec![primary];
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("Groups:").or_else(|| line.strip_prefix("Gid:")) {
+                out.extend(rest.split_whitespace().filter_map(|g| g.parse::<u32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+/// What the server serves: one request at a time.
+pub trait Handler: Send + 'static {
+    fn handle(&mut self, req: Request) -> serde_json::Value;
+}
+
+/// Lock `m`, taking it over from a thread that panicked while holding it (every request leaves
+/// the daemon consistent before returning; a panic mid-request is a bug that is logged).
+pub fn lock<H>(m: &Mutex<H>) -> MutexGuard<'_, H> {
+    m.lock().unwrap_or_else(|poisoned| {
+        log::error!("a request handler panicked; serving on");
+        poisoned.into_inner()
+    })
+}
+
+/// Bind `path`: a stale socket (nobody answers) is replaced; a live one means another daemon.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(std::io::Error::other(format!("{} exists and is not a socket", path.display())));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::other(format!("another daemon is listening on {}", path.display())));
+        }
+        log::info!("removing the stale socket {}", path.display());
+        std::fs::remove_file(path)?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let l = UnixListener::bind(path)?;
+    // Everyone may connect; SO_PEERCRED decides who is served (and the refused get a reply).
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(l)
+}
+
+/// Accept connections for ever, one thread each.
+pub fn serve<H: Handler>(listener: UnixListener, handler: Arc<Mutex<H>>, access: Access) {
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let h = Arc::clone(&handler);
+                let a = access.clone();
+                std::thread::spawn(move || connection(stream, &h, &a));
+            }
+            Err(e) => log::warn!("accept: {e}"),
+        }
+    }
+}
+
+/// Serve one connection until the client closes it.
+pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access: &Access) {
+    let cred = match getsockopt(&stream, PeerCredentials) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("SO_PEERCRED: {e}; closing the connection");
+            return;
+        }
+    };
+    let groups = groups_of(cred.pid(), cred.gid());
+    if !access.allows(cred.uid(), &groups) {
+        log::warn!("refused a client: pid {} uid {} gid {} is not root and not in an allowed group", cred.pid(), cred.uid(), cred.gid());
+        let reply = protocol::error(format!("permission denied: uid {} is not root and not in a group trapd allows", cred.uid()));
+        let _ = writeln!(stream, "{reply}");
+        return;
+    }
+    log::debug!("client pid {} uid {} connected", cred.pid(), cred.uid());
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read_half);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let limit = u64::try_from(MAX_LINE).unwrap_or(u64::MAX) + 1;
+        let n = match reader.by_ref().take(limit).read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                log::debug!("client pid {}: read: {e}", cred.pid());
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        if buf.last() != Some(&b'\n') {
+            if buf.len() > MAX_LINE {
+                let _ = writeln!(stream, "{}", protocol::error(format!("request line longer than {MAX_LINE} bytes")));
+            } else {
+                log::debug!("client pid {} closed mid-request ({} bytes); nothing done", cred.pid(), buf.len());
+            }
+            return;
+        }
+        let reply = match std::str::from_utf8(&buf) {
+            Err(_) => protocol::error("bad request: not UTF-8"),
+            Ok(line) => match Request::parse(line.trim_end()) {
+                Err(e) => protocol::error(e),
+                Ok(req) => {
+                    log::debug!("request from pid {}: {line}", cred.pid());
+                    lock(handler).handle(req)
+                }
+            },
+        };
+        if writeln!(stream, "{reply}").is_err() {
+            log::debug!("client pid {} left before its reply", cred.pid());
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    /// Records every request it is given and answers with its count.
+    #[derive(Default)]
+    struct Recorder(Vec<Request>);
+
+    impl Handler for Recorder {
+        fn handle(&mut self, req: Request) -> Value {
+            self.0.push(req);
+            protocol::ok(json!({ "n": self.0.len() }))
+        }
+    }
+
+    fn exchange(input: &[u8]) -> (Vec<Value>, Vec<Request>) {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let h = Arc::new(Mutex::new(Recorder::default()));
+        let h2 = Arc::clone(&h);
+        let t = std::thread::spawn(move || connection(server, &h2, &Access::default()));
+        client.write_all(input).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = String::new();
+        client.read_to_string(&mut out).unwrap();
+        t.join().unwrap();
+        let replies = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let reqs = std::mem::take(&mut lock(&h).0);
+        (replies, reqs)
+    }
+
+    #[test]
+    fn each_line_gets_one_reply_and_malformed_lines_do_not_reach_the_handler() {
+        let (replies, reqs) = exchange(b"{\"op\":\"list\"}\nnot json\n\xff\xfe\n{\"op\":\"nope\"}\n{\"op\":\"status\"}\n");
+        assert_eq!(replies.len(), 5);
+        assert_eq!(replies[0], json!({"ok": true, "n": 1}));
+        for r in &replies[1..4] {
+            assert_eq!(r["ok"], json!(false));
+            assert!(r["error"].as_str().unwrap().starts_with("bad request"), "{r}");
+        }
+        assert_eq!(replies[4], json!({"ok": true, "n": 2}));
+        assert_eq!(reqs, vec![Request::List, Request::Status]);
+    }
+
+    #[test]
+    fn a_request_cut_off_by_the_client_closing_is_never_handled() {
+        let (replies, reqs) = exchange(b"{\"op\":\"list\"}\n{\"op\":\"activate\",\"profile\":\"lossy\"}");
+        assert_eq!(replies.len(), 1);
+        assert_eq!(reqs, vec![Request::List]);
+    }
+
+    #[test]
+    fn an_overlong_line_is_refused_and_ends_the_connection() {
+        let mut input = vec![b'x'; MAX_LINE + 10];
+        input.extend_from_slice(b"\n{\"op\":\"list\"}\n");
+        let (replies, reqs) = exchange(&input);
+        assert_eq!(replies.len(), 1);
+        assert!(replies[0]["error"].as_str().unwrap().contains("longer than"));
+        assert!(reqs.is_empty());
+    }
+
+    #[test]
+    fn root_and_allowed_groups_pass_others_are_refused() {
+        let a = Access { gids: vec![1234] };
+        assert!(a.allows(0, &[0]));
+        assert!(a.allows(1000, &[1000, 1234]));
+        assert!(!a.allows(65534, &[65534]));
+        assert!(!Access::default().allows(1000, &[1000]));
+        assert_eq!(Access::from_groups(&["42".into()]).unwrap().gids, vec![42]);
+        assert!(Access::from_groups(&["no-such-group-trapd".into()]).unwrap_err().contains("no-such-group-trapd"));
+    }
+
+    #[test]
+    fn groups_of_this_process_include_its_gid() {
+        let gid = nix::unistd::getgid().as_raw();
+        let pid = i32::try_from(std::process::id()).unwrap();
+        assert!(groups_of(pid, gid).contains(&gid));
+    }
+}
