@@ -20,6 +20,7 @@
 //!   (the same one kprobes takes); `trapctl inspect` prints a warning for these functions.
 
 pub mod jump_table;
+pub mod liveness;
 pub mod padding;
 
 use std::collections::BTreeSet;

@@ -276,8 +276,36 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// What a call trampoline may leave out, from the analysis of the point and of the handler
+/// ([`crate::analysis::liveness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrampolineOptions {
+    /// Restore the flags with `popfq` (not needed where they are dead at the point).
+    pub restore_flags: bool,
+    /// Save xmm0–15 around the handler (only when the target wants it and the handler is not a
+    /// lean leaf).
+    pub save_vector_regs: bool,
+    /// Count threads inside the handler (not needed for a lean leaf, whose range is scanned).
+    pub count_inflight: bool,
+}
+
+impl TrampolineOptions {
+    /// Everything, as the module docs show.
+    pub fn full(info: &TargetInfo) -> Self {
+        TrampolineOptions { restore_flags: true, save_vector_regs: info.save_vector_regs, count_inflight: true }
+    }
+}
+
 /// The call trampoline of a `call` splice (see the module docs for the exact sequence).
 pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) -> Result<Vec<u8>, Refusal> {
+    emit_call_trampoline_with(t, plan, info, &TrampolineOptions::full(info))
+}
+
+/// The call trampoline, leaving out what `opts` says is not needed: without `restore_flags` the
+/// flags slot is dropped with `lea rsp,[rsp+8]` instead of `popfq`; without `count_inflight` the
+/// in-flight counter is neither incremented nor decremented; without `save_vector_regs` no xmm
+/// register is saved.
+pub fn emit_call_trampoline_with(t: &CallTrampoline, plan: &Plan, info: &TargetInfo, opts: &TrampolineOptions) -> Result<Vec<u8>, Refusal> {
     let what = "the call trampoline";
     for (counter, name) in [(t.hits, "the trampoline's hit counter"), (t.inflight, "the trampoline's in-flight counter")] {
         if !reaches(t.addr, counter, LAYOUT_MARGIN) {
@@ -292,7 +320,9 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
     }
     a.instrs.push(Instruction::with(Code::Pushfq));
     a.locked(Code::Inc_rm64, t.hits)?;
-    a.locked(Code::Inc_rm64, t.inflight)?;
+    if opts.count_inflight {
+        a.locked(Code::Inc_rm64, t.inflight)?;
+    }
     a.lea_rsp(-16)?;
     for r in PUSH_ORDER {
         a.push(Instruction::with1(Code::Push_r64, r))?;
@@ -303,7 +333,7 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
     a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX))?;
     a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP))?;
     a.push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?;
-    if info.save_vector_regs {
+    if opts.save_vector_regs {
         a.push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)))?;
         for (i, x) in (0i64..).zip(XMM) {
             a.push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x))?;
@@ -318,7 +348,7 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
         a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, t.handler))?;
         a.push(Instruction::with1(Code::Call_rm64, Register::RAX))?;
     }
-    if info.save_vector_regs {
+    if opts.save_vector_regs {
         for (i, x) in (0i64..).zip(XMM) {
             a.push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)))?;
         }
@@ -328,8 +358,14 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
         a.push(Instruction::with1(Code::Pop_r64, *r))?;
     }
     a.lea_rsp(16)?;
-    a.locked(Code::Dec_rm64, t.inflight)?;
-    a.instrs.push(Instruction::with(Code::Popfq));
+    if opts.count_inflight {
+        a.locked(Code::Dec_rm64, t.inflight)?;
+    }
+    if opts.restore_flags {
+        a.instrs.push(Instruction::with(Code::Popfq));
+    } else {
+        a.lea_rsp(8)?;
+    }
     if rz > 0 {
         a.lea_rsp(rz)?;
     }

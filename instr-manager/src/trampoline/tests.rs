@@ -317,3 +317,20 @@ mod run {
         unsafe { libc::munmap(mem, 2 * PAGE) };
     }
 }
+
+#[test]
+fn lean_call_trampoline_leaves_out_popfq_inflight_counter_and_vector_saves() {
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let full = listing(&emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap(), TRAMP);
+    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false };
+    let lean = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let count = |l: &[String], pat: &str| l.iter().filter(|s| s.contains(pat)).count();
+    assert_eq!((count(&full, "popfq"), count(&lean, "popfq")), (1, 0));
+    assert_eq!((count(&full, "movdqa"), count(&lean, "movdqa")), (32, 0));
+    assert_eq!((count(&full, "lock inc"), count(&lean, "lock inc")), (2, 1), "only the hit counter");
+    assert_eq!((count(&full, "lock dec"), count(&lean, "lock dec")), (1, 0));
+    // The flags slot is still pushed (regs->rflags) and dropped without popfq: the stack balances.
+    assert_eq!(count(&lean, "pushfq"), 1);
+    assert!(lean.iter().any(|s| s == "lea rsp, [rsp+0x8]" || s == "lea rsp, [rsp+8]"), "{lean:#?}");
+    assert_eq!(lean[lean.len() - 3..], full[full.len() - 3..], "same replay and jump back");
+}
