@@ -11,7 +11,8 @@
 //! The distance enters the planner's answers only through reach: the `jmp rel32` (and the
 //! springboard's) must reach the trampoline, and the displaced instructions, relocated into the
 //! trampoline, must still reach their RIP-relative and call targets (the trap's too), all within
-//! ±2 GiB. A patch buffer closer than a function's own length would overlap the code, so the
+//! ±2 GiB. The buffer is put above the point, or below it for kernel addresses
+//! ([`trampoline_at`]). A patch buffer closer than a function's own length would overlap the code, so the
 //! distances start at 1 KiB (the paper's base offset).
 //!
 //! Expected cost per hit at `d`, every boundary equally likely to be the point (the paper weighs
@@ -239,7 +240,7 @@ pub fn plan_function(image: &CodeImage, func_idx: usize, dists: &[u64], mut each
                     read: &read,
                     symbols: &image.symbols,
                     busy: &busy,
-                    trampoline_near: Some(site.wrapping_add(d)),
+                    trampoline_near: Some(trampoline_at(site, d)),
                 };
                 answer(&input, site)
             })
@@ -247,6 +248,17 @@ pub fn plan_function(image: &CodeImage, func_idx: usize, dists: &[u64], mut each
         each(PointAnswers { site, function: fx.name.clone(), insn_len: insn.len, at });
     }
     func.undecodable_from.is_none()
+}
+
+/// Where the patch buffer is put `d` bytes from `site`: above it, except in the upper half of
+/// the address space (kernel text sits in its last 2 GiB), where it goes below so that the
+/// distance is real and never wraps around the end.
+pub fn trampoline_at(site: u64, d: u64) -> u64 {
+    if site >= 1 << 63 {
+        site - d
+    } else {
+        site + d
+    }
 }
 
 /// The planner's answer at one site.

@@ -58,6 +58,9 @@ enum Cmd {
         /// Only these functions (repeatable).
         #[arg(long = "function")]
         functions: Vec<String>,
+        /// Also plan every point of the whole of vmlinux (millions of points: minutes).
+        #[arg(long)]
+        whole_kernel: bool,
         /// Cycle costs from `bench cost --json`; default: measure them now.
         #[arg(long)]
         costs: Option<PathBuf>,
@@ -204,7 +207,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Plan { code, functions, costs, cost, json } => {
+        Cmd::Plan { code, functions, whole_kernel, costs, cost, json } => {
             let loaded = sets::load(&code.options())?;
             let costs = match costs {
                 Some(p) => cost::load(&p).map_err(anyhow::Error::msg)?.hit_costs(),
@@ -214,7 +217,7 @@ fn main() -> Result<()> {
                 }
             };
             let mut all = Vec::new();
-            for set in &loaded.sets {
+            for set in loaded.sets.iter().filter(|s| whole_kernel || !s.whole_kernel) {
                 let set = if functions.is_empty() { set.clone() } else { set.only(&functions) };
                 if set.functions.is_empty() {
                     continue;

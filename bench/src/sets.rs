@@ -14,6 +14,8 @@ use crate::kernel::{self, KernelError, KernelImage, Sources};
 pub struct CodeSet {
     /// "scheduler", "vmlinux (all)", "virtio_net.ko", a file name.
     pub name: String,
+    /// The whole of vmlinux: too big to plan point by point by default.
+    pub whole_kernel: bool,
     /// Where the code came from, for the reports.
     pub source: String,
     pub image: Arc<CodeImage>,
@@ -25,13 +27,13 @@ impl CodeSet {
     /// Every function of `image`.
     pub fn whole(name: &str, source: &str, image: Arc<CodeImage>) -> CodeSet {
         let functions = (0..image.functions.len()).collect();
-        CodeSet { name: name.to_string(), source: source.to_string(), image, functions }
+        CodeSet { name: name.to_string(), whole_kernel: false, source: source.to_string(), image, functions }
     }
 
     /// The functions of `image` in `group`.
     pub fn group(group: &Group, source: &str, image: Arc<CodeImage>) -> CodeSet {
         let functions = image.functions.iter().enumerate().filter(|(_, f)| group.contains(&f.name)).map(|(i, _)| i).collect();
-        CodeSet { name: group.name.clone(), source: source.to_string(), image, functions }
+        CodeSet { name: group.name.clone(), whole_kernel: false, source: source.to_string(), image, functions }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &FuncExtent> {
@@ -97,7 +99,7 @@ pub fn load(opts: &SetOptions) -> Result<Loaded, KernelError> {
         for g in &groups {
             sets.push(CodeSet::group(g, &desc, img.clone()));
         }
-        sets.push(CodeSet::whole("vmlinux (all)", &desc, img.clone()));
+        sets.push(CodeSet { whole_kernel: true, ..CodeSet::whole("vmlinux (all)", &desc, img.clone()) });
         for d in &opts.net_drivers {
             let drv = Arc::new(kernel::net_driver(&k, d)?);
             let name = Path::new(&drv.name).file_name().map_or(d.clone(), |n| n.to_string_lossy().into_owned());
