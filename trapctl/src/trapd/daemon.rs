@@ -232,7 +232,7 @@ impl<T: Target + StateHome> Daemon<T> {
     fn change(&mut self, req: &Request, cause: &str) -> Result<Value, OpError> {
         match req {
             Request::Load { path, name } => {
-                let opts = LoadOptions { near: 0, expected_crc32: None, name: name.clone() };
+                let opts = LoadOptions { near: self.near(), expected_crc32: None, name: name.clone() };
                 let id = self.splicer.load_component(path, &opts)?;
                 let c = self.splicer.components().get(id).expect("just loaded");
                 log::info!("loaded component {} from {}", c.name, path.display());
@@ -259,7 +259,8 @@ impl<T: Target + StateHome> Daemon<T> {
             }
             Request::Apply { spec } => {
                 let spec = Spec::from_path(spec)?;
-                let applied = apply_spec(&mut self.splicer, &spec, 0)?;
+                let near = self.near();
+                let applied = apply_spec(&mut self.splicer, &spec, near)?;
                 let splices: Vec<Value> = applied.splices.iter().map(|(at, m, id)| json!({ "at": at, "mechanism": m.to_string(), "id": id.0 })).collect();
                 log::info!("applied a spec: {} component(s), {} splice(s)", applied.components.len(), splices.len());
                 Ok(json!({ "components": applied.components.len(), "splices": splices }))
@@ -272,6 +273,12 @@ impl<T: Target + StateHome> Daemon<T> {
             Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) }),
             Request::List | Request::Status | Request::Get { .. } => unreachable!("reads do not come here"),
         }
+    }
+
+    /// Where components are placed: near kernel text (`_stext`), within rel32 reach of it all.
+    fn near(&self) -> u64 {
+        let symbols = self.splicer.target().symbols();
+        symbols.lookup("_stext").or_else(|| symbols.lookup("_text")).map_or(0, |s| s.addr)
     }
 
     /// The requests of profile `name` (none for no profile).
@@ -297,7 +304,7 @@ impl<T: Target + StateHome> Daemon<T> {
             for path in &profile.components {
                 let present = self.splicer.components().iter().any(|c| c.path.as_deref() == Some(path.as_path()));
                 if !present {
-                    let opts = LoadOptions { near: 0, expected_crc32: None, name: None };
+                    let opts = LoadOptions { near: self.near(), expected_crc32: None, name: None };
                     loaded.push(self.splicer.load_component(path, &opts)?);
                 }
             }

@@ -145,6 +145,9 @@ impl<T: Target + StateHome + Send + 'static> server::Handler for Daemon<T> {
 /// Sample the metrics every `interval`, feed the rules, and switch profiles when one fires.
 fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rules::Engine, mut metric_list: Vec<metrics::Metric>, interval: std::time::Duration) {
     let mut failing: HashMap<String, String> = HashMap::new();
+    // A switch that failed is not retried before this long (each try journals and logs).
+    let retry_after = (interval * 10).max(std::time::Duration::from_secs(5));
+    let mut failed_switch: Option<(String, std::time::Duration)> = None;
     loop {
         std::thread::sleep(interval);
         let now = server::lock(daemon).now();
@@ -170,6 +173,12 @@ fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rule
         d.metrics = values.iter().map(|(k, v)| (k.clone(), *v)).collect();
         log::debug!("metrics: {:?}", d.metrics);
         let Some(decision) = engine.observe(now, &values, d.profile(), d.switched_at()) else { continue };
+        if let Some((p, at)) = &failed_switch {
+            if *p == decision.profile && now.saturating_sub(*at) < retry_after {
+                log::debug!("not retrying profile {p} yet: it failed {:?} ago", now.saturating_sub(*at));
+                continue;
+            }
+        }
         let rule = &engine.rules()[decision.rule];
         let cause = format!(
             "rule {}: {} = {:.3} {} for {:.1} s",
@@ -181,8 +190,11 @@ fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rule
         );
         log::info!("switching to profile {}: {cause}", decision.profile);
         let reply = d.handle_with_cause(Request::Activate { profile: decision.profile.clone() }, &cause);
-        if reply["ok"] != serde_json::Value::Bool(true) {
-            log::error!("switching to profile {} failed: {}", decision.profile, reply["error"]);
+        if reply["ok"] == serde_json::Value::Bool(true) {
+            failed_switch = None;
+        } else {
+            log::error!("switching to profile {} failed (next try in {retry_after:?} at the earliest): {}", decision.profile, reply["error"]);
+            failed_switch = Some((decision.profile.clone(), now));
         }
     }
 }
