@@ -196,7 +196,7 @@ impl Journal {
 
 /// The records of `path`.
 #[cfg(test)]
-fn read_records(path: &Path) -> std::io::Result<Vec<Record>> {
+pub fn read_records(path: &Path) -> std::io::Result<Vec<Record>> {
     use std::io::{BufRead, BufReader};
     let f = File::open(path)?;
     Ok(BufReader::new(f).lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()).collect())

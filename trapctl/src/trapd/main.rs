@@ -13,6 +13,8 @@ mod metrics;
 mod protocol;
 mod rules;
 mod server;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::io::Read;
