@@ -127,7 +127,8 @@ impl AtDistance {
         }
     }
 
-    fn merge(&mut self, o: &AtDistance) {
+    /// Add the counts of `o` (same distance) to these.
+    pub fn merge(&mut self, o: &AtDistance) {
         self.points += o.points;
         self.trap_ok += o.trap_ok;
         self.jmp_rel32 += o.jmp_rel32;

@@ -17,6 +17,7 @@ pub mod fixtures;
 pub mod groups;
 pub mod image;
 pub mod kernel;
+pub mod plots;
 pub mod report;
 pub mod sets;
 pub mod sizes;

@@ -242,7 +242,21 @@ fn main() -> Result<()> {
             print!("{}", s.render());
             Ok(())
         }
-        Cmd::Report { .. } => anyhow::bail!("report is not built yet"),
+        Cmd::Report { code, cost, out, no_objdump, no_batch } => {
+            let opts = report::ReportOptions {
+                sets: code.options(),
+                iters: cost.iters,
+                rounds: cost.rounds,
+                uprobe: !cost.no_uprobe,
+                objdump: !no_objdump,
+                batch: !no_batch,
+                threads: threads(),
+                out,
+            };
+            let r = report::run(&opts)?;
+            println!("{}", r.summary_path.display());
+            Ok(())
+        }
     }
 }
 
