@@ -269,6 +269,19 @@ pub struct Splicer<T: Target> {
     live: BTreeMap<SpliceId, LiveSplice>,
     orig: HashMap<String, OrigStub>,
     next: u64,
+    last_batch: Option<BatchTimings>,
+}
+
+/// Where the time of the last [`Splicer::apply`] or [`Splicer::apply_best_effort`] went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchTimings {
+    pub splices: usize,
+    /// Resolving, decoding, validating and planning every point (the target's checks included).
+    pub plan: std::time::Duration,
+    /// Allocating, generating and writing trampolines.
+    pub build: std::time::Duration,
+    /// Making the batch visible: dispatch entries and the one text batch.
+    pub commit: std::time::Duration,
 }
 
 struct OrigResolver<'a> {
@@ -324,7 +337,12 @@ fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Resul
 
 impl<T: Target> Splicer<T> {
     pub fn new(target: T) -> Self {
-        Splicer { target, components: ComponentManager::new(), live: BTreeMap::new(), orig: HashMap::new(), next: 0 }
+        Splicer { target, components: ComponentManager::new(), live: BTreeMap::new(), orig: HashMap::new(), next: 0, last_batch: None }
+    }
+
+    /// Timings of the last batch applied.
+    pub fn last_batch(&self) -> Option<BatchTimings> {
+        self.last_batch
     }
 
     pub fn target(&self) -> &T {
@@ -477,9 +495,6 @@ impl<T: Target> Splicer<T> {
                 });
             }
         }
-        if let Some(name) = r.action.symbol() {
-            self.resolve_dest(at, name)?;
-        }
         let f = &point.function;
         let size = usize::try_from(f.size).unwrap_or(usize::MAX);
         let bytes = self.target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
@@ -495,6 +510,9 @@ impl<T: Target> Splicer<T> {
             refusal,
         })?;
         self.check_windows(at, &plan)?;
+        if let Some(name) = r.action.symbol() {
+            self.resolve_dest(at, name)?;
+        }
         Ok((point, plan))
     }
 
@@ -517,8 +535,10 @@ impl<T: Target> Splicer<T> {
 
     /// Apply `requests` as one all-or-nothing batch.
     pub fn apply(&mut self, requests: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
+        let start = std::time::Instant::now();
         let plans = self.plan(requests)?;
         self.verify_components(requests)?;
+        let planned = start.elapsed();
         let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
         for (r, (point, plan)) in requests.iter().zip(plans) {
             match self.build(r, point, plan) {
@@ -529,15 +549,26 @@ impl<T: Target> Splicer<T> {
                 }
             }
         }
-        self.commit(built)
+        let built_at = start.elapsed();
+        let ids = self.commit(built)?;
+        self.record_batch(ids.len(), planned, built_at, start.elapsed());
+        Ok(ids)
+    }
+
+    fn record_batch(&mut self, splices: usize, planned: std::time::Duration, built: std::time::Duration, done: std::time::Duration) {
+        let t = BatchTimings { splices, plan: planned, build: built - planned, commit: done - built };
+        log::debug!("batch of {splices} splices: planned in {:?}, built in {:?}, committed in {:?}", t.plan, t.build, t.commit);
+        self.last_batch = Some(t);
     }
 
     /// Apply every request that can be applied, in one batch; report each other one with its
     /// reason. The batch itself is still all-or-nothing: if the target refuses it as a whole
     /// (an error no planning check foresaw) nothing is applied and that error is returned.
     pub fn apply_best_effort(&mut self, requests: &[SpliceRequest]) -> Result<BestEffort, SpliceError> {
+        let start = std::time::Instant::now();
         let planned = self.plan_each(requests);
         self.verify_components(requests)?;
+        let planned_at = start.elapsed();
         let mut built: Vec<(usize, LiveSplice)> = Vec::new();
         let mut refused: Vec<(usize, SpliceError)> = Vec::new();
         for (i, (r, p)) in requests.iter().zip(planned).enumerate() {
@@ -547,7 +578,9 @@ impl<T: Target> Splicer<T> {
             }
         }
         let indices: Vec<usize> = built.iter().map(|(i, _)| *i).collect();
+        let built_at = start.elapsed();
         let ids = self.commit(built.into_iter().map(|(_, s)| s).collect())?;
+        self.record_batch(ids.len(), planned_at, built_at, start.elapsed());
         log::debug!("best effort: {} applied, {} refused", ids.len(), refused.len());
         Ok(BestEffort { applied: indices.into_iter().zip(ids).collect(), refused })
     }
@@ -767,6 +800,11 @@ impl<T: Target> Splicer<T> {
         let batch: Vec<TextPatch> = ids.iter().map(|id| self.live[id].site_patch.inverse()).collect();
         self.target.patch_text_live(&batch, &[])?;
         let taken: Vec<LiveSplice> = ids.iter().map(|id| self.live.remove(id).expect("checked")).collect();
+        // The dispatcher's counters go with the dispatch entries: read them now. No trap is
+        // still on its way into the dispatcher: the text was written with every CPU stopped, and
+        // a CPU is stopped only outside the dispatcher (it runs with interrupts off).
+        let dispatcher_hits: Vec<Option<Hits>> =
+            taken.iter().map(|s| s.dispatch.is_some().then(|| self.hits_of(s))).collect();
         let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
@@ -774,7 +812,7 @@ impl<T: Target> Splicer<T> {
         self.set_orig_slots(&taken, false);
         let ranges: Vec<(u64, u64)> = taken.iter().flat_map(|s| s.ranges()).collect();
         self.wait_quiescent(&taken, &ranges)?;
-        let hits: Vec<Hits> = taken.iter().map(|s| self.hits_of(s)).collect();
+        let hits: Vec<Hits> = taken.iter().zip(dispatcher_hits).map(|(s, h)| h.unwrap_or_else(|| self.hits_of(s))).collect();
         let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
         if !springboards.is_empty() {
             self.target.patch_text_live(&springboards, &[])?;

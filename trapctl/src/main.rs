@@ -40,6 +40,8 @@ enum Command {
     Get(cmd::var::GetArgs),
     Count(cmd::count::Args),
     Read(cmd::read::Args),
+    #[command(hide = true)]
+    Cycle(cmd::cycle::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Get(args) => cmd::var::get(&args),
         Command::Count(args) => cmd::count::run(&args),
         Command::Read(args) => cmd::read::run(&args),
+        Command::Cycle(args) => cmd::cycle::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -97,7 +97,7 @@ impl<T: Target> Splicer<T> {
             live.len(),
             orig.len()
         );
-        Ok(Splicer { target, components: saved.components, live, orig, next: saved.next_splice })
+        Ok(Splicer { target, components: saved.components, live, orig, next: saved.next_splice, last_batch: None })
     }
 }
 

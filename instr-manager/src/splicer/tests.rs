@@ -228,7 +228,8 @@ fn kernel_count_splice_is_a_handlerless_dispatch_entry_to_the_replay() {
     assert_eq!((d.dest + 9).wrapping_add_signed(i64::from(rel)), f + 9);
     k.inner.borrow_mut().hits.insert(f + 5, 7);
     assert_eq!(sp.hits(id).unwrap().hits, 7, "the dispatcher's counter");
-    sp.remove(&[id]).unwrap();
+    let final_hits = sp.remove(&[id]).unwrap();
+    assert_eq!(final_hits[0].hits, 7, "read before the dispatch entry (and its counter) went away");
     assert_eq!(k.text(f, 32), FUNC);
     assert_eq!(k.live_blocks(), 0);
 }

@@ -33,6 +33,23 @@ pub struct ApplyArgs {
     /// Plan and check only; change nothing.
     #[arg(long)]
     pub check: bool,
+    /// Print where the time went (planning, trampolines, the text batch) on stderr.
+    #[arg(long)]
+    pub timings: bool,
+}
+
+/// `timings: N splices: plan X ms, build Y ms, commit Z ms` (on stderr).
+fn print_timings(k: &Kernel) {
+    if let Some(t) = k.splicer.last_batch() {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        eprintln!(
+            "timings: {} splices: plan {:.1} ms, build {:.1} ms, commit {:.1} ms (dispatch entries and one text batch)",
+            t.splices,
+            ms(t.plan),
+            ms(t.build),
+            ms(t.commit)
+        );
+    }
 }
 
 fn print_applied(k: &Kernel, applied: &Applied) {
@@ -75,11 +92,17 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         let applied = apply_spec(&mut k.splicer, &spec, near).with_context(|| format!("{file}: nothing was applied"))?;
         k.commit_or_undo(|sp| undo(sp, &applied))?;
         print_applied(&k, &applied);
+        if args.timings {
+            print_timings(&k);
+        }
         return Ok(());
     }
     let r = apply_spec_best_effort(&mut k.splicer, &spec, near).with_context(|| format!("{file}: nothing was applied"))?;
     k.commit_or_undo(|sp| undo(sp, &r.applied))?;
     print_applied(&k, &r.applied);
+    if args.timings {
+        print_timings(&k);
+    }
     for (_, e) in &r.refused {
         eprintln!("refused: {e}");
     }

@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod component;
 pub mod count;
+pub mod cycle;
 pub mod list;
 pub mod read;
 pub mod splice;

@@ -50,10 +50,14 @@ pub struct SpliceArgs {
 Remove the splice at AT: the point as it was written when spliced, the function whose entry was
 spliced, or the site's address as `trapctl list` shows it. The original bytes are written back,
 then trapctl waits until no CPU can be in the splice's trampoline or handler before freeing them.
-Prints the final hit counts.")]
+Prints the final hit counts. --all removes every live splice in one batch.")]
 pub struct UnspliceArgs {
     /// The point as spliced, or the site address.
-    pub at: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub at: Option<String>,
+    /// Remove every live splice, in one batch.
+    #[arg(long)]
+    pub all: bool,
 }
 
 pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
@@ -86,11 +90,20 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     let mut k = Kernel::open()?;
-    let Some(id) = k.splicer.find(&args.at) else {
+    let Some(at) = &args.at else {
+        let ids: Vec<_> = k.splicer.live().map(|s| s.id).collect();
+        if !ids.is_empty() {
+            k.splicer.remove(&ids)?;
+            k.save()?;
+        }
+        println!("unspliced {} splice(s)", ids.len());
+        return Ok(());
+    };
+    let Some(id) = k.splicer.find(at) else {
         let live: Vec<String> = k.splicer.live().map(|s| format!("{} ({:#x})", s.request.at, s.point.site)).collect();
         bail!(
             "no splice at `{}` ({})",
-            args.at,
+            at,
             if live.is_empty() { "nothing is spliced".to_string() } else { format!("live: {}", live.join(", ")) }
         );
     };

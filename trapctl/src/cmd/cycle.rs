@@ -1,0 +1,83 @@
+//! `trapctl cycle AT ... --times N` (hidden): splice and unsplice the same point N times in one
+//! process, checking after every removal that the function's bytes are the originals. A test aid
+//! for stress scenarios (a trapctl process per cycle would spend its time reading kallsyms);
+//! nothing stays spliced, so the saved state is not touched.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use instr_manager::splicer::{Action, SpliceRequest};
+use instr_manager::Mechanism;
+use trapvec::error::hex;
+use trapvec::Target;
+
+use crate::kernel::Kernel;
+
+/// Splice and unsplice a point N times (test aid).
+#[derive(clap::Args)]
+#[command(long_about = "\
+Splice AT and remove the splice again, N times, in one process; after every removal the whole
+function is read back and compared with its bytes before the first cycle. --call or --replace
+as for `splice` (neither: a count-only splice). --mechanism both alternates trap and jmp. Prints
+the cycles made, the hits counted and the time taken. A test aid (hidden from --help).")]
+pub struct Args {
+    /// `function`, `function+offset` or `0xADDRESS`.
+    pub at: String,
+    /// Run this component function at the point.
+    #[arg(long, value_name = "SYM", conflicts_with = "replace")]
+    pub call: Option<String>,
+    /// Run this component function instead of the function.
+    #[arg(long, value_name = "SYM")]
+    pub replace: Option<String>,
+    /// trap, jmp, or both (alternating).
+    #[arg(long, default_value = "trap")]
+    pub mechanism: String,
+    /// Number of cycles.
+    #[arg(long, value_name = "N")]
+    pub times: u32,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let action = match (&args.call, &args.replace) {
+        (Some(h), None) => Action::Call { handler: h.clone(), cookie: 0 },
+        (None, Some(f)) => Action::Replace { with: f.clone() },
+        _ => Action::Count,
+    };
+    let mechanisms: Vec<Mechanism> = match args.mechanism.as_str() {
+        "both" => vec![Mechanism::Trap, Mechanism::Jmp],
+        m => vec![m.parse().map_err(anyhow::Error::msg)?],
+    };
+    let mut k = Kernel::open()?;
+    let point = k.splicer.resolve(&args.at)?;
+    let function = point.function.clone();
+    let len = usize::try_from(function.size).context("function size")?;
+    let original = k.target().read(function.addr, len)?;
+    let start = Instant::now();
+    let mut hits = 0u64;
+    for i in 0..args.times {
+        let mechanism = mechanisms[i as usize % mechanisms.len()];
+        let request = SpliceRequest { at: args.at.clone(), action: action.clone(), mechanism };
+        let id = k.splicer.apply(std::slice::from_ref(&request)).with_context(|| format!("cycle {i}: splicing by {mechanism}"))?[0];
+        hits += k.splicer.remove(&[id]).with_context(|| format!("cycle {i}: unsplicing"))?[0].hits;
+        let now = k.target().read(function.addr, len)?;
+        if now != original {
+            let at = now.iter().zip(&original).position(|(a, b)| a != b).unwrap_or(0);
+            bail!(
+                "cycle {i} ({mechanism}): {}+{at:#x} holds {} after the splice was removed, not {}",
+                function.name,
+                hex(&now[at..(at + 8).min(len)]),
+                hex(&original[at..(at + 8).min(len)])
+            );
+        }
+    }
+    println!(
+        "{} cycles of {} at {:#x} ({}): every byte of {} ({len} bytes) restored each time; {hits} hits; {:.1} s",
+        args.times,
+        args.mechanism,
+        point.site,
+        action,
+        function.name,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
