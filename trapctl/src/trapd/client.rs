@@ -22,8 +22,13 @@ pub fn socket_path() -> PathBuf {
 // Called by trapctl's binary (which includes this file); trapd itself uses `exchange`.
 #[allow(dead_code)]
 pub fn try_daemon(request: &Value) -> Option<anyhow::Result<Value>> {
-    let path = socket_path();
-    let stream = match UnixStream::connect(&path) {
+    try_daemon_at(&socket_path(), request)
+}
+
+/// [`try_daemon`] with the socket at `path`.
+#[allow(dead_code)] // see try_daemon
+pub fn try_daemon_at(path: &Path, request: &Value) -> Option<anyhow::Result<Value>> {
+    let stream = match UnixStream::connect(path) {
         Ok(s) => s,
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
             log::debug!("no trapd at {}: {e}", path.display());
@@ -66,4 +71,50 @@ pub fn exchange(path: &Path, bytes: &[u8]) -> std::io::Result<Vec<String>> {
     }
     let _ = stream.shutdown(std::net::Shutdown::Write);
     reader.join().map_err(|_| std::io::Error::other("reply reader panicked"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A one-connection daemon that answers the first line with `reply`; returns the line.
+    fn fake_daemon(path: &Path, reply: Value) -> std::thread::JoinHandle<String> {
+        let l = UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            writeln!(s, "{reply}").unwrap();
+            line
+        })
+    }
+
+    #[test]
+    fn no_daemon_means_none_so_the_caller_goes_to_the_module() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(try_daemon_at(&dir.path().join("absent.sock"), &json!({"op": "list"})).is_none());
+        // A socket file nobody listens on (a daemon that was killed) is no daemon either.
+        let path = dir.path().join("stale.sock");
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(try_daemon_at(&path, &json!({"op": "list"})).is_none());
+    }
+
+    #[test]
+    fn the_request_goes_as_one_line_and_ok_false_becomes_the_daemons_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let t = fake_daemon(&path, json!({"ok": true, "value": 1000}));
+        let reply = try_daemon_at(&path, &json!({"op": "get", "symbol": "mss_clamp_mtu"})).unwrap().unwrap();
+        assert_eq!(reply["value"], json!(1000));
+        assert_eq!(serde_json::from_str::<Value>(&t.join().unwrap()).unwrap(), json!({"op": "get", "symbol": "mss_clamp_mtu"}));
+        let path = dir.path().join("b.sock");
+        let t = fake_daemon(&path, json!({"ok": false, "error": "no live splice at `f`"}));
+        let err = try_daemon_at(&path, &json!({"op": "unsplice", "at": "f"})).unwrap().unwrap_err();
+        assert_eq!(err.to_string(), "trapd: no live splice at `f`");
+        t.join().unwrap();
+    }
 }
