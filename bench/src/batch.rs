@@ -11,16 +11,28 @@ use thiserror::Error;
 
 use crate::fixtures::{self, Fixture, FixtureError};
 
+/// Timing a batch failed.
 #[derive(Debug, Error)]
 pub enum BatchError {
     #[error(transparent)]
     Fixture(#[from] FixtureError),
     #[error(transparent)]
-    Session(#[from] SessionError),
+    Session(Box<SessionError>),
     #[error("{what} the batch of {n} splices: {source}")]
-    Splice { what: &'static str, n: usize, #[source] source: SpliceError },
+    Splice {
+        what: &'static str,
+        n: usize,
+        #[source]
+        source: Box<SpliceError>,
+    },
     #[error("f0 through its splice returned {got}, not 42")]
     WrongResult { got: i32 },
+}
+
+impl From<SessionError> for BatchError {
+    fn from(e: SessionError) -> Self {
+        BatchError::Session(Box::new(e))
+    }
 }
 
 /// Apply and remove times of one batch.
@@ -60,9 +72,13 @@ pub fn measure(n: usize, mech: Mechanism) -> Result<BatchTiming, BatchError> {
         })
         .collect();
     let t0 = Instant::now();
-    let ids = session.with(|s| s.apply(&requests)).map_err(|source| BatchError::Splice { what: "applying", n, source })?;
+    let ids = session.with(|s| s.apply(&requests)).map_err(|e| BatchError::Splice {
+        what: "applying",
+        n,
+        source: Box::new(e),
+    })?;
     let apply = t0.elapsed();
-    let f0 = fixtures::dlsym(handle, "f0")?;
+    let f0 = handle.sym("f0")?;
     // SAFETY: `f0` has the C signature `int f0(int)` (fixtures::many_functions).
     let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f0) };
     let got = f(41);
@@ -70,7 +86,7 @@ pub fn measure(n: usize, mech: Mechanism) -> Result<BatchTiming, BatchError> {
         return Err(BatchError::WrongResult { got });
     }
     let t1 = Instant::now();
-    session.with(|s| s.remove(&ids)).map_err(|source| BatchError::Splice { what: "removing", n, source })?;
+    session.with(|s| s.remove(&ids)).map_err(|e| BatchError::Splice { what: "removing", n, source: Box::new(e) })?;
     let remove = t1.elapsed();
     drop(comp);
     Ok(BatchTiming { splices: n, mechanism: mech.to_string(), apply_ms: ms(apply), remove_ms: ms(remove) })

@@ -25,14 +25,25 @@ use crate::uprobe;
 pub const PAPER_JMP_CYCLES: f64 = 84.0012;
 pub const PAPER_TRAP_CYCLES: f64 = 1613.5124;
 
+/// Measuring the table failed.
 #[derive(Debug, Error)]
 pub enum CostError {
     #[error(transparent)]
     Fixture(#[from] FixtureError),
     #[error(transparent)]
-    Session(#[from] SessionError),
+    Session(Box<SessionError>),
     #[error("{what} failed: {source}")]
-    Signal { what: &'static str, #[source] source: std::io::Error },
+    Signal {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<SessionError> for CostError {
+    fn from(e: SessionError) -> Self {
+        CostError::Session(Box::new(e))
+    }
 }
 
 /// One row of the table.
@@ -77,7 +88,11 @@ impl CostTable {
 
     /// The costs `plan` weighs points with.
     pub fn hit_costs(&self) -> HitCosts {
-        HitCosts { trap: self.overhead("trap"), jmp_rel32: self.overhead("jmp_rel32"), jmp_springboard: self.overhead("jmp_springboard") }
+        HitCosts {
+            trap: self.overhead("trap"),
+            jmp_rel32: self.overhead("jmp_rel32"),
+            jmp_springboard: self.overhead("jmp_springboard"),
+        }
     }
 
     /// jmp splice overhead in ns (issue 2: target ≤ 20 ns).
@@ -104,7 +119,11 @@ impl CostTable {
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let _ = writeln!(s, "cycles per call (TSC at {:.2} GHz; median of {} rounds, p10..p90 spread)", self.tsc_ghz, self.rounds);
+        let _ = writeln!(
+            s,
+            "cycles per call (TSC at {:.2} GHz; median of {} rounds, p10..p90 spread)",
+            self.tsc_ghz, self.rounds
+        );
         for r in &self.rows {
             let _ = writeln!(s, "  {:<52} {:>9.0}   ({:.0}..{:.0})", r.name, r.median, r.p10, r.p90);
         }
@@ -112,21 +131,38 @@ impl CostTable {
             let _ = writeln!(s, "  {:<52} {:>9}   ({why})", "uprobe on the same function", "n/a");
         }
         let _ = writeln!(s);
-        let _ = writeln!(s, "  overhead over the unpatched call, cycles: jmp rel32 {:.0}, jmp rel8+springboard {:.0}, trap {:.0}",
-            self.overhead("jmp_rel32"), self.overhead("jmp_springboard"), self.overhead("trap"));
-        let _ = writeln!(s, "  jmp splice overhead:          {:.1} ns (issue 2 target <= 20 ns)", self.jmp_overhead_ns());
-        let _ = writeln!(s, "  trap splice / C SIGSEGV floor: {:.2}x (issue 2 target <= 1.25x)", self.trap_over_floor());
+        let _ = writeln!(
+            s,
+            "  overhead over the unpatched call, cycles: jmp rel32 {:.0}, jmp rel8+springboard {:.0}, trap {:.0}",
+            self.overhead("jmp_rel32"),
+            self.overhead("jmp_springboard"),
+            self.overhead("trap")
+        );
+        let _ =
+            writeln!(s, "  jmp splice overhead:          {:.1} ns (issue 2 target <= 20 ns)", self.jmp_overhead_ns());
+        let _ =
+            writeln!(s, "  trap splice / C SIGSEGV floor: {:.2}x (issue 2 target <= 1.25x)", self.trap_over_floor());
         let _ = writeln!(s, "  trap / jmp:                    {:.0}x (the paper's Table 1: {PAPER_TRAP_CYCLES:.0}/{PAPER_JMP_CYCLES:.0} = {:.0}x)",
             self.trap_over_jmp(), PAPER_TRAP_CYCLES / PAPER_JMP_CYCLES);
         if let Some(u) = self.uprobe_over_trap() {
-            let _ = writeln!(s, "  uprobe / trap splice:          {u:.1}x (the kernel's own trap-based probe, trace event on)");
+            let _ = writeln!(
+                s,
+                "  uprobe / trap splice:          {u:.1}x (the kernel's own trap-based probe, trace event on)"
+            );
         }
         s
     }
 }
 
 fn row(key: &str, name: &str, st: Stats) -> CostRow {
-    CostRow { key: key.to_string(), name: name.to_string(), median: st.median, p10: st.p10, p90: st.p90, emulated: false }
+    CostRow {
+        key: key.to_string(),
+        name: name.to_string(),
+        median: st.median,
+        p10: st.p10,
+        p90: st.p90,
+        emulated: false,
+    }
 }
 
 /// Measure the process rows (`iters` calls per round, `rounds` rounds; the signal rows use a

@@ -23,7 +23,9 @@
 
 use std::collections::BTreeMap;
 
-use instr_manager::{analyze_function_with, plan_jmp_rel32, plan_jmp_springboard, plan_trap, AnalysisOptions, PlanInput, Refusal};
+use instr_manager::{
+    analyze_function_with, plan_jmp_rel32, plan_jmp_springboard, plan_trap, AnalysisOptions, PlanInput, Refusal,
+};
 use trapvec::TargetInfo;
 
 use crate::image::CodeImage;
@@ -120,7 +122,9 @@ impl AtDistance {
         match a.jmp {
             JmpKind::Rel32 => self.jmp_rel32 += 1,
             JmpKind::Rel8Springboard => self.jmp_springboard += 1,
-            JmpKind::Impossible => *self.jmp_refusals.entry(a.jmp_refusal.unwrap_or("other").to_string()).or_default() += 1,
+            JmpKind::Impossible => {
+                *self.jmp_refusals.entry(a.jmp_refusal.unwrap_or("other").to_string()).or_default() += 1
+            }
         }
         if a.trap.is_err() && a.jmp == JmpKind::Impossible {
             self.neither += 1;
@@ -173,7 +177,8 @@ impl AtDistance {
     /// Expected cycles per hit, jmp only, over the points it covers.
     pub fn jmp_cost(&self, c: &HitCosts) -> Option<f64> {
         let n = self.jmp_rel32 + self.jmp_springboard;
-        (n > 0).then(|| (self.jmp_rel32 as f64 * c.jmp_rel32 + self.jmp_springboard as f64 * c.jmp_springboard) / n as f64)
+        (n > 0)
+            .then(|| (self.jmp_rel32 as f64 * c.jmp_rel32 + self.jmp_springboard as f64 * c.jmp_springboard) / n as f64)
     }
 
     /// Expected cycles per hit when jmp is used where it can be and a trap elsewhere.
@@ -271,15 +276,20 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
             Ok(_) => (JmpKind::Rel8Springboard, None),
             // The 2-byte window passed and only the padding was missing: say so; otherwise the
             // window itself is the reason, as the rel32 refusal says it.
-            Err(Refusal::NoRoomForJmp { .. }) if !matches!(e32, Refusal::OutOfReach { .. }) => {
-                (JmpKind::Impossible, Some(match e32 {
-                    Refusal::FunctionTooShort { .. } | Refusal::PastFunctionEnd { .. } | Refusal::BranchTargetInWindow { .. } | Refusal::WindowCrossesBlock { .. } => {
-                        "5-byte window does not fit, no springboard padding"
-                    }
+            Err(Refusal::NoRoomForJmp { .. }) if !matches!(e32, Refusal::OutOfReach { .. }) => (
+                JmpKind::Impossible,
+                Some(match e32 {
+                    Refusal::FunctionTooShort { .. }
+                    | Refusal::PastFunctionEnd { .. }
+                    | Refusal::BranchTargetInWindow { .. }
+                    | Refusal::WindowCrossesBlock { .. } => "5-byte window does not fit, no springboard padding",
                     ref other => refusal_kind(other),
-                }))
-            }
-            Err(e8) => (JmpKind::Impossible, Some(if matches!(e32, Refusal::OutOfReach { .. }) { refusal_kind(&e32) } else { refusal_kind(&e8) })),
+                }),
+            ),
+            Err(e8) => (
+                JmpKind::Impossible,
+                Some(if matches!(e32, Refusal::OutOfReach { .. }) { refusal_kind(&e32) } else { refusal_kind(&e8) }),
+            ),
         },
     };
     Answer { trap, jmp, jmp_refusal }
@@ -289,7 +299,8 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
 /// functions done so far.
 pub fn coverage(set: &CodeSet, dists: &[u64], threads: usize, progress: &(dyn Fn(u64) + Sync)) -> Coverage {
     let threads = threads.max(1);
-    let chunks: Vec<Vec<usize>> = (0..threads).map(|t| set.functions.iter().copied().skip(t).step_by(threads).collect()).collect();
+    let chunks: Vec<Vec<usize>> =
+        (0..threads).map(|t| set.functions.iter().copied().skip(t).step_by(threads).collect()).collect();
     let done = std::sync::atomic::AtomicU64::new(0);
     let parts: Vec<(Vec<AtDistance>, Vec<u64>, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
@@ -297,7 +308,8 @@ pub fn coverage(set: &CodeSet, dists: &[u64], threads: usize, progress: &(dyn Fn
             .map(|chunk| {
                 let done = &done;
                 s.spawn(move || {
-                    let mut at: Vec<AtDistance> = dists.iter().map(|&d| AtDistance { distance: d, ..Default::default() }).collect();
+                    let mut at: Vec<AtDistance> =
+                        dists.iter().map(|&d| AtDistance { distance: d, ..Default::default() }).collect();
                     let mut rescues = vec![0u64; dists.len()];
                     let mut undecodable = 0u64;
                     for &fi in chunk {
@@ -374,7 +386,7 @@ impl Coverage {
 pub fn human_distance(d: u64) -> String {
     const UNITS: [(u64, &str); 5] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B")];
     for &(u, name) in &UNITS {
-        if d >= u && d % u == 0 {
+        if d >= u && d.is_multiple_of(u) {
             return format!("{} {name}", d / u);
         }
     }

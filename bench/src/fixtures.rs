@@ -17,7 +17,11 @@ pub enum FixtureError {
     #[error("cc failed building the {what}: {stderr}")]
     Compile { what: &'static str, stderr: String },
     #[error("writing {path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("dlopen {path}: {reason}")]
     Dlopen { path: PathBuf, reason: String },
     #[error("symbol `{0}` not found in the fixture")]
@@ -129,7 +133,23 @@ pub struct Fixture {
     pub handler: PathBuf,
     /// The shared object with the benchmark functions.
     pub so: PathBuf,
-    handle: *mut libc::c_void,
+    lib: Library,
+}
+
+/// A `dlopen`ed library, never closed (its code may still be spliced or running).
+pub struct Library(*mut libc::c_void);
+
+impl Library {
+    /// The address of `name`.
+    pub fn sym(&self, name: &str) -> Result<usize> {
+        let n = CString::new(name).map_err(|_| FixtureError::Symbol(name.to_string()))?;
+        // SAFETY: `self.0` is a handle dlopen returned and nothing closes; `n` is NUL-terminated.
+        let p = unsafe { libc::dlsym(self.0, n.as_ptr()) };
+        if p.is_null() {
+            return Err(FixtureError::Symbol(name.to_string()));
+        }
+        Ok(p as usize)
+    }
 }
 
 fn cc(args: &[&str], what: &'static str) -> Result<()> {
@@ -156,16 +176,17 @@ impl Fixture {
         let handler = dir.join("handler.o");
         let inc = repo_include();
         cc(&["-c", "-O2", "-fPIC", "-I", path_str(&inc), "-o", path_str(&handler), path_str(&h)], "handler")?;
-        let handle = dlopen(&so)?;
-        Ok(Fixture { handler, so, handle })
+        let lib = dlopen(&so)?;
+        Ok(Fixture { handler, so, lib })
     }
 
     pub fn sym(&self, name: &str) -> Result<usize> {
-        dlsym(self.handle, name)
+        self.lib.sym(name)
     }
 }
 
-pub fn dlopen(path: &Path) -> Result<*mut libc::c_void> {
+/// Load a shared object (`RTLD_NOW`).
+pub fn dlopen(path: &Path) -> Result<Library> {
     let bad = |reason: &str| FixtureError::Dlopen { path: path.to_path_buf(), reason: reason.to_string() };
     let p = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| bad("NUL in the path"))?;
     // SAFETY: `p` is a NUL-terminated path of a library this module just built; its
@@ -174,17 +195,7 @@ pub fn dlopen(path: &Path) -> Result<*mut libc::c_void> {
     if h.is_null() {
         return Err(bad("the loader refused it"));
     }
-    Ok(h)
-}
-
-pub fn dlsym(handle: *mut libc::c_void, name: &str) -> Result<usize> {
-    let n = CString::new(name).map_err(|_| FixtureError::Symbol(name.to_string()))?;
-    // SAFETY: `handle` is a live dlopen handle and `n` a NUL-terminated name.
-    let p = unsafe { libc::dlsym(handle, n.as_ptr()) };
-    if p.is_null() {
-        return Err(FixtureError::Symbol(name.to_string()));
-    }
-    Ok(p as usize)
+    Ok(Library(h))
 }
 
 pub fn tempfile_dir() -> Result<PathBuf> {
@@ -195,7 +206,7 @@ pub fn tempfile_dir() -> Result<PathBuf> {
 
 /// A shared object with `n` small functions `f0 .. f{n-1}` (`push rbp; mov rbp,rsp; lea eax,[rdi+1];
 /// pop rbp; ret`), for batch timings.
-pub fn many_functions(n: usize) -> Result<(PathBuf, *mut libc::c_void)> {
+pub fn many_functions(n: usize) -> Result<(PathBuf, Library)> {
     let dir = tempfile_dir()?;
     let mut s = String::from("\t.text\n");
     for i in 0..n {

@@ -33,11 +33,20 @@ pub const NOP5: [u8; 5] = instr_manager::point::NOP5;
 #[derive(Debug, Error)]
 pub enum ImageError {
     #[error("{file}: not an ELF file object can read: {source}")]
-    Parse { file: String, #[source] source: object::Error },
+    Parse {
+        file: String,
+        #[source]
+        source: object::Error,
+    },
     #[error("{file}: {machine:?} code, not x86-64")]
     Machine { file: String, machine: object::Architecture },
     #[error("{file}: section {section}: {source}")]
-    Section { file: String, section: String, #[source] source: object::Error },
+    Section {
+        file: String,
+        section: String,
+        #[source]
+        source: object::Error,
+    },
     #[error("{file}: relocation at {section}+{offset:#x}: {reason}")]
     Relocation { file: String, section: String, offset: u64, reason: String },
     #[error("{file}: no `.text` section to anchor kallsyms' `_text` to")]
@@ -49,7 +58,11 @@ pub enum ImageError {
     #[error("{file}: no function of kallsyms lies in the image's code (wrong kernel version?)")]
     NoFunctions { file: String },
     #[error("cannot read {path}: {source}")]
-    Io { path: String, #[source] source: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One executable section at its address.
@@ -69,8 +82,12 @@ impl Region {
 /// A function's extent in an image.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FuncExtent {
-    /// The first name listed at this address (aliases share the extent).
+    /// The name reported: the first at this address that does not start with `_` (linker
+    /// markers such as `_text` or `__entry_text_start` share addresses with real functions),
+    /// else the first.
     pub name: String,
+    /// Every name at this address (aliases share the extent).
+    pub names: Vec<String>,
     pub start: u64,
     /// Exclusive.
     pub end: u64,
@@ -120,7 +137,11 @@ impl CodeImage {
         let syms = trapvec::kernel::kallsyms::parse(kallsyms)?;
         let ktext = syms.iter().find(|s| s.name == "_text" && s.origin.is_none()).ok_or(ImageError::NoTextSymbol)?;
         let bias = ktext.addr.wrapping_sub(text.address());
-        log::debug!("kallsyms: _text at {:#x}, the ELF's .text at {:#x}: KASLR offset {bias:#x}", ktext.addr, text.address());
+        log::debug!(
+            "kallsyms: _text at {:#x}, the ELF's .text at {:#x}: KASLR offset {bias:#x}",
+            ktext.addr,
+            text.address()
+        );
         let regions = exec_regions(&file, name)?;
         let symbols: Vec<Symbol> = syms
             .into_iter()
@@ -177,6 +198,10 @@ impl CodeImage {
             .collect();
         // Same address: the sized symbol first, then by name (kallsyms aliases have no size).
         starts.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
+        let mut aliases: HashMap<u64, Vec<String>> = HashMap::new();
+        for &(addr, _, n) in &starts {
+            aliases.entry(addr).or_default().push(n.to_string());
+        }
         starts.dedup_by_key(|s| s.0);
         let mut functions = Vec::with_capacity(starts.len());
         for (i, &(start, size, fname)) in starts.iter().enumerate() {
@@ -185,19 +210,37 @@ impl CodeImage {
             let next = starts.get(i + 1).map_or(region_end, |n| n.0).min(region_end);
             let end = if size > 0 { (start + size).min(region_end) } else { next };
             let reg = &regions[r];
-            let bytes = &reg.bytes[usize::try_from(start - reg.addr).unwrap_or(0)..usize::try_from(end - reg.addr).unwrap_or(0)];
+            let bytes = &reg.bytes
+                [usize::try_from(start - reg.addr).unwrap_or(0)..usize::try_from(end - reg.addr).unwrap_or(0)];
             // Marker symbols over alignment fill (`__kprobes_text_end` spans 2 MiB of int3) are
             // no functions.
             if bytes.iter().all(|&b| b == 0xCC) {
-                log::debug!("{name}: `{fname}` at {start:#x} covers only int3 fill ({} bytes): not a function", bytes.len());
+                log::debug!(
+                    "{name}: `{fname}` at {start:#x} covers only int3 fill ({} bytes): not a function",
+                    bytes.len()
+                );
                 continue;
             }
             if end > start {
-                functions.push(FuncExtent { name: fname.to_string(), start, end });
+                let names = aliases.remove(&start).unwrap_or_else(|| vec![fname.to_string()]);
+                let name = names.iter().find(|n| !n.starts_with('_')).unwrap_or(&names[0]).clone();
+                functions.push(FuncExtent { name, names, start, end });
             }
         }
-        log::debug!("{name}: {} code bytes in {} sections, {} functions", regions.iter().map(|r| r.bytes.len()).sum::<usize>(), regions.len(), functions.len());
-        CodeImage { name: name.to_string(), regions, functions, symbols: SymbolTable::new(symbols), kernel, fentry_nops: 0 }
+        log::debug!(
+            "{name}: {} code bytes in {} sections, {} functions",
+            regions.iter().map(|r| r.bytes.len()).sum::<usize>(),
+            regions.len(),
+            functions.len()
+        );
+        CodeImage {
+            name: name.to_string(),
+            regions,
+            functions,
+            symbols: SymbolTable::new(symbols),
+            kernel,
+            fentry_nops: 0,
+        }
     }
 
     /// NOP the function entries that `call` the image's own `__fentry__` symbol.
@@ -207,8 +250,12 @@ impl CodeImage {
             return;
         };
         let regions = &self.regions;
-        let sites: Vec<u64> =
-            self.functions.iter().map(|f| f.start).filter(|&e| call_target(&img_bytes_at(regions, e), e) == Some(fentry)).collect();
+        let sites: Vec<u64> = self
+            .functions
+            .iter()
+            .map(|f| f.start)
+            .filter(|&e| call_target(&img_bytes_at(regions, e), e) == Some(fentry))
+            .collect();
         self.nop_fentry_calls(&sites);
     }
 
@@ -267,7 +314,11 @@ fn exec_regions(file: &object::File<'_>, name: &str) -> Result<Vec<Region>, Imag
     let mut out = Vec::new();
     for s in file.sections().filter(is_exec) {
         let sname = s.name().unwrap_or("?").to_string();
-        let bytes = s.data().map_err(|source| ImageError::Section { file: name.to_string(), section: sname.clone(), source })?;
+        let bytes = s.data().map_err(|source| ImageError::Section {
+            file: name.to_string(),
+            section: sname.clone(),
+            source,
+        })?;
         if !bytes.is_empty() {
             out.push(Region { name: sname, addr: s.address(), bytes: bytes.to_vec() });
         }
@@ -289,7 +340,11 @@ fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageEr
     let mut next = RELOC_BASE;
     for s in file.sections().filter(is_exec) {
         let sname = s.name().unwrap_or("?").to_string();
-        let bytes = s.data().map_err(|source| ImageError::Section { file: name.to_string(), section: sname.clone(), source })?;
+        let bytes = s.data().map_err(|source| ImageError::Section {
+            file: name.to_string(),
+            section: sname.clone(),
+            source,
+        })?;
         if bytes.is_empty() {
             continue;
         }
@@ -320,7 +375,8 @@ fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageEr
             };
             let place = sbase + offset;
             let value = i128::from(target) + i128::from(reloc.addend()) - i128::from(place);
-            let value = i32::try_from(value).map_err(|_| err(&sname, offset, format!("{value:#x} does not fit in 32 bits")))?;
+            let value =
+                i32::try_from(value).map_err(|_| err(&sname, offset, format!("{value:#x} does not fit in 32 bits")))?;
             let off = usize::try_from(offset).map_err(|e| err(&sname, offset, e.to_string()))?;
             let bytes = &mut regions[ri].bytes;
             let slot = bytes.get_mut(off..off + 4).ok_or_else(|| err(&sname, offset, "outside the section".into()))?;
@@ -337,13 +393,20 @@ fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageEr
             continue;
         }
         if let Some(b) = base.get(&si) {
-            symbols.push(Symbol { name: sname.to_string(), addr: b + s.address(), size: s.size(), kind: SymbolKind::Function, origin: None });
+            symbols.push(Symbol {
+                name: sname.to_string(),
+                addr: b + s.address(),
+                size: s.size(),
+                kind: SymbolKind::Function,
+                origin: None,
+            });
         }
     }
     let kernel = !fentry_sites.is_empty() || file.section_by_name(".modinfo").is_some();
     let mut img = CodeImage::assemble(name, regions, symbols, kernel);
     fentry_sites.sort_unstable();
-    let entries: Vec<u64> = img.functions.iter().map(|f| f.start).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
+    let entries: Vec<u64> =
+        img.functions.iter().map(|f| f.start).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
     img.nop_fentry_calls(&entries);
     Ok(img)
 }

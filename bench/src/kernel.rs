@@ -26,7 +26,11 @@ const MD5: &str = "BENCH-KALLSYMS-MD5 ";
 #[derive(Debug, Error)]
 pub enum KernelError {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("no kernel image: {0}")]
     NoImage(String),
     #[error(transparent)]
@@ -59,7 +63,8 @@ impl KernelImage {
     pub fn find(path: Option<&Path>) -> Result<KernelImage, KernelError> {
         let vmlinuz = match path {
             Some(p) => p.to_path_buf(),
-            None => vmtest::host::newest_image(Path::new(vmtest::host::BOOT_DIR)).map_err(|e| KernelError::NoImage(e.to_string()))?,
+            None => vmtest::host::newest_image(Path::new(vmtest::host::BOOT_DIR))
+                .map_err(|e| KernelError::NoImage(e.to_string()))?,
         };
         let version = vmlinuz
             .file_name()
@@ -95,7 +100,11 @@ pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Co
     let stamp = cache.join(format!("vmlinux-{}.compression", k.version));
     if let (Ok(elf), Ok(c)) = (std::fs::read(&path), std::fs::read_to_string(&stamp)) {
         if crate::vmlinux::is_whole_elf(&elf) {
-            let c = Compression::ORDER.into_iter().chain([Compression::None]).find(|x| x.to_string() == c.trim()).unwrap_or(Compression::None);
+            let c = Compression::ORDER
+                .into_iter()
+                .chain([Compression::None])
+                .find(|x| x.to_string() == c.trim())
+                .unwrap_or(Compression::None);
             log::debug!("vmlinux of {} from the cache {}", k.version, path.display());
             return Ok((path, elf, c));
         }
@@ -127,14 +136,24 @@ pub fn check_kallsyms(kallsyms: &str, elf: &[u8], source_name: &str, image: &str
     // within a page.
     let esize = text.size();
     if ksize.abs_diff(esize) > 4096 {
-        return Err(KernelError::Mismatch { source_name: source_name.to_string(), image: image.to_string(), ksize, esize });
+        return Err(KernelError::Mismatch {
+            source_name: source_name.to_string(),
+            image: image.to_string(),
+            ksize,
+            esize,
+        });
     }
     Ok(())
 }
 
 /// The kallsyms of `k`: `user` when given, else the cache, else booted in the VM and cached.
 /// Returns the text and where it came from.
-pub fn kallsyms_of(k: &KernelImage, user: Option<&Path>, cache: &Path, repo: &Path) -> Result<(String, String), KernelError> {
+pub fn kallsyms_of(
+    k: &KernelImage,
+    user: Option<&Path>,
+    cache: &Path,
+    repo: &Path,
+) -> Result<(String, String), KernelError> {
     if let Some(p) = user {
         let text = String::from_utf8_lossy(&read(p)?).into_owned();
         return Ok((text, p.display().to_string()));
@@ -157,7 +176,10 @@ pub fn kallsyms_scenario() -> String {
 /// Read the kallsyms dump of [`kallsyms_scenario`] out of a console log.
 pub fn parse_kallsyms_dump(console: &str) -> Result<String, String> {
     use std::io::Read;
-    let md5 = console.lines().find_map(|l| l.trim_end().split_once(MD5).map(|(_, m)| m.trim().to_string())).ok_or("no MD5 line")?;
+    let md5 = console
+        .lines()
+        .find_map(|l| l.trim_end().split_once(MD5).map(|(_, m)| m.trim().to_string()))
+        .ok_or("no MD5 line")?;
     let mut b64 = String::new();
     let mut inside = false;
     for line in console.lines() {
@@ -207,7 +229,12 @@ fn kallsyms_from_vm(k: &KernelImage, repo: &Path) -> Result<String, KernelError>
 }
 
 /// Build the vmlinux image: extract, get and check kallsyms, NOP the ftrace sites.
-pub fn vmlinux_image(k: &KernelImage, user_kallsyms: Option<&Path>, cache: &Path, repo: &Path) -> Result<(CodeImage, Sources), KernelError> {
+pub fn vmlinux_image(
+    k: &KernelImage,
+    user_kallsyms: Option<&Path>,
+    cache: &Path,
+    repo: &Path,
+) -> Result<(CodeImage, Sources), KernelError> {
     let (path, elf, compression) = vmlinux_of(k, cache)?;
     let (ks, ks_source) = kallsyms_of(k, user_kallsyms, cache, repo)?;
     let name = format!("vmlinux {}", k.version);
@@ -289,9 +316,12 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
 /// it has.
 pub fn md5_hex(data: &[u8]) -> String {
     const S: [u32; 64] = [
-        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20,
-        4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
+        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14,
+        20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6,
+        10, 15, 21,
     ];
+    // K[i] = floor(|sin(i + 1)| * 2^32): always in [0, 2^32), so the cast is exact.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let k: Vec<u32> = (0..64).map(|i: i32| ((f64::from(i + 1)).sin().abs() * 4_294_967_296.0) as u32).collect();
     let (mut a0, mut b0, mut c0, mut d0) = (0x6745_2301u32, 0xefcd_ab89u32, 0x98ba_dcfeu32, 0x1032_5476u32);
     let mut msg = data.to_vec();
@@ -358,7 +388,10 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(text.as_bytes()).unwrap();
         let b64 = base64_encode_for_test(&gz.finish().unwrap());
-        let console = format!("[ 1.0] boot noise\n{MD5}{}\r\n{BEGIN}\r\n{b64}\r\n{END}\r\nTRAPVEC-VMTEST-EXIT=0\n", md5_hex(text.as_bytes()));
+        let console = format!(
+            "[ 1.0] boot noise\n{MD5}{}\r\n{BEGIN}\r\n{b64}\r\n{END}\r\nTRAPVEC-VMTEST-EXIT=0\n",
+            md5_hex(text.as_bytes())
+        );
         assert_eq!(parse_kallsyms_dump(&console).unwrap(), text);
         let bad = console.replace(&md5_hex(text.as_bytes()), "00");
         assert!(parse_kallsyms_dump(&bad).unwrap_err().contains("differs"));
@@ -368,7 +401,9 @@ mod tests {
         const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut s = String::new();
         for c in data.chunks(3) {
-            let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+            let n = (u32::from(c[0]) << 16)
+                | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+                | u32::from(*c.get(2).unwrap_or(&0));
             for i in 0..4 {
                 if i <= c.len() {
                     s.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);

@@ -191,7 +191,14 @@ fn main() -> Result<()> {
             let data = std::fs::read(&k.vmlinuz).with_context(|| format!("reading {}", k.vmlinuz.display()))?;
             let x = bench::vmlinux::extract_vmlinux(&data, &k.vmlinuz.display().to_string())?;
             std::fs::write(&output, &x.elf).with_context(|| format!("writing {}", output.display()))?;
-            println!("{}: {} stream at {:#x}, {} bytes of ELF written to {}", k.vmlinuz.display(), x.compression, x.offset, x.elf.len(), output.display());
+            println!(
+                "{}: {} stream at {:#x}, {} bytes of ELF written to {}",
+                k.vmlinuz.display(),
+                x.compression,
+                x.offset,
+                x.elf.len(),
+                output.display()
+            );
             Ok(())
         }
         Cmd::Sizes { code, json } => {
@@ -228,7 +235,8 @@ fn main() -> Result<()> {
                 all.push(c);
             }
             if json {
-                let v: Vec<_> = all.iter().map(|c| serde_json::json!({"coverage": c, "curve": c.curve(&costs)})).collect();
+                let v: Vec<_> =
+                    all.iter().map(|c| serde_json::json!({"coverage": c, "curve": c.curve(&costs)})).collect();
                 println!("{}", serde_json::to_string_pretty(&serde_json::json!({"costs": costs, "sets": v}))?);
             } else {
                 print!("{}", render_plan(&all, &costs));
@@ -237,7 +245,10 @@ fn main() -> Result<()> {
         }
         Cmd::Speed { code, no_objdump } => {
             let loaded = sets::load(&code.options())?;
-            let (img, src) = loaded.vmlinux.zip(loaded.sources).context("the speed comparison needs the kernel (drop --no-kernel)")?;
+            let (img, src) = loaded
+                .vmlinux
+                .zip(loaded.sources)
+                .context("the speed comparison needs the kernel (drop --no-kernel)")?;
             let s = speed::measure(&img, &src.vmlinux, threads(), !no_objdump)?;
             print!("{}", s.render());
             Ok(())
@@ -267,22 +278,49 @@ fn threads() -> usize {
 fn render_plan(all: &[coverage::Coverage], costs: &HitCosts) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "cycle costs per hit: trap {:.0}, jmp rel32 {:.0}, jmp rel8+springboard {:.0}", costs.trap, costs.jmp_rel32, costs.jmp_springboard);
+    let _ = writeln!(
+        s,
+        "cycle costs per hit: trap {:.0}, jmp rel32 {:.0}, jmp rel8+springboard {:.0}",
+        costs.trap, costs.jmp_rel32, costs.jmp_springboard
+    );
     for c in all {
         let near = &c.at[0];
-        let _ = writeln!(s, "\n{}: {} functions, {} instruction boundaries{}", c.set, c.functions, near.points,
-            if c.undecodable_functions > 0 { format!(" ({} functions partly undecodable)", c.undecodable_functions) } else { String::new() });
+        let _ = writeln!(
+            s,
+            "\n{}: {} functions, {} instruction boundaries{}",
+            c.set,
+            c.functions,
+            near.points,
+            if c.undecodable_functions > 0 {
+                format!(" ({} functions partly undecodable)", c.undecodable_functions)
+            } else {
+                String::new()
+            }
+        );
         let pct = |n: u64| 100.0 * n as f64 / near.points.max(1) as f64;
         let _ = writeln!(s, "  trap: {:.1}%   jmp rel32: {:.1}%   jmp rel8+springboard: {:.1}%   jmp impossible: {:.1}%   neither: {:.1}%   (patch buffer {} away)",
             pct(near.trap_ok), pct(near.jmp_rel32), pct(near.jmp_springboard),
             pct(near.points - near.jmp_rel32 - near.jmp_springboard), pct(near.neither), human_distance(near.distance));
         let _ = writeln!(s, "  trap refused: {}", reasons(&near.trap_refusals, near.points));
         let _ = writeln!(s, "  jmp refused:  {}", reasons(&near.jmp_refusals, near.points));
-        let _ = writeln!(s, "  {:>16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}", "distance", "trap%", "jmp%", "either%", "trap cyc", "jmp cyc", "jmp|trap cyc");
+        let _ = writeln!(
+            s,
+            "  {:>16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}",
+            "distance", "trap%", "jmp%", "either%", "trap cyc", "jmp cyc", "jmp|trap cyc"
+        );
         for p in c.curve(costs) {
             let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
-            let _ = writeln!(s, "  {:>16} {:>7.1} {:>7.1} {:>7.1} {:>10} {:>10} {:>12}", human_distance(p.distance),
-                100.0 * p.trap_coverage, 100.0 * p.jmp_coverage, 100.0 * p.either_coverage, f(p.trap_cycles), f(p.jmp_cycles), f(p.hybrid_cycles));
+            let _ = writeln!(
+                s,
+                "  {:>16} {:>7.1} {:>7.1} {:>7.1} {:>10} {:>10} {:>12}",
+                human_distance(p.distance),
+                100.0 * p.trap_coverage,
+                100.0 * p.jmp_coverage,
+                100.0 * p.either_coverage,
+                f(p.trap_cycles),
+                f(p.jmp_cycles),
+                f(p.hybrid_cycles)
+            );
         }
     }
     s
@@ -294,5 +332,8 @@ fn reasons(m: &std::collections::BTreeMap<String, u64>, total: u64) -> String {
     if v.is_empty() {
         return "never".into();
     }
-    v.iter().map(|(k, n)| format!("{k} {:.1}%", 100.0 * **n as f64 / total.max(1) as f64)).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|(k, n)| format!("{k} {:.1}%", 100.0 * **n as f64 / total.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

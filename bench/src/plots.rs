@@ -57,7 +57,12 @@ fn draw_err(file: &Path) -> impl Fn(String) -> PlotError + '_ {
 }
 
 /// Draw `f` into `stem.png` and `stem.svg`; returns both paths.
-fn both(stem: &Path, size: (u32, u32), f: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), String> + Copy, g: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>) -> Result<[PathBuf; 2], PlotError> {
+fn both(
+    stem: &Path,
+    size: (u32, u32),
+    f: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), String> + Copy,
+    g: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
+) -> Result<[PathBuf; 2], PlotError> {
     ensure_font()?;
     let png = stem.with_extension("png");
     let svg = stem.with_extension("svg");
@@ -102,7 +107,10 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
     let rows: Vec<_> = t.rows.iter().filter(|r| r.median > 0.0).collect();
     let max = rows.iter().map(|r| r.p90.max(r.median)).fold(1.0, f64::max) * 2.0;
     let mut chart = ChartBuilder::on(root)
-        .caption(format!("Table 1 today: cycles per call ({:.2} GHz TSC, medians, p10-p90 bars)", t.tsc_ghz), ("sans-serif", 20))
+        .caption(
+            format!("Table 1 today: cycles per call ({:.2} GHz TSC, medians, p10-p90 bars)", t.tsc_ghz),
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -123,20 +131,36 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            let colour = if r.key.starts_with("jmp") { RGBColor(0x2c, 0xa0, 0x2c) } else if r.key == "trap" { RGBColor(0xd6, 0x27, 0x28) } else { RGBColor(0x7f, 0x7f, 0x7f) };
-            let mut bar = Rectangle::new([(SegmentValue::Exact(i), 1.0), (SegmentValue::Exact(i + 1), r.median.max(1.0))], colour.filled());
+            let colour = if r.key.starts_with("jmp") {
+                RGBColor(0x2c, 0xa0, 0x2c)
+            } else if r.key == "trap" {
+                RGBColor(0xd6, 0x27, 0x28)
+            } else {
+                RGBColor(0x7f, 0x7f, 0x7f)
+            };
+            let mut bar = Rectangle::new(
+                [(SegmentValue::Exact(i), 1.0), (SegmentValue::Exact(i + 1), r.median.max(1.0))],
+                colour.filled(),
+            );
             bar.set_margin(0, 0, 8, 8);
             bar
         }))
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            PathElement::new(vec![(SegmentValue::CenterOf(i), r.p10.max(1.0)), (SegmentValue::CenterOf(i), r.p90.max(1.0))], BLACK.stroke_width(2))
+            PathElement::new(
+                vec![(SegmentValue::CenterOf(i), r.p10.max(1.0)), (SegmentValue::CenterOf(i), r.p90.max(1.0))],
+                BLACK.stroke_width(2),
+            )
         }))
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            Text::new(format!("{:.0}", r.median), (SegmentValue::CenterOf(i), r.median.max(1.0) * 1.15), ("sans-serif", 13))
+            Text::new(
+                format!("{:.0}", r.median),
+                (SegmentValue::CenterOf(i), r.median.max(1.0) * 1.15),
+                ("sans-serif", 13),
+            )
         }))
         .map_err(|e| e.to_string())?;
     Ok(())
@@ -159,7 +183,8 @@ fn short_name(key: &str) -> &str {
 
 /// An axis label for a byte distance: the nearest binary unit, no decimals.
 fn approx_bytes(d: f64) -> String {
-    const UNITS: [(f64, &str); 5] = [(1_099_511_627_776.0, "TiB"), (1_073_741_824.0, "GiB"), (1_048_576.0, "MiB"), (1024.0, "KiB"), (1.0, "B")];
+    const UNITS: [(f64, &str); 5] =
+        [(1_099_511_627_776.0, "TiB"), (1_073_741_824.0, "GiB"), (1_048_576.0, "MiB"), (1024.0, "KiB"), (1.0, "B")];
     let (u, name) = UNITS.iter().find(|(u, _)| d >= *u).copied().unwrap_or((1.0, "B"));
     format!("{:.0} {name}", d / u)
 }
@@ -190,7 +215,10 @@ fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) ->
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
                 let below: f64 = (1..n).map(|k| 100.0 * r.histogram.share(k)).sum();
                 let top = below + 100.0 * r.histogram.share(n);
-                let mut bar = Rectangle::new([(SegmentValue::Exact(i), below), (SegmentValue::Exact(i + 1), top)], length_colour(n).filled());
+                let mut bar = Rectangle::new(
+                    [(SegmentValue::Exact(i), below), (SegmentValue::Exact(i + 1), top)],
+                    length_colour(n).filled(),
+                );
                 bar.set_margin(0, 0, 10, 10);
                 bar
             }))
@@ -201,7 +229,9 @@ fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) ->
     legend.draw(&Text::new("length", (10, 20), ("sans-serif", 14))).map_err(|e| e.to_string())?;
     for n in 1..=MAX_LEN {
         legend.draw(&Rectangle::new([(10, y), (26, y + 14)], length_colour(n).filled())).map_err(|e| e.to_string())?;
-        legend.draw(&Text::new(format!("{n} byte{}", if n == 1 { "" } else { "s" }), (32, y), ("sans-serif", 13))).map_err(|e| e.to_string())?;
+        legend
+            .draw(&Text::new(format!("{n} byte{}", if n == 1 { "" } else { "s" }), (32, y), ("sans-serif", 13)))
+            .map_err(|e| e.to_string())?;
         y += 20;
     }
     legend.draw(&Text::new("5-byte jmp needs", (10, y + 10), ("sans-serif", 12))).map_err(|e| e.to_string())?;
@@ -214,7 +244,10 @@ pub fn total(all: &[Coverage]) -> Coverage {
     let mut out = Coverage { set: "all planned sets".into(), ..Default::default() };
     for c in all {
         if out.at.is_empty() {
-            out.at = c.at.iter().map(|a| crate::coverage::AtDistance { distance: a.distance, ..Default::default() }).collect();
+            out.at =
+                c.at.iter()
+                    .map(|a| crate::coverage::AtDistance { distance: a.distance, ..Default::default() })
+                    .collect();
             out.trap_rescues = vec![0; c.at.len()];
         }
         out.functions += c.functions;
@@ -240,17 +273,40 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
     let ymax = [costs.trap, costs.jmp_rel32, costs.jmp_springboard].into_iter().fold(10.0, f64::max) * 3.0;
     let label = |d: &f64| approx_bytes(*d);
     let mut chart = ChartBuilder::on(&top)
-        .caption(format!("Fig. 5 today: expected cycles per hit vs distance to the patch buffer ({} points)", tot.at[0].points), ("sans-serif", 18))
+        .caption(
+            format!(
+                "Fig. 5 today: expected cycles per hit vs distance to the patch buffer ({} points)",
+                tot.at[0].points
+            ),
+            ("sans-serif", 18),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d((lo..hi).log_scale(), (1.0..ymax).log_scale())
         .map_err(|e| e.to_string())?;
-    chart.configure_mesh().x_label_formatter(&label).y_desc("cycles per hit (log)").draw().map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_label_formatter(&label)
+        .y_desc("cycles per hit (log)")
+        .draw()
+        .map_err(|e| e.to_string())?;
     let series = [
-        ("trap only", RGBColor(0xd6, 0x27, 0x28), curve.iter().filter_map(|p| Some((p.distance as f64, p.trap_cycles?))).collect::<Vec<_>>()),
-        ("jmp only (rel32 or rel8+springboard)", RGBColor(0x2c, 0xa0, 0x2c), curve.iter().filter_map(|p| Some((p.distance as f64, p.jmp_cycles?))).collect()),
-        ("jmp where possible, else trap", RGBColor(0x1f, 0x77, 0xb4), curve.iter().filter_map(|p| Some((p.distance as f64, p.hybrid_cycles?))).collect()),
+        (
+            "trap only",
+            RGBColor(0xd6, 0x27, 0x28),
+            curve.iter().filter_map(|p| Some((p.distance as f64, p.trap_cycles?))).collect::<Vec<_>>(),
+        ),
+        (
+            "jmp only (rel32 or rel8+springboard)",
+            RGBColor(0x2c, 0xa0, 0x2c),
+            curve.iter().filter_map(|p| Some((p.distance as f64, p.jmp_cycles?))).collect(),
+        ),
+        (
+            "jmp where possible, else trap",
+            RGBColor(0x1f, 0x77, 0xb4),
+            curve.iter().filter_map(|p| Some((p.distance as f64, p.hybrid_cycles?))).collect(),
+        ),
     ];
     for (name, colour, pts) in series {
         chart
@@ -260,7 +316,13 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(|e| e.to_string())?;
     }
-    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(|e| e.to_string())?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
 
     let mut cov = ChartBuilder::on(&bottom)
         .caption("share of instruction boundaries each mechanism can splice", ("sans-serif", 15))
@@ -269,10 +331,23 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
         .y_label_area_size(70)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..100.0)
         .map_err(|e| e.to_string())?;
-    cov.configure_mesh().x_label_formatter(&label).x_desc("distance between point and patch buffer (log; rel32 reaches ±2 GiB)").y_desc("% of points").draw().map_err(|e| e.to_string())?;
+    cov.configure_mesh()
+        .x_label_formatter(&label)
+        .x_desc("distance between point and patch buffer (log; rel32 reaches ±2 GiB)")
+        .y_desc("% of points")
+        .draw()
+        .map_err(|e| e.to_string())?;
     let cseries = [
-        ("trap", RGBColor(0xd6, 0x27, 0x28), curve.iter().map(|p| (p.distance as f64, 100.0 * p.trap_coverage)).collect::<Vec<_>>()),
-        ("jmp", RGBColor(0x2c, 0xa0, 0x2c), curve.iter().map(|p| (p.distance as f64, 100.0 * p.jmp_coverage)).collect()),
+        (
+            "trap",
+            RGBColor(0xd6, 0x27, 0x28),
+            curve.iter().map(|p| (p.distance as f64, 100.0 * p.trap_coverage)).collect::<Vec<_>>(),
+        ),
+        (
+            "jmp",
+            RGBColor(0x2c, 0xa0, 0x2c),
+            curve.iter().map(|p| (p.distance as f64, 100.0 * p.jmp_coverage)).collect(),
+        ),
     ];
     for (name, colour, pts) in cseries {
         cov.draw_series(LineSeries::new(pts, colour.stroke_width(2)))
@@ -280,7 +355,12 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
     }
-    cov.configure_series_labels().position(SeriesLabelPosition::LowerLeft).background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(|e| e.to_string())?;
+    cov.configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

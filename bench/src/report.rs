@@ -50,9 +50,17 @@ pub enum ReportError {
     #[error(transparent)]
     Speed(#[from] SpeedError),
     #[error("writing {path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("serialising {what}: {source}")]
-    Json { what: &'static str, #[source] source: serde_json::Error },
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// What `bench report` runs.
@@ -136,8 +144,18 @@ pub fn plan_csv(all: &[Coverage], costs: &HitCosts) -> String {
             let _ = writeln!(
                 s,
                 "\"{}\",{},{},{},{},{},{},{:.4},{:.4},{},{},{}",
-                c.set, a.distance, a.points, a.trap_ok, a.jmp_rel32, a.jmp_springboard, a.neither,
-                p.trap_coverage, p.jmp_coverage, f(p.trap_cycles), f(p.jmp_cycles), f(p.hybrid_cycles)
+                c.set,
+                a.distance,
+                a.points,
+                a.trap_ok,
+                a.jmp_rel32,
+                a.jmp_springboard,
+                a.neither,
+                p.trap_coverage,
+                p.jmp_coverage,
+                f(p.trap_cycles),
+                f(p.jmp_cycles),
+                f(p.hybrid_cycles)
             );
         }
     }
@@ -185,7 +203,8 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
         bar.finish_and_clear();
         all.push(c);
     }
-    let plan_json: Vec<_> = all.iter().map(|c| serde_json::json!({ "coverage": c, "curve": c.curve(&costs) })).collect();
+    let plan_json: Vec<_> =
+        all.iter().map(|c| serde_json::json!({ "coverage": c, "curve": c.curve(&costs) })).collect();
     w.json("plan.json", "the plan coverage", &serde_json::json!({ "costs": costs, "sets": plan_json }))?;
     w.text("plan.csv", &plan_csv(&all, &costs))?;
     if !all.is_empty() {
@@ -230,7 +249,15 @@ pub fn summary(
     s.push_str("## Table 1 today: cost of one hit\n\n![Table 1](table1.png)\n\n");
     s.push_str("| mechanism | median cycles | p10 | p90 |\n|---|---:|---:|---:|\n");
     for r in &t.rows {
-        let _ = writeln!(s, "| {}{} | {:.0} | {:.0} | {:.0} |", r.name, if r.emulated { " (emulated)" } else { "" }, r.median, r.p10, r.p90);
+        let _ = writeln!(
+            s,
+            "| {}{} | {:.0} | {:.0} | {:.0} |",
+            r.name,
+            if r.emulated { " (emulated)" } else { "" },
+            r.median,
+            r.p10,
+            r.p90
+        );
     }
     if let Some(why) = &t.uprobe_unavailable {
         let _ = writeln!(s, "| uprobe on the same function | n/a: {why} | | |");
@@ -245,16 +272,46 @@ pub fn summary(
         let _ = writeln!(s, "The kernel's own uprobe (trace event on) costs {u:.2}x a trapvec trap splice hit.");
     }
     s.push_str("\n### Issue 2's targets\n\n| target | measured | verdict |\n|---|---:|---|\n");
-    let _ = writeln!(s, "| trap splice hit overhead <= 1.25x the minimal C SIGSEGV handler | {:.2}x | {} |", t.trap_over_floor(), verdict(t.trap_over_floor() <= 1.25));
-    let _ = writeln!(s, "| jmp `call` splice hit overhead <= 20 ns | {:.1} ns | {} |", t.jmp_overhead_ns(), verdict(t.jmp_overhead_ns() <= 20.0));
+    let _ = writeln!(
+        s,
+        "| trap splice hit overhead <= 1.25x the minimal C SIGSEGV handler | {:.2}x | {} |",
+        t.trap_over_floor(),
+        verdict(t.trap_over_floor() <= 1.25)
+    );
+    let _ = writeln!(
+        s,
+        "| jmp `call` splice hit overhead <= 20 ns | {:.1} ns | {} |",
+        t.jmp_overhead_ns(),
+        verdict(t.jmp_overhead_ns() <= 20.0)
+    );
     for b in batches {
-        let _ = writeln!(s, "| apply {} {} splices in one batch <= 100 ms | {:.1} ms | {} |", b.splices, b.mechanism, b.apply_ms, verdict(b.apply_ms <= 100.0));
-        let _ = writeln!(s, "| remove {} {} splices in one batch <= 100 ms | {:.1} ms | {} |", b.splices, b.mechanism, b.remove_ms, verdict(b.remove_ms <= 100.0));
+        let _ = writeln!(
+            s,
+            "| apply {} {} splices in one batch <= 100 ms | {:.1} ms | {} |",
+            b.splices,
+            b.mechanism,
+            b.apply_ms,
+            verdict(b.apply_ms <= 100.0)
+        );
+        let _ = writeln!(
+            s,
+            "| remove {} {} splices in one batch <= 100 ms | {:.1} ms | {} |",
+            b.splices,
+            b.mechanism,
+            b.remove_ms,
+            verdict(b.remove_ms <= 100.0)
+        );
     }
 
     s.push_str("\n## Fig. 4 today: instruction lengths\n\n![Fig. 4](fig4.png)\n\n");
     if let Some(src) = sources {
-        let _ = writeln!(s, "vmlinux extracted from `{}` ({}); function bounds from {}.\n", src.vmlinuz.display(), src.compression, src.kallsyms);
+        let _ = writeln!(
+            s,
+            "vmlinux extracted from `{}` ({}); function bounds from {}.\n",
+            src.vmlinuz.display(),
+            src.compression,
+            src.kallsyms
+        );
     }
     s.push_str("| set | functions | instructions |");
     for n in 1..=MAX_LEN {
@@ -286,12 +343,24 @@ pub fn summary(
         let _ = writeln!(
             s,
             "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.0} | {:.1}% | {:.1}% |",
-            c.set, near.points, pct(near.trap_ok, near), pct(near.jmp_rel32, near), pct(near.jmp_springboard, near),
-            pct(near.neither, near), curve[0].hybrid_cycles.unwrap_or(f64::NAN), pct(far.trap_ok, far), pct(far.jmp_rel32 + far.jmp_springboard, far)
+            c.set,
+            near.points,
+            pct(near.trap_ok, near),
+            pct(near.jmp_rel32, near),
+            pct(near.jmp_springboard, near),
+            pct(near.neither, near),
+            curve[0].hybrid_cycles.unwrap_or(f64::NAN),
+            pct(far.trap_ok, far),
+            pct(far.jmp_rel32 + far.jmp_springboard, far)
         );
     }
     if let Some(c) = all.first() {
-        let _ = writeln!(s, "\n\"near\" is {}; \"beyond\" is {}. Per-distance figures are in plan.csv.", human_distance(c.at[0].distance), human_distance(c.at.last().map_or(0, |a| a.distance)));
+        let _ = writeln!(
+            s,
+            "\n\"near\" is {}; \"beyond\" is {}. Per-distance figures are in plan.csv.",
+            human_distance(c.at[0].distance),
+            human_distance(c.at.last().map_or(0, |a| a.distance))
+        );
     }
 
     if let Some(sp) = speed {

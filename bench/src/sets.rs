@@ -32,7 +32,13 @@ impl CodeSet {
 
     /// The functions of `image` in `group`.
     pub fn group(group: &Group, source: &str, image: Arc<CodeImage>) -> CodeSet {
-        let functions = image.functions.iter().enumerate().filter(|(_, f)| group.contains(&f.name)).map(|(i, _)| i).collect();
+        let functions = image
+            .functions
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.names.iter().any(|n| group.contains(n)))
+            .map(|(i, _)| i)
+            .collect();
         CodeSet { name: group.name.clone(), whole_kernel: false, source: source.to_string(), image, functions }
     }
 
@@ -40,7 +46,7 @@ impl CodeSet {
         self.functions.iter().map(|&i| &self.image.functions[i])
     }
 
-    /// Keep only the named functions (any alias of the extent's first name counts).
+    /// Keep only the named functions (any of an extent's aliases counts).
     pub fn only(&self, names: &[String]) -> CodeSet {
         let functions = self
             .functions
@@ -48,9 +54,7 @@ impl CodeSet {
             .copied()
             .filter(|&i| {
                 let f = &self.image.functions[i];
-                names.iter().any(|n| {
-                    n == &f.name || self.image.symbols.lookup(n).is_some_and(|s| s.addr == f.start)
-                })
+                names.iter().any(|n| f.names.contains(n))
             })
             .collect();
         CodeSet { functions, ..self.clone() }

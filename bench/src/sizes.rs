@@ -71,7 +71,10 @@ impl LengthHistogram {
                 break;
             }
             let pad = matches!(ins.mnemonic(), Mnemonic::Nop | Mnemonic::Int3);
-            let stop = matches!(ins.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch);
+            let stop = matches!(
+                ins.flow_control(),
+                FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+            );
             lens.push((u8::try_from(ins.len()).unwrap_or(u8::MAX), pad, stop));
         }
         // Trailing padding: the run of int3/NOP at the end, when something stops the flow
@@ -133,7 +136,12 @@ pub fn sizes(sets: &[crate::sets::CodeSet]) -> Vec<SizesRow> {
             for f in set.iter() {
                 h.add_function(f.start, set.image.bytes_of(f));
             }
-            SizesRow { set: set.name.clone(), source: set.source.clone(), fentry_nops: set.image.fentry_nops, histogram: h }
+            SizesRow {
+                set: set.name.clone(),
+                source: set.source.clone(),
+                fentry_nops: set.image.fentry_nops,
+                histogram: h,
+            }
         })
         .collect()
 }

@@ -67,8 +67,16 @@ impl Speed {
         let _ = writeln!(s, "  trapvec analysis, {} threads: {:.3} s", self.threads, self.all_threads_s);
         match (self.objdump_s, &self.objdump_note) {
             (Some(o), _) => {
-                let _ = writeln!(s, "  objdump -d of the same file ({:.1} MiB of code): {o:.1} s", self.file_code_bytes as f64 / (1 << 20) as f64);
-                let _ = writeln!(s, "  speed-up over objdump (1 thread): {:.0}x (target >= 20x)", self.speedup().unwrap_or(0.0));
+                let _ = writeln!(
+                    s,
+                    "  objdump -d of the same file ({:.1} MiB of code): {o:.1} s",
+                    self.file_code_bytes as f64 / (1 << 20) as f64
+                );
+                let _ = writeln!(
+                    s,
+                    "  speed-up over objdump (1 thread): {:.0}x (target >= 20x)",
+                    self.speedup().unwrap_or(0.0)
+                );
             }
             (None, Some(n)) => {
                 let _ = writeln!(s, "  objdump: {n}");
@@ -149,7 +157,9 @@ pub fn measure(img: &CodeImage, file: &Path, threads: usize, with_objdump: bool)
         bar.finish_and_clear();
         match r {
             Ok(d) => (Some(d.as_secs_f64()), None),
-            Err(SpeedError::Objdump { reason, .. }) if reason.contains("No such file") => (None, Some("objdump is not installed (binutils)".to_string())),
+            Err(SpeedError::Objdump { reason, .. }) if reason.contains("No such file") => {
+                (None, Some("objdump is not installed (binutils)".to_string()))
+            }
             Err(e) => return Err(e),
         }
     };

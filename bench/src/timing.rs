@@ -13,12 +13,9 @@ pub struct Stats {
 pub fn pin_to_one_cpu() {
     // SAFETY: plain libc calls with a zeroed, then filled, cpu set.
     unsafe {
-        let cpu = libc::sched_getcpu();
-        if cpu < 0 {
-            return;
-        }
+        let Ok(cpu) = usize::try_from(libc::sched_getcpu()) else { return };
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
+        libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
@@ -48,8 +45,9 @@ pub fn measure(rounds: u32, iters: u32, mut f: impl FnMut()) -> Stats {
         })
         .collect();
     per.sort_by(f64::total_cmp);
-    let at = |q: f64| per[((per.len() - 1) as f64 * q).round() as usize];
-    Stats { median: at(0.5), p10: at(0.1), p90: at(0.9) }
+    // Nearest-rank percentile of `pct` (0..=100): an index in [0, len - 1].
+    let at = |pct: usize| per[(per.len() - 1) * pct / 100];
+    Stats { median: at(50), p10: at(10), p90: at(90) }
 }
 
 /// TSC frequency in GHz, measured against the monotonic clock.

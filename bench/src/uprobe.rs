@@ -53,7 +53,10 @@ fn mount_tracefs() -> Result<(), String> {
     // SAFETY: all three strings are NUL-terminated and outlive the call; data is null.
     let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
     if rc != 0 {
-        return Err(format!("tracefs is not mounted and mounting it at {TRACEFS} failed: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "tracefs is not mounted and mounting it at {TRACEFS} failed: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -81,7 +84,10 @@ impl Probe {
         };
         let event = format!("target_{}", std::process::id());
         let probe = Probe { dir, event, mounted };
-        append(&probe.dir.join("uprobe_events"), &format!("p:{GROUP}/{} {}:{offset:#x}\n", probe.event, path.display()))?;
+        append(
+            &probe.dir.join("uprobe_events"),
+            &format!("p:{GROUP}/{} {}:{offset:#x}\n", probe.event, path.display()),
+        )?;
         let enable = probe.dir.join("events").join(GROUP).join(&probe.event).join("enable");
         append(&enable, "1\n")?;
         log::debug!("uprobe {GROUP}/{} on {}:{offset:#x} enabled", probe.event, path.display());

@@ -273,7 +273,10 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], Candidate> {
-        let s = self.data.get(self.pos..self.pos + n).ok_or_else(|| Candidate::Broken(format!("lzop: truncated at {:#x}", self.pos)))?;
+        let s = self
+            .data
+            .get(self.pos..self.pos + n)
+            .ok_or_else(|| Candidate::Broken(format!("lzop: truncated at {:#x}", self.pos)))?;
         self.pos += n;
         Ok(s)
     }
@@ -362,10 +365,7 @@ pub fn decompress_whole(data: &[u8]) -> Option<Vec<u8>> {
 /// Offsets of every occurrence of `needle` in `hay`.
 fn find_all<'a>(hay: &'a [u8], needle: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
     let first = needle[0];
-    hay.iter()
-        .enumerate()
-        .filter(move |&(i, &b)| b == first && hay[i..].starts_with(needle))
-        .map(|(i, _)| i)
+    hay.iter().enumerate().filter(move |&(i, &b)| b == first && hay[i..].starts_with(needle)).map(|(i, _)| i)
 }
 
 /// Extract the vmlinux ELF from `image` (a `vmlinuz` or an already uncompressed `vmlinux`);

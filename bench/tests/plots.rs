@@ -1,0 +1,73 @@
+//! The figures are produced from a small fixture and are valid PNG and SVG files.
+
+mod common;
+
+use std::sync::Arc;
+
+use bench::cost::{CostRow, CostTable};
+use bench::coverage::{coverage, HitCosts, DISTANCES};
+use bench::image::CodeImage;
+use bench::plots;
+use bench::sets::CodeSet;
+use bench::sizes;
+
+fn table() -> CostTable {
+    let row = |key: &str, median: f64| CostRow {
+        key: key.into(),
+        name: key.into(),
+        median,
+        p10: median * 0.9,
+        p90: median * 1.1,
+        emulated: false,
+    };
+    CostTable {
+        tsc_ghz: 2.5,
+        rounds: 3,
+        iters: 10,
+        rows: vec![
+            row("unpatched", 5.0),
+            row("jmp_rel32", 130.0),
+            row("short_unpatched", 5.0),
+            row("jmp_springboard", 132.0),
+            row("trap", 9000.0),
+            row("floor_sigsegv", 8800.0),
+        ],
+        uprobe_unavailable: Some("not asked for".into()),
+    }
+}
+
+/// Width and height from a PNG's IHDR, after checking the signature and chunk layout.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    assert_eq!(&bytes[bytes.len() - 8..bytes.len() - 4], b"IEND", "the file ends with IEND");
+    let be = |o: usize| u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    (be(16), be(20))
+}
+
+fn check_svg(text: &str, needle: &str) {
+    assert!(text.trim_start().starts_with("<svg"), "SVG root element");
+    assert!(text.trim_end().ends_with("</svg>"), "SVG closed");
+    assert!(text.contains(needle), "the SVG holds `{needle}`");
+}
+
+#[test]
+fn table1_fig4_and_fig5_are_valid_png_and_svg() {
+    let b = common::build();
+    let img = Arc::new(CodeImage::from_path(&b.path("known.o")).unwrap());
+    let set = CodeSet::whole("known.o", "fixture", img);
+    let rows = sizes::sizes(std::slice::from_ref(&set));
+    let cov = coverage(&set, &DISTANCES, 1, &|_| {});
+    let costs = HitCosts { trap: 9000.0, jmp_rel32: 125.0, jmp_springboard: 127.0 };
+    let out = tempfile::tempdir().unwrap();
+
+    let files = [
+        (plots::draw_table1(&out.path().join("table1"), &table()).unwrap(), (1000, 620), "Table 1 today"),
+        (plots::draw_fig4(&out.path().join("fig4"), &rows).unwrap(), (1000, 600), "Fig. 4 today"),
+        (plots::draw_fig5(&out.path().join("fig5"), &[cov], &costs).unwrap(), (1000, 760), "Fig. 5 today"),
+    ];
+    for ([png, svg], size, title) in files {
+        assert_eq!(png_size(&std::fs::read(&png).unwrap()), size, "{}", png.display());
+        check_svg(&std::fs::read_to_string(&svg).unwrap(), title);
+    }
+}
