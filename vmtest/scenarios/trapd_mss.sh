@@ -1,0 +1,139 @@
+# trapd in the guest: live TCP MSS adaptation driven by the retransmission rate, kill -9 and
+# restart, a non-root client, and 10,000 malformed request lines. Needs --file trapd (the daemon)
+# and --file trapd_fuzz.txt (the lines); run by vmtest/tests/trapd_mss.rs.
+set -e
+cp /files/trapd /bin/trapd
+chmod 755 /bin/trapd
+mkdir -p /run /var/lib/trapd
+export TRAPD_SOCKET=/run/trapd.sock
+cat > /tmp/trapd.toml <<'EOF'
+interval_ms = 500
+min_dwell_s = 1
+initial_profile = "clean"
+
+[[metric]]
+name = "retrans"
+source = "snmp"
+counter = "Tcp:RetransSegs"
+per = "Tcp:OutSegs"
+
+[[rule]]
+metric = "retrans"
+above = 2.0
+activate = "lossy"
+
+[[rule]]
+metric = "retrans"
+below = 0.5
+for_s = 2
+activate = "clean"
+
+[profile.lossy]
+components = ["/components/mss_clamp.o"]
+splice = [{ at = "tcp_sync_mss", action = "replace", handler = "mss_clamp_tcp_sync_mss" }]
+set = [{ symbol = "mss_clamp_mtu", value = 1000, size = 4 }]
+
+[profile.clean]
+EOF
+
+start_trapd() {
+	trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal >>/tmp/trapd.log 2>&1 &
+	TRAPD_PID=$!
+	i=0
+	until trapd send '{"op":"status"}' >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt 100 ]; then echo "trapd did not come up"; cat /tmp/trapd.log; exit 1; fi
+		usleep 100000
+	done
+}
+
+profile() {
+	trapd send '{"op":"status"}' | grep -o '"profile":"[a-z]*"' | cut -d'"' -f4
+}
+
+# wait_profile NAME SECONDS
+wait_profile() {
+	i=0
+	while [ "$(profile)" != "$1" ]; do
+		i=$((i + 1))
+		if [ $i -gt $(($2 * 5)) ]; then echo "profile is $(profile), not $1 after $2 s"; cat /tmp/trapd.log; exit 1; fi
+		usleep 200000
+	done
+	echo "PROFILE=$1"
+}
+
+# An MSS measured while netem may drop the handshake: retried.
+mss() {
+	for _ in 1 2 3 4 5; do
+		if m=$(tcpmss); then echo "$m"; return 0; fi
+	done
+	return 1
+}
+
+before=$(tcpmss)
+echo "MSS_BEFORE=$before"
+start_trapd
+wait_profile clean 5
+
+tcpmss --traffic 300 >/dev/null 2>&1 &
+TRAFFIC=$!
+
+echo "--- loss on: expect lossy"
+tc qdisc add dev lo root netem loss 20%
+wait_profile lossy 60
+echo "MSS_LOSSY=$(mss)"
+echo "--- loss off: expect clean"
+tc qdisc del dev lo root
+wait_profile clean 60
+echo "MSS_CLEAN=$(tcpmss)"
+
+echo "--- loss on, then kill -9 the daemon while lossy"
+tc qdisc add dev lo root netem loss 20%
+wait_profile lossy 60
+kill -9 "$TRAPD_PID"
+wait "$TRAPD_PID" 2>/dev/null || true
+tc qdisc del dev lo root
+echo "MSS_ORPHANED=$(tcpmss)"
+start_trapd
+echo "RESTART_PROFILE=$(profile)"
+list=$(trapd send '{"op":"list"}')
+echo "LIST_AFTER_RESTART=$list"
+echo "LIVE_SPLICES=$(echo "$list" | grep -o '"at":"[a-z_]*"' | tr '\n' ' ')"
+echo "UNRECORDED=$(echo "$list" | grep -o '"unrecorded":\[[^]]*\]')"
+echo "--- switching still works after the restart"
+wait_profile clean 60
+echo "MSS_AFTER_RESTART=$(tcpmss)"
+
+echo "--- a non-root client"
+set +e
+su nobody -c "TRAPD_SOCKET=/run/trapd.sock /bin/trapd send '{\"op\":\"activate\",\"profile\":\"lossy\"}'" >/tmp/nobody.out 2>&1
+echo "NOBODY_STATUS=$?"
+set -e
+echo "NOBODY_REPLY=$(cat /tmp/nobody.out)"
+echo "PROFILE_AFTER_NOBODY=$(profile)"
+
+echo "--- 10,000 malformed lines, and requests cut off by the client leaving"
+# No TCP traffic from here on: the rules keep `clean`, so any change would be the lines' doing.
+kill "$TRAFFIC" 2>/dev/null || true
+wait "$TRAFFIC" 2>/dev/null || true
+gen_before=$(trapd send '{"op":"status"}' | grep -o '"generation":[0-9]*')
+list_before=$(trapd send '{"op":"list"}' | sed 's/"hits":[0-9]*//g')
+set +e
+trapd send </files/trapd_fuzz.txt >/tmp/fuzz.out
+echo "FUZZ_STATUS=$?"
+set -e
+echo "FUZZ_REPLIES=$(wc -l </tmp/fuzz.out)"
+echo "FUZZ_OK_REPLIES=$(grep -c '"ok":true' /tmp/fuzz.out || true)"
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+	printf '{"op":"activate","profile":"lossy"' | trapd send >/dev/null 2>&1 || true
+	printf '{"op":"load","path":"/components/mss_clamp.o"}' | trapd send >/dev/null 2>&1 || true
+done
+gen_after=$(trapd send '{"op":"status"}' | grep -o '"generation":[0-9]*')
+list_after=$(trapd send '{"op":"list"}' | sed 's/"hits":[0-9]*//g')
+echo "GEN_BEFORE=$gen_before GEN_AFTER=$gen_after"
+[ "$gen_before" = "$gen_after" ] && [ "$list_before" = "$list_after" ] && echo "FUZZ_KERNEL_UNCHANGED=yes"
+echo "PROFILE_AFTER_FUZZ=$(profile)"
+
+echo "--- trapd log"
+cat /tmp/trapd.log
+echo "SCENARIO_DONE=yes"
