@@ -143,7 +143,7 @@ fn fuzz_lines_hold_no_whole_changing_request() {
     let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     assert_eq!(lines.len(), 10_001, "10,000 newline-terminated lines");
     for c in CHANGING {
-        assert!(!lines.iter().any(|l| *l == c.as_bytes()), "{c} is never sent whole");
+        assert!(!lines.contains(&c.as_bytes()), "{c} is never sent whole");
     }
     assert!(reads > 2000 && reads < 3000, "{reads}");
 }
