@@ -121,6 +121,23 @@ impl<T: Target + StateHome> Daemon<T> {
                 journal.append(&Record::Failed { seq, time: journal::now_secs(), error: "interrupted (daemon stopped)".into() })?;
             }
         }
+        // The journal's profile counts only if its splices are live: after the module was
+        // reloaded (its state gone) the journal describes a kernel that no longer exists.
+        if let Some(p) = profile.clone() {
+            let live: Vec<&SpliceRequest> = splicer.live().map(|s| &s.request).collect();
+            let wanted = config.profiles.get(&p).map(|prof| prof.requests().unwrap_or_default());
+            match wanted {
+                Some(reqs) if reqs.iter().all(|r| live.contains(&r)) => {}
+                Some(_) => {
+                    log::warn!("the journal's profile {p} is not live in the module (was trapvec.ko reloaded?): no profile is active");
+                    profile = None;
+                }
+                None => {
+                    log::warn!("the journal's profile {p} is not in the configuration any more: no profile is active");
+                    profile = None;
+                }
+            }
+        }
         let known: Vec<u64> = splicer.live().filter_map(|s| s.dispatch().map(|d| d.site)).collect();
         let unrecorded: Vec<DispatchEntry> = match splicer.target().dispatch_entries() {
             Some(listed) => listed.map_err(DaemonError::List)?.into_iter().filter(|e| !known.contains(&e.site)).collect(),

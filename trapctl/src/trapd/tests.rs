@@ -319,3 +319,19 @@ fn reads_are_answered_without_journaling_and_splice_requests_round_trip() {
     assert_eq!(d.handle(Request::Unsplice { at: "f2".into() })["error"], json!("no live splice at `f2`"));
     assert!(k.pristine());
 }
+
+#[test]
+fn journal_profile_whose_splices_are_gone_is_dropped_and_the_initial_profile_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let mut d = start(&FakeKernel::new(), &journal);
+    activate(&mut d, "both");
+    std::mem::forget(d);
+    // rmmod + insmod: every splice reverted, the module's state empty.
+    let k = FakeKernel::new();
+    let mut d = start(&k, &journal);
+    assert_eq!(d.profile(), Some("clean"));
+    assert!(live_points(&mut d).is_empty());
+    assert_eq!(activate(&mut d, "both")["added"], json!(2), "a later activation applies the profile whole");
+    assert!(k.trapped("f0") && k.trapped("f1"));
+}
