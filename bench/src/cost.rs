@@ -20,6 +20,7 @@ use crate::coverage::HitCosts;
 use crate::fixtures::{Fixture, FixtureError};
 use crate::timing::{self, Stats};
 use crate::uprobe;
+use crate::vmcost::VmCost;
 
 /// The paper's Table 1 (Pentium 4, 1.4 GHz, Linux 2.4.20): jmp 84.0012 cycles, trap 1613.5124.
 pub const PAPER_JMP_CYCLES: f64 = 84.0012;
@@ -69,6 +70,12 @@ pub struct CostTable {
     pub rows: Vec<CostRow>,
     /// Why the uprobe row is missing, when it is.
     pub uprobe_unavailable: Option<String>,
+    /// Kernel rows measured in the VM (emulated).
+    #[serde(default)]
+    pub vm: Option<VmCost>,
+    /// Why there are no kernel rows, when there are none.
+    #[serde(default)]
+    pub vm_unavailable: Option<String>,
 }
 
 impl CostTable {
@@ -150,7 +157,29 @@ impl CostTable {
                 "  uprobe / trap splice:          {u:.1}x (the kernel's own trap-based probe, trace event on)"
             );
         }
+        match (&self.vm, &self.vm_unavailable) {
+            (Some(vm), _) => s.push_str(&vm.render()),
+            (None, Some(why)) => {
+                let _ = writeln!(s, "\n  kernel rows (VM): not measured: {why}");
+            }
+            (None, None) => {}
+        }
         s
+    }
+
+    /// Add the kernel rows: boot the VM (`vmtest`) and run the scenario; a machine that cannot
+    /// (no QEMU, no cloud kernel) gets the reason instead.
+    pub fn add_vm_rows(&mut self, repo: &Path, kernel: Option<std::path::PathBuf>) {
+        let bar = crate::report::spinner("kernel rows: booting the VM (vmtest)");
+        let r = crate::vmcost::measure(repo, kernel);
+        bar.finish_and_clear();
+        match r {
+            Ok(v) => self.vm = Some(v),
+            Err(why) => {
+                log::warn!("kernel rows: {why}");
+                self.vm_unavailable = Some(why.lines().next().unwrap_or_default().to_string());
+            }
+        }
     }
 }
 
@@ -256,7 +285,15 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         uprobe_unavailable = Some("not asked for (--no-uprobe)".into());
     }
     drop(comp);
-    Ok(CostTable { tsc_ghz: timing::tsc_ghz(), rounds, iters, rows, uprobe_unavailable })
+    Ok(CostTable {
+        tsc_ghz: timing::tsc_ghz(),
+        rounds,
+        iters,
+        rows,
+        uprobe_unavailable,
+        vm: None,
+        vm_unavailable: None,
+    })
 }
 
 /// Read a table written by `bench cost --json` (or the report's `cost.json`).

@@ -24,4 +24,5 @@ pub mod sizes;
 pub mod speed;
 pub mod timing;
 pub mod uprobe;
+pub mod vmcost;
 pub mod vmlinux;

@@ -106,6 +106,12 @@ struct CostArgs {
     /// Skip the uprobe row.
     #[arg(long)]
     no_uprobe: bool,
+    /// Also measure the kernel rows in the VM (vmtest; emulated). `report` does unless --no-vm.
+    #[arg(long)]
+    vm: bool,
+    /// Leave the kernel rows out of `report`.
+    #[arg(long)]
+    no_vm: bool,
 }
 
 #[derive(Args, Clone)]
@@ -146,7 +152,7 @@ impl CodeArgs {
             image: self.image.clone(),
             kallsyms: self.kallsyms.clone(),
             cache: self.cache.clone().unwrap_or_else(bench::kernel::default_cache_dir),
-            repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."),
+            repo: repo(),
             groups: self.groups.clone(),
             net_drivers: self.net_drivers.clone(),
             elfs: self.elfs.clone(),
@@ -173,7 +179,10 @@ fn main() -> Result<()> {
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).init();
     match Cli::parse().cmd {
         Cmd::Cost { cost, json } => {
-            let t = cost::measure(cost.iters, cost.rounds, !cost.no_uprobe)?;
+            let mut t = cost::measure(cost.iters, cost.rounds, !cost.no_uprobe)?;
+            if cost.vm {
+                t.add_vm_rows(&repo(), None);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&t)?);
             } else {
@@ -259,6 +268,7 @@ fn main() -> Result<()> {
                 iters: cost.iters,
                 rounds: cost.rounds,
                 uprobe: !cost.no_uprobe,
+                vm: !cost.no_vm,
                 objdump: !no_objdump,
                 batch: !no_batch,
                 threads: threads(),
@@ -269,6 +279,11 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The workspace vmtest builds the module, components and trapctl from.
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn threads() -> usize {

@@ -70,6 +70,8 @@ pub struct ReportOptions {
     pub iters: u32,
     pub rounds: u32,
     pub uprobe: bool,
+    /// Measure the kernel rows in the VM.
+    pub vm: bool,
     pub objdump: bool,
     pub batch: bool,
     pub threads: usize,
@@ -170,7 +172,12 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
     let bar = spinner("bench cost: cycles per hit");
     let table = cost::measure(opts.iters, opts.rounds, opts.uprobe);
     bar.finish_and_clear();
-    let table = table?;
+    let mut table = table?;
+    if opts.vm {
+        table.add_vm_rows(&opts.sets.repo, opts.sets.image.clone());
+    } else {
+        table.vm_unavailable = Some("not asked for (--no-vm)".into());
+    }
     w.json("cost.json", "the cost table", &table)?;
     w.text("cost.csv", &cost_csv(&table))?;
     w.plots(plots::draw_table1(&opts.out.join("table1"), &table)?);
@@ -270,6 +277,26 @@ pub fn summary(
     );
     if let Some(u) = t.uprobe_over_trap() {
         let _ = writeln!(s, "The kernel's own uprobe (trace event on) costs {u:.2}x a trapvec trap splice hit.");
+    }
+    match (&t.vm, &t.vm_unavailable) {
+        (Some(vm), _) => {
+            let _ = writeln!(s, "\n### Kernel rows, in the VM ({}, {}): emulated\n", vm.kernel, vm.point);
+            s.push_str("Under QEMU TCG these are emulated nanoseconds: only the ratios between rows mean anything.\n\n| mechanism | emulated ns per call | overhead |\n|---|---:|---:|\n");
+            for r in &vm.rows {
+                let _ =
+                    writeln!(s, "| {} (emulated) | {:.0} | {:.0} |", r.name, r.ns, vm.overhead(&r.key).unwrap_or(0.0));
+            }
+            if let (Some(a), Some(b)) = (vm.trap_over_jmp(), vm.trap_over_kprobe()) {
+                let _ = writeln!(s, "\nIn the guest: trap / jmp = {a:.1}x, trap / kprobe = {b:.2}x.");
+            }
+            for n in &vm.notes {
+                let _ = writeln!(s, "\nNote: {n}.");
+            }
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(s, "\nKernel rows (VM): not measured: {why}.");
+        }
+        (None, None) => {}
     }
     s.push_str("\n### Issue 2's targets\n\n| target | measured | verdict |\n|---|---:|---|\n");
     let _ = writeln!(

@@ -33,6 +33,8 @@ fn table() -> CostTable {
             row("floor_sigsegv", 8800.0),
         ],
         uprobe_unavailable: Some("not asked for".into()),
+        vm: None,
+        vm_unavailable: None,
     }
 }
 
