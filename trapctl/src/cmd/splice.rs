@@ -10,6 +10,7 @@ use crate::kernel::Kernel;
 
 /// Splice a point of the running kernel.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["call", "replace", "count"])))]
 #[command(long_about = "\
 Splice one point of the running kernel. AT is `function`, `function+offset` (decimal or 0x hex)
 or `0xADDRESS`. A point at a traced function's entry moves past its 5-byte ftrace site (the
@@ -21,6 +22,8 @@ in their registers there.
                   change the registers), then the displaced instructions, then carry on
   --replace SYM   run SYM instead of the function (AT must be its entry); the original stays
                   callable as __trapvec_orig_<function>
+  --count         no handler: only count the hits (`trapctl list` shows them); a kernel trap
+                  is then a dispatch entry without a handler, a jmp a counting trampoline
 
 The mechanism is `trap` (int 0xF5, 2 bytes: any instruction boundary of a basic block) or `jmp`
 (jmp rel32 over 5 bytes, or jmp rel8 to a springboard in nearby padding). The point is checked
@@ -31,11 +34,14 @@ pub struct SpliceArgs {
     /// `function`, `function+offset` or `0xADDRESS`.
     pub at: String,
     /// Run this component function at the point, then the original code.
-    #[arg(long, value_name = "SYM", conflicts_with = "replace", required_unless_present = "replace")]
+    #[arg(long, value_name = "SYM")]
     pub call: Option<String>,
     /// Run this component function instead of the function at AT (its entry).
     #[arg(long, value_name = "SYM")]
     pub replace: Option<String>,
+    /// Only count the hits.
+    #[arg(long)]
+    pub count: bool,
     /// How control leaves the point.
     #[arg(long, default_value = "trap", value_parser = parse_mechanism)]
     pub mechanism: Mechanism,
@@ -65,10 +71,11 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
 }
 
 pub fn splice(args: &SpliceArgs) -> Result<()> {
-    let action = match (&args.call, &args.replace) {
-        (Some(h), None) => Action::Call { handler: h.clone(), cookie: args.cookie },
-        (None, Some(f)) => Action::Replace { with: f.clone() },
-        _ => bail!("give exactly one of --call SYM and --replace SYM"),
+    let action = match (&args.call, &args.replace, args.count) {
+        (Some(h), None, false) => Action::Call { handler: h.clone(), cookie: args.cookie },
+        (None, Some(f), false) => Action::Replace { with: f.clone() },
+        (None, None, true) => Action::Count,
+        _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
     let mut k = Kernel::open()?;
     let request = SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism };

@@ -1,0 +1,122 @@
+#!/bin/sh
+# The kernel benchmark, in one guest. Under QEMU TCG every figure is emulated time: only ratios
+# between mechanisms measured in the same guest mean anything.
+#
+#  1. Hit cost, on one point, __x64_sys_getppid+5 (`push rbx; call ...`), timed by `sysbench`
+#     (getppid() in a loop; median of three runs, ns per call): nothing spliced; a trap splice
+#     that only counts (a dispatch entry without a handler); a trap splice calling an empty
+#     handler (run by the dispatcher, like a kprobe pre-handler); a jmp splice calling the same
+#     handler through a register-saving trampoline; a kprobe from kprobe_events (int3, jump
+#     optimization off) with its trace event enabled and tracing off (its handler runs, the ring
+#     buffer takes no record). The hit cost is the time per call minus the unspliced time.
+#  2. Batch: 1000 trap splices applied by one `trapctl apply` next to 1000 kprobes defined and
+#     enabled through kprobe_events, on the same 1000 points (functions spread over the kernel
+#     text that both accept).
+#
+#   cargo run --release -p vmtest -- run --scenario vmtest/scenarios/bench.sh
+#
+# Output: BENCH_* lines (KEY=value ...).
+set -eu
+
+calls=${BENCH_CALLS:-100000}
+point=__x64_sys_getppid+5
+tracing=/sys/kernel/tracing
+
+# Median of three runs of sysbench.
+ns_per_call() {
+	for _ in 1 2 3; do sysbench -n "$calls"; done | sort -n | sed -n 2p
+}
+
+now_ms() {
+	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
+}
+
+trapctl load /components/empty.o > /dev/null
+
+base=$(ns_per_call)
+echo "BENCH_BASE_NS=$base"
+
+trapctl splice "$point" --count > /dev/null
+trap_count=$(ns_per_call)
+echo "BENCH_TRAP_COUNT_NS=$trap_count"
+trapctl unsplice "$point"
+
+trapctl splice "$point" --call empty_handler > /dev/null
+trap_empty=$(ns_per_call)
+echo "BENCH_TRAP_EMPTY_NS=$trap_empty"
+trapctl unsplice "$point"
+
+trapctl splice "$point" --call empty_handler --mechanism jmp > /dev/null
+jmp_empty=$(ns_per_call)
+echo "BENCH_JMP_EMPTY_NS=$jmp_empty"
+trapctl unsplice "$point"
+
+echo 0 > /proc/sys/debug/kprobes-optimization
+echo "p:tvbench/getppid $point" > $tracing/kprobe_events
+echo 0 > $tracing/tracing_on
+echo 1 > $tracing/events/tvbench/enable
+kprobe=$(ns_per_call)
+echo "BENCH_KPROBE_NS=$kprobe"
+grep getppid /sys/kernel/debug/kprobes/list || true
+echo 0 > $tracing/events/tvbench/enable
+echo > $tracing/kprobe_events
+
+awk -v b="$base" -v c="$trap_count" -v t="$trap_empty" -v j="$jmp_empty" -v k="$kprobe" 'BEGIN {
+	printf "BENCH_HIT_NS trap_count=%d trap_empty=%d jmp_empty=%d kprobe=%d\n", c - b, t - b, j - b, k - b
+	printf "BENCH_RATIO_TRAP_TO_KPROBE=%.2f (target <= 0.8)\n", (t - b) / (k - b)
+	printf "BENCH_RATIO_TRAP_COUNT_TO_KPROBE=%.2f\n", (c - b) / (k - b)
+	printf "BENCH_RATIO_JMP_TO_KPROBE=%.2f\n", (j - b) / (k - b)
+}'
+
+# Batch. Candidates: every n-th core kernel function (about 2500), planned by trapctl; of those
+# it accepts, the first 1000 that kprobes accept too.
+awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/funcs
+step=$(( $(wc -l < /tmp/funcs) / 2500 + 1 ))
+awk -v s="$step" 'NR % s == 0 { printf "[[splice]]\nat = \"%s\"\naction = \"call\"\nhandler = \"empty_handler\"\n", $1 }' \
+	/tmp/funcs > /tmp/candidates.toml
+trapctl apply --check /tmp/candidates.toml > /tmp/check.out 2> /dev/null || true
+echo "BENCH_CANDIDATES=$(grep -c '^at = ' /tmp/candidates.toml) planned=$(grep -c '^ok ' /tmp/check.out)"
+: > /tmp/points
+n=0
+# `ok NAME at 0xSITE by trap: ...`
+while read -r _ok name _at site _rest; do
+	[ "$n" -lt 1000 ] || break
+	if echo "p:tvcheck/k $site" > $tracing/kprobe_events 2> /dev/null; then
+		echo "$name $site" >> /tmp/points
+		n=$((n + 1))
+	fi
+	echo > $tracing/kprobe_events
+done < /tmp/check.out
+echo "BENCH_BATCH_POINTS=$n"
+
+awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"call\"\nhandler = \"empty_handler\"\n", $1 }' /tmp/points > /tmp/batch.toml
+t0=$(now_ms)
+trapctl apply --timings /tmp/batch.toml > /dev/null 2> /tmp/timings.out
+t1=$(now_ms)
+cat /tmp/timings.out
+commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/timings.out)
+plan_ms=$(sed -n 's/.*plan \([0-9.]*\) ms.*/\1/p' /tmp/timings.out)
+build_ms=$(sed -n 's/.*build \([0-9.]*\) ms.*/\1/p' /tmp/timings.out)
+trapctl_ms=$((t1 - t0))
+echo "BENCH_BATCH_TRAPVEC_MS commit=$commit_ms plan=$plan_ms build=$build_ms trapctl_total=$trapctl_ms"
+trapctl unsplice --all > /dev/null
+
+awk '{ printf "p:tvbatch/k%d %s\n", NR, $2 }' /tmp/points > /tmp/kprobes.txt
+t0=$(now_ms)
+while read -r line; do echo "$line" >> $tracing/kprobe_events; done < /tmp/kprobes.txt
+t1=$(now_ms)
+echo 1 > $tracing/events/tvbatch/enable
+t2=$(now_ms)
+define_ms=$((t1 - t0))
+enable_ms=$((t2 - t1))
+echo "BENCH_BATCH_KPROBES_MS define=$define_ms enable=$enable_ms total=$((t2 - t0))"
+echo 0 > $tracing/events/tvbatch/enable
+echo > $tracing/kprobe_events
+echo 1 > /proc/sys/debug/kprobes-optimization
+echo 1 > $tracing/tracing_on
+
+awk -v c="$commit_ms" -v p="$plan_ms" -v b="$build_ms" -v w="$trapctl_ms" -v d="$define_ms" -v e="$enable_ms" 'BEGIN {
+	printf "BENCH_RATIO_KPROBES_ENABLE_TO_BATCH_COMMIT=%.1f (target >= 10)\n", e / c
+	printf "BENCH_RATIO_KPROBES_TOTAL_TO_BATCH_APPLY=%.1f (define+enable / plan+build+commit)\n", (d + e) / (p + b + c)
+	printf "BENCH_RATIO_KPROBES_TOTAL_TO_TRAPCTL=%.1f (define+enable / the whole trapctl command)\n", (d + e) / w
+}'

@@ -1,0 +1,65 @@
+//! Bad input against the real kernel (`vmtest/scenarios/kernel_bad_input.sh`): each is refused
+//! with a one-line error naming the culprit and the kernel is unchanged (the function's bytes,
+//! entry text, trapctl's list). Also: all-or-nothing and --best-effort batches, the state kept in
+//! the module between trapctl commands, and the lock that serializes them.
+
+mod kernel_common;
+
+use std::path::Path;
+use std::process::Command;
+
+use kernel_common::{can_boot, run_scenario};
+
+/// A component calling a function no kernel has, compiled on the host.
+fn unresolved_component(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("unresolved.c");
+    std::fs::write(&src, "extern int trapvec_no_such_kernel_function(int);\nint calls_nothing(int x) { return trapvec_no_such_kernel_function(x) + 1; }\n").unwrap();
+    let obj = dir.join("unresolved.o");
+    let out = Command::new("cc")
+        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-fno-asynchronous-unwind-tables", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .output()
+        .expect("running cc");
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    obj
+}
+
+#[test]
+fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
+    if !can_boot() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let obj = unresolved_component(dir.path());
+    let run = run_scenario("kernel_bad_input.sh", &[&obj], &["--timeout", "600"]);
+    run.assert_passed();
+
+    let err = |key: &str, words: &[&str]| {
+        let msg = run.expect(key);
+        assert!(msg.starts_with("trapctl: "), "{key}: one trapctl error line, got `{msg}`");
+        for w in words {
+            assert!(msg.contains(w), "{key}: `{msg}` lacks `{w}`");
+        }
+    };
+    err("ERR_NONROOT", &["/dev/trapvec", "Permission denied"]);
+    err("ERR_NONROOT_LIST", &["Permission denied"]);
+    err("ERR_BOUNDARY", &["tcp_sync_mss+7", "not an instruction boundary", "mov rdx, rdi"]);
+    err("ERR_ENTRY", &["entry_SYSCALL_64", "entry text"]);
+    err("ERR_UNRESOLVED", &["unresolved.o", "trapvec_no_such_kernel_function"]);
+    let branch_point = run.expect("BRANCH_POINT");
+    assert!(branch_point.starts_with("tcp_sync_mss+"), "a point of tcp_sync_mss whose window holds a branch target");
+    err("ERR_BRANCH", &[branch_point, "branch target"]);
+    assert!(run.number("CHECK_OK") > 10 && run.number("CHECK_REFUSED") > 10, "apply --check planned every offset");
+    assert_eq!(run.expect("UNCHANGED"), "yes", "bytes of tcp_sync_mss and entry_SYSCALL_64, and trapctl list, as before");
+
+    err("ERR_ALL_OR_NOTHING", &["entry_SYSCALL_64", "nothing was applied"]);
+    assert_eq!(run.number("AFTER_ALL_OR_NOTHING"), 0);
+    assert_ne!(run.number("BEST_EFFORT_STATUS"), 0, "--best-effort exits non-zero when a splice was refused");
+    assert_eq!(run.number("BEST_EFFORT_APPLIED"), 1);
+    assert_eq!(run.number("BEST_EFFORT_REFUSED"), 2);
+
+    assert_eq!(run.number("STATE_HITS"), 10, "the next trapctl sees the splice and its hits (2 connections x 5)");
+    assert_eq!(run.expect("LIST_WAITED"), "yes", "a second trapctl waits for the first");
+    assert_eq!(run.expect("END_LIST"), "no splices no components ");
+}

@@ -1,0 +1,27 @@
+//! The kernel benchmark (`vmtest/scenarios/bench.sh`) runs and prints its figures. Timing under
+//! QEMU TCG is emulated and noisy, so nothing here asserts a speed: only that every figure is
+//! there and is a positive number (the figures themselves are in the test's output).
+
+mod kernel_common;
+
+use kernel_common::{can_boot, run_scenario};
+
+#[test]
+fn kernel_benchmark_prints_hit_costs_and_batch_times() {
+    if !can_boot() {
+        return;
+    }
+    let run = run_scenario("bench.sh", &[], &["--timeout", "1200"]);
+    run.assert_passed();
+    for key in ["BENCH_BASE_NS", "BENCH_TRAP_COUNT_NS", "BENCH_TRAP_EMPTY_NS", "BENCH_JMP_EMPTY_NS", "BENCH_KPROBE_NS"] {
+        assert!(run.number(key) > 0, "{key}");
+    }
+    assert_eq!(run.number("BENCH_BATCH_POINTS"), 1000);
+    for line in ["BENCH_HIT_NS", "BENCH_BATCH_TRAPVEC_MS", "BENCH_BATCH_KPROBES_MS"] {
+        assert!(run.stdout.lines().any(|l| l.starts_with(line)), "{line} printed");
+    }
+    for key in ["BENCH_RATIO_TRAP_TO_KPROBE", "BENCH_RATIO_KPROBES_ENABLE_TO_BATCH_COMMIT"] {
+        let ratio: f64 = run.expect(key).split_whitespace().next().unwrap().parse().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{key}={ratio}");
+    }
+}

@@ -1,0 +1,33 @@
+//! The real kernel under churn (`vmtest/scenarios/kernel_stress.sh`): 500 splice/unsplice
+//! cycles of mss_clamp's replacement of tcp_sync_mss, alternating trap and jmp, while loopback
+//! connections open one after another and a checked stream runs; then `rmmod trapvec` with a
+//! trap and a jmp splice live reverts them and restores the gate, so that `insmod` works again.
+//! vmtest fails the run on any oops, BUG or WARNING in the kernel log.
+
+mod kernel_common;
+
+use kernel_common::{can_boot, run_scenario};
+
+#[test]
+fn five_hundred_cycles_under_traffic_restore_every_byte_and_rmmod_reverts_live_splices() {
+    if !can_boot() {
+        return;
+    }
+    let run = run_scenario("kernel_stress.sh", &[], &["--timeout", "1200"]);
+    run.assert_passed();
+
+    assert_eq!(run.number("CYCLES_DONE"), 500);
+    assert!(run.number("CONNECTIONS") > 50, "connections were opened during the cycles");
+    let seen: Vec<&str> = run.expect("MSS_SEEN").split_whitespace().collect();
+    assert!(seen.iter().all(|m| *m == "32741" || *m == "948"), "every connection got the kernel's or the clamped MSS: {seen:?}");
+    assert!(run.number("TRAFFIC_BYTES") > 0, "the stream went through with every byte checked");
+    assert_eq!(run.expect("STRESS_RESTORED"), "yes", "tcp_sync_mss byte for byte after 500 cycles");
+
+    assert_eq!(run.expect("LIVE_MSS"), "948");
+    assert_eq!(run.expect("LIVE_PATCHED"), "yes");
+    assert_eq!(run.expect("RMMOD_MSS"), "32741", "rmmod reverted the live splices");
+    assert_eq!(run.expect("REINSMOD"), "yes", "insmod accepts the gate rmmod restored");
+    assert_eq!(run.number("STATE_AFTER_RELOAD"), 0, "the state went with the old module");
+    assert_eq!(run.expect("RELOAD_RESTORED"), "yes", "tcp_sync_mss and __x64_sys_getppid byte for byte");
+    assert_eq!(run.expect("RELOAD_MSS"), "948", "the reloaded module splices again");
+}
