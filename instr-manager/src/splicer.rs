@@ -39,12 +39,13 @@ use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
 use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
+use crate::analysis::liveness::{flags_dead_at, is_lean_leaf};
 use crate::point::is_fentry_site;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{resolve_point, PointSpec, ResolvedPoint};
 use crate::trampoline::{
-    emit_call_trampoline, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes,
-    CallTrampoline,
+    emit_call_trampoline_with, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes,
+    trap_bytes, CallTrampoline, TrampolineOptions,
 };
 use count::emit_counting_replay;
 
@@ -188,6 +189,9 @@ pub struct LiveSplice {
     /// Replay (displaced + jmp back), for replace splices and dispatcher-run handlers.
     replay: Option<u64>,
     dispatch: Option<DispatchEntry>,
+    /// The handler's code, when it is a lean leaf: scanned for threads instead of counting them.
+    #[serde(default)]
+    handler_range: Option<(u64, u64)>,
 }
 
 impl LiveSplice {
@@ -215,6 +219,7 @@ impl LiveSplice {
     /// Ranges a thread could be executing in because of this splice.
     fn ranges(&self) -> Vec<(u64, u64)> {
         let mut r = vec![(self.code.addr, self.code.addr + self.code.size as u64)];
+        r.extend(self.handler_range);
         if let Some(sb) = &self.springboard_patch {
             r.push((sb.addr, sb.addr + sb.new.len() as u64));
         }
@@ -665,6 +670,7 @@ impl<T: Target> Splicer<T> {
                 return Err(terr(e));
             }
         };
+        let mut handler_range = None;
         let result = (|| -> Result<(u64, Option<u64>, Option<DispatchEntry>), SpliceError> {
             let refused = |refusal| SpliceError::Refused { at: at.clone(), site, mechanism: plan.mechanism, refusal };
             self.target.write(&data, 0, &[0u8; 16]).map_err(terr)?;
@@ -677,7 +683,9 @@ impl<T: Target> Splicer<T> {
                 }
                 Action::Call { cookie, .. } => {
                     let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
-                    let bytes = emit_call_trampoline(&t, &plan, &info).map_err(refused)?;
+                    let (opts, lean) = self.trampoline_options(&point, dest_fn, component);
+                    handler_range = lean;
+                    let bytes = emit_call_trampoline_with(&t, &plan, &info, &opts).map_err(refused)?;
                     let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
                     (bytes, code.addr, None, d)
                 }
@@ -765,7 +773,34 @@ impl<T: Target> Splicer<T> {
             entry,
             replay,
             dispatch,
+            handler_range,
         })
+    }
+
+    /// What the call trampoline of a splice at `point` with handler `handler` may leave out: the
+    /// `popfq` where the flags are dead at the point, the vector saves and the in-flight counter
+    /// where the handler is a lean leaf (then its range, returned, is scanned at removal).
+    fn trampoline_options(&self, point: &ResolvedPoint, handler: u64, component: Option<ComponentId>) -> (TrampolineOptions, Option<(u64, u64)>) {
+        let info = self.target.info();
+        let analyse = |name: &str, addr: u64, size: u64| {
+            let bytes = self.target.read(addr, usize::try_from(size).ok()?).ok()?;
+            analyze_function(name, addr, &bytes).ok()
+        };
+        let f = &point.function;
+        let flags_dead = analyse(&f.name, f.addr, f.size).is_some_and(|func| flags_dead_at(&func, point.site));
+        let lean = component
+            .and_then(|c| self.components.get(c))
+            .and_then(|c| c.symbols.iter().find(|s| s.addr == handler && s.size > 0))
+            .filter(|s| analyse(&s.name, s.addr, s.size).is_some_and(|func| is_lean_leaf(&func)))
+            .map(|s| (s.addr, s.addr + s.size));
+        let lean_text = if lean.is_some() { "is a lean leaf" } else { "needs the full frame" };
+        log::debug!("trampoline for {:#x}: flags {}, handler {handler:#x} {lean_text}", point.site, if flags_dead { "dead" } else { "live" });
+        let opts = TrampolineOptions {
+            restore_flags: !flags_dead,
+            save_vector_regs: info.save_vector_regs && lean.is_none(),
+            count_inflight: lean.is_none(),
+        };
+        (opts, lean)
     }
     /// Free the repository side of splices that never became visible.
     fn discard(&mut self, built: &[LiveSplice]) {
@@ -803,8 +838,11 @@ impl<T: Target> Splicer<T> {
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
         // a CPU is stopped only outside the dispatcher (it runs with interrupts off).
+        // (Trampoline counters, as the process backend's, are read after quiescence: a thread
+        // still on its way through a trampoline counts its hit after the text is restored.)
+        let counted_by_dispatcher = self.target.info().dispatcher_counts_hits;
         let dispatcher_hits: Vec<Option<Hits>> =
-            taken.iter().map(|s| s.dispatch.is_some().then(|| self.hits_of(s))).collect();
+            taken.iter().map(|s| (s.dispatch.is_some() && counted_by_dispatcher).then(|| self.hits_of(s))).collect();
         let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
