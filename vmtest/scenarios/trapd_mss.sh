@@ -19,7 +19,7 @@ per = "Tcp:OutSegs"
 
 [[rule]]
 metric = "retrans"
-above = 2.0
+above = 5.0
 activate = "lossy"
 
 [[rule]]

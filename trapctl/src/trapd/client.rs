@@ -63,7 +63,21 @@ pub fn exchange(path: &Path, bytes: &[u8]) -> std::io::Result<Vec<String>> {
     let mut stream = UnixStream::connect(path)?;
     let reader_stream = stream.try_clone()?;
     // Read replies while writing, so neither side's buffer fills up waiting for the other.
-    let reader = std::thread::spawn(move || BufReader::new(reader_stream).lines().collect::<std::io::Result<Vec<String>>>());
+    // A reset after some replies (the daemon gave up on the connection) keeps those replies.
+    let reader = std::thread::spawn(move || -> std::io::Result<Vec<String>> {
+        let mut replies = Vec::new();
+        for line in BufReader::new(reader_stream).lines() {
+            match line {
+                Ok(l) => replies.push(l),
+                Err(e) if replies.is_empty() => return Err(e),
+                Err(e) => {
+                    log::debug!("reading from trapd: {e}");
+                    break;
+                }
+            }
+        }
+        Ok(replies)
+    });
     // The daemon may close early (a refusal, an overlong line): then a write fails; the replies
     // received so far are still returned.
     if let Err(e) = stream.write_all(bytes) {

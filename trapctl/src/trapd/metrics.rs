@@ -4,7 +4,8 @@
 //! `source = "snmp"` reads a counter named `Proto:Field` (`Tcp:RetransSegs`); per interval it
 //! yields the counter's increase per second, or, with `per = "Tcp:OutSegs"`, the increase as a
 //! percentage of the other counter's increase (the retransmission rate). An interval in which the
-//! denominator did not move yields 0. `source = "file"` reads the first number in a file; with
+//! denominator did not move yields no value: no segments sent is no evidence either way (and a
+//! connection stalled in retransmission back-off must not look like a clean link). `source = "file"` reads the first number in a file; with
 //! `delta = true` its increase per second instead. A delta source has no value on its first
 //! sample (there is nothing to subtract yet).
 
@@ -122,16 +123,11 @@ impl Metric {
                 let prev = self.last.replace((now, num, den));
                 let Some((then, pnum, pden)) = prev else { return Ok(None) };
                 let dn = num - pnum;
-                Ok(Some(if per.is_some() {
-                    let dd = den - pden;
-                    if dd > 0.0 {
-                        100.0 * dn / dd
-                    } else {
-                        0.0
-                    }
-                } else {
-                    per_second(dn, now.saturating_sub(then))
-                }))
+                if per.is_none() {
+                    return Ok(Some(per_second(dn, now.saturating_sub(then))));
+                }
+                let dd = den - pden;
+                Ok((dd > 0.0).then(|| 100.0 * dn / dd))
             }
             Source::File { path, delta } => {
                 let text = read(path)?;
@@ -174,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn snmp_ratio_is_the_percentage_of_the_increases_and_absent_on_the_first_sample() {
+    fn snmp_ratio_is_the_percentage_of_the_increases_absent_on_the_first_sample_and_when_idle() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("snmp");
         std::fs::write(&path, SNMP_A).unwrap();
@@ -187,8 +183,8 @@ mod tests {
         std::fs::write(&path, SNMP_B).unwrap();
         // (25 - 5) / (1400 - 1000) = 5 %.
         assert_eq!(m.sample(Duration::from_secs(1)).unwrap(), Some(5.0));
-        // No segments sent: 0, not a division by zero.
-        assert_eq!(m.sample(Duration::from_secs(2)).unwrap(), Some(0.0));
+        // No segments sent: no value (not 0, not a division by zero).
+        assert_eq!(m.sample(Duration::from_secs(2)).unwrap(), None);
     }
 
     #[test]

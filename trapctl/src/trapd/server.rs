@@ -109,6 +109,15 @@ pub fn serve<H: Handler>(listener: UnixListener, handler: Arc<Mutex<H>>, access:
     }
 }
 
+/// End a connection the server gives up on after its last reply. Closing a Unix socket with
+/// unread input resets it, and the peer may then lose the reply it has not read yet: so stop
+/// sending, and read (and drop) what the client still sends, for at most a second and 1 MiB.
+fn close_after_reply(mut stream: UnixStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+    let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
+}
+
 /// Serve one connection until the client closes it.
 pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access: &Access) {
     let cred = match getsockopt(&stream, PeerCredentials) {
@@ -123,6 +132,7 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
         log::warn!("refused a client: pid {} uid {} gid {} is not root and not in an allowed group", cred.pid(), cred.uid(), cred.gid());
         let reply = protocol::error(format!("permission denied: uid {} is not root and not in a group trapd allows", cred.uid()));
         let _ = writeln!(stream, "{reply}");
+        close_after_reply(stream);
         return;
     }
     log::debug!("client pid {} uid {} connected", cred.pid(), cred.uid());
@@ -145,6 +155,7 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
         if buf.last() != Some(&b'\n') {
             if buf.len() > MAX_LINE {
                 let _ = writeln!(stream, "{}", protocol::error(format!("request line longer than {MAX_LINE} bytes")));
+                close_after_reply(stream);
             } else {
                 log::debug!("client pid {} closed mid-request ({} bytes); nothing done", cred.pid(), buf.len());
             }
@@ -226,6 +237,25 @@ mod tests {
         assert_eq!(replies.len(), 1);
         assert!(replies[0]["error"].as_str().unwrap().contains("longer than"));
         assert!(reqs.is_empty());
+    }
+
+    #[test]
+    fn a_reply_before_closing_on_unread_input_still_reaches_the_client() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        // The client sends before reading, as `trapd send` does; the server never reads it.
+        let sender = {
+            let mut c = client.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = c.write_all(&vec![b'x'; 200_000]);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            })
+        };
+        writeln!(server, "{}", protocol::error("permission denied")).unwrap();
+        close_after_reply(server);
+        let mut out = String::new();
+        client.read_to_string(&mut out).unwrap();
+        assert_eq!(out.trim_end(), r#"{"error":"permission denied","ok":false}"#);
+        sender.join().unwrap();
     }
 
     #[test]
