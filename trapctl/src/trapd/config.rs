@@ -73,12 +73,9 @@ pub struct ProfileSplice {
 pub struct ProfileSet {
     pub symbol: String,
     pub value: u64,
-    #[serde(default = "eight")]
-    pub size: usize,
-}
-
-fn eight() -> usize {
-    8
+    /// 1, 2, 4 or 8 bytes; default the symbol's size, else 8.
+    #[serde(default)]
+    pub size: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,8 +121,8 @@ impl Config {
         for (name, p) in &mut c.profiles {
             p.requests().map_err(|e| invalid(format!("profile `{name}`: {e}")))?;
             for s in &p.sets {
-                if ![1, 2, 4, 8].contains(&s.size) {
-                    return Err(invalid(format!("profile `{name}`: set {}: size {} is not 1, 2, 4 or 8", s.symbol, s.size)));
+                if let Some(size) = s.size.filter(|z| ![1, 2, 4, 8].contains(z)) {
+                    return Err(invalid(format!("profile `{name}`: set {}: size {size} is not 1, 2, 4 or 8", s.symbol)));
                 }
             }
             for comp in &mut p.components {

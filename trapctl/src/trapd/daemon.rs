@@ -241,7 +241,10 @@ impl<T: Target + StateHome> Daemon<T> {
         match req {
             Request::List => Ok(self.list()),
             Request::Status => Ok(self.status()),
-            Request::Get { symbol, size } => Ok(json!({ "value": self.splicer.get_var(symbol, *size)? })),
+            Request::Get { symbol, size } => {
+                let size = self.var_size(symbol, *size)?;
+                Ok(json!({ "value": self.splicer.get_var(symbol, size)?, "size": size }))
+            }
             _ => unreachable!("only reads come here"),
         }
     }
@@ -283,12 +286,31 @@ impl<T: Target + StateHome> Daemon<T> {
                 Ok(json!({ "components": applied.components.len(), "splices": splices }))
             }
             Request::Set { symbol, value, size } => {
-                self.splicer.set_var(symbol, *value, *size)?;
+                let size = self.var_size(symbol, *size)?;
+                self.splicer.set_var(symbol, *value, size)?;
                 log::info!("set {symbol} = {value}");
                 Ok(json!({}))
             }
             Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) }),
             Request::List | Request::Status | Request::Get { .. } => unreachable!("reads do not come here"),
+        }
+    }
+
+    /// The size to read or write `symbol` with: `asked`, else the symbol's own size (when 1, 2,
+    /// 4 or 8), else 8. Asking for more than the symbol's size is refused (it would write past it).
+    fn var_size(&self, symbol: &str, asked: Option<usize>) -> Result<usize, OpError> {
+        let components = self.splicer.components();
+        let known = components
+            .lookup(symbol)
+            .and_then(|(id, _)| components.get(id))
+            .and_then(|c| c.symbol(symbol))
+            .map(|s| s.size)
+            .filter(|s| matches!(s, 1 | 2 | 4 | 8))
+            .and_then(|s| usize::try_from(s).ok());
+        match (asked, known) {
+            (Some(a), Some(k)) if a > k => Err(OpError::Request(format!("`{symbol}` is {k} bytes long; size {a} would write past it"))),
+            (Some(a), _) => Ok(a),
+            (None, k) => Ok(k.unwrap_or(8)),
         }
     }
 
@@ -326,9 +348,10 @@ impl<T: Target + StateHome> Daemon<T> {
                 }
             }
             for s in &profile.sets {
-                let before = self.splicer.get_var(&s.symbol, s.size)?;
-                self.splicer.set_var(&s.symbol, s.value, s.size)?;
-                written.push((s.symbol.clone(), before, s.size));
+                let size = self.var_size(&s.symbol, s.size)?;
+                let before = self.splicer.get_var(&s.symbol, size)?;
+                self.splicer.set_var(&s.symbol, s.value, size)?;
+                written.push((s.symbol.clone(), before, size));
             }
             self.splicer.switch(&remove, &add)?;
             Ok(())

@@ -38,16 +38,12 @@ pub enum Request {
     Unsplice { at: String },
     /// Apply a spec file (components, splices, variables) all or nothing.
     Apply { spec: PathBuf },
-    /// Write a component variable.
-    Set { symbol: String, value: u64, #[serde(default = "eight")] size: usize },
-    /// Read a component variable.
-    Get { symbol: String, #[serde(default = "eight")] size: usize },
+    /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8).
+    Set { symbol: String, value: u64, #[serde(default)] size: Option<usize> },
+    /// Read a component variable (`size` as for `set`).
+    Get { symbol: String, #[serde(default)] size: Option<usize> },
     /// Switch to a profile of the configuration in one batch.
     Activate { profile: String },
-}
-
-fn eight() -> usize {
-    8
 }
 
 impl Request {
@@ -84,7 +80,7 @@ mod tests {
     #[test]
     fn requests_parse_by_op_with_defaults() {
         assert_eq!(Request::parse(r#"{"op":"list"}"#).unwrap(), Request::List);
-        assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: 8 });
+        assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: None });
         assert_eq!(
             Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
             Request::Splice { at: "f".into(), action: "count".into(), handler: None, mechanism: Some(instr_manager::Mechanism::Jmp), cookie: 0 }
