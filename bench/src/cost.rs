@@ -39,6 +39,8 @@ pub enum CostError {
         #[source]
         source: std::io::Error,
     },
+    #[error("switching the uprobe: {why}")]
+    Uprobe { why: String },
 }
 
 impl From<SessionError> for CostError {
@@ -237,11 +239,8 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         let _s = session.splice_call("bench_short", &comp, "empty_handler", Jmp)?;
         timing::measure(rounds, iters, call_short)
     };
-    let trap = {
-        let _s = session.splice_call("bench_target", &comp, "empty_handler", Trap)?;
-        timing::measure(rounds, slow, call)
-    };
-    // The floors: trapvec's SIGSEGV handler is replaced for the measurement and put back.
+    // The signal rows are measured round by round in turn (trap, C floor, int3, uprobe), so
+    // that the noise of a shared machine falls on all of them alike and their ratios hold.
     let check = |rc: i32, what: &'static str| {
         if rc == 0 {
             Ok(())
@@ -249,40 +248,72 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
             Err(CostError::Signal { what, source: std::io::Error::last_os_error() })
         }
     };
-    check(floor_install(), "installing the floor SIGSEGV handler")?;
-    let floor = timing::measure(rounds, slow, || floor_trap());
-    check(floor_restore(), "restoring the SIGSEGV handler")?;
-    check(int3_install(), "installing the SIGTRAP handler")?;
-    let int3 = timing::measure(rounds, slow, || int3_trap());
-    check(int3_restore(), "restoring the SIGTRAP handler")?;
+    // SAFETY: `bench_target2` has the C signature `int bench_target2(int)` (FIXTURE_C).
+    let f2: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(fx.sym("bench_target2")?) };
+    let mut call2 = || {
+        std::hint::black_box(f2(std::hint::black_box(1)));
+    };
+    let mut uprobe_unavailable = None;
+    let probe = if with_uprobe {
+        match uprobe::file_offset(&fx.so, "bench_target2").and_then(|o| uprobe::Probe::add(&fx.so, o)) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                uprobe_unavailable = Some(why);
+                None
+            }
+        }
+    } else {
+        uprobe_unavailable = Some("not asked for (--no-uprobe)".into());
+        None
+    };
+    let trap_splice = session.splice_call("bench_target", &comp, "empty_handler", Trap)?;
+    let (mut trap_r, mut floor_r, mut int3_r, mut uprobe_r) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut call_t, mut floor_t, mut int3_t) = (call, || floor_trap(), || int3_trap());
+    for r in 0..=rounds {
+        // Round 0 warms every path up and is not counted.
+        let keep = r > 0;
+        let t = timing::round(slow, &mut call_t);
+        check(floor_install(), "installing the floor SIGSEGV handler")?;
+        let fl = timing::round(slow, &mut floor_t);
+        check(floor_restore(), "restoring the SIGSEGV handler")?;
+        check(int3_install(), "installing the SIGTRAP handler")?;
+        let i3 = timing::round(slow, &mut int3_t);
+        check(int3_restore(), "restoring the SIGTRAP handler")?;
+        if let Some(p) = &probe {
+            p.set_enabled(true).map_err(|why| CostError::Uprobe { why })?;
+            let u = timing::round(slow, &mut call2);
+            p.set_enabled(false).map_err(|why| CostError::Uprobe { why })?;
+            if keep {
+                uprobe_r.push(u);
+            }
+        }
+        if keep {
+            trap_r.push(t);
+            floor_r.push(fl);
+            int3_r.push(i3);
+        }
+    }
+    drop(trap_splice);
 
     let mut rows = vec![
         row("unpatched", "unpatched call", plain),
         row("jmp_rel32", "jmp splice hit (jmp rel32, call, empty handler)", jmp),
         row("short_unpatched", "unpatched call of a 3-byte function", short_plain),
         row("jmp_springboard", "jmp splice hit there (jmp rel8 + springboard)", springboard),
-        row("trap", "trap splice hit (int 0xf5, call, empty handler)", trap),
-        row("floor_sigsegv", "floor: minimal C SIGSEGV handler (RIP += 2)", floor),
-        row("floor_int3", "floor: int3 + empty SIGTRAP handler", int3),
+        row("trap", "trap splice hit (int 0xf5, call, empty handler)", timing::stats(trap_r)),
+        row("floor_sigsegv", "floor: minimal C SIGSEGV handler (RIP += 2)", timing::stats(floor_r)),
+        row("floor_int3", "floor: int3 + empty SIGTRAP handler", timing::stats(int3_r)),
     ];
-    let mut uprobe_unavailable = None;
-    if with_uprobe {
-        let off = uprobe::file_offset(&fx.so, "bench_target");
-        match off.and_then(|o| uprobe::Probe::add(&fx.so, o)) {
-            Ok(probe) => {
-                let st = timing::measure(rounds, slow, call);
-                let hits = probe.hits();
-                drop(probe);
-                log::debug!("uprobe hits in uprobe_profile: {hits:?}");
-                match hits {
-                    Some(h) if h > 0 => rows.push(row("uprobe", "uprobe on the same function (trace event on)", st)),
-                    _ => uprobe_unavailable = Some("the uprobe was registered but uprobe_profile shows no hit".into()),
-                }
+    if let Some(p) = probe {
+        let hits = p.hits();
+        drop(p);
+        log::debug!("uprobe hits in uprobe_profile: {hits:?}");
+        match hits {
+            Some(h) if h > 0 => {
+                rows.push(row("uprobe", "uprobe on the same code (trace event on)", timing::stats(uprobe_r)))
             }
-            Err(why) => uprobe_unavailable = Some(why),
+            _ => uprobe_unavailable = Some("the uprobe was registered but uprobe_profile shows no hit".into()),
         }
-    } else {
-        uprobe_unavailable = Some("not asked for (--no-uprobe)".into());
     }
     drop(comp);
     Ok(CostTable {

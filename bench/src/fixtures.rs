@@ -51,6 +51,14 @@ __attribute__((noinline)) int bench_target(int x)
 	return x + 1;
 }
 
+/* The same code again, for the uprobe row (a uprobe and a trap splice on one function would
+ * overwrite each other's bytes). */
+__attribute__((noinline)) int bench_target2(int x)
+{
+	__asm__ volatile("" ::: "memory");
+	return x + 1;
+}
+
 /* A 3-byte function (`xor eax,eax; ret`) followed by int3 padding: a jmp splice there needs a
  * `jmp rel8` to a springboard in the padding. */
 __asm__(".text\n"

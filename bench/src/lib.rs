@@ -3,7 +3,20 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`cost`] | Table 1: cycles per hit of each mechanism on this machine (process backend) |
+//! | [`uprobe`] | the uprobe row: a probe through tracefs `uprobe_events`, removed on drop |
+//! | [`vmcost`] | Table 1's kernel rows, measured in the VM (emulated) |
+//! | [`batch`] | issue 2's batch figure: apply/remove N splices in one batch |
 //! | [`vmlinux`] | extracting vmlinux from a vmlinuz (every compression extract-vmlinux tries) |
+//! | [`image`] | code images: vmlinux + kallsyms (KASLR undone), relocatables, other ELFs; ftrace NOPs |
+//! | [`kernel`] | the installed kernel: image, kallsyms from the VM (cached), network driver modules |
+//! | [`groups`] | the paper's groups of kernel code, by symbol name |
+//! | [`sets`] | the sets of functions reported on |
+//! | [`sizes`] | Fig. 4: instruction-length histograms |
+//! | [`coverage`] | Fig. 5: the planner at every boundary, coverage, expected cost vs distance |
+//! | [`speed`] | decode + basic blocks of all of vmlinux, timed beside `objdump -d` |
+//! | [`plots`] | the figures as PNG and SVG (plotters) |
+//! | [`report`] | the results folder: JSON, CSV, plots, `summary.md`; progress bars |
 //! | [`timing`] | rdtsc measurement, pinning, medians |
 //! | [`fixtures`] | the C code the process benchmarks splice, compiled at run time |
 //!

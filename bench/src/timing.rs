@@ -30,20 +30,28 @@ fn now() -> u64 {
     }
 }
 
+/// Cycles per call of `f` over one round of `iters` calls.
+pub fn round(iters: u32, f: &mut impl FnMut()) -> f64 {
+    let t0 = now();
+    for _ in 0..iters {
+        f();
+    }
+    (now() - t0) as f64 / f64::from(iters.max(1))
+}
+
 /// Cycles per call of `f`: `rounds` rounds of `iters` calls, median and 10th/90th percentiles.
 pub fn measure(rounds: u32, iters: u32, mut f: impl FnMut()) -> Stats {
     for _ in 0..iters.min(100) {
         f();
     }
-    let mut per: Vec<f64> = (0..rounds.max(1))
-        .map(|_| {
-            let t0 = now();
-            for _ in 0..iters {
-                f();
-            }
-            (now() - t0) as f64 / f64::from(iters.max(1))
-        })
-        .collect();
+    stats((0..rounds.max(1)).map(|_| round(iters, &mut f)).collect())
+}
+
+/// Median and 10th/90th percentiles of per-round figures (at least one).
+pub fn stats(mut per: Vec<f64>) -> Stats {
+    if per.is_empty() {
+        per.push(f64::NAN);
+    }
     per.sort_by(f64::total_cmp);
     // Nearest-rank percentile of `pct` (0..=100): an index in [0, len - 1].
     let at = |pct: usize| per[(per.len() - 1) * pct / 100];

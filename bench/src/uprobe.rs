@@ -94,6 +94,12 @@ impl Probe {
         Ok(probe)
     }
 
+    /// Turn the trace event (and so the probe) on or off.
+    pub fn set_enabled(&self, on: bool) -> Result<(), String> {
+        let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
+        append(&enable, if on { "1\n" } else { "0\n" })
+    }
+
     /// Hits so far, from `uprobe_profile`.
     pub fn hits(&self) -> Option<u64> {
         let text = std::fs::read_to_string(self.dir.join("uprobe_profile")).ok()?;
