@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: test deps build
+.PHONY: test deps build demo
 
 ## Everything CI checks: dependencies, the release build, then every test.
 test: build
@@ -15,3 +15,9 @@ deps:
 ## Release build of the whole workspace (the VM tests boot the release trapctl).
 build: deps
 	$(CARGO) build --release --workspace
+
+## The kernel demo (README.md, "Kernel demo"): boot the Debian kernel under QEMU with trapvec.ko,
+## count tcp_sync_mss, hot-swap the MSS policy with mss_clamp.o, tune it live, remove it.
+demo: deps
+	$(CARGO) build --release -p vmtest
+	$(CARGO) run --release -q -p vmtest -- run --scenario vmtest/scenarios/demo.sh

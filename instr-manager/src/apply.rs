@@ -23,11 +23,11 @@ pub struct Applied {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("component {path}: {source}")]
-    Component { path: PathBuf, #[source] source: SpliceError },
+    Component { path: PathBuf, #[source] source: Box<SpliceError> },
     #[error(transparent)]
     Splice(#[from] SpliceError),
     #[error("set {symbol}: {source}")]
-    Set { symbol: String, #[source] source: SpliceError },
+    Set { symbol: String, #[source] source: Box<SpliceError> },
 }
 
 /// What [`apply_spec_best_effort`] made, and each splice it refused: `(point as written, why)`.
@@ -69,7 +69,7 @@ fn load_components<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64, 
             Ok(id) => applied.components.push(id),
             Err(source) => {
                 undo(splicer, applied);
-                return Err(ApplyError::Component { path: c.path.clone(), source });
+                return Err(ApplyError::Component { path: c.path.clone(), source: Box::new(source) });
             }
         }
     }
@@ -81,7 +81,7 @@ fn write_sets<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, applied: &Applie
     for s in &spec.sets {
         if let Err(source) = splicer.set_var(&s.symbol, s.value, usize::from(s.size)) {
             undo(splicer, applied);
-            return Err(ApplyError::Set { symbol: s.symbol.clone(), source });
+            return Err(ApplyError::Set { symbol: s.symbol.clone(), source: Box::new(source) });
         }
     }
     Ok(())

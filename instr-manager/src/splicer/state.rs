@@ -37,7 +37,7 @@ pub enum StateError {
     #[error("saved splice `{at}`: {what} at {addr:#x} holds {found}, not the patched bytes {expected}: the text was changed behind trapvec's back")]
     TextDiffers { at: String, what: &'static str, addr: u64, expected: String, found: String },
     #[error("saved component `{name}`: {source}")]
-    Component { name: String, #[source] source: ComponentError },
+    Component { name: String, #[source] source: Box<ComponentError> },
     #[error("checking the saved state against the target: {0}")]
     Target(#[from] TargetError),
 }
@@ -143,7 +143,7 @@ fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(),
         }
     }
     for c in saved.components.iter() {
-        saved.components.verify(target, c.id).map_err(|source| StateError::Component { name: c.name.clone(), source })?;
+        saved.components.verify(target, c.id).map_err(|e| StateError::Component { name: c.name.clone(), source: Box::new(e) })?;
     }
     Ok(())
 }
