@@ -398,3 +398,37 @@ pub fn human_distance(d: u64) -> String {
         format!("{d} B")
     }
 }
+
+/// Header of [`points_csv`].
+pub const POINTS_CSV_HEADER: &str = "set,function,offset,site,insn_len,trap,jmp,jmp_refusal\n";
+
+/// One CSV line per instruction boundary of `set`, with the patch buffer [`DISTANCES`]`[0]`
+/// away: the trap's answer (`ok` or the refusal's kind) and the jmp's.
+pub fn points_csv(set: &CodeSet) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for &fi in &set.functions {
+        plan_function(&set.image, fi, &DISTANCES[..1], |p| {
+            let a = p.at[0];
+            let start = set.image.functions[fi].start;
+            let jmp = match a.jmp {
+                JmpKind::Rel32 => "rel32",
+                JmpKind::Rel8Springboard => "rel8+springboard",
+                JmpKind::Impossible => "impossible",
+            };
+            let _ = writeln!(
+                s,
+                "\"{}\",{},{},{:#x},{},{},{},{}",
+                set.name,
+                p.function,
+                p.site - start,
+                p.site,
+                p.insn_len,
+                a.trap.err().unwrap_or("ok"),
+                jmp,
+                a.jmp_refusal.unwrap_or("")
+            );
+        });
+    }
+    s
+}

@@ -61,6 +61,9 @@ enum Cmd {
         /// Also plan every point of the whole of vmlinux (millions of points: minutes).
         #[arg(long)]
         whole_kernel: bool,
+        /// Also write every boundary's answers (patch buffer 1 KiB away) to this CSV file.
+        #[arg(long)]
+        points: Option<PathBuf>,
         /// Cycle costs from `bench cost --json`; default: measure them now.
         #[arg(long)]
         costs: Option<PathBuf>,
@@ -223,7 +226,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Plan { code, functions, whole_kernel, costs, cost, json } => {
+        Cmd::Plan { code, functions, whole_kernel, points, costs, cost, json } => {
             let loaded = sets::load(&code.options())?;
             let costs = match costs {
                 Some(p) => cost::load(&p).map_err(anyhow::Error::msg)?.hit_costs(),
@@ -233,6 +236,7 @@ fn main() -> Result<()> {
                 }
             };
             let mut all = Vec::new();
+            let mut point_rows = String::new();
             for set in loaded.sets.iter().filter(|s| whole_kernel || !s.whole_kernel) {
                 let set = if functions.is_empty() { set.clone() } else { set.only(&functions) };
                 if set.functions.is_empty() {
@@ -242,6 +246,13 @@ fn main() -> Result<()> {
                 let c = coverage::coverage(&set, &DISTANCES, threads(), &|n| bar.set_position(n));
                 bar.finish_and_clear();
                 all.push(c);
+                if points.is_some() {
+                    point_rows.push_str(&coverage::points_csv(&set));
+                }
+            }
+            if let Some(p) = &points {
+                let text = format!("{}{point_rows}", coverage::POINTS_CSV_HEADER);
+                std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
             }
             if json {
                 let v: Vec<_> =

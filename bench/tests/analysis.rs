@@ -117,3 +117,22 @@ fn vmlinux_with_kallsyms_undoes_kaslr_and_nops_fentry() {
     assert_eq!(h.total(), 8);
     assert_eq!(h.padding_bytes, 2);
 }
+
+#[test]
+fn points_csv_lists_every_boundary_with_both_answers() {
+    let b = common::build();
+    let img = Arc::new(CodeImage::from_path(&b.path("known.o")).unwrap());
+    let csv = bench::coverage::points_csv(&CodeSet::whole("known.o", "test", img));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 21, "8 + 5 + 2 + 5 + 1 boundaries");
+    assert!(
+        lines.iter().any(|l| l.starts_with("\"known.o\",f_short,0,") && l.ends_with(",2,ok,rel8+springboard,")),
+        "{csv}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("\"known.o\",f_traced,0,") && l.contains(",overlaps the ftrace NOP,impossible,")),
+        "{csv}"
+    );
+}
