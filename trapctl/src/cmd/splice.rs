@@ -45,9 +45,9 @@ pub struct SpliceArgs {
     /// How control leaves the point.
     #[arg(long, default_value = "trap", value_parser = parse_mechanism)]
     pub mechanism: Mechanism,
-    /// Second argument of a --call handler.
-    #[arg(long, default_value = "0", value_parser = parse_u64, requires = "call")]
-    pub cookie: u64,
+    /// Second argument of a --call handler [default: 0].
+    #[arg(long, value_parser = parse_u64, conflicts_with_all = ["replace", "count"])]
+    pub cookie: Option<u64>,
 }
 
 /// Remove a splice.
@@ -72,7 +72,7 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
 
 pub fn splice(args: &SpliceArgs) -> Result<()> {
     let action = match (&args.call, &args.replace, args.count) {
-        (Some(h), None, false) => Action::Call { handler: h.clone(), cookie: args.cookie },
+        (Some(h), None, false) => Action::Call { handler: h.clone(), cookie: args.cookie.unwrap_or(0) },
         (None, Some(f), false) => Action::Replace { with: f.clone() },
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
