@@ -20,7 +20,10 @@ the total and the rate are printed.
 
 Output: first `counting FUNCTION at 0xSITE for N s` once the trap is live (a script can wait for
 that line before it drives the function), then `FUNCTION: TOTAL calls in N s (R/s)`.
-With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).")]
+With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).
+/dev/trapvec stays locked while counting: other trapctl commands wait until the count is over.
+The splice is in the saved state meanwhile, so if this command is killed `trapctl unsplice
+FUNCTION` removes it.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).
     pub function: String,
