@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 use thiserror::Error;
 
@@ -114,7 +115,7 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..rows.len()).into_segmented(), (1.0..max).log_scale())
+        .build_cartesian_2d((0..rows.len().saturating_sub(1)).into_segmented(), (1.0..max).log_scale())
         .map_err(|e| e.to_string())?;
     let names: Vec<String> = rows.iter().map(|r| short_name(&r.key).to_string()).collect();
     chart
@@ -158,8 +159,8 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
             Text::new(
                 format!("{:.0}", r.median),
-                (SegmentValue::CenterOf(i), r.median.max(1.0) * 1.15),
-                ("sans-serif", 13),
+                (SegmentValue::CenterOf(i), r.median.max(1.0) * 1.08),
+                TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)),
             )
         }))
         .map_err(|e| e.to_string())?;
@@ -196,7 +197,7 @@ fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) ->
         .margin(12)
         .x_label_area_size(60)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..rows.len()).into_segmented(), 0.0..100.0)
+        .build_cartesian_2d((0..rows.len().saturating_sub(1)).into_segmented(), 0.0..100.0)
         .map_err(|e| e.to_string())?;
     let names: Vec<String> = rows.iter().map(|r| r.set.clone()).collect();
     chart
