@@ -24,6 +24,7 @@ use crate::vmcost::VmCost;
 
 /// The paper's Table 1 (Pentium 4, 1.4 GHz, Linux 2.4.20): jmp 84.0012 cycles, trap 1613.5124.
 pub const PAPER_JMP_CYCLES: f64 = 84.0012;
+/// The paper's trap cost (Table 1).
 pub const PAPER_TRAP_CYCLES: f64 = 1613.5124;
 
 /// Measuring the table failed.

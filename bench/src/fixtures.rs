@@ -7,6 +7,7 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tempfile::TempDir;
 use thiserror::Error;
 
 /// Building or loading the fixtures failed.
@@ -137,7 +138,11 @@ const HANDLER_C: &str = r#"
 void empty_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)cookie; }
 "#;
 
+/// The benchmark functions (loaded into this process) and the empty handler component.
 pub struct Fixture {
+    /// Holds the files; removed when the fixture is dropped (the library stays mapped).
+    _dir: TempDir,
+    /// The component (`empty_handler`).
     pub handler: PathBuf,
     /// The shared object with the benchmark functions.
     pub so: PathBuf,
@@ -173,8 +178,10 @@ fn repo_include() -> PathBuf {
 }
 
 impl Fixture {
+    /// Compile the functions and the handler with `cc`, and load the functions.
     pub fn build() -> Result<Fixture> {
-        let dir = tempfile_dir()?;
+        let tmp = temp_dir()?;
+        let dir = tmp.path();
         let c = dir.join("fixture.c");
         write(&c, FIXTURE_C)?;
         let so = dir.join("libbenchfix.so");
@@ -185,9 +192,10 @@ impl Fixture {
         let inc = repo_include();
         cc(&["-c", "-O2", "-fPIC", "-I", path_str(&inc), "-o", path_str(&handler), path_str(&h)], "handler")?;
         let lib = dlopen(&so)?;
-        Ok(Fixture { handler, so, lib })
+        Ok(Fixture { _dir: tmp, handler, so, lib })
     }
 
+    /// The address of one of the benchmark functions.
     pub fn sym(&self, name: &str) -> Result<usize> {
         self.lib.sym(name)
     }
@@ -206,16 +214,19 @@ pub fn dlopen(path: &Path) -> Result<Library> {
     Ok(Library(h))
 }
 
-pub fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("trapvec-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|source| FixtureError::Io { path: dir.clone(), source })?;
-    Ok(dir)
+/// A fresh directory of its own for each build (a library being loaded is never rewritten).
+fn temp_dir() -> Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix("trapvec-bench-")
+        .tempdir()
+        .map_err(|source| FixtureError::Io { path: std::env::temp_dir(), source })
 }
 
 /// A shared object with `n` small functions `f0 .. f{n-1}` (`push rbp; mov rbp,rsp; lea eax,[rdi+1];
 /// pop rbp; ret`), for batch timings.
-pub fn many_functions(n: usize) -> Result<(PathBuf, Library)> {
-    let dir = tempfile_dir()?;
+pub fn many_functions(n: usize) -> Result<(TempDir, Library)> {
+    let tmp = temp_dir()?;
+    let dir = tmp.path();
     let mut s = String::from("\t.text\n");
     for i in 0..n {
         s.push_str(&format!(
@@ -227,5 +238,5 @@ pub fn many_functions(n: usize) -> Result<(PathBuf, Library)> {
     let so = dir.join("libmany.so");
     cc(&["-shared", "-nostdlib", "-o", path_str(&so), path_str(&src)], "many functions")?;
     let h = dlopen(&so)?;
-    Ok((so, h))
+    Ok((tmp, h))
 }
