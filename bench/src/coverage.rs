@@ -274,8 +274,10 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
         Ok(_) => (JmpKind::Rel32, None),
         Err(e32) => match plan_jmp_springboard(input, site) {
             Ok(_) => (JmpKind::Rel8Springboard, None),
-            // The 2-byte window passed and only the padding was missing: say so; otherwise the
-            // window itself is the reason, as the rel32 refusal says it.
+            // The 2-byte window passed but no padding holds a springboard: the reason is the
+            // 5-byte window's refusal (named as a window that does not fit when it is its shape).
+            // Otherwise the 2-byte window failed too, and its refusal says why, unless the
+            // trampoline was out of reach to begin with.
             Err(Refusal::NoRoomForJmp { .. }) if !matches!(e32, Refusal::OutOfReach { .. }) => (
                 JmpKind::Impossible,
                 Some(match e32 {
