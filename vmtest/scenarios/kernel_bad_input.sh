@@ -2,7 +2,9 @@
 # Bad input, each refused with a clear one-line error while the kernel stays unchanged: a
 # non-root user, a point that is not an instruction boundary, a window over a branch target,
 # entry text, a component with an unresolved symbol (/files/unresolved.o). Also: the state kept
-# in the module between trapctl commands, and two trapctl commands serialized by the lock.
+# in the module between trapctl commands, two trapctl commands serialized by the lock, and a
+# component that declares its own splice (/files/declared.o): applied by `load`, removed by
+# `unload`.
 # Prints KEY=value lines (ERR_* are trapctl's messages) that vmtest/tests/kernel_bad_input.rs
 # checks.
 set -u
@@ -93,4 +95,10 @@ grep -q 'calls in' /tmp/count.out && echo "LIST_WAITED=yes" || echo "LIST_WAITED
 wait
 trapctl unsplice tcp_sync_mss
 trapctl unload empty
+
+trapctl load /files/declared.o
+sysbench -n 25 > /dev/null
+trapctl list
+echo "DECLARED_HITS=$(trapctl list --json | sed -n 's/.*"hits": \([0-9]*\).*/\1/p' | head -n 1)"
+trapctl unload declared
 echo "END_LIST=$(trapctl list | tr '\n' ' ')"

@@ -1,7 +1,8 @@
 //! Bad input against the real kernel (`vmtest/scenarios/kernel_bad_input.sh`): each is refused
 //! with a one-line error naming the culprit and the kernel is unchanged (the function's bytes,
 //! entry text, trapctl's list). Also: all-or-nothing and --best-effort batches, the state kept in
-//! the module between trapctl commands, and the lock that serializes them.
+//! the module between trapctl commands, the lock that serializes them, and a component's own
+//! declared splice, applied by `load` and removed by `unload`.
 
 mod kernel_common;
 
@@ -25,6 +26,30 @@ fn unresolved_component(dir: &Path) -> std::path::PathBuf {
     obj
 }
 
+/// A component with an empty `call` handler and a declared splice of `__x64_sys_getppid+5`,
+/// compiled on the host for the kernel's code model (no red zone, no PIC).
+fn declared_component(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("declared.c");
+    std::fs::write(
+        &src,
+        "#include <trapvec.h>\n         void declared_handler(struct trapvec_regs *regs, void *cookie);\n         void declared_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)cookie; }\n         TRAPVEC_SPLICE_CALL(getppid, \"__x64_sys_getppid+5\", declared_handler, \"trap\");\n",
+    )
+    .unwrap();
+    let obj = dir.join("declared.o");
+    let include = kernel_common::repo().join("components/include");
+    let out = Command::new("cc")
+        .args(["-c", "-O2", "-ffreestanding", "-fno-pic", "-mcmodel=kernel", "-mno-red-zone", "-fno-stack-protector"])
+        .args(["-fno-asynchronous-unwind-tables", "-I"])
+        .arg(include)
+        .arg("-o")
+        .arg(&obj)
+        .arg(&src)
+        .output()
+        .expect("running cc");
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    obj
+}
+
 #[test]
 fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
     if !can_boot() {
@@ -32,7 +57,8 @@ fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
     }
     let dir = tempfile::tempdir().unwrap();
     let obj = unresolved_component(dir.path());
-    let run = run_scenario("kernel_bad_input.sh", &[&obj], &["--timeout", "600"]);
+    let declared = declared_component(dir.path());
+    let run = run_scenario("kernel_bad_input.sh", &[&obj, &declared], &["--timeout", "600"]);
     run.assert_passed();
 
     let err = |key: &str, words: &[&str]| {
@@ -61,5 +87,6 @@ fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
 
     assert_eq!(run.number("STATE_HITS"), 10, "the next trapctl sees the splice and its hits (2 connections x 5)");
     assert_eq!(run.expect("LIST_WAITED"), "yes", "a second trapctl waits for the first");
-    assert_eq!(run.expect("END_LIST"), "no splices no components ");
+    assert!(run.number("DECLARED_HITS") >= 25, "load applied the component's own splice (getppid called 25 times and more)");
+    assert_eq!(run.expect("END_LIST"), "no splices no components ", "unload removed the declared splice with its component");
 }
