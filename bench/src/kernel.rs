@@ -43,6 +43,8 @@ pub enum KernelError {
     MissingSymbol { source_name: String, symbol: &'static str },
     #[error("booting {version} in the VM for its kallsyms: {reason}")]
     Vm { version: String, reason: String },
+    #[error("{image} is not called vmlinuz-<version>: give its kallsyms with --kallsyms")]
+    NeedKallsyms { image: PathBuf },
     #[error("no network driver `{name}` under {dir}")]
     NoDriver { name: String, dir: PathBuf },
 }
@@ -52,8 +54,9 @@ pub enum KernelError {
 pub struct KernelImage {
     /// `/boot/vmlinuz-<version>`.
     pub vmlinuz: PathBuf,
-    /// The release string, from the file name.
-    pub version: String,
+    /// The release string, from a `vmlinuz-<version>` file name; `None` for other names (then
+    /// nothing is cached and kallsyms must be given).
+    pub version: Option<String>,
     /// `/lib/modules/<version>`.
     pub modules: PathBuf,
 }
@@ -70,10 +73,15 @@ impl KernelImage {
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix("vmlinuz-"))
-            .unwrap_or("unknown")
-            .to_string();
-        let modules = Path::new(vmtest::host::MODULES_DIR).join(&version);
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        let modules = Path::new(vmtest::host::MODULES_DIR).join(version.as_deref().unwrap_or("unknown"));
         Ok(KernelImage { vmlinuz, version, modules })
+    }
+
+    /// The version, or the file name when the image is not called `vmlinuz-<version>`.
+    pub fn label(&self) -> String {
+        self.version.clone().unwrap_or_else(|| self.vmlinuz.display().to_string())
     }
 }
 
@@ -96,8 +104,21 @@ fn write(path: &Path, data: &[u8]) -> Result<(), KernelError> {
 /// The extracted vmlinux of `k`, cached as `vmlinux-<version>` in `cache`; returns its path,
 /// bytes and the compression it was found in.
 pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Compression), KernelError> {
-    let path = cache.join(format!("vmlinux-{}", k.version));
-    let stamp = cache.join(format!("vmlinux-{}.compression", k.version));
+    let Some(version) = &k.version else {
+        // Not a `vmlinuz-<version>`: extract every time; keep a copy for objdump unless the file
+        // is the ELF itself.
+        let image = read(&k.vmlinuz)?;
+        let x = extract_vmlinux(&image, &k.vmlinuz.display().to_string())?;
+        if x.compression == Compression::None {
+            return Ok((k.vmlinuz.clone(), x.elf, x.compression));
+        }
+        let name = k.vmlinuz.file_name().map_or_else(|| "image".into(), |n| n.to_string_lossy().into_owned());
+        let path = cache.join(format!("vmlinux-extracted-from-{name}"));
+        write(&path, &x.elf)?;
+        return Ok((path, x.elf, x.compression));
+    };
+    let path = cache.join(format!("vmlinux-{version}"));
+    let stamp = cache.join(format!("vmlinux-{version}.compression"));
     if let (Ok(elf), Ok(c)) = (std::fs::read(&path), std::fs::read_to_string(&stamp)) {
         if crate::vmlinux::is_whole_elf(&elf) {
             let c = Compression::ORDER
@@ -105,7 +126,7 @@ pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Co
                 .chain([Compression::None])
                 .find(|x| x.to_string() == c.trim())
                 .unwrap_or(Compression::None);
-            log::debug!("vmlinux of {} from the cache {}", k.version, path.display());
+            log::debug!("vmlinux of {version} from the cache {}", path.display());
             return Ok((path, elf, c));
         }
     }
@@ -158,14 +179,15 @@ pub fn kallsyms_of(
         let text = String::from_utf8_lossy(&read(p)?).into_owned();
         return Ok((text, p.display().to_string()));
     }
-    let path = cache.join(format!("kallsyms-{}", k.version));
+    let Some(version) = &k.version else { return Err(KernelError::NeedKallsyms { image: k.vmlinuz.clone() }) };
+    let path = cache.join(format!("kallsyms-{version}"));
     if let Ok(text) = std::fs::read_to_string(&path) {
-        log::debug!("kallsyms of {} from the cache {}", k.version, path.display());
-        return Ok((text, format!("/proc/kallsyms of {} in the VM (cached {})", k.version, path.display())));
+        log::debug!("kallsyms of {version} from the cache {}", path.display());
+        return Ok((text, format!("/proc/kallsyms of {version} in the VM (cached {})", path.display())));
     }
-    let text = kallsyms_from_vm(k, repo)?;
+    let text = kallsyms_from_vm(k, version, repo)?;
     write(&path, text.as_bytes())?;
-    Ok((text, format!("/proc/kallsyms of {} in the VM (nokaslr)", k.version)))
+    Ok((text, format!("/proc/kallsyms of {version} in the VM (nokaslr)")))
 }
 
 /// The scenario that prints the guest's kallsyms, gzip'd and base64'd, with its MD5.
@@ -202,8 +224,8 @@ pub fn parse_kallsyms_dump(console: &str) -> Result<String, String> {
     Ok(text)
 }
 
-fn kallsyms_from_vm(k: &KernelImage, repo: &Path) -> Result<String, KernelError> {
-    let vm_err = |reason: String| KernelError::Vm { version: k.version.clone(), reason };
+fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<String, KernelError> {
+    let vm_err = |reason: String| KernelError::Vm { version: version.to_string(), reason };
     let dir = tempfile::tempdir().map_err(|e| vm_err(e.to_string()))?;
     let scenario = dir.path().join("kallsyms.sh");
     std::fs::write(&scenario, kallsyms_scenario()).map_err(|e| vm_err(e.to_string()))?;
@@ -219,7 +241,7 @@ fn kallsyms_from_vm(k: &KernelImage, repo: &Path) -> Result<String, KernelError>
         extra_modules: Vec::new(),
         memory_mib: 512,
     };
-    eprintln!("bench: booting {} in the VM (vmtest) for its /proc/kallsyms ...", k.version);
+    eprintln!("bench: booting {version} in the VM (vmtest) for its /proc/kallsyms ...");
     let mut console = Vec::new();
     let report = vmtest::runner::run(&opts, &mut console).map_err(|e| vm_err(e.to_string()))?;
     if report.exit_code() != 0 {
@@ -237,7 +259,7 @@ pub fn vmlinux_image(
 ) -> Result<(CodeImage, Sources), KernelError> {
     let (path, elf, compression) = vmlinux_of(k, cache)?;
     let (ks, ks_source) = kallsyms_of(k, user_kallsyms, cache, repo)?;
-    let name = format!("vmlinux {}", k.version);
+    let name = format!("vmlinux {}", k.label());
     check_kallsyms(&ks, &elf, &ks_source, &name)?;
     let img = CodeImage::vmlinux(&elf, &ks, &name)?;
     Ok((img, Sources { vmlinuz: k.vmlinuz.clone(), compression, vmlinux: path, kallsyms: ks_source }))
