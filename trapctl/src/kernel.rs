@@ -8,8 +8,8 @@
 
 use anyhow::{Context, Result};
 use instr_manager::splicer::Splicer;
+use trapctl::ops::{self, Made};
 use trapvec::kernel::KernelTarget;
-use trapvec::Target;
 
 /// Appended to errors about a state that no longer matches the module.
 const RECOVERY_HINT: &str =
@@ -38,12 +38,6 @@ impl Kernel {
         self.splicer.target()
     }
 
-    /// Where components go: near kernel text (the module's arena is within reach of all of it).
-    pub fn near(&self) -> u64 {
-        let symbols = self.target().symbols();
-        symbols.lookup("_stext").or_else(|| symbols.lookup("_text")).map_or(0, |s| s.addr)
-    }
-
     /// Store the splicer's state in the module for the next command.
     pub fn save(&mut self) -> Result<()> {
         let bytes = self.splicer.export_state();
@@ -51,11 +45,15 @@ impl Kernel {
         Ok(())
     }
 
-    /// Save after a change; if saving fails, run `undo` (which reverts the change) and report
-    /// the save error, so the kernel never keeps a change the state does not describe.
-    pub fn commit_or_undo(&mut self, undo: impl FnOnce(&mut Splicer<KernelTarget>) -> Result<()>) -> Result<()> {
+    /// Save after a change; if saving fails, undo what the change `made` and report the save
+    /// error, so the kernel never keeps a change the state does not describe. (A removal has
+    /// nothing to undo: its error then says what was removed but not recorded.)
+    pub fn commit_or_undo(&mut self, made: &Made) -> Result<()> {
         let Err(e) = self.save() else { return Ok(()) };
-        match undo(&mut self.splicer) {
+        if made.is_empty() {
+            return Err(e.context(format!("the change stands but the saved state does not show it ({RECOVERY_HINT})")));
+        }
+        match ops::undo(&mut self.splicer, made) {
             Ok(()) => Err(e.context("the change was undone")),
             Err(u) => Err(e.context(format!("undoing the change failed too: {u:#}"))),
         }

@@ -5,9 +5,14 @@
 //! return typed errors. Every failure ends in one line on stderr, `trapctl: <what>: <why>`, and
 //! exit status 1.
 //!
-//! The commands that act on the running kernel go through [`kernel::Kernel`]: `/dev/trapvec`
-//! locked for the command, the state of earlier commands restored from the module (and checked
-//! against it), saved back after a change.
+//! The commands that act on the running kernel go through trapd when one is listening, else
+//! through [`kernel::Kernel`]: `/dev/trapvec` locked for the command, the state of earlier
+//! commands restored from the module (and checked against it), saved back after a change
+//! ([`route`] decides; both ways run the same operation of [`trapctl::ops`]).
+
+// The operations' errors (trapctl::ops::OpError) carry the splicer's errors whole; each is made
+// at most once per command.
+#![allow(clippy::result_large_err)]
 
 use std::process::ExitCode;
 
@@ -16,10 +21,22 @@ use clap::{Parser, Subcommand};
 mod cmd;
 mod inspect;
 mod kernel;
+mod route;
 
 #[derive(Parser)]
-#[command(name = "trapctl", version, about = "Inspect and splice running code with trapvec", propagate_version = true)]
+#[command(
+    name = "trapctl",
+    version,
+    about = "Inspect and splice running code with trapvec",
+    propagate_version = true,
+    after_help = "The kernel commands go through trapd when one listens on its socket (--socket, else \
+$TRAPD_SOCKET, else /run/trapd.sock), and straight to /dev/trapvec otherwise; they print the same \
+either way."
+)]
 struct Cli {
+    /// trapd's socket [default: $TRAPD_SOCKET, else /run/trapd.sock].
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -40,6 +57,8 @@ enum Command {
     Get(cmd::var::GetArgs),
     Count(cmd::count::Args),
     Read(cmd::read::Args),
+    Status(cmd::profile::StatusArgs),
+    Activate(cmd::profile::ActivateArgs),
     #[command(hide = true)]
     Cycle(cmd::cycle::Args),
 }
@@ -52,6 +71,7 @@ fn main() -> ExitCode {
         _ => "trace",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    route::set_socket(cli.socket);
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Load(args) => cmd::component::load(&args),
@@ -64,6 +84,8 @@ fn main() -> ExitCode {
         Command::Get(args) => cmd::var::get(&args),
         Command::Count(args) => cmd::count::run(&args),
         Command::Read(args) => cmd::read::run(&args),
+        Command::Status(args) => cmd::profile::status(&args),
+        Command::Activate(args) => cmd::profile::activate(&args),
         Command::Cycle(args) => cmd::cycle::run(&args),
     };
     match result {

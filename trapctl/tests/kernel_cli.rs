@@ -2,10 +2,16 @@
 //! argument rules, help that explains, and one clear error line naming the device. Their work
 //! against the real kernel is tested in the VM (`vmtest/tests/kernel_*.rs`).
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::process::{Command, Output};
 
+use serde_json::{json, Value};
+
 fn trapctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl")).args(args).output().expect("running trapctl")
+    // No daemon: a socket path where nothing listens.
+    Command::new(env!("CARGO_BIN_EXE_trapctl")).env("TRAPD_SOCKET", "/nonexistent/trapd.sock").args(args).output().expect("running trapctl")
 }
 
 fn stderr(o: &Output) -> String {
@@ -20,7 +26,7 @@ fn kernel_commands_without_the_module_fail_with_one_line_naming_the_device() {
     }
     for args in [
         &["list"][..],
-        &["load", "/components/mss_clamp.o"],
+        &["load", env!("CARGO_MANIFEST_DIR")],
         &["splice", "tcp_sync_mss", "--count"],
         &["unsplice", "--all"],
         &["set", "mss_clamp_mtu", "1400"],
@@ -70,6 +76,8 @@ fn help_explains_each_kernel_command() {
         ("unsplice", &["--all", "hit counts"]),
         ("load", &["kallsyms", "TRAPVEC_SPLICE"]),
         ("read", &["kernel memory"]),
+        ("status", &["trapd", "profile", "metric"]),
+        ("activate", &["one all-or-nothing batch", "[profile.NAME]"]),
     ];
     for (cmd, words) in expect {
         let text = help(cmd);
@@ -79,4 +87,94 @@ fn help_explains_each_kernel_command() {
     }
     let top = String::from_utf8(trapctl(&["--help"]).stdout).unwrap();
     assert!(!top.contains("cycle"), "the stress aid is hidden");
+}
+
+/// A daemon on `socket` that answers each connection's one request line with the reply
+/// `answer` gives for it; returns the requests it received once `n` connections were served.
+fn fake_daemon(
+    socket: &Path,
+    n: usize,
+    answer: impl Fn(&Value) -> Value + Send + 'static,
+) -> std::thread::JoinHandle<Vec<Value>> {
+    let listener = UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for _ in 0..n {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            let req: Value = serde_json::from_str(&line).unwrap();
+            writeln!(s, "{}", answer(&req)).unwrap();
+            requests.push(req);
+        }
+        requests
+    })
+}
+
+fn row(at: &str) -> Value {
+    json!({"ok": true, "id": 3, "at": at, "site": "0xffffffff81a2b3c5", "function": "tcp_sync_mss", "offset": 5,
+           "mechanism": "trap", "action": "count", "symbol": null, "displaced": "push rbp; mov rbp, rsp",
+           "hits": 0, "missed": 0})
+}
+
+#[test]
+fn with_trapd_listening_the_kernel_commands_go_to_it_and_print_its_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("trapd.sock");
+    let daemon = fake_daemon(&socket, 6, |req| match req["op"].as_str().unwrap() {
+        "splice" => row(req["at"].as_str().unwrap()),
+        "unsplice" => json!({"ok": false, "error": "no splice at `nope` (nothing is spliced)"}),
+        "set" => json!({"ok": true, "symbol": "mss_clamp_mtu", "value": 4294967295u64, "size": 4}),
+        "get" => json!({"ok": true, "symbol": "mss_clamp_mtu", "value": 1400, "size": 4}),
+        "apply" => json!({"ok": true, "components": [], "spliced": [row("tcp_sync_mss")], "refused": ["f: refused"],
+                          "requested": 2, "timings": null}),
+        _ => {
+            let mut listed = row("tcp_sync_mss");
+            listed["hits"] = json!(12);
+            listed["in_profile"] = json!(true);
+            json!({"ok": true, "profile": "lossy", "unrecorded": [], "components": [], "splices": [listed]})
+        }
+    });
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(&spec, "[[splice]]\nat = \"tcp_sync_mss\"\naction = \"call\"\nhandler = \"h\"\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_trapctl")).arg("--socket").arg(&socket).args(args).current_dir(dir.path()).output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout.clone()).unwrap(), stderr(&out))
+    };
+
+    let (code, out, _) = run(&["splice", "tcp_sync_mss", "--count"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out, "spliced tcp_sync_mss at 0xffffffff81a2b3c5 (tcp_sync_mss+0x5) by trap: count; displaced `push rbp; mov rbp, rsp`\n");
+    let (code, _, err) = run(&["unsplice", "nope"]);
+    assert_eq!((code, err.as_str()), (Some(1), "trapctl: trapd: no splice at `nope` (nothing is spliced)\n"));
+    let (code, out, _) = run(&["set", "mss_clamp_mtu", "-1"]);
+    assert_eq!((code, out.as_str()), (Some(0), "mss_clamp_mtu = -1 (4 bytes)\n"));
+    let (_, out, _) = run(&["get", "mss_clamp_mtu"]);
+    assert_eq!(out, "1400\n");
+    let (code, out, err) = run(&["apply", "--best-effort", "spec.toml"]);
+    assert_eq!(code, Some(1), "a refused splice makes the exit status non-zero");
+    assert_eq!(out, "spliced tcp_sync_mss at 0xffffffff81a2b3c5 by trap: count\n");
+    assert_eq!(err, "refused: f: refused\ntrapctl: 1 of 2 splices refused (1 applied)\n");
+    let (_, out, _) = run(&["list"]);
+    assert!(out.starts_with("trapd profile: lossy\nPOINT"), "{out}");
+    assert!(out.lines().nth(2).unwrap().split_whitespace().eq(["tcp_sync_mss", "0xffffffff81a2b3c5", "trap", "count", "12", "0"]), "{out}");
+
+    let requests = daemon.join().unwrap();
+    assert_eq!(requests[0], json!({"op": "splice", "at": "tcp_sync_mss", "action": "count", "handler": null, "mechanism": "trap", "cookie": 0}));
+    assert_eq!(requests[1], json!({"op": "unsplice", "at": "nope"}));
+    assert_eq!(requests[2], json!({"op": "set", "symbol": "mss_clamp_mtu", "value": "-1", "size": null}));
+    assert_eq!(requests[3], json!({"op": "get", "symbol": "mss_clamp_mtu", "size": null}));
+    // The daemon runs elsewhere: paths go absolute.
+    let spec_abs = std::fs::canonicalize(&spec).unwrap();
+    assert_eq!(requests[4], json!({"op": "apply", "spec": spec_abs, "best_effort": true}));
+    assert_eq!(requests[5], json!({"op": "list"}));
+}
+
+#[test]
+fn status_and_activate_need_trapd_and_say_so() {
+    for args in [&["status"][..], &["activate", "lossy"]] {
+        let out = trapctl(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&out).lines().next().unwrap(), "trapctl: no trapd is listening on /nonexistent/trapd.sock (start trapd, or give its --socket)");
+    }
 }

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use instr_manager::apply::{apply_spec, apply_spec_best_effort, request_of, Applied};
-use instr_manager::splicer::SpliceRequest;
 use instr_manager::Spec;
+use trapctl::ops::{self, ApplyReport, CheckReport};
+use trapctl::protocol::Request;
 
-use crate::kernel::Kernel;
+use crate::route;
 
 /// Apply a splice spec.
 #[derive(clap::Args)]
@@ -38,88 +38,44 @@ pub struct ApplyArgs {
     pub timings: bool,
 }
 
-/// `timings: N splices: plan X ms, build Y ms, commit Z ms` (on stderr).
-fn print_timings(k: &Kernel) {
-    if let Some(t) = k.splicer.last_batch() {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+pub fn run(args: &ApplyArgs) -> Result<()> {
+    let file = args.spec.display().to_string();
+    // Parsed here too, so that a bad spec is reported the same way with or without trapd.
+    let spec = Spec::from_path(&args.spec)?;
+    let path = route::absolute(&args.spec)?;
+    let request = Request::Apply { spec: path, best_effort: args.best_effort, check: args.check };
+    if args.check {
+        let report: CheckReport = route::read(&request, |sp| Ok(ops::check(sp, &spec)))?;
+        for ok in &report.ok {
+            println!("ok {} at {} by {}: displaces `{}`", ok.at, ok.site, ok.mechanism, ok.displaced);
+        }
+        for e in &report.refused {
+            eprintln!("refused: {e}");
+        }
+        if !report.refused.is_empty() {
+            bail!("{} of {} splices would be refused (nothing was changed)", report.refused.len(), spec.splices.len());
+        }
+        return Ok(());
+    }
+    let report: ApplyReport =
+        route::change(&request, |sp| ops::apply(sp, &spec, args.best_effort)).with_context(|| format!("{file}: nothing was applied"))?;
+    for c in &report.components {
+        println!("loaded {} (crc32 {}) at {}", c.name, c.crc32, c.code);
+    }
+    for s in &report.spliced {
+        println!("spliced {} at {} by {}: {}", s.at, s.site, s.mechanism, s.action);
+    }
+    if let (true, Some(t)) = (args.timings, report.timings) {
         eprintln!(
             "timings: {} splices: plan {:.1} ms, build {:.1} ms, commit {:.1} ms (dispatch entries and one text batch)",
-            t.splices,
-            ms(t.plan),
-            ms(t.build),
-            ms(t.commit)
+            t.splices, t.plan_ms, t.build_ms, t.commit_ms
         );
     }
-}
-
-fn print_applied(k: &Kernel, applied: &Applied) {
-    for c in &applied.components {
-        if let Some(c) = k.splicer.components().get(*c) {
-            println!("loaded {} (crc32 {:#010x}) at {:#x}", c.name, c.file_crc32, c.code_addr);
-        }
-    }
-    for (at, mech, id) in &applied.splices {
-        if let Some(s) = k.splicer.get(*id) {
-            println!("spliced {at} at {:#x} by {mech}: {}", s.point.site, s.request.action);
-        }
-    }
-}
-
-pub fn run(args: &ApplyArgs) -> Result<()> {
-    let spec = Spec::from_path(&args.spec)?;
-    let mut k = Kernel::open()?;
-    if args.check {
-        let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
-        let results = k.splicer.plan_each(&requests);
-        let mut refused = 0usize;
-        for (r, res) in requests.iter().zip(&results) {
-            match res {
-                Ok((p, plan)) => println!("ok {} at {:#x} by {}: displaces `{}`", r.at, p.site, plan.mechanism, plan.displaced_text()),
-                Err(e) => {
-                    refused += 1;
-                    eprintln!("refused: {e}");
-                }
-            }
-        }
-        if refused > 0 {
-            bail!("{refused} of {} splices would be refused (nothing was changed)", requests.len());
-        }
-        return Ok(());
-    }
-    let file = args.spec.display().to_string();
-    let near = k.near();
-    if !args.best_effort {
-        let applied = apply_spec(&mut k.splicer, &spec, near).with_context(|| format!("{file}: nothing was applied"))?;
-        k.commit_or_undo(|sp| undo(sp, &applied))?;
-        print_applied(&k, &applied);
-        if args.timings {
-            print_timings(&k);
-        }
-        return Ok(());
-    }
-    let r = apply_spec_best_effort(&mut k.splicer, &spec, near).with_context(|| format!("{file}: nothing was applied"))?;
-    k.commit_or_undo(|sp| undo(sp, &r.applied))?;
-    print_applied(&k, &r.applied);
-    if args.timings {
-        print_timings(&k);
-    }
-    for (_, e) in &r.refused {
+    for e in &report.refused {
         eprintln!("refused: {e}");
     }
-    if !r.refused.is_empty() {
-        bail!("{} of {} splices refused ({} applied)", r.refused.len(), spec.splices.len(), r.applied.splices.len());
-    }
-    Ok(())
-}
-
-/// Undo an apply whose state could not be saved.
-fn undo(sp: &mut instr_manager::splicer::Splicer<trapvec::kernel::KernelTarget>, applied: &Applied) -> Result<()> {
-    let ids: Vec<_> = applied.splices.iter().map(|s| s.2).collect();
-    if !ids.is_empty() {
-        sp.remove(&ids)?;
-    }
-    for c in applied.components.iter().rev() {
-        sp.unload_component(*c)?;
+    if !report.refused.is_empty() {
+        bail!("{} of {} splices refused ({} applied)", report.refused.len(), report.requested, report.spliced.len());
     }
     Ok(())
 }

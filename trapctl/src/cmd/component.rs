@@ -7,14 +7,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use component_manager::{ComponentId, LoadOptions};
-use instr_manager::apply::request_of;
-use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
-use instr_manager::SpliceSpec;
-use trapvec::kernel::KernelTarget;
+use anyhow::Result;
+use trapctl::ops::{self, Loaded, Made, Unloaded};
+use trapctl::protocol::Request;
 
-use crate::kernel::Kernel;
+use crate::route;
 
 /// Load a component into the kernel.
 #[derive(clap::Args)]
@@ -46,88 +43,25 @@ pub struct UnloadArgs {
     pub name: String,
 }
 
-/// The requests a component declares in `.trapvec.splices`.
-fn declared_requests(splicer: &Splicer<KernelTarget>, id: ComponentId) -> Result<Vec<SpliceRequest>> {
-    let Some(c) = splicer.components().get(id) else { return Ok(Vec::new()) };
-    c.declared_splices
-        .iter()
-        .map(|d| {
-            let record = format!("at={};action={};handler={};mechanism={}", d.at, d.action, d.handler, d.mechanism);
-            let spec = SpliceSpec::from_record(&record).with_context(|| format!("component {}", c.label))?;
-            Ok(request_of(&spec))
-        })
-        .collect()
-}
-
 pub fn load(args: &LoadArgs) -> Result<()> {
-    let mut k = Kernel::open()?;
-    let opts = LoadOptions { near: k.near(), expected_crc32: None, name: args.name.clone() };
-    let id = k.splicer.load_component(&args.component, &opts).with_context(|| format!("loading {}", args.component.display()))?;
-    let requests = declared_requests(&k.splicer, id)?;
-    let spliced = if requests.is_empty() {
-        Vec::new()
-    } else {
-        match k.splicer.apply(&requests) {
-            Ok(ids) => ids,
-            Err(e) => {
-                if let Err(u) = k.splicer.unload_component(id) {
-                    log::error!("unloading {} after its splices were refused: {u}", args.component.display());
-                }
-                return Err(anyhow::Error::new(e)
-                    .context(format!("{}: a splice it declares was refused; nothing was loaded", args.component.display())));
-            }
-        }
-    };
-    k.commit_or_undo(|sp| {
-        if !spliced.is_empty() {
-            sp.remove(&spliced)?;
-        }
-        Ok(sp.unload_component(id)?)
-    })?;
-    let c = k.splicer.components().get(id).expect("just loaded");
+    let path = route::absolute(&args.component)?;
+    let request = Request::Load { path: path.clone(), name: args.name.clone() };
+    let loaded: Loaded = route::change(&request, |sp| ops::load(sp, &path, args.name.clone()))?;
+    let c = &loaded.component;
     println!(
-        "loaded {} (crc32 {:#010x}): code {:#x} ({} bytes), data {:#x} ({} bytes), {} imports",
-        c.name,
-        c.file_crc32,
-        c.code_addr,
-        c.code_len,
-        c.data_addr,
-        c.data.size,
-        c.imports.len()
+        "loaded {} (crc32 {}): code {} ({} bytes), data {} ({} bytes), {} imports",
+        c.name, c.crc32, c.code, c.code_len, c.data, c.data_len, c.imports
     );
-    for (r, id) in requests.iter().zip(&spliced) {
-        let s = k.splicer.get(*id).expect("just spliced");
-        println!("spliced {} at {:#x} by {}: {}", r.at, s.point.site, s.plan.mechanism, r.action);
+    for s in &loaded.spliced {
+        println!("spliced {} at {} by {}: {}", s.at, s.site, s.mechanism, s.action);
     }
     Ok(())
 }
 
 pub fn unload(args: &UnloadArgs) -> Result<()> {
-    let mut k = Kernel::open()?;
-    let Some(id) = k.splicer.components().by_name(&args.name) else {
-        let loaded: Vec<String> = k.splicer.components().iter().map(|c| c.name.clone()).collect();
-        bail!(
-            "no component named `{}` is loaded ({})",
-            args.name,
-            if loaded.is_empty() { "none is".to_string() } else { format!("loaded: {}", loaded.join(", ")) }
-        );
-    };
-    let declared = declared_requests(&k.splicer, id)?;
-    let own: Vec<SpliceId> = k
-        .splicer
-        .live()
-        .filter(|s| s.component == Some(id) && declared.iter().any(|d| d.at == s.request.at && d.action == s.request.action))
-        .map(|s| s.id)
-        .collect();
-    let users: Vec<String> = k.splicer.live().filter(|s| s.component == Some(id) && !own.contains(&s.id)).map(|s| s.request.at.clone()).collect();
-    if !users.is_empty() {
-        bail!("component `{}` is used by the splice(s) at {}: unsplice them first", args.name, users.join(", "));
-    }
-    if !own.is_empty() {
-        k.splicer.remove(&own)?;
-    }
-    k.splicer.unload_component(id)?;
-    k.save()?;
-    println!("unloaded {}{}", args.name, if own.is_empty() { String::new() } else { format!(" and its {} declared splice(s)", own.len()) });
+    let request = Request::Unload { name: args.name.clone() };
+    let u: Unloaded = route::change(&request, |sp| Ok((ops::unload(sp, &args.name)?, Made::default())))?;
+    let declared = if u.declared_removed == 0 { String::new() } else { format!(" and its {} declared splice(s)", u.declared_removed) };
+    println!("unloaded {}{declared}", u.name);
     Ok(())
 }

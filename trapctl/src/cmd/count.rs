@@ -8,8 +8,6 @@ use anyhow::Result;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 
-use crate::kernel::Kernel;
-
 /// Count a kernel function's calls for a while.
 #[derive(clap::Args)]
 #[command(long_about = "\
@@ -21,9 +19,9 @@ the total and the rate are printed.
 Output: first `counting FUNCTION at 0xSITE for N s` once the trap is live (a script can wait for
 that line before it drives the function), then `FUNCTION: TOTAL calls in N s (R/s)`.
 With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).
-/dev/trapvec stays locked while counting: other trapctl commands wait until the count is over.
-The splice is in the saved state meanwhile, so if this command is killed `trapctl unsplice
-FUNCTION` removes it.")]
+Other commands may run meanwhile (the splice is made and removed as two commands are, through
+trapd when one runs). The splice is recorded while it lives, so if this command is killed
+`trapctl unsplice FUNCTION` removes it.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).
     pub function: String,
@@ -39,23 +37,18 @@ pub fn run(args: &Args) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         anyhow::bail!("--seconds {} is not a duration", args.seconds);
     }
-    let mut k = Kernel::open()?;
     let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism };
-    let id = k.splicer.apply(std::slice::from_ref(&request))?[0];
-    // Saved while it lives: if this command is killed, the next trapctl knows the splice and
-    // `trapctl unsplice` removes it. The device stays locked until the count is over.
-    k.commit_or_undo(|sp| Ok(sp.remove(&[id]).map(drop)?))?;
-    let site = k.splicer.get(id).expect("just spliced").point.site;
-    println!("counting {} at {site:#x} for {} s", args.function, args.seconds);
+    let row = super::splice::make(&request)?;
+    println!("counting {} at {} for {} s", args.function, row.site, args.seconds);
     std::io::stdout().flush()?;
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    // By the site: the point as written could name a different splice made meanwhile.
+    let removed = super::splice::remove(&row.site)?;
     let elapsed = start.elapsed().as_secs_f64();
-    let hits = k.splicer.remove(&[id])?[0];
-    k.save()?;
     // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
     #[allow(clippy::cast_precision_loss)]
-    let rate = if elapsed > 0.0 { hits.hits as f64 / elapsed } else { 0.0 };
-    println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, hits.hits, args.seconds);
+    let rate = if elapsed > 0.0 { removed.hits as f64 / elapsed } else { 0.0 };
+    println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, removed.hits, args.seconds);
     Ok(())
 }

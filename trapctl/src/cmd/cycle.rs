@@ -47,6 +47,7 @@ pub fn run(args: &Args) -> Result<()> {
         "both" => vec![Mechanism::Trap, Mechanism::Jmp],
         m => vec![m.parse().map_err(anyhow::Error::msg)?],
     };
+    crate::route::direct_only("cycle")?;
     let mut k = Kernel::open()?;
     let point = k.splicer.resolve(&args.at)?;
     let function = point.function.clone();

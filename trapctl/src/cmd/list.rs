@@ -1,9 +1,11 @@
 //! `trapctl list [--json]`: live splices with their counters, loaded components.
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use trapctl::ops::{self, Listing};
+use trapctl::protocol::Request;
 
-use crate::kernel::Kernel;
+use crate::route;
 
 /// List live splices and loaded components.
 #[derive(clap::Args)]
@@ -12,94 +14,51 @@ List what trapctl made in the running kernel: every live splice (the point as wr
 its function and offset, the mechanism, the action, hits, and missed hits: traps taken while a
 handler was already running on that CPU, whose handler was skipped, as kprobes' nmissed) and every
 loaded component (name, CRC32 of its file, code and data addresses and sizes, how many splices use
-it). The saved state is checked against the module first. --json prints one JSON object.")]
+it). The saved state is checked against the module first. --json prints one JSON object.
+
+When trapd runs, the listing is the daemon's: it adds the active profile, whether each splice is
+part of it, and any dispatch entry live in the module that no recorded state describes.")]
 pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Serialize)]
-struct SpliceRow {
-    point: String,
+/// The listing, and what trapd adds to it when it answers.
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    #[serde(flatten)]
+    listing: Listing,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unrecorded: Option<Vec<Unrecorded>>,
+}
+
+/// A dispatch entry the module lists that no recorded state describes (from trapd).
+#[derive(Serialize, Deserialize)]
+struct Unrecorded {
     site: String,
-    function: String,
-    offset: u64,
-    mechanism: String,
-    action: String,
-    /// The handler or replacement, if any.
-    symbol: Option<String>,
-    displaced: String,
+    dest: String,
     hits: u64,
-    missed: u64,
-}
-
-#[derive(Serialize)]
-struct ComponentRow {
-    name: String,
-    path: Option<String>,
-    crc32: String,
-    code: String,
-    code_len: usize,
-    data: String,
-    data_len: usize,
-    refs: usize,
-}
-
-#[derive(Serialize)]
-struct Listing {
-    splices: Vec<SpliceRow>,
-    components: Vec<ComponentRow>,
-}
-
-fn listing(k: &Kernel) -> Result<Listing> {
-    let mut splices = Vec::new();
-    for s in k.splicer.live() {
-        let hits = k.splicer.hits(s.id)?;
-        splices.push(SpliceRow {
-            point: s.request.at.clone(),
-            site: format!("{:#x}", s.point.site),
-            function: s.point.function.name.clone(),
-            offset: s.point.site - s.point.function.addr,
-            mechanism: s.plan.mechanism.to_string(),
-            action: s.request.action.to_string(),
-            symbol: s.request.action.symbol().map(str::to_string),
-            displaced: s.plan.displaced_text.clone(),
-            hits: hits.hits,
-            missed: hits.missed,
-        });
-    }
-    let components = k
-        .splicer
-        .components()
-        .iter()
-        .map(|c| ComponentRow {
-            name: c.name.clone(),
-            path: c.path.as_ref().map(|p| p.display().to_string()),
-            crc32: format!("{:#010x}", c.file_crc32),
-            code: format!("{:#x}", c.code_addr),
-            code_len: c.code_len,
-            data: format!("{:#x}", c.data_addr),
-            data_len: c.data.size,
-            refs: c.refs(),
-        })
-        .collect();
-    Ok(Listing { splices, components })
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let k = Kernel::open()?;
-    let l = listing(&k)?;
+    let r: Reply = route::read(&Request::List, |sp| Ok(Reply { listing: ops::listing(sp)?, profile: None, unrecorded: None }))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&l)?);
+        println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
+    }
+    let l = &r.listing;
+    if let Some(p) = &r.profile {
+        println!("trapd profile: {p}");
     }
     if l.splices.is_empty() {
         println!("no splices");
     } else {
         println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", "POINT", "SITE", "MECH", "ACTION", "HITS", "MISSED");
         for s in &l.splices {
-            println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", s.point, s.site, s.mechanism, s.action, s.hits, s.missed);
+            println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", s.at, s.site, s.mechanism, s.action, s.hits, s.missed);
         }
     }
     if l.components.is_empty() {
@@ -116,6 +75,9 @@ pub fn run(args: &Args) -> Result<()> {
                 c.refs
             );
         }
+    }
+    for u in r.unrecorded.iter().flatten() {
+        println!("unrecorded dispatch entry at {} (to {}): {} hits; `rmmod trapvec` reverts it", u.site, u.dest, u.hits);
     }
     Ok(())
 }

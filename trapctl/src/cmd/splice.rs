@@ -4,9 +4,10 @@
 use anyhow::{bail, Result};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
+use trapctl::ops::{self, parse_u64, Made, SpliceRow, Unspliced};
+use trapctl::protocol::Request;
 
-use crate::cmd::parse_u64;
-use crate::kernel::Kernel;
+use crate::route;
 
 /// Splice a point of the running kernel.
 #[derive(clap::Args)]
@@ -70,6 +71,26 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
     text.parse()
 }
 
+/// The daemon's request for a splice.
+pub fn splice_request(r: &SpliceRequest) -> Request {
+    let (action, handler, cookie) = match &r.action {
+        Action::Call { handler, cookie } => ("call", Some(handler.clone()), *cookie),
+        Action::Replace { with } => ("replace", Some(with.clone()), 0),
+        Action::Count => ("count", None, 0),
+    };
+    Request::Splice { at: r.at.clone(), action: action.into(), handler, mechanism: Some(r.mechanism), cookie }
+}
+
+/// Make `request` (through trapd when one runs).
+pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
+    route::change(&splice_request(request), |sp| ops::splice(sp, request))
+}
+
+/// Remove the splice at `at` (through trapd when one runs).
+pub fn remove(at: &str) -> Result<Unspliced> {
+    route::change(&Request::Unsplice { at: Some(at.to_string()), all: false }, |sp| Ok((ops::unsplice(sp, at)?, Made::default())))
+}
+
 pub fn splice(args: &SpliceArgs) -> Result<()> {
     let action = match (&args.call, &args.replace, args.count) {
         (Some(h), None, false) => Action::Call { handler: h.clone(), cookie: args.cookie.unwrap_or(0) },
@@ -77,49 +98,24 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let mut k = Kernel::open()?;
-    let request = SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism };
-    let id = k.splicer.apply(std::slice::from_ref(&request))?[0];
-    k.commit_or_undo(|sp| Ok(sp.remove(&[id]).map(drop)?))?;
-    let s = k.splicer.get(id).expect("just spliced");
-    println!(
-        "spliced {} at {:#x} ({}+{:#x}) by {}: {}; displaced `{}`",
-        args.at,
-        s.point.site,
-        s.point.function.name,
-        s.point.site - s.point.function.addr,
-        s.plan.mechanism,
-        s.request.action,
-        s.plan.displaced_text
-    );
+    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism })?;
+    println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())
 }
 
+/// `unspliced`, as trapd replies to `{"op":"unsplice","all":true}`.
+#[derive(serde::Deserialize)]
+struct All {
+    unspliced: Vec<Unspliced>,
+}
+
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
-    let mut k = Kernel::open()?;
     let Some(at) = &args.at else {
-        let ids: Vec<_> = k.splicer.live().map(|s| s.id).collect();
-        if !ids.is_empty() {
-            k.splicer.remove(&ids)?;
-            k.save()?;
-        }
-        println!("unspliced {} splice(s)", ids.len());
+        let all: All = route::change(&Request::Unsplice { at: None, all: true }, |sp| Ok((All { unspliced: ops::unsplice_all(sp)? }, Made::default())))?;
+        println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let Some(id) = k.splicer.find(at) else {
-        let live: Vec<String> = k.splicer.live().map(|s| format!("{} ({:#x})", s.request.at, s.point.site)).collect();
-        bail!(
-            "no splice at `{}` ({})",
-            at,
-            if live.is_empty() { "nothing is spliced".to_string() } else { format!("live: {}", live.join(", ")) }
-        );
-    };
-    let (at, site) = {
-        let s = k.splicer.get(id).expect("found");
-        (s.request.at.clone(), s.point.site)
-    };
-    let hits = k.splicer.remove(&[id])?[0];
-    k.save()?;
-    println!("unspliced {at} at {site:#x}: {} hits, {} missed", hits.hits, hits.missed);
+    let u = remove(at)?;
+    println!("unspliced {} at {}: {} hits, {} missed", u.at, u.site, u.hits, u.missed);
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! `trapctl set SYMBOL VALUE [--size N]` and `trapctl get SYMBOL [--size N]`: a component's
 //! variable, written or read in place (KAPI's memcopy), e.g. to tune a policy live.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+use trapctl::ops::{self, Made, Value, Var};
+use trapctl::protocol::Request;
 
-use crate::kernel::Kernel;
+use crate::route;
 
 /// Write a component variable.
 #[derive(clap::Args)]
@@ -43,80 +45,17 @@ fn parse_size(text: &str) -> Result<usize, String> {
     }
 }
 
-/// The size to use for `symbol`: `--size`, else its symbol's size, else 8.
-fn size_of(k: &Kernel, symbol: &str, asked: Option<usize>) -> Result<usize> {
-    let known = k
-        .splicer
-        .components()
-        .lookup(symbol)
-        .and_then(|(id, _)| k.splicer.components().get(id))
-        .and_then(|c| c.symbol(symbol))
-        .map(|s| s.size)
-        .filter(|&s| matches!(s, 1 | 2 | 4 | 8))
-        .and_then(|s| usize::try_from(s).ok());
-    match (asked, known) {
-        (Some(a), Some(k)) if a > k => bail!("`{symbol}` is {k} bytes long; --size {a} would write past it"),
-        (Some(a), _) => Ok(a),
-        (None, Some(k)) => Ok(k),
-        (None, None) => Ok(8),
-    }
-}
-
-/// `text` as the bits of a `size`-byte value, if it fits as a signed or an unsigned number.
-pub fn parse_value(text: &str, size: usize) -> Result<u64> {
-    let t = text.trim();
-    let bits = u32::try_from(size * 8).expect("size is at most 8");
-    let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
-    let (negative, digits) = match t.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, t),
-    };
-    let magnitude = super::parse_u64(digits).map_err(anyhow::Error::msg)?;
-    let value = if negative {
-        if magnitude > 1u64 << (bits - 1) {
-            bail!("{text} does not fit in {size} byte(s)");
-        }
-        magnitude.wrapping_neg() & mask
-    } else {
-        if magnitude > mask {
-            bail!("{text} does not fit in {size} byte(s)");
-        }
-        magnitude
-    };
-    Ok(value)
-}
-
 pub fn set(args: &SetArgs) -> Result<()> {
-    let mut k = Kernel::open()?;
-    let size = size_of(&k, &args.symbol, args.size)?;
-    let value = parse_value(&args.value, size)?;
-    k.splicer.set_var(&args.symbol, value, size)?;
-    println!("{} = {} ({size} bytes)", args.symbol, args.value.trim());
+    let value = Value::Text(args.value.trim().to_string());
+    let request = Request::Set { symbol: args.symbol.clone(), value: value.clone(), size: args.size };
+    let v: Var = route::change(&request, |sp| Ok((ops::set(sp, &args.symbol, &value, args.size)?, Made::default())))?;
+    println!("{} = {} ({} bytes)", v.symbol, args.value.trim(), v.size);
     Ok(())
 }
 
 pub fn get(args: &GetArgs) -> Result<()> {
-    let k = Kernel::open()?;
-    let size = size_of(&k, &args.symbol, args.size)?;
-    println!("{}", k.splicer.get_var(&args.symbol, size)?);
+    let request = Request::Get { symbol: args.symbol.clone(), size: args.size };
+    let v: Var = route::read(&request, |sp| ops::get(sp, &args.symbol, args.size))?;
+    println!("{}", v.value);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_value;
-
-    #[test]
-    fn values_fit_their_size_signed_or_unsigned() {
-        assert_eq!(parse_value("1400", 4).unwrap(), 1400);
-        assert_eq!(parse_value("0x578", 4).unwrap(), 1400);
-        assert_eq!(parse_value("-1", 1).unwrap(), 0xff);
-        assert_eq!(parse_value("-128", 1).unwrap(), 0x80);
-        assert_eq!(parse_value("255", 1).unwrap(), 255);
-        assert_eq!(parse_value("-1", 8).unwrap(), u64::MAX);
-        assert_eq!(parse_value("18446744073709551615", 8).unwrap(), u64::MAX);
-        for (bad, size) in [("256", 1), ("-129", 1), ("0x1_0000_0000", 4), ("4294967296", 4), ("twelve", 8), ("", 8)] {
-            assert!(parse_value(bad, size).is_err(), "{bad} in {size} bytes");
-        }
-    }
 }

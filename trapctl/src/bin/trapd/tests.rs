@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
 
+use trapctl::{client, ops};
+
 use super::config::Config;
 use super::daemon::{Daemon, StateHome};
 use super::journal::{read_records, Record};
@@ -315,8 +317,8 @@ fn reads_are_answered_without_journaling_and_splice_requests_round_trip() {
     assert!(k.trapped("f2"));
     assert_eq!(live_points(&mut d), ["f2"]);
     assert_eq!(d.handle(Request::List)["splices"][0]["in_profile"], json!(false));
-    assert_eq!(d.handle(Request::Unsplice { at: "f2".into() })["ok"], json!(true));
-    assert_eq!(d.handle(Request::Unsplice { at: "f2".into() })["error"], json!("no live splice at `f2`"));
+    assert_eq!(d.handle(Request::Unsplice { at: Some("f2".into()), all: false })["ok"], json!(true));
+    assert_eq!(d.handle(Request::Unsplice { at: Some("f2".into()), all: false })["error"], json!("no splice at `f2` (nothing is spliced)"));
     assert!(k.pristine());
 }
 
@@ -334,4 +336,108 @@ fn journal_profile_whose_splices_are_gone_is_dropped_and_the_initial_profile_app
     assert!(live_points(&mut d).is_empty());
     assert_eq!(activate(&mut d, "both")["added"], json!(2), "a later activation applies the profile whole");
     assert!(k.trapped("f0") && k.trapped("f1"));
+}
+
+/// `d` served on a socket in `dir`, as trapd serves it; returns the socket's path.
+fn serve(d: Daemon<FakeKernel>, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("trapd.sock");
+    let listener = super::server::bind(&path).unwrap();
+    let d = Arc::new(Mutex::new(d));
+    std::thread::spawn(move || super::server::serve(listener, d, super::server::Access::default()));
+    path
+}
+
+fn call<R: serde::de::DeserializeOwned>(socket: &Path, req: &Request) -> anyhow::Result<R> {
+    client::call(socket, req).expect("the daemon listens")
+}
+
+#[test]
+fn trapctl_requests_over_the_socket_come_back_as_the_reports_trapctl_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let socket = serve(start(&k, &dir.path().join("journal")), dir.path());
+    let count = |at: &str| Request::Splice { at: at.into(), action: "count".into(), handler: None, mechanism: None, cookie: 0 };
+
+    let row: ops::SpliceRow = call(&socket, &count("f2")).unwrap();
+    assert_eq!((row.at.as_str(), row.function.as_str(), row.offset), ("f2", "f2", 5));
+    assert_eq!(row.site, format!("{:#x}", func("f2") + 5));
+    assert_eq!((row.mechanism.as_str(), row.action.as_str(), row.displaced.as_str()), ("trap", "count", "push rbp; mov rbp, rsp"));
+    assert!(k.trapped("f2"));
+
+    let listing: ops::Listing = call(&socket, &Request::List).unwrap();
+    assert_eq!(listing.splices, vec![ops::SpliceRow { in_profile: Some(false), ..row.clone() }]);
+
+    let u: ops::Unspliced = call(&socket, &Request::Unsplice { at: Some(row.site.clone()), all: false }).unwrap();
+    assert_eq!((u.at.as_str(), u.site.as_str()), ("f2", row.site.as_str()));
+    assert!(k.pristine());
+    let e = call::<ops::Unspliced>(&socket, &Request::Unsplice { at: Some("f2".into()), all: false }).unwrap_err();
+    assert_eq!(e.to_string(), "trapd: no splice at `f2` (nothing is spliced)");
+
+    call::<ops::SpliceRow>(&socket, &count("f2")).unwrap();
+    call::<ops::SpliceRow>(&socket, &Request::Splice { at: "f3".into(), action: "count".into(), handler: None, mechanism: Some(instr_manager::Mechanism::Jmp), cookie: 0 }).unwrap();
+    let all: Value = call(&socket, &Request::Unsplice { at: None, all: true }).unwrap();
+    let ats: Vec<&str> = all["unspliced"].as_array().unwrap().iter().map(|u| u["at"].as_str().unwrap()).collect();
+    assert_eq!(ats, ["f2", "f3"]);
+    assert!(k.pristine());
+}
+
+/// A component with a 2-byte variable, a handler, and a splice it declares at `f3`.
+fn knob_component(dir: &Path) -> std::path::PathBuf {
+    let c = dir.join("knob.c");
+    std::fs::write(
+        &c,
+        "#include <trapvec.h>\n\
+         unsigned short knob = 7;\n\
+         void on_f(struct trapvec_regs *regs, void *cookie) { knob++; }\n\
+         TRAPVEC_SPLICE_CALL(f3, \"f3\", on_f, \"trap\");\n",
+    )
+    .unwrap();
+    let o = dir.join("knob.o");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/include");
+    let out = std::process::Command::new("cc")
+        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-ffreestanding", "-fno-asynchronous-unwind-tables", "-I"])
+        .arg(&include)
+        .arg("-o")
+        .arg(&o)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    o
+}
+
+#[test]
+fn components_through_the_daemon_bring_their_declared_splices_and_their_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let socket = serve(start(&k, &dir.path().join("journal")), dir.path());
+    let object = knob_component(dir.path());
+
+    let loaded: ops::Loaded = call(&socket, &Request::Load { path: object, name: None }).unwrap();
+    assert_eq!(loaded.component.name, "knob");
+    assert_eq!(loaded.spliced.len(), 1);
+    assert_eq!((loaded.spliced[0].at.as_str(), loaded.spliced[0].action.as_str()), ("f3", "call on_f"));
+    assert!(k.trapped("f3"), "the declared splice is applied with the component");
+
+    let get = Request::Get { symbol: "knob".into(), size: None };
+    assert_eq!(call::<ops::Var>(&socket, &get).unwrap(), ops::Var { symbol: "knob".into(), value: 7, size: 2 });
+    let set = |v: ops::Value| Request::Set { symbol: "knob".into(), value: v, size: None };
+    assert_eq!(call::<ops::Var>(&socket, &set(ops::Value::Text("-1".into()))).unwrap().value, 0xffff);
+    assert_eq!(call::<ops::Var>(&socket, &get).unwrap().value, 0xffff);
+    let e = call::<ops::Var>(&socket, &set(ops::Value::Number(70_000))).unwrap_err().to_string();
+    assert!(e.contains("70000 does not fit in 2 byte(s)"), "{e}");
+    let e = call::<ops::Var>(&socket, &Request::Set { symbol: "knob".into(), value: ops::Value::Number(1), size: Some(4) }).unwrap_err().to_string();
+    assert!(e.contains("`knob` is 2 bytes long"), "{e}");
+    assert_eq!(call::<ops::Var>(&socket, &get).unwrap().value, 0xffff, "refused writes change nothing");
+
+    // A splice of the user's own keeps the component in use.
+    let user = Request::Splice { at: "f1".into(), action: "call".into(), handler: Some("on_f".into()), mechanism: None, cookie: 0 };
+    call::<ops::SpliceRow>(&socket, &user).unwrap();
+    let e = call::<ops::Unloaded>(&socket, &Request::Unload { name: "knob".into() }).unwrap_err().to_string();
+    assert_eq!(e, "trapd: component `knob` is used by the splice(s) at f1: unsplice them first");
+    assert!(k.trapped("f3") && k.trapped("f1"));
+    call::<ops::Unspliced>(&socket, &Request::Unsplice { at: Some("f1".into()), all: false }).unwrap();
+    let u: ops::Unloaded = call(&socket, &Request::Unload { name: "knob".into() }).unwrap();
+    assert_eq!(u, ops::Unloaded { name: "knob".into(), declared_removed: 1 });
+    assert!(k.pristine());
 }

@@ -17,11 +17,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use component_manager::LoadOptions;
-use instr_manager::apply::apply_spec;
 use instr_manager::splicer::state::StateError;
 use instr_manager::splicer::{SpliceError, SpliceId, SpliceRequest, Splicer};
 use instr_manager::Spec;
 use serde_json::{json, Value};
+use trapctl::ops;
 use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::{splice_request, Config};
@@ -65,15 +65,9 @@ pub enum DaemonError {
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
     #[error(transparent)]
+    Op(#[from] ops::OpError),
+    #[error(transparent)]
     Splice(#[from] SpliceError),
-    #[error(transparent)]
-    Apply(#[from] instr_manager::apply::ApplyError),
-    #[error(transparent)]
-    Spec(#[from] instr_manager::SpecError),
-    #[error("no component named `{0}` is loaded")]
-    NoComponent(String),
-    #[error("no live splice at `{0}`")]
-    NoSplice(String),
     #[error("no profile named `{0}` in the configuration")]
     NoProfile(String),
     #[error("{0}")]
@@ -238,86 +232,67 @@ impl<T: Target + StateHome> Daemon<T> {
     }
 
     fn read(&self, req: &Request) -> Result<Value, OpError> {
-        match req {
-            Request::List => Ok(self.list()),
-            Request::Status => Ok(self.status()),
-            Request::Get { symbol, size } => {
-                let size = self.var_size(symbol, *size)?;
-                Ok(json!({ "value": self.splicer.get_var(symbol, size)?, "size": size }))
-            }
+        let sp = &self.splicer;
+        let v = match req {
+            Request::List => self.list()?,
+            Request::Status => self.status(),
+            Request::Get { symbol, size } => reply(ops::get(sp, symbol, *size)?),
+            Request::Apply { spec, check: true, .. } => reply(ops::check(sp, &Spec::from_path(spec).map_err(ops::OpError::from)?)),
             _ => unreachable!("only reads come here"),
-        }
+        };
+        Ok(v)
     }
 
     fn change(&mut self, req: &Request, cause: &str) -> Result<Value, OpError> {
-        match req {
+        let sp = &mut self.splicer;
+        let v = match req {
             Request::Load { path, name } => {
-                let opts = LoadOptions { near: self.near(), expected_crc32: None, name: name.clone() };
-                let id = self.splicer.load_component(path, &opts)?;
-                let c = self.splicer.components().get(id).expect("just loaded");
-                log::info!("loaded component {} from {}", c.name, path.display());
-                Ok(json!({ "component": c.name, "id": id.0 }))
+                let (loaded, _) = ops::load(sp, path, name.clone())?;
+                log::info!("loaded component {} from {} ({} declared splice(s))", loaded.component.name, path.display(), loaded.spliced.len());
+                reply(loaded)
             }
             Request::Unload { name } => {
-                let id = self.splicer.components().by_name(name).ok_or_else(|| OpError::NoComponent(name.clone()))?;
-                self.splicer.unload_component(id)?;
+                let unloaded = ops::unload(sp, name)?;
                 log::info!("unloaded component {name}");
-                Ok(json!({}))
+                reply(unloaded)
             }
             Request::Splice { at, action, handler, mechanism, cookie } => {
                 let r = splice_request(at, action, handler.as_deref(), *mechanism, *cookie).map_err(OpError::Request)?;
-                let id = self.splicer.apply(std::slice::from_ref(&r))?[0];
-                let site = self.splicer.get(id).map(|s| s.point.site).unwrap_or(0);
-                log::info!("spliced {at} ({}) at {site:#x}", r.action);
-                Ok(json!({ "id": id.0, "site": format!("{site:#x}") }))
+                let (row, _) = ops::splice(sp, &r)?;
+                log::info!("spliced {at} ({}) at {}", row.action, row.site);
+                reply(row)
             }
-            Request::Unsplice { at } => {
-                let id = self.splicer.find(at).ok_or_else(|| OpError::NoSplice(at.clone()))?;
-                let hits = self.splicer.remove(&[id])?[0];
-                log::info!("unspliced {at} after {} hit(s)", hits.hits);
-                Ok(json!({ "hits": hits.hits, "missed": hits.missed }))
+            Request::Unsplice { at: Some(at), .. } => {
+                let u = ops::unsplice(sp, at)?;
+                log::info!("unspliced {at} after {} hit(s)", u.hits);
+                reply(u)
             }
-            Request::Apply { spec } => {
-                let spec = Spec::from_path(spec)?;
-                let near = self.near();
-                let applied = apply_spec(&mut self.splicer, &spec, near)?;
-                let splices: Vec<Value> = applied.splices.iter().map(|(at, m, id)| json!({ "at": at, "mechanism": m.to_string(), "id": id.0 })).collect();
-                log::info!("applied a spec: {} component(s), {} splice(s)", applied.components.len(), splices.len());
-                Ok(json!({ "components": applied.components.len(), "splices": splices }))
+            Request::Unsplice { at: None, .. } => {
+                let all = ops::unsplice_all(sp)?;
+                log::info!("unspliced all {} splice(s)", all.len());
+                json!({ "unspliced": all })
+            }
+            Request::Apply { spec, best_effort, .. } => {
+                let parsed = Spec::from_path(spec).map_err(ops::OpError::from)?;
+                let (report, _) = ops::apply(sp, &parsed, *best_effort)?;
+                log::info!(
+                    "applied {}: {} component(s), {} splice(s), {} refused",
+                    spec.display(),
+                    report.components.len(),
+                    report.spliced.len(),
+                    report.refused.len()
+                );
+                reply(report)
             }
             Request::Set { symbol, value, size } => {
-                let size = self.var_size(symbol, *size)?;
-                self.splicer.set_var(symbol, *value, size)?;
-                log::info!("set {symbol} = {value}");
-                Ok(json!({}))
+                let var = ops::set(sp, symbol, value, *size)?;
+                log::info!("set {symbol} = {}", var.value);
+                reply(var)
             }
-            Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) }),
+            Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) })?,
             Request::List | Request::Status | Request::Get { .. } => unreachable!("reads do not come here"),
-        }
-    }
-
-    /// The size to read or write `symbol` with: `asked`, else the symbol's own size (when 1, 2,
-    /// 4 or 8), else 8. Asking for more than the symbol's size is refused (it would write past it).
-    fn var_size(&self, symbol: &str, asked: Option<usize>) -> Result<usize, OpError> {
-        let components = self.splicer.components();
-        let known = components
-            .lookup(symbol)
-            .and_then(|(id, _)| components.get(id))
-            .and_then(|c| c.symbol(symbol))
-            .map(|s| s.size)
-            .filter(|s| matches!(s, 1 | 2 | 4 | 8))
-            .and_then(|s| usize::try_from(s).ok());
-        match (asked, known) {
-            (Some(a), Some(k)) if a > k => Err(OpError::Request(format!("`{symbol}` is {k} bytes long; size {a} would write past it"))),
-            (Some(a), _) => Ok(a),
-            (None, k) => Ok(k.unwrap_or(8)),
-        }
-    }
-
-    /// Where components are placed: near kernel text (`_stext`), within rel32 reach of it all.
-    fn near(&self) -> u64 {
-        let symbols = self.splicer.target().symbols();
-        symbols.lookup("_stext").or_else(|| symbols.lookup("_text")).map_or(0, |s| s.addr)
+        };
+        Ok(v)
     }
 
     /// The requests of profile `name` (none for no profile).
@@ -343,12 +318,12 @@ impl<T: Target + StateHome> Daemon<T> {
             for path in &profile.components {
                 let present = self.splicer.components().iter().any(|c| c.path.as_deref() == Some(path.as_path()));
                 if !present {
-                    let opts = LoadOptions { near: self.near(), expected_crc32: None, name: None };
+                    let opts = LoadOptions { near: ops::near(&self.splicer), expected_crc32: None, name: None };
                     loaded.push(self.splicer.load_component(path, &opts)?);
                 }
             }
             for s in &profile.sets {
-                let size = self.var_size(&s.symbol, s.size)?;
+                let size = ops::var_size(&self.splicer, &s.symbol, s.size)?;
                 let before = self.splicer.get_var(&s.symbol, size)?;
                 self.splicer.set_var(&s.symbol, s.value, size)?;
                 written.push((s.symbol.clone(), before, size));
@@ -381,32 +356,15 @@ impl<T: Target + StateHome> Daemon<T> {
         Ok(json!({ "profile": name, "previous": previous, "removed": remove.len(), "added": add.len() }))
     }
 
-    fn list(&self) -> Value {
+    /// The listing of [`ops::listing`], with each splice's `in_profile`, the active profile and
+    /// the unrecorded dispatch entries.
+    fn list(&self) -> Result<Value, OpError> {
         let active = self.requests_of(self.profile.as_deref()).unwrap_or_default();
-        let splices: Vec<Value> = self
-            .splicer
-            .live()
-            .map(|s| {
-                let h = self.splicer.hits(s.id).unwrap_or_default();
-                json!({
-                    "id": s.id.0,
-                    "at": s.request.at,
-                    "action": s.request.action.to_string(),
-                    "mechanism": s.request.mechanism.to_string(),
-                    "function": s.point.function.name,
-                    "site": format!("{:#x}", s.point.site),
-                    "hits": h.hits,
-                    "missed": h.missed,
-                    "in_profile": active.contains(&s.request),
-                })
-            })
-            .collect();
-        let components: Vec<Value> = self
-            .splicer
-            .components()
-            .iter()
-            .map(|c| json!({ "name": c.name, "id": c.id.0, "path": c.path, "refs": c.refs() }))
-            .collect();
+        let mut listing = ops::listing(&self.splicer)?;
+        for row in &mut listing.splices {
+            let live = self.splicer.get(SpliceId(row.id)).map(|s| &s.request);
+            row.in_profile = Some(live.is_some_and(|r| active.contains(r)));
+        }
         let unrecorded: Vec<Value> = self
             .unrecorded
             .iter()
@@ -415,7 +373,10 @@ impl<T: Target + StateHome> Daemon<T> {
                 json!({ "site": format!("{:#x}", e.site), "dest": format!("{:#x}", e.dest), "hits": h.hits })
             })
             .collect();
-        json!({ "profile": self.profile, "splices": splices, "components": components, "unrecorded": unrecorded })
+        let mut v = reply(listing);
+        v["profile"] = json!(self.profile);
+        v["unrecorded"] = json!(unrecorded);
+        Ok(v)
     }
 
     fn status(&self) -> Value {
@@ -433,4 +394,9 @@ impl<T: Target + StateHome> Daemon<T> {
             "metrics": self.metrics,
         })
     }
+}
+
+/// A report as a reply's fields.
+fn reply(report: impl serde::Serialize) -> Value {
+    serde_json::to_value(report).unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
 }

@@ -5,12 +5,10 @@
 //! owns the state and the order of effects; [`client`] is the other end of the socket.
 //! `anyhow` is used here, at the edge only.
 
-mod client;
 mod config;
 mod daemon;
 mod journal;
 mod metrics;
-mod protocol;
 mod rules;
 mod server;
 #[cfg(test)]
@@ -23,6 +21,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
+use trapctl::{client, protocol};
 use clap::{Parser, Subcommand};
 use trapvec::Target;
 

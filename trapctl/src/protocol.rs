@@ -19,9 +19,10 @@ pub enum Request {
     Status,
     /// Live splices with hit counts, loaded components, profiles.
     List,
-    /// Load a component object (a path on the daemon's machine).
+    /// Load a component object (a path on the daemon's machine) and apply the splices it
+    /// declares.
     Load { path: PathBuf, #[serde(default)] name: Option<String> },
-    /// Unload a component by name.
+    /// Unload a component by name (its declared splices go with it).
     Unload { name: String },
     /// Make one splice.
     Splice {
@@ -34,12 +35,25 @@ pub enum Request {
         #[serde(default)]
         cookie: u64,
     },
-    /// Remove the splice at a point.
-    Unsplice { at: String },
-    /// Apply a spec file (components, splices, variables) all or nothing.
-    Apply { spec: PathBuf },
-    /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8).
-    Set { symbol: String, value: u64, #[serde(default)] size: Option<usize> },
+    /// Remove the splice at a point, or (`all`) every live splice in one batch.
+    Unsplice {
+        #[serde(default)]
+        at: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all: bool,
+    },
+    /// Apply a spec file (components, splices, variables) all or nothing; `best_effort`: every
+    /// splice that validates; `check`: plan only, change nothing.
+    Apply {
+        spec: PathBuf,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        best_effort: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        check: bool,
+    },
+    /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8);
+    /// `value` is a number or a string (decimal, `-decimal`, `0x` hex).
+    Set { symbol: String, value: crate::ops::Value, #[serde(default)] size: Option<usize> },
     /// Read a component variable (`size` as for `set`).
     Get { symbol: String, #[serde(default)] size: Option<usize> },
     /// Switch to a profile of the configuration in one batch.
@@ -49,12 +63,18 @@ pub enum Request {
 impl Request {
     /// Parse one line; the error is the reply's message.
     pub fn parse(line: &str) -> Result<Request, String> {
-        serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))
+        let req: Request = serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))?;
+        match &req {
+            Request::Unsplice { at: None, all: false } => Err("bad request: unsplice needs `at` or `\"all\": true`".into()),
+            Request::Unsplice { at: Some(_), all: true } => Err("bad request: unsplice takes `at` or `\"all\": true`, not both".into()),
+            Request::Apply { best_effort: true, check: true, .. } => Err("bad request: apply takes `best_effort` or `check`, not both".into()),
+            _ => Ok(req),
+        }
     }
 
     /// Whether the request changes anything (and so is journaled).
     pub fn changes(&self) -> bool {
-        !matches!(self, Request::Status | Request::List | Request::Get { .. })
+        !matches!(self, Request::Status | Request::List | Request::Get { .. } | Request::Apply { check: true, .. })
     }
 }
 
@@ -85,13 +105,23 @@ mod tests {
             Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
             Request::Splice { at: "f".into(), action: "count".into(), handler: None, mechanism: Some(instr_manager::Mechanism::Jmp), cookie: 0 }
         );
+        assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
+        assert_eq!(
+            Request::parse(r#"{"op":"set","symbol":"v","value":"-1"}"#).unwrap(),
+            Request::Set { symbol: "v".into(), value: crate::ops::Value::Text("-1".into()), size: None }
+        );
+        // Journals written before `all`, `best_effort` and `check` existed still parse.
+        assert_eq!(Request::parse(r#"{"op":"unsplice","at":"f"}"#).unwrap(), Request::Unsplice { at: Some("f".into()), all: false });
     }
 
     #[test]
     fn malformed_requests_are_errors_that_name_the_problem() {
         let e = |l: &str| Request::parse(l).unwrap_err();
         assert!(e(r#"{"op":"frobnicate"}"#).contains("frobnicate"));
-        assert!(e(r#"{"op":"unsplice"}"#).contains("missing field `at`"));
+        assert!(e(r#"{"op":"unsplice"}"#).contains("needs `at`"));
+        assert!(e(r#"{"op":"unsplice","at":"f","all":true}"#).contains("not both"));
+        assert!(e(r#"{"op":"apply","spec":"/s.toml","check":true,"best_effort":true}"#).contains("not both"));
+        assert!(e(r#"{"op":"set","symbol":"v","value":[1]}"#).starts_with("bad request"));
         assert!(e(r#"{"op":"unsplice","at":"f","extra":1}"#).contains("extra"));
         assert!(e(r#"{"op":"set","symbol":"v","value":-1}"#).starts_with("bad request"));
         assert!(e("{\"op\":\"li").starts_with("bad request"));
@@ -102,6 +132,8 @@ mod tests {
     #[test]
     fn only_reads_are_not_changes() {
         assert!(!Request::List.changes() && !Request::Status.changes());
+        assert!(!Request::Apply { spec: "/s.toml".into(), best_effort: false, check: true }.changes());
+        assert!(Request::Apply { spec: "/s.toml".into(), best_effort: true, check: false }.changes());
         assert!(Request::Activate { profile: "p".into() }.changes());
     }
 

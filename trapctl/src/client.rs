@@ -1,6 +1,5 @@
 //! Talking to a running trapd: what `trapctl` uses to go through the daemon when one is
 //! listening (and straight to `/dev/trapvec` otherwise), and what `trapd send` uses.
-//! Self-contained (serde_json and anyhow only) so that trapctl's binary can include it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -16,17 +15,26 @@ pub fn socket_path() -> PathBuf {
     std::env::var_os("TRAPD_SOCKET").map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
 }
 
-/// Send `request` to the daemon at [`socket_path`] and return its reply; `None` when no daemon
-/// is listening there (no socket, or nobody accepting), so the caller goes to the module itself.
-/// A reply with `"ok": false` is returned as an error carrying the daemon's message.
-// Called by trapctl's binary (which includes this file); trapd itself uses `exchange`.
-#[allow(dead_code)]
-pub fn try_daemon(request: &Value) -> Option<anyhow::Result<Value>> {
-    try_daemon_at(&socket_path(), request)
+/// Whether a daemon accepts connections at `path`.
+pub fn is_listening(path: &Path) -> bool {
+    UnixStream::connect(path).is_ok()
 }
 
-/// [`try_daemon`] with the socket at `path`.
-#[allow(dead_code)] // see try_daemon
+/// Send `request` to the daemon at `path` and read its reply as an `R` (the reply's fields;
+/// `"ok"` is not part of it); `None` when no daemon listens there, so the caller goes to the
+/// module itself. A reply with `"ok": false` is an error carrying the daemon's message.
+pub fn call<R: serde::de::DeserializeOwned>(path: &Path, request: &crate::protocol::Request) -> Option<anyhow::Result<R>> {
+    let request = match serde_json::to_value(request) {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let reply = try_daemon_at(path, &request)?;
+    Some(reply.and_then(|v| serde_json::from_value(v).map_err(|e| anyhow::anyhow!("trapd's reply to `{}`: {e}", request["op"]))))
+}
+
+/// Send `request` to the daemon at `path` and return its reply; `None` when no daemon is
+/// listening there (no socket, or nobody accepting), so the caller goes to the module itself.
+/// A reply with `"ok": false` is returned as an error carrying the daemon's message.
 pub fn try_daemon_at(path: &Path, request: &Value) -> Option<anyhow::Result<Value>> {
     let stream = match UnixStream::connect(path) {
         Ok(s) => s,
@@ -46,7 +54,6 @@ pub fn try_daemon_at(path: &Path, request: &Value) -> Option<anyhow::Result<Valu
     }))
 }
 
-#[allow(dead_code)] // see try_daemon
 fn exchange_one(mut stream: UnixStream, request: &Value) -> anyhow::Result<Value> {
     writeln!(stream, "{request}")?;
     let mut line = String::new();
