@@ -104,6 +104,28 @@ echo "--- switching still works after the restart"
 wait_profile clean 60
 echo "MSS_AFTER_RESTART=$(tcpmss)"
 
+echo "--- trapctl while trapd holds /dev/trapvec: it goes through the daemon"
+# Every command is bounded: one that waited for the device's lock instead would hang here.
+timeout 120 trapctl count tcp_sync_mss --seconds 4 >/tmp/count.out &
+COUNT=$!
+usleep 1500000
+tcpmss >/dev/null
+tcpmss >/dev/null
+wait "$COUNT"
+echo "TRAPCTL_COUNT=$(tail -n 1 /tmp/count.out)"
+timeout 120 trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss
+timeout 120 trapctl set mss_clamp_mtu 1400
+echo "TRAPCTL_GET=$(timeout 120 trapctl get mss_clamp_mtu)"
+echo "MSS_TRAPCTL=$(tcpmss)"
+timeout 120 trapctl list >/tmp/list.out
+cat /tmp/list.out
+echo "TRAPCTL_LIST_PROFILE=$(grep '^trapd profile:' /tmp/list.out | cut -d' ' -f3)"
+echo "TRAPCTL_LIST_SPLICES=$(grep -c '^tcp_sync_mss ' /tmp/list.out)"
+echo "IN_PROFILE=$(trapd send '{"op":"list"}' | grep -o '"in_profile":[a-z]*')"
+echo "TRAPCTL_UNSPLICE=$(timeout 120 trapctl unsplice tcp_sync_mss | cut -d: -f1)"
+echo "MSS_AFTER_TRAPCTL=$(tcpmss)"
+timeout 120 trapctl set mss_clamp_mtu 1000
+
 echo "--- a non-root client"
 set +e
 su nobody -c "TRAPD_SOCKET=/run/trapd.sock /bin/trapd send '{\"op\":\"activate\",\"profile\":\"lossy\"}'" >/tmp/nobody.out 2>&1
