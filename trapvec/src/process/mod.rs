@@ -136,11 +136,13 @@ impl Target for ProcessTarget {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
         signal::DISPATCH.update(|cur| {
             let mut pairs: Vec<(u64, u64)> = cur.map(|t| t.sites.iter().copied().zip(t.dests.iter().copied()).collect()).unwrap_or_default();
+            // The current table's sites are sorted: a batch of n entries costs O(n log n).
+            let existing = cur.map_or(&[][..], |t| t.sites.as_slice());
             for e in entries {
                 if e.handler != 0 {
                     return Err(TargetError::Dispatch { site: e.site, reason: "the process dispatcher does not run handlers; use a trampoline".into() });
                 }
-                if pairs.iter().any(|&(s, _)| s == e.site) {
+                if existing.binary_search(&e.site).is_ok() {
                     return Err(TargetError::Dispatch { site: e.site, reason: "site already has a dispatch entry".into() });
                 }
                 pairs.push((e.site, e.dest));
@@ -162,8 +164,10 @@ impl Target for ProcessTarget {
                     return Err(TargetError::Dispatch { site: *s, reason: "no dispatch entry for this site".into() });
                 }
             }
+            let mut gone = sites.to_vec();
+            gone.sort_unstable();
             let (sites2, dests2): (Vec<u64>, Vec<u64>) =
-                t.sites.iter().zip(&t.dests).filter(|(s, _)| !sites.contains(s)).map(|(s, d)| (*s, *d)).unzip();
+                t.sites.iter().zip(&t.dests).filter(|(s, _)| gone.binary_search(s).is_err()).map(|(s, d)| (*s, *d)).unzip();
             Ok(if sites2.is_empty() { None } else { Some(signal::DispatchTable { sites: sites2, dests: dests2 }) })
         })
     }
