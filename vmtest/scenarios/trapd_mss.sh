@@ -106,9 +106,14 @@ echo "MSS_AFTER_RESTART=$(tcpmss)"
 
 echo "--- trapctl while trapd holds /dev/trapvec: it goes through the daemon"
 # Every command is bounded: one that waited for the device's lock instead would hang here.
-timeout 120 trapctl count tcp_sync_mss --seconds 4 >/tmp/count.out &
+timeout 120 trapctl count tcp_sync_mss --seconds 6 >/tmp/count.out &
 COUNT=$!
-usleep 1500000
+i=0
+until grep -q '^counting' /tmp/count.out; do
+	i=$((i + 1))
+	if [ $i -gt 600 ]; then echo "trapctl count did not start"; break; fi
+	usleep 100000
+done
 tcpmss >/dev/null
 tcpmss >/dev/null
 wait "$COUNT"
