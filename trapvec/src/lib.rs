@@ -13,6 +13,8 @@
 pub mod abi;
 pub mod elfsyms;
 pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod kernel;
 pub mod process;
 pub mod target;

@@ -1,12 +1,12 @@
 //! The daemon over a fake kernel (memory, arena, dispatch table and state blob shared between
 //! "runs", as the module outlives a killed daemon): profile switches, the journal, and restarts.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
+use trapvec::fake::{func_addr, FakeKernel, ARENA};
+use trapvec::{DispatchEntry, TargetError};
 
 use trapctl::{client, ops};
 
@@ -15,171 +15,17 @@ use super::daemon::{Daemon, StateHome};
 use super::journal::{read_records, Record};
 use super::protocol::Request;
 
-const TEXT: u64 = 0xffff_ffff_8100_0000;
-const ARENA: u64 = 0xffff_ffff_c000_0000;
-
-/// A traced kernel function: the ftrace NOP, `push rbp; mov rbp,rsp; mov rax,rdi; pop rbp;
-/// ret`, int3 padding to 32 bytes.
-#[rustfmt::skip]
-const FUNC: [u8; 32] = [
-    0x0F, 0x1F, 0x44, 0x00, 0x00, // nop dword [rax+rax]   (fentry)
-    0x55,                         // push rbp
-    0x48, 0x89, 0xE5,             // mov rbp,rsp
-    0x48, 0x89, 0xF8,             // mov rax,rdi
-    0x5D,                         // pop rbp
-    0xC3,                         // ret
-    0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC,
-];
-const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
-
-fn func(name: &str) -> u64 {
-    TEXT + 32 * FUNCS.iter().position(|f| *f == name).unwrap() as u64
-}
-
-#[derive(Default)]
-struct Inner {
-    memory: BTreeMap<u64, u8>,
-    next_block: u64,
-    blocks: BTreeSet<u64>,
-    dispatch: BTreeMap<u64, DispatchEntry>,
-    batches: usize,
-    state: (u64, Vec<u8>),
-}
-
-#[derive(Clone)]
-struct FakeKernel {
-    info: TargetInfo,
-    symbols: SymbolTable,
-    inner: Arc<Mutex<Inner>>,
-}
-
-impl FakeKernel {
-    fn new() -> Self {
-        let mut inner = Inner { next_block: ARENA, ..Default::default() };
-        let mut symbols = Vec::new();
-        for name in FUNCS {
-            for (i, b) in FUNC.iter().enumerate() {
-                inner.memory.insert(func(name) + i as u64, *b);
-            }
-            symbols.push(Symbol { name: name.into(), addr: func(name), size: 0, kind: SymbolKind::Function, origin: None });
-        }
-        symbols.push(Symbol { name: "_etext".into(), addr: TEXT + 32 * FUNCS.len() as u64, size: 0, kind: SymbolKind::Function, origin: None });
-        let info = TargetInfo {
-            description: "fake kernel".into(),
-            red_zone: 0,
-            save_vector_regs: false,
-            dispatcher_runs_handlers: true,
-            dispatcher_counts_hits: true,
-            has_fentry: true,
-        };
-        FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Arc::new(Mutex::new(inner)) }
-    }
-
-    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap()
-    }
-
-    /// Whether `f`'s entry (past the fentry NOP) holds the trap.
-    fn trapped(&self, f: &str) -> bool {
-        self.read(func(f) + 5, 2).unwrap() == [0xCD, 0xF5]
-    }
-
-    fn pristine(&self) -> bool {
-        FUNCS.iter().all(|f| self.read(func(f), 32).unwrap() == FUNC) && self.inner().dispatch.is_empty() && self.inner().blocks.is_empty()
-    }
-}
-
-impl Target for FakeKernel {
-    fn info(&self) -> &TargetInfo {
-        &self.info
-    }
-    fn symbols(&self) -> &SymbolTable {
-        &self.symbols
-    }
-    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let inner = self.inner();
-        (0..len as u64)
-            .map(|i| inner.memory.get(&(addr + i)).copied())
-            .collect::<Option<Vec<u8>>>()
-            .ok_or(TargetError::Read { addr, len, reason: "unmapped".into() })
-    }
-    fn alloc(&mut self, _near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
-        let mut inner = self.inner();
-        let addr = inner.next_block;
-        inner.next_block += size.next_multiple_of(16) as u64;
-        for i in 0..size as u64 {
-            inner.memory.insert(addr + i, 0);
-        }
-        inner.blocks.insert(addr);
-        Ok(RepoBlock { id: addr, addr, size, kind })
-    }
-    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
-        let mut inner = self.inner();
-        for (i, b) in bytes.iter().enumerate() {
-            inner.memory.insert(block.addr + (offset + i) as u64, *b);
-        }
-        Ok(())
-    }
-    fn seal(&mut self, _block: &RepoBlock) -> Result<(), TargetError> {
-        Ok(())
-    }
-    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
-        assert!(self.inner().blocks.remove(&block.id), "double free of {:#x}", block.addr);
-        Ok(())
-    }
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
-        for p in batch {
-            let found = self.read(p.addr, p.old.len())?;
-            if found != p.old {
-                return Err(TargetError::TextMismatch { addr: p.addr, expected: trapvec::error::hex(&p.old), found: trapvec::error::hex(&found) });
-            }
-        }
-        let mut inner = self.inner();
-        inner.batches += 1;
-        for p in batch {
-            for (i, b) in p.new.iter().enumerate() {
-                inner.memory.insert(p.addr + i as u64, *b);
-            }
-        }
-        Ok(())
-    }
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
-        let mut inner = self.inner();
-        for e in entries {
-            assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice: applied twice", e.site);
-        }
-        Ok(())
-    }
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
-        let mut inner = self.inner();
-        for s in sites {
-            inner.dispatch.remove(s).ok_or(TargetError::Dispatch { site: *s, reason: "no entry".into() })?;
-        }
-        Ok(())
-    }
-    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        Ok(())
-    }
-    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
-        self.inner().dispatch.contains_key(&site).then_some(TrapHits { hits: 0, missed: 0 })
-    }
-    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
-        Some(Ok(self.inner().dispatch.values().copied().collect()))
-    }
-}
-
 impl StateHome for FakeKernel {
     fn load_state(&self) -> Result<(u64, Vec<u8>), TargetError> {
-        Ok(self.inner().state.clone())
+        Ok(self.blob())
     }
     fn store_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
-        let mut inner = self.inner();
-        if inner.state.0 != expected {
-            return Err(TargetError::StateStale { expected, current: inner.state.0 });
-        }
-        inner.state = (expected + 1, bytes.to_vec());
-        Ok(expected + 1)
+        self.put_blob(expected, bytes)
     }
+}
+
+fn func(name: &str) -> u64 {
+    func_addr(name)
 }
 
 const CONFIG: &str = r#"
@@ -216,17 +62,17 @@ fn profile_switch_is_one_batch_keeping_shared_splices_and_journaled_before_the_r
     assert_eq!(d.profile(), Some("clean"));
     assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2}));
     assert!(k.trapped("f0") && k.trapped("f1"));
-    let batches = k.inner().batches;
+    let batches = k.state().batches;
     // both -> other: f0 goes, f2 comes, f1 (in both profiles) stays untouched.
     assert_eq!(activate(&mut d, "other")["removed"], json!(1));
-    assert_eq!(k.inner().batches, batches + 1, "one text batch for the whole switch");
+    assert_eq!(k.state().batches, batches + 1, "one text batch for the whole switch");
     assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f2"));
     assert_eq!(live_points(&mut d), ["f1", "f2"]);
     // The journal holds intent and done for every change, the done carrying the profile and
     // the module's state generation at that moment.
     let recs = read_records(&journal).unwrap();
     let Some(Record::Done { generation, profile, .. }) = recs.last() else { panic!("{recs:?}") };
-    assert_eq!((*generation, profile.as_deref()), (k.inner().state.0, Some("other")));
+    assert_eq!((*generation, profile.as_deref()), (k.blob().0, Some("other")));
     let intents = recs.iter().filter(|r| matches!(r, Record::Intent { .. })).count();
     let dones = recs.iter().filter(|r| matches!(r, Record::Done { .. })).count();
     assert_eq!((intents, dones), (3, 3), "initial clean, both, other: {recs:?}");
@@ -240,13 +86,13 @@ fn refused_profile_changes_nothing_and_is_journaled_failed() {
     let k = FakeKernel::new();
     let mut d = start(&k, &dir.path().join("journal"));
     activate(&mut d, "both");
-    let generation = k.inner().state.0;
+    let generation = k.blob().0;
     let reply = activate(&mut d, "bad");
     assert_eq!(reply["ok"], json!(false));
     assert!(reply["error"].as_str().unwrap().contains("no_such_function"), "{reply}");
     assert_eq!(d.profile(), Some("both"));
     assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f3"));
-    assert_eq!(k.inner().state.0, generation, "no state stored for a refused change");
+    assert_eq!(k.blob().0, generation, "no state stored for a refused change");
     let recs = read_records(&dir.path().join("journal")).unwrap();
     assert!(matches!(recs.last(), Some(Record::Failed { .. })), "{recs:?}");
     assert_eq!(activate(&mut d, "nope")["error"], json!("profile `nope`: no profile named `nope` in the configuration"));
@@ -296,7 +142,7 @@ fn dispatch_entries_no_stored_state_describes_are_listed_as_unrecorded() {
     let dir = tempfile::tempdir().unwrap();
     let k = FakeKernel::new();
     let site = func("f3") + 5;
-    k.inner().dispatch.insert(site, DispatchEntry { site, dest: ARENA + 0x1000, handler: 0, cookie: 0 });
+    k.state().dispatch.insert(site, DispatchEntry { site, dest: ARENA + 0x1000, handler: 0, cookie: 0 });
     let mut d = start(&k, &dir.path().join("journal"));
     let list = d.handle(Request::List);
     assert_eq!(list["unrecorded"][0]["site"], json!(format!("{site:#x}")));

@@ -1,0 +1,270 @@
+//! A fake kernel for the tests of the crates above trapvec (feature `fake`): four traced
+//! functions `f0`..`f3` in "kernel text", an arena for repository blocks, a dispatch table with
+//! per-site hit counters, site refusals as the module's checks would give them, and the state
+//! blob the module keeps. Clones share one machine (two splicers, or a daemon and its restart,
+//! over one kernel), as the real module outlives the programs that use it.
+//!
+//! Misuse a real target would not survive fails loudly: writing a freed or sealed block, freeing
+//! twice, adding a site's dispatch entry twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::kernel::SiteRefusal;
+use crate::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
+
+/// Where the fake kernel's text starts.
+pub const TEXT: u64 = 0xffff_ffff_8100_0000;
+/// Where its repository blocks are allocated.
+pub const ARENA: u64 = 0xffff_ffff_c000_0000;
+
+/// Each function: the ftrace NOP, then `push rbp; mov rbp,rsp; mov rax,rdi; pop rbp; ret`,
+/// padded with int3 to 32 bytes.
+#[rustfmt::skip]
+pub const FUNC: [u8; 32] = [
+    /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00, // nop dword [rax+rax]   (fentry)
+    /*05*/ 0x55,                         // push rbp
+    /*06*/ 0x48, 0x89, 0xE5,             // mov rbp,rsp
+    /*09*/ 0x48, 0x89, 0xF8,             // mov rax,rdi
+    /*0c*/ 0x5D,                         // pop rbp
+    /*0d*/ 0xC3,                         // ret
+    0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC,
+];
+
+/// The functions, 32 bytes apart from [`TEXT`].
+pub const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
+
+/// The address of function `name` (one of [`FUNCS`]).
+pub fn func_addr(name: &str) -> u64 {
+    let i = FUNCS.iter().position(|f| *f == name).unwrap_or_else(|| panic!("the fake kernel has no function `{name}`"));
+    TEXT + 32 * i as u64
+}
+
+/// The fake machine's state; tests reach in through [`FakeKernel::state`].
+#[derive(Default)]
+pub struct FakeState {
+    pub memory: BTreeMap<u64, u8>,
+    pub next_block: u64,
+    pub blocks: BTreeMap<u64, RepoBlock>,
+    pub sealed: BTreeSet<u64>,
+    pub dispatch: BTreeMap<u64, DispatchEntry>,
+    /// Hits the fake dispatcher reports per site.
+    pub hits: BTreeMap<u64, u64>,
+    /// Windows the module's rules refuse, by start address.
+    pub refuse: BTreeMap<u64, SiteRefusal>,
+    /// Every `(addr, len)` put to [`Target::check_site`].
+    pub checked: Vec<(u64, usize)>,
+    /// Text batches written.
+    pub batches: usize,
+    /// The module's state blob: `(generation, bytes)`.
+    pub blob: (u64, Vec<u8>),
+}
+
+/// A kernel-like target; clones share the same machine.
+#[derive(Clone)]
+pub struct FakeKernel {
+    info: TargetInfo,
+    symbols: SymbolTable,
+    inner: Arc<Mutex<FakeState>>,
+}
+
+impl Default for FakeKernel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeKernel {
+    pub fn new() -> Self {
+        let mut inner = FakeState { next_block: ARENA, ..Default::default() };
+        let mut symbols = Vec::new();
+        for name in FUNCS {
+            let at = func_addr(name);
+            for (i, b) in FUNC.iter().enumerate() {
+                inner.memory.insert(at + i as u64, *b);
+            }
+            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None });
+        }
+        let end = TEXT + 32 * FUNCS.len() as u64;
+        symbols.push(Symbol { name: "_etext".into(), addr: end, size: 0, kind: SymbolKind::Function, origin: None });
+        let info = TargetInfo {
+            description: "fake kernel".into(),
+            red_zone: 0,
+            save_vector_regs: false,
+            dispatcher_runs_handlers: true,
+            dispatcher_counts_hits: true,
+            has_fentry: true,
+        };
+        FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Arc::new(Mutex::new(inner)) }
+    }
+
+    /// The machine's state (a test that panicked holding it does not poison the others' view).
+    pub fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `len` bytes at `addr`, which must be mapped.
+    pub fn text(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.read(addr, len).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Repository blocks allocated and not freed.
+    pub fn live_blocks(&self) -> usize {
+        self.state().blocks.len()
+    }
+
+    /// Whether function `f`'s entry past the ftrace NOP holds the trap `int 0xF5`.
+    pub fn trapped(&self, f: &str) -> bool {
+        self.text(func_addr(f) + 5, 2) == [0xCD, 0xF5]
+    }
+
+    /// Whether every function has its original bytes, and no dispatch entry or block is left.
+    pub fn pristine(&self) -> bool {
+        FUNCS.iter().all(|f| self.text(func_addr(f), 32) == FUNC) && self.state().dispatch.is_empty() && self.state().blocks.is_empty()
+    }
+
+    /// The module's state blob and its generation.
+    pub fn blob(&self) -> (u64, Vec<u8>) {
+        self.state().blob.clone()
+    }
+
+    /// Store `bytes` as the blob if its generation is still `expected` (the module's
+    /// compare-and-swap); returns the new generation.
+    pub fn put_blob(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
+        let mut inner = self.state();
+        if inner.blob.0 != expected {
+            return Err(TargetError::StateStale { expected, current: inner.blob.0 });
+        }
+        inner.blob = (expected + 1, bytes.to_vec());
+        Ok(expected + 1)
+    }
+}
+
+impl Target for FakeKernel {
+    fn info(&self) -> &TargetInfo {
+        &self.info
+    }
+
+    fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        let inner = self.state();
+        (0..len as u64)
+            .map(|i| inner.memory.get(&(addr + i)).copied())
+            .collect::<Option<Vec<u8>>>()
+            .ok_or(TargetError::Read { addr, len, reason: "unmapped".into() })
+    }
+
+    fn alloc(&mut self, _near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+        let mut inner = self.state();
+        let addr = inner.next_block;
+        inner.next_block += size.next_multiple_of(16) as u64;
+        for i in 0..size as u64 {
+            inner.memory.insert(addr + i, 0);
+        }
+        let block = RepoBlock { id: addr, addr, size, kind };
+        inner.blocks.insert(addr, block.clone());
+        Ok(block)
+    }
+
+    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        assert!(inner.blocks.contains_key(&block.id), "write to a freed block at {:#x}", block.addr);
+        assert!(!inner.sealed.contains(&block.id), "write to a sealed block at {:#x}", block.addr);
+        assert!(offset + bytes.len() <= block.size, "write past the block at {:#x}", block.addr);
+        for (i, b) in bytes.iter().enumerate() {
+            inner.memory.insert(block.addr + (offset + i) as u64, *b);
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        self.state().sealed.insert(block.id);
+        Ok(())
+    }
+
+    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        assert!(inner.blocks.remove(&block.id).is_some(), "double free of {:#x}", block.addr);
+        inner.sealed.remove(&block.id);
+        Ok(())
+    }
+
+    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        for p in batch {
+            let found = self.read(p.addr, p.old.len())?;
+            if found != p.old {
+                return Err(TargetError::TextMismatch { addr: p.addr, expected: crate::error::hex(&p.old), found: crate::error::hex(&found) });
+            }
+        }
+        let mut inner = self.state();
+        inner.batches += 1;
+        for p in batch {
+            for (i, b) in p.new.iter().enumerate() {
+                inner.memory.insert(p.addr + i as u64, *b);
+            }
+        }
+        Ok(())
+    }
+
+    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        for e in entries {
+            assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice: applied twice", e.site);
+        }
+        Ok(())
+    }
+
+    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        for s in sites {
+            inner.dispatch.remove(s).ok_or(TargetError::Dispatch { site: *s, reason: "no entry".into() })?;
+        }
+        Ok(())
+    }
+
+    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        Ok(())
+    }
+
+    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
+        let inner = self.state();
+        inner.dispatch.contains_key(&site).then(|| TrapHits { hits: inner.hits.get(&site).copied().unwrap_or(0), missed: 0 })
+    }
+
+    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        inner.checked.push((addr, len));
+        match inner.refuse.get(&addr) {
+            Some(reason) => Err(TargetError::SiteRefused { addr, reason: *reason }),
+            None => Ok(()),
+        }
+    }
+
+    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
+        Some(Ok(self.state().dispatch.values().copied().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_share_one_machine_and_text_batches_check_the_old_bytes() {
+        let mut k = FakeKernel::new();
+        let other = k.clone();
+        let site = func_addr("f2") + 5;
+        let trap = TextPatch { addr: site, old: vec![0x55, 0x48], new: vec![0xCD, 0xF5] };
+        k.patch_text(std::slice::from_ref(&trap)).unwrap();
+        assert!(other.trapped("f2") && !other.trapped("f1"));
+        let e = k.patch_text(&[trap]).unwrap_err().to_string();
+        assert!(e.contains(&format!("{site:#x}")), "{e}");
+        assert!(!other.pristine());
+        assert_eq!(other.put_blob(0, b"s").unwrap(), 1);
+        assert!(matches!(k.put_blob(0, b"t"), Err(TargetError::StateStale { expected: 0, current: 1 })));
+        assert_eq!(k.blob(), (1, b"s".to_vec()));
+    }
+}
