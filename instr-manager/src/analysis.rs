@@ -68,6 +68,28 @@ impl fmt::Display for Insn {
 
 /// Format one instruction in Intel syntax (`mov rax, [0x4010]`, `jne 0x1140`).
 pub fn intel(instr: &Instruction) -> String {
+    intel_list(std::iter::once(instr))
+}
+
+/// Format instructions in Intel syntax as [`intel`] does, `; `-separated.
+pub fn intel_list<'a>(instrs: impl IntoIterator<Item = &'a Instruction>) -> String {
+    thread_local! {
+        // Building a formatter costs as much as formatting an instruction: one per thread.
+        static FORMATTER: std::cell::RefCell<IntelFormatter> = std::cell::RefCell::new(intel_formatter());
+    }
+    let mut out = String::new();
+    FORMATTER.with_borrow_mut(|fmt| {
+        for (n, instr) in instrs.into_iter().enumerate() {
+            if n > 0 {
+                out.push_str("; ");
+            }
+            fmt.format(instr, &mut out);
+        }
+    });
+    out
+}
+
+fn intel_formatter() -> IntelFormatter {
     let mut fmt = IntelFormatter::new();
     let o = fmt.options_mut();
     o.set_hex_prefix("0x");
@@ -78,9 +100,7 @@ pub fn intel(instr: &Instruction) -> String {
     o.set_leading_zeros(false);
     o.set_show_branch_size(false);
     o.set_small_hex_numbers_in_decimal(false);
-    let mut out = String::new();
-    fmt.format(instr, &mut out);
-    out
+    fmt
 }
 
 /// A basic block: straight-line code entered only at `start`.

@@ -21,10 +21,10 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use trapvec::{SymbolTable, TargetInfo};
 
-use crate::analysis::{Function, Insn, ReadFn};
+use crate::analysis::{intel_list, Function, Insn, ReadFn};
 use crate::error::Refusal;
 use crate::point::{FENTRY_LEN, NOP5};
-use crate::relocate::{reaches, relocate, LAYOUT_MARGIN};
+use crate::relocate::{check_relocatable, reaches, LAYOUT_MARGIN};
 
 /// Length of the trap `CD F5`.
 pub const TRAP_LEN: usize = 2;
@@ -95,7 +95,7 @@ impl Plan {
 
     /// The displaced instructions, `; `-separated, in Intel syntax.
     pub fn displaced_text(&self) -> String {
-        self.displaced.iter().map(Insn::intel).collect::<Vec<_>>().join("; ")
+        intel_list(self.displaced.iter().map(|i| &i.instr))
     }
 }
 
@@ -272,7 +272,7 @@ fn check_window(
     }
     let displaced = func.insns[first..last].to_vec();
     // Relocatability, where the trampoline will be (or at the site itself: same reach).
-    relocate(&displaced, input.trampoline_near.unwrap_or(site))?;
+    check_relocatable(&displaced, input.trampoline_near.unwrap_or(site))?;
     Ok((displaced, len))
 }
 

@@ -24,13 +24,15 @@
 //! A splicer's bookkeeping can be saved and restored ([`state`]): a one-shot tool (trapctl)
 //! keeps it in the kernel module between commands, checked against the module on every restore.
 
+mod batch;
 mod count;
 pub mod state;
+mod summary;
 mod switch;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use component_manager::{ComponentError, ComponentId, ComponentManager, ExtraSymbols};
@@ -40,6 +42,7 @@ use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
 use crate::analysis::liveness::{flags_dead_at, is_lean_leaf};
+use batch::{read_words, BatchCache};
 use crate::point::is_fentry_site;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{resolve_point, PointSpec, ResolvedPoint};
@@ -48,6 +51,7 @@ use crate::trampoline::{
     trap_bytes, CallTrampoline, TrampolineOptions,
 };
 use count::emit_counting_replay;
+pub use summary::{DisplacedText, PlanSummary};
 
 /// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
 /// longest patch); longer windows are checked one displaced instruction at a time.
@@ -133,42 +137,6 @@ pub enum SpliceError {
     TargetOp(#[from] TargetError),
 }
 
-/// What a live splice keeps of its [`Plan`]: what removal, listing and the busy check need
-/// (the decoded instructions themselves are not kept; their text and bytes are).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanSummary {
-    pub site: u64,
-    pub mechanism: Mechanism,
-    /// Length of the displaced window; execution resumes at `site + displaced_len`.
-    pub displaced_len: usize,
-    /// Bytes written at the site (2 trap or jmp rel8, 5 jmp rel32).
-    pub patch_len: usize,
-    /// Addresses of the displaced instructions.
-    pub displaced_addrs: Vec<u64>,
-    /// The displaced instructions in Intel syntax, `; `-separated.
-    pub displaced_text: String,
-    pub springboard: Option<Springboard>,
-}
-
-impl PlanSummary {
-    pub fn of(plan: &Plan) -> Self {
-        PlanSummary {
-            site: plan.site,
-            mechanism: plan.mechanism,
-            displaced_len: plan.displaced_len,
-            patch_len: plan.patch_len,
-            displaced_addrs: plan.displaced.iter().map(|i| i.addr).collect(),
-            displaced_text: plan.displaced_text(),
-            springboard: plan.springboard.clone(),
-        }
-    }
-
-    /// End of the displaced window.
-    pub fn window_end(&self) -> u64 {
-        self.site + self.displaced_len as u64
-    }
-}
-
 /// A splice that is in the text right now.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LiveSplice {
@@ -216,15 +184,43 @@ impl LiveSplice {
     fn inflight_addr(&self) -> u64 {
         self.data.addr + 8
     }
-    /// Ranges a thread could be executing in because of this splice.
-    fn ranges(&self) -> Vec<(u64, u64)> {
-        let mut r = vec![(self.code.addr, self.code.addr + self.code.size as u64)];
-        r.extend(self.handler_range);
+    /// Add the ranges a thread could be executing in because of this splice to `out`.
+    fn add_ranges(&self, out: &mut Vec<(u64, u64)>) {
+        out.push((self.code.addr, self.code.addr + self.code.size as u64));
+        out.extend(self.handler_range);
         if let Some(sb) = &self.springboard_patch {
-            r.push((sb.addr, sb.addr + sb.new.len() as u64));
+            out.push((sb.addr, sb.addr + sb.new.len() as u64));
         }
-        r
     }
+}
+
+/// The repository side of a splice being built: its blocks and where its action goes.
+struct Blocks {
+    code: RepoBlock,
+    data: RepoBlock,
+    /// Handler or replacement address (0 for a count).
+    dest_fn: u64,
+    component: Option<ComponentId>,
+}
+
+/// A planned request, with what building it needs to know of the text it was planned on.
+struct Planned {
+    point: ResolvedPoint,
+    plan: Plan,
+    /// The `plan.patch_len` bytes at the site, as analysed.
+    site_text: Option<Vec<u8>>,
+    /// Whether the status flags are dead at the site (only asked for `call` splices).
+    flags_dead: bool,
+}
+
+/// What [`Splicer::fill`] made of a splice's blocks.
+struct Filled {
+    site_patch: TextPatch,
+    springboard_patch: Option<TextPatch>,
+    entry: u64,
+    replay: Option<u64>,
+    dispatch: Option<DispatchEntry>,
+    handler_range: Option<(u64, u64)>,
 }
 
 /// Hit counters of a splice.
@@ -394,17 +390,27 @@ impl<T: Target> Splicer<T> {
     /// Current hit counters of a live splice.
     pub fn hits(&self, id: SpliceId) -> Result<Hits, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(self.hits_of(s))
+        Ok(self.hits_of(std::slice::from_ref(s))[0])
     }
 
-    fn hits_of(&self, s: &LiveSplice) -> Hits {
-        if s.plan.mechanism == Mechanism::Trap && self.target.info().dispatcher_counts_hits {
-            if let Some(h) = self.target.trap_hits(s.point.site) {
-                return Hits { hits: h.hits, missed: h.missed };
+    /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
+    /// trampolines' (read together, see [`read_words`]).
+    fn hits_of(&self, splices: &[LiveSplice]) -> Vec<Hits> {
+        let by_dispatcher = self.target.info().dispatcher_counts_hits;
+        let mut out = vec![Hits::default(); splices.len()];
+        let mut counted: Vec<(usize, u64)> = Vec::new();
+        for (i, s) in splices.iter().enumerate() {
+            let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher).then(|| self.target.trap_hits(s.point.site)).flatten();
+            match dispatched {
+                Some(h) => out[i] = Hits { hits: h.hits, missed: h.missed },
+                None => counted.push((i, s.hits_addr())),
             }
         }
-        let hits = self.target.read(s.hits_addr(), 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
-        Hits { hits, missed: 0 }
+        let addrs: Vec<u64> = counted.iter().map(|c| c.1).collect();
+        for ((i, _), hits) in counted.iter().zip(read_words(&self.target, &addrs)) {
+            out[*i].hits = hits;
+        }
+        out
     }
 
     /// Resolve a handler/replacement name: a loaded component's symbol.
@@ -426,27 +432,49 @@ impl<T: Target> Splicer<T> {
 
     /// Plan every request without changing anything; returns the plans or the first refusal.
     pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+        let planned = self.plan_batch(requests, &mut BatchCache::default())?;
+        Ok(planned.into_iter().map(|p| (p.point, p.plan)).collect())
+    }
+
+    /// [`Splicer::plan`], with what building needs to know of the text, through `cache`.
+    fn plan_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Result<Vec<Planned>, SpliceError> {
+        let points = self.resolve_batch(requests, cache);
         let mut claimed = self.claimed();
-        let mut out: Vec<(ResolvedPoint, Plan)> = Vec::with_capacity(requests.len());
-        for r in requests {
-            let planned = self.plan_one(r, &out, &claimed)?;
-            claimed.add(planned.1.site, planned.1.displaced_len, planned.1.springboard.as_ref());
+        let mut out: Vec<Planned> = Vec::with_capacity(requests.len());
+        for (r, point) in requests.iter().zip(points) {
+            let earlier = |site: u64| out.iter().find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            let planned = self.plan_one(r, point?, &earlier, &claimed, cache)?;
+            claimed.add(planned.plan.site, planned.plan.displaced_len, planned.plan.springboard.as_ref());
             out.push(planned);
         }
         Ok(out)
     }
 
+    /// Resolve every request's point, and read the text of their functions ahead.
+    fn resolve_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<ResolvedPoint, SpliceError>> {
+        let points: Vec<Result<ResolvedPoint, SpliceError>> = requests.iter().map(|r| self.resolve(&r.at)).collect();
+        cache.prefetch(&self.target, points.iter().filter_map(|p| p.as_ref().ok()).map(|p| &p.function));
+        points
+    }
+
     /// Plan each request on its own, against the live splices and the requests before it that
     /// planned: one result per request, in order. Changes nothing.
     pub fn plan_each(&self, requests: &[SpliceRequest]) -> Vec<Result<(ResolvedPoint, Plan), SpliceError>> {
+        let planned = self.plan_each_batch(requests, &mut BatchCache::default());
+        planned.into_iter().map(|p| p.map(|p| (p.point, p.plan))).collect()
+    }
+
+    /// [`Splicer::plan_each`], with what building needs to know of the text, through `cache`.
+    fn plan_each_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<Planned, SpliceError>> {
+        let points = self.resolve_batch(requests, cache);
         let mut claimed = self.claimed();
-        let mut planned: Vec<(ResolvedPoint, Plan)> = Vec::new();
-        let mut out = Vec::with_capacity(requests.len());
-        for r in requests {
-            match self.plan_one(r, &planned, &claimed) {
+        let mut out: Vec<Result<Planned, SpliceError>> = Vec::with_capacity(requests.len());
+        for (r, point) in requests.iter().zip(points) {
+            let earlier =
+                |site: u64| out.iter().filter_map(|p| p.as_ref().ok()).find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            match point.and_then(|point| self.plan_one(r, point, &earlier, &claimed, cache)) {
                 Ok(p) => {
-                    claimed.add(p.1.site, p.1.displaced_len, p.1.springboard.as_ref());
-                    planned.push(p.clone());
+                    claimed.add(p.plan.site, p.plan.displaced_len, p.plan.springboard.as_ref());
                     out.push(Ok(p));
                 }
                 Err(e) => {
@@ -480,20 +508,29 @@ impl<T: Target> Splicer<T> {
         self.live.values().find(|s| s.point.site == site).map(|s| s.id)
     }
 
-    fn plan_one(&self, r: &SpliceRequest, batch: &[(ResolvedPoint, Plan)], claimed: &Claimed) -> Result<(ResolvedPoint, Plan), SpliceError> {
+    /// Plan `r` at its resolved `point`. `earlier(site)` names the point of an earlier request of
+    /// the batch planned at `site`, if any; `claimed` holds the text live splices and earlier
+    /// requests of the batch take.
+    fn plan_one(
+        &self,
+        r: &SpliceRequest,
+        point: ResolvedPoint,
+        earlier: &dyn Fn(u64) -> Option<String>,
+        claimed: &Claimed,
+        cache: &mut BatchCache,
+    ) -> Result<Planned, SpliceError> {
         let at = r.at.as_str();
         let info = self.target.info();
         let read = |a: u64, n: usize| self.target.read(a, n).ok();
         let fentry = |entry: u64| read(entry, 5).is_some_and(|b| is_fentry_site(&b));
-        let point = self.resolve(at)?;
         // A claim starting at the site is the only way it can be spliced already (the linear
         // searches for the message run only then: batches of thousands stay O(n log n)).
         if claimed.starts_at(point.site) {
             if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
                 return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: other.request.at.clone() });
             }
-            if let Some((p, _)) = batch.iter().find(|(p, _)| p.site == point.site) {
-                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: p.spec_text.clone() });
+            if let Some(other) = earlier(point.site) {
+                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other });
             }
         }
         if let Action::Replace { .. } = r.action {
@@ -508,14 +545,11 @@ impl<T: Target> Splicer<T> {
                 });
             }
         }
-        let f = &point.function;
-        let size = usize::try_from(f.size).unwrap_or(usize::MAX);
-        let bytes = self.target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
-        let func = analyze_function(&f.name, f.addr, &bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+        let func = cache.function(&self.target, at, &point.function)?;
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
         let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
-        let input = PlanInput { func: &func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
+        let input = PlanInput { func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
         let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
             at: at.to_string(),
             site: point.site,
@@ -526,7 +560,10 @@ impl<T: Target> Splicer<T> {
         if let Some(name) = r.action.symbol() {
             self.resolve_dest(at, name)?;
         }
-        Ok((point, plan))
+        let start = usize::try_from(plan.site - func.start).unwrap_or(usize::MAX);
+        let site_text = func.bytes.get(start..start.saturating_add(plan.patch_len)).map(<[u8]>::to_vec);
+        let flags_dead = matches!(r.action, Action::Call { .. }) && flags_dead_at(func, plan.site);
+        Ok(Planned { point, plan, site_text, flags_dead })
     }
 
     /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
@@ -549,21 +586,13 @@ impl<T: Target> Splicer<T> {
     /// Apply `requests` as one all-or-nothing batch.
     pub fn apply(&mut self, requests: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
         let start = std::time::Instant::now();
-        let plans = self.plan(requests)?;
+        let mut cache = BatchCache::default();
+        let plans = self.plan_batch(requests, &mut cache)?;
         self.verify_components(requests)?;
         let planned = start.elapsed();
-        let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
-        for (r, (point, plan)) in requests.iter().zip(plans) {
-            match self.build(r, point, plan) {
-                Ok(s) => built.push(s),
-                Err(e) => {
-                    self.discard(&built);
-                    return Err(e);
-                }
-            }
-        }
+        let built = self.build_all(requests, plans, &mut cache)?;
         let built_at = start.elapsed();
-        let ids = self.commit(built)?;
+        let ids = self.publish(built, &[])?;
         self.record_batch(ids.len(), planned, built_at, start.elapsed());
         Ok(ids)
     }
@@ -579,20 +608,21 @@ impl<T: Target> Splicer<T> {
     /// (an error no planning check foresaw) nothing is applied and that error is returned.
     pub fn apply_best_effort(&mut self, requests: &[SpliceRequest]) -> Result<BestEffort, SpliceError> {
         let start = std::time::Instant::now();
-        let planned = self.plan_each(requests);
+        let mut cache = BatchCache::default();
+        let planned = self.plan_each_batch(requests, &mut cache);
         self.verify_components(requests)?;
         let planned_at = start.elapsed();
         let mut built: Vec<(usize, LiveSplice)> = Vec::new();
         let mut refused: Vec<(usize, SpliceError)> = Vec::new();
         for (i, (r, p)) in requests.iter().zip(planned).enumerate() {
-            match p.and_then(|(point, plan)| self.build(r, point, plan)) {
+            match p.and_then(|planned| self.build(r, planned, &mut cache)) {
                 Ok(s) => built.push((i, s)),
                 Err(e) => refused.push((i, e)),
             }
         }
         let indices: Vec<usize> = built.iter().map(|(i, _)| *i).collect();
         let built_at = start.elapsed();
-        let ids = self.commit(built.into_iter().map(|(_, s)| s).collect())?;
+        let ids = self.publish(built.into_iter().map(|(_, s)| s).collect(), &[])?;
         self.record_batch(ids.len(), planned_at, built_at, start.elapsed());
         log::debug!("best effort: {} applied, {} refused", ids.len(), refused.len());
         Ok(BestEffort { applied: indices.into_iter().zip(ids).collect(), refused })
@@ -611,12 +641,32 @@ impl<T: Target> Splicer<T> {
         Ok(())
     }
 
-    /// Make built splices visible: dispatch entries, then every text patch in one batch.
-    fn commit(&mut self, built: Vec<LiveSplice>) -> Result<Vec<SpliceId>, SpliceError> {
-        if built.is_empty() {
+    /// Build the repository side of every planned request (in the order of `requests`); on the
+    /// first failure free everything built so far and return that failure.
+    fn build_all(&mut self, requests: &[SpliceRequest], plans: Vec<Planned>, cache: &mut BatchCache) -> Result<Vec<LiveSplice>, SpliceError> {
+        let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
+        for (r, planned) in requests.iter().zip(plans) {
+            match self.build(r, planned, cache) {
+                Ok(s) => built.push(s),
+                Err(e) => {
+                    self.discard(&built);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(built)
+    }
+
+    /// Make built splices visible in one text batch, which also gives the sites of `leaving`
+    /// (splices already taken out of the live set, for [`Splicer::switch`]) their original bytes
+    /// back: dispatch entries first, so that a trap hit the moment it is written finds its way,
+    /// then the original-trampoline slots, then every text patch at once. If the target refuses,
+    /// everything this made is undone, the built splices are freed and `leaving`'s slots are
+    /// theirs again.
+    fn publish(&mut self, built: Vec<LiveSplice>, leaving: &[LiveSplice]) -> Result<Vec<SpliceId>, SpliceError> {
+        if built.is_empty() && leaving.is_empty() {
             return Ok(Vec::new());
         }
-        // Dispatch entries first, so a trap that is hit the moment it is written finds its way.
         let entries: Vec<DispatchEntry> = built.iter().filter_map(|s| s.dispatch).collect();
         if !entries.is_empty() {
             if let Err(e) = self.target.add_dispatch(&entries) {
@@ -625,7 +675,8 @@ impl<T: Target> Splicer<T> {
             }
         }
         self.set_orig_slots(&built, true);
-        let mut batch: Vec<TextPatch> = Vec::new();
+        let mut batch: Vec<TextPatch> = Vec::with_capacity(leaving.len() + built.len());
+        batch.extend(leaving.iter().map(|s| s.site_patch.inverse()));
         for s in &built {
             batch.extend(s.springboard_patch.iter().cloned());
             batch.push(s.site_patch.clone());
@@ -641,6 +692,8 @@ impl<T: Target> Splicer<T> {
             .collect();
         if let Err(e) = self.target.patch_text_live(&batch, &interior) {
             self.set_orig_slots(&built, false);
+            // The leaving splices' replays take their slots back.
+            self.set_orig_slots(leaving, true);
             let sites: Vec<u64> = entries.iter().map(|e| e.site).collect();
             if !sites.is_empty() {
                 let _ = self.target.remove_dispatch(&sites);
@@ -661,15 +714,13 @@ impl<T: Target> Splicer<T> {
     }
 
     /// Allocate and fill the repository side of one splice (nothing visible to running code yet).
-    fn build(&mut self, r: &SpliceRequest, point: ResolvedPoint, plan: Plan) -> Result<LiveSplice, SpliceError> {
-        let at = r.at.clone();
-        let terr = |e: TargetError| SpliceError::Target { at: at.clone(), source: e };
+    fn build(&mut self, r: &SpliceRequest, mut planned: Planned, cache: &mut BatchCache) -> Result<LiveSplice, SpliceError> {
         let (dest_fn, component) = match r.action.symbol() {
-            Some(name) => self.resolve_dest(&at, name)?,
+            Some(name) => self.resolve_dest(&r.at, name)?,
             None => (0, None),
         };
-        let site = point.site;
-        let info = self.target.info().clone();
+        let terr = |e: TargetError| SpliceError::Target { at: r.at.clone(), source: e };
+        let site = planned.point.site;
         let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
         let code = match self.target.alloc(site, 512, BlockKind::Code) {
             Ok(c) => c,
@@ -678,131 +729,123 @@ impl<T: Target> Splicer<T> {
                 return Err(terr(e));
             }
         };
-        let mut handler_range = None;
-        let result = (|| -> Result<(u64, Option<u64>, Option<DispatchEntry>), SpliceError> {
-            let refused = |refusal| SpliceError::Refused { at: at.clone(), site, mechanism: plan.mechanism, refusal };
-            self.target.write(&data, 0, &[0u8; 16]).map_err(terr)?;
-            let trap = plan.mechanism == Mechanism::Trap;
-            let (bytes, entry, replay, dispatch) = match &r.action {
-                Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
-                    let replay = emit_replay(&plan, code.addr).map_err(refused)?;
-                    let d = DispatchEntry { site, dest: code.addr, handler: dest_fn, cookie: *cookie };
-                    (replay, code.addr, Some(code.addr), Some(d))
-                }
-                Action::Call { cookie, .. } => {
-                    let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
-                    let (opts, lean) = self.trampoline_options(&point, dest_fn, component);
-                    handler_range = lean;
-                    let bytes = emit_call_trampoline_with(&t, &plan, &info, &opts).map_err(refused)?;
-                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
-                    (bytes, code.addr, None, d)
-                }
-                Action::Count if trap && info.dispatcher_counts_hits => {
-                    let replay = emit_replay(&plan, code.addr).map_err(refused)?;
-                    let d = DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 };
-                    (replay, code.addr, Some(code.addr), Some(d))
-                }
-                Action::Count => {
-                    let bytes = emit_counting_replay(code.addr, data.addr, &plan, &info).map_err(refused)?;
-                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
-                    (bytes, code.addr, None, d)
-                }
-                Action::Replace { .. } => {
-                    let mut bytes = emit_counting_jump(code.addr, data.addr, dest_fn);
-                    bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
-                    let replay_at = code.addr + bytes.len() as u64;
-                    bytes.extend(emit_replay(&plan, replay_at).map_err(refused)?);
-                    let d = trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 });
-                    (bytes, code.addr, Some(replay_at), d)
-                }
-            };
-            if bytes.len() > code.size {
-                return Err(SpliceError::Target {
-                    at: at.clone(),
-                    source: TargetError::Block { addr: code.addr, offset: 0, len: bytes.len(), reason: "trampoline larger than its block".into() },
-                });
-            }
-            self.target.write(&code, 0, &bytes).map_err(terr)?;
-            self.target.seal(&code).map_err(terr)?;
-            Ok((entry, replay, dispatch))
-        })();
-        let (entry, replay, dispatch) = match result {
-            Ok(v) => v,
+        let blocks = Blocks { code, data, dest_fn, component };
+        let filled = match self.fill(r, &mut planned, &blocks, cache) {
+            Ok(f) => f,
             Err(e) => {
-                let _ = self.target.free(&code);
-                let _ = self.target.free(&data);
+                let _ = self.target.free(&blocks.code);
+                let _ = self.target.free(&blocks.data);
                 return Err(e);
-            }
-        };
-        let site_new = match plan.mechanism {
-            Mechanism::Trap => trap_bytes().to_vec(),
-            Mechanism::Jmp => {
-                let to = plan.springboard.as_ref().map_or(entry, |sb| sb.addr);
-                match jmp_bytes(&plan, to) {
-                    Ok(b) => b,
-                    Err(refusal) => {
-                        let _ = self.target.free(&code);
-                        let _ = self.target.free(&data);
-                        return Err(SpliceError::Refused { at, site, mechanism: plan.mechanism, refusal });
-                    }
-                }
-            }
-        };
-        let old = match self.target.read(site, site_new.len()) {
-            Ok(o) => o,
-            Err(e) => {
-                let _ = self.target.free(&code);
-                let _ = self.target.free(&data);
-                return Err(terr(e));
-            }
-        };
-        let site_patch = TextPatch { addr: site, old, new: site_new };
-        let springboard_patch = match plan.springboard.as_ref().map(|sb: &Springboard| springboard_bytes(sb, entry).map(|b| (sb, b))) {
-            None => None,
-            Some(Ok((sb, b))) => Some(TextPatch { addr: sb.addr, old: sb.old.clone(), new: b.to_vec() }),
-            Some(Err(refusal)) => {
-                let _ = self.target.free(&code);
-                let _ = self.target.free(&data);
-                return Err(SpliceError::Refused { at, site, mechanism: plan.mechanism, refusal });
             }
         };
         self.next += 1;
         Ok(LiveSplice {
             id: SpliceId(self.next),
             request: r.clone(),
-            point,
-            plan: PlanSummary::of(&plan),
+            plan: PlanSummary::of(&planned.plan),
+            point: planned.point,
             dest_fn,
             component,
-            site_patch,
-            springboard_patch,
-            code,
-            data,
-            entry,
-            replay,
-            dispatch,
-            handler_range,
+            site_patch: filled.site_patch,
+            springboard_patch: filled.springboard_patch,
+            code: blocks.code,
+            data: blocks.data,
+            entry: filled.entry,
+            replay: filled.replay,
+            dispatch: filled.dispatch,
+            handler_range: filled.handler_range,
         })
     }
 
-    /// What the call trampoline of a splice at `point` with handler `handler` may leave out: the
-    /// `popfq` where the flags are dead at the point, the vector saves and the in-flight counter
-    /// where the handler is a lean leaf (then its range, returned, is scanned at removal).
-    fn trampoline_options(&self, point: &ResolvedPoint, handler: u64, component: Option<ComponentId>) -> (TrampolineOptions, Option<(u64, u64)>) {
+    /// Write the trampoline of one splice into its freshly allocated blocks and make its text
+    /// patches (taking the site's bytes from `planned`); the caller frees the blocks if this fails.
+    fn fill(&mut self, r: &SpliceRequest, planned: &mut Planned, blocks: &Blocks, cache: &mut BatchCache) -> Result<Filled, SpliceError> {
+        let site_text = planned.site_text.take();
+        let Planned { point, plan, flags_dead, .. } = &*planned;
+        let at = &r.at;
+        let site = point.site;
+        let (code, data, dest_fn) = (&blocks.code, &blocks.data, blocks.dest_fn);
+        let terr = |e: TargetError| SpliceError::Target { at: at.clone(), source: e };
+        let refused = |refusal| SpliceError::Refused { at: at.clone(), site, mechanism: plan.mechanism, refusal };
+        self.target.write(data, 0, &[0u8; 16]).map_err(terr)?;
         let info = self.target.info();
-        let analyse = |name: &str, addr: u64, size: u64| {
-            let bytes = self.target.read(addr, usize::try_from(size).ok()?).ok()?;
-            analyze_function(name, addr, &bytes).ok()
+        let trap = plan.mechanism == Mechanism::Trap;
+        let mut handler_range = None;
+        let (bytes, replay, dispatch) = match &r.action {
+            Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
+                let replay = emit_replay(plan, code.addr).map_err(refused)?;
+                let d = DispatchEntry { site, dest: code.addr, handler: dest_fn, cookie: *cookie };
+                (replay, Some(code.addr), Some(d))
+            }
+            Action::Call { cookie, .. } => {
+                let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
+                let (opts, lean) = self.trampoline_options(point.site, *flags_dead, dest_fn, blocks.component, cache);
+                handler_range = lean;
+                let bytes = emit_call_trampoline_with(&t, plan, info, &opts).map_err(refused)?;
+                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+            }
+            Action::Count if trap && info.dispatcher_counts_hits => {
+                let replay = emit_replay(plan, code.addr).map_err(refused)?;
+                (replay, Some(code.addr), Some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+            }
+            Action::Count => {
+                let bytes = emit_counting_replay(code.addr, data.addr, plan, info).map_err(refused)?;
+                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+            }
+            Action::Replace { .. } => {
+                let mut bytes = emit_counting_jump(code.addr, data.addr, dest_fn);
+                bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
+                let replay_at = code.addr + bytes.len() as u64;
+                bytes.extend(emit_replay(plan, replay_at).map_err(refused)?);
+                (bytes, Some(replay_at), trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+            }
         };
-        let f = &point.function;
-        let flags_dead = analyse(&f.name, f.addr, f.size).is_some_and(|func| flags_dead_at(&func, point.site));
-        let lean = component
-            .and_then(|c| self.components.get(c))
-            .and_then(|c| c.symbols.iter().find(|s| s.addr == handler && s.size > 0))
-            .filter(|s| analyse(&s.name, s.addr, s.size).is_some_and(|func| is_lean_leaf(&func)))
-            .map(|s| (s.addr, s.addr + s.size));
-        let lean_text = if lean.is_some() { "is a lean leaf" } else { "needs the full frame" };
-        log::debug!("trampoline for {:#x}: flags {}, handler {handler:#x} {lean_text}", point.site, if flags_dead { "dead" } else { "live" });
+        if bytes.len() > code.size {
+            let reason = "trampoline larger than its block".into();
+            return Err(terr(TargetError::Block { addr: code.addr, offset: 0, len: bytes.len(), reason }));
+        }
+        self.target.write(code, 0, &bytes).map_err(terr)?;
+        self.target.seal(code).map_err(terr)?;
+        // Every splice enters its code block at the start.
+        let entry = code.addr;
+        let site_new = match plan.mechanism {
+            Mechanism::Trap => trap_bytes().to_vec(),
+            Mechanism::Jmp => jmp_bytes(plan, plan.springboard.as_ref().map_or(entry, |sb| sb.addr)).map_err(refused)?,
+        };
+        // The bytes the planning analysed are the text's bytes: nothing writes text before the
+        // batch ends (and the text writer checks them again).
+        let old = match site_text.filter(|t| t.len() == site_new.len()) {
+            Some(old) => old,
+            None => self.target.read(site, site_new.len()).map_err(terr)?,
+        };
+        let springboard_patch = match &plan.springboard {
+            Some(sb) => Some(TextPatch { addr: sb.addr, old: sb.old.clone(), new: springboard_bytes(sb, entry).map_err(refused)?.to_vec() }),
+            None => None,
+        };
+        Ok(Filled { site_patch: TextPatch { addr: site, old, new: site_new }, springboard_patch, entry, replay, dispatch, handler_range })
+    }
+
+    /// What the call trampoline of a splice at `site` with handler `handler` may leave out: the
+    /// `popfq` where the flags are dead at the site (`flags_dead`, from the planning), the vector
+    /// saves and the in-flight counter where the handler is a lean leaf (then its range,
+    /// returned, is scanned at removal).
+    fn trampoline_options(
+        &self,
+        site: u64,
+        flags_dead: bool,
+        handler: u64,
+        component: Option<ComponentId>,
+        cache: &mut BatchCache,
+    ) -> (TrampolineOptions, Option<(u64, u64)>) {
+        let info = self.target.info();
+        let lean = cache.lean_leaf(handler, || {
+            let s = self.components.get(component?)?.symbols.iter().find(|s| s.addr == handler && s.size > 0)?;
+            let bytes = self.target.read(s.addr, usize::try_from(s.size).ok()?).ok()?;
+            let lean = analyze_function(&s.name, s.addr, &bytes).is_ok_and(|func| is_lean_leaf(&func));
+            log::debug!("handler {} at {handler:#x} {}", s.name, if lean { "is a lean leaf" } else { "needs the full frame" });
+            lean.then_some((s.addr, s.addr + s.size))
+        });
+        log::debug!("trampoline for {site:#x}: flags {}", if flags_dead { "dead" } else { "live" });
         let opts = TrampolineOptions {
             restore_flags: !flags_dead,
             save_vector_regs: info.save_vector_regs && lean.is_none(),
@@ -810,6 +853,7 @@ impl<T: Target> Splicer<T> {
         };
         (opts, lean)
     }
+
     /// Free the repository side of splices that never became visible.
     fn discard(&mut self, built: &[LiveSplice]) {
         for s in built {
@@ -820,7 +864,7 @@ impl<T: Target> Splicer<T> {
 
     /// Point the original-trampoline slots of replaced functions at their replays (`on`), or back
     /// at the functions themselves.
-    fn set_orig_slots(&mut self, splices: &[LiveSplice], on: bool) {
+    fn set_orig_slots<'a>(&mut self, splices: impl IntoIterator<Item = &'a LiveSplice>, on: bool) {
         for s in splices {
             let (Action::Replace { .. }, Some(replay)) = (&s.request.action, s.replay) else { continue };
             if let Some(stub) = self.orig.get(&s.point.function.name) {
@@ -842,23 +886,38 @@ impl<T: Target> Splicer<T> {
         // The trap or jmp is one instruction: no thread can be inside it.
         let batch: Vec<TextPatch> = ids.iter().map(|id| self.live[id].site_patch.inverse()).collect();
         self.target.patch_text_live(&batch, &[])?;
-        let taken: Vec<LiveSplice> = ids.iter().map(|id| self.live.remove(id).expect("checked")).collect();
+        self.retire(ids)
+    }
+
+    /// Removal once the sites hold their original bytes again (by [`Splicer::remove`]'s text
+    /// batch, or by [`Splicer::switch`]'s): drop the dispatch entries, point original trampolines
+    /// back, wait for quiescence, restore the springboards, free. Returns the final hit counts.
+    fn retire(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        let taken: Vec<LiveSplice> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
         // a CPU is stopped only outside the dispatcher (it runs with interrupts off).
-        // (Trampoline counters, as the process backend's, are read after quiescence: a thread
-        // still on its way through a trampoline counts its hit after the text is restored.)
-        let counted_by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let dispatcher_hits: Vec<Option<Hits>> =
-            taken.iter().map(|s| (s.dispatch.is_some() && counted_by_dispatcher).then(|| self.hits_of(s))).collect();
+        let mut hits = self.hits_of(&taken);
         let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
         }
-        self.set_orig_slots(&taken, false);
-        let ranges: Vec<(u64, u64)> = taken.iter().flat_map(|s| s.ranges()).collect();
+        // A replaced function's original trampoline now goes to the function itself, unless a
+        // new splice of the same function (set when it was built) holds the slot.
+        let still_replaced: HashSet<u64> =
+            self.live.values().filter(|s| matches!(s.request.action, Action::Replace { .. })).map(|s| s.point.function.addr).collect();
+        self.set_orig_slots(taken.iter().filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
+        let mut ranges = Vec::with_capacity(2 * taken.len());
+        for s in &taken {
+            s.add_ranges(&mut ranges);
+        }
         self.wait_quiescent(&taken, &ranges)?;
-        let hits: Vec<Hits> = taken.iter().zip(dispatcher_hits).map(|(s, h)| h.unwrap_or_else(|| self.hits_of(s))).collect();
+        // Trampoline counters (as the process backend's) move until quiescence: a thread still on
+        // its way through a trampoline counts its hit after the text is restored.
+        for (h, now) in hits.iter_mut().zip(self.hits_of(&taken)) {
+            h.hits = h.hits.max(now.hits);
+            h.missed = h.missed.max(now.missed);
+        }
         let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
         if !springboards.is_empty() {
             self.target.patch_text_live(&springboards, &[])?;
@@ -879,14 +938,12 @@ impl<T: Target> Splicer<T> {
     /// no thread entered a trampoline (the entry counters did not move): a thread entering during
     /// the scan moves a counter; one in the trampoline's prefix or tail is seen by the scan.
     fn wait_quiescent(&mut self, taken: &[LiveSplice], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
-        let counters = |me: &Self| -> Vec<(u64, u64)> {
-            let word = |a: u64| me.target.read(a, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
-            taken.iter().map(|s| (word(s.hits_addr()), word(s.inflight_addr()))).collect()
-        };
+        // Per splice: its hit counter, then its in-flight counter.
+        let addrs: Vec<u64> = taken.iter().flat_map(|s| [s.hits_addr(), s.inflight_addr()]).collect();
         let start = std::time::Instant::now();
         loop {
-            let before = counters(self);
-            if let Some(i) = before.iter().position(|c| c.1 != 0) {
+            let before = read_words(&self.target, &addrs);
+            if let Some(i) = before.chunks(2).position(|c| c[1] != 0) {
                 if start.elapsed() > std::time::Duration::from_secs(10) {
                     return Err(TargetError::Quiesce(format!("a thread is still inside the handler of {} after 10 s", taken[i].request.at)).into());
                 }
@@ -894,7 +951,7 @@ impl<T: Target> Splicer<T> {
                 continue;
             }
             self.target.quiesce(ranges)?;
-            if counters(self) == before {
+            if read_words(&self.target, &addrs) == before {
                 return Ok(());
             }
         }

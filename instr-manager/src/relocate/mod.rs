@@ -24,7 +24,7 @@ mod rip_relative;
 
 use std::collections::BTreeSet;
 
-use iced_x86::{BlockEncoder, BlockEncoderOptions, Instruction, InstructionBlock, OpKind};
+use iced_x86::{BlockEncoder, BlockEncoderOptions, Encoder, Instruction, InstructionBlock, OpKind};
 
 use crate::analysis::Insn;
 use crate::error::Refusal;
@@ -101,6 +101,21 @@ pub fn relocate(displaced: &[Insn], new_addr: u64) -> Result<Vec<u8>, Refusal> {
         bytes.len()
     );
     Ok(bytes)
+}
+
+/// Whether `displaced` can be relocated to `new_addr`: what [`relocate`] says, without its cost
+/// where it is not needed. Planning asks this of every window; most windows (`push`, `mov`,
+/// `lea`, a `call rel32`) encode in their fixed forms at once, and only the others go through
+/// the `BlockEncoder` (a short branch that must grow, or a refusal to explain).
+pub(crate) fn check_relocatable(displaced: &[Insn], new_addr: u64) -> Result<(), Refusal> {
+    let instrs = lower_displaced(displaced, new_addr)?;
+    let mut enc = Encoder::new(64);
+    let mut ip = new_addr;
+    let direct = instrs.iter().all(|i| enc.encode(i, ip).map(|n| ip += n as u64).is_ok());
+    if direct {
+        return Ok(());
+    }
+    relocate(displaced, new_addr).map(drop)
 }
 
 /// When a block fails to encode, the displaced instruction that fails alone, as

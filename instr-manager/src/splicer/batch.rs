@@ -1,0 +1,161 @@
+//! What a batch learns once and uses many times, so that a batch of thousands of splices costs
+//! little more per splice than the bytes it writes:
+//! - [`BatchCache`]: the text of every function the batch splices, read in as few target reads
+//!   as the functions' addresses allow; each function analysed once, however many of its points
+//!   the batch holds; each handler's lean-leaf check made once.
+//! - [`read_words`]: counters of many splices read in a few target reads, not one each.
+//!
+//! A cache lives for one call (`apply`, `apply_best_effort`, `switch`, `plan`, `plan_each`):
+//! the text it holds cannot change under it, since the splicer writes text only at the end of a
+//! batch, after the last use of the cache.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use trapvec::{Symbol, Target};
+
+use crate::analysis::{analyze_function, Function};
+
+use super::SpliceError;
+
+/// Largest span read at once.
+const SPAN_MAX: u64 = 1 << 20;
+/// Largest gap between two ranges that one read covers rather than reading them apart.
+const GAP_MAX: u64 = 4096;
+
+/// Analyses of one batch (see the module docs).
+#[derive(Default)]
+pub(super) struct BatchCache {
+    /// Text read ahead: `(start, bytes)`, sorted by start, disjoint.
+    text: Vec<(u64, Vec<u8>)>,
+    /// By `(start, size)` of the function symbol.
+    functions: BTreeMap<(u64, u64), Function>,
+    /// By handler address: the handler's code range when it is a lean leaf.
+    lean: HashMap<u64, Option<(u64, u64)>>,
+}
+
+impl BatchCache {
+    /// Read the text of `functions` ahead, neighbours together (a span the target refuses is
+    /// left out: its functions are read on their own later, and fail with their own error).
+    pub(super) fn prefetch<'a, T: Target>(&mut self, target: &T, functions: impl IntoIterator<Item = &'a Symbol>) {
+        let mut ranges: Vec<(u64, u64)> = functions.into_iter().map(|f| (f.addr, f.addr.saturating_add(f.size))).collect();
+        ranges.sort_unstable();
+        ranges.dedup();
+        for run in runs(&ranges) {
+            let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
+            match usize::try_from(hi - lo).map(|len| target.read(lo, len)) {
+                Ok(Ok(bytes)) => self.text.push((lo, bytes)),
+                Ok(Err(e)) => log::debug!("reading text [{lo:#x}, {hi:#x}) ahead: {e}"),
+                Err(_) => {}
+            }
+        }
+        log::debug!("text of {} function(s) read ahead in {} span(s)", ranges.len(), self.text.len());
+    }
+
+    /// `len` bytes at `addr` from the text read ahead, if it holds them.
+    fn text_at(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let i = self.text.partition_point(|(start, _)| *start <= addr).checked_sub(1)?;
+        let (start, bytes) = &self.text[i];
+        let off = usize::try_from(addr - start).ok()?;
+        bytes.get(off..off.checked_add(len)?)
+    }
+
+    /// The function `f` (as resolved for the point `at`, which errors name), decoded from the
+    /// target's current bytes the first time the batch asks for it.
+    pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<&Function, SpliceError> {
+        let key = (f.addr, f.size);
+        // Not an `entry`: the text read ahead is borrowed while the function is analysed.
+        if !self.functions.contains_key(&key) {
+            let size = usize::try_from(f.size).unwrap_or(usize::MAX);
+            let read;
+            let bytes = match self.text_at(f.addr, size) {
+                Some(b) => b,
+                None => {
+                    read = target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+                    &read
+                }
+            };
+            let func = analyze_function(&f.name, f.addr, bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+            log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
+            self.functions.insert(key, func);
+        }
+        Ok(&self.functions[&key])
+    }
+
+    /// Whether the handler at `handler` is a lean leaf (its code range if so), computed by
+    /// `check` the first time the batch asks.
+    pub(super) fn lean_leaf(&mut self, handler: u64, check: impl FnOnce() -> Option<(u64, u64)>) -> Option<(u64, u64)> {
+        *self.lean.entry(handler).or_insert_with(check)
+    }
+}
+
+/// Group `[lo, hi)` ranges sorted by `lo` into runs that one read covers: each range starts at
+/// most [`GAP_MAX`] bytes after the run's end so far, and a run spans at most [`SPAN_MAX`] bytes
+/// (a single longer range is a run of its own).
+fn runs(ranges: &[(u64, u64)]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ranges.len() {
+        let (lo, mut end) = ranges[i];
+        let mut j = i + 1;
+        while let Some(&(a, b)) = ranges.get(j) {
+            if a > end.saturating_add(GAP_MAX) || b.max(end) - lo > SPAN_MAX {
+                break;
+            }
+            end = end.max(b);
+            j += 1;
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
+}
+
+/// The little-endian 8-byte words at `addrs` (in that order), read in as few target reads as
+/// they allow: words close to one another (counters in consecutive data blocks) are read as one
+/// span. A span the target cannot read is read word by word; an unreadable word reads as 0.
+pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
+    let word = |b: &[u8]| b.try_into().map_or(0, u64::from_le_bytes);
+    let mut order: Vec<usize> = (0..addrs.len()).collect();
+    order.sort_unstable_by_key(|&i| addrs[i]);
+    let ranges: Vec<(u64, u64)> = order.iter().map(|&i| (addrs[i], addrs[i].saturating_add(8))).collect();
+    let mut out = vec![0u64; addrs.len()];
+    let groups = runs(&ranges);
+    for run in &groups {
+        let (lo, hi) = (ranges[run.start].0, ranges[run.end - 1].1);
+        let span = usize::try_from(hi - lo).unwrap_or(usize::MAX);
+        match target.read(lo, span) {
+            Ok(bytes) => {
+                for &i in &order[run.clone()] {
+                    let off = usize::try_from(addrs[i] - lo).unwrap_or(usize::MAX);
+                    out[i] = bytes.get(off..off.saturating_add(8)).map_or(0, word);
+                }
+            }
+            Err(e) => {
+                log::debug!("reading counters [{lo:#x}, {hi:#x}) at once: {e}; reading them one by one");
+                for &i in &order[run.clone()] {
+                    out[i] = target.read(addrs[i], 8).map_or(0, |b| word(&b));
+                }
+            }
+        }
+    }
+    log::debug!("read {} counter(s) in {} span(s)", addrs.len(), groups.len());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_join_neighbours_and_split_at_gaps_and_the_span_limit() {
+        let r = [(0x1000, 0x1010), (0x1010, 0x1020), (0x1800, 0x1808), (0x1808 + GAP_MAX + 1, 0x3000)];
+        assert_eq!(runs(&r), vec![0..3, 3..4]);
+        // Overlapping and nested ranges stay in one run.
+        assert_eq!(runs(&[(0x100, 0x200), (0x150, 0x160), (0x180, 0x300)]), vec![0..3]);
+        // A run stops before passing SPAN_MAX; one range longer than that is a run alone.
+        let big = [(0, SPAN_MAX - 8), (SPAN_MAX - 8, SPAN_MAX), (SPAN_MAX, SPAN_MAX + 8), (SPAN_MAX + 16, 3 * SPAN_MAX)];
+        assert_eq!(runs(&big), vec![0..2, 2..3, 3..4]);
+        assert!(runs(&[]).is_empty());
+    }
+}
