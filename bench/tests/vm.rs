@@ -2,41 +2,17 @@
 //! extracted from the same vmlinuz, and the kernel cost rows come back from the guest. Without
 //! QEMU, the kernel or busybox the tests say why and skip; with `CI=true` that is a failure.
 
-use std::path::PathBuf;
-
-fn can_boot() -> bool {
-    let mut missing = Vec::new();
-    if let Err(e) = vmtest::host::find_program("qemu-system-x86_64", "install qemu-system-x86") {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::KernelInstall::newest() {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::find_program("busybox", "install busybox-static") {
-        missing.push(e.to_string());
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = missing.join("; ");
-    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and the VM tests cannot run: {why}");
-    eprintln!("skipping VM test: {why} (run .ci/install-deps)");
-    false
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use vmtest::testing::{can_boot, repo_root};
 
 #[test]
 fn kallsyms_from_the_vm_describe_the_extracted_vmlinux() {
-    if !can_boot() {
+    if !can_boot("VM test") {
         return;
     }
     let k = bench::kernel::KernelImage::find(None).unwrap();
     // A fresh cache: this test must boot the guest, not read an earlier run's file.
     let cache = tempfile::tempdir().unwrap();
-    let (img, src) = bench::kernel::vmlinux_image(&k, None, cache.path(), &repo()).unwrap();
+    let (img, src) = bench::kernel::vmlinux_image(&k, None, cache.path(), &repo_root()).unwrap();
     assert!(src.kallsyms.contains("in the VM"), "{}", src.kallsyms);
     assert_eq!(src.compression, bench::vmlinux::Compression::Lz4, "Debian's cloud kernel is LZ4 (legacy frames)");
     assert!(img.functions.len() > 20_000, "{} functions", img.functions.len());
@@ -48,16 +24,16 @@ fn kallsyms_from_the_vm_describe_the_extracted_vmlinux() {
     assert_eq!((&g[..5], g[5], g[6]), (&bench::image::NOP5[..], 0x53, 0xe8));
     assert!(img.fentry_nops > 10_000, "{} ftrace sites", img.fentry_nops);
     // The cache now answers without a guest.
-    let (again, _) = bench::kernel::kallsyms_of(&k, None, cache.path(), &repo()).unwrap();
+    let (again, _) = bench::kernel::kallsyms_of(&k, None, cache.path(), &repo_root()).unwrap();
     assert!(again.contains(" T _text\n"));
 }
 
 #[test]
 fn kernel_cost_rows_come_back_from_the_guest_labelled_emulated() {
-    if !can_boot() {
+    if !can_boot("VM test") {
         return;
     }
-    let v = bench::vmcost::measure(&repo(), None).unwrap();
+    let v = bench::vmcost::measure(&repo_root(), None).unwrap();
     for key in ["unpatched", "jmp_rel32", "trap", "kprobe"] {
         assert!(v.rows.iter().any(|r| r.key == key && r.ns > 0.0), "no {key} row: {v:?}");
     }

@@ -18,6 +18,7 @@
 //! | [`console`] | reading the console: exit marker, kernel problems |
 //! | [`qemu`] | booting, streaming, timeout |
 //! | [`runner`] | one `vmtest run` end to end |
+//! | [`testing`] | what tests that boot guests share: skip or fail without QEMU, running a scenario, its `KEY=value` lines |
 
 pub mod build;
 pub mod console;
@@ -29,3 +30,4 @@ pub mod kmods;
 pub mod ldd;
 pub mod qemu;
 pub mod runner;
+pub mod testing;

@@ -3,75 +3,19 @@
 //! Each test runs the `vmtest` binary on a small scenario. Without QEMU, the kernel, its
 //! headers or busybox the tests say why and skip; with `CI=true` that is a failure instead.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use vmtest::testing::{can_boot, repo_root, Run, Scenario};
 
-/// Whether the machine can boot guests; `false` (after saying why) when a test should skip.
-fn can_boot() -> bool {
-    let mut missing = Vec::new();
-    if let Err(e) = vmtest::host::find_program("qemu-system-x86_64", "install qemu-system-x86") {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::KernelInstall::newest() {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::find_program("busybox", "install busybox-static") {
-        missing.push(e.to_string());
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = missing.join("; ");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and the VM tests cannot run: {why} (run .ci/install-deps)");
-    }
-    eprintln!("skipping VM test: {why} (run .ci/install-deps)");
-    false
-}
+/// Names these tests in skip and CI-failure messages.
+const WHAT: &str = "VM test";
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// Runs `vmtest run` on `scenario` with extra arguments; prints what it said.
-fn vmtest(scenario: &str, args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("scenario.sh");
-    std::fs::write(&path, scenario).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vmtest"))
-        .arg("run")
-        .arg("--scenario")
-        .arg(&path)
-        .arg("--repo")
-        .arg(repo())
-        .args(args)
-        .output()
-        .unwrap();
-    println!(
-        "--- vmtest stdout ---\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    println!(
-        "--- vmtest stderr ---\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The value printed by the scenario as `KEY=value`.
-fn value<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
-    stdout
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+/// Runs `vmtest run` on the script `text` with extra arguments.
+fn vmtest(text: &str, args: &[&str]) -> Run {
+    Scenario::inline(text).args(args).run(env!("CARGO_BIN_EXE_vmtest"))
 }
 
 #[test]
 fn guest_has_mounts_lo_path_helpers_files_and_mss_follows_lo_mtu() {
-    if !can_boot() {
+    if !can_boot(WHAT) {
         return;
     }
     let data = tempfile::NamedTempFile::new().unwrap();
@@ -109,34 +53,26 @@ ip link add vmt0 type veth
 echo "VETH=$(ls /sys/class/net | grep -c '^vmt0$')"
 "#
     );
-    let out = vmtest(
-        &scenario,
-        &[
-            "--no-load",
-            "--file",
-            &data.path().to_string_lossy(),
-            "--with-module",
-            "veth",
-        ],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(value(&stdout, "UID"), Some("0"));
-    assert_eq!(value(&stdout, "LO_UP"), Some("1"));
-    assert_eq!(value(&stdout, "TRAPCTL"), Some("/bin/trapctl"));
-    assert_eq!(value(&stdout, "TCPMSS"), Some("/bin/tcpmss"));
-    assert_eq!(value(&stdout, "FILE"), Some("payload for the guest"));
-    assert_eq!(value(&stdout, "MSS_DEFAULT"), Some("32741"));
-    assert_eq!(value(&stdout, "MSS_THREE"), Some("32741,32741,32741,"));
-    assert_eq!(value(&stdout, "MSS_1000"), Some("948"));
-    assert_eq!(value(&stdout, "MSS_1400"), Some("1348"));
-    let traffic: u64 = value(&stdout, "TRAFFIC")
-        .and_then(|v| v.parse().ok())
-        .expect("TRAFFIC=<bytes>");
+    let out = Scenario::inline(&scenario)
+        .arg("--no-load")
+        .file(data.path())
+        .args(["--with-module", "veth"])
+        .run(env!("CARGO_BIN_EXE_vmtest"));
+    assert_eq!(out.status, Some(0));
+    assert_eq!(out.value("UID"), Some("0"));
+    assert_eq!(out.value("LO_UP"), Some("1"));
+    assert_eq!(out.value("TRAPCTL"), Some("/bin/trapctl"));
+    assert_eq!(out.value("TCPMSS"), Some("/bin/tcpmss"));
+    assert_eq!(out.value("FILE"), Some("payload for the guest"));
+    assert_eq!(out.value("MSS_DEFAULT"), Some("32741"));
+    assert_eq!(out.value("MSS_THREE"), Some("32741,32741,32741,"));
+    assert_eq!(out.value("MSS_1000"), Some("948"));
+    assert_eq!(out.value("MSS_1400"), Some("1348"));
+    let traffic: u64 = out.value("TRAFFIC").and_then(|v| v.parse().ok()).expect("TRAFFIC=<bytes>");
     assert!(traffic > 0);
-    assert_eq!(value(&stdout, "VETH"), Some("1"), "--with-module veth");
+    assert_eq!(out.value("VETH"), Some("1"), "--with-module veth");
     assert_eq!(
-        value(&stdout, "NETEM"),
+        out.value("NETEM"),
         Some("1"),
         "iproute2's tc with sch_netem from the guest kernel"
     );
@@ -144,25 +80,25 @@ echo "VETH=$(ls /sys/class/net | grep -c '^vmt0$')"
 
 #[test]
 fn scenario_exit_status_becomes_vmtest_exit_status() {
-    if !can_boot() {
+    if !can_boot(WHAT) {
         return;
     }
     let out = vmtest("echo about to fail\nexit 3\n", &["--no-load"]);
-    assert_eq!(out.status.code(), Some(3));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status, Some(3));
+    let stderr = &out.stderr;
     assert!(stderr.contains("scenario exited with status 3"), "{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("TRAPVEC-VMTEST-EXIT=3"));
+    assert!(out.stdout.contains("TRAPVEC-VMTEST-EXIT=3"));
 }
 
 #[test]
 fn scenario_running_past_timeout_is_killed_and_fails() {
-    if !can_boot() {
+    if !can_boot(WHAT) {
         return;
     }
     let started = std::time::Instant::now();
     let out = vmtest("sleep 600\n", &["--no-load", "--timeout", "40"]);
-    assert_eq!(out.status.code(), Some(vmtest::runner::EXIT_TIMEOUT));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status, Some(vmtest::runner::EXIT_TIMEOUT));
+    let stderr = &out.stderr;
     assert!(stderr.contains("timed out after 40 s"), "{stderr}");
     // Building may take a while before the clock starts; the guest itself gets 40 s.
     assert!(started.elapsed().as_secs() < 540, "{:?}", started.elapsed());
@@ -170,10 +106,10 @@ fn scenario_running_past_timeout_is_killed_and_fails() {
 
 #[test]
 fn trapvec_module_is_loaded_before_the_scenario() {
-    if !can_boot() {
+    if !can_boot(WHAT) {
         return;
     }
-    if !repo().join("kmod/Kbuild").is_file() {
+    if !repo_root().join("kmod/Kbuild").is_file() {
         eprintln!("skipping: kmod/Kbuild does not exist yet, so there is no module to load");
         return;
     }
@@ -181,17 +117,17 @@ fn trapvec_module_is_loaded_before_the_scenario() {
         "grep '^trapvec ' /proc/modules\ntest -c /dev/trapvec\n",
         &[],
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status, Some(0));
 }
 
 #[test]
 fn kernel_panic_in_the_guest_fails_the_run_and_is_reported() {
-    if !can_boot() {
+    if !can_boot(WHAT) {
         return;
     }
     let out = vmtest("echo c > /proc/sysrq-trigger\nsleep 60\n", &["--no-load"]);
-    assert_eq!(out.status.code(), Some(vmtest::runner::EXIT_KERNEL_FAILURE));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status, Some(vmtest::runner::EXIT_KERNEL_FAILURE));
+    let stderr = &out.stderr;
     assert!(
         stderr.contains("stopped without reporting a verdict"),
         "{stderr}"

@@ -4,61 +4,65 @@
 //! the module between trapctl commands, the lock that serializes them, and a component's own
 //! declared splice, applied by `load` and removed by `unload`.
 
-mod kernel_common;
-
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kernel_common::{can_boot, run_scenario};
+use vmtest::testing::{can_boot, repo_root, Scenario};
 
-/// A component calling a function no kernel has, compiled on the host.
-fn unresolved_component(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("unresolved.c");
-    std::fs::write(&src, "extern int trapvec_no_such_kernel_function(int);\nint calls_nothing(int x) { return trapvec_no_such_kernel_function(x) + 1; }\n").unwrap();
-    let obj = dir.join("unresolved.o");
-    let out = Command::new("cc")
-        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-fno-asynchronous-unwind-tables", "-o"])
-        .arg(&obj)
-        .arg(&src)
-        .output()
-        .expect("running cc");
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
-    obj
-}
-
-/// A component with an empty `call` handler and a declared splice of `__x64_sys_getppid+5`,
-/// compiled on the host for the kernel's code model (no red zone, no PIC).
-fn declared_component(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("declared.c");
-    std::fs::write(
-        &src,
-        "#include <trapvec.h>\n         void declared_handler(struct trapvec_regs *regs, void *cookie);\n         void declared_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)cookie; }\n         TRAPVEC_SPLICE_CALL(getppid, \"__x64_sys_getppid+5\", declared_handler, \"trap\");\n",
-    )
-    .unwrap();
-    let obj = dir.join("declared.o");
-    let include = kernel_common::repo().join("components/include");
+/// Compiles `source` as `<dir>/<name>.o` for the kernel's code model (no PIC, no red zone, no
+/// stack protector), with the components' header on the include path.
+fn kernel_component(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let obj = dir.join(format!("{name}.o"));
     let out = Command::new("cc")
         .args(["-c", "-O2", "-ffreestanding", "-fno-pic", "-mcmodel=kernel", "-mno-red-zone", "-fno-stack-protector"])
         .args(["-fno-asynchronous-unwind-tables", "-I"])
-        .arg(include)
+        .arg(repo_root().join("components/include"))
         .arg("-o")
         .arg(&obj)
         .arg(&src)
         .output()
         .expect("running cc");
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "cc {name}.c: {}", String::from_utf8_lossy(&out.stderr));
     obj
+}
+
+/// A component calling a function no kernel has.
+fn unresolved_component(dir: &Path) -> PathBuf {
+    kernel_component(
+        dir,
+        "unresolved",
+        "extern int trapvec_no_such_kernel_function(int);\n\
+         int calls_nothing(int x) { return trapvec_no_such_kernel_function(x) + 1; }\n",
+    )
+}
+
+/// A component with an empty `call` handler and a declared splice of `__x64_sys_getppid+5`.
+fn declared_component(dir: &Path) -> PathBuf {
+    kernel_component(
+        dir,
+        "declared",
+        "#include <trapvec.h>\n\
+         void declared_handler(struct trapvec_regs *regs, void *cookie);\n\
+         void declared_handler(struct trapvec_regs *regs, void *cookie) { (void)regs; (void)cookie; }\n\
+         TRAPVEC_SPLICE_CALL(getppid, \"__x64_sys_getppid+5\", declared_handler, \"trap\");\n",
+    )
 }
 
 #[test]
 fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
-    if !can_boot() {
+    if !can_boot("kernel scenario") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let obj = unresolved_component(dir.path());
     let declared = declared_component(dir.path());
-    let run = run_scenario("kernel_bad_input.sh", &[&obj, &declared], &["--timeout", "600"]);
+    let run = Scenario::named("kernel_bad_input.sh")
+        .file(&obj)
+        .file(&declared)
+        .timeout(600)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
     let err = |key: &str, words: &[&str]| {

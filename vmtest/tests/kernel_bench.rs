@@ -2,16 +2,14 @@
 //! QEMU TCG is emulated and noisy, so nothing here asserts a speed: only that every figure is
 //! there and is a positive number (the figures themselves are in the test's output).
 
-mod kernel_common;
-
-use kernel_common::{can_boot, run_scenario};
+use vmtest::testing::{can_boot, Scenario};
 
 #[test]
 fn kernel_benchmark_prints_hit_costs_and_batch_times() {
-    if !can_boot() {
+    if !can_boot("kernel scenario") {
         return;
     }
-    let run = run_scenario("bench.sh", &[], &["--timeout", "1200"]);
+    let run = Scenario::named("bench.sh").timeout(1200).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     for key in ["BENCH_BASE_NS", "BENCH_TRAP_COUNT_NS", "BENCH_TRAP_EMPTY_NS", "BENCH_JMP_EMPTY_NS", "BENCH_KPROBE_NS"] {
         assert!(run.number(key) > 0, "{key}");

@@ -5,19 +5,17 @@
 //! mss_clamp_mtu 1400` changes the next connection's MSS to 1348, and unsplicing brings the
 //! kernel's 32741 and every byte of the function back.
 
-mod kernel_common;
-
-use kernel_common::{can_boot, run_scenario};
+use vmtest::testing::{can_boot, Scenario};
 
 /// tcp_sync_mss calls per fresh loopback connection (see the scenario's header).
 const CALLS_PER_CONNECTION: u64 = 5;
 
 #[test]
 fn count_is_exact_and_mss_clamp_replaces_tcp_sync_mss_by_trap_and_by_jmp() {
-    if !can_boot() {
+    if !can_boot("kernel scenario") {
         return;
     }
-    let run = run_scenario("kernel_mss.sh", &[], &["--timeout", "600"]);
+    let run = Scenario::named("kernel_mss.sh").timeout(600).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
     let connections = run.number("COUNT_CONNECTIONS");

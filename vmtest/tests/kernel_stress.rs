@@ -4,16 +4,14 @@
 //! trap and a jmp splice live reverts them and restores the gate, so that `insmod` works again.
 //! vmtest fails the run on any oops, BUG or WARNING in the kernel log.
 
-mod kernel_common;
-
-use kernel_common::{can_boot, run_scenario};
+use vmtest::testing::{can_boot, Scenario};
 
 #[test]
 fn five_hundred_cycles_under_traffic_restore_every_byte_and_rmmod_reverts_live_splices() {
-    if !can_boot() {
+    if !can_boot("kernel scenario") {
         return;
     }
-    let run = run_scenario("kernel_stress.sh", &[], &["--timeout", "1200"]);
+    let run = Scenario::named("kernel_stress.sh").timeout(1200).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
     assert_eq!(run.number("CYCLES_DONE"), 500);

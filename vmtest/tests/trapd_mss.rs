@@ -2,46 +2,23 @@
 //! rate under `netem loss` switches to the `lossy` profile (mss_clamp replaces tcp_sync_mss, new
 //! connections report the clamped MSS) and back to `clean` when the loss goes; after `kill -9`
 //! while `lossy` is live the restarted daemon lists exactly the live splice and still switches;
-//! a non-root client is refused; 10,000 malformed lines and requests cut off mid-line leave the
+//! `trapctl` commands while the daemon holds the module go through it (count, splice, set, get,
+//! list, unsplice); a non-root client is refused; 10,000 malformed lines and requests cut off mid-line leave the
 //! daemon serving and the kernel unchanged.
 //!
 //! Without QEMU, the kernel or busybox the test says why and skips; with `CI=true` it fails.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn can_boot() -> bool {
-    let mut missing = Vec::new();
-    if let Err(e) = vmtest::host::find_program("qemu-system-x86_64", "install qemu-system-x86") {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::KernelInstall::newest() {
-        missing.push(e.to_string());
-    }
-    if let Err(e) = vmtest::host::find_program("busybox", "install busybox-static") {
-        missing.push(e.to_string());
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = missing.join("; ");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and the VM tests cannot run: {why} (run .ci/install-deps)");
-    }
-    eprintln!("skipping VM test: {why} (run .ci/install-deps)");
-    false
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
+use vmtest::testing::{can_boot, repo_root, Scenario};
 
 /// Build the release trapd and return its path (from cargo's compiler-artifact message).
 fn build_trapd() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["build", "--release", "-p", "trapctl", "--bin", "trapd", "--message-format=json"])
-        .current_dir(repo())
+        .current_dir(repo_root())
         .output()
         .unwrap();
     assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
@@ -133,10 +110,6 @@ fn fuzz_lines() -> (Vec<u8>, usize) {
     (out, reads)
 }
 
-fn value<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
-    stdout.lines().map(|l| l.trim_end_matches('\r')).find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-}
-
 #[test]
 fn fuzz_lines_hold_no_whole_changing_request() {
     let (text, reads) = fuzz_lines();
@@ -150,7 +123,7 @@ fn fuzz_lines_hold_no_whole_changing_request() {
 
 #[test]
 fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines() {
-    if !can_boot() {
+    if !can_boot("VM test") {
         return;
     }
     let trapd = build_trapd();
@@ -158,37 +131,36 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
     let (fuzz, reads) = fuzz_lines();
     let fuzz_path = dir.path().join("trapd_fuzz.txt");
     std::fs::write(&fuzz_path, fuzz).unwrap();
-    let scenario = repo().join("vmtest/scenarios/trapd_mss.sh");
-    let out = Command::new(env!("CARGO_BIN_EXE_vmtest"))
-        .arg("run")
-        .arg("--scenario")
-        .arg(&scenario)
-        .arg("--repo")
-        .arg(repo())
-        .args(["--timeout", "900", "--file"])
-        .arg(&trapd)
-        .arg("--file")
-        .arg(Path::new(&fuzz_path))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("--- vmtest stdout ---\n{stdout}\n--- vmtest stderr ---\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "vmtest exit {:?}", out.status.code());
-    let v = |k: &str| value(&stdout, k).unwrap_or_else(|| panic!("the scenario printed no {k}"));
-    assert_eq!(v("MSS_BEFORE"), "32741");
-    assert_eq!(v("MSS_LOSSY"), "948", "lossy: tcp_sync_mss clamps the path MTU to 1000");
-    assert_eq!(v("MSS_CLEAN"), "32741", "clean: the kernel's own policy is back");
-    assert_eq!(v("MSS_ORPHANED"), "948", "kill -9 leaves the splice live in the kernel");
-    assert_eq!(v("RESTART_PROFILE"), "lossy", "the journal names the active profile");
-    assert_eq!(v("LIVE_SPLICES").trim(), r#""at":"tcp_sync_mss""#, "exactly the live splice");
-    assert_eq!(v("UNRECORDED"), r#""unrecorded":[]"#, "nothing live is unknown to the restarted daemon");
-    assert_eq!(v("MSS_AFTER_RESTART"), "32741");
-    assert_eq!(v("NOBODY_STATUS"), "1");
-    assert!(v("NOBODY_REPLY").contains("permission denied"), "{}", v("NOBODY_REPLY"));
-    assert_eq!(v("PROFILE_AFTER_NOBODY"), "clean");
-    assert_eq!(v("FUZZ_REPLIES").trim(), "10000", "one reply per line");
-    assert_eq!(v("FUZZ_OK_REPLIES").trim(), reads.to_string(), "only the reads succeed");
-    assert_eq!(v("FUZZ_KERNEL_UNCHANGED"), "yes");
-    assert_eq!(v("PROFILE_AFTER_FUZZ"), "clean");
-    assert_eq!(v("SCENARIO_DONE"), "yes");
+    let run = Scenario::named("trapd_mss.sh")
+        .timeout(900)
+        .file(&trapd)
+        .file(&fuzz_path)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
+    run.assert_passed();
+    assert_eq!(run.expect("MSS_BEFORE"), "32741");
+    assert_eq!(run.expect("MSS_LOSSY"), "948", "lossy: tcp_sync_mss clamps the path MTU to 1000");
+    assert_eq!(run.expect("MSS_CLEAN"), "32741", "clean: the kernel's own policy is back");
+    assert_eq!(run.expect("MSS_ORPHANED"), "948", "kill -9 leaves the splice live in the kernel");
+    assert_eq!(run.expect("RESTART_PROFILE"), "lossy", "the journal names the active profile");
+    assert_eq!(run.expect("LIVE_SPLICES").trim(), r#""at":"tcp_sync_mss""#, "exactly the live splice");
+    assert_eq!(run.expect("UNRECORDED"), r#""unrecorded":[]"#, "nothing live is unknown to the restarted daemon");
+    assert_eq!(run.expect("MSS_AFTER_RESTART"), "32741");
+    // trapctl while trapd holds /dev/trapvec: each command goes through the daemon.
+    let count = run.expect("TRAPCTL_COUNT");
+    assert!(count.starts_with("tcp_sync_mss: 10 calls in 6 s"), "5 calls per loopback connection, 2 connections: {count}");
+    assert_eq!(run.expect("TRAPCTL_GET"), "1400");
+    assert_eq!(run.expect("MSS_TRAPCTL"), "1348", "trapctl's splice and set, made by the daemon");
+    assert_eq!(run.expect("TRAPCTL_LIST_PROFILE"), "clean", "trapctl list is the daemon's listing");
+    assert_eq!(run.expect("TRAPCTL_LIST_SPLICES"), "1");
+    assert_eq!(run.expect("IN_PROFILE"), r#""in_profile":false"#, "the daemon knows trapctl's splice is not the profile's");
+    assert!(run.expect("TRAPCTL_UNSPLICE").starts_with("unspliced tcp_sync_mss at 0x"), "{}", run.expect("TRAPCTL_UNSPLICE"));
+    assert_eq!(run.expect("MSS_AFTER_TRAPCTL"), "32741");
+    assert_eq!(run.expect("NOBODY_STATUS"), "1");
+    assert!(run.expect("NOBODY_REPLY").contains("permission denied"), "{}", run.expect("NOBODY_REPLY"));
+    assert_eq!(run.expect("PROFILE_AFTER_NOBODY"), "clean");
+    assert_eq!(run.expect("FUZZ_REPLIES").trim(), "10000", "one reply per line");
+    assert_eq!(run.expect("FUZZ_OK_REPLIES").trim(), reads.to_string(), "only the reads succeed");
+    assert_eq!(run.expect("FUZZ_KERNEL_UNCHANGED"), "yes");
+    assert_eq!(run.expect("PROFILE_AFTER_FUZZ"), "clean");
+    assert_eq!(run.expect("SCENARIO_DONE"), "yes");
 }

@@ -1,0 +1,276 @@
+//! What tests that boot guests share: whether this machine can boot one ([`can_boot`]), where
+//! the repository is ([`repo_root`]), running a scenario through the `vmtest` binary
+//! ([`Scenario`]) and reading the `KEY=value` lines it prints ([`Run`]).
+//!
+//! A test that cannot boot a guest here (no QEMU, no Debian cloud kernel with its headers and
+//! modules, no busybox) says why and passes vacuously; with `CI=true` that is a failure instead,
+//! so that CI never goes green without having booted anything. Everything here panics on
+//! failure: it is for tests, where a panic with the reason is the report.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::host;
+
+/// What to do about the missing pieces, appended to every skip and CI failure.
+pub const INSTALL_HINT: &str = "run .ci/install-deps";
+
+/// Whether a test that boots a guest should go on: `true` when it can; otherwise `false` after
+/// printing `skipping <what>: <reasons>`, or a panic with the reasons when `CI=true`.
+///
+/// `what` names the test's kind in the message, e.g. `"VM test"` or `"kernel scenario"`.
+pub fn can_boot(what: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    match boot_verdict(what, &missing_for_boot(), ci) {
+        BootVerdict::Run => true,
+        BootVerdict::Skip(why) => {
+            eprintln!("{why}");
+            false
+        }
+        BootVerdict::Fail(why) => panic!("{why}"),
+    }
+}
+
+/// Why this machine cannot boot a guest, one reason per missing piece (QEMU, the guest kernel
+/// with its headers and modules, busybox); empty when it can.
+pub fn missing_for_boot() -> Vec<String> {
+    let mut missing = Vec::new();
+    if let Err(e) = host::find_program("qemu-system-x86_64", "install qemu-system-x86") {
+        missing.push(e.to_string());
+    }
+    if let Err(e) = host::KernelInstall::newest() {
+        missing.push(e.to_string());
+    }
+    if let Err(e) = host::find_program("busybox", "install busybox-static") {
+        missing.push(e.to_string());
+    }
+    missing
+}
+
+/// What [`can_boot`] decides, with the message it prints or panics with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootVerdict {
+    /// Nothing is missing.
+    Run,
+    /// Something is missing and this is not CI: the test passes vacuously.
+    Skip(String),
+    /// Something is missing and `CI=true`: the test fails.
+    Fail(String),
+}
+
+/// The decision behind [`can_boot`] for the `missing` pieces, on CI or not.
+pub fn boot_verdict(what: &str, missing: &[String], ci: bool) -> BootVerdict {
+    if missing.is_empty() {
+        return BootVerdict::Run;
+    }
+    let why = missing.join("; ");
+    if ci {
+        BootVerdict::Fail(format!("CI=true and the {what}s cannot run: {why} ({INSTALL_HINT})"))
+    } else {
+        BootVerdict::Skip(format!("skipping {what}: {why} ({INSTALL_HINT})"))
+    }
+}
+
+/// The workspace root that this crate was built from (the parent of `vmtest/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("vmtest/ lies in the workspace").to_owned()
+}
+
+/// A `vmtest run` to make: a scenario script, `--file`s to copy into the guest and other
+/// arguments of `vmtest run` (`--timeout`, `--no-load`, `--with-module`, …).
+#[derive(Debug)]
+pub struct Scenario {
+    script: PathBuf,
+    args: Vec<OsString>,
+    /// Holds an inline script's file for as long as the scenario lives.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Scenario {
+    /// The script `vmtest/scenarios/<name>` of this repository.
+    pub fn named(name: &str) -> Self {
+        Self::at(repo_root().join("vmtest/scenarios").join(name))
+    }
+
+    /// The script at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Scenario { script: path.into(), args: Vec::new(), _dir: None }
+    }
+
+    /// A script given as text (written to a temporary file).
+    pub fn inline(text: &str) -> Self {
+        let dir = tempfile::tempdir().expect("creating a directory for the inline scenario");
+        let script = dir.path().join("scenario.sh");
+        std::fs::write(&script, text).unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
+        Scenario { script, args: Vec::new(), _dir: Some(dir) }
+    }
+
+    /// Copy `path` into the guest as `/files/<its name>`.
+    #[must_use]
+    pub fn file(self, path: impl AsRef<Path>) -> Self {
+        self.arg("--file").arg(path.as_ref())
+    }
+
+    /// Give the guest `secs` seconds for boot, scenario and power-off together.
+    #[must_use]
+    pub fn timeout(self, secs: u64) -> Self {
+        self.arg("--timeout").arg(secs.to_string())
+    }
+
+    /// One more argument of `vmtest run`.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// More arguments of `vmtest run`.
+    #[must_use]
+    pub fn args<A: Into<OsString>>(mut self, args: impl IntoIterator<Item = A>) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// The command `<vmtest> run --scenario <script> --repo <root> <args>`.
+    pub fn command(&self, vmtest: impl AsRef<Path>) -> Command {
+        let mut cmd = Command::new(vmtest.as_ref());
+        cmd.arg("run").arg("--scenario").arg(&self.script).arg("--repo").arg(repo_root()).args(&self.args);
+        cmd
+    }
+
+    /// Run it with the `vmtest` binary at `vmtest` (in this crate's integration tests,
+    /// `env!("CARGO_BIN_EXE_vmtest")`) and print what it said: the test's output is the log.
+    pub fn run(&self, vmtest: impl AsRef<Path>) -> Run {
+        let mut cmd = self.command(vmtest);
+        log::debug!("running {cmd:?}");
+        let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+        let run = Run {
+            status: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        println!("--- vmtest stdout ---\n{}", run.stdout);
+        println!("--- vmtest stderr ---\n{}", run.stderr);
+        run
+    }
+}
+
+/// What a `vmtest run` produced: its exit status, the guest console (stdout) and vmtest's
+/// own report (stderr).
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// `vmtest`'s exit status (the scenario's, or [`crate::runner::EXIT_TIMEOUT`], …).
+    pub status: Option<i32>,
+    /// The guest's console, with the scenario's output.
+    pub stdout: String,
+    /// vmtest's summary and build output.
+    pub stderr: String,
+}
+
+impl Run {
+    /// The value of the first `KEY=value` line (console carriage returns removed).
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.stdout
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// [`Run::value`], which must be there.
+    pub fn expect(&self, key: &str) -> &str {
+        self.value(key).unwrap_or_else(|| panic!("the scenario printed no {key}=...; see its output above"))
+    }
+
+    /// [`Run::expect`]'s first word as a number.
+    pub fn number(&self, key: &str) -> u64 {
+        let v = self.expect(key);
+        v.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{key}={v} is not a number"))
+    }
+
+    /// The scenario ran to its end with status 0 and the kernel reported no problem.
+    pub fn assert_passed(&self) {
+        assert_eq!(self.status, Some(0), "vmtest failed; stderr:\n{}", self.stderr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(stdout: &str) -> Run {
+        Run { status: Some(0), stdout: stdout.to_owned(), stderr: String::new() }
+    }
+
+    #[test]
+    fn nothing_missing_means_run_on_ci_and_off() {
+        assert_eq!(boot_verdict("VM test", &[], false), BootVerdict::Run);
+        assert_eq!(boot_verdict("VM test", &[], true), BootVerdict::Run);
+    }
+
+    #[test]
+    fn missing_pieces_skip_with_every_reason_off_ci() {
+        let missing = ["qemu is not installed".to_owned(), "no kernel".to_owned()];
+        assert_eq!(
+            boot_verdict("kernel scenario", &missing, false),
+            BootVerdict::Skip(
+                "skipping kernel scenario: qemu is not installed; no kernel (run .ci/install-deps)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn missing_pieces_fail_with_every_reason_on_ci() {
+        let missing = ["busybox is not installed".to_owned()];
+        assert_eq!(
+            boot_verdict("VM test", &missing, true),
+            BootVerdict::Fail(
+                "CI=true and the VM tests cannot run: busybox is not installed (run .ci/install-deps)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn repo_root_holds_the_workspace_and_this_crate() {
+        let root = repo_root();
+        assert!(root.join("Cargo.toml").is_file(), "{}", root.display());
+        assert!(root.join("vmtest/src/testing.rs").is_file(), "{}", root.display());
+    }
+
+    #[test]
+    fn value_is_the_first_key_line_without_console_carriage_returns() {
+        let run = run_with("boot noise\r\nMSS=948\r\nMSS_AFTER=32741\nMSS=1\n");
+        assert_eq!(run.value("MSS"), Some("948"));
+        assert_eq!(run.value("MSS_AFTER"), Some("32741"));
+        assert_eq!(run.value("MS"), None, "a key is matched whole, up to its `=`");
+        assert_eq!(run.value("boot noise"), None);
+    }
+
+    #[test]
+    fn number_reads_the_first_word() {
+        let run = run_with("BENCH_NS=1234 ns per hit\nEMPTY=\n");
+        assert_eq!(run.number("BENCH_NS"), 1234);
+        assert!(std::panic::catch_unwind(|| run.number("EMPTY")).is_err());
+        assert!(std::panic::catch_unwind(|| run.expect("ABSENT")).is_err());
+    }
+
+    #[test]
+    fn command_passes_script_repo_files_and_arguments_in_order() {
+        let scenario = Scenario::inline("exit 0\n").file("/tmp/data").timeout(40).arg("--no-load");
+        let cmd = scenario.command("/bin/vmtest");
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(cmd.get_program(), "/bin/vmtest");
+        assert_eq!(args[..2], ["run", "--scenario"]);
+        assert_eq!(std::fs::read_to_string(&args[2]).unwrap(), "exit 0\n", "the inline script is on disk");
+        let root = repo_root().to_string_lossy().into_owned();
+        assert_eq!(args[3..], ["--repo", &root, "--file", "/tmp/data", "--timeout", "40", "--no-load"]);
+    }
+
+    #[test]
+    fn named_scenario_is_under_vmtest_scenarios() {
+        let cmd = Scenario::named("kernel_mss.sh").command("vmtest");
+        let script = PathBuf::from(cmd.get_args().nth(2).unwrap());
+        assert_eq!(script, repo_root().join("vmtest/scenarios/kernel_mss.sh"));
+        assert!(script.is_file());
+    }
+}
