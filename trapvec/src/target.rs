@@ -40,24 +40,30 @@ pub struct Symbol {
 /// A searchable set of symbols: by name, and by address (the function containing an address).
 #[derive(Clone, Debug, Default)]
 pub struct SymbolTable {
-    /// Sorted by address, then by name.
+    /// Sorted by address, then by name, then in the order given to [`SymbolTable::new`].
     by_addr: Vec<Symbol>,
-    /// Index into `by_addr`, sorted by name; the first definition of a name wins in `lookup`.
-    by_name: Vec<usize>,
+    /// Each name's first-listed symbol, as an index into `by_addr`.
+    by_name: NameIndex,
 }
 
 impl SymbolTable {
     /// Build from a list (any order). Earlier entries win name lookups over later ones with the
     /// same name, so put the main image first.
+    ///
+    /// A kernel has ~90,000 symbols and each kernel target (each trapctl command) builds this
+    /// table, so it is built without comparing names except to order symbols at the same
+    /// address, and without a second copy of the symbols: a permutation is sorted by address
+    /// (stable, so ties keep the given order; kallsyms and ELF symbol tables arrive mostly in
+    /// address order, which the sort takes in one pass) and applied in place, and the names go
+    /// into a hash index.
     pub fn new(mut symbols: Vec<Symbol>) -> Self {
-        // Keep the insertion order as the tie-breaker for names.
-        let mut order: Vec<(usize, Symbol)> = symbols.drain(..).enumerate().collect();
-        order.sort_by(|a, b| a.1.addr.cmp(&b.1.addr).then_with(|| a.1.name.cmp(&b.1.name)));
-        let rank: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
-        let by_addr: Vec<Symbol> = order.into_iter().map(|(_, s)| s).collect();
-        let mut by_name: Vec<usize> = (0..by_addr.len()).collect();
-        by_name.sort_by(|&a, &b| by_addr[a].name.cmp(&by_addr[b].name).then(rank[a].cmp(&rank[b])));
-        SymbolTable { by_addr, by_name }
+        let mut order: Vec<usize> = (0..symbols.len()).collect();
+        order.sort_by(|&a, &b| {
+            symbols[a].addr.cmp(&symbols[b].addr).then_with(|| symbols[a].name.cmp(&symbols[b].name))
+        });
+        permute_in_place(&mut symbols, &order);
+        let by_name = NameIndex::build(&symbols, &order);
+        SymbolTable { by_addr: symbols, by_name }
     }
 
     pub fn len(&self) -> usize {
@@ -74,8 +80,7 @@ impl SymbolTable {
 
     /// The first-listed symbol called `name`.
     pub fn lookup(&self, name: &str) -> Option<&Symbol> {
-        let i = self.by_name.partition_point(|&i| self.by_addr[i].name.as_str() < name);
-        self.by_name.get(i).map(|&j| &self.by_addr[j]).filter(|s| s.name == name)
+        self.by_name.get(&self.by_addr, name).map(|i| &self.by_addr[i])
     }
 
     /// The function containing `addr`: the last function symbol starting at or before `addr`
@@ -108,6 +113,122 @@ impl SymbolTable {
         let start = self.by_addr.partition_point(|s| s.addr < lo);
         self.by_addr[start..].iter().take_while(move |s| s.addr < hi).filter(|s| s.kind == SymbolKind::Function)
     }
+}
+
+/// Rearrange `items` so that `items[k]` becomes the item now at `order[k]` (`order` is a
+/// permutation), following each of its cycles with swaps.
+fn permute_in_place<T>(items: &mut [T], order: &[usize]) {
+    let mut placed = vec![false; items.len()];
+    for start in 0..items.len() {
+        let mut k = start;
+        while !placed[k] {
+            placed[k] = true;
+            let from = order[k];
+            if from == start {
+                break;
+            }
+            items.swap(k, from);
+            k = from;
+        }
+    }
+}
+
+/// Names to symbols: an open-addressing hash table (linear probing, FNV-1a) of indices into a
+/// [`SymbolTable`]'s `by_addr`, built in one pass without copying or sorting names.
+#[derive(Clone, Default)]
+struct NameIndex {
+    /// A power of two many slots, at most two thirds of them used (a probe for a name that is
+    /// not there meets an empty slot after a few); empty when there are no symbols.
+    slots: Vec<NameSlot>,
+}
+
+/// One slot of a [`NameIndex`].
+#[derive(Clone, Copy)]
+struct NameSlot {
+    /// The high half of the name's hash: most slots of other names are passed over without
+    /// reading their names.
+    tag: u32,
+    /// Index into `by_addr`, or [`NameSlot::EMPTY`].
+    index: u32,
+}
+
+impl NameSlot {
+    const EMPTY: u32 = u32::MAX;
+}
+
+impl NameIndex {
+    /// Index every name of `by_addr`, keeping for each name the symbol with the lowest
+    /// `rank[i]` (the position it was given in).
+    fn build(by_addr: &[Symbol], rank: &[usize]) -> Self {
+        if by_addr.is_empty() {
+            return NameIndex::default();
+        }
+        assert!(
+            u32::try_from(by_addr.len()).is_ok_and(|n| n < NameSlot::EMPTY),
+            "{} symbols: a name index holds fewer than 2^32 - 1",
+            by_addr.len()
+        );
+        let len = (by_addr.len() + by_addr.len() / 2 + 1).next_power_of_two();
+        let mut slots = vec![NameSlot { tag: 0, index: NameSlot::EMPTY }; len];
+        let mask = len - 1;
+        for (i, sym) in by_addr.iter().enumerate() {
+            let index = u32::try_from(i).expect("checked above");
+            let (start, tag) = name_hash(&sym.name);
+            let mut pos = start & mask;
+            loop {
+                let slot = &mut slots[pos];
+                if slot.index == NameSlot::EMPTY {
+                    *slot = NameSlot { tag, index };
+                    break;
+                }
+                let held = slot.index as usize;
+                if slot.tag == tag && by_addr[held].name == sym.name {
+                    if rank[i] < rank[held] {
+                        slot.index = index;
+                    }
+                    break;
+                }
+                pos = (pos + 1) & mask;
+            }
+        }
+        NameIndex { slots }
+    }
+
+    /// The index into `by_addr` (the table this was built from) of the symbol called `name`.
+    fn get(&self, by_addr: &[Symbol], name: &str) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let (start, tag) = name_hash(name);
+        let mut pos = start & mask;
+        // Terminates: a third of the slots or more are empty.
+        loop {
+            let slot = self.slots[pos];
+            if slot.index == NameSlot::EMPTY {
+                return None;
+            }
+            if slot.tag == tag && by_addr[slot.index as usize].name == name {
+                return Some(slot.index as usize);
+            }
+            pos = (pos + 1) & mask;
+        }
+    }
+}
+
+impl std::fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NameIndex").field("slots", &self.slots.len()).finish_non_exhaustive()
+    }
+}
+
+/// FNV-1a of `name`: its low half picks the first slot, its high half is the slot's tag.
+fn name_hash(name: &str) -> (usize, u32) {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = name.bytes().fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    let [l0, l1, l2, l3, h0, h1, h2, h3] = hash.to_le_bytes();
+    (u32::from_le_bytes([l0, l1, l2, l3]) as usize, u32::from_le_bytes([h0, h1, h2, h3]))
 }
 
 /// Memory kinds of the repository.
@@ -261,5 +382,116 @@ pub trait Target {
     /// table, the truth a saved state is checked against); `None` when it cannot.
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str, addr: u64, kind: SymbolKind, origin: Option<&str>) -> Symbol {
+        Symbol { name: name.into(), addr, size: 0, kind, origin: origin.map(Into::into) }
+    }
+
+    fn func(name: &str, addr: u64) -> Symbol {
+        sym(name, addr, SymbolKind::Function, None)
+    }
+
+    #[test]
+    fn lookup_finds_each_of_ten_thousand_names_and_nothing_else() {
+        // Names alike but for a counter, given in reverse address order.
+        let symbols: Vec<Symbol> = (0..10_000u64).rev().map(|i| func(&format!("fn_{i}"), 0x1000 + i * 16)).collect();
+        let table = SymbolTable::new(symbols);
+        assert_eq!(table.len(), 10_000);
+        for i in 0..10_000u64 {
+            assert_eq!(table.lookup(&format!("fn_{i}")).map(|s| s.addr), Some(0x1000 + i * 16), "fn_{i}");
+        }
+        for absent in ["fn_10000", "fn_", "", "fn_0 ", "Fn_1"] {
+            assert!(table.lookup(absent).is_none(), "{absent:?}");
+        }
+    }
+
+    #[test]
+    fn lookup_returns_the_first_listed_of_a_repeated_name_wherever_it_lies() {
+        let table = SymbolTable::new(vec![
+            sym("dup", 0x3000, SymbolKind::Function, None),
+            sym("dup", 0x1000, SymbolKind::Function, Some("libfoo.so")),
+            sym("dup", 0x3000, SymbolKind::Object, Some("mod")),
+            func("other", 0x2000),
+        ]);
+        let dup = table.lookup("dup").unwrap();
+        assert_eq!((dup.addr, dup.kind, dup.origin.as_deref()), (0x3000, SymbolKind::Function, None));
+        assert_eq!(table.lookup("other").unwrap().addr, 0x2000);
+    }
+
+    #[test]
+    fn iteration_is_by_address_then_name_then_given_order() {
+        let table = SymbolTable::new(vec![
+            func("b", 0x20),
+            sym("a", 0x20, SymbolKind::Object, Some("second")),
+            func("c", 0x10),
+            sym("a", 0x20, SymbolKind::Object, Some("third")),
+            func("a", 0x30),
+        ]);
+        let got: Vec<(u64, &str, Option<&str>)> =
+            table.iter().map(|s| (s.addr, s.name.as_str(), s.origin.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                (0x10, "c", None),
+                (0x20, "a", Some("second")),
+                (0x20, "a", Some("third")),
+                (0x20, "b", None),
+                (0x30, "a", None)
+            ]
+        );
+        assert_eq!(table.lookup("a").unwrap().origin.as_deref(), Some("second"), "given before `a` at 0x30");
+    }
+
+    #[test]
+    fn permuting_in_place_moves_each_item_where_the_order_says() {
+        // Cycles of every length, fixed points and one long cycle.
+        let order = [3, 0, 1, 2, 4, 6, 5, 9, 7, 8, 10];
+        let mut items: Vec<String> = (0..order.len()).map(|i| format!("item{i}")).collect();
+        let expected: Vec<String> = order.iter().map(|&i| items[i].clone()).collect();
+        permute_in_place(&mut items, &order);
+        assert_eq!(items, expected);
+        let reversed: Vec<usize> = (0..1000).rev().collect();
+        let mut numbers: Vec<usize> = (0..1000).collect();
+        permute_in_place(&mut numbers, &reversed);
+        assert_eq!(numbers, reversed);
+    }
+
+    #[test]
+    fn small_tables_answer_absent_names_too() {
+        for n in 1..=8u64 {
+            let table = SymbolTable::new((0..n).map(|i| func(&format!("f{i}"), 0x1000 * (i + 1))).collect());
+            assert!(table.lookup("absent").is_none(), "{n} symbols");
+            assert_eq!(table.lookup(&format!("f{}", n - 1)).map(|s| s.addr), Some(0x1000 * n));
+        }
+    }
+
+    #[test]
+    fn empty_tables_find_nothing() {
+        for table in [SymbolTable::default(), SymbolTable::new(Vec::new())] {
+            assert!(table.is_empty());
+            assert!(table.lookup("anything").is_none());
+            assert!(table.function_containing(0x1000).is_none());
+        }
+    }
+
+    #[test]
+    fn sizeless_function_runs_to_the_next_function_not_the_next_object() {
+        let table = SymbolTable::new(vec![
+            func("f", 0x1000),
+            sym("data_in_between", 0x1010, SymbolKind::Object, None),
+            func("g", 0x1040),
+        ]);
+        let f = table.lookup("f").unwrap();
+        assert_eq!(table.function_extent(f), 0x40);
+        let containing = table.function_containing(0x1030).unwrap();
+        assert_eq!((containing.name.as_str(), containing.size), ("f", 0x40));
+        assert!(table.function_containing(0x1040 + 1).is_none(), "g is last: nothing bounds it");
+        assert_eq!(table.functions_in(0x1000, 0x1041).map(|s| s.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
     }
 }
