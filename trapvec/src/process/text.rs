@@ -92,6 +92,39 @@ pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError>
     Ok(buf)
 }
 
+/// Check that every patch of `order` (sorted by address, disjoint) finds its `old` bytes, reading
+/// neighbouring patches' text together (a batch of thousands of patches in a few reads).
+fn check_expected(order: &[&TextPatch]) -> Result<(), TargetError> {
+    /// Patches at most this far apart, within this span, are read together.
+    const GAP: u64 = 4096;
+    const SPAN: u64 = 1 << 20;
+    let end = |p: &TextPatch| p.addr + p.old.len() as u64;
+    let mut rest = order;
+    while let Some(first) = rest.first() {
+        let n = 1 + rest[1..].iter().zip(rest).take_while(|(p, prev)| p.addr - end(prev) <= GAP && end(p) - first.addr <= SPAN).count();
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        let (lo, hi) = (first.addr, end(run[n - 1]));
+        // A run over unreadable gaps is read patch by patch (then the failing patch is named).
+        let text = read_memory(lo, (hi - lo) as usize).ok();
+        for p in run {
+            let off = (p.addr - lo) as usize;
+            let alone;
+            let cur = match &text {
+                Some(t) => &t[off..off + p.old.len()],
+                None => {
+                    alone = read_memory(p.addr, p.old.len())?;
+                    &alone[..]
+                }
+            };
+            if cur != p.old {
+                return Err(TargetError::TextMismatch { addr: p.addr, expected: hex(&p.old), found: hex(cur) });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// # Safety
 /// `addr` must be writable for `bytes.len()` bytes (the pages were made writable).
 unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
@@ -117,12 +150,7 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
             return Err(TargetError::Text { addr: w[1].addr, reason: format!("overlaps the patch at {:#x} in the same batch", w[0].addr) });
         }
     }
-    for p in &order {
-        let cur = read_memory(p.addr, p.old.len())?;
-        if cur != p.old {
-            return Err(TargetError::TextMismatch { addr: p.addr, expected: hex(&p.old), found: hex(&cur) });
-        }
-    }
+    check_expected(&order)?;
     if order.is_empty() {
         return Ok(());
     }
