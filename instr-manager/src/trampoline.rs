@@ -125,7 +125,8 @@ fn rip_at(addr: u64) -> MemoryOperand {
 
 impl Asm {
     fn new(addr: u64, what: &'static str) -> Self {
-        Asm { instrs: Vec::with_capacity(64), addr, what, tail: None }
+        // Room for a relocated window and its jump back, or a stub.
+        Asm { instrs: Vec::with_capacity(16), addr, what, tail: None }
     }
 
     fn push(&mut self, r: Result<Instruction, iced_x86::IcedError>) -> Result<(), Refusal> {
@@ -237,7 +238,7 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
             let mut ip = addr;
             for i in instrs {
                 let n = enc.encode(i, ip).ok()?;
-                layout.push(((ip - addr) as usize, n, enc.get_constant_offsets()));
+                layout.push((usize::try_from(ip - addr).ok()?, n, enc.get_constant_offsets()));
                 ip += n as u64;
             }
             let t = std::rc::Rc::new(Template { bytes: enc.take_buffer(), layout });
@@ -278,7 +279,7 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
 
 /// What a call trampoline may leave out, from the analysis of the point and of the handler
 /// ([`crate::analysis::liveness`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TrampolineOptions {
     /// Restore the flags with `popfq` (not needed where they are dead at the point).
     pub restore_flags: bool,
@@ -305,6 +306,10 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
 /// flags slot is dropped with `lea rsp,[rsp+8]` instead of `popfq`; without `count_inflight` the
 /// in-flight counter is neither incremented nor decremented; without `save_vector_regs` no xmm
 /// register is saved.
+///
+/// Everything before the displaced instructions (the *prelude*) depends only on the options, the
+/// red zone and whether the handler is in rel32 reach: it is encoded once per thread for each
+/// such shape ([`Prelude`]) and copied with this trampoline's addresses and values written in.
 pub fn emit_call_trampoline_with(t: &CallTrampoline, plan: &Plan, info: &TargetInfo, opts: &TrampolineOptions) -> Result<Vec<u8>, Refusal> {
     let what = "the call trampoline";
     for (counter, name) in [(t.hits, "the trampoline's hit counter"), (t.inflight, "the trampoline's in-flight counter")] {
@@ -313,65 +318,193 @@ pub fn emit_call_trampoline_with(t: &CallTrampoline, plan: &Plan, info: &TargetI
             return Err(Refusal::OutOfReach { what: "a call trampoline's counter", from: t.addr, to: counter });
         }
     }
-    let rz = i64::from(info.red_zone);
-    let mut a = Asm::new(t.addr, what);
-    if rz > 0 {
-        a.lea_rsp(-rz)?;
-    }
-    a.instrs.push(Instruction::with(Code::Pushfq));
-    a.locked(Code::Inc_rm64, t.hits)?;
-    if opts.count_inflight {
-        a.locked(Code::Inc_rm64, t.inflight)?;
-    }
-    a.lea_rsp(-16)?;
-    for r in PUSH_ORDER {
-        a.push(Instruction::with1(Code::Push_r64, r))?;
-    }
-    a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, t.site))?;
-    a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RIP_SLOT), Register::RAX))?;
-    a.push(Instruction::with2(Code::Lea_r64_m, Register::RAX, rsp_at(FRAME + rz)))?;
-    a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX))?;
-    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP))?;
-    a.push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?;
-    if opts.save_vector_regs {
-        a.push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)))?;
-        for (i, x) in (0i64..).zip(XMM) {
-            a.push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x))?;
-        }
-    }
-    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX))?;
-    a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RSI, t.cookie))?;
-    if reaches(t.addr, t.handler, LAYOUT_MARGIN) {
-        a.push(Instruction::with_branch(Code::Call_rel32_64, t.handler))?;
-    } else {
+    let far_handler = !reaches(t.addr, t.handler, LAYOUT_MARGIN);
+    if far_handler {
         log::debug!("handler {:#x} is out of rel32 reach of {:#x}: call through rax", t.handler, t.addr);
-        a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, t.handler))?;
-        a.push(Instruction::with1(Code::Call_rm64, Register::RAX))?;
     }
-    if opts.save_vector_regs {
-        for (i, x) in (0i64..).zip(XMM) {
-            a.push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)))?;
+    let shape = PreludeShape { red_zone: info.red_zone, far_handler, opts: *opts };
+    let mut out = Prelude::of(shape, what)?.fill(t, what)?;
+    let mut tail = Asm::new(t.addr + out.len() as u64, what);
+    tail.displaced(plan)?;
+    tail.jmp(plan.window_end())?;
+    out.extend(tail.encode()?);
+    Ok(out)
+}
+
+/// The values a call trampoline's prelude refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Hits,
+    Inflight,
+    Site,
+    Cookie,
+    Handler,
+}
+
+impl Slot {
+    fn of(self, t: &CallTrampoline) -> u64 {
+        match self {
+            Slot::Hits => t.hits,
+            Slot::Inflight => t.inflight,
+            Slot::Site => t.site,
+            Slot::Cookie => t.cookie,
+            Slot::Handler => t.handler,
         }
     }
-    a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX))?;
-    for r in PUSH_ORDER.iter().rev() {
-        a.push(Instruction::with1(Code::Pop_r64, *r))?;
+}
+
+/// Where a slot's value goes in an encoded prelude.
+#[derive(Clone, Copy, Debug)]
+enum Hole {
+    /// A rel32 (RIP-relative displacement or branch) at `at`, relative to `next`, the end of its
+    /// instruction.
+    Rel32 { slot: Slot, at: usize, next: usize },
+    /// A 64-bit immediate at `at`.
+    Imm64 { slot: Slot, at: usize },
+}
+
+/// What a call trampoline's prelude depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PreludeShape {
+    red_zone: u32,
+    /// The handler is out of rel32 reach: `mov rax, imm64; call rax` instead of `call rel32`.
+    far_handler: bool,
+    opts: TrampolineOptions,
+}
+
+/// A call trampoline's instructions up to the displaced ones, encoded for one [`PreludeShape`],
+/// with the holes its values go into.
+struct Prelude {
+    bytes: Vec<u8>,
+    holes: Vec<Hole>,
+}
+
+impl Prelude {
+    /// The prelude of `shape`, encoded the first time this thread asks for it.
+    fn of(shape: PreludeShape, what: &'static str) -> Result<std::rc::Rc<Prelude>, Refusal> {
+        use std::cell::RefCell;
+        use std::collections::HashMap;
+        thread_local! {
+            static PRELUDES: RefCell<HashMap<PreludeShape, std::rc::Rc<Prelude>>> = RefCell::new(HashMap::new());
+        }
+        if let Some(p) = PRELUDES.with_borrow(|m| m.get(&shape).cloned()) {
+            return Ok(p);
+        }
+        let p = std::rc::Rc::new(Prelude::encode(shape, what)?);
+        PRELUDES.with_borrow_mut(|m| m.insert(shape, p.clone()));
+        Ok(p)
     }
-    a.lea_rsp(16)?;
-    if opts.count_inflight {
-        a.locked(Code::Dec_rm64, t.inflight)?;
+
+    /// Encode the prelude of `shape` (the sequence in the module docs, up to the displaced
+    /// instructions) at address 0, every slot's value 0, and note where the values go.
+    fn encode(shape: PreludeShape, what: &'static str) -> Result<Prelude, Refusal> {
+        let encode_err = |e: iced_x86::IcedError| Refusal::Encode { what, addr: 0, reason: e.to_string() };
+        let rz = i64::from(shape.red_zone);
+        let opts = shape.opts;
+        // Each instruction with the slot its value comes from; 0 stands for every value (a rel32
+        // to 0 from address 0 is in reach, and every form used has a fixed length).
+        let mut instrs: Vec<(Instruction, Option<Slot>)> = Vec::with_capacity(80);
+        let mut push = |r: Result<Instruction, iced_x86::IcedError>, slot: Option<Slot>| -> Result<(), Refusal> {
+            instrs.push((r.map_err(encode_err)?, slot));
+            Ok(())
+        };
+        let lea_rsp = |delta: i64| Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_at(delta));
+        let locked = |code: Code| {
+            Instruction::with1(code, rip_at(0)).map(|mut i| {
+                i.set_has_lock_prefix(true);
+                i
+            })
+        };
+        if rz > 0 {
+            push(lea_rsp(-rz), None)?;
+        }
+        push(Ok(Instruction::with(Code::Pushfq)), None)?;
+        push(locked(Code::Inc_rm64), Some(Slot::Hits))?;
+        if opts.count_inflight {
+            push(locked(Code::Inc_rm64), Some(Slot::Inflight))?;
+        }
+        push(lea_rsp(-16), None)?;
+        for r in PUSH_ORDER {
+            push(Instruction::with1(Code::Push_r64, r), None)?;
+        }
+        push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64), Some(Slot::Site))?;
+        push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RIP_SLOT), Register::RAX), None)?;
+        push(Instruction::with2(Code::Lea_r64_m, Register::RAX, rsp_at(FRAME + rz)), None)?;
+        push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX), None)?;
+        push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP), None)?;
+        push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32), None)?;
+        if opts.save_vector_regs {
+            push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)), None)?;
+            for (i, x) in (0i64..).zip(XMM) {
+                push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x), None)?;
+            }
+        }
+        push(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX), None)?;
+        push(Instruction::with2(Code::Mov_r64_imm64, Register::RSI, 0u64), Some(Slot::Cookie))?;
+        if shape.far_handler {
+            push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64), Some(Slot::Handler))?;
+            push(Instruction::with1(Code::Call_rm64, Register::RAX), None)?;
+        } else {
+            push(Instruction::with_branch(Code::Call_rel32_64, 0), Some(Slot::Handler))?;
+        }
+        if opts.save_vector_regs {
+            for (i, x) in (0i64..).zip(XMM) {
+                push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)), None)?;
+            }
+        }
+        push(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX), None)?;
+        for r in PUSH_ORDER.iter().rev() {
+            push(Instruction::with1(Code::Pop_r64, *r), None)?;
+        }
+        push(lea_rsp(16), None)?;
+        if opts.count_inflight {
+            push(locked(Code::Dec_rm64), Some(Slot::Inflight))?;
+        }
+        if opts.restore_flags {
+            push(Ok(Instruction::with(Code::Popfq)), None)?;
+        } else {
+            push(lea_rsp(8), None)?;
+        }
+        if rz > 0 {
+            push(lea_rsp(rz), None)?;
+        }
+        let mut enc = iced_x86::Encoder::new(64);
+        let mut holes = Vec::new();
+        let mut at = 0usize;
+        for (i, slot) in &instrs {
+            let len = enc.encode(i, at as u64).map_err(encode_err)?;
+            let co = enc.get_constant_offsets();
+            let next = at + len;
+            match (slot, i.code()) {
+                (None, _) => {}
+                (Some(slot), Code::Call_rel32_64) => holes.push(Hole::Rel32 { slot: *slot, at: next - 4, next }),
+                (Some(slot), Code::Mov_r64_imm64) => holes.push(Hole::Imm64 { slot: *slot, at: at + co.immediate_offset() }),
+                (Some(slot), _) => holes.push(Hole::Rel32 { slot: *slot, at: at + co.displacement_offset(), next }),
+            }
+            at = next;
+        }
+        log::debug!("call trampoline prelude for {shape:?}: {at} bytes, {} holes", holes.len());
+        Ok(Prelude { bytes: enc.take_buffer(), holes })
     }
-    if opts.restore_flags {
-        a.instrs.push(Instruction::with(Code::Popfq));
-    } else {
-        a.lea_rsp(8)?;
+
+    /// The prelude of trampoline `t` at `t.addr`: the template's bytes with `t`'s values in.
+    fn fill(&self, t: &CallTrampoline, what: &'static str) -> Result<Vec<u8>, Refusal> {
+        let mut out = Vec::with_capacity(self.bytes.len() + 64);
+        out.extend_from_slice(&self.bytes);
+        for hole in &self.holes {
+            match *hole {
+                Hole::Rel32 { slot, at, next } => {
+                    let to = slot.of(t);
+                    let from = t.addr + next as u64;
+                    let rel = i32::try_from(i128::from(to) - i128::from(from))
+                        .map_err(|_| Refusal::Encode { what, addr: t.addr, reason: format!("{to:#x} is out of rel32 reach of {from:#x}") })?;
+                    out[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+                }
+                Hole::Imm64 { slot, at } => out[at..at + 8].copy_from_slice(&slot.of(t).to_le_bytes()),
+            }
+        }
+        Ok(out)
     }
-    if rz > 0 {
-        a.lea_rsp(rz)?;
-    }
-    a.displaced(plan)?;
-    a.jmp(plan.window_end())?;
-    a.encode()
 }
 
 /// The displaced instructions relocated to `addr`, then `jmp site+displaced_len`: the *original

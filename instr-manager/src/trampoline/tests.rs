@@ -128,6 +128,29 @@ fn user_space_call_trampoline_is_the_documented_sequence() {
 }
 
 #[test]
+fn trampolines_sharing_a_prelude_template_each_get_their_own_values() {
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let second = CallTrampoline {
+        addr: TRAMP + 0x4_0000,
+        site: SITE + 0x20,
+        handler: HANDLER + 0x30,
+        cookie: 7,
+        hits: HITS + 0x10,
+        inflight: INFLIGHT + 0x10,
+    };
+    for t in [tramp(), second, tramp()] {
+        let out = emit_call_trampoline(&t, &plan, &info(true)).unwrap();
+        let d = decode(&out, t.addr);
+        let counters: Vec<u64> = d.iter().filter(|i| i.has_lock_prefix()).map(Instruction::ip_rel_memory_address).collect();
+        assert_eq!(counters, vec![t.hits, t.inflight, t.inflight]);
+        let imm64: Vec<u64> = d.iter().filter(|i| i.code() == Code::Mov_r64_imm64).map(Instruction::immediate64).collect();
+        assert_eq!(imm64, vec![t.site, t.cookie]);
+        assert_eq!(d.iter().find(|i| i.is_call_near()).unwrap().near_branch_target(), t.handler);
+        assert_eq!(d.last().unwrap().near_branch_target(), SITE + 4, "the jmp back goes to the plan's window end");
+    }
+}
+
+#[test]
 fn kernel_call_trampoline_has_no_red_zone_step_and_no_vector_saves() {
     let plan = plan_for(&[0x53, 0xE8, 0x00, 0x10, 0x00, 0x00], SITE, 2); // push rbx; call +0x1000
     let out = emit_call_trampoline(&tramp(), &plan, &info(false)).unwrap();
