@@ -271,7 +271,8 @@ impl Claimed {
 pub struct Splicer<T: Target> {
     target: T,
     components: ComponentManager,
-    live: BTreeMap<SpliceId, LiveSplice>,
+    /// Boxed: a batch moves thousands of them between lists and this map.
+    live: BTreeMap<SpliceId, Box<LiveSplice>>,
     orig: HashMap<String, OrigStub>,
     next: u64,
     last_batch: Option<BatchTimings>,
@@ -291,7 +292,7 @@ pub struct BatchTimings {
 
 struct OrigResolver<'a> {
     orig: &'a mut HashMap<String, OrigStub>,
-    live: &'a BTreeMap<SpliceId, LiveSplice>,
+    live: &'a BTreeMap<SpliceId, Box<LiveSplice>>,
 }
 
 impl ExtraSymbols for OrigResolver<'_> {
@@ -380,11 +381,11 @@ impl<T: Target> Splicer<T> {
     }
 
     pub fn live(&self) -> impl Iterator<Item = &LiveSplice> {
-        self.live.values()
+        self.live.values().map(|s| &**s)
     }
 
     pub fn get(&self, id: SpliceId) -> Option<&LiveSplice> {
-        self.live.get(&id)
+        self.live.get(&id).map(|s| &**s)
     }
 
     /// Current hit counters of a live splice.
@@ -395,7 +396,7 @@ impl<T: Target> Splicer<T> {
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
     /// trampolines' (read together, see [`read_words`]).
-    fn hits_of(&self, splices: &[LiveSplice]) -> Vec<Hits> {
+    fn hits_of(&self, splices: &[Box<LiveSplice>]) -> Vec<Hits> {
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
         let mut out = vec![Hits::default(); splices.len()];
         let mut counted: Vec<(usize, u64)> = Vec::new();
@@ -549,6 +550,7 @@ impl<T: Target> Splicer<T> {
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
         let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
+        let func = &*func;
         let input = PlanInput { func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
         let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
             at: at.to_string(),
@@ -612,7 +614,7 @@ impl<T: Target> Splicer<T> {
         let planned = self.plan_each_batch(requests, &mut cache);
         self.verify_components(requests)?;
         let planned_at = start.elapsed();
-        let mut built: Vec<(usize, LiveSplice)> = Vec::new();
+        let mut built: Vec<(usize, Box<LiveSplice>)> = Vec::new();
         let mut refused: Vec<(usize, SpliceError)> = Vec::new();
         for (i, (r, p)) in requests.iter().zip(planned).enumerate() {
             match p.and_then(|planned| self.build(r, planned, &mut cache)) {
@@ -643,8 +645,8 @@ impl<T: Target> Splicer<T> {
 
     /// Build the repository side of every planned request (in the order of `requests`); on the
     /// first failure free everything built so far and return that failure.
-    fn build_all(&mut self, requests: &[SpliceRequest], plans: Vec<Planned>, cache: &mut BatchCache) -> Result<Vec<LiveSplice>, SpliceError> {
-        let mut built: Vec<LiveSplice> = Vec::with_capacity(plans.len());
+    fn build_all(&mut self, requests: &[SpliceRequest], plans: Vec<Planned>, cache: &mut BatchCache) -> Result<Vec<Box<LiveSplice>>, SpliceError> {
+        let mut built: Vec<Box<LiveSplice>> = Vec::with_capacity(plans.len());
         for (r, planned) in requests.iter().zip(plans) {
             match self.build(r, planned, cache) {
                 Ok(s) => built.push(s),
@@ -663,7 +665,7 @@ impl<T: Target> Splicer<T> {
     /// then the original-trampoline slots, then every text patch at once. If the target refuses,
     /// everything this made is undone, the built splices are freed and `leaving`'s slots are
     /// theirs again.
-    fn publish(&mut self, built: Vec<LiveSplice>, leaving: &[LiveSplice]) -> Result<Vec<SpliceId>, SpliceError> {
+    fn publish(&mut self, built: Vec<Box<LiveSplice>>, leaving: &[Box<LiveSplice>]) -> Result<Vec<SpliceId>, SpliceError> {
         if built.is_empty() && leaving.is_empty() {
             return Ok(Vec::new());
         }
@@ -674,7 +676,7 @@ impl<T: Target> Splicer<T> {
                 return Err(e.into());
             }
         }
-        self.set_orig_slots(&built, true);
+        self.set_orig_slots(built.iter().map(|s| &**s), true);
         let mut batch: Vec<TextPatch> = Vec::with_capacity(leaving.len() + built.len());
         batch.extend(leaving.iter().map(|s| s.site_patch.inverse()));
         for s in &built {
@@ -691,9 +693,9 @@ impl<T: Target> Splicer<T> {
             })
             .collect();
         if let Err(e) = self.target.patch_text_live(&batch, &interior) {
-            self.set_orig_slots(&built, false);
+            self.set_orig_slots(built.iter().map(|s| &**s), false);
             // The leaving splices' replays take their slots back.
-            self.set_orig_slots(leaving, true);
+            self.set_orig_slots(leaving.iter().map(|s| &**s), true);
             let sites: Vec<u64> = entries.iter().map(|e| e.site).collect();
             if !sites.is_empty() {
                 let _ = self.target.remove_dispatch(&sites);
@@ -714,7 +716,7 @@ impl<T: Target> Splicer<T> {
     }
 
     /// Allocate and fill the repository side of one splice (nothing visible to running code yet).
-    fn build(&mut self, r: &SpliceRequest, mut planned: Planned, cache: &mut BatchCache) -> Result<LiveSplice, SpliceError> {
+    fn build(&mut self, r: &SpliceRequest, mut planned: Planned, cache: &mut BatchCache) -> Result<Box<LiveSplice>, SpliceError> {
         let (dest_fn, component) = match r.action.symbol() {
             Some(name) => self.resolve_dest(&r.at, name)?,
             None => (0, None),
@@ -739,7 +741,7 @@ impl<T: Target> Splicer<T> {
             }
         };
         self.next += 1;
-        Ok(LiveSplice {
+        Ok(Box::new(LiveSplice {
             id: SpliceId(self.next),
             request: r.clone(),
             plan: PlanSummary::of(&planned.plan),
@@ -754,7 +756,7 @@ impl<T: Target> Splicer<T> {
             replay: filled.replay,
             dispatch: filled.dispatch,
             handler_range: filled.handler_range,
-        })
+        }))
     }
 
     /// Write the trampoline of one splice into its freshly allocated blocks and make its text
@@ -855,7 +857,7 @@ impl<T: Target> Splicer<T> {
     }
 
     /// Free the repository side of splices that never became visible.
-    fn discard(&mut self, built: &[LiveSplice]) {
+    fn discard(&mut self, built: &[Box<LiveSplice>]) {
         for s in built {
             let _ = self.target.free(&s.code);
             let _ = self.target.free(&s.data);
@@ -893,7 +895,7 @@ impl<T: Target> Splicer<T> {
     /// batch, or by [`Splicer::switch`]'s): drop the dispatch entries, point original trampolines
     /// back, wait for quiescence, restore the springboards, free. Returns the final hit counts.
     fn retire(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
-        let taken: Vec<LiveSplice> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
+        let taken: Vec<Box<LiveSplice>> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
         // a CPU is stopped only outside the dispatcher (it runs with interrupts off).
@@ -906,7 +908,7 @@ impl<T: Target> Splicer<T> {
         // new splice of the same function (set when it was built) holds the slot.
         let still_replaced: HashSet<u64> =
             self.live.values().filter(|s| matches!(s.request.action, Action::Replace { .. })).map(|s| s.point.function.addr).collect();
-        self.set_orig_slots(taken.iter().filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
+        self.set_orig_slots(taken.iter().map(|s| &**s).filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
         let mut ranges = Vec::with_capacity(2 * taken.len());
         for s in &taken {
             s.add_ranges(&mut ranges);
@@ -937,7 +939,7 @@ impl<T: Target> Splicer<T> {
     /// one scan of the ranges that finds no thread, that no thread was inside a handler and that
     /// no thread entered a trampoline (the entry counters did not move): a thread entering during
     /// the scan moves a counter; one in the trampoline's prefix or tail is seen by the scan.
-    fn wait_quiescent(&mut self, taken: &[LiveSplice], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
+    fn wait_quiescent(&mut self, taken: &[Box<LiveSplice>], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
         // Per splice: its hit counter, then its in-flight counter.
         let addrs: Vec<u64> = taken.iter().flat_map(|s| [s.hits_addr(), s.inflight_addr()]).collect();
         let start = std::time::Instant::now();

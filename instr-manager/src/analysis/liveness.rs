@@ -11,8 +11,6 @@
 //!   the handler is found by its RIP (the handler's range joins the quiescence ranges), so the
 //!   in-flight counter can go.
 
-use std::collections::BTreeSet;
-
 use iced_x86::{FlowControl, InstructionInfoFactory, Register, RflagsBits};
 
 use crate::analysis::Function;
@@ -27,12 +25,14 @@ pub fn flags_dead_at(func: &Function, site: u64) -> bool {
     let Some(start) = func.insn_index(site) else { return false };
     // Work list of (instruction index, flags still undetermined on this path).
     let mut work = vec![(start, STATUS)];
-    let mut seen: BTreeSet<(usize, u32)> = BTreeSet::new();
+    // Sorted; at most BUDGET entries, so a vector is the cheapest set.
+    let mut seen: Vec<(usize, u32)> = Vec::new();
     let mut steps = 0;
     while let Some((mut i, mut open)) = work.pop() {
         loop {
-            if !seen.insert((i, open)) {
-                break;
+            match seen.binary_search(&(i, open)) {
+                Ok(_) => break,
+                Err(at) => seen.insert(at, (i, open)),
             }
             steps += 1;
             if steps > BUDGET {

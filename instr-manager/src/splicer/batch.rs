@@ -2,15 +2,17 @@
 //! little more per splice than the bytes it writes:
 //! - [`BatchCache`]: the text of every function the batch splices, read in as few target reads
 //!   as the functions' addresses allow; each function analysed once, however many of its points
-//!   the batch holds; each handler's lean-leaf check made once.
+//!   the batch holds (the analysis is kept only for functions with more than one); each handler's
+//!   lean-leaf check made once.
 //! - [`read_words`]: counters of many splices read in a few target reads, not one each.
 //!
 //! A cache lives for one call (`apply`, `apply_best_effort`, `switch`, `plan`, `plan_each`):
 //! the text it holds cannot change under it, since the splicer writes text only at the end of a
 //! batch, after the last use of the cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
+use std::rc::Rc;
 
 use trapvec::{Symbol, Target};
 
@@ -28,19 +30,24 @@ const GAP_MAX: u64 = 4096;
 pub(super) struct BatchCache {
     /// Text read ahead: `(start, bytes)`, sorted by start, disjoint.
     text: Vec<(u64, Vec<u8>)>,
-    /// By `(start, size)` of the function symbol.
-    functions: BTreeMap<(u64, u64), Function>,
+    /// Functions (by `(start, size)` of the symbol) with more than one point in the batch.
+    shared: BTreeSet<(u64, u64)>,
+    /// Their analyses, once made.
+    functions: BTreeMap<(u64, u64), Rc<Function>>,
     /// By handler address: the handler's code range when it is a lean leaf.
     lean: HashMap<u64, Option<(u64, u64)>>,
 }
 
 impl BatchCache {
-    /// Read the text of `functions` ahead, neighbours together (a span the target refuses is
-    /// left out: its functions are read on their own later, and fail with their own error).
+    /// Read the text of `functions` (one per point of the batch) ahead, neighbours together (a
+    /// span the target refuses is left out: its functions are read on their own later, and fail
+    /// with their own error).
     pub(super) fn prefetch<'a, T: Target>(&mut self, target: &T, functions: impl IntoIterator<Item = &'a Symbol>) {
-        let mut ranges: Vec<(u64, u64)> = functions.into_iter().map(|f| (f.addr, f.addr.saturating_add(f.size))).collect();
-        ranges.sort_unstable();
-        ranges.dedup();
+        let mut keys: Vec<(u64, u64)> = functions.into_iter().map(|f| (f.addr, f.size)).collect();
+        keys.sort_unstable();
+        self.shared = keys.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        keys.dedup();
+        let ranges: Vec<(u64, u64)> = keys.iter().map(|&(addr, size)| (addr, addr.saturating_add(size))).collect();
         for run in runs(&ranges) {
             let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
             match usize::try_from(hi - lo).map(|len| target.read(lo, len)) {
@@ -62,24 +69,26 @@ impl BatchCache {
 
     /// The function `f` (as resolved for the point `at`, which errors name), decoded from the
     /// target's current bytes the first time the batch asks for it.
-    pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<&Function, SpliceError> {
+    pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<Rc<Function>, SpliceError> {
         let key = (f.addr, f.size);
-        // Not an `entry`: the text read ahead is borrowed while the function is analysed.
-        if !self.functions.contains_key(&key) {
-            let size = usize::try_from(f.size).unwrap_or(usize::MAX);
-            let read;
-            let bytes = match self.text_at(f.addr, size) {
-                Some(b) => b,
-                None => {
-                    read = target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
-                    &read
-                }
-            };
-            let func = analyze_function(&f.name, f.addr, bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
-            log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
-            self.functions.insert(key, func);
+        if let Some(func) = self.functions.get(&key) {
+            return Ok(func.clone());
         }
-        Ok(&self.functions[&key])
+        let size = usize::try_from(f.size).unwrap_or(usize::MAX);
+        let read;
+        let bytes = match self.text_at(f.addr, size) {
+            Some(b) => b,
+            None => {
+                read = target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+                &read
+            }
+        };
+        let func = Rc::new(analyze_function(&f.name, f.addr, bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?);
+        log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
+        if self.shared.contains(&key) {
+            self.functions.insert(key, func.clone());
+        }
+        Ok(func)
     }
 
     /// Whether the handler at `handler` is a lean leaf (its code range if so), computed by

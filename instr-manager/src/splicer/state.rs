@@ -70,7 +70,7 @@ impl<T: Target> Splicer<T> {
             version: STATE_VERSION,
             next_splice: self.next,
             components: &self.components,
-            splices: self.live.values().collect(),
+            splices: self.live.values().map(|s| &**s).collect(),
             orig: self.orig.iter().map(|(k, v)| (k.as_str(), v)).collect(),
         };
         // Every field is a plain struct, string, number or map with string keys.
@@ -89,7 +89,7 @@ impl<T: Target> Splicer<T> {
             return Err(StateError::Version { found: saved.version });
         }
         check_against_target(&target, &saved)?;
-        let live: BTreeMap<SpliceId, LiveSplice> = saved.splices.into_iter().map(|s| (s.id, s)).collect();
+        let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved.splices.into_iter().map(|s| (s.id, Box::new(s))).collect();
         let orig: HashMap<String, OrigStub> = saved.orig.into_iter().collect();
         log::debug!(
             "state restored: {} component(s), {} splice(s), {} original trampoline(s)",

@@ -37,7 +37,7 @@ impl<T: Target> Splicer<T> {
         }
         // Plan against the live set without the splices that go (their text is freed by the
         // same batch), then put them back whatever planning said.
-        let leaving: Vec<LiveSplice> = remove.iter().map(|id| self.live.remove(id).expect("checked above")).collect();
+        let leaving: Vec<Box<LiveSplice>> = remove.iter().map(|id| self.live.remove(id).expect("checked above")).collect();
         let mut cache = BatchCache::default();
         let planned = self.plan_batch(add, &mut cache);
         for s in &leaving {

@@ -50,6 +50,8 @@ struct Inner {
     refuse: BTreeMap<u64, SiteRefusal>,
     checked: Vec<(u64, usize)>,
     batches: usize,
+    /// Every read: `(addr, len)`.
+    reads: Vec<(u64, usize)>,
 }
 
 /// A kernel-like target; clones share the same memory (two splicers over one kernel).
@@ -102,7 +104,8 @@ impl Target for FakeKernel {
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let inner = self.inner.borrow();
+        let mut inner = self.inner.borrow_mut();
+        inner.reads.push((addr, len));
         (0..len as u64)
             .map(|i| inner.memory.get(&(addr + i)).copied())
             .collect::<Option<Vec<u8>>>()
@@ -474,4 +477,44 @@ fn counting_trampoline_in_user_space_steps_over_the_red_zone_and_keeps_the_flags
     assert_eq!((at + 32).wrapping_add_signed(i64::from(rel)), TEXT + 9);
     let far = super::count::emit_counting_replay(at, at - (4u64 << 30), &plan, &info).unwrap_err();
     assert!(matches!(far, crate::Refusal::OutOfReach { .. }), "{far}");
+}
+
+#[test]
+fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_once() {
+    let k = FakeKernel::new();
+    let sp = Splicer::new(k.clone());
+    let (f0, f2) = (func_addr("f0"), func_addr("f2"));
+    let mut cache = super::batch::BatchCache::default();
+    let requests = [count("f0", Mechanism::Trap), count("f0+0x9", Mechanism::Trap), count("f2", Mechanism::Trap)];
+    let planned = sp.plan_batch(&requests, &mut cache).unwrap();
+    let sites: Vec<u64> = planned.iter().map(|p| p.plan.site).collect();
+    assert_eq!(sites, [f0 + 5, f0 + 9, f2 + 5]);
+    assert_eq!(planned[0].site_text.as_deref(), Some(&FUNC[5..7]), "the bytes the trap replaces, as analysed");
+    // Besides the 5-byte ftrace checks at each entry: one read of f0..f2's text, nothing else.
+    let text_reads: Vec<(u64, usize)> = k.inner.borrow().reads.iter().copied().filter(|r| r.1 > 5).collect();
+    assert_eq!(text_reads, [(f0, 3 * 32)]);
+    // f0 has two points: its analysis is kept and shared; f2's is made anew when asked again.
+    let f0_sym = &planned[0].point.function;
+    let a = cache.function(&k, "f0", f0_sym).unwrap();
+    assert!(std::rc::Rc::ptr_eq(&a, &cache.function(&k, "f0+0x9", f0_sym).unwrap()));
+    let f2_sym = &planned[2].point.function;
+    assert!(!std::rc::Rc::ptr_eq(&cache.function(&k, "f2", f2_sym).unwrap(), &cache.function(&k, "f2", f2_sym).unwrap()));
+    assert_eq!(k.inner.borrow().reads.iter().filter(|r| r.1 > 5).count(), 1, "still from the text read ahead");
+}
+
+#[test]
+fn counters_are_read_in_spans_and_word_by_word_where_a_span_is_unreadable() {
+    let mut k = FakeKernel::new();
+    let a = k.alloc(0, 16, BlockKind::Data).unwrap();
+    let b = k.alloc(0, 16, BlockKind::Data).unwrap();
+    k.write(&a, 0, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    k.write(&b, 0, &[3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    k.inner.borrow_mut().reads.clear();
+    let words = super::batch::read_words(&k, &[b.addr + 8, a.addr, b.addr, a.addr + 8]);
+    assert_eq!(words, [4, 1, 3, 2], "in the order asked");
+    assert_eq!(k.inner.borrow().reads, [(a.addr, 32)], "one read for the four neighbours");
+    // A span over unmapped memory falls back to single words; the unmapped one reads as 0.
+    k.inner.borrow_mut().reads.clear();
+    assert_eq!(super::batch::read_words(&k, &[a.addr - 8, a.addr]), [0, 1]);
+    assert_eq!(k.inner.borrow().reads, [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]);
 }
