@@ -3,7 +3,8 @@
 //! every batch is all-or-nothing, and removal waits for quiescence before freeing.
 //!
 //! Life of a splice:
-//! 1. resolve the point, analyse its function, plan the window (trap or jmp, springboard);
+//! 1. resolve the point, analyse its function, plan the window (trap or jmp, springboard); a batch
+//!    reads its functions' text in a few spans and analyses each function once (`batch`);
 //! 2. allocate a data block (hit counter, in-flight counter) and a code block near the site,
 //!    emit the trampoline (call), or the counting entry jump and the *replay* (replace), seal;
 //! 3. add the dispatch entries of all trap splices of the batch, then write all text in one batch;
@@ -42,7 +43,6 @@ use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
 use crate::analysis::liveness::{flags_dead_at, is_lean_leaf};
-use batch::{read_words, BatchCache};
 use crate::point::is_fentry_site;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{resolve_point, PointSpec, ResolvedPoint};
@@ -50,6 +50,7 @@ use crate::trampoline::{
     emit_call_trampoline_with, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes,
     trap_bytes, CallTrampoline, TrampolineOptions,
 };
+use batch::{read_words, BatchCache};
 use count::emit_counting_replay;
 pub use summary::{DisplacedText, PlanSummary};
 
@@ -546,11 +547,11 @@ impl<T: Target> Splicer<T> {
                 });
             }
         }
-        let func = cache.function(&self.target, at, &point.function)?;
+        let analysed = cache.function(&self.target, at, &point.function)?;
+        let func = &*analysed;
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
         let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
-        let func = &*func;
         let input = PlanInput { func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
         let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
             at: at.to_string(),
@@ -645,6 +646,7 @@ impl<T: Target> Splicer<T> {
 
     /// Build the repository side of every planned request (in the order of `requests`); on the
     /// first failure free everything built so far and return that failure.
+    #[allow(clippy::vec_box, reason = "the boxes move into the live map as they are")]
     fn build_all(&mut self, requests: &[SpliceRequest], plans: Vec<Planned>, cache: &mut BatchCache) -> Result<Vec<Box<LiveSplice>>, SpliceError> {
         let mut built: Vec<Box<LiveSplice>> = Vec::with_capacity(plans.len());
         for (r, planned) in requests.iter().zip(plans) {
@@ -665,6 +667,7 @@ impl<T: Target> Splicer<T> {
     /// then the original-trampoline slots, then every text patch at once. If the target refuses,
     /// everything this made is undone, the built splices are freed and `leaving`'s slots are
     /// theirs again.
+    #[allow(clippy::vec_box, reason = "the boxes move into the live map as they are")]
     fn publish(&mut self, built: Vec<Box<LiveSplice>>, leaving: &[Box<LiveSplice>]) -> Result<Vec<SpliceId>, SpliceError> {
         if built.is_empty() && leaving.is_empty() {
             return Ok(Vec::new());

@@ -309,7 +309,7 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
 ///
 /// Everything before the displaced instructions (the *prelude*) depends only on the options, the
 /// red zone and whether the handler is in rel32 reach: it is encoded once per thread for each
-/// such shape ([`Prelude`]) and copied with this trampoline's addresses and values written in.
+/// such shape and copied with this trampoline's addresses and values written in.
 pub fn emit_call_trampoline_with(t: &CallTrampoline, plan: &Plan, info: &TargetInfo, opts: &TrampolineOptions) -> Result<Vec<u8>, Refusal> {
     let what = "the call trampoline";
     for (counter, name) in [(t.hits, "the trampoline's hit counter"), (t.inflight, "the trampoline's in-flight counter")] {
