@@ -26,7 +26,7 @@ pub fn flags_dead_at(func: &Function, site: u64) -> bool {
     // Work list of (instruction index, flags still undetermined on this path).
     let mut work = vec![(start, STATUS)];
     // Sorted; at most BUDGET entries, so a vector is the cheapest set.
-    let mut seen: Vec<(usize, u32)> = Vec::new();
+    let mut seen: Vec<(usize, u32)> = Vec::with_capacity(32);
     let mut steps = 0;
     while let Some((mut i, mut open)) = work.pop() {
         loop {
