@@ -392,16 +392,17 @@ impl<T: Target> Splicer<T> {
     /// Current hit counters of a live splice.
     pub fn hits(&self, id: SpliceId) -> Result<Hits, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(self.hits_of(std::slice::from_ref(s))[0])
+        Ok(self.hits_of([&**s])[0])
     }
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
     /// trampolines' (read together, see [`read_words`]).
-    fn hits_of(&self, splices: &[Box<LiveSplice>]) -> Vec<Hits> {
+    fn hits_of<'a>(&self, splices: impl IntoIterator<Item = &'a LiveSplice>) -> Vec<Hits> {
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let mut out = vec![Hits::default(); splices.len()];
+        let mut out = Vec::new();
         let mut counted: Vec<(usize, u64)> = Vec::new();
-        for (i, s) in splices.iter().enumerate() {
+        for (i, s) in splices.into_iter().enumerate() {
+            out.push(Hits::default());
             let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher).then(|| self.target.trap_hits(s.point.site)).flatten();
             match dispatched {
                 Some(h) => out[i] = Hits { hits: h.hits, missed: h.missed },
@@ -901,8 +902,15 @@ impl<T: Target> Splicer<T> {
         let taken: Vec<Box<LiveSplice>> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
-        // a CPU is stopped only outside the dispatcher (it runs with interrupts off).
-        let mut hits = self.hits_of(&taken);
+        // a CPU is stopped only outside the dispatcher (it runs with interrupts off). The
+        // trampolines' counters (as the process backend's) are read after quiescence: a thread
+        // still on its way through a trampoline counts its hit after the text is restored.
+        let by_dispatcher = self.target.info().dispatcher_counts_hits;
+        let (now, later): (Vec<usize>, Vec<usize>) = (0..taken.len()).partition(|&i| by_dispatcher && taken[i].dispatch.is_some());
+        let mut hits = vec![Hits::default(); taken.len()];
+        for (&i, h) in now.iter().zip(self.hits_of(now.iter().map(|&i| &*taken[i]))) {
+            hits[i] = h;
+        }
         let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
@@ -917,11 +925,8 @@ impl<T: Target> Splicer<T> {
             s.add_ranges(&mut ranges);
         }
         self.wait_quiescent(&taken, &ranges)?;
-        // Trampoline counters (as the process backend's) move until quiescence: a thread still on
-        // its way through a trampoline counts its hit after the text is restored.
-        for (h, now) in hits.iter_mut().zip(self.hits_of(&taken)) {
-            h.hits = h.hits.max(now.hits);
-            h.missed = h.missed.max(now.missed);
+        for (&i, h) in later.iter().zip(self.hits_of(later.iter().map(|&i| &*taken[i]))) {
+            hits[i] = h;
         }
         let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
         if !springboards.is_empty() {
