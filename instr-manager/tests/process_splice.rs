@@ -67,7 +67,7 @@ fn addr(s: &Session, name: &str) -> u64 {
 fn call1(s: &Session, name: &str, x: i32) -> i32 {
     let a = addr(s, name);
     // SAFETY: the fixture functions have the C signature `int f(int)`.
-    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(a as usize) };
+    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(a).unwrap()) };
     f(x)
 }
 
@@ -235,7 +235,7 @@ fn replace_whose_replacement_calls_the_original_through_its_trampoline() {
         // Without the splice the original trampoline calls the function itself.
         let orig = c.symbol("compute_plus_1000").unwrap();
         // SAFETY: the component's function `int compute_plus_1000(int)`.
-        let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(orig as usize) };
+        let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(orig).unwrap()) };
         assert_eq!(f(5), 1016);
     }
 }
@@ -293,9 +293,9 @@ fn four_threads_call_patched_functions_while_splices_come_and_go_10000_times() {
             let (stop, calls) = (stop.clone(), calls.clone());
             std::thread::spawn(move || {
                 // SAFETY: fixture functions `int f(int)`.
-                let a: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f1 as usize) };
+                let a: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(f1).unwrap()) };
                 // SAFETY: as above.
-                let b: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f2 as usize) };
+                let b: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(f2).unwrap()) };
                 let mut i = t;
                 while !stop.load(Relaxed) {
                     assert_eq!(a(i), i + 1, "push_rbp_fn({i})");

@@ -119,7 +119,7 @@ impl SpliceRow {
             mechanism: s.plan.mechanism.to_string(),
             action: s.request.action.to_string(),
             symbol: s.request.action.symbol().map(str::to_string),
-            displaced: s.plan.displaced_text.clone(),
+            displaced: s.plan.displaced_text.to_string(),
             hits: hits.hits,
             missed: hits.missed,
             in_profile: None,

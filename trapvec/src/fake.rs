@@ -56,6 +56,8 @@ pub struct FakeState {
     pub checked: Vec<(u64, usize)>,
     /// Text batches written.
     pub batches: usize,
+    /// Every read: `(addr, len)`.
+    pub reads: Vec<(u64, usize)>,
     /// The module's state blob: `(generation, bytes)`.
     pub blob: (u64, Vec<u8>),
 }
@@ -150,7 +152,8 @@ impl Target for FakeKernel {
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let inner = self.state();
+        let mut inner = self.state();
+        inner.reads.push((addr, len));
         (0..len as u64)
             .map(|i| inner.memory.get(&(addr + i)).copied())
             .collect::<Option<Vec<u8>>>()

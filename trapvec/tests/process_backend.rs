@@ -49,7 +49,7 @@ seven:
 
 fn call(addr: u64) -> u32 {
     // SAFETY: `addr` is a function of the fixture with the C signature `unsigned (void)`.
-    let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(addr as usize) };
+    let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(usize::try_from(addr).unwrap()) };
     f()
 }
 
@@ -63,7 +63,7 @@ fn trap_redirects_through_dispatch_table_and_restores_bytes() {
 
     t.add_dispatch(&[DispatchEntry { site: f, dest: g, handler: 0, cookie: 0 }]).unwrap();
     let patch = TextPatch { addr: f, old: before.clone(), new: TRAP_BYTES.to_vec() };
-    t.patch_text(&[patch.clone()]).unwrap();
+    t.patch_text(std::slice::from_ref(&patch)).unwrap();
     assert_eq!(t.read(f, 2).unwrap(), TRAP_BYTES);
     let redirected = trapvec::process::trap_stats().redirected;
     for _ in 0..100 {

@@ -2,206 +2,16 @@
 //! trampoline), planning-time refusals from the target's own rules, best-effort batches, and the
 //! saved state (round trip, checks against the target, removal after a restore).
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
+use std::collections::BTreeMap;
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use trapvec::fake::{func_addr, FakeKernel, ARENA, FUNC, FUNCS, TEXT};
 use trapvec::kernel::SiteRefusal;
-use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
+use trapvec::{BlockKind, DispatchEntry, SymbolTable, Target, TargetInfo};
 
 use super::state::StateError;
 use super::{Action, SpliceError, SpliceRequest, Splicer};
 use crate::plan::Mechanism;
-
-const TEXT: u64 = 0xffff_ffff_8100_0000;
-const ARENA: u64 = 0xffff_ffff_c000_0000;
-
-/// A traced kernel function: the ftrace NOP, then `push rbp; mov rbp,rsp; mov rax,rdi; pop rbp;
-/// ret`, padded with int3 to 32 bytes.
-#[rustfmt::skip]
-const FUNC: [u8; 32] = [
-    /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00, // nop dword [rax+rax]   (fentry)
-    /*05*/ 0x55,                         // push rbp
-    /*06*/ 0x48, 0x89, 0xE5,             // mov rbp,rsp
-    /*09*/ 0x48, 0x89, 0xF8,             // mov rax,rdi
-    /*0c*/ 0x5D,                         // pop rbp
-    /*0d*/ 0xC3,                         // ret
-    0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC,
-];
-
-/// The functions of the fake kernel, 32 bytes apart.
-const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
-
-fn func_addr(name: &str) -> u64 {
-    TEXT + 32 * FUNCS.iter().position(|f| *f == name).unwrap() as u64
-}
-
-#[derive(Default)]
-struct Inner {
-    memory: BTreeMap<u64, u8>,
-    next_block: u64,
-    blocks: BTreeMap<u64, RepoBlock>,
-    sealed: BTreeSet<u64>,
-    dispatch: BTreeMap<u64, DispatchEntry>,
-    /// Hits the fake dispatcher reports per site.
-    hits: BTreeMap<u64, u64>,
-    /// Windows the target's own rules refuse, by start address.
-    refuse: BTreeMap<u64, SiteRefusal>,
-    checked: Vec<(u64, usize)>,
-    batches: usize,
-    /// Every read: `(addr, len)`.
-    reads: Vec<(u64, usize)>,
-}
-
-/// A kernel-like target; clones share the same memory (two splicers over one kernel).
-#[derive(Clone)]
-struct FakeKernel {
-    info: TargetInfo,
-    symbols: SymbolTable,
-    inner: Rc<RefCell<Inner>>,
-}
-
-impl FakeKernel {
-    fn new() -> Self {
-        let mut inner = Inner { next_block: ARENA, ..Default::default() };
-        let mut symbols = Vec::new();
-        for name in FUNCS {
-            let at = func_addr(name);
-            for (i, b) in FUNC.iter().enumerate() {
-                inner.memory.insert(at + i as u64, *b);
-            }
-            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None });
-        }
-        symbols.push(Symbol { name: "_etext".into(), addr: TEXT + 32 * FUNCS.len() as u64, size: 0, kind: SymbolKind::Function, origin: None });
-        let info = TargetInfo {
-            description: "fake kernel".into(),
-            red_zone: 0,
-            save_vector_regs: false,
-            dispatcher_runs_handlers: true,
-            dispatcher_counts_hits: true,
-            has_fentry: true,
-        };
-        FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Rc::new(RefCell::new(inner)) }
-    }
-
-    fn text(&self, addr: u64, len: usize) -> Vec<u8> {
-        self.read(addr, len).unwrap()
-    }
-
-    fn live_blocks(&self) -> usize {
-        self.inner.borrow().blocks.len()
-    }
-}
-
-impl Target for FakeKernel {
-    fn info(&self) -> &TargetInfo {
-        &self.info
-    }
-
-    fn symbols(&self) -> &SymbolTable {
-        &self.symbols
-    }
-
-    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        inner.reads.push((addr, len));
-        (0..len as u64)
-            .map(|i| inner.memory.get(&(addr + i)).copied())
-            .collect::<Option<Vec<u8>>>()
-            .ok_or(TargetError::Read { addr, len, reason: "unmapped".into() })
-    }
-
-    fn alloc(&mut self, _near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        let addr = inner.next_block;
-        inner.next_block += size.next_multiple_of(16) as u64;
-        for i in 0..size as u64 {
-            inner.memory.insert(addr + i, 0);
-        }
-        let block = RepoBlock { id: addr, addr, size, kind };
-        inner.blocks.insert(addr, block.clone());
-        Ok(block)
-    }
-
-    fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        assert!(inner.blocks.contains_key(&block.id), "write to a freed block at {:#x}", block.addr);
-        assert!(!inner.sealed.contains(&block.id), "write to a sealed block at {:#x}", block.addr);
-        assert!(offset + bytes.len() <= block.size);
-        for (i, b) in bytes.iter().enumerate() {
-            inner.memory.insert(block.addr + (offset + i) as u64, *b);
-        }
-        Ok(())
-    }
-
-    fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
-        self.inner.borrow_mut().sealed.insert(block.id);
-        Ok(())
-    }
-
-    fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        assert!(inner.blocks.remove(&block.id).is_some(), "double free of {:#x}", block.addr);
-        inner.sealed.remove(&block.id);
-        Ok(())
-    }
-
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
-        for p in batch {
-            let found = self.read(p.addr, p.old.len())?;
-            if found != p.old {
-                return Err(TargetError::TextMismatch { addr: p.addr, expected: trapvec::error::hex(&p.old), found: trapvec::error::hex(&found) });
-            }
-        }
-        let mut inner = self.inner.borrow_mut();
-        inner.batches += 1;
-        for p in batch {
-            for (i, b) in p.new.iter().enumerate() {
-                inner.memory.insert(p.addr + i as u64, *b);
-            }
-        }
-        Ok(())
-    }
-
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        for e in entries {
-            assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice", e.site);
-        }
-        Ok(())
-    }
-
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        for s in sites {
-            inner.dispatch.remove(s).ok_or(TargetError::Dispatch { site: *s, reason: "no entry".into() })?;
-        }
-        Ok(())
-    }
-
-    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        Ok(())
-    }
-
-    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
-        let inner = self.inner.borrow();
-        inner.dispatch.contains_key(&site).then(|| TrapHits { hits: inner.hits.get(&site).copied().unwrap_or(0), missed: 0 })
-    }
-
-    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
-        let mut inner = self.inner.borrow_mut();
-        inner.checked.push((addr, len));
-        match inner.refuse.get(&addr) {
-            Some(reason) => Err(TargetError::SiteRefused { addr, reason: *reason }),
-            None => Ok(()),
-        }
-    }
-
-    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
-        Some(Ok(self.inner.borrow().dispatch.values().copied().collect()))
-    }
-}
 
 fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
     SpliceRequest { at: at.into(), action: Action::Count, mechanism }
@@ -229,7 +39,7 @@ fn kernel_count_splice_is_a_handlerless_dispatch_entry_to_the_replay() {
     assert_eq!(replay[4], 0xE9);
     let rel = i32::from_le_bytes(replay[5..9].try_into().unwrap());
     assert_eq!((d.dest + 9).wrapping_add_signed(i64::from(rel)), f + 9);
-    k.inner.borrow_mut().hits.insert(f + 5, 7);
+    k.state().hits.insert(f + 5, 7);
     assert_eq!(sp.hits(id).unwrap().hits, 7, "the dispatcher's counter");
     let final_hits = sp.remove(&[id]).unwrap();
     assert_eq!(final_hits[0].hits, 7, "read before the dispatch entry (and its counter) went away");
@@ -257,21 +67,21 @@ fn jmp_count_splice_counts_between_pushfq_and_popfq_then_replays() {
 fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
     let k = FakeKernel::new();
     let f = func_addr("f3");
-    k.inner.borrow_mut().refuse.insert(f + 5, SiteRefusal::Extable);
+    k.state().refuse.insert(f + 5, SiteRefusal::Extable);
     let mut sp = Splicer::new(k.clone());
     let err = sp.apply(&[count("f0", Mechanism::Trap), count("f3", Mechanism::Trap)]).unwrap_err();
     let msg = err.to_string();
     assert!(msg.starts_with("f3: "), "{msg}");
     assert!(msg.contains("exception-table"), "{msg}");
     assert_eq!(k.live_blocks(), 0, "refused while planning: nothing allocated");
-    assert_eq!(k.inner.borrow().batches, 0);
-    assert!(k.inner.borrow().checked.contains(&(f + 5, 4)), "the whole displaced window is checked");
+    assert_eq!(k.state().batches, 0);
+    assert!(k.state().checked.contains(&(f + 5, 4)), "the whole displaced window is checked");
 }
 
 #[test]
 fn best_effort_applies_what_validates_and_names_each_refusal() {
     let k = FakeKernel::new();
-    k.inner.borrow_mut().refuse.insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
+    k.state().refuse.insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
     let mut sp = Splicer::new(k.clone());
     let requests = [
         count("f0", Mechanism::Trap),
@@ -292,7 +102,7 @@ fn best_effort_applies_what_validates_and_names_each_refusal() {
     assert!(refused[&3].contains("not an instruction boundary"), "{}", refused[&3]);
     assert!(matches!(r.refused[3].1, SpliceError::AlreadySpliced { .. }), "{}", refused[&5]);
     assert!(refused[&6].contains("absent"), "{}", refused[&6]);
-    assert_eq!(k.inner.borrow().batches, 1, "one batch for all that validated");
+    assert_eq!(k.state().batches, 1, "one batch for all that validated");
     assert_eq!(k.text(func_addr("f1"), 32), FUNC);
 }
 
@@ -330,7 +140,7 @@ fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
         assert_eq!(k.text(func_addr(f), 32), FUNC, "{f} restored");
     }
     assert_eq!(k.live_blocks(), 0);
-    assert!(k.inner.borrow().dispatch.is_empty());
+    assert!(k.state().dispatch.is_empty());
 }
 
 #[test]
@@ -347,8 +157,8 @@ fn state_whose_site_bytes_changed_is_refused_naming_the_splice() {
     let state = sp.export_state();
     // Someone else restored the text behind our back.
     let site = func_addr("f1") + 5;
-    k.inner.borrow_mut().memory.insert(site, 0x55);
-    k.inner.borrow_mut().memory.insert(site + 1, 0x48);
+    k.state().memory.insert(site, 0x55);
+    k.state().memory.insert(site + 1, 0x48);
     let err = Splicer::import_state(k, &state).err().unwrap();
     assert!(matches!(&err, StateError::TextDiffers { at, addr, .. } if at == "f1" && *addr == site), "{err}");
     assert!(err.to_string().contains("holds 55 48, not the patched bytes cd f5"), "{err}");
@@ -361,10 +171,10 @@ fn state_whose_dispatch_entry_is_gone_or_different_is_refused() {
     sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
     let state = sp.export_state();
     let site = func_addr("f1") + 5;
-    let entry = k.inner.borrow_mut().dispatch.remove(&site).unwrap();
+    let entry = k.state().dispatch.remove(&site).unwrap();
     let err = Splicer::import_state(k.clone(), &state).err().unwrap();
     assert!(matches!(err, StateError::MissingDispatch { site: s, .. } if s == site), "{err}");
-    k.inner.borrow_mut().dispatch.insert(site, DispatchEntry { dest: entry.dest + 16, ..entry });
+    k.state().dispatch.insert(site, DispatchEntry { dest: entry.dest + 16, ..entry });
     let err = Splicer::import_state(k, &state).err().unwrap();
     assert!(matches!(err, StateError::DispatchDiffers { .. }), "{err}");
 }
@@ -430,7 +240,7 @@ fn state_keeps_components_their_variables_and_references() {
     let code = third.components().get(c).unwrap().code_addr;
     let state = third.export_state();
     let byte = k.text(code, 1)[0];
-    k.inner.borrow_mut().memory.insert(code, byte ^ 0xFF);
+    k.state().memory.insert(code, byte ^ 0xFF);
     let err = Splicer::import_state(k, &state).err().unwrap();
     assert!(matches!(&err, StateError::Component { name, .. } if name == "probe"), "{err}");
 }
@@ -491,7 +301,7 @@ fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_on
     assert_eq!(sites, [f0 + 5, f0 + 9, f2 + 5]);
     assert_eq!(planned[0].site_text.as_deref(), Some(&FUNC[5..7]), "the bytes the trap replaces, as analysed");
     // Besides the 5-byte ftrace checks at each entry: one read of f0..f2's text, nothing else.
-    let text_reads: Vec<(u64, usize)> = k.inner.borrow().reads.iter().copied().filter(|r| r.1 > 5).collect();
+    let text_reads: Vec<(u64, usize)> = k.state().reads.iter().copied().filter(|r| r.1 > 5).collect();
     assert_eq!(text_reads, [(f0, 3 * 32)]);
     // f0 has two points: its analysis is kept and shared; f2's is made anew when asked again.
     let f0_sym = &planned[0].point.function;
@@ -499,7 +309,7 @@ fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_on
     assert!(std::rc::Rc::ptr_eq(&a, &cache.function(&k, "f0+0x9", f0_sym).unwrap()));
     let f2_sym = &planned[2].point.function;
     assert!(!std::rc::Rc::ptr_eq(&cache.function(&k, "f2", f2_sym).unwrap(), &cache.function(&k, "f2", f2_sym).unwrap()));
-    assert_eq!(k.inner.borrow().reads.iter().filter(|r| r.1 > 5).count(), 1, "still from the text read ahead");
+    assert_eq!(k.state().reads.iter().filter(|r| r.1 > 5).count(), 1, "still from the text read ahead");
 }
 
 #[test]
@@ -509,12 +319,12 @@ fn counters_are_read_in_spans_and_word_by_word_where_a_span_is_unreadable() {
     let b = k.alloc(0, 16, BlockKind::Data).unwrap();
     k.write(&a, 0, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     k.write(&b, 0, &[3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    k.inner.borrow_mut().reads.clear();
+    k.state().reads.clear();
     let words = super::batch::read_words(&k, &[b.addr + 8, a.addr, b.addr, a.addr + 8]);
     assert_eq!(words, [4, 1, 3, 2], "in the order asked");
-    assert_eq!(k.inner.borrow().reads, [(a.addr, 32)], "one read for the four neighbours");
+    assert_eq!(k.state().reads, [(a.addr, 32)], "one read for the four neighbours");
     // A span over unmapped memory falls back to single words; the unmapped one reads as 0.
-    k.inner.borrow_mut().reads.clear();
+    k.state().reads.clear();
     assert_eq!(super::batch::read_words(&k, &[a.addr - 8, a.addr]), [0, 1]);
-    assert_eq!(k.inner.borrow().reads, [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]);
+    assert_eq!(k.state().reads, [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]);
 }
