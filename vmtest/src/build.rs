@@ -98,7 +98,10 @@ pub struct BuildLock {
 
 impl<'k> Builder<'k> {
     /// A builder for the workspace at `repo`; asks cargo where its target directory is.
+    /// `repo` is made absolute first: Kbuild runs in the headers' directory, where a relative
+    /// `M=` would name the wrong place.
     pub fn new(repo: &Path, kernel: &'k KernelInstall) -> Result<Self, BuildError> {
+        let repo = &std::path::absolute(repo).unwrap_or_else(|_| repo.to_owned());
         let out = cargo()
             .args(["metadata", "--format-version", "1", "--no-deps"])
             .current_dir(repo)

@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
+use trapctl::client;
+use trapctl::ops::{self, Unspliced};
+
+use crate::kernel::Kernel;
+use crate::route;
 
 /// Count a kernel function's calls for a while.
 #[derive(clap::Args)]
@@ -19,9 +24,10 @@ the total and the rate are printed.
 Output: first `counting FUNCTION at 0xSITE for N s` once the trap is live (a script can wait for
 that line before it drives the function), then `FUNCTION: TOTAL calls in N s (R/s)`.
 With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).
-Other commands may run meanwhile (the splice is made and removed as two commands are, through
-trapd when one runs). The splice is recorded while it lives, so if this command is killed
-`trapctl unsplice FUNCTION` removes it.")]
+Without trapd, /dev/trapvec stays locked while counting: other trapctl commands wait until the
+count is over. Through trapd (when one runs) the splice is made and removed by two requests, and
+the daemon serves others in between. The splice is recorded while it lives, so if this command
+is killed `trapctl unsplice FUNCTION` removes it.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).
     pub function: String,
@@ -38,13 +44,31 @@ pub fn run(args: &Args) -> Result<()> {
         anyhow::bail!("--seconds {} is not a duration", args.seconds);
     }
     let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism };
-    let row = super::splice::make(&request)?;
-    println!("counting {} at {} for {} s", args.function, row.site, args.seconds);
+    if client::is_listening(route::socket()) {
+        // Through trapd: two requests; the daemon serves others in between.
+        let row = super::splice::make(&request)?;
+        return count(args, &row.site, super::splice::remove);
+    }
+    // Straight to the module, which stays locked for the whole count.
+    let mut k = Kernel::open()?;
+    let (row, made) = ops::splice(&mut k.splicer, &request)?;
+    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
+    k.commit_or_undo(&made)?;
+    count(args, &row.site, |site| {
+        let removed = ops::unsplice(&mut k.splicer, site)?;
+        k.save()?;
+        Ok(removed)
+    })
+}
+
+/// Announce the live splice at `site`, wait, `remove` it, print the total and the rate.
+fn count(args: &Args, site: &str, remove: impl FnOnce(&str) -> Result<Unspliced>) -> Result<()> {
+    println!("counting {} at {site} for {} s", args.function, args.seconds);
     std::io::stdout().flush()?;
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
     // By the site: the point as written could name a different splice made meanwhile.
-    let removed = super::splice::remove(&row.site)?;
+    let removed = remove(site)?;
     let elapsed = start.elapsed().as_secs_f64();
     // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
     #[allow(clippy::cast_precision_loss)]
