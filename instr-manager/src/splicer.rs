@@ -395,6 +395,13 @@ impl<T: Target> Splicer<T> {
         Ok(self.hits_of([&**s])[0])
     }
 
+    /// Current hit counters of live splices `ids`, in order, read together (a listing of many
+    /// splices costs a few target reads, not one each).
+    pub fn hits_many(&self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        let splices = ids.iter().map(|id| self.live.get(id).map(|s| &**s).ok_or(SpliceError::UnknownSplice(id.0))).collect::<Result<Vec<_>, _>>()?;
+        Ok(self.hits_of(splices))
+    }
+
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
     /// trampolines' (read together, see [`read_words`]).
     fn hits_of<'a>(&self, splices: impl IntoIterator<Item = &'a LiveSplice>) -> Vec<Hits> {

@@ -169,14 +169,15 @@ pub struct Listing {
     pub components: Vec<ComponentRow>,
 }
 
-/// The row of live splice `id` with its counters now.
-fn row_of<T: Target>(sp: &Splicer<T>, id: SpliceId) -> Result<SpliceRow, OpError> {
-    let s = sp.get(id).ok_or_else(|| OpError::Value(format!("splice {} is not live", id.0)))?;
-    Ok(SpliceRow::of(s, sp.hits(id)?))
+/// The rows of live splices `ids`, with their counters now (read together).
+fn rows_of<T: Target>(sp: &Splicer<T>, ids: &[SpliceId]) -> Result<Vec<SpliceRow>, OpError> {
+    let hits = sp.hits_many(ids)?;
+    Ok(ids.iter().zip(hits).filter_map(|(&id, h)| sp.get(id).map(|s| SpliceRow::of(s, h))).collect())
 }
 
 pub fn listing<T: Target>(sp: &Splicer<T>) -> Result<Listing, OpError> {
-    let splices = sp.live().map(|s| row_of(sp, s.id)).collect::<Result<_, _>>()?;
+    let ids: Vec<SpliceId> = sp.live().map(|s| s.id).collect();
+    let splices = rows_of(sp, &ids)?;
     let components = sp.components().iter().map(ComponentRow::of).collect();
     Ok(Listing { splices, components })
 }
@@ -230,7 +231,7 @@ pub fn load<T: Target>(sp: &mut Splicer<T>, path: &Path, name: Option<String>) -
         }
     };
     let component = ComponentRow::of(sp.components().get(id).expect("just loaded"));
-    let spliced = ids.iter().map(|&s| row_of(sp, s)).collect::<Result<_, _>>()?;
+    let spliced = rows_of(sp, &ids)?;
     Ok((Loaded { component, spliced }, Made { splices: ids, components: vec![id] }))
 }
 
@@ -264,8 +265,9 @@ pub fn unload<T: Target>(sp: &mut Splicer<T>, name: &str) -> Result<Unloaded, Op
 
 /// Make one splice.
 pub fn splice<T: Target>(sp: &mut Splicer<T>, request: &SpliceRequest) -> Result<(SpliceRow, Made), OpError> {
-    let id = sp.apply(std::slice::from_ref(request))?[0];
-    Ok((row_of(sp, id)?, Made { splices: vec![id], components: Vec::new() }))
+    let ids = sp.apply(std::slice::from_ref(request))?;
+    let row = rows_of(sp, &ids)?.remove(0);
+    Ok((row, Made { splices: ids, components: Vec::new() }))
 }
 
 /// A removed splice and its final counters.
@@ -334,7 +336,7 @@ pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> 
     };
     let made = Made { splices: applied.splices.iter().map(|s| s.2).collect(), components: applied.components.clone() };
     let components = applied.components.iter().filter_map(|&c| sp.components().get(c)).map(ComponentRow::of).collect();
-    let spliced = made.splices.iter().map(|&id| row_of(sp, id)).collect::<Result<_, _>>()?;
+    let spliced = rows_of(sp, &made.splices)?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
     let timings = sp.last_batch().map(|t| Timings { splices: t.splices, plan_ms: ms(t.plan), build_ms: ms(t.build), commit_ms: ms(t.commit) });
     Ok((ApplyReport { components, spliced, refused, requested: spec.splices.len(), timings }, made))
