@@ -288,10 +288,16 @@ pub fn unsplice<T: Target>(sp: &mut Splicer<T>, at: &str) -> Result<Unspliced, O
     Ok(unsplice_ids(sp, &[id])?.remove(0))
 }
 
+/// What `unsplice --all` removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsplicedAll {
+    pub unspliced: Vec<Unspliced>,
+}
+
 /// Remove every live splice in one batch.
-pub fn unsplice_all<T: Target>(sp: &mut Splicer<T>) -> Result<Vec<Unspliced>, OpError> {
+pub fn unsplice_all<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpError> {
     let ids: Vec<SpliceId> = sp.live().map(|s| s.id).collect();
-    unsplice_ids(sp, &ids)
+    Ok(UnsplicedAll { unspliced: unsplice_ids(sp, &ids)? })
 }
 
 fn unsplice_ids<T: Target>(sp: &mut Splicer<T>, ids: &[SpliceId]) -> Result<Vec<Unspliced>, OpError> {

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use instr_manager::splicer::{Action, SpliceRequest};
+use instr_manager::Mechanism;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -31,7 +33,7 @@ pub enum Request {
         #[serde(default)]
         handler: Option<String>,
         #[serde(default)]
-        mechanism: Option<instr_manager::Mechanism>,
+        mechanism: Option<Mechanism>,
         #[serde(default)]
         cookie: u64,
     },
@@ -78,6 +80,31 @@ impl Request {
     }
 }
 
+/// The splice a `splice` request (or a profile's `splice` table) describes: `action` is `call`
+/// or `replace` (both need `handler`) or `count`; the mechanism defaults to trap.
+pub fn splice_request(at: &str, action: &str, handler: Option<&str>, mechanism: Option<Mechanism>, cookie: u64) -> Result<SpliceRequest, String> {
+    let need = |what: &str| handler.map(str::to_string).ok_or_else(|| format!("{at}: action `{what}` needs a `handler`"));
+    let action = match action {
+        "call" => Action::Call { handler: need("call")?, cookie },
+        "replace" => Action::Replace { with: need("replace")? },
+        "count" => Action::Count,
+        other => return Err(format!("{at}: unknown action `{other}` (call, replace or count)")),
+    };
+    Ok(SpliceRequest { at: at.to_string(), action, mechanism: mechanism.unwrap_or(Mechanism::Trap) })
+}
+
+impl Request {
+    /// The `splice` request for `r` (the inverse of [`splice_request`]).
+    pub fn splice(r: &SpliceRequest) -> Request {
+        let (action, handler, cookie) = match &r.action {
+            Action::Call { handler, cookie } => ("call", Some(handler.clone()), *cookie),
+            Action::Replace { with } => ("replace", Some(with.clone()), 0),
+            Action::Count => ("count", None, 0),
+        };
+        Request::Splice { at: r.at.clone(), action: action.into(), handler, mechanism: Some(r.mechanism), cookie }
+    }
+}
+
 /// A successful reply with `fields` (an object) merged after `"ok": true`.
 pub fn ok(fields: Value) -> Value {
     let mut m = Map::new();
@@ -103,7 +130,7 @@ mod tests {
         assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: None });
         assert_eq!(
             Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
-            Request::Splice { at: "f".into(), action: "count".into(), handler: None, mechanism: Some(instr_manager::Mechanism::Jmp), cookie: 0 }
+            Request::Splice { at: "f".into(), action: "count".into(), handler: None, mechanism: Some(Mechanism::Jmp), cookie: 0 }
         );
         assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
         assert_eq!(
@@ -135,6 +162,21 @@ mod tests {
         assert!(!Request::Apply { spec: "/s.toml".into(), best_effort: false, check: true }.changes());
         assert!(Request::Apply { spec: "/s.toml".into(), best_effort: true, check: false }.changes());
         assert!(Request::Activate { profile: "p".into() }.changes());
+    }
+
+    #[test]
+    fn splice_requests_and_their_protocol_form_map_both_ways() {
+        let requests = [
+            SpliceRequest { at: "f".into(), action: Action::Call { handler: "h".into(), cookie: 7 }, mechanism: Mechanism::Jmp },
+            SpliceRequest { at: "f+0x9".into(), action: Action::Replace { with: "g".into() }, mechanism: Mechanism::Trap },
+            SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap },
+        ];
+        for r in requests {
+            let Request::Splice { at, action, handler, mechanism, cookie } = Request::splice(&r) else { panic!("not a splice") };
+            assert_eq!(splice_request(&at, &action, handler.as_deref(), mechanism, cookie).unwrap(), r);
+        }
+        assert_eq!(splice_request("f", "call", None, None, 0).unwrap_err(), "f: action `call` needs a `handler`");
+        assert!(splice_request("f", "jump", None, None, 0).unwrap_err().contains("unknown action `jump`"));
     }
 
     #[test]

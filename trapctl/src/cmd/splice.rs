@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
-use trapctl::ops::{self, parse_u64, Made, SpliceRow, Unspliced};
+use trapctl::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
 use trapctl::protocol::Request;
 
 use crate::route;
@@ -71,19 +71,9 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
     text.parse()
 }
 
-/// The daemon's request for a splice.
-pub fn splice_request(r: &SpliceRequest) -> Request {
-    let (action, handler, cookie) = match &r.action {
-        Action::Call { handler, cookie } => ("call", Some(handler.clone()), *cookie),
-        Action::Replace { with } => ("replace", Some(with.clone()), 0),
-        Action::Count => ("count", None, 0),
-    };
-    Request::Splice { at: r.at.clone(), action: action.into(), handler, mechanism: Some(r.mechanism), cookie }
-}
-
 /// Make `request` (through trapd when one runs).
 pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
-    route::change(&splice_request(request), |sp| ops::splice(sp, request))
+    route::change(&Request::splice(request), |sp| ops::splice(sp, request))
 }
 
 /// Remove the splice at `at` (through trapd when one runs).
@@ -103,15 +93,9 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
     Ok(())
 }
 
-/// `unspliced`, as trapd replies to `{"op":"unsplice","all":true}`.
-#[derive(serde::Deserialize)]
-struct All {
-    unspliced: Vec<Unspliced>,
-}
-
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     let Some(at) = &args.at else {
-        let all: All = route::change(&Request::Unsplice { at: None, all: true }, |sp| Ok((All { unspliced: ops::unsplice_all(sp)? }, Made::default())))?;
+        let all: UnsplicedAll = route::change(&Request::Unsplice { at: None, all: true }, |sp| Ok((ops::unsplice_all(sp)?, Made::default())))?;
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };

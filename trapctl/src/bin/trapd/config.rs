@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use instr_manager::splicer::{Action, SpliceRequest};
+use instr_manager::splicer::SpliceRequest;
 use instr_manager::Mechanism;
 use serde::Deserialize;
 
 use super::metrics::MetricConfig;
+use super::protocol::splice_request;
 use super::rules::Rule;
 
 /// The whole file.
@@ -88,18 +89,6 @@ pub enum ConfigError {
     Invalid { path: PathBuf, what: String },
 }
 
-/// The request a splice of a profile (or of a `splice` request) describes.
-pub fn splice_request(at: &str, action: &str, handler: Option<&str>, mechanism: Option<Mechanism>, cookie: u64) -> Result<SpliceRequest, String> {
-    let need = |what: &str| handler.map(str::to_string).ok_or_else(|| format!("{at}: action `{what}` needs a `handler`"));
-    let action = match action {
-        "call" => Action::Call { handler: need("call")?, cookie },
-        "replace" => Action::Replace { with: need("replace")? },
-        "count" => Action::Count,
-        other => return Err(format!("{at}: unknown action `{other}` (call, replace or count)")),
-    };
-    Ok(SpliceRequest { at: at.to_string(), action, mechanism: mechanism.unwrap_or(Mechanism::Trap) })
-}
-
 impl Profile {
     /// The profile's splice requests, in order.
     pub fn requests(&self) -> Result<Vec<SpliceRequest>, String> {
@@ -162,6 +151,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use instr_manager::splicer::Action;
 
     #[test]
     fn example_config_parses_with_lossy_and_clean_profiles() {

@@ -24,9 +24,9 @@ use serde_json::{json, Value};
 use trapctl::ops;
 use trapvec::{DispatchEntry, Target, TargetError};
 
-use super::config::{splice_request, Config};
+use super::config::Config;
 use super::journal::{self, Journal, JournalError, Outcome, Record};
-use super::protocol::{self, Request};
+use super::protocol::{self, splice_request, Request};
 
 /// Where a target keeps the splicer's state between daemon runs (the kernel module's blob).
 pub trait StateHome {
@@ -269,8 +269,8 @@ impl<T: Target + StateHome> Daemon<T> {
             }
             Request::Unsplice { at: None, .. } => {
                 let all = ops::unsplice_all(sp)?;
-                log::info!("unspliced all {} splice(s)", all.len());
-                json!({ "unspliced": all })
+                log::info!("unspliced all {} splice(s)", all.unspliced.len());
+                reply(all)
             }
             Request::Apply { spec, best_effort, .. } => {
                 let parsed = Spec::from_path(spec).map_err(ops::OpError::from)?;
