@@ -425,7 +425,7 @@ pub fn parse_value(text: &str, size: usize) -> Result<u64, OpError> {
     let bad = |why: &str| OpError::Value(format!("`{text}` {why}"));
     let t = text.trim();
     let bits = u32::try_from(size * 8).map_err(|_| bad("has no size"))?;
-    let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let mask = mask(size);
     let (negative, digits) = match t.strip_prefix('-') {
         Some(d) => (true, d),
         None => (false, t),
@@ -436,6 +436,15 @@ pub fn parse_value(text: &str, size: usize) -> Result<u64, OpError> {
         return Err(bad(&format!("does not fit in {size} byte(s)")));
     }
     Ok(if negative { magnitude.wrapping_neg() & mask } else { magnitude })
+}
+
+/// The largest unsigned value of `size` bytes.
+fn mask(size: usize) -> u64 {
+    if size >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (size * 8)) - 1
+    }
 }
 
 /// A number written in decimal or with `0x` (hex).
@@ -452,7 +461,7 @@ pub fn parse_u64(text: &str) -> Result<u64, String> {
 pub fn set<T: Target>(sp: &mut Splicer<T>, symbol: &str, value: &Value, size: Option<usize>) -> Result<Var, OpError> {
     let size = var_size(sp, symbol, size)?;
     let value = match value {
-        Value::Number(n) if size < 8 && *n >> (size * 8) != 0 => {
+        Value::Number(n) if *n > mask(size) => {
             return Err(OpError::Value(format!("{n} does not fit in {size} byte(s)")));
         }
         Value::Number(n) => *n,
