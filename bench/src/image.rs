@@ -310,7 +310,8 @@ fn is_exec(s: &object::Section<'_, '_>) -> bool {
     }
 }
 
-fn exec_regions(file: &object::File<'_>, name: &str) -> Result<Vec<Region>, ImageError> {
+/// The non-empty executable sections of `file`, each with its index, at its own address.
+fn exec_sections(file: &object::File<'_>, name: &str) -> Result<Vec<(object::SectionIndex, Region)>, ImageError> {
     let mut out = Vec::new();
     for s in file.sections().filter(is_exec) {
         let sname = s.name().unwrap_or("?").to_string();
@@ -320,10 +321,14 @@ fn exec_regions(file: &object::File<'_>, name: &str) -> Result<Vec<Region>, Imag
             source,
         })?;
         if !bytes.is_empty() {
-            out.push(Region { name: sname, addr: s.address(), bytes: bytes.to_vec() });
+            out.push((s.index(), Region { name: sname, addr: s.address(), bytes: bytes.to_vec() }));
         }
     }
     Ok(out)
+}
+
+fn exec_regions(file: &object::File<'_>, name: &str) -> Result<Vec<Region>, ImageError> {
+    Ok(exec_sections(file, name)?.into_iter().map(|(_, r)| r).collect())
 }
 
 /// A relocatable file: executable sections laid out from [`RELOC_BASE`] (16-byte aligned), with
@@ -338,19 +343,11 @@ fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageEr
     let mut base: HashMap<object::SectionIndex, u64> = HashMap::new();
     let mut regions = Vec::new();
     let mut next = RELOC_BASE;
-    for s in file.sections().filter(is_exec) {
-        let sname = s.name().unwrap_or("?").to_string();
-        let bytes = s.data().map_err(|source| ImageError::Section {
-            file: name.to_string(),
-            section: sname.clone(),
-            source,
-        })?;
-        if bytes.is_empty() {
-            continue;
-        }
-        base.insert(s.index(), next);
-        regions.push(Region { name: sname, addr: next, bytes: bytes.to_vec() });
-        next = (next + bytes.len() as u64 + 15) & !15;
+    for (index, mut region) in exec_sections(file, name)? {
+        base.insert(index, next);
+        region.addr = next;
+        next = (next + region.bytes.len() as u64 + 15) & !15;
+        regions.push(region);
     }
     let mut fentry_sites = Vec::new();
     for (ri, s) in file.sections().filter(|s| base.contains_key(&s.index())).enumerate() {
