@@ -277,4 +277,4 @@ fn check_window(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

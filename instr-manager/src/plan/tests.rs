@@ -46,7 +46,8 @@ impl Image {
     }
 }
 
-fn user() -> TargetInfo {
+/// A user-space target (red zone, vector registers saved); also used by other modules' tests.
+pub(crate) fn user() -> TargetInfo {
     TargetInfo {
         description: "test".into(),
         red_zone: 128,

@@ -164,19 +164,12 @@ mod tests {
     use super::*;
     use crate::analysis::analyze_function;
     use crate::plan::{plan_trap, PlanInput};
-    use trapvec::{SymbolTable, TargetInfo};
+    use trapvec::SymbolTable;
 
     fn summary() -> PlanSummary {
         // push rbp; mov rbp,rsp; lea eax,[rdi+1]; pop rbp; ret
         let func = analyze_function("f", 0x1000, &[0x55, 0x48, 0x89, 0xE5, 0x8D, 0x47, 0x01, 0x5D, 0xC3]).unwrap();
-        let info = TargetInfo {
-            description: "test".into(),
-            red_zone: 128,
-            save_vector_regs: true,
-            dispatcher_runs_handlers: false,
-            dispatcher_counts_hits: false,
-            has_fentry: false,
-        };
+        let info = crate::plan::tests::user();
         let read = |_: u64, _: usize| None;
         let input = PlanInput { func: &func, info: &info, read: &read, symbols: &SymbolTable::default(), busy: &|_, _| false, trampoline_near: None };
         PlanSummary::of(&plan_trap(&input, 0x1000).unwrap())
