@@ -44,6 +44,14 @@ fn start(k: &FakeKernel, journal: &Path) -> Daemon<FakeKernel> {
     Daemon::start(k.clone(), config, journal).unwrap()
 }
 
+/// A daemon on `k` that activated `profile` and was then killed (`kill -9`: gone without any
+/// clean-up; the module keeps everything).
+fn killed_after_activating(k: &FakeKernel, journal: &Path, profile: &str) {
+    let mut d = start(k, journal);
+    activate(&mut d, profile);
+    std::mem::forget(d);
+}
+
 fn activate(d: &mut Daemon<FakeKernel>, p: &str) -> Value {
     d.handle(Request::Activate { profile: p.into() })
 }
@@ -103,10 +111,7 @@ fn restart_after_a_kill_takes_over_the_live_splices_without_applying_them_twice(
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let k = FakeKernel::new();
-    let mut d = start(&k, &journal);
-    activate(&mut d, "both");
-    // kill -9: the daemon is gone without any clean-up; the module keeps everything.
-    std::mem::forget(d);
+    killed_after_activating(&k, &journal, "both");
     let mut d = start(&k, &journal);
     assert_eq!(d.profile(), Some("both"), "the journal names the active profile");
     assert_eq!(live_points(&mut d), ["f0", "f1"]);
@@ -124,9 +129,7 @@ fn interrupted_switch_whose_state_reached_the_module_is_taken_as_done() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let k = FakeKernel::new();
-    let mut d = start(&k, &journal);
-    activate(&mut d, "both");
-    std::mem::forget(d);
+    killed_after_activating(&k, &journal, "both");
     // The crash came after the state was stored and before `done` was journaled.
     let text = std::fs::read_to_string(&journal).unwrap();
     let kept: Vec<&str> = text.lines().collect();
@@ -172,9 +175,7 @@ fn reads_are_answered_without_journaling_and_splice_requests_round_trip() {
 fn journal_profile_whose_splices_are_gone_is_dropped_and_the_initial_profile_applies() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
-    let mut d = start(&FakeKernel::new(), &journal);
-    activate(&mut d, "both");
-    std::mem::forget(d);
+    killed_after_activating(&FakeKernel::new(), &journal, "both");
     // rmmod + insmod: every splice reverted, the module's state empty.
     let k = FakeKernel::new();
     let mut d = start(&k, &journal);
