@@ -169,6 +169,14 @@ pub struct Listing {
     pub components: Vec<ComponentRow>,
 }
 
+/// A dispatch entry the module lists that no recorded state describes (trapd's `list`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    pub site: String,
+    pub dest: String,
+    pub hits: u64,
+}
+
 /// The rows of live splices `ids`, with their counters now (read together).
 fn rows_of<T: Target>(sp: &Splicer<T>, ids: &[SpliceId]) -> Result<Vec<SpliceRow>, OpError> {
     let hits = sp.hits_many(ids)?;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use trapctl::ops::{self, Listing};
+use trapctl::ops::{self, Listing, Unrecorded};
 use trapctl::protocol::Request;
 
 use crate::route;
@@ -33,14 +33,6 @@ struct Reply {
     profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unrecorded: Option<Vec<Unrecorded>>,
-}
-
-/// A dispatch entry the module lists that no recorded state describes (from trapd).
-#[derive(Serialize, Deserialize)]
-struct Unrecorded {
-    site: String,
-    dest: String,
-    hits: u64,
 }
 
 pub fn run(args: &Args) -> Result<()> {

@@ -365,12 +365,12 @@ impl<T: Target + StateHome> Daemon<T> {
             let live = self.splicer.get(SpliceId(row.id)).map(|s| &s.request);
             row.in_profile = Some(live.is_some_and(|r| active.contains(r)));
         }
-        let unrecorded: Vec<Value> = self
+        let unrecorded: Vec<ops::Unrecorded> = self
             .unrecorded
             .iter()
             .map(|e| {
                 let h = self.splicer.target().trap_hits(e.site).unwrap_or_default();
-                json!({ "site": format!("{:#x}", e.site), "dest": format!("{:#x}", e.dest), "hits": h.hits })
+                ops::Unrecorded { site: format!("{:#x}", e.site), dest: format!("{:#x}", e.dest), hits: h.hits }
             })
             .collect();
         let mut v = reply(listing);
