@@ -312,22 +312,15 @@ pub fn summary(
         verdict(t.jmp_overhead_ns() <= 20.0)
     );
     for b in batches {
-        let _ = writeln!(
-            s,
-            "| apply {} {} splices in one batch <= 100 ms | {:.1} ms | {} |",
-            b.splices,
-            b.mechanism,
-            b.apply_ms,
-            verdict(b.apply_ms <= 100.0)
-        );
-        let _ = writeln!(
-            s,
-            "| remove {} {} splices in one batch <= 100 ms | {:.1} ms | {} |",
-            b.splices,
-            b.mechanism,
-            b.remove_ms,
-            verdict(b.remove_ms <= 100.0)
-        );
+        for (what, ms) in [("apply", b.apply_ms), ("remove", b.remove_ms)] {
+            let _ = writeln!(
+                s,
+                "| {what} {} {} splices in one batch <= 100 ms | {ms:.1} ms | {} |",
+                b.splices,
+                b.mechanism,
+                verdict(ms <= 100.0)
+            );
+        }
     }
 
     s.push_str("\n## Fig. 4 today: instruction lengths\n\n![Fig. 4](fig4.png)\n\n");
