@@ -395,7 +395,7 @@ fn relocatable(file: &object::File<'_>, name: &str) -> Result<CodeImage, ImageEr
                 addr: b + s.address(),
                 size: s.size(),
                 kind: SymbolKind::Function,
-                origin: None,
+                origin: None, version: None,
             });
         }
     }

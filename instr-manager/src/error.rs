@@ -21,10 +21,18 @@ pub enum AnalysisError {
 /// Resolving a point (`sym`, `sym+off`, `0xADDR`) failed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum PlanError {
-    #[error("bad point `{text}`: {reason} (expected `symbol`, `symbol+offset` or `0xADDRESS`)")]
+    #[error("bad point `{text}`: {reason} (expected `[object:]symbol[@version][+offset]` or `0xADDRESS`)")]
     BadPointSpec { text: String, reason: String },
     #[error("point `{text}`: no symbol `{name}`")]
     UnknownSymbol { text: String, name: String },
+    #[error("point `{text}`: `{name}` is defined, but not in an object matching `{object}` (it is in {found})")]
+    NotInObject { text: String, name: String, object: String, found: String },
+    #[error("point `{text}`: `{name}` has no version `{version}` (versions: {found})")]
+    NoSuchVersion { text: String, name: String, version: String, found: String },
+    #[error("point `{text}`: `{name}` is ambiguous: {candidates}; qualify it as `object:{name}` or `{name}@VERSION`, or give an address")]
+    Ambiguous { text: String, name: String, candidates: String },
+    #[error("point `{text}`: `{name}` at {addr:#x} is an IFUNC whose implementation is chosen at load time; its address is the resolver's, so name the implementation instead")]
+    UnresolvedIfunc { text: String, name: String, addr: u64 },
     #[error("point `{text}`: `{name}` at {addr:#x} is not a function")]
     NotAFunction { text: String, name: String, addr: u64 },
     #[error("point `{text}`: the extent of `{name}` at {addr:#x} is unknown (no size and no following function)")]

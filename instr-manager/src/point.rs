@@ -2,6 +2,13 @@
 //! into a [`PointSpec`] and resolved against a [`SymbolTable`] into the containing function and
 //! the site address.
 //!
+//! A name may be qualified by the object defining it and by its version, as uprobes and the
+//! dynamic linker spell them: `libsqlite3.so.0:sqlite3_step`, `pthread_cond_wait@GLIBC_2.3.2`
+//! (a kernel module's name qualifies the same way: `nf_conntrack:nf_ct_delete`). A name given
+//! without them resolves as a link would bind it ([`choose`]): the main image's definition
+//! first, versions hidden from links (`name@VER`) only when asked for; several definitions
+//! left after that are refused as ambiguous, each candidate named.
+//!
 //! With [`TargetInfo::has_fentry`], a point at a function's entry whose first instruction is the
 //! ftrace site (a 5-byte `call __fentry__`, or the 5-byte NOP ftrace turns it into) moves to
 //! entry+5: the kernel rewrites those bytes by itself, so they are never spliced.
@@ -28,8 +35,16 @@ pub fn is_fentry_site(bytes: &[u8]) -> bool {
 /// A point as written by the user.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PointSpec {
-    /// `name` or `name+offset` (offset in decimal or `0x` hex).
-    Symbol { name: String, offset: u64 },
+    /// `[object:]name[@version][+offset]` (offset in decimal or `0x` hex).
+    Symbol {
+        name: String,
+        offset: u64,
+        /// The object defining it: a path, a file name, or a file name's start up to a dot
+        /// (`libc` matches `libc.so.6`); a module name in the kernel.
+        object: Option<String>,
+        /// `VER` of `name@VER` or `name@@VER`.
+        version: Option<String>,
+    },
     /// `0xADDRESS`.
     Address(u64),
 }
@@ -37,8 +52,19 @@ pub enum PointSpec {
 impl fmt::Display for PointSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PointSpec::Symbol { name, offset: 0 } => write!(f, "{name}"),
-            PointSpec::Symbol { name, offset } => write!(f, "{name}+{offset:#x}"),
+            PointSpec::Symbol { name, offset, object, version } => {
+                if let Some(o) = object {
+                    write!(f, "{o}:")?;
+                }
+                f.write_str(name)?;
+                if let Some(v) = version {
+                    write!(f, "@{v}")?;
+                }
+                if *offset != 0 {
+                    write!(f, "+{offset:#x}")?;
+                }
+                Ok(())
+            }
             PointSpec::Address(a) => write!(f, "{a:#x}"),
         }
     }
@@ -79,13 +105,32 @@ impl FromStr for PointSpec {
             }
             return parse_number(name).map(PointSpec::Address).ok_or_else(|| bad(&format!("`{name}` is not a hex address")));
         }
+        // Paths may hold `:` only before the last one; C and mangled C++ names hold none.
+        let (object, name) = match name.rsplit_once(':') {
+            Some((o, n)) if o.trim().is_empty() => return Err(bad(&format!("no object before `:{n}`"))),
+            Some((o, n)) => (Some(o.trim().to_string()), n.trim()),
+            None => (None, name),
+        };
+        let (name, version) = match name.split_once('@') {
+            Some((n, v)) => {
+                let v = v.trim_start_matches('@');
+                if v.is_empty() || v.contains('@') {
+                    return Err(bad("a version is written `name@VERSION`"));
+                }
+                (n, Some(v.to_string()))
+            }
+            None => (name, None),
+        };
+        if name.is_empty() {
+            return Err(bad("no symbol name"));
+        }
         if name.starts_with(|c: char| c.is_ascii_digit()) {
             return Err(bad("addresses are written in hex with `0x`"));
         }
-        if let Some(c) = name.chars().find(|c| c.is_whitespace() || matches!(c, '-' | '*' | '[' | ']' | ',' | ';')) {
+        if let Some(c) = name.chars().find(|c| c.is_whitespace() || matches!(c, '-' | '*' | '[' | ']' | ',' | ';' | '/')) {
             return Err(bad(&format!("`{c}` cannot appear in a symbol name")));
         }
-        Ok(PointSpec::Symbol { name: name.to_string(), offset: offset.unwrap_or(0) })
+        Ok(PointSpec::Symbol { name: name.to_string(), offset: offset.unwrap_or(0), object, version })
     }
 }
 
@@ -101,6 +146,78 @@ pub struct ResolvedPoint {
     pub site: u64,
 }
 
+/// Whether `origin` (a path, or a kernel module's name) is the object a user named `object`:
+/// the same path, the same file name, or a file name starting with `object` and a dot.
+pub fn object_matches(origin: &str, object: &str) -> bool {
+    let file = origin.rsplit('/').next().unwrap_or(origin);
+    origin == object || file == object || file.strip_prefix(object).is_some_and(|rest| rest.starts_with('.'))
+}
+
+/// The symbol a name stands for, as a link would bind it. Candidates are every symbol called
+/// `name`, kept if they lie in `object` and carry `version` when those are given; without a
+/// version, hidden versions (`name@VER`) drop out while another candidate remains. Aliases (one
+/// address) count once. Of several left, the main image's single definition wins, as the
+/// executable's definitions interpose on libraries'; otherwise the name is ambiguous.
+pub fn choose<'a>(
+    text: &str,
+    name: &str,
+    object: Option<&str>,
+    version: Option<&str>,
+    symbols: &'a SymbolTable,
+) -> Result<&'a Symbol, PlanError> {
+    let all = symbols.lookup_all(name);
+    if all.is_empty() {
+        return Err(PlanError::UnknownSymbol { text: text.to_string(), name: name.to_string() });
+    }
+    let listed = |syms: &[&Symbol], what: fn(&Symbol) -> String| {
+        let mut v: Vec<String> = syms.iter().map(|s| what(s)).collect();
+        v.sort();
+        v.dedup();
+        v.join(", ")
+    };
+    let mut cands = all.clone();
+    if let Some(o) = object {
+        cands.retain(|s| s.origin.as_deref().is_some_and(|origin| object_matches(origin, o)));
+        if cands.is_empty() {
+            let found = listed(&all, |s| s.origin.clone().unwrap_or_else(|| "the main image".into()));
+            return Err(PlanError::NotInObject { text: text.into(), name: name.into(), object: o.into(), found });
+        }
+    }
+    match version {
+        Some(v) => {
+            let before = cands.clone();
+            cands.retain(|s| s.version.as_deref().map(|sv| sv.trim_start_matches('@')) == Some(v));
+            if cands.is_empty() {
+                let found = listed(&before, |s| s.version.clone().unwrap_or_else(|| "none".into()));
+                return Err(PlanError::NoSuchVersion { text: text.into(), name: name.into(), version: v.into(), found });
+            }
+        }
+        None if cands.iter().any(|s| !s.is_hidden_version()) => cands.retain(|s| !s.is_hidden_version()),
+        None => {}
+    }
+    let distinct = |syms: &[&'a Symbol]| {
+        let mut d = syms.to_vec();
+        d.sort_by_key(|s| s.addr);
+        d.dedup_by_key(|s| s.addr);
+        d
+    };
+    let distinct_all = distinct(&cands);
+    if let [only] = distinct_all.as_slice() {
+        return Ok(only);
+    }
+    let main: Vec<&Symbol> = cands.iter().copied().filter(|s| s.origin.is_none()).collect();
+    if let [only] = distinct(&main).as_slice() {
+        log::debug!("`{name}`: the main image's definition at {:#x} wins over {} others", only.addr, distinct_all.len() - 1);
+        return Ok(only);
+    }
+    let candidates = distinct_all
+        .iter()
+        .map(|s| format!("{}:{} at {:#x}", s.origin.as_deref().unwrap_or("main"), s.versioned_name(), s.addr))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(PlanError::Ambiguous { text: text.into(), name: name.into(), candidates })
+}
+
 /// Resolve `spec`. `fentry_check(entry)` says whether the function starting at `entry` begins
 /// with an ftrace site (typically [`is_fentry_site`] over the target's bytes); it is consulted only
 /// with `info.has_fentry` and for a point at a function's entry.
@@ -112,10 +229,12 @@ pub fn resolve_point(
 ) -> Result<ResolvedPoint, PlanError> {
     let text = spec.to_string();
     let (function, mut site) = match spec {
-        PointSpec::Symbol { name, offset } => {
-            let sym = symbols.lookup(name).ok_or_else(|| PlanError::UnknownSymbol { text: text.clone(), name: name.clone() })?;
-            if sym.kind != SymbolKind::Function {
-                return Err(PlanError::NotAFunction { text, name: name.clone(), addr: sym.addr });
+        PointSpec::Symbol { name, offset, object, version } => {
+            let sym = choose(&text, name, object.as_deref(), version.as_deref(), symbols)?;
+            match sym.kind {
+                SymbolKind::Function => {}
+                SymbolKind::Ifunc => return Err(PlanError::UnresolvedIfunc { text, name: name.clone(), addr: sym.addr }),
+                _ => return Err(PlanError::NotAFunction { text, name: name.clone(), addr: sym.addr }),
             }
             let size = symbols.function_extent(sym);
             if size == 0 {
@@ -156,7 +275,7 @@ mod tests {
     }
 
     fn func(name: &str, addr: u64, size: u64) -> Symbol {
-        Symbol { name: name.into(), addr, size, kind: SymbolKind::Function, origin: None }
+        Symbol { name: name.into(), addr, size, kind: SymbolKind::Function, origin: None, version: None }
     }
 
     fn table() -> SymbolTable {
@@ -164,18 +283,18 @@ mod tests {
             func("compute", 0x1000, 0x40),
             func("tcp_sync_mss", 0x2000, 0), // kallsyms style: extent up to the next function
             func("next", 0x2100, 0x10),
-            Symbol { name: "counter".into(), addr: 0x3000, size: 8, kind: SymbolKind::Object, origin: None },
+            Symbol { name: "counter".into(), addr: 0x3000, size: 8, kind: SymbolKind::Object, origin: None, version: None },
         ])
     }
 
     #[test]
     fn parses_symbol_offset_and_address_forms() {
-        assert_eq!("compute".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 0 });
-        assert_eq!("compute+0x10".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16 });
-        assert_eq!("compute+16".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16 });
-        assert_eq!("foo.isra.0+4".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "foo.isra.0".into(), offset: 4 });
+        assert_eq!("compute".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
+        assert_eq!("compute+0x10".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16, object: None, version: None });
+        assert_eq!("compute+16".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16, object: None, version: None });
+        assert_eq!("foo.isra.0+4".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "foo.isra.0".into(), offset: 4, object: None, version: None });
         assert_eq!("0xffffffff81000000".parse::<PointSpec>().unwrap(), PointSpec::Address(0xffff_ffff_8100_0000));
-        assert_eq!(PointSpec::Symbol { name: "f".into(), offset: 16 }.to_string(), "f+0x10");
+        assert_eq!(PointSpec::Symbol { name: "f".into(), offset: 16, object: None, version: None }.to_string(), "f+0x10");
     }
 
     #[test]
@@ -229,6 +348,85 @@ mod tests {
         assert!(err.to_string().contains("compute"), "{err}");
         let lone = SymbolTable::new(vec![func("last", 0x9000, 0)]);
         assert!(matches!(resolve_point(&"last".parse().unwrap(), &lone, &i, |_| false), Err(PlanError::UnknownExtent { .. })));
+    }
+
+    fn lib(name: &str, addr: u64, origin: &str, version: Option<&str>) -> Symbol {
+        Symbol { origin: Some(origin.into()), version: version.map(Into::into), ..func(name, addr, 0x20) }
+    }
+
+    /// A process as the loader sees it: the program, libc with a compatibility `memcpy`, two
+    /// libraries both defining `helper`, the program and a library both defining `log_msg`.
+    fn process_table() -> SymbolTable {
+        SymbolTable::new(vec![
+            func("log_msg", 0x1000, 0x20),
+            lib("memcpy", 0x7000, "/lib/x86_64-linux-gnu/libc.so.6", Some("@@GLIBC_2.14")),
+            lib("memcpy", 0x7100, "/lib/x86_64-linux-gnu/libc.so.6", Some("@GLIBC_2.2.5")),
+            lib("helper", 0x8000, "/usr/lib/libone.so.1", None),
+            lib("helper", 0x9000, "/usr/lib/libtwo.so.2", None),
+            lib("log_msg", 0x9100, "/usr/lib/libtwo.so.2", None),
+            lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
+            lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
+            Symbol { kind: SymbolKind::Ifunc, ..lib("strlen", 0x7200, "/lib/x86_64-linux-gnu/libc.so.6", Some("@@GLIBC_2.2.5")) },
+        ])
+    }
+
+    fn site_of(text: &str) -> Result<u64, PlanError> {
+        resolve_point(&text.parse()?, &process_table(), &info(false), |_| false).map(|p| p.site)
+    }
+
+    #[test]
+    fn parses_object_and_version_qualifiers() {
+        let p: PointSpec = "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10".parse().unwrap();
+        assert_eq!(
+            p,
+            PointSpec::Symbol { name: "sqlite3_step".into(), offset: 16, object: Some("/usr/lib/libsqlite3.so.0".into()), version: None }
+        );
+        assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
+        let p: PointSpec = "pthread_cond_wait@GLIBC_2.3.2".parse().unwrap();
+        assert_eq!(p, PointSpec::Symbol { name: "pthread_cond_wait".into(), offset: 0, object: None, version: Some("GLIBC_2.3.2".into()) });
+        assert_eq!("memcpy@@GLIBC_2.14".parse::<PointSpec>().unwrap().to_string(), "memcpy@GLIBC_2.14");
+        for bad in [":f", "lib:", "f@", "f@a@b", "lib:+4"] {
+            let err = bad.parse::<PointSpec>().unwrap_err();
+            assert!(matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad), "{bad}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn unqualified_names_bind_as_a_link_would() {
+        assert_eq!(site_of("memcpy").unwrap(), 0x7000, "the default version, not the hidden one");
+        assert_eq!(site_of("memcpy@GLIBC_2.2.5").unwrap(), 0x7100);
+        assert_eq!(site_of("log_msg").unwrap(), 0x1000, "the program's definition interposes");
+        assert_eq!(site_of("alias_a+4").unwrap(), 0x9204, "one address listed twice is one candidate");
+    }
+
+    #[test]
+    fn qualified_names_pick_the_object_by_path_file_or_file_stem() {
+        assert_eq!(site_of("libone.so.1:helper").unwrap(), 0x8000);
+        assert_eq!(site_of("/usr/lib/libtwo.so.2:helper").unwrap(), 0x9000);
+        assert_eq!(site_of("libtwo:helper").unwrap(), 0x9000);
+        assert_eq!(site_of("libtwo:log_msg").unwrap(), 0x9100, "a library's copy when asked for");
+        assert!(object_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc.so"));
+        assert!(!object_matches("/lib/x86_64-linux-gnu/libcrypt.so.1", "libc"));
+    }
+
+    #[test]
+    fn ambiguous_names_are_refused_with_every_candidate() {
+        let err = site_of("helper").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, PlanError::Ambiguous { .. }), "{err:?}");
+        assert!(msg.contains("/usr/lib/libone.so.1:helper at 0x8000") && msg.contains("/usr/lib/libtwo.so.2:helper at 0x9000"), "{msg}");
+    }
+
+    #[test]
+    fn qualifiers_that_match_nothing_say_what_exists() {
+        let err = site_of("libthree:helper").unwrap_err();
+        assert!(matches!(err, PlanError::NotInObject { .. }), "{err:?}");
+        assert!(err.to_string().contains("libone.so.1"), "{err}");
+        let err = site_of("memcpy@GLIBC_9").unwrap_err();
+        assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
+        assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");
+        let err = site_of("strlen").unwrap_err();
+        assert!(matches!(err, PlanError::UnresolvedIfunc { addr: 0x7200, .. }), "{err:?}");
     }
 
     #[test]

@@ -304,7 +304,7 @@ mod tests {
                 ComponentSpec { path: PathBuf::from("/abs/other.o"), crc32: None },
             ]
         );
-        assert_eq!(spec.splices[0].point, PointSpec::Symbol { name: "compute".into(), offset: 0 });
+        assert_eq!(spec.splices[0].point, PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
         assert_eq!((spec.splices[0].action, spec.splices[0].mechanism, spec.splices[0].cookie), (Action::Call, Mechanism::Trap, 0));
         assert_eq!(spec.splices[1].point, PointSpec::Address(0xffff_ffff_8100_0000));
         assert_eq!((spec.splices[1].action, spec.splices[1].mechanism, spec.splices[1].cookie), (Action::Replace, Mechanism::Jmp, 7));
@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn section_records_parse_like_the_header_macros_write_them() {
         let s = SpliceSpec::from_record("at=compute+0;action=call;handler=count_compute;mechanism=trap").unwrap();
-        assert_eq!(s.point, PointSpec::Symbol { name: "compute".into(), offset: 0 });
+        assert_eq!(s.point, PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
         assert_eq!((s.action, s.handler.as_str(), s.mechanism), (Action::Call, "count_compute", Mechanism::Trap));
         let s = SpliceSpec::from_record("at=tcp_sync_mss;action=replace;handler=my_tcp_sync_mss;mechanism=jmp").unwrap();
         assert_eq!((s.action, s.mechanism), (Action::Replace, Mechanism::Jmp));

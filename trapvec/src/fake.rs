@@ -85,10 +85,10 @@ impl FakeKernel {
             for (i, b) in FUNC.iter().enumerate() {
                 inner.memory.insert(at + i as u64, *b);
             }
-            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None });
+            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None, version: None });
         }
         let end = TEXT + 32 * FUNCS.len() as u64;
-        symbols.push(Symbol { name: "_etext".into(), addr: end, size: 0, kind: SymbolKind::Function, origin: None });
+        symbols.push(Symbol { name: "_etext".into(), addr: end, size: 0, kind: SymbolKind::Function, origin: None, version: None });
         let info = TargetInfo {
             description: "fake kernel".into(),
             red_zone: 0,

@@ -19,6 +19,10 @@ use crate::error::TargetError;
 pub enum SymbolKind {
     Function,
     Object,
+    /// An ELF `STT_GNU_IFUNC` symbol: its address is the resolver's, which returns the
+    /// implementation the dynamic linker binds the name to. The process backend replaces it by
+    /// that implementation; elsewhere a point naming it is refused.
+    Ifunc,
     Other,
 }
 
@@ -35,6 +39,23 @@ pub struct Symbol {
     /// Where it comes from: a file path (process) or a module name (kernel); `None` for the main
     /// image (executable or vmlinux).
     pub origin: Option<String>,
+    /// The symbol version, spelled as `.symtab` does after the name: `@@VER` for the default
+    /// version a link binds to, `@VER` for a hidden (compatibility) one; `None` when unversioned.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub version: Option<String>,
+}
+
+impl Symbol {
+    /// Whether the symbol has a hidden (compatibility) version, `name@VER`: a link never binds
+    /// an unversioned reference to it.
+    pub fn is_hidden_version(&self) -> bool {
+        self.version.as_deref().is_some_and(|v| !v.starts_with("@@"))
+    }
+
+    /// The name with its version, as `nm` prints it (`memcpy@@GLIBC_2.14`).
+    pub fn versioned_name(&self) -> String {
+        format!("{}{}", self.name, self.version.as_deref().unwrap_or(""))
+    }
 }
 
 /// A searchable set of symbols: by name, and by address (the function containing an address).
@@ -81,6 +102,11 @@ impl SymbolTable {
     /// The first-listed symbol called `name`.
     pub fn lookup(&self, name: &str) -> Option<&Symbol> {
         self.by_name.get(&self.by_addr, name).map(|i| &self.by_addr[i])
+    }
+
+    /// Every symbol called `name` (any object, any version), in the order they were listed.
+    pub fn lookup_all(&self, name: &str) -> Vec<&Symbol> {
+        self.by_name.get_all(&self.by_addr, name).into_iter().map(|i| &self.by_addr[i]).collect()
     }
 
     /// The function containing `addr`: the last function symbol starting at or before `addr`
@@ -133,102 +159,58 @@ fn permute_in_place<T>(items: &mut [T], order: &[usize]) {
     }
 }
 
-/// Names to symbols: an open-addressing hash table (linear probing, FNV-1a) of indices into a
-/// [`SymbolTable`]'s `by_addr`, built in one pass without copying or sorting names.
+/// Names to symbols: every symbol of a [`SymbolTable`] as its index into `by_addr` and the
+/// position it was given in, hashed by name. Built in one pass without copying names (the
+/// entries point into `by_addr`), which matters for a kernel's ~90,000 symbols per command;
+/// `hashbrown`'s `HashTable` is the std `HashMap`'s own table with the key kept outside it.
 #[derive(Clone, Default)]
 struct NameIndex {
-    /// A power of two many slots, at most two thirds of them used (a probe for a name that is
-    /// not there meets an empty slot after a few); empty when there are no symbols.
-    slots: Vec<NameSlot>,
-}
-
-/// One slot of a [`NameIndex`].
-#[derive(Clone, Copy)]
-struct NameSlot {
-    /// The high half of the name's hash: most slots of other names are passed over without
-    /// reading their names.
-    tag: u32,
-    /// Index into `by_addr`, or [`NameSlot::EMPTY`].
-    index: u32,
-}
-
-impl NameSlot {
-    const EMPTY: u32 = u32::MAX;
+    /// `(index into by_addr, rank)`; a name given several times has one entry each.
+    entries: hashbrown::HashTable<(u32, u32)>,
 }
 
 impl NameIndex {
-    /// Index every name of `by_addr`, keeping for each name the symbol with the lowest
-    /// `rank[i]` (the position it was given in).
+    /// Index every name of `by_addr`; `rank[i]` is the position symbol `i` was given in.
     fn build(by_addr: &[Symbol], rank: &[usize]) -> Self {
-        if by_addr.is_empty() {
-            return NameIndex::default();
-        }
-        assert!(
-            u32::try_from(by_addr.len()).is_ok_and(|n| n < NameSlot::EMPTY),
-            "{} symbols: a name index holds fewer than 2^32 - 1",
-            by_addr.len()
-        );
-        let len = (by_addr.len() + by_addr.len() / 2 + 1).next_power_of_two();
-        let mut slots = vec![NameSlot { tag: 0, index: NameSlot::EMPTY }; len];
-        let mask = len - 1;
+        assert!(u32::try_from(by_addr.len()).is_ok(), "{} symbols: a name index holds at most 2^32", by_addr.len());
+        let mut entries = hashbrown::HashTable::with_capacity(by_addr.len());
         for (i, sym) in by_addr.iter().enumerate() {
-            let index = u32::try_from(i).expect("checked above");
-            let (start, tag) = name_hash(&sym.name);
-            let mut pos = start & mask;
-            loop {
-                let slot = &mut slots[pos];
-                if slot.index == NameSlot::EMPTY {
-                    *slot = NameSlot { tag, index };
-                    break;
-                }
-                let held = slot.index as usize;
-                if slot.tag == tag && by_addr[held].name == sym.name {
-                    if rank[i] < rank[held] {
-                        slot.index = index;
-                    }
-                    break;
-                }
-                pos = (pos + 1) & mask;
-            }
+            let entry = (u32::try_from(i).expect("checked above"), u32::try_from(rank[i]).expect("a permutation of by_addr"));
+            entries.insert_unique(name_hash(&sym.name), entry, |&(j, _)| name_hash(&by_addr[j as usize].name));
         }
-        NameIndex { slots }
+        NameIndex { entries }
     }
 
-    /// The index into `by_addr` (the table this was built from) of the symbol called `name`.
+    /// The indices into `by_addr` (the table this was built from) of the symbols called `name`,
+    /// in the order they were given.
+    fn get_all(&self, by_addr: &[Symbol], name: &str) -> Vec<usize> {
+        let mut found: Vec<(u32, u32)> =
+            self.entries.iter_hash(name_hash(name)).filter(|&&(i, _)| by_addr[i as usize].name == name).copied().collect();
+        found.sort_unstable_by_key(|&(_, rank)| rank);
+        found.into_iter().map(|(i, _)| i as usize).collect()
+    }
+
+    /// The index of the first-given symbol called `name`.
     fn get(&self, by_addr: &[Symbol], name: &str) -> Option<usize> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let (start, tag) = name_hash(name);
-        let mut pos = start & mask;
-        // Terminates: a third of the slots or more are empty.
-        loop {
-            let slot = self.slots[pos];
-            if slot.index == NameSlot::EMPTY {
-                return None;
-            }
-            if slot.tag == tag && by_addr[slot.index as usize].name == name {
-                return Some(slot.index as usize);
-            }
-            pos = (pos + 1) & mask;
-        }
+        self.entries
+            .iter_hash(name_hash(name))
+            .filter(|&&(i, _)| by_addr[i as usize].name == name)
+            .min_by_key(|&&(_, rank)| rank)
+            .map(|&(i, _)| i as usize)
     }
 }
 
 impl std::fmt::Debug for NameIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NameIndex").field("slots", &self.slots.len()).finish_non_exhaustive()
+        f.debug_struct("NameIndex").field("entries", &self.entries.len()).finish_non_exhaustive()
     }
 }
 
-/// FNV-1a of `name`: its low half picks the first slot, its high half is the slot's tag.
-fn name_hash(name: &str) -> (usize, u32) {
+/// FNV-1a of `name`: short names, no adversary (symbols come from the target), no per-table seed.
+fn name_hash(name: &str) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = name.bytes().fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
-    let [l0, l1, l2, l3, h0, h1, h2, h3] = hash.to_le_bytes();
-    (u32::from_le_bytes([l0, l1, l2, l3]) as usize, u32::from_le_bytes([h0, h1, h2, h3]))
+    name.bytes().fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
 /// Memory kinds of the repository.
@@ -390,7 +372,7 @@ mod tests {
     use super::*;
 
     fn sym(name: &str, addr: u64, kind: SymbolKind, origin: Option<&str>) -> Symbol {
-        Symbol { name: name.into(), addr, size: 0, kind, origin: origin.map(Into::into) }
+        Symbol { name: name.into(), addr, size: 0, kind, origin: origin.map(Into::into), version: None }
     }
 
     fn func(name: &str, addr: u64) -> Symbol {

@@ -45,7 +45,7 @@ impl FakeTarget {
     pub fn new(symbols: &[(&str, u64, SymbolKind)]) -> Self {
         let symbols = symbols
             .iter()
-            .map(|&(name, addr, kind)| Symbol { name: name.into(), addr, size: 16, kind, origin: None })
+            .map(|&(name, addr, kind)| Symbol { name: name.into(), addr, size: 16, kind, origin: None, version: None })
             .collect();
         FakeTarget {
             info: TargetInfo {

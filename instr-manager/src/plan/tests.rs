@@ -26,7 +26,7 @@ impl Image {
                     addr: BASE + bytes.len() as u64,
                     size: b.len() as u64,
                     kind: SymbolKind::Function,
-                    origin: None,
+                    origin: None, version: None,
                 });
             }
             bytes.extend_from_slice(b);

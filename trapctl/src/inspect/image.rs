@@ -160,7 +160,7 @@ fn load_relocatable(path: &Path, file: &object::File<'_>, kind: ElfKind, kernel:
         .filter(|s| s.section_index() == Some(sec_idx) && s.kind() == object::SymbolKind::Text && s.is_definition())
         .filter_map(|s| {
             let name = s.name().ok().filter(|n| !n.is_empty())?;
-            Some(Symbol { name: name.to_string(), addr: s.address(), size: s.size(), kind: SymbolKind::Function, origin: None })
+            Some(Symbol { name: name.to_string(), addr: s.address(), size: s.size(), kind: SymbolKind::Function, origin: None, version: None })
         })
         .collect();
     log::debug!("{}: `{name}` is in section {sec_name} ({} bytes, {} functions)", path.display(), bytes.len(), symbols.len());

@@ -51,7 +51,7 @@ pub fn parse(text: &str) -> Result<Vec<Symbol>, KallsymsError> {
             addr,
             size: 0,
             kind: kind_of(letter),
-            origin: module.map(str::to_string),
+            origin: module.map(str::to_string), version: None,
         });
     }
     if !out.is_empty() && !any_address {
