@@ -205,7 +205,7 @@ pub fn analyze_function_with(
         return Err(AnalysisError::Empty { func: name.to_string(), start });
     }
     let end = start + bytes.len() as u64;
-    let (insns, undecodable_from) = decode(name, start, bytes, opts.lenient)?;
+    let (insns, undecodable) = decode(name, start, bytes);
 
     let mut branch_targets = BTreeSet::new();
     let mut indirect_jumps = Vec::new();
@@ -251,6 +251,26 @@ pub fn analyze_function_with(
         }
     }
 
+    let undecodable_from = match undecodable {
+        None => None,
+        Some(err) if opts.lenient => {
+            log::debug!("{err}; the rest of `{name}` is undecodable");
+            Some(undecodable_at(&err))
+        }
+        Some(err) => {
+            // Bytes that no instruction reaches (data or padding after a function's last `ret`,
+            // in functions whose extent is a guess) are no reason to refuse the function.
+            let at = undecodable_at(&err);
+            let falls_in = insns.last().is_some_and(|last| may_fall_through(&last.instr));
+            let jumped_to = branch_targets.range(at..).next().is_some();
+            let unknown_jumps = indirect_jumps.iter().any(|j| j.table.is_none());
+            if falls_in || jumped_to || unknown_jumps || insns.is_empty() {
+                return Err(err);
+            }
+            log::debug!("`{name}`: nothing reaches {at:#x}, where decoding stops ({err})");
+            Some(at)
+        }
+    };
     let blocks = build_blocks(&insns, &branch_targets, &indirect_jumps, start, end);
     Ok(Function {
         name: name.to_string(),
@@ -266,7 +286,9 @@ pub fn analyze_function_with(
     })
 }
 
-fn decode(name: &str, start: u64, bytes: &[u8], lenient: bool) -> Result<(Vec<Insn>, Option<u64>), AnalysisError> {
+/// Decode `[start, start + bytes.len())` linearly up to the first invalid or truncated
+/// instruction, returned beside the instructions before it.
+fn decode(name: &str, start: u64, bytes: &[u8]) -> (Vec<Insn>, Option<AnalysisError>) {
     let end = start + bytes.len() as u64;
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut insns = Vec::with_capacity(bytes.len() / 3);
@@ -282,15 +304,29 @@ fn decode(name: &str, start: u64, bytes: &[u8], lenient: bool) -> Result<(Vec<In
                 let stop = bytes.len().min(offset + 15);
                 AnalysisError::InvalidInstruction { func: name.to_string(), addr, bytes: hex(&bytes[offset..stop]) }
             };
-            if lenient {
-                log::debug!("{err}; the rest of `{name}` is undecodable");
-                return Ok((insns, Some(addr)));
-            }
-            return Err(err);
+            return (insns, Some(err));
         }
         insns.push(Insn { addr, len: instr.len(), instr });
     }
-    Ok((insns, None))
+    (insns, None)
+}
+
+/// The address of an undecodable instruction.
+fn undecodable_at(err: &AnalysisError) -> u64 {
+    match err {
+        AnalysisError::InvalidInstruction { addr, .. } | AnalysisError::Truncated { addr, .. } => *addr,
+        AnalysisError::Empty { start, .. } => *start,
+    }
+}
+
+/// Whether control may continue to the instruction after `instr`: everything but `ret`, `jmp`
+/// (direct or indirect) and `int3`. A `ud2` counts as continuing: a kernel WARN's does.
+fn may_fall_through(instr: &Instruction) -> bool {
+    match instr.flow_control() {
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => false,
+        FlowControl::Interrupt => instr.mnemonic() != Mnemonic::Int3,
+        _ => true,
+    }
 }
 
 /// Whether a block must end after this instruction.
@@ -442,6 +478,25 @@ mod tests {
         assert_eq!(f.insns.len(), 2);
         assert_eq!(f.undecodable_from, Some(BASE + 4));
         assert_eq!(f.blocks, vec![BasicBlock { start: BASE, end: BASE + 4, succs: vec![] }]);
+    }
+
+    #[test]
+    fn undecodable_bytes_no_instruction_reaches_end_the_function_quietly() {
+        // lea eax,[rdi+1]; ret; then bytes that are no instruction (push es, a cut call).
+        let bytes = [0x8D, 0x47, 0x01, 0xC3, 0x06, 0xE8, 0x00];
+        let f = analyze_function("bare", BASE, &bytes).unwrap();
+        assert_eq!(f.insns.len(), 2);
+        assert_eq!(f.undecodable_from, Some(BASE + 4));
+        // The same bytes reached: by falling in after a call, by a branch over them, or
+        // possibly by an indirect jmp whose table is unknown.
+        let reached = [
+            (vec![0xE8, 0x00, 0x00, 0x00, 0x00, 0x06, 0xC3], "falls in after a call"),
+            (vec![0x74, 0x02, 0xC3, 0xC3, 0x06, 0xC3], "je over the rets to the bad byte"),
+            (vec![0x74, 0x01, 0xC3, 0xFF, 0xE0, 0x06], "jmp rax may land there"),
+        ];
+        for (code, why) in reached {
+            assert!(analyze_function("reached", BASE, &code).is_err(), "{why}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Symbols of the running process: the executable and every loaded library, each from its
 //! full symbol table (`.symtab` where the file has one, else `.dynsym`), load bias applied.
+//! IFUNC symbols are replaced by the implementation the dynamic linker picked for this CPU
+//! (`memcpy` is `__memmove_avx_unaligned_erms` here, not its resolver), asked of `dlsym`.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 
 use crate::elfsyms::read_elf_symbols;
 use crate::error::TargetError;
@@ -56,12 +58,63 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
             }
         };
         match read_elf_symbols(&map, o.bias, origin) {
-            Ok(syms) => {
+            Ok(mut syms) => {
                 log::debug!("{} symbols from {path} (bias {:#x})", syms.len(), o.bias);
+                resolve_ifuncs(&mut syms, (i != 0).then_some(path.as_str()));
                 all.extend(syms);
             }
             Err(e) => log::debug!("symbols of {path}: {e}; skipped"),
         }
     }
     Ok(SymbolTable::new(all))
+}
+
+/// Replace each IFUNC symbol of one object (`path`, or the executable for `None`) by the
+/// implementation `dlsym` binds its name to; its size is the implementation's symbol's where the
+/// object has one at that address, else left 0 (the next function bounds it). A name `dlsym`
+/// does not give (a local IFUNC) stays an IFUNC, which points refuse with a reason.
+fn resolve_ifuncs(syms: &mut [crate::target::Symbol], path: Option<&str>) {
+    use crate::target::SymbolKind;
+    if !syms.iter().any(|s| s.kind == SymbolKind::Ifunc) {
+        return;
+    }
+    let cpath = match path.map(CString::new).transpose() {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded (it runs no
+    // constructors); the path is a NUL-terminated string that outlives the call, or NULL for the
+    // executable.
+    let handle = unsafe {
+        libc::dlopen(cpath.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+    };
+    if handle.is_null() {
+        log::debug!("IFUNCs of {}: not open to dlopen; left unresolved", path.unwrap_or("the executable"));
+        return;
+    }
+    let sized: Vec<(u64, u64)> = syms.iter().filter(|s| s.kind == SymbolKind::Function && s.size > 0).map(|s| (s.addr, s.size)).collect();
+    for sym in syms.iter_mut().filter(|s| s.kind == SymbolKind::Ifunc) {
+        let Ok(name) = CString::new(sym.name.as_str()) else { continue };
+        let version = sym.version.as_deref().map(|v| CString::new(v.trim_start_matches('@')));
+        // SAFETY: `handle` is a live handle from dlopen above; name and version are
+        // NUL-terminated and outlive the calls. dlsym runs the IFUNC's resolver, which the
+        // dynamic linker already ran for this object's relocations.
+        let addr = unsafe {
+            match version {
+                Some(Ok(v)) => libc::dlvsym(handle, name.as_ptr(), v.as_ptr()),
+                Some(Err(_)) => continue,
+                None => libc::dlsym(handle, name.as_ptr()),
+            }
+        } as u64;
+        if addr == 0 {
+            log::debug!("IFUNC `{}` of {}: dlsym gives nothing; left unresolved", sym.versioned_name(), path.unwrap_or("the executable"));
+            continue;
+        }
+        log::debug!("IFUNC `{}` at {:#x} resolves to {addr:#x}", sym.versioned_name(), sym.addr);
+        sym.kind = SymbolKind::Function;
+        sym.size = sized.iter().find(|&&(a, _)| a == addr).map_or(0, |&(_, size)| size);
+        sym.addr = addr;
+    }
+    // SAFETY: balances the dlopen above; the object stays loaded (it was loaded before).
+    unsafe { libc::dlclose(handle) };
 }
