@@ -51,7 +51,8 @@ pub struct LoadOptions {
 /// The kind of memory a component symbol lies in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SymbolPlace {
-    /// Not recorded (state saved before places were kept): neither an entry nor a variable.
+    /// Not recorded (state saved before places were kept): the symbol's address range and kind
+    /// decide whether it is an entry or a variable.
     #[default]
     Unknown,
     /// A section loaded as code.
@@ -135,9 +136,14 @@ impl LoadedComponent {
         inside(addr, len, self.code_addr, self.code_len)
     }
 
-    /// Whether `[addr, addr + len)` lies inside the data image.
+    /// Whether `[addr, addr + len)` lies inside the data image (the data block past the image's
+    /// start, for state saved before the image's length was kept).
     pub fn in_data_image(&self, addr: u64, len: u64) -> bool {
-        inside(addr, len, self.data_addr, self.data_len)
+        let data_len = match self.data_len {
+            0 => self.data.size.saturating_sub(usize::try_from(self.data_addr.saturating_sub(self.data.addr)).unwrap_or(usize::MAX)),
+            n => n,
+        };
+        inside(addr, len, self.data_addr, data_len)
     }
 
     /// Code and data ranges `[start, end)` of the blocks.
@@ -491,7 +497,8 @@ impl ComponentManager {
     pub fn entry(&self, name: &str) -> Result<(ComponentId, u64), ComponentError> {
         let (c, s) = self.exported(name)?;
         let refuse = |reason: String| ComponentError::NotAnEntry { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, reason };
-        if s.place != SymbolPlace::Code {
+        // `Unknown`: state saved before places were kept; the address range decides below.
+        if !matches!(s.place, SymbolPlace::Code | SymbolPlace::Unknown) {
             return Err(refuse(format!("it lies in {:?} memory, not in a code section", s.place)));
         }
         if !matches!(s.kind, SymbolKind::Function | SymbolKind::Other) {
@@ -508,7 +515,7 @@ impl ComponentManager {
     pub fn variable(&self, name: &str, size: u64) -> Result<(ComponentId, u64), ComponentError> {
         let (c, s) = self.exported(name)?;
         let refuse = |reason: String| ComponentError::NotAVariable { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, size, reason };
-        if !matches!(s.place, SymbolPlace::Data | SymbolPlace::Bss | SymbolPlace::Common) {
+        if !matches!(s.place, SymbolPlace::Data | SymbolPlace::Bss | SymbolPlace::Common | SymbolPlace::Unknown) {
             return Err(refuse(format!("it lies in {:?} memory, not in a data or bss section", s.place)));
         }
         if s.kind == SymbolKind::Function {

@@ -670,6 +670,36 @@ mod tests {
     }
 
     #[test]
+    fn image_buffers_of_an_impossible_size_are_an_error_not_an_abort() {
+        assert!(matches!(filled(BlockKind::Data, usize::MAX, 0), Err(RelocError::NoMemory { kind: BlockKind::Data, size: usize::MAX, .. })));
+        assert_eq!(filled(BlockKind::Code, 3, 0xCC).unwrap(), vec![0xCC; 3]);
+    }
+
+    #[test]
+    fn rel32_targets_may_reach_anywhere_from_the_start_to_the_end_of_their_object() {
+        // `S + A` relative to a 16-byte object: -8 (`cmpl $imm32` at its start) to 12 (`call`
+        // to its end, `&a[n]`).
+        for (t, inside) in [(-9, false), (-8, true), (-4, true), (0, true), (12, true), (13, false)] {
+            assert_eq!(reaches_inside(t, 16), inside, "{t}");
+        }
+        let mut obj = object();
+        check_targets(&obj, &imports(&obj)).unwrap();
+        obj.relocations[3].addend = 6 - 4 + 1; // lea rdi,[rip+.rodata+7]: .rodata is 6 bytes
+        let err = check_targets(&obj, &imports(&obj)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "relocation R_X86_64_PC32 (2) at .text+0x14 against .rodata with addend 3: the instruction would reach outside section .rodata (0x6 bytes)"
+        );
+        let mut obj = object();
+        obj.relocations[0].addend = -12;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { symbol, .. } if symbol == "near_fn"));
+        // far_var is an 8-byte import: a GOT load from it is refused with a shifted addend.
+        let mut obj = object();
+        obj.relocations[2].addend = 0;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { bound, .. } if bound == "its GOT slot"));
+    }
+
+    #[test]
     fn field_encoders_check_their_ranges() {
         assert_eq!(signed32(-1), Some([0xFF; 4]));
         assert_eq!(signed32(i128::from(i32::MAX) + 1), None);

@@ -266,3 +266,22 @@ pub fn entry_problem(obj: &Object, sym: &Symbol) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relocation_section_names_designate_their_target() {
+        assert_eq!(named_target(".rela.text"), Some(".text"));
+        assert_eq!(named_target(".rel.data.rel.ro"), Some(".data.rel.ro"));
+        assert_eq!(named_target(".rela__jump_table"), Some("__jump_table"));
+        assert_eq!(named_target(".rela"), None);
+        assert_eq!(named_target(".text"), None);
+    }
+
+    #[test]
+    fn default_limits_are_a_16_mib_image_and_page_alignment() {
+        assert_eq!(Limits::default(), Limits { max_image: 16 << 20, max_align: 4096 });
+    }
+}
