@@ -135,6 +135,8 @@ pub enum RelocError {
     StubReach { symbol: String, stub: u64, slot: u64 },
     #[error("relocation {kind} at {section}+{offset:#x} against {symbol} with addend {addend}: the instruction would reach outside {bound}")]
     TargetOutside { kind: RelocType, section: String, offset: u64, symbol: String, addend: i64, bound: String },
+    #[error("relocation {kind} at {section}+{offset:#x} is a call or jump to {symbol}, which is {what}, not code")]
+    CallToData { kind: RelocType, section: String, offset: u64, symbol: String, what: String },
     #[error("cannot allocate the {kind:?} image ({size:#x} bytes): {reason}")]
     NoMemory { kind: BlockKind, size: usize, reason: String },
 }
@@ -158,7 +160,9 @@ fn reaches_inside(t: i128, size: u64) -> bool {
 /// - against an import that is a function: exactly at it (`A` is `-4`, to `-8` with an
 ///   immediate after the field), against an import of known size: inside it; imports of unknown
 ///   size (kernel symbols, extra symbols that are not functions) cannot be bounded;
-/// - GOT-relative kinds: exactly at the symbol's GOT slot.
+/// - GOT-relative kinds: exactly at the symbol's GOT slot;
+/// - `PLT32` (what compilers emit for `call`/`jmp` only) never reaches data: not an import
+///   known to be an object, not a definition in a section loaded as data.
 ///
 /// `PC32` in data sections (`.long a - b` tables, the kernel's exception and alternatives
 /// tables) is a difference between two places, not an instruction's target, and is not
@@ -187,6 +191,25 @@ pub fn check_targets(obj: &Object, imports: &[Option<Import>]) -> Result<(), Rel
             continue;
         }
         let Some(sym) = obj.symbols.get(r.symbol) else { continue };
+        if r.r_type == elf::R_X86_64_PLT32 {
+            let data = match sym.def {
+                SymbolDef::Section { index, .. } => obj
+                    .sections
+                    .get(index)
+                    .filter(|s| s.placement != Placement::Code)
+                    .map(|s| format!("in section {} (#{index})", s.name)),
+                SymbolDef::Common { .. } => Some("a common symbol".to_string()),
+                SymbolDef::Undefined => imports
+                    .get(r.symbol)
+                    .and_then(Option::as_ref)
+                    .filter(|i| i.kind == SymbolKind::Object)
+                    .map(|i| format!("a data symbol at {:#x}", i.addr)),
+                SymbolDef::Absolute(_) => None,
+            };
+            if let Some(what) = data {
+                return Err(RelocError::CallToData { kind, section: obj.section_name(r.section), offset: r.offset, symbol: obj.symbol_name(r.symbol), what });
+            }
+        }
         match sym.def {
             SymbolDef::Section { index, value } => {
                 let size = obj.sections.get(index).map_or(0, |s| s.size);
@@ -693,6 +716,15 @@ mod tests {
         let mut obj = object();
         obj.relocations[0].addend = -12;
         assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { symbol, .. } if symbol == "near_fn"));
+        // A call into data: an object import, or the component's own data.
+        let mut obj = object();
+        obj.relocations[0].symbol = 3;
+        assert_eq!(
+            check_targets(&obj, &imports(&obj)).unwrap_err().to_string(),
+            format!("relocation R_X86_64_PLT32 (4) at .text+0x1 is a call or jump to far_var, which is a data symbol at {FAR_VAR:#x}, not code")
+        );
+        obj.relocations[0].symbol = 4;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::CallToData { what, .. } if what == "in section .rodata (#2)"));
         // far_var is an 8-byte import: a GOT load from it is refused with a shifted addend.
         let mut obj = object();
         obj.relocations[2].addend = 0;
