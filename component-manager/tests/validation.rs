@@ -474,3 +474,32 @@ fn declared_handler_that_is_not_code_is_refused_at_load() {
     );
     assert!(err.to_string().ends_with("is not a function (its type is Object)"), "{err}");
 }
+
+/// The checks refuse nothing a compiler makes: the seeds compiled the ways components are
+/// (user space `-fPIC` or not, the kernel's code model with per-function sections, commons,
+/// patchable entries and no unwind tables) all load.
+#[test]
+fn compiler_output_passes_validation_under_user_and_kernel_like_flags() {
+    const KERNEL: u64 = 0xffff_ffff_a000_0000;
+    let kernel_flags: &[&str] = &[
+        "-mcmodel=kernel",
+        "-fno-pic",
+        "-mno-red-zone",
+        "-ffunction-sections",
+        "-fdata-sections",
+        "-fcommon",
+        "-fno-asynchronous-unwind-tables",
+        "-fpatchable-function-entry=16,16",
+    ];
+    let sets: [(&[&str], u64); 4] = [(&[], NEAR), (&["-fPIC"], NEAR), (&["-O0", "-g"], NEAR), (kernel_flags, KERNEL)];
+    for fixture in ["two.c", "basic.c"] {
+        for (flags, near) in sets {
+            let bytes = compile(fixture, flags);
+            let mut t = FakeTarget::new(&[("target_fn", near + 0x1000, SymbolKind::Function)]);
+            let opts = LoadOptions { near, ..LoadOptions::default() };
+            if let Err(e) = ComponentManager::new().load_bytes(&mut t, "seed", &bytes, &opts, &mut NoExtra) {
+                panic!("{fixture} with {flags:?}: {e}");
+            }
+        }
+    }
+}
