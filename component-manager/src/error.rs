@@ -1,7 +1,7 @@
 //! The crate's top-level error: every failure of loading, verifying or unloading a component,
 //! each naming the component and the culprit (file, field, section, symbol, relocation, address).
 //!
-//! The per-pass errors ([`ParseError`], [`ResolveError`], [`LayoutError`], [`RelocError`]) are
+//! The per-pass errors ([`ParseError`], [`ValidateError`], [`ResolveError`], [`LayoutError`], [`RelocError`]) are
 //! wrapped with the component's name and shown inline (`component foo.o: machine is ...`), so
 //! one line says everything; they are kept as typed fields for callers that match on them
 //! (the relocation error boxed: it is the largest, and errors travel by value).
@@ -14,6 +14,7 @@ use crate::manager::ComponentId;
 use crate::parse::ParseError;
 use crate::reloc::RelocError;
 use crate::resolve::ResolveError;
+use crate::validate::ValidateError;
 
 /// What went wrong with a component.
 #[derive(Debug, Error)]
@@ -28,6 +29,8 @@ pub enum ComponentError {
     DuplicateName { component: String, name: String, existing: ComponentId },
     #[error("component {component}: global symbol {symbol} is already defined by component {existing}")]
     DuplicateSymbol { component: String, symbol: String, existing: String },
+    #[error("component {component}: {error}")]
+    Validate { component: String, error: ValidateError },
     #[error("component {component}: {error}")]
     Resolve { component: String, error: ResolveError },
     #[error("component {component}: {error}")]
@@ -44,6 +47,12 @@ pub enum ComponentError {
     NotAcquired { component: String },
     #[error("component {component} is imported by {}", importers.join(", "))]
     Imported { component: String, importers: Vec<String> },
+    #[error("no loaded component exports {symbol}")]
+    UnknownSymbol { symbol: String },
+    #[error("component {component}: {symbol} at {addr:#x} cannot be executed: {reason}")]
+    NotAnEntry { component: String, symbol: String, addr: u64, reason: String },
+    #[error("component {component}: {symbol} at {addr:#x} cannot be accessed as a {size}-byte variable: {reason}")]
+    NotAVariable { component: String, symbol: String, addr: u64, size: u64, reason: String },
     #[error("component {component}: code at {addr:#x} ({len} bytes) has CRC32 {actual:#010x}, expected {expected:#010x} as written")]
     CodeModified { component: String, addr: u64, len: usize, expected: u32, actual: u32 },
 }

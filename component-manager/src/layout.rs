@@ -9,7 +9,8 @@
 //! Offsets assume the block starts at an address aligned to the block's alignment (the largest
 //! alignment placed in it); the manager guarantees that when it allocates. Each block is at
 //! least one byte, so every component owns both, and at most [`MAX_BLOCK`] bytes, so that a
-//! `rel32` always reaches from one end of a block to the other.
+//! `rel32` always reaches from one end of a block to the other (the manager holds the whole
+//! image to a much lower ceiling, [`crate::validate::Limits::max_image`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -90,6 +91,14 @@ impl Cursor {
     }
 }
 
+impl Layout {
+    /// Bytes of both images together, with the padding the manager may add to align the blocks.
+    pub fn image_size(&self) -> u128 {
+        let block = |b: BlockPlan| b.size as u128 + u128::from(b.align) - 1;
+        block(self.code) + block(self.data)
+    }
+}
+
 /// Lay out `obj`, with GOT slots for `got_symbols` and stubs for `stub_symbols` (every stub
 /// symbol also gets a slot: the stub jumps through it).
 pub fn plan(obj: &Object, got_symbols: &BTreeSet<usize>, stub_symbols: &BTreeSet<usize>) -> Result<Layout, LayoutError> {
@@ -137,7 +146,7 @@ mod tests {
 
     fn section(index: usize, name: &str, placement: Placement, size: u8, align: u64) -> Section {
         let data = if placement == Placement::Bss { vec![] } else { vec![0; usize::from(size)] };
-        Section { index, name: name.into(), placement, size: u64::from(size), align, data }
+        Section { index, name: name.into(), placement, size: u64::from(size), align, data, sh_type: 0, flags: 0, info: 0 }
     }
 
     fn object() -> Object {

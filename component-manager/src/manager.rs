@@ -2,9 +2,15 @@
 //! who imports from whom, reference counts, and the effectful steps of loading (allocate, write,
 //! seal), verifying and unloading, all through `&mut dyn Target`.
 //!
-//! Loading runs the pure passes first (CRC, parse, relocation check, symbol resolution, layout),
-//! so most bad components are refused before any repository memory is allocated; whatever is
-//! allocated afterwards is freed again on any error.
+//! Loading runs the pure passes first (CRC, parse, validation against the manager's [`Limits`],
+//! relocation checks, symbol resolution, relocation targets, layout), so a malformed component is
+//! refused before any repository memory is allocated; what can still fail afterwards (the
+//! target's allocation, a relocation out of reach of where the blocks landed) frees whatever
+//! was allocated.
+//!
+//! Names are resolved for execution through [`ComponentManager::entry`] (a function in a code
+//! section) and for reading and writing through [`ComponentManager::variable`] (an object in a
+//! data or bss section, as large as the access), never through a bare address lookup.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -15,9 +21,10 @@ use trapvec::{BlockKind, RepoBlock, SymbolKind, Target, TargetError};
 
 use crate::error::ComponentError;
 use crate::layout::{self, BlockPlan, Layout};
-use crate::parse::{self, DeclaredSplice, Object, SymbolDef, SymbolType};
+use crate::parse::{self, DeclaredSplice, Object, Placement, SymbolDef, SymbolType};
 use crate::reloc::{self, Images};
 use crate::resolve::{self, Export, ExtraSymbols, Import, ImportSource};
+use crate::validate::{self, Limits, ValidateError};
 
 /// Identifies a loaded component for as long as the manager lives (ids are never reused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -41,6 +48,23 @@ pub struct LoadOptions {
     pub name: Option<String>,
 }
 
+/// The kind of memory a component symbol lies in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SymbolPlace {
+    /// Not recorded (state saved before places were kept): the symbol's address range and kind
+    /// decide whether it is an entry or a variable.
+    #[default]
+    Unknown,
+    /// A section loaded as code.
+    Code,
+    /// A section with contents in the data block.
+    Data,
+    /// A zero-filled section in the data block.
+    Bss,
+    /// A common symbol, in the data block.
+    Common,
+}
+
 /// A symbol a loaded component defines, at its run-time address.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ComponentSymbol {
@@ -50,6 +74,9 @@ pub struct ComponentSymbol {
     pub kind: SymbolKind,
     /// Exported to other components and to [`ComponentManager::lookup`].
     pub global: bool,
+    /// Where it lies; `[addr, addr + size]` is inside that section of the image (validated).
+    #[serde(default)]
+    pub place: SymbolPlace,
 }
 
 /// A component in the repository.
@@ -73,6 +100,9 @@ pub struct LoadedComponent {
     pub code_crc32: u32,
     /// Address of the data image.
     pub data_addr: u64,
+    /// Length of the data image (sections, commons and GOT slots).
+    #[serde(default)]
+    pub data_len: usize,
     pub symbols: Vec<ComponentSymbol>,
     /// Each undefined symbol and the address it was bound to.
     pub imports: Vec<(String, u64)>,
@@ -101,6 +131,21 @@ impl LoadedComponent {
         Some(found.find(|s| s.global).unwrap_or(first))
     }
 
+    /// Whether `[addr, addr + len)` lies inside the code image.
+    pub fn in_code_image(&self, addr: u64, len: u64) -> bool {
+        inside(addr, len, self.code_addr, self.code_len)
+    }
+
+    /// Whether `[addr, addr + len)` lies inside the data image (the data block past the image's
+    /// start, for state saved before the image's length was kept).
+    pub fn in_data_image(&self, addr: u64, len: u64) -> bool {
+        let data_len = match self.data_len {
+            0 => self.data.size.saturating_sub(usize::try_from(self.data_addr.saturating_sub(self.data.addr)).unwrap_or(usize::MAX)),
+            n => n,
+        };
+        inside(addr, len, self.data_addr, data_len)
+    }
+
     /// Code and data ranges `[start, end)` of the blocks.
     fn ranges(&self) -> [(u64, u64); 2] {
         let range = |b: &RepoBlock| (b.addr, b.addr + b.size as u64);
@@ -114,6 +159,9 @@ pub struct ComponentManager {
     components: BTreeMap<ComponentId, LoadedComponent>,
     exports: BTreeMap<String, Export>,
     next_id: u32,
+    /// What one component may ask for ([`Limits::default`]: a 16 MiB image, page alignment).
+    #[serde(default)]
+    limits: Limits,
 }
 
 /// A block allocated for an image, and where the image starts in it.
@@ -129,8 +177,23 @@ impl Placed {
 }
 
 impl ComponentManager {
+    /// A manager with the default [`Limits`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A manager refusing components beyond `limits`.
+    pub fn with_limits(limits: Limits) -> Self {
+        ComponentManager { limits, ..Self::default() }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Change the limits for the next loads (loaded components stay).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
     }
 
     /// Load the ELF relocatable at `path` (mapped, not read): see [`Self::load_bytes`].
@@ -199,12 +262,20 @@ impl ComponentManager {
             return Err(ComponentError::DuplicateName { component: label, name, existing });
         }
         let obj = parse::parse(bytes).map_err(|error| ComponentError::Parse { component: label.clone(), error })?;
+        let invalid = |error| ComponentError::Validate { component: label.clone(), error };
+        validate::validate(&obj, &self.limits).map_err(invalid)?;
         self.check_exports(&obj, &label)?;
-        reloc::check(&obj).map_err(|error| ComponentError::Reloc { component: label.clone(), error: Box::new(error) })?;
+        let reloc_err = |error| ComponentError::Reloc { component: label.clone(), error: Box::new(error) };
+        reloc::check(&obj).map_err(reloc_err)?;
         let imports = resolve::resolve_imports(&obj, &self.exports, extra, target)
             .map_err(|error| ComponentError::Resolve { component: label.clone(), error })?;
+        reloc::check_targets(&obj, &imports).map_err(reloc_err)?;
         let (got, stubs) = reloc::indirections(&obj, &imports);
         let layout = layout::plan(&obj, &got, &stubs).map_err(|error| ComponentError::Layout { component: label.clone(), error })?;
+        let size = layout.image_size();
+        if size > u128::from(self.limits.max_image) {
+            return Err(invalid(ValidateError::ImageTooLarge { size, limit: self.limits.max_image }));
+        }
 
         let mut allocated = Vec::new();
         let placed = Self::place(target, &label, &obj, &layout, &imports, opts.near, &mut allocated);
@@ -226,7 +297,7 @@ impl ComponentManager {
         for s in obj.symbols.iter().filter(|s| s.is_export() && section_loaded(&obj, s.def)) {
             let Some(sym) = component.symbols.iter().find(|c| c.global && c.name == s.name) else { continue };
             let weak = s.binding == parse::Binding::Weak;
-            self.exports.entry(s.name.clone()).or_insert(Export { component: id, addr: sym.addr, kind: sym.kind, weak });
+            self.exports.entry(s.name.clone()).or_insert(Export { component: id, addr: sym.addr, kind: sym.kind, size: sym.size, weak });
         }
         log::debug!(
             "component {} loaded as {id}: code {:#x}+{:#x}, data {:#x}+{:#x}, {} imports, {} stubs",
@@ -303,13 +374,20 @@ impl ComponentManager {
             if s.name.is_empty() || matches!(s.ty, SymbolType::Section | SymbolType::File) {
                 continue;
             }
-            let addr = match s.def {
+            let (addr, place) = match s.def {
                 SymbolDef::Section { index, value } => match layout.sections.get(index).copied().flatten() {
-                    Some(slot) => base(slot.kind) + slot.offset as u64 + value,
+                    Some(slot) => {
+                        let place = match obj.sections[index].placement {
+                            Placement::Code => SymbolPlace::Code,
+                            Placement::Bss => SymbolPlace::Bss,
+                            _ => SymbolPlace::Data,
+                        };
+                        (base(slot.kind) + slot.offset as u64 + value, place)
+                    }
                     None => continue,
                 },
                 SymbolDef::Common { .. } => match layout.commons.get(&s.index) {
-                    Some(&offset) => data.base + offset as u64,
+                    Some(&offset) => (data.base + offset as u64, SymbolPlace::Common),
                     None => continue,
                 },
                 SymbolDef::Undefined | SymbolDef::Absolute(_) => continue,
@@ -319,7 +397,7 @@ impl ComponentManager {
                 SymbolType::Object => SymbolKind::Object,
                 _ => SymbolKind::Other,
             };
-            symbols.push(ComponentSymbol { name: s.name.clone(), addr, size: s.size, kind, global: s.is_export() });
+            symbols.push(ComponentSymbol { name: s.name.clone(), addr, size: s.size, kind, global: s.is_export(), place });
         }
         let mut depends_on = BTreeSet::new();
         let mut import_list = Vec::new();
@@ -340,6 +418,7 @@ impl ComponentManager {
             code_len: images.code.len(),
             code_crc32: crc32fast::hash(&images.code),
             data_addr: data.base,
+            data_len: images.data.len(),
             code: code.block,
             data: data.block,
             symbols,
@@ -398,9 +477,57 @@ impl ComponentManager {
         self.components.values()
     }
 
-    /// A global symbol of any loaded component: who defines it, and where.
+    /// A global symbol of any loaded component: who defines it, and where. To execute it use
+    /// [`Self::entry`], to read or write it [`Self::variable`]: they check what it is.
     pub fn lookup(&self, symbol: &str) -> Option<(ComponentId, u64)> {
         self.exports.get(symbol).map(|e| (e.component, e.addr))
+    }
+
+    /// The exported symbol `name` and its component.
+    fn exported(&self, name: &str) -> Result<(&LoadedComponent, &ComponentSymbol), ComponentError> {
+        let unknown = || ComponentError::UnknownSymbol { symbol: name.to_string() };
+        let e = self.exports.get(name).ok_or_else(unknown)?;
+        let c = self.components.get(&e.component).ok_or_else(unknown)?;
+        let s = c.symbols.iter().find(|s| s.global && s.name == name && s.addr == e.addr).ok_or_else(unknown)?;
+        Ok((c, s))
+    }
+
+    /// A global symbol to execute (a handler, a replacement): a function (or an untyped
+    /// assembly label) inside a code section of its component, inside the code image.
+    pub fn entry(&self, name: &str) -> Result<(ComponentId, u64), ComponentError> {
+        let (c, s) = self.exported(name)?;
+        let refuse = |reason: String| ComponentError::NotAnEntry { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, reason };
+        // `Unknown`: state saved before places were kept; the address range decides below.
+        if !matches!(s.place, SymbolPlace::Code | SymbolPlace::Unknown) {
+            return Err(refuse(format!("it lies in {:?} memory, not in a code section", s.place)));
+        }
+        if !matches!(s.kind, SymbolKind::Function | SymbolKind::Other) {
+            return Err(refuse(format!("it is {:?}, not a function", s.kind)));
+        }
+        if !c.in_code_image(s.addr, s.size.max(1)) {
+            return Err(refuse(format!("it lies outside the code image {:#x}+{:#x}", c.code_addr, c.code_len)));
+        }
+        Ok((c.id, s.addr))
+    }
+
+    /// A global symbol to read or write `size` bytes of: an object (or an untyped label) in a
+    /// data, bss or common section, at least `size` bytes long, inside the data image.
+    pub fn variable(&self, name: &str, size: u64) -> Result<(ComponentId, u64), ComponentError> {
+        let (c, s) = self.exported(name)?;
+        let refuse = |reason: String| ComponentError::NotAVariable { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, size, reason };
+        if !matches!(s.place, SymbolPlace::Data | SymbolPlace::Bss | SymbolPlace::Common | SymbolPlace::Unknown) {
+            return Err(refuse(format!("it lies in {:?} memory, not in a data or bss section", s.place)));
+        }
+        if s.kind == SymbolKind::Function {
+            return Err(refuse("it is a function".to_string()));
+        }
+        if size > s.size {
+            return Err(refuse(format!("it is {} bytes long", s.size)));
+        }
+        if !c.in_data_image(s.addr, size) {
+            return Err(refuse(format!("it lies outside the data image {:#x}+{:#x}", c.data_addr, c.data_len)));
+        }
+        Ok((c.id, s.addr))
     }
 
     /// The component whose code or data block contains `addr`.
@@ -445,6 +572,12 @@ impl ComponentManager {
     }
 }
 
+/// Whether `[addr, addr + len)` lies inside `[start, start + size)`.
+fn inside(addr: u64, len: u64, start: u64, size: usize) -> bool {
+    let end = start.checked_add(size as u64);
+    addr >= start && addr.checked_add(len).zip(end).is_some_and(|(a, e)| a <= e)
+}
+
 /// Whether a symbol definition lies in memory the component owns.
 fn section_loaded(obj: &Object, def: SymbolDef) -> bool {
     match def {
@@ -476,7 +609,12 @@ fn alloc_aligned(
         size: plan.size,
         reason: format!("alignment {} cannot be padded", plan.align),
     })?;
-    let block = target.alloc(near, plan.size + pad, kind)?;
+    let padded = plan.size.checked_add(pad).ok_or_else(|| TargetError::Alloc {
+        near,
+        size: plan.size,
+        reason: format!("alignment {} cannot be padded", plan.align),
+    })?;
+    let block = target.alloc(near, padded, kind)?;
     allocated.push(block.clone());
     let base = block.addr.next_multiple_of(plan.align);
     Ok(Placed { base, block })

@@ -53,6 +53,14 @@ pub enum ParseError {
     Section { section: String, reason: String },
     #[error("declared splice {record:?} in {SPLICES_SECTION}: {reason}")]
     Splice { record: String, reason: String },
+    #[error("symbol {symbol} (#{index}) is defined in section index {shndx:#x}, which is not a section of this file ({sections} sections)")]
+    SymbolSection { symbol: String, index: usize, shndx: u32, sections: usize },
+    #[error("relocation section {section} (#{index}) applies to section index {target}, which does not exist")]
+    RelocationTarget { section: String, index: usize, target: u32 },
+    #[error("relocation section {section} (#{index}) links section {link} instead of the symbol table (section {symtab})")]
+    RelocationLink { section: String, index: usize, link: usize, symtab: usize },
+    #[error("relocation #{entry} of {section} (at {target}+{offset:#x}) names symbol index {symbol}, past the end of the symbol table ({symbols} symbols)")]
+    RelocationSymbol { section: String, entry: usize, target: String, offset: u64, symbol: u64, symbols: usize },
 }
 
 fn malformed(what: impl Into<String>, reason: impl ToString) -> ParseError {
@@ -87,10 +95,15 @@ pub struct Section {
     pub placement: Placement,
     /// Size in memory (for `Bss`, the zero-filled size).
     pub size: u64,
-    /// Alignment, a power of two (1 when the file says 0).
+    /// Alignment as the file says it, 1 when it says 0. [`crate::validate`] refuses one that is
+    /// not a power of two or larger than [`crate::validate::Limits::max_align`].
     pub align: u64,
     /// File contents (empty for `Bss` and sections that are not loaded).
     pub data: Vec<u8>,
+    /// `sh_type`, `sh_flags` and `sh_info` as in the file, for [`crate::validate`].
+    pub sh_type: u32,
+    pub flags: u64,
+    pub info: u32,
 }
 
 /// Where a symbol is defined.
@@ -102,7 +115,8 @@ pub enum SymbolDef {
     Section { index: usize, value: u64 },
     /// `SHN_ABS`: an absolute value.
     Absolute(u64),
-    /// `SHN_COMMON`: space the linker must allocate (`-fcommon`); `align` is a power of two.
+    /// `SHN_COMMON`: space the linker must allocate (`-fcommon`); `align` as the file says
+    /// (1 for 0), checked by [`crate::validate`].
     Common { align: u64 },
 }
 
@@ -323,13 +337,6 @@ fn placement(name: &str, sh_type: u32, flags: u64) -> Result<Placement, String> 
     Ok(Placement::Data)
 }
 
-fn alignment(section: &str, value: u64) -> Result<u64, ParseError> {
-    match value {
-        0 | 1 => Ok(1),
-        v if v.is_power_of_two() => Ok(v),
-        v => Err(ParseError::Section { section: section.to_string(), reason: format!("alignment {v} is not a power of two") }),
-    }
-}
 
 /// Parse and check a component's bytes.
 pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
@@ -349,7 +356,7 @@ pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
         } else {
             placement(&name, sh_type, flags).map_err(|reason| ParseError::Section { section: name.clone(), reason })?
         };
-        let align = alignment(&name, header.sh_addralign(LE))?;
+        let align = header.sh_addralign(LE).max(1);
         let size = header.sh_size(LE);
         let data = match placement {
             Placement::Code | Placement::Data => {
@@ -358,7 +365,7 @@ pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
             _ => Vec::new(),
         };
         log::debug!("section {index} {name}: {placement:?}, {size:#x} bytes, align {align}");
-        sections.push(Section { index, name, placement, size, align, data });
+        sections.push(Section { index, name, placement, size, align, data, sh_type, flags, info: header.sh_info(LE) });
     }
 
     let symbols = parse_symbols(&symtab, &sections)?;
@@ -386,12 +393,20 @@ fn parse_symbols(table: &SymbolTable<'_, Header>, sections: &[Section]) -> Resul
         let def = match shndx {
             elf::SHN_UNDEF => SymbolDef::Undefined,
             elf::SHN_ABS => SymbolDef::Absolute(value),
-            elf::SHN_COMMON => SymbolDef::Common { align: alignment(&format!("of common symbol #{index}"), value)? },
-            _ => match table.symbol_section(LE, sym, object::SymbolIndex(index)).map_err(|e| malformed(what(), e))? {
-                Some(s) if s.0 < sections.len() => SymbolDef::Section { index: s.0, value },
-                Some(s) => return Err(malformed(what(), format!("section index {} out of range", s.0))),
-                None => return Err(malformed(what(), format!("unsupported section index {shndx:#x}"))),
-            },
+            elf::SHN_COMMON => SymbolDef::Common { align: value.max(1) },
+            _ => {
+                let bad = |shndx: u32| {
+                    let symbol = table.symbol_name(LE, sym).ok().and_then(|n| std::str::from_utf8(n).ok()).filter(|n| !n.is_empty());
+                    let symbol = symbol.map_or_else(what, str::to_owned);
+                    ParseError::SymbolSection { symbol, index, shndx, sections: sections.len() }
+                };
+                match table.symbol_section(LE, sym, object::SymbolIndex(index)) {
+                    Ok(Some(s)) if s.0 > 0 && s.0 < sections.len() => SymbolDef::Section { index: s.0, value },
+                    Ok(Some(s)) => return Err(bad(u32::try_from(s.0).unwrap_or(u32::MAX))),
+                    Ok(None) => return Err(bad(u32::from(shndx))),
+                    Err(e) => return Err(malformed(what(), e)),
+                }
+            }
         };
         let ty = match sym.st_type() {
             elf::STT_FUNC | elf::STT_GNU_IFUNC => SymbolType::Function,
@@ -425,36 +440,41 @@ fn parse_relocations(
 ) -> Result<Vec<Relocation>, ParseError> {
     let mut relocations = Vec::new();
     for (index, header) in table.enumerate() {
-        let sh_type = header.sh_type(LE);
-        if sh_type != elf::SHT_RELA && sh_type != elf::SHT_REL {
+        // `SHT_REL` sections are refused by `validate`, with their name; nothing to read here.
+        if header.sh_type(LE) != elf::SHT_RELA {
             continue;
         }
-        let name = &sections[index.0].name;
-        let target = usize::try_from(header.sh_info(LE)).unwrap_or(usize::MAX);
-        let Some(applies_to) = sections.get(target) else {
-            return Err(malformed(format!("relocation section {name}"), format!("it applies to section {target}, which does not exist")));
+        let index = index.0;
+        let name = &sections[index].name;
+        let info = header.sh_info(LE);
+        let target = usize::try_from(info).unwrap_or(usize::MAX);
+        let Some(applies_to) = sections.get(target).filter(|_| target > 0) else {
+            return Err(ParseError::RelocationTarget { section: name.clone(), index, target: info });
         };
         if !applies_to.placement.is_loaded() {
             log::debug!("relocation section {name} dropped with {} ({:?})", applies_to.name, applies_to.placement);
             continue;
-        }
-        if sh_type == elf::SHT_REL {
-            return Err(ParseError::Section {
-                section: name.clone(),
-                reason: "SHT_REL relocations (implicit addends) are not used on x86-64 and not supported".to_string(),
-            });
         }
         let (relas, link) = header
             .rela(LE, bytes)
             .map_err(|e| malformed(format!("relocation section {name}"), e))?
             .ok_or_else(|| malformed(format!("relocation section {name}"), "not SHT_RELA"))?;
         if link != symtab {
-            return Err(malformed(format!("relocation section {name}"), format!("it links section {} instead of the symbol table", link.0)));
+            return Err(ParseError::RelocationLink { section: name.clone(), index, link: link.0, symtab: symtab.0 });
         }
+        relocations.try_reserve(relas.len()).map_err(|e| malformed(format!("relocation section {name}"), e))?;
         for (i, rela) in relas.iter().enumerate() {
-            let symbol = usize::try_from(rela.r_sym(LE, false)).unwrap_or(usize::MAX);
+            let raw_symbol = rela.r_sym(LE, false);
+            let symbol = usize::try_from(raw_symbol).unwrap_or(usize::MAX);
             if symbol >= nsymbols {
-                return Err(malformed(format!("relocation {i} of {name}"), format!("symbol index {symbol} out of range")));
+                return Err(ParseError::RelocationSymbol {
+                    section: name.clone(),
+                    entry: i,
+                    target: applies_to.name.clone(),
+                    offset: rela.r_offset(LE),
+                    symbol: u64::from(raw_symbol),
+                    symbols: nsymbols,
+                });
             }
             relocations.push(Relocation {
                 section: target,

@@ -133,6 +133,116 @@ pub enum RelocError {
     FarData { kind: RelocType, section: String, offset: u64, symbol: String, target: u64, place: u64 },
     #[error("call stub of {symbol} at {stub:#x} cannot reach its GOT slot at {slot:#x}")]
     StubReach { symbol: String, stub: u64, slot: u64 },
+    #[error("relocation {kind} at {section}+{offset:#x} against {symbol} with addend {addend}: the instruction would reach outside {bound}")]
+    TargetOutside { kind: RelocType, section: String, offset: u64, symbol: String, addend: i64, bound: String },
+    #[error("relocation {kind} at {section}+{offset:#x} is a call or jump to {symbol}, which is {what}, not code")]
+    CallToData { kind: RelocType, section: String, offset: u64, symbol: String, what: String },
+    #[error("cannot allocate the {kind:?} image ({size:#x} bytes): {reason}")]
+    NoMemory { kind: BlockKind, size: usize, reason: String },
+}
+
+/// Bytes from a rel32 field to the end of its instruction: the field itself, then at most a
+/// 4-byte immediate (`addl $imm32, x(%rip)`). The instruction reaches `S + A + k` for one `k`
+/// of these; the loader does not decode instructions, so it accepts any.
+const REL32_TAIL: std::ops::RangeInclusive<i128> = 4..=8;
+
+/// Whether an instruction whose rel32 field holds `t - P` (`t = S + A` relative to the start of
+/// an object of `size` bytes) reaches into `[0, size]` (its end included, for `&a[n]`).
+fn reaches_inside(t: i128, size: u64) -> bool {
+    t + REL32_TAIL.end() >= 0 && t + REL32_TAIL.start() <= i128::from(size)
+}
+
+/// Refuse RIP-relative relocations whose addend sends the instruction outside what the symbol
+/// designates, before anything is allocated:
+/// - `PC32`/`PLT32` in code against a symbol the component defines (a section symbol, a local
+///   or global definition, a common): the instruction's target lies in the symbol's section
+///   (for a common, inside the common), allowing [`REL32_TAIL`];
+/// - against an import that is a function: exactly at it (`A` is `-4`, to `-8` with an
+///   immediate after the field), against an import of known size: inside it; imports of unknown
+///   size (kernel symbols, extra symbols that are not functions) cannot be bounded;
+/// - GOT-relative kinds: exactly at the symbol's GOT slot;
+/// - `PLT32` (what compilers emit for `call`/`jmp` only) never reaches data: not an import
+///   known to be an object, not a definition in a section loaded as data.
+///
+/// `PC32` in data sections (`.long a - b` tables, the kernel's exception and alternatives
+/// tables) is a difference between two places, not an instruction's target, and is not
+/// bounded here.
+pub fn check_targets(obj: &Object, imports: &[Option<Import>]) -> Result<(), RelocError> {
+    for r in &obj.relocations {
+        let kind = RelocType(r.r_type);
+        let a = i128::from(r.addend);
+        let outside = |bound: String| RelocError::TargetOutside {
+            kind,
+            section: obj.section_name(r.section),
+            offset: r.offset,
+            symbol: obj.symbol_name(r.symbol),
+            addend: r.addend,
+            bound,
+        };
+        let exactly = |a: i128| REL32_TAIL.contains(&-a);
+        if kind.uses_got() {
+            if !exactly(a) {
+                return Err(outside("its GOT slot".to_string()));
+            }
+            continue;
+        }
+        let in_code = obj.sections.get(r.section).is_some_and(|s| s.placement == Placement::Code);
+        if !matches!(r.r_type, elf::R_X86_64_PC32 | elf::R_X86_64_PLT32) || !in_code || r.symbol == 0 {
+            continue;
+        }
+        let Some(sym) = obj.symbols.get(r.symbol) else { continue };
+        if r.r_type == elf::R_X86_64_PLT32 {
+            let data = match sym.def {
+                SymbolDef::Section { index, .. } => obj
+                    .sections
+                    .get(index)
+                    .filter(|s| s.placement != Placement::Code)
+                    .map(|s| format!("in section {} (#{index})", s.name)),
+                SymbolDef::Common { .. } => Some("a common symbol".to_string()),
+                SymbolDef::Undefined => imports
+                    .get(r.symbol)
+                    .and_then(Option::as_ref)
+                    .filter(|i| i.kind == SymbolKind::Object)
+                    .map(|i| format!("a data symbol at {:#x}", i.addr)),
+                SymbolDef::Absolute(_) => None,
+            };
+            if let Some(what) = data {
+                return Err(RelocError::CallToData { kind, section: obj.section_name(r.section), offset: r.offset, symbol: obj.symbol_name(r.symbol), what });
+            }
+        }
+        match sym.def {
+            SymbolDef::Section { index, value } => {
+                let size = obj.sections.get(index).map_or(0, |s| s.size);
+                if !reaches_inside(i128::from(value) + a, size) {
+                    return Err(outside(format!("section {} ({size:#x} bytes)", obj.section_name(index))));
+                }
+            }
+            SymbolDef::Common { .. } => {
+                if !reaches_inside(a, sym.size) {
+                    return Err(outside(format!("common symbol {} ({:#x} bytes)", sym.name, sym.size)));
+                }
+            }
+            SymbolDef::Undefined => match imports.get(r.symbol).and_then(Option::as_ref) {
+                Some(i) if i.kind == SymbolKind::Function && !exactly(a) => {
+                    return Err(outside(format!("function {} at {:#x}", i.name, i.addr)));
+                }
+                Some(i) if i.kind != SymbolKind::Function && i.size > 0 && !reaches_inside(a, i.size) => {
+                    return Err(outside(format!("{} at {:#x} ({:#x} bytes)", i.name, i.addr, i.size)));
+                }
+                _ => {}
+            },
+            SymbolDef::Absolute(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A buffer of `len` bytes of `fill`, or an error if the memory cannot be had (never an abort).
+fn filled(kind: BlockKind, len: usize, fill: u8) -> Result<Vec<u8>, RelocError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| RelocError::NoMemory { kind, size: len, reason: e.to_string() })?;
+    v.resize(len, fill);
+    Ok(v)
 }
 
 /// Refuse what cannot be linked, before anything is allocated: unsupported types, places outside
@@ -300,11 +410,12 @@ impl Addresses<'_> {
 }
 
 /// Compute both images with every relocation applied, for blocks whose first bytes are at
-/// `code_base` and `data_base`. [`check`] must have accepted `obj`.
+/// `code_base` and `data_base`. [`check`] must have accepted `obj` (and [`check_targets`] its
+/// imports); the images are allocated fallibly.
 pub fn link(obj: &Object, layout: &Layout, imports: &[Option<Import>], code_base: u64, data_base: u64) -> Result<Images, RelocError> {
     let addrs = Addresses { obj, layout, imports, code_base, data_base };
-    let mut code = vec![0xCC; layout.code.size];
-    let mut data = vec![0u8; layout.data.size];
+    let mut code = filled(BlockKind::Code, layout.code.size, 0xCC)?;
+    let mut data = filled(BlockKind::Data, layout.data.size, 0)?;
 
     for s in &obj.sections {
         if let (Some(slot), Placement::Code | Placement::Data) = (layout.sections[s.index], s.placement) {
@@ -442,6 +553,9 @@ mod tests {
             size: data.len() as u64,
             align,
             data: data.to_vec(),
+            sh_type: if placement == Placement::NotLoaded("null section") { elf::SHT_NULL } else { elf::SHT_PROGBITS },
+            flags: 0,
+            info: 0,
         };
         Object {
             sections: vec![
@@ -470,7 +584,7 @@ mod tests {
     }
 
     fn imports(obj: &Object) -> Vec<Option<Import>> {
-        let import = |name: &str, addr, kind| Some(Import { name: name.into(), addr, kind, source: ImportSource::Target });
+        let import = |name: &str, addr, kind| Some(Import { name: name.into(), addr, kind, size: 8, source: ImportSource::Target });
         let mut v = vec![None; obj.symbols.len()];
         v[1] = import("near_fn", NEAR_FN, SymbolKind::Function);
         v[2] = import("far_fn", FAR_FN, SymbolKind::Function);
@@ -481,6 +595,7 @@ mod tests {
     fn link_all(obj: &Object) -> Result<(Layout, Images), RelocError> {
         check(obj)?;
         let imports = imports(obj);
+        check_targets(obj, &imports)?;
         let (got, stubs) = indirections(obj, &imports);
         let layout = layout::plan(obj, &got, &stubs).unwrap();
         let images = link(obj, &layout, &imports, CODE, DATA)?;
@@ -575,6 +690,45 @@ mod tests {
         let mut obj = object();
         obj.relocations[4].offset = 0x1f;
         assert!(matches!(check(&obj).unwrap_err(), RelocError::OutOfBounds { offset: 0x1f, size: 0x23, .. }));
+    }
+
+    #[test]
+    fn image_buffers_of_an_impossible_size_are_an_error_not_an_abort() {
+        assert!(matches!(filled(BlockKind::Data, usize::MAX, 0), Err(RelocError::NoMemory { kind: BlockKind::Data, size: usize::MAX, .. })));
+        assert_eq!(filled(BlockKind::Code, 3, 0xCC).unwrap(), vec![0xCC; 3]);
+    }
+
+    #[test]
+    fn rel32_targets_may_reach_anywhere_from_the_start_to_the_end_of_their_object() {
+        // `S + A` relative to a 16-byte object: -8 (`cmpl $imm32` at its start) to 12 (`call`
+        // to its end, `&a[n]`).
+        for (t, inside) in [(-9, false), (-8, true), (-4, true), (0, true), (12, true), (13, false)] {
+            assert_eq!(reaches_inside(t, 16), inside, "{t}");
+        }
+        let mut obj = object();
+        check_targets(&obj, &imports(&obj)).unwrap();
+        obj.relocations[3].addend = 6 - 4 + 1; // lea rdi,[rip+.rodata+7]: .rodata is 6 bytes
+        let err = check_targets(&obj, &imports(&obj)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "relocation R_X86_64_PC32 (2) at .text+0x14 against .rodata with addend 3: the instruction would reach outside section .rodata (0x6 bytes)"
+        );
+        let mut obj = object();
+        obj.relocations[0].addend = -12;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { symbol, .. } if symbol == "near_fn"));
+        // A call into data: an object import, or the component's own data.
+        let mut obj = object();
+        obj.relocations[0].symbol = 3;
+        assert_eq!(
+            check_targets(&obj, &imports(&obj)).unwrap_err().to_string(),
+            format!("relocation R_X86_64_PLT32 (4) at .text+0x1 is a call or jump to far_var, which is a data symbol at {FAR_VAR:#x}, not code")
+        );
+        obj.relocations[0].symbol = 4;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::CallToData { what, .. } if what == "in section .rodata (#2)"));
+        // far_var is an 8-byte import: a GOT load from it is refused with a shifted addend.
+        let mut obj = object();
+        obj.relocations[2].addend = 0;
+        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { bound, .. } if bound == "its GOT slot"));
     }
 
     #[test]

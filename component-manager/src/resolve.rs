@@ -53,6 +53,9 @@ pub struct Export {
     pub component: ComponentId,
     pub addr: u64,
     pub kind: SymbolKind,
+    /// Size in bytes (0 in state saved before sizes were kept).
+    #[serde(default)]
+    pub size: u64,
     /// A weak definition: a later strong one does not conflict with it (the first stays).
     pub weak: bool,
 }
@@ -74,6 +77,8 @@ pub struct Import {
     pub addr: u64,
     /// What the definition is, when known (`Function` for extra symbols).
     pub kind: SymbolKind,
+    /// Size of the definition; 0 when unknown (extra symbols, kernel symbols).
+    pub size: u64,
     pub source: ImportSource,
 }
 
@@ -93,21 +98,21 @@ pub fn resolve_imports(
         }
         let name = sym.name.as_str();
         let found = if let Some(e) = exports.get(name) {
-            Some((e.addr, e.kind, ImportSource::Component(e.component)))
+            Some((e.addr, e.kind, e.size, ImportSource::Component(e.component)))
         } else if let Some(answer) = extra.resolve(target, name) {
             let addr = answer.map_err(|reason| ResolveError::Extra { symbol: name.to_string(), reason })?;
-            Some((addr, SymbolKind::Function, ImportSource::Extra))
+            Some((addr, SymbolKind::Function, 0, ImportSource::Extra))
         } else if let Some(t) = target.symbols().lookup(name) {
-            Some((t.addr, t.kind, ImportSource::Target))
+            Some((t.addr, t.kind, t.size, ImportSource::Target))
         } else if sym.binding == Binding::Weak {
-            Some((0, SymbolKind::Other, ImportSource::UndefinedWeak))
+            Some((0, SymbolKind::Other, 0, ImportSource::UndefinedWeak))
         } else {
             None
         };
         match found {
-            Some((addr, kind, source)) => {
-                log::debug!("import {name} = {addr:#x} ({kind:?}, from {source:?})");
-                imports[sym.index] = Some(Import { name: name.to_string(), addr, kind, source });
+            Some((addr, kind, size, source)) => {
+                log::debug!("import {name} = {addr:#x} ({kind:?}, {size} bytes, from {source:?})");
+                imports[sym.index] = Some(Import { name: name.to_string(), addr, kind, size, source });
             }
             None => unresolved.push(name.to_string()),
         }
