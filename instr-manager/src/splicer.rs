@@ -423,12 +423,14 @@ impl<T: Target> Splicer<T> {
         out
     }
 
-    /// Resolve a handler/replacement name: a loaded component's symbol.
+    /// Resolve a handler/replacement name: a loaded component's function, inside its code
+    /// (a data symbol or one outside the component is refused with the reason).
     fn resolve_dest(&self, at: &str, name: &str) -> Result<(u64, Option<ComponentId>), SpliceError> {
-        if let Some((id, addr)) = self.components.lookup(name) {
-            return Ok((addr, Some(id)));
+        match self.components.entry(name) {
+            Ok((id, addr)) => Ok((addr, Some(id))),
+            Err(ComponentError::UnknownSymbol { .. }) => Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() }),
+            Err(e) => Err(e.into()),
         }
-        Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() })
     }
 
     /// Text claimed by live splices.
@@ -979,7 +981,12 @@ impl<T: Target> Splicer<T> {
         if ![1, 2, 4, 8].contains(&size) {
             return Err(SpliceError::VariableSize { name: name.to_string(), size });
         }
-        let (id, addr) = self.components.lookup(name).ok_or_else(|| SpliceError::UnknownVariable { name: name.to_string() })?;
+        // A data object of the component at least `size` bytes long, inside its data block.
+        let (id, addr) = match self.components.variable(name, size as u64) {
+            Ok(found) => found,
+            Err(ComponentError::UnknownSymbol { .. }) => return Err(SpliceError::UnknownVariable { name: name.to_string() }),
+            Err(e) => return Err(e.into()),
+        };
         let c = self.components.get(id).ok_or_else(|| SpliceError::UnknownVariable { name: name.to_string() })?;
         if !c.data.contains(addr) || addr + size as u64 > c.data.addr + c.data.size as u64 {
             return Err(SpliceError::VariableOutside { name: name.to_string(), addr, size });

@@ -328,3 +328,21 @@ fn counters_are_read_in_spans_and_word_by_word_where_a_span_is_unreadable() {
     assert_eq!(super::batch::read_words(&k, &[a.addr - 8, a.addr]), [0, 1]);
     assert_eq!(k.state().reads, [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]);
 }
+
+#[test]
+fn handlers_must_be_code_and_variables_data_of_their_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let obj = component(dir.path());
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    sp.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
+    let bytes_before = k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap();
+    let data_as_handler =
+        SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_limit".into(), cookie: 0 }, mechanism: Mechanism::Trap };
+    let err = sp.apply(&[data_as_handler]).unwrap_err().to_string();
+    assert!(err.contains("probe_limit") && err.contains("not in a code section"), "{err}");
+    assert_eq!(k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap(), bytes_before, "nothing written");
+    let err = sp.set_var("probe_hit", 1, 8).unwrap_err().to_string();
+    assert!(err.contains("probe_hit") && err.contains("not in a data or bss section"), "{err}");
+    assert!(matches!(sp.get_var("no_such_variable", 8), Err(SpliceError::UnknownVariable { .. })));
+}
