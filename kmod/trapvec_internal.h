@@ -62,7 +62,7 @@ struct trapvec_ksyms {
 	int (*kprobe_aggr_pre_handler)(struct kprobe *p, struct pt_regs *regs);
 	bool (*is_insn_slot_addr)(struct kprobe_insn_cache *c, unsigned long addr);
 	bool (*is_bpf_text_address)(unsigned long addr);
-	int (*is_ftrace_trampoline)(unsigned long addr);
+	bool (*is_ftrace_trampoline)(unsigned long addr);
 	struct kprobe_insn_cache *kprobe_insn_slots, *kprobe_optinsn_slots;
 	struct mutex *text_mutex;
 	/* Guards kprobe_blacklist and the kprobe table's writers (kernel/kprobes.c). */

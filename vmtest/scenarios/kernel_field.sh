@@ -167,6 +167,24 @@ $TV scale 70000 > /tmp/tv
 echo "SCALE=$(cat /tmp/tv)"
 [ "$(dmesg | grep -c 'soft lockup')" -gt "$lockups" ] && echo "SOFT_LOCKUP=yes" || echo "SOFT_LOCKUP=no"
 
+# --- 5: another vector. The module takes its vector from INFO's answer; user space still
+# writes int 0xf5, which the module refuses (FOREIGN_TRAP) instead of running it.
+rmmod trapvec
+vec=none
+for v in 0xf3 0xee 0xed; do
+	insmod /trapvec.ko vector=$v 2> /dev/null && { vec=$v; break; }
+done
+echo "OTHER_VECTOR=$vec"
+$TV info > /tmp/tv
+echo "OTHER_INFO=$(cat /tmp/tv)"
+$TV apply "$(at tcp_sync_mss 5)" "cd$(printf '%02x' $((vec)))" > /tmp/tv
+echo "OTHER_NO_ENTRY=$(cat /tmp/tv)"
+trapctl load /components/empty.o > /dev/null
+refuse ERR_OTHER_VECTOR trapctl splice tcp_sync_mss --call empty_handler
+rmmod trapvec
+insmod /trapvec.ko || exit 13
+trapctl load /components/empty.o > /dev/null || exit 14
+
 # --- 3: kernel.modules_disabled, then lockdown (integrity); neither can be undone.
 snapshot /tmp/before
 echo 1 > /proc/sys/kernel/modules_disabled

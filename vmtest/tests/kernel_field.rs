@@ -76,7 +76,7 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     assert_eq!(run.expect("KP_MSS"), "ok");
     err(&run, "ERR_KPROBE_MSS", &["a kprobe is registered at tcp_sync_mss+6"]);
     assert_eq!(run.expect("THROUGH_PROBE"), "same", "the boundary decoder reads the probe's saved bytes");
-    assert_eq!(reason(&run, "R_KPROBE_SLOT"), "22");
+    assert_eq!(reason_of(&run, "R_KPROBE_SLOT"), "22", "a kprobe instruction slot");
     assert_eq!(run.expect("KPROBE_UNCHANGED"), "yes");
 
     // 2: text the module refuses.
@@ -84,7 +84,7 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     assert_eq!(reason_of(&run, "R_SCT"), "21", "__SCT__cond_resched");
     assert_eq!(reason_of(&run, "R_RETURN_THUNK"), "6");
     assert_eq!(reason_of(&run, "R_SRSO"), "6", "an SRSO thunk");
-    assert_eq!(reason(&run, "R_BPF"), "23", "a BPF JIT image");
+    assert_eq!(reason_of(&run, "R_BPF"), "23", "a BPF JIT image");
     assert_eq!(reason_of(&run, "R_FTRACE_TRAMP"), "24", "an ftrace trampoline");
     assert_eq!(reason_of(&run, "R_FTRACE"), "8");
     err(&run, "ERR_CPUIDLE", &["default_idle+5", ".cpuidle.text"]);
@@ -104,6 +104,14 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     }
     assert_eq!(run.expect("SOFT_LOCKUP"), "no");
 
+    // 5: another vector: INFO reports it, the module expects it, and user space's int 0xf5 is
+    // refused rather than run (user space does not write the module's vector yet).
+    let vec = run.expect("OTHER_VECTOR");
+    assert_ne!(vec, "none", "the module loads with another free system vector");
+    assert_eq!(vector_of(&run, "OTHER_INFO"), vec);
+    assert_eq!(reason(&run, "OTHER_NO_ENTRY"), "28", "a trap of the module's vector without an entry");
+    err(&run, "ERR_OTHER_VECTOR", &["another vector"]);
+
     // 3: modules_disabled, lockdown.
     err(&run, "ERR_MODULES_DISABLED", &["kernel.modules_disabled=1 forbids writing kernel text"]);
     assert_eq!((ret(&run, "APPLY_MODULES_DISABLED"), reason(&run, "APPLY_MODULES_DISABLED")), (-1, "27".into()));
@@ -118,4 +126,9 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
 fn reason_of(run: &Run, key: &str) -> String {
     let v = run.expect(key);
     v.strip_prefix("reason=").map_or(v, |r| r.split_whitespace().next().unwrap_or("")).to_owned()
+}
+
+/// What INFO's `vector=` word says.
+fn vector_of(run: &Run, key: &str) -> String {
+    run.expect(key).split_whitespace().find_map(|w| w.strip_prefix("vector=")).unwrap_or("").to_owned()
 }
