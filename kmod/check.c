@@ -7,17 +7,24 @@
  * gives each refusal its own reason code (trapvec_abi.h):
  *
  *  - the range must be core kernel text or the core text of a live module, not this module,
- *    and overlap no live patch of ours;
- *  - not entry text, noinstr text (RCU may not be watching; the trap stub assumes it is),
- *    nor the retpoline/return thunks (the trap path itself runs through them);
+ *    and overlap no live patch of ours; text that is no module's is told apart (kprobe
+ *    instruction slots, BPF JIT images, ftrace trampolines), and so is module init text;
+ *  - not entry text, noinstr text or .cpuidle.text (RCU may not be watching; the trap stub
+ *    assumes it is), nor the retpoline/return thunks and SRSO thunks (the trap path itself
+ *    runs through them), nor static call trampolines (__SCT__*, rewritten by the kernel);
  *  - not on the kprobes blacklist (code the kernel's own trap handling depends on);
  *  - no overlap with text the kernel rewrites by itself: ftrace __fentry__ sites, jump
  *    labels, static calls, SMP lock prefixes (alternatives); and no BUG/WARN ud2 or
  *    exception-table instruction, whose fix-ups are keyed by address and would not follow
  *    the instruction into a trampoline;
+ *  - no kprobe registered on any byte of the range (armed or not), nor a jump-optimizable
+ *    kprobe before it whose jmp would cover it: kprobes copy the instruction they probe and
+ *    would rewrite our bytes when they arm, disarm or optimize (reason KPROBE, culprit = the
+ *    probe's address);
  *  - addr must be an instruction boundary of its symbol, decoded from the symbol's start
- *    over the *original* bytes (our live patches are undone in the decoder's buffer), and the
- *    instruction there must decode.
+ *    over the *original* bytes (our live patches are undone in the decoder's buffer, and so
+ *    are kprobes' int3 and optimized jmps, from the bytes they saved), and the instruction
+ *    there must decode.
  *
  * These are the checks register_kprobe() makes (check_kprobe_address_safe() and
  * arch_prepare_kprobe()), made directly, over the whole range instead of its first byte, and
@@ -29,15 +36,18 @@
  * overruled by ours; -EOPNOTSUPP only says that kprobes cannot single-step the instruction,
  * which trapvec never does.
  *
- * Called under trapvec_mutex.
+ * Called under trapvec_mutex and kprobe_mutex (the kprobe table does not change meanwhile).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/kallsyms.h>
 #include <linux/kprobes.h>
 #include <linux/module.h>
+#include <linux/security.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <asm/insn.h>
+#include <asm/text-patching.h>
 
 #include "trapvec_internal.h"
 
@@ -53,6 +63,28 @@ bool trapvec_in_own_module(unsigned long addr, unsigned long len)
 	       within_module(addr + len - 1, THIS_MODULE);
 }
 
+/*
+ * Executable memory that belongs to no module: kprobe slots, BPF images and ftrace
+ * trampolines are module_alloc() memory the kernel writes and frees by itself.
+ */
+static u32 trapvec_check_foreign_text(unsigned long addr)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	u32 reason = TRAPVEC_REASON_NOT_TEXT;
+
+	/* The kprobe slot caches and the BPF ksym tree are read under RCU (sched). */
+	preempt_disable();
+	if (k->is_insn_slot_addr(k->kprobe_insn_slots, addr) ||
+	    k->is_insn_slot_addr(k->kprobe_optinsn_slots, addr))
+		reason = TRAPVEC_REASON_KPROBE_SLOT;
+	else if (k->is_bpf_text_address(addr))
+		reason = TRAPVEC_REASON_BPF_TEXT;
+	else if (k->is_ftrace_trampoline(addr))
+		reason = TRAPVEC_REASON_FTRACE_TRAMPOLINE;
+	preempt_enable();
+	return reason;
+}
+
 /* Core kernel text, or core text of a live module (and not its noinstr text). */
 static u32 trapvec_check_text(unsigned long addr, u32 len)
 {
@@ -66,7 +98,16 @@ static u32 trapvec_check_text(unsigned long addr, u32 len)
 
 	preempt_disable();
 	mod = k->module_text_address(addr);
-	if (!mod || mod->state != MODULE_STATE_LIVE || !within_module_core(addr, mod)) {
+	if (!mod) {
+		preempt_enable();
+		return trapvec_check_foreign_text(addr);
+	}
+	/* Freed once init returns, and patched by nobody: kprobes drop probes there too. */
+	if (within_module_init(addr, mod)) {
+		reason = TRAPVEC_REASON_MODULE_INIT;
+		goto out;
+	}
+	if (mod->state != MODULE_STATE_LIVE || !within_module_core(addr, mod)) {
 		reason = TRAPVEC_REASON_NOT_TEXT;
 		goto out;
 	}
@@ -82,6 +123,34 @@ static u32 trapvec_check_text(unsigned long addr, u32 len)
 out:
 	preempt_enable();
 	return reason;
+}
+
+/*
+ * Put back what kprobes changed in text[0, span) read at base: the first byte of an armed
+ * probe (int3) from kp->opcode, and the four bytes after it of a jump-optimized one from
+ * op->optinsn.copied_insn (as __recover_optprobed_insn() does). Under kprobe_mutex.
+ */
+static void trapvec_recover_kprobed(unsigned long base, u8 *text, unsigned long span)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	struct optimized_kprobe *op;
+	unsigned long i, j;
+	struct kprobe *p;
+
+	lockdep_assert_held(k->kprobe_mutex);
+	for (i = 0; i < span; i++) {
+		if (text[i] != INT3_INSN_OPCODE && text[i] != JMP32_INSN_OPCODE)
+			continue;
+		p = k->get_kprobe((void *)(base + i));
+		if (!p)
+			continue;
+		if (text[i] == JMP32_INSN_OPCODE && kprobe_optimized(p)) {
+			op = container_of(p, struct optimized_kprobe, kp);
+			for (j = 0; j < DISP32_SIZE && i + 1 + j < span; j++)
+				text[i + 1 + j] = op->optinsn.copied_insn[j];
+		}
+		text[i] = p->opcode;
+	}
 }
 
 /*
@@ -111,6 +180,7 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 		reason = TRAPVEC_REASON_NOT_TEXT;
 		goto out;
 	}
+	trapvec_recover_kprobed(addr - offset, text, span);
 	for (at = 0; at <= offset; at += insn.length) {
 		if (k->insn_decode(&insn, text + at, span - at, INSN_MODE_KERN) < 0) {
 			pr_debug("cannot decode %pS while looking for %pS\n",
@@ -152,13 +222,112 @@ static u32 trapvec_check_kernel_tables(unsigned long addr, u32 len)
 	return alt ? TRAPVEC_REASON_ALTERNATIVE : TRAPVEC_REASON_NONE;
 }
 
-/* The checks of APPLY (and of CHECK, before its kprobe). */
-u32 trapvec_check_site(unsigned long addr, u32 len)
+/*
+ * A kprobe on any byte of the range, or a jump-optimizable kprobe before it whose jmp (or
+ * the instructions it copied) reaches into it. Those may be optimized later by the kprobe
+ * optimizer, which writes a 5-byte jmp with text_poke_bp(). An ftrace-based probe is never
+ * optimized, and any other probe has been prepared for optimization (an aggregate probe
+ * with optinsn.size set) when it was registered, or never will be. Under kprobe_mutex.
+ */
+static u32 trapvec_check_kprobes(unsigned long addr, u32 len, u64 *culprit)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long at, from = addr - min_t(unsigned long, addr, MAX_OPTIMIZED_LENGTH - 1);
+	struct optimized_kprobe *op;
+	struct kprobe *p;
+
+	lockdep_assert_held(k->kprobe_mutex);
+	for (at = from; at < addr + len; at++) {
+		p = k->get_kprobe((void *)at);
+		if (!p)
+			continue;
+		if (at >= addr)
+			goto found;
+		if (kprobe_ftrace(p) || p->pre_handler != k->kprobe_aggr_pre_handler)
+			continue;
+		op = container_of(p, struct optimized_kprobe, kp);
+		if (op->optinsn.size && at + max_t(size_t, op->optinsn.size, JMP32_INSN_SIZE) > addr)
+			goto found;
+	}
+	return TRAPVEC_REASON_NONE;
+found:
+	*culprit = at;
+	pr_debug("%pS: a kprobe is registered at %pS\n", (void *)addr, (void *)at);
+	return TRAPVEC_REASON_KPROBE;
+}
+
+/*
+ * Thunks outside __indirect_thunk_start..end: the SRSO alias thunks sit in sections of their
+ * own around entry text (arch/x86/kernel/vmlinux.lds.S), and their names are what is stable
+ * across stable kernels.
+ */
+static bool trapvec_is_thunk_name(unsigned long addr)
+{
+	static const char * const prefixes[] = {
+		"srso_", "retbleed_", "__x86_return_thunk", "__x86_indirect_", "its_return_thunk",
+		"entry_untrain_ret", "entry_ibpb", "zen_untrain_ret",
+	};
+	char name[KSYM_SYMBOL_LEN];
+	unsigned int i;
+
+	snprintf(name, sizeof(name), "%ps", (void *)addr);
+	for (i = 0; i < ARRAY_SIZE(prefixes); i++)
+		if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+			return true;
+	return false;
+}
+
+/* Core kernel sections where a trap may not go, and the thunks. */
+static u32 trapvec_check_sections(unsigned long addr, u32 len)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+
+	if (trapvec_overlaps(addr, len, k->entry_text_start, k->entry_text_end))
+		return TRAPVEC_REASON_ENTRY_TEXT;
+	if (trapvec_overlaps(addr, len, k->noinstr_text_start, k->noinstr_text_end))
+		return TRAPVEC_REASON_NOINSTR_TEXT;
+	/* Idle code runs with RCU not watching (ct_idle_enter()). */
+	if (trapvec_overlaps(addr, len, k->cpuidle_text_start, k->cpuidle_text_end))
+		return TRAPVEC_REASON_CPUIDLE_TEXT;
+	if (trapvec_overlaps(addr, len, k->thunk_start, k->thunk_end))
+		return TRAPVEC_REASON_THUNK;
+	/* __SCT__* trampolines: static_call_update() rewrites them with text_poke_bp(). */
+	if (trapvec_overlaps(addr, len, k->static_call_text_start, k->static_call_text_end))
+		return TRAPVEC_REASON_STATIC_CALL_TRAMP;
+	if (addr >= k->stext && addr < k->etext &&
+	    (trapvec_is_thunk_name(addr) || trapvec_is_thunk_name(addr + len - 1)))
+		return TRAPVEC_REASON_THUNK;
+	return TRAPVEC_REASON_NONE;
+}
+
+/*
+ * May kernel memory be written (text, arena, variables)? TRAPVEC_REASON_NONE, or why not:
+ * lockdown (integrity) forbids what /dev/mem and kprobes' writes are forbidden, and
+ * kernel.modules_disabled=1 promises that no new kernel code appears.
+ */
+u32 trapvec_may_write(void)
+{
+	if (security_locked_down(LOCKDOWN_DBG_WRITE_KERNEL))
+		return TRAPVEC_REASON_LOCKDOWN;
+	if (READ_ONCE(*trapvec_ksyms.modules_disabled))
+		return TRAPVEC_REASON_MODULES_DISABLED;
+	return TRAPVEC_REASON_NONE;
+}
+
+/* May kernel memory be read (READ)? Lockdown (confidentiality) forbids it. */
+bool trapvec_may_read(void)
+{
+	return !security_locked_down(LOCKDOWN_DBG_READ_KERNEL);
+}
+
+/* The checks of APPLY (and of CHECK, before its kprobe). */
+u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit)
+{
 	u32 reason;
 
 	lockdep_assert_held(&trapvec_mutex);
+	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
+	*culprit = 0;
 	if (!len || len > TRAPVEC_PATCH_MAX)
 		return TRAPVEC_REASON_BAD_LENGTH;
 	if (addr + len < addr)
@@ -167,23 +336,26 @@ u32 trapvec_check_site(unsigned long addr, u32 len)
 		return TRAPVEC_REASON_OWN_MODULE;
 	if (trapvec_text_overlaps_live(addr, len))
 		return TRAPVEC_REASON_LIVE_PATCH;
-	if (trapvec_overlaps(addr, len, k->entry_text_start, k->entry_text_end))
-		return TRAPVEC_REASON_ENTRY_TEXT;
-	if (trapvec_overlaps(addr, len, k->noinstr_text_start, k->noinstr_text_end))
-		return TRAPVEC_REASON_NOINSTR_TEXT;
-	if (trapvec_overlaps(addr, len, k->thunk_start, k->thunk_end))
-		return TRAPVEC_REASON_THUNK;
+	reason = trapvec_check_sections(addr, len);
+	if (reason)
+		return reason;
 	reason = trapvec_check_text(addr, len);
 	if (reason)
 		return reason;
 	reason = trapvec_check_kernel_tables(addr, len);
 	if (reason)
 		return reason;
+	reason = trapvec_check_kprobes(addr, len, culprit);
+	if (reason)
+		return reason;
 	return trapvec_check_boundary(addr, len);
 }
 
-/* CHECK: the checks of APPLY, then the kernel's own verdict through a disabled kprobe. */
-u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error)
+/*
+ * CHECK: the checks of APPLY, then the kernel's own verdict through a disabled kprobe
+ * (registered without kprobe_mutex, which register_kprobe() takes).
+ */
+u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit)
 {
 	struct kprobe kp = {
 		.addr = (kprobe_opcode_t *)addr,
@@ -193,7 +365,9 @@ u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error)
 	int ret;
 
 	*error = 0;
-	reason = trapvec_check_site(addr, len);
+	mutex_lock(trapvec_ksyms.kprobe_mutex);
+	reason = trapvec_check_site(addr, len, culprit);
+	mutex_unlock(trapvec_ksyms.kprobe_mutex);
 	if (reason)
 		return reason;
 	ret = register_kprobe(&kp);

@@ -182,6 +182,11 @@ static struct trapvec_site *trapvec_lookup_locked(unsigned long site)
 	return NULL;
 }
 
+bool trapvec_dispatch_has(unsigned long site)
+{
+	return trapvec_lookup_locked(site);
+}
+
 static void trapvec_site_free(struct trapvec_site *e)
 {
 	free_percpu(e->counts);
@@ -206,16 +211,57 @@ static bool trapvec_site_plausible(unsigned long site)
 	return ok;
 }
 
+static int trapvec_cmp_pair(const void *a, const void *b)
+{
+	const u64 *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/*
+ * The first index of sites[] (count elements of stride bytes) that repeats an earlier one,
+ * or count: one sort of (site, index) pairs instead of comparing every pair, which for
+ * TRAPVEC_BATCH_MAX elements would hold the CPU for billions of compares.
+ */
+static int trapvec_first_repeat(const void *sites, size_t stride, u32 count, u32 *first)
+{
+	u64 *pairs;
+	u32 i;
+
+	*first = count;
+	if (count < 2)
+		return 0;
+	pairs = kvmalloc_array(count, 2 * sizeof(u64), GFP_KERNEL);
+	if (!pairs)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		pairs[2 * i] = *(const u64 *)(sites + i * stride);
+		pairs[2 * i + 1] = i;
+	}
+	/* Sorted by site, then by index: the later of two equal sites follows the earlier. */
+	sort(pairs, count, 2 * sizeof(u64), trapvec_cmp_pair, NULL);
+	for (i = 1; i < count; i++)
+		if (pairs[2 * i] == pairs[2 * i - 2])
+			*first = min_t(u32, *first, pairs[2 * i + 1]);
+	kvfree(pairs);
+	return 0;
+}
+
 int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
 			 u32 *failed_index)
 {
 	struct trapvec_site **made;
-	u32 i, j;
+	u32 i, repeat;
 	int ret = 0;
 
 	lockdep_assert_held(&trapvec_mutex);
 	*failed_index = TRAPVEC_NO_INDEX;
 
+	ret = trapvec_first_repeat(&entries[0].site, sizeof(*entries), count, &repeat);
+	if (ret)
+		return ret;
 	/* Check everything first: the batch goes in whole or not at all. */
 	for (i = 0; i < count; i++) {
 		const struct trapvec_dispatch_entry *d = &entries[i];
@@ -232,17 +278,14 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 			pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
 				 d->handler, d->site);
 			ret = -EFAULT;
-		} else if (trapvec_lookup_locked(d->site)) {
+		} else if (trapvec_lookup_locked(d->site) || i == repeat) {
 			ret = -EEXIST;
-		} else {
-			for (j = 0; j < i; j++)
-				if (entries[j].site == d->site)
-					ret = -EEXIST;
 		}
 		if (ret) {
 			*failed_index = i;
 			return ret;
 		}
+		cond_resched();
 	}
 
 	made = kvcalloc(count, sizeof(*made), GFP_KERNEL);
@@ -261,6 +304,7 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 		made[i]->dest = entries[i].dest;
 		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
 		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
+		cond_resched();
 	}
 	/* Publish: hash_add_rcu() orders each entry's initialisation before its link. */
 	for (i = 0; i < count; i++)
@@ -276,27 +320,38 @@ out_nomem:
 	return -ENOMEM;
 }
 
+/*
+ * DISPATCH_REMOVE. An entry whose trap is still written (a live patch of ours begins with it)
+ * stays: a trap taken there would find no entry and be chained to the spurious-interrupt
+ * handler, which returns behind the trap and skips the displaced instructions. -EBUSY.
+ */
 int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 {
 	struct trapvec_site **gone;
-	u32 i, j;
+	u32 i, repeat;
+	int ret;
 
 	lockdep_assert_held(&trapvec_mutex);
 	*failed_index = TRAPVEC_NO_INDEX;
 
+	ret = trapvec_first_repeat(sites, sizeof(*sites), count, &repeat);
+	if (ret)
+		return ret;
 	gone = kvcalloc(count, sizeof(*gone), GFP_KERNEL);
 	if (!gone)
 		return -ENOMEM;
 	for (i = 0; i < count; i++) {
-		gone[i] = trapvec_lookup_locked(sites[i]);
-		for (j = 0; gone[i] && j < i; j++)
-			if (gone[j] == gone[i])
-				gone[i] = NULL;	/* named twice */
-		if (!gone[i]) {
+		gone[i] = i == repeat ? NULL : trapvec_lookup_locked(sites[i]);	/* named twice */
+		ret = gone[i] ? 0 : -ENOENT;
+		if (!ret && trapvec_text_trap_live(sites[i]))
+			ret = -EBUSY;
+		if (ret) {
+			pr_debug("dispatch: cannot remove site %llx: %d\n", sites[i], ret);
 			*failed_index = i;
 			kvfree(gone);
-			return -ENOENT;
+			return ret;
 		}
+		cond_resched();
 	}
 	for (i = 0; i < count; i++)
 		hash_del_rcu(&gone[i]->node);
@@ -342,7 +397,8 @@ static int trapvec_cmp_site(const void *a, const void *b)
 	return x->site < y->site ? -1 : x->site > y->site;
 }
 
-int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *count)
+/* LIST: entries [start, start + capacity) of the table in site order; count: all of them. */
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count)
 {
 	struct trapvec_list_entry *all;
 	struct trapvec_site *e;
@@ -351,7 +407,7 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *cou
 
 	lockdep_assert_held(&trapvec_mutex);
 	*count = trapvec_site_count;
-	if (!trapvec_site_count)
+	if (!trapvec_site_count || start >= trapvec_site_count)
 		return 0;
 	all = kvcalloc(trapvec_site_count, sizeof(*all), GFP_KERNEL);
 	if (!all)
@@ -363,9 +419,11 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *cou
 		all[n].cookie = (unsigned long)e->cookie;
 		trapvec_sum(e, &all[n].hits, &all[n].missed);
 		n++;
+		if (!(n % 1024))
+			cond_resched();
 	}
 	sort(all, n, sizeof(*all), trapvec_cmp_site, NULL);
-	memcpy(out, all, min(n, capacity) * sizeof(*all));
+	memcpy(out, all + start, min_t(u64, n - start, capacity) * sizeof(*all));
 	kvfree(all);
 	return 0;
 }

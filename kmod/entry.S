@@ -18,7 +18,9 @@
  */
 #include <linux/linkage.h>
 #include <asm/asm.h>
+#include <asm/ibt.h>
 #include <asm/nospec-branch.h>
+#include <asm/smap.h>
 #include <asm/ptrace-abi.h>
 #include <asm/unwind_hints.h>
 
@@ -26,6 +28,14 @@
 
 SYM_CODE_START(trapvec_entry)
 	UNWIND_HINT_IRET_REGS
+	/* Reached through the IDT, an indirect branch as far as IBT goes (as idtentry). */
+	ENDBR
+	/*
+	 * A trap site may run with EFLAGS.AC set (inside a user access window); C code must
+	 * not, or SMAP would not stop its stray user accesses. iretq restores the interrupted
+	 * AC, and the chain path hands the CPU's frame on unchanged.
+	 */
+	ASM_CLAC
 	/*
 	 * From user mode only a hardware interrupt could arrive here (nothing sends this
 	 * vector): that frame is not ours to touch, hand it on unchanged.

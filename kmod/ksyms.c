@@ -5,7 +5,9 @@
  * Site validation needs the kernel's own answers (is this an exception-table instruction, an
  * ftrace site, a jump label, ...), and the functions that give them are not exported to
  * modules; nor are the section bounds of entry and noinstr text, nor the kernel's tables
- * (jump labels, static calls, bugs). kallsyms_lookup_name()
+ * (jump labels, static calls, bugs), nor what kprobes keep (their table, get_kprobe(), their
+ * blacklist and the mutex that guards both), which trapvec reads and extends to keep kprobes
+ * and its own patches apart. kallsyms_lookup_name()
  * finds all of them, but it has not been exported either since 5.7. kprobes resolve a probe
  * given by name with kallsyms_lookup_name() itself, so registering a kprobe on the symbol
  * "kallsyms_lookup_name" (disabled: nothing is armed) and reading back kp.addr yields its
@@ -68,6 +70,16 @@ int trapvec_ksyms_init(void)
 		{ "alternatives_text_reserved",
 		  (unsigned long *)&k->alternatives_text_reserved },
 		{ "text_mutex", (unsigned long *)&k->text_mutex },
+		{ "get_kprobe", (unsigned long *)&k->get_kprobe },
+		{ "aggr_pre_handler", (unsigned long *)&k->kprobe_aggr_pre_handler },
+		{ "__is_insn_slot_addr", (unsigned long *)&k->is_insn_slot_addr },
+		{ "is_bpf_text_address", (unsigned long *)&k->is_bpf_text_address },
+		{ "is_ftrace_trampoline", (unsigned long *)&k->is_ftrace_trampoline },
+		{ "kprobe_insn_slots", (unsigned long *)&k->kprobe_insn_slots },
+		{ "kprobe_optinsn_slots", (unsigned long *)&k->kprobe_optinsn_slots },
+		{ "kprobe_mutex", (unsigned long *)&k->kprobe_mutex },
+		{ "kprobe_blacklist", (unsigned long *)&k->kprobe_blacklist },
+		{ "modules_disabled", (unsigned long *)&k->modules_disabled },
 		{ "_stext", &k->stext },
 		{ "_etext", &k->etext },
 		{ "__entry_text_start", &k->entry_text_start },
@@ -76,6 +88,10 @@ int trapvec_ksyms_init(void)
 		{ "__noinstr_text_end", &k->noinstr_text_end },
 		{ "__indirect_thunk_start", &k->thunk_start },
 		{ "__indirect_thunk_end", &k->thunk_end },
+		{ "__cpuidle_text_start", &k->cpuidle_text_start },
+		{ "__cpuidle_text_end", &k->cpuidle_text_end },
+		{ "__static_call_text_start", &k->static_call_text_start },
+		{ "__static_call_text_end", &k->static_call_text_end },
 		{ "spurious_entries_start", &k->spurious_entries_start },
 		{ "__start___jump_table", &k->jump_table_start },
 		{ "__stop___jump_table", &k->jump_table_end },

@@ -46,14 +46,14 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_write) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_block) != 8);
 	BUILD_BUG_ON(sizeof(struct trapvec_patch) != 48);
-	BUILD_BUG_ON(sizeof(struct trapvec_check) != 24);
-	BUILD_BUG_ON(sizeof(struct trapvec_apply) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_check) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_apply) != 56);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_entry) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_add) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_remove) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_hits) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 48);
-	BUILD_BUG_ON(sizeof(struct trapvec_list) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_list) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_state) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_regs) != 18 * 8);
@@ -94,6 +94,9 @@ static long trapvec_ioc_read(void __user *uarg)
 		return -EFAULT;
 	if (req.len > TRAPVEC_XFER_MAX || req.addr + req.len < req.addr)
 		return -EINVAL;
+	/* Lockdown (confidentiality) forbids reading kernel memory, as it does /proc/kcore. */
+	if (!trapvec_may_read())
+		return -EPERM;
 	bounce = kmalloc(PAGE_SIZE, GFP_KERNEL);
 	if (!bounce)
 		return -ENOMEM;
@@ -114,6 +117,12 @@ static long trapvec_ioc_read(void __user *uarg)
 	return ret;
 }
 
+/*
+ * ALLOC and WRITE fill the arenas with code and data that patches will run: refused with
+ * -EPERM while kernel memory may not be written (lockdown, modules_disabled; check.c), so
+ * that a splice fails before anything is made. SEAL, FREE and the dispatch table write no
+ * kernel memory that could run; APPLY says why in its reason.
+ */
 static long trapvec_ioc_alloc(void __user *uarg)
 {
 	struct trapvec_alloc req;
@@ -121,6 +130,8 @@ static long trapvec_ioc_alloc(void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
+	if (trapvec_may_write())
+		return -EPERM;
 	mutex_lock(&trapvec_mutex);
 	ret = trapvec_arena_alloc(&req);
 	mutex_unlock(&trapvec_mutex);
@@ -136,6 +147,8 @@ static long trapvec_ioc_write(void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
+	if (trapvec_may_write())
+		return -EPERM;
 	mutex_lock(&trapvec_mutex);
 	ret = trapvec_arena_write(&req);
 	mutex_unlock(&trapvec_mutex);
@@ -165,10 +178,13 @@ static long trapvec_ioc_check(void __user *uarg)
 		return -EINVAL;
 	mutex_lock(&trapvec_mutex);
 	if (req.flags & TRAPVEC_CHECK_NO_KPROBE) {
-		req.reason = trapvec_check_site(req.addr, req.len);
+		mutex_lock(trapvec_ksyms.kprobe_mutex);
+		req.reason = trapvec_check_site(req.addr, req.len, &req.culprit);
+		mutex_unlock(trapvec_ksyms.kprobe_mutex);
 		req.error = 0;
 	} else {
-		req.reason = trapvec_check_site_kprobe(req.addr, req.len, &req.error);
+		req.reason = trapvec_check_site_kprobe(req.addr, req.len, &req.error,
+						       &req.culprit);
 	}
 	mutex_unlock(&trapvec_mutex);
 	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
@@ -287,10 +303,10 @@ static long trapvec_ioc_list(void __user *uarg)
 			return -ENOMEM;
 	}
 	mutex_lock(&trapvec_mutex);
-	ret = trapvec_dispatch_list(out, req.capacity, &req.count);
+	ret = trapvec_dispatch_list(out, req.start, req.capacity, &req.count);
 	mutex_unlock(&trapvec_mutex);
 	if (!ret) {
-		n = min(req.count, req.capacity);
+		n = req.start < req.count ? min_t(u64, req.count - req.start, req.capacity) : 0;
 		if (n && copy_to_user(u64_to_user_ptr(req.entries), out, n * sizeof(*out)))
 			ret = -EFAULT;
 		else if (copy_to_user(uarg, &req, sizeof(req)))

@@ -25,6 +25,22 @@
  *
  * A live patch of module text holds a reference on that module.
  *
+ * Kprobes: while a patch is live, its range is an entry of the kprobes blacklist, so that
+ * register_kprobe() refuses any byte of it (-EINVAL) instead of copying our trap into a slot
+ * and writing an int3 over it; the entry shows in /sys/kernel/debug/kprobes/blacklist and
+ * goes with the revert. The whole APPLY runs under kprobe_mutex, which guards that list and
+ * the kprobe table's writers: no kprobe is registered on a range between its check
+ * (check.c) and its write. register_kprobe() reads the blacklist before it takes
+ * kprobe_mutex, so a registration that read it just before our entry went in can still
+ * follow a batch; it then copies the trap itself (the kernel accepts that, see DESIGN.md),
+ * which the second comparison of a later batch or revert detects. Lock order, as kprobes
+ * have it: trapvec_mutex, kprobe_mutex, cpus_read_lock (stop_machine()), text_mutex.
+ *
+ * A new patch that writes a trap (CD vector) needs its dispatch entry first: a trap without
+ * one would be chained to the spurious-interrupt handler and skip the displaced
+ * instructions. Nothing is written while kernel lockdown or kernel.modules_disabled forbids
+ * it (check.c, trapvec_may_write()); reverts still are, as unload does them anyway.
+ *
  * Windows over several instructions: stop_machine() guarantees that no CPU executes the range
  * while it changes, not that no task is stopped inside it. With voluntary or no preemption
  * (Debian's default) a task is never stopped in kernel code but at a call, and the only
@@ -34,8 +50,10 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/kprobes.h>
 #include <linux/list.h>
 #include <linux/mm.h>
+#include <linux/rculist.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/stop_machine.h>
@@ -55,6 +73,8 @@ struct trapvec_live_patch {
 	void *vm;		/* vmap() of the page(s) of [addr, addr + len) */
 	u8 *alias;		/* writable view of addr inside vm */
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
+	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
+	struct kprobe_blacklist_entry *bl;
 };
 
 static LIST_HEAD(trapvec_live);
@@ -201,12 +221,26 @@ static int trapvec_map_alias(struct trapvec_live_patch *r)
 	return 0;
 }
 
+/*
+ * Off the blacklist: readers walk it under RCU (within_kprobe_blacklist()), so the entry is
+ * freed after a grace period, as kprobe_remove_area_blacklist() does.
+ */
+static void trapvec_live_unlist(struct trapvec_live_patch *r)
+{
+	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
+	list_del_rcu(&r->bl->list);
+	kfree_rcu(r->bl, rcu);
+	r->bl = NULL;
+}
+
 static void trapvec_live_free(struct trapvec_live_patch *r)
 {
 	if (r->vm)
 		vunmap(r->vm);
 	if (r->mod)
 		module_put(r->mod);
+	/* Never listed (a batch that failed): nobody can have seen it. */
+	kfree(r->bl);
 	kfree(r);
 }
 
@@ -277,6 +311,33 @@ static void trapvec_fail(struct trapvec_apply *req, u32 index, u32 reason, s32 e
 	req->error = error;
 }
 
+/* Is a live patch of ours writing the trap at site (its dispatch entry is in use)? */
+bool trapvec_text_trap_live(unsigned long site)
+{
+	struct trapvec_live_patch *r;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_for_each_entry(r, &trapvec_live, node)
+		if (r->addr == site && r->len >= TRAPVEC_TRAP_LEN && r->new_bytes[0] == 0xcd)
+			return true;
+	return false;
+}
+
+/*
+ * A new patch starting with "int imm8" (CD ib) is a trap: of our vector with a dispatch entry
+ * at its site, else refused. Other patches (jmp rel32/rel8, springboards) start with E9/EB.
+ */
+static u32 trapvec_check_trap(const struct trapvec_patch *p)
+{
+	if (p->len < TRAPVEC_TRAP_LEN || p->new_bytes[0] != 0xcd)
+		return TRAPVEC_REASON_NONE;
+	if (p->new_bytes[1] != trapvec_vector)
+		return TRAPVEC_REASON_FOREIGN_TRAP;
+	if (!trapvec_dispatch_has(p->addr))
+		return TRAPVEC_REASON_NO_DISPATCH;
+	return TRAPVEC_REASON_NONE;
+}
+
 /*
  * Check patch i of the batch (a new patch, not the inverse of a live one). Returns 0 or the
  * ioctl's errno (req filled in).
@@ -297,7 +358,9 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 			return -EBUSY;
 		}
 	}
-	reason = trapvec_check_site(p->addr, p->len);
+	reason = trapvec_check_site(p->addr, p->len, &req->culprit);
+	if (!reason)
+		reason = trapvec_check_trap(p);
 	if (reason) {
 		pr_debug("patch %u at %pS refused: reason %u\n", i, (void *)p->addr, reason);
 		trapvec_fail(req, i, reason, 0);
@@ -308,7 +371,8 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
 {
-	u32 i, j, n = req->count;
+	struct mutex *kprobe_mutex = trapvec_ksyms.kprobe_mutex;
+	u32 i, j, n = req->count, may_write;
 	struct trapvec_stop_ctx ctx = {};
 	struct trapvec_text_op *ops;
 	int ret = 0;
@@ -316,6 +380,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	lockdep_assert_held(&trapvec_mutex);
 	trapvec_fail(req, TRAPVEC_NO_INDEX, TRAPVEC_REASON_NONE, 0);
 	memset(req->found, 0, sizeof(req->found));
+	req->culprit = 0;
 	if (req->flags)
 		return -EINVAL;
 	if (!n)
@@ -325,6 +390,8 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	if (!ops)
 		return -ENOMEM;
 
+	may_write = trapvec_may_write();
+	mutex_lock(kprobe_mutex);
 	for (i = 0; i < n; i++) {
 		const struct trapvec_patch *p = &patches[i];
 		struct trapvec_live_patch *inv;
@@ -342,11 +409,17 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		if (inv) {
 			ops[i].rec = inv;
 			ops[i].undo = true;
+		} else if (may_write) {
+			trapvec_fail(req, i, may_write, -EPERM);
+			ret = -EPERM;
+			goto out_unwind;
 		} else {
 			ret = trapvec_check_new(patches, i, req);
 			if (ret)
 				goto out_unwind;
 		}
+		/* Batches of up to TRAPVEC_BATCH_MAX: let others run between their checks. */
+		cond_resched();
 
 		if (copy_from_kernel_nofault(cur, (void *)p->addr, p->len)) {
 			trapvec_fail(req, i, TRAPVEC_REASON_NOT_TEXT, -EFAULT);
@@ -367,6 +440,13 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			ret = -ENOMEM;
 			goto out_unwind;
 		}
+		ops[i].rec->bl = kzalloc(sizeof(*ops[i].rec->bl), GFP_KERNEL);
+		if (!ops[i].rec->bl) {
+			ret = -ENOMEM;
+			goto out_unwind;
+		}
+		ops[i].rec->bl->start_addr = p->addr;
+		ops[i].rec->bl->end_addr = p->addr + p->len;
 		ops[i].rec->addr = p->addr;
 		ops[i].rec->len = p->len;
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
@@ -401,10 +481,12 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		if (ops[i].undo) {
 			list_del(&r->node);
 			trapvec_live_count--;
+			trapvec_live_unlist(r);
 			trapvec_live_free(r);
 		} else {
 			list_add_tail(&r->node, &trapvec_live);
 			trapvec_live_count++;
+			list_add_tail_rcu(&r->bl->list, trapvec_ksyms.kprobe_blacklist);
 		}
 	}
 	pr_debug("applied a batch of %u patches; %llu live\n", n, trapvec_live_count);
@@ -415,6 +497,7 @@ out_unwind:
 		if (ops[i].rec && !ops[i].undo)
 			trapvec_live_free(ops[i].rec);
 out_free:
+	mutex_unlock(kprobe_mutex);
 	kvfree(ops);
 	return ret;
 }
@@ -433,10 +516,13 @@ void trapvec_text_revert_all(void)
 		pr_err("%u live patches were changed by someone else and are left alone\n",
 		       ctx.skipped);
 	pr_info("reverted %llu live patches\n", trapvec_live_count - ctx.skipped);
+	mutex_lock(trapvec_ksyms.kprobe_mutex);
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
 		list_del(&r->node);
+		trapvec_live_unlist(r);
 		trapvec_live_free(r);
 	}
+	mutex_unlock(trapvec_ksyms.kprobe_mutex);
 	trapvec_live_count = 0;
 }
 

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	2
+#define TRAPVEC_ABI_VERSION	3
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -25,7 +25,7 @@
 #define TRAPVEC_PATCH_MAX	16
 /* Most bytes one READ or WRITE moves. */
 #define TRAPVEC_XFER_MAX	(1U << 20)
-/* Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE. */
+/* Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST. */
 #define TRAPVEC_BATCH_MAX	65536U
 /* Largest state blob (STATE_PUT). */
 #define TRAPVEC_STATE_MAX	(8U << 20)
@@ -59,7 +59,18 @@
 #define TRAPVEC_REASON_LIVE_PATCH	16 /* overlaps a live patch (or another in the batch) */
 #define TRAPVEC_REASON_MISMATCH		17 /* current bytes differ from old_bytes */
 #define TRAPVEC_REASON_ALTERNATIVE	18 /* overlaps an SMP lock prefix the kernel rewrites */
-#define TRAPVEC_REASON_MAX		18
+#define TRAPVEC_REASON_KPROBE		19 /* a kprobe is registered there; culprit: its address */
+#define TRAPVEC_REASON_CPUIDLE_TEXT	20 /* overlaps .cpuidle.text (RCU may not be watching) */
+#define TRAPVEC_REASON_STATIC_CALL_TRAMP 21 /* a static call trampoline (__SCT__*) */
+#define TRAPVEC_REASON_KPROBE_SLOT	22 /* a kprobe instruction slot */
+#define TRAPVEC_REASON_BPF_TEXT		23 /* a BPF JIT image or dispatcher */
+#define TRAPVEC_REASON_FTRACE_TRAMPOLINE 24 /* an ftrace trampoline */
+#define TRAPVEC_REASON_MODULE_INIT	25 /* a module's init text */
+#define TRAPVEC_REASON_LOCKDOWN		26 /* kernel lockdown forbids writing kernel memory */
+#define TRAPVEC_REASON_MODULES_DISABLED	27 /* kernel.modules_disabled=1 forbids it */
+#define TRAPVEC_REASON_NO_DISPATCH	28 /* a trap (CD vector) at a site with no dispatch entry */
+#define TRAPVEC_REASON_FOREIGN_TRAP	29 /* an int of another vector than the module's */
+#define TRAPVEC_REASON_MAX		29
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {
@@ -140,15 +151,21 @@ struct trapvec_check {
 	__u32 reason;		/* out: TRAPVEC_REASON_* */
 	__s32 error;		/* out: negative errno of register_kprobe() for KPROBE_REFUSED */
 	__u32 flags;		/* TRAPVEC_CHECK_* */
+	__u64 culprit;		/* out: the address the reason is about (KPROBE: the probe), or 0 */
 };
 
 /*
  * APPLY: all patches or none. A patch that exactly undoes a live patch (same addr and len,
  * old and new swapped) reverts it and skips the site checks; any other patch is checked like
- * CHECK (but for the kprobe cross-check) and must not overlap a live patch. On failure
- * nothing is written, the ioctl fails (-EINVAL refused site, -EBUSY overlap, -ESTALE
- * mismatch) and failed_index, reason, error and, for a mismatch, found (the current bytes)
- * say why.
+ * CHECK (but for the kprobe cross-check) and must not overlap a live patch. A new patch
+ * that writes a trap (CD vector) must have its dispatch entry already (NO_DISPATCH), and one
+ * that writes "int" of any other vector is refused (FOREIGN_TRAP). A batch with a new patch
+ * is refused with -EPERM (reason LOCKDOWN or MODULES_DISABLED) while kernel lockdown forbids
+ * writing kernel memory or kernel.modules_disabled is set; reverts are still allowed (they
+ * put the kernel's own text back). While a patch is live its range is on the kprobes
+ * blacklist, so register_kprobe() refuses it. On failure nothing is written, the ioctl fails
+ * (-EINVAL refused site, -EBUSY overlap, -ESTALE mismatch, -EPERM forbidden) and
+ * failed_index, reason, error, culprit and, for a mismatch, found (the current bytes) say why.
  */
 struct trapvec_apply {
 	__u64 patches;		/* user pointer to count struct trapvec_patch */
@@ -159,6 +176,7 @@ struct trapvec_apply {
 	__s32 error;		/* out: negative errno behind the reason, if any */
 	__u32 pad;
 	__u8 found[TRAPVEC_PATCH_MAX];	/* out: current bytes at the failing patch */
+	__u64 culprit;		/* out: as trapvec_check.culprit */
 };
 
 /*
@@ -181,7 +199,10 @@ struct trapvec_dispatch_add {
 	__u32 failed_index;	/* out */
 };
 
-/* DISPATCH_REMOVE: all sites or none (each must have an entry). */
+/*
+ * DISPATCH_REMOVE: all sites or none (each must have an entry: -ENOENT; and its trap must not
+ * be live: -EBUSY, revert the text first).
+ */
 struct trapvec_dispatch_remove {
 	__u64 sites;		/* user pointer to count __u64 */
 	__u32 count;
@@ -205,11 +226,16 @@ struct trapvec_list_entry {
 	__u64 missed;
 };
 
-/* LIST: up to capacity entries, ordered by site; count is the total number of entries. */
+/*
+ * LIST: up to capacity entries (at most TRAPVEC_BATCH_MAX per call), ordered by site, from the
+ * start-th on; count is the total number of entries. A table larger than one call is read
+ * page by page (start = 0, capacity, 2 * capacity, ...).
+ */
 struct trapvec_list {
 	__u64 entries;		/* user pointer to capacity struct trapvec_list_entry */
 	__u32 capacity;
 	__u32 count;		/* out */
+	__u64 start;		/* index of the first entry to copy */
 };
 
 /*

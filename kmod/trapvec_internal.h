@@ -27,6 +27,7 @@ struct bug_entry;
 struct jump_entry;
 struct exception_table_entry;
 struct kprobe;
+struct kprobe_insn_cache;
 struct module;
 
 /*
@@ -57,11 +58,23 @@ struct trapvec_ksyms {
 	int (*insn_decode)(struct insn *insn, const void *kaddr, int buf_len, enum insn_mode mode);
 	int (*arch_jump_entry_size)(struct jump_entry *entry);
 	int (*alternatives_text_reserved)(void *start, void *end);
+	struct kprobe *(*get_kprobe)(void *addr);
+	int (*kprobe_aggr_pre_handler)(struct kprobe *p, struct pt_regs *regs);
+	bool (*is_insn_slot_addr)(struct kprobe_insn_cache *c, unsigned long addr);
+	bool (*is_bpf_text_address)(unsigned long addr);
+	bool (*is_ftrace_trampoline)(unsigned long addr);
+	struct kprobe_insn_cache *kprobe_insn_slots, *kprobe_optinsn_slots;
 	struct mutex *text_mutex;
+	/* Guards kprobe_blacklist and the kprobe table's writers (kernel/kprobes.c). */
+	struct mutex *kprobe_mutex;
+	struct list_head *kprobe_blacklist;
+	int *modules_disabled;
 	unsigned long stext, etext;
 	unsigned long entry_text_start, entry_text_end;
 	unsigned long noinstr_text_start, noinstr_text_end;
 	unsigned long thunk_start, thunk_end;
+	unsigned long cpuidle_text_start, cpuidle_text_end;
+	unsigned long static_call_text_start, static_call_text_end;
 	unsigned long spurious_entries_start;
 	unsigned long jump_table_start, jump_table_end;
 	unsigned long static_call_sites_start, static_call_sites_end;
@@ -86,7 +99,8 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 			 u32 *failed_index);
 int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index);
 int trapvec_dispatch_hits(struct trapvec_hits *hits);
-int trapvec_dispatch_list(struct trapvec_list_entry *out, u32 capacity, u32 *count);
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count);
+bool trapvec_dispatch_has(unsigned long site);
 bool trapvec_dispatch_targets(unsigned long start, unsigned long end);
 void trapvec_dispatch_clear(void);
 u64 trapvec_dispatch_count(void);
@@ -105,9 +119,11 @@ bool trapvec_arena_in_sealed_code(unsigned long addr);
 void trapvec_arena_info(struct trapvec_info *info);
 
 /* check.c */
-u32 trapvec_check_site(unsigned long addr, u32 len);
-u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error);
+u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit);
+u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
+u32 trapvec_may_write(void);
+bool trapvec_may_read(void);
 
 /* reserved.c */
 int trapvec_reserved_init(void);
@@ -120,6 +136,7 @@ void trapvec_text_revert_all(void);
 u64 trapvec_text_live_count(void);
 bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
 int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
+bool trapvec_text_trap_live(unsigned long site);
 
 /* state.c: has its own mutex; never called with trapvec_mutex held. */
 int trapvec_state_get(struct trapvec_state *req);

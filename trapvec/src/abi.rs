@@ -55,7 +55,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecRegs>() == 18 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 2;
+pub const TRAPVEC_ABI_VERSION: u32 = 3;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -64,7 +64,7 @@ pub const TRAPVEC_IOC_MAGIC: u8 = b'T';
 pub const TRAPVEC_PATCH_MAX: usize = 16;
 /// Most bytes one READ or WRITE moves.
 pub const TRAPVEC_XFER_MAX: u32 = 1 << 20;
-/// Most elements of one APPLY, DISPATCH_ADD or DISPATCH_REMOVE.
+/// Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST.
 pub const TRAPVEC_BATCH_MAX: u32 = 65536;
 /// Largest state blob (STATE_PUT).
 pub const TRAPVEC_STATE_MAX: u32 = 8 << 20;
@@ -114,8 +114,31 @@ pub const TRAPVEC_REASON_LIVE_PATCH: u32 = 16;
 pub const TRAPVEC_REASON_MISMATCH: u32 = 17;
 /// Overlaps an SMP lock prefix the kernel rewrites (alternatives).
 pub const TRAPVEC_REASON_ALTERNATIVE: u32 = 18;
+/// A kprobe is registered on the range (or a jump-optimizable one before it covers it);
+/// `culprit` is its address.
+pub const TRAPVEC_REASON_KPROBE: u32 = 19;
+/// Overlaps `.cpuidle.text`.
+pub const TRAPVEC_REASON_CPUIDLE_TEXT: u32 = 20;
+/// A static call trampoline (`__SCT__*`).
+pub const TRAPVEC_REASON_STATIC_CALL_TRAMP: u32 = 21;
+/// A kprobe instruction slot.
+pub const TRAPVEC_REASON_KPROBE_SLOT: u32 = 22;
+/// A BPF JIT image or dispatcher.
+pub const TRAPVEC_REASON_BPF_TEXT: u32 = 23;
+/// An ftrace trampoline.
+pub const TRAPVEC_REASON_FTRACE_TRAMPOLINE: u32 = 24;
+/// A module's init text.
+pub const TRAPVEC_REASON_MODULE_INIT: u32 = 25;
+/// Kernel lockdown forbids writing kernel memory.
+pub const TRAPVEC_REASON_LOCKDOWN: u32 = 26;
+/// `kernel.modules_disabled=1` forbids writing kernel memory.
+pub const TRAPVEC_REASON_MODULES_DISABLED: u32 = 27;
+/// A trap (`CD vector`) at a site with no dispatch entry.
+pub const TRAPVEC_REASON_NO_DISPATCH: u32 = 28;
+/// An `int` of another vector than the module's.
+pub const TRAPVEC_REASON_FOREIGN_TRAP: u32 = 29;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 18;
+pub const TRAPVEC_REASON_MAX: u32 = 29;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]
@@ -225,6 +248,8 @@ pub struct TrapvecCheck {
     pub error: i32,
     /// `TRAPVEC_CHECK_*`.
     pub flags: u32,
+    /// Out: the address the reason is about (`TRAPVEC_REASON_KPROBE`: the probe), or 0.
+    pub culprit: u64,
 }
 
 /// `struct trapvec_apply`: a batch of patches, all or none.
@@ -246,6 +271,8 @@ pub struct TrapvecApply {
     pub pad: u32,
     /// Out: the current bytes at the failing patch (for a mismatch).
     pub found: [u8; TRAPVEC_PATCH_MAX],
+    /// Out: as [`TrapvecCheck::culprit`].
+    pub culprit: u64,
 }
 
 /// `struct trapvec_dispatch_entry`: a trap at `site` continues at `dest`.
@@ -304,7 +331,8 @@ pub struct TrapvecListEntry {
     pub missed: u64,
 }
 
-/// `struct trapvec_list`: up to `capacity` entries ordered by site; `count` is the total.
+/// `struct trapvec_list`: up to `capacity` entries (at most `TRAPVEC_BATCH_MAX`) ordered by
+/// site, from the `start`-th on; `count` is the total.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrapvecList {
@@ -313,6 +341,8 @@ pub struct TrapvecList {
     pub capacity: u32,
     /// Out.
     pub count: u32,
+    /// Index of the first entry to copy.
+    pub start: u64,
 }
 
 /// `struct trapvec_quiesce`: what QUIESCE reclaimed.
@@ -348,14 +378,14 @@ const _: () = assert!(core::mem::size_of::<TrapvecAlloc>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecWrite>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecBlock>() == 8);
 const _: () = assert!(core::mem::size_of::<TrapvecPatch>() == 48);
-const _: () = assert!(core::mem::size_of::<TrapvecCheck>() == 24);
-const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecCheck>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 56);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchAdd>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchRemove>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 48);
-const _: () = assert!(core::mem::size_of::<TrapvecList>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecList>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecState>() == 32);
 

@@ -241,7 +241,7 @@ impl Target for FakeKernel {
         let mut inner = self.state();
         inner.checked.push((addr, len));
         match inner.refuse.get(&addr) {
-            Some(reason) => Err(TargetError::SiteRefused { addr, reason: *reason }),
+            Some(reason) => Err(TargetError::SiteRefused { addr, reason: reason.clone() }),
             None => Ok(()),
         }
     }

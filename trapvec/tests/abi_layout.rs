@@ -49,14 +49,14 @@ fn rust_layout() -> RustLayout {
         TrapvecWrite => "trapvec_write" { id, offset, buf, len, pad }
         TrapvecBlock => "trapvec_block" { id }
         TrapvecPatch => "trapvec_patch" { addr, len, pad, old_bytes, new_bytes }
-        TrapvecCheck => "trapvec_check" { addr, len, reason, error, flags }
-        TrapvecApply => "trapvec_apply" { patches, count, flags, failed_index, reason, error, pad, found }
+        TrapvecCheck => "trapvec_check" { addr, len, reason, error, flags, culprit }
+        TrapvecApply => "trapvec_apply" { patches, count, flags, failed_index, reason, error, pad, found, culprit }
         TrapvecDispatchEntry => "trapvec_dispatch_entry" { site, dest, handler, cookie }
         TrapvecDispatchAdd => "trapvec_dispatch_add" { entries, count, failed_index }
         TrapvecDispatchRemove => "trapvec_dispatch_remove" { sites, count, failed_index }
         TrapvecHits => "trapvec_hits" { site, hits, missed }
         TrapvecListEntry => "trapvec_list_entry" { site, dest, handler, cookie, hits, missed }
-        TrapvecList => "trapvec_list" { entries, capacity, count }
+        TrapvecList => "trapvec_list" { entries, capacity, count, start }
         TrapvecQuiesce => "trapvec_quiesce" { reclaimed_blocks, reclaimed_bytes }
         TrapvecState => "trapvec_state" { buf, len, size, generation }
     }
@@ -94,6 +94,17 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_REASON_LIVE_PATCH", u64::from(TRAPVEC_REASON_LIVE_PATCH)),
         ("TRAPVEC_REASON_MISMATCH", u64::from(TRAPVEC_REASON_MISMATCH)),
         ("TRAPVEC_REASON_ALTERNATIVE", u64::from(TRAPVEC_REASON_ALTERNATIVE)),
+        ("TRAPVEC_REASON_KPROBE", u64::from(TRAPVEC_REASON_KPROBE)),
+        ("TRAPVEC_REASON_CPUIDLE_TEXT", u64::from(TRAPVEC_REASON_CPUIDLE_TEXT)),
+        ("TRAPVEC_REASON_STATIC_CALL_TRAMP", u64::from(TRAPVEC_REASON_STATIC_CALL_TRAMP)),
+        ("TRAPVEC_REASON_KPROBE_SLOT", u64::from(TRAPVEC_REASON_KPROBE_SLOT)),
+        ("TRAPVEC_REASON_BPF_TEXT", u64::from(TRAPVEC_REASON_BPF_TEXT)),
+        ("TRAPVEC_REASON_FTRACE_TRAMPOLINE", u64::from(TRAPVEC_REASON_FTRACE_TRAMPOLINE)),
+        ("TRAPVEC_REASON_MODULE_INIT", u64::from(TRAPVEC_REASON_MODULE_INIT)),
+        ("TRAPVEC_REASON_LOCKDOWN", u64::from(TRAPVEC_REASON_LOCKDOWN)),
+        ("TRAPVEC_REASON_MODULES_DISABLED", u64::from(TRAPVEC_REASON_MODULES_DISABLED)),
+        ("TRAPVEC_REASON_NO_DISPATCH", u64::from(TRAPVEC_REASON_NO_DISPATCH)),
+        ("TRAPVEC_REASON_FOREIGN_TRAP", u64::from(TRAPVEC_REASON_FOREIGN_TRAP)),
         ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
         ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),
         ("TRAPVEC_IOC_READ", u64::from(TRAPVEC_IOC_READ)),

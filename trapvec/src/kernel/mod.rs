@@ -38,7 +38,10 @@ use crate::abi::{
     TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST,
     TRAPVEC_REASON_KPROBE_REFUSED, TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_MISMATCH, TRAPVEC_REASON_NOINSTR_TEXT,
     TRAPVEC_REASON_NONE, TRAPVEC_REASON_NOT_BOUNDARY, TRAPVEC_REASON_NOT_TEXT, TRAPVEC_REASON_OWN_MODULE,
-    TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_STATE_MAX, TRAPVEC_XFER_MAX,
+    TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_STATE_MAX, TRAPVEC_XFER_MAX, TRAPVEC_REASON_KPROBE,
+    TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
+    TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
+    TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP, TRAP_VECTOR,
 };
 use crate::error::{hex, TargetError};
 use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
@@ -52,8 +55,13 @@ pub const KALLSYMS_PATH: &str = "/proc/kallsyms";
 /// Farthest a byte of a block may lie from `near` for `rel32` to reach it both ways.
 const REACH: u64 = i32::MAX as u64;
 
+/// Where kernel lockdown's mode is shown (`none [integrity] confidentiality`).
+pub const LOCKDOWN_PATH: &str = "/sys/kernel/security/lockdown";
+/// `kernel.modules_disabled`.
+pub const MODULES_DISABLED_PATH: &str = "/proc/sys/kernel/modules_disabled";
+
 /// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
-#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum SiteRefusal {
     #[error("a patch must be 1 to {TRAPVEC_PATCH_MAX} bytes long")]
     BadLength,
@@ -91,6 +99,30 @@ pub enum SiteRefusal {
     Mismatch,
     #[error("overlaps an SMP lock prefix, which the kernel rewrites by itself")]
     Alternative,
+    /// `at` is the probe's address, `place` the same as `symbol+offset` (or hex).
+    #[error("a kprobe is registered at {place}: remove it first")]
+    Kprobe { at: u64, place: String },
+    #[error("in .cpuidle.text, where RCU is not watching")]
+    CpuidleText,
+    #[error("a static call trampoline (__SCT__*), which the kernel rewrites by itself")]
+    StaticCallTramp,
+    #[error("a kprobe instruction slot, which kprobes own")]
+    KprobeSlot,
+    #[error("a BPF JIT image, which the BPF subsystem owns")]
+    BpfText,
+    #[error("an ftrace trampoline, which ftrace owns")]
+    FtraceTrampoline,
+    #[error("a module's init text, freed once its init returns")]
+    ModuleInit,
+    /// `mode` as `/sys/kernel/security/lockdown` shows it.
+    #[error("kernel lockdown ({mode}) forbids writing kernel text")]
+    Lockdown { mode: String },
+    #[error("kernel.modules_disabled=1 forbids writing kernel text")]
+    ModulesDisabled,
+    #[error("a trap with no dispatch entry for its site (it would be taken for a spurious interrupt)")]
+    NoDispatch,
+    #[error("an int instruction of another vector than trapvec.ko's (this program writes int {:#x})", TRAP_VECTOR)]
+    ForeignTrap,
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
     #[error("the site could not be checked: CHECK failed with {errno}")]
@@ -121,6 +153,17 @@ impl SiteRefusal {
             TRAPVEC_REASON_LIVE_PATCH => SiteRefusal::LivePatch,
             TRAPVEC_REASON_MISMATCH => SiteRefusal::Mismatch,
             TRAPVEC_REASON_ALTERNATIVE => SiteRefusal::Alternative,
+            TRAPVEC_REASON_KPROBE => SiteRefusal::Kprobe { at: 0, place: "an address the module did not say".into() },
+            TRAPVEC_REASON_CPUIDLE_TEXT => SiteRefusal::CpuidleText,
+            TRAPVEC_REASON_STATIC_CALL_TRAMP => SiteRefusal::StaticCallTramp,
+            TRAPVEC_REASON_KPROBE_SLOT => SiteRefusal::KprobeSlot,
+            TRAPVEC_REASON_BPF_TEXT => SiteRefusal::BpfText,
+            TRAPVEC_REASON_FTRACE_TRAMPOLINE => SiteRefusal::FtraceTrampoline,
+            TRAPVEC_REASON_MODULE_INIT => SiteRefusal::ModuleInit,
+            TRAPVEC_REASON_LOCKDOWN => SiteRefusal::Lockdown { mode: lockdown_mode() },
+            TRAPVEC_REASON_MODULES_DISABLED => SiteRefusal::ModulesDisabled,
+            TRAPVEC_REASON_NO_DISPATCH => SiteRefusal::NoDispatch,
+            TRAPVEC_REASON_FOREIGN_TRAP => SiteRefusal::ForeignTrap,
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -146,10 +189,49 @@ impl SiteRefusal {
             SiteRefusal::LivePatch => TRAPVEC_REASON_LIVE_PATCH,
             SiteRefusal::Mismatch => TRAPVEC_REASON_MISMATCH,
             SiteRefusal::Alternative => TRAPVEC_REASON_ALTERNATIVE,
+            SiteRefusal::Kprobe { .. } => TRAPVEC_REASON_KPROBE,
+            SiteRefusal::CpuidleText => TRAPVEC_REASON_CPUIDLE_TEXT,
+            SiteRefusal::StaticCallTramp => TRAPVEC_REASON_STATIC_CALL_TRAMP,
+            SiteRefusal::KprobeSlot => TRAPVEC_REASON_KPROBE_SLOT,
+            SiteRefusal::BpfText => TRAPVEC_REASON_BPF_TEXT,
+            SiteRefusal::FtraceTrampoline => TRAPVEC_REASON_FTRACE_TRAMPOLINE,
+            SiteRefusal::ModuleInit => TRAPVEC_REASON_MODULE_INIT,
+            SiteRefusal::Lockdown { .. } => TRAPVEC_REASON_LOCKDOWN,
+            SiteRefusal::ModulesDisabled => TRAPVEC_REASON_MODULES_DISABLED,
+            SiteRefusal::NoDispatch => TRAPVEC_REASON_NO_DISPATCH,
+            SiteRefusal::ForeignTrap => TRAPVEC_REASON_FOREIGN_TRAP,
             SiteRefusal::Unknown { code } => *code,
             SiteRefusal::CheckFailed { .. } => return None,
         })
     }
+}
+
+/// Lockdown's mode from [`LOCKDOWN_PATH`] (the bracketed word), or `"integrity"`, the least
+/// mode that forbids writing kernel memory, when it cannot be read.
+fn lockdown_mode() -> String {
+    let text = std::fs::read_to_string(LOCKDOWN_PATH).unwrap_or_default();
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .filter(|m| *m != "none")
+        .unwrap_or("integrity")
+        .to_owned()
+}
+
+/// Whether kernel lockdown is on (any mode forbids writing kernel memory).
+fn locked_down() -> bool {
+    std::fs::read_to_string(LOCKDOWN_PATH).is_ok_and(|t| t.split_whitespace().any(|w| w.starts_with('[') && w != "[none]"))
+}
+
+/// Whether lockdown or kernel.modules_disabled forbids the module to write kernel memory now.
+fn writes_forbidden() -> bool {
+    locked_down() || std::fs::read_to_string(MODULES_DISABLED_PATH).is_ok_and(|t| t.trim() == "1")
+}
+
+/// Why the module answered EPERM to ALLOC or WRITE (after the capability check, which INFO
+/// passed): lockdown, else kernel.modules_disabled (the order in which the module asks).
+fn write_forbidden(op: &str) -> TargetError {
+    let why = if locked_down() { SiteRefusal::Lockdown { mode: lockdown_mode() } } else { SiteRefusal::ModulesDisabled };
+    TargetError::Other(format!("{why} ({op} of {DEVICE_PATH}: EPERM)"))
 }
 
 /// What the module reports about itself (INFO).
@@ -294,7 +376,7 @@ impl KernelTarget {
         let len = u32::try_from(len).map_err(|_| SiteRefusal::BadLength)?;
         let mut arg = TrapvecCheck { addr, len, flags, ..Default::default() };
         self.call(Request::Check(&mut arg)).map_err(|errno| SiteRefusal::CheckFailed { errno })?;
-        match SiteRefusal::from_abi(arg.reason, arg.error) {
+        match SiteRefusal::from_abi(arg.reason, arg.error).map(|r| self.placed(r, arg.culprit)) {
             None => Ok(()),
             Some(refusal) => {
                 log::debug!("site {addr:#x}+{len} refused: {refusal}");
@@ -303,27 +385,57 @@ impl KernelTarget {
         }
     }
 
-    /// Every live dispatch entry with its counters, ordered by site.
+    /// A refusal with the module's culprit address named: the kprobe's `symbol+offset`.
+    fn placed(&self, refusal: SiteRefusal, culprit: u64) -> SiteRefusal {
+        match refusal {
+            SiteRefusal::Kprobe { .. } => SiteRefusal::Kprobe { at: culprit, place: self.place(culprit) },
+            other => other,
+        }
+    }
+
+    /// `addr` as `symbol+offset` (decimal, as points are written), or hex outside every symbol.
+    fn place(&self, addr: u64) -> String {
+        match self.symbols.function_containing(addr) {
+            Some(f) if addr == f.addr => f.name.to_string(),
+            Some(f) => format!("{}+{}", f.name, addr - f.addr),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// Every live dispatch entry with its counters, ordered by site. LIST copies at most
+    /// `TRAPVEC_BATCH_MAX` entries per call: larger tables are read page by page.
     pub fn list(&self) -> Result<Vec<ListedEntry>, TargetError> {
-        let mut capacity = 0usize;
-        loop {
-            let mut out = vec![TrapvecListEntry::default(); capacity];
-            let mut arg = TrapvecList::default();
-            self.call(Request::List { arg: &mut arg, out: &mut out })
-                .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
-            let count = arg.count as usize;
-            if count <= capacity {
-                out.truncate(count);
-                return Ok(out
-                    .iter()
-                    .map(|e| ListedEntry {
-                        entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie },
-                        hits: TrapHits { hits: e.hits, missed: e.missed },
-                    })
-                    .collect());
+        let page = TRAPVEC_BATCH_MAX as usize;
+        'again: loop {
+            let mut all: Vec<TrapvecListEntry> = Vec::new();
+            let mut total = None;
+            loop {
+                let start = all.len();
+                let want = total.map_or(0, |t: usize| (t - start).min(page));
+                let mut out = vec![TrapvecListEntry::default(); want];
+                let mut arg = TrapvecList { start: start as u64, ..Default::default() };
+                self.call(Request::List { arg: &mut arg, out: &mut out })
+                    .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
+                let count = arg.count as usize;
+                match total {
+                    // The first call only asks how many there are.
+                    None => total = Some(count),
+                    // Entries came or went between two pages: read them all again.
+                    Some(t) if t != count => continue 'again,
+                    Some(_) => all.extend_from_slice(&out),
+                }
+                if all.len() >= count {
+                    all.truncate(count);
+                    break;
+                }
             }
-            // Entries were added since the last call: ask again with room for all.
-            capacity = count;
+            return Ok(all
+                .iter()
+                .map(|e| ListedEntry {
+                    entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie },
+                    hits: TrapHits { hits: e.hits, missed: e.missed },
+                })
+                .collect());
         }
     }
 
@@ -438,11 +550,11 @@ impl KernelTarget {
     }
 
     /// The error of a failed APPLY of `batch`, from the module's answer in `arg`.
-    fn apply_error(batch: &[TextPatch], arg: &TrapvecApply, errno: Errno) -> TargetError {
+    fn apply_error(&self, batch: &[TextPatch], arg: &TrapvecApply, errno: Errno) -> TargetError {
         let Some(p) = batch.get(arg.failed_index as usize).filter(|_| arg.failed_index != TRAPVEC_NO_INDEX) else {
             return TargetError::os(format!("APPLY of a batch of {} patches", batch.len()), errno);
         };
-        match SiteRefusal::from_abi(arg.reason, arg.error) {
+        match SiteRefusal::from_abi(arg.reason, arg.error).map(|r| self.placed(r, arg.culprit)) {
             Some(SiteRefusal::Mismatch) => TargetError::TextMismatch {
                 addr: p.addr,
                 expected: hex(&p.old),
@@ -486,13 +598,10 @@ impl Target for KernelTarget {
             size: size as u64,
             ..Default::default()
         };
-        self.call(Request::Alloc(&mut arg)).map_err(|e| TargetError::Alloc {
-            near,
-            size,
-            reason: match e {
-                Errno::ENOSPC => format!("the {kind:?} arena of trapvec.ko is full ({e})"),
-                _ => format!("ALLOC: {e}"),
-            },
+        self.call(Request::Alloc(&mut arg)).map_err(|e| match e {
+            Errno::EPERM => write_forbidden("ALLOC"),
+            Errno::ENOSPC => TargetError::Alloc { near, size, reason: format!("the {kind:?} arena of trapvec.ko is full ({e})") },
+            _ => TargetError::Alloc { near, size, reason: format!("ALLOC: {e}") },
         })?;
         let block = RepoBlock { id: arg.id, addr: arg.addr, size, kind };
         let far = arg.addr.abs_diff(near).max((arg.addr + size as u64).abs_diff(near));
@@ -516,8 +625,11 @@ impl Target for KernelTarget {
         for (i, chunk) in bytes.chunks(TRAPVEC_XFER_MAX as usize).enumerate() {
             let at = offset + i * TRAPVEC_XFER_MAX as usize;
             let mut arg = TrapvecWrite { id: block.id, offset: at as u64, ..Default::default() };
-            self.call(Request::Write { arg: &mut arg, bytes: chunk })
-                .map_err(|e| Self::block_error(block, at, chunk.len(), "WRITE", e))?;
+            self.call(Request::Write { arg: &mut arg, bytes: chunk }).map_err(|e| match e {
+                // EPERM is also the answer for a sealed block: ask the kernel which it is.
+                Errno::EPERM if writes_forbidden() => write_forbidden("WRITE"),
+                _ => Self::block_error(block, at, chunk.len(), "WRITE", e),
+            })?;
         }
         Ok(())
     }
@@ -550,7 +662,7 @@ impl Target for KernelTarget {
                 Ok(())
             }
             Err(errno) => {
-                let err = Self::apply_error(batch, &arg, errno);
+                let err = self.apply_error(batch, &arg, errno);
                 log::debug!("batch of {} refused: {err}", batch.len());
                 Err(err)
             }

@@ -121,6 +121,8 @@ impl FakeModule {
             Request::Check(c) => {
                 self.check_flags.push(c.flags);
                 (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default();
+                // A kprobe refusal names the probe: here, two bytes into the window.
+                c.culprit = if c.reason == TRAPVEC_REASON_KPROBE { c.addr + 2 } else { 0 };
             }
             Request::Apply { arg, patches } => {
                 assert_eq!(arg.count as usize, patches.len());
@@ -160,7 +162,10 @@ impl FakeModule {
                     }
                 }
                 arg.count = u32::try_from(self.dispatch.len()).unwrap();
-                for (slot, e) in out.iter_mut().zip(self.dispatch.values()) {
+                // As the module: from the start-th entry, at most TRAPVEC_BATCH_MAX of them.
+                let skip = usize::try_from(arg.start).unwrap();
+                let room = out.len().min(TRAPVEC_BATCH_MAX as usize);
+                for (slot, e) in out[..room].iter_mut().zip(self.dispatch.values().skip(skip)) {
                     *slot = *e;
                 }
             }
@@ -340,6 +345,66 @@ fn apply_refusal_becomes_site_refused_with_the_kernel_reason() {
     assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::Ftrace }), "{err}");
     assert!(err.to_string().contains("0xffffffff81000000"), "{err}");
     assert!(err.to_string().contains("__fentry__"), "{err}");
+}
+
+#[test]
+fn a_kprobe_in_the_window_is_named_as_symbol_plus_offset() {
+    let getppid = 0xffff_ffff_810b_0f90;
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((
+            Errno::EINVAL,
+            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_KPROBE, culprit: getppid + 5, ..Default::default() },
+        ));
+        m.checks.insert(getppid + 4, (TRAPVEC_REASON_KPROBE, 0));
+    });
+    let err = target.patch_text(&[trap_patch(getppid + 5, [0x53, 0xe8])]).unwrap_err();
+    assert!(
+        matches!(&err, TargetError::SiteRefused { reason: SiteRefusal::Kprobe { at, .. }, .. } if *at == getppid + 5),
+        "{err}"
+    );
+    assert!(err.to_string().contains("a kprobe is registered at __x64_sys_getppid+5: remove it first"), "{err}");
+    let refusal = target.precheck_site(getppid + 4, 2).unwrap_err();
+    assert_eq!(refusal.to_string(), "a kprobe is registered at __x64_sys_getppid+6: remove it first");
+}
+
+#[test]
+fn lockdown_and_modules_disabled_refusals_say_what_forbids_the_write() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.apply_failure = Some((
+            Errno::EPERM,
+            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_LOCKDOWN, error: -1, ..Default::default() },
+        ));
+    });
+    let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
+    assert!(err.to_string().contains("kernel lockdown ("), "{err}");
+    assert!(err.to_string().contains(") forbids writing kernel text"), "{err}");
+    assert_eq!(
+        SiteRefusal::from_abi(TRAPVEC_REASON_MODULES_DISABLED, -1).unwrap().to_string(),
+        "kernel.modules_disabled=1 forbids writing kernel text"
+    );
+}
+
+#[test]
+fn eperm_from_alloc_is_a_forbidden_write_not_a_full_arena() {
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("ALLOC", (Errno::EPERM, 0));
+    });
+    let err = target.alloc(TEXT, 64, BlockKind::Code).unwrap_err();
+    assert!(err.to_string().contains("forbids writing kernel text (ALLOC of /dev/trapvec: EPERM)"), "{err}");
+}
+
+#[test]
+fn list_reads_a_table_larger_than_one_batch_page_by_page() {
+    let n = TRAPVEC_BATCH_MAX as u64 + 4464;
+    let (target, m, _g) = target_with(|m| {
+        for k in 0..n {
+            m.dispatch.insert(TEXT + k, TrapvecListEntry { site: TEXT + k, hits: k, ..Default::default() });
+        }
+    });
+    let listed = target.list().unwrap();
+    assert_eq!(listed.len() as u64, n);
+    assert!(listed.iter().enumerate().all(|(k, e)| e.entry.site == TEXT + k as u64 && e.hits.hits == k as u64));
+    assert_eq!(m.borrow().calls.iter().filter(|c| **c == "LIST").count(), 3, "a count, then two pages");
 }
 
 #[test]
