@@ -222,6 +222,7 @@ fn info_for(image: &CodeImage) -> TargetInfo {
         dispatcher_runs_handlers: image.kernel,
         dispatcher_counts_hits: image.kernel,
         has_fentry: image.kernel,
+        trap_vector: trapvec::abi::TRAP_VECTOR,
     }
 }
 

@@ -271,6 +271,7 @@ mod tests {
             dispatcher_runs_handlers: false,
             dispatcher_counts_hits: false,
             has_fentry,
+            trap_vector: trapvec::abi::TRAP_VECTOR,
         }
     }
 

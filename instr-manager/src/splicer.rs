@@ -824,7 +824,7 @@ impl<T: Target> Splicer<T> {
         // Every splice enters its code block at the start.
         let entry = code.addr;
         let site_new = match plan.mechanism {
-            Mechanism::Trap => trap_bytes().to_vec(),
+            Mechanism::Trap => trap_bytes(self.target.info().trap_vector).to_vec(),
             Mechanism::Jmp => jmp_bytes(plan, plan.springboard.as_ref().map_or(entry, |sb| sb.addr)).map_err(refused)?,
         };
         // The bytes the planning analysed are the text's bytes: nothing writes text before the

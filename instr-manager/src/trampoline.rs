@@ -643,9 +643,10 @@ pub fn emit_indirect_stub(addr: u64, slot: u64) -> Vec<u8> {
     build().unwrap_or_else(|e| unreachable!("indirect stub at {addr:#x}: {e}"))
 }
 
-/// The trap written at a site: `int 0xF5`.
-pub fn trap_bytes() -> [u8; 2] {
-    TRAP_BYTES
+/// The trap written at a site: `int <vector>` (`CD F5` unless the kernel module was loaded with
+/// another vector, [`TargetInfo::trap_vector`]).
+pub fn trap_bytes(vector: u8) -> [u8; 2] {
+    [TRAP_BYTES[0], vector]
 }
 
 fn rel32(from_end: u64, to: u64) -> Option<i32> {

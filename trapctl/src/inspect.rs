@@ -148,6 +148,7 @@ fn target_info(kernel: bool) -> TargetInfo {
         dispatcher_runs_handlers: kernel,
         dispatcher_counts_hits: kernel,
         has_fentry: kernel,
+        trap_vector: trapvec::abi::TRAP_VECTOR,
     }
 }
 

@@ -96,6 +96,7 @@ impl FakeKernel {
             dispatcher_runs_handlers: true,
             dispatcher_counts_hits: true,
             has_fentry: true,
+            trap_vector: crate::abi::TRAP_VECTOR,
         };
         FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Arc::new(Mutex::new(inner)) }
     }

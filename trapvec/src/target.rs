@@ -298,6 +298,10 @@ pub struct TargetInfo {
     /// Skip the ftrace `call __fentry__` site (5 bytes) when a point names a function's entry,
     /// and refuse windows overlapping it.
     pub has_fentry: bool,
+    /// The vector of the trap written at sites (`CD <vector>`): the kernel module's (its
+    /// `vector` parameter, read from INFO), [`crate::abi::TRAP_VECTOR`] in a process (a
+    /// user-mode `int` of any system vector raises #GP; the signal handler expects 0xF5's).
+    pub trap_vector: u8,
 }
 
 /// The thing being modified.

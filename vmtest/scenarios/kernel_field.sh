@@ -167,8 +167,8 @@ $TV scale 70000 > /tmp/tv
 echo "SCALE=$(cat /tmp/tv)"
 [ "$(dmesg | grep -c 'soft lockup')" -gt "$lockups" ] && echo "SOFT_LOCKUP=yes" || echo "SOFT_LOCKUP=no"
 
-# --- 5: another vector. The module takes its vector from INFO's answer; user space still
-# writes int 0xf5, which the module refuses (FOREIGN_TRAP) instead of running it.
+# --- 5: another vector. User space reads the module's vector from INFO and writes int <vector>;
+# an int of any other vector is refused (FOREIGN_TRAP) rather than run.
 rmmod trapvec
 vec=none
 for v in 0xf3 0xee 0xed; do
@@ -179,8 +179,15 @@ $TV info > /tmp/tv
 echo "OTHER_INFO=$(cat /tmp/tv)"
 $TV apply "$(at tcp_sync_mss 5)" "cd$(printf '%02x' $((vec)))" > /tmp/tv
 echo "OTHER_NO_ENTRY=$(cat /tmp/tv)"
+$TV apply "$(at tcp_sync_mss 5)" cdf5 > /tmp/tv
+echo "OTHER_F5=$(cat /tmp/tv)"
 trapctl load /components/empty.o > /dev/null
-refuse ERR_OTHER_VECTOR trapctl splice tcp_sync_mss --call empty_handler
+trapctl splice tcp_sync_mss --call empty_handler > /dev/null 2> /tmp/err || echo "ERR_OTHER_VECTOR=$(head -n 1 /tmp/err)"
+echo "OTHER_SITE_BYTES=$(trapctl read tcp_sync_mss+5 2 | tr -d ' \n' | tail -c 4)"
+tcpmss > /dev/null
+tcpmss > /dev/null
+echo "OTHER_HITS=$(trapctl list | awk '$1 == "tcp_sync_mss" { print $(NF-1) }')"
+trapctl unsplice tcp_sync_mss > /dev/null && echo "OTHER_UNSPLICED=yes"
 rmmod trapvec
 insmod /trapvec.ko || exit 13
 trapctl load /components/empty.o > /dev/null || exit 14

@@ -55,6 +55,7 @@ impl FakeTarget {
                 dispatcher_runs_handlers: false,
                 dispatcher_counts_hits: false,
                 has_fentry: false,
+                trap_vector: trapvec::abi::TRAP_VECTOR,
             },
             symbols: SymbolTable::new(symbols),
             blocks: BTreeMap::new(),

@@ -55,6 +55,7 @@ pub(crate) fn user() -> TargetInfo {
         dispatcher_runs_handlers: false,
         dispatcher_counts_hits: false,
         has_fentry: false,
+        trap_vector: trapvec::abi::TRAP_VECTOR,
     }
 }
 

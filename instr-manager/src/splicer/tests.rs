@@ -261,6 +261,7 @@ fn counting_trampoline_in_user_space_steps_over_the_red_zone_and_keeps_the_flags
         dispatcher_runs_handlers: false,
         dispatcher_counts_hits: false,
         has_fentry: false,
+        trap_vector: trapvec::abi::TRAP_VECTOR,
     };
     let symbols = SymbolTable::default();
     let read = |_: u64, _: usize| None;

@@ -43,6 +43,7 @@ fn info(user: bool) -> TargetInfo {
         dispatcher_runs_handlers: !user,
         dispatcher_counts_hits: !user,
         has_fentry: !user,
+        trap_vector: trapvec::abi::TRAP_VECTOR,
     }
 }
 
@@ -251,7 +252,8 @@ fn indirect_stub_near_and_far_slot() {
 
 #[test]
 fn patch_bytes_are_exact() {
-    assert_eq!(trap_bytes(), [0xCD, 0xF5]);
+    assert_eq!(trap_bytes(0xF5), [0xCD, 0xF5]);
+    assert_eq!(trap_bytes(0xF3), [0xCD, 0xF3], "a module loaded with vector=0xf3");
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5, 0x90], SITE, 5);
     // E9 rel32 from SITE+5.
     assert_eq!(jmp_bytes(&plan, SITE + 0x105).unwrap(), vec![0xE9, 0x00, 0x01, 0x00, 0x00]);

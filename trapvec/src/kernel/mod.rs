@@ -41,7 +41,7 @@ use crate::abi::{
     TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_STATE_MAX, TRAPVEC_XFER_MAX, TRAPVEC_REASON_KPROBE,
     TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
     TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
-    TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP, TRAP_VECTOR,
+    TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
 };
 use crate::error::{hex, TargetError};
 use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
@@ -121,7 +121,7 @@ pub enum SiteRefusal {
     ModulesDisabled,
     #[error("a trap with no dispatch entry for its site (it would be taken for a spurious interrupt)")]
     NoDispatch,
-    #[error("an int instruction of another vector than trapvec.ko's (this program writes int {:#x})", TRAP_VECTOR)]
+    #[error("an int instruction of another vector than trapvec.ko's (the program and the module disagree on the vector)")]
     ForeignTrap,
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
@@ -329,6 +329,11 @@ impl KernelTarget {
         }
         let symbols = kallsyms::parse(kallsyms_text)
             .map_err(|e| TargetError::Other(format!("kernel symbols from {KALLSYMS_PATH}: {e}")))?;
+        // The module validates its parameter; a vector that is no system vector here means a
+        // module this program does not understand.
+        let trap_vector = u8::try_from(raw.vector).ok().filter(|&v| v >= 0x20).ok_or_else(|| {
+            TargetError::Other(format!("trapvec.ko reports trap vector {:#x}, which is not a system vector", raw.vector))
+        })?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let info = TargetInfo {
             description: format!("kernel {} (trapvec.ko, vector {:#x})", release.trim(), raw.vector),
@@ -337,6 +342,7 @@ impl KernelTarget {
             dispatcher_runs_handlers: true,
             dispatcher_counts_hits: true,
             has_fentry: true,
+            trap_vector,
         };
         log::debug!(
             "kernel target: {}, {} symbols, code arena {:#x}+{:#x}",

@@ -59,6 +59,8 @@ struct FakeModule {
     /// Errno for every request of this name.
     fail: BTreeMap<&'static str, (Errno, u32)>,
     dispatch: BTreeMap<u64, TrapvecListEntry>,
+    /// The `vector` INFO reports (0 means the default, 0xf5).
+    vector: u32,
     /// Entries LIST pretends were added between a caller's two LIST calls.
     list_grows_by: usize,
     quiesced: u32,
@@ -88,7 +90,7 @@ impl FakeModule {
             Request::Info(i) => {
                 **i = TrapvecInfo {
                     abi_version: self.abi_version,
-                    vector: 0xf5,
+                    vector: if self.vector == 0 { 0xf5 } else { self.vector },
                     code_base: CODE_ARENA,
                     code_size: 1 << 20,
                     ..Default::default()
@@ -273,6 +275,24 @@ fn target_info_describes_kernel_code_generation() {
     assert!(info.dispatcher_counts_hits);
     assert!(info.has_fentry);
     assert!(info.description.contains("vector 0xf5"), "{}", info.description);
+}
+
+#[test]
+fn the_trap_written_is_the_module_vector() {
+    let (target, _m, _g) = target_with(|_| {});
+    assert_eq!(target.info().trap_vector, 0xf5);
+    let (target, _m, _g) = target_with(|m| m.vector = 0xf3);
+    assert_eq!(target.info().trap_vector, 0xf3, "a module loaded with vector=0xf3");
+    assert!(target.info().description.contains("vector 0xf3"), "{}", target.info().description);
+    for bad in [0x1f, 0x1f5] {
+        let module: Shared =
+            Rc::new(RefCell::new(FakeModule { abi_version: TRAPVEC_ABI_VERSION, vector: bad, ..Default::default() }));
+        let m = module.clone();
+        let _g = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
+        let dev = std::fs::File::open("/dev/null").unwrap().into();
+        let err = KernelTarget::from_parts(dev, KALLSYMS).err().unwrap();
+        assert!(err.to_string().contains("not a system vector"), "{bad:#x}: {err}");
+    }
 }
 
 #[test]

@@ -79,6 +79,7 @@ impl ProcessTarget {
                 dispatcher_runs_handlers: false,
                 dispatcher_counts_hits: false,
                 has_fentry: false,
+            trap_vector: crate::abi::TRAP_VECTOR,
             },
             symbols,
             repo: memory::Repository::default(),
