@@ -2,7 +2,6 @@
 //! loaded into this test process) spliced by trap and by jmp, handlers from a real component
 //! (compiled at test time), results, exact hit counts and byte-for-byte restoration checked.
 
-use std::ffi::CString;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -11,53 +10,27 @@ use instr_manager::session::{ComponentHandle, Session};
 use instr_manager::Mechanism::{self, Jmp, Trap};
 use trapvec::Target;
 
+mod common;
+
+use common::{compile_component, fixture_source, load_shared_object, serial, session_with};
+
 struct Fixture {
     handlers: PathBuf,
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();
-        let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let so = dir.join("libfixtures.so");
-        let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(&so).arg(here.join("functions.S")).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        load_shared_object(&fixture_source("functions.S"), &dir.join("libfixtures.so"));
         let handlers = dir.join("handlers.o");
-        let inc = repo().join("components/include");
-        let out = Command::new("cc")
-            .args(["-c", "-O2", "-fPIC", "-I"])
-            .arg(&inc)
-            .arg("-o")
-            .arg(&handlers)
-            .arg(here.join("handlers.c"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let path = CString::new(so.to_str().unwrap()).unwrap();
-        // SAFETY: loading a library we just built (no constructors); it stays loaded.
-        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        assert!(!h.is_null());
+        compile_component(&fixture_source("handlers.c"), &handlers);
         Fixture { handlers }
     })
 }
 
-/// The tests splice the same fixture functions and count exact hits: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn session() -> (Session, ComponentHandle) {
-    let f = fixture();
-    let s = Session::open().unwrap();
-    s.refresh_symbols().unwrap();
-    let c = s.load(&f.handlers).unwrap();
-    (s, c)
+    session_with(&fixture().handlers)
 }
 
 fn addr(s: &Session, name: &str) -> u64 {

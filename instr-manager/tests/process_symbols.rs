@@ -5,7 +5,6 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use instr_manager::point::resolve_point;
@@ -13,9 +12,9 @@ use instr_manager::session::{ComponentHandle, Session};
 use instr_manager::Mechanism::{self, Jmp, Trap};
 use trapvec::{SymbolKind, Target};
 
-fn here() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
+
+use common::{compile_component, fixture_source, load_shared_object, serial, session_with};
 
 /// Builds and loads `libbare.so` (from `fixtures/bare.S`) and builds a component counting calls
 /// (`count_calls`, variable `calls`), once.
@@ -23,9 +22,7 @@ fn handlers() -> &'static PathBuf {
     static F: OnceLock<PathBuf> = OnceLock::new();
     F.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();
-        let so = dir.join("libbare.so");
-        let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(&so).arg(here().join("tests/fixtures/bare.S")).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        load_shared_object(&fixture_source("bare.S"), &dir.join("libbare.so"));
         let src = dir.join("count.c");
         std::fs::write(
             &src,
@@ -35,35 +32,13 @@ fn handlers() -> &'static PathBuf {
         )
         .unwrap();
         let handlers = dir.join("count.o");
-        let out = Command::new("cc")
-            .args(["-c", "-O2", "-fPIC", "-I"])
-            .arg(here().parent().unwrap().join("components/include"))
-            .arg("-o")
-            .arg(&handlers)
-            .arg(&src)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let path = CString::new(so.to_str().unwrap()).unwrap();
-        // SAFETY: loading a library we just built (no constructors); it stays loaded.
-        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        assert!(!h.is_null());
+        compile_component(&src, &handlers);
         handlers
     })
 }
 
-/// One test at a time: they count exact hits of one handler.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn session() -> (Session, ComponentHandle) {
-    let handlers = handlers();
-    let s = Session::open().unwrap();
-    s.refresh_symbols().unwrap();
-    let c = s.load(handlers).unwrap();
-    (s, c)
+    session_with(handlers())
 }
 
 fn calls(c: &ComponentHandle) -> u64 {
@@ -165,12 +140,7 @@ fn versions_and_ambiguity_resolve_as_the_dynamic_linker_binds() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("dup.S"), ".text\n.globl dup_fn\ndup_fn:\n  ret\n").unwrap();
     for lib in ["libdupone.so", "libduptwo.so"] {
-        let so = dir.path().join(lib);
-        let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(&so).arg(dir.path().join("dup.S")).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let path = CString::new(so.to_str().unwrap()).unwrap();
-        // SAFETY: a library we just built, with no constructors; it stays loaded.
-        assert!(!unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) }.is_null());
+        load_shared_object(&dir.path().join("dup.S"), &dir.path().join(lib));
     }
     s.refresh_symbols().unwrap();
     s.with(|sp| {
