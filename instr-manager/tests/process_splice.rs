@@ -179,96 +179,6 @@ fn window_over_a_branch_target_is_refused_and_nothing_written() {
     assert_eq!(call1(&s, "target_fn", 3), 0);
 }
 
-/// `func`'s branch targets as the analysis sees them from its own bytes alone (no jump tables,
-/// no cold parts): what the splicer would have planned on without reading more.
-fn own_targets(s: &Session, func: &str) -> std::collections::BTreeSet<u64> {
-    let (a, size) = s.with(|sp| {
-        let sym = sp.target().symbols().lookup(func).unwrap();
-        (sym.addr, sym.size)
-    });
-    let code = bytes(s, func, usize::try_from(size).unwrap());
-    instr_manager::analysis::analyze_function(func, a, &code).unwrap().branch_targets
-}
-
-#[test]
-fn jmp_window_over_a_case_label_only_the_jump_table_targets_is_refused() {
-    let _serial = serial();
-    let (s, c) = session();
-    let f = addr(&s, "switch_fn");
-    let (case0, case1) = (f + 26, f + 28);
-    let xs: Vec<i32> = (0..7).collect();
-    let want: Vec<i32> = xs.iter().map(|&x| call1(&s, "switch_fn", x)).collect();
-    assert_eq!(want, vec![5, 106, 306, -103, 208, 105, 106]);
-    assert!(!own_targets(&s, "switch_fn").contains(&case1), "case 1 is a target through the table only");
-    let before = bytes(&s, "switch_fn", 43);
-    let blocks = c_blocks(&s);
-
-    // xor (2 bytes) + add (3 bytes): the jmp rel32 window at case 0 covers case 1's label.
-    let err = s.splice_call("switch_fn+26", &c, "count_calls", Jmp).err().expect("refused");
-    let msg = err.to_string();
-    assert!(msg.contains("switch_fn+26") && msg.contains(&format!("branch target {case1:#x}")), "{msg}");
-    assert_eq!(bytes(&s, "switch_fn", 43), before, "nothing written");
-    assert_eq!(c_blocks(&s), blocks, "nothing allocated");
-
-    // Traps at both labels and a jmp at the entry: every hit counted exactly.
-    let calls = var(&c, "calls");
-    let t0 = s.splice_call("switch_fn+26", &c, "count_calls", Trap).unwrap();
-    let t1 = s.splice_call("switch_fn+28", &c, "count_calls", Trap).unwrap();
-    let j = s.splice_call("switch_fn", &c, "count_calls", Jmp).unwrap();
-    assert_eq!(s.with(|sp| sp.get(t0.id()).unwrap().point.site), case0);
-    for _ in 0..10 {
-        let got: Vec<i32> = xs.iter().map(|&x| call1(&s, "switch_fn", x)).collect();
-        assert_eq!(got, want);
-    }
-    assert_eq!(t0.hits().unwrap(), 10, "case 0");
-    assert_eq!(t1.hits().unwrap(), 20, "case 1 and case 0 falling into it");
-    assert_eq!(j.hits().unwrap(), 70, "every call");
-    assert_eq!(var(&c, "calls") - calls, 100);
-    for h in [t0, t1, j] {
-        h.remove().unwrap();
-    }
-    assert_eq!(bytes(&s, "switch_fn", 43), before);
-    assert_eq!(c_blocks(&s), blocks);
-}
-
-#[test]
-fn jmp_window_over_the_join_point_of_a_cold_part_is_refused() {
-    let _serial = serial();
-    let (s, c) = session();
-    let f = addr(&s, "cold_fn");
-    let cold = addr(&s, "cold_fn.cold");
-    let join = f + 11;
-    let xs = [-3, -1, 0, 4];
-    let want: Vec<i32> = xs.iter().map(|&x| call1(&s, "cold_fn", x)).collect();
-    assert_eq!(want, vec![16, 6, 11, 31]);
-    // The cold part's `jmp` lands on the join point; inside cold_fn nothing does.
-    let tail = bytes(&s, "cold_fn.cold", 9);
-    let rel = i32::from_le_bytes(tail[5..9].try_into().unwrap());
-    assert_eq!((cold + 9).wrapping_add_signed(i64::from(rel)), join);
-    assert!(!own_targets(&s, "cold_fn").contains(&join));
-    let before = bytes(&s, "cold_fn", 16);
-    let blocks = c_blocks(&s);
-
-    // lea (3 bytes) + lea (4 bytes) at +8: the window covers the join point.
-    let err = s.splice_call("cold_fn+8", &c, "count_calls", Jmp).err().expect("refused");
-    let msg = err.to_string();
-    assert!(msg.contains("cold_fn+8") && msg.contains(&format!("branch target {join:#x}")), "{msg}");
-    assert_eq!(bytes(&s, "cold_fn", 16), before, "nothing written");
-    assert_eq!(c_blocks(&s), blocks, "nothing allocated");
-
-    // At the join point itself both paths go through the splice, by trap and by jmp.
-    for mech in [Trap, Jmp] {
-        let h = s.splice_call("cold_fn+11", &c, "count_calls", mech).unwrap();
-        for _ in 0..10 {
-            let got: Vec<i32> = xs.iter().map(|&x| call1(&s, "cold_fn", x)).collect();
-            assert_eq!(got, want, "by {mech}");
-        }
-        assert_eq!(h.hits().unwrap(), 40, "hot and cold paths, by {mech}");
-        h.remove().unwrap();
-        assert_eq!(bytes(&s, "cold_fn", 16), before);
-    }
-}
-
 #[test]
 fn point_that_is_not_an_instruction_boundary_is_refused_and_nothing_written() {
     let _serial = serial();
@@ -509,32 +419,6 @@ fn a_fork_child_that_removes_a_splice_leaves_the_parents_splice_counting_and_run
     }
 }
 
-fn bytes_at(a: u64, len: usize) -> Vec<u8> {
-    // SAFETY: `a` is a component variable of at least `len` bytes, loaded for the whole test.
-    unsafe { std::slice::from_raw_parts(a as *const u8, len).to_vec() }
-}
-
-#[test]
-fn handler_that_clobbers_every_ymm_register_leaves_the_spliced_code_s_vector_state_intact() {
-    let _serial = serial();
-    let (s, c) = session();
-    assert!(std::arch::is_x86_feature_detected!("avx"), "the fixture uses AVX");
-    assert_eq!(call1(&s, "vec_fn", 0), 0, "unpatched: every ymm register kept");
-    if let Some(size) = instr_manager::trampoline::host_xsave_size() {
-        assert!(size >= 576 + 256, "xsave area with the AVX component: {size} bytes");
-    }
-    for mech in [Trap, Jmp] {
-        let before = var(&c, "vec_clobbers");
-        let h = s.splice_call("vec_site_fn", &c, "clobber_vectors", mech).unwrap();
-        for _ in 0..5 {
-            assert_eq!(call1(&s, "vec_fn", 0), 0, "by {mech}: ymm registers (upper and lower halves) preserved");
-        }
-        assert_eq!(h.hits().unwrap(), 5);
-        assert_eq!(var(&c, "vec_clobbers") - before, 5, "the clobbering handler ran");
-        h.remove().unwrap();
-    }
-}
-
 #[test]
 fn malloc_and_free_spliced_in_a_threaded_process_count_and_come_out_again() {
     let _serial = serial();
@@ -562,31 +446,5 @@ fn malloc_and_free_spliced_in_a_threaded_process_count_and_come_out_again() {
         drop(f);
         drop(m);
         assert!(s.with(|sp| sp.live().count()) == 0, "{mech}: removed");
-    }
-}
-
-#[test]
-fn handler_runs_with_df_clear_and_the_original_df_comes_back() {
-    let _serial = serial();
-    let (s, c) = session();
-    let area = c.symbol("df_area").unwrap();
-    let src = bytes_at(c.symbol("df_src").unwrap(), 16);
-    assert_eq!(src, b"0123456789abcdef");
-    for kind in ["dead", "live"] {
-        let (outer, site) = (format!("df_{kind}_fn"), format!("df_site_{kind}_fn"));
-        assert_eq!(call1(&s, &outer, 0), 1, "{outer} unpatched reads DF = 1 back");
-        for mech in [Trap, Jmp] {
-            // SAFETY: df_area is the component's 48-byte array, not used by anything running.
-            unsafe { std::ptr::write_bytes(area as *mut u8, 0, 48) };
-            let h = s.splice_call(&site, &c, "copy_forward", mech).unwrap();
-            assert_eq!(call1(&s, &outer, 0), 1, "{site} by {mech}: DF set again after the handler");
-            assert_eq!(h.hits().unwrap(), 1);
-            assert_ne!(var(&c, "df_saved_rflags") & 0x400, 0, "{site} by {mech}: regs->rflags holds the original DF");
-            assert_eq!(var(&c, "df_seen_flags") & 0x400, 0, "{site} by {mech}: the handler runs with DF clear");
-            let got = bytes_at(area, 48);
-            assert_eq!(&got[16..32], &src[..], "{site} by {mech}: forward copy");
-            assert!(got[..16].iter().chain(&got[32..]).all(|&b| b == 0), "{site} by {mech}: nothing written around it");
-            h.remove().unwrap();
-        }
     }
 }
