@@ -8,7 +8,8 @@
 //! Rules:
 //! - Branch targets are the targets of every direct `jmp`/`jcc`/`loop`/`jrcxz`/`xbegin`/`call`
 //!   that lie inside the function, every fall-through of a conditional branch, and every entry
-//!   of a jump table that was found.
+//!   of a jump table that was found; the splicer adds the targets of jumps back from the
+//!   function's cold parts ([`parts`]).
 //! - Basic blocks start at the function start and at every branch target that is an instruction
 //!   boundary, and end after every branch, `ret`, `jmp`, `ud2`/`ud0`/`ud1` and interrupt
 //!   instruction (`int3`, `int n`).
@@ -22,6 +23,7 @@
 pub mod jump_table;
 pub mod liveness;
 pub mod padding;
+pub mod parts;
 
 use std::collections::BTreeSet;
 use std::fmt;

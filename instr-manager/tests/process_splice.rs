@@ -179,6 +179,96 @@ fn window_over_a_branch_target_is_refused_and_nothing_written() {
     assert_eq!(call1(&s, "target_fn", 3), 0);
 }
 
+/// `func`'s branch targets as the analysis sees them from its own bytes alone (no jump tables,
+/// no cold parts): what the splicer would have planned on without reading more.
+fn own_targets(s: &Session, func: &str) -> std::collections::BTreeSet<u64> {
+    let (a, size) = s.with(|sp| {
+        let sym = sp.target().symbols().lookup(func).unwrap();
+        (sym.addr, sym.size)
+    });
+    let code = bytes(s, func, usize::try_from(size).unwrap());
+    instr_manager::analysis::analyze_function(func, a, &code).unwrap().branch_targets
+}
+
+#[test]
+fn jmp_window_over_a_case_label_only_the_jump_table_targets_is_refused() {
+    let _serial = serial();
+    let (s, c) = session();
+    let f = addr(&s, "switch_fn");
+    let (case0, case1) = (f + 26, f + 28);
+    let xs: Vec<i32> = (0..7).collect();
+    let want: Vec<i32> = xs.iter().map(|&x| call1(&s, "switch_fn", x)).collect();
+    assert_eq!(want, vec![5, 106, 306, -103, 208, 105, 106]);
+    assert!(!own_targets(&s, "switch_fn").contains(&case1), "case 1 is a target through the table only");
+    let before = bytes(&s, "switch_fn", 43);
+    let blocks = c_blocks(&s);
+
+    // xor (2 bytes) + add (3 bytes): the jmp rel32 window at case 0 covers case 1's label.
+    let err = s.splice_call("switch_fn+26", &c, "count_calls", Jmp).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("switch_fn+26") && msg.contains(&format!("branch target {case1:#x}")), "{msg}");
+    assert_eq!(bytes(&s, "switch_fn", 43), before, "nothing written");
+    assert_eq!(c_blocks(&s), blocks, "nothing allocated");
+
+    // Traps at both labels and a jmp at the entry: every hit counted exactly.
+    let calls = var(&c, "calls");
+    let t0 = s.splice_call("switch_fn+26", &c, "count_calls", Trap).unwrap();
+    let t1 = s.splice_call("switch_fn+28", &c, "count_calls", Trap).unwrap();
+    let j = s.splice_call("switch_fn", &c, "count_calls", Jmp).unwrap();
+    assert_eq!(s.with(|sp| sp.get(t0.id()).unwrap().point.site), case0);
+    for _ in 0..10 {
+        let got: Vec<i32> = xs.iter().map(|&x| call1(&s, "switch_fn", x)).collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(t0.hits().unwrap(), 10, "case 0");
+    assert_eq!(t1.hits().unwrap(), 20, "case 1 and case 0 falling into it");
+    assert_eq!(j.hits().unwrap(), 70, "every call");
+    assert_eq!(var(&c, "calls") - calls, 100);
+    for h in [t0, t1, j] {
+        h.remove().unwrap();
+    }
+    assert_eq!(bytes(&s, "switch_fn", 43), before);
+    assert_eq!(c_blocks(&s), blocks);
+}
+
+#[test]
+fn jmp_window_over_the_join_point_of_a_cold_part_is_refused() {
+    let _serial = serial();
+    let (s, c) = session();
+    let f = addr(&s, "cold_fn");
+    let cold = addr(&s, "cold_fn.cold");
+    let join = f + 11;
+    let xs = [-3, -1, 0, 4];
+    let want: Vec<i32> = xs.iter().map(|&x| call1(&s, "cold_fn", x)).collect();
+    assert_eq!(want, vec![16, 6, 11, 31]);
+    // The cold part's `jmp` lands on the join point; inside cold_fn nothing does.
+    let tail = bytes(&s, "cold_fn.cold", 9);
+    let rel = i32::from_le_bytes(tail[5..9].try_into().unwrap());
+    assert_eq!((cold + 9).wrapping_add_signed(i64::from(rel)), join);
+    assert!(!own_targets(&s, "cold_fn").contains(&join));
+    let before = bytes(&s, "cold_fn", 16);
+    let blocks = c_blocks(&s);
+
+    // lea (3 bytes) + lea (4 bytes) at +8: the window covers the join point.
+    let err = s.splice_call("cold_fn+8", &c, "count_calls", Jmp).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("cold_fn+8") && msg.contains(&format!("branch target {join:#x}")), "{msg}");
+    assert_eq!(bytes(&s, "cold_fn", 16), before, "nothing written");
+    assert_eq!(c_blocks(&s), blocks, "nothing allocated");
+
+    // At the join point itself both paths go through the splice, by trap and by jmp.
+    for mech in [Trap, Jmp] {
+        let h = s.splice_call("cold_fn+11", &c, "count_calls", mech).unwrap();
+        for _ in 0..10 {
+            let got: Vec<i32> = xs.iter().map(|&x| call1(&s, "cold_fn", x)).collect();
+            assert_eq!(got, want, "by {mech}");
+        }
+        assert_eq!(h.hits().unwrap(), 40, "hot and cold paths, by {mech}");
+        h.remove().unwrap();
+        assert_eq!(bytes(&s, "cold_fn", 16), before);
+    }
+}
+
 #[test]
 fn point_that_is_not_an_instruction_boundary_is_refused_and_nothing_written() {
     let _serial = serial();

@@ -2,7 +2,8 @@
 //! little more per splice than the bytes it writes:
 //! - [`BatchCache`]: the text of every function the batch splices, read in as few target reads
 //!   as the functions' addresses allow; each function analysed once, however many of its points
-//!   the batch holds (the analysis is kept only for functions with more than one); each handler's
+//!   the batch holds (the analysis is kept only for functions with more than one), with its jump
+//!   tables read from the target and the jumps back from its cold parts; each handler's
 //!   lean-leaf check made once.
 //! - [`read_words`]: counters of many splices read in a few target reads, not one each.
 //!
@@ -14,12 +15,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::rc::Rc;
 
-use trapvec::{Symbol, Target};
+use trapvec::{Symbol, SymbolKind, Target};
 
-use crate::analysis::{analyze_function, Function};
+use crate::analysis::parts::{part_names, targets_into};
+use crate::analysis::{analyze_function_with, AnalysisOptions, Function};
 
 use super::SpliceError;
 
+/// Most symbols of one name taken as a function's cold part.
+const MAX_PARTS: usize = 8;
+/// Largest cold part decoded.
+const MAX_PART_SIZE: u64 = 64 * 1024;
 /// Largest span read at once.
 const SPAN_MAX: u64 = 1 << 20;
 /// Largest gap between two ranges that one read covers rather than reading them apart.
@@ -83,7 +89,13 @@ impl BatchCache {
                 &read
             }
         };
-        let func = Rc::new(analyze_function(&f.name, f.addr, bytes).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?);
+        // Jump tables are read from the target: their entries are branch targets, which a jmp
+        // window must not cover (`trapctl inspect` reads them the same way).
+        let read = |a: u64, n: usize| target.read(a, n).ok();
+        let opts = AnalysisOptions { read: Some(&read), lenient: false };
+        let mut func = analyze_function_with(&f.name, f.addr, bytes, &opts).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+        add_part_targets(target, &mut func);
+        let func = Rc::new(func);
         log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
         if self.shared.contains(&key) {
             self.functions.insert(key, func.clone());
@@ -95,6 +107,32 @@ impl BatchCache {
     /// `check` the first time the batch asks.
     pub(super) fn lean_leaf(&mut self, handler: u64, check: impl FnOnce() -> Option<(u64, u64)>) -> Option<(u64, u64)> {
         *self.lean.entry(handler).or_insert_with(check)
+    }
+}
+
+/// Add to `func` the direct branch targets inside it of its cold parts (`foo.cold`, found by
+/// name), or of the function it was split from when it is a cold part itself (see
+/// [`crate::analysis::parts`]). A part that cannot be read or decoded adds nothing.
+fn add_part_targets<T: Target>(target: &T, func: &mut Function) {
+    let symbols = target.symbols();
+    for name in part_names(&func.name) {
+        // Static functions of several files may share a name: each candidate's jumps that land
+        // inside this function count (over-approximating only makes planning stricter).
+        for sym in symbols.lookup_all(&name).into_iter().take(MAX_PARTS) {
+            if sym.kind != SymbolKind::Function || sym.addr == func.start {
+                continue;
+            }
+            let size = symbols.function_extent(sym);
+            let Some(len) = usize::try_from(size).ok().filter(|&n| n > 0 && size <= MAX_PART_SIZE) else { continue };
+            let Ok(bytes) = target.read(sym.addr, len) else { continue };
+            let opts = AnalysisOptions { read: None, lenient: true };
+            let Ok(part) = analyze_function_with(&sym.name, sym.addr, &bytes, &opts) else { continue };
+            let targets = targets_into(&part, func.start, func.end);
+            let added = func.add_outside_targets(targets.iter().copied());
+            if !targets.is_empty() {
+                log::debug!("`{}`: {} branch target(s) from `{}` at {:#x} ({added} new)", func.name, targets.len(), sym.name, sym.addr);
+            }
+        }
     }
 }
 

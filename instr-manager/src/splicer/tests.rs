@@ -347,3 +347,44 @@ fn handlers_must_be_code_and_variables_data_of_their_size() {
     assert!(err.contains("probe_hit") && err.contains("not in a data or bss section"), "{err}");
     assert!(matches!(sp.get_var("no_such_variable", 8), Err(SpliceError::UnknownVariable { .. })));
 }
+
+#[test]
+fn kernel_jmp_at_a_case_label_before_another_takes_a_springboard_not_a_rel32() {
+    let k = FakeKernel::new();
+    let f = func_addr("f0");
+    let table = TEXT + 0x1000;
+    let disp = i32::try_from(i64::from_le_bytes(table.to_le_bytes())).unwrap().to_le_bytes();
+    #[rustfmt::skip]
+    let code = [
+        /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00,                         // nop5 (fentry)
+        /*05*/ 0x83, 0xFF, 0x01,                                     // cmp edi, 1
+        /*08*/ 0x77, 0x0F,                                           // ja +0x19
+        /*0a*/ 0xFF, 0x24, 0xFD, disp[0], disp[1], disp[2], disp[3], // jmp qword [rdi*8+table]
+        /*11*/ 0x31, 0xC0,                                           // xor eax, eax   case 0
+        /*13*/ 0xB8, 0x01, 0x00, 0x00, 0x00,                         // mov eax, 1     case 1
+        /*18*/ 0xC3,                                                 // ret
+        /*19*/ 0xC3,                                                 // ret           default
+    ];
+    {
+        let mut st = k.state();
+        for (i, b) in code.iter().enumerate() {
+            st.memory.insert(f + i as u64, *b);
+        }
+        for (i, b) in [f + 0x11, f + 0x13].iter().flat_map(|t| t.to_le_bytes()).enumerate() {
+            st.memory.insert(table + i as u64, b);
+        }
+    }
+    let mut sp = Splicer::new(k.clone());
+    // xor (2 bytes) + mov (5 bytes) would cover case 1: no jmp rel32 there, only a jmp rel8 to a
+    // springboard in the int3 padding after the function, displacing the xor alone.
+    let ids = sp.apply(&[count("f0+0x11", Mechanism::Jmp), count("f0+0x13", Mechanism::Trap)]).unwrap();
+    let s = sp.get(ids[0]).unwrap();
+    assert_eq!((s.plan.displaced_text.as_str(), s.plan.displaced_len), ("xor eax, eax", 2));
+    let sb = s.plan.springboard.as_ref().expect("a springboard").addr;
+    assert!(sb >= f + 0x1a && sb + 5 <= f + 32, "springboard {sb:#x} in f0's padding");
+    assert_eq!(k.text(f + 0x11, 1), [0xEB]);
+    assert_eq!(k.text(f + 0x13, 2), [0xCD, 0xF5], "a trap at case 1 itself fits");
+    sp.remove(&ids).unwrap();
+    assert_eq!(k.text(f, code.len()), code);
+    assert_eq!(k.live_blocks(), 0);
+}
