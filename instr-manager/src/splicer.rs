@@ -865,6 +865,8 @@ impl<T: Target> Splicer<T> {
             restore_flags: !flags_dead,
             save_vector_regs: info.save_vector_regs && lean.is_none(),
             count_inflight: lean.is_none(),
+            // Full extended state where the CPU has XSAVE (read once, baked into the trampoline).
+            xsave_size: if info.save_vector_regs { crate::trampoline::host_xsave_size() } else { None },
         };
         (opts, lean)
     }

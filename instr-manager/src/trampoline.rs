@@ -18,9 +18,11 @@
 //! mov rbx, rsp                     ; callee-saved: survives the handler
 //! and rsp,-16
 //! (sub rsp,256 ; movdqa [rsp+16*i], xmm_i)      ; with save_vector_regs
+//!   or (sub rsp,N ; and rsp,-64 ; zero the header ; mov eax,-1 ; mov edx,-1 ; xsave64 [rsp])
+//! cld
 //! mov rdi, rbx ; mov rsi, imm64 cookie
 //! call handler                     ; rel32, or mov rax, imm64 ; call rax
-//! (movdqa xmm_i, [rsp+16*i])
+//! (movdqa xmm_i, [rsp+16*i])  or  (mov eax,-1 ; mov edx,-1 ; xrstor64 [rsp])
 //! mov rsp, rbx
 //! pop r15 .. pop rax
 //! lea rsp,[rsp+16]
@@ -31,8 +33,16 @@
 //! jmp site+displaced_len
 //! ```
 //!
-//! Only xmm0–15 are saved: a handler that dirties the upper halves of ymm/zmm registers (AVX code
-//! without `vzeroupper`) would corrupt live vector state of the patched code.
+//! `cld` comes right before the call (the SysV ABI wants DF clear there); `popfq` brings the
+//! original DF back. Where the status flags are dead and `popfq` is left out, DF is set again
+//! from the saved flags (`test byte [rsp+1], 4; jz +1; std`).
+//!
+//! Vector state: with [`TrampolineOptions::xsave_size`] (user space, a CPU with XSAVE) the whole
+//! extended state (x87, MXCSR, xmm/ymm/zmm0–31, k0–7) is saved with `xsave64` into a
+//! 64-byte-aligned area whose header is zeroed first, and restored with `xrstor64`, both with
+//! EDX:EAX all ones (every feature XCR0 enables; the area's size comes from CPUID leaf 0xD).
+//! Without it only xmm0–15 are saved (the `movdqa` form above). Kernel trampolines save no vector
+//! state: kernel handlers must not use the FPU.
 
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use trapvec::abi::TRAP_BYTES;
@@ -288,14 +298,43 @@ pub struct TrampolineOptions {
     pub save_vector_regs: bool,
     /// Count threads inside the handler (not needed for a lean leaf, whose range is scanned).
     pub count_inflight: bool,
+    /// With `save_vector_regs`: save the whole extended state (ymm upper halves, zmm0–31,
+    /// k0–7, x87, MXCSR) with `xsave64`/`xrstor64` into a 64-byte-aligned area of this many
+    /// bytes (CPUID leaf 0xD, see [`host_xsave_size`]) instead of xmm0–15 alone.
+    pub xsave_size: Option<u32>,
 }
 
 impl TrampolineOptions {
     /// Everything, as the module docs show.
     pub fn full(info: &TargetInfo) -> Self {
-        TrampolineOptions { restore_flags: true, save_vector_regs: info.save_vector_regs, count_inflight: true }
+        TrampolineOptions { restore_flags: true, save_vector_regs: info.save_vector_regs, count_inflight: true, xsave_size: None }
     }
 }
+
+/// The size of the XSAVE area (standard form) for the features this CPU and OS enable in XCR0:
+/// CPUID leaf 0xD, sub-leaf 0, EBX. `None` without XSAVE (or OS support for it). Read once.
+pub fn host_xsave_size() -> Option<u32> {
+    static SIZE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::arch::is_x86_feature_detected!("xsave") {
+                return None;
+            }
+            // CPUID is available on every x86-64 CPU; leaf 0xD exists where XSAVE does.
+            let leaf = std::arch::x86_64::__cpuid_count(0xD, 0);
+            log::debug!("xsave area: {} bytes for the features enabled in XCR0", leaf.ebx);
+            (leaf.ebx >= XSAVE_MIN).then_some(leaf.ebx)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    })
+}
+
+/// The legacy area and the XSAVE header: the smallest XSAVE area.
+const XSAVE_MIN: u32 = 576;
+/// Offset of the XSAVE header in the area.
+const XSAVE_HEADER: i64 = 512;
 
 /// The call trampoline of a `call` splice (see the module docs for the exact sequence).
 pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) -> Result<Vec<u8>, Refusal> {
@@ -433,12 +472,32 @@ impl Prelude {
         push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX), None)?;
         push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP), None)?;
         push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32), None)?;
-        if opts.save_vector_regs {
-            push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)), None)?;
-            for (i, x) in (0i64..).zip(XMM) {
-                push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x), None)?;
+        match (opts.save_vector_regs, opts.xsave_size) {
+            (true, Some(size)) => {
+                // XRSTOR faults on a header whose reserved bytes are not 0, and XSAVE writes only
+                // XSTATE_BV: zero the header first. The flags are saved, rax too.
+                let area = i32::try_from(size.next_multiple_of(64))
+                    .map_err(|_| Refusal::Encode { what, addr: 0, reason: format!("an xsave area of {size} bytes") })?;
+                push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, area), None)?;
+                push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -64i32), None)?;
+                push(Instruction::with2(Code::Xor_r32_rm32, Register::EAX, Register::EAX), None)?;
+                for i in 0..8 {
+                    push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(XSAVE_HEADER + 8 * i), Register::RAX), None)?;
+                }
+                push(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX), None)?;
+                push(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX), None)?;
+                push(Instruction::with1(Code::Xsave64_mem, rsp_at(0)), None)?;
             }
+            (true, None) => {
+                push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)), None)?;
+                for (i, x) in (0i64..).zip(XMM) {
+                    push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x), None)?;
+                }
+            }
+            (false, _) => {}
         }
+        // The SysV ABI wants DF clear at a call; the original DF comes back with the flags.
+        push(Ok(Instruction::with(Code::Cld)), None)?;
         push(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX), None)?;
         push(Instruction::with2(Code::Mov_r64_imm64, Register::RSI, 0u64), Some(Slot::Cookie))?;
         if shape.far_handler {
@@ -447,10 +506,18 @@ impl Prelude {
         } else {
             push(Instruction::with_branch(Code::Call_rel32_64, 0), Some(Slot::Handler))?;
         }
-        if opts.save_vector_regs {
-            for (i, x) in (0i64..).zip(XMM) {
-                push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)), None)?;
+        match (opts.save_vector_regs, opts.xsave_size) {
+            (true, Some(_)) => {
+                push(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX), None)?;
+                push(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX), None)?;
+                push(Instruction::with1(Code::Xrstor64_mem, rsp_at(0)), None)?;
             }
+            (true, None) => {
+                for (i, x) in (0i64..).zip(XMM) {
+                    push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)), None)?;
+                }
+            }
+            (false, _) => {}
         }
         push(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX), None)?;
         for r in PUSH_ORDER.iter().rev() {
@@ -463,6 +530,10 @@ impl Prelude {
         if opts.restore_flags {
             push(Ok(Instruction::with(Code::Popfq)), None)?;
         } else {
+            // The status flags are dead here but DF is not: set it again if it was set
+            // (`test byte [rsp+1], 4` reads DF, bit 10, from the saved flags; `jz` over `std`).
+            push(Instruction::with2(Code::Test_rm8_imm8, MemoryOperand::with_base_displ(Register::RSP, 1), 4u32), None)?;
+            push(Ok(Instruction::with_declare_byte_3(0x74, 0x01, 0xFD)), None)?; // jz +1; std
             push(lea_rsp(8), None)?;
         }
         if rz > 0 {

@@ -444,3 +444,55 @@ fn bad_components_are_refused_with_the_culprit_named_and_the_process_untouched()
     }
     assert_eq!(s.with(|sp| sp.live().count()), 0);
 }
+
+fn bytes_at(a: u64, len: usize) -> Vec<u8> {
+    // SAFETY: `a` is a component variable of at least `len` bytes, loaded for the whole test.
+    unsafe { std::slice::from_raw_parts(a as *const u8, len).to_vec() }
+}
+
+#[test]
+fn handler_that_clobbers_every_ymm_register_leaves_the_spliced_code_s_vector_state_intact() {
+    let _serial = serial();
+    let (s, c) = session();
+    assert!(std::arch::is_x86_feature_detected!("avx"), "the fixture uses AVX");
+    assert_eq!(call1(&s, "vec_fn", 0), 0, "unpatched: every ymm register kept");
+    if let Some(size) = instr_manager::trampoline::host_xsave_size() {
+        assert!(size >= 576 + 256, "xsave area with the AVX component: {size} bytes");
+    }
+    for mech in [Trap, Jmp] {
+        let before = var(&c, "vec_clobbers");
+        let h = s.splice_call("vec_site_fn", &c, "clobber_vectors", mech).unwrap();
+        for _ in 0..5 {
+            assert_eq!(call1(&s, "vec_fn", 0), 0, "by {mech}: ymm registers (upper and lower halves) preserved");
+        }
+        assert_eq!(h.hits().unwrap(), 5);
+        assert_eq!(var(&c, "vec_clobbers") - before, 5, "the clobbering handler ran");
+        h.remove().unwrap();
+    }
+}
+
+#[test]
+fn handler_runs_with_df_clear_and_the_original_df_comes_back() {
+    let _serial = serial();
+    let (s, c) = session();
+    let area = c.symbol("df_area").unwrap();
+    let src = bytes_at(c.symbol("df_src").unwrap(), 16);
+    assert_eq!(src, b"0123456789abcdef");
+    for kind in ["dead", "live"] {
+        let (outer, site) = (format!("df_{kind}_fn"), format!("df_site_{kind}_fn"));
+        assert_eq!(call1(&s, &outer, 0), 1, "{outer} unpatched reads DF = 1 back");
+        for mech in [Trap, Jmp] {
+            // SAFETY: df_area is the component's 48-byte array, not used by anything running.
+            unsafe { std::ptr::write_bytes(area as *mut u8, 0, 48) };
+            let h = s.splice_call(&site, &c, "copy_forward", mech).unwrap();
+            assert_eq!(call1(&s, &outer, 0), 1, "{site} by {mech}: DF set again after the handler");
+            assert_eq!(h.hits().unwrap(), 1);
+            assert_ne!(var(&c, "df_saved_rflags") & 0x400, 0, "{site} by {mech}: regs->rflags holds the original DF");
+            assert_eq!(var(&c, "df_seen_flags") & 0x400, 0, "{site} by {mech}: the handler runs with DF clear");
+            let got = bytes_at(area, 48);
+            assert_eq!(&got[16..32], &src[..], "{site} by {mech}: forward copy");
+            assert!(got[..16].iter().chain(&got[32..]).all(|&b| b == 0), "{site} by {mech}: nothing written around it");
+            h.remove().unwrap();
+        }
+    }
+}

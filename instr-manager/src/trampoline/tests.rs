@@ -77,6 +77,7 @@ fn expected(rz: u32, xmm: bool, call: &[String], tail: &[&str]) -> Vec<String> {
             v.push(format!("movdqa {}, xmm{i}", xmm_slot(i)));
         }
     }
+    v.push("cld".into());
     v.push("mov rdi, rbx".into());
     v.push(format!("mov rsi, {COOKIE:#x}"));
     v.extend(call.iter().cloned());
@@ -347,7 +348,7 @@ mod run {
 fn lean_call_trampoline_leaves_out_popfq_inflight_counter_and_vector_saves() {
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
     let full = listing(&emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap(), TRAMP);
-    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false };
+    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false, xsave_size: None };
     let lean = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
     let count = |l: &[String], pat: &str| l.iter().filter(|s| s.contains(pat)).count();
     assert_eq!((count(&full, "popfq"), count(&lean, "popfq")), (1, 0));
@@ -358,4 +359,39 @@ fn lean_call_trampoline_leaves_out_popfq_inflight_counter_and_vector_saves() {
     assert_eq!(count(&lean, "pushfq"), 1);
     assert!(lean.iter().any(|s| s == "lea rsp, [rsp+0x8]" || s == "lea rsp, [rsp+8]"), "{lean:#?}");
     assert_eq!(lean[lean.len() - 3..], full[full.len() - 3..], "same replay and jump back");
+}
+
+#[test]
+fn xsave_trampoline_saves_the_whole_extended_state_in_an_aligned_area_with_a_zeroed_header() {
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let opts = TrampolineOptions { xsave_size: Some(2696), ..TrampolineOptions::full(&info(true)) };
+    let l = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let at = |s: &str| l.iter().position(|x| x == s).unwrap_or_else(|| panic!("no `{s}` in {l:#?}"));
+    let save = at("xsave64 [rsp]");
+    #[rustfmt::skip]
+    let before = [
+        "and rsp, 0xfffffffffffffff0", "sub rsp, 0xac0", "and rsp, 0xffffffffffffffc0", "xor eax, eax",
+        "mov [rsp+0x200], rax", "mov [rsp+0x208], rax", "mov [rsp+0x210], rax", "mov [rsp+0x218], rax",
+        "mov [rsp+0x220], rax", "mov [rsp+0x228], rax", "mov [rsp+0x230], rax", "mov [rsp+0x238], rax",
+        "mov eax, 0xffffffff", "mov edx, 0xffffffff", "xsave64 [rsp]", "cld", "mov rdi, rbx",
+    ];
+    assert_eq!(l[save - 14..save + 3], before);
+    let call = l.iter().position(|x| x.starts_with("call ")).unwrap();
+    assert_eq!(l[call + 1..call + 5], ["mov eax, 0xffffffff", "mov edx, 0xffffffff", "xrstor64 [rsp]", "mov rsp, rbx"]);
+    assert!(!l.iter().any(|x| x.contains("movdqa")), "no xmm-only saves");
+}
+
+#[test]
+fn without_popfq_df_is_set_again_from_the_saved_flags() {
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false, xsave_size: None };
+    let l = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let i = l.iter().position(|x| x == "test byte ptr [rsp+0x1], 0x4").unwrap_or_else(|| panic!("{l:#?}"));
+    // jz over the std, then the flags slot dropped.
+    assert!(l[i + 1].starts_with("je "), "{l:#?}");
+    assert_eq!(l[i + 2..i + 4], ["std", "lea rsp, [rsp+0x8]"]);
+    let d = decode(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let jz = d.iter().find(|x| x.code() == Code::Je_rel8_64).unwrap();
+    assert_eq!(jz.near_branch_target(), jz.next_ip() + 1, "jz skips exactly the std");
+    assert_eq!(l.iter().filter(|x| *x == "cld").count(), 1);
 }
