@@ -293,8 +293,8 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
 pub struct TrampolineOptions {
     /// Restore the flags with `popfq` (not needed where they are dead at the point).
     pub restore_flags: bool,
-    /// Save xmm0–15 around the handler (only when the target wants it and the handler is not a
-    /// lean leaf).
+    /// Save vector state around the handler (xmm0–15, or all of it with `xsave_size`), only when
+    /// the target wants it and the handler is not a lean leaf.
     pub save_vector_regs: bool,
     /// Count threads inside the handler (not needed for a lean leaf, whose range is scanned).
     pub count_inflight: bool,

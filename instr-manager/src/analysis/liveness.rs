@@ -7,7 +7,7 @@
 //!   Then the trampoline need not restore them (`popfq` is the slowest instruction it runs).
 //!   Calls, indirect jumps, leaving the function or running out of budget count as "live".
 //! - [`is_lean_leaf`]: the handler calls nothing, jumps nowhere outside itself and touches no
-//!   vector, x87 or mask register. Then the trampoline need not save xmm0–15, and a thread inside
+//!   vector, x87 or mask register. Then the trampoline need not save vector state, and a thread inside
 //!   the handler is found by its RIP (the handler's range joins the quiescence ranges), so the
 //!   in-flight counter can go.
 
