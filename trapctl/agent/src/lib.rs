@@ -3,11 +3,29 @@
 //! `LD_PRELOAD=libtrapvec_agent.so TRAPVEC_SPEC=spec.toml ./program`: before `main`, the agent
 //! loads the spec's components and applies its splices in one batch. A spec that cannot be
 //! applied is reported on stderr and the program exits with status 86 before `main`, with nothing
-//! applied. At exit the agent writes the JSON file named by `TRAPVEC_STATS`:
+//! applied. The JSON file named by `TRAPVEC_STATS` (`%p` in it becomes the pid) is written at
+//! `exit`, at `_exit`/`_Exit` and before every `exec`:
 //! `{"splices": [{"at": "...", "mechanism": "trap"|"jmp", "hits": N}, ...]}` in spec order.
 //! Logging: `TRAPVEC_LOG=debug` (env_logger syntax).
+//!
+//! The agent owns the process's trap signals ([`signals`]): it interposes the libc functions
+//! that change signal dispositions and masks, so SIGSEGV and SIGTRAP stay unblocked in every
+//! thread and the program's own handlers for them are recorded and chained behind trapvec's.
+//! Children ([`children`]): an exec'd program does not inherit the spec unless
+//! `TRAPVEC_INHERIT=1`; a forked child keeps its splices, on a private copy of the repository.
+//!
+//! Nothing here must run the agent's machinery when no spec was given: every interposer passes
+//! straight through to libc until trapvec's handlers are installed.
 
-use std::sync::Mutex;
+#![allow(clippy::missing_safety_doc)] // the interposers have libc's contracts, documented there.
+
+mod children;
+mod real;
+mod signals;
+
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use instr_manager::apply::{apply_spec, Applied};
 use instr_manager::session::default_near;
@@ -21,10 +39,15 @@ pub const EXIT_SPEC_FAILED: i32 = 86;
 struct State {
     splicer: Splicer<ProcessTarget>,
     applied: Applied,
-    stats: Option<String>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// `TRAPVEC_STATS` as given (before `%p` expansion).
+static STATS: OnceLock<String> = OnceLock::new();
+/// The process that applied the spec.
+static INIT_PID: AtomicI32 = AtomicI32::new(0);
+/// The latest fork child of that process (or of one of its fork children), set in the child.
+static FORK_PID: AtomicI32 = AtomicI32::new(0);
 
 #[used]
 #[link_section = ".init_array"]
@@ -33,6 +56,8 @@ static INIT: extern "C" fn() = trapvec_agent_init;
 extern "C" fn trapvec_agent_init() {
     let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else { return };
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).try_init();
+    real::resolve_all();
+    children::forget_spec_for_exec();
     let spec_path = std::path::PathBuf::from(spec_path);
     let result = (|| -> Result<State, String> {
         let spec = Spec::from_path(&spec_path).map_err(|e| e.to_string())?;
@@ -40,14 +65,21 @@ extern "C" fn trapvec_agent_init() {
         let mut splicer = Splicer::new(target);
         let near = default_near(splicer.target());
         let applied = apply_spec(&mut splicer, &spec, near).map_err(|e| error_chain(&e))?;
-        Ok(State { splicer, applied, stats: std::env::var("TRAPVEC_STATS").ok() })
+        Ok(State { splicer, applied })
     })();
     match result {
         Ok(state) => {
             log::info!("trapvec: applied {} splices from {}", state.applied.splices.len(), spec_path.display());
             *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
-            // SAFETY: registering a plain extern "C" function with no arguments.
-            unsafe { libc::atexit(trapvec_agent_exit) };
+            if let Ok(path) = std::env::var("TRAPVEC_STATS") {
+                let _ = STATS.set(path);
+            }
+            INIT_PID.store(std::process::id() as i32, SeqCst);
+            // SAFETY: registering plain extern "C" functions with no arguments.
+            unsafe {
+                libc::atexit(trapvec_agent_exit);
+                libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            }
         }
         Err(e) => {
             eprintln!("trapvec: cannot apply {}: {e}", spec_path.display());
@@ -55,6 +87,10 @@ extern "C" fn trapvec_agent_init() {
             unsafe { libc::_exit(EXIT_SPEC_FAILED) };
         }
     }
+}
+
+extern "C" fn after_fork_in_child() {
+    FORK_PID.store(std::process::id() as i32, SeqCst);
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -72,9 +108,37 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 extern "C" fn trapvec_agent_exit() {
-    let guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    write_stats();
+}
+
+/// Write `TRAPVEC_STATS` now (at exit, `_exit` or before an exec).
+///
+/// Only the process that applied the spec writes it, or one of its fork children when the path
+/// holds `%p` (each child its own file; otherwise a child would overwrite its parent's). A
+/// `vfork` child (no atfork handler ran) never writes: it shares its parent's memory.
+pub(crate) fn write_stats() {
+    let Some(template) = STATS.get() else { return };
+    let pid = std::process::id() as i32;
+    let per_pid = template.contains("%p");
+    if pid != INIT_PID.load(SeqCst) && !(per_pid && pid == FORK_PID.load(SeqCst)) {
+        return;
+    }
+    // Another thread may be writing the stats right now (or held the lock when this process was
+    // forked): wait a little, never for ever.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let guard = loop {
+        match STATE.try_lock() {
+            Ok(g) => break g,
+            Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                eprintln!("trapvec: stats not written: the agent's state stayed locked");
+                return;
+            }
+        }
+    };
     let Some(state) = guard.as_ref() else { return };
-    let Some(path) = &state.stats else { return };
+    let path = template.replace("%p", &pid.to_string());
     let splices: Vec<serde_json::Value> = state
         .applied
         .splices
@@ -85,7 +149,21 @@ extern "C" fn trapvec_agent_exit() {
         })
         .collect();
     let doc = serde_json::json!({ "splices": splices });
-    if let Err(e) = std::fs::write(path, format!("{doc:#}\n")) {
+    if let Err(e) = std::fs::write(&path, format!("{doc:#}\n")) {
         eprintln!("trapvec: cannot write stats to {path}: {e}");
     }
+}
+
+/// `_exit`: write the stats, then leave as libc's would (`exit_group`).
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    write_stats();
+    real::exit_group(status)
+}
+
+/// `_Exit`: the same as `_exit`.
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    write_stats();
+    real::exit_group(status)
 }

@@ -64,6 +64,12 @@ impl<T> EpochCell<T> {
         }
     }
 
+    /// In the child of a `fork`: no reader of the parent's other threads exists here.
+    pub(crate) fn reset_readers_after_fork(&self) {
+        self.readers[0].store(0, SeqCst);
+        self.readers[1].store(0, SeqCst);
+    }
+
     /// Clone of the current value (writer side).
     pub(crate) fn snapshot(&self) -> Option<T>
     where

@@ -7,6 +7,8 @@
 //! Blocks are carved first-fit at 16-byte granularity.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Mutex;
 
 use crate::error::TargetError;
 use crate::target::{BlockKind, RepoBlock};
@@ -51,6 +53,66 @@ impl Arena {
             self.free.remove(i);
         }
     }
+}
+
+/// A code arena's two views, registered for `fork` (see [`fork`](super::fork)).
+#[derive(Clone, Copy)]
+pub(crate) struct CodeArena {
+    base: u64,
+    alias: u64,
+    size: u64,
+}
+
+/// Every code arena of the process (arenas are never unmapped).
+pub(crate) static CODE_ARENAS: Mutex<Vec<CodeArena>> = Mutex::new(Vec::new());
+
+/// In a fork child: put a private memfd, a copy of `a`'s contents, under both of its views at
+/// the same addresses. `false` if that failed (the views may then be shared, or mixed).
+pub(crate) fn make_private(a: &CodeArena) -> bool {
+    // SAFETY: memfd_create with a static NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    let ok = (|| {
+        // SAFETY: `fd` is the memfd just created.
+        if unsafe { libc::ftruncate(fd, a.size as libc::off_t) } != 0 {
+            return false;
+        }
+        let mut done = 0u64;
+        while done < a.size {
+            // SAFETY: the alias view is readable for `size` bytes.
+            let n = unsafe { libc::pwrite(fd, (a.alias + done) as *const libc::c_void, (a.size - done) as usize, done as libc::off_t) };
+            if n <= 0 {
+                return false;
+            }
+            done += n as u64;
+        }
+        // SAFETY: MAP_FIXED over our own views of the arena, same size, same contents; the child
+        // has one thread, which is in this handler and not executing in the arena.
+        unsafe {
+            let p = libc::mmap(a.alias as *mut libc::c_void, a.size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+            if p as u64 != a.alias {
+                return false;
+            }
+            let p = libc::mmap(a.base as *mut libc::c_void, a.size as usize, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+            p as u64 == a.base
+        }
+    })();
+    // SAFETY: closing our fd; the mappings keep the memory.
+    unsafe { libc::close(fd) };
+    ok
+}
+
+fn shared_with_parent(near: u64, size: usize) -> Result<(), TargetError> {
+    if super::fork::SHARED_WITH_PARENT.load(SeqCst) {
+        return Err(TargetError::Alloc {
+            near,
+            size,
+            reason: "this fork child could not get a private copy of the code repository, which it shares with its parent; it cannot change it".into(),
+        });
+    }
+    Ok(())
 }
 
 struct Live {
@@ -184,12 +246,17 @@ impl Repository {
                 (base, alias as u64)
             }
         };
+        if kind == BlockKind::Code {
+            super::fork::register();
+            CODE_ARENAS.lock().unwrap_or_else(|e| e.into_inner()).push(CodeArena { base, alias, size });
+        }
         log::debug!("new {kind:?} arena at {base:#x} ({size:#x} bytes) for code near {near:#x}");
         self.arenas.push(Arena { kind, base, alias, size, free: vec![(0, size)] });
         Ok(self.arenas.len() - 1)
     }
 
     pub(crate) fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+        shared_with_parent(near, size)?;
         let want = (size.max(1) as u64).next_multiple_of(GRANULE);
         let mut found = None;
         for (i, a) in self.arenas.iter_mut().enumerate() {
@@ -223,6 +290,7 @@ impl Repository {
     }
 
     pub(crate) fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+        shared_with_parent(block.addr, block.size)?;
         let l = self.live(block)?;
         let err = |reason: &str| TargetError::Block { addr: block.addr, offset, len: bytes.len(), reason: reason.into() };
         if offset as u64 + bytes.len() as u64 > l.size {
@@ -262,6 +330,7 @@ impl Repository {
     }
 
     pub(crate) fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
+        shared_with_parent(block.addr, block.size)?;
         self.live(block)?;
         let l = self.live.remove(&block.id).expect("checked");
         let a = &mut self.arenas[l.arena];

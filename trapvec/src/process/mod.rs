@@ -5,23 +5,31 @@
 //! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
 //! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
 //! - [`scan`]: finding out whether another thread is executing in given ranges;
-//! - [`symbols`]: the executable's and libraries' symbols.
+//! - [`symbols`]: the executable's and libraries' symbols;
+//! - [`chain`]: the program's own dispositions of trapvec's signals, recorded and called;
+//! - `fork`: a child's private copy of the code repository;
+//! - `sys`: raw system calls for the code that must not enter libc.
 //!
 //! One process has one dispatch table and one set of handlers, shared by every
 //! [`ProcessTarget`]; handlers are installed on the first [`ProcessTarget::new`] and stay.
-//! trapvec uses `SIGRTMAX - 1` for its thread scans: a program that blocks it in some thread makes
-//! quiescence time out with an error naming that thread.
+//! trapvec uses `SIGRTMAX - 1` for its thread scans (`TRAPVEC_SIGNAL` names another): a program
+//! that blocks it in some thread makes quiescence time out with an error naming that thread.
 
 // This backend exists only on x86-64 Linux: `usize` is 64 bits, so `u64`/`usize` casts are exact,
 // and the saved registers (`i64` greg slots) hold addresses reinterpreted bit for bit.
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
+pub mod chain;
 mod epoch;
+mod fork;
 mod memory;
 mod scan;
 pub(crate) mod signal;
 mod symbols;
+mod sys;
 mod text;
+
+pub use signal::parse_scan_signal;
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Mutex;
@@ -31,7 +39,7 @@ use crate::error::TargetError;
 use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch};
 
 /// Serialises text batches and dispatch changes across all targets of the process.
-static WRITER: Mutex<()> = Mutex::new(());
+pub(crate) static WRITER: Mutex<()> = Mutex::new(());
 
 /// The running process as a [`Target`].
 pub struct ProcessTarget {
@@ -59,6 +67,7 @@ impl ProcessTarget {
     /// read the symbols of everything loaded.
     pub fn new() -> Result<Self, TargetError> {
         signal::install()?;
+        fork::register();
         text::register_membarrier()?;
         let symbols = symbols::process_symbols()?;
         let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();

@@ -5,20 +5,27 @@
 //!   `si_code == SI_KERNEL`, `trapno == 13`, error code `0x7AA` and `RIP` at the `CD F5`. If the
 //!   site is in the dispatch table, RIP becomes its destination. If it is not, but the bytes there
 //!   are no longer `CD F5`, the splice was removed under our feet: return with RIP unchanged, and
-//!   the original instruction runs. Anything else goes to the handler installed before ours.
+//!   the original instruction runs. Anything else goes to the program's disposition
+//!   ([`chain::deliver`](crate::process::chain)).
 //! - **SIGTRAP** (the int3-first protocol): a thread that meets the transient `CC` of a text write
 //!   in progress is sent back to retry (RIP = address of the `CC`), until the write completes.
-//! - **Scan signal** (`SIGRTMAX - 1`, queued with a generation number): reports whether the
-//!   interrupted RIP lies in the ranges being scanned, for quiescence and window checks.
-//!   It is blocked while the SIGSEGV handler runs, so a thread that was just redirected is scanned
-//!   only once its RIP already holds the destination.
+//!   Only an int3 (`si_code == SI_KERNEL`) at a site of a batch being written (or written, when the
+//!   `CC` is already gone again) is trapvec's; a program's `raise(SIGTRAP)` or its own `int3` goes
+//!   to the program's disposition, so an unhandled one still dumps core.
+//! - **Scan signal** (`SIGRTMAX - 1` unless `TRAPVEC_SIGNAL` names another, queued by this process
+//!   with a tagged generation number): reports whether the interrupted RIP lies in the ranges
+//!   being scanned, for quiescence and window checks; any other delivery of that signal goes to
+//!   the program's disposition. It is blocked while the SIGSEGV handler runs, so a thread that was
+//!   just redirected is scanned only once its RIP already holds the destination.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::OnceLock;
 
 use crate::abi::{TRAP_BYTES, USER_TRAP_ERROR_CODE};
 use crate::error::TargetError;
+use crate::process::chain;
 use crate::process::epoch::EpochCell;
+use crate::process::sys;
 
 /// Sorted sites and their destinations.
 #[derive(Clone, Default)]
@@ -36,6 +43,9 @@ impl DispatchTable {
 pub(crate) static DISPATCH: EpochCell<DispatchTable> = EpochCell::new();
 /// Addresses where a transient `CC` may currently be written (sorted).
 pub(crate) static TRANSIENT: EpochCell<Vec<u64>> = EpochCell::new();
+/// Every address where a transient `CC` was ever written (sorted): a thread that met the `CC` just
+/// before the write completed still gets its SIGTRAP recognised once the `CC` is gone.
+pub(crate) static WRITTEN: EpochCell<Vec<u64>> = EpochCell::new();
 /// Ranges `[start, end)` (sorted, disjoint) examined by the current scan.
 pub(crate) static SCAN_RANGES: EpochCell<Vec<(u64, u64)>> = EpochCell::new();
 pub(crate) static SCAN_GEN: AtomicU64 = AtomicU64::new(0);
@@ -48,25 +58,63 @@ pub(crate) static TRAPS_REDIRECTED: AtomicU64 = AtomicU64::new(0);
 /// Traps whose site had been removed and were sent back to run the original.
 pub(crate) static TRAPS_RETRIED: AtomicU64 = AtomicU64::new(0);
 
-struct OldActions {
-    segv: libc::sigaction,
-    trap: libc::sigaction,
-}
-
-// SAFETY: `sigaction` is plain data (function pointers and a signal mask); it is written once
-// before publication through `OnceLock` and only read afterwards.
-unsafe impl Send for OldActions {}
-// SAFETY: as above, immutable after publication.
-unsafe impl Sync for OldActions {}
-
 type SigActionFn = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
-static OLD: OnceLock<OldActions> = OnceLock::new();
 static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+static SCAN_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// The real-time signal used to scan threads.
+/// Tag in the upper 16 bits of the scan signal's value: trapvec's own scans carry it.
+const SCAN_TAG: u64 = 0x7476 << 48;
+
+/// The value queued with scan `generation`.
+pub(crate) fn scan_value(generation: u64) -> u64 {
+    SCAN_TAG | (generation & ((1 << 48) - 1))
+}
+
+/// Whether trapvec's handlers are installed.
+pub(crate) fn installed() -> bool {
+    INSTALLED.load(SeqCst)
+}
+
+/// The real-time signal used to scan threads (`TRAPVEC_SIGNAL`, default `SIGRTMAX-1`).
 pub(crate) fn scan_signal() -> libc::c_int {
-    libc::SIGRTMAX() - 1
+    match SCAN_SIGNAL.load(SeqCst) {
+        0 => libc::SIGRTMAX() - 1,
+        s => s,
+    }
+}
+
+/// Parse `TRAPVEC_SIGNAL`: a number, `SIGUSR1`, `SIGUSR2`, `SIGRTMIN+n` or `SIGRTMAX-n` (the
+/// `SIG` prefix optional). SIGSEGV, SIGTRAP, SIGKILL and SIGSTOP are refused.
+pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, String> {
+    let t = text.trim();
+    let u = t.strip_prefix("SIG").unwrap_or(t);
+    let offset = |rest: &str, sign: i32| -> Option<i32> {
+        if rest.is_empty() {
+            Some(0)
+        } else {
+            rest.get(1..)?.parse::<i32>().ok().filter(|_| rest.starts_with(if sign > 0 { '+' } else { '-' })).map(|n| n * sign)
+        }
+    };
+    let sig = if let Ok(n) = u.parse::<i32>() {
+        Some(n)
+    } else if u == "USR1" {
+        Some(libc::SIGUSR1)
+    } else if u == "USR2" {
+        Some(libc::SIGUSR2)
+    } else if let Some(rest) = u.strip_prefix("RTMIN") {
+        offset(rest, 1).map(|o| libc::SIGRTMIN() + o)
+    } else if let Some(rest) = u.strip_prefix("RTMAX") {
+        offset(rest, -1).map(|o| libc::SIGRTMAX() + o)
+    } else {
+        None
+    };
+    match sig {
+        Some(s) if (1..=libc::SIGRTMAX()).contains(&s) && ![libc::SIGSEGV, libc::SIGTRAP, libc::SIGKILL, libc::SIGSTOP].contains(&s) => Ok(s),
+        Some(s) => Err(format!("TRAPVEC_SIGNAL={text}: signal {s} cannot be trapvec's scan signal")),
+        None => Err(format!("TRAPVEC_SIGNAL={text}: not a signal (a number, SIGUSR1, SIGUSR2, SIGRTMIN+n or SIGRTMAX-n)")),
+    }
 }
 
 /// Install the three handlers once per process.
@@ -75,10 +123,24 @@ pub(crate) fn install() -> Result<(), TargetError> {
         .get_or_init(|| {
             // SAFETY: each call passes valid pointers to initialised `sigaction` structs; the
             // handlers installed are `extern "C"` functions with the SA_SIGINFO signature.
+            if let Ok(text) = std::env::var("TRAPVEC_SIGNAL") {
+                SCAN_SIGNAL.store(parse_scan_signal(&text)?, SeqCst);
+            }
+            // The program's dispositions are recorded before the handlers go in, so that a
+            // signal arriving in between already finds them.
+            for sig in [libc::SIGSEGV, libc::SIGTRAP, scan_signal()] {
+                // SAFETY: querying only; `old` is a valid out-parameter.
+                let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                unsafe { chain::real_sigaction()(sig, std::ptr::null(), &mut old) };
+                chain::record_previous(sig, &old);
+            }
+            INSTALLED.store(true, SeqCst);
+            // SAFETY: each call passes valid pointers to initialised `sigaction` structs; the
+            // handlers installed are `extern "C"` functions with the SA_SIGINFO signature.
             unsafe {
-                let segv = set_handler(libc::SIGSEGV, on_segv as SigActionFn as usize, &[scan_signal()])?;
-                let trap = set_handler(libc::SIGTRAP, on_trap as SigActionFn as usize, &[scan_signal()])?;
-                let _ = OLD.set(OldActions { segv, trap });
+                set_handler(libc::SIGSEGV, on_segv as SigActionFn as usize, &[scan_signal()])?;
+                set_handler(libc::SIGTRAP, on_trap as SigActionFn as usize, &[scan_signal()])?;
                 set_handler(scan_signal(), on_scan as SigActionFn as usize, &[])?;
             }
             Ok(())
@@ -102,8 +164,8 @@ unsafe fn set_handler(sig: libc::c_int, handler: usize, block: &[libc::c_int]) -
     }
     // SAFETY: zeroed is a valid out-parameter.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call.
-    if unsafe { libc::sigaction(sig, &sa, &mut old) } != 0 {
+    // SAFETY: both pointers are valid for the call; libc's sigaction, not an interposer.
+    if unsafe { chain::real_sigaction()(sig, &sa, &mut old) } != 0 {
         return Err(format!("sigaction({sig}): {}", std::io::Error::last_os_error()));
     }
     Ok(old)
@@ -154,7 +216,7 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
                 return;
             }
         }
-        chain(sig, info, ctx, OLD.get().map(|o| &o.segv));
+        chain::deliver(sig, info, ctx);
     }
 }
 
@@ -163,18 +225,27 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     unsafe {
         let rip = greg(ctx, libc::REG_RIP);
         let at = (*rip as u64).wrapping_sub(1);
-        // Ours if a text write is in progress there, or if the CC is already gone again (the
-        // write completed between the int3 and this handler).
-        let ours = TRANSIENT.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok())) || !bytes_are(at, &[crate::abi::INT3]);
+        // Ours only for an int3 (SI_KERNEL) at a site being written, or at a site written before
+        // whose CC is already gone again (the write completed between the int3 and this handler).
+        let ours = (*info).si_code == 0x80 /* SI_KERNEL */
+            && (TRANSIENT.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()))
+                || (WRITTEN.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok())) && !bytes_are(at, &[crate::abi::INT3])));
         if ours {
+            if WRITER_TID.load(SeqCst) == sys::gettid() {
+                // The writer itself met its own transient CC: it would retry for ever.
+                report(b"trapvec: the text writer executed the site it is writing at ", at, b"; aborting\n");
+                sys::tgkill(sys::gettid(), libc::SIGKILL);
+            }
             // Retry: either the CC is still there (we trap again) or the write completed.
             *rip = at as i64;
             return;
         }
-        report(b"trapvec: int3 at ", at, b" is not trapvec's; passing SIGTRAP on\n");
-        chain(sig, info, ctx, OLD.get().map(|o| &o.trap));
+        chain::deliver(sig, info, ctx);
     }
 }
+
+/// The thread writing a batch while its transient `CC`s are in place (0 when none).
+pub(crate) static WRITER_TID: AtomicI32 = AtomicI32::new(0);
 
 /// Write `prefix`, `addr` in hex and `suffix` to stderr with one async-signal-safe `write`.
 fn report(prefix: &[u8], addr: u64, suffix: &[u8]) {
@@ -196,14 +267,15 @@ fn report(prefix: &[u8], addr: u64, suffix: &[u8]) {
     unsafe { libc::write(2, buf.as_ptr().cast(), n) };
 }
 
-extern "C" fn on_scan(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+extern "C" fn on_scan(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: as in `on_segv`; `si_value` is valid for a queued signal (si_code SI_QUEUE).
     unsafe {
-        if (*info).si_code != libc::SI_QUEUE {
+        let value = (*info).si_value().sival_ptr as u64;
+        if (*info).si_code != libc::SI_QUEUE || (*info).si_pid() != sys::getpid() || value & !((1 << 48) - 1) != SCAN_TAG {
+            chain::deliver(sig, info, ctx);
             return;
         }
-        let generation = (*info).si_value().sival_ptr as u64;
-        if generation != SCAN_GEN.load(SeqCst) {
+        if value != scan_value(SCAN_GEN.load(SeqCst)) {
             return;
         }
         let rip = *greg(ctx, libc::REG_RIP) as u64;
@@ -218,38 +290,5 @@ extern "C" fn on_scan(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
             SCAN_HIT.store(true, SeqCst);
         }
         SCAN_ACKS.fetch_add(1, SeqCst);
-    }
-}
-
-/// Hand a signal that is not ours to the handler installed before ours.
-///
-/// # Safety
-/// Called only from our handlers with the kernel's `info` and `ctx`.
-unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, old: Option<&libc::sigaction>) {
-    let dfl = libc::SIG_DFL;
-    let handler = old.map_or(dfl, |o| o.sa_sigaction);
-    if handler == dfl || handler == libc::SIG_IGN {
-        // SAFETY: restoring the default disposition; a zeroed sigaction with SIG_DFL is valid.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = dfl;
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-            // A fault re-executes and now takes the default action; a sent signal or a trap
-            // (RIP already past the int3) must be raised again.
-            if (*info).si_code <= 0 || sig == libc::SIGTRAP {
-                libc::raise(sig);
-            }
-        }
-        return;
-    }
-    let old = old.expect("non-default handler implies a recorded action");
-    if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous owner installed this as an SA_SIGINFO handler.
-        let f: SigActionFn = unsafe { std::mem::transmute(handler) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the previous owner installed this as a plain handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-        f(sig);
     }
 }

@@ -10,13 +10,19 @@
 //!    byte, or anywhere after it when the boundaries are not given): such a thread started the
 //!    old instructions before step 3 and must finish them first.
 //! 5. Write every tail; sync. Write every first byte; sync. Restore the page protections.
+//!
+//! From the first `CC` to the last first byte, the writer enters no libc function (raw system
+//! calls, buffers prepared beforehand): the batch may be patching `malloc`, `memcpy`, `syscall`,
+//! `mprotect` or `readdir`, and a writer that met its own `CC` could never finish. Should it
+//! happen anyway, the SIGTRAP handler reports it and kills the process instead of spinning.
 
 use std::time::Duration;
 
 use crate::abi::INT3;
 use crate::error::{hex, TargetError};
-use crate::process::scan::wait_until_outside;
-use crate::process::signal::TRANSIENT;
+use crate::process::scan::Scan;
+use crate::process::signal::{TRANSIENT, WRITER_TID, WRITTEN};
+use crate::process::sys;
 use crate::target::TextPatch;
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 5;
@@ -34,14 +40,11 @@ pub(crate) fn register_membarrier() -> Result<(), TargetError> {
     Ok(())
 }
 
-/// Serialise the instruction stream of every core running a thread of this process.
-fn sync_cores() -> Result<(), TargetError> {
+/// Serialise the instruction stream of every core running a thread of this process; `false` if
+/// membarrier failed. A raw system call: this runs while transient CCs may sit in libc's `syscall`.
+fn sync_raw() -> bool {
     // SAFETY: integer arguments only; registration was done in `register_membarrier`.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) };
-    if r != 0 {
-        return Err(TargetError::os("membarrier(PRIVATE_EXPEDITED_SYNC_CORE)", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    unsafe { sys::syscall6(libc::SYS_membarrier, [MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as u64, 0, 0, 0, 0, 0]) == 0 }
 }
 
 fn page_size() -> u64 {
@@ -193,38 +196,71 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
 
     let mut transient: Vec<u64> = order.iter().map(|p| p.addr).collect();
     transient.sort_unstable();
+    let mut written = WRITTEN.snapshot().unwrap_or_default();
+    written.extend_from_slice(&transient);
+    written.sort_unstable();
+    written.dedup();
+    WRITTEN.replace(Some(written));
     TRANSIENT.replace(Some(transient));
+    let interiors: Vec<(u64, u64)> = match live_interior {
+        Some(points) => points.iter().map(|&b| (b, b + 1)).collect(),
+        None => order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect(),
+    };
+    const WINDOW_WAIT: Duration = Duration::from_secs(2);
+    let mut scan = match Scan::new(&interiors) {
+        Ok(s) => s,
+        Err(e) => {
+            TRANSIENT.replace(None);
+            set_prot(true)?;
+            return Err(e);
+        }
+    };
 
-    let result = (|| {
+    // The window: no libc from here to the last sync (see the module docs).
+    WRITER_TID.store(sys::gettid(), std::sync::atomic::Ordering::SeqCst);
+    let result = (|| -> Result<(), Option<crate::process::scan::Stuck>> {
         for p in &order {
             // SAFETY: the page was made writable above.
             unsafe { write_bytes(p.addr, &[INT3]) };
         }
-        sync_cores()?;
-        let interiors: Vec<(u64, u64)> = match live_interior {
-            Some(points) => points.iter().map(|&b| (b, b + 1)).collect(),
-            None => order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect(),
-        };
-        if let Err(e) = wait_until_outside(&interiors, Duration::from_secs(2)) {
-            // Put the first bytes back: nothing was written but the CCs.
-            for p in &order {
-                // SAFETY: as above.
-                unsafe { write_bytes(p.addr, &p.old[..1]) };
+        if !sync_raw() {
+            return Err(None);
+        }
+        if let Some(scan) = scan.as_mut() {
+            if let Err(stuck) = scan.wait(WINDOW_WAIT) {
+                // Put the first bytes back: nothing was written but the CCs.
+                for p in &order {
+                    // SAFETY: as above.
+                    unsafe { write_bytes(p.addr, &p.old[..1]) };
+                }
+                if !sync_raw() {
+            return Err(None);
+        }
+                return Err(Some(stuck));
             }
-            sync_cores()?;
-            return Err(e);
         }
         for p in &order {
             // SAFETY: as above.
             unsafe { write_bytes(p.addr + 1, &p.new[1..]) };
         }
-        sync_cores()?;
+        if !sync_raw() {
+            return Err(None);
+        }
         for p in &order {
             // SAFETY: as above.
             unsafe { write_bytes(p.addr, &p.new[..1]) };
         }
-        sync_cores()
+        if !sync_raw() {
+            return Err(None);
+        }
+        Ok(())
     })();
+    WRITER_TID.store(0, std::sync::atomic::Ordering::SeqCst);
+    drop(scan);
+    let result = result.map_err(|stuck| match stuck {
+        Some(s) => s.into_error(WINDOW_WAIT),
+        None => TargetError::Text { addr: order[0].addr, reason: "membarrier(PRIVATE_EXPEDITED_SYNC_CORE) failed".into() },
+    });
 
     TRANSIENT.replace(None);
     set_prot(true)?;
