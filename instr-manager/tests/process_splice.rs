@@ -471,6 +471,70 @@ fn handler_that_clobbers_every_ymm_register_leaves_the_spliced_code_s_vector_sta
     }
 }
 
+/// Run `f` in a forked child and return its exit status (`f`'s value; 101 if it panicked).
+/// The child leaves with `_exit`, never returning into the test harness.
+fn in_fork_child(f: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork in a test process; the child runs `f` (the serial lock keeps the other tests'
+    // process work out) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: leaving the child without running the harness's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid status pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+    libc::WEXITSTATUS(status)
+}
+
+#[test]
+fn a_fork_child_that_removes_a_splice_leaves_the_parents_splice_counting_and_running() {
+    let _serial = serial();
+    for mech in [Trap, Jmp] {
+        let (s, c) = session();
+        let want = call1(&s, "push_rbp_fn", 41);
+        let original = bytes(&s, "push_rbp_fn", 16);
+        let h = s.splice_call("push_rbp_fn", &c, "count_calls", mech).unwrap();
+        for _ in 0..5 {
+            assert_eq!(call1(&s, "push_rbp_fn", 41), want);
+        }
+        let child = in_fork_child(|| {
+            // The child's splice works, counting from the parent's 5...
+            for _ in 0..3 {
+                if call1(&s, "push_rbp_fn", 41) != want {
+                    return 2;
+                }
+            }
+            // ...and removing it frees its trampoline (filled with CC) in the child only.
+            let id = h.id();
+            match s.with(|sp| sp.remove(&[id])) {
+                Ok(hits) if hits[0].hits == 8 => {}
+                _ => return 3,
+            }
+            if bytes(&s, "push_rbp_fn", 16) != original || call1(&s, "push_rbp_fn", 41) != want {
+                return 4;
+            }
+            // A new splice in the child takes trampoline space the parent may also hand out.
+            let Ok(h2) = s.splice_call("push_rbp_fn", &c, "empty_handler", mech) else { return 5 };
+            if call1(&s, "push_rbp_fn", 41) != want || h2.remove().is_err() {
+                return 6;
+            }
+            0
+        });
+        assert_eq!(child, 0, "{mech}: the child's splice and its removal");
+        // The parent's splice still runs through its trampoline and counts only its own calls.
+        for _ in 0..5 {
+            assert_eq!(call1(&s, "push_rbp_fn", 41), want, "{mech}");
+        }
+        assert_eq!(h.hits().unwrap(), 10, "{mech}");
+        assert_eq!(h.remove().unwrap().hits, 10);
+        assert_eq!(bytes(&s, "push_rbp_fn", 16), original);
+    }
+}
+
 #[test]
 fn handler_runs_with_df_clear_and_the_original_df_comes_back() {
     let _serial = serial();
@@ -494,5 +558,35 @@ fn handler_runs_with_df_clear_and_the_original_df_comes_back() {
             assert!(got[..16].iter().chain(&got[32..]).all(|&b| b == 0), "{site} by {mech}: nothing written around it");
             h.remove().unwrap();
         }
+    }
+}
+
+#[test]
+fn malloc_and_free_spliced_in_a_threaded_process_count_and_come_out_again() {
+    let _serial = serial();
+    // The harness's other threads answer the scans while the writer has a CC in malloc: the
+    // writer must not call malloc (or anything of libc) between its CC and its last byte.
+    for mech in [Trap, Jmp] {
+        let (s, c) = session();
+        let m = s.splice_call("malloc", &c, "count_calls", mech).unwrap();
+        let f = s.splice_call("free", &c, "count_calls", mech).unwrap();
+        let (m0, f0) = (m.hits().unwrap(), f.hits().unwrap());
+        // Through opaque pointers: the compiler would otherwise drop a malloc/free pair.
+        let malloc: unsafe extern "C" fn(usize) -> *mut libc::c_void = std::hint::black_box(libc::malloc);
+        let free: unsafe extern "C" fn(*mut libc::c_void) = std::hint::black_box(libc::free);
+        for i in 0..1000usize {
+            // SAFETY: malloc/free pairs through libc, as any program does.
+            unsafe {
+                let p = malloc(32 + i % 5).cast::<u8>();
+                assert!(!p.is_null());
+                *p = 1;
+                free(p.cast());
+            }
+        }
+        assert!(m.hits().unwrap() - m0 >= 1000, "{mech}: malloc hits");
+        assert!(f.hits().unwrap() - f0 >= 1000, "{mech}: free hits");
+        drop(f);
+        drop(m);
+        assert!(s.with(|sp| sp.live().count()) == 0, "{mech}: removed");
     }
 }

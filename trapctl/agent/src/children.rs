@@ -18,7 +18,9 @@ use crate::real;
 
 type Argv = *const *const libc::c_char;
 
-static INHERIT: AtomicBool = AtomicBool::new(false);
+/// Set at start when a spec was given and `TRAPVEC_INHERIT` is not 1: explicit environments of
+/// exec'd children are filtered (an agent without a spec changes nothing).
+static FILTER: AtomicBool = AtomicBool::new(false);
 
 const AGENT_FILE: &str = "libtrapvec_agent.so";
 
@@ -34,9 +36,9 @@ fn preload_without_agent(value: &str) -> String {
 /// At start (before `main`, one thread): keep the spec from exec'd children.
 pub(crate) fn forget_spec_for_exec() {
     if std::env::var("TRAPVEC_INHERIT").is_ok_and(|v| v == "1") {
-        INHERIT.store(true, SeqCst);
         return;
     }
+    FILTER.store(true, SeqCst);
     // SAFETY (set_var/remove_var): this runs in the agent's constructor, before `main`, while the
     // process has one thread.
     unsafe {
@@ -59,7 +61,7 @@ pub(crate) fn forget_spec_for_exec() {
 /// # Safety
 /// `envp` is null or a null-terminated array of C strings.
 unsafe fn child_env(envp: Argv) -> Argv {
-    if envp.is_null() || INHERIT.load(SeqCst) {
+    if envp.is_null() || !FILTER.load(SeqCst) {
         return envp;
     }
     let mut entries = Vec::new();

@@ -150,6 +150,18 @@ fn a_programs_own_sigtrap_kills_it_without_a_handler_and_reaches_its_handler_wit
 }
 
 #[test]
+fn a_program_that_uses_the_scan_signal_gets_it_and_trapvec_signal_moves_trapvecs() {
+    let f = fixture();
+    for moved in [None, Some("SIGUSR2")] {
+        let extra: Vec<(&str, &str)> = moved.map(|s| ("TRAPVEC_SIGNAL", s)).into_iter().collect();
+        let r = run_with(&f, &work("trap"), Command::new(&f.program).args(["rt"]), "stats.json", &extra);
+        assert!(r.out.status.success(), "{moved:?}: {:?} {}", r.out.status, r.stderr());
+        assert_eq!(r.stdout(), "rt 2\n", "{moved:?}: raise and sigqueue both reach the program's handler");
+        assert_eq!(r.hits(0), 100, "{moved:?}");
+    }
+}
+
+#[test]
 fn stats_are_written_at_exit_underscore_exit_and_before_exec_with_pid_in_the_path() {
     let f = fixture();
     for (how, code) in [("_exit", 3), ("_Exit", 4)] {

@@ -25,7 +25,7 @@ use crate::process::signal::{DISPATCH, SCAN_RANGES, TRANSIENT, WRITTEN};
 struct Held {
     _writer: MutexGuard<'static, ()>,
     _scanner: MutexGuard<'static, ()>,
-    _arenas: MutexGuard<'static, Vec<memory::CodeArena>>,
+    arenas: MutexGuard<'static, Vec<memory::CodeArena>>,
 }
 
 // SAFETY: the guards are taken by the forking thread in `prepare` and released by that same
@@ -50,7 +50,7 @@ extern "C" fn prepare() {
     let writer = super::WRITER.lock().unwrap_or_else(|e| e.into_inner());
     let scanner = super::scan::SCANNER.lock().unwrap_or_else(|e| e.into_inner());
     let arenas = memory::CODE_ARENAS.lock().unwrap_or_else(|e| e.into_inner());
-    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Held { _writer: writer, _scanner: scanner, _arenas: arenas });
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Held { _writer: writer, _scanner: scanner, arenas });
 }
 
 extern "C" fn parent() {
@@ -64,7 +64,7 @@ extern "C" fn child() {
     WRITTEN.reset_readers_after_fork();
     SCAN_RANGES.reset_readers_after_fork();
     if let Some(h) = &held {
-        for a in h._arenas.iter() {
+        for a in h.arenas.iter() {
             if !memory::make_private(a) {
                 SHARED_WITH_PARENT.store(true, SeqCst);
             }
