@@ -39,7 +39,7 @@ pub(crate) fn forget_spec_for_exec() {
         return;
     }
     FILTER.store(true, SeqCst);
-    // SAFETY (set_var/remove_var): this runs in the agent's constructor, before `main`, while the
+    // SAFETY: set_var/remove_var need a single-threaded process: this runs in the agent's constructor, before `main`, while the
     // process has one thread.
     unsafe {
         std::env::remove_var("TRAPVEC_SPEC");

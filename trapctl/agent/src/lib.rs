@@ -23,7 +23,7 @@ mod children;
 mod real;
 mod signals;
 
-use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -45,9 +45,9 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// `TRAPVEC_STATS` as given (before `%p` expansion).
 static STATS: OnceLock<String> = OnceLock::new();
 /// The process that applied the spec.
-static INIT_PID: AtomicI32 = AtomicI32::new(0);
+static INIT_PID: AtomicU32 = AtomicU32::new(0);
 /// The latest fork child of that process (or of one of its fork children), set in the child.
-static FORK_PID: AtomicI32 = AtomicI32::new(0);
+static FORK_PID: AtomicU32 = AtomicU32::new(0);
 
 #[used]
 #[link_section = ".init_array"]
@@ -74,7 +74,7 @@ extern "C" fn trapvec_agent_init() {
             if let Ok(path) = std::env::var("TRAPVEC_STATS") {
                 let _ = STATS.set(path);
             }
-            INIT_PID.store(std::process::id() as i32, SeqCst);
+            INIT_PID.store(std::process::id(), SeqCst);
             // SAFETY: registering plain extern "C" functions with no arguments.
             unsafe {
                 libc::atexit(trapvec_agent_exit);
@@ -90,7 +90,7 @@ extern "C" fn trapvec_agent_init() {
 }
 
 extern "C" fn after_fork_in_child() {
-    FORK_PID.store(std::process::id() as i32, SeqCst);
+    FORK_PID.store(std::process::id(), SeqCst);
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -118,7 +118,7 @@ extern "C" fn trapvec_agent_exit() {
 /// `vfork` child (no atfork handler ran) never writes: it shares its parent's memory.
 pub(crate) fn write_stats() {
     let Some(template) = STATS.get() else { return };
-    let pid = std::process::id() as i32;
+    let pid = std::process::id();
     let per_pid = template.contains("%p");
     if pid != INIT_PID.load(SeqCst) && !(per_pid && pid == FORK_PID.load(SeqCst)) {
         return;
