@@ -292,3 +292,28 @@ extern "C" fn on_scan(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         SCAN_ACKS.fetch_add(1, SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trapvec_signal_accepts_names_offsets_and_numbers_and_refuses_the_trap_signals() {
+        assert_eq!(parse_scan_signal("SIGRTMAX-1"), Ok(libc::SIGRTMAX() - 1));
+        assert_eq!(parse_scan_signal("RTMIN+3"), Ok(libc::SIGRTMIN() + 3));
+        assert_eq!(parse_scan_signal("SIGRTMIN"), Ok(libc::SIGRTMIN()));
+        assert_eq!(parse_scan_signal("SIGUSR2"), Ok(libc::SIGUSR2));
+        assert_eq!(parse_scan_signal(" 40 "), Ok(40));
+        for bad in ["SIGSEGV", "11", "5", "9", "19", "0", "65", "SIGRTMAX+1", "RTMIN-2", "SIGFOO", ""] {
+            let e = parse_scan_signal(bad).expect_err(bad);
+            assert!(e.contains("TRAPVEC_SIGNAL="), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_scan_value_carries_the_tag_and_the_generation() {
+        assert_eq!(scan_value(7) >> 48, 0x7476);
+        assert_eq!(scan_value(7) & 0xffff, 7);
+        assert_ne!(scan_value(1), scan_value(2));
+    }
+}
