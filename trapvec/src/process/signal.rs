@@ -227,9 +227,13 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         let at = (*rip as u64).wrapping_sub(1);
         // Ours only for an int3 (SI_KERNEL) at a site being written, or at a site written before
         // whose CC is already gone again (the write completed between the int3 and this handler).
+        // The byte is read first: a writer publishes a site in TRANSIENT before it writes a CC
+        // there and withdraws it only after the CC is gone, so a CC seen here is a transient one
+        // exactly when TRANSIENT, read after it, has the site. (Read the other way round, the
+        // next batch's CC could appear between a TRANSIENT read that missed it and the byte.)
+        let in_list = |cell: &EpochCell<Vec<u64>>| cell.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()));
         let ours = (*info).si_code == 0x80 /* SI_KERNEL */
-            && (TRANSIENT.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()))
-                || (WRITTEN.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok())) && !bytes_are(at, &[crate::abi::INT3])));
+            && if bytes_are(at, &[crate::abi::INT3]) { in_list(&TRANSIENT) } else { in_list(&WRITTEN) || in_list(&TRANSIENT) };
         if ours {
             if WRITER_TID.load(SeqCst) == sys::gettid() {
                 // The writer itself met its own transient CC: it would retry for ever.

@@ -234,8 +234,8 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
                     unsafe { write_bytes(p.addr, &p.old[..1]) };
                 }
                 if !sync_raw() {
-            return Err(None);
-        }
+                    return Err(None);
+                }
                 return Err(Some(stuck));
             }
         }
