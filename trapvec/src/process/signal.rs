@@ -18,7 +18,7 @@
 //!   the program's disposition. It is blocked while the SIGSEGV handler runs, so a thread that was
 //!   just redirected is scanned only once its RIP already holds the destination.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::OnceLock;
 
 use crate::abi::{TRAP_BYTES, USER_TRAP_ERROR_CODE};
@@ -225,15 +225,8 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     unsafe {
         let rip = greg(ctx, libc::REG_RIP);
         let at = (*rip as u64).wrapping_sub(1);
-        // Ours only for an int3 (SI_KERNEL) at a site being written, or at a site written before
-        // whose CC is already gone again (the write completed between the int3 and this handler).
-        // The byte is read first: a writer publishes a site in TRANSIENT before it writes a CC
-        // there and withdraws it only after the CC is gone, so a CC seen here is a transient one
-        // exactly when TRANSIENT, read after it, has the site. (Read the other way round, the
-        // next batch's CC could appear between a TRANSIENT read that missed it and the byte.)
-        let in_list = |cell: &EpochCell<Vec<u64>>| cell.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()));
-        let ours = (*info).si_code == 0x80 /* SI_KERNEL */
-            && if bytes_are(at, &[crate::abi::INT3]) { in_list(&TRANSIENT) } else { in_list(&WRITTEN) || in_list(&TRANSIENT) };
+        // Ours only for an int3 (SI_KERNEL) that met a transient CC of a text batch.
+        let ours = (*info).si_code == 0x80 /* SI_KERNEL */ && met_transient_cc(at);
         if ours {
             if WRITER_TID.load(SeqCst) == sys::gettid() {
                 // The writer itself met its own transient CC: it would retry for ever.
@@ -245,6 +238,34 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             return;
         }
         chain::deliver(sig, info, ctx);
+    }
+}
+
+/// Odd while a text batch may have transient `CC`s in place: the writer makes it odd after
+/// publishing [`TRANSIENT`] and before its first `CC`, and even again after its last byte is
+/// written and synchronised, before withdrawing [`TRANSIENT`]. Readers use it as a seqlock.
+pub(crate) static TEXT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the `int3` that trapped at `at` met a transient `CC`: either the `CC` is still there
+/// and a batch in progress lists `at`, or it is gone again and `at` was written by some batch
+/// (the write completed between the trap and this handler). The byte and the lists are read as
+/// one snapshot under [`TEXT_SEQ`]: read without it, a batch could end between the byte read
+/// (`CC`) and the list read (withdrawn), or the next batch's `CC` could appear between a list
+/// read that missed it and the byte read, and either way a thread at a site would be killed by
+/// its own retry's SIGTRAP.
+///
+/// # Safety
+/// `at` must be readable (an int3 was just executed there).
+unsafe fn met_transient_cc(at: u64) -> bool {
+    let listed = |cell: &EpochCell<Vec<u64>>| cell.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()));
+    loop {
+        let seq = TEXT_SEQ.load(SeqCst);
+        // SAFETY: guaranteed by the caller; atomic, so the loads stay ordered with `TEXT_SEQ`'s.
+        let cc = unsafe { (*(at as *const AtomicU8)).load(SeqCst) } == crate::abi::INT3;
+        let ours = if cc { seq & 1 == 1 && listed(&TRANSIENT) } else { listed(&WRITTEN) };
+        if TEXT_SEQ.load(SeqCst) == seq {
+            return ours;
+        }
     }
 }
 

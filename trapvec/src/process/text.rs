@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::abi::INT3;
 use crate::error::{hex, TargetError};
 use crate::process::scan::Scan;
-use crate::process::signal::{TRANSIENT, WRITER_TID, WRITTEN};
+use crate::process::signal::{TEXT_SEQ, TRANSIENT, WRITER_TID, WRITTEN};
 use crate::process::sys;
 use crate::target::TextPatch;
 
@@ -218,6 +218,8 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
 
     // The window: no libc from here to the last sync (see the module docs).
     WRITER_TID.store(sys::gettid(), std::sync::atomic::Ordering::SeqCst);
+    // Odd: CCs may be in place from here until the matching increment below.
+    TEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let result = (|| -> Result<(), Option<crate::process::scan::Stuck>> {
         for p in &order {
             // SAFETY: the page was made writable above.
@@ -255,6 +257,8 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
         }
         Ok(())
     })();
+    // Even: the batch is over (its CCs are gone unless a membarrier failed, reported below).
+    TEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     WRITER_TID.store(0, std::sync::atomic::Ordering::SeqCst);
     drop(scan);
     let result = result.map_err(|stuck| match stuck {
