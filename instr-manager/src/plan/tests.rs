@@ -388,3 +388,16 @@ fn jmp_at_the_top_of_the_address_space_looks_for_a_springboard_without_overflowi
     let sb = p.springboard.expect("a jmp rel8 to a springboard in the int3 padding");
     assert_eq!((sb.addr, sb.old), (start + 3, vec![0xCC; 5]), "the padding right after the function");
 }
+
+#[test]
+fn jmp_rel32_window_past_the_top_of_the_address_space_is_refused_as_past_the_function_end() {
+    // Found by the fuzzer (fuzz/regressions/analysis): the window end of a 5-byte jmp at a
+    // site 3 bytes before 2^64 overflowed. The function `nop` ×5, `ret` ends at 2^64 - 1.
+    let start = u64::MAX - 6;
+    let func = analyze_function("top", start, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xC3]).unwrap();
+    let symbols = SymbolTable::new(vec![]);
+    let read = |_: u64, _: usize| -> Option<Vec<u8>> { None };
+    let input = PlanInput { func: &func, info: &user(), read: &read, symbols: &symbols, busy: &|_, _| false, trampoline_near: None };
+    let err = plan_jmp_rel32(&input, start + 3).unwrap_err();
+    assert_eq!(err, Refusal::PastFunctionEnd { site: start + 3, window_end: u64::MAX, func: "top".into(), func_end: u64::MAX });
+}
