@@ -5,6 +5,8 @@
 //! and exports identically (what one trapctl saves, the next one reads as it was); a refused
 //! one is refused with a sentence.
 
+use std::sync::OnceLock;
+
 use instr_manager::splicer::{Action, SpliceRequest, Splicer};
 use instr_manager::Mechanism;
 use trapvec::fake::FakeKernel;
@@ -21,8 +23,24 @@ pub fn prepared() -> (FakeKernel, Vec<u8>) {
     (k, blob)
 }
 
+/// The prepared kernel, made once: importing a state only reads the target (checked below), so
+/// every run can share it.
+fn kernel() -> FakeKernel {
+    static KERNEL: OnceLock<FakeKernel> = OnceLock::new();
+    let k = KERNEL.get_or_init(|| prepared().0).clone();
+    k.state().reads.clear();
+    k
+}
+
+/// What a state import must leave as it was: the text, blocks and dispatch entries.
+fn snapshot(k: &FakeKernel) -> (usize, usize, usize, usize) {
+    let s = k.state();
+    (s.batches, s.blocks.len(), s.dispatch.len(), s.sealed.len())
+}
+
 pub fn run(data: &[u8]) {
-    let (kernel, _) = prepared();
+    let kernel = kernel();
+    let before = snapshot(&kernel);
     match Splicer::import_state(kernel.clone(), data) {
         Ok(s) => {
             let out = s.export_state();
@@ -32,4 +50,5 @@ pub fn run(data: &[u8]) {
         }
         Err(e) => assert_sentence("state", &e.to_string()),
     }
+    assert_eq!(snapshot(&kernel), before, "importing a state changed the target");
 }
