@@ -25,8 +25,11 @@ pub mod protocol;
 pub mod spec;
 pub mod state;
 
-/// The harnesses by name (the corpus folder and the fuzz target of each).
-pub const HARNESSES: [(&str, fn(&[u8])); 6] = [
+/// A harness: its name (of its corpus folder and fuzz target) and its body.
+pub type Harness = (&'static str, fn(&[u8]));
+
+/// Every harness.
+pub const HARNESSES: [Harness; 6] = [
     ("loader", loader::run),
     ("spec", spec::run),
     ("protocol", protocol::run),
