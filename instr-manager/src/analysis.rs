@@ -206,7 +206,10 @@ pub fn analyze_function_with(
     if bytes.is_empty() {
         return Err(AnalysisError::Empty { func: name.to_string(), start });
     }
-    let end = start + bytes.len() as u64;
+    // The end is exclusive, so it must itself be an address: a function may not reach 2^64.
+    let end = start
+        .checked_add(bytes.len() as u64)
+        .ok_or_else(|| AnalysisError::PastAddressSpace { func: name.to_string(), start, len: bytes.len() })?;
     let (insns, undecodable) = decode(name, start, bytes);
 
     let mut branch_targets = BTreeSet::new();
@@ -317,7 +320,7 @@ fn decode(name: &str, start: u64, bytes: &[u8]) -> (Vec<Insn>, Option<AnalysisEr
 fn undecodable_at(err: &AnalysisError) -> u64 {
     match err {
         AnalysisError::InvalidInstruction { addr, .. } | AnalysisError::Truncated { addr, .. } => *addr,
-        AnalysisError::Empty { start, .. } => *start,
+        AnalysisError::Empty { start, .. } | AnalysisError::PastAddressSpace { start, .. } => *start,
     }
 }
 
@@ -511,6 +514,17 @@ mod tests {
     #[test]
     fn empty_function_is_an_error() {
         assert!(matches!(analyze_function("e", BASE, &[]), Err(AnalysisError::Empty { .. })));
+    }
+
+    #[test]
+    fn function_running_past_the_end_of_the_address_space_is_refused() {
+        // Found by the fuzzer (fuzz/regressions/analysis): the end overflowed.
+        let err = analyze_function("top", u64::MAX - 2, &[0x90, 0x90, 0x90, 0xC3]).unwrap_err();
+        assert_eq!(err, AnalysisError::PastAddressSpace { func: "top".into(), start: u64::MAX - 2, len: 4 });
+        assert_eq!(err.to_string(), "function `top` at 0xfffffffffffffffd (4 bytes) runs past the end of the address space");
+        // Ending exactly at 2^64 leaves no exclusive end either.
+        assert!(analyze_function("top", u64::MAX - 3, &[0x90, 0x90, 0x90, 0xC3]).is_err());
+        assert!(analyze_function("top", u64::MAX - 4, &[0x90, 0x90, 0x90, 0xC3]).is_ok());
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum AnalysisError {
     InvalidInstruction { func: String, addr: u64, bytes: String },
     #[error("the instruction of `{func}` at {addr:#x} runs past the function's end at {end:#x}")]
     Truncated { func: String, addr: u64, end: u64 },
+    #[error("function `{func}` at {start:#x} ({len} bytes) runs past the end of the address space")]
+    PastAddressSpace { func: String, start: u64, len: usize },
 }
 
 /// Resolving a point (`sym`, `sym+off`, `0xADDR`) failed.

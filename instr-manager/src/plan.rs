@@ -238,7 +238,8 @@ fn check_window(
     let mut last = first;
     while len < patch_len {
         let Some(insn) = func.insns.get(last) else {
-            let window_end = site + patch_len as u64;
+            // Saturating: the function may end in the last bytes of the address space.
+            let window_end = site.saturating_add(patch_len as u64);
             return Err(match func.undecodable_from {
                 Some(from) if from < window_end => Refusal::Undecodable { site, func: func.name.clone(), from },
                 _ => Refusal::PastFunctionEnd { site, window_end, func: func.name.clone(), func_end: func.end },

@@ -34,7 +34,7 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
             continue;
         }
         let extent = input.symbols.function_extent(s);
-        fns.push((s.addr, s.addr + extent, Some(s)));
+        fns.push((s.addr, s.addr.saturating_add(extent), Some(s)));
     }
     fns.sort_by_key(|f| f.0);
     fns.dedup_by_key(|f| f.0);
@@ -87,10 +87,12 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
 /// Find a springboard for a `jmp rel8` at `site` whose displaced window ends at `window_end`;
 /// `Err` says why there is none.
 pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<Springboard, String> {
-    let from = site + 2;
+    // Saturating: a site in the last bytes of the address space has less reach above it, not
+    // an overflow.
+    let from = site.saturating_add(2);
     let lo = from.saturating_sub(128);
-    let last_start = from + 127;
-    let hi = last_start + SPRINGBOARD_LEN;
+    let last_start = from.saturating_add(127);
+    let hi = last_start.saturating_add(SPRINGBOARD_LEN);
     let ranges = padding_near(input, lo, hi);
     if ranges.iter().all(|&(a, b)| b - a < SPRINGBOARD_LEN) {
         return Err(format!(
@@ -101,7 +103,7 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
     let (mut busy, mut far) = (0usize, 0usize);
     for &(a, b) in &ranges {
         let mut sb = a;
-        while sb + SPRINGBOARD_LEN <= b && sb <= last_start {
+        while sb.checked_add(SPRINGBOARD_LEN).is_some_and(|e| e <= b) && sb <= last_start {
             let overlaps_window = sb < window_end && sb + SPRINGBOARD_LEN > site;
             if !overlaps_window {
                 if (input.busy)(sb, sb + SPRINGBOARD_LEN) {

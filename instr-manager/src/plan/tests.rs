@@ -370,3 +370,34 @@ fn mechanism_names_round_trip() {
     assert_eq!(Mechanism::Jmp.to_string(), "jmp");
     assert!("int3".parse::<Mechanism>().is_err());
 }
+
+#[test]
+fn jmp_at_the_top_of_the_address_space_looks_for_a_springboard_without_overflowing() {
+    // Found by the fuzzer (fuzz/regressions/analysis): the springboard search computed the end
+    // of rel8 reach past 2^64. A function in the last bytes of the address space: `mov eax,
+    // [rcx]; ret` leaves no room for a jmp rel32, and the reach above the site is clipped.
+    let start = u64::MAX - 0x20;
+    let bytes = [0x8B, 0x01, 0xC3];
+    let func = analyze_function("top", start, &bytes).unwrap();
+    // `last` follows after 13 bytes of int3 padding, and ends 12 bytes before 2^64.
+    let sym = |name: &str, addr: u64, size: u64| Symbol { name: name.into(), addr, size, kind: SymbolKind::Function, origin: None, version: None };
+    let symbols = SymbolTable::new(vec![sym("top", start, 3), sym("last", start + 0x10, 4)]);
+    let read = |a: u64, l: usize| -> Option<Vec<u8>> { (a >= start + 3 && a.checked_add(l as u64)? <= start + 0x10).then(|| vec![0xCC; l]) };
+    let input = PlanInput { func: &func, info: &user(), read: &read, symbols: &symbols, busy: &|_, _| false, trampoline_near: None };
+    let p = plan_splice(&input, start, Mechanism::Jmp).unwrap();
+    let sb = p.springboard.expect("a jmp rel8 to a springboard in the int3 padding");
+    assert_eq!((sb.addr, sb.old), (start + 3, vec![0xCC; 5]), "the padding right after the function");
+}
+
+#[test]
+fn jmp_rel32_window_past_the_top_of_the_address_space_is_refused_as_past_the_function_end() {
+    // Found by the fuzzer (fuzz/regressions/analysis): the window end of a 5-byte jmp at a
+    // site 3 bytes before 2^64 overflowed. The function `nop` ×5, `ret` ends at 2^64 - 1.
+    let start = u64::MAX - 6;
+    let func = analyze_function("top", start, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xC3]).unwrap();
+    let symbols = SymbolTable::new(vec![]);
+    let read = |_: u64, _: usize| -> Option<Vec<u8>> { None };
+    let input = PlanInput { func: &func, info: &user(), read: &read, symbols: &symbols, busy: &|_, _| false, trampoline_near: None };
+    let err = plan_jmp_rel32(&input, start + 3).unwrap_err();
+    assert_eq!(err, Refusal::PastFunctionEnd { site: start + 3, window_end: u64::MAX, func: "top".into(), func_end: u64::MAX });
+}

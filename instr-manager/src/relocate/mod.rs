@@ -111,7 +111,8 @@ pub(crate) fn check_relocatable(displaced: &[Insn], new_addr: u64) -> Result<(),
     let instrs = lower_displaced(displaced, new_addr)?;
     let mut enc = Encoder::new(64);
     let mut ip = new_addr;
-    let direct = instrs.iter().all(|i| enc.encode(i, ip).map(|n| ip += n as u64).is_ok());
+    // Checked: code that would run past 2^64 is not "direct"; `relocate` then says why.
+    let direct = instrs.iter().all(|i| enc.encode(i, ip).ok().and_then(|n| ip.checked_add(n as u64)).map(|next| ip = next).is_some());
     if direct {
         return Ok(());
     }
@@ -166,9 +167,14 @@ pub(crate) fn assign_ips(instrs: &mut [Instruction]) {
 /// Encode `instrs` as one block at `addr` (IPs are reassigned, see [`assign_ips`]).
 pub(crate) fn encode_block(instrs: &mut [Instruction], addr: u64, what: &'static str) -> Result<Vec<u8>, Refusal> {
     assign_ips(instrs);
-    BlockEncoder::encode(64, InstructionBlock::new(instrs, addr), BlockEncoderOptions::NONE)
+    let code = BlockEncoder::encode(64, InstructionBlock::new(instrs, addr), BlockEncoderOptions::NONE)
         .map(|r| r.code_buffer)
-        .map_err(|e| Refusal::Encode { what, addr, reason: e.to_string() })
+        .map_err(|e| Refusal::Encode { what, addr, reason: e.to_string() })?;
+    // The encoder wraps IPs silently; code must end (exclusively) inside the address space.
+    if addr.checked_add(code.len() as u64).is_none() {
+        return Err(Refusal::Encode { what, addr, reason: format!("its {} bytes would run past the end of the address space", code.len()) });
+    }
+    Ok(code)
 }
 
 #[cfg(test)]

@@ -321,3 +321,15 @@ fn an_instruction_iced_cannot_encode_is_named_as_the_culprit() {
     assert_eq!((*site, *addr), (ORIG, ORIG + 1));
     assert!(reason.contains("cannot re-encode"), "{err}");
 }
+
+#[test]
+fn relocation_running_past_the_top_of_the_address_space_is_refused() {
+    // Found by the fuzzer (fuzz/regressions/analysis): the quick check of a window added the
+    // encoded lengths past 2^64. `mov rax, rdi; mov rax, rdi` relocated 4 bytes before 2^64
+    // does not fit there: the check falls back to the BlockEncoder, which names the problem.
+    let displaced = insns(&[0x48, 0x89, 0xF8, 0x48, 0x89, 0xF8], 0x40_1000);
+    let new_addr = u64::MAX - 3;
+    let err = super::check_relocatable(&displaced, new_addr).unwrap_err();
+    assert!(matches!(err, Refusal::Encode { addr, .. } if addr == new_addr), "{err}");
+    assert!(relocate(&displaced, new_addr).is_err());
+}

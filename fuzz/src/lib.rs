@@ -1,0 +1,71 @@
+//! trapvec-fuzz: the fuzzing harnesses of trapvec, one module per input surface, as plain
+//! functions over bytes so that a fuzzer (fuzz/libfuzzer, cargo fuzz) and `cargo test`
+//! (tests/replay.rs, the committed corpora) run the same code.
+//!
+//! | harness | input | what it drives |
+//! |---|---|---|
+//! | [`loader`] | an ELF relocatable | component-manager: parse, validate, resolve, layout, link, write into a fake target, verify, unload |
+//! | [`spec`] | TOML text | instr-manager's spec parser |
+//! | [`protocol`] | a request line | trapd's protocol parser (trapctl::protocol) |
+//! | [`state`] | JSON | the state blob trapctl reads back from the module (`Splicer::import_state`) |
+//! | [`bench`] | a tag byte, then a kernel image, kallsyms text, an ELF + kallsyms, or a console log | bench's vmlinux extraction and kallsyms readers |
+//! | [`analysis`] | an address, a site and function bytes | instr-manager: decode, CFG, trap and jmp plans, relocation, trampolines |
+//!
+//! Each harness panics only when a property is broken: beyond "no panic", every refusal is an
+//! error whose message is a sentence ([`assert_sentence`]), and each checks the invariants that
+//! matter for its surface (a loaded component's symbols inside its image, a plan's displaced
+//! bytes re-decoding to its instructions, a parsed request re-parsing to itself...).
+//!
+//! Nothing here touches memory, text or the kernel: the targets are fakes.
+
+pub mod analysis;
+pub mod bench;
+pub mod loader;
+pub mod protocol;
+pub mod spec;
+pub mod state;
+
+/// A harness: its name (of its corpus folder and fuzz target) and its body.
+pub type Harness = (&'static str, fn(&[u8]));
+
+/// Every harness.
+pub const HARNESSES: [Harness; 6] = [
+    ("loader", loader::run),
+    ("spec", spec::run),
+    ("protocol", protocol::run),
+    ("state", state::run),
+    ("bench", bench::run),
+    ("analysis", analysis::run),
+];
+
+/// An error message a person can read: not empty, one trimmed text, not a `Debug` dump of an
+/// error value (`Variant { .. }` or `Variant(..)`).
+pub fn assert_sentence(what: &str, msg: &str) {
+    assert!(!msg.trim().is_empty(), "{what}: an empty error message");
+    assert_eq!(msg, msg.trim_end(), "{what}: the error message ends in white space: {msg:?}");
+    let head: String = msg.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let debug_like = head.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && head.chars().skip(1).any(|c| c.is_ascii_lowercase())
+        && head.chars().all(|c| c.is_ascii_alphanumeric())
+        && (msg[head.len()..].starts_with(" {") || msg[head.len()..].starts_with('('));
+    assert!(!debug_like, "{what}: the error message is a Debug dump, not a sentence: {msg:?}");
+}
+
+/// A little-endian reader over the fuzzer's bytes; past the end it yields zeros.
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl<'a> Bytes<'a> {
+    pub fn u8(&mut self) -> u8 {
+        let (b, rest) = self.0.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
+        self.0 = rest;
+        b
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        (0..8).fold(0, |v, i| v | u64::from(self.u8()) << (8 * i))
+    }
+
+    pub fn rest(self) -> &'a [u8] {
+        self.0
+    }
+}
