@@ -104,8 +104,8 @@ fn agent_applies_the_spec_before_main_and_writes_exact_hit_counts() {
         assert_eq!(
             stats,
             serde_json::json!({"splices": [
-                {"at": "compute+0", "mechanism": cm, "hits": 1000},
-                {"at": "sync_mss", "mechanism": mm, "hits": 3},
+                {"at": "compute+0", "mechanism": cm, "hits": 1000, "state": "applied"},
+                {"at": "sync_mss", "mechanism": mm, "hits": 3, "state": "applied"},
             ]}),
             "{cm}/{mm}"
         );
