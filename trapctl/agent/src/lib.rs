@@ -3,9 +3,13 @@
 //! `LD_PRELOAD=libtrapvec_agent.so TRAPVEC_SPEC=spec.toml ./program`: before `main`, the agent
 //! loads the spec's components and applies its splices in one batch. A spec that cannot be
 //! applied is reported on stderr and the program exits with status 86 before `main`, with nothing
-//! applied. The JSON file named by `TRAPVEC_STATS` (`%p` in it becomes the pid) is written at
-//! `exit`, at `_exit`/`_Exit` and before every `exec`:
-//! `{"splices": [{"at": "...", "mechanism": "trap"|"jmp", "hits": N}, ...]}` in spec order.
+//! applied. A point in a library that is not loaded yet waits for its `dlopen` ([`deferred`]).
+//! The JSON file named by `TRAPVEC_STATS` (`%p` in it becomes the pid) is written at `exit`, at
+//! `_exit`/`_Exit` and before every `exec`, one entry per splice in spec order:
+//! `{"splices": [{"at": "...", "mechanism": "trap"|"jmp", "hits": N, "state": "applied"}, ...]}`;
+//! a deferred splice's state is `pending`, `applied`, `removed` (its library was unloaded) or
+//! `failed` (with `"error"`), its hits are summed over every time it was applied, and `loads`
+//! says how many times that was.
 //! Logging: `TRAPVEC_LOG=debug` (env_logger syntax).
 //!
 //! The agent owns the process's trap signals ([`signals`]): it interposes the libc functions
@@ -20,6 +24,7 @@
 #![allow(clippy::missing_safety_doc)] // the interposers have libc's contracts, documented there.
 
 mod children;
+mod deferred;
 mod real;
 mod signals;
 
@@ -39,6 +44,30 @@ pub const EXIT_SPEC_FAILED: i32 = 86;
 struct State {
     splicer: Splicer<ProcessTarget>,
     applied: Applied,
+    /// Splices waiting for, or living in, libraries loaded by `dlopen`.
+    deferred: Vec<deferred::Deferred>,
+    /// The spec's splices in spec order.
+    slots: Vec<Slot>,
+}
+
+/// Where one splice of the spec is recorded.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Index into `Applied::splices` (applied before `main`).
+    Now(usize),
+    /// Index into `State::deferred`.
+    Deferred(usize),
+}
+
+/// Run `f` on the agent's state, if a spec was applied (the thread marked as inside the agent,
+/// so the agent's own calls of interposed functions go straight to libc).
+fn with_state(f: impl FnOnce(&mut State)) {
+    deferred::as_agent(|| {
+        let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = guard.as_mut() {
+            f(state);
+        }
+    });
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -64,13 +93,54 @@ extern "C" fn trapvec_agent_init() {
         let target = ProcessTarget::new().map_err(|e| e.to_string())?;
         let mut splicer = Splicer::new(target);
         let near = default_near(splicer.target());
-        let applied = apply_spec(&mut splicer, &spec, near).map_err(|e| error_chain(&e))?;
-        Ok(State { splicer, applied })
+        // Points in libraries not loaded yet wait for their dlopen; the others are applied now.
+        let loaded = deferred::loaded_objects();
+        let mut now = spec.clone();
+        now.splices.clear();
+        let mut later = Vec::new();
+        let mut slots = Vec::with_capacity(spec.splices.len());
+        for s in &spec.splices {
+            match deferred::waits_for(&s.point, &loaded) {
+                Some(object) => {
+                    log::debug!("point `{}` waits for {object} to be loaded", s.at);
+                    slots.push(Slot::Deferred(later.len()));
+                    later.push(deferred::Deferred {
+                        request: instr_manager::apply::request_of(s),
+                        object,
+                        state: deferred::DState::Pending,
+                        hits_before: 0,
+                        loads: 0,
+                    });
+                }
+                None => {
+                    slots.push(Slot::Now(now.splices.len()));
+                    now.splices.push(s.clone());
+                }
+            }
+        }
+        let applied = apply_spec(&mut splicer, &now, near).map_err(|e| error_chain(&e))?;
+        // A deferred point is checked now as far as it can be: its handler must be a function
+        // of a loaded component (the process exits here on an error: nothing to undo).
+        for d in &later {
+            if let Some(h) = d.request.action.symbol() {
+                splicer.components().entry(h).map_err(|e| format!("{}: handler `{h}`: {}", d.request.at, error_chain(&e)))?;
+            }
+        }
+        Ok(State { splicer, applied, deferred: later, slots })
     })();
     match result {
         Ok(state) => {
-            log::info!("trapvec: applied {} splices from {}", state.applied.splices.len(), spec_path.display());
+            log::info!(
+                "trapvec: applied {} splices from {} ({} waiting for their library)",
+                state.applied.splices.len(),
+                spec_path.display(),
+                state.deferred.len()
+            );
+            let has_deferred = !state.deferred.is_empty();
             *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+            if has_deferred {
+                deferred::activate();
+            }
             if let Ok(path) = std::env::var("TRAPVEC_STATS") {
                 let _ = STATS.set(path);
             }
@@ -93,7 +163,7 @@ extern "C" fn after_fork_in_child() {
     FORK_PID.store(std::process::id(), SeqCst);
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -140,12 +210,25 @@ pub(crate) fn write_stats() {
     let Some(state) = guard.as_ref() else { return };
     let path = template.replace("%p", &pid.to_string());
     let splices: Vec<serde_json::Value> = state
-        .applied
-        .splices
+        .slots
         .iter()
-        .map(|(at, mech, id)| {
-            let hits = state.splicer.hits(*id).map(|h| h.hits).unwrap_or(0);
-            serde_json::json!({ "at": at, "mechanism": mech, "hits": hits })
+        .map(|slot| match *slot {
+            Slot::Now(i) => {
+                let (at, mech, id) = &state.applied.splices[i];
+                let hits = state.splicer.hits(*id).map(|h| h.hits).unwrap_or(0);
+                serde_json::json!({ "at": at, "mechanism": mech, "hits": hits, "state": "applied" })
+            }
+            Slot::Deferred(i) => {
+                let d = &state.deferred[i];
+                let mut v = serde_json::json!({
+                    "at": d.request.at, "mechanism": d.request.mechanism, "hits": d.hits(&state.splicer),
+                    "state": d.state_name(), "loads": d.loads,
+                });
+                if let deferred::DState::Failed(why) = &d.state {
+                    v["error"] = why.clone().into();
+                }
+                v
+            }
         })
         .collect();
     let doc = serde_json::json!({ "splices": splices });

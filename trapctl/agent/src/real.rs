@@ -65,6 +65,9 @@ real! {
     execvpe: fn(CStrP, Argv, Argv) -> libc::c_int;
     fexecve: fn(libc::c_int, Argv, Argv) -> libc::c_int;
     posix_spawn: fn(*mut libc::pid_t, CStrP, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, Argv, Argv) -> libc::c_int;
+    dlopen: fn(CStrP, libc::c_int) -> *mut libc::c_void;
+    dlmopen: fn(libc::Lmid_t, CStrP, libc::c_int) -> *mut libc::c_void;
+    dlclose: fn(*mut libc::c_void) -> libc::c_int;
     posix_spawnp: fn(*mut libc::pid_t, CStrP, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, Argv, Argv) -> libc::c_int;
 }
 

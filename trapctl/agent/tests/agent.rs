@@ -104,8 +104,8 @@ fn agent_applies_the_spec_before_main_and_writes_exact_hit_counts() {
         assert_eq!(
             stats,
             serde_json::json!({"splices": [
-                {"at": "compute+0", "mechanism": cm, "hits": 1000},
-                {"at": "sync_mss", "mechanism": mm, "hits": 3},
+                {"at": "compute+0", "mechanism": cm, "hits": 1000, "state": "applied"},
+                {"at": "sync_mss", "mechanism": mm, "hits": 3, "state": "applied"},
             ]}),
             "{cm}/{mm}"
         );
@@ -130,4 +130,38 @@ fn a_spec_that_cannot_be_applied_exits_86_before_main_with_the_reason() {
         assert!(out.stdout.is_empty(), "main ran: {}", String::from_utf8_lossy(&out.stdout));
         assert!(stats.is_none(), "no stats for a failed spec");
     }
+}
+
+/// Run the demo program with the agent and `spec` in a new PID namespace whose `vm.memfd_noexec` is
+/// `level` (the sysctl is per PID namespace); `None` when the namespace cannot be made here.
+fn demo_under_memfd_noexec(d: &Demo, level: u32, spec: &str) -> Option<Output> {
+    let spec_path = d.dir.join("spec-dir/nx.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    // The agent goes to the program only (unshare and sh would apply the spec themselves).
+    let script = format!(
+        "echo {level} > /proc/sys/vm/memfd_noexec || exit 99; LD_PRELOAD={} TRAPVEC_SPEC={} exec {}",
+        agent().display(),
+        spec_path.display(),
+        d.program.display()
+    );
+    let out = Command::new("unshare").args(["-pf", "--mount-proc", "sh", "-c", &script]).output().ok()?;
+    let sh_failed = out.status.code() == Some(99) || String::from_utf8_lossy(&out.stderr).contains("unshare:");
+    (!sh_failed).then_some(out)
+}
+
+#[test]
+fn memfd_noexec_1_is_met_with_mfd_exec_and_2_is_refused_before_main_with_the_errno() {
+    let d = demo();
+    let spec = spec("trap", "jmp");
+    let spec = spec.as_str();
+    let Some(ok) = demo_under_memfd_noexec(&d, 1, spec) else {
+        eprintln!("skipped: cannot make a PID namespace with its own vm.memfd_noexec here (needs root and Linux >= 6.3)");
+        return;
+    };
+    assert!(ok.status.success(), "memfd_noexec=1: {:?} {}", ok.status, String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "  sync_mss(1500) = 948\n  sync_mss(9000) = 948\n  sync_mss(65536) = 948\n  sum of compute(0..999) = 1499500\n");
+    let refused = demo_under_memfd_noexec(&d, 2, spec).unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(86), "{stderr}");
+    assert!(stderr.contains("memfd_create(MFD_EXEC)") && stderr.contains("os error 13") && stderr.contains("vm.memfd_noexec=2"), "{stderr}");
 }

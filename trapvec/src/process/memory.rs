@@ -69,11 +69,7 @@ pub(crate) static CODE_ARENAS: Mutex<Vec<CodeArena>> = Mutex::new(Vec::new());
 /// In a fork child: put a private memfd, a copy of `a`'s contents, under both of its views at
 /// the same addresses. `false` if that failed (the views may then be shared, or mixed).
 pub(crate) fn make_private(a: &CodeArena) -> bool {
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return false;
-    }
+    let Ok(fd) = code_memfd() else { return false };
     let ok = (|| {
         // SAFETY: `fd` is the memfd just created.
         if unsafe { libc::ftruncate(fd, a.size as libc::off_t) } != 0 {
@@ -182,6 +178,46 @@ fn candidates(near: u64, size: u64) -> Result<Vec<u64>, TargetError> {
     Ok(c)
 }
 
+/// `MFD_EXEC` (Linux >= 6.3): ask for an executable memfd explicitly, which `vm.memfd_noexec=1`
+/// would otherwise make non-executable.
+const MFD_EXEC: libc::c_uint = 0x10;
+
+/// A memfd for a code arena, executable: with `MFD_EXEC` where the kernel knows it (an older one
+/// answers EINVAL, and all its memfds are executable). A refusal names the errno and the sysctl.
+fn code_memfd() -> Result<libc::c_int, String> {
+    // SAFETY: memfd_create with a static NUL-terminated name.
+    let mut fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC | MFD_EXEC) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC) };
+    }
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        let hint = match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                "; vm.memfd_noexec=2 forbids executable memfds, which the process backend needs for its trampolines"
+            }
+            _ => "",
+        };
+        return Err(format!("memfd_create(MFD_EXEC) for the code repository: {e}{hint}"));
+    }
+    Ok(fd)
+}
+
+/// As [`map_fixed`], but a refusal by policy (EACCES, EPERM) is an error, not a taken address.
+fn map_fixed_or_refused(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> Result<Option<u64>, std::io::Error> {
+    match map_fixed(addr, size, prot, flags, fd) {
+        Some(a) => Ok(Some(a)),
+        None => {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => Err(e),
+                _ => Ok(None),
+            }
+        }
+    }
+}
+
 fn map_fixed(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> Option<u64> {
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the result is checked.
     let p = unsafe { libc::mmap(addr as *mut libc::c_void, size as usize, prot, flags | libc::MAP_FIXED_NOREPLACE, fd, 0) };
@@ -210,11 +246,7 @@ impl Repository {
                 (base, base)
             }
             BlockKind::Code => {
-                // SAFETY: memfd_create with a static NUL-terminated name.
-                let fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC) };
-                if fd < 0 {
-                    return Err(fail(format!("memfd_create: {}", std::io::Error::last_os_error())));
-                }
+                let fd = code_memfd().map_err(&fail)?;
                 // SAFETY: `fd` is the memfd just created.
                 if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
                     let e = std::io::Error::last_os_error();
@@ -222,9 +254,29 @@ impl Repository {
                     unsafe { libc::close(fd) };
                     return Err(fail(format!("ftruncate: {e}")));
                 }
-                let base = candidates(near, size)?
-                    .into_iter()
-                    .find_map(|a| map_fixed(a, size, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED, fd));
+                // A refusal to map the memfd executable (not "this address is taken") is the
+                // same at every address: report it with its errno instead of trying the others.
+                let mut refused = None;
+                let base = candidates(near, size)?.into_iter().find_map(|a| {
+                    if refused.is_some() {
+                        return None;
+                    }
+                    match map_fixed_or_refused(a, size, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED, fd) {
+                        Ok(found) => found,
+                        Err(e) => {
+                            refused = Some(e);
+                            None
+                        }
+                    }
+                });
+                if let Some(e) = refused {
+                    // SAFETY: closing our own fd.
+                    unsafe { libc::close(fd) };
+                    return Err(fail(format!(
+                        "mapping the code repository (a memfd) read+execute: {e}; a W^X or noexec policy refuses it \
+                         (vm.memfd_noexec, SELinux `execmem`, or a seccomp filter)"
+                    )));
+                }
                 // SAFETY: mapping the memfd read+write at an address the kernel chooses.
                 let alias = unsafe {
                     libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)

@@ -60,3 +60,61 @@ pub(crate) fn monotonic_ns() -> u64 {
 pub(crate) fn sigbit(sig: i32) -> u64 {
     1u64 << (sig - 1)
 }
+
+/// `mprotect`: every protection change of the process backend's text writer goes through here,
+/// so a test can make the k-th call fail ([`fake_mprotect`]), as the kernel backend's ioctls go
+/// through one seam.
+///
+/// # Safety
+/// `[addr, addr + len)` must be pages of mappings of this process that no Rust reference relies
+/// on keeping their current protection (text, or memory the caller owns).
+pub(crate) unsafe fn mprotect(addr: u64, len: usize, prot: i32) -> Result<(), std::io::Error> {
+    #[cfg(test)]
+    if let Some(r) = fake_mprotect::intercept() {
+        return r;
+    }
+    // SAFETY: guaranteed by the caller.
+    if unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The seam's test side: make one `mprotect` of the current thread fail.
+#[cfg(test)]
+pub(crate) mod fake_mprotect {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// `(calls so far, the call to fail (1-based, 0: none), its errno)`.
+        static PLAN: Cell<(usize, usize, i32)> = const { Cell::new((0, 0, 0)) };
+    }
+
+    /// The `k`-th `mprotect` of this thread from now fails with `errno` (the others are real)
+    /// until the guard is dropped.
+    pub(crate) fn fail_call(k: usize, errno: i32) -> Guard {
+        PLAN.with(|p| p.set((0, k, errno)));
+        Guard
+    }
+
+    /// How many `mprotect` calls this thread made since [`fail_call`].
+    pub(crate) fn calls() -> usize {
+        PLAN.with(|p| p.get().0)
+    }
+
+    pub(crate) struct Guard;
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            PLAN.with(|p| p.set((0, 0, 0)));
+        }
+    }
+
+    pub(super) fn intercept() -> Option<Result<(), std::io::Error>> {
+        PLAN.with(|p| {
+            let (n, k, errno) = p.get();
+            p.set((n + 1, k, errno));
+            (n + 1 == k).then(|| Err(std::io::Error::from_raw_os_error(errno)))
+        })
+    }
+}

@@ -158,42 +158,139 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
         return Ok(());
     }
 
-    // Pages to unprotect, with the protection to put back.
-    let ps = page_size();
-    let maps = mappings()?;
-    let mut pages: Vec<u64> = order
-        .iter()
-        .flat_map(|p| {
-            let first = p.addr & !(ps - 1);
-            let last = (p.addr + p.old.len() as u64 - 1) & !(ps - 1);
-            (first..=last).step_by(ps as usize)
-        })
-        .collect();
-    pages.dedup();
-    pages.sort_unstable();
-    pages.dedup();
-    let mut prots = Vec::with_capacity(pages.len());
-    for &pg in &pages {
-        let prot = maps
-            .iter()
-            .find(|(a, b, _)| *a <= pg && pg < *b)
-            .map(|m| m.2)
-            .ok_or_else(|| TargetError::Text { addr: pg, reason: "page is not mapped".into() })?;
-        prots.push(prot);
+    let pages = Pages::of(&order)?;
+    pages.unprotect()?;
+    let result = publish(&order, live_interior);
+    match pages.protect() {
+        Ok(()) => result,
+        Err(e) => {
+            // The pages are still writable (and executable): take the batch back while they are,
+            // so that nothing is half published, then try the protections once more.
+            let undone = match &result {
+                // `protect` went on after the failure: the other pages are read-only again.
+                Ok(()) => match pages.unprotect() {
+                    Ok(()) => {
+                        let inverse: Vec<TextPatch> = order.iter().map(|p| p.inverse()).collect();
+                        let inverse: Vec<&TextPatch> = inverse.iter().collect();
+                        // Every batch trapvec writes puts one instruction at each site (a trap,
+                        // a jmp, a springboard), so no thread can be inside the new bytes.
+                        publish(&inverse, Some(&[]))
+                            .map(|()| "the batch was taken back".to_string())
+                            .unwrap_or_else(|u| format!("taking the batch back failed too: {u}"))
+                    }
+                    Err(u) => format!("the batch stays written: {u}"),
+                },
+                Err(_) => "the batch was not written".to_string(),
+            };
+            match pages.protect() {
+                Ok(()) => Err(TargetError::Text { addr: e.addr, reason: format!("{}; {undone}, protections restored at the second try", e.reason) }),
+                Err(again) => Err(TargetError::Text {
+                    addr: again.addr,
+                    reason: format!("{}; {undone}; pages {} stay writable and executable", again.reason, again.pages_left),
+                }),
+            }
+        }
     }
-    let set_prot = |restore: bool| -> Result<(), TargetError> {
-        for (&pg, &prot) in pages.iter().zip(&prots) {
-            let want = if restore { prot } else { prot | libc::PROT_WRITE | libc::PROT_READ };
-            // SAFETY: `pg` is a page of an existing mapping (checked above); changing its
-            // protection does not invalidate any Rust reference (text is not borrowed).
-            if unsafe { libc::mprotect(pg as *mut libc::c_void, ps as usize, want) } != 0 {
-                return Err(TargetError::Text { addr: pg, reason: format!("mprotect: {}", std::io::Error::last_os_error()) });
+}
+
+/// A failed protection change: where, why, and which pages kept the wrong protection.
+struct ProtError {
+    addr: u64,
+    reason: String,
+    pages_left: String,
+}
+
+/// The pages a batch writes, with the protection each had before.
+struct Pages {
+    size: u64,
+    pages: Vec<(u64, libc::c_int)>,
+}
+
+/// What a protection error means, for the message.
+fn refusal_hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            " (a W^X policy refuses pages that are writable and executable: SELinux `execmod`, PaX/grsecurity MPROTECT, or a seccomp filter)"
+        }
+        Some(libc::ENOMEM) => " (the change would split a mapping past vm.max_map_count, or the range is not mapped)",
+        _ => "",
+    }
+}
+
+impl Pages {
+    fn of(order: &[&TextPatch]) -> Result<Pages, TargetError> {
+        let size = page_size();
+        let maps = mappings()?;
+        let mut addrs: Vec<u64> = order
+            .iter()
+            .flat_map(|p| {
+                let first = p.addr & !(size - 1);
+                let last = (p.addr + p.old.len() as u64 - 1) & !(size - 1);
+                (first..=last).step_by(size as usize)
+            })
+            .collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        let mut pages = Vec::with_capacity(addrs.len());
+        for pg in addrs {
+            let prot = maps
+                .iter()
+                .find(|(a, b, _)| *a <= pg && pg < *b)
+                .map(|m| m.2)
+                .ok_or_else(|| TargetError::Text { addr: pg, reason: "page is not mapped".into() })?;
+            pages.push((pg, prot));
+        }
+        Ok(Pages { size, pages })
+    }
+
+    fn set(&self, pg: u64, prot: libc::c_int) -> Result<(), std::io::Error> {
+        // SAFETY: `pg` is a page of an existing mapping of text (checked in `of`); changing its
+        // protection does not invalidate any Rust reference (text is not borrowed).
+        unsafe { sys::mprotect(pg, self.size as usize, prot) }
+    }
+
+    /// Make every page writable (keeping it executable), all or none: on a failure the pages
+    /// already changed get their protection back.
+    fn unprotect(&self) -> Result<(), TargetError> {
+        for (i, &(pg, prot)) in self.pages.iter().enumerate() {
+            if let Err(e) = self.set(pg, prot | libc::PROT_WRITE | libc::PROT_READ) {
+                log::debug!("mprotect of {pg:#x} writable failed ({e}); putting back {i} pages");
+                let left: Vec<String> =
+                    self.pages[..i].iter().filter(|&&(p, old)| self.set(p, old).is_err()).map(|(p, _)| format!("{p:#x}")).collect();
+                let mut reason = format!("making the page writable to patch text: mprotect: {e}{}", refusal_hint(&e));
+                if !left.is_empty() {
+                    reason.push_str(&format!("; pages {} could not be put back and stay writable and executable", left.join(", ")));
+                }
+                return Err(TargetError::Text { addr: pg, reason });
             }
         }
         Ok(())
-    };
-    set_prot(false)?;
+    }
 
+    /// Put every page's protection back; every page is tried, the first failure is reported.
+    fn protect(&self) -> Result<(), ProtError> {
+        let mut first: Option<(u64, std::io::Error)> = None;
+        let mut left = Vec::new();
+        for &(pg, prot) in &self.pages {
+            if let Err(e) = self.set(pg, prot) {
+                left.push(format!("{pg:#x}"));
+                first.get_or_insert((pg, e));
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some((addr, e)) => Err(ProtError {
+                addr,
+                reason: format!("restoring the protection of patched text: mprotect: {e}{}", refusal_hint(&e)),
+                pages_left: left.join(", "),
+            }),
+        }
+    }
+}
+
+/// Steps 2 to 5 of the module docs on pages already writable: publish the transient sites, write
+/// the `CC`s, wait for threads inside windows, write the tails and first bytes.
+fn publish(order: &[&TextPatch], live_interior: Option<&[u64]>) -> Result<(), TargetError> {
     let mut transient: Vec<u64> = order.iter().map(|p| p.addr).collect();
     transient.sort_unstable();
     let mut written = WRITTEN.snapshot().unwrap_or_default();
@@ -211,7 +308,6 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
         Ok(s) => s,
         Err(e) => {
             TRANSIENT.replace(None);
-            set_prot(true)?;
             return Err(e);
         }
     };
@@ -221,7 +317,7 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
     // Odd: CCs may be in place from here until the matching increment below.
     TEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let result = (|| -> Result<(), Option<crate::process::scan::Stuck>> {
-        for p in &order {
+        for p in order {
             // SAFETY: the page was made writable above.
             unsafe { write_bytes(p.addr, &[INT3]) };
         }
@@ -231,7 +327,7 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
         if let Some(scan) = scan.as_mut() {
             if let Err(stuck) = scan.wait(WINDOW_WAIT) {
                 // Put the first bytes back: nothing was written but the CCs.
-                for p in &order {
+                for p in order {
                     // SAFETY: as above.
                     unsafe { write_bytes(p.addr, &p.old[..1]) };
                 }
@@ -241,14 +337,14 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
                 return Err(Some(stuck));
             }
         }
-        for p in &order {
+        for p in order {
             // SAFETY: as above.
             unsafe { write_bytes(p.addr + 1, &p.new[1..]) };
         }
         if !sync_raw() {
             return Err(None);
         }
-        for p in &order {
+        for p in order {
             // SAFETY: as above.
             unsafe { write_bytes(p.addr, &p.new[..1]) };
         }
@@ -267,6 +363,95 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
     });
 
     TRANSIENT.replace(None);
-    set_prot(true)?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::sys::fake_mprotect;
+
+    /// Three pages of "text" (read+execute, filled with `nop`) this test owns.
+    fn text_pages() -> u64 {
+        let ps = page_size() as usize;
+        // SAFETY: a fresh anonymous mapping, then written through while writable and sealed
+        // read+execute; nothing else refers to it.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), 3 * ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            assert_ne!(p, libc::MAP_FAILED);
+            std::ptr::write_bytes(p.cast::<u8>(), 0x90, 3 * ps);
+            assert_eq!(libc::mprotect(p, 3 * ps, libc::PROT_READ | libc::PROT_EXEC), 0);
+            p as u64
+        }
+    }
+
+    /// Permissions of the mappings covering `[lo, hi)` in /proc/self/maps, and whether any
+    /// mapping of the process is writable and executable.
+    fn perms(lo: u64, hi: u64) -> (Vec<String>, bool) {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mut ours = Vec::new();
+        let mut rwx = false;
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (range, perm) = (f.next().unwrap(), f.next().unwrap());
+            rwx |= perm.starts_with("rwx");
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+            if a < hi && lo < b {
+                ours.push(perm.to_string());
+            }
+        }
+        (ours, rwx)
+    }
+
+    #[test]
+    fn a_failed_mprotect_at_any_step_leaves_the_text_and_every_protection_as_they_were() {
+        register_membarrier().unwrap();
+        let ps = page_size();
+        let base = text_pages();
+        let batch = [
+            TextPatch { addr: base + 16, old: vec![0x90, 0x90], new: vec![0xcd, 0xf5] },
+            TextPatch { addr: base + 2 * ps + 32, old: vec![0x90; 5], new: vec![0xe9, 1, 2, 3, 4] },
+        ];
+        let before = read_memory(base, 3 * ps as usize).unwrap();
+        let before_perms = perms(base, base + 3 * ps);
+        assert!(before_perms.0.iter().all(|p| p.starts_with("r-x")), "{before_perms:?}");
+        // A successful batch makes 4 calls: 2 pages made writable, 2 put back.
+        let calls = {
+            let _g = fake_mprotect::fail_call(0, 0);
+            patch_batch(&batch, Some(&[])).unwrap();
+            fake_mprotect::calls()
+        };
+        assert_eq!(calls, 4);
+        let inverse: Vec<TextPatch> = batch.iter().map(TextPatch::inverse).collect();
+        patch_batch(&inverse, Some(&[])).unwrap();
+        assert_eq!(read_memory(base, 3 * ps as usize).unwrap(), before);
+        for (k, errno, needle) in [
+            (1, libc::EACCES, "W^X policy"),
+            (2, libc::EACCES, "W^X policy"),
+            (3, libc::ENOMEM, "max_map_count"),
+            (4, libc::EPERM, "W^X policy"),
+        ] {
+            let err = {
+                let _g = fake_mprotect::fail_call(k, errno);
+                patch_batch(&batch, Some(&[])).unwrap_err()
+            };
+            let msg = err.to_string();
+            let os = std::io::Error::from_raw_os_error(errno).to_string();
+            assert!(msg.contains("mprotect") && msg.contains(&os) && msg.contains(needle), "call {k}: {msg}");
+            if k >= 3 {
+                assert!(msg.contains("taken back") && msg.contains("restored"), "call {k}: {msg}");
+            }
+            // State after = state before, byte for byte; no page writable and executable.
+            assert_eq!(read_memory(base, 3 * ps as usize).unwrap(), before, "call {k}: the text changed");
+            let (now, rwx) = perms(base, base + 3 * ps);
+            assert_eq!(now, before_perms.0, "call {k}");
+            assert!(!rwx, "call {k}: a mapping is writable and executable");
+        }
+        // And the writer still works afterwards.
+        patch_batch(&batch, Some(&[])).unwrap();
+        assert_eq!(read_memory(base + 16, 2).unwrap(), [0xcd, 0xf5]);
+        patch_batch(&inverse, Some(&[])).unwrap();
+        assert_eq!(read_memory(base, 3 * ps as usize).unwrap(), before);
+    }
 }
