@@ -389,11 +389,13 @@ static long module_refcnt(const char *mod)
 
 /*
  * Module text goes through vmalloc_to_page() for its alias, and a live patch holds a
- * reference on the module. The patch writes the bytes that are there (no behaviour changes).
+ * reference on the module, which its revert keeps until the next QUIESCE (a task may still
+ * return into that text). The patch writes the bytes that are there (no behaviour changes).
  */
 static void test_module_text(const char *mod)
 {
 	struct trapvec_patch p = {};
+	struct trapvec_quiesce q = {};
 	struct trapvec_apply res;
 	uint64_t func = module_function(mod);
 	long before = module_refcnt(mod), during, after;
@@ -415,7 +417,11 @@ static void test_module_text(const char *mod)
 	/* Its own inverse: the same bytes. */
 	ret = apply(&p, 1, &res);
 	after = module_refcnt(mod);
-	check(!ret && after == before, "reverting it drops the reference (%ld)", after);
+	check(!ret && after == before + 1,
+	      "reverting it keeps the reference until quiescence (%ld)", after);
+	ret = tv(TRAPVEC_IOC_QUIESCE, &q);
+	after = module_refcnt(mod);
+	check(!ret && after == before, "QUIESCE drops the reference (%ld)", after);
 }
 
 /*
