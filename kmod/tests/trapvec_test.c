@@ -670,7 +670,10 @@ int main(int argc, char **argv)
 	      "FREE of a block a dispatch entry points into fails (EBUSY)");
 	check(hits(s.site, &h) == 0 && h.hits == 0 && h.missed == 0, "HITS of the site: 0, 0");
 
-	/* All or nothing: the second patch expects the wrong bytes. */
+	/*
+	 * All or nothing: the second patch expects the wrong bytes. It is a jmp rel8 (never
+	 * written): a trap there would be refused first, for having no dispatch entry.
+	 */
 	site = ksym("__x64_sys_getpid") + 5;
 	memset(patch, 0, sizeof(patch));
 	patch[0].addr = s.site;
@@ -680,8 +683,8 @@ int main(int argc, char **argv)
 	patch[0].new_bytes[1] = 0xf5;
 	patch[1].addr = site;
 	patch[1].len = 2;
-	patch[1].new_bytes[0] = 0xcd;
-	patch[1].new_bytes[1] = 0xf5;
+	patch[1].new_bytes[0] = 0xeb;
+	patch[1].new_bytes[1] = 0x00;
 	ret = apply(patch, 2, &res);
 	check(ret == -ESTALE && res.failed_index == 1 &&
 	      res.reason == TRAPVEC_REASON_MISMATCH,
