@@ -588,36 +588,6 @@ pub fn emit_replay(plan: &Plan, addr: u64) -> Result<Vec<u8>, Refusal> {
     a.encode()
 }
 
-/// `lock inc qword [rip+hits]; jmp dest`: counts and goes on (to a replacement function).
-///
-/// The jump is a `jmp rel32`, or `jmp qword [rip+x]` with the address stored after it when `dest`
-/// is out of reach. When `hits` is out of rip-relative reach the counter is incremented through
-/// `rax`, saved below the red zone. The increment changes the arithmetic flags: use it where they
-/// are dead (a function's entry).
-pub fn emit_counting_jump(addr: u64, hits: u64, dest: u64) -> Vec<u8> {
-    let build = || -> Result<Vec<u8>, Refusal> {
-        let mut a = Asm::new(addr, "a counting jump");
-        if reaches(addr, hits, LAYOUT_MARGIN) {
-            a.locked(Code::Inc_rm64, hits)?;
-        } else {
-            a.lea_rsp(-128)?;
-            a.push(Instruction::with1(Code::Push_r64, Register::RAX))?;
-            a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, hits))?;
-            let mut inc = Instruction::with1(Code::Inc_rm64, MemoryOperand::with_base(Register::RAX))
-                .map_err(|e| Refusal::Encode { what: a.what, addr, reason: e.to_string() })?;
-            inc.set_has_lock_prefix(true);
-            a.instrs.push(inc);
-            a.push(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-            a.lea_rsp(128)?;
-        }
-        a.jmp(dest)?;
-        a.encode()
-    };
-    // Fixed register operands always encode, and BlockEncoder turns an unreachable jmp into its
-    // `jmp [rip+x]` long form, so this cannot fail.
-    build().unwrap_or_else(|e| unreachable!("counting jump at {addr:#x}: {e}"))
-}
-
 /// Stack words a `replace` trampoline copies for the replacement: the 7th integer argument.
 ///
 /// The trampoline calls the replacement (so that it sees the task come back and can count it
