@@ -10,10 +10,36 @@
  * it (a preempted task inside a trampoline), so its room is reclaimed only after
  * synchronize_rcu() and synchronize_rcu_tasks() (QUIESCE, or ALLOC when the arena is full).
  *
+ * Tasks in flight. A "replace" splice sends a function's callers to a replacement in a
+ * component, and a replacement may sleep (take a mutex, allocate with GFP_KERNEL). A task
+ * blocked there has passed an RCU-tasks quiescent state (a voluntary context switch), so
+ * synchronize_rcu_tasks() alone would let its trampoline and component be freed under it.
+ * Every code block therefore owns a counter, trapvec_inflight[block offset / GRAIN], in the
+ * module's .bss (rip-relative reach from the arena, address reported by INFO): a replace
+ * trampoline does "lock incq counter; call replacement; lea r11, counter; jmp
+ * trapvec_replace_ret" (replace.S, which decrements it after the block is left behind).
+ * Reclaiming freed blocks waits, after the grace periods, until the counters of the freed
+ * code blocks are zero; unload waits for every counter.
+ *
+ * Why counters and not livepatch's stack check (stack_trace_save_tsk_reliable() on every
+ * task)? The check needs a reliable unwind through component code and trampolines, which
+ * have no ORC data, and it cannot look at a running task; livepatch retries such tasks
+ * forever. A counter is exact for sleeping and running tasks alike and costs two locked
+ * increments per call of a replaced function. Why one counter per block and not one global
+ * or per-CPU counter? A global count includes the tasks inside replacements that stay
+ * live: on a busy machine it may never read zero, and QUIESCE would wait on splices nobody
+ * removes. Per-CPU counters (inc on one CPU, dec on another after a migration) would need
+ * an SRCU-style two-phase read; per-block counters are read only when no task can enter
+ * the block any more (its text is reverted and a grace period has passed), so one read of
+ * zero is final. The cost is one cache line shared by the CPUs calling one replaced
+ * function, as a kprobe's nmissed or the trampoline's hit counter.
+ *
  * Everything here runs under trapvec_mutex.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
+#include <linux/jiffies.h>
 #include <linux/list.h>
 #include <linux/mm.h>
 #include <linux/slab.h>
@@ -48,6 +74,13 @@ struct trapvec_arena_block {
 };
 
 static u8 trapvec_data_arena[TRAPVEC_DATA_ARENA_SIZE] __aligned(PAGE_SIZE);
+
+/*
+ * Tasks in flight through the replace trampoline of the code block starting at granule i;
+ * changed by the trampolines (lock inc/dec), read here. Zero for every block that is not a
+ * replace trampoline, and for every granule no block starts at.
+ */
+static unsigned long trapvec_inflight[TRAPVEC_CODE_ARENA_SIZE / TRAPVEC_ARENA_GRAIN];
 
 static struct trapvec_arena trapvec_code = {
 	.name = "code",
@@ -179,9 +212,60 @@ static void trapvec_reclaim_arena(struct trapvec_arena *a, struct trapvec_quiesc
 	}
 }
 
+static unsigned long trapvec_block_inflight(const struct trapvec_arena_block *b)
+{
+	return READ_ONCE(trapvec_inflight[b->off / TRAPVEC_ARENA_GRAIN]);
+}
+
+/* The first freed (all: any) code block a task is in flight through, or NULL. */
+static struct trapvec_arena_block *trapvec_busy_block(bool all)
+{
+	struct trapvec_arena_block *b;
+
+	list_for_each_entry(b, &trapvec_code.blocks, node)
+		if ((all || b->freed) && trapvec_block_inflight(b))
+			return b;
+	return NULL;
+}
+
+/*
+ * Wait up to timeout_ms (forever if 0, logging every 5 s) until no task is in flight
+ * through a freed code block (any code block if all). Called after synchronize_rcu_tasks():
+ * no task can enter such a block any more (its text patches are reverted, and a task that
+ * had jumped in has since passed its increment), so the counters only go down and one read
+ * of zero is final. Sleeps, under trapvec_mutex (the tasks we wait for never take it).
+ * Returns 0, or -EBUSY with out->busy_addr and out->busy_count set.
+ */
+int trapvec_arena_wait_inflight(bool all, unsigned int timeout_ms, struct trapvec_quiesce *out)
+{
+	unsigned long start = jiffies, logged = jiffies;
+	struct trapvec_arena_block *b;
+
+	lockdep_assert_held(&trapvec_mutex);
+	while ((b = trapvec_busy_block(all))) {
+		unsigned long addr = trapvec_code.base + b->off;
+
+		if (timeout_ms && time_after(jiffies, start + msecs_to_jiffies(timeout_ms))) {
+			out->busy_addr = addr;
+			out->busy_count = trapvec_block_inflight(b);
+			pr_info("QUIESCE: %lu task(s) still inside the replacement called by the trampoline at %lx after %u ms\n",
+				trapvec_block_inflight(b), addr, timeout_ms);
+			return -EBUSY;
+		}
+		if (!timeout_ms && time_after(jiffies, logged + 5 * HZ)) {
+			pr_warn("unload: waiting for %lu task(s) inside the replacement called by the trampoline at %lx (%u s so far)\n",
+				trapvec_block_inflight(b), addr, jiffies_to_msecs(jiffies - start) / 1000);
+			logged = jiffies;
+		}
+		msleep(20);
+	}
+	return 0;
+}
+
 /*
  * The caller has waited for synchronize_rcu() and synchronize_rcu_tasks() since the last
- * FREE: no CPU or task can be in a freed block any more.
+ * FREE, and trapvec_arena_wait_inflight() found no task in flight through a freed block: no
+ * CPU or task can be in a freed block any more.
  */
 void trapvec_arena_reclaim(struct trapvec_quiesce *out)
 {
@@ -224,7 +308,8 @@ int trapvec_arena_alloc(struct trapvec_alloc *req)
 			 a->name, size);
 		synchronize_rcu();
 		synchronize_rcu_tasks();
-		trapvec_arena_reclaim(&ignored);
+		if (!trapvec_arena_wait_inflight(false, TRAPVEC_QUIESCE_WAIT_MS, &ignored))
+			trapvec_arena_reclaim(&ignored);
 		b = trapvec_fit(a, size);
 	}
 	if (!b)
@@ -363,4 +448,5 @@ void trapvec_arena_info(struct trapvec_info *info)
 	info->data_size = trapvec_data.size;
 	info->code_used = trapvec_code.used;
 	info->data_used = trapvec_data.used;
+	info->inflight_base = (unsigned long)trapvec_inflight;
 }

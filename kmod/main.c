@@ -14,9 +14,10 @@
  * /dev/trapvec is mode 0600 and every ioctl also requires CAP_SYS_MODULE: changing kernel
  * code is as strong as loading a module.
  *
- * Code that trapvec runs in the kernel (trampolines, components) must not sleep: a task is
- * known to have left it only after an RCU-tasks grace period, which a task blocked inside
- * it would end early (the rule ftrace trampolines follow too).
+ * Trampolines and call handlers must not sleep (handlers run in the dispatcher with
+ * interrupts off). A replacement function (a "replace" splice) may: its trampoline counts
+ * the tasks inside it, and QUIESCE and unload wait for the count of a freed trampoline to
+ * reach zero after the RCU-tasks grace period (arena.c, "Tasks in flight").
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -40,7 +41,7 @@ MODULE_PARM_DESC(vector, "trap vector: an unused system vector (default 0xf5)");
 static void trapvec_abi_checks(void)
 {
 	/* The sizes trapvec/src/abi.rs asserts too. */
-	BUILD_BUG_ON(sizeof(struct trapvec_info) != 128);
+	BUILD_BUG_ON(sizeof(struct trapvec_info) != 144);
 	BUILD_BUG_ON(sizeof(struct trapvec_read) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_alloc) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_write) != 32);
@@ -54,7 +55,7 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_hits) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_list) != 24);
-	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_state) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_regs) != 18 * 8);
 	BUILD_BUG_ON(TRAPVEC_PATCH_MAX >= PAGE_SIZE);
@@ -71,6 +72,7 @@ static long trapvec_ioc_info(void __user *uarg)
 	info.gate_handler = trapvec_gate_handler();
 	info.module_base = (unsigned long)THIS_MODULE->core_layout.base;
 	info.module_size = THIS_MODULE->core_layout.size;
+	info.replace_ret = (unsigned long)trapvec_replace_ret;
 	trapvec_dispatch_stats(&info.unknown_traps, &info.retried_traps);
 
 	mutex_lock(&trapvec_mutex);
@@ -319,15 +321,28 @@ static long trapvec_ioc_list(void __user *uarg)
 static long trapvec_ioc_quiesce(void __user *uarg)
 {
 	struct trapvec_quiesce req = {};
+	long ret;
 
 	mutex_lock(&trapvec_mutex);
 	/* No CPU in the dispatcher for a removed entry (interrupts-off readers)... */
 	synchronize_rcu();
-	/* ...and no task preempted inside a trampoline or a component. */
+	/* ...no task preempted inside a trampoline or a component... */
 	synchronize_rcu_tasks();
-	trapvec_arena_reclaim(&req);
+	/*
+	 * ...and no task asleep inside a replacement that a freed trampoline called (it passed
+	 * the RCU-tasks quiescent state above in its sleep). Only then may the freed blocks be
+	 * reused and the modules whose patches were reverted go: such a task returns into
+	 * their text.
+	 */
+	ret = trapvec_arena_wait_inflight(false, TRAPVEC_QUIESCE_WAIT_MS, &req);
+	if (!ret) {
+		trapvec_arena_reclaim(&req);
+		trapvec_text_put_parked();
+	}
 	mutex_unlock(&trapvec_mutex);
-	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
 }
 
 /* STATE_GET and STATE_PUT: the answer goes back with an error too (size, generation). */
@@ -434,6 +449,8 @@ out_arena:
 
 static void __exit trapvec_exit(void)
 {
+	struct trapvec_quiesce ignored = {};
+
 	/* No new ioctl can start; none is running (an open file holds the module). */
 	misc_deregister(&trapvec_misc);
 
@@ -447,6 +464,16 @@ static void __exit trapvec_exit(void)
 	 */
 	synchronize_rcu();
 	synchronize_rcu_tasks();
+	/*
+	 * A task asleep inside a replacement passed the grace period above but will return
+	 * through its trampoline (in the arena, which is this module's text) and into the text
+	 * it was called from. Unload cannot fail: wait for every in-flight counter, however
+	 * long, saying so every 5 s; then one more grace period for the tasks between the
+	 * decrement and the ret of trapvec_replace_ret().
+	 */
+	trapvec_arena_wait_inflight(true, 0, &ignored);
+	synchronize_rcu_tasks();
+	trapvec_text_put_parked();
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();
 	trapvec_arena_exit();

@@ -23,7 +23,11 @@
  * text is vmalloc memory (vmalloc_to_page()). The alias of a live patch is kept with its
  * record, so that reverting it (even at unload) allocates nothing.
  *
- * A live patch of module text holds a reference on that module.
+ * A live patch of module text holds a reference on that module, and keeps it after its
+ * revert until the next QUIESCE (or unload) has waited for quiescence: a task may still be
+ * in a trampoline that jumps back into that text, or asleep in a replacement that returns
+ * into it (the patched function's caller, or the original trampoline's jump back). The
+ * records of reverted patches of module text wait on trapvec_parked until then.
  *
  * Kprobes: while a patch is live, its range is an entry of the kprobes blacklist, so that
  * register_kprobe() refuses any byte of it (-EINVAL) instead of copying our trap into a slot
@@ -79,6 +83,8 @@ struct trapvec_live_patch {
 
 static LIST_HEAD(trapvec_live);
 static u64 trapvec_live_count;
+/* Reverted patches of module text whose module reference waits for quiescence. */
+static LIST_HEAD(trapvec_parked);
 
 /* One write of a stop_machine() batch: apply rec (undo false) or revert it (undo true). */
 struct trapvec_text_op {
@@ -242,6 +248,42 @@ static void trapvec_live_free(struct trapvec_live_patch *r)
 	/* Never listed (a batch that failed): nobody can have seen it. */
 	kfree(r->bl);
 	kfree(r);
+}
+
+/*
+ * A reverted patch, off the live list and the blacklist: free it, but keep its module
+ * reference (if any) on trapvec_parked until trapvec_text_put_parked().
+ */
+static void trapvec_live_retire(struct trapvec_live_patch *r)
+{
+	if (!r->mod) {
+		trapvec_live_free(r);
+		return;
+	}
+	if (r->vm)
+		vunmap(r->vm);
+	r->vm = NULL;
+	r->alias = NULL;
+	list_add_tail(&r->node, &trapvec_parked);
+}
+
+/*
+ * QUIESCE and unload, once no task can be in code that a reverted patch sent it to (the
+ * grace periods and the in-flight wait): drop the module references of reverted patches.
+ */
+void trapvec_text_put_parked(void)
+{
+	struct trapvec_live_patch *r, *tmp;
+	unsigned int n = 0;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_for_each_entry_safe(r, tmp, &trapvec_parked, node) {
+		list_del(&r->node);
+		trapvec_live_free(r);
+		n++;
+	}
+	if (n)
+		pr_debug("dropped the module references of %u reverted patches\n", n);
 }
 
 /* Take a reference on the module owning [addr, addr + len); 0 for kernel text. */
@@ -482,7 +524,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			list_del(&r->node);
 			trapvec_live_count--;
 			trapvec_live_unlist(r);
-			trapvec_live_free(r);
+			trapvec_live_retire(r);
 		} else {
 			list_add_tail(&r->node, &trapvec_live);
 			trapvec_live_count++;
@@ -520,7 +562,7 @@ void trapvec_text_revert_all(void)
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
 		list_del(&r->node);
 		trapvec_live_unlist(r);
-		trapvec_live_free(r);
+		trapvec_live_retire(r);
 	}
 	mutex_unlock(trapvec_ksyms.kprobe_mutex);
 	trapvec_live_count = 0;

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	3
+#define TRAPVEC_ABI_VERSION	4
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -91,6 +91,14 @@ struct trapvec_info {
 	__u64 dispatch_entries;
 	__u64 unknown_traps;	/* traps at no known site, chained to the old handler */
 	__u64 retried_traps;	/* traps at a site restored under them, sent back to it */
+	/*
+	 * Tasks in flight through "replace" trampolines: the code block that starts at
+	 * code_base + 16 * i counts them in the 8-byte word at inflight_base + 8 * i (lock inc
+	 * before the replacement, decremented by replace_ret after it); a trampoline leaves
+	 * through "jmp replace_ret" with %r11 = its counter's address.
+	 */
+	__u64 inflight_base;
+	__u64 replace_ret;
 };
 
 /* READ: copy len bytes of kernel memory at addr to the user buffer buf. */
@@ -239,13 +247,20 @@ struct trapvec_list {
 };
 
 /*
- * QUIESCE: synchronize_rcu() and synchronize_rcu_tasks(): afterwards no CPU is in the
- * dispatcher for a removed entry and no task is in code it was sent to before the call;
- * blocks freed before the call are then reused.
+ * QUIESCE: synchronize_rcu() and synchronize_rcu_tasks(), then a wait (at most
+ * TRAPVEC_QUIESCE_WAIT_MS) until no task is in flight through a freed code block (its
+ * counter, trapvec_info.inflight_base, is zero): afterwards no CPU is in the dispatcher for
+ * a removed entry and no task is in code it was sent to before the call; blocks freed
+ * before the call are then reused, and the references of reverted patches on the modules
+ * they patched are dropped. -EBUSY when a task stays in a freed block longer (a replacement
+ * that sleeps): nothing was reclaimed, busy_addr names the block; try again later.
  */
+#define TRAPVEC_QUIESCE_WAIT_MS	5000
 struct trapvec_quiesce {
 	__u64 reclaimed_blocks;	/* out */
 	__u64 reclaimed_bytes;	/* out */
+	__u64 busy_addr;	/* out, with -EBUSY: a freed code block a task is still in */
+	__u64 busy_count;	/* out, with -EBUSY: how many tasks are in it */
 };
 
 /*

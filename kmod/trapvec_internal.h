@@ -114,7 +114,9 @@ int trapvec_arena_alloc(struct trapvec_alloc *req);
 int trapvec_arena_write(const struct trapvec_write *req);
 int trapvec_arena_seal(u64 id);
 int trapvec_arena_free(u64 id);
+int trapvec_arena_wait_inflight(bool all, unsigned int timeout_ms, struct trapvec_quiesce *out);
 void trapvec_arena_reclaim(struct trapvec_quiesce *out);
+void trapvec_replace_ret(void);	/* replace.S: the way out of replace trampolines */
 bool trapvec_arena_in_sealed_code(unsigned long addr);
 void trapvec_arena_info(struct trapvec_info *info);
 
@@ -134,6 +136,7 @@ u32 trapvec_reserved_check(unsigned long addr, u32 len);
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req);
 void trapvec_text_revert_all(void);
 u64 trapvec_text_live_count(void);
+void trapvec_text_put_parked(void);
 bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
 int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
 bool trapvec_text_trap_live(unsigned long site);

@@ -35,6 +35,6 @@ pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;
 pub use spec::{Action, ComponentSpec, SetSpec, Spec, SpliceSpec};
 pub use trampoline::{
-    emit_call_trampoline, emit_call_trampoline_with, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes, trap_bytes,
+    emit_call_trampoline, emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, ReplaceTrampoline, REPLACE_STACK_WORDS,
     CallTrampoline, TrampolineOptions,
 };

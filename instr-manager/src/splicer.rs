@@ -47,8 +47,8 @@ use crate::point::is_fentry_site;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{resolve_point, PointSpec, ResolvedPoint};
 use crate::trampoline::{
-    emit_call_trampoline_with, emit_counting_jump, emit_indirect_stub, emit_replay, jmp_bytes, springboard_bytes,
-    trap_bytes, CallTrampoline, TrampolineOptions,
+    emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes,
+    trap_bytes, CallTrampoline, ReplaceTrampoline, TrampolineOptions, REPLACE_STACK_WORDS,
 };
 use batch::{read_words, BatchCache};
 use count::emit_counting_replay;
@@ -161,6 +161,10 @@ pub struct LiveSplice {
     /// The handler's code, when it is a lean leaf: scanned for threads instead of counting them.
     #[serde(default)]
     handler_range: Option<(u64, u64)>,
+    /// The in-flight counter when the target owns it ([`trapvec::Target::replace_counter`]:
+    /// the kernel module's, for a replace trampoline); else the data block's second word.
+    #[serde(default)]
+    inflight: Option<u64>,
 }
 
 impl LiveSplice {
@@ -183,7 +187,7 @@ impl LiveSplice {
         self.data.addr
     }
     fn inflight_addr(&self) -> u64 {
-        self.data.addr + 8
+        self.inflight.unwrap_or(self.data.addr + 8)
     }
     /// Add the ranges a thread could be executing in because of this splice to `out`.
     fn add_ranges(&self, out: &mut Vec<(u64, u64)>) {
@@ -222,6 +226,7 @@ struct Filled {
     replay: Option<u64>,
     dispatch: Option<DispatchEntry>,
     handler_range: Option<(u64, u64)>,
+    inflight: Option<u64>,
 }
 
 /// Hit counters of a splice.
@@ -769,6 +774,7 @@ impl<T: Target> Splicer<T> {
             replay: filled.replay,
             dispatch: filled.dispatch,
             handler_range: filled.handler_range,
+            inflight: filled.inflight,
         }))
     }
 
@@ -786,6 +792,7 @@ impl<T: Target> Splicer<T> {
         let info = self.target.info();
         let trap = plan.mechanism == Mechanism::Trap;
         let mut handler_range = None;
+        let mut inflight = None;
         let (bytes, replay, dispatch) = match &r.action {
             Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
                 let replay = emit_replay(plan, code.addr).map_err(refused)?;
@@ -808,7 +815,18 @@ impl<T: Target> Splicer<T> {
                 (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
             }
             Action::Replace { .. } => {
-                let mut bytes = emit_counting_jump(code.addr, data.addr, dest_fn);
+                // The replacement may sleep: count the tasks inside it (see REPLACE_STACK_WORDS
+                // for the arguments), in the target's counter where it keeps one.
+                let owned = self.target.replace_counter(code);
+                inflight = owned.map(|c| c.counter);
+                let t = ReplaceTrampoline {
+                    addr: code.addr,
+                    hits: data.addr,
+                    inflight: owned.map_or(data.addr + 8, |c| c.counter),
+                    dest: dest_fn,
+                    exit: owned.map(|c| c.exit),
+                };
+                let mut bytes = emit_replace_trampoline(&t, REPLACE_STACK_WORDS).map_err(refused)?;
                 bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
                 let replay_at = code.addr + bytes.len() as u64;
                 bytes.extend(emit_replay(plan, replay_at).map_err(refused)?);
@@ -837,7 +855,7 @@ impl<T: Target> Splicer<T> {
             Some(sb) => Some(TextPatch { addr: sb.addr, old: sb.old.clone(), new: springboard_bytes(sb, entry).map_err(refused)?.to_vec() }),
             None => None,
         };
-        Ok(Filled { site_patch: TextPatch { addr: site, old, new: site_new }, springboard_patch, entry, replay, dispatch, handler_range })
+        Ok(Filled { site_patch: TextPatch { addr: site, old, new: site_new }, springboard_patch, entry, replay, dispatch, handler_range, inflight })
     }
 
     /// What the call trampoline of a splice at `site` with handler `handler` may leave out: the
@@ -966,7 +984,16 @@ impl<T: Target> Splicer<T> {
             let before = read_words(&self.target, &addrs);
             if let Some(i) = before.chunks(2).position(|c| c[1] != 0) {
                 if start.elapsed() > std::time::Duration::from_secs(10) {
-                    return Err(TargetError::Quiesce(format!("a thread is still inside the handler of {} after 10 s", taken[i].request.at)).into());
+                    let s = &taken[i];
+                    let msg = match &s.request.action {
+                        Action::Replace { .. } => format!(
+                            "{} task(s) still inside the replacement of {} after 10 s; try again",
+                            before[2 * i + 1],
+                            s.point.function.name
+                        ),
+                        _ => format!("a thread is still inside the handler of {} after 10 s", s.request.at),
+                    };
+                    return Err(TargetError::Quiesce(msg).into());
                 }
                 std::thread::sleep(std::time::Duration::from_micros(100));
                 continue;

@@ -389,11 +389,13 @@ static long module_refcnt(const char *mod)
 
 /*
  * Module text goes through vmalloc_to_page() for its alias, and a live patch holds a
- * reference on the module. The patch writes the bytes that are there (no behaviour changes).
+ * reference on the module, which its revert keeps until the next QUIESCE (a task may still
+ * return into that text). The patch writes the bytes that are there (no behaviour changes).
  */
 static void test_module_text(const char *mod)
 {
 	struct trapvec_patch p = {};
+	struct trapvec_quiesce q = {};
 	struct trapvec_apply res;
 	uint64_t func = module_function(mod);
 	long before = module_refcnt(mod), during, after;
@@ -415,7 +417,11 @@ static void test_module_text(const char *mod)
 	/* Its own inverse: the same bytes. */
 	ret = apply(&p, 1, &res);
 	after = module_refcnt(mod);
-	check(!ret && after == before, "reverting it drops the reference (%ld)", after);
+	check(!ret && after == before + 1,
+	      "reverting it keeps the reference until quiescence (%ld)", after);
+	ret = tv(TRAPVEC_IOC_QUIESCE, &q);
+	after = module_refcnt(mod);
+	check(!ret && after == before, "QUIESCE drops the reference (%ld)", after);
 }
 
 /*
@@ -664,7 +670,10 @@ int main(int argc, char **argv)
 	      "FREE of a block a dispatch entry points into fails (EBUSY)");
 	check(hits(s.site, &h) == 0 && h.hits == 0 && h.missed == 0, "HITS of the site: 0, 0");
 
-	/* All or nothing: the second patch expects the wrong bytes. */
+	/*
+	 * All or nothing: the second patch expects the wrong bytes. It is a jmp rel8 (never
+	 * written): a trap there would be refused first, for having no dispatch entry.
+	 */
 	site = ksym("__x64_sys_getpid") + 5;
 	memset(patch, 0, sizeof(patch));
 	patch[0].addr = s.site;
@@ -674,8 +683,8 @@ int main(int argc, char **argv)
 	patch[0].new_bytes[1] = 0xf5;
 	patch[1].addr = site;
 	patch[1].len = 2;
-	patch[1].new_bytes[0] = 0xcd;
-	patch[1].new_bytes[1] = 0xf5;
+	patch[1].new_bytes[0] = 0xeb;
+	patch[1].new_bytes[1] = 0x00;
 	ret = apply(patch, 2, &res);
 	check(ret == -ESTALE && res.failed_index == 1 &&
 	      res.reason == TRAPVEC_REASON_MISMATCH,

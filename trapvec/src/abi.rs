@@ -55,7 +55,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecRegs>() == 18 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 3;
+pub const TRAPVEC_ABI_VERSION: u32 = 4;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -173,6 +173,12 @@ pub struct TrapvecInfo {
     pub unknown_traps: u64,
     /// Traps at a site restored under them, sent back to it.
     pub retried_traps: u64,
+    /// In-flight counters of replace trampolines: the code block at `code_base + 16 * i`
+    /// counts the tasks inside its replacement at `inflight_base + 8 * i`.
+    pub inflight_base: u64,
+    /// `trapvec_replace_ret`: a replace trampoline leaves with `jmp replace_ret`, `r11` = its
+    /// counter (decremented there, outside the block, then `ret`).
+    pub replace_ret: u64,
 }
 
 /// `struct trapvec_read`: copy `len` bytes of kernel memory at `addr` to `buf`.
@@ -351,6 +357,9 @@ pub struct TrapvecList {
 pub struct TrapvecQuiesce {
     pub reclaimed_blocks: u64,
     pub reclaimed_bytes: u64,
+    /// With `EBUSY`: a freed code block a task is still in flight through, and how many.
+    pub busy_addr: u64,
+    pub busy_count: u64,
 }
 
 /// `struct trapvec_state`: user space's opaque state blob (STATE_GET, STATE_PUT).
@@ -372,7 +381,7 @@ pub struct TrapvecState {
     pub generation: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 128);
+const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 144);
 const _: () = assert!(core::mem::size_of::<TrapvecRead>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecAlloc>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecWrite>() == 32);
@@ -386,7 +395,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecDispatchRemove>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 48);
 const _: () = assert!(core::mem::size_of::<TrapvecList>() == 24);
-const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecState>() == 32);
 
 /// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic

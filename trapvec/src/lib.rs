@@ -21,6 +21,6 @@ pub mod target;
 
 pub use error::TargetError;
 pub use target::{
-    BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetInfo,
+    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetInfo,
     TextPatch, TrapHits,
 };

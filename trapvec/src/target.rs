@@ -304,6 +304,16 @@ pub struct TargetInfo {
     pub trap_vector: u8,
 }
 
+/// A target-owned in-flight counter of a `replace` trampoline ([`Target::replace_counter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplaceCounter {
+    /// The 8-byte counter: `lock inc` before the replacement is called.
+    pub counter: u64,
+    /// Where the trampoline goes after the replacement returns, with `r11` = `counter`: it
+    /// decrements the counter and returns to the replaced function's caller.
+    pub exit: u64,
+}
+
 /// The thing being modified.
 pub trait Target {
     fn info(&self) -> &TargetInfo;
@@ -349,6 +359,15 @@ pub trait Target {
     /// Wait until no CPU or thread can still be executing in `ranges` (`[start, end)`), nor be
     /// about to be sent there by a dispatch entry that was removed.
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError>;
+
+    /// Where a `replace` trampoline written into `code` counts the tasks inside its
+    /// replacement, when the target keeps that count itself (the kernel module waits for it
+    /// before it reuses freed code or unloads). `None`: the splice counts in its own data
+    /// block and leaves with a plain `ret` (the process backend, which scans threads).
+    fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
+        let _ = code;
+        None
+    }
 
     /// Hit counters of a trap site, when the dispatcher keeps them.
     fn trap_hits(&self, _site: u64) -> Option<TrapHits> {

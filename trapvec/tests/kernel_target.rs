@@ -103,7 +103,8 @@ fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
     let patch = TextPatch { addr: func, old: before[..2].to_vec(), new: TRAP_BYTES.to_vec() };
     let err = t.patch_text(&[patch]).unwrap_err();
     assert!(matches!(err, TargetError::SiteRefused { reason: SiteRefusal::Ftrace, .. }), "{err}");
-    let wrong = TextPatch { addr: func + 5, old: vec![0x90, 0x90], new: TRAP_BYTES.to_vec() };
+    // A jmp rel8 (never written): a trap would be refused first, for having no dispatch entry.
+    let wrong = TextPatch { addr: func + 5, old: vec![0x90, 0x90], new: vec![0xEB, 0x00] };
     let err = t.patch_text(&[wrong]).unwrap_err();
     assert!(matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"), "{err}");
     assert_eq!(t.read(func, 8).unwrap(), before);

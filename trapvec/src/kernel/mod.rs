@@ -44,7 +44,7 @@ use crate::abi::{
     TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
 };
 use crate::error::{hex, TargetError};
-use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
+use crate::target::{BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
 use ioctl::Request;
 
 /// The module's device.
@@ -294,11 +294,19 @@ pub struct ListedEntry {
     pub hits: TrapHits,
 }
 
+/// The module's arena granule (`TRAPVEC_ARENA_GRAIN`): one in-flight counter per granule.
+const INFLIGHT_GRAIN: u64 = 16;
+
 /// The running kernel, modified through trapvec.ko.
 pub struct KernelTarget {
     dev: OwnedFd,
     info: TargetInfo,
     symbols: SymbolTable,
+    /// INFO's code arena, in-flight counters and `trapvec_replace_ret` (fixed while loaded).
+    code_base: u64,
+    code_size: u64,
+    inflight_base: u64,
+    replace_ret: u64,
 }
 
 impl KernelTarget {
@@ -351,7 +359,15 @@ impl KernelTarget {
             raw.code_base,
             raw.code_size
         );
-        Ok(KernelTarget { dev, info, symbols: SymbolTable::new(symbols) })
+        Ok(KernelTarget {
+            dev,
+            info,
+            symbols: SymbolTable::new(symbols),
+            code_base: raw.code_base,
+            code_size: raw.code_size,
+            inflight_base: raw.inflight_base,
+            replace_ret: raw.replace_ret,
+        })
     }
 
     fn call(&self, req: Request<'_>) -> Result<(), Errno> {
@@ -697,11 +713,28 @@ impl Target for KernelTarget {
 
     /// The module waits for `synchronize_rcu()` and `synchronize_rcu_tasks()`, which cover every
     /// range at once.
+    /// And for the tasks in flight through freed replace trampolines (`EBUSY` after the
+    /// module's bounded wait, naming the trampoline).
     fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
         let mut arg = TrapvecQuiesce::default();
-        self.call(Request::Quiesce(&mut arg)).map_err(|e| TargetError::Quiesce(format!("QUIESCE: {e}")))?;
+        self.call(Request::Quiesce(&mut arg)).map_err(|e| match e {
+            Errno::EBUSY => TargetError::Quiesce(format!(
+                "QUIESCE: {} task(s) still inside the replacement called by the trampoline at {:#x}; try again",
+                arg.busy_count, arg.busy_addr
+            )),
+            e => TargetError::Quiesce(format!("QUIESCE: {e}")),
+        })?;
         log::debug!("quiesced; reclaimed {} blocks ({} bytes)", arg.reclaimed_blocks, arg.reclaimed_bytes);
         Ok(())
+    }
+
+    /// The module's counter of the code block (one per 16-byte granule of the arena).
+    fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
+        if self.inflight_base == 0 || code.addr < self.code_base || code.addr >= self.code_base + self.code_size {
+            return None;
+        }
+        let granule = (code.addr - self.code_base) / INFLIGHT_GRAIN;
+        Some(ReplaceCounter { counter: self.inflight_base + 8 * granule, exit: self.replace_ret })
     }
 
     /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe

@@ -13,10 +13,12 @@ use super::kallsyms::{self, KallsymsError};
 use super::{KernelTarget, ListedEntry, SiteRefusal};
 use crate::abi::*;
 use crate::error::TargetError;
-use crate::target::{BlockKind, DispatchEntry, SymbolKind, Target, TextPatch, TrapHits};
+use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolKind, Target, TextPatch, TrapHits};
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
 const CODE_ARENA: u64 = 0xffff_ffff_c020_5000;
+const INFLIGHT: u64 = 0xffff_ffff_c041_3000;
+const REPLACE_RET: u64 = 0xffff_ffff_c020_2000;
 
 #[rustfmt::skip]
 const KALLSYMS: &str = "\
@@ -64,6 +66,8 @@ struct FakeModule {
     /// Entries LIST pretends were added between a caller's two LIST calls.
     list_grows_by: usize,
     quiesced: u32,
+    /// QUIESCE answers EBUSY with this block and count while set.
+    quiesce_busy: Option<(u64, u64)>,
     /// The state blob and its generation.
     state: Vec<u8>,
     generation: u64,
@@ -93,6 +97,8 @@ impl FakeModule {
                     vector: if self.vector == 0 { 0xf5 } else { self.vector },
                     code_base: CODE_ARENA,
                     code_size: 1 << 20,
+                    inflight_base: INFLIGHT,
+                    replace_ret: REPLACE_RET,
                     ..Default::default()
                 }
             }
@@ -173,6 +179,11 @@ impl FakeModule {
             }
             Request::Quiesce(q) => {
                 self.quiesced += 1;
+                if let Some((addr, count)) = self.quiesce_busy {
+                    q.busy_addr = addr;
+                    q.busy_count = count;
+                    return Err(Errno::EBUSY);
+                }
                 q.reclaimed_blocks = 1;
             }
             Request::StateGet { arg, buf } => {
@@ -645,6 +656,27 @@ fn quiesce_is_one_ioctl_for_all_ranges() {
     let (mut target, m, _g) = target_with(|_| {});
     target.quiesce(&[(CODE_ARENA, CODE_ARENA + 64), (TEXT, TEXT + 2)]).unwrap();
     assert_eq!(m.borrow().quiesced, 1);
+}
+
+#[test]
+fn quiesce_refused_while_a_task_sleeps_in_a_freed_replacement_names_the_trampoline() {
+    let (mut target, m, _g) = target_with(|_| {});
+    m.borrow_mut().quiesce_busy = Some((CODE_ARENA + 0x40, 1));
+    let e = target.quiesce(&[]).unwrap_err().to_string();
+    assert!(e.contains("1 task(s) still inside the replacement called by the trampoline at 0x"), "{e}");
+    assert!(e.contains(&format!("{:#x}", CODE_ARENA + 0x40)) && e.contains("try again"), "{e}");
+}
+
+#[test]
+fn replace_counter_of_a_code_block_is_its_granules_word_and_the_exit_is_replace_ret() {
+    let (target, _m, _g) = target_with(|_| {});
+    let block = |addr| RepoBlock { id: 1, addr, size: 512, kind: BlockKind::Code };
+    let c = target.replace_counter(&block(CODE_ARENA)).unwrap();
+    assert_eq!((c.counter, c.exit), (INFLIGHT, REPLACE_RET));
+    // The block at code_base + 16 * 0x31 counts at inflight_base + 8 * 0x31.
+    assert_eq!(target.replace_counter(&block(CODE_ARENA + 0x310)).unwrap().counter, INFLIGHT + 0x188);
+    assert_eq!(target.replace_counter(&block(CODE_ARENA + (1 << 20))), None, "outside the code arena");
+    assert_eq!(target.replace_counter(&block(CODE_ARENA - 16)), None);
 }
 
 #[test]
