@@ -3,15 +3,17 @@
  * ppidloop - call getppid() in a loop on every CPU, for trapvec's preemption stress test
  * (built `cc -static -O2` by vmtest).
  *
- *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE]
+ *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l]
  *
  * Starts THREADS threads (default 1), thread i pinned to CPU i modulo the CPUs there are; each
  * calls getppid() and checks the answer. With -n each thread makes exactly CALLS calls; with
- * -f each runs until STOPFILE exists (looked at every 1024 calls). Then prints
+ * -f each runs until STOPFILE exists (looked at every 1024 calls). -l: at nice 19, so that
+ * everything else preempts the threads wherever they are (busybox has no nice). Then prints
  *
- *   CALLS=<calls made by all threads> WRONG=<answers that were not the parent's pid>
+ *   CALLS=<every getppid() made> WRONG=<answers that were not the parent's pid>
  *
- * so that a scenario can compare its own count of calls with the kernel's (a kprobe's hit
+ * where CALLS counts the first call too, made once before the threads start to learn the
+ * answer, so that a scenario can compare its own count of calls with the kernel's (a kprobe's hit
  * count, a splice's hits).
  *
  * Exit status: 0 when every answer was right, 1 otherwise, 2 on bad usage or setup failure.
@@ -40,7 +42,7 @@ static pid_t parent;
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE]\n");
+	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l]\n");
 	exit(2);
 }
 
@@ -80,11 +82,19 @@ static void *work(void *arg)
 int main(int argc, char **argv)
 {
 	static struct worker workers[MAX_THREADS];
-	long threads = 1, calls = 0, wrong = 0, cpus, i;
+	long threads = 1, calls = 1, wrong = 0, cpus, i;
 	int c;
 
-	while ((c = getopt(argc, argv, "t:n:f:")) != -1) {
+	while ((c = getopt(argc, argv, "t:n:f:l")) != -1) {
 		switch (c) {
+		case 'l':
+			/* Threads inherit it. */
+			errno = 0;
+			if (nice(19) == -1 && errno) {
+				perror("ppidloop: nice");
+				return 2;
+			}
+			break;
 		case 't':
 			threads = number(optarg);
 			break;

@@ -41,7 +41,8 @@ trapctl load /components/empty.o
 # --- The stress: callers on both CPUs, cycles alternating trap and jmp.
 k0=$(kprobe_hits)
 rm -f /tmp/stop
-ppidloop -t 2 -f /tmp/stop > /tmp/loop.out &
+# At the lowest priority: trapctl and the stop_machine() threads preempt them wherever they are.
+ppidloop -t 2 -l -f /tmp/stop > /tmp/loop.out &
 loop=$!
 start=$(date +%s)
 trapctl cycle __x64_sys_getppid+5 --call empty_handler --mechanism both --times "$cycles" | tee /tmp/cycle.out
