@@ -41,12 +41,56 @@
  * instructions. Nothing is written while kernel lockdown or kernel.modules_disabled forbids
  * it (check.c, trapvec_may_write()); reverts still are, as unload does them anyway.
  *
- * Windows over several instructions: stop_machine() guarantees that no CPU executes the range
- * while it changes, not that no task is stopped inside it. With voluntary or no preemption
- * (Debian's default) a task is never stopped in kernel code but at a call, and the only
- * boundary inside a 2-byte trap follows a 1-byte instruction, which is not a call. Under
- * preempt=full a task preempted right after the first displaced instruction would resume in
- * the middle of the new bytes; that case is not handled (README.md).
+ * Windows over several instructions (full preemption). stop_machine() guarantees that no CPU
+ * executes a range while it changes, not that no task is stopped inside it: under
+ * preempt=full (Debian's kernel has PREEMPT_DYNAMIC: preempt=full at boot, or a write to
+ * /sys/kernel/debug/sched/preempt at run time) a task preempted right after `push rbx` would
+ * resume at site + 1, in the middle of the new bytes. check.c decodes the original bytes of
+ * every new window (the module decides, user space cannot get it wrong); when more than one
+ * instruction overlaps it, the batch is written with the int3-first protocol, as kprobes'
+ * jump optimizer and text_poke_bp() do:
+ *
+ *  1. ARM, one stop_machine(): compare every op of the batch with what it expects (all or
+ *     nothing), then write CC on the first byte of each such window; sync_core everywhere.
+ *     Before that, the sites and where they lead are published for the die notifier
+ *     (trapvec_pending, RCU).
+ *  2. synchronize_rcu_tasks(): no task enters an original window any more (its first byte
+ *     is CC, and no branch lands inside a window); one preempted inside it has not made a
+ *     voluntary switch since, so it holds the grace period until it has run out of it.
+ *  3. FINISH, one stop_machine(): compare again (CC and the original tail at each such
+ *     window, the expected bytes everywhere else), then write every op: each tail, then
+ *     its first byte; single-instruction windows and reverts are written here too. Every
+ *     CPU is held and no task is inside a window, so tail and first byte may go in one pass.
+ *     If the comparison fails, DISARM puts the original first byte back under each of our
+ *     CCs (nobody is inside a window, see 2) and the batch fails with nothing written.
+ *  4. The pending set is withdrawn and freed after synchronize_rcu().
+ *
+ * Meanwhile a CPU that meets one of our CCs takes #BP: exc_int3 tries text_poke_bp()'s
+ * handler, then kprobe_int3_handler() (which backs the CPU up if the int3 is gone by then),
+ * then the die chain, where trapvec_int3_notify() finds the site pending and sends the CPU
+ * where the finished patch would: a trap through the dispatcher's own code (handler run,
+ * hit counted once), a jmp to its target. A call a jmp sends to a springboard that is still
+ * pending meets that one's CC and is sent on the same way. A call in the window is refused
+ * unless it is the window's last instruction (check.c): its return address would point into
+ * the new bytes, and a task sleeping in the callee is quiescent for RCU-tasks.
+ *
+ * Removal needs no int3. Once a patch is written no task can be inside its window: a trap or
+ * a jmp is one instruction, the trap returns to its trampoline and the jmp leaves, so a task
+ * is stopped either at the site itself (it then runs whatever the site holds when it
+ * resumes: the original instruction after a revert, which is right) or elsewhere. One
+ * stop_machine() restores the original bytes of any number of patches, reverts of a batch
+ * that also applies new windows included (they go in FINISH). Springboards are the
+ * exception: a task that took the jmp rel8 may be preempted on the springboard's first byte,
+ * and the springboard's original bytes are padding, not code to resume in. So a springboard
+ * is reverted after every patch that lands on it, an RCU-tasks grace period later (DEFERRED,
+ * also when its jumpers went in an earlier batch); a revert that would leave one of its
+ * jumpers live is refused, and so is a new jmp onto a patch the same batch reverts. Unload
+ * (trapvec_text_revert_all()) does the same in two passes. A task preempted at the entry of
+ * a trampoline or inside a component is a matter of freeing them, not of writing text
+ * (QUIESCE).
+ *
+ * int3_first=0 (a module parameter for tests only) writes every window in one stop_machine()
+ * as before, so that a test can show what the protocol prevents.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -86,6 +130,11 @@ struct trapvec_live_patch {
 	 */
 	struct trapvec_live_patch *lands_on;
 	u32 jumpers;		/* live patches whose jmp lands on this one's first byte */
+	/*
+	 * A jmp has landed on it: its revert waits an RCU-tasks grace period, even when its
+	 * jumpers went in an earlier batch (a task may still be stopped on its first byte).
+	 */
+	bool springboard;
 };
 
 static LIST_HEAD(trapvec_live);
@@ -238,7 +287,7 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 		list_for_each_entry(r, &trapvec_live, node) {
 			struct trapvec_text_op undo = { .rec = r, .undo = true };
 
-			if ((ctx->pass == 1) != !r->jumpers)
+			if ((ctx->pass == 1) == r->springboard)
 				continue;
 			if (trapvec_op_ready(&undo))
 				trapvec_op_write(&undo);
@@ -656,8 +705,8 @@ static struct trapvec_live_patch *trapvec_rec_at(unsigned long addr,
  * Springboards: a jmp (rel8) that lands on another patch of ours (a jmp rel32 in padding).
  * A task may be preempted on the springboard's first byte, having taken the jmp to it: the
  * springboard may only be reverted after every patch that lands on it, and an RCU-tasks grace
- * period later (its original bytes are padding, not code to resume in). So a revert of a
- * springboard is deferred when all its jumpers go in the same batch, and refused when some
+ * period later (its original bytes are padding, not code to resume in). So the revert of a
+ * patch that a jmp has ever landed on is deferred, and refused while some of its jumpers
  * stay; a new jmp may not land on a patch this batch reverts. 0 or the ioctl's errno.
  */
 static int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
@@ -682,7 +731,7 @@ static int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 	}
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
-		if (!ops[i].undo || !r->jumpers)
+		if (!ops[i].undo || !r->springboard)
 			continue;
 		leaving = 0;
 		for (j = 0; j < n; j++)
@@ -877,10 +926,12 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			     !trapvec_text_equals(r->addr, ops[i].undo ? r->old_bytes :
 						  r->new_bytes, r->len));
 		if (r->lands_on) {
-			if (ops[i].undo)
+			if (ops[i].undo) {
 				r->lands_on->jumpers--;
-			else
+			} else {
 				r->lands_on->jumpers++;
+				r->lands_on->springboard = true;
+			}
 		}
 	}
 	for (i = 0; i < n; i++) {
@@ -928,7 +979,7 @@ void trapvec_text_revert_all(void)
 	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
 	skipped = ctx.skipped;
 	list_for_each_entry(r, &trapvec_live, node)
-		springboards += !!r->jumpers;
+		springboards += r->springboard;
 	if (springboards) {
 		synchronize_rcu_tasks();
 		ctx.pass = 2;
