@@ -784,7 +784,7 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	}
 	ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_FINISH);
 	if (ret && int3_first) {
-		int failed = ctx->failed;
+		u32 failed = ctx->failed;
 
 		/* Nobody is inside an original window (see above): the old first bytes go back. */
 		trapvec_stop_run(ctx, TRAPVEC_STAGE_DISARM);
