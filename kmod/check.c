@@ -23,8 +23,10 @@
  *    probe's address);
  *  - addr must be an instruction boundary of its symbol, decoded from the symbol's start
  *    over the *original* bytes (our live patches are undone in the decoder's buffer, and so
- *    are kprobes' int3 and optimized jmps, from the bytes they saved), and the instruction
- *    there must decode.
+ *    are kprobes' int3 and optimized jmps, from the bytes they saved), and the instructions
+ *    of the window must decode; none but the last may be a call (its return address would
+ *    point into the new bytes). The number of instructions in the window tells text.c
+ *    whether it needs the int3-first protocol.
  *
  * These are the checks register_kprobe() makes (check_kprobe_address_safe() and
  * arch_prepare_kprobe()), made directly, over the whole range instead of its first byte, and
@@ -153,13 +155,33 @@ static void trapvec_recover_kprobed(unsigned long base, u8 *text, unsigned long 
 	}
 }
 
+/* call rel32, or call r/m64 (FF /2) and lcall m16:64 (FF /3): they push a return address. */
+static bool trapvec_insn_is_call(const struct insn *insn)
+{
+	u8 op = insn->opcode.bytes[0];
+
+	if (insn->opcode.nbytes != 1)
+		return false;
+	if (op == 0xe8)
+		return true;
+	return op == 0xff && (X86_MODRM_REG(insn->modrm.value) == 2 ||
+			      X86_MODRM_REG(insn->modrm.value) == 3);
+}
+
 /*
  * Is addr an instruction boundary, with a decodable instruction there? Decode from the start
  * of its symbol through the instruction at addr, over the original bytes (read once, our live
  * patches undone). kallsyms sizes run to the next symbol, so alignment padding after a
  * function belongs to it (int3 and nop decode one by one).
+ *
+ * Then on through the window: *insns is the number of instructions that overlap it, which is
+ * how text.c knows, by itself, that a task may be stopped between two of them (preempt=full)
+ * and that the window needs the int3-first protocol. A call that ends inside the window is
+ * refused: its return address would point into the new bytes, and a task sleeping in the
+ * callee is quiescent for RCU-tasks, so no grace period can wait it out (user space refuses
+ * it too: a relocated call must be the last displaced instruction).
  */
-static u32 trapvec_check_boundary(unsigned long addr, u32 len)
+static u32 trapvec_check_boundary(unsigned long addr, u32 len, u32 *insns)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
 	unsigned long size, offset, span, at;
@@ -167,12 +189,13 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 	struct insn insn;
 	u8 *text;
 
+	*insns = 0;
 	if (!k->kallsyms_lookup_size_offset(addr, &size, &offset))
 		return TRAPVEC_REASON_NOT_BOUNDARY;
 	if (offset + len > size)
 		return TRAPVEC_REASON_CROSSES_SYMBOL;
-	/* Enough for the instruction at addr, not past the symbol. */
-	span = min_t(unsigned long, size, offset + MAX_INSN_SIZE);
+	/* Enough for the last instruction of the window, not past the symbol. */
+	span = min_t(unsigned long, size, offset + len + MAX_INSN_SIZE);
 	text = kvmalloc(span, GFP_KERNEL);
 	if (!text)
 		return TRAPVEC_REASON_NOT_BOUNDARY;
@@ -181,17 +204,26 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len)
 		goto out;
 	}
 	trapvec_recover_kprobed(addr - offset, text, span);
-	for (at = 0; at <= offset; at += insn.length) {
+	for (at = 0; at < offset + len; at += insn.length) {
 		if (k->insn_decode(&insn, text + at, span - at, INSN_MODE_KERN) < 0) {
 			pr_debug("cannot decode %pS while looking for %pS\n",
 				 (void *)(addr - offset + at), (void *)addr);
-			break;
+			goto out;
 		}
-		if (at == offset) {
-			reason = TRAPVEC_REASON_NONE;
-			break;
+		if (at < offset) {
+			if (at + insn.length > offset)
+				goto out;	/* addr is inside this instruction */
+			continue;
+		}
+		(*insns)++;
+		if (at + insn.length < offset + len && trapvec_insn_is_call(&insn)) {
+			pr_debug("%pS: the call at %pS returns inside the window\n", (void *)addr,
+				 (void *)(addr - offset + at));
+			reason = TRAPVEC_REASON_RETURN_IN_WINDOW;
+			goto out;
 		}
 	}
+	reason = TRAPVEC_REASON_NONE;
 out:
 	kvfree(text);
 	return reason;
@@ -320,8 +352,11 @@ bool trapvec_may_read(void)
 	return !security_locked_down(LOCKDOWN_DBG_READ_KERNEL);
 }
 
-/* The checks of APPLY (and of CHECK, before its kprobe). */
-u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit)
+/*
+ * The checks of APPLY (and of CHECK, before its kprobe). *insns: how many instructions overlap
+ * the window (set when the site is accepted).
+ */
+u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns)
 {
 	u32 reason;
 
@@ -348,7 +383,14 @@ u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit)
 	reason = trapvec_check_kprobes(addr, len, culprit);
 	if (reason)
 		return reason;
-	return trapvec_check_boundary(addr, len);
+	return trapvec_check_boundary(addr, len, insns);
+}
+
+u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit)
+{
+	u32 insns;
+
+	return trapvec_check_site_insns(addr, len, culprit, &insns);
 }
 
 /*

@@ -126,14 +126,16 @@ fault:
 }
 
 /*
- * Called from entry.S with interrupts off, on the interrupted context's stack. Returns 0
- * when regs->ip has been set (iretq there), 1 when the trap is not ours (chain).
+ * A CPU at site, which is in the table: count the hit, run the handler, set regs->ip to the
+ * destination. The trap (trapvec_dispatch()) and a pending int3 of a trap patch that is being
+ * written (text.c's die notifier) both come here, so a call is counted once whichever of the
+ * two it meets. Interrupts are off on both paths; the caller is an RCU-sched reader or this
+ * function is. Returns false, doing nothing, when site has no entry.
  */
-__visible notrace int trapvec_dispatch(struct pt_regs *regs)
+notrace bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site)
 {
-	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
 	struct trapvec_site *e;
-	int ret = 0;
+	bool found = false;
 
 	rcu_read_lock_sched_notrace();
 	e = trapvec_lookup_rcu(site);
@@ -155,19 +157,34 @@ __visible notrace int trapvec_dispatch(struct pt_regs *regs)
 			}
 		}
 		regs->ip = e->dest;
-	} else if (!trapvec_trap_at(site)) {
+		found = true;
+	}
+	rcu_read_unlock_sched_notrace();
+	return found;
+}
+NOKPROBE_SYMBOL(trapvec_dispatch_site);
+
+/*
+ * Called from entry.S with interrupts off, on the interrupted context's stack. Returns 0
+ * when regs->ip has been set (iretq there), 1 when the trap is not ours (chain).
+ */
+__visible notrace int trapvec_dispatch(struct pt_regs *regs)
+{
+	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
+
+	if (trapvec_dispatch_site(regs, site))
+		return 0;
+	if (!trapvec_trap_at(site)) {
 		/*
 		 * The trap was reverted and its entry removed between this CPU's fetch of the
 		 * "int" and the lookup: run the original instruction, now back in place.
 		 */
 		__this_cpu_inc(trapvec_retried_traps);
 		regs->ip = site;
-	} else {
-		__this_cpu_inc(trapvec_unknown_traps);
-		ret = 1;
+		return 0;
 	}
-	rcu_read_unlock_sched_notrace();
-	return ret;
+	__this_cpu_inc(trapvec_unknown_traps);
+	return 1;
 }
 NOKPROBE_SYMBOL(trapvec_dispatch);
 

@@ -433,12 +433,17 @@ static int __init trapvec_init(void)
 	ret = trapvec_gate_install();
 	if (ret)
 		goto out_arena;
-	ret = misc_register(&trapvec_misc);
+	ret = trapvec_text_init();
 	if (ret)
 		goto out_gate;
+	ret = misc_register(&trapvec_misc);
+	if (ret)
+		goto out_text;
 	pr_info("ready: /dev/%s, vector %#x\n", TRAPVEC_DEVICE_NAME, trapvec_vector);
 	return 0;
 
+out_text:
+	trapvec_text_exit();
 out_gate:
 	trapvec_gate_restore();
 out_arena:
@@ -456,6 +461,8 @@ static void __exit trapvec_exit(void)
 
 	mutex_lock(&trapvec_mutex);
 	trapvec_text_revert_all();
+	/* No batch is in flight: none of our int3s is left for the die notifier. */
+	trapvec_text_exit();
 	/*
 	 * No trap can be taken at a site of ours any more. Wait for CPUs still in the
 	 * dispatcher (an NMI is not held by stop_machine()), then for tasks preempted inside a

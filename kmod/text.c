@@ -45,26 +45,73 @@
  * instructions. Nothing is written while kernel lockdown or kernel.modules_disabled forbids
  * it (check.c, trapvec_may_write()); reverts still are, as unload does them anyway.
  *
- * Windows over several instructions: stop_machine() guarantees that no CPU executes the range
- * while it changes, not that no task is stopped inside it. With voluntary or no preemption
- * (Debian's default) a task is never stopped in kernel code but at a call, and the only
- * boundary inside a 2-byte trap follows a 1-byte instruction, which is not a call. Under
- * preempt=full a task preempted right after the first displaced instruction would resume in
- * the middle of the new bytes; that case is not handled (README.md).
+ * Windows over several instructions (full preemption). stop_machine() guarantees that no CPU
+ * executes a range while it changes, not that no task is stopped inside it: under
+ * preempt=full (Debian's kernel has PREEMPT_DYNAMIC: preempt=full at boot, or a write to
+ * /sys/kernel/debug/sched/preempt at run time) a task preempted right after `push rbx` would
+ * resume at site + 1, in the middle of the new bytes. check.c decodes the original bytes of
+ * every new window (the module decides, user space cannot get it wrong); when more than one
+ * instruction overlaps it, the batch is written with the int3-first protocol, as kprobes'
+ * jump optimizer and text_poke_bp() do:
+ *
+ *  1. ARM, one stop_machine(): compare every op of the batch with what it expects (all or
+ *     nothing), then write CC on the first byte of each such window; sync_core everywhere.
+ *     Before that, the sites and where they lead are published for the die notifier
+ *     (trapvec_pending, RCU).
+ *  2. synchronize_rcu_tasks(): no task enters an original window any more (its first byte
+ *     is CC, and no branch lands inside a window); one preempted inside it has not made a
+ *     voluntary switch since, so it holds the grace period until it has run out of it.
+ *  3. FINISH, one stop_machine(): compare again (CC and the original tail at each such
+ *     window, the expected bytes everywhere else), then write every op: each tail, then
+ *     its first byte; single-instruction windows and reverts are written here too. Every
+ *     CPU is held and no task is inside a window, so tail and first byte may go in one pass.
+ *     If the comparison fails, DISARM puts the original first byte back under each of our
+ *     CCs (nobody is inside a window, see 2) and the batch fails with nothing written.
+ *  4. The pending set is withdrawn and freed after synchronize_rcu().
+ *
+ * Meanwhile a CPU that meets one of our CCs takes #BP: exc_int3 tries text_poke_bp()'s
+ * handler, then kprobe_int3_handler() (which backs the CPU up if the int3 is gone by then),
+ * then the die chain, where trapvec_int3_notify() finds the site pending and sends the CPU
+ * where the finished patch would: a trap through the dispatcher's own code (handler run,
+ * hit counted once), a jmp to its target. A call a jmp sends to a springboard that is still
+ * pending meets that one's CC and is sent on the same way. A call in the window is refused
+ * unless it is the window's last instruction (check.c): its return address would point into
+ * the new bytes, and a task sleeping in the callee is quiescent for RCU-tasks.
+ *
+ * Removal needs no int3. Once a patch is written no task can be inside its window: a trap or
+ * a jmp is one instruction, the trap returns to its trampoline and the jmp leaves, so a task
+ * is stopped either at the site itself (it then runs whatever the site holds when it
+ * resumes: the original instruction after a revert, which is right) or elsewhere. One
+ * stop_machine() restores the original bytes of any number of patches, reverts of a batch
+ * that also applies new windows included (they go in FINISH). Springboards are the
+ * exception: a task that took the jmp rel8 may be preempted on the springboard's first byte,
+ * and the springboard's original bytes are padding, not code to resume in. So a springboard
+ * is reverted after every patch that lands on it, an RCU-tasks grace period later (DEFERRED,
+ * also when its jumpers went in an earlier batch); a revert that would leave one of its
+ * jumpers live is refused, and so is a new jmp onto a patch the same batch reverts. Unload
+ * (trapvec_text_revert_all()) does the same in two passes. A task preempted at the entry of
+ * a trampoline or inside a component is a matter of freeing them, not of writing text
+ * (QUIESCE).
+ *
+ * int3_first=0 (a module parameter for tests only) writes every window in one stop_machine()
+ * as before, so that a test can show what the protocol prevents.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/kdebug.h>
 #include <linux/kprobes.h>
 #include <linux/list.h>
 #include <linux/mm.h>
 #include <linux/rculist.h>
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/sort.h>
 #include <linux/stop_machine.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 #include <asm/sync_core.h>
+#include <asm/text-patching.h>
 
 #include "trapvec_internal.h"
 
@@ -74,11 +121,24 @@ struct trapvec_live_patch {
 	u32 len;
 	u8 old_bytes[TRAPVEC_PATCH_MAX];	/* the original text */
 	u8 new_bytes[TRAPVEC_PATCH_MAX];	/* what the patch wrote */
+	unsigned long dest;	/* a jmp's target (jmp is set); 0 for a trap */
+	bool jmp;		/* new_bytes begin with jmp rel32 or jmp rel8 */
 	void *vm;		/* vmap() of the page(s) of [addr, addr + len) */
 	u8 *alias;		/* writable view of addr inside vm */
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
 	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
 	struct kprobe_blacklist_entry *bl;
+	/*
+	 * The live patch this one's jmp lands on (a springboard: jmp rel8 -> jmp rel32 in
+	 * padding), or NULL; its jumpers counts this one. Under trapvec_mutex.
+	 */
+	struct trapvec_live_patch *lands_on;
+	u32 jumpers;		/* live patches whose jmp lands on this one's first byte */
+	/*
+	 * A jmp has landed on it: its revert waits an RCU-tasks grace period, even when its
+	 * jumpers went in an earlier batch (a task may still be stopped on its first byte).
+	 */
+	bool springboard;
 };
 
 static LIST_HEAD(trapvec_live);
@@ -86,20 +146,61 @@ static u64 trapvec_live_count;
 /* Reverted patches of module text whose module reference waits for quiescence. */
 static LIST_HEAD(trapvec_parked);
 
-/* One write of a stop_machine() batch: apply rec (undo false) or revert it (undo true). */
+/*
+ * Test knob (insmod trapvec.ko int3_first=0): write every window in one stop_machine(), as
+ * before the int3-first protocol, so that a test can show what that protocol prevents. Never
+ * for use outside tests: under preempt=full it lets a task resume inside the new bytes.
+ */
+static bool trapvec_int3_first = true;
+module_param_named(int3_first, trapvec_int3_first, bool, 0444);
+MODULE_PARM_DESC(int3_first,
+		 "test knob: 0 writes windows over several instructions without int3 first (unsafe under preempt=full)");
+
+/*
+ * The sites whose first byte is, or may be, our int3 while a batch is in flight: what the
+ * die notifier reads. Published (RCU) before the first CC is written, withdrawn after the
+ * last is gone, freed after synchronize_rcu() (the notifier runs with interrupts off, an
+ * RCU-sched reader). Sorted by addr. Writers hold trapvec_mutex.
+ */
+struct trapvec_pending_site {
+	unsigned long addr;
+	unsigned long dest;	/* the jmp's target; 0: a trap, sent through the dispatch table */
+};
+
+struct trapvec_pending {
+	u32 count;
+	struct trapvec_pending_site sites[];
+};
+
+static struct trapvec_pending __rcu *trapvec_pending;
+
+/* One write of a batch: apply rec (undo false) or revert it (undo true). */
 struct trapvec_text_op {
 	struct trapvec_live_patch *rec;
 	bool undo;
+	bool int3_first;	/* a new window over several instructions: CC, wait, the rest */
+	bool deferred;		/* a revert of a springboard: after the patches that land on it */
+};
+
+/* What one stop_machine() does. */
+enum trapvec_stage {
+	TRAPVEC_STAGE_ARM,	/* compare every op; write CC at each int3_first site */
+	TRAPVEC_STAGE_FINISH,	/* compare again; write every op (tails, then first bytes) */
+	TRAPVEC_STAGE_DISARM,	/* the batch failed: put back the first byte under each CC */
+	TRAPVEC_STAGE_DEFERRED,	/* revert the deferred ops (springboards) */
+	TRAPVEC_STAGE_UNLOAD,	/* revert the live patches of pass (see revert_all) */
 };
 
 struct trapvec_stop_ctx {
-	struct trapvec_text_op *ops;	/* NULL: revert every live patch (unload) */
+	enum trapvec_stage stage;
+	struct trapvec_text_op *ops;
 	u32 count;
+	int pass;		/* UNLOAD: 1 = patches no jmp lands on, 2 = the others */
 	atomic_t arrived;	/* the first CPU to arrive writes */
 	int done;		/* set (release) by the writer when it is finished */
 	int result;		/* 0, or -ESTALE: ops[failed] no longer holds the expected bytes */
 	u32 failed;
-	u32 skipped;		/* unload only: patches whose bytes were changed by someone else */
+	u32 skipped;		/* UNLOAD, DEFERRED: patches whose bytes someone else changed */
 };
 
 static bool trapvec_overlap(unsigned long a, u32 alen, unsigned long b, u32 blen)
@@ -133,6 +234,15 @@ static bool trapvec_op_ready(const struct trapvec_text_op *op)
 	return trapvec_text_equals(r->addr, op->undo ? r->new_bytes : r->old_bytes, r->len);
 }
 
+/* FINISH of an int3_first op: our CC on the first byte, the original tail behind it. */
+static bool trapvec_op_armed(const struct trapvec_text_op *op)
+{
+	const struct trapvec_live_patch *r = op->rec;
+
+	return READ_ONCE(*(const u8 *)r->addr) == INT3_INSN_OPCODE &&
+	       trapvec_text_equals(r->addr + 1, r->old_bytes + 1, r->len - 1);
+}
+
 static void trapvec_op_write(const struct trapvec_text_op *op)
 {
 	const struct trapvec_live_patch *r = op->rec;
@@ -140,32 +250,98 @@ static void trapvec_op_write(const struct trapvec_text_op *op)
 	trapvec_text_store(r->alias, op->undo ? r->old_bytes : r->new_bytes, r->len);
 }
 
+/*
+ * The tail, then the first byte. Every CPU is held, so the order only matters to an NMI
+ * that runs this code meanwhile on another CPU: it meets either our CC (the notifier sends
+ * it on, the site is still pending) or the whole new instruction.
+ */
+static void trapvec_op_finish(const struct trapvec_text_op *op)
+{
+	const struct trapvec_live_patch *r = op->rec;
+
+	trapvec_text_store(r->alias + 1, r->new_bytes + 1, r->len - 1);
+	WRITE_ONCE(r->alias[0], r->new_bytes[0]);
+}
+
+static bool trapvec_stop_compare(struct trapvec_stop_ctx *ctx)
+{
+	const struct trapvec_text_op *op;
+	u32 i;
+
+	for (i = 0; i < ctx->count; i++) {
+		op = &ctx->ops[i];
+		/* Deferred ops too: the batch fails whole before anything is written. */
+		if ((ctx->stage == TRAPVEC_STAGE_FINISH && op->int3_first) ?
+		    !trapvec_op_armed(op) : !trapvec_op_ready(op)) {
+			ctx->result = -ESTALE;
+			ctx->failed = i;
+			return false;
+		}
+	}
+	return true;
+}
+
 /* The writer: every other CPU spins in trapvec_stop_cb() with interrupts off. */
 static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 {
 	struct trapvec_live_patch *r;
+	const struct trapvec_text_op *op;
 	u32 i;
 
-	if (!ctx->ops) {
+	switch (ctx->stage) {
+	case TRAPVEC_STAGE_UNLOAD:
 		list_for_each_entry(r, &trapvec_live, node) {
-			struct trapvec_text_op op = { .rec = r, .undo = true };
+			struct trapvec_text_op undo = { .rec = r, .undo = true };
 
-			if (trapvec_op_ready(&op))
-				trapvec_op_write(&op);
+			if ((ctx->pass == 1) == r->springboard)
+				continue;
+			if (trapvec_op_ready(&undo))
+				trapvec_op_write(&undo);
+			else
+				ctx->skipped++;
+		}
+		return;
+	case TRAPVEC_STAGE_ARM:
+		if (!trapvec_stop_compare(ctx))
+			return;
+		for (i = 0; i < ctx->count; i++)
+			if (ctx->ops[i].int3_first)
+				WRITE_ONCE(ctx->ops[i].rec->alias[0], INT3_INSN_OPCODE);
+		return;
+	case TRAPVEC_STAGE_FINISH:
+		if (!trapvec_stop_compare(ctx))
+			return;
+		for (i = 0; i < ctx->count; i++) {
+			op = &ctx->ops[i];
+			if (op->deferred)
+				continue;
+			if (op->int3_first)
+				trapvec_op_finish(op);
+			else
+				trapvec_op_write(op);
+		}
+		return;
+	case TRAPVEC_STAGE_DISARM:
+		/* Only our own CC goes: a byte someone else wrote since is theirs. */
+		for (i = 0; i < ctx->count; i++) {
+			r = ctx->ops[i].rec;
+			if (ctx->ops[i].int3_first &&
+			    READ_ONCE(*(const u8 *)r->addr) == INT3_INSN_OPCODE)
+				WRITE_ONCE(r->alias[0], r->old_bytes[0]);
+		}
+		return;
+	case TRAPVEC_STAGE_DEFERRED:
+		for (i = 0; i < ctx->count; i++) {
+			op = &ctx->ops[i];
+			if (!op->deferred)
+				continue;
+			if (trapvec_op_ready(op))
+				trapvec_op_write(op);
 			else
 				ctx->skipped++;
 		}
 		return;
 	}
-	for (i = 0; i < ctx->count; i++) {
-		if (!trapvec_op_ready(&ctx->ops[i])) {
-			ctx->result = -ESTALE;
-			ctx->failed = i;
-			return;
-		}
-	}
-	for (i = 0; i < ctx->count; i++)
-		trapvec_op_write(&ctx->ops[i]);
 }
 
 static int trapvec_stop_cb(void *data)
@@ -186,10 +362,11 @@ static int trapvec_stop_cb(void *data)
 	return 0;
 }
 
-static int trapvec_stop_run(struct trapvec_stop_ctx *ctx)
+static int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
 {
 	int ret;
 
+	ctx->stage = stage;
 	atomic_set(&ctx->arrived, 0);
 	ctx->done = 0;
 	ctx->result = 0;
@@ -385,7 +562,7 @@ static u32 trapvec_check_trap(const struct trapvec_patch *p)
  * ioctl's errno (req filled in).
  */
 static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
-			     struct trapvec_apply *req)
+			     struct trapvec_apply *req, u32 *insns)
 {
 	const struct trapvec_patch *p = &patches[i];
 	u32 reason, j;
@@ -400,7 +577,7 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 			return -EBUSY;
 		}
 	}
-	reason = trapvec_check_site(p->addr, p->len, &req->culprit);
+	reason = trapvec_check_site_insns(p->addr, p->len, &req->culprit, insns);
 	if (!reason)
 		reason = trapvec_check_trap(p);
 	if (reason) {
@@ -411,10 +588,268 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 	return 0;
 }
 
+/*
+ * Where new_bytes send a CPU: a jmp rel32 or rel8 to its target (*jmp set), a trap through
+ * the dispatch table. NOT_A_JUMP for anything else; the caller refuses that only for a window
+ * over several instructions, where the die notifier must stand in for the new instruction.
+ */
+static u32 trapvec_patch_dest(const struct trapvec_patch *p, unsigned long *dest, bool *jmp)
+{
+	const u8 *b = p->new_bytes;
+	s32 rel32;
+
+	*dest = 0;
+	*jmp = false;
+	if (b[0] == 0xcd && p->len >= TRAPVEC_TRAP_LEN && b[1] == trapvec_vector)
+		return TRAPVEC_REASON_NONE;
+	if (b[0] == JMP32_INSN_OPCODE && p->len >= JMP32_INSN_SIZE) {
+		memcpy(&rel32, b + 1, sizeof(rel32));
+		*dest = p->addr + JMP32_INSN_SIZE + rel32;
+	} else if (b[0] == JMP8_INSN_OPCODE && p->len >= JMP8_INSN_SIZE) {
+		*dest = p->addr + JMP8_INSN_SIZE + (s8)b[1];
+	} else {
+		return TRAPVEC_REASON_NOT_A_JUMP;
+	}
+	*jmp = true;
+	return TRAPVEC_REASON_NONE;
+}
+
+static int trapvec_cmp_pending(const void *a, const void *b)
+{
+	const struct trapvec_pending_site *x = a, *y = b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Publish the int3_first sites of ops for the die notifier, before their CC is written. */
+static struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *ops, u32 n)
+{
+	struct trapvec_pending *pend;
+	u32 i, count = 0;
+
+	for (i = 0; i < n; i++)
+		count += ops[i].int3_first;
+	pend = kvmalloc(struct_size(pend, sites, count), GFP_KERNEL);
+	if (!pend)
+		return NULL;
+	pend->count = 0;
+	for (i = 0; i < n; i++) {
+		if (!ops[i].int3_first)
+			continue;
+		pend->sites[pend->count].addr = ops[i].rec->addr;
+		pend->sites[pend->count].dest = ops[i].rec->jmp ? ops[i].rec->dest : 0;
+		pend->count++;
+	}
+	sort(pend->sites, pend->count, sizeof(pend->sites[0]), trapvec_cmp_pending, NULL);
+	/* Orders the array's contents before the pointer; stop_machine() then orders it
+	 * before the first CC.
+	 */
+	rcu_assign_pointer(trapvec_pending, pend);
+	return pend;
+}
+
+/* Withdraw: no CC of ours is left; wait for notifiers still reading, then free. */
+static void trapvec_pending_withdraw(struct trapvec_pending *pend)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	RCU_INIT_POINTER(trapvec_pending, NULL);
+	synchronize_rcu();
+	kvfree(pend);
+}
+
+/*
+ * DIE_INT3, after kprobe_int3_handler() (do_int3(); poke_int3_handler() came before it):
+ * a kernel CPU stopped at one of our pending CCs is sent where the finished patch sends it.
+ * A CC that is already gone again never gets here: kprobe_int3_handler() finds no int3 at
+ * the address and backs the CPU up to run what is there now.
+ *
+ * Context: exc_int3 from kernel mode, irqentry_nmi_enter(), interrupts off, possibly inside
+ * an NMI. No lock, no allocation, no call of a function a site could be placed in (the
+ * binary search is written out here): an RCU-sched reader of trapvec_pending.
+ */
+static int trapvec_int3_notify(struct notifier_block *nb, unsigned long val, void *data)
+{
+	const struct die_args *args = data;
+	struct pt_regs *regs = args->regs;
+	const struct trapvec_pending *pend;
+	unsigned long site;
+	int ret = NOTIFY_DONE;
+	u32 lo, hi, mid;
+
+	if (val != DIE_INT3 || !regs || user_mode(regs))
+		return NOTIFY_DONE;
+	site = regs->ip - INT3_INSN_SIZE;
+	rcu_read_lock_sched_notrace();
+	pend = rcu_dereference_sched(trapvec_pending);
+	if (!pend)
+		goto out;
+	lo = 0;
+	hi = pend->count;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (pend->sites[mid].addr < site)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == pend->count || pend->sites[lo].addr != site)
+		goto out;
+	if (pend->sites[lo].dest) {
+		/* A jmp: its target (a trampoline, or a springboard, itself pending or written). */
+		regs->ip = pend->sites[lo].dest;
+		ret = NOTIFY_STOP;
+	} else if (trapvec_dispatch_site(regs, site)) {
+		/* A trap: what the trap would have done, counted once. */
+		ret = NOTIFY_STOP;
+	}
+	/*
+	 * Else a trap without its dispatch entry, which APPLY refuses and DISPATCH_REMOVE cannot
+	 * do meanwhile (trapvec_mutex is held from the first CC to the last): die() says so.
+	 */
+out:
+	rcu_read_unlock_sched_notrace();
+	return ret;
+}
+NOKPROBE_SYMBOL(trapvec_int3_notify);
+
+static struct notifier_block trapvec_int3_nb = {
+	.notifier_call = trapvec_int3_notify,
+};
+
+int trapvec_text_init(void)
+{
+	return register_die_notifier(&trapvec_int3_nb);
+}
+
+/* After trapvec_text_revert_all(): no batch is in flight. */
+void trapvec_text_exit(void)
+{
+	unregister_die_notifier(&trapvec_int3_nb);
+}
+
+/* The live record (or new one of ops[0..n)) whose first byte is addr; NULL if none. */
+static struct trapvec_live_patch *trapvec_rec_at(unsigned long addr,
+						 const struct trapvec_text_op *ops, u32 n)
+{
+	struct trapvec_live_patch *r;
+	u32 i;
+
+	list_for_each_entry(r, &trapvec_live, node)
+		if (r->addr == addr)
+			return r;
+	for (i = 0; i < n; i++)
+		if (ops[i].rec && ops[i].rec->addr == addr)
+			return ops[i].rec;
+	return NULL;
+}
+
+/*
+ * Springboards: a jmp (rel8) that lands on another patch of ours (a jmp rel32 in padding).
+ * A task may be preempted on the springboard's first byte, having taken the jmp to it: the
+ * springboard may only be reverted after every patch that lands on it, and an RCU-tasks grace
+ * period later (its original bytes are padding, not code to resume in). So the revert of a
+ * patch that a jmp has ever landed on is deferred, and refused while some of its jumpers
+ * stay; a new jmp may not land on a patch this batch reverts. 0 or the ioctl's errno.
+ */
+static int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
+				     struct trapvec_apply *req)
+{
+	struct trapvec_live_patch *r, *to;
+	u32 i, j, leaving;
+
+	for (i = 0; i < n; i++) {
+		r = ops[i].rec;
+		if (ops[i].undo || !r->jmp)
+			continue;
+		to = trapvec_rec_at(r->dest, ops, n);
+		for (j = 0; to && j < n; j++) {
+			if (ops[j].rec == to && ops[j].undo) {
+				trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
+				req->culprit = to->addr;
+				return -EBUSY;
+			}
+		}
+		r->lands_on = to;
+	}
+	for (i = 0; i < n; i++) {
+		r = ops[i].rec;
+		if (!ops[i].undo || !r->springboard)
+			continue;
+		leaving = 0;
+		for (j = 0; j < n; j++)
+			leaving += ops[j].undo && ops[j].rec->lands_on == r;
+		if (leaving != r->jumpers) {
+			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
+			list_for_each_entry(to, &trapvec_live, node)
+				if (to->lands_on == r)
+					req->culprit = to->addr;
+			return -EBUSY;
+		}
+		ops[i].deferred = true;
+	}
+	return 0;
+}
+
+/*
+ * Write a checked batch: ARM, an RCU-tasks grace period and FINISH when some window spans
+ * several instructions, else FINISH alone; then the deferred reverts. 0, or -ESTALE with
+ * ctx->failed set and the text as it was before (nothing half applied).
+ */
+static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapvec_stop_ctx *ctx)
+{
+	struct trapvec_pending *pend = NULL;
+	bool int3_first = false, deferred = false;
+	int ret;
+	u32 i;
+
+	for (i = 0; i < n; i++) {
+		int3_first |= ops[i].int3_first;
+		deferred |= ops[i].deferred;
+	}
+	ctx->ops = ops;
+	ctx->count = n;
+	if (int3_first) {
+		pend = trapvec_pending_publish(ops, n);
+		if (!pend)
+			return -ENOMEM;
+		ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_ARM);
+		if (ret) {
+			trapvec_pending_withdraw(pend);
+			return ret;
+		}
+		/*
+		 * Every CPU has executed sync_core() after the CCs: no task enters an original
+		 * window any more. One preempted inside one (after its first instruction) has not
+		 * passed a voluntary switch; this waits until each such task has left it.
+		 */
+		synchronize_rcu_tasks();
+	}
+	ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_FINISH);
+	if (ret && int3_first) {
+		u32 failed = ctx->failed;
+
+		/* Nobody is inside an original window (see above): the old first bytes go back. */
+		trapvec_stop_run(ctx, TRAPVEC_STAGE_DISARM);
+		ctx->failed = failed;
+		ctx->result = ret;
+	}
+	if (pend)
+		trapvec_pending_withdraw(pend);
+	if (ret || !deferred)
+		return ret;
+	/* No task can still be on a springboard: nothing lands on it any more. */
+	synchronize_rcu_tasks();
+	trapvec_stop_run(ctx, TRAPVEC_STAGE_DEFERRED);
+	if (ctx->skipped)
+		pr_err("%u springboards were changed by someone else and are left alone\n",
+		       ctx->skipped);
+	return 0;
+}
+
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
 {
 	struct mutex *kprobe_mutex = trapvec_ksyms.kprobe_mutex;
-	u32 i, j, n = req->count, may_write;
+	u32 i, j, n = req->count, may_write, insns, reason;
 	struct trapvec_stop_ctx ctx = {};
 	struct trapvec_text_op *ops;
 	int ret = 0;
@@ -448,6 +883,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		for (j = 0; inv && j < i; j++)
 			if (ops[j].rec == inv)
 				inv = NULL;	/* the same revert twice: an overlap */
+		insns = 1;
 		if (inv) {
 			ops[i].rec = inv;
 			ops[i].undo = true;
@@ -456,7 +892,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			ret = -EPERM;
 			goto out_unwind;
 		} else {
-			ret = trapvec_check_new(patches, i, req);
+			ret = trapvec_check_new(patches, i, req, &insns);
 			if (ret)
 				goto out_unwind;
 		}
@@ -493,6 +929,14 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		ops[i].rec->len = p->len;
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
 		memcpy(ops[i].rec->new_bytes, p->new_bytes, p->len);
+		reason = trapvec_patch_dest(p, &ops[i].rec->dest, &ops[i].rec->jmp);
+		if (insns > 1 && reason) {
+			/* Nothing could stand in for the new bytes while their CC is there. */
+			trapvec_fail(req, i, reason, 0);
+			ret = -EINVAL;
+			goto out_unwind;
+		}
+		ops[i].int3_first = insns > 1 && trapvec_int3_first;
 		ret = trapvec_get_owner(ops[i].rec) ?: trapvec_map_alias(ops[i].rec);
 		if (ret) {
 			trapvec_fail(req, i, TRAPVEC_REASON_NOT_TEXT, ret);
@@ -500,10 +944,11 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 	}
-	ctx.ops = ops;
-	ctx.count = n;
-	ret = trapvec_stop_run(&ctx);
-	if (ret) {
+	ret = trapvec_link_springboards(ops, n, req);
+	if (ret)
+		goto out_unwind;
+	ret = trapvec_write_batch(ops, n, &ctx);
+	if (ret == -ESTALE) {
 		const struct trapvec_live_patch *r = ops[ctx.failed].rec;
 
 		trapvec_fail(req, ctx.failed, TRAPVEC_REASON_MISMATCH, 0);
@@ -511,15 +956,29 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			memset(req->found, 0, sizeof(req->found));
 		pr_debug("batch of %u: patch %u at %pS changed under us\n", n, ctx.failed,
 			 (void *)r->addr);
-		goto out_unwind;
 	}
+	if (ret)
+		goto out_unwind;
 
-	/* Written: update the record. */
+	/* Written: update the record (every jumper's count before any record is freed). */
 	for (i = 0; i < n; i++) {
 		struct trapvec_live_patch *r = ops[i].rec;
 
-		WARN_ON_ONCE(!trapvec_text_equals(r->addr, ops[i].undo ? r->old_bytes :
+		WARN_ON_ONCE(!(ops[i].deferred && ctx.skipped) &&
+			     !trapvec_text_equals(r->addr, ops[i].undo ? r->old_bytes :
 						  r->new_bytes, r->len));
+		if (r->lands_on) {
+			if (ops[i].undo) {
+				r->lands_on->jumpers--;
+			} else {
+				r->lands_on->jumpers++;
+				r->lands_on->springboard = true;
+			}
+		}
+	}
+	for (i = 0; i < n; i++) {
+		struct trapvec_live_patch *r = ops[i].rec;
+
 		if (ops[i].undo) {
 			list_del(&r->node);
 			trapvec_live_count--;
@@ -544,20 +1003,35 @@ out_free:
 	return ret;
 }
 
-/* Unload: write the original bytes back everywhere, in one stop_machine(). */
+/*
+ * Unload: write the original bytes back everywhere. Pass 1 reverts every patch no jmp lands
+ * on, in one stop_machine(); pass 2, an RCU-tasks grace period later, the springboards (see
+ * trapvec_link_springboards()).
+ */
 void trapvec_text_revert_all(void)
 {
 	struct trapvec_live_patch *r, *tmp;
 	struct trapvec_stop_ctx ctx = {};
+	u32 skipped, springboards = 0;
 
 	lockdep_assert_held(&trapvec_mutex);
 	if (!trapvec_live_count)
 		return;
-	trapvec_stop_run(&ctx);
-	if (ctx.skipped)
+	ctx.pass = 1;
+	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+	skipped = ctx.skipped;
+	list_for_each_entry(r, &trapvec_live, node)
+		springboards += r->springboard;
+	if (springboards) {
+		synchronize_rcu_tasks();
+		ctx.pass = 2;
+		trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+		skipped += ctx.skipped;
+	}
+	if (skipped)
 		pr_err("%u live patches were changed by someone else and are left alone\n",
-		       ctx.skipped);
-	pr_info("reverted %llu live patches\n", trapvec_live_count - ctx.skipped);
+		       skipped);
+	pr_info("reverted %llu live patches\n", trapvec_live_count - skipped);
 	mutex_lock(trapvec_ksyms.kprobe_mutex);
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
 		list_del(&r->node);

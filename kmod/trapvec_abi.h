@@ -70,7 +70,9 @@
 #define TRAPVEC_REASON_MODULES_DISABLED	27 /* kernel.modules_disabled=1 forbids it */
 #define TRAPVEC_REASON_NO_DISPATCH	28 /* a trap (CD vector) at a site with no dispatch entry */
 #define TRAPVEC_REASON_FOREIGN_TRAP	29 /* an int of another vector than the module's */
-#define TRAPVEC_REASON_MAX		29
+#define TRAPVEC_REASON_RETURN_IN_WINDOW	30 /* a call before the window's last instruction */
+#define TRAPVEC_REASON_NOT_A_JUMP	31 /* over several instructions, new bytes not a trap/jmp */
+#define TRAPVEC_REASON_MAX		31
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {

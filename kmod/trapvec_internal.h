@@ -95,6 +95,7 @@ void trapvec_entry(void);
 
 /* dispatch.c */
 int trapvec_dispatch(struct pt_regs *regs);
+bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site);
 int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
 			 u32 *failed_index);
 int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index);
@@ -122,6 +123,7 @@ void trapvec_arena_info(struct trapvec_info *info);
 
 /* check.c */
 u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit);
+u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns);
 u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
 u32 trapvec_may_write(void);
@@ -133,6 +135,8 @@ void trapvec_reserved_exit(void);
 u32 trapvec_reserved_check(unsigned long addr, u32 len);
 
 /* text.c */
+int trapvec_text_init(void);
+void trapvec_text_exit(void);
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req);
 void trapvec_text_revert_all(void);
 u64 trapvec_text_live_count(void);

@@ -137,8 +137,12 @@ pub const TRAPVEC_REASON_MODULES_DISABLED: u32 = 27;
 pub const TRAPVEC_REASON_NO_DISPATCH: u32 = 28;
 /// An `int` of another vector than the module's.
 pub const TRAPVEC_REASON_FOREIGN_TRAP: u32 = 29;
+/// A call before the window's last instruction: its return address would point into the new bytes.
+pub const TRAPVEC_REASON_RETURN_IN_WINDOW: u32 = 30;
+/// A window over several instructions whose new bytes begin with neither a trap nor a jmp.
+pub const TRAPVEC_REASON_NOT_A_JUMP: u32 = 31;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 29;
+pub const TRAPVEC_REASON_MAX: u32 = 31;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]

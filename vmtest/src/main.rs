@@ -50,6 +50,10 @@ struct RunArgs {
     /// Extra kernel command-line words, appended after vmtest's own (repeatable).
     #[arg(long, value_name = "WORDS")]
     append: Vec<String>,
+    /// One more QEMU argument, after vmtest's own (repeatable; `--qemu-arg=-singlestep`, or
+    /// `--qemu-arg -icount --qemu-arg shift=0`).
+    #[arg(long = "qemu-arg", value_name = "ARG", allow_hyphen_values = true)]
+    qemu_args: Vec<String>,
     /// Also pack this guest kernel module and its dependencies (sch_netem always is).
     #[arg(long = "with-module", value_name = "NAME")]
     with_modules: Vec<String>,
@@ -90,6 +94,7 @@ fn real_main() -> anyhow::Result<u8> {
         kernel: args.kernel,
         keep_initramfs: args.keep_initramfs,
         append: args.append,
+        qemu_args: args.qemu_args,
         extra_modules: args.with_modules,
         memory_mib: args.memory,
     };

@@ -65,6 +65,9 @@ pub struct QemuConfig {
     pub cpus: u32,
     /// Extra kernel command-line words.
     pub append: Vec<String>,
+    /// Extra QEMU arguments, after vmtest's own (e.g. `-singlestep`: one guest instruction per
+    /// translation block, so that an interrupt can land between any two instructions).
+    pub qemu_args: Vec<String>,
     /// Wall-clock limit for the whole boot, scenario and power-off.
     pub timeout: Duration,
 }
@@ -125,7 +128,8 @@ impl QemuConfig {
             .arg("-initrd")
             .arg(&self.initramfs)
             .arg("-append")
-            .arg(self.cmdline());
+            .arg(self.cmdline())
+            .args(&self.qemu_args);
         cmd
     }
 }
@@ -241,6 +245,7 @@ mod tests {
             memory_mib: 512,
             cpus: 2,
             append: vec!["loglevel=7".into()],
+            qemu_args: Vec::new(),
             timeout: Duration::from_secs(5),
         }
     }
@@ -268,6 +273,13 @@ mod tests {
         assert!(args.iter().any(|a| a == "-no-reboot"));
         assert_eq!(pair("-display"), "none");
         assert!(!args.iter().any(|a| a.contains("kvm")), "{args:?}");
+    }
+
+    #[test]
+    fn extra_qemu_args_come_last_in_order() {
+        let config = QemuConfig { qemu_args: vec!["-singlestep".into(), "-icount".into(), "shift=0".into()], ..config() };
+        let args: Vec<_> = config.command().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args[args.len() - 3..], ["-singlestep", "-icount", "shift=0"], "{args:?}");
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub struct RunOptions {
     pub keep_initramfs: Option<PathBuf>,
     /// Extra kernel command-line words.
     pub append: Vec<String>,
+    /// Extra QEMU arguments (after vmtest's own).
+    pub qemu_args: Vec<String>,
     /// Guest kernel modules to pack besides [`DEFAULT_MODULES`].
     pub extra_modules: Vec<String>,
     /// Guest RAM in MiB.
@@ -238,6 +240,7 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
         memory_mib: options.memory_mib,
         cpus: 2,
         append: options.append.clone(),
+        qemu_args: options.qemu_args.clone(),
         timeout: options.timeout,
     };
     let boot = qemu::boot(&config, console)?;

@@ -118,6 +118,19 @@ impl Scenario {
         self.arg("--timeout").arg(secs.to_string())
     }
 
+    /// Words for the guest kernel's command line, after vmtest's own (`--append`), e.g.
+    /// `preempt=full`.
+    #[must_use]
+    pub fn append(self, words: &str) -> Self {
+        self.arg("--append").arg(words)
+    }
+
+    /// One more QEMU argument, after vmtest's own (`--qemu-arg`), e.g. `-singlestep`.
+    #[must_use]
+    pub fn qemu_arg(self, arg: &str) -> Self {
+        self.arg(format!("--qemu-arg={arg}"))
+    }
+
     /// One more argument of `vmtest run`.
     #[must_use]
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {

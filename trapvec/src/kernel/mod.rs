@@ -42,6 +42,7 @@ use crate::abi::{
     TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
     TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
     TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
+    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP,
 };
 use crate::error::{hex, TargetError};
 use crate::target::{BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
@@ -123,6 +124,10 @@ pub enum SiteRefusal {
     NoDispatch,
     #[error("an int instruction of another vector than trapvec.ko's (the program and the module disagree on the vector)")]
     ForeignTrap,
+    #[error("a call inside the window is not its last instruction: its return address would point into the new bytes")]
+    ReturnInWindow,
+    #[error("the window covers several instructions and its new bytes begin with neither a trap nor a jmp, which the module cannot stand in for while it writes them")]
+    NotAJump,
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
     #[error("the site could not be checked: CHECK failed with {errno}")]
@@ -164,6 +169,8 @@ impl SiteRefusal {
             TRAPVEC_REASON_MODULES_DISABLED => SiteRefusal::ModulesDisabled,
             TRAPVEC_REASON_NO_DISPATCH => SiteRefusal::NoDispatch,
             TRAPVEC_REASON_FOREIGN_TRAP => SiteRefusal::ForeignTrap,
+            TRAPVEC_REASON_RETURN_IN_WINDOW => SiteRefusal::ReturnInWindow,
+            TRAPVEC_REASON_NOT_A_JUMP => SiteRefusal::NotAJump,
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -200,6 +207,8 @@ impl SiteRefusal {
             SiteRefusal::ModulesDisabled => TRAPVEC_REASON_MODULES_DISABLED,
             SiteRefusal::NoDispatch => TRAPVEC_REASON_NO_DISPATCH,
             SiteRefusal::ForeignTrap => TRAPVEC_REASON_FOREIGN_TRAP,
+            SiteRefusal::ReturnInWindow => TRAPVEC_REASON_RETURN_IN_WINDOW,
+            SiteRefusal::NotAJump => TRAPVEC_REASON_NOT_A_JUMP,
             SiteRefusal::Unknown { code } => *code,
             SiteRefusal::CheckFailed { .. } => return None,
         })
