@@ -238,6 +238,7 @@ fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<Strin
         kernel: Some(k.vmlinuz.clone()),
         keep_initramfs: None,
         append: Vec::new(),
+        qemu_args: Vec::new(),
         extra_modules: Vec::new(),
         memory_mib: 512,
     };

@@ -120,6 +120,7 @@ pub fn measure(repo: &Path, kernel: Option<PathBuf>) -> Result<VmCost, String> {
         kernel,
         keep_initramfs: None,
         append: Vec::new(),
+        qemu_args: Vec::new(),
         extra_modules: Vec::new(),
         memory_mib: 512,
     };
