@@ -129,6 +129,7 @@ pub(crate) fn waits_for(point: &PointSpec, loaded: &[String]) -> Option<String> 
 static OWNER: AtomicUsize = AtomicUsize::new(0);
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
 
+#[allow(clippy::cast_possible_truncation)] // x86-64 Linux only: pthread_t and usize are 64 bits.
 fn me() -> usize {
     // SAFETY: pthread_self has no preconditions.
     unsafe { libc::pthread_self() as usize }

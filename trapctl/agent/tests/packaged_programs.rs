@@ -57,7 +57,7 @@ fn data(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            if i % 3 == 0 { b'a' + (x >> 16) as u8 % 16 } else { b"the quick brown fox "[i % 20] }
+            if i % 3 == 0 { b'a' + u8::try_from((x >> 16) % 16).unwrap() } else { b"the quick brown fox "[i % 20] }
         })
         .collect()
 }
@@ -185,7 +185,7 @@ impl Drop for Uprobe {
 
 fn cases(dir: &Path) -> Vec<Case> {
     let mut v = Vec::new();
-    let mut need = |prog: &str| {
+    let need = |prog: &str| {
         let p = which(prog);
         if p.is_none() {
             assert!(!ci(), "{prog} is missing (.ci/install-deps installs it)");
