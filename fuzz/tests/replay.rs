@@ -58,3 +58,14 @@ fn bench_corpus_replays() {
 fn analysis_corpus_replays() {
     replay("analysis");
 }
+
+#[test]
+fn debug_dumps_are_not_sentences_and_user_text_in_a_sentence_is_fine() {
+    use trapvec_fuzz::assert_sentence;
+    assert!(std::panic::catch_unwind(|| assert_sentence("t", "Decode(Error(\"eof\", line: 1))")).is_err());
+    assert!(std::panic::catch_unwind(|| assert_sentence("t", "Truncated { func: \"f\", addr: 1 }")).is_err());
+    assert!(std::panic::catch_unwind(|| assert_sentence("t", "")).is_err());
+    // Found by the protocol fuzzer: a point named `E5(x` starts a real sentence.
+    assert_sentence("t", "E5(x: unknown action `y` (call, replace or count)");
+    assert_sentence("t", "Function `f` (at 0x1) is too short (2 bytes)");
+}
