@@ -6,23 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `libtrapvec_agent.so` next to this test's own profile directory (target/<profile>/).
-fn agent() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(Path::parent).unwrap();
-    let so = profile.join("libtrapvec_agent.so");
-    assert!(so.exists(), "{} not built", so.display());
-    so
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().unwrap();
-    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
+mod common;
+use common::{agent, cc, repo};
 
 struct Fixture {
     dir: PathBuf,

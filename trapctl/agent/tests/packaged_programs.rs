@@ -20,18 +20,8 @@ use std::process::{Command, Stdio};
 
 use object::{Object, ObjectSegment};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `libtrapvec_agent.so` next to this test's own profile directory (target/<profile>/).
-fn agent() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(Path::parent).unwrap();
-    let so = profile.join("libtrapvec_agent.so");
-    assert!(so.exists(), "{} not built", so.display());
-    so
-}
+mod common;
+use common::{agent, repo};
 
 fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")

@@ -1,0 +1,26 @@
+//! What the agent's test binaries share: where the repository and the built agent are, and
+//! compiling a fixture with `cc` at test time. Each binary uses a part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `libtrapvec_agent.so` next to this test's own profile directory (target/<profile>/).
+pub fn agent() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let so = profile.join("libtrapvec_agent.so");
+    assert!(so.exists(), "{} not built", so.display());
+    so
+}
+
+/// Runs `cc` with `args`; a failure fails the test with the compiler's message.
+pub fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().unwrap();
+    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
