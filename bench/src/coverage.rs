@@ -215,15 +215,7 @@ pub struct PointAnswers {
 }
 
 fn info_for(image: &CodeImage) -> TargetInfo {
-    TargetInfo {
-        description: image.name.clone(),
-        red_zone: if image.kernel { 0 } else { 128 },
-        save_vector_regs: !image.kernel,
-        dispatcher_runs_handlers: image.kernel,
-        dispatcher_counts_hits: image.kernel,
-        has_fentry: image.kernel,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    }
+    TargetInfo::for_code(image.kernel, image.name.clone())
 }
 
 /// Ask the planner about every boundary of `func_idx` of `image`, at every distance of `dists`;

@@ -19,15 +19,7 @@ const PAD: u64 = 64;
 const MAX_LEN: usize = 4096;
 
 fn info(kernel: bool) -> TargetInfo {
-    TargetInfo {
-        description: "fuzz".into(),
-        red_zone: if kernel { 0 } else { 128 },
-        save_vector_regs: !kernel,
-        dispatcher_runs_handlers: kernel,
-        dispatcher_counts_hits: kernel,
-        has_fentry: kernel,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    }
+    TargetInfo::for_code(kernel, "fuzz")
 }
 
 pub fn run(data: &[u8]) {

@@ -40,15 +40,7 @@ impl FakeTarget {
             // Beyond ±2 GiB of the component: reached through the GOT or refused.
             f("far_var", NEAR + (8 << 30), SymbolKind::Object),
         ]);
-        let info = TargetInfo {
-            description: "fuzz target".into(),
-            red_zone: 128,
-            save_vector_regs: true,
-            dispatcher_runs_handlers: false,
-            dispatcher_counts_hits: false,
-            has_fentry: false,
-            trap_vector: trapvec::abi::TRAP_VECTOR,
-        };
+        let info = TargetInfo::user("fuzz target");
         FakeTarget { info, symbols, blocks: BTreeMap::new(), next_id: 1, next_addr: NEAR + 0x10_0000 }
     }
 

@@ -264,15 +264,8 @@ mod tests {
     use super::*;
 
     fn info(has_fentry: bool) -> TargetInfo {
-        TargetInfo {
-            description: "test".into(),
-            red_zone: if has_fentry { 0 } else { 128 },
-            save_vector_regs: !has_fentry,
-            dispatcher_runs_handlers: false,
-            dispatcher_counts_hits: false,
-            has_fentry,
-            trap_vector: trapvec::abi::TRAP_VECTOR,
-        }
+        // The dispatcher's part does not matter to points: only the fentry site does.
+        TargetInfo { dispatcher_runs_handlers: false, dispatcher_counts_hits: false, ..TargetInfo::for_code(has_fentry, "test") }
     }
 
     fn func(name: &str, addr: u64, size: u64) -> Symbol {

@@ -141,15 +141,7 @@ struct Report {
 }
 
 fn target_info(kernel: bool) -> TargetInfo {
-    TargetInfo {
-        description: if kernel { "kernel code (inspection)" } else { "user code (inspection)" }.to_string(),
-        red_zone: if kernel { 0 } else { 128 },
-        save_vector_regs: !kernel,
-        dispatcher_runs_handlers: kernel,
-        dispatcher_counts_hits: kernel,
-        has_fentry: kernel,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    }
+    TargetInfo::for_code(kernel, if kernel { "kernel code (inspection)" } else { "user code (inspection)" })
 }
 
 fn site_report(input: &PlanInput<'_>, site: u64) -> SiteReport {

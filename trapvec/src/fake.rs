@@ -89,15 +89,7 @@ impl FakeKernel {
         }
         let end = TEXT + 32 * FUNCS.len() as u64;
         symbols.push(Symbol { name: "_etext".into(), addr: end, size: 0, kind: SymbolKind::Function, origin: None, version: None });
-        let info = TargetInfo {
-            description: "fake kernel".into(),
-            red_zone: 0,
-            save_vector_regs: false,
-            dispatcher_runs_handlers: true,
-            dispatcher_counts_hits: true,
-            has_fentry: true,
-            trap_vector: crate::abi::TRAP_VECTOR,
-        };
+        let info = TargetInfo::kernel("fake kernel", crate::abi::TRAP_VECTOR);
         FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Arc::new(Mutex::new(inner)) }
     }
 

@@ -304,6 +304,47 @@ pub struct TargetInfo {
     pub trap_vector: u8,
 }
 
+impl TargetInfo {
+    /// User-space code (a process): a 128-byte red zone, the vector state saved around handlers,
+    /// handlers run and hits counted by trampolines (the signal handler only redirects), no
+    /// fentry sites, and the process backend's vector.
+    pub fn user(description: impl Into<String>) -> Self {
+        TargetInfo {
+            description: description.into(),
+            red_zone: 128,
+            save_vector_regs: true,
+            dispatcher_runs_handlers: false,
+            dispatcher_counts_hits: false,
+            has_fentry: false,
+            trap_vector: crate::abi::TRAP_VECTOR,
+        }
+    }
+
+    /// Kernel code (trapvec.ko with its trap at `trap_vector`): no red zone, no vector state, the
+    /// dispatcher runs `call` handlers and counts hits, and functions begin with an fentry site.
+    pub fn kernel(description: impl Into<String>, trap_vector: u8) -> Self {
+        TargetInfo {
+            description: description.into(),
+            red_zone: 0,
+            save_vector_regs: false,
+            dispatcher_runs_handlers: true,
+            dispatcher_counts_hits: true,
+            has_fentry: true,
+            trap_vector,
+        }
+    }
+
+    /// [`TargetInfo::kernel`] (at the default vector) for kernel code, else [`TargetInfo::user`]:
+    /// for analysing code read from a file, where no module says which vector it uses.
+    pub fn for_code(kernel: bool, description: impl Into<String>) -> Self {
+        if kernel {
+            Self::kernel(description, crate::abi::TRAP_VECTOR)
+        } else {
+            Self::user(description)
+        }
+    }
+}
+
 /// A target-owned in-flight counter of a `replace` trampoline ([`Target::replace_counter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplaceCounter {

@@ -48,15 +48,7 @@ impl FakeTarget {
             .map(|&(name, addr, kind)| Symbol { name: name.into(), addr, size: 16, kind, origin: None, version: None })
             .collect();
         FakeTarget {
-            info: TargetInfo {
-                description: "fake target".into(),
-                red_zone: 128,
-                save_vector_regs: true,
-                dispatcher_runs_handlers: false,
-                dispatcher_counts_hits: false,
-                has_fentry: false,
-                trap_vector: trapvec::abi::TRAP_VECTOR,
-            },
+            info: TargetInfo::user("fake target"),
             symbols: SymbolTable::new(symbols),
             blocks: BTreeMap::new(),
             next_id: 1,

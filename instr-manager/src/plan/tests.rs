@@ -48,19 +48,12 @@ impl Image {
 
 /// A user-space target (red zone, vector registers saved); also used by other modules' tests.
 pub(crate) fn user() -> TargetInfo {
-    TargetInfo {
-        description: "test".into(),
-        red_zone: 128,
-        save_vector_regs: true,
-        dispatcher_runs_handlers: false,
-        dispatcher_counts_hits: false,
-        has_fentry: false,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    }
+    TargetInfo::user("test")
 }
 
+/// Kernel code whose handlers run in trampolines, as the planner's tests have always assumed.
 fn kernel() -> TargetInfo {
-    TargetInfo { red_zone: 0, save_vector_regs: false, has_fentry: true, ..user() }
+    TargetInfo { dispatcher_runs_handlers: false, dispatcher_counts_hits: false, ..TargetInfo::kernel("test", trapvec::abi::TRAP_VECTOR) }
 }
 
 /// Plan with nothing busy and the trampoline reachable.

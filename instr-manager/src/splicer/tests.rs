@@ -254,15 +254,7 @@ fn counting_trampoline_in_user_space_steps_over_the_red_zone_and_keeps_the_flags
     use crate::analysis::analyze_function;
     use crate::plan::{plan_trap, PlanInput};
     let func = analyze_function("f", TEXT, &FUNC).unwrap();
-    let info = TargetInfo {
-        description: "process".into(),
-        red_zone: 128,
-        save_vector_regs: true,
-        dispatcher_runs_handlers: false,
-        dispatcher_counts_hits: false,
-        has_fentry: false,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    };
+    let info = TargetInfo::user("process");
     let symbols = SymbolTable::default();
     let read = |_: u64, _: usize| None;
     let busy = |_: u64, _: u64| false;

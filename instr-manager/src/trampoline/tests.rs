@@ -36,15 +36,7 @@ fn plan_for(bytes: &[u8], site: u64, patch_len: usize) -> Plan {
 }
 
 fn info(user: bool) -> TargetInfo {
-    TargetInfo {
-        description: "test".into(),
-        red_zone: if user { 128 } else { 0 },
-        save_vector_regs: user,
-        dispatcher_runs_handlers: !user,
-        dispatcher_counts_hits: !user,
-        has_fentry: !user,
-        trap_vector: trapvec::abi::TRAP_VECTOR,
-    }
+    TargetInfo::for_code(!user, "test")
 }
 
 fn tramp() -> CallTrampoline {

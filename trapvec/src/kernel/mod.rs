@@ -352,15 +352,8 @@ impl KernelTarget {
             TargetError::Other(format!("trapvec.ko reports trap vector {:#x}, which is not a system vector", raw.vector))
         })?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let info = TargetInfo {
-            description: format!("kernel {} (trapvec.ko, vector {:#x})", release.trim(), raw.vector),
-            red_zone: 0,
-            save_vector_regs: false,
-            dispatcher_runs_handlers: true,
-            dispatcher_counts_hits: true,
-            has_fentry: true,
-            trap_vector,
-        };
+        let info =
+            TargetInfo::kernel(format!("kernel {} (trapvec.ko, vector {:#x})", release.trim(), raw.vector), trap_vector);
         log::debug!(
             "kernel target: {}, {} symbols, code arena {:#x}+{:#x}",
             info.description,

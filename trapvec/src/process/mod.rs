@@ -72,15 +72,7 @@ impl ProcessTarget {
         let symbols = symbols::process_symbols()?;
         let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
         Ok(ProcessTarget {
-            info: TargetInfo {
-                description: format!("process {} ({exe})", std::process::id()),
-                red_zone: 128,
-                save_vector_regs: true,
-                dispatcher_runs_handlers: false,
-                dispatcher_counts_hits: false,
-                has_fentry: false,
-            trap_vector: crate::abi::TRAP_VECTOR,
-            },
+            info: TargetInfo::user(format!("process {} ({exe})", std::process::id())),
             symbols,
             repo: memory::Repository::default(),
         })
