@@ -77,6 +77,24 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("vmtest/ lies in the workspace").to_owned()
 }
 
+/// Builds `tvraw` into `dir`: the scenarios' raw-request helper
+/// (`vmtest/tests/fixtures/tvraw.c`), static, against `kmod/trapvec_abi.h`, so that a scenario can
+/// send the module requests trapctl never would. Returns its path.
+pub fn tvraw(dir: &Path) -> PathBuf {
+    let out = dir.join("tvraw");
+    let root = repo_root();
+    let cc = Command::new("cc")
+        .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("kmod"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("vmtest/tests/fixtures/tvraw.c"))
+        .output()
+        .expect("running cc");
+    assert!(cc.status.success(), "cc tvraw.c: {}", String::from_utf8_lossy(&cc.stderr));
+    out
+}
+
 /// A `vmtest run` to make: a scenario script, `--file`s to copy into the guest and other
 /// arguments of `vmtest run` (`--timeout`, `--no-load`, `--with-module`, …).
 #[derive(Debug)]

@@ -9,23 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vmtest::host::KernelInstall;
-use vmtest::testing::{can_boot, repo_root, Run, Scenario};
-
-/// `tvraw`, the scenario's raw-request helper, static, built against `kmod/trapvec_abi.h`.
-fn tvraw(dir: &Path) -> PathBuf {
-    let out = dir.join("tvraw");
-    let root = repo_root();
-    let cc = Command::new("cc")
-        .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root.join("kmod"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("vmtest/tests/fixtures/tvraw.c"))
-        .output()
-        .expect("running cc");
-    assert!(cc.status.success(), "cc tvraw.c: {}", String::from_utf8_lossy(&cc.stderr));
-    out
-}
+use vmtest::testing::{can_boot, repo_root, tvraw, Run, Scenario};
 
 /// `slowinit.ko` (vmtest/tests/fixtures/slowinit), built against the guest kernel's headers.
 fn slowinit(dir: &Path) -> PathBuf {
