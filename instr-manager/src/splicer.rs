@@ -375,12 +375,6 @@ impl<T: Target> Splicer<T> {
         Ok(self.components.load_path(&mut self.target, path, opts, &mut extra)?)
     }
 
-    /// Load a component from bytes (see [`Splicer::load_component`]).
-    pub fn load_component_bytes(&mut self, name: &str, bytes: &[u8], opts: &component_manager::LoadOptions) -> Result<ComponentId, SpliceError> {
-        let mut extra = OrigResolver { orig: &mut self.orig, live: &self.live };
-        Ok(self.components.load_bytes(&mut self.target, name, bytes, opts, &mut extra)?)
-    }
-
     /// Unload a component (refused while a splice uses it).
     pub fn unload_component(&mut self, id: ComponentId) -> Result<(), SpliceError> {
         Ok(self.components.unload(&mut self.target, id)?)

@@ -88,11 +88,6 @@ impl ProcessTarget {
     pub fn live_blocks(&self) -> usize {
         self.repo.live_blocks()
     }
-
-    /// Sites currently in the process's dispatch table.
-    pub fn dispatch_sites() -> Vec<u64> {
-        signal::DISPATCH.snapshot().map(|t| t.sites).unwrap_or_default()
-    }
 }
 
 impl Target for ProcessTarget {
