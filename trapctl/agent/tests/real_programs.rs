@@ -6,10 +6,10 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 mod common;
-use common::{agent, cc, repo};
+use common::{agent, cc, repo, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -26,27 +26,7 @@ fn fixture() -> Fixture {
     Fixture { dir, program }
 }
 
-/// A spec counting calls of each `(point, mechanism)`.
-fn spec(points: &[(&str, &str)]) -> String {
-    let mut s = String::from("[[component]]\npath = \"count.o\"\n");
-    for (at, mech) in points {
-        s.push_str(&format!("\n[[splice]]\nat = \"{at}\"\naction = \"call\"\nhandler = \"count\"\nmechanism = \"{mech}\"\n"));
-    }
-    s
-}
-
-struct Run {
-    out: Output,
-    stats: Option<serde_json::Value>,
-}
-
 impl Run {
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.out.stdout).into_owned()
-    }
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
     /// Hits of the spec's `i`-th splice in the stats file.
     fn hits(&self, i: usize) -> u64 {
         let stats = self.stats.as_ref().unwrap_or_else(|| panic!("no stats written; stderr: {}", self.stderr()));

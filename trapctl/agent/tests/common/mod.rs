@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
@@ -23,4 +23,29 @@ pub fn agent() -> PathBuf {
 pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().unwrap();
     assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A spec that counts the calls at each `(point, mechanism)` with `count.o`'s `count` handler.
+pub fn spec(points: &[(&str, &str)]) -> String {
+    let mut s = String::from("[[component]]\npath = \"count.o\"\n");
+    for (at, mech) in points {
+        s.push_str(&format!("\n[[splice]]\nat = \"{at}\"\naction = \"call\"\nhandler = \"count\"\nmechanism = \"{mech}\"\n"));
+    }
+    s
+}
+
+/// A program's run under the agent: its output and the stats file it wrote, if any.
+pub struct Run {
+    pub out: Output,
+    pub stats: Option<serde_json::Value>,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
 }
