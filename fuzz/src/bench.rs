@@ -8,7 +8,7 @@
 //!
 //! Every refusal is a sentence.
 
-use bench::image::CodeImage;
+use instr_manager::image::CodeImage;
 use bench::kernel::{check_kallsyms, parse_kallsyms_dump};
 use bench::vmlinux::{extract_vmlinux, is_whole_elf};
 
