@@ -23,12 +23,10 @@
 
 use std::collections::BTreeMap;
 
-use instr_manager::{
-    analyze_function_with, plan_jmp_rel32, plan_jmp_springboard, plan_trap, AnalysisOptions, PlanInput, Refusal,
-};
+use instr_manager::{analyze_function_with, AnalysisOptions, PlanInput, Refusal, SiteVerdict};
 use trapvec::TargetInfo;
 
-use crate::image::CodeImage;
+use instr_manager::image::CodeImage;
 use crate::sets::CodeSet;
 
 /// Distances (bytes from the point to the patch buffer) of the curves: 1 KiB … 1 TiB, with
@@ -262,30 +260,30 @@ pub fn trampoline_at(site: u64, d: u64) -> u64 {
 
 /// The planner's answer at one site.
 pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
-    let trap = plan_trap(input, site).map(|_| ()).map_err(|r| refusal_kind(&r));
-    let (jmp, jmp_refusal) = match plan_jmp_rel32(input, site) {
-        Ok(_) => (JmpKind::Rel32, None),
-        Err(e32) => match plan_jmp_springboard(input, site) {
-            Ok(_) => (JmpKind::Rel8Springboard, None),
-            // The 2-byte window passed but no padding holds a springboard: the reason is the
-            // 5-byte window's refusal (named as a window that does not fit when it is its shape).
-            // Otherwise the 2-byte window failed too, and its refusal says why, unless the
-            // trampoline was out of reach to begin with.
-            Err(Refusal::NoRoomForJmp { .. }) if !matches!(e32, Refusal::OutOfReach { .. }) => (
-                JmpKind::Impossible,
-                Some(match e32 {
-                    Refusal::FunctionTooShort { .. }
-                    | Refusal::PastFunctionEnd { .. }
-                    | Refusal::BranchTargetInWindow { .. }
-                    | Refusal::WindowCrossesBlock { .. } => "5-byte window does not fit, no springboard padding",
-                    ref other => refusal_kind(other),
-                }),
-            ),
-            Err(e8) => (
-                JmpKind::Impossible,
-                Some(if matches!(e32, Refusal::OutOfReach { .. }) { refusal_kind(&e32) } else { refusal_kind(&e8) }),
-            ),
-        },
+    let v = SiteVerdict::judge(input, site);
+    let trap = v.trap.as_ref().map(|_| ()).map_err(refusal_kind);
+    let (jmp, jmp_refusal) = match (&v.jmp_rel32, &v.jmp_springboard) {
+        // No springboard was asked for: `jmp rel32` is possible.
+        (Ok(_), _) | (_, None) => (JmpKind::Rel32, None),
+        (Err(_), Some(Ok(_))) => (JmpKind::Rel8Springboard, None),
+        // The 2-byte window passed but no padding holds a springboard: the reason is the
+        // 5-byte window's refusal (named as a window that does not fit when it is its shape).
+        // Otherwise the 2-byte window failed too, and its refusal says why, unless the
+        // trampoline was out of reach to begin with.
+        (Err(e32), Some(Err(Refusal::NoRoomForJmp { .. }))) if !matches!(e32, Refusal::OutOfReach { .. }) => (
+            JmpKind::Impossible,
+            Some(match e32 {
+                Refusal::FunctionTooShort { .. }
+                | Refusal::PastFunctionEnd { .. }
+                | Refusal::BranchTargetInWindow { .. }
+                | Refusal::WindowCrossesBlock { .. } => "5-byte window does not fit, no springboard padding",
+                other => refusal_kind(other),
+            }),
+        ),
+        (Err(e32), Some(Err(e8))) => (
+            JmpKind::Impossible,
+            Some(if matches!(e32, Refusal::OutOfReach { .. }) { refusal_kind(e32) } else { refusal_kind(e8) }),
+        ),
     };
     Answer { trap, jmp, jmp_refusal }
 }

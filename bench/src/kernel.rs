@@ -15,7 +15,7 @@ use std::time::Duration;
 use object::{Object, ObjectSection};
 use thiserror::Error;
 
-use crate::image::{CodeImage, ImageError};
+use instr_manager::image::{CodeImage, ImageError};
 use crate::vmlinux::{extract_vmlinux, Compression, ExtractError};
 
 /// Markers around the kallsyms dump on the guest console.

@@ -8,7 +8,6 @@
 //! | [`vmcost`] | Table 1's kernel rows, measured in the VM (emulated) |
 //! | [`batch`] | issue 2's batch figure: apply/remove N splices in one batch |
 //! | [`vmlinux`] | extracting vmlinux from a vmlinuz (every compression extract-vmlinux tries) |
-//! | [`image`] | code images: vmlinux + kallsyms (KASLR undone), relocatables, other ELFs; ftrace NOPs |
 //! | [`kernel`] | the installed kernel: image, kallsyms from the VM (cached), network driver modules |
 //! | [`groups`] | the paper's groups of kernel code, by symbol name |
 //! | [`sets`] | the sets of functions reported on |
@@ -20,6 +19,9 @@
 //! | [`timing`] | rdtsc measurement, pinning, medians |
 //! | [`fixtures`] | the C code the process benchmarks splice, compiled at run time |
 //!
+//! The code images it analyses (vmlinux + kallsyms, relocatables, other ELFs) are
+//! [`instr_manager::image`]'s, shared with `trapctl inspect`.
+//!
 //! It measures and analyses; it never changes the host's kernel. Process benchmarks splice only
 //! code of the benchmark process itself; kernel rows run in a VM through `vmtest`.
 
@@ -28,7 +30,6 @@ pub mod cost;
 pub mod coverage;
 pub mod fixtures;
 pub mod groups;
-pub mod image;
 pub mod kernel;
 pub mod plots;
 pub mod report;

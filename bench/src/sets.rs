@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::groups::Group;
-use crate::image::{CodeImage, FuncExtent};
+use instr_manager::image::{CodeImage, FuncExtent};
 use crate::kernel::{self, KernelError, KernelImage, Sources};
 
 /// Functions of one image that are reported together.

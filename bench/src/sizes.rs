@@ -9,7 +9,7 @@
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
-use crate::image::{CodeImage, FuncExtent};
+use instr_manager::image::{CodeImage, FuncExtent};
 
 /// Longest x86 instruction.
 pub const MAX_LEN: usize = 15;

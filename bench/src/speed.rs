@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use instr_manager::{analyze_function_with, AnalysisOptions};
 use thiserror::Error;
 
-use crate::image::CodeImage;
+use instr_manager::image::CodeImage;
 
 #[derive(Debug, Error)]
 pub enum SpeedError {

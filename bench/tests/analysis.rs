@@ -4,7 +4,7 @@
 mod common;
 
 use bench::coverage::{plan_function, JmpKind, PointAnswers, DISTANCES};
-use bench::image::{CodeImage, NOP5};
+use instr_manager::image::{CodeImage, NOP5};
 use bench::sets::CodeSet;
 use bench::sizes::{self, LengthHistogram};
 use object::{Object, ObjectSection, ObjectSymbol};

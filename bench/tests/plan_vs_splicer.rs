@@ -8,7 +8,7 @@ mod common;
 
 use bench::coverage::{plan_function, JmpKind, DISTANCES};
 use bench::fixtures::{dlopen, Fixture};
-use bench::image::CodeImage;
+use instr_manager::image::CodeImage;
 use instr_manager::session::{Session, SessionError};
 use instr_manager::splicer::SpliceError;
 use instr_manager::Mechanism;

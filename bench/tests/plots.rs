@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bench::cost::{CostRow, CostTable};
 use bench::coverage::{coverage, HitCosts, DISTANCES};
-use bench::image::CodeImage;
+use instr_manager::image::CodeImage;
 use bench::plots;
 use bench::sets::CodeSet;
 use bench::sizes;

@@ -21,7 +21,7 @@ fn kallsyms_from_the_vm_describe_the_extracted_vmlinux() {
     let entry = |name: &str| img.functions.iter().find(|f| f.names.iter().any(|n| n == name)).unwrap().start;
     assert_eq!(img.read(entry("tcp_sync_mss"), 6).unwrap(), [0x0f, 0x1f, 0x44, 0x00, 0x00, 0x55]);
     let g = img.read(entry("__x64_sys_getppid"), 7).unwrap();
-    assert_eq!((&g[..5], g[5], g[6]), (&bench::image::NOP5[..], 0x53, 0xe8));
+    assert_eq!((&g[..5], g[5], g[6]), (&instr_manager::image::NOP5[..], 0x53, 0xe8));
     assert!(img.fentry_nops > 10_000, "{} ftrace sites", img.fentry_nops);
     // The cache now answers without a guest.
     let (again, _) = bench::kernel::kallsyms_of(&k, None, cache.path(), &repo_root()).unwrap();

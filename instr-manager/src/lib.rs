@@ -18,6 +18,7 @@
 pub mod analysis;
 pub mod apply;
 pub mod error;
+pub mod image;
 pub mod plan;
 pub mod point;
 pub mod relocate;
@@ -29,7 +30,7 @@ pub mod trampoline;
 pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn};
 pub use error::{AnalysisError, Error, PlanError, Refusal, SpecError};
 pub use plan::{
-    plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, Springboard,
+    plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, SiteVerdict, Springboard,
 };
 pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;

@@ -143,10 +143,15 @@ pub fn plan_trap(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
 /// A jmp splice: `jmp rel32`, else `jmp rel8` to a springboard.
 pub fn plan_jmp(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
     check_site(input.func, input.info, site)?;
-    let e32 = match plan_jmp_rel32(input, site) {
-        Ok(p) => return Ok(p),
-        Err(e) => e,
-    };
+    match plan_jmp_rel32(input, site) {
+        Ok(p) => Ok(p),
+        Err(e32) => plan_jmp_after_rel32(input, site, &e32),
+    }
+}
+
+/// The springboard, once `jmp rel32` was refused for `e32` (named in the refusal when padding
+/// is what is missing).
+fn plan_jmp_after_rel32(input: &PlanInput<'_>, site: u64, e32: &Refusal) -> Result<Plan, Refusal> {
     log::debug!("jmp rel32 at {site:#x} impossible ({e32}); trying jmp rel8 to a springboard");
     match plan_jmp_springboard(input, site) {
         Ok(p) => Ok(p),
@@ -155,6 +160,36 @@ pub fn plan_jmp(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
         }
         // The 2-byte window itself fails: the 5-byte one cannot do better.
         Err(e8) => Err(e8),
+    }
+}
+
+/// What each mechanism can do at one site, as `trapctl inspect` and `bench`'s coverage report
+/// it: a trap, a `jmp rel32`, and, only where `jmp rel32` is refused, `jmp rel8` to a
+/// springboard (the same order a jmp splice tries them in).
+#[derive(Clone, Debug)]
+pub struct SiteVerdict {
+    pub trap: Result<Plan, Refusal>,
+    pub jmp_rel32: Result<Plan, Refusal>,
+    /// `None` when `jmp rel32` is possible.
+    pub jmp_springboard: Option<Result<Plan, Refusal>>,
+}
+
+impl SiteVerdict {
+    /// Ask the planner about both mechanisms at `site`.
+    pub fn judge(input: &PlanInput<'_>, site: u64) -> SiteVerdict {
+        let trap = plan_trap(input, site);
+        let jmp_rel32 = plan_jmp_rel32(input, site);
+        let jmp_springboard = jmp_rel32.as_ref().err().map(|e32| plan_jmp_after_rel32(input, site, e32));
+        SiteVerdict { trap, jmp_rel32, jmp_springboard }
+    }
+
+    /// A jmp splice's plan or refusal (what [`plan_jmp`] answers).
+    pub fn jmp(&self) -> Result<&Plan, &Refusal> {
+        match (&self.jmp_rel32, &self.jmp_springboard) {
+            (Ok(p), _) => Ok(p),
+            (Err(_), Some(sb)) => sb.as_ref(),
+            (Err(e), None) => Err(e),
+        }
     }
 }
 

@@ -4,8 +4,6 @@
 //! not. Nothing is modified; the planning is exactly what a splice would do, with nothing else
 //! patched and the trampoline assumed within reach.
 
-mod image;
-
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -13,12 +11,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function};
 use instr_manager::plan::has_fentry_site;
-use instr_manager::{is_fentry_site, plan_jmp, plan_jmp_rel32, plan_trap, resolve_point, Plan, PlanInput, PointSpec, Refusal};
+use instr_manager::image::{CodeImage, ElfKind, EXTERNAL};
+use instr_manager::{is_fentry_site, resolve_point, Plan, PlanInput, PointSpec, Refusal, SiteVerdict};
 use serde::Serialize;
 use trapvec::error::hex;
 use trapvec::TargetInfo;
-
-use image::{ElfKind, Image};
 
 /// Where trap and jmp splices are possible in a function of an ELF file.
 #[derive(clap::Args)]
@@ -30,8 +27,9 @@ they would displace, and why not when not. With `symbol+offset` only that point 
 point at a traced kernel function's entry moves past its ftrace site, as a splice would).
 
 Executables and shared objects use their symbol table and virtual addresses. Relocatable objects
-(.o) and kernel modules (.ko) are examined in the section holding the symbol: addresses are offsets
-in that section, and PC-relative references leaving it show as 0x40000000. Kernel code (a .ko, a
+(.o) and kernel modules (.ko) are laid out with the section holding the symbol at 0, so addresses
+are offsets in that section, and their other executable sections after it; references to data and
+undefined symbols show as 0x40000000. Kernel code (a .ko, a
 vmlinux, or an object calling __fentry__) is planned with the kernel's rules: ftrace site at entry,
 no red zone.")]
 pub struct Args {
@@ -147,16 +145,18 @@ fn target_info(kernel: bool) -> TargetInfo {
 fn site_report(input: &PlanInput<'_>, site: u64) -> SiteReport {
     let func = input.func;
     let insn = func.insn_at(site);
-    let trap = match plan_trap(input, site) {
-        Ok(p) => Verdict::from_plan(&p, "trap"),
-        Err(e) => Verdict::refused(&e),
+    let v = SiteVerdict::judge(input, site);
+    let trap = match &v.trap {
+        Ok(p) => Verdict::from_plan(p, "trap"),
+        Err(e) => Verdict::refused(e),
     };
-    let jmp = match plan_jmp_rel32(input, site) {
-        Ok(p) => Verdict::from_plan(&p, "jmp rel32"),
-        Err(e32) => {
-            let mut v = match plan_jmp(input, site) {
-                Ok(p) => Verdict::from_plan(&p, "jmp rel8 + springboard"),
-                Err(e) => Verdict::refused(&e),
+    let jmp = match (&v.jmp_rel32, &v.jmp_springboard) {
+        (Ok(p), _) => Verdict::from_plan(p, "jmp rel32"),
+        (Err(e32), sb) => {
+            let mut v = match sb {
+                Some(Ok(p)) => Verdict::from_plan(p, "jmp rel8 + springboard"),
+                Some(Err(e)) => Verdict::refused(e),
+                None => Verdict::refused(e32),
             };
             v.rel32_reason = Some(e32.to_string());
             v
@@ -192,7 +192,7 @@ fn build(args: &Args) -> Result<Report> {
         PointSpec::Symbol { name, .. } => Some(name.as_str()),
         PointSpec::Address(_) => None,
     };
-    let image: Image = image::load(&args.file, name)?;
+    let image = CodeImage::from_path_around(&args.file, name)?;
     if image.kind.is_relocatable() && matches!(spec, PointSpec::Address(_)) {
         bail!("{}: addresses mean nothing in a relocatable file; name the function (`symbol+offset`)", args.file.display());
     }
@@ -202,7 +202,7 @@ fn build(args: &Args) -> Result<Report> {
         Mode::User => false,
     };
     let info = target_info(kernel);
-    let read = |a: u64, l: usize| image.read(a, l);
+    let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
     let point = resolve_point(&spec, &image.symbols, &info, |a| read(a, 5).is_some_and(|b| is_fentry_site(&b)))
         .with_context(|| format!("in {}", args.file.display()))?;
     let sym = &point.function;
@@ -214,8 +214,8 @@ fn build(args: &Args) -> Result<Report> {
     let mut notes = Vec::new();
     if let Some(sec) = &image.section {
         notes.push(format!(
-            "addresses are offsets in section {sec} (relocatable file); PC-relative references leaving it show as {:#x}",
-            image::EXTERNAL
+            "addresses are offsets in section {sec} (relocatable file; its other executable sections follow it); references to data and undefined symbols show as {:#x}",
+            EXTERNAL
         ));
     }
     if has_fentry_site(&func, &info) {

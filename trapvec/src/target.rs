@@ -431,9 +431,52 @@ pub trait Target {
     }
 }
 
+/// Largest gap between two ranges that one read covers rather than reading them apart.
+pub const READ_GAP_MAX: u64 = 4096;
+/// Largest span read at once.
+pub const READ_SPAN_MAX: u64 = 1 << 20;
+
+/// Group `[lo, hi)` ranges sorted by `lo` into runs that one read of target memory covers, so
+/// that a batch of thousands of sites or counters costs a few reads: each range starts at most
+/// [`READ_GAP_MAX`] bytes after the run's end so far, and a run spans at most
+/// [`READ_SPAN_MAX`] bytes (a single longer range is a run of its own). Returns index ranges
+/// into `ranges`.
+pub fn read_runs(ranges: &[(u64, u64)]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ranges.len() {
+        let (lo, mut end) = ranges[i];
+        let mut j = i + 1;
+        while let Some(&(a, b)) = ranges.get(j) {
+            if a > end.saturating_add(READ_GAP_MAX) || b.max(end) - lo > READ_SPAN_MAX {
+                break;
+            }
+            end = end.max(b);
+            j += 1;
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_runs_join_neighbours_and_split_at_gaps_and_the_span_limit() {
+        let r = [(0x1000, 0x1010), (0x1010, 0x1020), (0x1800, 0x1808), (0x1808 + READ_GAP_MAX + 1, 0x3000)];
+        assert_eq!(read_runs(&r), vec![0..3, 3..4]);
+        // Overlapping and nested ranges stay in one run.
+        assert_eq!(read_runs(&[(0x100, 0x200), (0x150, 0x160), (0x180, 0x300)]), vec![0..3]);
+        // A run stops before passing READ_SPAN_MAX; one range longer than that is a run alone.
+        let (s, g) = (READ_SPAN_MAX, READ_GAP_MAX);
+        let big = [(0, s - 8), (s - 8, s), (s, s + 8), (s + 16, 3 * s)];
+        assert_eq!(read_runs(&big), vec![0..2, 2..3, 3..4]);
+        assert_eq!(read_runs(&[(0, 8), (8 + g, 16 + g)]), vec![0..2], "a gap of exactly the limit is read over");
+        assert!(read_runs(&[]).is_empty());
+    }
 
     fn sym(name: &str, addr: u64, kind: SymbolKind, origin: Option<&str>) -> Symbol {
         Symbol { name: name.into(), addr, size: 0, kind, origin: origin.map(Into::into), version: None }

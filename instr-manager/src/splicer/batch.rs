@@ -12,9 +12,9 @@
 //! batch, after the last use of the cache.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Range;
 use std::rc::Rc;
 
+use trapvec::target::read_runs;
 use trapvec::{Symbol, SymbolKind, Target};
 
 use crate::analysis::parts::{part_names, targets_into};
@@ -26,10 +26,6 @@ use super::SpliceError;
 const MAX_PARTS: usize = 8;
 /// Largest cold part decoded.
 const MAX_PART_SIZE: u64 = 64 * 1024;
-/// Largest span read at once.
-const SPAN_MAX: u64 = 1 << 20;
-/// Largest gap between two ranges that one read covers rather than reading them apart.
-const GAP_MAX: u64 = 4096;
 
 /// Analyses of one batch (see the module docs).
 #[derive(Default)]
@@ -54,7 +50,7 @@ impl BatchCache {
         self.shared = keys.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
         keys.dedup();
         let ranges: Vec<(u64, u64)> = keys.iter().map(|&(addr, size)| (addr, addr.saturating_add(size))).collect();
-        for run in runs(&ranges) {
+        for run in read_runs(&ranges) {
             let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
             match usize::try_from(hi - lo).map(|len| target.read(lo, len)) {
                 Ok(Ok(bytes)) => self.text.push((lo, bytes)),
@@ -136,28 +132,6 @@ fn add_part_targets<T: Target>(target: &T, func: &mut Function) {
     }
 }
 
-/// Group `[lo, hi)` ranges sorted by `lo` into runs that one read covers: each range starts at
-/// most [`GAP_MAX`] bytes after the run's end so far, and a run spans at most [`SPAN_MAX`] bytes
-/// (a single longer range is a run of its own).
-fn runs(ranges: &[(u64, u64)]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < ranges.len() {
-        let (lo, mut end) = ranges[i];
-        let mut j = i + 1;
-        while let Some(&(a, b)) = ranges.get(j) {
-            if a > end.saturating_add(GAP_MAX) || b.max(end) - lo > SPAN_MAX {
-                break;
-            }
-            end = end.max(b);
-            j += 1;
-        }
-        out.push(i..j);
-        i = j;
-    }
-    out
-}
-
 /// The little-endian 8-byte words at `addrs` (in that order), read in as few target reads as
 /// they allow: words close to one another (counters in consecutive data blocks) are read as one
 /// span. A span the target cannot read is read word by word; an unreadable word reads as 0.
@@ -167,7 +141,7 @@ pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
     order.sort_unstable_by_key(|&i| addrs[i]);
     let ranges: Vec<(u64, u64)> = order.iter().map(|&i| (addrs[i], addrs[i].saturating_add(8))).collect();
     let mut out = vec![0u64; addrs.len()];
-    let groups = runs(&ranges);
+    let groups = read_runs(&ranges);
     for run in &groups {
         let (lo, hi) = (ranges[run.start].0, ranges[run.end - 1].1);
         let span = usize::try_from(hi - lo).unwrap_or(usize::MAX);
@@ -188,21 +162,4 @@ pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
     }
     log::debug!("read {} counter(s) in {} span(s)", addrs.len(), groups.len());
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runs_join_neighbours_and_split_at_gaps_and_the_span_limit() {
-        let r = [(0x1000, 0x1010), (0x1010, 0x1020), (0x1800, 0x1808), (0x1808 + GAP_MAX + 1, 0x3000)];
-        assert_eq!(runs(&r), vec![0..3, 3..4]);
-        // Overlapping and nested ranges stay in one run.
-        assert_eq!(runs(&[(0x100, 0x200), (0x150, 0x160), (0x180, 0x300)]), vec![0..3]);
-        // A run stops before passing SPAN_MAX; one range longer than that is a run alone.
-        let big = [(0, SPAN_MAX - 8), (SPAN_MAX - 8, SPAN_MAX), (SPAN_MAX, SPAN_MAX + 8), (SPAN_MAX + 16, 3 * SPAN_MAX)];
-        assert_eq!(runs(&big), vec![0..2, 2..3, 3..4]);
-        assert!(runs(&[]).is_empty());
-    }
 }

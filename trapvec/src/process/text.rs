@@ -23,7 +23,7 @@ use crate::error::{hex, TargetError};
 use crate::process::scan::Scan;
 use crate::process::signal::{TEXT_SEQ, TRANSIENT, WRITER_TID, WRITTEN};
 use crate::process::sys;
-use crate::target::TextPatch;
+use crate::target::{read_runs, TextPatch};
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 6;
@@ -98,16 +98,10 @@ pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError>
 /// Check that every patch of `order` (sorted by address, disjoint) finds its `old` bytes, reading
 /// neighbouring patches' text together (a batch of thousands of patches in a few reads).
 fn check_expected(order: &[&TextPatch]) -> Result<(), TargetError> {
-    /// Patches at most this far apart, within this span, are read together.
-    const GAP: u64 = 4096;
-    const SPAN: u64 = 1 << 20;
-    let end = |p: &TextPatch| p.addr + p.old.len() as u64;
-    let mut rest = order;
-    while let Some(first) = rest.first() {
-        let n = 1 + rest[1..].iter().zip(rest).take_while(|(p, prev)| p.addr - end(prev) <= GAP && end(p) - first.addr <= SPAN).count();
-        let (run, tail) = rest.split_at(n);
-        rest = tail;
-        let (lo, hi) = (first.addr, end(run[n - 1]));
+    let ranges: Vec<(u64, u64)> = order.iter().map(|p| (p.addr, p.addr + p.old.len() as u64)).collect();
+    for run in read_runs(&ranges) {
+        let (lo, hi) = (ranges[run.start].0, ranges[run.end - 1].1);
+        let run = &order[run];
         // A run over unreadable gaps is read patch by patch (then the failing patch is named).
         let text = read_memory(lo, (hi - lo) as usize).ok();
         for p in run {
