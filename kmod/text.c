@@ -844,6 +844,11 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	if (ctx->skipped)
 		pr_err("%u springboards were changed by someone else and are left alone\n",
 		       ctx->skipped);
+	/* What a test (dynamic debug) can see of the deferred revert. */
+	for (i = 0; i < n; i++)
+		if (ops[i].deferred)
+			pr_debug("springboard at %pS reverted an RCU-tasks grace period after its jumpers\n",
+				 (void *)ops[i].rec->addr);
 	return 0;
 }
 
