@@ -123,8 +123,8 @@ void trapvec_mem_exit(void)
 
 		objects += o;
 		if (o || b)
-			len += scnprintf(left + len, sizeof(left) - len, " %s %ld objects %ld bytes;",
-					 trapvec_mem_names[i], o, b);
+			len += scnprintf(left + len, sizeof(left) - len,
+					 " %s %ld objects %ld bytes;", trapvec_mem_names[i], o, b);
 	}
 	if (!len) {
 		pr_info("unloaded, 0 allocations outstanding\n");

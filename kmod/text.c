@@ -630,7 +630,8 @@ static struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text
 
 	for (i = 0; i < n; i++)
 		count += ops[i].int3_first;
-	pend = trapvec_kvmalloc(TRAPVEC_MEM_PENDING, 1, struct_size(pend, sites, count), GFP_KERNEL);
+	pend = trapvec_kvmalloc(TRAPVEC_MEM_PENDING, 1, struct_size(pend, sites, count),
+				GFP_KERNEL);
 	if (!pend)
 		return NULL;
 	pend->count = 0;
