@@ -110,18 +110,18 @@ int trapvec_arena_init(void)
 
 	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE % PAGE_SIZE);
 
-	pages = kcalloc(npages, sizeof(*pages), GFP_KERNEL);
+	pages = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, npages, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
 		return -ENOMEM;
 	for (i = 0; i < npages; i++) {
 		pages[i] = vmalloc_to_page(trapvec_code_arena + i * PAGE_SIZE);
 		if (!pages[i]) {
-			kfree(pages);
+			trapvec_kvfree(TRAPVEC_MEM_SCRATCH, pages, npages * sizeof(*pages));
 			return -EFAULT;
 		}
 	}
-	trapvec_code.alias = vmap(pages, npages, VM_MAP, PAGE_KERNEL);
-	kfree(pages);
+	trapvec_code.alias = trapvec_vmap(TRAPVEC_MEM_ALIAS, pages, npages);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, pages, npages * sizeof(*pages));
 	if (!trapvec_code.alias)
 		return -ENOMEM;
 	trapvec_code.base = (unsigned long)trapvec_code_arena;
@@ -139,7 +139,7 @@ static void trapvec_arena_release(struct trapvec_arena *a)
 
 	list_for_each_entry_safe(b, tmp, &a->blocks, node) {
 		list_del(&b->node);
-		kfree(b);
+		trapvec_kvfree(TRAPVEC_MEM_BLOCK, b, sizeof(*b));
 	}
 	a->used = 0;
 }
@@ -150,7 +150,8 @@ void trapvec_arena_exit(void)
 	trapvec_arena_release(&trapvec_code);
 	trapvec_arena_release(&trapvec_data);
 	if (trapvec_code.alias)
-		vunmap(trapvec_code.alias);
+		trapvec_vunmap(TRAPVEC_MEM_ALIAS, trapvec_code.alias,
+			       TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT);
 	trapvec_code.alias = NULL;
 }
 
@@ -183,7 +184,7 @@ static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t s
 	}
 	if (start + size > a->size)
 		return NULL;
-	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
+	nb = trapvec_kvmalloc(TRAPVEC_MEM_BLOCK, 1, sizeof(*nb), GFP_KERNEL | __GFP_ZERO);
 	if (!nb)
 		return ERR_PTR(-ENOMEM);
 	nb->arena = a;
@@ -208,7 +209,7 @@ static void trapvec_reclaim_arena(struct trapvec_arena *a, struct trapvec_quiesc
 		out->reclaimed_blocks++;
 		out->reclaimed_bytes += b->size;
 		list_del(&b->node);
-		kfree(b);
+		trapvec_kvfree(TRAPVEC_MEM_BLOCK, b, sizeof(*b));
 	}
 }
 
@@ -362,7 +363,7 @@ int trapvec_arena_write(const struct trapvec_write *req)
 	if (!req->len)
 		return 0;
 
-	bounce = kvmalloc(req->len, GFP_KERNEL);
+	bounce = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, req->len, GFP_KERNEL);
 	if (!bounce)
 		return -ENOMEM;
 	if (copy_from_user(bounce, u64_to_user_ptr(req->buf), req->len)) {
@@ -381,7 +382,7 @@ int trapvec_arena_write(const struct trapvec_write *req)
 		ret = -EIO;
 	}
 out_free:
-	kvfree(bounce);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, bounce, req->len);
 	return ret;
 }
 

@@ -196,7 +196,7 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len, u32 *insns)
 		return TRAPVEC_REASON_CROSSES_SYMBOL;
 	/* Enough for the last instruction of the window, not past the symbol. */
 	span = min_t(unsigned long, size, offset + len + MAX_INSN_SIZE);
-	text = kvmalloc(span, GFP_KERNEL);
+	text = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, span, GFP_KERNEL);
 	if (!text)
 		return TRAPVEC_REASON_NOT_BOUNDARY;
 	if (trapvec_text_read_original(addr - offset, text, span)) {
@@ -225,7 +225,7 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len, u32 *insns)
 	}
 	reason = TRAPVEC_REASON_NONE;
 out:
-	kvfree(text);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, text, span);
 	return reason;
 }
 

@@ -204,10 +204,30 @@ bool trapvec_dispatch_has(unsigned long site)
 	return trapvec_lookup_locked(site);
 }
 
+/* The per-CPU counters of an entry count as a second object of its kind. */
+#define TRAPVEC_COUNTS_BYTES	(sizeof(struct trapvec_counts) * num_possible_cpus())
+
+static struct trapvec_site *trapvec_site_alloc(void)
+{
+	struct trapvec_site *e;
+
+	e = trapvec_kvmalloc(TRAPVEC_MEM_ENTRY, 1, sizeof(*e), GFP_KERNEL | __GFP_ZERO);
+	if (!e)
+		return NULL;
+	e->counts = alloc_percpu(struct trapvec_counts);
+	if (!e->counts) {
+		trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
+		return NULL;
+	}
+	trapvec_mem_got(TRAPVEC_MEM_ENTRY, TRAPVEC_COUNTS_BYTES);
+	return e;
+}
+
 static void trapvec_site_free(struct trapvec_site *e)
 {
 	free_percpu(e->counts);
-	kfree(e);
+	trapvec_mem_put(TRAPVEC_MEM_ENTRY, TRAPVEC_COUNTS_BYTES);
+	trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
 }
 
 /* A site is text of the kernel or of a live module, outside this module. */
@@ -250,7 +270,7 @@ static int trapvec_first_repeat(const void *sites, size_t stride, u32 count, u32
 	*first = count;
 	if (count < 2)
 		return 0;
-	pairs = kvmalloc_array(count, 2 * sizeof(u64), GFP_KERNEL);
+	pairs = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, 2 * sizeof(u64), GFP_KERNEL);
 	if (!pairs)
 		return -ENOMEM;
 	for (i = 0; i < count; i++) {
@@ -262,7 +282,7 @@ static int trapvec_first_repeat(const void *sites, size_t stride, u32 count, u32
 	for (i = 1; i < count; i++)
 		if (pairs[2 * i] == pairs[2 * i - 2])
 			*first = min_t(u32, *first, pairs[2 * i + 1]);
-	kvfree(pairs);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, pairs, count * 2 * sizeof(u64));
 	return 0;
 }
 
@@ -305,18 +325,13 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 		cond_resched();
 	}
 
-	made = kvcalloc(count, sizeof(*made), GFP_KERNEL);
+	made = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*made), GFP_KERNEL | __GFP_ZERO);
 	if (!made)
 		return -ENOMEM;
 	for (i = 0; i < count; i++) {
-		made[i] = kzalloc(sizeof(*made[i]), GFP_KERNEL);
+		made[i] = trapvec_site_alloc();
 		if (!made[i])
 			goto out_nomem;
-		made[i]->counts = alloc_percpu(struct trapvec_counts);
-		if (!made[i]->counts) {
-			kfree(made[i]);
-			goto out_nomem;
-		}
 		made[i]->site = entries[i].site;
 		made[i]->dest = entries[i].dest;
 		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
@@ -327,13 +342,13 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 	for (i = 0; i < count; i++)
 		hash_add_rcu(trapvec_sites, &made[i]->node, made[i]->site);
 	trapvec_site_count += count;
-	kvfree(made);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, made, count * sizeof(*made));
 	return 0;
 
 out_nomem:
 	while (i--)
 		trapvec_site_free(made[i]);
-	kvfree(made);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, made, count * sizeof(*made));
 	return -ENOMEM;
 }
 
@@ -354,7 +369,7 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 	ret = trapvec_first_repeat(sites, sizeof(*sites), count, &repeat);
 	if (ret)
 		return ret;
-	gone = kvcalloc(count, sizeof(*gone), GFP_KERNEL);
+	gone = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*gone), GFP_KERNEL | __GFP_ZERO);
 	if (!gone)
 		return -ENOMEM;
 	for (i = 0; i < count; i++) {
@@ -365,7 +380,7 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 		if (ret) {
 			pr_debug("dispatch: cannot remove site %llx: %d\n", sites[i], ret);
 			*failed_index = i;
-			kvfree(gone);
+			trapvec_kvfree(TRAPVEC_MEM_SCRATCH, gone, count * sizeof(*gone));
 			return ret;
 		}
 		cond_resched();
@@ -377,7 +392,7 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 	synchronize_rcu();
 	for (i = 0; i < count; i++)
 		trapvec_site_free(gone[i]);
-	kvfree(gone);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, gone, count * sizeof(*gone));
 	return 0;
 }
 
@@ -426,7 +441,8 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacit
 	*count = trapvec_site_count;
 	if (!trapvec_site_count || start >= trapvec_site_count)
 		return 0;
-	all = kvcalloc(trapvec_site_count, sizeof(*all), GFP_KERNEL);
+	all = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, trapvec_site_count, sizeof(*all),
+			       GFP_KERNEL | __GFP_ZERO);
 	if (!all)
 		return -ENOMEM;
 	hash_for_each(trapvec_sites, bkt, e, node) {
@@ -441,7 +457,7 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacit
 	}
 	sort(all, n, sizeof(*all), trapvec_cmp_site, NULL);
 	memcpy(out, all + start, min_t(u64, n - start, capacity) * sizeof(*all));
-	kvfree(all);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, all, *count * sizeof(*all));
 	return 0;
 }
 

@@ -73,7 +73,7 @@ int trapvec_gate_install(void)
 
 	phys = slow_virt_to_phys(ro);
 	page = pfn_to_page(PHYS_PFN(phys));
-	trapvec_idt_alias = vmap(&page, 1, VM_MAP, PAGE_KERNEL);
+	trapvec_idt_alias = trapvec_vmap(TRAPVEC_MEM_ALIAS, &page, 1);
 	if (!trapvec_idt_alias)
 		return -ENOMEM;
 	trapvec_gate = trapvec_idt_alias + offset_in_page(phys);
@@ -94,7 +94,7 @@ void trapvec_gate_restore(void)
 	if (!trapvec_idt_alias)
 		return;
 	*trapvec_gate = trapvec_old_gate;
-	vunmap(trapvec_idt_alias);
+	trapvec_vunmap(TRAPVEC_MEM_ALIAS, trapvec_idt_alias, 1);
 	trapvec_idt_alias = NULL;
 	trapvec_gate = NULL;
 	pr_info("vector %#x: gate restored to %pS\n", trapvec_vector,

@@ -31,6 +31,7 @@ struct trapvec_reserved {
 
 static struct trapvec_reserved *trapvec_rsv;
 static size_t trapvec_rsv_count;
+static size_t trapvec_rsv_cap;	/* entries allocated */
 /* The longest reserved range: how far before addr an overlapping range may start. */
 static u32 trapvec_rsv_maxlen;
 
@@ -62,7 +63,8 @@ int trapvec_reserved_init(void)
 	cap = je_end - (struct jump_entry *)k->jump_table_start +
 	      (sc_end - (struct static_call_site *)k->static_call_sites_start) +
 	      (bug_end - (struct bug_entry *)k->bug_table_start);
-	trapvec_rsv = kvmalloc_array(cap, sizeof(*trapvec_rsv), GFP_KERNEL);
+	trapvec_rsv = trapvec_kvmalloc(TRAPVEC_MEM_RESERVED, cap, sizeof(*trapvec_rsv), GFP_KERNEL);
+	trapvec_rsv_cap = cap;
 	if (!trapvec_rsv)
 		return -ENOMEM;
 
@@ -92,7 +94,7 @@ int trapvec_reserved_init(void)
 
 void trapvec_reserved_exit(void)
 {
-	kvfree(trapvec_rsv);
+	trapvec_kvfree(TRAPVEC_MEM_RESERVED, trapvec_rsv, trapvec_rsv_cap * sizeof(*trapvec_rsv));
 	trapvec_rsv = NULL;
 	trapvec_rsv_count = 0;
 }

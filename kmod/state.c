@@ -48,17 +48,18 @@ int trapvec_state_get(struct trapvec_state *req)
 int trapvec_state_put(struct trapvec_state *req)
 {
 	void *blob = NULL, *old;
+	u64 old_size;
 	int ret = 0;
 
 	if (req->len > TRAPVEC_STATE_MAX)
 		return -E2BIG;
 	/* Copy outside the lock: a large blob faults its pages in. */
 	if (req->len) {
-		blob = kvmalloc(req->len, GFP_KERNEL);
+		blob = trapvec_kvmalloc(TRAPVEC_MEM_STATE, 1, req->len, GFP_KERNEL);
 		if (!blob)
 			return -ENOMEM;
 		if (copy_from_user(blob, u64_to_user_ptr(req->buf), req->len)) {
-			kvfree(blob);
+			trapvec_kvfree(TRAPVEC_MEM_STATE, blob, req->len);
 			return -EFAULT;
 		}
 	}
@@ -66,22 +67,24 @@ int trapvec_state_put(struct trapvec_state *req)
 	if (req->generation != trapvec_state_generation) {
 		req->generation = trapvec_state_generation;
 		old = blob;
+		old_size = req->len;
 		ret = -ESTALE;
 	} else {
 		old = trapvec_state_blob;
+		old_size = trapvec_state_size;
 		trapvec_state_blob = blob;
 		trapvec_state_size = req->len;
 		req->generation = ++trapvec_state_generation;
 	}
 	mutex_unlock(&trapvec_state_mutex);
-	kvfree(old);
+	trapvec_kvfree(TRAPVEC_MEM_STATE, old, old_size);
 	return ret;
 }
 
 /* Module exit: nothing can call the ioctls any more. */
 void trapvec_state_exit(void)
 {
-	kvfree(trapvec_state_blob);
+	trapvec_kvfree(TRAPVEC_MEM_STATE, trapvec_state_blob, trapvec_state_size);
 	trapvec_state_blob = NULL;
 	trapvec_state_size = 0;
 }

@@ -124,6 +124,7 @@ struct trapvec_live_patch {
 	unsigned long dest;	/* a jmp's target (jmp is set); 0 for a trap */
 	bool jmp;		/* new_bytes begin with jmp rel32 or jmp rel8 */
 	void *vm;		/* vmap() of the page(s) of [addr, addr + len) */
+	unsigned int vm_pages;	/* 1 or 2 */
 	u8 *alias;		/* writable view of addr inside vm */
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
 	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
@@ -397,9 +398,10 @@ static int trapvec_map_alias(struct trapvec_live_patch *r)
 		if (!pages[i])
 			return -EFAULT;
 	}
-	r->vm = vmap(pages, n, VM_MAP, PAGE_KERNEL);
+	r->vm = trapvec_vmap(TRAPVEC_MEM_ALIAS, pages, n);
 	if (!r->vm)
 		return -ENOMEM;
+	r->vm_pages = n;
 	r->alias = (u8 *)r->vm + offset_in_page(r->addr);
 	return 0;
 }
@@ -412,19 +414,19 @@ static void trapvec_live_unlist(struct trapvec_live_patch *r)
 {
 	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
 	list_del_rcu(&r->bl->list);
+	trapvec_mem_put(TRAPVEC_MEM_PATCH, sizeof(*r->bl));
 	kfree_rcu(r->bl, rcu);
 	r->bl = NULL;
 }
 
 static void trapvec_live_free(struct trapvec_live_patch *r)
 {
-	if (r->vm)
-		vunmap(r->vm);
+	trapvec_vunmap(TRAPVEC_MEM_ALIAS, r->vm, r->vm_pages);
 	if (r->mod)
 		module_put(r->mod);
 	/* Never listed (a batch that failed): nobody can have seen it. */
-	kfree(r->bl);
-	kfree(r);
+	trapvec_kvfree(TRAPVEC_MEM_PATCH, r->bl, sizeof(*r->bl));
+	trapvec_kvfree(TRAPVEC_MEM_PATCH, r, sizeof(*r));
 }
 
 /*
@@ -437,8 +439,7 @@ static void trapvec_live_retire(struct trapvec_live_patch *r)
 		trapvec_live_free(r);
 		return;
 	}
-	if (r->vm)
-		vunmap(r->vm);
+	trapvec_vunmap(TRAPVEC_MEM_ALIAS, r->vm, r->vm_pages);
 	r->vm = NULL;
 	r->alias = NULL;
 	list_add_tail(&r->node, &trapvec_parked);
@@ -629,7 +630,8 @@ static struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text
 
 	for (i = 0; i < n; i++)
 		count += ops[i].int3_first;
-	pend = kvmalloc(struct_size(pend, sites, count), GFP_KERNEL);
+	pend = trapvec_kvmalloc(TRAPVEC_MEM_PENDING, 1, struct_size(pend, sites, count),
+				GFP_KERNEL);
 	if (!pend)
 		return NULL;
 	pend->count = 0;
@@ -654,7 +656,7 @@ static void trapvec_pending_withdraw(struct trapvec_pending *pend)
 	lockdep_assert_held(&trapvec_mutex);
 	RCU_INIT_POINTER(trapvec_pending, NULL);
 	synchronize_rcu();
-	kvfree(pend);
+	trapvec_kvfree(TRAPVEC_MEM_PENDING, pend, struct_size(pend, sites, pend->count));
 }
 
 /*
@@ -843,6 +845,11 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	if (ctx->skipped)
 		pr_err("%u springboards were changed by someone else and are left alone\n",
 		       ctx->skipped);
+	/* What a test (dynamic debug) can see of the deferred revert. */
+	for (i = 0; i < n; i++)
+		if (ops[i].deferred)
+			pr_debug("springboard at %pS reverted an RCU-tasks grace period after its jumpers\n",
+				 (void *)ops[i].rec->addr);
 	return 0;
 }
 
@@ -863,7 +870,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	if (!n)
 		return 0;
 
-	ops = kvcalloc(n, sizeof(*ops), GFP_KERNEL);
+	ops = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, n, sizeof(*ops), GFP_KERNEL | __GFP_ZERO);
 	if (!ops)
 		return -ENOMEM;
 
@@ -913,16 +920,19 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		if (inv)
 			continue;
 
-		ops[i].rec = kzalloc(sizeof(*ops[i].rec), GFP_KERNEL);
+		ops[i].rec = trapvec_kvmalloc(TRAPVEC_MEM_PATCH, 1, sizeof(*ops[i].rec),
+					    GFP_KERNEL | __GFP_ZERO);
 		if (!ops[i].rec) {
 			ret = -ENOMEM;
 			goto out_unwind;
 		}
+		/* kmalloc memory, not kvmalloc: freed with kfree_rcu() once listed. */
 		ops[i].rec->bl = kzalloc(sizeof(*ops[i].rec->bl), GFP_KERNEL);
 		if (!ops[i].rec->bl) {
 			ret = -ENOMEM;
 			goto out_unwind;
 		}
+		trapvec_mem_got(TRAPVEC_MEM_PATCH, sizeof(*ops[i].rec->bl));
 		ops[i].rec->bl->start_addr = p->addr;
 		ops[i].rec->bl->end_addr = p->addr + p->len;
 		ops[i].rec->addr = p->addr;
@@ -999,7 +1009,7 @@ out_unwind:
 			trapvec_live_free(ops[i].rec);
 out_free:
 	mutex_unlock(kprobe_mutex);
-	kvfree(ops);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
 	return ret;
 }
 

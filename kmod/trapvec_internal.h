@@ -12,6 +12,7 @@
  *   reserved.c  sorted snapshots of the kernel's jump-label, static-call and bug tables
  *   text.c      batched text patches and the record of live ones
  *   state.c     user space's state blob (STATE_GET, STATE_PUT)
+ *   mem.c       the count of every allocation the module holds
  */
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
@@ -149,6 +150,32 @@ bool trapvec_text_trap_live(unsigned long site);
 int trapvec_state_get(struct trapvec_state *req);
 int trapvec_state_put(struct trapvec_state *req);
 void trapvec_state_exit(void);
+
+/*
+ * mem.c: every allocation is counted by kind (objects and bytes), so that a test sees any
+ * leak; the free names the kind and size the allocation did.
+ */
+enum trapvec_mem_kind {
+	TRAPVEC_MEM_ENTRY,	/* dispatch entries and their per-CPU counters */
+	TRAPVEC_MEM_BLOCK,	/* arena block records */
+	TRAPVEC_MEM_PATCH,	/* live and parked patch records, their blacklist entries */
+	TRAPVEC_MEM_ALIAS,	/* writable vmap() aliases: IDT page, code arena, patched pages */
+	TRAPVEC_MEM_PENDING,	/* the int3-first sites of a batch in flight */
+	TRAPVEC_MEM_STATE,	/* user space's state blob */
+	TRAPVEC_MEM_RESERVED,	/* the reserved-range table (reserved.c) */
+	TRAPVEC_MEM_SCRATCH,	/* buffers that live for one ioctl */
+	TRAPVEC_MEM_KINDS
+};
+
+void trapvec_mem_got(enum trapvec_mem_kind kind, size_t bytes);
+void trapvec_mem_put(enum trapvec_mem_kind kind, size_t bytes);
+/* kvmalloc(n * size), NULL on overflow; add __GFP_ZERO for zeroed memory. */
+void *trapvec_kvmalloc(enum trapvec_mem_kind kind, size_t n, size_t size, gfp_t gfp);
+void trapvec_kvfree(enum trapvec_mem_kind kind, const void *p, size_t bytes);
+struct page;
+void *trapvec_vmap(enum trapvec_mem_kind kind, struct page **pages, unsigned int n);
+void trapvec_vunmap(enum trapvec_mem_kind kind, const void *p, unsigned int n);
+void trapvec_mem_exit(void);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);

@@ -132,6 +132,8 @@ pub enum SpliceError {
     VariableOutside { name: String, addr: u64, size: usize },
     #[error("no live splice with id {0}")]
     UnknownSplice(u64),
+    #[error("{at}: not removed yet: {reason}; the original bytes are back and the splice is retiring (`trapctl list`): run the unsplice (or unload) again once the task has left")]
+    Retiring { at: String, reason: String },
     #[error(transparent)]
     Component(#[from] ComponentError),
     #[error("{0}")]
@@ -230,7 +232,7 @@ struct Filled {
 }
 
 /// Hit counters of a splice.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hits {
     pub hits: u64,
     pub missed: u64,
@@ -280,8 +282,27 @@ pub struct Splicer<T: Target> {
     /// Boxed: a batch moves thousands of them between lists and this map.
     live: BTreeMap<SpliceId, Box<LiveSplice>>,
     orig: HashMap<String, OrigStub>,
+    /// Splices being retired: their sites hold the original bytes again and their dispatch
+    /// entries are gone, but quiescence was not reached in time (a task still inside a
+    /// replacement that sleeps), so their code, data, springboard and component reference are
+    /// kept until [`Splicer::finish_retiring`] succeeds. With the final counters of those the
+    /// dispatcher counted (read before their entries went).
+    retiring: BTreeMap<SpliceId, Retiring>,
+    /// How long removal waits for threads to leave a splice's code before it gives up.
+    quiesce_timeout: std::time::Duration,
     next: u64,
     last_batch: Option<BatchTimings>,
+}
+
+/// How long removal waits for quiescence unless told otherwise ([`Splicer::set_quiesce_timeout`]).
+pub const DEFAULT_QUIESCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A splice whose removal waits for quiescence (see [`Splicer::retiring`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Retiring {
+    pub splice: Box<LiveSplice>,
+    /// The final counters, when the dispatcher counted them (read before its entry went).
+    pub hits: Option<Hits>,
 }
 
 /// Where the time of the last [`Splicer::apply`] or [`Splicer::apply_best_effort`] went.
@@ -349,7 +370,54 @@ fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Resul
 
 impl<T: Target> Splicer<T> {
     pub fn new(target: T) -> Self {
-        Splicer { target, components: ComponentManager::new(), live: BTreeMap::new(), orig: HashMap::new(), next: 0, last_batch: None }
+        Splicer {
+            target,
+            components: ComponentManager::new(),
+            live: BTreeMap::new(),
+            orig: HashMap::new(),
+            retiring: BTreeMap::new(),
+            quiesce_timeout: DEFAULT_QUIESCE_TIMEOUT,
+            next: 0,
+            last_batch: None,
+        }
+    }
+
+    /// How long a removal waits for threads to leave a splice's code (a replacement that
+    /// sleeps) before it fails and leaves the splice retiring ([`DEFAULT_QUIESCE_TIMEOUT`]).
+    pub fn set_quiesce_timeout(&mut self, timeout: std::time::Duration) {
+        self.quiesce_timeout = timeout;
+    }
+
+    /// Splices whose removal failed to reach quiescence: their text is restored, their code is
+    /// not freed yet ([`Splicer::finish_retiring`]).
+    pub fn retiring(&self) -> impl Iterator<Item = &LiveSplice> {
+        self.retiring.values().map(|r| &*r.splice)
+    }
+
+    /// The retiring splice at `at` (as [`Splicer::find`] matches live ones).
+    pub fn find_retiring(&self, at: &str) -> Option<SpliceId> {
+        if let Some(r) = self.retiring.values().find(|r| r.splice.request.at == at) {
+            return Some(r.splice.id);
+        }
+        let site = match at.parse::<PointSpec>() {
+            Ok(PointSpec::Address(a)) => a,
+            _ => self.resolve(at).ok()?.site,
+        };
+        self.retiring.values().find(|r| r.splice.point.site == site).map(|r| r.splice.id)
+    }
+
+    /// Finish removing retiring splices `ids`: wait for quiescence again, restore their
+    /// springboards, free their code. On failure they stay retiring. Returns their final hits.
+    pub fn finish_retiring(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        for id in ids {
+            if !self.retiring.contains_key(id) {
+                return Err(SpliceError::UnknownSplice(id.0));
+            }
+        }
+        let (taken, counted): (Vec<Box<LiveSplice>>, Vec<Option<Hits>>) =
+            ids.iter().filter_map(|id| self.retiring.remove(id)).map(|r| (r.splice, r.hits)).unzip();
+        log::debug!("finishing the removal of {} retiring splice(s)", taken.len());
+        self.finish_removal(taken, counted)
     }
 
     /// Timings of the last batch applied.
@@ -432,10 +500,11 @@ impl<T: Target> Splicer<T> {
         }
     }
 
-    /// Text claimed by live splices.
+    /// Text claimed by live splices, and by retiring ones (their springboards are still
+    /// written; a new splice of their sites waits until they are gone).
     fn claimed(&self) -> Claimed {
         let mut claimed = Claimed::default();
-        for s in self.live.values() {
+        for s in self.live.values().chain(self.retiring.values().map(|r| &r.splice)) {
             claimed.add(s.plan.site, s.plan.displaced_len, s.plan.springboard.as_ref());
         }
         claimed
@@ -929,10 +998,10 @@ impl<T: Target> Splicer<T> {
         // trampolines' counters (as the process backend's) are read after quiescence: a thread
         // still on its way through a trampoline counts its hit after the text is restored.
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let (now, later): (Vec<usize>, Vec<usize>) = (0..taken.len()).partition(|&i| by_dispatcher && taken[i].dispatch.is_some());
-        let mut hits = vec![Hits::default(); taken.len()];
+        let now: Vec<usize> = (0..taken.len()).filter(|&i| by_dispatcher && taken[i].dispatch.is_some()).collect();
+        let mut counted: Vec<Option<Hits>> = vec![None; taken.len()];
         for (&i, h) in now.iter().zip(self.hits_of(now.iter().map(|&i| &*taken[i]))) {
-            hits[i] = h;
+            counted[i] = Some(h);
         }
         let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
@@ -943,11 +1012,33 @@ impl<T: Target> Splicer<T> {
         let still_replaced: HashSet<u64> =
             self.live.values().filter(|s| matches!(s.request.action, Action::Replace { .. })).map(|s| s.point.function.addr).collect();
         self.set_orig_slots(taken.iter().map(|s| &**s).filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
+        self.finish_removal(taken, counted)
+    }
+
+    /// The end of a removal, once no thread can enter the splices' code any more (text
+    /// restored, dispatch entries gone): wait for quiescence, read the counters not read yet
+    /// (`counted[i]` is None), restore the springboards, free. If quiescence is not reached the
+    /// splices become retiring and the error says so: running the removal again finishes it.
+    // Boxed as in `live` and `retiring`: the splices move between them without copies.
+    #[allow(clippy::vec_box)]
+    fn finish_removal(&mut self, taken: Vec<Box<LiveSplice>>, counted: Vec<Option<Hits>>) -> Result<Vec<Hits>, SpliceError> {
         let mut ranges = Vec::with_capacity(2 * taken.len());
         for s in &taken {
             s.add_ranges(&mut ranges);
         }
-        self.wait_quiescent(&taken, &ranges)?;
+        if let Err(e) = self.wait_quiescent(&taken, &ranges) {
+            log::debug!("{} splice(s) left retiring: {e}", taken.len());
+            let e = match e {
+                e @ SpliceError::Retiring { .. } => e,
+                e => SpliceError::Retiring { at: taken.iter().map(|s| s.request.at.as_str()).collect::<Vec<_>>().join(", "), reason: e.to_string() },
+            };
+            for (splice, hits) in taken.into_iter().zip(counted) {
+                self.retiring.insert(splice.id, Retiring { splice, hits });
+            }
+            return Err(e);
+        }
+        let later: Vec<usize> = (0..taken.len()).filter(|&i| counted[i].is_none()).collect();
+        let mut hits: Vec<Hits> = counted.iter().map(|h| h.unwrap_or_default()).collect();
         for (&i, h) in later.iter().zip(self.hits_of(later.iter().map(|&i| &*taken[i]))) {
             hits[i] = h;
         }
@@ -977,17 +1068,19 @@ impl<T: Target> Splicer<T> {
         loop {
             let before = read_words(&self.target, &addrs);
             if let Some(i) = before.chunks(2).position(|c| c[1] != 0) {
-                if start.elapsed() > std::time::Duration::from_secs(10) {
+                if start.elapsed() > self.quiesce_timeout {
                     let s = &taken[i];
+                    let waited = self.quiesce_timeout;
                     let msg = match &s.request.action {
-                        Action::Replace { .. } => format!(
-                            "{} task(s) still inside the replacement of {} after 10 s; try again",
+                        Action::Replace { with } => format!(
+                            "{} task(s) still inside the replacement {with} of {} (trampoline block at {:#x}) after {waited:?}",
                             before[2 * i + 1],
-                            s.point.function.name
+                            s.point.function.name,
+                            s.code.addr
                         ),
-                        _ => format!("a thread is still inside the handler of {} after 10 s", s.request.at),
+                        _ => format!("a thread is still inside the handler of {} (trampoline block at {:#x}) after {waited:?}", s.request.at, s.code.addr),
                     };
-                    return Err(TargetError::Quiesce(msg).into());
+                    return Err(SpliceError::Retiring { at: s.request.at.clone(), reason: msg });
                 }
                 std::thread::sleep(std::time::Duration::from_micros(100));
                 continue;

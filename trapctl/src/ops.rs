@@ -167,6 +167,10 @@ impl ComponentRow {
 pub struct Listing {
     pub splices: Vec<SpliceRow>,
     pub components: Vec<ComponentRow>,
+    /// Splices whose removal waits for a task to leave their code: original bytes back, code
+    /// not freed yet (`trapctl unsplice AT` again finishes them). Hits as last read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retiring: Vec<SpliceRow>,
 }
 
 /// A dispatch entry the module lists that no recorded state describes (trapd's `list`).
@@ -187,7 +191,8 @@ pub fn listing<T: Target>(sp: &Splicer<T>) -> Result<Listing, OpError> {
     let ids: Vec<SpliceId> = sp.live().map(|s| s.id).collect();
     let splices = rows_of(sp, &ids)?;
     let components = sp.components().iter().map(ComponentRow::of).collect();
-    Ok(Listing { splices, components })
+    let retiring = sp.retiring().map(|s| SpliceRow::of(s, Hits::default())).collect();
+    Ok(Listing { splices, components, retiring })
 }
 
 /// Where components are placed: near the kernel's text (`_stext`), within rel32 reach of all
@@ -257,6 +262,9 @@ pub fn unload<T: Target>(sp: &mut Splicer<T>, name: &str) -> Result<Unloaded, Op
     let Some(id) = sp.components().by_name(name) else {
         return Err(OpError::NoComponent { name: name.to_string(), loaded: sp.components().iter().map(|c| c.name.clone()).collect() });
     };
+    // Its retiring splices first: they hold references on it until they are gone.
+    let retiring: Vec<SpliceId> = sp.retiring().filter(|s| s.component == Some(id)).map(|s| s.id).collect();
+    finish_retiring(sp, &retiring)?;
     let declared = declared_requests(sp, id)?;
     let is_declared = |s: &LiveSplice| declared.iter().any(|d| d.at == s.request.at && d.action == s.request.action);
     let own: Vec<SpliceId> = sp.live().filter(|s| s.component == Some(id) && is_declared(s)).map(|s| s.id).collect();
@@ -288,7 +296,11 @@ pub struct Unspliced {
 }
 
 /// Remove the splice at `at` (the point as spliced, its function, or the site's address).
+/// A retiring splice at `at` (its removal failed to reach quiescence) is finished instead.
 pub fn unsplice<T: Target>(sp: &mut Splicer<T>, at: &str) -> Result<Unspliced, OpError> {
+    if let Some(id) = sp.find_retiring(at) {
+        return Ok(finish_retiring(sp, &[id])?.remove(0));
+    }
     let Some(id) = sp.find(at) else {
         let live = sp.live().map(|s| format!("{} ({:#x})", s.request.at, s.point.site)).collect();
         return Err(OpError::NoSplice { at: at.to_string(), live });
@@ -302,10 +314,27 @@ pub struct UnsplicedAll {
     pub unspliced: Vec<Unspliced>,
 }
 
-/// Remove every live splice in one batch.
+/// Remove every live splice in one batch, after finishing the retiring ones.
 pub fn unsplice_all<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpError> {
+    let retiring: Vec<SpliceId> = sp.retiring().map(|s| s.id).collect();
+    let mut unspliced = finish_retiring(sp, &retiring)?;
     let ids: Vec<SpliceId> = sp.live().map(|s| s.id).collect();
-    Ok(UnsplicedAll { unspliced: unsplice_ids(sp, &ids)? })
+    unspliced.extend(unsplice_ids(sp, &ids)?);
+    Ok(UnsplicedAll { unspliced })
+}
+
+/// Finish the removal of retiring splices `ids`.
+fn finish_retiring<T: Target>(sp: &mut Splicer<T>, ids: &[SpliceId]) -> Result<Vec<Unspliced>, OpError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let named: Vec<(String, String)> = ids
+        .iter()
+        .filter_map(|&id| sp.retiring().find(|s| s.id == id))
+        .map(|s| (s.request.at.clone(), format!("{:#x}", s.point.site)))
+        .collect();
+    let hits = sp.finish_retiring(ids)?;
+    Ok(named.into_iter().zip(hits).map(|((at, site), h)| Unspliced { at, site, hits: h.hits, missed: h.missed }).collect())
 }
 
 fn unsplice_ids<T: Target>(sp: &mut Splicer<T>, ids: &[SpliceId]) -> Result<Vec<Unspliced>, OpError> {

@@ -41,7 +41,21 @@ pub fn change<R: DeserializeOwned>(
         return reply;
     }
     let mut k = Kernel::open()?;
-    let (report, made) = direct(&mut k.splicer)?;
+    let retiring_before: Vec<u64> = k.splicer.retiring().map(|s| s.id.0).collect();
+    let (report, made) = match direct(&mut k.splicer) {
+        Ok(r) => r,
+        Err(e) => {
+            // A removal that could not reach quiescence has restored the text and left its
+            // splices retiring: that change must be saved, or the next command would find
+            // the text unlike the state and could not finish the removal.
+            if k.splicer.retiring().map(|s| s.id.0).collect::<Vec<_>>() != retiring_before {
+                if let Err(s) = k.save() {
+                    return Err(anyhow::Error::new(e).context(format!("and saving the retiring splices failed: {s:#}")));
+                }
+            }
+            return Err(e.into());
+        }
+    };
     k.commit_or_undo(&made)?;
     Ok(report)
 }

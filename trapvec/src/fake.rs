@@ -60,6 +60,8 @@ pub struct FakeState {
     pub reads: Vec<(u64, usize)>,
     /// The module's state blob: `(generation, bytes)`.
     pub blob: (u64, Vec<u8>),
+    /// Set: QUIESCE fails with this (a task stays inside a replacement).
+    pub quiesce_busy: Option<String>,
 }
 
 /// A kernel-like target; clones share the same machine.
@@ -222,7 +224,10 @@ impl Target for FakeKernel {
     }
 
     fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        Ok(())
+        match &self.state().quiesce_busy {
+            Some(why) => Err(TargetError::Quiesce(why.clone())),
+            None => Ok(()),
+        }
     }
 
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {

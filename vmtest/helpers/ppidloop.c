@@ -3,14 +3,15 @@
  * ppidloop - call getppid() in a loop on every CPU, for trapvec's preemption stress test
  * (built `cc -static -O2` by vmtest).
  *
- *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l]
+ *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l] [-s]
  *
  * Starts THREADS threads (default 1), thread i pinned to CPU i modulo the CPUs there are; each
  * calls getppid() and checks the answer. With -n each thread makes exactly CALLS calls; with
  * -f each runs until STOPFILE exists (looked at every 1024 calls). -l: at nice 19, so that
- * everything else preempts the threads wherever they are (busybox has no nice). Then prints
+ * everything else preempts the threads wherever they are (busybox has no nice). -s: call
+ * getsid(0) instead (the springboard test splices __x64_sys_getsid). Then prints
  *
- *   CALLS=<every getppid() made> WRONG=<answers that were not the parent's pid>
+ *   CALLS=<every call made> WRONG=<answers that were not the parent's pid (the session's id)>
  *
  * where CALLS counts the first call too, made once before the threads start to learn the
  * answer, so that a scenario can compare its own count of calls with the kernel's (a kprobe's hit
@@ -38,11 +39,12 @@ struct worker {
 
 static long want_calls = -1;	/* -n; -1: until the stop file exists */
 static const char *stop_file;
-static pid_t parent;
+static pid_t parent;		/* the right answer: getppid(), or getsid(0) with -s */
+static long sysno = SYS_getppid;
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l]\n");
+	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l] [-s]\n");
 	exit(2);
 }
 
@@ -72,7 +74,7 @@ static void *work(void *arg)
 		    !(w->calls % 1024) && !access(stop_file, F_OK))
 			break;
 		/* The raw system call: no libc cache can answer it. */
-		if (syscall(SYS_getppid) != parent)
+		if (syscall(sysno, 0) != parent)
 			w->wrong++;
 		w->calls++;
 	}
@@ -85,8 +87,11 @@ int main(int argc, char **argv)
 	long threads = 1, calls = 1, wrong = 0, cpus, i;
 	int c;
 
-	while ((c = getopt(argc, argv, "t:n:f:l")) != -1) {
+	while ((c = getopt(argc, argv, "t:n:f:ls")) != -1) {
 		switch (c) {
+		case 's':
+			sysno = SYS_getsid;
+			break;
 		case 'l':
 			/* Threads inherit it. */
 			errno = 0;
@@ -110,7 +115,7 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc || threads > MAX_THREADS || (want_calls < 0) == !stop_file)
 		usage();
-	parent = getppid();
+	parent = syscall(sysno, 0);
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus < 1)
 		cpus = 1;

@@ -161,6 +161,47 @@ trapctl unsplice __x64_sys_getppid+5
 $TV info > /tmp/tv
 echo "UNKNOWN_TRAPS=$(sed -n 's/.*unknown=\([0-9]*\).*/\1/p' /tmp/tv)"
 
+# --- 7: a springboard. At __x64_sys_getsid+16 (`test ebx, ebx`, then the `jne` that ends the
+# block) a 5-byte jmp does not fit: the jmp splice is a 2-byte jmp rel8 to a jmp rel32 written
+# into padding nearby. getsid(0) runs the site on every call. The text around the site is read
+# before, while and after: exactly the site and the springboard change, and both come back; the
+# module's revert of the springboard (an RCU-tasks grace period after the jmp) is logged by its
+# dynamic debug. Hits are exact against an ftrace kprobe at the function's entry.
+# `bytes_at FILE`: the hex bytes of a `trapctl read` dump, one per line.
+bytes_at() {
+	awk '{ for (i = 2; i <= NF; i++) print $i }' "$1"
+}
+# `text_diff A B`: `offset:old>new` (offset from the site) for every byte that differs.
+text_diff() {
+	bytes_at "$1" > /tmp/a.bytes
+	bytes_at "$2" > /tmp/b.bytes
+	awk 'NR == FNR { a[NR] = $1; next } a[FNR] != $1 { printf "%d:%s>%s ", FNR - 129, a[FNR], $1 }' \
+		/tmp/a.bytes /tmp/b.bytes
+}
+sid_site=$(at __x64_sys_getsid 16)
+around=$(printf '0x%x' $((0x$sid_site - 128)))
+# The kprobe first: enabling it turns the function's ftrace NOP into a call, which is not ours.
+echo 'p:sid __x64_sys_getsid' >> $T/kprobe_events
+echo 1 > $T/events/kprobes/sid/enable
+trapctl read "$around" 272 > /tmp/sid_before
+echo 'module trapvec +p' > /sys/kernel/debug/dynamic_debug/control
+k0=$(probe_hits sid)
+trapctl splice __x64_sys_getsid+16 --count --mechanism jmp > /tmp/out 2>&1 || { cat /tmp/out; exit 15; }
+echo "SB_SPLICE=$(cat /tmp/out)"
+trapctl read "$around" 272 > /tmp/sid_live
+echo "SB_LIVE_DIFF=$(text_diff /tmp/sid_before /tmp/sid_live)"
+echo "SB_$(ppidloop -s -t 2 -n 3000)"
+trapctl unsplice __x64_sys_getsid+16 > /tmp/out 2>&1
+echo "SB_UNSPLICE=$(cat /tmp/out)"
+k1=$(probe_hits sid)
+echo "SB_KPROBE=$((k1 - k0))"
+trapctl read "$around" 272 > /tmp/sid_after
+echo "SB_AFTER_DIFF=$(text_diff /tmp/sid_before /tmp/sid_after)"
+echo 'module trapvec -p' > /sys/kernel/debug/dynamic_debug/control
+echo "SB_DEFERRED=$(dmesg | grep -c "springboard at .* reverted an RCU-tasks grace period after its jumpers")"
+echo 0 > $T/events/kprobes/sid/enable
+echo '-:sid' >> $T/kprobe_events
+
 # --- 6: more entries than one batch, listed page by page; no soft lockup.
 lockups=$(dmesg | grep -c 'soft lockup')
 $TV scale 70000 > /tmp/tv

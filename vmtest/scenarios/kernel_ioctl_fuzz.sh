@@ -4,7 +4,8 @@
 # a handler on tcp_sync_mss (loopback connections one after another) and a jmp splice on
 # __x64_sys_getppid+5 (getppid() in a loop), with the fuzzer aiming at __x64_sys_getppid. Then
 # the live splices still count and come off cleanly, the module's counters are back where they
-# were, and rmmod/insmod work. The run lasts `trapvec_fuzz_seconds=N` from the kernel command
+# were, its count of its own allocations (/sys/module/trapvec/parameters/allocations, kmod/mem.c)
+# is back at its baseline, rmmod logs "0 allocations outstanding", and insmod works again. The run lasts `trapvec_fuzz_seconds=N` from the kernel command
 # line (default 20; the long run is opt-in, see vmtest/tests/kernel_ioctl_fuzz.rs). vmtest fails
 # the run on any oops, BUG or WARNING. Prints KEY=value lines the test checks.
 set -u
@@ -13,11 +14,17 @@ seconds=$(sed -n 's/.*trapvec_fuzz_seconds=\([0-9]*\).*/\1/p' /proc/cmdline)
 seconds=${seconds:-20}
 echo "FUZZ_SECONDS=$seconds"
 
+# "<kind> <objects> <bytes>" lines as one "kind objects bytes,..." value.
+allocations() { tr '\n' ',' < /sys/module/trapvec/parameters/allocations; }
+echo "ALLOC_BASE=$(allocations)"
+
 trapctl read tcp_sync_mss > /tmp/mss_before.hex
 trapctl read __x64_sys_getppid > /tmp/getppid_before.hex
 trapctl load /components/empty.o || exit 10
 trapctl splice tcp_sync_mss --call empty_handler || exit 11
 trapctl splice __x64_sys_getppid+5 --call empty_handler --mechanism jmp || exit 12
+
+echo "ALLOC_LIVE=$(allocations)"
 
 tcpmss -n 100000000 > /tmp/conns.out 2>&1 &
 conns=$!
@@ -48,7 +55,11 @@ trapctl read tcp_sync_mss > /tmp/mss_after.hex
 trapctl read __x64_sys_getppid > /tmp/getppid_after.hex
 cmp -s /tmp/mss_before.hex /tmp/mss_after.hex && cmp -s /tmp/getppid_before.hex /tmp/getppid_after.hex \
 	&& echo "RESTORED=yes" || echo "RESTORED=no"
+# The blocks unsplice and unload freed are reclaimed at the next QUIESCE.
+echo "QUIESCE_AFTER=$(/files/tvraw quiesce)"
+echo "ALLOC_END=$(allocations)"
 
 rmmod trapvec && echo "RMMOD=yes" || echo "RMMOD=no"
+echo "UNLOAD_LINE=$(dmesg | grep 'trapvec: unloaded' | tail -n 1 | sed 's/^\[[^]]*\] //')"
 insmod /trapvec.ko && echo "REINSMOD=yes" || echo "REINSMOD=no"
 trapctl list > /dev/null && echo "LIST_AFTER_RELOAD=yes" || echo "LIST_AFTER_RELOAD=no"

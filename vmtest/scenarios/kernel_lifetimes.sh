@@ -9,7 +9,9 @@
 #  3. a replacement that sleeps 2 s (components/sleepy.c, sleepy_decl.c, replacing
 #     __x64_sys_getppid; the call made by /bin/slowcall): `trapctl unsplice`, `trapctl unload`
 #     of its component and `rmmod trapvec` during the sleep each wait for the task to leave; the
-#     call returns the replacement's result and the original bytes come back.
+#     call returns the replacement's result and the original bytes come back;
+#  3d. a removal that gives up waiting (`--wait 0.5` against a 5 s sleep) leaves the splice
+#     retiring, and the same unsplice, or an unload of its component, finishes it later.
 # /files/tvraw makes raw requests (vmtest/tests/fixtures/tvraw.c). Prints KEY=value lines that
 # vmtest/tests/kernel_lifetimes.rs checks; vmtest fails the run on any oops or warning.
 set -u
@@ -132,6 +134,42 @@ echo "CALL_UNSPLICE=$(cat /tmp/call1)"
 echo "BYTES_UNSPLICE=$(same_bytes)"
 echo "CALL_AFTER=$(slowcall)"
 trapctl unload sleepy > /dev/null || exit 22
+
+# 3d. A removal that gives up and is finished later. The replacement sleeps 5 s; `trapctl
+# unsplice --wait 0.5` during the sleep restores the bytes, fails naming the trampoline block, and
+# leaves the splice retiring (listed as such, its code kept); after the call has returned, the same
+# unsplice finishes the job. Then once more, finished by `trapctl unload` of the component.
+retry_round() {
+	trapctl splice __x64_sys_getppid --replace sleepy_getppid > /dev/null || exit 27
+	trapctl set sleepy_ms 5000 > /dev/null || exit 28
+	slowcall > /tmp/call_retry &
+	call_pid=$!
+	wait_for entered || echo "RETRY_ENTERED=no"
+	trapctl unsplice __x64_sys_getppid --wait 0.5 > /tmp/retry 2>&1
+	echo "RETRY_$1_FIRST_RC=$?"
+	echo "RETRY_$1_FIRST=$(head -n 1 /tmp/retry)"
+	echo "RETRY_$1_BYTES_RETIRING=$(same_bytes)"
+	trapctl list > /tmp/list 2>&1
+	echo "RETRY_$1_LISTED=$(grep -c '^retiring: __x64_sys_getppid at ' /tmp/list)"
+	wait $call_pid
+	echo "RETRY_$1_CALL=$(cat /tmp/call_retry)"
+}
+trapctl load /components/sleepy.o > /dev/null || exit 26
+retry_round UNSPLICE
+trapctl unsplice __x64_sys_getppid > /tmp/retry 2>&1
+echo "RETRY_UNSPLICE_SECOND_RC=$?"
+echo "RETRY_UNSPLICE_SECOND=$(head -n 1 /tmp/retry)"
+echo "RETRY_UNSPLICE_BYTES=$(same_bytes)"
+trapctl list > /tmp/list 2>&1
+echo "RETRY_UNSPLICE_LEFT=$(grep -c '^retiring:' /tmp/list)"
+echo "RETRY_UNSPLICE_CALL_AFTER=$(slowcall)"
+trapctl set sleepy_entered 0 > /dev/null
+retry_round UNLOAD
+trapctl unload sleepy > /tmp/retry 2>&1
+echo "RETRY_UNLOAD_SECOND_RC=$?"
+echo "RETRY_UNLOAD_SECOND=$(head -n 1 /tmp/retry)"
+echo "RETRY_UNLOAD_BYTES=$(same_bytes)"
+echo "RETRY_UNLOAD_LIST=$(trapctl list | tr '\n' ' ')"
 
 # 3b. trapctl unload of the component (its declared splice goes with it) during the sleep.
 trapctl load /components/sleepy_decl.o > /dev/null || exit 23

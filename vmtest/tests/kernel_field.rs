@@ -78,6 +78,10 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     assert!(run.number("HITS_AFTER_REMOVE") >= 50, "the splice kept working");
     assert_eq!(run.number("UNKNOWN_TRAPS"), 0, "no trap of ours was chained to the old handler");
 
+    // 7: a springboard: a jmp rel8 at the site to a jmp rel32 in padding, exact counts, and
+    // both the site and the padding restored, the padding after a deferred revert.
+    check_springboard(&run);
+
     // 6: scale.
     let scale = run.expect("SCALE");
     for w in ["added=70000", "listed=70000", "sorted=1", "removed=70000"] {
@@ -116,4 +120,57 @@ fn reason_of(run: &Run, key: &str) -> String {
 /// What INFO's `vector=` word says.
 fn vector_of(run: &Run, key: &str) -> String {
     run.expect(key).split_whitespace().find_map(|w| w.strip_prefix("vector=")).unwrap_or("").to_owned()
+}
+
+/// `offset:old>new` words of a `text_diff` line, offsets from the site.
+fn text_diff(run: &Run, key: &str) -> Vec<(i64, u8, u8)> {
+    run.expect(key)
+        .split_whitespace()
+        .map(|w| {
+            let (off, change) = w.split_once(':').unwrap_or_else(|| panic!("{key}: `{w}`"));
+            let (old, new) = change.split_once('>').unwrap_or_else(|| panic!("{key}: `{w}`"));
+            let byte = |b: &str| u8::from_str_radix(b, 16).unwrap_or_else(|e| panic!("{key}: `{w}`: {e}"));
+            (off.parse().unwrap_or_else(|e| panic!("{key}: `{w}`: {e}")), byte(old), byte(new))
+        })
+        .collect()
+}
+
+/// The first number after `key=` in `line`.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}=N in {line:?}"))
+}
+
+fn check_springboard(run: &Run) {
+    let spliced = run.expect("SB_SPLICE");
+    assert!(spliced.contains("by jmp") && spliced.contains("displaced `test ebx, ebx`"), "SB_SPLICE={spliced}");
+    // While live: the site's 2 bytes are `jmp rel8` and the 5 bytes it lands on `jmp rel32`;
+    // nothing else in the 272 bytes around the site changed.
+    let live = text_diff(run, "SB_LIVE_DIFF");
+    assert_eq!(live.len(), 7, "the site's 2 bytes and the springboard's 5: {live:?}");
+    let (site, sb): (Vec<_>, Vec<_>) = live.iter().copied().partition(|d| d.0 == 0 || d.0 == 1);
+    assert_eq!(site.iter().map(|d| d.0).collect::<Vec<_>>(), [0, 1], "{live:?}");
+    assert_eq!(site[0].2, 0xeb, "jmp rel8 at the site: {live:?}");
+    let landing = 2 + i64::from(i8::from_ne_bytes([site[1].2]));
+    assert_eq!(sb.iter().map(|d| d.0).collect::<Vec<_>>(), (landing..landing + 5).collect::<Vec<_>>(), "the springboard is where the rel8 lands: {live:?}");
+    assert_eq!(sb[0].2, 0xe9, "the springboard is a jmp rel32: {live:?}");
+    assert!(landing < 0 || landing >= 2, "the springboard lies outside the window: {live:?}");
+    assert_eq!((site[0].1, site[1].1), (0x85, 0xdb), "`test ebx, ebx` was there: {live:?}");
+    // Exact counts: every getsid() the two threads made, counted by the splice and by the kprobe.
+    let calls = field(&format!("CALLS={}", run.expect("SB_CALLS")), "CALLS");
+    assert_eq!(field(&format!("x {}", run.expect("SB_CALLS")), "WRONG"), 0, "getsid(0) answered right while spliced");
+    assert_eq!(calls, 6001);
+    let unspliced = run.expect("SB_UNSPLICE");
+    let hits: u64 = unspliced
+        .split_once(": ")
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("SB_UNSPLICE={unspliced}"));
+    assert_eq!(hits, calls, "the splice counted every call: {unspliced}");
+    assert_eq!(run.number("SB_KPROBE"), calls, "the entry kprobe counted the same calls");
+    // Removed: the site and the padding hold their original bytes again.
+    assert_eq!(run.expect("SB_AFTER_DIFF").trim(), "", "every byte around the site restored");
+    assert_eq!(run.number("SB_DEFERRED"), 1, "the module reverted the springboard after an RCU-tasks grace period");
 }

@@ -92,6 +92,36 @@ fn sleeping_replacements_outlive_unsplice_unload_and_rmmod_and_module_references
     assert_eq!(run.expect("BYTES_UNSPLICE"), "same");
     assert_ne!(call(&run, "CALL_AFTER").0, 4242, "getppid is the kernel's again");
 
+    // 3d. A removal that gives up waiting is retried: by unsplice, then by unload.
+    assert_eq!(run.value("RETRY_ENTERED"), None, "the calls entered the replacement");
+    for round in ["UNSPLICE", "UNLOAD"] {
+        let key = |k: &str| format!("RETRY_{round}_{k}");
+        assert_eq!(run.expect(&key("FIRST_RC")), "1", "{round}: the first unsplice gives up after 0.5 s");
+        let first = run.expect(&key("FIRST"));
+        for w in [
+            "__x64_sys_getppid: not removed yet: 1 task(s) still inside the replacement sleepy_getppid of __x64_sys_getppid (trampoline block at 0x",
+            "after 500ms",
+            "the splice is retiring",
+            "run the unsplice (or unload) again",
+        ] {
+            assert!(first.contains(w), "{round}: `{first}` lacks `{w}`");
+        }
+        assert_eq!(run.expect(&key("BYTES_RETIRING")), "same", "{round}: the original bytes are back while it retires");
+        assert_eq!(run.expect(&key("LISTED")), "1", "{round}: trapctl list shows it retiring");
+        let (result, ms) = call(&run, &key("CALL"));
+        assert_eq!(result, 4242, "{round}: the call returns the replacement's result");
+        assert!(ms >= 5000, "{round}: it slept 5 s ({ms} ms)");
+    }
+    assert_eq!(run.expect("RETRY_UNSPLICE_SECOND_RC"), "0", "{}", run.expect("RETRY_UNSPLICE_SECOND"));
+    assert!(run.expect("RETRY_UNSPLICE_SECOND").starts_with("unspliced __x64_sys_getppid at 0x"), "{}", run.expect("RETRY_UNSPLICE_SECOND"));
+    assert_eq!(run.expect("RETRY_UNSPLICE_BYTES"), "same");
+    assert_eq!(run.expect("RETRY_UNSPLICE_LEFT"), "0", "nothing retiring any more");
+    assert_ne!(call(&run, "RETRY_UNSPLICE_CALL_AFTER").0, 4242, "getppid is the kernel's again");
+    assert_eq!(run.expect("RETRY_UNLOAD_SECOND_RC"), "0", "{}", run.expect("RETRY_UNLOAD_SECOND"));
+    assert_eq!(run.expect("RETRY_UNLOAD_SECOND"), "unloaded sleepy");
+    assert_eq!(run.expect("RETRY_UNLOAD_BYTES"), "same");
+    assert_eq!(run.expect("RETRY_UNLOAD_LIST").trim(), "no splices no components");
+
     // 3b. unload of the component during the sleep.
     assert_eq!(run.expect("UNLOAD_RC"), "0");
     assert_eq!(call(&run, "CALL_UNLOAD").0, 4343);

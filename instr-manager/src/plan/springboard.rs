@@ -7,8 +7,11 @@
 //! - the dead runs of the neighbouring functions that overlap the reach (read and decoded),
 //! - the gaps between function extents, from one function's end up to the next function symbol.
 //!
-//! The candidate closest to the site wins.
+//! A springboard starts on an instruction boundary of the padding (every byte of an `int3` run,
+//! the first byte of each NOP of a NOP run: Debian's kernel pads with multi-byte NOPs), as the
+//! module checks every patch it writes; the candidate closest to the site wins.
 
+use iced_x86::{Decoder, DecoderOptions, Instruction};
 use trapvec::Symbol;
 
 use super::PlanInput;
@@ -22,7 +25,9 @@ pub const SPRINGBOARD_LEN: u64 = 5;
 /// Neighbouring functions larger than this are not decoded for inner padding.
 const MAX_NEIGHBOUR: u64 = 64 * 1024;
 
-/// Padding ranges (merged, clipped to `[lo, hi)`) around the function of `input`.
+/// Padding ranges overlapping `[lo, hi)` around the function of `input`, merged, each starting
+/// where its first padding instruction does (not clipped to `lo`, so that the instructions in
+/// it can be decoded from its start) and ending at most at `hi`.
 pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> {
     let func = input.func;
     let mut ranges = func.padding_runs();
@@ -71,7 +76,7 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
 
     ranges.retain(|&(a, b)| b > lo && a < hi);
     for r in &mut ranges {
-        *r = (r.0.max(lo), r.1.min(hi));
+        r.1 = r.1.min(hi);
     }
     ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
@@ -94,7 +99,7 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
     let last_start = from.saturating_add(127);
     let hi = last_start.saturating_add(SPRINGBOARD_LEN);
     let ranges = padding_near(input, lo, hi);
-    if ranges.iter().all(|&(a, b)| b - a < SPRINGBOARD_LEN) {
+    if ranges.iter().all(|&(a, b)| b.saturating_sub(a.max(lo)) < SPRINGBOARD_LEN) {
         return Err(format!(
             "no 5 bytes of padding (int3/NOP runs outside any function or after a ret/jmp) within rel8 reach [{lo:#x}, {hi:#x})"
         ));
@@ -102,8 +107,21 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
     let mut best: Option<(u64, u64)> = None;
     let (mut busy, mut far) = (0usize, 0usize);
     for &(a, b) in &ranges {
-        let mut sb = a;
-        while sb.checked_add(SPRINGBOARD_LEN).is_some_and(|e| e <= b) && sb <= last_start {
+        let Some(bytes) = usize::try_from(b - a).ok().and_then(|n| (input.read)(a, n)) else { continue };
+        let mut decoder = Decoder::with_ip(64, &bytes, a, DecoderOptions::NONE);
+        let mut instr = Instruction::default();
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                break;
+            }
+            let sb = instr.ip();
+            if sb < lo {
+                continue;
+            }
+            if sb.checked_add(SPRINGBOARD_LEN).is_none_or(|e| e > b) || sb > last_start {
+                break;
+            }
             let overlaps_window = sb < window_end && sb + SPRINGBOARD_LEN > site;
             if !overlaps_window {
                 if (input.busy)(sb, sb + SPRINGBOARD_LEN) {
@@ -117,7 +135,6 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
                     }
                 }
             }
-            sb += 1;
         }
     }
     let Some((_, addr)) = best else {

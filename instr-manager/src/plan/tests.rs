@@ -178,17 +178,18 @@ fn springboard_uses_trailing_nops_after_the_final_ret_and_skips_busy_ones() {
         0x31, 0xC0,                                     // xor eax, eax
         0xC3,                                           // ret
         0x66, 0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // nop word [rax+rax] (9 bytes)
-        0x90, 0x90,                                     // nop; nop
+        0x90, 0x90, 0x90, 0x90, 0x90, 0x90,             // six 1-byte nops
     ];
     let img = Image::new(&[("z", &f, true), ("next", NEXT, true)]);
     let p = plan(&img, "z", 0, Mechanism::Jmp, &user()).unwrap();
     assert_eq!(p.springboard.as_ref().unwrap().addr, BASE + 3);
-    // With [BASE+3, BASE+8) in use, the next free 5 bytes are taken.
+    // With [BASE+3, BASE+8) in use, the next free 5 bytes that begin an instruction are taken:
+    // not BASE+8, inside the 9-byte NOP (the module writes only at instruction boundaries).
     let busy = |lo: u64, hi: u64| lo < BASE + 8 && hi > BASE + 3;
     let p = plan_with(&img, "z", 0, Mechanism::Jmp, &user(), &busy, None).unwrap();
-    assert_eq!(p.springboard.as_ref().unwrap().addr, BASE + 8);
+    assert_eq!(p.springboard.as_ref().unwrap().addr, BASE + 12);
     // Everything busy: refused, saying so.
-    let busy = |lo: u64, hi: u64| lo >= BASE + 3 && hi <= BASE + 14;
+    let busy = |lo: u64, hi: u64| lo >= BASE + 3 && hi <= BASE + 18;
     let err = plan_with(&img, "z", 0, Mechanism::Jmp, &user(), &busy, None).unwrap_err();
     assert!(err.to_string().contains("already used"), "{err}");
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use trapvec::error::hex;
 use trapvec::{DispatchEntry, Target, TargetError};
 
-use super::{LiveSplice, OrigStub, SpliceId, Splicer};
+use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer, DEFAULT_QUIESCE_TIMEOUT};
 
 /// Version of the state format; a state of another version is refused.
 pub const STATE_VERSION: u32 = 1;
@@ -36,6 +36,8 @@ pub enum StateError {
     DispatchDiffers { at: String, site: u64, dest: u64, handler: u64, found_dest: u64, found_handler: u64 },
     #[error("saved splice `{at}`: {what} at {addr:#x} holds {found}, not the patched bytes {expected}: the text was changed behind trapvec's back")]
     TextDiffers { at: String, what: &'static str, addr: u64, expected: String, found: String },
+    #[error("saved retiring splice `{at}`: the site {addr:#x} holds {found}, not its original bytes {expected}: the text was changed behind trapvec's back")]
+    RetiringTextDiffers { at: String, addr: u64, expected: String, found: String },
     #[error("saved component `{name}`: {source}")]
     Component { name: String, #[source] source: Box<ComponentError> },
     #[error("checking the saved state against the target: {0}")]
@@ -50,6 +52,7 @@ struct SavedStateRef<'a> {
     components: &'a ComponentManager,
     splices: Vec<&'a LiveSplice>,
     orig: BTreeMap<&'a str, &'a OrigStub>,
+    retiring: Vec<&'a Retiring>,
 }
 
 /// ...and as read back.
@@ -61,6 +64,9 @@ struct SavedState {
     splices: Vec<LiveSplice>,
     /// Original-trampoline stubs by function name, sorted for a stable output.
     orig: BTreeMap<String, OrigStub>,
+    /// Splices whose removal waits for quiescence (absent in states without any).
+    #[serde(default)]
+    retiring: Vec<Retiring>,
 }
 
 impl<T: Target> Splicer<T> {
@@ -72,6 +78,7 @@ impl<T: Target> Splicer<T> {
             components: &self.components,
             splices: self.live.values().map(|s| &**s).collect(),
             orig: self.orig.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            retiring: self.retiring.values().collect(),
         };
         // Every field is a plain struct, string, number or map with string keys.
         serde_json::to_vec(&saved).expect("the splicer state always serializes")
@@ -91,13 +98,24 @@ impl<T: Target> Splicer<T> {
         check_against_target(&target, &saved)?;
         let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved.splices.into_iter().map(|s| (s.id, Box::new(s))).collect();
         let orig: HashMap<String, OrigStub> = saved.orig.into_iter().collect();
+        let retiring: BTreeMap<SpliceId, Retiring> = saved.retiring.into_iter().map(|r| (r.splice.id, r)).collect();
         log::debug!(
-            "state restored: {} component(s), {} splice(s), {} original trampoline(s)",
+            "state restored: {} component(s), {} splice(s), {} retiring, {} original trampoline(s)",
             saved.components.iter().count(),
             live.len(),
+            retiring.len(),
             orig.len()
         );
-        Ok(Splicer { target, components: saved.components, live, orig, next: saved.next_splice, last_batch: None })
+        Ok(Splicer {
+            target,
+            components: saved.components,
+            live,
+            orig,
+            retiring,
+            quiesce_timeout: DEFAULT_QUIESCE_TIMEOUT,
+            next: saved.next_splice,
+            last_batch: None,
+        })
     }
 }
 
@@ -125,6 +143,32 @@ fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(),
         let foreign = listed.keys().filter(|k| !ours.contains(*k)).count();
         if foreign > 0 {
             log::warn!("the target has {foreign} dispatch entries that the saved state does not know (another client's)");
+        }
+    }
+    // A retiring splice's site holds the original bytes again; its springboard (restored after
+    // quiescence) still holds the jmp.
+    for r in &saved.retiring {
+        let s = &r.splice;
+        let found = target.read(s.site_patch.addr, s.site_patch.old.len())?;
+        if found != s.site_patch.old {
+            return Err(StateError::RetiringTextDiffers {
+                at: s.request.at.clone(),
+                addr: s.site_patch.addr,
+                expected: hex(&s.site_patch.old),
+                found: hex(&found),
+            });
+        }
+        if let Some(p) = &s.springboard_patch {
+            let found = target.read(p.addr, p.new.len())?;
+            if found != p.new {
+                return Err(StateError::TextDiffers {
+                    at: s.request.at.clone(),
+                    what: "the retiring splice's springboard",
+                    addr: p.addr,
+                    expected: hex(&p.new),
+                    found: hex(&found),
+                });
+            }
         }
     }
     for s in &saved.splices {

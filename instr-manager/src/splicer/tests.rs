@@ -144,6 +144,50 @@ fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
 }
 
 #[test]
+fn removal_that_cannot_reach_quiescence_leaves_the_splice_retiring_and_a_later_one_finishes_it() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let ids = sp.apply(&[count("f1", Mechanism::Trap), count("f2", Mechanism::Jmp)]).unwrap();
+    k.state().quiesce_busy = Some("a task is still inside".into());
+    let err = sp.remove(&ids).unwrap_err();
+    assert!(matches!(&err, SpliceError::Retiring { at, .. } if at == "f1, f2"), "{err}");
+    assert!(err.to_string().contains("a task is still inside") && err.to_string().contains("run the unsplice (or unload) again"), "{err}");
+    // The text is restored at once; the dispatch entries are gone; the blocks are kept.
+    assert_eq!(k.text(func_addr("f1"), 32), FUNC);
+    assert_eq!(k.text(func_addr("f2"), 32), FUNC);
+    assert!(k.state().dispatch.is_empty());
+    assert!(k.live_blocks() > 0);
+    assert_eq!(sp.live().count(), 0);
+    assert_eq!(sp.retiring().map(|s| s.id).collect::<Vec<_>>(), ids);
+    // The state says so, and a later command takes it over and finishes it.
+    let state = sp.export_state();
+    drop(sp);
+    let mut later = Splicer::import_state(k.clone(), &state).unwrap();
+    assert_eq!(later.find_retiring("f1"), Some(ids[0]));
+    assert_eq!(later.find_retiring(&format!("{:#x}", func_addr("f2") + 5)), Some(ids[1]));
+    assert!(later.finish_retiring(&ids).is_err(), "still busy: still retiring");
+    assert_eq!(later.retiring().count(), 2);
+    k.state().quiesce_busy = None;
+    later.finish_retiring(&ids).unwrap();
+    assert_eq!(later.retiring().count(), 0);
+    assert!(k.pristine(), "every block freed");
+}
+
+#[test]
+fn retiring_splice_whose_site_changed_again_is_refused_in_the_state() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let ids = sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
+    k.state().quiesce_busy = Some("busy".into());
+    sp.remove(&ids).unwrap_err();
+    let state = sp.export_state();
+    let site = func_addr("f1") + 5;
+    k.state().memory.insert(site, 0xCD);
+    let err = Splicer::import_state(k, &state).err().unwrap();
+    assert!(matches!(&err, StateError::RetiringTextDiffers { at, addr, .. } if at == "f1" && *addr == site), "{err}");
+}
+
+#[test]
 fn empty_state_is_a_fresh_splicer() {
     let sp = Splicer::import_state(FakeKernel::new(), b"").unwrap();
     assert_eq!(sp.live().count(), 0);

@@ -41,6 +41,10 @@ code and data are freed once no CPU can be running them. Refused while a splice 
 pub struct UnloadArgs {
     /// The component's name (see `trapctl list`).
     pub name: String,
+    /// Seconds to wait for tasks to leave the code of the splices removed with it (see
+    /// `trapctl unsplice --wait`).
+    #[arg(long, value_name = "SECONDS", value_parser = crate::cmd::splice::parse_wait)]
+    pub wait: Option<std::time::Duration>,
 }
 
 pub fn load(args: &LoadArgs) -> Result<()> {
@@ -60,7 +64,12 @@ pub fn load(args: &LoadArgs) -> Result<()> {
 
 pub fn unload(args: &UnloadArgs) -> Result<()> {
     let request = Request::Unload { name: args.name.clone() };
-    let u: Unloaded = route::change(&request, |sp| Ok((ops::unload(sp, &args.name)?, Made::default())))?;
+    let u: Unloaded = route::change(&request, |sp| {
+        if let Some(w) = args.wait {
+            sp.set_quiesce_timeout(w);
+        }
+        Ok((ops::unload(sp, &args.name)?, Made::default()))
+    })?;
     let declared = if u.declared_removed == 0 { String::new() } else { format!(" and its {} declared splice(s)", u.declared_removed) };
     println!("unloaded {}{declared}", u.name);
     Ok(())

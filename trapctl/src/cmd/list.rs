@@ -53,6 +53,12 @@ pub fn run(args: &Args) -> Result<()> {
             println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", s.at, s.site, s.mechanism, s.action, s.hits, s.missed);
         }
     }
+    for s in &l.retiring {
+        println!(
+            "retiring: {} at {} ({}, {}): original bytes back, its code kept until no task is inside it; `trapctl unsplice {}` again finishes it",
+            s.at, s.site, s.mechanism, s.action, s.at
+        );
+    }
     if l.components.is_empty() {
         println!("no components");
     } else {

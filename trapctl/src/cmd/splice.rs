@@ -57,7 +57,13 @@ pub struct SpliceArgs {
 Remove the splice at AT: the point as it was written when spliced, the function whose entry was
 spliced, or the site's address as `trapctl list` shows it. The original bytes are written back,
 then trapctl waits until no CPU can be in the splice's trampoline or handler before freeing them.
-Prints the final hit counts. --all removes every live splice in one batch.")]
+Prints the final hit counts. --all removes every live splice in one batch.
+
+A task may sleep inside a --replace function. If one is still inside after --wait seconds (default
+10), the command fails naming the replacement and its trampoline block, and the splice is left
+*retiring*: its original bytes are back, its code is kept, `trapctl list` shows it. The same
+command (or --all, or `trapctl unload` of its component) run again finishes the removal once the
+task has left.")]
 pub struct UnspliceArgs {
     /// The point as spliced, or the site address.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -65,6 +71,16 @@ pub struct UnspliceArgs {
     /// Remove every live splice, in one batch.
     #[arg(long)]
     pub all: bool,
+    /// Seconds to wait for tasks to leave a splice's code (a replacement that sleeps) before
+    /// giving up; the splice is then retiring and the same command finishes it later.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_wait)]
+    pub wait: Option<std::time::Duration>,
+}
+
+/// `--wait SECONDS`: a non-negative number of seconds, fractions allowed.
+pub fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}`: the wait must be a finite, non-negative number of seconds"))
 }
 
 pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
@@ -95,11 +111,21 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     let Some(at) = &args.at else {
-        let all: UnsplicedAll = route::change(&Request::Unsplice { at: None, all: true }, |sp| Ok((ops::unsplice_all(sp)?, Made::default())))?;
+        let all: UnsplicedAll = route::change(&Request::Unsplice { at: None, all: true }, |sp| {
+            if let Some(w) = args.wait {
+                sp.set_quiesce_timeout(w);
+            }
+            Ok((ops::unsplice_all(sp)?, Made::default()))
+        })?;
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let u = remove(at)?;
+    let u: Unspliced = route::change(&Request::Unsplice { at: Some(at.to_string()), all: false }, |sp| {
+        if let Some(w) = args.wait {
+            sp.set_quiesce_timeout(w);
+        }
+        Ok((ops::unsplice(sp, at)?, Made::default()))
+    })?;
     println!("unspliced {} at {}: {} hits, {} missed", u.at, u.site, u.hits, u.missed);
     Ok(())
 }
