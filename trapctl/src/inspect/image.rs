@@ -54,6 +54,11 @@ pub struct Image {
     pub symbols: SymbolTable,
     /// For relocatables: the section whose offsets are the addresses.
     pub section: Option<String>,
+    /// `(address, size)` of `.eh_frame_hdr` in a linked file, where the unwinder's search for
+    /// exception landing pads starts.
+    pub eh_frame_hdr: Option<(u64, u64)>,
+    /// A relocatable file with a `.gcc_except_table` (landing pads that are not read).
+    pub has_except_table: bool,
     /// `(address, bytes)` of every loaded region, sorted by address.
     regions: Vec<(u64, Vec<u8>)>,
 }
@@ -115,7 +120,8 @@ pub fn load(path: &Path, symbol: Option<&str>) -> Result<Image> {
         }
     }
     regions.sort_by_key(|r| r.0);
-    Ok(Image { kind, kernel, symbols: SymbolTable::new(symbols), section: None, regions })
+    let eh_frame_hdr = file.section_by_name(".eh_frame_hdr").map(|s| (s.address(), s.size())).filter(|&(a, n)| a != 0 && n != 0);
+    Ok(Image { kind, kernel, symbols: SymbolTable::new(symbols), section: None, eh_frame_hdr, has_except_table: false, regions })
 }
 
 fn load_relocatable(path: &Path, file: &object::File<'_>, kind: ElfKind, kernel: bool, name: &str) -> Result<Image> {
@@ -169,6 +175,8 @@ fn load_relocatable(path: &Path, file: &object::File<'_>, kind: ElfKind, kernel:
         kernel,
         symbols: SymbolTable::new(symbols),
         section: Some(sec_name),
+        eh_frame_hdr: None,
+        has_except_table: file.section_by_name(".gcc_except_table").is_some(),
         regions: vec![(0, bytes)],
     })
 }
