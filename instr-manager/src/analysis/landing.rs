@@ -164,12 +164,17 @@ impl Cursor<'_> {
             0x02 => u64::from(u16::from_le_bytes(self.fixed::<2>(what)?)),
             0x03 => u64::from(u32::from_le_bytes(self.fixed::<4>(what)?)),
             0x09 => self.sleb(what)?,
-            0x0a => i64::from(i16::from_le_bytes(self.fixed::<2>(what)?)) as u64,
-            0x0b => i64::from(i32::from_le_bytes(self.fixed::<4>(what)?)) as u64,
+            0x0a => sign_extend(i64::from(i16::from_le_bytes(self.fixed::<2>(what)?))),
+            0x0b => sign_extend(i64::from(i32::from_le_bytes(self.fixed::<4>(what)?))),
             0x0c => u64::from_le_bytes(self.fixed::<8>(what)?),
             _ => return Err(LsdaError::BadEncoding { what, enc, offset: self.pos }),
         })
     }
+}
+
+/// The bits of `v` as a u64 (two's complement).
+fn sign_extend(v: i64) -> u64 {
+    u64::from_le_bytes(v.to_le_bytes())
 }
 
 /// Whether the format bits of `enc` name a value format (`absptr`, `uleb128`, `udata2/4/8`,
@@ -200,7 +205,7 @@ pub fn parse_lsda(bytes: &[u8], addr: u64, fragment_start: u64) -> Result<Lsda, 
         let v = c.value(lp_enc, "LPStart")?;
         match lp_enc & 0x70 {
             0x00 => v,
-            0x10 => (addr + at as u64).wrapping_add(v),
+            0x10 => addr.wrapping_add(at as u64).wrapping_add(v),
             0x40 => fragment_start.wrapping_add(v),
             _ => return Err(LsdaError::BadEncoding { what: "LPStart", enc: lp_enc, offset: 0 }),
         }
@@ -223,8 +228,7 @@ pub fn parse_lsda(bytes: &[u8], addr: u64, fragment_start: u64) -> Result<Lsda, 
     if table_len > MAX_TABLE {
         return Err(LsdaError::TableTooLarge { offset: len_at, len: table_len });
     }
-    // Checked above: the table is at most MAX_TABLE bytes.
-    let table_end = c.pos + table_len as usize;
+    let table_end = usize::try_from(table_len).map_or(usize::MAX, |n| c.pos.saturating_add(n));
     if table_end > bytes.len() {
         return Err(LsdaError::Truncated { offset: bytes.len(), what: "call-site table" });
     }
@@ -273,7 +277,10 @@ fn read_prefix(read: ReadFn<'_>, addr: u64, want: usize) -> Vec<u8> {
             match read(at, chunk) {
                 Some(b) if b.len() == chunk => {
                     out.extend_from_slice(&b);
-                    at += chunk as u64;
+                    match at.checked_add(chunk as u64) {
+                        Some(next) => at = next,
+                        None => return out,
+                    }
                     break;
                 }
                 _ if chunk > 1 => chunk /= 2,
@@ -300,15 +307,17 @@ struct Fde {
 fn fde_at(read: ReadFn<'_>, func: &str, fde_addr: u64) -> Result<Fde, LandingError> {
     let bad = |what: String| LandingError { func: func.to_string(), what };
     let (hdr_len, body_len) = entry_len(read, func, fde_addr, "FDE")?;
-    let ptr_len = if hdr_len == 12 { 8 } else { 4 };
+    // The CIE pointer: 4 bytes after a 4-byte length, 8 after a 64-bit one.
+    let (field_at, field_len) = if hdr_len == 12 { (12usize, 8usize) } else { (4, 4) };
     let mut fde = read_exact(read, func, fde_addr, hdr_len + body_len, "the FDE")?;
-    if body_len < ptr_len {
+    if body_len < field_len as u64 {
         return Err(bad(format!("the FDE at {fde_addr:#x} (.eh_frame) has length {body_len:#x}")));
     }
-    // In bounds: the FDE holds hdr_len + body_len >= hdr_len + ptr_len bytes.
-    let field = &mut fde[hdr_len as usize..(hdr_len + ptr_len) as usize];
+    // In bounds: the FDE holds hdr_len + body_len >= field_at + field_len bytes.
+    let field = &mut fde[field_at..field_at + field_len];
     let cie_ptr = field.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b));
-    let ptr_field = fde_addr + hdr_len;
+    // The read above succeeded: fde_addr + hdr_len is an address.
+    let ptr_field = fde_addr.wrapping_add(hdr_len);
     let cie_addr = ptr_field.checked_sub(cie_ptr).filter(|_| cie_ptr != 0);
     let cie_addr = cie_addr.ok_or_else(|| bad(format!("the FDE at {fde_addr:#x} (.eh_frame) has CIE pointer {cie_ptr:#x}")))?;
     for (i, b) in field.iter_mut().enumerate() {
@@ -344,7 +353,7 @@ fn entry_len(read: ReadFn<'_>, func: &str, addr: u64, kind: &str) -> Result<(u64
     let head = read_exact(read, func, addr, 4, &format!("the {kind}'s length"))?;
     let len32 = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let (hdr_len, body_len) = if len32 == 0xffff_ffff {
-        let l = read_exact(read, func, addr + 4, 8, &format!("the {kind}'s 64-bit length"))?;
+        let l = read_exact(read, func, addr.wrapping_add(4), 8, &format!("the {kind}'s 64-bit length"))?;
         (12u64, l.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)))
     } else {
         (4u64, u64::from(len32))
@@ -444,7 +453,7 @@ fn lsda_table_end(head: &[u8]) -> Option<usize> {
     }
     c.u8("").ok()?;
     let len = c.uleb("").ok()?;
-    (len <= MAX_TABLE).then(|| c.pos + len as usize)
+    usize::try_from(len).ok().filter(|_| len <= MAX_TABLE).map(|n| c.pos + n)
 }
 
 #[cfg(test)]

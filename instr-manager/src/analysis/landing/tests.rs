@@ -104,8 +104,8 @@ fn random_bytes_never_panic() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let len = (x % 24) as usize;
-        let bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8 ^ (i as u8).wrapping_mul(37)).collect();
+        let len = usize::try_from(x % 24).unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| x.to_le_bytes()[i % 8] ^ u8::try_from(i).unwrap().wrapping_mul(37)).collect();
         let _ = parse_lsda(&bytes, x, x.rotate_left(17));
     }
 }
@@ -228,7 +228,7 @@ fn malformed_unwind_data_is_an_error_naming_the_function_and_where() {
     assert_eq!(p.read(lsda, 3).unwrap(), [0xff, 0xff, 0x01]);
     let bad_cs = |a: u64, n: usize| p.read(a, n).map(|mut b| {
         if a <= lsda + 2 && lsda + 2 < a + n as u64 {
-            b[(lsda + 2 - a) as usize] = 0x1b;
+            b[usize::try_from(lsda + 2 - a).unwrap()] = 0x1b;
         }
         b
     });
