@@ -378,8 +378,30 @@ impl HdrTable {
         }
         let bytes = read_exact(read, func, hdr.addr, hdr.len, "the .eh_frame_hdr")?;
         let t = HdrTable { hdr, bytes };
-        t.fde_for(func, hdr.addr)?;
+        t.check(func)?;
         Ok(t)
+    }
+
+    /// Walk the whole search table once: every entry must be in the bytes read (gimli's binary
+    /// search multiplies the entry count it is given, which must not be more than the bytes
+    /// hold) and in ascending order (or the search would miss FDEs).
+    fn check(&self, func: &str) -> Result<(), LandingError> {
+        let bad = |e: String| LandingError { func: func.to_string(), what: format!("its .eh_frame_hdr at {:#x}: {e}", self.hdr.addr) };
+        let bases = BaseAddresses::default().set_eh_frame_hdr(self.hdr.addr);
+        let parsed = GimliHdr::new(&self.bytes, LittleEndian).parse(&bases, 8).map_err(|e| bad(e.to_string()))?;
+        let table = parsed.table().ok_or_else(|| bad("it has no search table".to_string()))?;
+        let mut entries = table.iter(&bases);
+        let mut last = None;
+        let mut n = 0u64;
+        while let Some((start, _)) = entries.next().map_err(|e| bad(format!("its search table entry {n}: {e}")))? {
+            let start = start.direct().map_err(|e| bad(format!("its search table entry {n}: {e}")))?;
+            if last.is_some_and(|l| start < l) {
+                return Err(bad(format!("its search table is not sorted at entry {n} ({start:#x})")));
+            }
+            last = Some(start);
+            n += 1;
+        }
+        Ok(())
     }
 
     /// The address of the FDE whose start is the last at or before `pc` (`None` when every FDE

@@ -245,3 +245,20 @@ fn malformed_unwind_data_is_an_error_naming_the_function_and_where() {
     let e = HdrTable::read(&bad_hdr, "with_cleanup", p.hdr).err().unwrap().to_string();
     assert!(e.starts_with(&format!("cannot read the exception landing pads of `with_cleanup`: its .eh_frame_hdr at {:#x}: ", p.hdr.addr)), "{e}");
 }
+
+#[rustfmt::skip]
+#[test]
+fn a_search_table_claiming_more_entries_than_it_holds_is_refused() {
+    // Version 1; eh_frame_ptr pcrel|sdata4, fde_count udata4, table datarel|sdata4; then
+    // eh_frame_ptr, fde_count 0xffffffff and a single entry (gimli's binary search would
+    // multiply that count by the entry size).
+    let hdr = [0x01, 0x1b, 0x03, 0x3b, 0x10, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x20, 0, 0, 0, 0x40, 0, 0, 0];
+    let read = |a: u64, n: usize| hdr.get(usize::try_from(a.checked_sub(0x3000)?).ok()?..).and_then(|b| b.get(..n)).map(<[u8]>::to_vec);
+    let e = HdrTable::read(&read, "f", EhFrameHdr { addr: 0x3000, len: hdr.len() as u64 }).err().unwrap().to_string();
+    assert!(e.starts_with("cannot read the exception landing pads of `f`: its .eh_frame_hdr at 0x3000: its search table entry 1: "), "{e}");
+    // Entries out of order.
+    let unsorted = [0x01, 0x1b, 0x03, 0x3b, 0x10, 0, 0, 0, 0x02, 0, 0, 0, 0x20, 0, 0, 0, 0x40, 0, 0, 0, 0x10, 0, 0, 0, 0x40, 0, 0, 0];
+    let read = |a: u64, n: usize| unsorted.get(usize::try_from(a.checked_sub(0x3000)?).ok()?..).and_then(|b| b.get(..n)).map(<[u8]>::to_vec);
+    let e = HdrTable::read(&read, "f", EhFrameHdr { addr: 0x3000, len: unsorted.len() as u64 }).err().unwrap().to_string();
+    assert!(e.ends_with("its search table is not sorted at entry 1 (0x3010)"), "{e}");
+}
