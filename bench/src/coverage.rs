@@ -71,6 +71,7 @@ pub fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::FunctionTooShort { .. } => "function too short",
         Refusal::PastFunctionEnd { .. } => "window past the function's end",
         Refusal::BranchTargetInWindow { .. } => "branch target inside the window",
+        Refusal::LandingPadInWindow { .. } => "exception landing pad inside the window",
         Refusal::WindowCrossesBlock { .. } => "window crosses a basic block's end",
         Refusal::Unrelocatable { .. } => "displaced instruction cannot be relocated",
         Refusal::OverlapsFentry { .. } => "overlaps the ftrace NOP",
@@ -276,6 +277,7 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
                 Refusal::FunctionTooShort { .. }
                 | Refusal::PastFunctionEnd { .. }
                 | Refusal::BranchTargetInWindow { .. }
+                | Refusal::LandingPadInWindow { .. }
                 | Refusal::WindowCrossesBlock { .. } => "5-byte window does not fit, no springboard padding",
                 other => refusal_kind(other),
             }),

@@ -10,6 +10,7 @@
 //! | [`state`] | JSON | the state blob trapctl reads back from the module (`Splicer::import_state`) |
 //! | [`bench`] | a tag byte, then a kernel image, kallsyms text, an ELF + kallsyms, or a console log | bench's vmlinux extraction and kallsyms readers |
 //! | [`analysis`] | an address, a site and function bytes | instr-manager: decode, CFG, trap and jmp plans, relocation, trampolines |
+//! | [`landing`] | an LSDA, or `.eh_frame_hdr`, `.eh_frame` and `.gcc_except_table` as memory | instr-manager's exception landing pad reader |
 //!
 //! Each harness panics only when a property is broken: beyond "no panic", every refusal is an
 //! error whose message is a sentence ([`assert_sentence`]), and each checks the invariants that
@@ -20,6 +21,7 @@
 
 pub mod analysis;
 pub mod bench;
+pub mod landing;
 pub mod loader;
 pub mod protocol;
 pub mod spec;
@@ -29,13 +31,14 @@ pub mod state;
 pub type Harness = (&'static str, fn(&[u8]));
 
 /// Every harness.
-pub const HARNESSES: [Harness; 6] = [
+pub const HARNESSES: [Harness; 7] = [
     ("loader", loader::run),
     ("spec", spec::run),
     ("protocol", protocol::run),
     ("state", state::run),
     ("bench", bench::run),
     ("analysis", analysis::run),
+    ("landing", landing::run),
 ];
 
 /// An error message a person can read: not empty, one trimmed text, not a `Debug` dump of an

@@ -69,3 +69,8 @@ fn debug_dumps_are_not_sentences_and_user_text_in_a_sentence_is_fine() {
     assert_sentence("t", "E5(x: unknown action `y` (call, replace or count)");
     assert_sentence("t", "Function `f` (at 0x1) is too short (2 bytes)");
 }
+
+#[test]
+fn landing_corpus_replays() {
+    replay("landing");
+}

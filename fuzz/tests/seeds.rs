@@ -164,3 +164,43 @@ fn write_seeds() {
     k3.extend(console.as_bytes());
     put("bench", "3-console", &k3);
 }
+
+/// The `landing` seeds: the agent's C++ exception fixture (built with g++) as memory from its
+/// `.eh_frame_hdr` to the end of its `.gcc_except_table`, asked about each function with landing
+/// pads, and LSDAs alone (`.gcc_except_table` from each of its LSDAs on).
+#[test]
+#[ignore = "writes the seed corpus; run by hand (needs g++)"]
+fn write_landing_seeds() {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("eh");
+    let fixtures = root().join("../trapctl/agent/tests/fixtures");
+    let status = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(fixtures.join("eh.cc")).arg(fixtures.join("eh_pad.S")).status().expect("running g++");
+    assert!(status.success());
+    let data = std::fs::read(&exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let hdr = file.section_by_name(".eh_frame_hdr").unwrap();
+    let except = file.section_by_name(".gcc_except_table").unwrap();
+    let (lo, hi) = (hdr.file_range().unwrap().0, except.file_range().map(|(o, n)| o + n).unwrap());
+    assert_eq!(hdr.file_range().unwrap().0, hdr.address(), "file offsets are addresses in that segment");
+    let image = &data[usize::try_from(lo).unwrap()..usize::try_from(hi).unwrap()];
+    for name in ["with_cleanup", "catcher", "padded_catch", "thrower.cold"] {
+        let sym = file.symbols().find(|s| s.name() == Ok(name)).unwrap();
+        let mut input = vec![1u8];
+        input.extend(hdr.address().to_le_bytes());
+        input.extend(sym.address().to_le_bytes());
+        input.extend(hdr.size().to_le_bytes());
+        input.extend(image);
+        put("landing", &format!("image-{name}"), &input);
+    }
+    // LSDAs start 4-byte aligned in .gcc_except_table; each one's first bytes, from its start.
+    let table = except.data().unwrap();
+    for (i, off) in (0..table.len()).step_by(4).filter(|&o| table[o] == 0xff).take(6).enumerate() {
+        let mut input = vec![0u8];
+        input.extend((except.address() + off as u64).to_le_bytes());
+        input.extend(0x1000u64.to_le_bytes());
+        input.extend(0u64.to_le_bytes());
+        input.extend(&table[off..]);
+        put("landing", &format!("lsda-{i}"), &input);
+    }
+}

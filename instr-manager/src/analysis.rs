@@ -9,7 +9,8 @@
 //! - Branch targets are the targets of every direct `jmp`/`jcc`/`loop`/`jrcxz`/`xbegin`/`call`
 //!   that lie inside the function, every fall-through of a conditional branch, and every entry
 //!   of a jump table that was found; the splicer adds the targets of jumps back from the
-//!   function's cold parts ([`parts`]).
+//!   function's cold parts ([`parts`]) and the exception landing pads the unwinder jumps to
+//!   ([`landing`]).
 //! - Basic blocks start at the function start and at every branch target that is an instruction
 //!   boundary, and end after every branch, `ret`, `jmp`, `ud2`/`ud0`/`ud1` and interrupt
 //!   instruction (`int3`, `int n`).
@@ -21,6 +22,7 @@
 //!   (the same one kprobes takes); `trapctl inspect` prints a warning for these functions.
 
 pub mod jump_table;
+pub mod landing;
 pub mod liveness;
 pub mod padding;
 pub mod parts;
@@ -127,6 +129,9 @@ pub struct Function {
     /// In address order, covering every decoded instruction.
     pub blocks: Vec<BasicBlock>,
     pub branch_targets: BTreeSet<u64>,
+    /// The exception landing pads among [`Function::branch_targets`] (added by
+    /// [`Function::add_landing_pads`]), for refusals that say what the target is.
+    pub landing_pads: BTreeSet<u64>,
     pub bytes: Vec<u8>,
     /// The function contains at least one indirect `jmp`.
     pub has_indirect_jumps: bool,
@@ -285,6 +290,7 @@ pub fn analyze_function_with(
         insns,
         blocks,
         branch_targets,
+        landing_pads: BTreeSet::new(),
         bytes: bytes.to_vec(),
         indirect_jumps,
         undecodable_from,

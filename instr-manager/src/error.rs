@@ -46,6 +46,8 @@ pub enum PlanError {
     #[error(transparent)]
     Analysis(#[from] AnalysisError),
     #[error(transparent)]
+    Landing(#[from] crate::analysis::landing::LandingError),
+    #[error(transparent)]
     Refused(#[from] Refusal),
 }
 
@@ -65,6 +67,8 @@ pub enum Refusal {
     PastFunctionEnd { site: u64, window_end: u64, func: String, func_end: u64 },
     #[error("the window [{site:#x}, {window_end:#x}) contains the branch target {target:#x}: a jump there would land inside the patched bytes")]
     BranchTargetInWindow { site: u64, window_end: u64, target: u64 },
+    #[error("the window [{site:#x}, {window_end:#x}) covers the exception landing pad at {func}+{offset:#x} ({pad:#x}, from .gcc_except_table): an exception caught or cleaned up there would land inside the patched bytes")]
+    LandingPadInWindow { site: u64, window_end: u64, func: String, offset: u64, pad: u64 },
     #[error("the window [{site:#x}, {window_end:#x}) crosses the end of its basic block [{block_start:#x}, {block_end:#x}) after `{last}`")]
     WindowCrossesBlock { site: u64, window_end: u64, block_start: u64, block_end: u64, last: String },
     #[error("`{insn}` at {addr:#x} (window at {site:#x}) cannot be relocated: {reason}")]

@@ -285,6 +285,11 @@ fn check_window(
     }
     let window_end = site + len as u64;
     if let Some(&target) = func.branch_targets.range(site + 1..window_end).next() {
+        if func.landing_pads.contains(&target) {
+            log::debug!("`{}`: the window at {site:#x} covers the landing pad at {target:#x}", func.name);
+            let offset = target - func.start;
+            return Err(Refusal::LandingPadInWindow { site, window_end, func: func.name.clone(), offset, pad: target });
+        }
         return Err(Refusal::BranchTargetInWindow { site, window_end, target });
     }
     let block = func.block_of(site).ok_or(Refusal::PastFunctionEnd {

@@ -9,6 +9,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use instr_manager::analysis::landing::{landing_pads, EhFrameHdr, HdrTable, LandingError};
+use instr_manager::analysis::parts::part_names;
 use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function};
 use instr_manager::plan::has_fentry_site;
 use instr_manager::image::{CodeImage, ElfKind, EXTERNAL};
@@ -119,6 +121,8 @@ struct FunctionReport {
     fentry_site: bool,
     indirect_jumps: Vec<String>,
     unresolved_indirect_jumps: Vec<String>,
+    /// Exception landing pads (from `.gcc_except_table`): branch targets only the unwinder jumps to.
+    landing_pads: Vec<String>,
     undecodable_from: Option<String>,
 }
 
@@ -181,6 +185,7 @@ fn function_report(func: &Function, info: &TargetInfo) -> FunctionReport {
         fentry_site: has_fentry_site(func, info),
         indirect_jumps: func.indirect_jumps.iter().map(|j| format!("{:#x}", j.addr)).collect(),
         unresolved_indirect_jumps: func.unresolved_indirect_jumps().map(|j| format!("{:#x}", j.addr)).collect(),
+        landing_pads: func.landing_pads.iter().map(|a| format!("{a:#x}")).collect(),
         undecodable_from: func.undecodable_from.map(|a| format!("{a:#x}")),
     }
 }
@@ -209,9 +214,23 @@ fn build(args: &Args) -> Result<Report> {
     let size = usize::try_from(sym.size)?;
     let bytes = read(sym.addr, size)
         .with_context(|| format!("the bytes of `{}` [{:#x}, {:#x}) are not in the file", sym.name, sym.addr, sym.addr + sym.size))?;
-    let func = analyze_function_with(&sym.name, sym.addr, &bytes, &AnalysisOptions { read: Some(&read), lenient: true })?;
+    let mut func = analyze_function_with(&sym.name, sym.addr, &bytes, &AnalysisOptions { read: Some(&read), lenient: true })?;
 
     let mut notes = Vec::new();
+    if let Some((addr, len)) = image.eh_frame_hdr {
+        match file_landing_pads(&image, &func, EhFrameHdr { addr, len }) {
+            Ok(pads) => {
+                func.add_landing_pads(pads);
+                if !func.landing_pads.is_empty() {
+                    let list: Vec<String> = func.landing_pads.iter().map(|a| format!("{a:#x}")).collect();
+                    notes.push(format!("exception landing pads (from .gcc_except_table; only the unwinder jumps there): {}", list.join(", ")));
+                }
+            }
+            Err(e) => notes.push(format!("warning: {e}; windows are checked without them")),
+        }
+    } else if image.has_except_table {
+        notes.push("warning: exception landing pads are not read in a relocatable file; windows are checked without them".to_string());
+    }
     if let Some(sec) = &image.section {
         notes.push(format!(
             "addresses are offsets in section {sec} (relocatable file; its other executable sections follow it); references to data and undefined symbols show as {:#x}",
@@ -265,6 +284,27 @@ fn build(args: &Args) -> Result<Report> {
             .collect(),
         sites,
     })
+}
+
+/// The landing pads inside `func` that the LSDAs of its FDEs, and of its cold parts' (found by
+/// name, as the splicer finds them), name.
+fn file_landing_pads(image: &CodeImage, func: &Function, hdr: EhFrameHdr) -> Result<Vec<u64>, LandingError> {
+    let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
+    let table = HdrTable::read(&read, &func.name, hdr)?;
+    let mut ranges = vec![(func.start, func.end)];
+    for name in part_names(&func.name) {
+        for s in image.symbols.lookup_all(&name) {
+            let size = image.symbols.function_extent(s);
+            if s.addr != func.start && size > 0 {
+                ranges.push((s.addr, s.addr + size));
+            }
+        }
+    }
+    let mut pads = Vec::new();
+    for (lo, hi) in ranges {
+        pads.extend(landing_pads(&read, &func.name, &table, lo, hi)?.into_iter().map(|p| p.addr));
+    }
+    Ok(pads)
 }
 
 fn spec_offset(spec: &PointSpec) -> u64 {

@@ -201,3 +201,48 @@ fn help_explains_the_subcommand() {
         assert!(help.contains(words), "--help lacks `{words}`:\n{help}");
     }
 }
+
+/// The agent's C++ exception fixture (`eh.cc`, with `eh_pad.S`), built with g++ once.
+fn cxx_fixture() -> &'static Path {
+    static F: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("eh");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent/tests/fixtures");
+        let out = Command::new("g++")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(src.join("eh.cc"))
+            .arg(src.join("eh_pad.S"))
+            .output()
+            .expect("g++ is needed for this test (.ci/install-deps installs it)");
+        assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+        (dir, exe)
+    })
+    .1
+}
+
+#[test]
+fn exception_landing_pads_are_listed_and_a_window_over_one_is_refused_naming_it() {
+    let exe = cxx_fixture();
+    let r = json(exe, "padded_catch");
+    let start = hex(&r["function"]["start"]);
+    assert_eq!(strings(&r["function"]["landing_pads"]), [format!("{:#x}", start + 0xf)]);
+    let site = |addr: u64| r["sites"].as_array().unwrap().iter().find(|s| hex(&s["addr"]) == addr).unwrap().clone();
+    // The nop between the `ret` and the landing pad: both windows run over it.
+    let nop = site(start + 0xe);
+    assert_eq!(nop["asm"], "nop");
+    for m in ["trap", "jmp"] {
+        assert_eq!(nop[m]["possible"], false, "{m}");
+        let reason = nop[m]["reason"].as_str().unwrap();
+        assert!(reason.contains("covers the exception landing pad at padded_catch+0xf"), "{m}: {reason}");
+    }
+    let pad = site(start + 0xf);
+    assert_eq!((&pad["trap"]["possible"], &pad["jmp"]["possible"]), (&Value::Bool(true), &Value::Bool(true)), "at the pad itself");
+    let t = text(exe, "padded_catch");
+    assert!(t.contains(&format!("note: exception landing pads (from .gcc_except_table; only the unwinder jumps there): {:#x}", start + 0xf)), "{t}");
+    // g++'s own: a destructor's cleanup and a catch, each one landing pad.
+    for f in ["with_cleanup", "catcher"] {
+        assert_eq!(strings(&json(exe, f)["function"]["landing_pads"]).len(), 1, "{f}");
+    }
+}

@@ -424,6 +424,14 @@ pub trait Target {
         Ok(())
     }
 
+    /// The `.eh_frame_hdr` (address and size: the `PT_GNU_EH_FRAME` segment) of the loaded
+    /// object whose code contains `addr`, where the unwinder finds that code's frame information
+    /// and, through it, its exception landing pads. `None` when no object holds `addr` or it has
+    /// none; the default (the kernel, whose code throws no exceptions).
+    fn eh_frame_hdr(&self, _addr: u64) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Every dispatch entry the target holds now, when it can list them (kernel: the module's
     /// table, the truth a saved state is checked against); `None` when it cannot.
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {

@@ -8,8 +8,9 @@
 //! ([`Function::add_outside_targets`]). Both directions: a cold part's targets in its parent, and
 //! the parent's targets in a cold part (a jump to a label in the middle of `foo.cold`).
 //!
-//! Limits: exception landing pads (reached by the unwinder through `.gcc_except_table`) are not
-//! found, and neither are jumps from other functions that share no name with this one.
+//! Exception landing pads, which the unwinder jumps to, are outside targets too: [`super::landing`]
+//! reads them and [`Function::add_landing_pads`] adds them. Not found: jumps from other
+//! functions that share no name with this one.
 
 use iced_x86::FlowControl;
 
@@ -67,6 +68,15 @@ impl Function {
             self.blocks = build_blocks(&self.insns, &self.branch_targets, &self.indirect_jumps, self.start, self.end);
         }
         added
+    }
+
+    /// Add exception landing pads (read by [`super::landing`]) as outside targets, remembered as
+    /// landing pads so that a refusal names them. Returns how many were new branch targets.
+    pub fn add_landing_pads(&mut self, pads: impl IntoIterator<Item = u64>) -> usize {
+        let (start, end) = (self.start, self.end);
+        let pads: Vec<u64> = pads.into_iter().filter(|&p| p >= start && p < end).collect();
+        self.landing_pads.extend(pads.iter().copied());
+        self.add_outside_targets(pads)
     }
 }
 

@@ -3,8 +3,8 @@
 //! - [`BatchCache`]: the text of every function the batch splices, read in as few target reads
 //!   as the functions' addresses allow; each function analysed once, however many of its points
 //!   the batch holds (the analysis is kept only for functions with more than one), with its jump
-//!   tables read from the target and the jumps back from its cold parts; each handler's
-//!   lean-leaf check made once.
+//!   tables read from the target, the jumps back from its cold parts and its exception landing
+//!   pads (each object's `.eh_frame_hdr` read once); each handler's lean-leaf check made once.
 //! - [`read_words`]: counters of many splices read in a few target reads, not one each.
 //!
 //! A cache lives for one call (`apply`, `apply_best_effort`, `switch`, `plan`, `plan_each`):
@@ -17,6 +17,7 @@ use std::rc::Rc;
 use trapvec::target::read_runs;
 use trapvec::{Symbol, SymbolKind, Target};
 
+use crate::analysis::landing::{landing_pads, EhFrameHdr, HdrTable};
 use crate::analysis::parts::{part_names, targets_into};
 use crate::analysis::{analyze_function_with, AnalysisOptions, Function};
 
@@ -38,6 +39,8 @@ pub(super) struct BatchCache {
     functions: BTreeMap<(u64, u64), Rc<Function>>,
     /// By handler address: the handler's code range when it is a lean leaf.
     lean: HashMap<u64, Option<(u64, u64)>>,
+    /// Each object's `.eh_frame_hdr`, by address, once read.
+    eh_frame_hdrs: HashMap<u64, Rc<HdrTable>>,
 }
 
 impl BatchCache {
@@ -90,13 +93,43 @@ impl BatchCache {
         let read = |a: u64, n: usize| target.read(a, n).ok();
         let opts = AnalysisOptions { read: Some(&read), lenient: false };
         let mut func = analyze_function_with(&f.name, f.addr, bytes, &opts).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
-        add_part_targets(target, &mut func);
+        let parts = add_part_targets(target, &mut func);
+        self.add_landing_pads(target, &mut func, &parts).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
         let func = Rc::new(func);
         log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
         if self.shared.contains(&key) {
             self.functions.insert(key, func.clone());
         }
         Ok(func)
+    }
+
+    /// Add to `func` the exception landing pads inside it that the LSDAs of its FDEs and of its
+    /// cold parts' (`parts`) name (see [`crate::analysis::landing`]). Code of an object with no
+    /// `.eh_frame_hdr`, or with no FDE, has none; unwind data that cannot be read is an error,
+    /// since the landing pads it may name are unknown.
+    fn add_landing_pads<T: Target>(&mut self, target: &T, func: &mut Function, parts: &[(u64, u64)]) -> Result<(), crate::analysis::landing::LandingError> {
+        let read = |a: u64, n: usize| target.read(a, n).ok();
+        let mut pads = Vec::new();
+        for &(lo, hi) in std::iter::once(&(func.start, func.end)).chain(parts) {
+            let Some((addr, len)) = target.eh_frame_hdr(lo) else {
+                log::debug!("`{}`: no .eh_frame_hdr holds {lo:#x}: no landing pads there", func.name);
+                continue;
+            };
+            let table = match self.eh_frame_hdrs.get(&addr) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = Rc::new(HdrTable::read(&read, &func.name, EhFrameHdr { addr, len })?);
+                    self.eh_frame_hdrs.insert(addr, t.clone());
+                    t
+                }
+            };
+            pads.extend(landing_pads(&read, &func.name, &table, lo, hi)?);
+        }
+        let added = func.add_landing_pads(pads.iter().map(|p| p.addr));
+        if !func.landing_pads.is_empty() {
+            log::debug!("`{}`: {} exception landing pad(s) {:x?} ({added} new branch targets)", func.name, func.landing_pads.len(), func.landing_pads);
+        }
+        Ok(())
     }
 
     /// Whether the handler at `handler` is a lean leaf (its code range if so), computed by
@@ -108,9 +141,11 @@ impl BatchCache {
 
 /// Add to `func` the direct branch targets inside it of its cold parts (`foo.cold`, found by
 /// name), or of the function it was split from when it is a cold part itself (see
-/// [`crate::analysis::parts`]). A part that cannot be read or decoded adds nothing.
-fn add_part_targets<T: Target>(target: &T, func: &mut Function) {
+/// [`crate::analysis::parts`]). A part that cannot be read or decoded adds nothing. Returns the
+/// parts' ranges.
+fn add_part_targets<T: Target>(target: &T, func: &mut Function) -> Vec<(u64, u64)> {
     let symbols = target.symbols();
+    let mut parts = Vec::new();
     for name in part_names(&func.name) {
         // Static functions of several files may share a name: each candidate's jumps that land
         // inside this function count (over-approximating only makes planning stricter).
@@ -120,6 +155,7 @@ fn add_part_targets<T: Target>(target: &T, func: &mut Function) {
             }
             let size = symbols.function_extent(sym);
             let Some(len) = usize::try_from(size).ok().filter(|&n| n > 0 && size <= MAX_PART_SIZE) else { continue };
+            parts.push((sym.addr, sym.addr + size));
             let Ok(bytes) = target.read(sym.addr, len) else { continue };
             let opts = AnalysisOptions { read: None, lenient: true };
             let Ok(part) = analyze_function_with(&sym.name, sym.addr, &bytes, &opts) else { continue };
@@ -130,6 +166,7 @@ fn add_part_targets<T: Target>(target: &T, func: &mut Function) {
             }
         }
     }
+    parts
 }
 
 /// The little-endian 8-byte words at `addrs` (in that order), read in as few target reads as

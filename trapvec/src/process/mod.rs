@@ -169,6 +169,10 @@ impl Target for ProcessTarget {
         })
     }
 
+    fn eh_frame_hdr(&self, addr: u64) -> Option<(u64, u64)> {
+        symbols::eh_frame_hdr(addr)
+    }
+
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
         // Dispatch readers were drained by the table replacement; a thread redirected just before
         // that has its RIP at the destination by the time it can take the scan signal.

@@ -69,6 +69,45 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
     Ok(SymbolTable::new(all))
 }
 
+/// What [`eh_frame_hdr`] looks for and finds.
+struct EhQuery {
+    addr: u64,
+    found: Option<(u64, u64)>,
+}
+
+unsafe extern "C" fn find_eh_frame_hdr(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `data` is the `EhQuery` passed to dl_iterate_phdr in `eh_frame_hdr`; `info` and
+    // its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
+    unsafe {
+        let q = &mut *data.cast::<EhQuery>();
+        let info = &*info;
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
+        let bias = info.dlpi_addr;
+        let holds = phdrs.iter().any(|p| {
+            let lo = bias.wrapping_add(p.p_vaddr);
+            p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0 && q.addr >= lo && q.addr - lo < p.p_memsz
+        });
+        if !holds {
+            return 0;
+        }
+        q.found = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME).map(|p| (bias.wrapping_add(p.p_vaddr), p.p_memsz));
+        1
+    }
+}
+
+/// The `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`: address, size) of the loaded object whose
+/// executable segment holds `addr`, asked of the dynamic linker now (objects come and go).
+pub(crate) fn eh_frame_hdr(addr: u64) -> Option<(u64, u64)> {
+    let mut q = EhQuery { addr, found: None };
+    // SAFETY: `find_eh_frame_hdr` matches the callback signature and only touches `q`.
+    unsafe { libc::dl_iterate_phdr(Some(find_eh_frame_hdr), (&mut q as *mut EhQuery).cast()) };
+    log::debug!("{addr:#x}: .eh_frame_hdr {:x?}", q.found);
+    q.found
+}
+
 /// Replace each IFUNC symbol of one object (`path`, or the executable for `None`) by the
 /// implementation `dlsym` binds its name to; its size is the implementation's symbol's where the
 /// object has one at that address, else left 0 (the next function bounds it). A name `dlsym`
