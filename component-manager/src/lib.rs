@@ -21,8 +21,9 @@
 //! and without panicking or aborting on a huge size.
 //!
 //! This crate must never touch memory, signals or text itself: every effect goes through the
-//! [`trapvec::Target`] it is handed. It knows nothing of splices beyond the strings a component
-//! declares ([`DeclaredSplice`]); the instr-manager interprets them.
+//! [`trapvec::Target`] it is handed. It knows nothing of splices beyond the text of the records a
+//! component declares ([`DeclaredSplice`]: which keys, each once); the instr-manager
+//! deserializes them into its one splice type.
 
 pub mod error;
 pub mod layout;

@@ -9,8 +9,8 @@ use component_manager::{ComponentId, LoadOptions};
 use trapvec::Target;
 
 use crate::plan::Mechanism;
-use crate::spec::{Spec, SpliceSpec};
-use crate::splicer::{Action, SpliceError, SpliceId, SpliceRequest, Splicer};
+use crate::spec::Spec;
+use crate::splicer::{SpliceError, SpliceId, Splicer};
 
 /// What applying a spec made.
 #[derive(Debug, Default)]
@@ -35,15 +35,6 @@ pub enum ApplyError {
 pub struct AppliedBestEffort {
     pub applied: Applied,
     pub refused: Vec<(String, SpliceError)>,
-}
-
-/// The request a spec's `[[splice]]` table describes.
-pub fn request_of(s: &SpliceSpec) -> SpliceRequest {
-    let action = match s.action {
-        crate::spec::Action::Call => Action::Call { handler: s.handler.clone(), cookie: s.cookie },
-        crate::spec::Action::Replace => Action::Replace { with: s.handler.clone() },
-    };
-    SpliceRequest { at: s.at.clone(), action, mechanism: s.mechanism }
 }
 
 /// Undo what an apply made: its splices, then its components in reverse order.
@@ -92,8 +83,8 @@ fn write_sets<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, applied: &Applie
 pub fn apply_spec_best_effort<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<AppliedBestEffort, ApplyError> {
     let mut out = AppliedBestEffort::default();
     load_components(splicer, spec, near, &mut out.applied)?;
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
-    match splicer.apply_best_effort(&requests) {
+    let requests = &spec.splices;
+    match splicer.apply_best_effort(requests) {
         Ok(r) => {
             out.applied.splices = r.applied.iter().map(|&(i, id)| (requests[i].at.clone(), requests[i].mechanism, id)).collect();
             out.refused = r.refused.into_iter().map(|(i, e)| (requests[i].at.clone(), e)).collect();
@@ -111,8 +102,8 @@ pub fn apply_spec_best_effort<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, 
 pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<Applied, ApplyError> {
     let mut applied = Applied::default();
     load_components(splicer, spec, near, &mut applied)?;
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
-    match splicer.apply(&requests) {
+    let requests = &spec.splices;
+    match splicer.apply(requests) {
         Ok(ids) => {
             applied.splices = requests.iter().zip(ids).map(|(r, id)| (r.at.clone(), r.mechanism, id)).collect();
         }

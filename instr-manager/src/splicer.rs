@@ -34,7 +34,6 @@ mod switch;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 
 use component_manager::{ComponentError, ComponentId, ComponentManager, ExtraSymbols};
 use serde::{Deserialize, Serialize};
@@ -52,6 +51,7 @@ use crate::trampoline::{
 };
 use batch::{read_words, BatchCache};
 use count::emit_counting_replay;
+pub use crate::splice::{Action, SpliceRequest};
 pub use summary::{DisplacedText, PlanSummary};
 
 /// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
@@ -60,51 +60,6 @@ const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
 
 /// Prefix of the symbols through which components call a replaced function's original.
 pub const ORIG_PREFIX: &str = "__trapvec_orig_";
-
-/// What a splice does when its point is reached.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// Run `handler(regs, cookie)`, then the displaced instructions, then continue.
-    Call { handler: String, cookie: u64 },
-    /// Go to `with` instead (the point must be a function's entry).
-    Replace { with: String },
-    /// Only count: no handler. A kernel trap is a dispatch entry without a handler (the
-    /// dispatcher counts) whose destination is the replay; elsewhere a counting replay
-    /// trampoline (KAPI's `count_func`).
-    Count,
-}
-
-impl Action {
-    /// The component symbol the action needs, if any.
-    pub fn symbol(&self) -> Option<&str> {
-        match self {
-            Action::Call { handler, .. } => Some(handler),
-            Action::Replace { with } => Some(with),
-            Action::Count => None,
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Action::Call { handler, cookie: 0 } => write!(f, "call {handler}"),
-            Action::Call { handler, cookie } => write!(f, "call {handler} (cookie {cookie:#x})"),
-            Action::Replace { with } => write!(f, "replace by {with}"),
-            Action::Count => f.write_str("count"),
-        }
-    }
-}
-
-/// One splice to make.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpliceRequest {
-    /// The point as written by the user: `sym`, `sym+off` or `0xADDR`.
-    pub at: String,
-    pub action: Action,
-    pub mechanism: Mechanism,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SpliceId(pub u64);

@@ -14,9 +14,9 @@
 use std::path::Path;
 
 use component_manager::{ComponentId, LoadOptions, LoadedComponent};
-use instr_manager::apply::{apply_spec, apply_spec_best_effort, request_of, Applied, ApplyError};
+use instr_manager::apply::{apply_spec, apply_spec_best_effort, Applied, ApplyError};
 use instr_manager::splicer::{Hits, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
-use instr_manager::{Spec, SpecError, SpliceSpec};
+use instr_manager::{Spec, SpecError};
 use serde::{Deserialize, Serialize};
 use trapvec::Target;
 
@@ -210,10 +210,8 @@ fn declared_requests<T: Target>(sp: &Splicer<T>, id: ComponentId) -> Result<Vec<
     c.declared_splices
         .iter()
         .map(|d| {
-            let record = format!("at={};action={};handler={};mechanism={}", d.at, d.action, d.handler, d.mechanism);
-            let spec = SpliceSpec::from_record(&record)
-                .map_err(|e| OpError::Value(format!("component {}: declared splice at {}: {e}", c.label, d.at)))?;
-            Ok(request_of(&spec))
+            SpliceRequest::from_declared(d)
+                .map_err(|e| OpError::Value(format!("component {}: declared splice at {}: {e}", c.label, d.at())))
         })
         .collect()
 }
@@ -374,9 +372,8 @@ pub struct CheckReport {
 
 /// Plan and check every splice of a spec, changing nothing.
 pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
     let mut report = CheckReport::default();
-    for (r, res) in requests.iter().zip(sp.plan_each(&requests)) {
+    for (r, res) in spec.splices.iter().zip(sp.plan_each(&spec.splices)) {
         match res {
             Ok((p, plan)) => report.ok.push(CheckRow {
                 at: r.at.clone(),
