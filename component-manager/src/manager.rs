@@ -267,8 +267,9 @@ impl ComponentManager {
         self.check_exports(&obj, &label)?;
         let reloc_err = |error| ComponentError::Reloc { component: label.clone(), error: Box::new(error) };
         reloc::check(&obj).map_err(reloc_err)?;
-        let imports = resolve::resolve_imports(&obj, &self.exports, extra, target)
-            .map_err(|error| ComponentError::Resolve { component: label.clone(), error })?;
+        let resolve_err = |error| ComponentError::Resolve { component: label.clone(), error };
+        extra.make(target, &resolve::unexported_imports(&obj, &self.exports)).map_err(resolve_err)?;
+        let imports = resolve::resolve_imports(&obj, &self.exports, extra, target).map_err(resolve_err)?;
         reloc::check_targets(&obj, &imports).map_err(reloc_err)?;
         let (got, stubs) = reloc::indirections(&obj, &imports);
         let layout = layout::plan(&obj, &got, &stubs).map_err(|error| ComponentError::Layout { component: label.clone(), error })?;

@@ -145,7 +145,7 @@ struct Originals {
 }
 
 impl ExtraSymbols for Originals {
-    fn resolve(&mut self, _target: &mut dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
         self.asked.push(name.to_string());
         name.starts_with("__trapvec_orig_").then(|| self.answer.clone())
     }

@@ -115,12 +115,12 @@ impl SpliceRequest {
 struct Flat {
     at: String,
     action: ActionField,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     handler: Option<String>,
     #[serde(default)]
     mechanism: Option<Mechanism>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    cookie: Option<u64>,
+    #[serde(default)]
+    cookie: u64,
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -169,7 +169,7 @@ impl TryFrom<Flat> for SpliceRequest {
         let action = match f.action {
             ActionField::Nested(a) => a,
             ActionField::Name(n) => match n.as_str() {
-                "call" => Action::Call { handler: handler("call")?, cookie: f.cookie.unwrap_or(0) },
+                "call" => Action::Call { handler: handler("call")?, cookie: f.cookie },
                 "replace" => Action::Replace { with: handler("replace")? },
                 "count" => Action::Count,
                 other => return Err(format!("{at}: unknown action `{other}` (call, replace or count)")),
@@ -183,9 +183,9 @@ impl From<SpliceRequest> for Flat {
     fn from(r: SpliceRequest) -> Flat {
         let name = ActionField::Name(r.action.name().to_string());
         let (handler, cookie) = match r.action {
-            Action::Call { handler, cookie } => (Some(handler), Some(cookie)),
-            Action::Replace { with } => (Some(with), None),
-            Action::Count => (None, None),
+            Action::Call { handler, cookie } => (Some(handler), cookie),
+            Action::Replace { with } => (Some(with), 0),
+            Action::Count => (None, 0),
         };
         Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie }
     }
@@ -210,8 +210,8 @@ mod tests {
             json,
             [
                 r#"{"at":"f","action":"call","handler":"h","mechanism":"jmp","cookie":7}"#,
-                r#"{"at":"f+0x9","action":"replace","handler":"g","mechanism":"trap"}"#,
-                r#"{"at":"0xffffffff81000000","action":"count","mechanism":"trap"}"#,
+                r#"{"at":"f+0x9","action":"replace","handler":"g","mechanism":"trap","cookie":0}"#,
+                r#"{"at":"0xffffffff81000000","action":"count","handler":null,"mechanism":"trap","cookie":0}"#,
             ]
         );
         for (r, j) in requests().iter().zip(&json) {
