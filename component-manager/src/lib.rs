@@ -7,8 +7,9 @@
 //!   `EM_X86_64`; decides which sections are loaded; parses `.trapvec.splices`);
 //! - [`validate`]: the whole object checked against [`Limits`] before anything is allocated
 //!   (section types, sizes, alignments, symbols inside their sections, declared handlers);
-//! - [`resolve`]: undefined symbols against loaded components, an [`ExtraSymbols`] hook, then
-//!   the target's symbols;
+//! - [`resolve`]: undefined symbols against loaded components, an [`ExtraSymbols`] hook (which
+//!   makes what it answers beforehand, in [`ExtraSymbols::make`]), then the target's symbols;
+//!   the pass itself only reads the target;
 //! - [`layout`]: offsets of sections, GOT slots and far-call stubs in a code and a data block;
 //! - [`reloc`]: supported relocations, their places and targets checked, and the linked images
 //!   for given block addresses;

@@ -225,10 +225,11 @@ impl ComponentManager {
 
     /// Load a component from its bytes, registered as `name` (unless `opts.name` says otherwise).
     ///
-    /// Checks the CRC, parses, checks the relocations, resolves imports (loaded components,
-    /// `extra`, then the target), lays out, allocates the code block near `opts.near` and the
-    /// data block near the code, links, writes both blocks and seals the code. On any error
-    /// nothing stays allocated.
+    /// Checks the CRC, parses, checks the relocations, lets `extra` make what it will answer
+    /// ([`ExtraSymbols::make`]), resolves imports (loaded components, `extra`, then the target;
+    /// pure), lays out, allocates the code block near `opts.near` and the data block near the
+    /// code, links, writes both blocks and seals the code. On any error nothing of the component
+    /// stays allocated (what `extra` made is `extra`'s to keep or free).
     pub fn load_bytes(
         &mut self,
         target: &mut dyn Target,

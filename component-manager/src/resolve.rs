@@ -7,8 +7,9 @@
 //! `GOTPC32`/`GOTOFF64`, which are not supported, would), is not an import: a relocation
 //! against it is refused as having no definition.
 //!
-//! Resolution needs no repository memory, so it runs before anything is allocated; every
-//! unresolved name is reported at once.
+//! Resolution is pure: it only reads the target's symbol table, needs no repository memory, and
+//! runs before anything of the component is allocated; every unresolved name is reported at
+//! once. What the caller's hook will name is made before it, in [`ExtraSymbols::make`].
 
 use std::collections::BTreeMap;
 
