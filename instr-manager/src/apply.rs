@@ -20,6 +20,13 @@ pub struct Applied {
     pub splices: Vec<(String, Mechanism, SpliceId)>,
 }
 
+impl Applied {
+    /// The record [`crate::ops::undo`] takes.
+    pub fn made(&self) -> crate::ops::Made {
+        crate::ops::Made { splices: self.splices.iter().map(|s| s.2).collect(), components: self.components.clone() }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("component {path}: {source}")]
@@ -37,19 +44,9 @@ pub struct AppliedBestEffort {
     pub refused: Vec<(String, SpliceError)>,
 }
 
-/// Undo what an apply made: its splices, then its components in reverse order.
+/// Undo what an apply made, through the one undo of [`crate::ops`] (its failures are logged).
 fn undo<T: Target>(splicer: &mut Splicer<T>, applied: &Applied) {
-    if !applied.splices.is_empty() {
-        let ids: Vec<SpliceId> = applied.splices.iter().map(|s| s.2).collect();
-        if let Err(e) = splicer.remove(&ids) {
-            log::error!("undoing the spec's splices: {e}");
-        }
-    }
-    for &c in applied.components.iter().rev() {
-        if let Err(e) = splicer.unload_component(c) {
-            log::error!("undoing the spec's components: {e}");
-        }
-    }
+    let _ = crate::ops::undo(splicer, &applied.made());
 }
 
 /// Load the spec's components (all or none).

@@ -8,7 +8,8 @@
 //! action, read through serde from every format that writes one) and the spec format ([`spec`]).
 //!
 //! [`splicer`] applies plans through a [`trapvec::Target`] (all-or-nothing batches, removal with
-//! quiescence), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
+//! quiescence), [`ops`] is the operations layer every front end is to share (begun: the record of
+//! what a change made and its one undo), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
 //! process modifying itself.
 //!
 //! Everything in the analysis modules is pure: functions over `(&[u8], address)`, a
@@ -19,6 +20,7 @@
 pub mod analysis;
 pub mod apply;
 pub mod error;
+pub mod ops;
 pub mod plan;
 pub mod point;
 pub mod relocate;

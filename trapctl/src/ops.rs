@@ -59,29 +59,7 @@ fn live_list(live: &[String]) -> String {
     }
 }
 
-/// What a change made, for [`undo`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Made {
-    pub splices: Vec<SpliceId>,
-    pub components: Vec<ComponentId>,
-}
-
-impl Made {
-    pub fn is_empty(&self) -> bool {
-        self.splices.is_empty() && self.components.is_empty()
-    }
-}
-
-/// Undo a change: its splices (one batch), then its components, newest first.
-pub fn undo<T: Target>(sp: &mut Splicer<T>, made: &Made) -> Result<(), SpliceError> {
-    if !made.splices.is_empty() {
-        sp.remove(&made.splices)?;
-    }
-    for &c in made.components.iter().rev() {
-        sp.unload_component(c)?;
-    }
-    Ok(())
-}
+pub use instr_manager::ops::{undo, Made};
 
 /// A live splice as listed and reported.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,14 +184,8 @@ pub struct Loaded {
 
 /// The requests component `id` declares in `.trapvec.splices`.
 fn declared_requests<T: Target>(sp: &Splicer<T>, id: ComponentId) -> Result<Vec<SpliceRequest>, OpError> {
-    let Some(c) = sp.components().get(id) else { return Ok(Vec::new()) };
-    c.declared_splices
-        .iter()
-        .map(|d| {
-            SpliceRequest::from_declared(d)
-                .map_err(|e| OpError::Value(format!("component {}: declared splice at {}: {e}", c.label, d.at())))
-        })
-        .collect()
+    let label = sp.components().get(id).map(|c| c.label.clone()).unwrap_or_default();
+    instr_manager::ops::declared_requests(sp, id).map_err(|e| OpError::Value(format!("component {label}: declared splice: {e}")))
 }
 
 /// Load a component and apply the splices it declares, in one batch; if that batch is refused
@@ -346,7 +318,7 @@ pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> 
     } else {
         (apply_spec(sp, spec, near)?, Vec::new())
     };
-    let made = Made { splices: applied.splices.iter().map(|s| s.2).collect(), components: applied.components.clone() };
+    let made = applied.made();
     let components = applied.components.iter().filter_map(|&c| sp.components().get(c)).map(ComponentRow::of).collect();
     let spliced = rows_of(sp, &made.splices)?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
