@@ -7,8 +7,9 @@
 //!   `EM_X86_64`; decides which sections are loaded; parses `.trapvec.splices`);
 //! - [`validate`]: the whole object checked against [`Limits`] before anything is allocated
 //!   (section types, sizes, alignments, symbols inside their sections, declared handlers);
-//! - [`resolve`]: undefined symbols against loaded components, an [`ExtraSymbols`] hook, then
-//!   the target's symbols;
+//! - [`resolve`]: undefined symbols against loaded components, an [`ExtraSymbols`] hook (which
+//!   makes what it answers beforehand, in [`ExtraSymbols::make`]), then the target's symbols;
+//!   the pass itself only reads the target;
 //! - [`layout`]: offsets of sections, GOT slots and far-call stubs in a code and a data block;
 //! - [`reloc`]: supported relocations, their places and targets checked, and the linked images
 //!   for given block addresses;
@@ -21,8 +22,9 @@
 //! and without panicking or aborting on a huge size.
 //!
 //! This crate must never touch memory, signals or text itself: every effect goes through the
-//! [`trapvec::Target`] it is handed. It knows nothing of splices beyond the strings a component
-//! declares ([`DeclaredSplice`]); the instr-manager interprets them.
+//! [`trapvec::Target`] it is handed. It knows nothing of splices beyond the text of the records a
+//! component declares ([`DeclaredSplice`]: which keys, each once); the instr-manager
+//! deserializes them into its one splice type.
 
 pub mod error;
 pub mod layout;

@@ -225,10 +225,11 @@ impl ComponentManager {
 
     /// Load a component from its bytes, registered as `name` (unless `opts.name` says otherwise).
     ///
-    /// Checks the CRC, parses, checks the relocations, resolves imports (loaded components,
-    /// `extra`, then the target), lays out, allocates the code block near `opts.near` and the
-    /// data block near the code, links, writes both blocks and seals the code. On any error
-    /// nothing stays allocated.
+    /// Checks the CRC, parses, checks the relocations, lets `extra` make what it will answer
+    /// ([`ExtraSymbols::make`]), resolves imports (loaded components, `extra`, then the target;
+    /// pure), lays out, allocates the code block near `opts.near` and the data block near the
+    /// code, links, writes both blocks and seals the code. On any error nothing of the component
+    /// stays allocated (what `extra` made is `extra`'s to keep or free).
     pub fn load_bytes(
         &mut self,
         target: &mut dyn Target,
@@ -267,8 +268,9 @@ impl ComponentManager {
         self.check_exports(&obj, &label)?;
         let reloc_err = |error| ComponentError::Reloc { component: label.clone(), error: Box::new(error) };
         reloc::check(&obj).map_err(reloc_err)?;
-        let imports = resolve::resolve_imports(&obj, &self.exports, extra, target)
-            .map_err(|error| ComponentError::Resolve { component: label.clone(), error })?;
+        let resolve_err = |error| ComponentError::Resolve { component: label.clone(), error };
+        extra.make(target, &resolve::unexported_imports(&obj, &self.exports)).map_err(resolve_err)?;
+        let imports = resolve::resolve_imports(&obj, &self.exports, extra, target).map_err(resolve_err)?;
         reloc::check_targets(&obj, &imports).map_err(reloc_err)?;
         let (got, stubs) = reloc::indirections(&obj, &imports);
         let layout = layout::plan(&obj, &got, &stubs).map_err(|error| ComponentError::Layout { component: label.clone(), error })?;

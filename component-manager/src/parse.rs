@@ -21,6 +21,8 @@
 //! `.init_array`/`.fini_array`/`.ctors`/`.dtors` are refused outright: the loader runs no
 //! constructors, and loading them silently would leave the component half initialised.
 
+use std::collections::BTreeMap;
+
 use object::elf;
 use object::read::elf::{FileHeader, Rela as _, SectionHeader as _, SectionTable, Sym as _, SymbolTable};
 use object::LittleEndian as LE;
@@ -179,14 +181,60 @@ pub struct Relocation {
     pub addend: i64,
 }
 
-/// A splice the component declares for itself (`TRAPVEC_SPLICE_*` in `trapvec.h`). The strings
-/// are kept as written; the instr-manager interprets them.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A splice the component declares for itself (`TRAPVEC_SPLICE_*` in `trapvec.h`): the fields of
+/// one `.trapvec.splices` record, `key=value` as written. This crate owns the record's text
+/// format (which keys, each once) and nothing of its meaning: the instr-manager deserializes the
+/// fields into its one splice type (`instr_manager::SpliceRequest::from_declared`). Serialized
+/// as a map of the fields (`{"at": .., "action": .., "handler": .., "mechanism": ..}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct DeclaredSplice {
-    pub at: String,
-    pub action: String,
-    pub handler: String,
-    pub mechanism: String,
+    fields: BTreeMap<String, String>,
+}
+
+/// The keys of a `.trapvec.splices` record; each is required, once.
+pub const SPLICE_KEYS: [&str; 4] = ["at", "action", "handler", "mechanism"];
+
+impl DeclaredSplice {
+    /// Parse one record: `at=...;action=...;handler=...;mechanism=...` (all four keys, each
+    /// once, in any order).
+    pub fn parse(record: &str) -> Result<DeclaredSplice, ParseError> {
+        let err = |reason: String| ParseError::Splice { record: record.to_string(), reason };
+        let mut fields = BTreeMap::new();
+        for field in record.split(';') {
+            let (key, value) = field.split_once('=').ok_or_else(|| err(format!("field {field:?} is not key=value")))?;
+            if !SPLICE_KEYS.contains(&key) {
+                return Err(err(format!("unknown key {key:?}")));
+            }
+            if fields.insert(key.to_string(), value.to_string()).is_some() {
+                return Err(err(format!("key {key:?} given twice")));
+            }
+        }
+        if let Some(k) = SPLICE_KEYS.iter().find(|k| !fields.contains_key(**k)) {
+            return Err(err(format!("key {k:?} missing")));
+        }
+        Ok(DeclaredSplice { fields })
+    }
+
+    /// The value of field `key`, if the record has it.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).map(String::as_str)
+    }
+
+    /// The point as written (empty if the record has none: only a state read back can lack it).
+    pub fn at(&self) -> &str {
+        self.get("at").unwrap_or_default()
+    }
+
+    /// The handler or replacement named by the record.
+    pub fn handler(&self) -> &str {
+        self.get("handler").unwrap_or_default()
+    }
+
+    /// Every field, by key.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// An ELF relocatable, owned and checked: little-endian ELF64, `ET_REL`, `EM_X86_64`.
@@ -488,33 +536,14 @@ fn parse_relocations(
     Ok(relocations)
 }
 
-/// Parse `.trapvec.splices`: NUL-separated records `at=...;action=...;handler=...;mechanism=...`
-/// (all four keys, each once, in any order). Empty records (padding) are skipped.
+/// Parse `.trapvec.splices`: NUL-separated records (see [`DeclaredSplice::parse`]). Empty
+/// records (padding) are skipped.
 pub fn parse_splices(data: &[u8]) -> Result<Vec<DeclaredSplice>, ParseError> {
     let mut out = Vec::new();
     for raw in data.split(|&b| b == 0).filter(|r| !r.is_empty()) {
-        let record = String::from_utf8_lossy(raw).into_owned();
-        let err = |reason: String| ParseError::Splice { record: record.clone(), reason };
-        if std::str::from_utf8(raw).is_err() {
-            return Err(err("not UTF-8".to_string()));
-        }
-        let mut fields: [Option<String>; 4] = Default::default();
-        const KEYS: [&str; 4] = ["at", "action", "handler", "mechanism"];
-        for field in record.split(';') {
-            let (key, value) = field.split_once('=').ok_or_else(|| err(format!("field {field:?} is not key=value")))?;
-            let slot = KEYS.iter().position(|k| *k == key).ok_or_else(|| err(format!("unknown key {key:?}")))?;
-            if fields[slot].replace(value.to_string()).is_some() {
-                return Err(err(format!("key {key:?} given twice")));
-            }
-        }
-        let [at, action, handler, mechanism] = fields;
-        let missing = |k: &str| err(format!("key {k:?} missing"));
-        out.push(DeclaredSplice {
-            at: at.ok_or_else(|| missing("at"))?,
-            action: action.ok_or_else(|| missing("action"))?,
-            handler: handler.ok_or_else(|| missing("handler"))?,
-            mechanism: mechanism.ok_or_else(|| missing("mechanism"))?,
-        });
+        let record = std::str::from_utf8(raw)
+            .map_err(|_| ParseError::Splice { record: String::from_utf8_lossy(raw).into_owned(), reason: "not UTF-8".to_string() })?;
+        out.push(DeclaredSplice::parse(record)?);
     }
     Ok(out)
 }
@@ -530,10 +559,13 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                DeclaredSplice { at: "compute+0".into(), action: "call".into(), handler: "count".into(), mechanism: "trap".into() },
-                DeclaredSplice { at: "f".into(), action: "replace".into(), handler: "g".into(), mechanism: "jmp".into() },
+                DeclaredSplice::parse("at=compute+0;action=call;handler=count;mechanism=trap").unwrap(),
+                DeclaredSplice::parse("mechanism=jmp;handler=g;action=replace;at=f").unwrap(),
             ]
         );
+        let fields: Vec<(&str, &str)> = got[1].fields().collect();
+        assert_eq!(fields, [("action", "replace"), ("at", "f"), ("handler", "g"), ("mechanism", "jmp")]);
+        assert_eq!((got[0].at(), got[0].handler(), got[0].get("mechanism")), ("compute+0", "count", Some("trap")));
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! `GOTPC32`/`GOTOFF64`, which are not supported, would), is not an import: a relocation
 //! against it is refused as having no definition.
 //!
-//! Resolution needs no repository memory, so it runs before anything is allocated; every
-//! unresolved name is reported at once.
+//! Resolution is pure: it only reads the target's symbol table, needs no repository memory, and
+//! runs before anything of the component is allocated; every unresolved name is reported at
+//! once. What the caller's hook will name is made before it, in [`ExtraSymbols::make`].
 
 use std::collections::BTreeMap;
 
@@ -24,8 +25,16 @@ const GOT_SYMBOL: &str = "_GLOBAL_OFFSET_TABLE_";
 /// Names the caller answers before the target is asked (the instr-manager answers
 /// `__trapvec_orig_<fn>` with the original trampoline of `fn`).
 pub trait ExtraSymbols {
-    /// `None`: not mine, keep searching. `Some(Err(reason))`: mine, but it cannot be had.
-    fn resolve(&mut self, target: &mut dyn Target, name: &str) -> Option<Result<u64, String>>;
+    /// Make what the answers will name, before resolution starts: `wanted` are the component's
+    /// imports that no loaded component exports. The one step of the hook with effects (the
+    /// default makes nothing).
+    fn make(&mut self, _target: &mut dyn Target, _wanted: &[&str]) -> Result<(), ResolveError> {
+        Ok(())
+    }
+
+    /// Part of the pure resolution pass (the target is only read). `None`: not mine, keep
+    /// searching. `Some(Err(reason))`: mine, but it cannot be had.
+    fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, String>>;
 }
 
 /// An [`ExtraSymbols`] that knows no names.
@@ -33,7 +42,7 @@ pub trait ExtraSymbols {
 pub struct NoExtra;
 
 impl ExtraSymbols for NoExtra {
-    fn resolve(&mut self, _target: &mut dyn Target, _name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, _name: &str) -> Option<Result<u64, String>> {
         None
     }
 }
@@ -82,13 +91,24 @@ pub struct Import {
     pub source: ImportSource,
 }
 
+/// The named undefined symbols of `obj` that no loaded component exports: what the caller's
+/// [`ExtraSymbols`] may be asked for.
+pub fn unexported_imports<'a>(obj: &'a Object, exports: &BTreeMap<String, Export>) -> Vec<&'a str> {
+    obj.symbols
+        .iter()
+        .skip(1)
+        .filter(|s| s.def == SymbolDef::Undefined && !s.name.is_empty() && s.name != GOT_SYMBOL && !exports.contains_key(&s.name))
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
 /// Resolve every named undefined symbol of `obj`. The result is indexed by symbol index
 /// (`None` for symbols that are not imports).
 pub fn resolve_imports(
     obj: &Object,
     exports: &BTreeMap<String, Export>,
     extra: &mut dyn ExtraSymbols,
-    target: &mut dyn Target,
+    target: &dyn Target,
 ) -> Result<Vec<Option<Import>>, ResolveError> {
     let mut imports = vec![None; obj.symbols.len()];
     let mut unresolved = Vec::new();

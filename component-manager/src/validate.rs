@@ -111,11 +111,11 @@ pub fn validate(obj: &Object, limits: &Limits) -> Result<(), ValidateError> {
         symbol_inside(obj, sym)?;
     }
     for d in &obj.declared_splices {
-        let Some(sym) = obj.symbols.iter().find(|s| s.name == d.handler && !matches!(s.def, SymbolDef::Undefined)) else {
+        let Some(sym) = obj.symbols.iter().find(|s| s.name == d.handler() && !matches!(s.def, SymbolDef::Undefined)) else {
             continue; // defined elsewhere: the caller resolves it through `ComponentManager::entry`
         };
         if let Some(reason) = entry_problem(obj, sym) {
-            return Err(ValidateError::DeclaredHandler { at: d.at.clone(), handler: d.handler.clone(), index: sym.index, reason });
+            return Err(ValidateError::DeclaredHandler { at: d.at().to_string(), handler: d.handler().to_string(), index: sym.index, reason });
         }
     }
     Ok(())

@@ -145,7 +145,7 @@ struct Originals {
 }
 
 impl ExtraSymbols for Originals {
-    fn resolve(&mut self, _target: &mut dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
         self.asked.push(name.to_string());
         name.starts_with("__trapvec_orig_").then(|| self.answer.clone())
     }
@@ -161,12 +161,12 @@ fn trapvec_orig_import_is_answered_by_extra_symbols_and_declared_splices_are_par
     assert_eq!(find(&decode(&m, &t, id, "my_compute"), Mnemonic::Call).near_branch_target(), NEAR + 0x9000);
     let c = m.get(id).unwrap();
     let mut declared = c.declared_splices.clone();
-    declared.sort_by(|a, b| a.at.cmp(&b.at));
+    declared.sort_by(|a, b| a.at().cmp(b.at()));
     assert_eq!(
         declared,
         vec![
-            DeclaredSplice { at: "compute".into(), action: "replace".into(), handler: "my_compute".into(), mechanism: "trap".into() },
-            DeclaredSplice { at: "compute+4".into(), action: "call".into(), handler: "count_hits".into(), mechanism: "jmp".into() },
+            DeclaredSplice::parse("at=compute;action=replace;handler=my_compute;mechanism=trap").unwrap(),
+            DeclaredSplice::parse("at=compute+4;action=call;handler=count_hits;mechanism=jmp").unwrap(),
         ]
     );
     // The static handler is found through the component, not exported.

@@ -132,7 +132,7 @@ impl Target for FakeTarget {
 pub struct FakeExtra;
 
 impl ExtraSymbols for FakeExtra {
-    fn resolve(&mut self, _target: &mut dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
         let rest = name.strip_prefix("extra_")?;
         if rest.ends_with("_gone") {
             return Some(Err(format!("`{name}` is gone")));

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use instr_manager::{PointSpec, Spec, SpliceSpec};
+use instr_manager::{PointSpec, Spec, SpliceRequest};
 
 use crate::assert_sentence;
 
@@ -23,8 +23,10 @@ pub fn run(data: &[u8]) {
                 assert!(c.path.is_absolute(), "component path {} is not resolved against the spec's folder", c.path.display());
             }
             for s in &spec.splices {
-                check_point(&s.at, &s.point);
-                assert!(!s.handler.trim().is_empty(), "splice `{}` has an empty handler", s.at);
+                check_point(&s.at, &s.point().unwrap_or_else(|e| panic!("splice point `{}` was taken but does not parse: {e}", s.at)));
+                if let Some(h) = s.action.symbol() {
+                    assert!(!h.trim().is_empty(), "splice `{}` has an empty handler", s.at);
+                }
             }
             for s in &spec.sets {
                 assert!(matches!(s.size, 1 | 2 | 4 | 8), "set `{}` has size {}", s.symbol, s.size);
@@ -36,10 +38,14 @@ pub fn run(data: &[u8]) {
         Err(e) => assert_sentence("spec", &e.to_string()),
     }
     for line in text.lines().take(64) {
-        match SpliceSpec::from_record(line) {
+        match SpliceRequest::from_record(line) {
             Ok(s) => {
-                check_point(&s.at, &s.point);
-                assert!(!s.handler.is_empty(), "record `{line}` has an empty handler");
+                if let Ok(point) = s.point() {
+                    check_point(&s.at, &point);
+                }
+                if let Some(h) = s.action.symbol() {
+                    assert!(!h.trim().is_empty(), "record `{line}` has an empty handler");
+                }
             }
             Err(e) => assert_sentence("splice record", &e.to_string()),
         }

@@ -9,8 +9,8 @@ use component_manager::{ComponentId, LoadOptions};
 use trapvec::Target;
 
 use crate::plan::Mechanism;
-use crate::spec::{Spec, SpliceSpec};
-use crate::splicer::{Action, SpliceError, SpliceId, SpliceRequest, Splicer};
+use crate::spec::Spec;
+use crate::splicer::{SpliceError, SpliceId, Splicer};
 
 /// What applying a spec made.
 #[derive(Debug, Default)]
@@ -18,6 +18,13 @@ pub struct Applied {
     pub components: Vec<ComponentId>,
     /// `(point as written, mechanism, splice)` in spec order.
     pub splices: Vec<(String, Mechanism, SpliceId)>,
+}
+
+impl Applied {
+    /// The record [`crate::ops::undo`] takes.
+    pub fn made(&self) -> crate::ops::Made {
+        crate::ops::Made { splices: self.splices.iter().map(|s| s.2).collect(), components: self.components.clone() }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,28 +44,9 @@ pub struct AppliedBestEffort {
     pub refused: Vec<(String, SpliceError)>,
 }
 
-/// The request a spec's `[[splice]]` table describes.
-pub fn request_of(s: &SpliceSpec) -> SpliceRequest {
-    let action = match s.action {
-        crate::spec::Action::Call => Action::Call { handler: s.handler.clone(), cookie: s.cookie },
-        crate::spec::Action::Replace => Action::Replace { with: s.handler.clone() },
-    };
-    SpliceRequest { at: s.at.clone(), action, mechanism: s.mechanism }
-}
-
-/// Undo what an apply made: its splices, then its components in reverse order.
+/// Undo what an apply made, through the one undo of [`crate::ops`] (its failures are logged).
 fn undo<T: Target>(splicer: &mut Splicer<T>, applied: &Applied) {
-    if !applied.splices.is_empty() {
-        let ids: Vec<SpliceId> = applied.splices.iter().map(|s| s.2).collect();
-        if let Err(e) = splicer.remove(&ids) {
-            log::error!("undoing the spec's splices: {e}");
-        }
-    }
-    for &c in applied.components.iter().rev() {
-        if let Err(e) = splicer.unload_component(c) {
-            log::error!("undoing the spec's components: {e}");
-        }
-    }
+    let _ = crate::ops::undo(splicer, &applied.made());
 }
 
 /// Load the spec's components (all or none).
@@ -92,8 +80,8 @@ fn write_sets<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, applied: &Applie
 pub fn apply_spec_best_effort<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<AppliedBestEffort, ApplyError> {
     let mut out = AppliedBestEffort::default();
     load_components(splicer, spec, near, &mut out.applied)?;
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
-    match splicer.apply_best_effort(&requests) {
+    let requests = &spec.splices;
+    match splicer.apply_best_effort(requests) {
         Ok(r) => {
             out.applied.splices = r.applied.iter().map(|&(i, id)| (requests[i].at.clone(), requests[i].mechanism, id)).collect();
             out.refused = r.refused.into_iter().map(|(i, e)| (requests[i].at.clone(), e)).collect();
@@ -111,8 +99,8 @@ pub fn apply_spec_best_effort<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, 
 pub fn apply_spec<T: Target>(splicer: &mut Splicer<T>, spec: &Spec, near: u64) -> Result<Applied, ApplyError> {
     let mut applied = Applied::default();
     load_components(splicer, spec, near, &mut applied)?;
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
-    match splicer.apply(&requests) {
+    let requests = &spec.splices;
+    match splicer.apply(requests) {
         Ok(ids) => {
             applied.splices = requests.iter().zip(ids).map(|(r, id)| (r.at.clone(), r.mechanism, id)).collect();
         }

@@ -97,8 +97,6 @@ pub enum SpecError {
     Parse { file: PathBuf, message: String },
     #[error("spec {file}: `{key}`: {reason}")]
     Invalid { file: PathBuf, key: String, reason: String },
-    #[error("splice record `{record}`: {reason}")]
-    Record { record: String, reason: String },
 }
 
 /// Any error of this crate.

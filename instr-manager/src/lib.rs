@@ -4,10 +4,12 @@
 //! (`symbol+offset`) to a site ([`point`]), decoding the containing function and building its
 //! basic blocks ([`analysis`]), validating a window and planning a trap or jmp splice
 //! ([`plan`]), relocating the displaced instructions ([`relocate`]), generating trampolines and
-//! patch bytes ([`trampoline`]), and the splice spec format ([`spec`]).
+//! patch bytes ([`trampoline`]), the one description of a splice ([`splice`]: point, mechanism,
+//! action, read through serde from every format that writes one) and the spec format ([`spec`]).
 //!
 //! [`splicer`] applies plans through a [`trapvec::Target`] (all-or-nothing batches, removal with
-//! quiescence), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
+//! quiescence), [`ops`] is the operations layer every front end is to share (begun: the record of
+//! what a change made and its one undo), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
 //! process modifying itself.
 //!
 //! Everything in the analysis modules is pure: functions over `(&[u8], address)`, a
@@ -19,11 +21,13 @@ pub mod analysis;
 pub mod apply;
 pub mod error;
 pub mod image;
+pub mod ops;
 pub mod plan;
 pub mod point;
 pub mod relocate;
 pub mod session;
 pub mod spec;
+pub mod splice;
 pub mod splicer;
 pub mod trampoline;
 
@@ -34,7 +38,8 @@ pub use plan::{
 };
 pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;
-pub use spec::{Action, ComponentSpec, SetSpec, Spec, SpliceSpec};
+pub use spec::{ComponentSpec, SetSpec, Spec};
+pub use splice::{Action, SpliceFormError, SpliceRequest};
 pub use trampoline::{
     emit_call_trampoline, emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, ReplaceTrampoline, REPLACE_STACK_WORDS,
     CallTrampoline, TrampolineOptions,

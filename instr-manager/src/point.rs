@@ -138,7 +138,7 @@ impl FromStr for PointSpec {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ResolvedPoint {
     /// The point in canonical form (`sym`, `sym+0x10`, `0xADDR`), for messages; the text as
-    /// the user wrote it stays with the caller (e.g. [`crate::SpliceSpec::at`]).
+    /// the user wrote it stays with the caller (e.g. [`crate::SpliceRequest::at`]).
     pub spec_text: String,
     /// The containing function, with `size` set to its extent.
     pub function: Symbol,

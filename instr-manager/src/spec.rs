@@ -8,8 +8,8 @@
 //!
 //! [[splice]]
 //! at = "compute+0"            # symbol, symbol+offset, or 0xADDRESS
-//! action = "call"             # "call" or "replace"
-//! handler = "count_compute"   # a symbol of a loaded component
+//! action = "call"             # "call", "replace" or "count"
+//! handler = "count_compute"   # a symbol of a loaded component (call, replace)
 //! mechanism = "trap"          # "trap" (default) or "jmp"
 //! cookie = 0                  # optional, passed to call handlers
 //!
@@ -20,36 +20,16 @@
 //! ```
 //!
 //! Unknown keys are refused; every error names the spec file and the key (`splice[1].at`).
-//! Components may also carry their own splices as records in `.trapvec.splices`
-//! (`at=...;action=...;handler=...;mechanism=...`, see `components/include/trapvec.h`), parsed by
-//! [`SpliceSpec::from_record`].
+//! A `[[splice]]` table is the flat form of [`SpliceRequest`], read by serde as every other
+//! way of writing a splice is (see [`crate::splice`]).
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::SpecError;
-use crate::plan::Mechanism;
 use crate::point::PointSpec;
-
-/// What a splice does at its point.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// Run `handler(regs, cookie)`, then the original code.
-    Call,
-    /// Go to `handler` instead of the function (at its entry).
-    Replace,
-}
-
-impl std::fmt::Display for Action {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Action::Call => "call",
-            Action::Replace => "replace",
-        })
-    }
-}
+use crate::splice::SpliceRequest;
 
 /// A component to load.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,19 +38,6 @@ pub struct ComponentSpec {
     pub path: PathBuf,
     /// Expected CRC32 of the file, when given.
     pub crc32: Option<u32>,
-}
-
-/// A splice to apply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpliceSpec {
-    /// The point as written.
-    pub at: String,
-    pub point: PointSpec,
-    pub action: Action,
-    /// Symbol of a loaded component.
-    pub handler: String,
-    pub mechanism: Mechanism,
-    pub cookie: u64,
 }
 
 /// A component variable written after loading.
@@ -94,7 +61,7 @@ impl SetSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Spec {
     pub components: Vec<ComponentSpec>,
-    pub splices: Vec<SpliceSpec>,
+    pub splices: Vec<SpliceRequest>,
     pub sets: Vec<SetSpec>,
 }
 
@@ -104,7 +71,7 @@ struct RawSpec {
     #[serde(default)]
     component: Vec<RawComponent>,
     #[serde(default)]
-    splice: Vec<RawSplice>,
+    splice: Vec<SpliceRequest>,
     #[serde(default)]
     set: Vec<RawSet>,
 }
@@ -114,22 +81,6 @@ struct RawSpec {
 struct RawComponent {
     path: PathBuf,
     crc32: Option<u32>,
-}
-
-fn default_mechanism() -> Mechanism {
-    Mechanism::Trap
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSplice {
-    at: String,
-    action: Action,
-    handler: String,
-    #[serde(default = "default_mechanism")]
-    mechanism: Mechanism,
-    #[serde(default)]
-    cookie: u64,
 }
 
 fn default_size() -> u8 {
@@ -186,21 +137,10 @@ impl Spec {
             components.push(ComponentSpec { path, crc32: c.crc32 });
         }
 
-        let mut splices = Vec::with_capacity(raw.splice.len());
-        for (i, s) in raw.splice.into_iter().enumerate() {
-            let point = s.at.parse::<PointSpec>().map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
-            if s.handler.trim().is_empty() {
-                return Err(invalid(format!("splice[{i}].handler"), "empty symbol name".into()));
-            }
-            splices.push(SpliceSpec {
-                at: s.at,
-                point,
-                action: s.action,
-                handler: s.handler,
-                mechanism: s.mechanism,
-                cookie: s.cookie,
-            });
+        for (i, s) in raw.splice.iter().enumerate() {
+            s.at.parse::<PointSpec>().map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
         }
+        let splices = raw.splice;
 
         let mut sets = Vec::with_capacity(raw.set.len());
         for (i, s) in raw.set.into_iter().enumerate() {
@@ -222,44 +162,11 @@ impl Spec {
     }
 }
 
-impl SpliceSpec {
-    /// Parse a `.trapvec.splices` record: `at=...;action=call|replace;handler=...;mechanism=...`
-    /// (optionally `;cookie=N`; `mechanism` defaults to trap).
-    pub fn from_record(record: &str) -> Result<SpliceSpec, SpecError> {
-        let err = |reason: String| SpecError::Record { record: record.to_string(), reason };
-        let (mut at, mut action, mut handler, mut mechanism, mut cookie) = (None, None, None, Mechanism::Trap, 0u64);
-        for field in record.split(';').filter(|f| !f.trim().is_empty()) {
-            let (k, v) = field.split_once('=').ok_or_else(|| err(format!("`{field}` is not key=value")))?;
-            let v = v.trim();
-            match k.trim() {
-                "at" => at = Some(v.to_string()),
-                "action" => {
-                    action = Some(match v {
-                        "call" => Action::Call,
-                        "replace" => Action::Replace,
-                        _ => return Err(err(format!("unknown action `{v}` (expected `call` or `replace`)"))),
-                    })
-                }
-                "handler" => handler = Some(v.to_string()),
-                "mechanism" => mechanism = v.parse().map_err(err)?,
-                "cookie" => {
-                    let n = v.strip_prefix("0x").map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok());
-                    cookie = n.ok_or_else(|| err(format!("cookie `{v}` is not a number")))?;
-                }
-                other => return Err(err(format!("unknown key `{other}`"))),
-            }
-        }
-        let at = at.ok_or_else(|| err("missing `at`".into()))?;
-        let point = at.parse::<PointSpec>().map_err(|e| err(e.to_string()))?;
-        let action = action.ok_or_else(|| err("missing `action`".into()))?;
-        let handler = handler.filter(|h| !h.is_empty()).ok_or_else(|| err("missing `handler`".into()))?;
-        Ok(SpliceSpec { at, point, action, handler, mechanism, cookie })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Mechanism;
+    use crate::splice::Action;
 
     fn parse(text: &str) -> Result<Spec, SpecError> {
         Spec::parse(text, Path::new("/specs"), Path::new("/specs/demo.toml"))
@@ -304,10 +211,15 @@ mod tests {
                 ComponentSpec { path: PathBuf::from("/abs/other.o"), crc32: None },
             ]
         );
-        assert_eq!(spec.splices[0].point, PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
-        assert_eq!((spec.splices[0].action, spec.splices[0].mechanism, spec.splices[0].cookie), (Action::Call, Mechanism::Trap, 0));
-        assert_eq!(spec.splices[1].point, PointSpec::Address(0xffff_ffff_8100_0000));
-        assert_eq!((spec.splices[1].action, spec.splices[1].mechanism, spec.splices[1].cookie), (Action::Replace, Mechanism::Jmp, 7));
+        let point = |i: usize| spec.splices[i].at.parse::<PointSpec>().unwrap();
+        assert_eq!(point(0), PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
+        assert_eq!(
+            (&spec.splices[0].action, spec.splices[0].mechanism),
+            (&Action::Call { handler: "count_compute".into(), cookie: 0 }, Mechanism::Trap)
+        );
+        assert_eq!(point(1), PointSpec::Address(0xffff_ffff_8100_0000));
+        // A cookie means nothing to `replace`.
+        assert_eq!((&spec.splices[1].action, spec.splices[1].mechanism), (&Action::Replace { with: "my_fn".into() }, Mechanism::Jmp));
         assert_eq!(spec.sets[0], SetSpec { symbol: "mss_clamp_mtu".into(), value: 1000, size: 4 });
         assert_eq!(spec.sets[0].bytes(), vec![0xE8, 0x03, 0, 0]);
         assert_eq!(spec.sets[1].bytes(), vec![0xFF]);
@@ -359,14 +271,10 @@ mod tests {
     }
 
     #[test]
-    fn section_records_parse_like_the_header_macros_write_them() {
-        let s = SpliceSpec::from_record("at=compute+0;action=call;handler=count_compute;mechanism=trap").unwrap();
-        assert_eq!(s.point, PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
-        assert_eq!((s.action, s.handler.as_str(), s.mechanism), (Action::Call, "count_compute", Mechanism::Trap));
-        let s = SpliceSpec::from_record("at=tcp_sync_mss;action=replace;handler=my_tcp_sync_mss;mechanism=jmp").unwrap();
-        assert_eq!((s.action, s.mechanism), (Action::Replace, Mechanism::Jmp));
-        for bad in ["action=call;handler=h", "at=f;action=call;handler=h;colour=red", "at=f;action=kill;handler=h", "at=f;handler=h"] {
-            assert!(matches!(SpliceSpec::from_record(bad), Err(SpecError::Record { .. })), "{bad}");
-        }
+    fn count_splices_need_no_handler_and_empty_handlers_are_refused() {
+        let spec = parse("[[splice]]\nat = \"f\"\naction = \"count\"\nmechanism = \"jmp\"\n").unwrap();
+        assert_eq!(spec.splices[0], SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp });
+        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \" \"\n").unwrap_err();
+        assert!(err.to_string().contains("f: action `call` needs a `handler`"), "{err}");
     }
 }

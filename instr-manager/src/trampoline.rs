@@ -44,6 +44,13 @@
 //! Without it only xmm0–15 are saved (the `movdqa` form above). Kernel trampolines save no vector
 //! state: kernel handlers must not use the FPU.
 
+//! The counting replay of a count-only splice where the dispatcher does not count lives in
+//! [`count`].
+
+mod count;
+
+pub(crate) use count::emit_counting_replay;
+
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use trapvec::abi::TRAP_BYTES;
 use trapvec::TargetInfo;

@@ -14,9 +14,9 @@
 use std::path::Path;
 
 use component_manager::{ComponentId, LoadOptions, LoadedComponent};
-use instr_manager::apply::{apply_spec, apply_spec_best_effort, request_of, Applied, ApplyError};
+use instr_manager::apply::{apply_spec, apply_spec_best_effort, Applied, ApplyError};
 use instr_manager::splicer::{Hits, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
-use instr_manager::{Spec, SpecError, SpliceSpec};
+use instr_manager::{Spec, SpecError};
 use serde::{Deserialize, Serialize};
 use trapvec::Target;
 
@@ -59,29 +59,7 @@ fn live_list(live: &[String]) -> String {
     }
 }
 
-/// What a change made, for [`undo`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Made {
-    pub splices: Vec<SpliceId>,
-    pub components: Vec<ComponentId>,
-}
-
-impl Made {
-    pub fn is_empty(&self) -> bool {
-        self.splices.is_empty() && self.components.is_empty()
-    }
-}
-
-/// Undo a change: its splices (one batch), then its components, newest first.
-pub fn undo<T: Target>(sp: &mut Splicer<T>, made: &Made) -> Result<(), SpliceError> {
-    if !made.splices.is_empty() {
-        sp.remove(&made.splices)?;
-    }
-    for &c in made.components.iter().rev() {
-        sp.unload_component(c)?;
-    }
-    Ok(())
-}
+pub use instr_manager::ops::{undo, Made};
 
 /// A live splice as listed and reported.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,16 +189,8 @@ pub struct Loaded {
 
 /// The requests component `id` declares in `.trapvec.splices`.
 fn declared_requests<T: Target>(sp: &Splicer<T>, id: ComponentId) -> Result<Vec<SpliceRequest>, OpError> {
-    let Some(c) = sp.components().get(id) else { return Ok(Vec::new()) };
-    c.declared_splices
-        .iter()
-        .map(|d| {
-            let record = format!("at={};action={};handler={};mechanism={}", d.at, d.action, d.handler, d.mechanism);
-            let spec = SpliceSpec::from_record(&record)
-                .map_err(|e| OpError::Value(format!("component {}: declared splice at {}: {e}", c.label, d.at)))?;
-            Ok(request_of(&spec))
-        })
-        .collect()
+    let label = sp.components().get(id).map(|c| c.label.clone()).unwrap_or_default();
+    instr_manager::ops::declared_requests(sp, id).map_err(|e| OpError::Value(format!("component {label}: declared splice: {e}")))
 }
 
 /// Load a component and apply the splices it declares, in one batch; if that batch is refused
@@ -377,7 +347,7 @@ pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> 
     } else {
         (apply_spec(sp, spec, near)?, Vec::new())
     };
-    let made = Made { splices: applied.splices.iter().map(|s| s.2).collect(), components: applied.components.clone() };
+    let made = applied.made();
     let components = applied.components.iter().filter_map(|&c| sp.components().get(c)).map(ComponentRow::of).collect();
     let spliced = rows_of(sp, &made.splices)?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
@@ -403,9 +373,8 @@ pub struct CheckReport {
 
 /// Plan and check every splice of a spec, changing nothing.
 pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
-    let requests: Vec<SpliceRequest> = spec.splices.iter().map(request_of).collect();
     let mut report = CheckReport::default();
-    for (r, res) in requests.iter().zip(sp.plan_each(&requests)) {
+    for (r, res) in spec.splices.iter().zip(sp.plan_each(&spec.splices)) {
         match res {
             Ok((p, plan)) => report.ok.push(CheckRow {
                 at: r.at.clone(),

@@ -6,8 +6,7 @@
 
 use std::path::PathBuf;
 
-use instr_manager::splicer::{Action, SpliceRequest};
-use instr_manager::Mechanism;
+use instr_manager::SpliceRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -26,17 +25,9 @@ pub enum Request {
     Load { path: PathBuf, #[serde(default)] name: Option<String> },
     /// Unload a component by name (its declared splices go with it).
     Unload { name: String },
-    /// Make one splice.
-    Splice {
-        at: String,
-        action: String,
-        #[serde(default)]
-        handler: Option<String>,
-        #[serde(default)]
-        mechanism: Option<Mechanism>,
-        #[serde(default)]
-        cookie: u64,
-    },
+    /// Make one splice: the splice's flat form (`at`, `action`, `handler`, `mechanism`,
+    /// `cookie`; see `instr_manager::splice`) beside `op`.
+    Splice(SpliceRequest),
     /// Remove the splice at a point, or (`all`) every live splice in one batch.
     Unsplice {
         #[serde(default)]
@@ -80,31 +71,6 @@ impl Request {
     }
 }
 
-/// The splice a `splice` request (or a profile's `splice` table) describes: `action` is `call`
-/// or `replace` (both need `handler`) or `count`; the mechanism defaults to trap.
-pub fn splice_request(at: &str, action: &str, handler: Option<&str>, mechanism: Option<Mechanism>, cookie: u64) -> Result<SpliceRequest, String> {
-    let need = |what: &str| handler.map(str::to_string).ok_or_else(|| format!("{at}: action `{what}` needs a `handler`"));
-    let action = match action {
-        "call" => Action::Call { handler: need("call")?, cookie },
-        "replace" => Action::Replace { with: need("replace")? },
-        "count" => Action::Count,
-        other => return Err(format!("{at}: unknown action `{other}` (call, replace or count)")),
-    };
-    Ok(SpliceRequest { at: at.to_string(), action, mechanism: mechanism.unwrap_or(Mechanism::Trap) })
-}
-
-impl Request {
-    /// The `splice` request for `r` (the inverse of [`splice_request`]).
-    pub fn splice(r: &SpliceRequest) -> Request {
-        let (action, handler, cookie) = match &r.action {
-            Action::Call { handler, cookie } => ("call", Some(handler.clone()), *cookie),
-            Action::Replace { with } => ("replace", Some(with.clone()), 0),
-            Action::Count => ("count", None, 0),
-        };
-        Request::Splice { at: r.at.clone(), action: action.into(), handler, mechanism: Some(r.mechanism), cookie }
-    }
-}
-
 /// A successful reply with `fields` (an object) merged after `"ok": true`.
 pub fn ok(fields: Value) -> Value {
     let mut m = Map::new();
@@ -123,6 +89,7 @@ pub fn error(message: impl std::fmt::Display) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use instr_manager::{Action, Mechanism};
 
     #[test]
     fn requests_parse_by_op_with_defaults() {
@@ -130,7 +97,7 @@ mod tests {
         assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: None });
         assert_eq!(
             Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
-            Request::Splice { at: "f".into(), action: "count".into(), handler: None, mechanism: Some(Mechanism::Jmp), cookie: 0 }
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp })
         );
         assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
         assert_eq!(
@@ -172,11 +139,19 @@ mod tests {
             SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap },
         ];
         for r in requests {
-            let Request::Splice { at, action, handler, mechanism, cookie } = Request::splice(&r) else { panic!("not a splice") };
-            assert_eq!(splice_request(&at, &action, handler.as_deref(), mechanism, cookie).unwrap(), r);
+            let line = serde_json::to_string(&Request::Splice(r.clone())).unwrap();
+            assert!(line.starts_with(r#"{"op":"splice","at":"#), "{line}");
+            assert_eq!(Request::parse(&line).unwrap(), Request::Splice(r));
         }
-        assert_eq!(splice_request("f", "call", None, None, 0).unwrap_err(), "f: action `call` needs a `handler`");
-        assert!(splice_request("f", "jump", None, None, 0).unwrap_err().contains("unknown action `jump`"));
+        // Journals written when `handler` and `mechanism` were serialized as null still parse.
+        assert_eq!(
+            Request::parse(r#"{"op":"splice","at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap(),
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap })
+        );
+        let e = |l: &str| Request::parse(l).unwrap_err();
+        assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
+        assert!(e(r#"{"op":"splice","at":"f","action":"jump"}"#).contains("unknown action `jump`"));
+        assert!(e(r#"{"op":"splice","at":"f","action":"count","extra":1}"#).contains("extra"));
     }
 
     #[test]

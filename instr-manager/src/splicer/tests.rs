@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
-use trapvec::fake::{func_addr, FakeKernel, ARENA, FUNC, FUNCS, TEXT};
+use trapvec::fake::{func_addr, FakeKernel, FUNC, FUNCS, TEXT};
 use trapvec::kernel::SiteRefusal;
-use trapvec::{BlockKind, DispatchEntry, SymbolTable, Target, TargetInfo};
+use trapvec::{BlockKind, DispatchEntry, Target};
 
 use super::state::StateError;
 use super::{Action, SpliceError, SpliceRequest, Splicer};
@@ -292,39 +292,6 @@ fn state_keeps_components_their_variables_and_references() {
 /// Tests of [`Splicer::switch`] over this fake kernel.
 #[path = "switch_tests.rs"]
 mod switch_tests;
-
-#[test]
-fn counting_trampoline_in_user_space_steps_over_the_red_zone_and_keeps_the_flags() {
-    use crate::analysis::analyze_function;
-    use crate::plan::{plan_trap, PlanInput};
-    let func = analyze_function("f", TEXT, &FUNC).unwrap();
-    let info = TargetInfo::user("process");
-    let symbols = SymbolTable::default();
-    let read = |_: u64, _: usize| None;
-    let busy = |_: u64, _: u64| false;
-    let input = PlanInput { func: &func, info: &info, read: &read, symbols: &symbols, busy: &busy, trampoline_near: None };
-    let plan = plan_trap(&input, TEXT + 5).unwrap();
-    let at = ARENA;
-    let hits = ARENA + 0x1000;
-    let code = super::count::emit_counting_replay(at, hits, &plan, &info).unwrap();
-    #[rustfmt::skip]
-    let prefix: [u8; 20] = [
-        /*00*/ 0x48, 0x8D, 0x64, 0x24, 0x80,             // lea rsp,[rsp-0x80]
-        /*05*/ 0x9C,                                     // pushfq
-        /*06*/ 0xF0, 0x48, 0xFF, 0x05, 0xF2, 0x0F, 0x00, 0x00, // lock inc qword [rip+0xff2] -> hits
-        /*0e*/ 0x9D,                                     // popfq
-        /*0f*/ 0x48, 0x8D, 0xA4, 0x24, 0x80,             // lea rsp,[rsp+0x80] (disp32 follows)
-    ];
-    assert_eq!(code[..20], prefix);
-    assert_eq!(code[20..23], [0x00, 0x00, 0x00]);
-    // Then the displaced `push rbp; mov rbp,rsp` and `jmp f+9`.
-    assert_eq!(code[23..27], [0x55, 0x48, 0x89, 0xE5]);
-    assert_eq!(code[27], 0xE9);
-    let rel = i32::from_le_bytes(code[28..32].try_into().unwrap());
-    assert_eq!((at + 32).wrapping_add_signed(i64::from(rel)), TEXT + 9);
-    let far = super::count::emit_counting_replay(at, at - (4u64 << 30), &plan, &info).unwrap_err();
-    assert!(matches!(far, crate::Refusal::OutOfReach { .. }), "{far}");
-}
 
 #[test]
 fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_once() {

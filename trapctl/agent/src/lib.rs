@@ -100,12 +100,14 @@ extern "C" fn trapvec_agent_init() {
         let mut later = Vec::new();
         let mut slots = Vec::with_capacity(spec.splices.len());
         for s in &spec.splices {
-            match deferred::waits_for(&s.point, &loaded) {
+            // A spec's points parse (Spec::parse checked them); one that did not would be
+            // refused with its reason by the splicer below.
+            match s.point().ok().and_then(|point| deferred::waits_for(&point, &loaded)) {
                 Some(object) => {
                     log::debug!("point `{}` waits for {object} to be loaded", s.at);
                     slots.push(Slot::Deferred(later.len()));
                     later.push(deferred::Deferred {
-                        request: instr_manager::apply::request_of(s),
+                        request: s.clone(),
                         object,
                         state: deferred::DState::Pending,
                         hits_before: 0,

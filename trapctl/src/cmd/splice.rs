@@ -89,7 +89,7 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
 
 /// Make `request` (through trapd when one runs).
 pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
-    route::change(&Request::splice(request), |sp| ops::splice(sp, request))
+    route::change(&Request::Splice(request.clone()), |sp| ops::splice(sp, request))
 }
 
 /// Remove the splice at `at` (through trapd when one runs).

@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use instr_manager::splicer::SpliceRequest;
-use instr_manager::Mechanism;
+use instr_manager::SpliceRequest;
 use serde::Deserialize;
 
 use super::metrics::MetricConfig;
-use super::protocol::splice_request;
 use super::rules::Rule;
 
 /// The whole file.
@@ -47,25 +45,11 @@ pub struct Profile {
     /// Component objects loaded before the profile's splices (relative paths: to the config).
     #[serde(default)]
     pub components: Vec<PathBuf>,
+    /// Each in the flat form of every splice (`instr_manager::splice`).
     #[serde(default, rename = "splice")]
-    pub splices: Vec<ProfileSplice>,
+    pub splices: Vec<SpliceRequest>,
     #[serde(default, rename = "set")]
     pub sets: Vec<ProfileSet>,
-}
-
-/// One splice of a profile.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileSplice {
-    pub at: String,
-    /// `call`, `replace` or `count`.
-    pub action: String,
-    #[serde(default)]
-    pub handler: Option<String>,
-    #[serde(default)]
-    pub mechanism: Option<Mechanism>,
-    #[serde(default)]
-    pub cookie: u64,
 }
 
 /// A component variable a profile writes before its splices go live.
@@ -91,8 +75,8 @@ pub enum ConfigError {
 
 impl Profile {
     /// The profile's splice requests, in order.
-    pub fn requests(&self) -> Result<Vec<SpliceRequest>, String> {
-        self.splices.iter().map(|s| splice_request(&s.at, &s.action, s.handler.as_deref(), s.mechanism, s.cookie)).collect()
+    pub fn requests(&self) -> Vec<SpliceRequest> {
+        self.splices.clone()
     }
 }
 
@@ -108,7 +92,6 @@ impl Config {
         let invalid = |what: String| ConfigError::Invalid { path: path.to_owned(), what };
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, p) in &mut c.profiles {
-            p.requests().map_err(|e| invalid(format!("profile `{name}`: {e}")))?;
             for s in &p.sets {
                 if let Some(size) = s.size.filter(|z| ![1, 2, 4, 8].contains(z)) {
                     return Err(invalid(format!("profile `{name}`: set {}: size {size} is not 1, 2, 4 or 8", s.symbol)));
@@ -159,7 +142,7 @@ mod tests {
         let c = Config::load(&path).unwrap();
         assert_eq!(c.initial_profile.as_deref(), Some("clean"));
         let lossy = &c.profiles["lossy"];
-        assert_eq!(lossy.requests().unwrap()[0].action, Action::Replace { with: "mss_clamp_tcp_sync_mss".into() });
+        assert_eq!(lossy.requests()[0].action, Action::Replace { with: "mss_clamp_tcp_sync_mss".into() });
         assert_eq!(lossy.sets[0].symbol, "mss_clamp_mtu");
         assert!(c.profiles["clean"].splices.is_empty());
         assert_eq!(c.rules.len(), 2);

@@ -26,7 +26,7 @@ use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::Config;
 use super::journal::{self, Journal, JournalError, Outcome, Record};
-use super::protocol::{self, splice_request, Request};
+use super::protocol::{self, Request};
 
 /// Where a target keeps the splicer's state between daemon runs (the kernel module's blob).
 pub trait StateHome {
@@ -70,8 +70,6 @@ pub enum OpError {
     Splice(#[from] SpliceError),
     #[error("no profile named `{0}` in the configuration")]
     NoProfile(String),
-    #[error("{0}")]
-    Request(String),
     #[error("profile `{profile}`: {source}")]
     Profile { profile: String, #[source] source: Box<OpError> },
 }
@@ -119,7 +117,7 @@ impl<T: Target + StateHome> Daemon<T> {
         // reloaded (its state gone) the journal describes a kernel that no longer exists.
         if let Some(p) = profile.clone() {
             let live: Vec<&SpliceRequest> = splicer.live().map(|s| &s.request).collect();
-            let wanted = config.profiles.get(&p).map(|prof| prof.requests().unwrap_or_default());
+            let wanted = config.profiles.get(&p).map(|prof| prof.requests());
             match wanted {
                 Some(reqs) if reqs.iter().all(|r| live.contains(&r)) => {}
                 Some(_) => {
@@ -256,10 +254,9 @@ impl<T: Target + StateHome> Daemon<T> {
                 log::info!("unloaded component {name}");
                 reply(unloaded)
             }
-            Request::Splice { at, action, handler, mechanism, cookie } => {
-                let r = splice_request(at, action, handler.as_deref(), *mechanism, *cookie).map_err(OpError::Request)?;
-                let (row, _) = ops::splice(sp, &r)?;
-                log::info!("spliced {at} ({}) at {}", row.action, row.site);
+            Request::Splice(r) => {
+                let (row, _) = ops::splice(sp, r)?;
+                log::info!("spliced {} ({}) at {}", r.at, row.action, row.site);
                 reply(row)
             }
             Request::Unsplice { at: Some(at), .. } => {
@@ -299,7 +296,7 @@ impl<T: Target + StateHome> Daemon<T> {
     fn requests_of(&self, name: Option<&str>) -> Result<Vec<SpliceRequest>, OpError> {
         let Some(name) = name else { return Ok(Vec::new()) };
         let p = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?;
-        p.requests().map_err(OpError::Request)
+        Ok(p.requests())
     }
 
     /// Switch to profile `name`: load its missing components, write its variables, then in one

@@ -1,0 +1,242 @@
+//! Step 1 of a splice's life, planning: resolve each request's point, analyse its function
+//! (the batch's text read in a few spans, each function analysed once: [`super::batch`]), plan
+//! the window (trap or jmp, springboard) against the text live splices and earlier requests of
+//! the batch claim, and put the windows to the target's own rules ([`Target::check_site`]).
+//! Nothing here allocates or writes: planning only reads the target.
+
+use std::collections::BTreeMap;
+
+use component_manager::{ComponentError, ComponentId};
+use trapvec::Target;
+
+use crate::analysis::liveness::flags_dead_at;
+use crate::plan::{plan_splice, Plan, PlanInput, Springboard};
+use crate::point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
+
+use super::batch::BatchCache;
+use super::{Action, SpliceError, SpliceId, SpliceRequest, Splicer};
+
+/// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
+/// longest patch); longer windows are checked one displaced instruction at a time.
+const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
+
+/// A planned request, with what building it needs to know of the text it was planned on.
+pub(super) struct Planned {
+    pub(super) point: ResolvedPoint,
+    pub(super) plan: Plan,
+    /// The `plan.patch_len` bytes at the site, as analysed.
+    pub(super) site_text: Option<Vec<u8>>,
+    /// Whether the status flags are dead at the site (only asked for `call` splices).
+    pub(super) flags_dead: bool,
+}
+
+/// Text claimed by splices: displaced windows and springboards, as disjoint `[start, end)`
+/// ranges keyed by start (a batch of 10,000 splices checks each window in O(log n)).
+#[derive(Default)]
+struct Claimed(BTreeMap<u64, u64>);
+
+impl Claimed {
+    fn add(&mut self, site: u64, displaced_len: usize, springboard: Option<&Springboard>) {
+        self.0.insert(site, site + displaced_len as u64);
+        if let Some(sb) = springboard {
+            self.0.insert(sb.addr, sb.addr + 5);
+        }
+    }
+
+    fn overlaps(&self, lo: u64, hi: u64) -> bool {
+        self.0.range(..hi).next_back().is_some_and(|(_, &end)| end > lo)
+    }
+
+    fn starts_at(&self, addr: u64) -> bool {
+        self.0.contains_key(&addr)
+    }
+}
+
+impl<T: Target> Splicer<T> {
+    /// Resolve `at` (as [`SpliceRequest::at`] is written) to the site a splice there would use.
+    pub fn resolve(&self, at: &str) -> Result<ResolvedPoint, SpliceError> {
+        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
+        let fentry = |entry: u64| self.target.read(entry, 5).is_ok_and(|b| is_fentry_site(&b));
+        resolve_point(&spec, self.target.symbols(), self.target.info(), fentry)
+            .map_err(|e| SpliceError::Point { at: at.to_string(), source: e })
+    }
+
+    /// The live splice at `at`: the point exactly as it was written when spliced, else the
+    /// splice whose site `at` resolves to (`tcp_sync_mss` finds the splice at its entry past
+    /// the ftrace site; `0x…` finds the splice at that site).
+    pub fn find(&self, at: &str) -> Option<SpliceId> {
+        if let Some(s) = self.live.values().find(|s| s.request.at == at) {
+            return Some(s.id);
+        }
+        let site = match at.parse::<PointSpec>() {
+            Ok(PointSpec::Address(a)) if self.live.values().any(|s| s.point.site == a) => a,
+            _ => self.resolve(at).ok()?.site,
+        };
+        self.live.values().find(|s| s.point.site == site).map(|s| s.id)
+    }
+
+    /// Plan every request without changing anything; returns the plans or the first refusal.
+    pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+        let planned = self.plan_batch(requests, &mut BatchCache::default())?;
+        Ok(planned.into_iter().map(|p| (p.point, p.plan)).collect())
+    }
+
+    /// [`Splicer::plan`], with what building needs to know of the text, through `cache`.
+    pub(super) fn plan_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Result<Vec<Planned>, SpliceError> {
+        let points = self.resolve_batch(requests, cache);
+        let mut claimed = self.claimed();
+        let mut out: Vec<Planned> = Vec::with_capacity(requests.len());
+        for (r, point) in requests.iter().zip(points) {
+            let earlier = |site: u64| out.iter().find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            let planned = self.plan_one(r, point?, &earlier, &claimed, cache)?;
+            claimed.add(planned.plan.site, planned.plan.displaced_len, planned.plan.springboard.as_ref());
+            out.push(planned);
+        }
+        Ok(out)
+    }
+
+    /// Resolve every request's point, and read the text of their functions ahead.
+    fn resolve_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<ResolvedPoint, SpliceError>> {
+        let points: Vec<Result<ResolvedPoint, SpliceError>> = requests.iter().map(|r| self.resolve(&r.at)).collect();
+        cache.prefetch(&self.target, points.iter().filter_map(|p| p.as_ref().ok()).map(|p| &p.function));
+        points
+    }
+
+    /// Plan each request on its own, against the live splices and the requests before it that
+    /// planned: one result per request, in order. Changes nothing.
+    pub fn plan_each(&self, requests: &[SpliceRequest]) -> Vec<Result<(ResolvedPoint, Plan), SpliceError>> {
+        let planned = self.plan_each_batch(requests, &mut BatchCache::default());
+        planned.into_iter().map(|p| p.map(|p| (p.point, p.plan))).collect()
+    }
+
+    /// [`Splicer::plan_each`], with what building needs to know of the text, through `cache`.
+    pub(super) fn plan_each_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<Planned, SpliceError>> {
+        let points = self.resolve_batch(requests, cache);
+        let mut claimed = self.claimed();
+        let mut out: Vec<Result<Planned, SpliceError>> = Vec::with_capacity(requests.len());
+        for (r, point) in requests.iter().zip(points) {
+            let earlier =
+                |site: u64| out.iter().filter_map(|p| p.as_ref().ok()).find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            match point.and_then(|point| self.plan_one(r, point, &earlier, &claimed, cache)) {
+                Ok(p) => {
+                    claimed.add(p.plan.site, p.plan.displaced_len, p.plan.springboard.as_ref());
+                    out.push(Ok(p));
+                }
+                Err(e) => {
+                    log::debug!("{}: refused: {e}", r.at);
+                    out.push(Err(e));
+                }
+            }
+        }
+        out
+    }
+
+    /// Plan `r` at its resolved `point`. `earlier(site)` names the point of an earlier request of
+    /// the batch planned at `site`, if any; `claimed` holds the text live splices and earlier
+    /// requests of the batch take.
+    fn plan_one(
+        &self,
+        r: &SpliceRequest,
+        point: ResolvedPoint,
+        earlier: &dyn Fn(u64) -> Option<String>,
+        claimed: &Claimed,
+        cache: &mut BatchCache,
+    ) -> Result<Planned, SpliceError> {
+        let at = r.at.as_str();
+        let info = self.target.info();
+        let read = |a: u64, n: usize| self.target.read(a, n).ok();
+        let fentry = |entry: u64| read(entry, 5).is_some_and(|b| is_fentry_site(&b));
+        // A claim starting at the site is the only way it can be spliced already (the linear
+        // searches for the message run only then: batches of thousands stay O(n log n)).
+        if claimed.starts_at(point.site) {
+            if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
+                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: other.request.at.clone() });
+            }
+            if let Some(other) = earlier(point.site) {
+                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other });
+            }
+        }
+        if let Action::Replace { .. } = r.action {
+            let entry = point.function.addr;
+            let past_fentry = info.has_fentry && point.site == entry + 5 && fentry(entry);
+            if point.site != entry && !past_fentry {
+                return Err(SpliceError::ReplaceNotAtEntry {
+                    at: at.to_string(),
+                    site: point.site,
+                    function: point.function.name.clone(),
+                    offset: point.site - point.function.addr,
+                });
+            }
+        }
+        let analysed = cache.function(&self.target, at, &point.function)?;
+        let func = &*analysed;
+        // Text already claimed: the displaced windows and springboards of live splices and of
+        // earlier splices of this batch.
+        let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
+        let input = PlanInput { func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
+        let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
+            at: at.to_string(),
+            site: point.site,
+            mechanism: r.mechanism,
+            refusal,
+        })?;
+        self.check_windows(at, &plan)?;
+        if let Some(name) = r.action.symbol() {
+            self.resolve_dest(at, name)?;
+        }
+        let start = usize::try_from(plan.site - func.start).unwrap_or(usize::MAX);
+        let site_text = func.bytes.get(start..start.saturating_add(plan.patch_len)).map(<[u8]>::to_vec);
+        let flags_dead = matches!(r.action, Action::Call { .. }) && flags_dead_at(func, plan.site);
+        Ok(Planned { point, plan, site_text, flags_dead })
+    }
+
+    /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
+    /// instruction at a time when longer than a target checks at once) and the springboard.
+    fn check_windows(&self, at: &str, plan: &Plan) -> Result<(), SpliceError> {
+        let terr = |source| SpliceError::Target { at: at.to_string(), source };
+        if plan.displaced_len <= CHECK_WINDOW_MAX {
+            self.target.check_site(plan.site, plan.displaced_len).map_err(terr)?;
+        } else {
+            for i in &plan.displaced {
+                self.target.check_site(i.addr, i.len).map_err(terr)?;
+            }
+        }
+        if let Some(sb) = &plan.springboard {
+            self.target.check_site(sb.addr, sb.old.len()).map_err(terr)?;
+        }
+        Ok(())
+    }
+
+    /// Text claimed by live splices, and by retiring ones (their springboards are still
+    /// written; a new splice of their sites waits until they are gone).
+    fn claimed(&self) -> Claimed {
+        let mut claimed = Claimed::default();
+        for s in self.live.values().chain(self.retiring.values().map(|r| &r.splice)) {
+            claimed.add(s.plan.site, s.plan.displaced_len, s.plan.springboard.as_ref());
+        }
+        claimed
+    }
+
+    /// Resolve a handler/replacement name: a loaded component's function, inside its code
+    /// (a data symbol or one outside the component is refused with the reason).
+    pub(super) fn resolve_dest(&self, at: &str, name: &str) -> Result<(u64, Option<ComponentId>), SpliceError> {
+        match self.components.entry(name) {
+            Ok((id, addr)) => Ok((addr, Some(id))),
+            Err(ComponentError::UnknownSymbol { .. }) => Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Check the code of every component the requests use (CRC of the code as written).
+    pub(super) fn verify_components(&self, requests: &[SpliceRequest]) -> Result<(), SpliceError> {
+        let mut seen = Vec::new();
+        for r in requests {
+            let Some((c, _)) = r.action.symbol().and_then(|n| self.components.lookup(n)) else { continue };
+            if !seen.contains(&c) {
+                self.components.verify(&self.target, c)?;
+                seen.push(c);
+            }
+        }
+        Ok(())
+    }
+}

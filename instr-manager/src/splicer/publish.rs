@@ -1,0 +1,114 @@
+//! Step 3 of a splice's life, publishing: a batch is planned, built, then made visible at once
+//! (dispatch entries first, then the original-trampoline slots, then every text patch in one
+//! all-or-nothing write); a failure undoes the batch. [`Splicer::apply`] is all-or-nothing;
+//! [`Splicer::apply_best_effort`] applies every request that plans and builds and reports each
+//! other one with its reason.
+
+use trapvec::target::{DispatchEntry, Target, TextPatch};
+
+use super::batch::BatchCache;
+use super::{BatchTimings, BestEffort, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
+
+impl<T: Target> Splicer<T> {
+    /// Apply `requests` as one all-or-nothing batch.
+    pub fn apply(&mut self, requests: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
+        let start = std::time::Instant::now();
+        let mut cache = BatchCache::default();
+        let plans = self.plan_batch(requests, &mut cache)?;
+        self.verify_components(requests)?;
+        let planned = start.elapsed();
+        let built = self.build_all(requests, plans, &mut cache)?;
+        let built_at = start.elapsed();
+        let ids = self.publish(built, &[])?;
+        self.record_batch(ids.len(), planned, built_at, start.elapsed());
+        Ok(ids)
+    }
+
+    /// Apply every request that can be applied, in one batch; report each other one with its
+    /// reason. The batch itself is still all-or-nothing: if the target refuses it as a whole
+    /// (an error no planning check foresaw) nothing is applied and that error is returned.
+    pub fn apply_best_effort(&mut self, requests: &[SpliceRequest]) -> Result<BestEffort, SpliceError> {
+        let start = std::time::Instant::now();
+        let mut cache = BatchCache::default();
+        let planned = self.plan_each_batch(requests, &mut cache);
+        self.verify_components(requests)?;
+        let planned_at = start.elapsed();
+        let mut built: Vec<(usize, Box<LiveSplice>)> = Vec::new();
+        let mut refused: Vec<(usize, SpliceError)> = Vec::new();
+        for (i, (r, p)) in requests.iter().zip(planned).enumerate() {
+            match p.and_then(|planned| self.build(r, planned, &mut cache)) {
+                Ok(s) => built.push((i, s)),
+                Err(e) => refused.push((i, e)),
+            }
+        }
+        let indices: Vec<usize> = built.iter().map(|(i, _)| *i).collect();
+        let built_at = start.elapsed();
+        let ids = self.publish(built.into_iter().map(|(_, s)| s).collect(), &[])?;
+        self.record_batch(ids.len(), planned_at, built_at, start.elapsed());
+        log::debug!("best effort: {} applied, {} refused", ids.len(), refused.len());
+        Ok(BestEffort { applied: indices.into_iter().zip(ids).collect(), refused })
+    }
+
+    fn record_batch(&mut self, splices: usize, planned: std::time::Duration, built: std::time::Duration, done: std::time::Duration) {
+        let t = BatchTimings { splices, plan: planned, build: built - planned, commit: done - built };
+        log::debug!("batch of {splices} splices: planned in {:?}, built in {:?}, committed in {:?}", t.plan, t.build, t.commit);
+        self.last_batch = Some(t);
+    }
+
+    /// Make built splices visible in one text batch, which also gives the sites of `leaving`
+    /// (splices already taken out of the live set, for [`Splicer::switch`]) their original bytes
+    /// back: dispatch entries first, so that a trap hit the moment it is written finds its way,
+    /// then the original-trampoline slots, then every text patch at once. If the target refuses,
+    /// everything this made is undone, the built splices are freed and `leaving`'s slots are
+    /// theirs again.
+    #[allow(clippy::vec_box, reason = "the boxes move into the live map as they are")]
+    pub(super) fn publish(&mut self, built: Vec<Box<LiveSplice>>, leaving: &[Box<LiveSplice>]) -> Result<Vec<SpliceId>, SpliceError> {
+        if built.is_empty() && leaving.is_empty() {
+            return Ok(Vec::new());
+        }
+        let entries: Vec<DispatchEntry> = built.iter().filter_map(|s| s.dispatch).collect();
+        if !entries.is_empty() {
+            if let Err(e) = self.target.add_dispatch(&entries) {
+                self.discard(&built);
+                return Err(e.into());
+            }
+        }
+        self.set_orig_slots(built.iter().map(|s| &**s), true);
+        let mut batch: Vec<TextPatch> = Vec::with_capacity(leaving.len() + built.len());
+        batch.extend(leaving.iter().map(|s| s.site_patch.inverse()));
+        for s in &built {
+            batch.extend(s.springboard_patch.iter().cloned());
+            batch.push(s.site_patch.clone());
+        }
+        // Where a thread may be inside a window: the displaced instructions after the first that
+        // start under the patched bytes.
+        let interior: Vec<u64> = built
+            .iter()
+            .flat_map(|s| {
+                let end = s.site_patch.addr + s.site_patch.new.len() as u64;
+                s.plan.displaced_addrs.iter().copied().filter(move |&a| a > s.site_patch.addr && a < end)
+            })
+            .collect();
+        if let Err(e) = self.target.patch_text_live(&batch, &interior) {
+            self.set_orig_slots(built.iter().map(|s| &**s), false);
+            // The leaving splices' replays take their slots back.
+            self.set_orig_slots(leaving.iter().map(|s| &**s), true);
+            let sites: Vec<u64> = entries.iter().map(|e| e.site).collect();
+            if !sites.is_empty() {
+                let _ = self.target.remove_dispatch(&sites);
+            }
+            self.discard(&built);
+            return Err(e.into());
+        }
+        let mut ids = Vec::with_capacity(built.len());
+        for s in built {
+            log::debug!("spliced {} at {:#x} by {} (entry {:#x})", s.request.at, s.point.site, s.plan.mechanism, s.entry);
+            if let Some(c) = s.component {
+                self.components.acquire(c)?;
+            }
+            ids.push(s.id);
+            self.live.insert(s.id, s);
+        }
+        Ok(ids)
+    }
+}

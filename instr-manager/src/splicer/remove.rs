@@ -1,0 +1,155 @@
+//! Step 4 of a splice's life, removal: restore the text (one batch), drop the dispatch entries
+//! and point the original trampolines' slots back at the functions, wait until no thread is in
+//! the trampolines, springboards or handlers, restore the springboards, free. A removal that
+//! cannot reach quiescence in time (a task sleeping in a replacement) leaves its splices
+//! *retiring*: text restored, code kept; [`Splicer::finish_retiring`] ends it later.
+
+use std::collections::HashSet;
+
+use trapvec::target::{Target, TextPatch};
+
+use super::batch::read_words;
+use super::{Action, Hits, LiveSplice, Retiring, SpliceError, SpliceId, Splicer};
+
+impl<T: Target> Splicer<T> {
+    /// Remove splices in one batch; returns their final hit counts.
+    pub fn remove(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        for id in ids {
+            if !self.live.contains_key(id) {
+                return Err(SpliceError::UnknownSplice(id.0));
+            }
+        }
+        // The trap or jmp is one instruction: no thread can be inside it.
+        let batch: Vec<TextPatch> = ids.iter().map(|id| self.live[id].site_patch.inverse()).collect();
+        self.target.patch_text_live(&batch, &[])?;
+        self.retire(ids)
+    }
+
+    /// Remove every live splice.
+    pub fn remove_all(&mut self) -> Result<(), SpliceError> {
+        let ids: Vec<SpliceId> = self.live.keys().copied().collect();
+        if !ids.is_empty() {
+            self.remove(&ids)?;
+        }
+        Ok(())
+    }
+
+    /// Removal once the sites hold their original bytes again (by [`Splicer::remove`]'s text
+    /// batch, or by [`Splicer::switch`]'s): drop the dispatch entries, point original trampolines
+    /// back, wait for quiescence, restore the springboards, free. Returns the final hit counts.
+    pub(super) fn retire(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        let taken: Vec<Box<LiveSplice>> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
+        // The dispatcher's counters go with the dispatch entries: read them now. No trap is
+        // still on its way into the dispatcher: the text was written with every CPU stopped, and
+        // a CPU is stopped only outside the dispatcher (it runs with interrupts off). The
+        // trampolines' counters (as the process backend's) are read after quiescence: a thread
+        // still on its way through a trampoline counts its hit after the text is restored.
+        let by_dispatcher = self.target.info().dispatcher_counts_hits;
+        let now: Vec<usize> = (0..taken.len()).filter(|&i| by_dispatcher && taken[i].dispatch.is_some()).collect();
+        let mut counted: Vec<Option<Hits>> = vec![None; taken.len()];
+        for (&i, h) in now.iter().zip(self.hits_of(now.iter().map(|&i| &*taken[i]))) {
+            counted[i] = Some(h);
+        }
+        let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
+        if !sites.is_empty() {
+            self.target.remove_dispatch(&sites)?;
+        }
+        // A replaced function's original trampoline now goes to the function itself, unless a
+        // new splice of the same function (set when it was built) holds the slot.
+        let still_replaced: HashSet<u64> =
+            self.live.values().filter(|s| matches!(s.request.action, Action::Replace { .. })).map(|s| s.point.function.addr).collect();
+        self.set_orig_slots(taken.iter().map(|s| &**s).filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
+        self.finish_removal(taken, counted)
+    }
+
+    /// Finish removing retiring splices `ids`: wait for quiescence again, restore their
+    /// springboards, free their code. On failure they stay retiring. Returns their final hits.
+    pub fn finish_retiring(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        for id in ids {
+            if !self.retiring.contains_key(id) {
+                return Err(SpliceError::UnknownSplice(id.0));
+            }
+        }
+        let (taken, counted): (Vec<Box<LiveSplice>>, Vec<Option<Hits>>) =
+            ids.iter().filter_map(|id| self.retiring.remove(id)).map(|r| (r.splice, r.hits)).unzip();
+        log::debug!("finishing the removal of {} retiring splice(s)", taken.len());
+        self.finish_removal(taken, counted)
+    }
+
+    /// The end of a removal, once no thread can enter the splices' code any more (text
+    /// restored, dispatch entries gone): wait for quiescence, read the counters not read yet
+    /// (`counted[i]` is None), restore the springboards, free. If quiescence is not reached the
+    /// splices become retiring and the error says so: running the removal again finishes it.
+    // Boxed as in `live` and `retiring`: the splices move between them without copies.
+    #[allow(clippy::vec_box)]
+    fn finish_removal(&mut self, taken: Vec<Box<LiveSplice>>, counted: Vec<Option<Hits>>) -> Result<Vec<Hits>, SpliceError> {
+        let mut ranges = Vec::with_capacity(2 * taken.len());
+        for s in &taken {
+            s.add_ranges(&mut ranges);
+        }
+        if let Err(e) = self.wait_quiescent(&taken, &ranges) {
+            log::debug!("{} splice(s) left retiring: {e}", taken.len());
+            let e = match e {
+                e @ SpliceError::Retiring { .. } => e,
+                e => SpliceError::Retiring { at: taken.iter().map(|s| s.request.at.as_str()).collect::<Vec<_>>().join(", "), reason: e.to_string() },
+            };
+            for (splice, hits) in taken.into_iter().zip(counted) {
+                self.retiring.insert(splice.id, Retiring { splice, hits });
+            }
+            return Err(e);
+        }
+        let later: Vec<usize> = (0..taken.len()).filter(|&i| counted[i].is_none()).collect();
+        let mut hits: Vec<Hits> = counted.iter().map(|h| h.unwrap_or_default()).collect();
+        for (&i, h) in later.iter().zip(self.hits_of(later.iter().map(|&i| &*taken[i]))) {
+            hits[i] = h;
+        }
+        let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
+        if !springboards.is_empty() {
+            self.target.patch_text_live(&springboards, &[])?;
+        }
+        for s in &taken {
+            if let Some(c) = s.component {
+                self.components.release(c)?;
+            }
+            self.target.free(&s.code)?;
+            self.target.free(&s.data)?;
+        }
+        Ok(hits)
+    }
+
+    /// Wait until no thread can be executing in the splices' code. Nothing can enter anew (the
+    /// text and dispatch entries are gone before this is called), so it is enough to see, around
+    /// one scan of the ranges that finds no thread, that no thread was inside a handler and that
+    /// no thread entered a trampoline (the entry counters did not move): a thread entering during
+    /// the scan moves a counter; one in the trampoline's prefix or tail is seen by the scan.
+    fn wait_quiescent(&mut self, taken: &[Box<LiveSplice>], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
+        // Per splice: its hit counter, then its in-flight counter.
+        let addrs: Vec<u64> = taken.iter().flat_map(|s| [s.hits_addr(), s.inflight_addr()]).collect();
+        let start = std::time::Instant::now();
+        loop {
+            let before = read_words(&self.target, &addrs);
+            if let Some(i) = before.chunks(2).position(|c| c[1] != 0) {
+                if start.elapsed() > self.quiesce_timeout {
+                    let s = &taken[i];
+                    let waited = self.quiesce_timeout;
+                    let msg = match &s.request.action {
+                        Action::Replace { with } => format!(
+                            "{} task(s) still inside the replacement {with} of {} (trampoline block at {:#x}) after {waited:?}",
+                            before[2 * i + 1],
+                            s.point.function.name,
+                            s.code.addr
+                        ),
+                        _ => format!("a thread is still inside the handler of {} (trampoline block at {:#x}) after {waited:?}", s.request.at, s.code.addr),
+                    };
+                    return Err(SpliceError::Retiring { at: s.request.at.clone(), reason: msg });
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                continue;
+            }
+            self.target.quiesce(ranges)?;
+            if read_words(&self.target, &addrs) == before {
+                return Ok(());
+            }
+        }
+    }
+}
