@@ -51,7 +51,7 @@ use trapvec::target::{DispatchEntry, RepoBlock, Target, TextPatch};
 use trapvec::TargetError;
 
 use crate::plan::Mechanism;
-use crate::point::{PointSpec, ResolvedPoint};
+use crate::point::ResolvedPoint;
 use batch::read_words;
 use orig::OrigStub;
 pub use crate::splice::{Action, SpliceRequest};
@@ -234,18 +234,6 @@ impl<T: Target> Splicer<T> {
     /// not freed yet ([`Splicer::finish_retiring`]).
     pub fn retiring(&self) -> impl Iterator<Item = &LiveSplice> {
         self.retiring.values().map(|r| &*r.splice)
-    }
-
-    /// The retiring splice at `at` (as [`Splicer::find`] matches live ones).
-    pub fn find_retiring(&self, at: &str) -> Option<SpliceId> {
-        if let Some(r) = self.retiring.values().find(|r| r.splice.request.at == at) {
-            return Some(r.splice.id);
-        }
-        let site = match at.parse::<PointSpec>() {
-            Ok(PointSpec::Address(a)) => a,
-            _ => self.resolve(at).ok()?.site,
-        };
-        self.retiring.values().find(|r| r.splice.point.site == site).map(|r| r.splice.id)
     }
 
     /// Timings of the last batch applied.

@@ -14,7 +14,7 @@ use crate::plan::{plan_splice, Plan, PlanInput, Springboard};
 use crate::point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 
 use super::batch::BatchCache;
-use super::{Action, SpliceError, SpliceId, SpliceRequest, Splicer};
+use super::{Action, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
 
 /// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
 /// longest patch); longer windows are checked one displaced instruction at a time.
@@ -65,14 +65,25 @@ impl<T: Target> Splicer<T> {
     /// splice whose site `at` resolves to (`tcp_sync_mss` finds the splice at its entry past
     /// the ftrace site; `0x…` finds the splice at that site).
     pub fn find(&self, at: &str) -> Option<SpliceId> {
-        if let Some(s) = self.live.values().find(|s| s.request.at == at) {
+        self.find_in(self.live.values().map(|s| &**s), at)
+    }
+
+    /// The retiring splice at `at`, matched as [`Splicer::find`] matches live ones.
+    pub fn find_retiring(&self, at: &str) -> Option<SpliceId> {
+        self.find_in(self.retiring.values().map(|r| &*r.splice), at)
+    }
+
+    /// The splice of `splices` at `at`: the one requested with that text, else the one at the
+    /// address `at` names or resolves to.
+    fn find_in<'a>(&self, splices: impl Iterator<Item = &'a LiveSplice> + Clone, at: &str) -> Option<SpliceId> {
+        if let Some(s) = splices.clone().find(|s| s.request.at == at) {
             return Some(s.id);
         }
         let site = match at.parse::<PointSpec>() {
-            Ok(PointSpec::Address(a)) if self.live.values().any(|s| s.point.site == a) => a,
+            Ok(PointSpec::Address(a)) if splices.clone().any(|s| s.point.site == a) => a,
             _ => self.resolve(at).ok()?.site,
         };
-        self.live.values().find(|s| s.point.site == site).map(|s| s.id)
+        splices.into_iter().find(|s| s.point.site == site).map(|s| s.id)
     }
 
     /// Plan every request without changing anything; returns the plans or the first refusal.
