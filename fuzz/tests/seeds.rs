@@ -174,7 +174,7 @@ fn write_landing_seeds() {
     use object::{Object, ObjectSection, ObjectSymbol};
     let tmp = tempfile::tempdir().unwrap();
     let exe = tmp.path().join("eh");
-    let fixtures = root().join("../trapctl/agent/tests/fixtures");
+    let fixtures = root().join("../agent/tests/fixtures");
     let status = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(fixtures.join("eh.cc")).arg(fixtures.join("eh_pad.S")).status().expect("running g++");
     assert!(status.success());
     let data = std::fs::read(&exe).unwrap();

@@ -118,10 +118,10 @@ struct Program {
 }
 
 impl Program {
-    /// Compile `trapctl/agent/tests/fixtures/eh.cc` and `eh_pad.S` with g++ (None, with a
+    /// Compile `agent/tests/fixtures/eh.cc` and `eh_pad.S` with g++ (None, with a
     /// message, when there is no g++ outside CI).
     fn build() -> Option<Program> {
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../trapctl/agent/tests/fixtures");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/fixtures");
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("eh");
         let out = match Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(fixtures.join("eh.cc")).arg(fixtures.join("eh_pad.S")).output() {

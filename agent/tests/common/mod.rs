@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// `libtrapvec_agent.so` next to this test's own profile directory (target/<profile>/).
