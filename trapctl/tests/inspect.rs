@@ -208,7 +208,7 @@ fn cxx_fixture() -> &'static Path {
     &F.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("eh");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent/tests/fixtures");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/fixtures");
         let out = Command::new("g++")
             .args(["-O2", "-o"])
             .arg(&exe)

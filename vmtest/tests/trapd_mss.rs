@@ -17,7 +17,7 @@ use vmtest::testing::{can_boot, repo_root, Scenario};
 fn build_trapd() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "-p", "trapctl", "--bin", "trapd", "--message-format=json"])
+        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
         .current_dir(repo_root())
         .output()
         .unwrap();
@@ -25,8 +25,9 @@ fn build_trapd() -> PathBuf {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
-        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        // The crate's library is named trapd too: the binary is the artifact with an executable.
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo names the trapd executable")
 }
 

@@ -1,116 +1,38 @@
 //! trapd: the embedded reconfiguration daemon of trapvec (the paper's MSS adaptation, KernInst's
-//! kerninstd). It holds the kernel's instrumentation, serves requests on a Unix socket
-//! ([`protocol`], [`server`]), journals every change ([`journal`]), and switches profiles when
-//! metrics cross the thresholds of its rules ([`metrics`], [`rules`], [`config`]). [`daemon`]
-//! owns the state and the order of effects; [`client`] is the other end of the socket.
-//! `anyhow` is used here, at the edge only.
+//! kerninstd), as a library the `trapd` binary runs. It holds the kernel's instrumentation,
+//! serves requests on a Unix socket ([`protocol`], [`server`]), journals every change
+//! ([`journal`]), and switches profiles when metrics cross the thresholds of its rules
+//! ([`metrics`], [`rules`], [`config`]). [`daemon`] owns the state and the order of effects;
+//! [`run`] puts them together; [`client`] is the other end of the socket. The request protocol
+//! and the operations it shares with `trapctl` come from the `trapctl` crate.
 
-mod config;
-mod daemon;
-mod journal;
-mod metrics;
-mod rules;
-mod server;
+pub mod config;
+pub mod daemon;
+pub mod journal;
+pub mod metrics;
+pub mod rules;
+pub mod server;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use trapctl::{client, protocol};
-use clap::{Parser, Subcommand};
 use trapvec::Target;
+
+pub use trapctl::{client, protocol};
 
 use config::Config;
 use daemon::{Daemon, StateHome};
 use protocol::Request;
 
-#[derive(Parser)]
-#[command(
-    name = "trapd",
-    version,
-    about = "trapvec's reconfiguration daemon: holds the kernel's splices, serves JSON requests on a Unix socket, journals every change, and switches profiles by rules over metrics",
-    after_help = "Requests are one JSON object per line, e.g. {\"op\":\"list\"}; see README.md, \"trapd: the reconfiguration daemon\"."
-)]
-struct Cli {
-    /// Configuration (TOML: socket, journal, allowed groups, metrics, rules, profiles).
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    /// Unix socket to listen on (or to send to) [default: the config's, else $TRAPD_SOCKET, else /run/trapd.sock].
-    #[arg(long, global = true)]
-    socket: Option<PathBuf>,
-    /// Journal file [default: the config's, else /var/lib/trapd/journal].
-    #[arg(long)]
-    journal: Option<PathBuf>,
-    /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    verbose: u8,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Send requests to a running trapd and print its replies, one per line: each REQUEST
-    /// argument is one line; without arguments, stdin is sent as it is. Exit status 0 when
-    /// every reply is ok, 1 otherwise, 2 when no daemon could be reached.
-    Send { requests: Vec<String> },
-}
-
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let level = match cli.verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
-    let result = match &cli.command {
-        Some(Command::Send { requests }) => send(&cli, requests),
-        None => run(&cli).map(|()| ExitCode::SUCCESS),
-    };
-    result.unwrap_or_else(|e| {
-        log::error!("{e:#}");
-        eprintln!("trapd: {e:#}");
-        ExitCode::FAILURE
-    })
-}
-
-fn send(cli: &Cli, requests: &[String]) -> anyhow::Result<ExitCode> {
-    let path = cli.socket.clone().unwrap_or_else(client::socket_path);
-    let bytes = if requests.is_empty() {
-        let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).context("reading requests from stdin")?;
-        b
-    } else {
-        requests.iter().flat_map(|r| r.bytes().chain(std::iter::once(b'\n'))).collect()
-    };
-    let replies = match client::exchange(&path, &bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("trapd: no daemon at {}: {e}", path.display());
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let mut all_ok = true;
-    for r in &replies {
-        println!("{r}");
-        all_ok &= serde_json::from_str::<serde_json::Value>(r).is_ok_and(|v| v["ok"] == serde_json::Value::Bool(true));
-    }
-    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-fn run(cli: &Cli) -> anyhow::Result<()> {
-    let config = match &cli.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
-    let socket = cli.socket.clone().or_else(|| config.socket.clone()).unwrap_or_else(client::socket_path);
-    let journal = cli.journal.clone().or_else(|| config.journal.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/trapd/journal"));
+/// Serve the kernel's splices on `socket` with `config`, journalling to `journal`, until the
+/// process ends: open the module (held exclusively for the daemon's life), replay the journal,
+/// start the rules thread when there are rules, and answer requests. Errors before serving
+/// name what could not be set up.
+pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> {
     let access = server::Access::from_groups(&config.allow_groups).map_err(anyhow::Error::msg)?;
     let metric_list = config
         .metrics
@@ -125,8 +47,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let target = trapvec::kernel::KernelTarget::open()?;
     // Held for the daemon's life: a trapctl going straight to the module waits for us.
     target.lock_exclusive()?;
-    let listener = server::bind(&socket).with_context(|| format!("listening on {}", socket.display()))?;
-    let daemon = Daemon::start(target, config, &journal)?;
+    let listener = server::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    let daemon = Daemon::start(target, config, journal)?;
     log::info!("listening on {} (journal {})", socket.display(), journal.display());
     let daemon = Arc::new(Mutex::new(daemon));
     if !engine.rules().is_empty() {

@@ -1,6 +1,6 @@
 //! trapd's configuration file (TOML): where it listens and journals, who may talk to it, the
 //! metrics it samples, the rules over them and the profiles the rules activate. See
-//! `trapctl/trapd.example.toml` for an annotated example.
+//! `trapd/trapd.example.toml` for an annotated example.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
