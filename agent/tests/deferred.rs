@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{agent, cc, repo, spec, Run};
+use common::{agent, cc, count_component, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -23,9 +23,8 @@ fn fixture() -> Fixture {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let s = |f: &str| src.join(f).to_str().unwrap().to_string();
     let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    let inc = repo().join("components/include");
     cc(&["-O2", "-pthread", "-o", &d("dlprog"), &s("dlprog.c"), "-ldl"]);
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", &d("count.o"), &s("count.c")]);
+    count_component(&dir);
     cc(&["-O2", "-fPIC", "-shared", "-Wl,-soname,libdltest.so.1", "-o", &d("libdltest.so.1"), &s("dlib.c")]);
     cc(&["-O2", "-fPIC", "-shared", "-DINNER", "-o", &d("libinner.so"), &s("dlib.c")]);
     let runpath = format!("-Wl,-rpath,{}", dir.display());

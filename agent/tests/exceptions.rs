@@ -13,7 +13,7 @@ use instr_manager::analysis::landing::{landing_pads, EhFrameHdr, HdrTable};
 use object::{Object, ObjectSection, ObjectSymbol};
 
 mod common;
-use common::{agent, cc, repo, spec, Run};
+use common::{agent, count_component, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -34,8 +34,7 @@ fn fixture() -> Fixture {
         .output()
         .expect("g++ is needed for this test (.ci/install-deps installs it)");
     assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
-    let inc = repo().join("components/include");
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", dir.join("count.o").to_str().unwrap(), src.join("count.c").to_str().unwrap()]);
+    count_component(&dir);
     Fixture { dir, program }
 }
 

@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use object::{Object, ObjectSegment};
 
 mod common;
-use common::{agent, repo};
+use common::{agent, count_component};
 
 fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
@@ -291,13 +291,7 @@ fn cases(dir: &Path) -> Vec<Case> {
 #[test]
 fn packaged_programs_count_as_uprobes_do_and_their_output_does_not_change() {
     let dir = tempfile::tempdir().unwrap();
-    let inc = repo().join("components/include");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/count.c");
-    let out = Command::new("cc")
-        .args(["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", dir.path().join("count.o").to_str().unwrap(), src.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    count_component(dir.path());
     let mut table = Vec::new();
     for c in cases(dir.path()) {
         let offset = file_offset(&c.file, c.symbol);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{agent, cc, repo, spec, Run};
+use common::{agent, cc, count_component, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -19,10 +19,9 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap().keep();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let inc = repo().join("components/include");
     let program = dir.join("program");
     cc(&["-O2", "-pthread", "-o", program.to_str().unwrap(), src.join("program.c").to_str().unwrap()]);
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", dir.join("count.o").to_str().unwrap(), src.join("count.c").to_str().unwrap()]);
+    count_component(&dir);
     Fixture { dir, program }
 }
 

@@ -25,6 +25,15 @@ pub fn cc(args: &[&str]) {
     assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Compile the counting component (`fixtures/count.c`, handler `count`) to `dir/count.o`, the
+/// path [`spec`] names.
+pub fn count_component(dir: &Path) {
+    let inc = repo().join("components/include");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/count.c");
+    let out = dir.join("count.o");
+    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", out.to_str().unwrap(), src.to_str().unwrap()]);
+}
+
 /// A spec that counts the calls at each `(point, mechanism)` with `count.o`'s `count` handler.
 pub fn spec(points: &[(&str, &str)]) -> String {
     let mut s = String::from("[[component]]\npath = \"count.o\"\n");
