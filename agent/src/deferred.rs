@@ -34,6 +34,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
+use instr_manager::ops;
 use instr_manager::point::object_matches;
 use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
 use instr_manager::PointSpec;
@@ -219,9 +220,10 @@ fn apply_ready(state: &mut crate::State, why: &str) {
     let splicer = &mut state.splicer;
     let requests: Vec<SpliceRequest> = ready.iter().map(|&i| state.deferred[i].request.clone()).collect();
     log::debug!("{why}: applying {} deferred splices", requests.len());
-    let result = splicer.target_mut().refresh_symbols().map_err(|e| e.to_string()).and_then(|()| splicer.apply(&requests).map_err(|e| crate::error_chain(&e)));
+    let result = splicer.target_mut().refresh_symbols().map_err(|e| e.to_string()).and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| crate::error_chain(&e)));
     match result {
-        Ok(ids) => {
+        Ok((_, made)) => {
+            let ids = made.splices;
             for (&i, id) in ready.iter().zip(ids) {
                 let origin = splicer.get(id).and_then(|s| s.point.function.origin.clone()).unwrap_or_default();
                 let d = &mut state.deferred[i];

@@ -6,7 +6,8 @@
 //! applied. A point in a library that is not loaded yet waits for its `dlopen` ([`deferred`]).
 //! The JSON file named by `TRAPVEC_STATS` (`%p` in it becomes the pid) is written at `exit`, at
 //! `_exit`/`_Exit` and before every `exec`, one entry per splice in spec order:
-//! `{"splices": [{"at": "...", "mechanism": "trap"|"jmp", "hits": N, "state": "applied"}, ...]}`;
+//! `{"splices": [{"at": "...", "mechanism": "trap"|"jmp", "hits": N, "state": "applied"}, ...]}`
+//! (then the splices the spec's components declare in `.trapvec.splices`, applied with them);
 //! a deferred splice's state is `pending`, `applied`, `removed` (its library was unloaded) or
 //! `failed` (with `"error"`), its hits are summed over every time it was applied, and `loads`
 //! says how many times that was.
@@ -32,10 +33,9 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use instr_manager::apply::{apply_spec, Applied};
-use instr_manager::session::default_near;
+use instr_manager::ops::{self, SpliceRow};
 use instr_manager::spec::Spec;
-use instr_manager::splicer::Splicer;
+use instr_manager::splicer::{SpliceId, Splicer};
 use trapvec::process::ProcessTarget;
 
 /// Exit status of a program whose spec could not be applied.
@@ -43,7 +43,9 @@ pub const EXIT_SPEC_FAILED: i32 = 86;
 
 struct State {
     splicer: Splicer<ProcessTarget>,
-    applied: Applied,
+    /// The splices applied before `main`: the spec's (those not deferred), then the ones its
+    /// components declare.
+    applied: Vec<SpliceRow>,
     /// Splices waiting for, or living in, libraries loaded by `dlopen`.
     deferred: Vec<deferred::Deferred>,
     /// The spec's splices in spec order.
@@ -53,7 +55,7 @@ struct State {
 /// Where one splice of the spec is recorded.
 #[derive(Clone, Copy)]
 enum Slot {
-    /// Index into `Applied::splices` (applied before `main`).
+    /// Index into `State::applied` (applied before `main`).
     Now(usize),
     /// Index into `State::deferred`.
     Deferred(usize),
@@ -92,7 +94,6 @@ extern "C" fn trapvec_agent_init() {
         let spec = Spec::from_path(&spec_path).map_err(|e| e.to_string())?;
         let target = ProcessTarget::new().map_err(|e| e.to_string())?;
         let mut splicer = Splicer::new(target);
-        let near = default_near(splicer.target());
         // Points in libraries not loaded yet wait for their dlopen; the others are applied now.
         let loaded = deferred::loaded_objects();
         let mut now = spec.clone();
@@ -120,7 +121,11 @@ extern "C" fn trapvec_agent_init() {
                 }
             }
         }
-        let applied = apply_spec(&mut splicer, &now, near).map_err(|e| error_chain(&e))?;
+        // The spec's components are loaded as every front end loads them (`ops`): the splices
+        // they declare go live with them, listed in the stats after the spec's own.
+        let (report, _) = ops::apply(&mut splicer, &now, false).map_err(|e| error_chain(&e))?;
+        let applied = report.spliced;
+        slots.extend((now.splices.len()..applied.len()).map(Slot::Now));
         // A deferred point is checked now as far as it can be: its handler must be a function
         // of a loaded component (the process exits here on an error: nothing to undo).
         for d in &later {
@@ -134,7 +139,7 @@ extern "C" fn trapvec_agent_init() {
         Ok(state) => {
             log::info!(
                 "trapvec: applied {} splices from {} ({} waiting for their library)",
-                state.applied.splices.len(),
+                state.applied.len(),
                 spec_path.display(),
                 state.deferred.len()
             );
@@ -216,9 +221,9 @@ pub(crate) fn write_stats() {
         .iter()
         .map(|slot| match *slot {
             Slot::Now(i) => {
-                let (at, mech, id) = &state.applied.splices[i];
-                let hits = state.splicer.hits(*id).map(|h| h.hits).unwrap_or(0);
-                serde_json::json!({ "at": at, "mechanism": mech, "hits": hits, "state": "applied" })
+                let row = &state.applied[i];
+                let hits = state.splicer.hits(SpliceId(row.id)).map(|h| h.hits).unwrap_or(0);
+                serde_json::json!({ "at": row.at, "mechanism": row.mechanism, "hits": hits, "state": "applied" })
             }
             Slot::Deferred(i) => {
                 let d = &state.deferred[i];

@@ -98,6 +98,26 @@ fn agent_applies_the_spec_before_main_and_writes_exact_hit_counts() {
 }
 
 #[test]
+fn a_spec_component_brings_the_splices_it_declares_listed_after_the_specs_own() {
+    let d = demo();
+    let inc = repo().join("components/include");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/declaring.c");
+    let obj = d.dir.join("spec-dir/declaring.o");
+    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", obj.to_str().unwrap(), src.to_str().unwrap()]);
+    let spec = "[[component]]\npath = \"declaring.o\"\n\n[[splice]]\nat = \"sync_mss\"\naction = \"count\"\n";
+    let (out, stats) = run(&d, spec);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), UNPATCHED, "counting changes no result");
+    assert_eq!(
+        stats.expect("stats written"),
+        serde_json::json!({"splices": [
+            {"at": "sync_mss", "mechanism": "trap", "hits": 3, "state": "applied"},
+            {"at": "compute+0", "mechanism": "jmp", "hits": 1000, "state": "applied"},
+        ]})
+    );
+}
+
+#[test]
 fn a_spec_that_cannot_be_applied_exits_86_before_main_with_the_reason() {
     let d = demo();
     let cases = [

@@ -29,9 +29,12 @@ pub fn run(data: &[u8]) {
                 }
             }
             for s in &spec.sets {
-                assert!(matches!(s.size, 1 | 2 | 4 | 8), "set `{}` has size {}", s.symbol, s.size);
-                if s.size < 8 {
-                    assert_eq!(s.value >> (8 * u32::from(s.size)), 0, "set `{}`: value {:#x} does not fit {} bytes", s.symbol, s.value, s.size);
+                // No size: the value is an 8-byte two's complement, fitted when written.
+                if let Some(size) = s.size {
+                    assert!(matches!(size, 1 | 2 | 4 | 8), "set `{}` has size {size}", s.symbol);
+                    if size < 8 {
+                        assert_eq!(s.value >> (8 * size), 0, "set `{}`: value {:#x} does not fit {size} bytes", s.symbol, s.value);
+                    }
                 }
             }
         }

@@ -8,9 +8,10 @@
 //! action, read through serde from every format that writes one) and the spec format ([`spec`]).
 //!
 //! [`splicer`] applies plans through a [`trapvec::Target`] (all-or-nothing batches, removal with
-//! quiescence), [`ops`] is the operations layer every front end is to share (begun: the record of
-//! what a change made and its one undo), [`apply`] applies a whole spec, and [`session`] is the RAII library API for a
-//! process modifying itself.
+//! quiescence). [`ops`] is the operations layer every front end shares (load with declared
+//! splices, unload, splice, unsplice, apply a spec, check, profile switch, set/get, listing;
+//! one record of what a change made and one undo; one placement policy), and [`session`] is
+//! the RAII library API for a process modifying itself, a front end over [`ops`].
 //!
 //! Everything in the analysis modules is pure: functions over `(&[u8], address)`, a
 //! [`trapvec::SymbolTable`] and a [`trapvec::TargetInfo`]; the target is seen only through read
@@ -18,7 +19,6 @@
 //! splicer's job, and nothing here may write to a target.
 
 pub mod analysis;
-pub mod apply;
 pub mod error;
 pub mod image;
 pub mod ops;

@@ -1,6 +1,8 @@
 //! The library API for a process modifying itself, with RAII handles: dropping a
 //! [`SpliceHandle`] removes the splice, dropping the last [`ComponentHandle`] (splices keep their
-//! component alive) unloads the component.
+//! component alive) unloads the component. A front end over [`crate::ops`]: loading applies the
+//! splices a component declares (they live as long as the component), components are placed by
+//! [`ops::near`], unloading removes the declared splices first.
 //!
 //! ```no_run
 //! use instr_manager::session::Session;
@@ -14,22 +16,37 @@
 //! # Ok::<(), instr_manager::session::SessionError>(())
 //! ```
 
+// A session's errors carry the splicer's whole (callers match on `SessionError::Splice`).
+#![allow(clippy::result_large_err)]
+
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use component_manager::{ComponentId, LoadOptions};
 use trapvec::process::ProcessTarget;
-use trapvec::Target;
 
+use crate::ops;
 use crate::plan::Mechanism;
 use crate::splicer::{Action, Hits, SpliceError, SpliceId, SpliceRequest, Splicer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(transparent)]
+    Op(Box<ops::OpError>),
+    #[error(transparent)]
     Splice(#[from] SpliceError),
     #[error(transparent)]
     Target(#[from] trapvec::TargetError),
+}
+
+/// A splicer's refusal stays a [`SessionError::Splice`] whichever operation met it.
+impl From<ops::OpError> for SessionError {
+    fn from(e: ops::OpError) -> Self {
+        match e {
+            ops::OpError::Splice(s) => SessionError::Splice(s),
+            other => SessionError::Op(Box::new(other)),
+        }
+    }
 }
 
 type Shared = Arc<Mutex<Splicer<ProcessTarget>>>;
@@ -52,7 +69,7 @@ struct ComponentInner {
 
 impl Drop for ComponentInner {
     fn drop(&mut self) {
-        if let Err(e) = lock(&self.session).unload_component(self.id) {
+        if let Err(e) = ops::unload_id(&mut lock(&self.session), self.id) {
             log::error!("unloading component {}: {e}", self.name);
         }
     }
@@ -134,26 +151,21 @@ impl Session {
         Ok(lock(&self.inner).target_mut().refresh_symbols()?)
     }
 
-    /// Load a component from an ELF relocatable file.
+    /// Load a component from an ELF relocatable file, with the splices it declares.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<ComponentHandle, SessionError> {
         self.load_with(path, &LoadOptions::default())
     }
 
-    /// Load with options (expected CRC32, placement).
+    /// Load with options (expected CRC32, placement: 0 for [`ops::near`]).
     pub fn load_with(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<ComponentHandle, SessionError> {
-        let mut s = lock(&self.inner);
-        let mut opts = opts.clone();
-        if opts.near == 0 {
-            opts.near = default_near(s.target());
-        }
-        let id = s.load_component(path.as_ref(), &opts)?;
-        let name = s.components().get(id).map(|c| c.name.clone()).unwrap_or_default();
-        Ok(ComponentHandle { inner: Arc::new(ComponentInner { session: self.inner.clone(), id, name }) })
+        let (loaded, made) = ops::load(&mut lock(&self.inner), path.as_ref(), opts)?;
+        let id = made.components[0];
+        Ok(ComponentHandle { inner: Arc::new(ComponentInner { session: self.inner.clone(), id, name: loaded.component.name }) })
     }
 
     fn splice(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
-        let id = lock(&self.inner).apply(std::slice::from_ref(&req))?[0];
-        Ok(SpliceHandle { session: self.inner.clone(), id, removed: false, _component: component.cloned() })
+        let (_, made) = ops::splice(&mut lock(&self.inner), &req)?;
+        Ok(SpliceHandle { session: self.inner.clone(), id: made.splices[0], removed: false, _component: component.cloned() })
     }
 
     /// Run `handler` (a symbol of `component`) at `at`, then the original code.
@@ -172,12 +184,4 @@ impl Session {
         let req = SpliceRequest { at: at.to_string(), action: Action::Replace { with: with.to_string() }, mechanism };
         self.splice(req, Some(component))
     }
-}
-
-/// Where components go by default: near the main executable's code.
-pub fn default_near(t: &dyn Target) -> u64 {
-    let syms = t.symbols();
-    syms.lookup("main")
-        .or_else(|| syms.iter().find(|s| s.kind == trapvec::SymbolKind::Function && s.origin.is_none()))
-        .map_or(0, |s| s.addr)
 }

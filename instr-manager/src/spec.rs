@@ -16,7 +16,7 @@
 //! [[set]]                     # optional: component variables written after loading
 //! symbol = "mss_clamp_mtu"
 //! value = 1000
-//! size = 4                    # 1, 2, 4 or 8 (default 8)
+//! size = 4                    # 1, 2, 4 or 8 (default: the symbol's size, else 8)
 //! ```
 //!
 //! Unknown keys are refused; every error names the spec file and the key (`splice[1].at`).
@@ -44,17 +44,12 @@ pub struct ComponentSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetSpec {
     pub symbol: String,
-    /// The value's bits, truncated to `size` bytes (negative values are two's complement).
+    /// The value's bits: truncated to `size` bytes when a size is given (negative values are
+    /// two's complement), else the 8-byte two's complement, fitted to the variable's own size
+    /// when written (`crate::ops`).
     pub value: u64,
-    /// 1, 2, 4 or 8.
-    pub size: u8,
-}
-
-impl SetSpec {
-    /// The little-endian bytes to write.
-    pub fn bytes(&self) -> Vec<u8> {
-        self.value.to_le_bytes()[..usize::from(self.size)].to_vec()
-    }
+    /// 1, 2, 4 or 8; `None`: the symbol's size (else 8).
+    pub size: Option<usize>,
 }
 
 /// A whole spec.
@@ -83,17 +78,13 @@ struct RawComponent {
     crc32: Option<u32>,
 }
 
-fn default_size() -> u8 {
-    8
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSet {
     symbol: String,
     value: i64,
-    #[serde(default = "default_size")]
-    size: u8,
+    #[serde(default)]
+    size: Option<u8>,
 }
 
 /// `value` as `size` bytes, if it fits as a signed or an unsigned number of that size.
@@ -147,9 +138,10 @@ impl Spec {
             if s.symbol.trim().is_empty() {
                 return Err(invalid(format!("set[{i}].symbol"), "empty symbol name".into()));
             }
-            let key = if matches!(s.size, 1 | 2 | 4 | 8) { "value" } else { "size" };
-            let value = fit(s.value, s.size).map_err(|r| invalid(format!("set[{i}].{key}"), r))?;
-            sets.push(SetSpec { symbol: s.symbol, value, size: s.size });
+            let size = s.size.unwrap_or(8);
+            let key = if matches!(size, 1 | 2 | 4 | 8) { "value" } else { "size" };
+            let value = fit(s.value, size).map_err(|r| invalid(format!("set[{i}].{key}"), r))?;
+            sets.push(SetSpec { symbol: s.symbol, value, size: s.size.map(usize::from) });
         }
         log::debug!(
             "spec {}: {} component(s), {} splice(s), {} set(s)",
@@ -220,9 +212,8 @@ mod tests {
         assert_eq!(point(1), PointSpec::Address(0xffff_ffff_8100_0000));
         // A cookie means nothing to `replace`.
         assert_eq!((&spec.splices[1].action, spec.splices[1].mechanism), (&Action::Replace { with: "my_fn".into() }, Mechanism::Jmp));
-        assert_eq!(spec.sets[0], SetSpec { symbol: "mss_clamp_mtu".into(), value: 1000, size: 4 });
-        assert_eq!(spec.sets[0].bytes(), vec![0xE8, 0x03, 0, 0]);
-        assert_eq!(spec.sets[1].bytes(), vec![0xFF]);
+        assert_eq!(spec.sets[0], SetSpec { symbol: "mss_clamp_mtu".into(), value: 1000, size: Some(4) });
+        assert_eq!(spec.sets[1], SetSpec { symbol: "flag".into(), value: 0xFF, size: Some(1) });
     }
 
     #[test]

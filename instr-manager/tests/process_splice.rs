@@ -590,3 +590,23 @@ fn malloc_and_free_spliced_in_a_threaded_process_count_and_come_out_again() {
         assert!(s.with(|sp| sp.live().count()) == 0, "{mech}: removed");
     }
 }
+
+#[test]
+fn a_component_loaded_by_the_session_brings_its_declared_splice_and_takes_it_away() {
+    let _serial = serial();
+    let (s, _c) = session();
+    let dir = tempfile::tempdir().unwrap();
+    let obj = dir.path().join("declaring.o");
+    compile_component(&fixture_source("declaring.c"), &obj);
+    let original = bytes(&s, "double_it", 8);
+    let blocks = c_blocks(&s);
+    let d = s.load(&obj).unwrap();
+    assert_eq!(bytes(&s, "double_it", 2), [0xCD, 0xF5], "the declared trap splice is live");
+    for x in 0..30 {
+        assert_eq!(call1(&s, "double_it", x), 2 * x);
+    }
+    assert_eq!(var(&d, "declared_calls"), 30, "the declared handler ran on every call");
+    drop(d);
+    assert_eq!(bytes(&s, "double_it", 8), original, "unloading removed the declared splice");
+    assert_eq!(c_blocks(&s), blocks, "its blocks and the component's are freed");
+}

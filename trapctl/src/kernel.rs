@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result};
 use instr_manager::splicer::Splicer;
-use trapctl::ops::{self, Made};
+use instr_manager::ops::{self, Made};
 use trapvec::kernel::KernelTarget;
 
 /// Appended to errors about a state that no longer matches the module.

@@ -1,7 +1,6 @@
-//! What `trapctl` and `trapd` share: the operations on a running system ([`ops`], written once
-//! and offered by both), trapd's request protocol ([`protocol`]) and its client side
-//! ([`client`]), through which `trapctl` goes when a daemon is running.
+//! What `trapctl` and `trapd` share besides the operations themselves (`instr_manager::ops`,
+//! which both run): trapd's request protocol ([`protocol`]) and its client side ([`client`]),
+//! through which `trapctl` goes when a daemon is running.
 
 pub mod client;
-pub mod ops;
 pub mod protocol;

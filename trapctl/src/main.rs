@@ -8,9 +8,9 @@
 //! The commands that act on the running kernel go through trapd when one is listening, else
 //! through [`kernel::Kernel`]: `/dev/trapvec` locked for the command, the state of earlier
 //! commands restored from the module (and checked against it), saved back after a change
-//! ([`route`] decides; both ways run the same operation of [`trapctl::ops`]).
+//! ([`route`] decides; both ways run the same operation of [`instr_manager::ops`]).
 
-// The operations' errors (trapctl::ops::OpError) carry the splicer's errors whole; each is made
+// The operations' errors (instr_manager::ops::OpError) carry the splicer's errors whole; each is made
 // at most once per command.
 #![allow(clippy::result_large_err)]
 

@@ -46,7 +46,7 @@ pub enum Request {
     },
     /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8);
     /// `value` is a number or a string (decimal, `-decimal`, `0x` hex).
-    Set { symbol: String, value: crate::ops::Value, #[serde(default)] size: Option<usize> },
+    Set { symbol: String, value: instr_manager::ops::Value, #[serde(default)] size: Option<usize> },
     /// Read a component variable (`size` as for `set`).
     Get { symbol: String, #[serde(default)] size: Option<usize> },
     /// Switch to a profile of the configuration in one batch.
@@ -102,7 +102,7 @@ mod tests {
         assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
         assert_eq!(
             Request::parse(r#"{"op":"set","symbol":"v","value":"-1"}"#).unwrap(),
-            Request::Set { symbol: "v".into(), value: crate::ops::Value::Text("-1".into()), size: None }
+            Request::Set { symbol: "v".into(), value: instr_manager::ops::Value::Text("-1".into()), size: None }
         );
         // Journals written before `all`, `best_effort` and `check` existed still parse.
         assert_eq!(Request::parse(r#"{"op":"unsplice","at":"f"}"#).unwrap(), Request::Unsplice { at: Some("f".into()), all: false });

@@ -1,7 +1,7 @@
 //! Where a command goes: through trapd when one is listening on its socket (`--socket`, else
 //! `$TRAPD_SOCKET`, else `/run/trapd.sock`), else straight to `/dev/trapvec` ([`Kernel`]).
 //!
-//! Both ways run the same [`trapctl::ops`] operation and give back the same report, so a
+//! Both ways run the same [`instr_manager::ops`] operation and give back the same report, so a
 //! command prints the same either way. The daemon holds the module's lock while it runs, so
 //! going through it is the only way a command can act then; and the daemon journals the change
 //! and keeps its `list` right.
@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use instr_manager::splicer::Splicer;
 use serde::de::DeserializeOwned;
 use trapctl::client;
-use trapctl::ops::{Made, OpError};
+use instr_manager::ops::{Made, OpError};
 use trapctl::protocol::Request;
 use trapvec::kernel::KernelTarget;
 

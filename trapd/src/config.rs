@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use instr_manager::SpliceRequest;
+use instr_manager::{ComponentSpec, SetSpec, Spec, SpliceRequest};
 use serde::Deserialize;
 
 use super::metrics::MetricConfig;
@@ -77,6 +77,15 @@ impl Profile {
     /// The profile's splice requests, in order.
     pub fn requests(&self) -> Vec<SpliceRequest> {
         self.splices.clone()
+    }
+
+    /// The profile as the configuration `instr_manager::ops::switch` goes to.
+    pub fn spec(&self) -> Spec {
+        Spec {
+            components: self.components.iter().map(|path| ComponentSpec { path: path.clone(), crc32: None }).collect(),
+            splices: self.splices.clone(),
+            sets: self.sets.iter().map(|s| SetSpec { symbol: s.symbol.clone(), value: s.value, size: s.size }).collect(),
+        }
     }
 }
 

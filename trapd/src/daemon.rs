@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use component_manager::LoadOptions;
 use instr_manager::splicer::state::StateError;
-use instr_manager::splicer::{SpliceError, SpliceId, SpliceRequest, Splicer};
+use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
 use instr_manager::Spec;
 use serde_json::{json, Value};
-use trapctl::ops;
+use instr_manager::ops;
 use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::Config;
@@ -66,8 +66,6 @@ pub enum DaemonError {
 pub enum OpError {
     #[error(transparent)]
     Op(#[from] ops::OpError),
-    #[error(transparent)]
-    Splice(#[from] SpliceError),
     #[error("no profile named `{0}` in the configuration")]
     NoProfile(String),
     #[error("profile `{profile}`: {source}")]
@@ -245,7 +243,7 @@ impl<T: Target + StateHome> Daemon<T> {
         let sp = &mut self.splicer;
         let v = match req {
             Request::Load { path, name } => {
-                let (loaded, _) = ops::load(sp, path, name.clone())?;
+                let (loaded, _) = ops::load(sp, path, &LoadOptions { name: name.clone(), ..LoadOptions::default() })?;
                 log::info!("loaded component {} from {} ({} declared splice(s))", loaded.component.name, path.display(), loaded.spliced.len());
                 reply(loaded)
             }
@@ -282,7 +280,7 @@ impl<T: Target + StateHome> Daemon<T> {
                 reply(report)
             }
             Request::Set { symbol, value, size } => {
-                let var = ops::set(sp, symbol, value, *size)?;
+                let (var, _) = ops::set(sp, symbol, value, *size)?;
                 log::info!("set {symbol} = {}", var.value);
                 reply(var)
             }
@@ -299,58 +297,24 @@ impl<T: Target + StateHome> Daemon<T> {
         Ok(p.requests())
     }
 
-    /// Switch to profile `name`: load its missing components, write its variables, then in one
-    /// batch remove the active profile's splices that `name` does not have and apply those it
-    /// adds. On failure the variables get their old values and the components loaded here go.
+    /// Switch to profile `name` ([`ops::switch`]: its missing components loaded, its variables
+    /// written, then one batch removing the active profile's splices that `name` does not have
+    /// and adding those it adds; all or nothing).
     fn activate(&mut self, name: &str, cause: &str) -> Result<Value, OpError> {
-        let profile = self.config.profiles.get(name).cloned().ok_or_else(|| OpError::NoProfile(name.to_string()))?;
-        let new = self.requests_of(Some(name))?;
+        let profile = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?.spec();
         // A profile that is no longer in the configuration owns nothing we can name.
         let old = self.requests_of(self.profile.as_deref()).unwrap_or_default();
-        let remove: Vec<SpliceId> = self.splicer.live().filter(|s| old.contains(&s.request) && !new.contains(&s.request)).map(|s| s.id).collect();
-        let add: Vec<SpliceRequest> = new.iter().filter(|r| !self.splicer.live().any(|s| s.request == **r)).cloned().collect();
-        let mut loaded = Vec::new();
-        let mut written: Vec<(String, u64, usize)> = Vec::new();
-        let result = (|| -> Result<(), OpError> {
-            for path in &profile.components {
-                let present = self.splicer.components().iter().any(|c| c.path.as_deref() == Some(path.as_path()));
-                if !present {
-                    let opts = LoadOptions { near: ops::near(&self.splicer), expected_crc32: None, name: None };
-                    loaded.push(self.splicer.load_component(path, &opts)?);
-                }
-            }
-            for s in &profile.sets {
-                let size = ops::var_size(&self.splicer, &s.symbol, s.size)?;
-                let before = self.splicer.get_var(&s.symbol, size)?;
-                self.splicer.set_var(&s.symbol, s.value, size)?;
-                written.push((s.symbol.clone(), before, size));
-            }
-            self.splicer.switch(&remove, &add)?;
-            Ok(())
-        })();
-        if let Err(e) = result {
-            for (symbol, before, size) in written.iter().rev() {
-                if let Err(e) = self.splicer.set_var(symbol, *before, *size) {
-                    log::error!("restoring {symbol}: {e}");
-                }
-            }
-            for id in loaded.into_iter().rev() {
-                if let Err(e) = self.splicer.unload_component(id) {
-                    log::error!("unloading a component loaded for profile {name}: {e}");
-                }
-            }
-            return Err(e);
-        }
+        let switched = ops::switch(&mut self.splicer, &old, &profile)?;
         let previous = self.profile.replace(name.to_string());
         self.switched_at = Some(self.now());
         self.switches += 1;
         log::info!(
             "profile {} -> {name} ({cause}): {} splice(s) removed, {} added",
             previous.as_deref().unwrap_or("(none)"),
-            remove.len(),
-            add.len()
+            switched.removed,
+            switched.added
         );
-        Ok(json!({ "profile": name, "previous": previous, "removed": remove.len(), "added": add.len() }))
+        Ok(json!({ "profile": name, "previous": previous, "removed": switched.removed, "added": switched.added }))
     }
 
     /// The listing of [`ops::listing`], with each splice's `in_profile`, the active profile and

@@ -9,7 +9,8 @@ use trapvec::fake::{func_addr, FakeKernel, ARENA};
 use trapvec::{DispatchEntry, TargetError};
 
 use instr_manager::{Action, Mechanism, SpliceRequest};
-use trapctl::{client, ops};
+use instr_manager::ops;
+use trapctl::client;
 
 use super::config::Config;
 use super::daemon::{Daemon, StateHome};
@@ -229,37 +230,12 @@ fn trapctl_requests_over_the_socket_come_back_as_the_reports_trapctl_prints() {
     assert!(k.pristine());
 }
 
-/// A component with a 2-byte variable, a handler, and a splice it declares at `f3`.
-fn knob_component(dir: &Path) -> std::path::PathBuf {
-    let c = dir.join("knob.c");
-    std::fs::write(
-        &c,
-        "#include <trapvec.h>\n\
-         unsigned short knob = 7;\n\
-         void on_f(struct trapvec_regs *regs, void *cookie) { knob++; }\n\
-         TRAPVEC_SPLICE_CALL(f3, \"f3\", on_f, \"trap\");\n",
-    )
-    .unwrap();
-    let o = dir.join("knob.o");
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/include");
-    let out = std::process::Command::new("cc")
-        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-ffreestanding", "-fno-asynchronous-unwind-tables", "-I"])
-        .arg(&include)
-        .arg("-o")
-        .arg(&o)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
-    o
-}
-
 #[test]
 fn components_through_the_daemon_bring_their_declared_splices_and_their_variables() {
     let dir = tempfile::tempdir().unwrap();
     let k = FakeKernel::new();
     let socket = serve(start(&k, &dir.path().join("journal")), dir.path());
-    let object = knob_component(dir.path());
+    let object = trapvec::fake::knob_component(dir.path());
 
     let loaded: ops::Loaded = call(&socket, &Request::Load { path: object, name: None }).unwrap();
     assert_eq!(loaded.component.name, "knob");
@@ -273,7 +249,7 @@ fn components_through_the_daemon_bring_their_declared_splices_and_their_variable
     assert_eq!(call::<ops::Var>(&socket, &set(ops::Value::Text("-1".into()))).unwrap().value, 0xffff);
     assert_eq!(call::<ops::Var>(&socket, &get).unwrap().value, 0xffff);
     let e = call::<ops::Var>(&socket, &set(ops::Value::Number(70_000))).unwrap_err().to_string();
-    assert!(e.contains("70000 does not fit in 2 byte(s)"), "{e}");
+    assert!(e.contains("`70000` does not fit in 2 byte(s)"), "{e}");
     let e = call::<ops::Var>(&socket, &Request::Set { symbol: "knob".into(), value: ops::Value::Number(1), size: Some(4) }).unwrap_err().to_string();
     assert!(e.contains("`knob` is 2 bytes long"), "{e}");
     assert_eq!(call::<ops::Var>(&socket, &get).unwrap().value, 0xffff, "refused writes change nothing");

@@ -137,6 +137,36 @@ impl FakeKernel {
     }
 }
 
+/// Compile `source` (C, with `components/include` on the include path) into `dir/NAME.o`, as a
+/// kernel component is built: the tests' way to a component that declares splices or holds
+/// variables.
+pub fn cc_component(dir: &std::path::Path, name: &str, source: &str) -> std::path::PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap_or_else(|e| panic!("writing {}: {e}", c.display()));
+    let o = dir.join(format!("{name}.o"));
+    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/include");
+    let out = std::process::Command::new("cc")
+        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-ffreestanding", "-fno-asynchronous-unwind-tables", "-I"])
+        .arg(&include)
+        .arg("-o")
+        .arg(&o)
+        .arg(&c)
+        .output()
+        .unwrap_or_else(|e| panic!("running cc: {e}"));
+    assert!(out.status.success(), "cc {}: {}", c.display(), String::from_utf8_lossy(&out.stderr));
+    o
+}
+
+/// A component with a 2-byte variable `knob` (7), a handler `on_f` (which increments it), and
+/// a splice it declares at `f3` (trap, call `on_f`), compiled into `dir/knob.o`.
+pub fn knob_component(dir: &std::path::Path) -> std::path::PathBuf {
+    const KNOB: &str = "#include <trapvec.h>\n\
+        unsigned short knob = 7;\n\
+        void on_f(struct trapvec_regs *regs, void *cookie) { knob++; }\n\
+        TRAPVEC_SPLICE_CALL(f3, \"f3\", on_f, \"trap\");\n";
+    cc_component(dir, "knob", KNOB)
+}
+
 impl Target for FakeKernel {
     fn info(&self) -> &TargetInfo {
         &self.info

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use instr_manager::Spec;
-use trapctl::ops::{self, ApplyReport, CheckReport};
+use instr_manager::ops::{self, ApplyReport, CheckReport};
 use trapctl::protocol::Request;
 
 use crate::route;
@@ -14,8 +14,9 @@ use crate::route;
 #[command(long_about = "\
 Apply a splice spec (TOML: [[component]] path/crc32, [[splice]] at/action/handler/mechanism/cookie,
 [[set]] symbol/value/size; see instr-manager's spec module): load its components, apply its
-splices in one batch, write its variables. All or nothing: on any error, everything it did is
-undone and the error names the culprit.
+splices and those its components declare (.trapvec.splices, as `trapctl load` does) in one batch,
+write its variables. All or nothing: on any error, everything it did is undone (variables it wrote
+get their old values) and the error names the culprit.
 
 --best-effort applies every splice that validates and reports each refused one with its reason
 (`refused: AT: why`, on stderr); components and variables are still all or nothing. The exit

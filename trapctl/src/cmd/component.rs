@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use trapctl::ops::{self, Loaded, Made, Unloaded};
+use component_manager::LoadOptions;
+use instr_manager::ops::{self, Loaded, Made, Unloaded};
 use trapctl::protocol::Request;
 
 use crate::route;
@@ -50,7 +51,7 @@ pub struct UnloadArgs {
 pub fn load(args: &LoadArgs) -> Result<()> {
     let path = route::absolute(&args.component)?;
     let request = Request::Load { path: path.clone(), name: args.name.clone() };
-    let loaded: Loaded = route::change(&request, |sp| ops::load(sp, &path, args.name.clone()))?;
+    let loaded: Loaded = route::change(&request, |sp| ops::load(sp, &path, &LoadOptions { name: args.name.clone(), ..LoadOptions::default() }))?;
     let c = &loaded.component;
     println!(
         "loaded {} (crc32 {}): code {} ({} bytes), data {} ({} bytes), {} imports",

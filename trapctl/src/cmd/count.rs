@@ -8,7 +8,7 @@ use anyhow::Result;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use trapctl::client;
-use trapctl::ops::{self, Unspliced};
+use instr_manager::ops::{self, Unspliced};
 
 use crate::kernel::Kernel;
 use crate::route;

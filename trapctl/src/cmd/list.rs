@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use trapctl::ops::{self, Listing, Unrecorded};
+use instr_manager::ops::{self, Listing, Unrecorded};
 use trapctl::protocol::Request;
 
 use crate::route;

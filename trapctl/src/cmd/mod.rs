@@ -1,6 +1,6 @@
 //! The subcommands that act on the running kernel through trapvec.ko, one module per group;
 //! each exposes clap `Args` and `run(&args) -> anyhow::Result<()>`. Each builds its operation
-//! once for both ways ([`crate::route`]): trapd's request, and the [`trapctl::ops`] call made
+//! once for both ways ([`crate::route`]): trapd's request, and the [`instr_manager::ops`] call made
 //! on [`crate::kernel::Kernel`] (lock, restore the saved state, save it after a change) when no
 //! daemon runs; then prints the report, which is the same either way.
 
@@ -14,4 +14,4 @@ pub mod read;
 pub mod splice;
 pub mod var;
 
-pub use trapctl::ops::parse_u64;
+pub use instr_manager::ops::parse_u64;

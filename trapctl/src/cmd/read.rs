@@ -24,10 +24,10 @@ pub struct Args {
 /// `(address, default length)` of `at`.
 fn locate(target: &KernelTarget, at: &str) -> Result<(u64, Option<u64>)> {
     if at.starts_with("0x") || at.starts_with("0X") {
-        return Ok((parse_u64(at).map_err(anyhow::Error::msg)?, None));
+        return Ok((parse_u64(at)?, None));
     }
     let (name, off) = match at.split_once('+') {
-        Some((n, o)) => (n, parse_u64(o).map_err(anyhow::Error::msg)?),
+        Some((n, o)) => (n, parse_u64(o)?),
         None => (at, 0),
     };
     let sym = target.symbols().lookup(name).with_context(|| format!("no kernel symbol `{name}`"))?;

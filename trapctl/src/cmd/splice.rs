@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
-use trapctl::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
+use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
 use trapctl::protocol::Request;
 
 use crate::route;

@@ -2,7 +2,7 @@
 //! variable, written or read in place (KAPI's memcopy), e.g. to tune a policy live.
 
 use anyhow::Result;
-use trapctl::ops::{self, Made, Value, Var};
+use instr_manager::ops::{self, Value, Var};
 use trapctl::protocol::Request;
 
 use crate::route;
@@ -48,7 +48,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
 pub fn set(args: &SetArgs) -> Result<()> {
     let value = Value::Text(args.value.trim().to_string());
     let request = Request::Set { symbol: args.symbol.clone(), value: value.clone(), size: args.size };
-    let v: Var = route::change(&request, |sp| Ok((ops::set(sp, &args.symbol, &value, args.size)?, Made::default())))?;
+    let v: Var = route::change(&request, |sp| ops::set(sp, &args.symbol, &value, args.size))?;
     println!("{} = {} ({} bytes)", v.symbol, args.value.trim(), v.size);
     Ok(())
 }

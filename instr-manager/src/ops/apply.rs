@@ -1,0 +1,133 @@
+//! Whole specs and profile switches: components, splices and variables together.
+
+use std::time::Duration;
+
+use component_manager::LoadOptions;
+use trapvec::Target;
+
+use super::component::load_declaring;
+use super::report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Timings};
+use super::splice::rows_of;
+use super::var::{fit_signed, var_size, write};
+use super::{undone, Made, OpError};
+use crate::spec::Spec;
+use crate::splice::SpliceRequest;
+use crate::splicer::{SpliceId, Splicer};
+
+/// Load the spec's components that `skip` does not say are there already, collecting the
+/// splices they declare; on an error everything `made` holds is undone.
+fn load_components<T: Target>(
+    sp: &mut Splicer<T>,
+    spec: &Spec,
+    skip: impl Fn(&Splicer<T>, &std::path::Path) -> bool,
+    made: &mut Made,
+) -> Result<Vec<SpliceRequest>, OpError> {
+    let mut declared = Vec::new();
+    for c in &spec.components {
+        if skip(sp, &c.path) {
+            continue;
+        }
+        let opts = LoadOptions { near: 0, expected_crc32: c.crc32, name: None };
+        match load_declaring(sp, &c.path, &opts) {
+            Ok((id, requests)) => {
+                made.components.push(id);
+                declared.extend(requests);
+            }
+            Err(e) => return Err(undone(sp, made, e)),
+        }
+    }
+    Ok(declared)
+}
+
+/// Write the spec's variables, recording their old values in `made`; on an error everything
+/// `made` holds is undone.
+fn write_sets<T: Target>(sp: &mut Splicer<T>, spec: &Spec, made: &mut Made) -> Result<(), OpError> {
+    for s in &spec.sets {
+        let written = var_size(sp, &s.symbol, s.size)
+            .and_then(|size| Ok((size, fit_signed(s.value, size)?)))
+            .and_then(|(size, value)| write(sp, &s.symbol, value, Some(size)));
+        match written {
+            Ok(w) => made.vars.push(w),
+            Err(e) => return Err(undone(sp, made, e)),
+        }
+    }
+    Ok(())
+}
+
+/// `spec`'s splices, then the splices its components declare that it does not make itself.
+fn with_declared(splices: &[SpliceRequest], declared: Vec<SpliceRequest>) -> Vec<SpliceRequest> {
+    let mut all = splices.to_vec();
+    all.extend(declared.into_iter().filter(|d| !splices.contains(d)));
+    all
+}
+
+/// Apply a spec: load its components, make its splices and those its components declare in
+/// one batch, write its variables. All or nothing; with `best_effort` every splice that
+/// validates is made instead and each refused one is reported with its reason (components and
+/// variables are all or nothing either way).
+pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> Result<(ApplyReport, Made), OpError> {
+    let mut made = Made::default();
+    let declared = load_components(sp, spec, |_, _| false, &mut made)?;
+    let requests = with_declared(&spec.splices, declared);
+    let mut refused = Vec::new();
+    let batch = if best_effort {
+        sp.apply_best_effort(&requests).map(|r| {
+            refused = r.refused.iter().map(|(_, e)| e.to_string()).collect();
+            r.applied.iter().map(|&(_, id)| id).collect()
+        })
+    } else {
+        sp.apply(&requests)
+    };
+    match batch {
+        Ok(ids) => made.splices = ids,
+        Err(e) => return Err(undone(sp, &made, e.into())),
+    }
+    write_sets(sp, spec, &mut made)?;
+    let components = made.components.iter().filter_map(|&c| sp.components().get(c)).map(ComponentRow::of).collect();
+    let spliced = rows_of(sp, &made.splices)?;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let timings = sp.last_batch().map(|t| Timings { splices: t.splices, plan_ms: ms(t.plan), build_ms: ms(t.build), commit_ms: ms(t.commit) });
+    Ok((ApplyReport { components, spliced, refused, requested: spec.splices.len(), timings }, made))
+}
+
+/// Plan and check every splice of a spec, changing nothing.
+pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
+    let mut report = CheckReport::default();
+    for (r, res) in spec.splices.iter().zip(sp.plan_each(&spec.splices)) {
+        match res {
+            Ok((p, plan)) => report.ok.push(CheckRow {
+                at: r.at.clone(),
+                site: format!("{:#x}", p.site),
+                mechanism: plan.mechanism.to_string(),
+                displaced: plan.displaced_text(),
+            }),
+            Err(e) => report.refused.push(e.to_string()),
+        }
+    }
+    report
+}
+
+/// What a [`switch`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switched {
+    pub removed: usize,
+    pub added: usize,
+}
+
+/// Go from the splices `from` to the configuration `to` (a daemon's profile switch): load
+/// `to`'s components that are not loaded yet (by path), write its variables, then in one text
+/// batch remove the live splices of `from` that `to` does not have and make those `to` adds
+/// (its own and those its new components declare). All or nothing: on an error the variables
+/// get their old values and the components loaded here go. Undoing a switch is switching back.
+pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec) -> Result<Switched, OpError> {
+    let remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
+    let mut made = Made::default();
+    let present = |sp: &Splicer<T>, path: &std::path::Path| sp.components().iter().any(|c| c.path.as_deref() == Some(path));
+    let declared = load_components(sp, to, present, &mut made)?;
+    write_sets(sp, to, &mut made)?;
+    let add: Vec<SpliceRequest> = with_declared(&to.splices, declared).into_iter().filter(|r| !sp.live().any(|s| s.request == *r)).collect();
+    if let Err(e) = sp.switch(&remove, &add) {
+        return Err(undone(sp, &made, e.into()));
+    }
+    Ok(Switched { removed: remove.len(), added: add.len() })
+}

@@ -1,0 +1,180 @@
+//! What the operations report: rows of splices and components, and one report per operation,
+//! serializable so that trapd can send them and trapctl print them the same way either route.
+
+use component_manager::LoadedComponent;
+use serde::{Deserialize, Serialize};
+
+use crate::splicer::{Hits, LiveSplice};
+
+/// A live splice as listed and reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpliceRow {
+    pub id: u64,
+    /// The point as written when spliced.
+    pub at: String,
+    /// The site's address, `0x...`.
+    pub site: String,
+    pub function: String,
+    /// The site's offset in `function`.
+    pub offset: u64,
+    pub mechanism: String,
+    pub action: String,
+    /// The handler or replacement, if any.
+    pub symbol: Option<String>,
+    /// The displaced instructions, Intel syntax, `; `-separated.
+    pub displaced: String,
+    pub hits: u64,
+    /// Traps taken while a handler was already running on that CPU (handler skipped).
+    pub missed: u64,
+    /// trapd only: whether the active profile has this splice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_profile: Option<bool>,
+}
+
+impl SpliceRow {
+    pub fn of(s: &LiveSplice, hits: Hits) -> SpliceRow {
+        SpliceRow {
+            id: s.id.0,
+            at: s.request.at.clone(),
+            site: format!("{:#x}", s.point.site),
+            function: s.point.function.name.clone(),
+            offset: s.point.site - s.point.function.addr,
+            mechanism: s.plan.mechanism.to_string(),
+            action: s.request.action.to_string(),
+            symbol: s.request.action.symbol().map(str::to_string),
+            displaced: s.plan.displaced_text.to_string(),
+            hits: hits.hits,
+            missed: hits.missed,
+            in_profile: None,
+        }
+    }
+}
+
+/// A loaded component as listed and reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentRow {
+    pub id: u64,
+    pub name: String,
+    pub path: Option<String>,
+    /// CRC32 of the object file, `0x%08x`.
+    pub crc32: String,
+    pub code: String,
+    pub code_len: usize,
+    pub data: String,
+    pub data_len: usize,
+    /// Symbols it takes from the kernel or other components.
+    pub imports: usize,
+    /// Splices and components that use it.
+    pub refs: usize,
+}
+
+impl ComponentRow {
+    pub fn of(c: &LoadedComponent) -> ComponentRow {
+        ComponentRow {
+            id: u64::from(c.id.0),
+            name: c.name.clone(),
+            path: c.path.as_ref().map(|p| p.display().to_string()),
+            crc32: format!("{:#010x}", c.file_crc32),
+            code: format!("{:#x}", c.code_addr),
+            code_len: c.code_len,
+            data: format!("{:#x}", c.data_addr),
+            data_len: c.data.size,
+            imports: c.imports.len(),
+            refs: c.refs(),
+        }
+    }
+}
+
+/// Everything live: splices with their counters, components.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    pub splices: Vec<SpliceRow>,
+    pub components: Vec<ComponentRow>,
+    /// Splices whose removal waits for a task to leave their code: original bytes back, code
+    /// not freed yet (`trapctl unsplice AT` again finishes them). Hits as last read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retiring: Vec<SpliceRow>,
+}
+
+/// A dispatch entry the module lists that no recorded state describes (trapd's `list`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    pub site: String,
+    pub dest: String,
+    pub hits: u64,
+}
+
+/// What `load` made: the component, and the splices it declares (applied with it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loaded {
+    pub component: ComponentRow,
+    pub spliced: Vec<SpliceRow>,
+}
+
+/// What `unload` did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unloaded {
+    pub name: String,
+    /// How many of its own declared splices were removed with it.
+    pub declared_removed: usize,
+}
+
+/// A removed splice and its final counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unspliced {
+    pub at: String,
+    pub site: String,
+    pub hits: u64,
+    pub missed: u64,
+}
+
+/// What `unsplice --all` removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsplicedAll {
+    pub unspliced: Vec<Unspliced>,
+}
+
+/// Where the time of a batch went, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    pub splices: usize,
+    pub plan_ms: f64,
+    pub build_ms: f64,
+    pub commit_ms: f64,
+}
+
+/// What `apply` made; `refused` (best effort only) has each refused splice with its reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApplyReport {
+    pub components: Vec<ComponentRow>,
+    /// The spec's splices in spec order, then those its components declare.
+    pub spliced: Vec<SpliceRow>,
+    pub refused: Vec<String>,
+    /// How many splices the spec has.
+    pub requested: usize,
+    pub timings: Option<Timings>,
+}
+
+/// A splice `check` found possible.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRow {
+    pub at: String,
+    pub site: String,
+    pub mechanism: String,
+    pub displaced: String,
+}
+
+/// What `apply --check` found: the splices that would be made and those that would be refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub ok: Vec<CheckRow>,
+    pub refused: Vec<String>,
+}
+
+/// A variable's value as read or written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Var {
+    pub symbol: String,
+    pub value: u64,
+    pub size: usize,
+}

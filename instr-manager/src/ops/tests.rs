@@ -1,0 +1,157 @@
+//! The operations over the fake kernel: declared splices go live with their component whoever
+//! loads it, and every operation leaves nothing half applied (splices, variables, components).
+
+use std::path::Path;
+
+use component_manager::LoadOptions;
+use trapvec::fake::{func_addr, knob_component, FakeKernel};
+
+use super::*;
+use crate::spec::{ComponentSpec, SetSpec, Spec};
+use crate::splice::{Action, SpliceRequest};
+use crate::plan::Mechanism;
+
+fn count(at: &str) -> SpliceRequest {
+    SpliceRequest { at: at.into(), action: Action::Count, mechanism: Mechanism::Trap }
+}
+
+fn set(symbol: &str, value: u64, size: Option<usize>) -> SetSpec {
+    SetSpec { symbol: symbol.into(), value, size }
+}
+
+fn knob_spec(dir: &Path) -> Spec {
+    Spec { components: vec![ComponentSpec { path: knob_component(dir), crc32: None }], ..Spec::default() }
+}
+
+fn knob(sp: &Splicer<FakeKernel>) -> u64 {
+    sp.get_var("knob", 2).unwrap()
+}
+
+#[test]
+fn values_fit_their_size_signed_or_unsigned() {
+    assert_eq!(parse_value("1400", 4).unwrap(), 1400);
+    assert_eq!(parse_value("0x578", 4).unwrap(), 1400);
+    assert_eq!(parse_value("-1", 1).unwrap(), 0xff);
+    assert_eq!(parse_value("-128", 1).unwrap(), 0x80);
+    assert_eq!(parse_value("255", 1).unwrap(), 255);
+    assert_eq!(parse_value("-1", 8).unwrap(), u64::MAX);
+    assert_eq!(parse_value("18446744073709551615", 8).unwrap(), u64::MAX);
+    for (bad, size) in [("256", 1), ("-129", 1), ("0x1_0000_0000", 4), ("4294967296", 4), ("twelve", 8), ("", 8)] {
+        let e = parse_value(bad, size).unwrap_err().to_string();
+        assert!(e.contains(&format!("`{bad}`")), "{bad} in {size} bytes: {e}");
+    }
+}
+
+#[test]
+fn values_cross_the_socket_as_numbers_or_text() {
+    assert_eq!(serde_json::from_str::<Value>("1400").unwrap(), Value::Number(1400));
+    assert_eq!(serde_json::from_str::<Value>("\"-1\"").unwrap(), Value::Text("-1".into()));
+    assert!(serde_json::from_str::<Value>("-1").is_err());
+}
+
+#[test]
+fn refusals_name_what_is_there() {
+    let e = OpError::NoSplice { at: "f".into(), live: vec!["g (0x10)".into()] };
+    assert_eq!(e.to_string(), "no splice at `f` (live: g (0x10))");
+    let e = OpError::NoComponent { name: "c".into(), loaded: vec![] };
+    assert_eq!(e.to_string(), "no component named `c` is loaded (none is)");
+    let e = OpError::InUse { name: "c".into(), users: vec!["f".into(), "g".into()] };
+    assert_eq!(e.to_string(), "component `c` is used by the splice(s) at f, g: unsplice them first");
+}
+
+#[test]
+fn components_go_near_the_kernel_text_or_the_program() {
+    // The fake kernel has no `_stext` or `main`: its first function stands for its text.
+    assert_eq!(near(&FakeKernel::new()), func_addr("f0"));
+}
+
+#[test]
+fn a_spec_makes_its_splices_and_those_its_components_declare_in_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let mut spec = knob_spec(dir.path());
+    spec.splices = vec![count("f1")];
+    // No size: the variable's own (2 bytes), the value fitted as a signed number.
+    spec.sets = vec![set("knob", u64::MAX, None)];
+    let batches = k.state().batches;
+    let (report, made) = apply(&mut sp, &spec, false).unwrap();
+    assert_eq!(k.state().batches, batches + 1, "one text batch");
+    let ats: Vec<&str> = report.spliced.iter().map(|r| r.at.as_str()).collect();
+    assert_eq!(ats, ["f1", "f3"], "the spec's splice, then the one its component declares");
+    assert_eq!(report.requested, 1);
+    assert!(k.trapped("f1") && k.trapped("f3"));
+    assert_eq!(knob(&sp), 0xffff);
+    assert_eq!(made.vars, [Written { symbol: "knob".into(), before: 7, size: 2 }]);
+    undo(&mut sp, &made).unwrap();
+    assert!(k.pristine());
+    assert_eq!(sp.components().iter().count(), 0);
+}
+
+#[test]
+fn a_refused_variable_undoes_the_whole_spec_and_restores_the_variables_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    // The component is there before the spec: its variable must get its old value back.
+    let (loaded, _) = load(&mut sp, &knob_component(dir.path()), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.spliced.len(), 1, "declared splice made by load");
+    let spec = Spec { splices: vec![count("f1")], sets: vec![set("knob", 5, None), set("no_such_var", 1, Some(4))], ..Spec::default() };
+    let e = apply(&mut sp, &spec, false).unwrap_err();
+    assert!(e.to_string().contains("no_such_var"), "{e}");
+    assert_eq!(knob(&sp), 7, "the variable written before the refusal has its old value");
+    assert!(!k.trapped("f1") && k.trapped("f3"), "the spec's splice is gone, the component's stays");
+    // A value that does not fit the variable is refused before anything is written.
+    let spec = Spec { sets: vec![set("knob", 70_000, None)], ..Spec::default() };
+    let e = apply(&mut sp, &spec, false).unwrap_err().to_string();
+    assert!(e.contains("`70000` does not fit in 2 byte(s)"), "{e}");
+    let e = apply(&mut sp, &Spec { sets: vec![set("knob", 1, Some(4))], ..Spec::default() }, false).unwrap_err().to_string();
+    assert_eq!(e, "`knob` is 2 bytes long; size 4 would write past it");
+    assert_eq!(knob(&sp), 7);
+}
+
+#[test]
+fn a_component_whose_declared_splice_is_refused_is_not_left_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    // f3 taken: the declared splice cannot be made.
+    splice(&mut sp, &count("f3")).unwrap();
+    let path = knob_component(dir.path());
+    let e = load(&mut sp, &path, &LoadOptions::default()).unwrap_err();
+    assert!(matches!(e, OpError::Declared { .. }), "{e}");
+    assert_eq!(sp.components().iter().count(), 0);
+    // The same through a spec: the batch with the declared splice is refused, nothing stays.
+    let e = apply(&mut sp, &knob_spec(dir.path()), false).unwrap_err();
+    assert!(e.to_string().contains("f3"), "{e}");
+    assert_eq!(sp.components().iter().count(), 0);
+    unsplice_all(&mut sp).unwrap();
+    assert!(k.pristine());
+}
+
+#[test]
+fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let first = Spec { splices: vec![count("f0"), count("f1")], ..Spec::default() };
+    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2 });
+    // To a configuration with a component (declaring f3), a variable and a bad point.
+    let mut bad = knob_spec(dir.path());
+    bad.splices = vec![count("f1"), count("no_such_function")];
+    bad.sets = vec![set("knob", 9, None)];
+    let e = switch(&mut sp, &first.splices, &bad).unwrap_err();
+    assert!(e.to_string().contains("no_such_function"), "{e}");
+    assert_eq!(sp.components().iter().count(), 0, "the component loaded for the switch is gone");
+    assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f3"), "the old splices stay live");
+    // Without the bad point: f0 goes, f1 stays, f3 comes with its component.
+    bad.splices.pop();
+    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1 });
+    assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f3"));
+    assert_eq!(knob(&sp), 9);
+    // Unloading the component takes its declared splice; the rest is the spec's.
+    let name = sp.components().iter().next().unwrap().name.clone();
+    assert_eq!(unload(&mut sp, &name).unwrap(), Unloaded { name: "knob".into(), declared_removed: 1 });
+    unsplice_all(&mut sp).unwrap();
+    assert!(k.pristine());
+}
