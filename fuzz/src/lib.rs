@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | [`loader`] | an ELF relocatable | component-manager: parse, validate, resolve, layout, link, write into a fake target, verify, unload |
 //! | [`spec`] | TOML text | instr-manager's spec parser |
-//! | [`protocol`] | a request line | trapd's protocol parser (trapctl::protocol) |
+//! | [`protocol`] | a request line | trapd's protocol parser (trapd::protocol) |
 //! | [`state`] | JSON | the state blob trapctl reads back from the module (`Splicer::import_state`) |
 //! | [`bench`] | a tag byte, then a kernel image, kallsyms text, an ELF + kallsyms, or a console log | bench's vmlinux extraction and kallsyms readers |
 //! | [`analysis`] | an address, a site and function bytes | instr-manager: decode, CFG, trap and jmp plans, relocation, trampolines |

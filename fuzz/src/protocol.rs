@@ -4,7 +4,7 @@
 //! point.
 
 use instr_manager::PointSpec;
-use trapctl::protocol::{Request, MAX_LINE};
+use trapd::protocol::{Request, MAX_LINE};
 
 use crate::assert_sentence;
 

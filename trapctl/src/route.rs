@@ -12,9 +12,9 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result};
 use instr_manager::splicer::Splicer;
 use serde::de::DeserializeOwned;
-use trapctl::client;
+use trapd::client;
 use instr_manager::ops::{Made, OpError};
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 use trapvec::kernel::KernelTarget;
 
 use crate::kernel::Kernel;

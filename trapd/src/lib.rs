@@ -3,13 +3,15 @@
 //! serves requests on a Unix socket ([`protocol`], [`server`]), journals every change
 //! ([`journal`]), and switches profiles when metrics cross the thresholds of its rules
 //! ([`metrics`], [`rules`], [`config`]). [`daemon`] owns the state and the order of effects;
-//! [`run`] puts them together; [`client`] is the other end of the socket. The request protocol
-//! and the operations it shares with `trapctl` come from the `trapctl` crate.
+//! [`run`] puts them together; [`client`] is the other end of the socket, which `trapctl` uses.
+//! What a request does is `instr_manager::ops`, the operations `trapctl` also runs.
 
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod journal;
 pub mod metrics;
+pub mod protocol;
 pub mod rules;
 pub mod server;
 #[cfg(test)]
@@ -21,8 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use trapvec::Target;
-
-pub use trapctl::{client, protocol};
 
 use config::Config;
 use daemon::{Daemon, StateHome};

@@ -10,7 +10,7 @@ use trapvec::{DispatchEntry, TargetError};
 
 use instr_manager::{Action, Mechanism, SpliceRequest};
 use instr_manager::ops;
-use trapctl::client;
+use crate::client;
 
 use super::config::Config;
 use super::daemon::{Daemon, StateHome};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use instr_manager::Spec;
 use instr_manager::ops::{self, ApplyReport, CheckReport};
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 
 use crate::route;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
-use trapctl::client;
+use trapd::client;
 use instr_manager::ops::{self, Unspliced};
 
 use crate::kernel::Kernel;

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use instr_manager::ops::{self, Listing, Unrecorded};
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 
 use crate::route;
 

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 
 use crate::route;
 

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 
 use crate::route;
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use instr_manager::ops::{self, Value, Var};
-use trapctl::protocol::Request;
+use trapd::protocol::Request;
 
 use crate::route;
 
