@@ -66,19 +66,7 @@ profile() {
 }
 
 # wait_profile NAME SECONDS
-wait_# print_prom NAME FILE: the exposition in FILE, each line prefixed `NAME|`, and its size.
-print_prom() {
-	echo "$1_BYTES=$(wc -c <"$2")"
-	sed "s/^/$1|/" "$2"
-}
-
-# scrape NAME: GET /metrics from trapd's endpoint with busybox wget.
-scrape() {
-	timeout 30 wget -q -O "/tmp/$1.prom" http://127.0.0.1:9464/metrics
-	print_prom "$1" "/tmp/$1.prom"
-}
-
-profile() {
+wait_profile() {
 	i=0
 	while [ "$(profile)" != "$1" ]; do
 		i=$((i + 1))
