@@ -1,6 +1,7 @@
 # trapd in the guest: live TCP MSS adaptation driven by the retransmission rate, kill -9 and
 # restart, a non-root client, 10,000 malformed request lines, and two scrapes of the Prometheus
-# endpoint (`listen`) beside `trapctl list --prometheus`. Needs --file trapd (the daemon)
+# endpoint (`listen`) beside `trapctl list --prometheus`, and trapd under trapd.service's
+# capability bounding set (capbound). Needs --file trapd (the daemon)
 # and --file trapd_fuzz.txt (the lines); run by vmtest/tests/trapd_mss.rs.
 set -e
 cp /files/trapd /bin/trapd
@@ -179,6 +180,34 @@ echo "GEN_BEFORE=$gen_before GEN_AFTER=$gen_after"
 [ "$gen_before" = "$gen_after" ] && [ "$list_before" = "$list_after" ] && echo "FUZZ_KERNEL_UNCHANGED=yes"
 echo "PROFILE_AFTER_FUZZ=$(profile)"
 scrape PROM_AFTER_FUZZ
+
+echo "--- trapd with only trapd.service's CapabilityBoundingSet, then with one of it missing"
+kill "$TRAPD_PID"
+wait "$TRAPD_PID" 2>/dev/null || true
+# caps_trapd CAPS KEY: trapd with only CAPS (capbound, vmtest/helpers); KEY=up and how many of a
+# splice and an unsplice through the module succeeded, or KEY=down and trapd's last words.
+caps_trapd() {
+	capbound "$1" trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal >/tmp/caps.log 2>&1 &
+	pid=$!
+	i=0
+	until trapd send '{"op":"status"}' >/dev/null 2>&1; do
+		i=$((i + 1))
+		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 150 ]; then
+			echo "$2=down: $(tail -n 1 /tmp/caps.log)"
+			kill "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+			return 0
+		fi
+		usleep 100000
+	done
+	n=$(trapd send '{"op":"splice","at":"tcp_sync_mss","action":"count"}' '{"op":"unsplice","at":"tcp_sync_mss"}' | grep -c '"ok":true' || true)
+	echo "$2=up ok=$n"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+caps_trapd sys_module,syslog CAPS_SERVICE
+caps_trapd sys_module CAPS_NO_SYSLOG
+caps_trapd syslog CAPS_NO_SYS_MODULE
 
 echo "--- trapd log"
 cat /tmp/trapd.log

@@ -7,6 +7,7 @@
 //! daemon serving and the kernel unchanged. Its Prometheus endpoint, scraped in the guest with
 //! busybox wget, and `trapctl list --prometheus` parse (prometheus-parse here, and `promtool check
 //! metrics` when installed) to the live splice's hits, the profile, the switches and the requests.
+//! trapd runs with trapd.service's capability bounding set, and not without either capability.
 //!
 //! Without QEMU, the kernel or busybox the test says why and skips; with `CI=true` it fails.
 
@@ -229,6 +230,14 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
     assert_eq!(run.expect("FUZZ_KERNEL_UNCHANGED"), "yes");
     assert_eq!(run.expect("PROFILE_AFTER_FUZZ"), "clean");
     check_prometheus(&run, reads);
+    // packaging/trapd.service's CapabilityBoundingSet=CAP_SYS_MODULE CAP_SYSLOG is enough, and
+    // each of the two is needed: /proc/kallsyms hides addresses without CAP_SYSLOG, and every
+    // /dev/trapvec ioctl checks CAP_SYS_MODULE.
+    assert_eq!(run.expect("CAPS_SERVICE"), "up ok=2", "trapd serves a splice and an unsplice with the service's capabilities");
+    let no_syslog = run.expect("CAPS_NO_SYSLOG");
+    assert!(no_syslog.starts_with("down: ") && no_syslog.contains("kallsyms"), "{no_syslog}");
+    let no_module = run.expect("CAPS_NO_SYS_MODULE");
+    assert!(no_module.starts_with("down: "), "{no_module}");
     assert_eq!(run.expect("SCENARIO_DONE"), "yes");
 }
 
