@@ -2,11 +2,13 @@
 
 CARGO ?= cargo
 
-.PHONY: test deps build demo
+.PHONY: test deps build demo deb
 
-## Everything CI checks: dependencies, the release build, then every test.
+## Everything CI checks: dependencies, the release build, then every test: the workspace's,
+## then the packages' (packaging/test-packages: build, dkms build, lintian, install, remove).
 test: build
 	$(CARGO) test --release --workspace
+	packaging/test-packages
 
 ## Install missing system packages (QEMU, the Debian cloud kernel and headers, busybox-static, ...).
 deps:
@@ -21,3 +23,7 @@ build: deps
 demo: deps
 	$(CARGO) build --release -p vmtest
 	$(CARGO) run --release -q -p vmtest -- run --scenario vmtest/scenarios/demo.sh
+
+## The Debian packages trapvec-dkms and trapvec-tools in target/deb/ (README.md, "Packaging").
+deb:
+	packaging/build-deb

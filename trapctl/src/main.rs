@@ -16,7 +16,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 mod inspect;
@@ -61,6 +61,13 @@ enum Command {
     Activate(cmd::profile::ActivateArgs),
     #[command(hide = true)]
     Cycle(cmd::cycle::Args),
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell); hidden:
+    /// the packages install the scripts (packaging/build-deb).
+    #[command(hide = true)]
+    Completions { shell: trapd::docs::Shell },
+    /// Write trapctl.1 and a trapctl-COMMAND.1 per command into DIR; hidden, as completions.
+    #[command(hide = true)]
+    Man { dir: std::path::PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,11 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     route::set_socket(cli.socket);
     let result = match cli.command {
+        Command::Completions { shell } => {
+            trapd::docs::completions(Cli::command(), "trapctl", shell, &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => trapd::docs::man_pages(Cli::command(), &dir).map(|_| ()).map_err(Into::into),
         Command::Inspect(args) => inspect::run(&args),
         Command::Load(args) => cmd::component::load(&args),
         Command::Unload(args) => cmd::component::unload(&args),

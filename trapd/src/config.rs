@@ -3,6 +3,7 @@
 //! `trapd/trapd.example.toml` for an annotated example.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +21,9 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     /// Journal path (`--journal` overrides; default `/var/lib/trapd/journal`).
     pub journal: Option<PathBuf>,
+    /// Where the Prometheus endpoint (`GET /metrics`) listens, e.g. `"127.0.0.1:9464"`; no
+    /// endpoint when unset (`--listen` overrides).
+    pub listen: Option<SocketAddr>,
     /// Groups (names or numeric ids) whose members may use the socket besides root.
     #[serde(default)]
     pub allow_groups: Vec<String>,
@@ -172,5 +176,15 @@ mod tests {
         assert!(err("initial_profile = \"nope\"\n").contains("initial_profile `nope`"));
         assert!(err("bogus = 1\n").contains("bogus"));
         assert!(err("[profile.p]\nset = [{ symbol = \"v\", value = 1, size = 3 }]\n").contains("size 3"));
+        assert!(err("listen = \"localhost-9464\"\n").contains("listen"));
+    }
+
+    #[test]
+    fn the_metrics_endpoint_is_off_unless_listen_is_set() {
+        assert_eq!(Config::parse("", Path::new("t.toml")).unwrap().listen, None);
+        let c = Config::parse("listen = \"127.0.0.1:9464\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let c = Config::parse("listen = \"[::1]:9464\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!(c.listen, Some("[::1]:9464".parse().unwrap()));
     }
 }

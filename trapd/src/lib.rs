@@ -2,15 +2,21 @@
 //! kerninstd), as a library the `trapd` binary runs. It holds the kernel's instrumentation,
 //! serves requests on a Unix socket ([`protocol`], [`server`]), journals every change
 //! ([`journal`]), and switches profiles when metrics cross the thresholds of its rules
-//! ([`metrics`], [`rules`], [`config`]). [`daemon`] owns the state and the order of effects;
-//! [`run`] puts them together; [`client`] is the other end of the socket, which `trapctl` uses.
-//! What a request does is `instr_manager::ops`, the operations `trapctl` also runs.
+//! ([`metrics`], [`rules`], [`config`]); [`prometheus`] serves what it holds to Prometheus when
+//! the configuration says where. [`daemon`] owns the state and the order of effects; [`run`]
+//! puts them together. What a request does is `instr_manager::ops`, the operations `trapctl`
+//! also runs. The library also holds what `trapctl` uses of the daemon: [`client`] (the other
+//! end of the socket), [`exposition`] (the Prometheus text both render: trapd's `GET /metrics`,
+//! `trapctl list --prometheus`) and [`docs`] (completions and man pages of both CLIs).
 
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod docs;
+pub mod exposition;
 pub mod journal;
 pub mod metrics;
+pub mod prometheus;
 pub mod protocol;
 pub mod rules;
 pub mod server;
@@ -43,11 +49,16 @@ pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> 
     let profiles: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
     let engine = rules::Engine::new(config.rules.clone(), config.min_dwell(), &names, &profiles)?;
     let interval = config.interval();
+    let listen = config.listen;
 
     let target = trapvec::kernel::KernelTarget::open()?;
     // Held for the daemon's life: a trapctl going straight to the module waits for us.
     target.lock_exclusive()?;
     let listener = server::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    let metrics_listener = match listen {
+        Some(addr) => Some(prometheus::bind(addr).with_context(|| format!("listening for Prometheus scrapes on {addr} (`listen`)"))?),
+        None => None,
+    };
     let daemon = Daemon::start(target, config, journal)?;
     log::info!("listening on {} (journal {})", socket.display(), journal.display());
     let daemon = Arc::new(Mutex::new(daemon));
@@ -55,7 +66,13 @@ pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> 
         let d = Arc::clone(&daemon);
         std::thread::spawn(move || rules_loop(&d, engine, metric_list, interval));
     }
-    server::serve(listener, daemon, access);
+    let counts = Arc::new(server::RequestCounts::default());
+    if let Some(l) = metrics_listener {
+        log::info!("serving Prometheus metrics on http://{}/metrics", l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()));
+        let (d, c) = (Arc::clone(&daemon), Arc::clone(&counts));
+        std::thread::spawn(move || prometheus::serve(&l, &d, &c));
+    }
+    server::serve(listener, daemon, access, counts);
     Ok(())
 }
 

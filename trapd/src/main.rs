@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use trapd::client;
 use trapd::config::Config;
 
@@ -27,6 +27,9 @@ struct Cli {
     /// Journal file [default: the config's, else /var/lib/trapd/journal].
     #[arg(long)]
     journal: Option<PathBuf>,
+    /// Serve Prometheus metrics (GET /metrics) on ADDR, e.g. 127.0.0.1:9464 [default: the config's `listen`, else none].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -40,6 +43,13 @@ enum Command {
     /// argument is one line; without arguments, stdin is sent as it is. Exit status 0 when
     /// every reply is ok, 1 otherwise, 2 when no daemon could be reached.
     Send { requests: Vec<String> },
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell); hidden:
+    /// the packages install the scripts (packaging/build-deb).
+    #[command(hide = true)]
+    Completions { shell: trapd::docs::Shell },
+    /// Write trapd.1 and trapd-send.1 into DIR; hidden, as completions.
+    #[command(hide = true)]
+    Man { dir: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +62,11 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match &cli.command {
         Some(Command::Send { requests }) => send(&cli, requests),
+        Some(Command::Completions { shell }) => {
+            trapd::docs::completions(Cli::command(), "trapd", *shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Man { dir }) => trapd::docs::man_pages(Cli::command(), dir).map(|_| ExitCode::SUCCESS).map_err(Into::into),
         None => run(&cli).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|e| {
@@ -86,10 +101,13 @@ fn send(cli: &Cli, requests: &[String]) -> anyhow::Result<ExitCode> {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
-    let config = match &cli.config {
+    let mut config = match &cli.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
+    if cli.listen.is_some() {
+        config.listen = cli.listen;
+    }
     let socket = cli.socket.clone().or_else(|| config.socket.clone()).unwrap_or_else(client::socket_path);
     let journal = cli.journal.clone().or_else(|| config.journal.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/trapd/journal"));
     trapd::run(config, &socket, &journal)

@@ -65,6 +65,22 @@ impl Request {
         }
     }
 
+    /// The request's `op`, as written on the wire (`"splice"`, `"status"`, ...).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::List => "list",
+            Request::Load { .. } => "load",
+            Request::Unload { .. } => "unload",
+            Request::Splice(_) => "splice",
+            Request::Unsplice { .. } => "unsplice",
+            Request::Apply { .. } => "apply",
+            Request::Set { .. } => "set",
+            Request::Get { .. } => "get",
+            Request::Activate { .. } => "activate",
+        }
+    }
+
     /// Whether the request changes anything (and so is journaled).
     pub fn changes(&self) -> bool {
         !matches!(self, Request::Status | Request::List | Request::Get { .. } | Request::Apply { check: true, .. })
@@ -152,6 +168,25 @@ mod tests {
         assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"jump"}"#).contains("unknown action `jump`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"count","extra":1}"#).contains("extra"));
+    }
+
+    #[test]
+    fn op_is_the_op_written_on_the_wire() {
+        let requests = [
+            Request::Status,
+            Request::List,
+            Request::Load { path: "/c.o".into(), name: None },
+            Request::Unload { name: "c".into() },
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap }),
+            Request::Unsplice { at: None, all: true },
+            Request::Apply { spec: "/s.toml".into(), best_effort: false, check: false },
+            Request::Set { symbol: "v".into(), value: instr_manager::ops::Value::Text("1".into()), size: None },
+            Request::Get { symbol: "v".into(), size: None },
+            Request::Activate { profile: "p".into() },
+        ];
+        for r in requests {
+            assert_eq!(serde_json::to_value(&r).unwrap()["op"], json!(r.op()), "{r:?}");
+        }
     }
 
     #[test]

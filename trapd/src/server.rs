@@ -6,7 +6,12 @@
 //! written, so a client that disconnects mid-line changes nothing and one that disconnects
 //! before reading its reply cannot leave a change half-made. A line longer than
 //! [`MAX_LINE`](super::protocol::MAX_LINE) is answered with an error and the connection closed.
+//!
+//! Every answer is counted in [`RequestCounts`], by `op` and whether it was an error (a line
+//! that is no request counts as `invalid`, a refused client as `denied`): trapd's Prometheus
+//! endpoint exposes the counts.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -15,7 +20,31 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
+use crate::exposition::RequestCount;
+
 use super::protocol::{self, Request, MAX_LINE};
+
+/// Requests answered on the socket, by `op` (`invalid`: a line that is not a request;
+/// `denied`: a client refused by [`Access`]), and how many of each were errors.
+#[derive(Debug, Default)]
+pub struct RequestCounts(Mutex<BTreeMap<&'static str, RequestCount>>);
+
+impl RequestCounts {
+    /// Count one answer to `op`; `ok` is the reply's `ok`.
+    pub fn record(&self, op: &'static str, ok: bool) {
+        let mut m = lock(&self.0);
+        let c = m.entry(op).or_default();
+        c.total += 1;
+        if !ok {
+            c.errors += 1;
+        }
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> BTreeMap<String, RequestCount> {
+        lock(&self.0).iter().map(|(k, v)| ((*k).to_string(), *v)).collect()
+    }
+}
 
 /// Who may use the socket besides root.
 #[derive(Clone, Debug, Default)]
@@ -96,13 +125,14 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Accept connections for ever, one thread each.
-pub fn serve<H: Handler>(listener: UnixListener, handler: Arc<Mutex<H>>, access: Access) {
+pub fn serve<H: Handler>(listener: UnixListener, handler: Arc<Mutex<H>>, access: Access, counts: Arc<RequestCounts>) {
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {
                 let h = Arc::clone(&handler);
                 let a = access.clone();
-                std::thread::spawn(move || connection(stream, &h, &a));
+                let c = Arc::clone(&counts);
+                std::thread::spawn(move || connection(stream, &h, &a, &c));
             }
             Err(e) => log::warn!("accept: {e}"),
         }
@@ -119,7 +149,7 @@ fn close_after_reply(mut stream: UnixStream) {
 }
 
 /// Serve one connection until the client closes it.
-pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access: &Access) {
+pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access: &Access, counts: &RequestCounts) {
     let cred = match getsockopt(&stream, PeerCredentials) {
         Ok(c) => c,
         Err(e) => {
@@ -131,6 +161,7 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
     if !access.allows(cred.uid(), &groups) {
         log::warn!("refused a client: pid {} uid {} gid {} is not root and not in an allowed group", cred.pid(), cred.uid(), cred.gid());
         let reply = protocol::error(format!("permission denied: uid {} is not root and not in a group trapd allows", cred.uid()));
+        counts.record("denied", false);
         let _ = writeln!(stream, "{reply}");
         close_after_reply(stream);
         return;
@@ -154,6 +185,7 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
         }
         if buf.last() != Some(&b'\n') {
             if buf.len() > MAX_LINE {
+                counts.record("invalid", false);
                 let _ = writeln!(stream, "{}", protocol::error(format!("request line longer than {MAX_LINE} bytes")));
                 close_after_reply(stream);
             } else {
@@ -161,16 +193,17 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
             }
             return;
         }
-        let reply = match std::str::from_utf8(&buf) {
-            Err(_) => protocol::error("bad request: not UTF-8"),
+        let (op, reply) = match std::str::from_utf8(&buf) {
+            Err(_) => ("invalid", protocol::error("bad request: not UTF-8")),
             Ok(line) => match Request::parse(line.trim_end()) {
-                Err(e) => protocol::error(e),
+                Err(e) => ("invalid", protocol::error(e)),
                 Ok(req) => {
                     log::debug!("request from pid {}: {line}", cred.pid());
-                    lock(handler).handle(req)
+                    (req.op(), lock(handler).handle(req))
                 }
             },
         };
+        counts.record(op, reply["ok"] == serde_json::Value::Bool(true));
         if writeln!(stream, "{reply}").is_err() {
             log::debug!("client pid {} left before its reply", cred.pid());
             return;
@@ -195,10 +228,15 @@ mod tests {
     }
 
     fn exchange(input: &[u8]) -> (Vec<Value>, Vec<Request>) {
+        exchange_counted(input, &Arc::new(RequestCounts::default()))
+    }
+
+    fn exchange_counted(input: &[u8], counts: &Arc<RequestCounts>) -> (Vec<Value>, Vec<Request>) {
         let (mut client, server) = UnixStream::pair().unwrap();
         let h = Arc::new(Mutex::new(Recorder::default()));
         let h2 = Arc::clone(&h);
-        let t = std::thread::spawn(move || connection(server, &h2, &Access::default()));
+        let c = Arc::clone(counts);
+        let t = std::thread::spawn(move || connection(server, &h2, &Access::default(), &c));
         client.write_all(input).unwrap();
         client.shutdown(std::net::Shutdown::Write).unwrap();
         let mut out = String::new();
@@ -220,6 +258,20 @@ mod tests {
         }
         assert_eq!(replies[4], json!({"ok": true, "n": 2}));
         assert_eq!(reqs, vec![Request::List, Request::Status]);
+    }
+
+    #[test]
+    fn every_answer_is_counted_by_op_and_errors_are_counted_apart() {
+        let counts = Arc::new(RequestCounts::default());
+        exchange_counted(b"{\"op\":\"list\"}\nnot json\n{\"op\":\"list\"}\n{\"op\":\"nope\"}\n{\"op\":\"status\"}\n{\"op\":\"stat", &counts);
+        let snap = counts.snapshot();
+        assert_eq!(snap["list"], RequestCount { total: 2, errors: 0 });
+        assert_eq!(snap["status"], RequestCount { total: 1, errors: 0 });
+        assert_eq!(snap["invalid"], RequestCount { total: 2, errors: 2 }, "the cut-off line is no answer");
+        assert_eq!(snap.len(), 3);
+        // A reply with "ok": false from the handler is an error of its op.
+        counts.record("activate", false);
+        assert_eq!(counts.snapshot()["activate"], RequestCount { total: 1, errors: 1 });
     }
 
     #[test]

@@ -189,11 +189,37 @@ fn journal_profile_whose_splices_are_gone_is_dropped_and_the_initial_profile_app
 
 /// `d` served on a socket in `dir`, as trapd serves it; returns the socket's path.
 fn serve(d: Daemon<FakeKernel>, dir: &Path) -> std::path::PathBuf {
+    serve_with_metrics(d, dir).0
+}
+
+/// `d` served on a socket in `dir` and its Prometheus endpoint on a free loopback port, as
+/// trapd serves them with `listen`; returns the socket's path and the endpoint's address.
+fn serve_with_metrics(d: Daemon<FakeKernel>, dir: &Path) -> (std::path::PathBuf, std::net::SocketAddr) {
     let path = dir.join("trapd.sock");
     let listener = super::server::bind(&path).unwrap();
+    let http = super::prometheus::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = http.local_addr().unwrap();
     let d = Arc::new(Mutex::new(d));
-    std::thread::spawn(move || super::server::serve(listener, d, super::server::Access::default()));
-    path
+    let counts = Arc::new(super::server::RequestCounts::default());
+    let (d2, c2) = (Arc::clone(&d), Arc::clone(&counts));
+    std::thread::spawn(move || super::prometheus::serve(&http, &d2, &c2));
+    std::thread::spawn(move || super::server::serve(listener, d, super::server::Access::default(), counts));
+    (path, addr)
+}
+
+/// One HTTP exchange with the endpoint: the status line, the headers (lower-cased names) and
+/// the body.
+fn http(addr: std::net::SocketAddr, request: &str) -> (String, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().to_string();
+    let headers = lines.map(|l| l.split_once(": ").map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())).unwrap()).collect();
+    (status, headers, body.to_string())
 }
 
 fn call<R: serde::de::DeserializeOwned>(socket: &Path, req: &Request) -> anyhow::Result<R> {
@@ -264,4 +290,65 @@ fn components_through_the_daemon_bring_their_declared_splices_and_their_variable
     let u: ops::Unloaded = call(&socket, &Request::Unload { name: "knob".into() }).unwrap();
     assert_eq!(u, ops::Unloaded { name: "knob".into(), declared_removed: 1 });
     assert!(k.pristine());
+}
+
+#[test]
+fn the_metrics_endpoint_serves_splices_profile_switches_and_request_counts_a_parser_reads() {
+    use prometheus_parse::{Scrape, Value as Sample};
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let (socket, addr) = serve_with_metrics(start(&k, &dir.path().join("journal")), dir.path());
+    call::<Value>(&socket, &Request::Activate { profile: "both".into() }).unwrap();
+    call::<Value>(&socket, &Request::Activate { profile: "nope".into() }).unwrap_err();
+    call::<ops::Listing>(&socket, &Request::List).unwrap();
+    let jmp = Request::Splice(SpliceRequest { at: "f2".into(), action: Action::Count, mechanism: Mechanism::Jmp });
+    let f2: ops::SpliceRow = call(&socket, &jmp).unwrap();
+    assert_eq!(client::exchange(&socket, b"not json\n").unwrap().len(), 1);
+    k.state().hits.insert(func("f0") + 5, 42);
+
+    let (status, headers, body) = http(addr, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: text/plain\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(headers.contains(&("content-type".into(), "text/plain; version=0.0.4; charset=utf-8".into())), "{headers:?}");
+    assert!(headers.contains(&("content-length".into(), body.len().to_string())), "{headers:?}");
+    let lines: Vec<std::io::Result<String>> = body.lines().map(|l| Ok(l.to_string())).collect();
+    let scrape = Scrape::parse(lines.into_iter()).unwrap();
+    assert_eq!(scrape.samples.len(), body.lines().filter(|l| !l.starts_with('#')).count(), "every sample parsed:\n{body}");
+    let get = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        let found: Vec<f64> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                Sample::Counter(v) | Sample::Gauge(v) => v,
+                ref other => panic!("{metric}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{metric}{labels:?} in\n{body}");
+        found[0]
+    };
+    assert_eq!(get("trapvec_splice_hits_total", &[("point", "f0"), ("mechanism", "trap"), ("action", "count")]), 42.0);
+    assert_eq!(get("trapvec_splice_hits_total", &[("point", "f1")]), 0.0);
+    assert_eq!(get("trapvec_splice_missed_total", &[("point", "f2"), ("mechanism", "jmp"), ("site", f2.site.as_str())]), 0.0);
+    assert_eq!(get("trapvec_splices", &[]), 3.0);
+    assert_eq!(get("trapd_profile_active", &[("profile", "both")]), 1.0);
+    for other in ["bad", "clean", "other"] {
+        assert_eq!(get("trapd_profile_active", &[("profile", other)]), 0.0);
+    }
+    assert_eq!(get("trapd_profile_switches_total", &[]), 2.0, "the initial clean, then both");
+    assert_eq!(get("trapd_requests_total", &[("op", "activate")]), 2.0);
+    assert_eq!(get("trapd_request_errors_total", &[("op", "activate")]), 1.0, "the unknown profile");
+    assert_eq!(get("trapd_requests_total", &[("op", "list")]), 1.0, "scrapes are not requests");
+    assert_eq!(get("trapd_requests_total", &[("op", "splice")]), 1.0);
+    assert_eq!(get("trapd_request_errors_total", &[("op", "invalid")]), 1.0);
+    assert_eq!(get("trapd_unrecorded_dispatch_entries", &[]), 0.0);
+
+    let (status, _, body) = http(addr, "GET /other HTTP/1.1\r\n\r\n");
+    assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 404 Not Found", "/other: the metrics are at /metrics\n"));
+    let (status, headers, _) = http(addr, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
+    assert!(headers.contains(&("allow".into(), "GET".into())));
+    let (status, _, _) = http(addr, &format!("GET /metrics HTTP/1.1\r\nX-Long: {}\r\n\r\n", "x".repeat(10_000)));
+    assert_eq!(status, "HTTP/1.1 400 Bad Request", "a head over 8 KiB");
+    // A scrape changed nothing: the splices are still those of `both` and f2.
+    assert_eq!(call::<ops::Listing>(&socket, &Request::List).unwrap().splices.len(), 3);
 }

@@ -1,5 +1,7 @@
 # trapd in the guest: live TCP MSS adaptation driven by the retransmission rate, kill -9 and
-# restart, a non-root client, and 10,000 malformed request lines. Needs --file trapd (the daemon)
+# restart, a non-root client, 10,000 malformed request lines, and two scrapes of the Prometheus
+# endpoint (`listen`) beside `trapctl list --prometheus`, and trapd under trapd.service's
+# capability bounding set (capbound). Needs --file trapd (the daemon)
 # and --file trapd_fuzz.txt (the lines); run by vmtest/tests/trapd_mss.rs.
 set -e
 cp /files/trapd /bin/trapd
@@ -8,6 +10,7 @@ mkdir -p /run /var/lib/trapd
 export TRAPD_SOCKET=/run/trapd.sock
 cat > /tmp/trapd.toml <<'EOF'
 interval_ms = 500
+listen = "127.0.0.1:9464"
 min_dwell_s = 1
 initial_profile = "clean"
 
@@ -45,6 +48,18 @@ start_trapd() {
 		if [ $i -gt 100 ]; then echo "trapd did not come up"; cat /tmp/trapd.log; exit 1; fi
 		usleep 100000
 	done
+}
+
+# print_prom NAME FILE: the exposition in FILE, each line prefixed `NAME|`, and its size.
+print_prom() {
+	echo "$1_BYTES=$(wc -c <"$2")"
+	sed "s/^/$1|/" "$2"
+}
+
+# scrape NAME: GET /metrics from trapd's endpoint with busybox wget.
+scrape() {
+	timeout 30 wget -q -O "/tmp/$1.prom" http://127.0.0.1:9464/metrics
+	print_prom "$1" "/tmp/$1.prom"
 }
 
 profile() {
@@ -122,6 +137,10 @@ timeout 120 trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss
 timeout 120 trapctl set mss_clamp_mtu 1400
 echo "TRAPCTL_GET=$(timeout 120 trapctl get mss_clamp_mtu)"
 echo "MSS_TRAPCTL=$(tcpmss)"
+echo "--- Prometheus: trapd's endpoint, then trapctl list --prometheus (through the daemon)"
+scrape PROM_SPLICED
+timeout 120 trapctl list --prometheus >/tmp/textfile.prom
+print_prom PROM_TEXTFILE /tmp/textfile.prom
 timeout 120 trapctl list >/tmp/list.out
 cat /tmp/list.out
 echo "TRAPCTL_LIST_PROFILE=$(grep '^trapd profile:' /tmp/list.out | cut -d' ' -f3)"
@@ -160,6 +179,35 @@ list_after=$(trapd send '{"op":"list"}' | sed 's/"hits":[0-9]*//g')
 echo "GEN_BEFORE=$gen_before GEN_AFTER=$gen_after"
 [ "$gen_before" = "$gen_after" ] && [ "$list_before" = "$list_after" ] && echo "FUZZ_KERNEL_UNCHANGED=yes"
 echo "PROFILE_AFTER_FUZZ=$(profile)"
+scrape PROM_AFTER_FUZZ
+
+echo "--- trapd with only trapd.service's CapabilityBoundingSet, then with one of it missing"
+kill "$TRAPD_PID"
+wait "$TRAPD_PID" 2>/dev/null || true
+# caps_trapd CAPS KEY: trapd with only CAPS (capbound, vmtest/helpers); KEY=up and how many of a
+# splice and an unsplice through the module succeeded, or KEY=down and trapd's last words.
+caps_trapd() {
+	capbound "$1" trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal >/tmp/caps.log 2>&1 &
+	pid=$!
+	i=0
+	until trapd send '{"op":"status"}' >/dev/null 2>&1; do
+		i=$((i + 1))
+		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 150 ]; then
+			echo "$2=down: $(tail -n 1 /tmp/caps.log)"
+			kill "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+			return 0
+		fi
+		usleep 100000
+	done
+	n=$(trapd send '{"op":"splice","at":"tcp_sync_mss","action":"count"}' '{"op":"unsplice","at":"tcp_sync_mss"}' | grep -c '"ok":true' || true)
+	echo "$2=up ok=$n"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+caps_trapd sys_module,syslog CAPS_SERVICE
+caps_trapd sys_module CAPS_NO_SYSLOG
+caps_trapd syslog CAPS_NO_SYS_MODULE
 
 echo "--- trapd log"
 cat /tmp/trapd.log

@@ -4,12 +4,18 @@
 //! while `lossy` is live the restarted daemon lists exactly the live splice and still switches;
 //! `trapctl` commands while the daemon holds the module go through it (count, splice, set, get,
 //! list, unsplice); a non-root client is refused; 10,000 malformed lines and requests cut off mid-line leave the
-//! daemon serving and the kernel unchanged.
+//! daemon serving and the kernel unchanged. Its Prometheus endpoint, scraped in the guest with
+//! busybox wget, and `trapctl list --prometheus` parse (prometheus-parse here, and `promtool check
+//! metrics` when installed) to the live splice's hits, the profile, the switches and the requests.
+//! trapd runs with trapd.service's capability bounding set, and not without either capability.
 //!
 //! Without QEMU, the kernel or busybox the test says why and skips; with `CI=true` it fails.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
+
+use prometheus_parse::{Scrape, Value};
 
 use vmtest::testing::{can_boot, repo_root, Scenario};
 
@@ -111,6 +117,66 @@ fn fuzz_lines() -> (Vec<u8>, usize) {
     (out, reads)
 }
 
+/// The exposition the scenario printed as `NAME|line` lines, checked against its `NAME_BYTES`.
+fn exposition(run: &vmtest::testing::Run, name: &str) -> String {
+    let prefix = format!("{name}|");
+    let text: String = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix(&prefix))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    assert_eq!(text.len().to_string(), run.expect(&format!("{name}_BYTES")).trim(), "{name} came through the console whole:\n{text}");
+    text
+}
+
+/// `text` parsed by prometheus-parse, every sample line understood, and accepted by promtool
+/// (the Prometheus project's parser and linter) when it is installed (under CI it must be).
+fn parse(name: &str, text: &str) -> Scrape {
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let sample_lines = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
+    assert_eq!(scrape.samples.len(), sample_lines, "{name}: every sample line parsed:\n{text}");
+    match Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn() {
+        Ok(mut child) => {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && said.is_empty(), "{name}: promtool check metrics: {said}\n{text}");
+        }
+        Err(e) => {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "promtool (Debian package prometheus) is missing under CI: {e}");
+            eprintln!("{name}: promtool not found ({e}); checked with prometheus-parse only");
+        }
+    }
+    scrape
+}
+
+/// Every value of `metric` whose labels include `labels`, by the whole label set (`k=v,...`,
+/// sorted: the parser keeps labels in a HashMap).
+fn values(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> BTreeMap<String, f64> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| {
+            let v = match s.value {
+                Value::Counter(v) | Value::Gauge(v) => v,
+                ref other => panic!("{metric}: {other:?}"),
+            };
+            let sorted: BTreeMap<&String, &String> = s.labels.iter().collect();
+            (sorted.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","), v)
+        })
+        .collect()
+}
+
+/// The one value of `metric` with `labels`.
+fn one(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let v = values(scrape, metric, labels);
+    assert_eq!(v.len(), 1, "{metric}{labels:?}: {v:?}");
+    v.into_values().next().unwrap()
+}
+
 #[test]
 fn fuzz_lines_hold_no_whole_changing_request() {
     let (text, reads) = fuzz_lines();
@@ -163,5 +229,56 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
     assert_eq!(run.expect("FUZZ_OK_REPLIES").trim(), reads.to_string(), "only the reads succeed");
     assert_eq!(run.expect("FUZZ_KERNEL_UNCHANGED"), "yes");
     assert_eq!(run.expect("PROFILE_AFTER_FUZZ"), "clean");
+    check_prometheus(&run, reads);
+    // packaging/trapd.service's CapabilityBoundingSet=CAP_SYS_MODULE CAP_SYSLOG is enough, and
+    // each of the two is needed: /proc/kallsyms hides addresses without CAP_SYSLOG, and every
+    // /dev/trapvec ioctl checks CAP_SYS_MODULE.
+    assert_eq!(run.expect("CAPS_SERVICE"), "up ok=2", "trapd serves a splice and an unsplice with the service's capabilities");
+    let no_syslog = run.expect("CAPS_NO_SYSLOG");
+    assert!(no_syslog.starts_with("down: ") && no_syslog.contains("kallsyms"), "{no_syslog}");
+    let no_module = run.expect("CAPS_NO_SYS_MODULE");
+    assert!(no_module.starts_with("down: "), "{no_module}");
     assert_eq!(run.expect("SCENARIO_DONE"), "yes");
+}
+
+/// The scrapes: while trapctl's `tcp_sync_mss` replacement is live (after the restart, so the
+/// daemon's counters start there), `trapctl list --prometheus` right after it, and after the
+/// 10,000 lines.
+fn check_prometheus(run: &vmtest::testing::Run, reads: usize) {
+    let spliced = parse("PROM_SPLICED", &exposition(run, "PROM_SPLICED"));
+    let splice = [("point", "tcp_sync_mss"), ("function", "tcp_sync_mss"), ("mechanism", "trap"), ("action", "replace"), ("handler", "mss_clamp_tcp_sync_mss")];
+    let hits = one(&spliced, "trapvec_splice_hits_total", &splice);
+    assert!(hits >= 5.0, "at least the 5 calls of the connection measured: {hits}");
+    assert_eq!(one(&spliced, "trapvec_splice_missed_total", &splice), 0.0, "a replacement is never skipped");
+    assert_eq!(one(&spliced, "trapvec_splices", &[]), 1.0);
+    assert_eq!(one(&spliced, "trapd_profile_active", &[("profile", "clean")]), 1.0);
+    assert_eq!(one(&spliced, "trapd_profile_active", &[("profile", "lossy")]), 0.0);
+    assert_eq!(one(&spliced, "trapd_profile_switches_total", &[]), 1.0, "the restarted daemon's one switch: lossy -> clean");
+    // The metric has a value only for an interval in which segments were sent; a percentage
+    // (between the rules' thresholds `clean` stays, so it may be anything below 5 and more).
+    for (labels, v) in values(&spliced, "trapd_metric_value", &[]) {
+        assert_eq!(labels, "metric=retrans");
+        assert!((0.0..=100.0).contains(&v), "retrans {v} is a percentage");
+    }
+    assert_eq!(one(&spliced, "trapd_requests_total", &[("op", "splice")]), 2.0, "trapctl count's, trapctl splice's");
+    assert_eq!(one(&spliced, "trapd_requests_total", &[("op", "set")]), 1.0);
+    assert_eq!(values(&spliced, "trapd_request_errors_total", &[]).values().sum::<f64>(), 0.0, "no request failed yet");
+
+    // trapctl's textfile, a moment later: the same splice and no trapd family.
+    let textfile = parse("PROM_TEXTFILE", &exposition(run, "PROM_TEXTFILE"));
+    assert!(one(&textfile, "trapvec_splice_hits_total", &splice) >= hits, "counters only grow");
+    assert!(textfile.samples.iter().all(|s| s.metric.starts_with("trapvec_")), "the textfile has only trapvec_* families");
+    let site = |s: &Scrape| values(s, "trapvec_splice_hits_total", &splice).into_keys().collect::<Vec<_>>();
+    assert_eq!(site(&textfile), site(&spliced), "the same labels (site included) from both renderers");
+
+    // After the 10,000 lines: each was answered and counted; only the reads succeeded.
+    let after = parse("PROM_AFTER_FUZZ", &exposition(run, "PROM_AFTER_FUZZ"));
+    let total: f64 = values(&after, "trapd_requests_total", &[]).values().sum();
+    assert!(total >= 10_000.0, "{total}");
+    let errors = values(&after, "trapd_request_errors_total", &[]);
+    assert_eq!(one(&after, "trapd_request_errors_total", &[("op", "denied")]), 1.0, "su nobody");
+    let wrong: f64 = errors.iter().filter(|(k, _)| k.as_str() != "op=denied").map(|(_, v)| v).sum();
+    assert_eq!(wrong, (10_000 - reads) as f64, "every fuzz line that is not a read is an error, nothing else failed: {errors:?}");
+    assert!(one(&after, "trapd_request_errors_total", &[("op", "invalid")]) > 0.0);
+    assert_eq!(one(&after, "trapvec_splices", &[]), 0.0);
 }

@@ -1,8 +1,9 @@
-//! `trapctl list [--json]`: live splices with their counters, loaded components.
+//! `trapctl list [--json | --prometheus]`: live splices with their counters, loaded components.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use instr_manager::ops::{self, Listing, Unrecorded};
+use trapd::exposition;
 use trapd::protocol::Request;
 
 use crate::route;
@@ -17,11 +18,20 @@ loaded component (name, CRC32 of its file, code and data addresses and sizes, ho
 it). The saved state is checked against the module first. --json prints one JSON object.
 
 When trapd runs, the listing is the daemon's: it adds the active profile, whether each splice is
-part of it, and any dispatch entry live in the module that no recorded state describes.")]
+part of it, and any dispatch entry live in the module that no recorded state describes.
+
+--prometheus prints the Prometheus text exposition format (trapvec_splice_hits_total and
+trapvec_splice_missed_total per splice, labelled point, site, function, mechanism, action and
+handler; the numbers of splices and components), for node_exporter's textfile collector: write
+it to a temporary file and rename that into the collector's directory (README.md, \"Prometheus
+metrics\"). trapd serves the same families, and its own, on its `listen` address.")]
 pub struct Args {
     /// Print JSON instead of tables.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
+    /// Print the Prometheus text exposition format (node_exporter's textfile collector).
+    #[arg(long)]
+    pub prometheus: bool,
 }
 
 /// The listing, and what trapd adds to it when it answers.
@@ -39,6 +49,10 @@ pub fn run(args: &Args) -> Result<()> {
     let r: Reply = route::read(&Request::List, |sp| Ok(Reply { listing: ops::listing(sp)?, profile: None, unrecorded: None }))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    if args.prometheus {
+        print!("{}", exposition::render(&r.listing, None));
         return Ok(());
     }
     let l = &r.listing;
