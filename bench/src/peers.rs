@@ -44,6 +44,9 @@ pub struct VmPeers {
     pub swap: BTreeMap<String, f64>,
     /// Emulated ns per loopback connection: `none`, `livepatch`, `trap`, `jmp`.
     pub conn_ns: BTreeMap<String, f64>,
+    /// Mass-attach batches trapvec.ko refused (code arena full): `n=… round=… mechanism=…: why`.
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 /// `name=value` words of `text` whose value is a number.
@@ -78,6 +81,8 @@ impl VmPeers {
             } else if let Some(n) = key.strip_prefix("PEERS_FTRACE_").and_then(|n| n.parse::<u32>().ok()) {
                 let m = v.mass.entry(n).or_default();
                 m.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if key == "PEERS_TRAPVEC_REFUSED" {
+                v.refused.push(text.clone());
             } else if let Some(rest) = key.strip_prefix("PEERS_TRAPVEC_") {
                 let Some((n, mech)) = rest.split_once('_') else { continue };
                 let Ok(n) = n.parse::<u32>() else { continue };
@@ -124,9 +129,22 @@ impl VmPeers {
         Self::ratio(self.hit_overhead("jmp_empty"), self.hit_overhead("fentry_empty"))
     }
 
-    /// The largest N measured for mass attach.
-    pub fn mass_n(&self) -> u32 {
-        self.mass.keys().copied().max().unwrap_or(0)
+    /// The largest N with both ftrace's and trapvec's (`mech`) mass-attach figures.
+    pub fn mass_n(&self, mech: &str) -> u32 {
+        let key = format!("{mech}_commit_ms");
+        self.mass.iter().filter(|(_, m)| m.contains_key(&key) && m.contains_key("enable_ns")).map(|(n, _)| *n).max().unwrap_or(0)
+    }
+
+    /// The Ns at which trapvec.ko refused the `mech` batch.
+    pub fn refused_ns(&self, mech: &str) -> Vec<u32> {
+        let mut ns: Vec<u32> = self
+            .refused
+            .iter()
+            .filter(|r| r.contains(&format!("mechanism={mech}:")))
+            .filter_map(|r| numbers(r).find(|(k, _)| *k == "n").map(|(_, n)| n as u32))
+            .collect();
+        ns.dedup();
+        ns
     }
 
     /// trapvec's commit / ftrace's enable at N, for `mech`.
@@ -201,7 +219,8 @@ pub fn measure_vm(repo: &Path, kernel: Option<PathBuf>, ten_thousand: bool) -> R
     let report = vmtest::runner::run(&opts, &mut console).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&console);
     if report.exit_code() != 0 {
-        let why: Vec<&str> = text.lines().filter(|l| l.starts_with("PEERS: ")).collect();
+        let why: Vec<&str> =
+            text.lines().map(|l| l.trim_end_matches('\r')).filter(|l| l.starts_with("PEERS: ")).collect();
         return Err(format!("{} {}", report.summary(opts.timeout), why.join("; ")));
     }
     VmPeers::parse(&text, &report.kernel_version)
@@ -272,8 +291,21 @@ impl Peers {
         let vm = self.vm.as_ref();
         let no_vm = self.vm_unavailable.as_deref().unwrap_or("no guest run");
         let no_frida = self.frida_unavailable.as_deref().unwrap_or("no Frida run");
-        let n = vm.map_or(0, VmPeers::mass_n);
-        let at = if n == 10_000 || vm.is_none() { String::new() } else { format!(" (measured at N = {n}; N = 10,000 needs PEERS_10K=1)") };
+        // At 10,000 if measured; else at the largest N measured, saying why.
+        let at = |mech: &str| -> (u32, String) {
+            let Some(v) = vm else { return (0, String::new()) };
+            let n = v.mass_n(mech);
+            let refused = v.refused_ns(mech);
+            let why = if !refused.is_empty() {
+                let list: Vec<String> = refused.iter().map(u32::to_string).collect();
+                format!("; N = {} refused by trapvec.ko: its 1 MiB code arena is full", list.join(", "))
+            } else if n < 10_000 {
+                "; N = 10,000 needs PEERS_10K=1".to_string()
+            } else {
+                String::new()
+            };
+            (n, if n == 10_000 { String::new() } else { format!(" (measured at N = {n}{why})") })
+        };
         let mut g = vec![
             goal(
                 "livepatch: swap >= 20x faster than livepatch's transition (jmp, whole trapctl command)",
@@ -310,6 +342,7 @@ impl Peers {
             no_vm,
         ));
         for mech in ["trap", "jmp"] {
+            let (n, at) = at(mech);
             g.push(goal(
                 &format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000{at}"),
                 vm.and_then(|v| v.commit_over_enable(n, mech)),
@@ -433,7 +466,7 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n";
         assert_eq!(v.hit_overhead("jmp_empty"), Some(300.0));
         assert_eq!(v.jmp_over_fentry(), Some(0.75));
         assert_eq!(v.fentry_hits, (22002, 22002));
-        assert_eq!(v.mass_n(), 1000);
+        assert_eq!(v.mass_n("jmp"), 1000);
         assert_eq!(v.commit_over_enable(1000, "jmp"), Some(0.25));
         assert_eq!(v.apply_over_ftrace(1000, "trap").map(|r| (r * 1000.0).round()), Some(6242.0));
         assert_eq!(v.transition_over_swap("jmp", true), Some(1.5));
@@ -442,6 +475,21 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n";
         assert_eq!(v.swap.get("jmp_splice_ns"), Some(&1e9), "the round line is not the median");
         assert!(v.lines.iter().any(|l| l.key == "PEERS_HIT_ROUND"), "rounds are kept");
         assert!(v.render().contains("EMULATED"));
+    }
+
+    #[test]
+    fn a_refused_batch_moves_the_goal_to_the_largest_n_measured_and_says_why() {
+        let console = format!(
+            "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_REFUSED n=10000 round=1 mechanism=trap: no repository memory (arena full)\n\
+             PEERS_TRAPVEC_REFUSED n=10000 round=2 mechanism=trap: no repository memory (arena full)\n"
+        );
+        let v = VmPeers::parse(&console, "6.1.0").unwrap();
+        assert_eq!((v.mass_n("trap"), v.refused_ns("trap"), v.refused_ns("jmp")), (1000, vec![10_000], vec![]));
+        let peers = Peers { vm: Some(v), ..Peers::default() };
+        let goal = peers.goals().into_iter().find(|g| g.goal.starts_with("ftrace: trap batch commit")).unwrap();
+        assert!(goal.goal.contains("measured at N = 1000; N = 10000 refused by trapvec.ko"), "{}", goal.goal);
+        assert_eq!(goal.met, Some(true));
     }
 
     #[test]

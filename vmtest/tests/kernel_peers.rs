@@ -41,7 +41,11 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
     assert!(run.stdout.lines().any(|l| l.starts_with("PEERS_FTRACE_ROUND n=1000 ") && l.contains(" filtered=1000 ")));
     for m in ["TRAP", "JMP"] {
         assert!(run.stdout.lines().any(|l| l.starts_with(&format!("PEERS_TRAPVEC_1000_{m} apply_ns="))), "{m} batch");
-        assert!(run.stdout.contains(&format!("live=1000")), "{m} batch live");
+        let mech = format!(" mechanism={} ", m.to_lowercase());
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with("PEERS_TRAPVEC_MASS_ROUND n=1000 ") && l.contains(&mech) && l.ends_with(" live=1000")),
+            "{m} batch live in full"
+        );
     }
 
     // 3. the livepatch transition ended, each swap clamped the MSS (checked by the scenario).
