@@ -316,10 +316,10 @@ for r in $(seq 1 $swaps); do
 done
 echo "PEERS_CONN_NS none=$cmin_none livepatch=$cmin_livepatch trap=$cmin_trap jmp=$cmin_jmp (connections=$conns, fastest of $swaps; tcp_sync_mss calls in $conns connections: ${calls_per_conn:-unknown})"
 awk -v b="$cmin_none" -v l="$cmin_livepatch" -v j="$cmin_jmp" 'BEGIN {
-	if (l - b > 0)
+	if (j - b > 0 && l - b >= 0.05 * b)
 		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=%.2f (goal <= 1.0; overheads over unpatched)\n", (j - b) / (l - b)
 	else
-		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=nan (livepatch overhead %d ns is within the noise)\n", l - b
+		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=nan (overheads livepatch %d ns, jmp %d ns: within the noise)\n", l - b, j - b
 }'
 echo 1 > $tracing/tracing_on
 echo "PEERS_DONE"
