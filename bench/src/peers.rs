@@ -141,7 +141,7 @@ impl VmPeers {
             .refused
             .iter()
             .filter(|r| r.contains(&format!("mechanism={mech}:")))
-            .filter_map(|r| numbers(r).find(|(k, _)| *k == "n").map(|(_, n)| n as u32))
+            .filter_map(|r| r.split_whitespace().find_map(|w| w.strip_prefix("n=")?.parse::<u32>().ok()))
             .collect();
         ns.dedup();
         ns
