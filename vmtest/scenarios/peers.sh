@@ -124,12 +124,14 @@ hits=$(sed -n 's/^FENTRY_HITS=//p' /tmp/fentry.err)
 echo "PEERS_FENTRY_HITS=$hits expected=$((check + check / 10 + 2))"
 
 awk -v b="$min_base" -v je="$min_jmp_empty" -v jc="$min_jmp_count" -v te="$min_trap_empty" \
-	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" 'BEGIN {
+	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" '
+function ratio(a, d) { return d == 0 ? "nan" : sprintf("%.2f", a / d) }
+BEGIN {
 	printf "PEERS_HIT_NS jmp_empty=%d jmp_count=%d trap_empty=%d fentry_empty=%d fentry_count=%d\n", \
 		je - b, jc - b, te - b, fe - b, fc - b
-	printf "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY=%.2f (goal <= 1.0)\n", (je - b) / (fe - b)
-	printf "PEERS_RATIO_JMP_COUNT_TO_FENTRY_COUNT=%.2f\n", (jc - b) / (fc - b)
-	printf "PEERS_RATIO_TRAP_EMPTY_TO_FENTRY_EMPTY=%.2f\n", (te - b) / (fe - b)
+	printf "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY=%s (goal <= 1.0)\n", ratio(je - b, fe - b)
+	printf "PEERS_RATIO_JMP_COUNT_TO_FENTRY_COUNT=%s\n", ratio(jc - b, fc - b)
+	printf "PEERS_RATIO_TRAP_EMPTY_TO_FENTRY_EMPTY=%s\n", ratio(te - b, fe - b)
 }'
 
 # --- 2. mass attach vs ftrace ------------------------------------------------------------------
