@@ -270,6 +270,10 @@ pub struct Goal {
     pub measured: String,
     /// `None`: not measured.
     pub met: Option<bool>,
+    /// How far the ratio is on the right side of the goal: target / ratio for an "at most"
+    /// goal, ratio / target for an "at least" one; > 1 is met. `None`: not measured.
+    #[serde(default)]
+    pub margin: Option<f64>,
 }
 
 /// Everything `bench peers` measured.
@@ -281,10 +285,28 @@ pub struct Peers {
     pub frida_unavailable: Option<String>,
 }
 
-fn goal(goal: &str, ratio: Option<f64>, ok: impl Fn(f64) -> bool, missing: &str) -> Goal {
+/// A goal that the ratio be at most (`Bound::AtMost`) or at least a target.
+#[derive(Clone, Copy)]
+enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
     match ratio {
-        Some(r) => Goal { goal: goal.into(), measured: format!("{r:.2}x"), met: Some(ok(r)) },
-        None => Goal { goal: goal.into(), measured: missing.into(), met: None },
+        Some(r) => {
+            let margin = match bound {
+                Bound::AtMost(t) => t / r,
+                Bound::AtLeast(t) => r / t,
+            };
+            let met = match bound {
+                Bound::AtMost(t) => r <= t,
+                Bound::AtLeast(t) => r >= t,
+            };
+            let margin = (margin.is_finite() && margin > 0.0).then_some(margin);
+            Goal { goal: goal.into(), measured: format!("{r:.2}x"), met: Some(met), margin }
+        }
+        None => Goal { goal: goal.into(), measured: missing.into(), met: None, margin: None },
     }
 }
 
@@ -313,19 +335,19 @@ impl Peers {
             goal(
                 "livepatch: swap >= 20x faster than livepatch's transition (jmp, whole trapctl command)",
                 vm.and_then(|v| v.transition_over_swap("jmp", true)),
-                |r| r >= 20.0,
+                Bound::AtLeast(20.0),
                 no_vm,
             ),
             goal(
                 "livepatch: swap >= 20x faster than livepatch's transition (jmp, trapctl's commit)",
                 vm.and_then(|v| v.transition_over_swap("jmp", false)),
-                |r| r >= 20.0,
+                Bound::AtLeast(20.0),
                 no_vm,
             ),
             goal(
                 "livepatch: swap >= 20x faster than livepatch's transition (trap, trapctl's commit)",
                 vm.and_then(|v| v.transition_over_swap("trap", false)),
-                |r| r >= 20.0,
+                Bound::AtLeast(20.0),
                 no_vm,
             ),
         ];
@@ -333,15 +355,15 @@ impl Peers {
             Some(v) => goal(
                 "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per loopback connection)",
                 v.jmp_over_livepatch_per_connection(),
-                |r| r <= 1.0,
+                Bound::AtMost(1.0),
                 "not resolvable: livepatch's overhead per connection is within the noise",
             ),
-            None => goal("livepatch: jmp replacement per call <= 1.0x livepatch's", None, |_| false, no_vm),
+            None => goal("livepatch: jmp replacement per call <= 1.0x livepatch's", None, Bound::AtMost(1.0), no_vm),
         });
         g.push(goal(
             "fentry: jmp `call` splice hit (empty handler) <= 1.0x a fentry hit (empty program)",
             vm.and_then(VmPeers::jmp_over_fentry),
-            |r| r <= 1.0,
+            Bound::AtMost(1.0),
             no_vm,
         ));
         for mech in ["trap", "jmp"] {
@@ -349,13 +371,13 @@ impl Peers {
             g.push(goal(
                 &format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000{at}"),
                 vm.and_then(|v| v.commit_over_enable(n, mech)),
-                |r| r <= 1.0,
+                Bound::AtMost(1.0),
                 no_vm,
             ));
             g.push(goal(
                 &format!("ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000{at}"),
                 vm.and_then(|v| v.apply_over_ftrace(n, mech)),
-                |r| r <= 2.0,
+                Bound::AtMost(2.0),
                 no_vm,
             ));
         }
@@ -363,13 +385,13 @@ impl Peers {
         g.push(goal(
             "Frida: jmp splice hit >= 5x cheaper than a Frida CModule onEnter hit (Frida / jmp)",
             f.and_then(FridaRows::frida_over_jmp),
-            |r| r >= 5.0,
+            Bound::AtLeast(5.0),
             no_frida,
         ));
         g.push(goal(
             "Frida: 1,000-function attach >= 10x faster (Frida attach / trapvec jmp batch apply)",
             f.and_then(FridaRows::attach_over_batch),
-            |r| r >= 10.0,
+            Bound::AtLeast(10.0),
             no_frida,
         ));
         g
@@ -517,6 +539,7 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
         let goals = peers.goals();
         let fentry = goals.iter().find(|g| g.goal.starts_with("fentry")).unwrap();
         assert_eq!((fentry.measured.as_str(), fentry.met), ("0.75x", Some(true)));
+        assert_eq!(fentry.margin.map(|m| (m * 1000.0).round()), Some(1333.0), "1.0 / 0.75");
         let whole = goals.iter().find(|g| g.goal.contains("whole trapctl command")).unwrap();
         assert_eq!(whole.met, Some(false));
         assert!(goals.iter().any(|g| g.goal.contains("N = 1000")), "the N measured is named");

@@ -206,6 +206,7 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
         let p = p?;
         w.json("peers.json", "the peer rows", &p)?;
         w.text("peers.csv", &p.csv())?;
+        w.plots(plots::draw_peers(&opts.out.join("peers"), &p.goals())?);
         Some(p)
     } else {
         None
@@ -259,7 +260,7 @@ pub fn peers_summary(p: &Peers) -> String {
     s.push_str(&p.goals_markdown());
     s.push_str("\nVM rows are emulated time under QEMU TCG (ratios within one guest only); host rows are cycles. Every round:\n\n```\n");
     s.push_str(&p.render());
-    s.push_str("```\n\nFiles: peers.json, peers.csv.\n");
+    s.push_str("```\n\nFiles: peers.json, peers.csv, peers.png/.svg.\n");
     s
 }
 
