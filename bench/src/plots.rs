@@ -382,10 +382,15 @@ pub fn draw_fig5(stem: &Path, all: &[Coverage], costs: &HitCosts) -> Result<[Pat
     both(stem, (1000, 760), |r| fig5(r, all, costs), |r| fig5(r, all, costs))
 }
 
-/// A goal's bar label: its text without the note on the N measured, at most 100 characters.
+/// A goal's bar label: its text (at most 100 characters) with the N it was measured at, if not
+/// the goal's, and the ratio.
 fn goal_label(g: &Goal) -> String {
     let end = g.goal.find(" (measured").unwrap_or(g.goal.len());
     let mut label: String = g.goal[..end].trim().chars().take(100).collect();
+    // Where the goal was measured at a smaller N, say which.
+    if let Some(n) = g.goal[end..].strip_prefix(" (measured at N = ").and_then(|r| r.split([';', ')']).next()) {
+        label.push_str(&format!(" [measured at N = {n}]"));
+    }
     label.push_str(&format!(": {}", g.measured));
     label
 }
