@@ -7,6 +7,8 @@
 //! | [`uprobe`] | the uprobe row: a probe through tracefs `uprobe_events`, removed on drop |
 //! | [`vmcost`] | Table 1's kernel rows, measured in the VM (emulated) |
 //! | [`batch`] | issue 2's batch figure: apply/remove N splices in one batch |
+//! | [`peers`] | issue 13: beside BPF fentry, ftrace and livepatch (VM) and Frida (host); the goals |
+//! | [`frida`] | the Frida rows: CModule onEnter hits and 1,000-function attach vs trapvec |
 //! | [`vmlinux`] | extracting vmlinux from a vmlinuz (every compression extract-vmlinux tries) |
 //! | [`kernel`] | the installed kernel: image, kallsyms from the VM (cached), network driver modules |
 //! | [`groups`] | the paper's groups of kernel code, by symbol name |
@@ -29,8 +31,10 @@ pub mod batch;
 pub mod cost;
 pub mod coverage;
 pub mod fixtures;
+pub mod frida;
 pub mod groups;
 pub mod kernel;
+pub mod peers;
 pub mod plots;
 pub mod report;
 pub mod sets;

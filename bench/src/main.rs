@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use bench::coverage::{self, human_distance, HitCosts, DISTANCES};
 use bench::groups::Group;
 use bench::sets::{self, SetOptions};
-use bench::{batch, cost, report, sizes, speed};
+use bench::{batch, cost, peers, report, sizes, speed};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -33,6 +33,30 @@ enum Cmd {
         splices: usize,
         #[arg(long, value_enum, default_value_t = Mech::Trap)]
         mechanism: Mech,
+    },
+    /// Beside the peers (issue 13): Frida on this host; with --vm BPF fentry, ftrace and
+    /// livepatch in the VM (emulated); each goal with its ratio.
+    Peers {
+        /// Calls per round of the hit rows.
+        #[arg(long, default_value_t = 2000)]
+        iters: u32,
+        /// Rounds of the hit rows; the median round is reported.
+        #[arg(long, default_value_t = 31)]
+        rounds: u32,
+        /// Rounds of the 1,000-function attach (Frida and trapvec's batch).
+        #[arg(long, default_value_t = 5)]
+        attach_rounds: u32,
+        /// Also run the guest rows (vmtest, vmtest/scenarios/peers.sh; minutes under TCG).
+        #[arg(long)]
+        vm: bool,
+        /// With --vm: add N = 10,000 to the mass-attach rows (PEERS_10K=1; long under TCG).
+        #[arg(long)]
+        ten_thousand: bool,
+        /// Leave out the Frida rows.
+        #[arg(long)]
+        no_frida: bool,
+        #[arg(long)]
+        json: bool,
     },
     /// Write the vmlinux inside a vmlinuz (every compression extract-vmlinux tries).
     Extract {
@@ -95,6 +119,9 @@ enum Cmd {
         /// Skip the 10,000-splice batch timings.
         #[arg(long)]
         no_batch: bool,
+        /// Skip `bench peers` (Frida; fentry, ftrace and livepatch in the VM).
+        #[arg(long)]
+        no_peers: bool,
     },
 }
 
@@ -198,6 +225,15 @@ fn main() -> Result<()> {
             println!("{}", b.render());
             Ok(())
         }
+        Cmd::Peers { iters, rounds, attach_rounds, vm, ten_thousand, no_frida, json } => {
+            let p = peers::measure(&repo(), iters, rounds, attach_rounds, !no_frida, vm, ten_thousand)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print!("{}", p.render());
+            }
+            Ok(())
+        }
         Cmd::Extract { image, output } => {
             let k = bench::kernel::KernelImage::find(image.as_deref())?;
             let data = std::fs::read(&k.vmlinuz).with_context(|| format!("reading {}", k.vmlinuz.display()))?;
@@ -273,7 +309,7 @@ fn main() -> Result<()> {
             print!("{}", s.render());
             Ok(())
         }
-        Cmd::Report { code, cost, out, no_objdump, no_batch } => {
+        Cmd::Report { code, cost, out, no_objdump, no_batch, no_peers } => {
             let opts = report::ReportOptions {
                 sets: code.options(),
                 iters: cost.iters,
@@ -282,6 +318,7 @@ fn main() -> Result<()> {
                 vm: !cost.no_vm,
                 objdump: !no_objdump,
                 batch: !no_batch,
+                peers: !no_peers,
                 threads: threads(),
                 out,
             };

@@ -1,6 +1,7 @@
 //! The figures, drawn with `plotters` as PNG (bitmap backend) and SVG: Table 1 as a bar chart
 //! (log cycles), Fig. 4 as stacked histograms (share of instructions by length, one bar per set),
-//! Fig. 5 as cost-vs-distance curves with the coverage below.
+//! Fig. 5 as cost-vs-distance curves with the coverage below, and issue 13's goals beside the
+//! peers as bars of each goal's margin (log; right of 1 is met).
 //!
 //! Text needs a TrueType font: the first of [`FONT_PATHS`] that exists (Debian's
 //! `fonts-dejavu-core`) is registered with plotters once per process.
@@ -16,6 +17,7 @@ use thiserror::Error;
 
 use crate::cost::CostTable;
 use crate::coverage::{Coverage, HitCosts};
+use crate::peers::Goal;
 use crate::sizes::{SizesRow, MAX_LEN};
 
 /// Fonts tried, in order.
@@ -378,4 +380,63 @@ pub fn draw_fig4(stem: &Path, rows: &[SizesRow]) -> Result<[PathBuf; 2], PlotErr
 /// Fig. 5 as `stem.png` and `stem.svg`.
 pub fn draw_fig5(stem: &Path, all: &[Coverage], costs: &HitCosts) -> Result<[PathBuf; 2], PlotError> {
     both(stem, (1000, 760), |r| fig5(r, all, costs), |r| fig5(r, all, costs))
+}
+
+/// A goal's bar label: its text (at most 100 characters) with the N it was measured at, if not
+/// the goal's, and the ratio.
+fn goal_label(g: &Goal) -> String {
+    let end = g.goal.find(" (measured").unwrap_or(g.goal.len());
+    let mut label: String = g.goal[..end].trim().chars().take(100).collect();
+    // Where the goal was measured at a smaller N, say which.
+    if let Some(n) = g.goal[end..].strip_prefix(" (measured at N = ").and_then(|r| r.split([';', ')']).next()) {
+        label.push_str(&format!(" [measured at N = {n}]"));
+    }
+    label.push_str(&format!(": {}", g.measured));
+    label
+}
+
+fn peers_goals<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, goals: &[Goal]) -> Result<(), String> {
+    let rows: Vec<(&Goal, f64)> = goals.iter().filter_map(|g| Some((g, g.margin?))).collect();
+    let lo = rows.iter().map(|r| r.1).fold(1.0, f64::min) / 2.0;
+    let hi = rows.iter().map(|r| r.1).fold(1.0, f64::max) * 2.0;
+    let n = rows.len().max(1);
+    let mut chart = ChartBuilder::on(root)
+        .caption("Issue 13: trapvec beside its peers (margin over each goal; right of 1 is met)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(10)
+        .build_cartesian_2d((lo..hi).log_scale(), 0.0..n as f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc("goal margin (log): target / measured for an upper bound, measured / target for a lower one")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, (_, m))| {
+            let y = (n - 1 - i) as f64;
+            let colour = if *m >= 1.0 { RGBColor(0x2c, 0xa0, 0x2c) } else { RGBColor(0xd6, 0x27, 0x28) };
+            Rectangle::new([(lo, y + 0.15), (*m, y + 0.85)], colour.mix(0.6).filled())
+        }))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(std::iter::once(PathElement::new(vec![(1.0, 0.0), (1.0, n as f64)], BLACK.stroke_width(2))))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, (g, _))| {
+            Text::new(
+                goal_label(g),
+                (lo * 1.05, (n - 1 - i) as f64 + 0.5),
+                TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Issue 13's goals (those measured) as `stem.png` and `stem.svg`.
+pub fn draw_peers(stem: &Path, goals: &[Goal]) -> Result<[PathBuf; 2], PlotError> {
+    both(stem, (1000, 560), |r| peers_goals(r, goals), |r| peers_goals(r, goals))
 }

@@ -31,7 +31,9 @@ use thiserror::Error;
 use crate::batch::{self, BatchError, BatchTiming};
 use crate::cost::{self, CostError, CostTable, PAPER_JMP_CYCLES, PAPER_TRAP_CYCLES};
 use crate::coverage::{self, human_distance, Coverage, HitCosts, DISTANCES};
+use crate::frida::FridaError;
 use crate::kernel::{KernelError, Sources};
+use crate::peers::{self, Peers};
 use crate::plots::{self, PlotError};
 use crate::sets::{self, SetOptions};
 use crate::sizes::{self, SizesRow, MAX_LEN};
@@ -45,6 +47,8 @@ pub enum ReportError {
     Batch(#[from] BatchError),
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Peers(#[from] FridaError),
     #[error(transparent)]
     Plot(#[from] PlotError),
     #[error(transparent)]
@@ -74,6 +78,8 @@ pub struct ReportOptions {
     pub vm: bool,
     pub objdump: bool,
     pub batch: bool,
+    /// Run `bench peers` (Frida on the host; fentry, ftrace, livepatch in the VM with `vm`).
+    pub peers: bool,
     pub threads: usize,
     pub out: PathBuf,
 }
@@ -193,6 +199,19 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
         w.json("batch.json", "the batch timings", &batches)?;
     }
 
+    let peers = if opts.peers {
+        let bar = spinner("bench peers: Frida here, fentry/ftrace/livepatch in the VM");
+        let p = peers::measure(&opts.sets.repo, opts.iters, opts.rounds, 5, true, opts.vm, false);
+        bar.finish_and_clear();
+        let p = p?;
+        w.json("peers.json", "the peer rows", &p)?;
+        w.text("peers.csv", &p.csv())?;
+        w.plots(plots::draw_peers(&opts.out.join("peers"), &p.goals())?);
+        Some(p)
+    } else {
+        None
+    };
+
     let bar = spinner("loading vmlinux, kallsyms and modules");
     let loaded = sets::load(&opts.sets);
     bar.finish_and_clear();
@@ -227,9 +246,22 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
         _ => None,
     };
 
-    let md = summary(&table, &batches, &rows, &all, &costs, speed.as_ref(), loaded.sources.as_ref());
+    let mut md = summary(&table, &batches, &rows, &all, &costs, speed.as_ref(), loaded.sources.as_ref());
+    if let Some(p) = &peers {
+        md.push_str(&peers_summary(p));
+    }
     w.text("summary.md", &md)?;
     Ok(Report { summary_path: opts.out.join("summary.md"), files: w.files })
+}
+
+/// The summary's section on the peers (issue 13): the goals, then every row as measured.
+pub fn peers_summary(p: &Peers) -> String {
+    let mut s = String::from("\n## Beside the peers: BPF fentry, ftrace, livepatch (VM, emulated) and Frida (host)\n\n");
+    s.push_str(&p.goals_markdown());
+    s.push_str("\nVM rows are emulated time under QEMU TCG (ratios within one guest only); host rows are cycles. Every round:\n\n```\n");
+    s.push_str(&p.render());
+    s.push_str("```\n\nFiles: peers.json, peers.csv, peers.png/.svg.\n");
+    s
 }
 
 fn verdict(ok: bool) -> &'static str {

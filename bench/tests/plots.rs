@@ -73,3 +73,23 @@ fn table1_fig4_and_fig5_are_valid_png_and_svg() {
         check_svg(&std::fs::read_to_string(&svg).unwrap(), title);
     }
 }
+
+#[test]
+fn the_peers_goals_are_a_valid_png_and_svg() {
+    let console = "PEERS_NS_BASE=600\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_TRAP_EMPTY=2000\nPEERS_NS_FENTRY_EMPTY=1000\n\
+        PEERS_NS_FENTRY_COUNT=1100\nPEERS_FTRACE_1000 filter_ns=1000000 enable_ns=800000000 disable_ns=1\n\
+        PEERS_TRAPVEC_1000_JMP apply_ns=3000000000 commit_ms=200 remove_ns=1\n\
+        PEERS_LIVEPATCH load_ns=1 transition_ns=1500000000 disable_ns=1 unload_ns=1\n\
+        PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1\n";
+    let peers = bench::peers::Peers {
+        vm: Some(bench::peers::VmPeers::parse(console, "6.1.0").unwrap()),
+        frida_unavailable: Some("not here".into()),
+        ..Default::default()
+    };
+    let goals = peers.goals();
+    assert!(goals.iter().filter(|g| g.margin.is_some()).count() >= 4, "{goals:?}");
+    let out = tempfile::tempdir().unwrap();
+    let [png, svg] = plots::draw_peers(&out.path().join("peers"), &goals).unwrap();
+    assert_eq!(png_size(&std::fs::read(&png).unwrap()), (1000, 560));
+    check_svg(&std::fs::read_to_string(&svg).unwrap(), "Issue 13");
+}

@@ -175,6 +175,14 @@ impl<'k> Builder<'k> {
         expect_output("the trapvec module", dir.join("trapvec.ko"))
     }
 
+    /// Builds the out-of-tree module in `dir` (its own Kbuild) against the guest kernel and
+    /// returns `dir/<name>.ko`: a benchmark peer such as `vmtest/peers/livepatch`.
+    pub fn external_module(&self, dir: &Path, name: &str) -> Result<PathBuf, BuildError> {
+        let what = format!("module {name}");
+        self.kbuild(&what, dir, &["modules"])?;
+        expect_output(&what, dir.join(format!("{name}.ko")))
+    }
+
     /// Builds every `components/*.c` into `components/*.o` with the kernel's flags (through
     /// `components/Kbuild`); returns the objects, sorted by name.
     pub fn components(&self) -> Result<Vec<PathBuf>, BuildError> {
@@ -267,6 +275,27 @@ impl<'k> Builder<'k> {
         cmd.args(targets);
         run(&mut cmd, what)
     }
+}
+
+/// Builds the benchmark peers of `<repo>/vmtest/peers/` that `vmtest/scenarios/peers.sh` takes
+/// with `--file`: `fentry_count` (static, with libbpf, libelf and zlib: libbpf-dev, libelf-dev,
+/// zlib1g-dev) into `out`, and the livepatch module `tv_lp_mss.ko` (Kbuild against `kernel`'s
+/// headers, in its own directory, under vmtest's build lock). Returns their paths.
+pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<PathBuf>, BuildError> {
+    let builder = Builder::new(repo, kernel)?;
+    let src = builder.repo.join("vmtest").join("peers");
+    let fentry = out.join("fentry_count");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("cc"));
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-static", "-O2", "-Wall", "-Wextra", "-o"])
+        .arg(&fentry)
+        .arg(src.join("fentry_count.c"))
+        .args(["-lbpf", "-lelf", "-lz"]);
+    run(&mut cmd, "peer fentry_count (needs libbpf-dev, libelf-dev, zlib1g-dev)")?;
+    let fentry = expect_output("peer fentry_count", fentry)?;
+    let _lock = builder.lock()?;
+    let livepatch = builder.external_module(&src.join("livepatch"), "tv_lp_mss")?;
+    Ok(vec![fentry, livepatch])
 }
 
 fn cargo() -> Command {

@@ -95,6 +95,13 @@ pub fn tvraw(dir: &Path) -> PathBuf {
     out
 }
 
+/// The benchmark peers of `vmtest/peers/` for `vmtest/scenarios/peers.sh`, built into `dir`
+/// ([`crate::build::peers`]): the paths to pass with `--file`. Panics with the reason.
+pub fn peers(dir: &Path) -> Vec<PathBuf> {
+    let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
+    crate::build::peers(&repo_root(), &kernel, dir).unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+}
+
 /// A `vmtest run` to make: a scenario script, `--file`s to copy into the guest and other
 /// arguments of `vmtest run` (`--timeout`, `--no-load`, `--with-module`, …).
 #[derive(Debug)]

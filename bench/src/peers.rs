@@ -1,0 +1,550 @@
+//! trapvec beside the systems users would pick instead (issue 13): BPF fentry, ftrace and
+//! livepatch in the VM (emulated, ratios within one guest only), Frida on this host (cycles).
+//!
+//! - The guest rows come from `vmtest/scenarios/peers.sh`, booted through `vmtest` with the
+//!   peers it needs (`vmtest::build::peers`: the libbpf helper `fentry_count` and the livepatch
+//!   module `tv_lp_mss.ko`); the scenario prints `PEERS_*` lines, read here by [`VmPeers::parse`].
+//! - The host rows are [`crate::frida`]'s.
+//!
+//! [`Peers::goals`] puts each of the issue's goals beside its measured ratio.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::frida::{FridaError, FridaRows};
+
+/// The guest scenario (shared with `vmtest/tests/kernel_peers.rs`).
+pub const SCENARIO: &str = include_str!("../../vmtest/scenarios/peers.sh");
+
+/// One `PEERS_*` line: its key, its `name=value` words and the text after the key.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Line {
+    pub key: String,
+    pub text: String,
+}
+
+/// The figures of one guest run of `peers.sh` (emulated time: only ratios mean anything).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct VmPeers {
+    pub kernel: String,
+    /// Every `PEERS_*` line, in order (the rounds included).
+    pub lines: Vec<Line>,
+    /// Emulated ns per getppid(): `base`, `jmp_empty`, `jmp_count`, `trap_empty`,
+    /// `fentry_empty`, `fentry_count`.
+    pub hit_ns: BTreeMap<String, f64>,
+    /// The counting fentry program's hits in the check run, and the getppid() calls made.
+    pub fentry_hits: (u64, u64),
+    /// Per N: ftrace's `filter_ns`, `enable_ns`, `disable_ns`; trapvec's `<mech>_apply_ns`,
+    /// `<mech>_commit_ms`, `<mech>_remove_ns` (medians).
+    pub mass: BTreeMap<u32, BTreeMap<String, f64>>,
+    /// livepatch `load_ns`, `transition_ns`, `disable_ns`, `unload_ns`; trapvec
+    /// `<mech>_splice_ns`, `<mech>_commit_ms`, `<mech>_unsplice_ns` (medians).
+    pub swap: BTreeMap<String, f64>,
+    /// Emulated ns per loopback connection: `none`, `livepatch`, `trap`, `jmp`.
+    pub conn_ns: BTreeMap<String, f64>,
+    /// Mass-attach batches trapvec.ko refused (code arena full): `n=… round=… mechanism=…: why`.
+    #[serde(default)]
+    pub refused: Vec<String>,
+}
+
+/// `name=value` words of `text` whose value is a number.
+fn numbers(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    text.split_whitespace().filter_map(|w| {
+        let (k, v) = w.split_once('=')?;
+        Some((k, v.parse().ok()?))
+    })
+}
+
+impl VmPeers {
+    /// Read the `PEERS_*` lines of a console log; an error names the first missing figure.
+    pub fn parse(console: &str, kernel: &str) -> Result<VmPeers, String> {
+        let mut v = VmPeers { kernel: kernel.to_string(), ..VmPeers::default() };
+        for raw in console.lines() {
+            let line = raw.trim_end_matches('\r');
+            let Some(at) = line.find("PEERS_") else { continue };
+            let line = &line[at..];
+            let (key, text) = match line.split_once(['=', ' ']) {
+                Some((k, t)) if line.as_bytes()[k.len()] == b'=' => (k, format!("{k}={t}")),
+                Some((k, t)) => (k, t.to_string()),
+                None => (line, String::new()),
+            };
+            v.lines.push(Line { key: key.to_string(), text: text.clone() });
+            if let Some(c) = key.strip_prefix("PEERS_NS_") {
+                let n = text.split_once('=').and_then(|(_, n)| n.trim().parse().ok());
+                v.hit_ns.insert(c.to_lowercase(), n.ok_or_else(|| format!("bad figure in `{line}`"))?);
+            } else if key == "PEERS_FENTRY_HITS" {
+                let rest = text.trim_start_matches("PEERS_FENTRY_HITS=");
+                let (h, e) = rest.split_once(" expected=").ok_or_else(|| format!("bad line `{line}`"))?;
+                v.fentry_hits = (h.parse().map_err(|_| format!("bad hits in `{line}`"))?, e.trim().parse().map_err(|_| format!("bad count in `{line}`"))?);
+            } else if let Some(n) = key.strip_prefix("PEERS_FTRACE_").and_then(|n| n.parse::<u32>().ok()) {
+                let m = v.mass.entry(n).or_default();
+                m.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if key == "PEERS_TRAPVEC_REFUSED" {
+                v.refused.push(text.clone());
+            } else if let Some(rest) = key.strip_prefix("PEERS_TRAPVEC_") {
+                let Some((n, mech)) = rest.split_once('_') else { continue };
+                let Ok(n) = n.parse::<u32>() else { continue };
+                let m = v.mass.entry(n).or_default();
+                m.extend(numbers(&text).map(|(k, x)| (format!("{}_{k}", mech.to_lowercase()), x)));
+            } else if key == "PEERS_LIVEPATCH" {
+                v.swap.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if let Some(mech) = key.strip_prefix("PEERS_REPLACE_") {
+                if !mech.contains("ROUND") {
+                    v.swap.extend(numbers(&text).map(|(k, x)| (format!("{}_{k}", mech.to_lowercase()), x)));
+                }
+            } else if key == "PEERS_CONN_NS" {
+                v.conn_ns.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            }
+        }
+        for need in ["base", "jmp_empty", "trap_empty", "fentry_empty", "fentry_count"] {
+            if !v.hit_ns.contains_key(need) {
+                return Err(format!("the guest printed no PEERS_NS_{} line", need.to_uppercase()));
+            }
+        }
+        if !v.mass.contains_key(&1000) {
+            return Err("the guest printed no mass-attach figures for N = 1000".into());
+        }
+        if !v.swap.contains_key("transition_ns") {
+            return Err("the guest printed no livepatch figures".into());
+        }
+        Ok(v)
+    }
+
+    /// Emulated overhead per getppid() of configuration `key` over the bare call.
+    pub fn hit_overhead(&self, key: &str) -> Option<f64> {
+        Some(self.hit_ns.get(key)? - self.hit_ns.get("base")?)
+    }
+
+    fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+        match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        }
+    }
+
+    /// jmp `call` splice (empty handler) / fentry (empty program), overheads per hit.
+    pub fn jmp_over_fentry(&self) -> Option<f64> {
+        Self::ratio(self.hit_overhead("jmp_empty"), self.hit_overhead("fentry_empty"))
+    }
+
+    /// The largest N with both ftrace's and trapvec's (`mech`) mass-attach figures.
+    pub fn mass_n(&self, mech: &str) -> u32 {
+        let key = format!("{mech}_commit_ms");
+        self.mass.iter().filter(|(_, m)| m.contains_key(&key) && m.contains_key("enable_ns")).map(|(n, _)| *n).max().unwrap_or(0)
+    }
+
+    /// The Ns at which trapvec.ko refused the `mech` batch.
+    pub fn refused_ns(&self, mech: &str) -> Vec<u32> {
+        let mut ns: Vec<u32> = self
+            .refused
+            .iter()
+            .filter(|r| r.contains(&format!("mechanism={mech}:")))
+            .filter_map(|r| r.split_whitespace().find_map(|w| w.strip_prefix("n=")?.parse::<u32>().ok()))
+            .collect();
+        ns.dedup();
+        ns
+    }
+
+    /// trapvec's commit / ftrace's enable at N, for `mech`.
+    pub fn commit_over_enable(&self, n: u32, mech: &str) -> Option<f64> {
+        let m = self.mass.get(&n)?;
+        Self::ratio(m.get(&format!("{mech}_commit_ms")).map(|c| c * 1e6), m.get("enable_ns").copied())
+    }
+
+    /// trapvec's whole `apply` command / ftrace's filter + enable at N, for `mech`.
+    pub fn apply_over_ftrace(&self, n: u32, mech: &str) -> Option<f64> {
+        let m = self.mass.get(&n)?;
+        let ftrace = m.get("filter_ns")? + m.get("enable_ns")?;
+        Self::ratio(m.get(&format!("{mech}_apply_ns")).copied(), Some(ftrace))
+    }
+
+    /// livepatch's transition / trapvec's swap (`whole`: the trapctl command; else its commit).
+    pub fn transition_over_swap(&self, mech: &str, whole: bool) -> Option<f64> {
+        let swap = if whole {
+            self.swap.get(&format!("{mech}_splice_ns")).copied()
+        } else {
+            self.swap.get(&format!("{mech}_commit_ms")).map(|c| c * 1e6)
+        };
+        Self::ratio(self.swap.get("transition_ns").copied(), swap)
+    }
+
+    /// jmp replacement / livepatch, overhead per loopback connection over the unpatched one;
+    /// `None` when it is not resolvable: either overhead not positive, or livepatch's below 5 %
+    /// of a connection (the spread between rounds under TCG is larger than that).
+    pub fn jmp_over_livepatch_per_connection(&self) -> Option<f64> {
+        let base = *self.conn_ns.get("none")?;
+        let jmp = self.conn_ns.get("jmp")? - base;
+        let livepatch = self.conn_ns.get("livepatch")? - base;
+        (jmp > 0.0 && livepatch >= 0.05 * base).then(|| jmp / livepatch)
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = format!("\nguest rows, {} (EMULATED under QEMU TCG: compare ratios only)\n", self.kernel);
+        for l in &self.lines {
+            let _ = writeln!(s, "  {} {}", l.key, l.text.strip_prefix(&format!("{}=", l.key)).unwrap_or(&l.text));
+        }
+        s
+    }
+}
+
+/// Boot the newest cloud kernel (or `kernel`) with the module and the peers, run peers.sh.
+/// `ten_thousand` adds the N = 10,000 mass-attach rows (PEERS_10K=1).
+pub fn measure_vm(repo: &Path, kernel: Option<PathBuf>, ten_thousand: bool) -> Result<VmPeers, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let scenario = dir.path().join("peers.sh");
+    std::fs::write(&scenario, SCENARIO).map_err(|e| e.to_string())?;
+    let install = match &kernel {
+        Some(image) => vmtest::host::KernelInstall::for_image(
+            image,
+            Path::new(vmtest::host::HEADERS_DIR),
+            Path::new(vmtest::host::MODULES_DIR),
+        ),
+        None => vmtest::host::KernelInstall::newest(),
+    }
+    .map_err(|e| e.to_string())?;
+    let files = vmtest::build::peers(repo, &install, dir.path()).map_err(|e| e.to_string())?;
+    let opts = vmtest::runner::RunOptions {
+        repo: repo.to_path_buf(),
+        scenario,
+        files,
+        timeout: Duration::from_secs(if ten_thousand { 7200 } else { 1800 }),
+        load_module: true,
+        kernel,
+        keep_initramfs: None,
+        append: if ten_thousand { vec!["PEERS_10K=1".into()] } else { Vec::new() },
+        qemu_args: Vec::new(),
+        extra_modules: Vec::new(),
+        memory_mib: 512,
+    };
+    let mut console = Vec::new();
+    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&console);
+    if report.exit_code() != 0 {
+        let why: Vec<&str> =
+            text.lines().map(|l| l.trim_end_matches('\r')).filter(|l| l.starts_with("PEERS: ")).collect();
+        return Err(format!("{} {}", report.summary(opts.timeout), why.join("; ")));
+    }
+    VmPeers::parse(&text, &report.kernel_version)
+}
+
+/// Measure what is asked: the Frida rows (`frida`) and the guest rows (`vm`). A peer that
+/// cannot run here is left out with the reason; only an error of trapvec's own side fails.
+pub fn measure(
+    repo: &Path,
+    iters: u32,
+    rounds: u32,
+    attach_rounds: u32,
+    frida: bool,
+    vm: bool,
+    ten_thousand: bool,
+) -> Result<Peers, FridaError> {
+    let mut p = Peers::default();
+    if frida {
+        match crate::frida::measure(repo, iters, rounds, attach_rounds) {
+            Ok(f) => p.frida = Some(f),
+            Err(FridaError::Unavailable(why)) => p.frida_unavailable = Some(why),
+            Err(e @ FridaError::Run { .. }) => p.frida_unavailable = Some(e.to_string()),
+            Err(e) => return Err(e),
+        }
+    } else {
+        p.frida_unavailable = Some("not asked for (--no-frida)".into());
+    }
+    if vm {
+        match measure_vm(repo, None, ten_thousand) {
+            Ok(v) => p.vm = Some(v),
+            Err(why) => p.vm_unavailable = Some(why),
+        }
+    } else {
+        p.vm_unavailable = Some("not asked for (--vm)".into());
+    }
+    Ok(p)
+}
+
+/// One goal of issue 13 and what was measured.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Goal {
+    pub goal: String,
+    /// The measured ratio as text (`0.84x`), or why there is none.
+    pub measured: String,
+    /// `None`: not measured.
+    pub met: Option<bool>,
+    /// How far the ratio is on the right side of the goal: target / ratio for an "at most"
+    /// goal, ratio / target for an "at least" one; > 1 is met. `None`: not measured.
+    #[serde(default)]
+    pub margin: Option<f64>,
+}
+
+/// Everything `bench peers` measured.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Peers {
+    pub vm: Option<VmPeers>,
+    pub vm_unavailable: Option<String>,
+    pub frida: Option<FridaRows>,
+    pub frida_unavailable: Option<String>,
+}
+
+/// A goal that the ratio be at most (`Bound::AtMost`) or at least a target.
+#[derive(Clone, Copy)]
+enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
+    match ratio {
+        Some(r) => {
+            let margin = match bound {
+                Bound::AtMost(t) => t / r,
+                Bound::AtLeast(t) => r / t,
+            };
+            let met = match bound {
+                Bound::AtMost(t) => r <= t,
+                Bound::AtLeast(t) => r >= t,
+            };
+            let margin = (margin.is_finite() && margin > 0.0).then_some(margin);
+            Goal { goal: goal.into(), measured: format!("{r:.2}x"), met: Some(met), margin }
+        }
+        None => Goal { goal: goal.into(), measured: missing.into(), met: None, margin: None },
+    }
+}
+
+impl Peers {
+    /// The issue's goals, each with its measured ratio and verdict.
+    pub fn goals(&self) -> Vec<Goal> {
+        let vm = self.vm.as_ref();
+        let no_vm = self.vm_unavailable.as_deref().unwrap_or("no guest run");
+        let no_frida = self.frida_unavailable.as_deref().unwrap_or("no Frida run");
+        // At 10,000 if measured; else at the largest N measured, saying why.
+        let at = |mech: &str| -> (u32, String) {
+            let Some(v) = vm else { return (0, String::new()) };
+            let n = v.mass_n(mech);
+            let refused = v.refused_ns(mech);
+            let why = if !refused.is_empty() {
+                let list: Vec<String> = refused.iter().map(u32::to_string).collect();
+                format!("; N = {} refused by trapvec.ko: its 1 MiB code arena is full", list.join(", "))
+            } else if n < 10_000 {
+                "; N = 10,000 needs PEERS_10K=1".to_string()
+            } else {
+                String::new()
+            };
+            (n, if n == 10_000 { String::new() } else { format!(" (measured at N = {n}{why})") })
+        };
+        let mut g = vec![
+            goal(
+                "livepatch: swap >= 20x faster than livepatch's transition (jmp, whole trapctl command)",
+                vm.and_then(|v| v.transition_over_swap("jmp", true)),
+                Bound::AtLeast(20.0),
+                no_vm,
+            ),
+            goal(
+                "livepatch: swap >= 20x faster than livepatch's transition (jmp, trapctl's commit)",
+                vm.and_then(|v| v.transition_over_swap("jmp", false)),
+                Bound::AtLeast(20.0),
+                no_vm,
+            ),
+            goal(
+                "livepatch: swap >= 20x faster than livepatch's transition (trap, trapctl's commit)",
+                vm.and_then(|v| v.transition_over_swap("trap", false)),
+                Bound::AtLeast(20.0),
+                no_vm,
+            ),
+        ];
+        g.push(match vm {
+            Some(v) => goal(
+                "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per loopback connection)",
+                v.jmp_over_livepatch_per_connection(),
+                Bound::AtMost(1.0),
+                "not resolvable: livepatch's overhead per connection is within the noise",
+            ),
+            None => goal("livepatch: jmp replacement per call <= 1.0x livepatch's", None, Bound::AtMost(1.0), no_vm),
+        });
+        g.push(goal(
+            "fentry: jmp `call` splice hit (empty handler) <= 1.0x a fentry hit (empty program)",
+            vm.and_then(VmPeers::jmp_over_fentry),
+            Bound::AtMost(1.0),
+            no_vm,
+        ));
+        for mech in ["trap", "jmp"] {
+            let (n, at) = at(mech);
+            g.push(goal(
+                &format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000{at}"),
+                vm.and_then(|v| v.commit_over_enable(n, mech)),
+                Bound::AtMost(1.0),
+                no_vm,
+            ));
+            g.push(goal(
+                &format!("ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000{at}"),
+                vm.and_then(|v| v.apply_over_ftrace(n, mech)),
+                Bound::AtMost(2.0),
+                no_vm,
+            ));
+        }
+        let f = self.frida.as_ref();
+        g.push(goal(
+            "Frida: jmp splice hit >= 5x cheaper than a Frida CModule onEnter hit (Frida / jmp)",
+            f.and_then(FridaRows::frida_over_jmp),
+            Bound::AtLeast(5.0),
+            no_frida,
+        ));
+        g.push(goal(
+            "Frida: 1,000-function attach >= 10x faster (Frida attach / trapvec jmp batch apply)",
+            f.and_then(FridaRows::attach_over_batch),
+            Bound::AtLeast(10.0),
+            no_frida,
+        ));
+        g
+    }
+
+    /// The goals as a Markdown table.
+    pub fn goals_markdown(&self) -> String {
+        let mut s = String::from("| goal | measured | verdict |\n|---|---:|---|\n");
+        for g in self.goals() {
+            let verdict = match g.met {
+                Some(true) => "met",
+                Some(false) => "**not met**",
+                None => "not measured",
+            };
+            let _ = writeln!(s, "| {} | {} | {verdict} |", g.goal, g.measured);
+        }
+        s
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        match (&self.frida, &self.frida_unavailable) {
+            (Some(f), _) => s.push_str(&f.render()),
+            (None, Some(why)) => {
+                let _ = writeln!(s, "Frida rows: not measured: {why}");
+            }
+            (None, None) => {}
+        }
+        match (&self.vm, &self.vm_unavailable) {
+            (Some(v), _) => s.push_str(&v.render()),
+            (None, Some(why)) => {
+                let _ = writeln!(s, "guest rows: not measured: {why}");
+            }
+            (None, None) => {}
+        }
+        s.push_str("\ngoals (issue 13):\n");
+        for g in self.goals() {
+            let verdict = match g.met {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "not measured",
+            };
+            let _ = writeln!(s, "  {:<100} {:>12}  {verdict}", g.goal, g.measured);
+        }
+        s
+    }
+
+    /// CSV of every figure: `source,key,value`.
+    pub fn csv(&self) -> String {
+        let mut s = String::from("source,key,value,emulated\n");
+        if let Some(f) = &self.frida {
+            for (k, v) in f.figures() {
+                let _ = writeln!(s, "host,{k},{v},false");
+            }
+        }
+        if let Some(v) = &self.vm {
+            for (k, x) in &v.hit_ns {
+                let _ = writeln!(s, "vm,hit_ns_{k},{x},true");
+            }
+            for (n, m) in &v.mass {
+                for (k, x) in m {
+                    let _ = writeln!(s, "vm,mass_{n}_{k},{x},true");
+                }
+            }
+            for (k, x) in &v.swap {
+                let _ = writeln!(s, "vm,swap_{k},{x},true");
+            }
+            for (k, x) in &v.conn_ns {
+                let _ = writeln!(s, "vm,conn_ns_{k},{x},true");
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONSOLE: &str = "[ 1.0] trapvec: loaded\r\n\
+PEERS_HIT_ROUND 1: base=600 jmp_empty=900 jmp_count=800 trap_empty=2000 fentry_empty=1000 fentry_count=1100\r\n\
+PEERS_NS_BASE=600\r\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_JMP_COUNT=800\nPEERS_NS_TRAP_EMPTY=2000\n\
+PEERS_NS_FENTRY_EMPTY=1000\nPEERS_NS_FENTRY_COUNT=1100\n\
+PEERS_FENTRY_HITS=22002 expected=22002\n\
+PEERS_FTRACE_1000 filter_ns=1000000 enable_ns=800000000 disable_ns=500000000 (medians of 3)\n\
+PEERS_TRAPVEC_1000_TRAP apply_ns=5000000000 commit_ms=400 remove_ns=3000000000 (medians of 3)\n\
+PEERS_TRAPVEC_1000_JMP apply_ns=3000000000 commit_ms=200 remove_ns=2000000000 (medians of 3)\n\
+PEERS_LIVEPATCH load_ns=100000000 transition_ns=1500000000 disable_ns=1100000000 unload_ns=1200000000 (medians of 3)\n\
+PEERS_REPLACE_ROUND 1: mechanism=jmp splice_ns=1 commit_ms=1 unsplice_ns=1\n\
+PEERS_REPLACE_TRAP splice_ns=1500000000 commit_ms=30 unsplice_ns=1000000000 (medians of 3)\n\
+PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1000000000 (medians of 3)\n\
+PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n";
+
+    #[test]
+    fn figures_and_ratios_are_read_from_a_console_with_noise() {
+        let v = VmPeers::parse(CONSOLE, "6.1.0").unwrap();
+        assert_eq!(v.hit_overhead("jmp_empty"), Some(300.0));
+        assert_eq!(v.jmp_over_fentry(), Some(0.75));
+        assert_eq!(v.fentry_hits, (22002, 22002));
+        assert_eq!(v.mass_n("jmp"), 1000);
+        assert_eq!(v.commit_over_enable(1000, "jmp"), Some(0.25));
+        assert_eq!(v.apply_over_ftrace(1000, "trap").map(|r| (r * 1000.0).round()), Some(6242.0));
+        assert_eq!(v.transition_over_swap("jmp", true), Some(1.5));
+        assert_eq!(v.transition_over_swap("jmp", false), Some(100.0));
+        assert_eq!(v.jmp_over_livepatch_per_connection(), Some(0.5));
+        let mut noisy = v.clone();
+        noisy.conn_ns.insert("jmp".into(), 900.0);
+        assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "jmp faster than nothing: noise");
+        noisy.conn_ns.insert("jmp".into(), 1010.0);
+        noisy.conn_ns.insert("livepatch".into(), 1020.0);
+        assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "livepatch within 5 %: noise");
+        assert_eq!(v.swap.get("jmp_splice_ns"), Some(&1e9), "the round line is not the median");
+        assert!(v.lines.iter().any(|l| l.key == "PEERS_HIT_ROUND"), "rounds are kept");
+        assert!(v.render().contains("EMULATED"));
+    }
+
+    #[test]
+    fn a_refused_batch_moves_the_goal_to_the_largest_n_measured_and_says_why() {
+        let console = format!(
+            "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_REFUSED n=10000 round=1 mechanism=trap: no repository memory (arena full)\n\
+             PEERS_TRAPVEC_REFUSED n=10000 round=2 mechanism=trap: no repository memory (arena full)\n"
+        );
+        let v = VmPeers::parse(&console, "6.1.0").unwrap();
+        assert_eq!((v.mass_n("trap"), v.refused_ns("trap"), v.refused_ns("jmp")), (1000, vec![10_000], vec![]));
+        let peers = Peers { vm: Some(v), ..Peers::default() };
+        let goal = peers.goals().into_iter().find(|g| g.goal.starts_with("ftrace: trap batch commit")).unwrap();
+        assert!(goal.goal.contains("measured at N = 1000; N = 10000 refused by trapvec.ko"), "{}", goal.goal);
+        assert_eq!(goal.met, Some(true));
+    }
+
+    #[test]
+    fn a_missing_figure_is_an_error_naming_it() {
+        let err = VmPeers::parse("PEERS_NS_BASE=1\nPEERS_NS_JMP_EMPTY=2\n", "k").unwrap_err();
+        assert_eq!(err, "the guest printed no PEERS_NS_TRAP_EMPTY line");
+    }
+
+    #[test]
+    fn goals_say_met_not_met_or_why_not_measured() {
+        let peers = Peers {
+            vm: Some(VmPeers::parse(CONSOLE, "6.1.0").unwrap()),
+            frida_unavailable: Some("no frida".into()),
+            ..Peers::default()
+        };
+        let goals = peers.goals();
+        let fentry = goals.iter().find(|g| g.goal.starts_with("fentry")).unwrap();
+        assert_eq!((fentry.measured.as_str(), fentry.met), ("0.75x", Some(true)));
+        assert_eq!(fentry.margin.map(|m| (m * 1000.0).round()), Some(1333.0), "1.0 / 0.75");
+        let whole = goals.iter().find(|g| g.goal.contains("whole trapctl command")).unwrap();
+        assert_eq!(whole.met, Some(false));
+        assert!(goals.iter().any(|g| g.goal.contains("N = 1000")), "the N measured is named");
+        let frida = goals.iter().find(|g| g.goal.starts_with("Frida")).unwrap();
+        assert_eq!((frida.measured.as_str(), frida.met), ("no frida", None));
+        assert!(peers.goals_markdown().contains("| not measured |"));
+    }
+}

@@ -1,0 +1,327 @@
+#!/bin/sh
+# trapvec beside the kernel's own mechanisms that users would pick instead (issue 13), in one
+# guest. Under QEMU TCG every figure is emulated time: only ratios between rows of this run mean
+# anything. Needs /files/fentry_count (vmtest/peers/fentry_count.c, static with libbpf) and
+# /files/tv_lp_mss.ko (vmtest/peers/livepatch), which the test builds and passes with --file.
+#
+#  1. Hit cost vs BPF fentry, on __x64_sys_getppid (fentry through its BTF name, trapvec at +5, past the ftrace site, as in
+#     bench.sh), timed by `sysbench` (ns per getppid(); fastest of ten runs of 20,000, in rounds over
+#     every configuration in turn; the figure is the fastest round): nothing attached; a jmp
+#     `call` splice with an empty handler; a jmp splice that only counts; a trap splice with the
+#     empty handler; a BPF fentry program that only returns 0; one that counts into an array map.
+#     One more run under the counting fentry program checks that it ran once per getppid().
+#  2. Mass attach vs ftrace: N functions (unique names that ftrace can trace and trapctl can
+#     splice), the function tracer with set_ftrace_filter = those N (write the filter, then
+#     `function` > current_tracer; tracing_on 0 so no event is recorded) vs `trapctl apply` of N
+#     count splices, trap and jmp (the whole command, and its commit from --timings); the filter
+#     is written by index (see below), ftrace's fastest way. N = 1000; PEERS_10K=1 adds N = 5000
+#     and 10000 (longer than CI's budget under TCG; a batch larger than trapvec.ko's code arena
+#     holds is refused whole, and printed as PEERS_TRAPVEC_REFUSED).
+#  3. Policy hot-swap vs livepatch, tcp_sync_mss clamped to MTU 1000 (a new loopback
+#     connection's MSS becomes 948): the livepatch module loaded until its transition is 0, then
+#     disabled until the patch is gone and removed; vs `trapctl apply` of the splice
+#     `tcp_sync_mss --replace mss_clamp_tcp_sync_mss` (the whole command, and its commit from
+#     --timings) and `trapctl unsplice`, trap and jmp. Then the time
+#     per loopback connection (`tcpmss -n`) unpatched, livepatched and replaced by trap and jmp.
+#
+#   cargo test --release -p vmtest --test kernel_peers   (builds the peers and runs this)
+#
+# Output: PEERS_* lines (KEY=value ...). Every step that cannot run says why and fails the
+# scenario: the test asserts that each peer actually ran.
+set -eu
+
+calls=${BENCH_CALLS:-20000}
+runs=${PEERS_RUNS:-10}
+rounds=${BENCH_ROUNDS:-5}
+mass_rounds=${PEERS_MASS_ROUNDS:-3}
+swaps=${PEERS_SWAPS:-3}
+conns=${PEERS_CONNECTIONS:-300}
+sizes=1000
+[ "${PEERS_10K:-0}" = 1 ] && sizes="1000 5000 10000"
+point=__x64_sys_getppid+5
+# __x64_sys_getppid is an alias of __do_sys_getppid (SYSCALL_DEFINE0 on x86), and the kernel's
+# BTF has the function only under that name: fentry attaches to the same code (checked below).
+fn=__do_sys_getppid
+tracing=/sys/kernel/tracing
+fentry=/files/fentry_count
+lp_ko=/files/tv_lp_mss.ko
+
+for f in $fentry $lp_ko; do
+	[ -e "$f" ] || { echo "PEERS: $f is missing (the test passes it with --file)"; exit 1; }
+done
+[ -e $tracing/available_filter_functions ] || mount -t tracefs nodev $tracing
+
+# `STOPWATCH_NS=` of stopwatch's stderr in file $1, in ns.
+stopwatch_ns() {
+	sed -n 's/^STOPWATCH_NS=//p' "$1"
+}
+
+# The median of the numbers on stdin.
+median() {
+	sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+# --- 1. hit cost ---------------------------------------------------------------------------------
+
+# The fastest of $runs short runs: emulated time is the host's time, so every moment the host
+# takes QEMU off its CPU lands in a run; a short run has a chance to go through undisturbed.
+cat > /tmp/best.sh << EOF
+for _ in \$(seq $runs); do sysbench -n $calls; done | sort -n | head -n 1
+EOF
+
+measure() {
+	case $1 in
+	base) sh /tmp/best.sh ;;
+	jmp_empty | jmp_count | trap_empty)
+		case $1 in
+		jmp_empty) trapctl splice "$point" --call empty_handler --mechanism jmp > /dev/null ;;
+		jmp_count) trapctl splice "$point" --count --mechanism jmp > /dev/null ;;
+		trap_empty) trapctl splice "$point" --call empty_handler > /dev/null ;;
+		esac
+		sh /tmp/best.sh
+		trapctl unsplice "$point" > /dev/null
+		;;
+	fentry_empty) $fentry --empty $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
+	fentry_count) $fentry $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
+	esac
+}
+
+a=$(awk '$3 == "__x64_sys_getppid" { print $1 }' /proc/kallsyms)
+b=$(awk -v f=$fn '$3 == f { print $1 }' /proc/kallsyms)
+echo "PEERS_FENTRY_TARGET $fn at $b, __x64_sys_getppid at $a"
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "PEERS: $fn is not __x64_sys_getppid"; exit 1; }
+
+trapctl load /components/empty.o > /dev/null
+trapctl load /components/mss_clamp.o > /dev/null
+echo 0 > $tracing/tracing_on
+
+configs="base jmp_empty jmp_count trap_empty fentry_empty fentry_count"
+for c in $configs; do eval "min_$c=999999999"; done
+round=1
+while [ "$round" -le "$rounds" ]; do
+	line="PEERS_HIT_ROUND $round:"
+	for c in $configs; do
+		v=$(measure "$c")
+		line="$line $c=$v"
+		eval "[ \"$v\" -lt \"\$min_$c\" ] && min_$c=$v" || true
+	done
+	echo "$line"
+	round=$((round + 1))
+done
+cat /tmp/fentry.err
+echo "PEERS_HIT_CONFIG point=$point calls=$calls runs_per_round=$runs rounds=$rounds figure=fastest run of all rounds"
+for c in $configs; do
+	eval "v=\$min_$c"
+	echo "PEERS_NS_$(echo "$c" | tr a-z A-Z)=$v"
+done
+
+# The counting program ran exactly once per getppid(): sysbench makes calls + calls/10 + 1
+# (warm-up) + 1 (its expected parent) of them.
+check=20000
+$fentry $fn sysbench -n $check > /dev/null 2> /tmp/fentry.err
+cat /tmp/fentry.err
+hits=$(sed -n 's/^FENTRY_HITS=//p' /tmp/fentry.err)
+echo "PEERS_FENTRY_HITS=$hits expected=$((check + check / 10 + 2))"
+
+awk -v b="$min_base" -v je="$min_jmp_empty" -v jc="$min_jmp_count" -v te="$min_trap_empty" \
+	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" '
+function ratio(a, d) { return d == 0 ? "nan" : sprintf("%.2f", a / d) }
+BEGIN {
+	printf "PEERS_HIT_NS jmp_empty=%d jmp_count=%d trap_empty=%d fentry_empty=%d fentry_count=%d\n", \
+		je - b, jc - b, te - b, fe - b, fc - b
+	printf "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY=%s (goal <= 1.0)\n", ratio(je - b, fe - b)
+	printf "PEERS_RATIO_JMP_COUNT_TO_FENTRY_COUNT=%s\n", ratio(jc - b, fc - b)
+	printf "PEERS_RATIO_TRAP_EMPTY_TO_FENTRY_EMPTY=%s\n", ratio(te - b, fe - b)
+}'
+
+# --- 2. mass attach vs ftrace ------------------------------------------------------------------
+
+# Unique core-kernel names ftrace can trace (a name shared by several static functions would
+# select them all), in kallsyms order.
+grep -v '\[' $tracing/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
+awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
+awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms > /tmp/traceable
+echo "PEERS_TRACEABLE=$(wc -l < /tmp/traceable)"
+
+# The spec of count splices on the names in file $1, by mechanism $2.
+count_spec() {
+	awk -v m="$2" '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"%s\"\n", $1, m }' "$1"
+}
+
+echo 0 > /proc/sys/kernel/ftrace_enabled 2> /dev/null || true
+echo 1 > /proc/sys/kernel/ftrace_enabled 2> /dev/null || true
+for n in $sizes; do
+	# Candidates spread over the text; the first n that trapctl plans for jmp (a count splice
+	# at the entry, past the ftrace site), which trap then takes too.
+	want=$((n + n / 2))
+	step=$(( $(wc -l < /tmp/traceable) / want ))
+	[ "$step" -ge 1 ] || step=1
+	awk -v s="$step" 'NR % s == 0' /tmp/traceable > /tmp/cand
+	count_spec /tmp/cand jmp > /tmp/cand.toml
+	trapctl apply --check /tmp/cand.toml > /tmp/check.out 2> /dev/null || true
+	awk '$1 == "ok" { print $2 }' /tmp/check.out | head -n "$n" > /tmp/names_$n
+	got=$(wc -l < /tmp/names_$n)
+	echo "PEERS_MASS_CANDIDATES n=$n candidates=$(wc -l < /tmp/cand) planned=$(grep -c '^ok ' /tmp/check.out) used=$got"
+	[ "$got" -eq "$n" ] || { echo "PEERS: only $got of $n functions can be spliced"; exit 1; }
+	# ftrace's filter takes them by index (their line in available_filter_functions): by name,
+	# each name is matched against every record (1000 names took 134 s of emulated time).
+	awk 'NR == FNR { want[$1] = 1; next } ($1 in want) { print FNR }' /tmp/names_$n \
+		$tracing/available_filter_functions > /tmp/index_$n
+	sort /tmp/names_$n > /tmp/sorted_$n
+
+	# ftrace, round by round with trapvec's.
+	for r in $(seq 1 $mass_rounds); do
+		stopwatch cp /tmp/index_$n $tracing/set_ftrace_filter 2> /tmp/sw
+		filter_ns=$(stopwatch_ns /tmp/sw)
+		filtered=$(wc -l < $tracing/set_ftrace_filter)
+		sort $tracing/set_ftrace_filter | cmp -s - /tmp/sorted_$n ||
+			{ echo "PEERS: set_ftrace_filter does not hold the $n names written by index"; exit 1; }
+		echo function | stopwatch tee $tracing/current_tracer > /dev/null 2> /tmp/sw
+		enable_ns=$(stopwatch_ns /tmp/sw)
+		enabled=$(grep -c . $tracing/enabled_functions || true)
+		echo nop | stopwatch tee $tracing/current_tracer > /dev/null 2> /tmp/sw
+		disable_ns=$(stopwatch_ns /tmp/sw)
+		echo > $tracing/set_ftrace_filter
+		echo "PEERS_FTRACE_ROUND n=$n round=$r filter_ns=$filter_ns enable_ns=$enable_ns disable_ns=$disable_ns filtered=$filtered enabled=$enabled"
+		echo "$filter_ns" >> /tmp/ft_filter_$n
+		echo "$enable_ns" >> /tmp/ft_enable_$n
+		echo "$disable_ns" >> /tmp/ft_disable_$n
+		[ "$filtered" -eq "$n" ] || { echo "PEERS: set_ftrace_filter took $filtered of $n names"; exit 1; }
+		[ "$enabled" -ge "$n" ] || { echo "PEERS: the function tracer enabled $enabled of $n"; exit 1; }
+
+		for m in trap jmp; do
+			count_spec /tmp/names_$n $m > /tmp/mass.toml
+			if ! stopwatch trapctl apply --timings /tmp/mass.toml > /dev/null 2> /tmp/sw; then
+				# The module's 1 MiB code arena holds a few thousand trampolines: past that the
+				# batch is refused as a whole (nothing applied), a limit reported, not a failure.
+				grep -q 'arena of trapvec.ko is full' /tmp/sw ||
+					{ echo "PEERS: trapctl apply of $n $m splices failed:"; cat /tmp/sw; exit 1; }
+				echo "PEERS_TRAPVEC_REFUSED n=$n round=$r mechanism=$m: $(grep -o 'no repository memory.*' /tmp/sw)"
+				[ "$(trapctl list --json | grep -o '"mechanism"' | wc -l)" -eq 0 ] ||
+					{ echo "PEERS: a refused batch left splices behind"; exit 1; }
+				continue
+			fi
+			apply_ns=$(stopwatch_ns /tmp/sw)
+			commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+			live=$(trapctl list --json | grep -o '"mechanism"' | wc -l)
+			stopwatch trapctl unsplice --all > /dev/null 2> /tmp/sw
+			remove_ns=$(stopwatch_ns /tmp/sw)
+			echo "PEERS_TRAPVEC_MASS_ROUND n=$n round=$r mechanism=$m apply_ns=$apply_ns commit_ms=$commit_ms remove_ns=$remove_ns live=$live"
+			echo "$apply_ns" >> /tmp/tv_apply_${m}_$n
+			echo "$commit_ms" >> /tmp/tv_commit_${m}_$n
+			echo "$remove_ns" >> /tmp/tv_remove_${m}_$n
+			[ "$live" -eq "$n" ] || { echo "PEERS: trapctl list shows $live of $n splices"; exit 1; }
+		done
+	done
+	ff=$(median < /tmp/ft_filter_$n)
+	fe=$(median < /tmp/ft_enable_$n)
+	fd=$(median < /tmp/ft_disable_$n)
+	echo "PEERS_FTRACE_$n filter_ns=$ff enable_ns=$fe disable_ns=$fd (medians of $mass_rounds)"
+	for m in trap jmp; do
+		[ -s /tmp/tv_apply_${m}_$n ] || continue
+		ta=$(median < /tmp/tv_apply_${m}_$n)
+		tc=$(median < /tmp/tv_commit_${m}_$n)
+		tr=$(median < /tmp/tv_remove_${m}_$n)
+		echo "PEERS_TRAPVEC_${n}_$(echo $m | tr a-z A-Z) apply_ns=$ta commit_ms=$tc remove_ns=$tr (medians of $mass_rounds)"
+		awk -v ff="$ff" -v fe="$fe" -v ta="$ta" -v tc="$tc" -v n="$n" -v m="$m" 'BEGIN {
+			printf "PEERS_RATIO_%s_COMMIT_TO_FTRACE_ENABLE_%d=%.2f (goal <= 1.0 at 10000)\n", toupper(m), n, tc * 1e6 / fe
+			printf "PEERS_RATIO_%s_APPLY_TO_FTRACE_FILTER_ENABLE_%d=%.2f (goal <= 2.0 at 10000)\n", toupper(m), n, ta / (ff + fe)
+		}'
+	done
+done
+stopwatch true 2> /tmp/sw
+echo "PEERS_PROCESS_FLOOR_NS=$(stopwatch_ns /tmp/sw) (stopwatch true: fork + exec + wait)"
+
+# --- 3. hot swap vs livepatch ------------------------------------------------------------------
+
+lp=/sys/kernel/livepatch/tv_lp_mss
+mss() {
+	tcpmss
+}
+expect_mss() {
+	got=$(mss)
+	[ "$got" = "$2" ] || { echo "PEERS: $1: a new connection's MSS is $got, not $2"; exit 1; }
+}
+
+expect_mss "unpatched" 32741
+for r in $(seq 1 $swaps); do
+	livepatch_swap enable $lp_ko tv_lp_mss > /tmp/lp.out
+	[ "$(cat $lp/transition)" = 0 ] && [ "$(cat $lp/enabled)" = 1 ] || { echo "PEERS: livepatch not complete"; exit 1; }
+	expect_mss "livepatched" 948
+	livepatch_swap disable tv_lp_mss >> /tmp/lp.out
+	expect_mss "livepatch removed" 32741
+	echo "PEERS_LIVEPATCH_ROUND $r: $(tr '\n' ' ' < /tmp/lp.out)"
+	sed -n 's/^LP_TRANSITION_NS=//p' /tmp/lp.out >> /tmp/lp_enable
+	sed -n 's/^LP_LOAD_NS=//p' /tmp/lp.out >> /tmp/lp_load
+	sed -n 's/^LP_DISABLE_NS=//p' /tmp/lp.out >> /tmp/lp_disable
+	sed -n 's/^LP_UNLOAD_NS=//p' /tmp/lp.out >> /tmp/lp_unload
+
+	for m in trap jmp; do
+		printf '[[splice]]\nat = "tcp_sync_mss"\naction = "replace"\nhandler = "mss_clamp_tcp_sync_mss"\nmechanism = "%s"\n' \
+			$m > /tmp/replace.toml
+		stopwatch trapctl apply --timings /tmp/replace.toml > /dev/null 2> /tmp/sw
+		s=$(stopwatch_ns /tmp/sw)
+		c=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+		expect_mss "replaced by $m" 948
+		stopwatch trapctl unsplice tcp_sync_mss > /dev/null 2> /tmp/sw
+		u=$(stopwatch_ns /tmp/sw)
+		expect_mss "$m replacement removed" 32741
+		echo "PEERS_REPLACE_ROUND $r: mechanism=$m splice_ns=$s commit_ms=$c unsplice_ns=$u"
+		echo "$s" >> /tmp/rp_splice_$m
+		echo "$c" >> /tmp/rp_commit_$m
+		echo "$u" >> /tmp/rp_unsplice_$m
+	done
+done
+le=$(median < /tmp/lp_enable)
+ll=$(median < /tmp/lp_load)
+ld=$(median < /tmp/lp_disable)
+lu=$(median < /tmp/lp_unload)
+echo "PEERS_LIVEPATCH load_ns=$ll transition_ns=$le disable_ns=$ld unload_ns=$lu (medians of $swaps)"
+for m in trap jmp; do
+	s=$(median < /tmp/rp_splice_$m)
+	u=$(median < /tmp/rp_unsplice_$m)
+	c=$(median < /tmp/rp_commit_$m)
+	echo "PEERS_REPLACE_$(echo $m | tr a-z A-Z) splice_ns=$s commit_ms=$c unsplice_ns=$u (medians of $swaps)"
+	awk -v le="$le" -v ld="$ld" -v s="$s" -v c="$c" -v u="$u" -v m="$m" 'BEGIN {
+		printf "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_%s_SPLICE=%.1f (goal >= 20; the whole trapctl command)\n", toupper(m), le / s
+		printf "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_%s_COMMIT=%.1f (goal >= 20; the commit, from --timings)\n", toupper(m), le / (c * 1e6)
+		printf "PEERS_RATIO_LIVEPATCH_DISABLE_TO_%s_UNSPLICE=%.1f\n", toupper(m), ld / u
+	}'
+done
+
+# Time per loopback connection (each makes a few tcp_sync_mss() calls; `trapctl list` counts
+# them for the trap replacement), rounds over the configurations in turn, fastest round.
+conn_ns() {
+	stopwatch tcpmss -n "$conns" > /dev/null 2> /tmp/sw
+	echo $(( $(stopwatch_ns /tmp/sw) / conns ))
+}
+for c in none livepatch trap jmp; do eval "cmin_$c=999999999999"; done
+for r in $(seq 1 $swaps); do
+	line="PEERS_CONN_ROUND $r:"
+	for c in none livepatch trap jmp; do
+		case $c in
+		livepatch) livepatch_swap enable $lp_ko tv_lp_mss > /dev/null ;;
+		trap | jmp) trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss --mechanism $c > /dev/null ;;
+		esac
+		v=$(conn_ns)
+		if [ "$c" = trap ]; then
+			calls_per_conn=$(trapctl list --json | sed -n 's/.*"hits": *\([0-9]*\).*/\1/p' | head -n 1)
+		fi
+		case $c in
+		livepatch) livepatch_swap disable tv_lp_mss > /dev/null ;;
+		trap | jmp) trapctl unsplice tcp_sync_mss > /dev/null ;;
+		esac
+		line="$line $c=$v"
+		eval "[ \"$v\" -lt \"\$cmin_$c\" ] && cmin_$c=$v" || true
+	done
+	echo "$line"
+done
+echo "PEERS_CONN_NS none=$cmin_none livepatch=$cmin_livepatch trap=$cmin_trap jmp=$cmin_jmp (connections=$conns, fastest of $swaps; tcp_sync_mss calls in $conns connections: ${calls_per_conn:-unknown})"
+awk -v b="$cmin_none" -v l="$cmin_livepatch" -v j="$cmin_jmp" 'BEGIN {
+	if (j - b > 0 && l - b >= 0.05 * b)
+		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=%.2f (goal <= 1.0; overheads over unpatched)\n", (j - b) / (l - b)
+	else
+		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=nan (overheads livepatch %d ns, jmp %d ns: within the noise)\n", l - b, j - b
+}'
+echo 1 > $tracing/tracing_on
+echo "PEERS_DONE"
