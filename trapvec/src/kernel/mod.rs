@@ -345,7 +345,7 @@ impl KernelTarget {
             )));
         }
         let symbols = kallsyms::parse(kallsyms_text)
-            .map_err(|e| TargetError::Other(format!("kernel symbols from {KALLSYMS_PATH}: {e}")))?;
+            .map_err(|source| TargetError::Kallsyms { path: KALLSYMS_PATH, source })?;
         // The module validates its parameter; a vector that is no system vector here means a
         // module this program does not understand.
         let trap_vector = u8::try_from(raw.vector).ok().filter(|&v| v >= 0x20).ok_or_else(|| {
