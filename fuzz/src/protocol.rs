@@ -33,7 +33,7 @@ pub fn run(data: &[u8]) {
             assert_eq!(&back, r, "splice `{line}` prints as `{flat}`, which reads as another splice");
             let at = &r.at;
             if let Err(e) = at.parse::<PointSpec>() {
-                assert_sentence("point", &e.to_string());
+                assert_sentence("point", &trapvec::error_chain(&e));
             }
         }
     }
