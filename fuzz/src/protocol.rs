@@ -17,7 +17,7 @@ pub fn run(data: &[u8]) {
         let req = match Request::parse(line) {
             Ok(r) => r,
             Err(e) => {
-                assert_sentence("request", &e);
+                assert_sentence("request", &trapvec::error_chain(&e));
                 continue;
             }
         };

@@ -35,6 +35,7 @@ pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, Bas
 pub use error::{AnalysisError, PlanError, Refusal, SpecError};
 pub use plan::{
     plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, SiteVerdict, Springboard,
+    UnknownMechanism,
 };
 pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;

@@ -53,14 +53,27 @@ pub enum Request {
     Activate { profile: String },
 }
 
+/// Why a request line is not a request; its [`trapvec::error_chain`] is the reply's message.
+#[derive(Debug, thiserror::Error)]
+pub enum BadRequest {
+    #[error("bad request")]
+    Json(#[source] serde_json::Error),
+    #[error("bad request: unsplice needs `at` or `\"all\": true`")]
+    UnspliceWhat,
+    #[error("bad request: unsplice takes `at` or `\"all\": true`, not both")]
+    UnspliceBoth,
+    #[error("bad request: apply takes `best_effort` or `check`, not both")]
+    ApplyBoth,
+}
+
 impl Request {
-    /// Parse one line; the error is the reply's message.
-    pub fn parse(line: &str) -> Result<Request, String> {
-        let req: Request = serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))?;
+    /// Parse one line.
+    pub fn parse(line: &str) -> Result<Request, BadRequest> {
+        let req: Request = serde_json::from_str(line).map_err(BadRequest::Json)?;
         match &req {
-            Request::Unsplice { at: None, all: false } => Err("bad request: unsplice needs `at` or `\"all\": true`".into()),
-            Request::Unsplice { at: Some(_), all: true } => Err("bad request: unsplice takes `at` or `\"all\": true`, not both".into()),
-            Request::Apply { best_effort: true, check: true, .. } => Err("bad request: apply takes `best_effort` or `check`, not both".into()),
+            Request::Unsplice { at: None, all: false } => Err(BadRequest::UnspliceWhat),
+            Request::Unsplice { at: Some(_), all: true } => Err(BadRequest::UnspliceBoth),
+            Request::Apply { best_effort: true, check: true, .. } => Err(BadRequest::ApplyBoth),
             _ => Ok(req),
         }
     }
@@ -110,7 +123,7 @@ mod tests {
 
     #[test]
     fn malformed_requests_are_errors_that_name_the_problem() {
-        let e = |l: &str| Request::parse(l).unwrap_err();
+        let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
         assert!(e(r#"{"op":"frobnicate"}"#).contains("frobnicate"));
         assert!(e(r#"{"op":"unsplice"}"#).contains("needs `at`"));
         assert!(e(r#"{"op":"unsplice","at":"f","all":true}"#).contains("not both"));
@@ -148,7 +161,7 @@ mod tests {
             Request::parse(r#"{"op":"splice","at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap(),
             Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap })
         );
-        let e = |l: &str| Request::parse(l).unwrap_err();
+        let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
         assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"jump"}"#).contains("unknown action `jump`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"count","extra":1}"#).contains("extra"));
