@@ -57,7 +57,7 @@ pub fn run(data: &[u8]) {
         _ => {
             let text = String::from_utf8_lossy(rest);
             if let Err(e) = parse_kallsyms_dump(&text) {
-                assert_sentence("parse_kallsyms_dump", &e);
+                assert_sentence("parse_kallsyms_dump", &trapvec::error_chain(&e));
             }
         }
     }
