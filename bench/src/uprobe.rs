@@ -151,10 +151,10 @@ impl Drop for Probe {
     fn drop(&mut self) {
         let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
         if let Err(e) = append(&enable, "0\n") {
-            log::warn!("disabling the uprobe: {e}");
+            log::warn!("disabling the uprobe: {}", trapvec::error_chain(&e));
         }
         if let Err(e) = append(&self.dir.join("uprobe_events"), &format!("-:{GROUP}/{}\n", self.event)) {
-            log::warn!("removing the uprobe: {e}");
+            log::warn!("removing the uprobe: {}", trapvec::error_chain(&e));
         }
         if self.mounted {
             unmount();

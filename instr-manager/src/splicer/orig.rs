@@ -108,7 +108,7 @@ impl<T: Target> Splicer<T> {
             if let Some(stub) = self.orig.get(&s.point.function.name) {
                 let v = if on { replay } else { stub.function };
                 if let Err(e) = self.target.write(&stub.slot, 0, &v.to_le_bytes()) {
-                    log::warn!("original trampoline slot of {}: {e}", s.point.function.name);
+                    log::warn!("original trampoline slot of {}: {}", s.point.function.name, trapvec::error_chain(&e));
                 }
             }
         }
