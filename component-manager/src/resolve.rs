@@ -54,9 +54,10 @@ pub enum ResolveError {
     Unresolved { symbols: Vec<String> },
     #[error("symbol {symbol}: {reason}")]
     Extra { symbol: String, reason: String },
-    /// What the caller's hook makes for `symbol` (in [`ExtraSymbols::make`]) failed in the target.
+    /// What the caller's hook makes for `symbol` (in [`ExtraSymbols::make`]) failed in the target
+    /// (boxed: errors travel by value, and this is the largest).
     #[error("symbol {symbol}: making {what}")]
-    Make { symbol: String, what: String, #[source] source: trapvec::TargetError },
+    Make { symbol: String, what: String, #[source] source: Box<trapvec::TargetError> },
 }
 
 /// A global symbol exported by a loaded component.

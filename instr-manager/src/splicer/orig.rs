@@ -56,7 +56,7 @@ impl ExtraSymbols for OrigStubs<'_> {
             let stub = make_orig_stub(target, sym.addr, current).map_err(|(what, source)| ResolveError::Make {
                 symbol: name.to_string(),
                 what: format!("the original trampoline of `{func}`: {what}"),
-                source,
+                source: Box::new(source),
             })?;
             log::debug!("original trampoline of {func} at {:#x} (slot {:#x} = {current:#x})", stub.code.addr, stub.slot.addr);
             self.orig.insert(func.to_string(), stub);
