@@ -220,7 +220,7 @@ fn apply_ready(state: &mut crate::State, why: &str) {
     let splicer = &mut state.splicer;
     let requests: Vec<SpliceRequest> = ready.iter().map(|&i| state.deferred[i].request.clone()).collect();
     log::debug!("{why}: applying {} deferred splices", requests.len());
-    let result = splicer.target_mut().refresh_symbols().map_err(|e| e.to_string()).and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| crate::error_chain(&e)));
+    let result = splicer.target_mut().refresh_symbols().map_err(|e| trapvec::error_chain(&e)).and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| trapvec::error_chain(&e)));
     match result {
         Ok((_, made)) => {
             let ids = made.splices;
@@ -392,7 +392,7 @@ fn close(handle: *mut c_void) -> c_int {
                 }
             }
             Err(e) => {
-                eprintln!("trapvec: dlclose: cannot remove the deferred splices of the library: {}; it stays loaded", crate::error_chain(&e));
+                eprintln!("trapvec: dlclose: cannot remove the deferred splices of the library: {}; it stays loaded", trapvec::error_chain(&e));
                 refused = true;
             }
         }

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use instr_manager::ops::{self, SpliceRow};
 use instr_manager::spec::Spec;
 use instr_manager::splicer::{SpliceId, Splicer};
+use trapvec::error_chain;
 use trapvec::process::ProcessTarget;
 
 /// Exit status of a program whose spec could not be applied.
@@ -91,8 +92,8 @@ extern "C" fn trapvec_agent_init() {
     children::forget_spec_for_exec();
     let spec_path = std::path::PathBuf::from(spec_path);
     let result = (|| -> Result<State, String> {
-        let spec = Spec::from_path(&spec_path).map_err(|e| e.to_string())?;
-        let target = ProcessTarget::new().map_err(|e| e.to_string())?;
+        let spec = Spec::from_path(&spec_path).map_err(|e| error_chain(&e))?;
+        let target = ProcessTarget::new().map_err(|e| error_chain(&e))?;
         let mut splicer = Splicer::new(target);
         // Points in libraries not loaded yet wait for their dlopen; the others are applied now.
         let loaded = deferred::loaded_objects();
@@ -168,20 +169,6 @@ extern "C" fn trapvec_agent_init() {
 
 extern "C" fn after_fork_in_child() {
     FORK_PID.store(std::process::id(), SeqCst);
-}
-
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 extern "C" fn trapvec_agent_exit() {

@@ -18,7 +18,7 @@ pub enum BatchError {
     Fixture(#[from] FixtureError),
     #[error(transparent)]
     Session(Box<SessionError>),
-    #[error("{what} the batch of {n} splices: {source}")]
+    #[error("{what} the batch of {n} splices")]
     Splice {
         what: &'static str,
         n: usize,

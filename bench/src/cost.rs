@@ -34,14 +34,14 @@ pub enum CostError {
     Fixture(#[from] FixtureError),
     #[error(transparent)]
     Session(Box<SessionError>),
-    #[error("{what} failed: {source}")]
+    #[error("{what} failed")]
     Signal {
         what: &'static str,
         #[source]
         source: std::io::Error,
     },
-    #[error("switching the uprobe: {why}")]
-    Uprobe { why: String },
+    #[error("switching the uprobe")]
+    Uprobe(#[source] uprobe::UprobeError),
 }
 
 impl From<SessionError> for CostError {
@@ -178,7 +178,8 @@ impl CostTable {
         bar.finish_and_clear();
         match r {
             Ok(v) => self.vm = Some(v),
-            Err(why) => {
+            Err(e) => {
+                let why = trapvec::error_chain(&e);
                 log::warn!("kernel rows: {why}");
                 self.vm_unavailable = Some(why.lines().next().unwrap_or_default().to_string());
             }
@@ -259,7 +260,7 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         match uprobe::file_offset(&fx.so, "bench_target2").and_then(|o| uprobe::Probe::add(&fx.so, o)) {
             Ok(p) => Some(p),
             Err(why) => {
-                uprobe_unavailable = Some(why);
+                uprobe_unavailable = Some(trapvec::error_chain(&why));
                 None
             }
         }
@@ -281,9 +282,9 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         let i3 = timing::round(slow, &mut int3_t);
         check(int3_restore(), "restoring the SIGTRAP handler")?;
         if let Some(p) = &probe {
-            p.set_enabled(true).map_err(|why| CostError::Uprobe { why })?;
+            p.set_enabled(true).map_err(CostError::Uprobe)?;
             let u = timing::round(slow, &mut call2);
-            p.set_enabled(false).map_err(|why| CostError::Uprobe { why })?;
+            p.set_enabled(false).map_err(CostError::Uprobe)?;
             if keep {
                 uprobe_r.push(u);
             }
@@ -328,8 +329,17 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
     })
 }
 
+/// Reading a saved table failed.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("cannot read {path}")]
+    Read { path: std::path::PathBuf, #[source] source: std::io::Error },
+    #[error("{path} is not a cost table")]
+    Decode { path: std::path::PathBuf, #[source] source: serde_json::Error },
+}
+
 /// Read a table written by `bench cost --json` (or the report's `cost.json`).
-pub fn load(path: &Path) -> Result<CostTable, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn load(path: &Path) -> Result<CostTable, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+    serde_json::from_str(&text).map_err(|source| LoadError::Decode { path: path.to_path_buf(), source })
 }

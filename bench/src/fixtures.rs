@@ -13,11 +13,11 @@ use thiserror::Error;
 /// Building or loading the fixtures failed.
 #[derive(Debug, Error)]
 pub enum FixtureError {
-    #[error("cannot run cc: {0}")]
+    #[error("cannot run cc")]
     NoCompiler(#[source] std::io::Error),
     #[error("cc failed building the {what}: {stderr}")]
     Compile { what: &'static str, stderr: String },
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io {
         path: PathBuf,
         #[source]

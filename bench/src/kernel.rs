@@ -25,14 +25,14 @@ const MD5: &str = "BENCH-KALLSYMS-MD5 ";
 
 #[derive(Debug, Error)]
 pub enum KernelError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("no kernel image: {0}")]
-    NoImage(String),
+    #[error("no kernel image")]
+    NoImage(#[source] vmtest::host::HostError),
     #[error(transparent)]
     Extract(#[from] ExtractError),
     #[error(transparent)]
@@ -41,8 +41,14 @@ pub enum KernelError {
     Mismatch { source_name: String, image: String, ksize: u64, esize: u64 },
     #[error("kallsyms {source_name} lacks `{symbol}`")]
     MissingSymbol { source_name: String, symbol: &'static str },
-    #[error("booting {version} in the VM for its kallsyms: {reason}")]
-    Vm { version: String, reason: String },
+    #[error("booting {version} in the VM for its kallsyms: writing the scenario")]
+    VmScenario { version: String, #[source] source: std::io::Error },
+    #[error("booting {version} in the VM for its kallsyms")]
+    VmRun { version: String, #[source] source: Box<vmtest::runner::RunError> },
+    #[error("booting {version} in the VM for its kallsyms: {summary}")]
+    VmFailed { version: String, summary: String },
+    #[error("the kallsyms of {version} on the VM's console")]
+    VmDump { version: String, #[source] source: DumpError },
     #[error("{image} is not called vmlinuz-<version>: give its kallsyms with --kallsyms")]
     NeedKallsyms { image: PathBuf },
     #[error("no network driver `{name}` under {dir}")]
@@ -67,7 +73,7 @@ impl KernelImage {
         let vmlinuz = match path {
             Some(p) => p.to_path_buf(),
             None => vmtest::host::newest_image(Path::new(vmtest::host::BOOT_DIR))
-                .map_err(|e| KernelError::NoImage(e.to_string()))?,
+                .map_err(KernelError::NoImage)?,
         };
         let version = vmlinuz
             .file_name()
@@ -195,13 +201,26 @@ pub fn kallsyms_scenario() -> String {
     format!("echo {MD5}$(md5sum /proc/kallsyms | cut -d' ' -f1)\necho {BEGIN}\ngzip -c /proc/kallsyms | base64\necho {END}\n")
 }
 
+/// Why a console log holds no intact kallsyms dump.
+#[derive(Debug, Error)]
+pub enum DumpError {
+    #[error("no {MD5}line")]
+    NoMd5,
+    #[error("the dump is not base64 (console noise inside it?)")]
+    NotBase64,
+    #[error("gunzip of the dump")]
+    Gunzip(#[source] std::io::Error),
+    #[error("MD5 {got} of the dump differs from the guest's {expected}")]
+    Md5 { got: String, expected: String },
+}
+
 /// Read the kallsyms dump of [`kallsyms_scenario`] out of a console log.
-pub fn parse_kallsyms_dump(console: &str) -> Result<String, String> {
+pub fn parse_kallsyms_dump(console: &str) -> Result<String, DumpError> {
     use std::io::Read;
     let md5 = console
         .lines()
         .find_map(|l| l.trim_end().split_once(MD5).map(|(_, m)| m.trim().to_string()))
-        .ok_or("no MD5 line")?;
+        .ok_or(DumpError::NoMd5)?;
     let mut b64 = String::new();
     let mut inside = false;
     for line in console.lines() {
@@ -214,21 +233,22 @@ pub fn parse_kallsyms_dump(console: &str) -> Result<String, String> {
             b64.push_str(line.trim());
         }
     }
-    let gz = base64_decode(&b64).ok_or("the dump is not base64 (console noise inside it?)")?;
+    let gz = base64_decode(&b64).ok_or(DumpError::NotBase64)?;
     let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut text).map_err(|e| format!("gunzip: {e}"))?;
+    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut text).map_err(DumpError::Gunzip)?;
     let got = md5_hex(text.as_bytes());
     if got != md5 {
-        return Err(format!("MD5 {got} of the dump differs from the guest's {md5}"));
+        return Err(DumpError::Md5 { got, expected: md5 });
     }
     Ok(text)
 }
 
 fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<String, KernelError> {
-    let vm_err = |reason: String| KernelError::Vm { version: version.to_string(), reason };
-    let dir = tempfile::tempdir().map_err(|e| vm_err(e.to_string()))?;
+    let version = version.to_string();
+    let scenario_err = |source| KernelError::VmScenario { version: version.clone(), source };
+    let dir = tempfile::tempdir().map_err(scenario_err)?;
     let scenario = dir.path().join("kallsyms.sh");
-    std::fs::write(&scenario, kallsyms_scenario()).map_err(|e| vm_err(e.to_string()))?;
+    std::fs::write(&scenario, kallsyms_scenario()).map_err(scenario_err)?;
     let opts = vmtest::runner::RunOptions {
         repo: repo.to_path_buf(),
         scenario,
@@ -244,11 +264,12 @@ fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<Strin
     };
     eprintln!("bench: booting {version} in the VM (vmtest) for its /proc/kallsyms ...");
     let mut console = Vec::new();
-    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| vm_err(e.to_string()))?;
+    let report = vmtest::runner::run(&opts, &mut console)
+        .map_err(|e| KernelError::VmRun { version: version.clone(), source: Box::new(e) })?;
     if report.exit_code() != 0 {
-        return Err(vm_err(report.summary(opts.timeout)));
+        return Err(KernelError::VmFailed { version, summary: report.summary(opts.timeout) });
     }
-    parse_kallsyms_dump(&String::from_utf8_lossy(&console)).map_err(vm_err)
+    parse_kallsyms_dump(&String::from_utf8_lossy(&console)).map_err(|source| KernelError::VmDump { version, source })
 }
 
 /// Build the vmlinux image: extract, get and check kallsyms, NOP the ftrace sites.
@@ -417,7 +438,7 @@ mod tests {
         );
         assert_eq!(parse_kallsyms_dump(&console).unwrap(), text);
         let bad = console.replace(&md5_hex(text.as_bytes()), "00");
-        assert!(parse_kallsyms_dump(&bad).unwrap_err().contains("differs"));
+        assert!(matches!(parse_kallsyms_dump(&bad).unwrap_err(), DumpError::Md5 { got, .. } if got == md5_hex(text.as_bytes())));
     }
 
     fn base64_encode_for_test(data: &[u8]) -> String {

@@ -158,7 +158,7 @@ struct CodeArgs {
     net_drivers: Vec<String>,
     /// Groups of vmlinux by symbol, NAME=GLOB[,GLOB...] (repeatable); default: scheduler, slab
     /// allocator, page allocator, TCP.
-    #[arg(long = "group", value_parser = parse_group)]
+    #[arg(long = "group", value_parser = Group::parse)]
     groups: Vec<Group>,
     /// Other ELF files to analyse (executables, shared objects, .o, .ko).
     #[arg(long = "elf")]
@@ -169,10 +169,6 @@ struct CodeArgs {
     /// Cache of extracted vmlinux and kallsyms files.
     #[arg(long)]
     cache: Option<PathBuf>,
-}
-
-fn parse_group(s: &str) -> Result<Group, String> {
-    Group::parse(s).map_err(|e| e.to_string())
 }
 
 impl CodeArgs {
@@ -205,9 +201,19 @@ impl From<Mech> for instr_manager::Mechanism {
     }
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).init();
-    match Cli::parse().cmd {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {}", trapvec::error_chain(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
         Cmd::Cost { cost, json } => {
             let mut t = cost::measure(cost.iters, cost.rounds, !cost.no_uprobe)?;
             if cost.vm {
@@ -265,7 +271,7 @@ fn main() -> Result<()> {
         Cmd::Plan { code, functions, whole_kernel, points, costs, cost, json } => {
             let loaded = sets::load(&code.options())?;
             let costs = match costs {
-                Some(p) => cost::load(&p).map_err(anyhow::Error::msg)?.hit_costs(),
+                Some(p) => cost::load(&p)?.hit_costs(),
                 None => {
                     eprintln!("bench: measuring the cycle costs (bench cost) ...");
                     cost::measure(cost.iters, cost.rounds, false)?.hit_costs()

@@ -53,13 +53,13 @@ pub enum ReportError {
     Plot(#[from] PlotError),
     #[error(transparent)]
     Speed(#[from] SpeedError),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("serialising {what}: {source}")]
+    #[error("serialising {what}")]
     Json {
         what: &'static str,
         #[source]

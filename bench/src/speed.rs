@@ -17,6 +17,8 @@ use instr_manager::image::CodeImage;
 pub enum SpeedError {
     #[error("objdump -d {file}: {reason}")]
     Objdump { file: String, reason: String },
+    #[error("objdump -d {file}: cannot run objdump")]
+    Spawn { file: String, #[source] source: std::io::Error },
 }
 
 /// Counts of one full analysis.
@@ -136,7 +138,7 @@ pub fn objdump(file: &Path) -> Result<Duration, SpeedError> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .status()
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|source| SpeedError::Spawn { file: file.display().to_string(), source })?;
     if !status.success() {
         return Err(err(format!("exited with {status}")));
     }

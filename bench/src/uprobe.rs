@@ -4,7 +4,7 @@
 //!
 //! Needs root, tracefs and `CONFIG_UPROBE_EVENTS`. When tracefs is not mounted and we are root,
 //! it is mounted at `/sys/kernel/tracing` for the measurement and unmounted afterwards. Every
-//! failure is returned as the sentence the report prints in place of the row.
+//! failure is an [`UprobeError`], whose chain the report prints in place of the row.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -16,15 +16,38 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 const GROUP: &str = "trapvec_bench";
 
+/// Why a uprobe cannot be placed or switched; each names the file, symbol or tracefs path.
+#[derive(Debug, thiserror::Error)]
+pub enum UprobeError {
+    #[error("cannot read {path}")]
+    Read { path: PathBuf, #[source] source: std::io::Error },
+    #[error("{path}")]
+    Parse { path: PathBuf, #[source] source: object::Error },
+    #[error("no symbol `{symbol}` in {path}")]
+    NoSymbol { symbol: String, path: PathBuf },
+    #[error("`{symbol}` at {addr:#x} is in no segment of {path}")]
+    NoSegment { symbol: String, addr: u64, path: PathBuf },
+    #[error("opening {path}")]
+    Open { path: PathBuf, #[source] source: std::io::Error },
+    #[error("writing `{line}` to {path}")]
+    Write { line: String, path: PathBuf, #[source] source: std::io::Error },
+    #[error("tracefs is not mounted and mounting it at {TRACEFS} failed")]
+    Mount(#[source] std::io::Error),
+    #[error("not root: uprobe_events needs root")]
+    NotRoot,
+    #[error("tracefs has no uprobe_events (kernel without CONFIG_UPROBE_EVENTS)")]
+    NoUprobeEvents,
+}
+
 /// The file offset of `symbol` in the ELF at `path` (what `uprobe_events` wants).
-pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, UprobeError> {
+    let data = std::fs::read(path).map_err(|source| UprobeError::Read { path: path.to_path_buf(), source })?;
+    let file = object::File::parse(&*data).map_err(|source| UprobeError::Parse { path: path.to_path_buf(), source })?;
     let sym = file
         .symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(symbol))
-        .ok_or_else(|| format!("no symbol `{symbol}` in {}", path.display()))?;
+        .ok_or_else(|| UprobeError::NoSymbol { symbol: symbol.to_string(), path: path.to_path_buf() })?;
     let addr = sym.address();
     for seg in file.segments() {
         let (off, _) = seg.file_range();
@@ -32,7 +55,7 @@ pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, String> {
             return Ok(addr - seg.address() + off);
         }
     }
-    Err(format!("`{symbol}` at {addr:#x} is in no segment of {}", path.display()))
+    Err(UprobeError::NoSegment { symbol: symbol.to_string(), addr, path: path.to_path_buf() })
 }
 
 /// A live uprobe with its trace event enabled.
@@ -42,31 +65,34 @@ pub struct Probe {
     mounted: bool,
 }
 
-fn append(path: &Path, line: &str) -> Result<(), String> {
-    let mut f = OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(line.as_bytes()).map_err(|e| format!("writing `{}` to {}: {e}", line.trim(), path.display()))
+fn append(path: &Path, line: &str) -> Result<(), UprobeError> {
+    let mut f =
+        OpenOptions::new().append(true).open(path).map_err(|source| UprobeError::Open { path: path.to_path_buf(), source })?;
+    f.write_all(line.as_bytes()).map_err(|source| UprobeError::Write {
+        line: line.trim().to_string(),
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
-fn mount_tracefs() -> Result<(), String> {
-    let target = std::ffi::CString::new(TRACEFS).map_err(|e| e.to_string())?;
-    let fstype = std::ffi::CString::new("tracefs").map_err(|e| e.to_string())?;
+fn mount_tracefs() -> Result<(), UprobeError> {
+    let target = c"/sys/kernel/tracing";
+    debug_assert_eq!(target.to_bytes(), TRACEFS.as_bytes());
+    let fstype = c"tracefs";
     // SAFETY: all three strings are NUL-terminated and outlive the call; data is null.
     let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
     if rc != 0 {
-        return Err(format!(
-            "tracefs is not mounted and mounting it at {TRACEFS} failed: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(UprobeError::Mount(std::io::Error::last_os_error()));
     }
     Ok(())
 }
 
 impl Probe {
     /// Probe `path` at file offset `offset`.
-    pub fn add(path: &Path, offset: u64) -> Result<Probe, String> {
+    pub fn add(path: &Path, offset: u64) -> Result<Probe, UprobeError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            return Err("not root: uprobe_events needs root".into());
+            return Err(UprobeError::NotRoot);
         }
         let mut mounted = false;
         let dir = if Path::new(TRACEFS).join("uprobe_events").exists() {
@@ -78,7 +104,7 @@ impl Probe {
             mounted = true;
             if !Path::new(TRACEFS).join("uprobe_events").exists() {
                 unmount();
-                return Err("tracefs has no uprobe_events (kernel without CONFIG_UPROBE_EVENTS)".into());
+                return Err(UprobeError::NoUprobeEvents);
             }
             PathBuf::from(TRACEFS)
         };
@@ -95,7 +121,7 @@ impl Probe {
     }
 
     /// Turn the trace event (and so the probe) on or off.
-    pub fn set_enabled(&self, on: bool) -> Result<(), String> {
+    pub fn set_enabled(&self, on: bool) -> Result<(), UprobeError> {
         let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
         append(&enable, if on { "1\n" } else { "0\n" })
     }
@@ -125,10 +151,10 @@ impl Drop for Probe {
     fn drop(&mut self) {
         let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
         if let Err(e) = append(&enable, "0\n") {
-            log::warn!("disabling the uprobe: {e}");
+            log::warn!("disabling the uprobe: {}", trapvec::error_chain(&e));
         }
         if let Err(e) = append(&self.dir.join("uprobe_events"), &format!("-:{GROUP}/{}\n", self.event)) {
-            log::warn!("removing the uprobe: {e}");
+            log::warn!("removing the uprobe: {}", trapvec::error_chain(&e));
         }
         if self.mounted {
             unmount();

@@ -41,17 +41,36 @@ fn name_of(key: &str) -> &'static str {
     }
 }
 
+/// Why the kernel rows could not be measured; each names the line, row or step at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum VmCostError {
+    #[error("bad row line `{line}`")]
+    BadRow { line: String },
+    #[error("bad time in `{line}`")]
+    BadTime { line: String },
+    #[error("the guest printed no `{row}` row")]
+    MissingRow { row: &'static str },
+    #[error("writing the scenario")]
+    Scenario(#[source] std::io::Error),
+    #[error("running the scenario in the VM")]
+    Run(#[source] Box<vmtest::runner::RunError>),
+    #[error("{summary}")]
+    Failed { summary: String },
+}
+
 impl VmCost {
     /// Read the `BENCH-VM-*` lines of a console log.
-    pub fn parse(console: &str, kernel: &str) -> Result<VmCost, String> {
+    pub fn parse(console: &str, kernel: &str) -> Result<VmCost, VmCostError> {
         let mut rows = Vec::new();
         let mut notes = Vec::new();
         for line in console.lines() {
             let line = line.trim_end_matches('\r');
             if let Some(rest) = line.split_once("BENCH-VM-ROW ").map(|(_, r)| r) {
                 let mut f = rest.split_whitespace();
-                let (Some(key), Some(ns)) = (f.next(), f.next()) else { return Err(format!("bad row line `{line}`")) };
-                let ns: f64 = ns.parse().map_err(|_| format!("bad time in `{line}`"))?;
+                let (Some(key), Some(ns)) = (f.next(), f.next()) else {
+                    return Err(VmCostError::BadRow { line: line.to_string() });
+                };
+                let ns: f64 = ns.parse().map_err(|_| VmCostError::BadTime { line: line.to_string() })?;
                 rows.push(VmRow { key: key.to_string(), name: name_of(key).to_string(), ns });
             } else if let Some(rest) = line.split_once("BENCH-VM-NOTE ").map(|(_, r)| r) {
                 notes.push(rest.to_string());
@@ -59,7 +78,7 @@ impl VmCost {
         }
         for need in ["unpatched", "jmp_rel32", "trap", "kprobe"] {
             if !rows.iter().any(|r| r.key == need) {
-                return Err(format!("the guest printed no `{need}` row"));
+                return Err(VmCostError::MissingRow { row: need });
             }
         }
         Ok(VmCost { kernel: kernel.to_string(), point: "__x64_sys_getppid+5".into(), rows, notes })
@@ -107,10 +126,10 @@ impl VmCost {
 }
 
 /// Boot the newest cloud kernel (or `kernel`) with the module and run the scenario.
-pub fn measure(repo: &Path, kernel: Option<PathBuf>) -> Result<VmCost, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+pub fn measure(repo: &Path, kernel: Option<PathBuf>) -> Result<VmCost, VmCostError> {
+    let dir = tempfile::tempdir().map_err(VmCostError::Scenario)?;
     let scenario = dir.path().join("kernel_cost.sh");
-    std::fs::write(&scenario, SCENARIO).map_err(|e| e.to_string())?;
+    std::fs::write(&scenario, SCENARIO).map_err(VmCostError::Scenario)?;
     let opts = vmtest::runner::RunOptions {
         repo: repo.to_path_buf(),
         scenario,
@@ -125,9 +144,9 @@ pub fn measure(repo: &Path, kernel: Option<PathBuf>) -> Result<VmCost, String> {
         memory_mib: 512,
     };
     let mut console = Vec::new();
-    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| e.to_string())?;
+    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| VmCostError::Run(Box::new(e)))?;
     if report.exit_code() != 0 {
-        return Err(report.summary(opts.timeout));
+        return Err(VmCostError::Failed { summary: report.summary(opts.timeout) });
     }
     VmCost::parse(&String::from_utf8_lossy(&console), &report.kernel_version)
 }
@@ -152,6 +171,7 @@ mod tests {
     #[test]
     fn a_missing_row_is_an_error_naming_it() {
         let err = VmCost::parse("BENCH-VM-ROW unpatched 1\nBENCH-VM-ROW trap 2\n", "k").unwrap_err();
-        assert_eq!(err, "the guest printed no `jmp_rel32` row");
+        assert!(matches!(err, VmCostError::MissingRow { row: "jmp_rel32" }), "{err}");
+        assert_eq!(err.to_string(), "the guest printed no `jmp_rel32` row");
     }
 }

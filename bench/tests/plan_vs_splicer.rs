@@ -41,7 +41,7 @@ fn plan_agrees_with_the_splicer_at_every_boundary_of_the_fixture() {
                 }
                 (Err(_), Err(SessionError::Splice(SpliceError::Refused { .. }))) => {}
                 (want, Ok(_)) => panic!("{at}: plan says trap {want:?}, the splicer spliced it"),
-                (want, Err(e)) => panic!("{at}: plan says trap {want:?}, the splicer: {e}"),
+                (want, Err(e)) => panic!("{at}: plan says trap {want:?}, the splicer: {}", trapvec::error_chain(&e)),
             }
 
             let jmp = session.splice_call(&at, &comp, "empty_handler", Mechanism::Jmp);
@@ -61,7 +61,7 @@ fn plan_agrees_with_the_splicer_at_every_boundary_of_the_fixture() {
                     jmp_kinds[usize::from(kind == JmpKind::Rel8Springboard)] += 1;
                     drop(h);
                 }
-                (kind, Err(e)) => panic!("{at}: plan says {kind:?}, the splicer refused: {e}"),
+                (kind, Err(e)) => panic!("{at}: plan says {kind:?}, the splicer refused: {}", trapvec::error_chain(&e)),
             }
             checked += 1;
         }

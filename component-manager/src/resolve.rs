@@ -33,8 +33,8 @@ pub trait ExtraSymbols {
     }
 
     /// Part of the pure resolution pass (the target is only read). `None`: not mine, keep
-    /// searching. `Some(Err(reason))`: mine, but it cannot be had.
-    fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, String>>;
+    /// searching. `Some(Err(e))`: mine, but it cannot be had (usually [`ResolveError::Extra`]).
+    fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, ResolveError>>;
 }
 
 /// An [`ExtraSymbols`] that knows no names.
@@ -42,18 +42,22 @@ pub trait ExtraSymbols {
 pub struct NoExtra;
 
 impl ExtraSymbols for NoExtra {
-    fn resolve(&mut self, _target: &dyn Target, _name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, _name: &str) -> Option<Result<u64, ResolveError>> {
         None
     }
 }
 
 /// Symbols that cannot be resolved.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum ResolveError {
     #[error("unresolved symbol{}: {} (searched the loaded components, the caller's extra symbols and the target)", if symbols.len() == 1 { "" } else { "s" }, symbols.join(", "))]
     Unresolved { symbols: Vec<String> },
     #[error("symbol {symbol}: {reason}")]
     Extra { symbol: String, reason: String },
+    /// What the caller's hook makes for `symbol` (in [`ExtraSymbols::make`]) failed in the target
+    /// (boxed: errors travel by value, and this is the largest).
+    #[error("symbol {symbol}: making {what}")]
+    Make { symbol: String, what: String, #[source] source: Box<trapvec::TargetError> },
 }
 
 /// A global symbol exported by a loaded component.
@@ -120,7 +124,7 @@ pub fn resolve_imports(
         let found = if let Some(e) = exports.get(name) {
             Some((e.addr, e.kind, e.size, ImportSource::Component(e.component)))
         } else if let Some(answer) = extra.resolve(target, name) {
-            let addr = answer.map_err(|reason| ResolveError::Extra { symbol: name.to_string(), reason })?;
+            let addr = answer?;
             Some((addr, SymbolKind::Function, 0, ImportSource::Extra))
         } else if let Some(t) = target.symbols().lookup(name) {
             Some((t.addr, t.kind, t.size, ImportSource::Target))

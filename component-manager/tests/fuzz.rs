@@ -43,10 +43,10 @@ fn load_and_unload(bytes: &[u8]) -> Result<(), TestCaseError> {
     let opts = LoadOptions { near: NEAR, ..LoadOptions::default() };
     match m.load_bytes(&mut t, "fuzz", bytes, &opts, &mut NoExtra) {
         Ok(id) => {
-            m.verify(&t, id).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            m.unload(&mut t, id).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            m.verify(&t, id).map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
+            m.unload(&mut t, id).map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
         }
-        Err(e) => prop_assert!(!e.to_string().is_empty()),
+        Err(e) => prop_assert!(!trapvec::error_chain(&e).is_empty()),
     }
     prop_assert_eq!(t.live(), 0);
     prop_assert_eq!(t.allocs, t.frees);

@@ -5,11 +5,12 @@ mod common;
 
 use common::{compile, compile_to, FakeTarget};
 use component_manager::parse;
+use component_manager::resolve::ResolveError;
 use component_manager::reloc::RelocType;
 use component_manager::{ComponentError, ComponentId, ComponentManager, DeclaredSplice, ExtraSymbols, LoadOptions, NoExtra};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 use object::elf;
-use trapvec::{SymbolKind, Target};
+use trapvec::{error_chain, SymbolKind, Target};
 
 /// Where "the executable" is: blocks are allocated near it.
 const NEAR: u64 = 0x5555_5555_0000;
@@ -111,7 +112,7 @@ fn call_to_another_components_export_binds_to_it_and_pins_it_until_the_importer_
     assert!(m.get(user).unwrap().depends_on.contains(&basic));
 
     let err = m.unload(&mut t, basic).unwrap_err();
-    assert_eq!(err.to_string(), "component basic is imported by user");
+    assert_eq!(error_chain(&err), "component basic is imported by user");
     assert!(t.quiesced.is_empty(), "a refused unload does not even quiesce");
     m.unload(&mut t, user).unwrap();
     m.unload(&mut t, basic).unwrap();
@@ -145,9 +146,10 @@ struct Originals {
 }
 
 impl ExtraSymbols for Originals {
-    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, ResolveError>> {
         self.asked.push(name.to_string());
-        name.starts_with("__trapvec_orig_").then(|| self.answer.clone())
+        let extra = |reason: &String| ResolveError::Extra { symbol: name.to_string(), reason: reason.clone() };
+        name.starts_with("__trapvec_orig_").then(|| self.answer.as_ref().copied().map_err(extra))
     }
 }
 
@@ -185,7 +187,7 @@ fn an_extra_symbol_that_cannot_be_had_fails_the_load_naming_it() {
     let bytes = compile("orig.c", &[]);
     let mut extra = Originals { asked: vec![], answer: Err("compute has no replace splice".into()) };
     let err = m.load_bytes(&mut t, "orig", &bytes, &opts(), &mut extra).unwrap_err();
-    assert_eq!(err.to_string(), "component orig: symbol __trapvec_orig_compute: compute has no replace splice");
+    assert_eq!(error_chain(&err), "component orig: symbol __trapvec_orig_compute: compute has no replace splice");
     assert_eq!((t.allocs, t.live()), (0, 0));
 }
 
@@ -248,7 +250,7 @@ fn abs32_links_in_the_low_4gib_and_is_refused_above_with_nothing_left_allocated(
     let err = m.load_bytes(&mut t, "abs32", &bytes, &opts(), &mut NoExtra).unwrap_err();
     let data_addr = NEAR + 0x2_0000; // the fake's second block: the data block
     assert_eq!(
-        err.to_string(),
+        error_chain(&err),
         format!("component abs32: relocation R_X86_64_32 (10) at .text+0x1 against value: value {data_addr:#x} does not fit in 32 bits (zero-extended)")
     );
     assert_eq!((t.allocs, t.frees, t.live()), (2, 2, 0));
@@ -279,7 +281,7 @@ fn verify_detects_a_modified_code_image() {
     let actual = crc32fast::hash(&t.peek(c.code_addr, c.code_len));
     assert!(matches!(err, ComponentError::CodeModified { expected, actual: a, .. } if expected == c.code_crc32 && a == actual));
     assert_eq!(
-        err.to_string(),
+        error_chain(&err),
         format!(
             "component basic: code at {:#x} ({} bytes) has CRC32 {actual:#010x}, expected {:#010x} as written",
             c.code_addr, c.code_len, c.code_crc32
@@ -293,7 +295,7 @@ fn unload_waits_for_release_then_quiesces_and_frees_both_blocks() {
     let id = load(&mut m, &mut t, "basic.c", &[]);
     assert_eq!(m.acquire(id).unwrap(), 1);
     assert_eq!(m.acquire(id).unwrap(), 2);
-    assert_eq!(m.unload(&mut t, id).unwrap_err().to_string(), "component basic is in use by 2 splice(s)");
+    assert_eq!(error_chain(&m.unload(&mut t, id).unwrap_err()), "component basic is in use by 2 splice(s)");
     assert_eq!(m.release(id).unwrap(), 1);
     assert_eq!(m.release(id).unwrap(), 0);
     assert!(matches!(m.release(id), Err(ComponentError::NotAcquired { .. })));
@@ -323,15 +325,15 @@ fn load_path_maps_the_file_and_names_the_component_after_its_stem() {
 
     // The same name twice is refused; under another name, the strong globals clash.
     let err = m.load_path(&mut t, &path, &opts(), &mut NoExtra).unwrap_err();
-    assert_eq!(err.to_string(), format!("component basic.o: a component named \"basic\" is already loaded ({id})"));
+    assert_eq!(error_chain(&err), format!("component basic.o: a component named \"basic\" is already loaded ({id})"));
     let other = LoadOptions { name: Some("basic2".into()), expected_crc32: Some(c.file_crc32), ..opts() };
     let err = m.load_path(&mut t, &path, &other, &mut NoExtra).unwrap_err();
-    assert_eq!(err.to_string(), "component basic.o: global symbol calls_target is already defined by component basic.o");
+    assert_eq!(error_chain(&err), "component basic.o: global symbol calls_target is already defined by component basic.o");
     assert_eq!(t.live(), 2);
 
     let missing = dir.path().join("missing.o");
     let err = m.load_path(&mut t, &missing, &opts(), &mut NoExtra).unwrap_err();
-    assert!(err.to_string().starts_with(&format!("component {}: cannot read the file: ", missing.display())), "{err}");
+    assert!(error_chain(&err).starts_with(&format!("component {}: cannot read the file: ", missing.display())), "{err}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use component_manager::{ComponentError, ComponentManager, LoadOptions, NoExtra};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, SectionHeader as _};
 use object::{LittleEndian as LE, Object as _, ObjectSection as _, ObjectSymbol as _};
-use trapvec::SymbolKind;
+use trapvec::{error_chain, SymbolKind};
 
 const NEAR: u64 = 0x5555_5555_0000;
 
@@ -155,7 +155,7 @@ fn handler_whose_value_lies_beyond_text_is_refused_naming_symbol_and_section() {
     let err = refuse(&bytes);
     let ValidateError::SymbolOutside { symbol, section, section_index, value, section_size, .. } = validate_error(&err) else { panic!("{err}") };
     assert_eq!((symbol.as_str(), section.as_str(), *section_index, *value, *section_size), ("handler", ".text", 1, text + 0x1000, text));
-    assert!(err.to_string().starts_with(&format!("component two: symbol handler (#7) at .text+{:#x} (0x38 bytes) lies outside its section #1", text + 0x1000)), "{err}");
+    assert!(error_chain(&err).starts_with(&format!("component two: symbol handler (#7) at .text+{:#x} (0x38 bytes) lies outside its section #1", text + 0x1000)), "{err}");
 }
 
 #[test]
@@ -204,7 +204,7 @@ fn huge_bss_is_refused_before_any_allocation_naming_the_section() {
         ValidateError::SectionTooLarge { section: ".bss".into(), index: 4, size: 1_400_000_000_000_000_000, limit: DEFAULT_MAX_IMAGE }
     );
     assert_eq!(
-        err.to_string(),
+        error_chain(&err),
         format!("component two: section .bss (#4) is {:#x} bytes, more than the image limit 0x1000000", 1_400_000_000_000_000_000u64)
     );
 }
@@ -227,7 +227,7 @@ fn image_ceiling_is_the_managers_limit() {
     let mut m = ComponentManager::new();
     m.set_limits(Limits { max_image: 0x90, ..Limits::default() });
     let err = m.load_bytes(&mut target(), "two", &two(), &opts(), &mut NoExtra).unwrap_err();
-    assert!(err.to_string().starts_with("component two: the component's image needs 0x"), "{err}");
+    assert!(error_chain(&err).starts_with("component two: the component's image needs 0x"), "{err}");
 }
 
 #[test]
@@ -239,7 +239,7 @@ fn alignment_must_be_a_power_of_two_and_bounded() {
     assert_eq!(*validate_error(&refuse(&bytes)), ValidateError::AlignmentNotPowerOfTwo { section: ".text".into(), index: 1, align: 24 });
     put(&mut bytes, at, &(1u64 << 40).to_le_bytes());
     let err = refuse(&bytes);
-    assert_eq!(err.to_string(), "component two: section .text (#1) has alignment 0x10000000000, more than the limit 0x1000");
+    assert_eq!(error_chain(&err), "component two: section .text (#1) has alignment 0x10000000000, more than the limit 0x1000");
     // 0 means none.
     put(&mut bytes, at, &0u64.to_le_bytes());
     ComponentManager::new().load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra).unwrap();
@@ -253,7 +253,7 @@ fn allocated_section_of_unknown_type_is_refused() {
     let elf = Elf { bytes: &bytes.clone() };
     put(&mut bytes, elf.shdr(".rodata") + SH_TYPE, &0x6000_1234u32.to_le_bytes());
     assert_eq!(
-        refuse(&bytes).to_string(),
+        error_chain(&refuse(&bytes)),
         "component two: section .rodata (#5) is SHF_ALLOC but of type 0x60001234, which the loader does not know how to load"
     );
     // The same type on a section that is not allocated is ignored (it may be debug info).
@@ -283,7 +283,7 @@ fn relocation_section_whose_type_was_changed_is_refused_not_ignored() {
     put(&mut bytes, elf.shdr(".rela.text") + SH_TYPE, &elf::SHT_PROGBITS.to_le_bytes());
     let err = refuse(&bytes);
     assert_eq!(
-        err.to_string(),
+        error_chain(&err),
         "component two: section .rela.text (#2) looks like the relocations of loaded section .text (by its name) \
          but is of type 0x1, not SHT_RELA: they would not be applied"
     );
@@ -315,7 +315,7 @@ fn rel_sections_are_refused_with_a_reason() {
     let elf = Elf { bytes: &bytes.clone() };
     put(&mut bytes, elf.shdr(".rela.eh_frame") + SH_TYPE, &elf::SHT_REL.to_le_bytes());
     assert_eq!(
-        refuse(&bytes).to_string(),
+        error_chain(&refuse(&bytes)),
         "component two: section .rela.eh_frame (#9) is SHT_REL: implicit-addend relocations are not used on x86-64 and are not supported"
     );
 }
@@ -372,7 +372,7 @@ fn relocation_symbol_index_past_the_symbol_table_is_refused() {
     put(&mut bytes, at + R_INFO + 4, &1000u32.to_le_bytes());
     let err = refuse(&bytes);
     assert_eq!(
-        err.to_string(),
+        error_chain(&err),
         "component two: relocation #0 of .rela.text (at .text+0x6) names symbol index 1000, past the end of the symbol table (9 symbols)"
     );
 }
@@ -404,7 +404,7 @@ fn call_addend_away_from_an_imported_function_is_refused() {
     put(&mut bytes, at + R_ADDEND, &0x100i64.to_le_bytes());
     let err = refuse(&bytes);
     assert!(
-        err.to_string().ends_with(&format!("against target_fn with addend 256: the instruction would reach outside function target_fn at {:#x}", NEAR + 0x1000)),
+        error_chain(&err).ends_with(&format!("against target_fn with addend 256: the instruction would reach outside function target_fn at {:#x}", NEAR + 0x1000)),
         "{err}"
     );
 }
@@ -432,9 +432,9 @@ fn entries_are_functions_in_code_and_variables_are_objects_in_data_of_their_size
     let (_, counter) = m.variable("counter", 4).unwrap();
     assert!(c.in_data_image(counter, 4));
     let err = m.entry("counter").unwrap_err();
-    assert_eq!(err.to_string(), format!("component two: counter at {counter:#x} cannot be executed: it lies in Bss memory, not in a code section"));
+    assert_eq!(error_chain(&err), format!("component two: counter at {counter:#x} cannot be executed: it lies in Bss memory, not in a code section"));
     let err = m.variable("counter", 8).unwrap_err();
-    assert_eq!(err.to_string(), format!("component two: counter at {counter:#x} cannot be accessed as a 8-byte variable: it is 4 bytes long"));
+    assert_eq!(error_chain(&err), format!("component two: counter at {counter:#x} cannot be accessed as a 8-byte variable: it is 4 bytes long"));
     assert!(matches!(m.variable("handler", 4).unwrap_err(), ComponentError::NotAVariable { symbol, .. } if symbol == "handler"));
     assert!(matches!(m.entry("nothing").unwrap_err(), ComponentError::UnknownSymbol { symbol } if symbol == "nothing"));
 }
@@ -472,7 +472,7 @@ fn declared_handler_that_is_not_code_is_refused_at_load() {
         matches!(validate_error(&err), ValidateError::DeclaredHandler { at, handler, .. } if at == "compute+0" && handler == "hits"),
         "{err}"
     );
-    assert!(err.to_string().ends_with("is not a function (its type is Object)"), "{err}");
+    assert!(error_chain(&err).ends_with("is not a function (its type is Object)"), "{err}");
 }
 
 /// The checks refuse nothing a compiler makes: the seeds compiled the ways components are

@@ -55,7 +55,7 @@ pub fn run(data: &[u8]) {
     let opts = AnalysisOptions { read: Some(&read), lenient };
     let func = match analyze_function_with("f", start, bytes, &opts) {
         Ok(f) => f,
-        Err(e) => return assert_sentence("analysis", &e.to_string()),
+        Err(e) => return assert_sentence("analysis", &trapvec::error_chain(&e)),
     };
     check_function(&func, bytes);
     if func.insns.is_empty() {
@@ -87,7 +87,7 @@ pub fn run(data: &[u8]) {
     for mech in [Mechanism::Trap, Mechanism::Jmp] {
         match plan_splice(&input, site, mech) {
             Ok(plan) => check_plan(&func, &plan, &info, tramp),
-            Err(e) => assert_sentence("plan", &e.to_string()),
+            Err(e) => assert_sentence("plan", &trapvec::error_chain(&e)),
         }
     }
 }
@@ -136,7 +136,7 @@ fn check_plan(func: &Function, plan: &Plan, info: &TargetInfo, tramp: u64) {
 
     let sentence_or = |what: &str, r: Result<Vec<u8>, instr_manager::Refusal>| match r {
         Ok(code) => assert!(!code.is_empty(), "{what} at {site:#x}: no code"),
-        Err(e) => assert_sentence(what, &e.to_string()),
+        Err(e) => assert_sentence(what, &trapvec::error_chain(&e)),
     };
     sentence_or("relocate", relocate(&plan.displaced, tramp));
     sentence_or("replay", emit_replay(plan, tramp));
@@ -145,12 +145,12 @@ fn check_plan(func: &Function, plan: &Plan, info: &TargetInfo, tramp: u64) {
     if plan.mechanism == Mechanism::Jmp {
         match jmp_bytes(plan, tramp) {
             Ok(j) => assert_eq!(j.len(), plan.patch_len, "the jmp at {site:#x} is {} bytes, the plan patches {}", j.len(), plan.patch_len),
-            Err(e) => assert_sentence("jmp", &e.to_string()),
+            Err(e) => assert_sentence("jmp", &trapvec::error_chain(&e)),
         }
         if let Some(sb) = &plan.springboard {
             assert_eq!(sb.old.len(), 5, "a springboard overwrites 5 bytes");
             if let Err(e) = springboard_bytes(sb, tramp) {
-                assert_sentence("springboard", &e.to_string());
+                assert_sentence("springboard", &trapvec::error_chain(&e));
             }
         }
     }

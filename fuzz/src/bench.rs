@@ -19,12 +19,12 @@ pub fn run(data: &[u8]) {
     match tag % 4 {
         0 => match extract_vmlinux(rest, "fuzz.img") {
             Ok(x) => assert!(is_whole_elf(&x.elf), "extract_vmlinux returned a partial ELF ({} bytes, {})", x.elf.len(), x.compression),
-            Err(e) => assert_sentence("extract_vmlinux", &e.to_string()),
+            Err(e) => assert_sentence("extract_vmlinux", &trapvec::error_chain(&e)),
         },
         1 => {
             let text = String::from_utf8_lossy(rest);
             if let Err(e) = trapvec::kernel::kallsyms::parse(&text) {
-                assert_sentence("kallsyms", &e.to_string());
+                assert_sentence("kallsyms", &trapvec::error_chain(&e));
             }
         }
         2 => {
@@ -35,7 +35,7 @@ pub fn run(data: &[u8]) {
             let (elf, text) = rest[2..].split_at(n);
             let text = String::from_utf8_lossy(text);
             if let Err(e) = check_kallsyms(&text, elf, "fuzz kallsyms", "fuzz vmlinux") {
-                assert_sentence("check_kallsyms", &e.to_string());
+                assert_sentence("check_kallsyms", &trapvec::error_chain(&e));
             }
             match CodeImage::vmlinux(elf, &text, "fuzz vmlinux") {
                 Ok(img) => {
@@ -51,13 +51,13 @@ pub fn run(data: &[u8]) {
                         assert_eq!(img.bytes_of(f).len() as u64, f.end - f.start, "function `{}`: its bytes are not all readable", f.name);
                     }
                 }
-                Err(e) => assert_sentence("CodeImage::vmlinux", &e.to_string()),
+                Err(e) => assert_sentence("CodeImage::vmlinux", &trapvec::error_chain(&e)),
             }
         }
         _ => {
             let text = String::from_utf8_lossy(rest);
             if let Err(e) = parse_kallsyms_dump(&text) {
-                assert_sentence("parse_kallsyms_dump", &e);
+                assert_sentence("parse_kallsyms_dump", &trapvec::error_chain(&e));
             }
         }
     }

@@ -25,7 +25,7 @@ pub fn run(data: &[u8]) {
     if mode % 2 == 0 {
         match parse_lsda(bytes, base, pc) {
             Ok(l) => assert!(l.len <= bytes.len(), "an LSDA of {} bytes parsed from {}", l.len, bytes.len()),
-            Err(e) => assert_sentence("parse_lsda", &e.to_string()),
+            Err(e) => assert_sentence("parse_lsda", &trapvec::error_chain(&e)),
         }
         return;
     }
@@ -35,10 +35,10 @@ pub fn run(data: &[u8]) {
     };
     let table = match HdrTable::read(&read, "f", EhFrameHdr { addr: base, len: hdr_len }) {
         Ok(t) => t,
-        Err(e) => return assert_sentence("HdrTable::read", &e.to_string()),
+        Err(e) => return assert_sentence("HdrTable::read", &trapvec::error_chain(&e)),
     };
     match landing_pads(&read, "f", &table, pc, pc.saturating_add(RANGE)) {
         Ok(pads) => assert!(pads.windows(2).all(|w| w[0].addr < w[1].addr), "landing pads out of order: {pads:x?}"),
-        Err(e) => assert_sentence("landing_pads", &e.to_string()),
+        Err(e) => assert_sentence("landing_pads", &trapvec::error_chain(&e)),
     }
 }

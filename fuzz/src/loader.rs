@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use component_manager::resolve::ResolveError;
 use component_manager::{ComponentManager, ExtraSymbols, Limits, LoadOptions, SymbolPlace};
 use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch};
 
@@ -132,10 +133,10 @@ impl Target for FakeTarget {
 pub struct FakeExtra;
 
 impl ExtraSymbols for FakeExtra {
-    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, _target: &dyn Target, name: &str) -> Option<Result<u64, ResolveError>> {
         let rest = name.strip_prefix("extra_")?;
         if rest.ends_with("_gone") {
-            return Some(Err(format!("`{name}` is gone")));
+            return Some(Err(ResolveError::Extra { symbol: name.to_string(), reason: format!("`{name}` is gone") }));
         }
         let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         Some(Ok(NEAR + 0x8000 + (h % 0x1_0000) * 16))
@@ -170,7 +171,7 @@ pub fn run(data: &[u8]) {
             m.verify(&t, id).unwrap_or_else(|e| panic!("a component that loaded does not verify: {e}"));
             m.unload(&mut t, id).unwrap_or_else(|e| panic!("a component that loaded does not unload: {e}"));
         }
-        Err(e) => assert_sentence("load", &e.to_string()),
+        Err(e) => assert_sentence("load", &trapvec::error_chain(&e)),
     }
     assert_eq!(t.live(), 0, "blocks left allocated after the load and unload");
 }

@@ -17,7 +17,7 @@ pub fn run(data: &[u8]) {
         let req = match Request::parse(line) {
             Ok(r) => r,
             Err(e) => {
-                assert_sentence("request", &e);
+                assert_sentence("request", &trapvec::error_chain(&e));
                 continue;
             }
         };
@@ -33,7 +33,7 @@ pub fn run(data: &[u8]) {
             assert_eq!(&back, r, "splice `{line}` prints as `{flat}`, which reads as another splice");
             let at = &r.at;
             if let Err(e) = at.parse::<PointSpec>() {
-                assert_sentence("point", &e.to_string());
+                assert_sentence("point", &trapvec::error_chain(&e));
             }
         }
     }

@@ -38,7 +38,7 @@ pub fn run(data: &[u8]) {
                 }
             }
         }
-        Err(e) => assert_sentence("spec", &e.to_string()),
+        Err(e) => assert_sentence("spec", &trapvec::error_chain(&e)),
     }
     for line in text.lines().take(64) {
         match SpliceRequest::from_record(line) {
@@ -50,7 +50,7 @@ pub fn run(data: &[u8]) {
                     assert!(!h.trim().is_empty(), "record `{line}` has an empty handler");
                 }
             }
-            Err(e) => assert_sentence("splice record", &e.to_string()),
+            Err(e) => assert_sentence("splice record", &trapvec::error_chain(&e)),
         }
     }
 }

@@ -48,7 +48,7 @@ pub fn run(data: &[u8]) {
                 .unwrap_or_else(|e| panic!("the export of a taken state is refused: {e}\n{}", String::from_utf8_lossy(&out)));
             assert_eq!(again.export_state(), out, "a state exported, imported and exported again differs");
         }
-        Err(e) => assert_sentence("state", &e.to_string()),
+        Err(e) => assert_sentence("state", &trapvec::error_chain(&e)),
     }
     assert_eq!(snapshot(&kernel), before, "importing a state changed the target");
 }

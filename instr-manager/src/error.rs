@@ -1,7 +1,7 @@
 //! Errors of the instrumentation manager, one enum per layer, each naming its culprit:
 //! [`AnalysisError`] (decoding a function), [`PlanError`] (resolving a point), [`Refusal`] (why a
 //! splice cannot be made at a site: planning, relocation, trampoline generation) and
-//! [`SpecError`] (reading a splice spec file). [`Error`] gathers them for callers that mix layers.
+//! [`SpecError`] (reading a splice spec file).
 
 use std::path::PathBuf;
 
@@ -91,23 +91,10 @@ pub enum Refusal {
 /// `splice[2].at`.
 #[derive(Debug, Error)]
 pub enum SpecError {
-    #[error("cannot read spec {file}: {source}")]
+    #[error("cannot read spec {file}")]
     Io { file: PathBuf, #[source] source: std::io::Error },
     #[error("spec {file}: {message}")]
     Parse { file: PathBuf, message: String },
     #[error("spec {file}: `{key}`: {reason}")]
     Invalid { file: PathBuf, key: String, reason: String },
-}
-
-/// Any error of this crate.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error(transparent)]
-    Analysis(#[from] AnalysisError),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    #[error(transparent)]
-    Spec(#[from] SpecError),
 }

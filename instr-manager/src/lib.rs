@@ -32,9 +32,10 @@ pub mod splicer;
 pub mod trampoline;
 
 pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn};
-pub use error::{AnalysisError, Error, PlanError, Refusal, SpecError};
+pub use error::{AnalysisError, PlanError, Refusal, SpecError};
 pub use plan::{
     plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, SiteVerdict, Springboard,
+    UnknownMechanism,
 };
 pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;

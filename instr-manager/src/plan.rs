@@ -52,14 +52,21 @@ impl fmt::Display for Mechanism {
     }
 }
 
-impl FromStr for Mechanism {
-    type Err = String;
+/// A mechanism's name that is neither `trap` nor `jmp`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mechanism `{text}` (expected `trap` or `jmp`)")]
+pub struct UnknownMechanism {
+    pub text: String,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for Mechanism {
+    type Err = UnknownMechanism;
+
+    fn from_str(s: &str) -> Result<Self, UnknownMechanism> {
         match s {
             "trap" => Ok(Mechanism::Trap),
             "jmp" => Ok(Mechanism::Jmp),
-            _ => Err(format!("unknown mechanism `{s}` (expected `trap` or `jmp`)")),
+            _ => Err(UnknownMechanism { text: s.to_string() }),
         }
     }
 }

@@ -70,7 +70,7 @@ struct ComponentInner {
 impl Drop for ComponentInner {
     fn drop(&mut self) {
         if let Err(e) = ops::unload_id(&mut lock(&self.session), self.id) {
-            log::error!("unloading component {}: {e}", self.name);
+            log::error!("unloading component {}: {}", self.name, trapvec::error_chain(&e));
         }
     }
 }
@@ -130,7 +130,7 @@ impl Drop for SpliceHandle {
             return;
         }
         if let Err(e) = lock(&self.session).remove(&[self.id]) {
-            log::error!("removing splice {}: {e}", self.id.0);
+            log::error!("removing splice {}: {}", self.id.0, trapvec::error_chain(&e));
         }
     }
 }

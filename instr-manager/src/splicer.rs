@@ -64,7 +64,7 @@ pub struct SpliceId(pub u64);
 /// Errors of the splicer; each names the point (as written) it is about.
 #[derive(Debug, thiserror::Error)]
 pub enum SpliceError {
-    #[error("{at}: {source}")]
+    #[error("{at}")]
     Point { at: String, #[source] source: crate::PlanError },
     #[error("{at}: cannot splice at {site:#x} by {mechanism}: {refusal}")]
     Refused { at: String, site: u64, mechanism: Mechanism, refusal: crate::Refusal },
@@ -74,7 +74,7 @@ pub enum SpliceError {
     ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
     #[error("{at}: the site {site:#x} is already spliced (by {other})")]
     AlreadySpliced { at: String, site: u64, other: String },
-    #[error("{at}: {source}")]
+    #[error("{at}")]
     Target { at: String, #[source] source: TargetError },
     #[error("`{name}` is not a variable of any loaded component")]
     UnknownVariable { name: String },
@@ -88,7 +88,7 @@ pub enum SpliceError {
     Retiring { at: String, reason: String },
     #[error(transparent)]
     Component(#[from] ComponentError),
-    #[error("{0}")]
+    #[error(transparent)]
     TargetOp(#[from] TargetError),
 }
 

@@ -160,7 +160,7 @@ fn function_shorter_than_a_jmp_is_trapped_and_jumped_only_through_a_springboard(
     // jmp with no padding in reach: refused with the reason, nothing written.
     let before = bytes(&s, "tiny_nopad_fn", 16);
     let err = s.splice_call("tiny_nopad_fn", &c, "count_calls", Jmp).err().expect("refused");
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.contains("tiny_nopad_fn") && msg.to_lowercase().contains("springboard"), "{msg}");
     assert_eq!(bytes(&s, "tiny_nopad_fn", 16), before);
 }
@@ -172,7 +172,7 @@ fn window_over_a_branch_target_is_refused_and_nothing_written() {
     let before = bytes(&s, "target_fn", 16);
     let blocks = c_blocks(&s);
     let err = s.splice_call("target_fn", &c, "count_calls", Trap).err().expect("refused");
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.contains("target_fn") && msg.contains("target"), "{msg}");
     assert_eq!(bytes(&s, "target_fn", 16), before);
     assert_eq!(c_blocks(&s), blocks, "nothing allocated");
@@ -205,7 +205,7 @@ fn jmp_window_over_a_case_label_only_the_jump_table_targets_is_refused() {
 
     // xor (2 bytes) + add (3 bytes): the jmp rel32 window at case 0 covers case 1's label.
     let err = s.splice_call("switch_fn+26", &c, "count_calls", Jmp).err().expect("refused");
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.contains("switch_fn+26") && msg.contains(&format!("branch target {case1:#x}")), "{msg}");
     assert_eq!(bytes(&s, "switch_fn", 43), before, "nothing written");
     assert_eq!(c_blocks(&s), blocks, "nothing allocated");
@@ -251,7 +251,7 @@ fn jmp_window_over_the_join_point_of_a_cold_part_is_refused() {
 
     // lea (3 bytes) + lea (4 bytes) at +8: the window covers the join point.
     let err = s.splice_call("cold_fn+8", &c, "count_calls", Jmp).err().expect("refused");
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.contains("cold_fn+8") && msg.contains(&format!("branch target {join:#x}")), "{msg}");
     assert_eq!(bytes(&s, "cold_fn", 16), before, "nothing written");
     assert_eq!(c_blocks(&s), blocks, "nothing allocated");
@@ -275,7 +275,7 @@ fn point_that_is_not_an_instruction_boundary_is_refused_and_nothing_written() {
     let (s, c) = session();
     let before = bytes(&s, "push_rbp_fn", 16);
     let err = s.splice_call("push_rbp_fn+2", &c, "count_calls", Trap).err().expect("refused");
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.contains("push_rbp_fn+2") && msg.contains("boundary"), "{msg}");
     assert_eq!(bytes(&s, "push_rbp_fn", 16), before);
 }
@@ -435,7 +435,7 @@ fn bad_components_are_refused_with_the_culprit_named_and_the_process_untouched()
     for (path, crc, needles) in cases {
         let opts = component_manager::LoadOptions { expected_crc32: crc, ..Default::default() };
         let err = s.load_with(&path, &opts).err().unwrap_or_else(|| panic!("{} loaded", path.display()));
-        let msg = format!("{err}");
+        let msg = trapvec::error_chain(&err);
         for n in needles {
             assert!(msg.to_lowercase().contains(&n.to_lowercase()), "error for {} lacks {n:?}: {msg}", path.display());
         }

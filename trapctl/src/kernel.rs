@@ -55,7 +55,7 @@ impl Kernel {
         }
         match ops::undo(&mut self.splicer, made) {
             Ok(()) => Err(e.context("the change was undone")),
-            Err(u) => Err(e.context(format!("undoing the change failed too: {u:#}"))),
+            Err(u) => Err(e.context(format!("undoing the change failed too: {}", trapvec::error_chain(&u)))),
         }
     }
 }

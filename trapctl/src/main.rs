@@ -103,25 +103,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("trapctl: {}", one_line(&e));
+            eprintln!("trapctl: {}", trapvec::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes on one line, `what: why: root cause`, skipping a cause whose text
-/// the message before it already ends with (errors that print their source themselves).
-fn one_line(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.ends_with(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }

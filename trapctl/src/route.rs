@@ -50,7 +50,7 @@ pub fn change<R: DeserializeOwned>(
             // the text unlike the state and could not finish the removal.
             if k.splicer.retiring().map(|s| s.id.0).collect::<Vec<_>>() != retiring_before {
                 if let Err(s) = k.save() {
-                    return Err(anyhow::Error::new(e).context(format!("and saving the retiring splices failed: {s:#}")));
+                    return Err(anyhow::Error::new(e).context(format!("and saving the retiring splices failed: {}", trapvec::error_chain(s.as_ref()))));
                 }
             }
             return Err(e.into());

@@ -69,9 +69,9 @@ pub struct ProfileSet {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read { path: PathBuf, #[source] source: std::io::Error },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Parse { path: PathBuf, #[source] source: toml::de::Error },
     #[error("{path}: {what}")]
     Invalid { path: PathBuf, what: String },
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn bad_configs_name_what_is_wrong() {
-        let err = |t: &str| Config::parse(t, Path::new("t.toml")).unwrap_err().to_string();
+        let err = |t: &str| trapvec::error_chain(&Config::parse(t, Path::new("t.toml")).unwrap_err());
         assert!(err("[profile.p]\nsplice = [{ at = \"f\", action = \"replace\" }]\n").contains("needs a `handler`"));
         assert!(err("[profile.p]\nsplice = [{ at = \"f\", action = \"jump\" }]\n").contains("unknown action `jump`"));
         assert!(err("initial_profile = \"nope\"\n").contains("initial_profile `nope`"));

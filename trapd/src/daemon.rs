@@ -49,13 +49,13 @@ impl StateHome for trapvec::kernel::KernelTarget {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("reading the state kept in the module: {0}")]
+    #[error("reading the state kept in the module")]
     LoadState(#[source] TargetError),
-    #[error("the module's state does not match the kernel (rmmod trapvec reverts everything): {0}")]
+    #[error("the module's state does not match the kernel (rmmod trapvec reverts everything)")]
     Import(#[from] StateError),
     #[error(transparent)]
     Journal(#[from] JournalError),
-    #[error("listing the module's dispatch entries: {0}")]
+    #[error("listing the module's dispatch entries")]
     List(#[source] TargetError),
     #[error("activating the initial profile `{profile}`: {error}")]
     Initial { profile: String, error: String },
@@ -68,7 +68,7 @@ pub enum OpError {
     Op(#[from] ops::OpError),
     #[error("no profile named `{0}` in the configuration")]
     NoProfile(String),
-    #[error("profile `{profile}`: {source}")]
+    #[error("profile `{profile}`")]
     Profile { profile: String, #[source] source: Box<OpError> },
 }
 
@@ -193,6 +193,7 @@ impl<T: Target + StateHome> Daemon<T> {
         }
         let seq = self.journal.next_seq();
         if let Err(e) = self.journal.append(&Record::Intent { seq, time: journal::now_secs(), request: req.clone() }) {
+            let e = trapvec::error_chain(&e);
             log::error!("{e}");
             return protocol::error(format!("nothing changed: {e}"));
         }
@@ -204,6 +205,7 @@ impl<T: Target + StateHome> Daemon<T> {
                 match self.splicer.target().store_state(self.generation, &bytes) {
                     Ok(g) => self.generation = g,
                     Err(e) => {
+                        let e = trapvec::error_chain(&e);
                         log::error!("storing the state in the module after change {seq}: {e}");
                         let msg = format!("the change was made in the kernel, but storing the daemon's state in the module failed: {e}");
                         let _ = self.journal.append(&Record::Failed { seq, time, error: msg.clone() });
@@ -212,15 +214,17 @@ impl<T: Target + StateHome> Daemon<T> {
                 }
                 let done = Record::Done { seq, time, generation: self.generation, profile: self.profile.clone() };
                 if let Err(e) = self.journal.append(&done) {
+                    let e = trapvec::error_chain(&e);
                     log::error!("{e}");
                     return protocol::error(format!("the change was made and stored in the module, but not journaled: {e}"));
                 }
                 protocol::ok(v)
             }
             Err(e) => {
-                log::info!("request {seq} refused: {e}");
-                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: e.to_string() }) {
-                    log::error!("{je}");
+                let why = trapvec::error_chain(&e);
+                log::info!("request {seq} refused: {why}");
+                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: why }) {
+                    log::error!("{}", trapvec::error_chain(&je));
                 }
                 protocol::error(e)
             }

@@ -41,7 +41,7 @@ impl Record {
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    #[error("journal {path}: {what}: {source}")]
+    #[error("journal {path}: {what}")]
     Io { path: PathBuf, what: &'static str, #[source] source: std::io::Error },
 }
 

@@ -39,7 +39,7 @@ use protocol::Request;
 /// start the rules thread when there are rules, and answer requests. Errors before serving
 /// name what could not be set up.
 pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> {
-    let access = server::Access::from_groups(&config.allow_groups).map_err(anyhow::Error::msg)?;
+    let access = server::Access::from_groups(&config.allow_groups)?;
     let metric_list = config
         .metrics
         .iter()
@@ -101,7 +101,7 @@ fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rule
                 Ok(None) => {}
                 Err(e) => {
                     // Say it once per kind of failure, not every interval.
-                    let msg = e.to_string();
+                    let msg = trapvec::error_chain(&e);
                     if failing.get(m.name()) != Some(&msg) {
                         log::warn!("{msg}");
                         failing.insert(m.name().to_string(), msg);

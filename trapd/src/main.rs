@@ -70,8 +70,9 @@ fn main() -> ExitCode {
         None => run(&cli).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|e| {
-        log::error!("{e:#}");
-        eprintln!("trapd: {e:#}");
+        let chain = trapvec::error_chain(e.as_ref());
+        log::error!("{chain}");
+        eprintln!("trapd: {chain}");
         ExitCode::FAILURE
     })
 }

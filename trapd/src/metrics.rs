@@ -47,7 +47,7 @@ pub enum Source {
 /// Why a metric could not be sampled.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricError {
-    #[error("metric `{metric}`: reading {path}: {source}")]
+    #[error("metric `{metric}`: reading {path}")]
     Read { metric: String, path: PathBuf, #[source] source: std::io::Error },
     #[error("metric `{metric}`: {path} has no counter `{counter}`")]
     NoCounter { metric: String, path: PathBuf, counter: String },
@@ -205,7 +205,7 @@ mod tests {
         let path = dir.path().join("snmp");
         std::fs::write(&path, SNMP_A).unwrap();
         let cfg = MetricConfig { name: "x".into(), source: Source::Snmp { counter: "Tcp:Nope".into(), per: None, path: Some(path) } };
-        let err = Metric::new(cfg).unwrap().sample(Duration::ZERO).unwrap_err().to_string();
+        let err = trapvec::error_chain(&Metric::new(cfg).unwrap().sample(Duration::ZERO).unwrap_err());
         assert!(err.contains("Tcp:Nope") && err.contains("metric `x`"), "{err}");
     }
 

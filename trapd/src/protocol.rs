@@ -53,14 +53,27 @@ pub enum Request {
     Activate { profile: String },
 }
 
+/// Why a request line is not a request; its [`trapvec::error_chain`] is the reply's message.
+#[derive(Debug, thiserror::Error)]
+pub enum BadRequest {
+    #[error("bad request")]
+    Json(#[source] serde_json::Error),
+    #[error("bad request: unsplice needs `at` or `\"all\": true`")]
+    UnspliceWhat,
+    #[error("bad request: unsplice takes `at` or `\"all\": true`, not both")]
+    UnspliceBoth,
+    #[error("bad request: apply takes `best_effort` or `check`, not both")]
+    ApplyBoth,
+}
+
 impl Request {
-    /// Parse one line; the error is the reply's message.
-    pub fn parse(line: &str) -> Result<Request, String> {
-        let req: Request = serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))?;
+    /// Parse one line.
+    pub fn parse(line: &str) -> Result<Request, BadRequest> {
+        let req: Request = serde_json::from_str(line).map_err(BadRequest::Json)?;
         match &req {
-            Request::Unsplice { at: None, all: false } => Err("bad request: unsplice needs `at` or `\"all\": true`".into()),
-            Request::Unsplice { at: Some(_), all: true } => Err("bad request: unsplice takes `at` or `\"all\": true`, not both".into()),
-            Request::Apply { best_effort: true, check: true, .. } => Err("bad request: apply takes `best_effort` or `check`, not both".into()),
+            Request::Unsplice { at: None, all: false } => Err(BadRequest::UnspliceWhat),
+            Request::Unsplice { at: Some(_), all: true } => Err(BadRequest::UnspliceBoth),
+            Request::Apply { best_effort: true, check: true, .. } => Err(BadRequest::ApplyBoth),
             _ => Ok(req),
         }
     }
@@ -97,9 +110,10 @@ pub fn ok(fields: Value) -> Value {
     Value::Object(m)
 }
 
-/// An error reply.
-pub fn error(message: impl std::fmt::Display) -> Value {
-    json!({ "ok": false, "error": message.to_string() })
+/// An error reply: a sentence (`&str`, `String`), or an error, whose whole
+/// [`trapvec::error_chain`] is the message (so the reply names the culprit and the cause).
+pub fn error<'a>(message: impl Into<Box<dyn std::error::Error + 'a>>) -> Value {
+    json!({ "ok": false, "error": trapvec::error_chain(&*message.into()) })
 }
 
 #[cfg(test)]
@@ -126,7 +140,7 @@ mod tests {
 
     #[test]
     fn malformed_requests_are_errors_that_name_the_problem() {
-        let e = |l: &str| Request::parse(l).unwrap_err();
+        let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
         assert!(e(r#"{"op":"frobnicate"}"#).contains("frobnicate"));
         assert!(e(r#"{"op":"unsplice"}"#).contains("needs `at`"));
         assert!(e(r#"{"op":"unsplice","at":"f","all":true}"#).contains("not both"));
@@ -164,7 +178,7 @@ mod tests {
             Request::parse(r#"{"op":"splice","at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap(),
             Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap })
         );
-        let e = |l: &str| Request::parse(l).unwrap_err();
+        let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
         assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"jump"}"#).contains("unknown action `jump`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"count","extra":1}"#).contains("extra"));
@@ -193,5 +207,8 @@ mod tests {
     fn replies_carry_ok_and_the_fields_or_the_error_message() {
         assert_eq!(ok(json!({"value": 3})), json!({"ok": true, "value": 3}));
         assert_eq!(error("no"), json!({"ok": false, "error": "no"}));
+        let io = std::io::Error::other("disk on fire");
+        let e = instr_manager::ops::OpError::Spec(instr_manager::SpecError::Io { file: "s.toml".into(), source: io });
+        assert_eq!(error(e), json!({"ok": false, "error": "cannot read spec s.toml: disk on fire"}), "the reply carries the chain");
     }
 }

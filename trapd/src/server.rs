@@ -52,9 +52,18 @@ pub struct Access {
     pub gids: Vec<u32>,
 }
 
+/// A group of `allow_groups` that cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("allow_groups: no group named `{group}`")]
+    NoGroup { group: String },
+    #[error("allow_groups: looking up `{group}`")]
+    Lookup { group: String, #[source] source: nix::Error },
+}
+
 impl Access {
     /// Resolve group names (or numeric ids) from the configuration.
-    pub fn from_groups(groups: &[String]) -> Result<Access, String> {
+    pub fn from_groups(groups: &[String]) -> Result<Access, AccessError> {
         let mut gids = Vec::new();
         for g in groups {
             if let Ok(n) = g.parse::<u32>() {
@@ -63,8 +72,8 @@ impl Access {
             }
             match nix::unistd::Group::from_name(g) {
                 Ok(Some(grp)) => gids.push(grp.gid.as_raw()),
-                Ok(None) => return Err(format!("allow_groups: no group named `{g}`")),
-                Err(e) => return Err(format!("allow_groups: looking up `{g}`: {e}")),
+                Ok(None) => return Err(AccessError::NoGroup { group: g.clone() }),
+                Err(source) => return Err(AccessError::Lookup { group: g.clone(), source }),
             }
         }
         Ok(Access { gids })
@@ -318,7 +327,9 @@ mod tests {
         assert!(!a.allows(65534, &[65534]));
         assert!(!Access::default().allows(1000, &[1000]));
         assert_eq!(Access::from_groups(&["42".into()]).unwrap().gids, vec![42]);
-        assert!(Access::from_groups(&["no-such-group-trapd".into()]).unwrap_err().contains("no-such-group-trapd"));
+        let e = Access::from_groups(&["no-such-group-trapd".into()]).unwrap_err();
+        assert!(matches!(&e, AccessError::NoGroup { group } if group == "no-such-group-trapd"), "{e}");
+        assert_eq!(e.to_string(), "allow_groups: no group named `no-such-group-trapd`");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod kernel;
 pub mod process;
 pub mod target;
 
-pub use error::TargetError;
+pub use error::{error_chain, TargetError};
 pub use target::{
     BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetInfo,
     TextPatch, TrapHits,

@@ -29,7 +29,7 @@ pub enum BuildError {
         dir: PathBuf,
     },
     /// A build command could not be started.
-    #[error("{what}: cannot run `{command}`: {source}")]
+    #[error("{what}: cannot run `{command}`")]
     Spawn {
         /// What was being built.
         what: String,
@@ -65,7 +65,7 @@ pub enum BuildError {
         reason: String,
     },
     /// A file-system operation failed.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file or directory.
         path: PathBuf,

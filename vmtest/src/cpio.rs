@@ -26,7 +26,7 @@ const TRAILER: &str = "TRAILER!!!";
 #[derive(Debug, thiserror::Error)]
 pub enum CpioError {
     /// The underlying writer failed.
-    #[error("writing cpio record for {name}: {source}")]
+    #[error("writing cpio record for {name}")]
     Io {
         /// The record being written.
         name: String,

@@ -63,7 +63,7 @@ pub enum HostError {
         hint: &'static str,
     },
     /// Reading a directory failed.
-    #[error("reading {dir}: {source}")]
+    #[error("reading {dir}")]
     ReadDir {
         /// The directory.
         dir: PathBuf,

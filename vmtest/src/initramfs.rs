@@ -33,7 +33,7 @@ pub enum InitramfsError {
         new: &'static str,
     },
     /// A host file to be copied cannot be read.
-    #[error("reading {host} for guest path /{guest}: {source}")]
+    #[error("reading {host} for guest path /{guest}")]
     ReadHost {
         /// The host file.
         host: PathBuf,
@@ -65,8 +65,8 @@ pub enum InitramfsError {
     #[error(transparent)]
     Cpio(#[from] CpioError),
     /// Compressing the archive failed.
-    #[error("compressing the initramfs: {0}")]
-    Gzip(std::io::Error),
+    #[error("compressing the initramfs")]
+    Gzip(#[source] std::io::Error),
 }
 
 /// Where a file's bytes come from.

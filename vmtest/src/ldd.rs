@@ -11,7 +11,7 @@ use std::process::Command;
 #[derive(Debug, thiserror::Error)]
 pub enum LddError {
     /// `ldd` could not be run.
-    #[error("running ldd on {binary}: {source}")]
+    #[error("running ldd on {binary}")]
     Spawn {
         /// The program inspected.
         binary: PathBuf,
@@ -34,6 +34,14 @@ pub enum LddError {
         /// The missing library's soname.
         library: String,
     },
+}
+
+/// A library `ldd` lists as `not found` (what [`parse`] refuses).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("ldd lists {library} as not found")]
+pub struct MissingLibrary {
+    /// The library's soname.
+    pub library: String,
 }
 
 /// Absolute paths of every shared library `binary` loads, the dynamic loader included; empty
@@ -60,7 +68,7 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>, LddError> {
             stderr: stderr.trim().to_owned(),
         });
     }
-    let libs = parse(&stdout).map_err(|library| LddError::NotFound {
+    let libs = parse(&stdout).map_err(|MissingLibrary { library }| LddError::NotFound {
         binary: binary.to_owned(),
         library,
     })?;
@@ -73,15 +81,15 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>, LddError> {
 }
 
 /// Reads `ldd` output: `name => /path (0x…)` and `/path/to/ld.so (0x…)` lines give paths; the
-/// vDSO (no path) and `statically linked` give none. `Err(name)` for a `name => not found`.
-pub fn parse(output: &str) -> Result<Vec<PathBuf>, String> {
+/// vDSO (no path) and `statically linked` give none; a `name => not found` is refused.
+pub fn parse(output: &str) -> Result<Vec<PathBuf>, MissingLibrary> {
     let mut libs = Vec::new();
     for line in output.lines().map(str::trim) {
         let target = match line.split_once("=>") {
             Some((name, rest)) => {
                 let rest = rest.trim();
                 if rest.starts_with("not found") {
-                    return Err(name.trim().to_owned());
+                    return Err(MissingLibrary { library: name.trim().to_owned() });
                 }
                 rest
             }
@@ -125,7 +133,7 @@ mod tests {
     fn parse_reports_a_missing_library_by_name() {
         let out =
             "\tlibfoo.so.3 => not found\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x1)\n";
-        assert_eq!(parse(out), Err("libfoo.so.3".to_owned()));
+        assert_eq!(parse(out), Err(MissingLibrary { library: "libfoo.so.3".to_owned() }));
     }
 
     #[test]

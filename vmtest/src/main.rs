@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     match real_main() {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("vmtest: error: {err:#}");
+            eprintln!("vmtest: error: {}", trapvec::error_chain(err.as_ref()));
             ExitCode::FAILURE
         }
     }

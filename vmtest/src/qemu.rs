@@ -38,7 +38,7 @@ const POWEROFF_GRACE: Duration = Duration::from_secs(20);
 #[derive(Debug, thiserror::Error)]
 pub enum QemuError {
     /// QEMU could not be started.
-    #[error("starting {qemu}: {source}")]
+    #[error("starting {qemu}")]
     Spawn {
         /// The QEMU binary.
         qemu: PathBuf,
@@ -46,8 +46,8 @@ pub enum QemuError {
         source: std::io::Error,
     },
     /// Waiting for or killing QEMU failed.
-    #[error("waiting for qemu: {0}")]
-    Wait(std::io::Error),
+    #[error("waiting for qemu")]
+    Wait(#[source] std::io::Error),
 }
 
 /// One boot.

@@ -72,7 +72,7 @@ pub enum RunError {
     #[error(transparent)]
     Initramfs(#[from] InitramfsError),
     /// Writing the initramfs file failed.
-    #[error("writing the initramfs to {path}: {source}")]
+    #[error("writing the initramfs to {path}")]
     WriteInitramfs {
         /// The file.
         path: PathBuf,
@@ -80,7 +80,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     /// Reading a host file (modules.dep) failed.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -263,7 +263,7 @@ fn guest_tree(
     let module = match builder.module() {
         Ok(module) => Some(module),
         Err(err) if !options.load_module => {
-            eprintln!("vmtest: warning: {err}; the guest has no {}", paths::MODULE);
+            eprintln!("vmtest: warning: {}; the guest has no {}", trapvec::error_chain(&err), paths::MODULE);
             None
         }
         Err(err) => return Err(err.into()),

@@ -72,7 +72,7 @@ pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> 
     let mut refused = Vec::new();
     let batch = if best_effort {
         sp.apply_best_effort(&requests).map(|r| {
-            refused = r.refused.iter().map(|(_, e)| e.to_string()).collect();
+            refused = r.refused.iter().map(|(_, e)| trapvec::error_chain(e)).collect();
             r.applied.iter().map(|&(_, id)| id).collect()
         })
     } else {
@@ -101,7 +101,7 @@ pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
                 mechanism: plan.mechanism.to_string(),
                 displaced: plan.displaced_text(),
             }),
-            Err(e) => report.refused.push(e.to_string()),
+            Err(e) => report.refused.push(trapvec::error_chain(&e)),
         }
     }
     report

@@ -58,11 +58,11 @@ pub enum OpError {
     Splice(#[from] SpliceError),
     #[error(transparent)]
     Spec(#[from] SpecError),
-    #[error("loading {path}: {source}")]
+    #[error("loading {path}")]
     Load { path: String, #[source] source: SpliceError },
-    #[error("{path}: a splice it declares was refused; nothing was loaded: {source}")]
+    #[error("{path}: a splice it declares was refused; nothing was loaded")]
     Declared { path: String, #[source] source: SpliceError },
-    #[error("component {component}: declared splice: {source}")]
+    #[error("component {component}: declared splice")]
     DeclaredForm { component: String, #[source] source: SpliceFormError },
     #[error("no component named `{name}` is loaded ({})", loaded_list(.loaded))]
     NoComponent { name: String, loaded: Vec<String> },
@@ -70,13 +70,13 @@ pub enum OpError {
     InUse { name: String, users: Vec<String> },
     #[error("no splice at `{at}` ({})", live_list(.live))]
     NoSplice { at: String, live: Vec<String> },
-    #[error("set {symbol}: {source}")]
+    #[error("set {symbol}")]
     Set { symbol: String, #[source] source: SpliceError },
     #[error("size {0} is not 1, 2, 4 or 8")]
     Size(usize),
     #[error("`{symbol}` is {len} bytes long; size {size} would write past it")]
     PastEnd { symbol: String, len: usize, size: usize },
-    #[error("{0}")]
+    #[error(transparent)]
     Number(#[from] NumberError),
 }
 
@@ -126,19 +126,19 @@ pub fn undo<T: Target>(sp: &mut Splicer<T>, made: &Made) -> Result<(), SpliceErr
     let mut first = None;
     if !made.splices.is_empty() {
         if let Err(e) = sp.remove(&made.splices) {
-            log::error!("undoing {} splice(s): {e}", made.splices.len());
+            log::error!("undoing {} splice(s): {}", made.splices.len(), trapvec::error_chain(&e));
             first = Some(e);
         }
     }
     for w in made.vars.iter().rev() {
         if let Err(e) = sp.set_var(&w.symbol, w.before, w.size) {
-            log::error!("restoring {}: {e}", w.symbol);
+            log::error!("restoring {}: {}", w.symbol, trapvec::error_chain(&e));
             first.get_or_insert(e);
         }
     }
     for &c in made.components.iter().rev() {
         if let Err(e) = sp.unload_component(c) {
-            log::error!("undoing component {}: {e}", c.0);
+            log::error!("undoing component {}: {}", c.0, trapvec::error_chain(&e));
             first.get_or_insert(e);
         }
     }

@@ -57,7 +57,7 @@ impl BatchCache {
             let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
             match usize::try_from(hi - lo).map(|len| target.read(lo, len)) {
                 Ok(Ok(bytes)) => self.text.push((lo, bytes)),
-                Ok(Err(e)) => log::debug!("reading text [{lo:#x}, {hi:#x}) ahead: {e}"),
+                Ok(Err(e)) => log::debug!("reading text [{lo:#x}, {hi:#x}) ahead: {}", trapvec::error_chain(&e)),
                 Err(_) => {}
             }
         }
@@ -190,7 +190,7 @@ pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
                 }
             }
             Err(e) => {
-                log::debug!("reading counters [{lo:#x}, {hi:#x}) at once: {e}; reading them one by one");
+                log::debug!("reading counters [{lo:#x}, {hi:#x}) at once: {}; reading them one by one", trapvec::error_chain(&e));
                 for &i in &order[run.clone()] {
                     out[i] = target.read(addrs[i], 8).map_or(0, |b| word(&b));
                 }

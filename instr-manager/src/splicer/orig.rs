@@ -13,6 +13,7 @@ use component_manager::resolve::ResolveError;
 use component_manager::ExtraSymbols;
 use serde::{Deserialize, Serialize};
 use trapvec::target::{BlockKind, RepoBlock, Target};
+use trapvec::TargetError;
 
 use crate::trampoline::emit_indirect_stub;
 
@@ -52,32 +53,37 @@ impl ExtraSymbols for OrigStubs<'_> {
                 .find(|s| s.point.function.addr == sym.addr && matches!(s.request.action, Action::Replace { .. }))
                 .and_then(|s| s.replay)
                 .unwrap_or(sym.addr);
-            let stub = make_orig_stub(target, sym.addr, current).map_err(|reason| ResolveError::Extra { symbol: name.to_string(), reason })?;
+            let stub = make_orig_stub(target, sym.addr, current).map_err(|(what, source)| ResolveError::Make {
+                symbol: name.to_string(),
+                what: format!("the original trampoline of `{func}`: {what}"),
+                source: Box::new(source),
+            })?;
             log::debug!("original trampoline of {func} at {:#x} (slot {:#x} = {current:#x})", stub.code.addr, stub.slot.addr);
             self.orig.insert(func.to_string(), stub);
         }
         Ok(())
     }
 
-    fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, String>> {
+    fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, ResolveError>> {
         let func = name.strip_prefix(ORIG_PREFIX)?;
+        let refuse = |reason: String| Err(ResolveError::Extra { symbol: name.to_string(), reason });
         Some(match self.orig.get(func) {
             Some(s) => Ok(s.code.addr),
-            None if target.symbols().lookup(func).is_none() => Err(format!("{name}: the target has no function `{func}`")),
-            None => Err(format!("{name}: no original trampoline was made for `{func}`")),
+            None if target.symbols().lookup(func).is_none() => refuse(format!("the target has no function `{func}`")),
+            None => refuse(format!("no original trampoline was made for `{func}`")),
         })
     }
 }
 
 /// Allocate, write and seal the stub of `function` with its slot holding `current`; on failure
-/// free what was allocated.
-fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Result<OrigStub, String> {
-    let slot = target.alloc(function, 8, BlockKind::Data).map_err(|e| e.to_string())?;
+/// free what was allocated, and say which step failed.
+fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Result<OrigStub, (&'static str, TargetError)> {
+    let slot = target.alloc(function, 8, BlockKind::Data).map_err(|e| ("allocating its slot", e))?;
     let code = match target.alloc(function, 16, BlockKind::Code) {
         Ok(c) => c,
         Err(e) => {
             let _ = target.free(&slot);
-            return Err(e.to_string());
+            return Err(("allocating its code", e));
         }
     };
     let r = (|| {
@@ -88,7 +94,7 @@ fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Resul
     if let Err(e) = r {
         let _ = target.free(&code);
         let _ = target.free(&slot);
-        return Err(e.to_string());
+        return Err(("writing and sealing it", e));
     }
     Ok(OrigStub { function, code, slot })
 }
@@ -102,7 +108,7 @@ impl<T: Target> Splicer<T> {
             if let Some(stub) = self.orig.get(&s.point.function.name) {
                 let v = if on { replay } else { stub.function };
                 if let Err(e) = self.target.write(&stub.slot, 0, &v.to_le_bytes()) {
-                    log::warn!("original trampoline slot of {}: {e}", s.point.function.name);
+                    log::warn!("original trampoline slot of {}: {}", s.point.function.name, trapvec::error_chain(&e));
                 }
             }
         }

@@ -134,7 +134,7 @@ impl<T: Target> Splicer<T> {
                     out.push(Ok(p));
                 }
                 Err(e) => {
-                    log::debug!("{}: refused: {e}", r.at);
+                    log::debug!("{}: refused: {}", r.at, trapvec::error_chain(&e));
                     out.push(Err(e));
                 }
             }

@@ -88,10 +88,10 @@ impl<T: Target> Splicer<T> {
             s.add_ranges(&mut ranges);
         }
         if let Err(e) = self.wait_quiescent(&taken, &ranges) {
-            log::debug!("{} splice(s) left retiring: {e}", taken.len());
+            log::debug!("{} splice(s) left retiring: {}", taken.len(), trapvec::error_chain(&e));
             let e = match e {
                 e @ SpliceError::Retiring { .. } => e,
-                e => SpliceError::Retiring { at: taken.iter().map(|s| s.request.at.as_str()).collect::<Vec<_>>().join(", "), reason: e.to_string() },
+                e => SpliceError::Retiring { at: taken.iter().map(|s| s.request.at.as_str()).collect::<Vec<_>>().join(", "), reason: trapvec::error_chain(&e) },
             };
             for (splice, hits) in taken.into_iter().zip(counted) {
                 self.retiring.insert(splice.id, Retiring { splice, hits });

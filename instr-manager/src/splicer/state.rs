@@ -26,7 +26,7 @@ pub const STATE_VERSION: u32 = 1;
 /// Why a saved state cannot be restored.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("the saved state is not valid: {0}")]
+    #[error("the saved state is not a valid splicer state")]
     Decode(#[from] serde_json::Error),
     #[error("the saved state has format version {found}; this program reads version {STATE_VERSION}")]
     Version { found: u32 },
@@ -38,9 +38,9 @@ pub enum StateError {
     TextDiffers { at: String, what: &'static str, addr: u64, expected: String, found: String },
     #[error("saved retiring splice `{at}`: the site {addr:#x} holds {found}, not its original bytes {expected}: the text was changed behind trapvec's back")]
     RetiringTextDiffers { at: String, addr: u64, expected: String, found: String },
-    #[error("saved component `{name}`: {source}")]
+    #[error("saved component `{name}`")]
     Component { name: String, #[source] source: Box<ComponentError> },
-    #[error("checking the saved state against the target: {0}")]
+    #[error("checking the saved state against the target")]
     Target(#[from] TargetError),
 }
 

@@ -38,7 +38,7 @@ fn refused_switch_leaves_the_old_splices_live_and_frees_what_it_built() {
     let blocks = k.live_blocks();
     let batches = k.state().batches;
     let err = sp.switch(&old, &[count("f1", Mechanism::Trap), count("f3", Mechanism::Trap)]).unwrap_err();
-    assert!(err.to_string().starts_with("f3: "), "{err}");
+    assert!(trapvec::error_chain(&err).starts_with("f3: "), "{err}");
     assert_eq!(k.state().batches, batches, "no text written");
     assert_eq!(k.live_blocks(), blocks);
     assert_eq!(k.text(func_addr("f0") + 5, 2), [0xCD, 0xF5]);

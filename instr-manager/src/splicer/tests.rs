@@ -70,7 +70,7 @@ fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
     k.state().refuse.insert(f + 5, SiteRefusal::Extable);
     let mut sp = Splicer::new(k.clone());
     let err = sp.apply(&[count("f0", Mechanism::Trap), count("f3", Mechanism::Trap)]).unwrap_err();
-    let msg = err.to_string();
+    let msg = trapvec::error_chain(&err);
     assert!(msg.starts_with("f3: "), "{msg}");
     assert!(msg.contains("exception-table"), "{msg}");
     assert_eq!(k.live_blocks(), 0, "refused while planning: nothing allocated");
@@ -95,7 +95,7 @@ fn best_effort_applies_what_validates_and_names_each_refusal() {
     let r = sp.apply_best_effort(&requests).unwrap();
     let applied: Vec<usize> = r.applied.iter().map(|a| a.0).collect();
     assert_eq!(applied, [0, 4]);
-    let refused: BTreeMap<usize, String> = r.refused.iter().map(|(i, e)| (*i, e.to_string())).collect();
+    let refused: BTreeMap<usize, String> = r.refused.iter().map(|(i, e)| (*i, trapvec::error_chain(e))).collect();
     assert_eq!(refused.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 5, 6]);
     assert!(refused[&1].contains("noinstr"), "{}", refused[&1]);
     assert!(refused[&2].contains("nosuch"), "{}", refused[&2]);

@@ -3,8 +3,8 @@
 
 use anyhow::{bail, Result};
 use instr_manager::splicer::{Action, SpliceRequest};
-use instr_manager::Mechanism;
 use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
+use instr_manager::{Mechanism, UnknownMechanism};
 use trapd::protocol::Request;
 
 use crate::route;
@@ -77,13 +77,22 @@ pub struct UnspliceArgs {
     pub wait: Option<std::time::Duration>,
 }
 
-/// `--wait SECONDS`: a non-negative number of seconds, fractions allowed.
-pub fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
-    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    std::time::Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}`: the wait must be a finite, non-negative number of seconds"))
+/// A `--wait` that is not a wait.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error("`{text}` is not a number of seconds")]
+    NotANumber { text: String },
+    #[error("`{text}`: the wait must be a finite, non-negative number of seconds")]
+    OutOfRange { text: String },
 }
 
-pub fn parse_mechanism(text: &str) -> Result<Mechanism, String> {
+/// `--wait SECONDS`: a non-negative number of seconds, fractions allowed.
+pub fn parse_wait(text: &str) -> Result<std::time::Duration, WaitError> {
+    let secs: f64 = text.parse().map_err(|_| WaitError::NotANumber { text: text.to_string() })?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| WaitError::OutOfRange { text: text.to_string() })
+}
+
+pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
     text.parse()
 }
 

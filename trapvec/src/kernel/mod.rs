@@ -345,7 +345,7 @@ impl KernelTarget {
             )));
         }
         let symbols = kallsyms::parse(kallsyms_text)
-            .map_err(|e| TargetError::Other(format!("kernel symbols from {KALLSYMS_PATH}: {e}")))?;
+            .map_err(|source| TargetError::Kallsyms { path: KALLSYMS_PATH, source })?;
         // The module validates its parameter; a vector that is no system vector here means a
         // module this program does not understand.
         let trap_vector = u8::try_from(raw.vector).ok().filter(|&v| v >= 0x20).ok_or_else(|| {
@@ -633,7 +633,7 @@ impl Target for KernelTarget {
             // The block is unused: give it back before reporting.
             let mut free = TrapvecBlock { id: arg.id };
             if let Err(e) = self.call(Request::Free(&mut free)) {
-                log::warn!("freeing out-of-reach block {} at {:#x}: {e}", arg.id, arg.addr);
+                log::warn!("freeing out-of-reach block {} at {:#x}: {}", arg.id, arg.addr, crate::error_chain(&e));
             }
             return Err(TargetError::Alloc {
                 near,
@@ -687,7 +687,7 @@ impl Target for KernelTarget {
             }
             Err(errno) => {
                 let err = self.apply_error(batch, &arg, errno);
-                log::debug!("batch of {} refused: {err}", batch.len());
+                log::debug!("batch of {} refused: {}", batch.len(), crate::error_chain(&err));
                 Err(err)
             }
         }
@@ -755,7 +755,7 @@ impl Target for KernelTarget {
             Ok(()) => Some(TrapHits { hits: arg.hits, missed: arg.missed }),
             Err(Errno::ENOENT) => None,
             Err(e) => {
-                log::warn!("HITS of site {site:#x}: {e}");
+                log::warn!("HITS of site {site:#x}: {}", crate::error_chain(&e));
                 None
             }
         }

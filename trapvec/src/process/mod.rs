@@ -29,7 +29,7 @@ mod symbols;
 mod sys;
 mod text;
 
-pub use signal::parse_scan_signal;
+pub use signal::{parse_scan_signal, SignalError};
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Mutex;

@@ -60,7 +60,7 @@ pub(crate) static TRAPS_RETRIED: AtomicU64 = AtomicU64::new(0);
 
 type SigActionFn = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
-static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
+static INSTALL: OnceLock<Result<(), SignalError>> = OnceLock::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static SCAN_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
@@ -85,9 +85,21 @@ pub(crate) fn scan_signal() -> libc::c_int {
     }
 }
 
+/// Why trapvec's signal handlers cannot be installed; each names the signal at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SignalError {
+    #[error("TRAPVEC_SIGNAL={text}: signal {signal} cannot be trapvec's scan signal")]
+    Reserved { text: String, signal: libc::c_int },
+    #[error("TRAPVEC_SIGNAL={text}: not a signal (a number, SIGUSR1, SIGUSR2, SIGRTMIN+n or SIGRTMAX-n)")]
+    NotASignal { text: String },
+    /// `errno` rather than an `io::Error`: the outcome is kept (cloned) for every later caller.
+    #[error("sigaction({signal}): {}", std::io::Error::from_raw_os_error(*.errno))]
+    Sigaction { signal: libc::c_int, errno: i32 },
+}
+
 /// Parse `TRAPVEC_SIGNAL`: a number, `SIGUSR1`, `SIGUSR2`, `SIGRTMIN+n` or `SIGRTMAX-n` (the
 /// `SIG` prefix optional). SIGSEGV, SIGTRAP, SIGKILL and SIGSTOP are refused.
-pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, String> {
+pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, SignalError> {
     let t = text.trim();
     let u = t.strip_prefix("SIG").unwrap_or(t);
     let offset = |rest: &str, sign: i32| -> Option<i32> {
@@ -112,8 +124,8 @@ pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, String> {
     };
     match sig {
         Some(s) if (1..=libc::SIGRTMAX()).contains(&s) && ![libc::SIGSEGV, libc::SIGTRAP, libc::SIGKILL, libc::SIGSTOP].contains(&s) => Ok(s),
-        Some(s) => Err(format!("TRAPVEC_SIGNAL={text}: signal {s} cannot be trapvec's scan signal")),
-        None => Err(format!("TRAPVEC_SIGNAL={text}: not a signal (a number, SIGUSR1, SIGUSR2, SIGRTMIN+n or SIGRTMAX-n)")),
+        Some(signal) => Err(SignalError::Reserved { text: text.to_string(), signal }),
+        None => Err(SignalError::NotASignal { text: text.to_string() }),
     }
 }
 
@@ -146,12 +158,12 @@ pub(crate) fn install() -> Result<(), TargetError> {
             Ok(())
         })
         .clone()
-        .map_err(TargetError::Other)
+        .map_err(TargetError::from)
 }
 
 /// # Safety
 /// `handler` must be the address of an `extern "C" fn(c_int, *mut siginfo_t, *mut c_void)`.
-unsafe fn set_handler(sig: libc::c_int, handler: usize, block: &[libc::c_int]) -> Result<libc::sigaction, String> {
+unsafe fn set_handler(sig: libc::c_int, handler: usize, block: &[libc::c_int]) -> Result<libc::sigaction, SignalError> {
     // SAFETY: zeroed `sigaction` is a valid starting value (empty mask, no flags).
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = handler;
@@ -166,7 +178,8 @@ unsafe fn set_handler(sig: libc::c_int, handler: usize, block: &[libc::c_int]) -
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are valid for the call; libc's sigaction, not an interposer.
     if unsafe { chain::real_sigaction()(sig, &sa, &mut old) } != 0 {
-        return Err(format!("sigaction({sig}): {}", std::io::Error::last_os_error()));
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(SignalError::Sigaction { signal: sig, errno });
     }
     Ok(old)
 }
@@ -330,8 +343,8 @@ mod tests {
         assert_eq!(parse_scan_signal("SIGUSR2"), Ok(libc::SIGUSR2));
         assert_eq!(parse_scan_signal(" 40 "), Ok(40));
         for bad in ["SIGSEGV", "11", "5", "9", "19", "0", "65", "SIGRTMAX+1", "RTMIN-2", "SIGFOO", ""] {
-            let e = parse_scan_signal(bad).expect_err(bad);
-            assert!(e.contains("TRAPVEC_SIGNAL="), "{bad}: {e}");
+            let e = parse_scan_signal(bad).expect_err(bad).to_string();
+            assert!(e.starts_with(&format!("TRAPVEC_SIGNAL={bad}: ")), "{bad}: {e}");
         }
     }
 
