@@ -18,6 +18,7 @@
 #
 # Output: BENCH_* lines (KEY=value ...).
 set -eu
+. /lib/scenario.sh
 
 calls=${BENCH_CALLS:-100000}
 rounds=${BENCH_ROUNDS:-3}
@@ -71,19 +72,7 @@ echo 0 > $tracing/tracing_on
 
 # Rounds over every configuration in turn, so that a slow phase of the host hits them all; the
 # figure of a configuration is its fastest round.
-configs="base trap_count trap_empty jmp_empty kprobe"
-for c in $configs; do eval "min_$c=999999999"; done
-round=1
-while [ "$round" -le "$rounds" ]; do
-	line="BENCH_ROUND $round:"
-	for c in $configs; do
-		v=$(measure "$c")
-		line="$line $c=$v"
-		eval "[ \"$v\" -lt \"\$min_$c\" ] && min_$c=$v" || true
-	done
-	echo "$line"
-	round=$((round + 1))
-done
+fastest_rounds BENCH_ROUND "base trap_count trap_empty jmp_empty kprobe"
 echo > $tracing/kprobe_events
 base=$min_base
 trap_count=$min_trap_count

@@ -9,16 +9,7 @@
 # checks.
 set -u
 
-# `refuse KEY CMD...`: CMD must fail; its message is printed as KEY=...
-refuse() {
-	key=$1
-	shift
-	if "$@" > /tmp/out 2> /tmp/err; then
-		echo "$key=UNEXPECTEDLY ACCEPTED"
-	else
-		echo "$key=$(head -n 1 /tmp/err)"
-	fi
-}
+. /lib/scenario.sh
 
 snapshot() {
 	{

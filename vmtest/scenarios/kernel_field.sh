@@ -9,20 +9,7 @@ set -u
 T=/sys/kernel/tracing
 TV=/files/tvraw
 
-# `refuse KEY CMD...`: CMD must fail; its message is printed as KEY=...
-refuse() {
-	key=$1
-	shift
-	if "$@" > /tmp/out 2> /tmp/err; then
-		echo "$key=UNEXPECTEDLY ACCEPTED"
-	else
-		echo "$key=$(head -n 1 /tmp/err)"
-	fi
-}
-
-addr() {
-	awk -v n="$1" '$3 == n { print $1; exit }' /proc/kallsyms
-}
+. /lib/scenario.sh
 
 # `at SYMBOL OFFSET`: hex address of SYMBOL+OFFSET.
 at() {

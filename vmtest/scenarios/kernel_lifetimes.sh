@@ -17,9 +17,7 @@
 set -u
 TV=/files/tvraw
 
-addr() {
-	awk -v n="$1" '$3 == n { print $1; exit }' /proc/kallsyms
-}
+. /lib/scenario.sh
 
 # `at SYMBOL OFFSET`: hex address of SYMBOL+OFFSET.
 at() {

@@ -29,6 +29,7 @@
 # Output: PEERS_* lines (KEY=value ...). Every step that cannot run says why and fails the
 # scenario: the test asserts that each peer actually ran.
 set -eu
+. /lib/scenario.sh
 
 calls=${BENCH_CALLS:-20000}
 runs=${PEERS_RUNS:-10}
@@ -95,19 +96,7 @@ trapctl load /components/empty.o > /dev/null
 trapctl load /components/mss_clamp.o > /dev/null
 echo 0 > $tracing/tracing_on
 
-configs="base jmp_empty jmp_count trap_empty fentry_empty fentry_count"
-for c in $configs; do eval "min_$c=999999999"; done
-round=1
-while [ "$round" -le "$rounds" ]; do
-	line="PEERS_HIT_ROUND $round:"
-	for c in $configs; do
-		v=$(measure "$c")
-		line="$line $c=$v"
-		eval "[ \"$v\" -lt \"\$min_$c\" ] && min_$c=$v" || true
-	done
-	echo "$line"
-	round=$((round + 1))
-done
+fastest_rounds PEERS_HIT_ROUND "base jmp_empty jmp_count trap_empty fentry_empty fentry_count"
 cat /tmp/fentry.err
 echo "PEERS_HIT_CONFIG point=$point calls=$calls runs_per_round=$runs rounds=$rounds figure=fastest run of all rounds"
 for c in $configs; do

@@ -13,6 +13,8 @@ pub mod paths {
     pub const MODULE: &str = "/trapvec.ko";
     /// The scenario script.
     pub const SCENARIO: &str = "/scenario.sh";
+    /// The shell functions scenarios share, sourced by those that use them.
+    pub const SCENARIO_LIB: &str = "/lib/scenario.sh";
     /// Directory of `--file` copies.
     pub const FILES: &str = "/files";
     /// Directory of kernel components.

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `/init` | [`crate::init`] |
 //! | `/scenario.sh` | the scenario, run as root by `/bin/sh` |
+//! | `/lib/scenario.sh` | what scenarios share (`vmtest/scenarios/lib/scenario.sh`: `refuse`, `addr`, `fastest_rounds`) |
 //! | `/trapvec.ko` | the module (absent only with `--no-load` when it cannot be built) |
 //! | `/bin/trapctl` | release trapctl (libraries at their host paths) |
 //! | `/bin/<helper>` | static helpers from `vmtest/helpers/*.c` (`tcpmss`) |
@@ -302,6 +303,7 @@ fn guest_tree(
     });
     fs.bytes_file("/init", init, 0o755)?;
     fs.host_file(paths::SCENARIO, &options.scenario, 0o755)?;
+    fs.host_file(paths::SCENARIO_LIB, &options.repo.join("vmtest/scenarios/lib/scenario.sh"), 0o644)?;
 
     if let Some(module) = module {
         fs.host_file(paths::MODULE, &module, 0o644)?;

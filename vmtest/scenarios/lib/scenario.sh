@@ -1,0 +1,39 @@
+# What the scenarios share, in the guest as /lib/scenario.sh (`. /lib/scenario.sh`): busybox sh
+# functions, each the one copy of a step more than one scenario takes.
+
+# `refuse KEY CMD...`: CMD must fail; its message is printed as KEY=...
+refuse() {
+	key=$1
+	shift
+	if "$@" > /tmp/out 2> /tmp/err; then
+		echo "$key=UNEXPECTEDLY ACCEPTED"
+	else
+		echo "$key=$(head -n 1 /tmp/err)"
+	fi
+}
+
+# `addr SYMBOL`: SYMBOL's address in /proc/kallsyms, hex without 0x.
+addr() {
+	awk -v n="$1" '$3 == n { print $1; exit }' /proc/kallsyms
+}
+
+# `fastest_rounds PREFIX CONFIGS`: $rounds rounds over every configuration of CONFIGS in turn
+# (so that a slow phase of the host hits them all), each measured by the scenario's own
+# `measure CONFIG`; prints `PREFIX N: config=value ...` per round and leaves each
+# configuration's fastest value in `min_CONFIG` (and CONFIGS in `configs`).
+fastest_rounds() {
+	prefix=$1
+	configs=$2
+	for c in $configs; do eval "min_$c=999999999"; done
+	round=1
+	while [ "$round" -le "$rounds" ]; do
+		line="$prefix $round:"
+		for c in $configs; do
+			v=$(measure "$c")
+			line="$line $c=$v"
+			eval "[ \"$v\" -lt \"\$min_$c\" ] && min_$c=$v" || true
+		done
+		echo "$line"
+		round=$((round + 1))
+	done
+}
