@@ -69,6 +69,7 @@ pub fn measure(n: usize, mech: Mechanism) -> Result<BatchTiming, BatchError> {
             at: format!("f{i}"),
             action: Action::Call { handler: "empty_handler".into(), cookie: 0 },
             mechanism: mech,
+            options: Default::default(),
         })
         .collect();
     let t0 = Instant::now();

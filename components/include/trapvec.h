@@ -35,6 +35,22 @@ struct trapvec_regs {
 typedef void trapvec_handler_t(struct trapvec_regs *regs, void *cookie);
 
 /*
+ * What the handler of a return point (when = "return") gets beside the registers, where rax and
+ * rdx hold the return value (and may be changed): the entry's argument registers, kept from the
+ * entry to this return. The field order is ABI (trapvec::abi::TrapvecCall).
+ */
+struct trapvec_call {
+	trapvec_u64 args[6];	/* rdi, rsi, rdx, rcx, r8, r9 at the entry */
+	trapvec_u64 cookie;	/* the splice's cookie */
+	trapvec_u64 sp;		/* stack pointer at the entry */
+	trapvec_u64 ret;	/* where the function returns to */
+	trapvec_u64 elapsed_ns;	/* entry to return, by the timer's clock (timers only, else 0) */
+};
+
+/* The signature of a return point's handler. */
+typedef void trapvec_return_handler_t(struct trapvec_regs *regs, struct trapvec_call *call);
+
+/*
  * The original of a function replaced by a "replace" splice stays callable through its original
  * trampoline: declare it with TRAPVEC_ORIG(ret, fn, args...) and call __trapvec_orig_fn(...).
  *   TRAPVEC_ORIG(int, compute, int x);   ...   return __trapvec_orig_compute(x) + 1;
@@ -55,5 +71,10 @@ typedef void trapvec_handler_t(struct trapvec_regs *regs, void *cookie);
 		"at=" at ";action=" action ";handler=" #handler ";mechanism=" mech
 #define TRAPVEC_SPLICE_CALL(id, at, handler, mech) TRAPVEC__SPLICE(id, at, "call", handler, mech)
 #define TRAPVEC_SPLICE_REPLACE(id, at, handler, mech) TRAPVEC__SPLICE(id, at, "replace", handler, mech)
+/* A return point: handler (a trapvec_return_handler_t) runs each time the function at "at" returns. */
+#define TRAPVEC_SPLICE_RETURN(id, at, handler, mech)                           \
+	static const char __trapvec_splice_##id[]                                  \
+	__attribute__((section(".trapvec.splices"), used, aligned(1))) =           \
+		"at=" at ";action=call;handler=" #handler ";mechanism=" mech ";when=return"
 
 #endif /* TRAPVEC_H */

@@ -17,7 +17,7 @@ use crate::assert_sentence;
 pub fn prepared() -> (FakeKernel, Vec<u8>) {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
-    let count = |at: &str, mechanism| SpliceRequest { at: at.into(), action: Action::Count, mechanism };
+    let count = |at: &str, mechanism| SpliceRequest { at: at.into(), action: Action::Count, mechanism, options: Default::default() };
     sp.apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)]).expect("count splices on the fake kernel");
     let blob = sp.export_state();
     (k, blob)

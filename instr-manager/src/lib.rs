@@ -40,7 +40,7 @@ pub use plan::{
 pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 pub use relocate::relocate;
 pub use spec::{ComponentSpec, SetSpec, Spec};
-pub use splice::{Action, SpliceFormError, SpliceRequest};
+pub use splice::{Action, SpliceFormError, SpliceOptions, SpliceRequest, When};
 pub use trampoline::{
     emit_call_trampoline, emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, ReplaceTrampoline, REPLACE_STACK_WORDS,
     CallTrampoline, TrampolineOptions,

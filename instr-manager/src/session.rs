@@ -27,7 +27,9 @@ use trapvec::process::ProcessTarget;
 
 use crate::ops;
 use crate::plan::Mechanism;
+use crate::splice::{SpliceOptions, When};
 use crate::splicer::{Action, Hits, SpliceError, SpliceId, SpliceRequest, Splicer};
+use trapvec::returns::{Clock, ReturnStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -117,6 +119,11 @@ impl SpliceHandle {
         Ok(lock(&self.session).hits(self.id)?.hits)
     }
 
+    /// A return point's or timer's figures so far (`None` for other splices).
+    pub fn return_stats(&self) -> Result<Option<ReturnStats>, SessionError> {
+        Ok(lock(&self.session).return_stats(self.id)?)
+    }
+
     /// Remove now, returning the final counters (dropping removes too, logging any error).
     pub fn remove(mut self) -> Result<Hits, SessionError> {
         self.removed = true;
@@ -175,13 +182,41 @@ impl Session {
 
     /// As [`Session::splice_call`], passing `cookie` to the handler.
     pub fn splice_call_cookie(&self, at: &str, component: &ComponentHandle, handler: &str, cookie: u64, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
-        let req = SpliceRequest { at: at.to_string(), action: Action::Call { handler: handler.to_string(), cookie }, mechanism };
+        let req = SpliceRequest { at: at.to_string(), action: Action::Call { handler: handler.to_string(), cookie }, mechanism, options: Default::default() };
         self.splice(req, Some(component))
+    }
+
+    /// Run `handler` (a `trapvec_return_handler_t` of `component`) each time the function at
+    /// `at` returns, with at most `maxactive` calls in progress at once (`None`: the default).
+    pub fn splice_return(
+        &self,
+        at: &str,
+        component: &ComponentHandle,
+        handler: &str,
+        cookie: u64,
+        maxactive: Option<u32>,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
+        let mut req = SpliceRequest::new(at, Action::Call { handler: handler.to_string(), cookie }, mechanism);
+        req.options = SpliceOptions { when: When::Return, maxactive };
+        self.splice(req, Some(component))
+    }
+
+    /// Count the returns of the function at `at` (a return point with no handler).
+    pub fn count_returns(&self, at: &str, maxactive: Option<u32>, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        let mut req = SpliceRequest::new(at, Action::Count, mechanism);
+        req.options = SpliceOptions { when: When::Return, maxactive };
+        self.splice(req, None)
+    }
+
+    /// Time each call of the function at `at` with `clock` ([`SpliceHandle::return_stats`]).
+    pub fn time(&self, at: &str, clock: Clock, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        self.splice(SpliceRequest::new(at, Action::Time { clock }, mechanism), None)
     }
 
     /// Send calls of the function at `at` to `with` (a symbol of `component`).
     pub fn splice_replace(&self, at: &str, component: &ComponentHandle, with: &str, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
-        let req = SpliceRequest { at: at.to_string(), action: Action::Replace { with: with.to_string() }, mechanism };
+        let req = SpliceRequest { at: at.to_string(), action: Action::Replace { with: with.to_string() }, mechanism, options: Default::default() };
         self.splice(req, Some(component))
     }
 }

@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn count_splices_need_no_handler_and_empty_handlers_are_refused() {
         let spec = parse("[[splice]]\nat = \"f\"\naction = \"count\"\nmechanism = \"jmp\"\n").unwrap();
-        assert_eq!(spec.splices[0], SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp });
+        assert_eq!(spec.splices[0], SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() });
         let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \" \"\n").unwrap_err();
         assert!(err.to_string().contains("f: action `call` needs a `handler`"), "{err}");
     }

@@ -9,11 +9,16 @@
 //! | a `splice` line of trapd's protocol, a profile's `splice` table | clients, trapd's config | `serde_json`, `toml` |
 //! | a live splice's `request` in the saved state | the splicer ([`crate::splicer::state`]) | `serde_json` |
 //!
-//! All of them are the same flat form: `at`, `action` (`call`, `replace` or `count`),
+//! All of them are the same flat form: `at`, `action` (`call`, `replace`, `count` or `time`),
 //! `handler` (the handler of `call`, the replacement of `replace`), `mechanism` (`trap`, the
-//! default, or `jmp`), `cookie` (for `call`, default 0). `call` and `replace` need a handler;
-//! `count` takes none (one given is ignored, as is a cookie outside `call`). A refusal is a
-//! sentence naming the point: `f: unknown action `jump` (call, replace or count)`.
+//! default, or `jmp`), `cookie` (for `call`, default 0), and the [`SpliceOptions`]: `when`
+//! (`entry`, the default, or `return`: the action runs when the function returns, see
+//! [`trapvec::returns`]), `maxactive` (a return point's calls in progress at once, default
+//! [`trapvec::returns::DEFAULT_MAXACTIVE`]) and `clock` (`wall`, the default, or `cpu`, for
+//! `time`). `call` and `replace` need a handler; `count` and `time` take none (one given is
+//! ignored, as is a cookie outside `call`). `time` is a return point by nature (`when` may be
+//! left out); `replace` has no return form. A refusal is a sentence naming the point:
+//! `f: unknown action `jump` (call, replace, count or time)`.
 //!
 //! States saved before the form was flat wrote `action` as an object (`{"call": {"handler":
 //! "h", "cookie": 0}}`, `{"replace": {"with": "g"}}`); they are still read.
@@ -22,6 +27,8 @@ use std::fmt;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+
+use trapvec::returns::Clock;
 
 use crate::plan::Mechanism;
 
@@ -37,6 +44,35 @@ pub enum Action {
     /// dispatcher counts) whose destination is the replay; elsewhere a counting replay
     /// trampoline (KAPI's `count_func`).
     Count,
+    /// Time each call from its entry to its return into a log2 histogram (a return point).
+    Time { clock: Clock },
+}
+
+/// When a splice's action runs: at its point, or when the function that begins there returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum When {
+    #[default]
+    Entry,
+    Return,
+}
+
+impl When {
+    pub fn name(self) -> &'static str {
+        match self {
+            When::Entry => "entry",
+            When::Return => "return",
+        }
+    }
+}
+
+/// What a splice may say beyond where, how and what (each has a default).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpliceOptions {
+    pub when: When,
+    /// A return point's most calls in progress at once (kretprobe's `maxactive`); `None`: the
+    /// default, [`trapvec::returns::DEFAULT_MAXACTIVE`].
+    pub maxactive: Option<u32>,
 }
 
 impl Action {
@@ -45,16 +81,17 @@ impl Action {
         match self {
             Action::Call { handler, .. } => Some(handler),
             Action::Replace { with } => Some(with),
-            Action::Count => None,
+            Action::Count | Action::Time { .. } => None,
         }
     }
 
-    /// The action's name in the flat form: `call`, `replace` or `count`.
+    /// The action's name in the flat form: `call`, `replace`, `count` or `time`.
     pub fn name(&self) -> &'static str {
         match self {
             Action::Call { .. } => "call",
             Action::Replace { .. } => "replace",
             Action::Count => "count",
+            Action::Time { .. } => "time",
         }
     }
 }
@@ -66,6 +103,7 @@ impl fmt::Display for Action {
             Action::Call { handler, cookie } => write!(f, "call {handler} (cookie {cookie:#x})"),
             Action::Replace { with } => write!(f, "replace by {with}"),
             Action::Count => f.write_str("count"),
+            Action::Time { clock } => write!(f, "time ({} clock)", clock.name()),
         }
     }
 }
@@ -78,6 +116,7 @@ pub struct SpliceRequest {
     pub at: String,
     pub action: Action,
     pub mechanism: Mechanism,
+    pub options: SpliceOptions,
 }
 
 /// Why a declared splice or a record is not a splice.
@@ -93,6 +132,17 @@ impl SpliceRequest {
     /// The point, parsed from [`SpliceRequest::at`].
     pub fn point(&self) -> Result<crate::point::PointSpec, crate::PlanError> {
         self.at.parse()
+    }
+
+    /// A splice at its point (`when = entry`) with the default options.
+    pub fn new(at: impl Into<String>, action: Action, mechanism: Mechanism) -> SpliceRequest {
+        SpliceRequest { at: at.into(), action, mechanism, options: SpliceOptions::default() }
+    }
+
+    /// Whether the action runs at the function's return (a return point: `when = return`, or a
+    /// timer).
+    pub fn at_return(&self) -> bool {
+        self.options.when == When::Return || matches!(self.action, Action::Time { .. })
     }
 
     /// The splice a component declares in a `.trapvec.splices` record.
@@ -121,6 +171,12 @@ struct Flat {
     mechanism: Option<Mechanism>,
     #[serde(default)]
     cookie: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    when: Option<When>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    maxactive: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    clock: Option<Clock>,
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -144,7 +200,7 @@ impl<'de> Deserialize<'de> for ActionField {
         impl<'de> Visitor<'de> for V {
             type Value = ActionField;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an action: `call`, `replace` or `count`")
+                f.write_str("an action: `call`, `replace`, `count` or `time`")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ActionField, E> {
                 Ok(ActionField::Name(v.to_string()))
@@ -172,22 +228,45 @@ impl TryFrom<Flat> for SpliceRequest {
                 "call" => Action::Call { handler: handler("call")?, cookie: f.cookie },
                 "replace" => Action::Replace { with: handler("replace")? },
                 "count" => Action::Count,
-                other => return Err(format!("{at}: unknown action `{other}` (call, replace or count)")),
+                "time" => Action::Time { clock: f.clock.unwrap_or_default() },
+                other => return Err(format!("{at}: unknown action `{other}` (call, replace, count or time)")),
             },
         };
-        Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap) })
+        let when = match (&action, f.when) {
+            (Action::Time { .. }, Some(When::Entry)) => {
+                return Err(format!("{at}: action `time` measures from the entry to the return; `when = entry` contradicts it"))
+            }
+            (Action::Time { .. }, _) => When::Return,
+            (Action::Replace { .. }, Some(When::Return)) => {
+                return Err(format!("{at}: action `replace` has no `when = return` (a replacement already runs instead of the whole function)"))
+            }
+            (_, w) => w.unwrap_or_default(),
+        };
+        if f.clock.is_some() && !matches!(action, Action::Time { .. }) {
+            return Err(format!("{at}: `clock` belongs to action `time`, not `{}`", action.name()));
+        }
+        if f.maxactive.is_some() && when != When::Return {
+            return Err(format!("{at}: `maxactive` belongs to return points (`when = return` or action `time`)"));
+        }
+        if f.maxactive == Some(0) {
+            return Err(format!("{at}: `maxactive` must be at least 1"));
+        }
+        let options = SpliceOptions { when, maxactive: f.maxactive };
+        Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap), options })
     }
 }
 
 impl From<SpliceRequest> for Flat {
     fn from(r: SpliceRequest) -> Flat {
         let name = ActionField::Name(r.action.name().to_string());
-        let (handler, cookie) = match r.action {
-            Action::Call { handler, cookie } => (Some(handler), cookie),
-            Action::Replace { with } => (Some(with), 0),
-            Action::Count => (None, 0),
+        let (handler, cookie, clock) = match r.action {
+            Action::Call { handler, cookie } => (Some(handler), cookie, None),
+            Action::Replace { with } => (Some(with), 0, None),
+            Action::Count => (None, 0, None),
+            Action::Time { clock } => (None, 0, Some(clock)),
         };
-        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie }
+        let when = (r.options.when == When::Return).then_some(When::Return);
+        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock }
     }
 }
 
@@ -197,9 +276,9 @@ mod tests {
 
     fn requests() -> [SpliceRequest; 3] {
         [
-            SpliceRequest { at: "f".into(), action: Action::Call { handler: "h".into(), cookie: 7 }, mechanism: Mechanism::Jmp },
-            SpliceRequest { at: "f+0x9".into(), action: Action::Replace { with: "g".into() }, mechanism: Mechanism::Trap },
-            SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap },
+            SpliceRequest::new("f", Action::Call { handler: "h".into(), cookie: 7 }, Mechanism::Jmp),
+            SpliceRequest::new("f+0x9", Action::Replace { with: "g".into() }, Mechanism::Trap),
+            SpliceRequest::new("0xffffffff81000000", Action::Count, Mechanism::Trap),
         ]
     }
 
@@ -223,15 +302,44 @@ mod tests {
     fn the_flat_form_has_defaults_and_refusals_that_name_the_point() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap();
-        assert_eq!(r, SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap });
+        assert_eq!(r, SpliceRequest::new("f", Action::Count, Mechanism::Trap));
         let r = read(r#"{"at":"f","action":"call","handler":"h"}"#).unwrap();
         assert_eq!(r.action, Action::Call { handler: "h".into(), cookie: 0 });
         let e = |j: &str| read(j).unwrap_err().to_string();
         assert!(e(r#"{"at":"f","action":"call"}"#).starts_with("f: action `call` needs a `handler`"));
         assert!(e(r#"{"at":"f","action":"replace","handler":" "}"#).starts_with("f: action `replace` needs a `handler`"));
-        assert!(e(r#"{"at":"f","action":"jump"}"#).starts_with("f: unknown action `jump` (call, replace or count)"));
+        assert!(e(r#"{"at":"f","action":"jump"}"#).starts_with("f: unknown action `jump` (call, replace, count or time)"));
         assert!(e(r#"{"at":"f","action":"count","colour":"red"}"#).contains("colour"));
         assert!(e(r#"{"at":"f","action":"count","mechanism":"int3"}"#).contains("int3"));
+    }
+
+    #[test]
+    fn return_points_and_timers_have_a_flat_form_with_checked_options() {
+        let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
+        let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#).unwrap();
+        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8) });
+        assert!(r.at_return());
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"at":"f","action":"call","handler":"h","mechanism":"trap","cookie":0,"when":"return","maxactive":8}"#
+        );
+        let t = read(r#"{"at":"f","action":"time","clock":"cpu"}"#).unwrap();
+        assert_eq!((t.action.clone(), t.options.when), (Action::Time { clock: Clock::Cpu }, When::Return));
+        assert_eq!(serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(), t);
+        assert_eq!(read(r#"{"at":"f","action":"time"}"#).unwrap().action, Action::Time { clock: Clock::Wall });
+        let c = read(r#"{"at":"f","action":"count","when":"return"}"#).unwrap();
+        assert!(c.at_return() && c.action == Action::Count);
+        assert!(!read(r#"{"at":"f","action":"count","when":"entry"}"#).unwrap().at_return());
+        let e = |j: &str| read(j).unwrap_err().to_string();
+        assert!(e(r#"{"at":"f","action":"time","when":"entry"}"#).starts_with("f: action `time` measures from the entry to the return"));
+        assert!(e(r#"{"at":"f","action":"replace","handler":"g","when":"return"}"#).starts_with("f: action `replace` has no `when = return`"));
+        assert!(e(r#"{"at":"f","action":"count","clock":"cpu"}"#).starts_with("f: `clock` belongs to action `time`"));
+        assert!(e(r#"{"at":"f","action":"count","maxactive":4}"#).starts_with("f: `maxactive` belongs to return points"));
+        assert!(e(r#"{"at":"f","action":"time","maxactive":0}"#).starts_with("f: `maxactive` must be at least 1"));
+        assert!(e(r#"{"at":"f","action":"time","clock":"tsc"}"#).contains("tsc"));
+        assert!(e(r#"{"at":"f","action":"count","when":"exit"}"#).contains("exit"));
+        let d = SpliceRequest::from_record("at=compute;action=call;handler=on_ret;mechanism=jmp;when=return").unwrap();
+        assert_eq!((d.options.when, d.mechanism), (When::Return, Mechanism::Jmp));
     }
 
     #[test]
@@ -261,6 +369,6 @@ mod tests {
             assert!(!e.is_empty(), "{bad}");
         }
         let e = SpliceRequest::from_record("at=f;action=kill;handler=h;mechanism=trap").unwrap_err().to_string();
-        assert_eq!(e, "f: unknown action `kill` (call, replace or count)");
+        assert_eq!(e, "f: unknown action `kill` (call, replace, count or time)");
     }
 }

@@ -72,6 +72,8 @@ pub enum SpliceError {
     UnknownHandler { at: String, name: String },
     #[error("{at}: replace needs the function's entry, but {site:#x} is {offset:#x} bytes into {function}")]
     ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    #[error("{at}: a return point needs the function's entry (the return address on top of the stack), but {site:#x} is {offset:#x} bytes into {function}")]
+    ReturnNotAtEntry { at: String, site: u64, function: String, offset: u64 },
     #[error("{at}: the site {site:#x} is already spliced (by {other})")]
     AlreadySpliced { at: String, site: u64, other: String },
     #[error("{at}")]
@@ -119,6 +121,9 @@ pub struct LiveSplice {
     /// the kernel module's, for a replace trampoline); else the data block's second word.
     #[serde(default)]
     inflight: Option<u64>,
+    /// A return point's slot in the target's return runtime ([`trapvec::returns`]).
+    #[serde(default)]
+    ret: Option<trapvec::returns::ReturnSlot>,
 }
 
 impl LiveSplice {
@@ -272,6 +277,12 @@ impl<T: Target> Splicer<T> {
     pub fn hits_many(&self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
         let splices = ids.iter().map(|id| self.live.get(id).map(|s| &**s).ok_or(SpliceError::UnknownSplice(id.0))).collect::<Result<Vec<_>, _>>()?;
         Ok(self.hits_of(splices))
+    }
+
+    /// The figures of a live return point or timer (`None` for other splices).
+    pub fn return_stats(&self, id: SpliceId) -> Result<Option<trapvec::returns::ReturnStats>, SpliceError> {
+        let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
+        Ok(s.ret.as_ref().and_then(|slot| self.target.return_stats(slot)))
     }
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the

@@ -94,6 +94,7 @@ fn trap_splice_of_push_rbp_displaces_two_instructions() {
             at: "push_rbp_fn".into(),
             action: instr_manager::splicer::Action::Call { handler: "count_calls".into(), cookie: 0 },
             mechanism: Trap,
+            options: Default::default(),
         }])
         .unwrap()
     });
@@ -378,6 +379,7 @@ fn four_threads_call_patched_functions_while_splices_come_and_go_10000_times() {
             at: at.into(),
             action: instr_manager::splicer::Action::Call { handler: "count_calls".into(), cookie: 0 },
             mechanism: mech,
+            options: Default::default(),
         };
         let ids = s.with(|sp| sp.apply(&[req("push_rbp_fn"), req("jcc_fn+3")])).unwrap();
         if round % 100 == 0 {

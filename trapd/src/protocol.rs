@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: None });
         assert_eq!(
             Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
-            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp })
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() })
         );
         assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
         assert_eq!(
@@ -164,9 +164,9 @@ mod tests {
     #[test]
     fn splice_requests_and_their_protocol_form_map_both_ways() {
         let requests = [
-            SpliceRequest { at: "f".into(), action: Action::Call { handler: "h".into(), cookie: 7 }, mechanism: Mechanism::Jmp },
-            SpliceRequest { at: "f+0x9".into(), action: Action::Replace { with: "g".into() }, mechanism: Mechanism::Trap },
-            SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap },
+            SpliceRequest { at: "f".into(), action: Action::Call { handler: "h".into(), cookie: 7 }, mechanism: Mechanism::Jmp, options: Default::default() },
+            SpliceRequest { at: "f+0x9".into(), action: Action::Replace { with: "g".into() }, mechanism: Mechanism::Trap, options: Default::default() },
+            SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() },
         ];
         for r in requests {
             let line = serde_json::to_string(&Request::Splice(r.clone())).unwrap();
@@ -176,7 +176,7 @@ mod tests {
         // Journals written when `handler` and `mechanism` were serialized as null still parse.
         assert_eq!(
             Request::parse(r#"{"op":"splice","at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap(),
-            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap })
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() })
         );
         let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
         assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
@@ -191,7 +191,7 @@ mod tests {
             Request::List,
             Request::Load { path: "/c.o".into(), name: None },
             Request::Unload { name: "c".into() },
-            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap }),
+            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() }),
             Request::Unsplice { at: None, all: true },
             Request::Apply { spec: "/s.toml".into(), best_effort: false, check: false },
             Request::Set { symbol: "v".into(), value: instr_manager::ops::Value::Text("1".into()), size: None },

@@ -163,7 +163,7 @@ fn reads_are_answered_without_journaling_and_splice_requests_round_trip() {
     let before = read_records(&journal).unwrap().len();
     assert_eq!(d.handle(Request::Status)["profile"], json!("clean"));
     assert_eq!(read_records(&journal).unwrap().len(), before);
-    let r = d.handle(Request::Splice(SpliceRequest { at: "f2".into(), action: Action::Count, mechanism: Mechanism::Trap }));
+    let r = d.handle(Request::Splice(SpliceRequest { at: "f2".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() }));
     assert_eq!(r["site"], json!(format!("{:#x}", func("f2") + 5)), "{r}");
     assert!(k.trapped("f2"));
     assert_eq!(live_points(&mut d), ["f2"]);
@@ -231,7 +231,7 @@ fn trapctl_requests_over_the_socket_come_back_as_the_reports_trapctl_prints() {
     let dir = tempfile::tempdir().unwrap();
     let k = FakeKernel::new();
     let socket = serve(start(&k, &dir.path().join("journal")), dir.path());
-    let count = |at: &str| Request::Splice(SpliceRequest { at: at.into(), action: Action::Count, mechanism: Mechanism::Trap });
+    let count = |at: &str| Request::Splice(SpliceRequest { at: at.into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() });
 
     let row: ops::SpliceRow = call(&socket, &count("f2")).unwrap();
     assert_eq!((row.at.as_str(), row.function.as_str(), row.offset), ("f2", "f2", 5));
@@ -249,7 +249,7 @@ fn trapctl_requests_over_the_socket_come_back_as_the_reports_trapctl_prints() {
     assert_eq!(e.to_string(), "trapd: no splice at `f2` (nothing is spliced)");
 
     call::<ops::SpliceRow>(&socket, &count("f2")).unwrap();
-    call::<ops::SpliceRow>(&socket, &Request::Splice(SpliceRequest { at: "f3".into(), action: Action::Count, mechanism: Mechanism::Jmp })).unwrap();
+    call::<ops::SpliceRow>(&socket, &Request::Splice(SpliceRequest { at: "f3".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() })).unwrap();
     let all: Value = call(&socket, &Request::Unsplice { at: None, all: true }).unwrap();
     let ats: Vec<&str> = all["unspliced"].as_array().unwrap().iter().map(|u| u["at"].as_str().unwrap()).collect();
     assert_eq!(ats, ["f2", "f3"]);
@@ -281,7 +281,7 @@ fn components_through_the_daemon_bring_their_declared_splices_and_their_variable
     assert_eq!(call::<ops::Var>(&socket, &get).unwrap().value, 0xffff, "refused writes change nothing");
 
     // A splice of the user's own keeps the component in use.
-    let user = Request::Splice(SpliceRequest { at: "f1".into(), action: Action::Call { handler: "on_f".into(), cookie: 0 }, mechanism: Mechanism::Trap });
+    let user = Request::Splice(SpliceRequest { at: "f1".into(), action: Action::Call { handler: "on_f".into(), cookie: 0 }, mechanism: Mechanism::Trap, options: Default::default() });
     call::<ops::SpliceRow>(&socket, &user).unwrap();
     let e = call::<ops::Unloaded>(&socket, &Request::Unload { name: "knob".into() }).unwrap_err().to_string();
     assert_eq!(e, "trapd: component `knob` is used by the splice(s) at f1: unsplice them first");
@@ -301,7 +301,7 @@ fn the_metrics_endpoint_serves_splices_profile_switches_and_request_counts_a_par
     call::<Value>(&socket, &Request::Activate { profile: "both".into() }).unwrap();
     call::<Value>(&socket, &Request::Activate { profile: "nope".into() }).unwrap_err();
     call::<ops::Listing>(&socket, &Request::List).unwrap();
-    let jmp = Request::Splice(SpliceRequest { at: "f2".into(), action: Action::Count, mechanism: Mechanism::Jmp });
+    let jmp = Request::Splice(SpliceRequest { at: "f2".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() });
     let f2: ops::SpliceRow = call(&socket, &jmp).unwrap();
     assert_eq!(client::exchange(&socket, b"not json\n").unwrap().len(), 1);
     k.state().hits.insert(func("f0") + 5, 42);

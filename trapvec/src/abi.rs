@@ -44,6 +44,27 @@ pub struct TrapvecRegs {
 
 const _: () = assert!(core::mem::size_of::<TrapvecRegs>() == 18 * 8);
 
+/// What the return half of a return point hands its handler beside the registers, `struct
+/// trapvec_call` in `components/include/trapvec.h`: the entry's argument registers, kept in the
+/// call's instance from the entry to the return (kretprobe's per-instance data). The field order
+/// is ABI.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecCall {
+    /// `rdi, rsi, rdx, rcx, r8, r9` at the function's entry.
+    pub args: [u64; 6],
+    /// The splice's cookie.
+    pub cookie: u64,
+    /// The stack pointer at the entry (the return address's slot).
+    pub sp: u64,
+    /// Where the function returns to.
+    pub ret: u64,
+    /// Nanoseconds from the entry to the return, by the splice's clock (timers; else 0).
+    pub elapsed_ns: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
+
 // ---------------------------------------------------------------------------------------------
 // ioctl interface
 //

@@ -17,6 +17,7 @@ pub mod error;
 pub mod fake;
 pub mod kernel;
 pub mod process;
+pub mod returns;
 pub mod target;
 
 pub use error::{error_chain, TargetError};

@@ -437,6 +437,26 @@ pub trait Target {
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
         None
     }
+
+    /// A slot in the target's return runtime for a new return point ([`crate::returns`]): the
+    /// splicer makes its entry half a call splice with the slot's `entry` and `cookie`. Targets
+    /// without a return runtime refuse.
+    fn return_slot(&mut self, _cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
+        Err(TargetError::Unsupported { what: "return points and timers", target: self.info().description.clone() })
+    }
+
+    /// Give a return point's slot back, once its entry half can no longer run (text restored,
+    /// quiescence reached), and wait until no thread runs its return handler (then its
+    /// component may go). Calls still inside the function return safely without the handler.
+    /// An error leaves the slot draining; calling again waits again.
+    fn free_return_slot(&mut self, _slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
+        Ok(())
+    }
+
+    /// The figures of a live return point.
+    fn return_stats(&self, _slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
+        None
+    }
 }
 
 /// Largest gap between two ranges that one read covers rather than reading them apart.

@@ -6,6 +6,7 @@
 
 use component_manager::ComponentId;
 use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
+use trapvec::returns::{ReturnConfig, ReturnSlot, DEFAULT_MAXACTIVE};
 use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
@@ -27,6 +28,8 @@ struct Blocks {
     /// Handler or replacement address (0 for a count).
     dest_fn: u64,
     component: Option<ComponentId>,
+    /// A return point's slot.
+    ret: Option<ReturnSlot>,
 }
 
 /// What [`Splicer::fill`] made of a splice's blocks.
@@ -74,12 +77,37 @@ impl<T: Target> Splicer<T> {
                 return Err(terr(e));
             }
         };
-        let blocks = Blocks { code, data, dest_fn, component };
+        // A return point's entry half is a call of the target's entry routine with its slot.
+        let ret = match r.at_return() {
+            true => {
+                let cfg = ReturnConfig {
+                    handler: dest_fn,
+                    cookie: match r.action {
+                        Action::Call { cookie, .. } => cookie,
+                        _ => 0,
+                    },
+                    maxactive: r.options.maxactive.unwrap_or(DEFAULT_MAXACTIVE),
+                    clock: match r.action {
+                        Action::Time { clock } => Some(clock),
+                        _ => None,
+                    },
+                };
+                match self.target.return_slot(&cfg) {
+                    Ok(slot) => Some(slot),
+                    Err(e) => {
+                        let _ = self.target.free(&code);
+                        let _ = self.target.free(&data);
+                        return Err(terr(e));
+                    }
+                }
+            }
+            false => None,
+        };
+        let blocks = Blocks { code, data, dest_fn, component, ret };
         let filled = match self.fill(r, &mut planned, &blocks, cache) {
             Ok(f) => f,
             Err(e) => {
-                let _ = self.target.free(&blocks.code);
-                let _ = self.target.free(&blocks.data);
+                self.free_blocks(&blocks.code, &blocks.data, blocks.ret.as_ref());
                 return Err(e);
             }
         };
@@ -100,6 +128,7 @@ impl<T: Target> Splicer<T> {
             dispatch: filled.dispatch,
             handler_range: filled.handler_range,
             inflight: filled.inflight,
+            ret: blocks.ret,
         }))
     }
 
@@ -118,15 +147,21 @@ impl<T: Target> Splicer<T> {
         let trap = plan.mechanism == Mechanism::Trap;
         let mut handler_range = None;
         let mut inflight = None;
-        let (bytes, replay, dispatch) = match &r.action {
+        // What the call at the site runs: the action's handler, or a return point's entry half
+        // (the target's routine, never a lean leaf of a component).
+        let (action, call_fn, call_component) = match (&blocks.ret, &r.action) {
+            (Some(slot), _) => (Action::Call { handler: String::new(), cookie: slot.cookie }, slot.entry, None),
+            (None, a) => (a.clone(), dest_fn, blocks.component),
+        };
+        let (bytes, replay, dispatch) = match &action {
             Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
                 let replay = emit_replay(plan, code.addr).map_err(refused)?;
-                let d = DispatchEntry { site, dest: code.addr, handler: dest_fn, cookie: *cookie };
+                let d = DispatchEntry { site, dest: code.addr, handler: call_fn, cookie: *cookie };
                 (replay, Some(code.addr), Some(d))
             }
             Action::Call { cookie, .. } => {
-                let t = CallTrampoline { addr: code.addr, site, handler: dest_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
-                let (opts, lean) = self.trampoline_options(point.site, *flags_dead, dest_fn, blocks.component, cache);
+                let t = CallTrampoline { addr: code.addr, site, handler: call_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
+                let (opts, lean) = self.trampoline_options(point.site, *flags_dead && blocks.ret.is_none(), call_fn, call_component, cache);
                 handler_range = lean;
                 let bytes = emit_call_trampoline_with(&t, plan, info, &opts).map_err(refused)?;
                 (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
@@ -139,6 +174,7 @@ impl<T: Target> Splicer<T> {
                 let bytes = emit_counting_replay(code.addr, data.addr, plan, info).map_err(refused)?;
                 (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
             }
+            Action::Time { .. } => unreachable!("a timer is a return point: its site runs the entry half"),
             Action::Replace { .. } => {
                 // The replacement may sleep: count the tasks inside it (see REPLACE_STACK_WORDS
                 // for the arguments), in the target's counter where it keeps one.
@@ -217,8 +253,16 @@ impl<T: Target> Splicer<T> {
     /// Free the repository side of splices that never became visible.
     pub(super) fn discard(&mut self, built: &[Box<LiveSplice>]) {
         for s in built {
-            let _ = self.target.free(&s.code);
-            let _ = self.target.free(&s.data);
+            self.free_blocks(&s.code, &s.data, s.ret.as_ref());
+        }
+    }
+
+    /// Free a splice's blocks and return slot, none of which running code has seen.
+    fn free_blocks(&mut self, code: &RepoBlock, data: &RepoBlock, ret: Option<&ReturnSlot>) {
+        let _ = self.target.free(code);
+        let _ = self.target.free(data);
+        if let Some(slot) = ret {
+            let _ = self.target.free_return_slot(slot);
         }
     }
 }

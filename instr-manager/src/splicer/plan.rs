@@ -167,15 +167,17 @@ impl<T: Target> Splicer<T> {
                 return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other });
             }
         }
-        if let Action::Replace { .. } = r.action {
+        // A replacement takes over the whole call, and a return point takes the return address
+        // from the top of the stack: both need the function's entry.
+        if matches!(r.action, Action::Replace { .. }) || r.at_return() {
             let entry = point.function.addr;
             let past_fentry = info.has_fentry && point.site == entry + 5 && fentry(entry);
             if point.site != entry && !past_fentry {
-                return Err(SpliceError::ReplaceNotAtEntry {
-                    at: at.to_string(),
-                    site: point.site,
-                    function: point.function.name.clone(),
-                    offset: point.site - point.function.addr,
+                let (at, site, function, offset) = (at.to_string(), point.site, point.function.name.clone(), point.site - point.function.addr);
+                return Err(if r.at_return() {
+                    SpliceError::ReturnNotAtEntry { at, site, function, offset }
+                } else {
+                    SpliceError::ReplaceNotAtEntry { at, site, function, offset }
                 });
             }
         }

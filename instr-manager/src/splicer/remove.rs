@@ -98,6 +98,17 @@ impl<T: Target> Splicer<T> {
             }
             return Err(e);
         }
+        // Return points: no thread can start their entry half any more; give their slots back,
+        // which waits for threads in their return handlers (before the components go).
+        let drained = taken.iter().filter_map(|s| s.ret.as_ref().map(|slot| (s, slot))).try_for_each(|(s, slot)| {
+            self.target.free_return_slot(slot).map_err(|e| SpliceError::Retiring { at: s.request.at.clone(), reason: trapvec::error_chain(&e) })
+        });
+        if let Err(e) = drained {
+            for (splice, hits) in taken.into_iter().zip(counted) {
+                self.retiring.insert(splice.id, Retiring { splice, hits });
+            }
+            return Err(e);
+        }
         let later: Vec<usize> = (0..taken.len()).filter(|&i| counted[i].is_none()).collect();
         let mut hits: Vec<Hits> = counted.iter().map(|h| h.unwrap_or_default()).collect();
         for (&i, h) in later.iter().zip(self.hits_of(later.iter().map(|&i| &*taken[i]))) {

@@ -14,7 +14,7 @@ use super::{Action, SpliceError, SpliceRequest, Splicer};
 use crate::plan::Mechanism;
 
 fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
-    SpliceRequest { at: at.into(), action: Action::Count, mechanism }
+    SpliceRequest { at: at.into(), action: Action::Count, mechanism }, options: Default::default()
 }
 
 fn mnemonics(bytes: &[u8], ip: u64) -> Vec<Mnemonic> {
@@ -90,7 +90,7 @@ fn best_effort_applies_what_validates_and_names_each_refusal() {
         count("f2+7", Mechanism::Trap),
         count("f2", Mechanism::Trap),
         count("f2", Mechanism::Trap),
-        SpliceRequest { at: "f3".into(), action: Action::Call { handler: "absent".into(), cookie: 0 }, mechanism: Mechanism::Trap },
+        SpliceRequest { at: "f3".into(), action: Action::Call { handler: "absent".into(), cookie: 0 }, mechanism: Mechanism::Trap, options: Default::default() },
     ];
     let r = sp.apply_best_effort(&requests).unwrap();
     let applied: Vec<usize> = r.applied.iter().map(|a| a.0).collect();
@@ -261,7 +261,7 @@ fn state_keeps_components_their_variables_and_references() {
     let k = FakeKernel::new();
     let mut first = Splicer::new(k.clone());
     first.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
-    let call = SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_hit".into(), cookie: 9 }, mechanism: Mechanism::Trap };
+    let call = SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_hit".into(), cookie: 9 }, mechanism: Mechanism::Trap, options: Default::default() };
     let id = first.apply(&[call]).unwrap()[0];
     first.set_var("probe_limit", 1400, 8).unwrap();
     let state = first.export_state();
@@ -342,7 +342,7 @@ fn handlers_must_be_code_and_variables_data_of_their_size() {
     sp.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
     let bytes_before = k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap();
     let data_as_handler =
-        SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_limit".into(), cookie: 0 }, mechanism: Mechanism::Trap };
+        SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_limit".into(), cookie: 0 }, mechanism: Mechanism::Trap, options: Default::default() };
     let err = sp.apply(&[data_as_handler]).unwrap_err().to_string();
     assert!(err.contains("probe_limit") && err.contains("not in a code section"), "{err}");
     assert_eq!(k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap(), bytes_before, "nothing written");

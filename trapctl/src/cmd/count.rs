@@ -43,7 +43,7 @@ pub fn run(args: &Args) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         anyhow::bail!("--seconds {} is not a duration", args.seconds);
     }
-    let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism };
+    let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism, options: Default::default() };
     if client::is_listening(route::socket()) {
         // Through trapd: two requests; the daemon serves others in between.
         let row = super::splice::make(&request)?;

@@ -57,7 +57,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut hits = 0u64;
     for i in 0..args.times {
         let mechanism = mechanisms[i as usize % mechanisms.len()];
-        let request = SpliceRequest { at: args.at.clone(), action: action.clone(), mechanism };
+        let request = SpliceRequest { at: args.at.clone(), action: action.clone(), mechanism, options: Default::default() };
         let id = k.splicer.apply(std::slice::from_ref(&request)).with_context(|| format!("cycle {i}: splicing by {mechanism}"))?[0];
         hits += k.splicer.remove(&[id]).with_context(|| format!("cycle {i}: unsplicing"))?[0].hits;
         let now = k.target().read(function.addr, len)?;

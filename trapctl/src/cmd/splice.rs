@@ -113,7 +113,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism })?;
+    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options: Default::default() })?;
     println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! - [`signal`]: the SIGSEGV trap handler, the SIGTRAP handler of the int3-first protocol and the
 //!   thread-scan handler (everything that runs in signal context);
 //! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
+//! - [`returns`]: the return runtime (return points and timers: stubs, instances, unwind data);
 //! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
 //! - [`scan`]: finding out whether another thread is executing in given ranges;
 //! - [`symbols`]: the executable's and libraries' symbols;
@@ -23,6 +24,7 @@ pub mod chain;
 mod epoch;
 mod fork;
 mod memory;
+pub mod returns;
 mod scan;
 pub(crate) mod signal;
 mod symbols;
@@ -117,6 +119,18 @@ impl Target for ProcessTarget {
 
     fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         self.repo.free(block)
+    }
+
+    fn return_slot(&mut self, cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
+        returns::alloc_slot(cfg)
+    }
+
+    fn free_return_slot(&mut self, slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
+        returns::free_slot(slot)
+    }
+
+    fn return_stats(&self, slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
+        returns::stats(slot)
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
