@@ -12,7 +12,7 @@ use crate::splice::{Action, SpliceRequest};
 use crate::plan::Mechanism;
 
 fn count(at: &str) -> SpliceRequest {
-    SpliceRequest { at: at.into(), action: Action::Count, mechanism: Mechanism::Trap }, options: Default::default()
+    SpliceRequest::new(at, Action::Count, Mechanism::Trap)
 }
 
 fn set(symbol: &str, value: u64, size: Option<usize>) -> SetSpec {

@@ -14,7 +14,7 @@ use super::{Action, SpliceError, SpliceRequest, Splicer};
 use crate::plan::Mechanism;
 
 fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
-    SpliceRequest { at: at.into(), action: Action::Count, mechanism }, options: Default::default()
+    SpliceRequest::new(at, Action::Count, mechanism)
 }
 
 fn mnemonics(bytes: &[u8], ip: u64) -> Vec<Mnemonic> {

@@ -17,6 +17,7 @@ pub fn fixture_source(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
+#[allow(dead_code, reason = "each test binary uses part of the common helpers")]
 /// Assemble `src` into the shared object `so` (no libc) and load it into this process for
 /// good, its symbols global.
 pub fn load_shared_object(src: &Path, so: &Path) {
