@@ -194,16 +194,18 @@ pub struct DeclaredSplice {
 
 /// The keys of a `.trapvec.splices` record; each is required, once.
 pub const SPLICE_KEYS: [&str; 4] = ["at", "action", "handler", "mechanism"];
+/// Keys a record may add (`TRAPVEC_SPLICE_RETURN` writes `when=return`), each at most once.
+pub const SPLICE_OPTIONAL_KEYS: [&str; 1] = ["when"];
 
 impl DeclaredSplice {
     /// Parse one record: `at=...;action=...;handler=...;mechanism=...` (all four keys, each
-    /// once, in any order).
+    /// once, in any order), with any of [`SPLICE_OPTIONAL_KEYS`].
     pub fn parse(record: &str) -> Result<DeclaredSplice, ParseError> {
         let err = |reason: String| ParseError::Splice { record: record.to_string(), reason };
         let mut fields = BTreeMap::new();
         for field in record.split(';') {
             let (key, value) = field.split_once('=').ok_or_else(|| err(format!("field {field:?} is not key=value")))?;
-            if !SPLICE_KEYS.contains(&key) {
+            if !SPLICE_KEYS.contains(&key) && !SPLICE_OPTIONAL_KEYS.contains(&key) {
                 return Err(err(format!("unknown key {key:?}")));
             }
             if fields.insert(key.to_string(), value.to_string()).is_some() {
