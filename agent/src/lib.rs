@@ -210,7 +210,9 @@ pub(crate) fn write_stats() {
             Slot::Now(i) => {
                 let row = &state.applied[i];
                 let hits = state.splicer.hits(SpliceId(row.id)).map(|h| h.hits).unwrap_or(0);
-                serde_json::json!({ "at": row.at, "mechanism": row.mechanism, "hits": hits, "state": "applied" })
+                let mut v = serde_json::json!({ "at": row.at, "mechanism": row.mechanism, "hits": hits, "state": "applied" });
+                add_return_stats(&mut v, &state.splicer, SpliceId(row.id));
+                v
             }
             Slot::Deferred(i) => {
                 let d = &state.deferred[i];
@@ -218,6 +220,9 @@ pub(crate) fn write_stats() {
                     "at": d.request.at, "mechanism": d.request.mechanism, "hits": d.hits(&state.splicer),
                     "state": d.state_name(), "loads": d.loads,
                 });
+                if let deferred::DState::Applied { id, .. } = &d.state {
+                    add_return_stats(&mut v, &state.splicer, *id);
+                }
                 if let deferred::DState::Failed(why) = &d.state {
                     v["error"] = why.clone().into();
                 }
@@ -228,6 +233,20 @@ pub(crate) fn write_stats() {
     let doc = serde_json::json!({ "splices": splices });
     if let Err(e) = std::fs::write(&path, format!("{doc:#}\n")) {
         eprintln!("trapvec: cannot write stats to {path}: {e}");
+    }
+}
+
+/// A return point's or timer's figures in its stats entry: `returns`, `missed` (calls without
+/// their return half), `active` (calls in progress) and, for a timer, `histogram` (count, mean,
+/// p50, p99, max and sum in ns, and the non-empty log2 buckets).
+fn add_return_stats(v: &mut serde_json::Value, splicer: &instr_manager::splicer::Splicer<trapvec::process::ProcessTarget>, id: SpliceId) {
+    let Ok(Some(st)) = splicer.return_stats(id) else { return };
+    v["when"] = "return".into();
+    v["returns"] = st.returns.into();
+    v["missed"] = st.missed.into();
+    v["active"] = st.active.into();
+    if let Some(h) = &st.histogram {
+        v["histogram"] = serde_json::to_value(h.summary()).unwrap_or_default();
     }
 }
 

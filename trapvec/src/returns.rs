@@ -176,6 +176,48 @@ impl Histogram {
     }
 }
 
+/// A histogram as reports show it (JSON): the figures, and the non-empty buckets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HistogramSummary {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    /// `[lo, hi)` in ns and the calls that took that long, lowest first, empty ones left out.
+    pub buckets: Vec<SummaryBucket>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct SummaryBucket {
+    pub lo: u64,
+    pub hi: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    pub fn summary(&self) -> HistogramSummary {
+        HistogramSummary {
+            count: self.count(),
+            mean_ns: self.mean(),
+            p50_ns: self.percentile(50.0),
+            p99_ns: self.percentile(99.0),
+            max_ns: self.max,
+            sum_ns: self.sum,
+            buckets: (0..self.buckets.len())
+                .filter(|&k| self.buckets[k] > 0)
+                .map(|k| {
+                    let (lo, hi) = bucket_range(k);
+                    SummaryBucket { lo, hi, count: self.buckets[k] }
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A duration in ns in bpftrace's short units (`512`, `4K`, `16M`): powers of 1024 as bpftrace
 /// writes them, with `ns` understood.
 fn human(ns: u64) -> String {
@@ -228,5 +270,8 @@ mod tests {
         assert!(text.contains("[16M, 32M)"), "{text}");
         assert_eq!(text.lines().count(), 5, "{text}");
         assert_eq!(Histogram::default().render(), "(no calls)\n");
+        let sum = h.summary();
+        assert_eq!((sum.count, sum.mean_ns, sum.max_ns), (100, 3_040_000, 20_500_000));
+        assert_eq!(sum.buckets, [SummaryBucket { lo: 1 << 20, hi: 1 << 21, count: 90 }, SummaryBucket { lo: 1 << 24, hi: 1 << 25, count: 10 }]);
     }
 }
