@@ -43,6 +43,9 @@ pub const DKMS_DIR: &str = "updates/dkms";
 /// would interleave with the scenario's output).
 pub const CMDLINE: &[&str] = &["systemd.show_status=0"];
 
+/// The guest's `/etc/machine-id` (fixed: every boot is the same installed machine's).
+pub const MACHINE_ID: &str = "7472617076656374766d746573740001\n";
+
 /// The host's unit files the guest needs: the targets on the way to `multi-user.target` and
 /// journald with its sockets. Nothing else is started (no udev, getty, logind, networkd).
 pub const HOST_UNITS: &[&str] = &[
@@ -161,6 +164,9 @@ pub fn add(
         fs.bytes_file("/etc/os-release", os_release, 0o644)?;
     }
     fs.bytes_file("/etc/hostname", "vmtest\n", 0o644)?;
+    // An installed machine's: without one systemd takes the boot for a first boot and enables
+    // every unit by preset (a package's unit would be started before the scenario runs).
+    fs.bytes_file("/etc/machine-id", MACHINE_ID, 0o444)?;
 
     for tree in &guest.trees {
         add_tree(fs, tree)?;
