@@ -53,9 +53,15 @@ live() {
 
 echo "PID1=$(cat /proc/1/comm)"
 echo "UNIT_FILE=$(systemctl show -P FragmentPath trapd)"
-echo "--- what installing trapvec-dkms leaves: trapvec.ko in updates/dkms, then depmod"
-# Not started yet: the unit is installed, not enabled (trapvec-tools's postinst).
+# Not started at boot: the unit is installed, not enabled (trapvec-tools's postinst).
 echo "ACTIVE_BEFORE=$(systemctl is-active trapd || true)"
+echo "--- no module for modprobe yet (not in modules.dep): the start fails with modprobe's message"
+systemctl start --no-block trapd
+wait_for 60 sh -c 'journalctl -u trapd -o cat | grep -q "^modprobe: FATAL"'
+echo "NO_MODULE=$(journalctl -u trapd -o cat | grep -m 1 '^modprobe: FATAL')"
+echo "NO_MODULE_MAIN_PID=$(main_pid)"
+systemctl stop trapd
+echo "--- what installing trapvec-dkms leaves: trapvec.ko in updates/dkms, then depmod"
 /sbin/depmod -a "$(uname -r)" 2>/dev/null
 echo "MODULE_FILE=$(/sbin/modinfo -F filename trapvec)"
 echo "LOADED_BEFORE=$(grep -c '^trapvec ' /proc/modules || true)"
@@ -173,7 +179,10 @@ echo "JOURNAL=$(stat -c '%a %U' /var/lib/trapd/journal)"
 echo "JOURNAL_DONE=$(grep -c '"event":"done"' /var/lib/trapd/journal)"
 echo "JOURNAL_SET=$(grep -c '"op":"set","symbol":"mss_clamp_mtu"' /var/lib/trapd/journal)"
 
-echo "--- systemctl restart trapd"
+echo "--- systemctl restart trapd, with the Prometheus endpoint on (scraped below)"
+# As an administrator turns it on: the conffile's commented `listen` line.
+sed -i 's/^# listen = /listen = /' /etc/trapvec/trapd.toml
+echo "LISTEN=$(grep '^listen' /etc/trapvec/trapd.toml)"
 systemctl restart trapd
 wait_for 30 test -S /run/trapd/trapd.sock
 pid2=$(main_pid)
@@ -185,9 +194,10 @@ echo "GET_AFTER_RESTART=$(trapctl get mss_clamp_mtu)"
 echo "HITS_AFTER_RESTART=$(hits tcp_sync_mss)"
 
 echo "--- kill -9: Restart=on-failure brings trapd back after RestartSec=5s"
-echo "NRESTARTS_BEFORE_KILL=$(systemctl show -P NRestarts trapd)"
+restarts=$(systemctl show -P NRestarts trapd)
+echo "NRESTARTS_BEFORE_KILL=$restarts"
 systemctl kill -s KILL trapd
-wait_for 60 sh -c '[ "$(systemctl show -P NRestarts trapd)" = 1 ] && systemctl is-active -q trapd'
+wait_for 60 sh -c "[ \"\$(systemctl show -P NRestarts trapd)\" = $((restarts + 1)) ] && systemctl is-active -q trapd"
 wait_for 30 test -S /run/trapd/trapd.sock
 pid3=$(main_pid)
 [ "$pid3" != "$pid2" ] && echo "KILLED_NEW_PID=yes"
@@ -207,6 +217,12 @@ echo "DIRECT_LIST=$(via_daemon) $(hits tcp_sync_mss)"
 echo "--- back to a clean kernel: through the daemon, stop, rmmod"
 systemctl start trapd
 wait_for 30 test -S /run/trapd/trapd.sock
+# The endpoint over AF_INET (RestrictAddressFamilies=): one connection, once trapd listens (port
+# 9464 is 24F8 in /proc/net/tcp, state 0A), so that the hits it adds are known.
+wait_for 30 grep -q ':24F8 00000000:0000 0A' /proc/net/tcp
+wget -q -O /tmp/metrics.prom http://127.0.0.1:9464/metrics
+echo "PROM_HITS=$(awk '/^trapvec_splice_hits_total\{/ && /point="tcp_sync_mss"/ { print $NF }' /tmp/metrics.prom)"
+echo "PROM_SPLICES=$(awk '$1 == "trapvec_splices" { print $2 }' /tmp/metrics.prom)"
 trapctl unsplice tcp_sync_mss
 trapctl unload mss_clamp
 systemctl stop trapd

@@ -2,13 +2,14 @@
 //! trapvec-tools package, extracted with `dpkg-deb -x`, is the guest's `/usr/bin/trapd`,
 //! `/usr/bin/trapctl`, `/etc/trapvec/trapd.toml` and `/lib/systemd/system/trapd.service` (the
 //! repository's unit, unchanged); the module is where trapvec-dkms's DKMS installs it; systemd
-//! (the host's, PID 1 in the guest) starts the unit. Checked: `ExecStartPre`'s modprobe loads
-//! the module; systemd reports every hardening setting; the running trapd has exactly the unit's
+//! (the host's, PID 1 in the guest) starts the unit. Checked: without the module in modules.dep
+//! the start fails with modprobe's message, after `depmod` `ExecStartPre`'s modprobe loads it; systemd reports every hardening setting; the running trapd has exactly the unit's
 //! capabilities, seccomp and no_new_privs, a read-only root with only /var/lib/trapd and
 //! /run/trapd writable, a private /tmp, no /proc/kcore but a readable /proc/kallsyms, and a device
 //! cgroup that lets /dev/trapvec through and nothing else; the packaged trapctl, through the
 //! daemon, loads a component from /root (not from /tmp), counts, splices and sets with exact hit
-//! counts; the journal is in /var/lib/trapd; `systemctl restart` and a `kill -9` undone by
+//! counts; the journal is in /var/lib/trapd; the Prometheus endpoint, once `listen` is set,
+//! serves them over AF_INET; `systemctl restart` and a `kill -9` undone by
 //! Restart=on-failure keep the splice; `systemctl stop` leaves the kernel as it is and takes the
 //! socket away; the kernel is clean at the end.
 //!
@@ -80,6 +81,9 @@ fn trapd_service_runs_hardened_under_systemd_and_does_real_work() {
     // Installed as the packages install it; started by systemd, the module by ExecStartPre.
     assert_eq!(v("PID1"), "systemd");
     assert_eq!(v("UNIT_FILE"), "/lib/systemd/system/trapd.service");
+    let no_module = v("NO_MODULE");
+    assert!(no_module.starts_with("modprobe: FATAL: Module trapvec not found"), "without the module the start fails with modprobe's message: {no_module}");
+    assert_eq!(v("NO_MODULE_MAIN_PID"), "0", "trapd itself never ran");
     assert!(v("MODULE_FILE").ends_with("/updates/dkms/trapvec.ko"), "{}", v("MODULE_FILE"));
     assert_eq!(v("ACTIVE_BEFORE"), "inactive", "installed, not started");
     assert_eq!(v("LOADED_BEFORE"), "0");
@@ -175,6 +179,7 @@ fn trapd_service_runs_hardened_under_systemd_and_does_real_work() {
     assert_eq!(v("JOURNAL_SET"), "1");
 
     // Restart, kill -9 (Restart=on-failure), stop.
+    assert_eq!(v("LISTEN"), r#"listen = "127.0.0.1:9464""#);
     assert_eq!(v("RESTART_NEW_PID"), "yes");
     assert_eq!(v("JOURNAL_AFTER_RESTART"), "1 1", "the restarted trapd compacted its journal to one checkpoint");
     assert_eq!(v("LIVE_AFTER_RESTART"), r#""at":"tcp_sync_mss" "unrecorded":[]"#);
@@ -192,6 +197,11 @@ fn trapd_service_runs_hardened_under_systemd_and_does_real_work() {
     assert_eq!(v("RUNTIME_DIR_AFTER_STOP"), "gone", "RuntimeDirectory= went with the service");
     assert_eq!(v("MSS_AFTER_STOP"), "948", "stopping trapd leaves the kernel as it is");
     assert_eq!(v("DIRECT_LIST"), "0 42", "without the daemon trapctl reads /dev/trapvec itself; 6 connections clamped");
+
+    // The metrics endpoint over AF_INET: the 42 hits and the 5 of the scrape's own connection
+    // before trapd read the request.
+    assert_eq!(v("PROM_HITS"), "47", "the metrics endpoint serves the splice's hits");
+    assert_eq!(v("PROM_SPLICES"), "1");
 
     // Clean.
     assert_eq!(v("CLEAN_LIST"), "no splices|no components|");
