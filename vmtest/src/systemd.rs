@@ -75,7 +75,14 @@ const WANTS: &[(&str, &str)] = &[
 ];
 
 /// kmod's programs, each a link to `/bin/kmod`, at Debian's paths (busybox's are replaced).
-pub const KMOD_LINKS: &[&str] = &["/sbin/modprobe", "/sbin/depmod", "/sbin/modinfo", "/sbin/insmod", "/sbin/rmmod", "/sbin/lsmod"];
+pub const KMOD_LINKS: &[&str] = &[
+    "/sbin/modprobe",
+    "/sbin/depmod",
+    "/sbin/modinfo",
+    "/sbin/insmod",
+    "/sbin/rmmod",
+    "/sbin/lsmod",
+];
 
 /// What a systemd guest holds besides the defaults.
 #[derive(Debug, Clone, Default)]
@@ -129,7 +136,10 @@ pub fn add(
     for (guest_path, host_path) in [(SYSTEMD, SYSTEMD), (JOURNALD, JOURNALD)] {
         let host_path = Path::new(host_path);
         if !host_path.is_file() {
-            return Err(SystemdError::MissingHostFile { path: host_path.to_owned(), package: "systemd" });
+            return Err(SystemdError::MissingHostFile {
+                path: host_path.to_owned(),
+                package: "systemd",
+            });
         }
         fs.program_with_libraries(guest_path, host_path)?;
     }
@@ -146,18 +156,44 @@ pub fn add(
     for unit in HOST_UNITS {
         let host_path = Path::new(UNIT_DIR).join(unit);
         if !host_path.is_file() {
-            return Err(SystemdError::MissingHostFile { path: host_path, package: "systemd" });
+            return Err(SystemdError::MissingHostFile {
+                path: host_path,
+                package: "systemd",
+            });
         }
         fs.host_file(&format!("{UNIT_DIR}/{unit}"), &host_path, 0o644)?;
     }
     for (unit, target) in WANTS {
-        fs.symlink(&format!("{UNIT_DIR}/{target}.wants/{unit}"), &format!("../{unit}"))?;
+        fs.symlink(
+            &format!("{UNIT_DIR}/{target}.wants/{unit}"),
+            &format!("../{unit}"),
+        )?;
     }
-    fs.bytes_file(&format!("{UNIT_DIR}/{SCENARIO_UNIT}"), scenario_unit(), 0o644)?;
-    fs.symlink("/etc/systemd/system/default.target", &format!("{UNIT_DIR}/multi-user.target"))?;
-    fs.symlink(&format!("/etc/systemd/system/multi-user.target.wants/{SCENARIO_UNIT}"), &format!("{UNIT_DIR}/{SCENARIO_UNIT}"))?;
+    fs.bytes_file(
+        &format!("{UNIT_DIR}/{SCENARIO_UNIT}"),
+        scenario_unit(),
+        0o644,
+    )?;
+    fs.symlink(
+        "/etc/systemd/system/default.target",
+        &format!("{UNIT_DIR}/multi-user.target"),
+    )?;
+    fs.symlink(
+        &format!("/etc/systemd/system/multi-user.target.wants/{SCENARIO_UNIT}"),
+        &format!("{UNIT_DIR}/{SCENARIO_UNIT}"),
+    )?;
     // What a Debian root has and systemd or the services expect.
-    for dir in ["/var/lib", "/var/tmp", "/var/log", "/home", "/mnt", "/srv", "/opt", "/usr/sbin", NEW_ROOT] {
+    for dir in [
+        "/var/lib",
+        "/var/tmp",
+        "/var/log",
+        "/home",
+        "/mnt",
+        "/srv",
+        "/opt",
+        "/usr/sbin",
+        NEW_ROOT,
+    ] {
         fs.dir(dir)?;
     }
     if let Ok(os_release) = std::fs::read("/etc/os-release") {
@@ -169,9 +205,14 @@ pub fn add(
     fs.bytes_file("/etc/machine-id", MACHINE_ID, 0o444)?;
 
     for tree in &guest.trees {
+        log::debug!("systemd guest: --tree {} copied to /", tree.display());
         add_tree(fs, tree)?;
     }
-    fs.host_file(&format!("/lib/modules/{kernel_version}/{DKMS_DIR}/trapvec.ko"), module, 0o644)?;
+    fs.host_file(
+        &format!("/lib/modules/{kernel_version}/{DKMS_DIR}/trapvec.ko"),
+        module,
+        0o644,
+    )?;
     fs.bytes_file("/init", switch_root_init(), 0o755)?;
     fs.bytes_file(RUNNER, runner_script(applet_overrides), 0o755)?;
     Ok(())
@@ -191,7 +232,12 @@ pub fn add_tree(fs: &mut Initramfs, tree: &Path) -> Result<(), SystemdError> {
         for entry in std::fs::read_dir(&dir).map_err(err(&dir))? {
             let entry = entry.map_err(err(&dir))?;
             let path = entry.path();
-            let guest = format!("/{}", path.strip_prefix(tree).expect("entries lie under the tree").display());
+            let guest = format!(
+                "/{}",
+                path.strip_prefix(tree)
+                    .expect("entries lie under the tree")
+                    .display()
+            );
             let meta = std::fs::symlink_metadata(&path).map_err(err(&path))?;
             if meta.is_dir() {
                 fs.dir(&guest)?;
@@ -202,14 +248,19 @@ pub fn add_tree(fs: &mut Initramfs, tree: &Path) -> Result<(), SystemdError> {
             } else if meta.is_file() {
                 let mode = meta.permissions().mode() & 0o7777;
                 if mode & 0o111 != 0 {
-                    log::debug!("--tree {}: {guest} is executable, packing its libraries", tree.display());
+                    log::debug!(
+                        "--tree {}: {guest} is executable, packing its libraries",
+                        tree.display()
+                    );
                     fs.program_with_libraries(&guest, &path)?;
-                    fs.host_file(&guest, &path, mode)?;
-                } else {
-                    fs.host_file(&guest, &path, mode)?;
                 }
+                // After program_with_libraries, which adds the file as 0755: the tree's mode.
+                fs.host_file(&guest, &path, mode)?;
             } else {
-                log::debug!("--tree {}: {guest} is neither a file, a directory nor a link; skipped", tree.display());
+                log::debug!(
+                    "--tree {}: {guest} is neither a file, a directory nor a link; skipped",
+                    tree.display()
+                );
             }
         }
     }
@@ -277,7 +328,10 @@ fail switch_root {new_root} {systemd}
 /// `/vmtest-run`: the scenario as the busybox guest runs it (same shell, `$0`, overrides),
 /// then the verdict on the console and power-off.
 pub fn runner_script(applet_overrides: &[(String, String)]) -> String {
-    let overrides: String = applet_overrides.iter().map(|(name, path)| format!("{name}() {{ {path} \"$@\"; }}; ")).collect();
+    let overrides: String = applet_overrides
+        .iter()
+        .map(|(name, path)| format!("{name}() {{ {path} \"$@\"; }}; "))
+        .collect();
     format!(
         r#"#!/bin/sh
 # Started by {unit} (generated by vmtest; see vmtest/src/systemd.rs).
@@ -304,7 +358,11 @@ mod tests {
     fn sh_n(text: &str) {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
-        let status = std::process::Command::new("sh").arg("-n").arg(file.path()).status().unwrap();
+        let status = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(file.path())
+            .status()
+            .unwrap();
         assert!(status.success(), "sh -n rejected:\n{text}");
     }
 
@@ -312,10 +370,21 @@ mod tests {
     fn init_copies_everything_but_the_api_mounts_then_switches_into_systemd() {
         let text = switch_root_init();
         sh_n(&text);
-        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
-        assert!(at("mount -t tmpfs -o mode=0755 tmpfs /newroot") < at("cp -a \"$entry\" /newroot/"));
-        assert!(at("/proc | /sys | /dev | /newroot) ;;") < at("exec switch_root /newroot /lib/systemd/systemd"));
-        assert!(text.contains("printf '\\nTRAPVEC-VMTEST-EXIT=%d\\n' 125"), "setup failures report 125:\n{text}");
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+        };
+        assert!(
+            at("mount -t tmpfs -o mode=0755 tmpfs /newroot") < at("cp -a \"$entry\" /newroot/")
+        );
+        assert!(
+            at("/proc | /sys | /dev | /newroot) ;;")
+                < at("exec switch_root /newroot /lib/systemd/systemd")
+        );
+        assert!(
+            text.contains("printf '\\nTRAPVEC-VMTEST-EXIT=%d\\n' 125"),
+            "setup failures report 125:\n{text}"
+        );
     }
 
     #[test]
@@ -323,14 +392,22 @@ mod tests {
         let text = runner_script(&[("tc".into(), "/sbin/tc".into())]);
         sh_n(&text);
         assert!(text.contains("/bin/sh -c 'tc() { /sbin/tc \"$@\"; }; . \"$0\"' /scenario.sh </dev/null\nstatus=$?\n"), "{text}");
-        assert!(text.contains("printf '\\nTRAPVEC-VMTEST-EXIT=%d\\n' \"$status\""), "{text}");
+        assert!(
+            text.contains("printf '\\nTRAPVEC-VMTEST-EXIT=%d\\n' \"$status\""),
+            "{text}"
+        );
         assert!(text.ends_with("poweroff -f\n"));
     }
 
     #[test]
     fn scenario_unit_runs_the_runner_on_the_console() {
         let unit = scenario_unit();
-        for line in ["ExecStart=/vmtest-run", "StandardOutput=tty", "TTYPath=/dev/console", "After=multi-user.target"] {
+        for line in [
+            "ExecStart=/vmtest-run",
+            "StandardOutput=tty",
+            "TTYPath=/dev/console",
+            "After=multi-user.target",
+        ] {
             assert!(unit.lines().any(|l| l == line), "{line} missing:\n{unit}");
         }
     }
@@ -339,14 +416,26 @@ mod tests {
     fn a_tree_lands_at_the_root_with_modes_and_links() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("etc/trapvec")).unwrap();
-        std::fs::write(dir.path().join("etc/trapvec/trapd.toml"), "x").unwrap();
+        let toml = dir.path().join("etc/trapvec/trapd.toml");
+        std::fs::write(&toml, "x").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&toml, std::fs::Permissions::from_mode(0o640)).unwrap();
         std::fs::create_dir_all(dir.path().join("usr/share/empty")).unwrap();
         std::os::unix::fs::symlink("trapd.toml", dir.path().join("etc/trapvec/link")).unwrap();
         let mut fs = Initramfs::new();
         add_tree(&mut fs, dir.path()).unwrap();
-        assert!(matches!(fs.get("/etc/trapvec/trapd.toml"), Some(crate::initramfs::Node::File { mode: 0o644, .. })));
-        assert_eq!(fs.get("/etc/trapvec/link"), Some(&crate::initramfs::Node::Symlink("trapd.toml".into())));
-        assert_eq!(fs.get("/usr/share/empty"), Some(&crate::initramfs::Node::Dir));
+        assert!(matches!(
+            fs.get("/etc/trapvec/trapd.toml"),
+            Some(crate::initramfs::Node::File { mode: 0o640, .. })
+        ));
+        assert_eq!(
+            fs.get("/etc/trapvec/link"),
+            Some(&crate::initramfs::Node::Symlink("trapd.toml".into()))
+        );
+        assert_eq!(
+            fs.get("/usr/share/empty"),
+            Some(&crate::initramfs::Node::Dir)
+        );
         let err = add_tree(&mut Initramfs::new(), &dir.path().join("absent")).unwrap_err();
         assert!(matches!(err, SystemdError::Tree { .. }), "{err}");
     }
