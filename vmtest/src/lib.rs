@@ -18,6 +18,7 @@
 //! | [`console`] | reading the console: exit marker, kernel problems |
 //! | [`qemu`] | booting, streaming, timeout |
 //! | [`runner`] | one `vmtest run` end to end |
+//! | [`systemd`] | a guest whose PID 1 is systemd (`--systemd`): systemd, kmod, units, `--tree`s |
 //! | [`testing`] | what tests that boot guests share: skip or fail without QEMU, running a scenario, its `KEY=value` lines |
 
 pub mod build;
@@ -30,4 +31,5 @@ pub mod kmods;
 pub mod ldd;
 pub mod qemu;
 pub mod runner;
+pub mod systemd;
 pub mod testing;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use vmtest::runner::{self, RunOptions};
+use vmtest::systemd::SystemdGuest;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,6 +61,15 @@ struct RunArgs {
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 512, value_name = "MIB")]
     memory: u32,
+    /// Boot into systemd as PID 1 (the host's, with kmod): the scenario runs from a unit once
+    /// multi-user.target is reached, and the module is not insmodded but installed in
+    /// /lib/modules/VERSION/updates/dkms as DKMS does (the scenario runs depmod).
+    #[arg(long)]
+    systemd: bool,
+    /// With --systemd: copy this host directory's contents to the guest's / (e.g. a
+    /// `dpkg-deb -x` of a package; repeatable).
+    #[arg(long = "tree", value_name = "DIR", requires = "systemd")]
+    trees: Vec<PathBuf>,
     /// Repository to build from [default: the one vmtest was built from].
     #[arg(long, value_name = "DIR")]
     repo: Option<PathBuf>,
@@ -99,7 +109,12 @@ fn real_main() -> anyhow::Result<u8> {
         memory_mib: args.memory,
     };
     let mut stdout = std::io::stdout();
-    let report = runner::run(&options, &mut stdout).context("vmtest run")?;
+    let report = if args.systemd {
+        runner::run_systemd(&options, &SystemdGuest { trees: args.trees }, &mut stdout)
+    } else {
+        runner::run(&options, &mut stdout)
+    }
+    .context("vmtest run")?;
     eprintln!("{}", report.summary(options.timeout));
     // Statuses are 0..=255 from the guest's shell; anything else would be a bug upstream.
     Ok(u8::try_from(report.exit_code()).unwrap_or(1))

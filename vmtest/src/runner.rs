@@ -28,6 +28,7 @@ use crate::init::{self, paths, InitOptions};
 use crate::initramfs::{Initramfs, InitramfsError};
 use crate::kmods::{KmodError, ModulesDep, DEFAULT_MODULES};
 use crate::qemu::{self, Boot, Outcome, QemuConfig, QemuError};
+use crate::systemd::{self, SystemdError, SystemdGuest};
 
 /// Exit code for a run that timed out (as coreutils `timeout` uses).
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -91,6 +92,9 @@ pub enum RunError {
     /// QEMU could not be run.
     #[error(transparent)]
     Qemu(#[from] QemuError),
+    /// The systemd guest could not be laid out.
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
 }
 
 /// What `vmtest run` was asked to do.
@@ -179,6 +183,17 @@ impl Report {
 
 /// Runs a scenario, copying the console to `console`.
 pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunError> {
+    run_guest(options, None, console)
+}
+
+/// Runs a scenario in a guest whose PID 1 is systemd ([`crate::systemd`]): `/scenario.sh` is
+/// started by a unit once `multi-user.target` is reached. The module is not insmodded by init
+/// (whatever `options.load_module` says) but installed where DKMS puts it.
+pub fn run_systemd(options: &RunOptions, guest: &SystemdGuest, console: &mut dyn Write) -> Result<Report, RunError> {
+    run_guest(options, Some(guest), console)
+}
+
+fn run_guest(options: &RunOptions, systemd_guest: Option<&SystemdGuest>, console: &mut dyn Write) -> Result<Report, RunError> {
     if !options.scenario.is_file() {
         return Err(RunError::NoScenario {
             path: options.scenario.clone(),
@@ -199,7 +214,7 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
     let _temp;
     {
         let _lock = builder.lock()?;
-        let tree = guest_tree(options, &kernel, &builder)?;
+        let tree = guest_tree(options, &kernel, &builder, systemd_guest)?;
         (initramfs_path, _temp) = match &options.keep_initramfs {
             Some(path) => (path.clone(), None),
             None => {
@@ -240,7 +255,10 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
         initramfs: initramfs_path,
         memory_mib: options.memory_mib,
         cpus: 2,
-        append: options.append.clone(),
+        append: match systemd_guest {
+            Some(_) => systemd::CMDLINE.iter().map(|w| (*w).to_owned()).chain(options.append.iter().cloned()).collect(),
+            None => options.append.clone(),
+        },
         qemu_args: options.qemu_args.clone(),
         timeout: options.timeout,
     };
@@ -256,6 +274,7 @@ fn guest_tree(
     options: &RunOptions,
     kernel: &KernelInstall,
     builder: &Builder<'_>,
+    systemd_guest: Option<&SystemdGuest>,
 ) -> Result<Initramfs, RunError> {
     let busybox = host::find_program("busybox", "install busybox-static")?;
     // busybox's tc cannot add qdiscs such as netem: scenarios get iproute2's.
@@ -263,7 +282,7 @@ fn guest_tree(
 
     let module = match builder.module() {
         Ok(module) => Some(module),
-        Err(err) if !options.load_module => {
+        Err(err) if !options.load_module && systemd_guest.is_none() => {
             eprintln!("vmtest: warning: {}; the guest has no {}", trapvec::error_chain(&err), paths::MODULE);
             None
         }
@@ -296,17 +315,18 @@ fn guest_tree(
         0o644,
     )?;
     fs.bytes_file("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)?;
+    let applet_overrides = vec![("tc".to_owned(), "/sbin/tc".to_owned())];
     let init = init::render(&InitOptions {
         load_module: options.load_module,
-        applet_overrides: vec![("tc".to_owned(), "/sbin/tc".to_owned())],
+        applet_overrides: applet_overrides.clone(),
         ..InitOptions::default()
     });
     fs.bytes_file("/init", init, 0o755)?;
     fs.host_file(paths::SCENARIO, &options.scenario, 0o755)?;
     fs.host_file(paths::SCENARIO_LIB, &options.repo.join("vmtest/scenarios/lib/scenario.sh"), 0o644)?;
 
-    if let Some(module) = module {
-        fs.host_file(paths::MODULE, &module, 0o644)?;
+    if let Some(module) = &module {
+        fs.host_file(paths::MODULE, module, 0o644)?;
     }
     for object in &components {
         fs.host_file(&guest_path(paths::COMPONENTS, object), object, 0o644)?;
@@ -321,6 +341,11 @@ fn guest_tree(
     }
     add_files(&mut fs, &options.files)?;
     add_kernel_modules(&mut fs, kernel, &options.extra_modules)?;
+    if let Some(guest) = systemd_guest {
+        // `module` is Some: without the module a systemd guest is an error above.
+        let module = module.as_deref().expect("a systemd guest's module was built");
+        systemd::add(&mut fs, guest, &kernel.version, module, &applet_overrides)?;
+    }
     Ok(fs)
 }
 
