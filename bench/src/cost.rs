@@ -241,6 +241,16 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         let _s = session.splice_call("bench_short", &comp, "empty_handler", Jmp)?;
         timing::measure(rounds, iters, call_short)
     };
+    // Return points: the entry half (a jmp call splice into the runtime) and the return through
+    // the instance's stub; a timer adds a clock read at each end.
+    let returns = {
+        let _s = session.count_returns("bench_target", None, Jmp)?;
+        timing::measure(rounds, iters, call)
+    };
+    let timer = {
+        let _s = session.time("bench_target", trapvec::returns::Clock::Wall, Jmp)?;
+        timing::measure(rounds, iters, call)
+    };
     // The signal rows are measured round by round in turn (trap, C floor, int3, uprobe), so
     // that the noise of a shared machine falls on all of them alike and their ratios hold.
     let check = |rc: i32, what: &'static str| {
@@ -302,6 +312,8 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         row("jmp_rel32", "jmp splice hit (jmp rel32, call, empty handler)", jmp),
         row("short_unpatched", "unpatched call of a 3-byte function", short_plain),
         row("jmp_springboard", "jmp splice hit there (jmp rel8 + springboard)", springboard),
+        row("jmp_return", "return point hit by jmp (entry + stub)", returns),
+        row("jmp_timer", "timer hit by jmp (return point + 2 clocks)", timer),
         row("trap", "trap splice hit (int 0xf5, call, empty handler)", timing::stats(trap_r)),
         row("floor_sigsegv", "floor: minimal C SIGSEGV handler (RIP += 2)", timing::stats(floor_r)),
         row("floor_int3", "floor: int3 + empty SIGTRAP handler", timing::stats(int3_r)),
