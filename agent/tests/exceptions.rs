@@ -6,36 +6,19 @@
 //! naming it. The program (`fixtures/eh.cc`, `fixtures/eh_pad.S`) is built with g++ at test
 //! time; the landing pads' offsets are read from it as the splicer reads them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use instr_manager::analysis::landing::{landing_pads, EhFrameHdr, HdrTable};
 use object::{Object, ObjectSection, ObjectSymbol};
 
 mod common;
-use common::{agent, count_component, spec, Run};
+use common::{count_component, gxx, spec, Program, Run};
 
-struct Fixture {
-    dir: PathBuf,
-    program: PathBuf,
-}
-
-/// Build the program with g++ (a missing g++ fails the test: `.ci/install-deps` installs it)
-/// and the counting component.
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let program = dir.join("eh");
-    let out = Command::new("g++")
-        .args(["-O2", "-o"])
-        .arg(&program)
-        .arg(src.join("eh.cc"))
-        .arg(src.join("eh_pad.S"))
-        .output()
-        .expect("g++ is needed for this test (.ci/install-deps installs it)");
-    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
-    count_component(&dir);
-    Fixture { dir, program }
+/// The program (with its hand-written landing pad) and the counting component beside it.
+fn fixture() -> Program {
+    let p = gxx("eh", &["eh.cc", "eh_pad.S"]);
+    count_component(&p.dir);
+    p
 }
 
 /// The offset in `name` of its one landing pad, read from the file's `.eh_frame_hdr`, FDE and
@@ -67,29 +50,14 @@ impl Run {
     }
 }
 
-fn run(f: &Fixture, spec_text: Option<&str>, args: &[&str]) -> Run {
-    let mut cmd = Command::new(&f.program);
-    cmd.args(args);
-    let stats = f.dir.join("stats.json");
-    let _ = std::fs::remove_file(&stats);
-    if let Some(text) = spec_text {
-        let spec_path = f.dir.join("spec.toml");
-        std::fs::write(&spec_path, text).unwrap();
-        cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec_path).env("TRAPVEC_STATS", &stats);
-    }
-    let out = cmd.output().unwrap();
-    let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
-    Run { out, stats }
-}
-
 #[test]
 fn exceptions_thrown_through_splices_at_entries_and_landing_pads_land_and_count_exactly() {
     let f = fixture();
-    let plain = run(&f, None, &["30"]);
+    let plain = f.run(None, &["30"]);
     assert!(plain.out.status.success(), "{}", plain.stderr());
     // 30 calls of each, the 10 multiples of three throw.
     assert_eq!(plain.stdout(), "sum 620 caught 10 cleanups 30 padded 600 caught 10\n");
-    let pad = |name: &str| format!("{name}+{:#x}", landing_pad_offset(&f.program, name));
+    let pad = |name: &str| format!("{name}+{:#x}", landing_pad_offset(&f.path, name));
     let (cleanup_pad, catch_pad, padded_pad) = (pad("with_cleanup"), pad("catcher"), pad("padded_catch"));
     assert_eq!(padded_pad, "padded_catch+0xf", "after sub, call, add, ret and the nop");
     for mech in ["trap", "jmp"] {
@@ -102,7 +70,7 @@ fn exceptions_thrown_through_splices_at_entries_and_landing_pads_land_and_count_
             (padded_pad.as_str(), 10),
         ];
         let spec_text = spec(&points.iter().map(|&(at, _)| (at, mech)).collect::<Vec<_>>());
-        let r = run(&f, Some(&spec_text), &["30"]);
+        let r = f.run(Some(&spec_text), &["30"]);
         assert!(r.out.status.success(), "{mech}: {:?} {}", r.out.status, r.stderr());
         assert_eq!(r.stdout(), plain.stdout(), "{mech}: the output of the unspliced run");
         for (i, (at, hits)) in points.iter().enumerate() {
@@ -117,7 +85,7 @@ fn a_splice_whose_window_covers_a_landing_pad_is_refused_naming_it() {
     // The nop before padded_catch's landing pad: a trap displaces it and the pad's first
     // instruction; a jmp (rel32, or rel8 to a springboard) covers the pad too.
     for mech in ["trap", "jmp"] {
-        let r = run(&f, Some(&spec(&[("padded_catch+0xe", mech)])), &["30"]);
+        let r = f.run(Some(&spec(&[("padded_catch+0xe", mech)])), &["30"]);
         assert_eq!(r.out.status.code(), Some(86), "{mech}: {}", r.stderr());
         let err = r.stderr();
         assert!(err.contains("covers the exception landing pad at padded_catch+0xf"), "{mech}: {err}");

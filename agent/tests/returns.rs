@@ -4,47 +4,23 @@
 //! seeing every return value with its argument, a timer's histogram in the stats; the program's
 //! output is the unspliced one but for what the handler adds.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 mod common;
-use common::{agent, cc, repo, Run};
+use common::{cc, gxx, repo, Program, Run};
 
-struct Fixture {
-    dir: PathBuf,
-    program: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let program = dir.join("returns");
-    let out = Command::new("g++")
-        .args(["-O2", "-o"])
-        .arg(&program)
-        .arg(src.join("returns.cc"))
-        .output()
-        .expect("g++ is needed for this test (.ci/install-deps installs it)");
-    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+/// The program, and the component that declares pick's return point beside it.
+fn fixture() -> Program {
+    let p = gxx("returns", &["returns.cc"]);
     let inc = repo().join("components/include");
-    let obj = dir.join("pick_return.o");
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", obj.to_str().unwrap(), src.join("pick_return.c").to_str().unwrap()]);
-    Fixture { dir, program }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pick_return.c");
+    let obj = p.dir.join("pick_return.o");
+    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", obj.to_str().unwrap(), src.to_str().unwrap()]);
+    p
 }
 
-fn run(f: &Fixture, spec: Option<&str>) -> Run {
-    let mut cmd = Command::new(&f.program);
-    cmd.arg("20");
-    let stats = f.dir.join("stats.json");
-    let _ = std::fs::remove_file(&stats);
-    if let Some(text) = spec {
-        let path = f.dir.join("spec.toml");
-        std::fs::write(&path, text).unwrap();
-        cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &path).env("TRAPVEC_STATS", &stats);
-    }
-    let out = cmd.output().unwrap();
-    let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
-    Run { out, stats }
+fn run(f: &Program, spec: Option<&str>) -> Run {
+    f.run(spec, &["20"])
 }
 
 /// Calls of fib(n) made by fib(n) itself included.

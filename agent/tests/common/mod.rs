@@ -58,3 +58,45 @@ impl Run {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
 }
+
+/// A program built at test time into its own directory (which also holds its spec, stats and
+/// components).
+pub struct Program {
+    pub dir: PathBuf,
+    pub path: PathBuf,
+}
+
+/// Build `sources` (in `tests/fixtures`) with `g++ -O2` into a new directory's `name`; a missing
+/// g++ fails the test (`.ci/install-deps` installs it).
+pub fn gxx(name: &str, sources: &[&str]) -> Program {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let path = dir.join(name);
+    let out = Command::new("g++")
+        .args(["-O2", "-o"])
+        .arg(&path)
+        .args(sources.iter().map(|s| src.join(s)))
+        .output()
+        .expect("g++ is needed for this test (.ci/install-deps installs it)");
+    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+    Program { dir, path }
+}
+
+impl Program {
+    /// Run with `args`: plain without a spec; with one, under the agent with the spec written
+    /// to `spec.toml` and `TRAPVEC_STATS`, whose file is read back.
+    pub fn run(&self, spec: Option<&str>, args: &[&str]) -> Run {
+        let mut cmd = Command::new(&self.path);
+        cmd.args(args);
+        let stats = self.dir.join("stats.json");
+        let _ = std::fs::remove_file(&stats);
+        if let Some(text) = spec {
+            let spec_path = self.dir.join("spec.toml");
+            std::fs::write(&spec_path, text).unwrap();
+            cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec_path).env("TRAPVEC_STATS", &stats);
+        }
+        let out = cmd.output().unwrap();
+        let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
+        Run { out, stats }
+    }
+}
