@@ -146,7 +146,8 @@ impl Histogram {
             return 0;
         }
         // The rank of the p-th percentile, 1-based (nearest rank).
-        let rank = ((p / 100.0 * n as f64).ceil() as u64).clamp(1, n);
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a rank between 1 and n, clamped")]
+        let rank = ((p / 100.0 * n as f64).ceil().max(1.0) as u64).clamp(1, n);
         let mut seen = 0;
         for (k, &c) in self.buckets.iter().enumerate() {
             seen += c;
@@ -169,7 +170,7 @@ impl Histogram {
             let (lo, hi) = bucket_range(k);
             let range = if k == 0 { "[0]".to_string() } else if k == 1 { "[1]".to_string() } else { format!("[{}, {})", human(lo), human(hi)) };
             let c = self.buckets[k];
-            let bar = "@".repeat(((c * 52).div_ceil(top)) as usize);
+            let bar = "@".repeat(usize::try_from((c * 52).div_ceil(top)).unwrap_or(52));
             out.push_str(&format!("{range:<18} {c:>9} |{bar:<52}|\n"));
         }
         out
@@ -224,7 +225,7 @@ fn human(ns: u64) -> String {
     const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
     let mut v = ns;
     let mut u = 0;
-    while v >= 1024 && v % 1024 == 0 && u + 1 < UNITS.len() {
+    while v >= 1024 && v.is_multiple_of(1024) && u + 1 < UNITS.len() {
         v /= 1024;
         u += 1;
     }

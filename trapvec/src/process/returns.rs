@@ -513,7 +513,7 @@ fn stub_eh_frame(stubs: u64, inst: impl Fn(usize) -> u64, n: usize) -> Vec<u8> {
     // DW_CFA_val_expression rsp, 2 bytes: DW_OP_lit1 DW_OP_minus (the CFA is pushed first).
     let cie: &[u8] = &[0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x00, 0x0c, 7, 1, 0x16, 7, 2, 0x31, 0x1c];
     let mut cie_body = cie.to_vec();
-    while (cie_body.len() + 4) % 8 != 0 {
+    while !(cie_body.len() + 4).is_multiple_of(8) {
         cie_body.push(0); // DW_CFA_nop
     }
     out.extend((cie_body.len() as u32).to_le_bytes());
@@ -529,7 +529,7 @@ fn stub_eh_frame(stubs: u64, inst: impl Fn(usize) -> u64, n: usize) -> Vec<u8> {
         // DW_CFA_expression r16 (the return address), 9 bytes: DW_OP_addr <&INST[k].ret>.
         body.extend([0x10, 16, 9, 0x03]);
         body.extend(inst(k).to_le_bytes());
-        while (body.len() + 4) % 8 != 0 {
+        while !(body.len() + 4).is_multiple_of(8) {
             body.push(0);
         }
         out.extend((body.len() as u32).to_le_bytes());
