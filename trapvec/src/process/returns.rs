@@ -326,6 +326,9 @@ extern "C" fn rp_entry(regs: *mut TrapvecRegs, cookie: u64) {
     BUSY.set(true);
     // SAFETY: the call trampoline hands a valid frame of the interrupted thread's registers.
     let r = unsafe { &mut *regs };
+    // Calls of this thread that are over give their instances back first (they may be what
+    // holds the pool or `maxactive` full).
+    drop_dead_above(r.rsp);
     let max = slot.maxactive.load(Relaxed);
     if slot.active.fetch_add(1, Relaxed) >= max {
         slot.active.fetch_sub(1, Relaxed);
@@ -339,7 +342,6 @@ extern "C" fn rp_entry(regs: *mut TrapvecRegs, cookie: u64) {
         BUSY.set(false);
         return;
     };
-    drop_dead_above(r.rsp);
     let inst = &INST[i];
     let ra = r.rsp as *mut u64;
     // SAFETY: the point is the function's entry (the splicer refuses any other), so rsp is where
