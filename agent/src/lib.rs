@@ -239,7 +239,13 @@ pub(crate) fn write_stats() {
 /// A return point's or timer's figures in its stats entry: `returns`, `missed` (calls without
 /// their return half), `active` (calls in progress) and, for a timer, `histogram` (count, mean,
 /// p50, p99, max and sum in ns, and the non-empty log2 buckets).
+/// A keyed count's: `by` and its table, `keys` (`key`, `count`, most hits first) and `overflow`.
 fn add_return_stats(v: &mut serde_json::Value, splicer: &instr_manager::splicer::Splicer<trapvec::process::ProcessTarget>, id: SpliceId) {
+    if let (Ok(Some(table)), Some(by)) = (splicer.key_counts(id), splicer.get(id).and_then(|s| s.request.options.by)) {
+        v["by"] = by.name().into();
+        v["keys"] = serde_json::to_value(&table.keys).unwrap_or_default();
+        v["overflow"] = table.overflow.into();
+    }
     let Ok(Some(st)) = splicer.return_stats(id) else { return };
     v["when"] = "return".into();
     v["returns"] = st.returns.into();

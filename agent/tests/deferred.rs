@@ -52,7 +52,7 @@ fn run(f: &Fixture, spec_text: &str, args: &[&str]) -> Run {
         .output()
         .unwrap();
     let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
-    Run { out, stats }
+    Run { out, stats, pid: None }
 }
 
 /// sum(3i+1, i<n)

@@ -54,7 +54,7 @@ fn run_with(f: &Fixture, spec_text: &str, cmd: &mut Command, stats_template: &st
     let out = child.wait_with_output().unwrap();
     let path = PathBuf::from(template.to_str().unwrap().replace("%p", &pid.to_string()));
     let stats = std::fs::read_to_string(&path).ok().map(|s| serde_json::from_str(&s).unwrap());
-    Run { out, stats }
+    Run { out, stats, pid: None }
 }
 
 fn run(f: &Fixture, spec_text: &str, args: &[&str]) -> Run {

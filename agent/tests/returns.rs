@@ -69,6 +69,12 @@ mechanism = "{mech}"
 at = "nap"
 action = "time"
 mechanism = "{mech}"
+
+[[splice]]
+at = "usleep"
+action = "count"
+by = "tid"
+mechanism = "{mech}"
 "#
         );
         let r = run(&f, Some(&spec));
@@ -92,6 +98,13 @@ mechanism = "{mech}"
         // 5, 10, 15 and 20 throw; likewise (the last one at the first nap call).
         assert_eq!(figures("thrower"), [20, 16, 4, 0], "{mech}");
         assert_eq!(figures("pick"), [20, 20, 0, 0], "{mech}: the declared return point");
+        // The program's one thread made every usleep call (from nap): one key, its tid, 5 hits.
+        let keyed = row("usleep");
+        assert_eq!(keyed["by"], "tid", "{mech}: {keyed}");
+        assert_eq!((keyed["hits"].as_u64(), keyed["overflow"].as_u64()), (Some(5), Some(0)), "{mech}: {keyed}");
+        let keys = keyed["keys"].as_array().unwrap();
+        assert_eq!(keys.len(), 1, "{mech}: {keyed}");
+        assert_eq!((keys[0]["key"].as_str().map(str::parse::<u32>), keys[0]["count"].as_u64()), (Some(Ok(r.pid.unwrap())), Some(5)), "{mech}: {keyed}");
         let nap = row("nap");
         let h = &nap["histogram"];
         assert_eq!((nap["returns"].as_u64(), h["count"].as_u64()), (Some(5), Some(5)), "{mech}: {nap}");

@@ -29,6 +29,7 @@ use crate::ops;
 use crate::plan::Mechanism;
 use crate::splice::{SpliceOptions, When};
 use crate::splicer::{Action, Hits, SpliceError, SpliceId, SpliceRequest, Splicer};
+use trapvec::keyed::{KeyBy, KeyCounts};
 use trapvec::returns::{Clock, ReturnStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +125,11 @@ impl SpliceHandle {
         Ok(lock(&self.session).return_stats(self.id)?)
     }
 
+    /// A keyed count's table so far (`None` for other splices).
+    pub fn key_counts(&self) -> Result<Option<KeyCounts>, SessionError> {
+        Ok(lock(&self.session).key_counts(self.id)?)
+    }
+
     /// Remove now, returning the final counters (dropping removes too, logging any error).
     pub fn remove(mut self) -> Result<Hits, SessionError> {
         self.removed = true;
@@ -198,14 +204,21 @@ impl Session {
         mechanism: Mechanism,
     ) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Call { handler: handler.to_string(), cookie }, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive };
+        req.options = SpliceOptions { when: When::Return, maxactive, by: None };
         self.splice(req, Some(component))
     }
 
     /// Count the returns of the function at `at` (a return point with no handler).
     pub fn count_returns(&self, at: &str, maxactive: Option<u32>, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Count, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive };
+        req.options = SpliceOptions { when: When::Return, maxactive, by: None };
+        self.splice(req, None)
+    }
+
+    /// Count the hits at `at` by `by` ([`SpliceHandle::key_counts`]).
+    pub fn count_by(&self, at: &str, by: KeyBy, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+        let mut req = SpliceRequest::new(at, Action::Count, mechanism);
+        req.options.by = Some(by);
         self.splice(req, None)
     }
 

@@ -14,8 +14,9 @@
 //! default, or `jmp`), `cookie` (for `call`, default 0), and the [`SpliceOptions`]: `when`
 //! (`entry`, the default, or `return`: the action runs when the function returns, see
 //! [`trapvec::returns`]), `maxactive` (a return point's calls in progress at once, default
-//! [`trapvec::returns::DEFAULT_MAXACTIVE`]) and `clock` (`wall`, the default, or `cpu`, for
-//! `time`). `call` and `replace` need a handler; `count` and `time` take none (one given is
+//! [`trapvec::returns::DEFAULT_MAXACTIVE`]), `clock` (`wall`, the default, or `cpu`, for
+//! `time`) and `by` (`tid`, `pid`, `tgid`, `comm` or `cpu`: a `count` keyed by who hit the point,
+//! see [`trapvec::keyed`]). `call` and `replace` need a handler; `count` and `time` take none (one given is
 //! ignored, as is a cookie outside `call`). `time` is a return point by nature (`when` may be
 //! left out); `replace` has no return form. A refusal is a sentence naming the point:
 //! `f: unknown action `jump` (call, replace, count or time)`.
@@ -28,6 +29,7 @@ use std::fmt;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use trapvec::keyed::KeyBy;
 use trapvec::returns::Clock;
 
 use crate::plan::Mechanism;
@@ -73,6 +75,9 @@ pub struct SpliceOptions {
     /// A return point's most calls in progress at once (kretprobe's `maxactive`); `None`: the
     /// default, [`trapvec::returns::DEFAULT_MAXACTIVE`].
     pub maxactive: Option<u32>,
+    /// A `count` keyed by this ([`trapvec::keyed`]): the hits per thread, CPU, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<KeyBy>,
 }
 
 impl Action {
@@ -177,6 +182,8 @@ struct Flat {
     maxactive: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     clock: Option<Clock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    by: Option<KeyBy>,
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -251,7 +258,10 @@ impl TryFrom<Flat> for SpliceRequest {
         if f.maxactive == Some(0) {
             return Err(format!("{at}: `maxactive` must be at least 1"));
         }
-        let options = SpliceOptions { when, maxactive: f.maxactive };
+        if f.by.is_some() && (!matches!(action, Action::Count) || when != When::Entry) {
+            return Err(format!("{at}: `by` keys the hits of action `count` at the point (not `{}`{})", action.name(), if when == When::Return { " at the return" } else { "" }));
+        }
+        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by };
         Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap), options })
     }
 }
@@ -266,7 +276,7 @@ impl From<SpliceRequest> for Flat {
             Action::Time { clock } => (None, 0, Some(clock)),
         };
         let when = (r.options.when == When::Return).then_some(When::Return);
-        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock }
+        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by }
     }
 }
 
@@ -317,7 +327,7 @@ mod tests {
     fn return_points_and_timers_have_a_flat_form_with_checked_options() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#).unwrap();
-        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8) });
+        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None });
         assert!(r.at_return());
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
@@ -340,6 +350,18 @@ mod tests {
         assert!(e(r#"{"at":"f","action":"count","when":"exit"}"#).contains("exit"));
         let d = SpliceRequest::from_record("at=compute;action=call;handler=on_ret;mechanism=jmp;when=return").unwrap();
         assert_eq!((d.options.when, d.mechanism), (When::Return, Mechanism::Jmp));
+    }
+
+    #[test]
+    fn keyed_counts_are_counts_at_the_point_with_a_key() {
+        let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
+        let r = read(r#"{"at":"f","action":"count","by":"tid"}"#).unwrap();
+        assert_eq!(r.options.by, Some(KeyBy::Tid));
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"by":"tid"}"#);
+        let e = |j: &str| read(j).unwrap_err().to_string();
+        assert!(e(r#"{"at":"f","action":"call","handler":"h","by":"cpu"}"#).starts_with("f: `by` keys the hits of action `count` at the point (not `call`)"));
+        assert!(e(r#"{"at":"f","action":"count","when":"return","by":"cpu"}"#).contains("(not `count` at the return)"));
+        assert!(e(r#"{"at":"f","action":"count","by":"uid"}"#).contains("uid"));
     }
 
     #[test]

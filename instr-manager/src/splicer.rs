@@ -124,6 +124,9 @@ pub struct LiveSplice {
     /// A return point's slot in the target's return runtime ([`trapvec::returns`]).
     #[serde(default)]
     ret: Option<trapvec::returns::ReturnSlot>,
+    /// A keyed count's slot in the target's runtime ([`trapvec::keyed`]).
+    #[serde(default)]
+    keyed: Option<trapvec::keyed::KeySlot>,
 }
 
 impl LiveSplice {
@@ -283,6 +286,12 @@ impl<T: Target> Splicer<T> {
     pub fn return_stats(&self, id: SpliceId) -> Result<Option<trapvec::returns::ReturnStats>, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
         Ok(s.ret.as_ref().and_then(|slot| self.target.return_stats(slot)))
+    }
+
+    /// The table of a live keyed count (`None` for other splices).
+    pub fn key_counts(&self, id: SpliceId) -> Result<Option<trapvec::keyed::KeyCounts>, SpliceError> {
+        let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
+        Ok(s.keyed.as_ref().and_then(|slot| self.target.key_counts(slot)))
     }
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the

@@ -329,3 +329,55 @@ fn removing_a_return_point_while_a_call_is_in_progress_lets_it_return() {
         libc::close(fds[1]);
     }
 }
+
+#[test]
+fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
+    let _g = serial();
+    let (s, _c) = session();
+    let f = f_int(&s, "rp_multi");
+    for mech in [Trap, Jmp] {
+        let by_tid = s.count_by("rp_multi", trapvec::keyed::KeyBy::Tid, mech).unwrap();
+        // Four threads, each calling a different number of times, each knowing its own id.
+        let threads: Vec<_> = (1..=4u64)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    for x in 0..(k * 100) as i32 {
+                        assert_eq!(f(x), multi(x));
+                    }
+                    // SAFETY: gettid takes no arguments.
+                    (unsafe { libc::syscall(libc::SYS_gettid) }.to_string(), k * 100)
+                })
+            })
+            .collect();
+        let mut want: Vec<(String, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        want.sort_by(|a, b| b.1.cmp(&a.1));
+        let table = by_tid.key_counts().unwrap().unwrap();
+        let got: Vec<(String, u64)> = table.keys.iter().map(|k| (k.key.clone(), k.count)).collect();
+        assert_eq!(got, want, "{mech}: one entry per thread, most hits first");
+        assert_eq!((table.overflow, table.total(), by_tid.hits().unwrap()), (0, 1000, 1000), "{mech}");
+        drop(by_tid);
+        let by_cpu = s.count_by("rp_multi", trapvec::keyed::KeyBy::Cpu, mech).unwrap();
+        for x in 0..250 {
+            f(x);
+        }
+        let table = by_cpu.key_counts().unwrap().unwrap();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(table.keys.iter().all(|k| k.key.parse::<u64>().unwrap() < cpus.max(64)), "{table:?}");
+        assert_eq!((table.total(), by_cpu.hits().unwrap()), (250, 250), "{mech}");
+    }
+}
+
+#[test]
+fn kernel_keys_are_refused_in_a_process_and_nothing_is_written() {
+    let _g = serial();
+    let (s, _c) = session();
+    let before = bytes(&s, "rp_multi", 16);
+    for by in [trapvec::keyed::KeyBy::Comm, trapvec::keyed::KeyBy::Pid, trapvec::keyed::KeyBy::Tgid] {
+        let e = s.count_by("rp_multi", by, Trap).err().unwrap();
+        let text = trapvec::error_chain(&e);
+        assert!(text.starts_with("rp_multi: counts by"), "{text}");
+        assert!(text.contains("not supported on a process"), "{text}");
+    }
+    assert_eq!(bytes(&s, "rp_multi", 16), before);
+    s.with(|sp| assert_eq!(sp.live().count(), 0));
+}

@@ -16,6 +16,7 @@ pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod kernel;
+pub mod keyed;
 pub mod process;
 pub mod returns;
 pub mod target;

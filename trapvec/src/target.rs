@@ -457,6 +457,22 @@ pub trait Target {
     fn return_stats(&self, _slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
         None
     }
+
+    /// A slot in the target's runtime for a new keyed count ([`crate::keyed`]): the splicer
+    /// makes the splice a call with the slot's `entry` and `cookie`. Targets without one refuse.
+    fn key_slot(&mut self, _by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
+        Err(TargetError::Unsupported { what: "keyed counts", target: self.info().description.clone() })
+    }
+
+    /// Give a keyed count's slot back, once its splice is quiescent.
+    fn free_key_slot(&mut self, _slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
+        Ok(())
+    }
+
+    /// The table of a live keyed count.
+    fn key_counts(&self, _slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
+        None
+    }
 }
 
 /// Largest gap between two ranges that one read covers rather than reading them apart.

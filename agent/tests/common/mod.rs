@@ -47,6 +47,8 @@ pub fn spec(points: &[(&str, &str)]) -> String {
 pub struct Run {
     pub out: Output,
     pub stats: Option<serde_json::Value>,
+    /// The program's pid, where the runner kept it.
+    pub pid: Option<u32>,
 }
 
 impl Run {
@@ -95,8 +97,10 @@ impl Program {
             std::fs::write(&spec_path, text).unwrap();
             cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec_path).env("TRAPVEC_STATS", &stats);
         }
-        let out = cmd.output().unwrap();
+        let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
         let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
-        Run { out, stats }
+        Run { out, stats, pid: Some(pid) }
     }
 }

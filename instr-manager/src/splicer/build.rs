@@ -6,6 +6,7 @@
 
 use component_manager::ComponentId;
 use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
+use trapvec::keyed::KeySlot;
 use trapvec::returns::{ReturnConfig, ReturnSlot, DEFAULT_MAXACTIVE};
 use trapvec::TargetError;
 
@@ -30,6 +31,8 @@ struct Blocks {
     component: Option<ComponentId>,
     /// A return point's slot.
     ret: Option<ReturnSlot>,
+    /// A keyed count's slot.
+    keyed: Option<KeySlot>,
 }
 
 /// What [`Splicer::fill`] made of a splice's blocks.
@@ -103,11 +106,25 @@ impl<T: Target> Splicer<T> {
             }
             false => None,
         };
-        let blocks = Blocks { code, data, dest_fn, component, ret };
+        // A keyed count is a call of the target's counting routine with its slot.
+        let keyed = match r.options.by {
+            Some(by) => match self.target.key_slot(by) {
+                Ok(slot) => Some(slot),
+                Err(e) => {
+                    self.free_blocks(&code, &data, ret.as_ref());
+                    return Err(terr(e));
+                }
+            },
+            None => None,
+        };
+        let blocks = Blocks { code, data, dest_fn, component, ret, keyed };
         let filled = match self.fill(r, &mut planned, &blocks, cache) {
             Ok(f) => f,
             Err(e) => {
                 self.free_blocks(&blocks.code, &blocks.data, blocks.ret.as_ref());
+                if let Some(slot) = &blocks.keyed {
+                    let _ = self.target.free_key_slot(slot);
+                }
                 return Err(e);
             }
         };
@@ -129,6 +146,7 @@ impl<T: Target> Splicer<T> {
             handler_range: filled.handler_range,
             inflight: filled.inflight,
             ret: blocks.ret,
+            keyed: blocks.keyed,
         }))
     }
 
@@ -149,9 +167,10 @@ impl<T: Target> Splicer<T> {
         let mut inflight = None;
         // What the call at the site runs: the action's handler, or a return point's entry half
         // (the target's routine, never a lean leaf of a component).
-        let (action, call_fn, call_component) = match (&blocks.ret, &r.action) {
-            (Some(slot), _) => (Action::Call { handler: String::new(), cookie: slot.cookie }, slot.entry, None),
-            (None, a) => (a.clone(), dest_fn, blocks.component),
+        let (action, call_fn, call_component) = match (&blocks.ret, &blocks.keyed, &r.action) {
+            (Some(slot), _, _) => (Action::Call { handler: String::new(), cookie: slot.cookie }, slot.entry, None),
+            (None, Some(slot), _) => (Action::Call { handler: String::new(), cookie: slot.cookie }, slot.entry, None),
+            (None, None, a) => (a.clone(), dest_fn, blocks.component),
         };
         let (bytes, replay, dispatch) = match &action {
             Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
@@ -254,6 +273,9 @@ impl<T: Target> Splicer<T> {
     pub(super) fn discard(&mut self, built: &[Box<LiveSplice>]) {
         for s in built {
             self.free_blocks(&s.code, &s.data, s.ret.as_ref());
+            if let Some(slot) = &s.keyed {
+                let _ = self.target.free_key_slot(slot);
+            }
         }
     }
 

@@ -119,6 +119,10 @@ impl<T: Target> Splicer<T> {
             self.target.patch_text_live(&springboards, &[])?;
         }
         for s in &taken {
+            // Quiescent: no thread is in the trampoline, so none is in its counting routine.
+            if let Some(slot) = &s.keyed {
+                self.target.free_key_slot(slot)?;
+            }
             if let Some(c) = s.component {
                 self.components.release(c)?;
             }

@@ -3,6 +3,7 @@
 //! - [`signal`]: the SIGSEGV trap handler, the SIGTRAP handler of the int3-first protocol and the
 //!   thread-scan handler (everything that runs in signal context);
 //! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
+//! - [`keyed`]: keyed counts (hits by thread or CPU);
 //! - [`returns`]: the return runtime (return points and timers: stubs, instances, unwind data);
 //! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
 //! - [`scan`]: finding out whether another thread is executing in given ranges;
@@ -23,6 +24,7 @@
 pub mod chain;
 mod epoch;
 mod fork;
+pub mod keyed;
 mod memory;
 pub mod returns;
 mod scan;
@@ -131,6 +133,19 @@ impl Target for ProcessTarget {
 
     fn return_stats(&self, slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
         returns::stats(slot)
+    }
+
+    fn key_slot(&mut self, by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
+        keyed::alloc_slot(by)
+    }
+
+    fn free_key_slot(&mut self, slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
+        keyed::free_slot(slot);
+        Ok(())
+    }
+
+    fn key_counts(&self, slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
+        keyed::counts(slot)
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
