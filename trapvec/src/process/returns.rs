@@ -39,7 +39,7 @@
 use std::arch::global_asm;
 use std::cell::Cell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Mutex, Once};
 
 use crate::abi::{TrapvecCall, TrapvecRegs};
@@ -158,6 +158,8 @@ static FRESH: AtomicU32 = AtomicU32::new(0);
 /// Slot changes (not the hot path).
 static SLOTS_LOCK: Mutex<()> = Mutex::new(());
 static START: Once = Once::new();
+/// Whether the stubs' unwind table is registered (see `start`).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// Bytes of the XSAVE area the common return code uses (0: `fxsave64`), read by the assembly.
 static XSAVE_SIZE: AtomicU32 = AtomicU32::new(0);
 
@@ -541,8 +543,9 @@ fn stub_eh_frame(stubs: u64, inst: impl Fn(usize) -> u64, n: usize) -> Vec<u8> {
     out
 }
 
-/// Once per process: the XSAVE area's size, and the stubs' unwind table registered with the
-/// unwinder (kept for the process's life).
+/// Once per process: the XSAVE area's size. Then, until it succeeds, the stubs' unwind table
+/// registered with the unwinder (kept for the process's life): libgcc may be loaded only later
+/// (a C program loads it with its first C++ library), so every new return point tries again.
 fn start() {
     START.call_once(|| {
         let leaf1 = std::arch::x86_64::__cpuid(1);
@@ -551,19 +554,27 @@ fn start() {
             let d = std::arch::x86_64::__cpuid_count(0xd, 0);
             XSAVE_SIZE.store(d.ebx.max(576), Relaxed);
         }
-        let table = stub_eh_frame(stubs(), |k| std::ptr::addr_of!(INST[k].ret) as u64, INSTANCES).leak();
-        // SAFETY: looking up a symbol by name.
-        let reg = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr()) };
-        if reg.is_null() {
-            log::warn!("return points: no __register_frame in this process: an exception thrown through a call with a pending return point will not find its handler");
-        } else {
-            // SAFETY: libgcc's `void __register_frame(void *begin)`, given a complete .eh_frame
-            // image (terminated) that stays alive for the process's life (leaked above).
-            let f: extern "C" fn(*const u8) = unsafe { std::mem::transmute(reg) };
-            f(table.as_ptr());
-            log::debug!("return points: {INSTANCES} stubs at {:#x} registered with the unwinder", stubs());
-        }
     });
+    if REGISTERED.load(Acquire) {
+        return;
+    }
+    let _l = SLOTS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if REGISTERED.load(Acquire) {
+        return;
+    }
+    // SAFETY: looking up a symbol by name.
+    let reg = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr()) };
+    if reg.is_null() {
+        log::warn!("return points: no __register_frame in this process (yet): an exception thrown through a call with a pending return point would not find its handler");
+        return;
+    }
+    let table = stub_eh_frame(stubs(), |k| std::ptr::addr_of!(INST[k].ret) as u64, INSTANCES).leak();
+    // SAFETY: libgcc's `void __register_frame(void *begin)`, given a complete .eh_frame image
+    // (terminated) that stays alive for the process's life (leaked above).
+    let f: extern "C" fn(*const u8) = unsafe { std::mem::transmute(reg) };
+    f(table.as_ptr());
+    REGISTERED.store(true, Release);
+    log::debug!("return points: {INSTANCES} stubs at {:#x} registered with the unwinder", stubs());
 }
 
 /// Take a slot for a new return point.
