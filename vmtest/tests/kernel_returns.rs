@@ -75,7 +75,8 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(r["active"].as_u64(), Some(0), "the exited tasks' instances were reclaimed");
     assert!(r["missed"].as_u64().unwrap() >= 2, "two slowcalls (and trapctl itself) exited inside: {r}");
 
-    // 3. Timers. 1 ms sleeps take [1, 4.2) ms under TCG (buckets 20..=22), 20 ms ones
+    // 3. Timers. 1 ms sleeps take [1, 2.1) ms (bucket 21, [2^20, 2^21) ns) or a little more
+    // (TCG: one in ten has been seen at 8-16 ms), never 16.8 ms (bucket 25); 20 ms ones take
     // [16.8, 67) ms (25..=26); trapctl's own 6 s sleep is one call in [4.3, 8.6) s (33).
     assert_eq!(run.expect("TIME_WALL_RC"), "0");
     assert!(run.expect("NAPS_1MS").starts_with("naps=10 "));
@@ -84,7 +85,8 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(t["clock"], "wall");
     let h = &t["histogram"];
     assert_eq!(in_buckets(h, 0, 19), 0, "no sleep of 1 ms took less: {t}");
-    assert_eq!(in_buckets(h, 20, 22), 10, "the 1 ms sleeps: {t}");
+    assert_eq!(in_buckets(h, 20, 24), 10, "the 1 ms sleeps: {t}");
+    assert!(in_buckets(h, 20, 22) >= 5, "most 1 ms sleeps took less than 4.2 ms: {t}");
     assert_eq!(in_buckets(h, 25, 26), 5, "the 20 ms sleeps: {t}");
     assert_eq!(in_buckets(h, 33, 33), 1, "trapctl's own sleep: {t}");
     assert_eq!(t["count"].as_u64(), Some(16), "nothing else slept: {t}");
