@@ -8,6 +8,8 @@
 #     reclaimed once their tasks are gone, counted as missed;
 #  3. timers on hrtimer_nanosleep: sleeps of 1 ms and 20 ms (/bin/naps) land in their log2
 #     buckets by the wall clock, and far below 1 ms by the CPU clock;
+#  6. the same through trapd: `trapctl time` by requests, a return point of a splice request;
+#  5. maxactive 1 and two calls at once: one returns through the return point, one is missed;
 #  4. a return point removed while a task sleeps inside the function: the task returns fine,
 #     the module refuses to unload until it has, and unloads clean after.
 # Prints KEY=value lines that vmtest/tests/kernel_returns.rs checks (JSON squashed to one
@@ -85,9 +87,47 @@ echo "TIME_CPU_RC=$?"
 echo "TIME_CPU=$(sed 1d /tmp/cpu | squash)"
 echo "TIME_TEXT=$(trapctl time hrtimer_nanosleep --seconds 0 | tail -n 1)"
 
+# --- 5. maxactive: two calls at once, with room for one.
+trapctl splice hrtimer_nanosleep --return --count --maxactive 1 > /dev/null || exit 19
+/bin/naps 500 1 > /dev/null &
+na=$!
+/bin/naps 500 1 > /dev/null &
+nb=$!
+wait $na
+wait $nb
+echo "LIST_MAXACTIVE=$(trapctl list --json | squash)"
+trapctl unsplice hrtimer_nanosleep > /dev/null || exit 20
+
+# --- 6. Through trapd: a timer made, read (trapd's list rows carry the figures) and removed by
+# requests, and a return point of the protocol's splice request.
+cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
+mkdir -p /run /var/lib/trapd
+: > /tmp/trapd.toml
+trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
+tdp=$!
+i=0
+until trapd send '{"op":"status"}' > /dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -gt 100 ] && { echo "TRAPD=did not come up: $(cat /tmp/trapd.log)"; exit 21; }
+	usleep 100000
+done
+trapctl time hrtimer_nanosleep --seconds 3 --json > /tmp/td &
+tp=$!
+settle /tmp/td
+echo "NAPS_TRAPD=$(/bin/naps 20 3)"
+wait $tp
+echo "TIME_TRAPD_RC=$?"
+echo "TIME_TRAPD=$(sed 1d /tmp/td | squash)"
+echo "TRAPD_SPLICE=$(trapd send '{"op":"splice","at":"__x64_sys_getppid","action":"count","when":"return","maxactive":4}' | squash)"
+/bin/slowcall > /dev/null
+echo "TRAPD_LIST=$(trapd send '{"op":"list"}' | squash)"
+trapd send '{"op":"unsplice","at":"__x64_sys_getppid"}' > /dev/null
+kill $tdp
+wait $tdp
+
 # --- 4. Removal while a task sleeps inside the function.
 trapctl splice hrtimer_nanosleep --return --count > /dev/null || exit 18
-/bin/naps 4000 1 > /tmp/nap &
+/bin/naps 8000 1 > /tmp/nap &
 np=$!
 # A sleep of our own (1 s) inside the function too; it returns before the removal.
 sleep 1
@@ -99,6 +139,9 @@ if rmmod trapvec 2> /tmp/rmmod; then
 else
 	echo "RMMOD_DURING=refused $(cat /tmp/rmmod)"
 fi
+# The test's premise: the nap was still inside when rmmod ran (TCG on a loaded host is slow).
+kill -0 $np 2> /dev/null && echo "NAP_INSIDE_AT_RMMOD=yes" || echo "NAP_INSIDE_AT_RMMOD=no"
+echo "RMMOD_DURING_REFCNT=$(cat /sys/module/trapvec/refcnt 2> /dev/null)"
 wait $np
 echo "NAP_RC=$?"
 echo "NAP=$(cat /tmp/nap)"

@@ -6,8 +6,29 @@
 //! return point removed while a task sleeps inside its function lets the task return and the
 //! module unload once it has (vmtest fails the run on any oops, BUG or WARNING).
 
+use std::path::PathBuf;
+use std::process::Command;
+
 use serde_json::Value;
-use vmtest::testing::{can_boot, Run, Scenario};
+use vmtest::testing::{can_boot, repo_root, Run, Scenario};
+
+/// Build the release trapd and return its path (from cargo's compiler-artifact message).
+fn build_trapd() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        // The crate's library is named trapd too: the binary is the artifact with an executable.
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo names the trapd executable")
+}
 
 /// The `returns` figures of the one live splice of a squashed `trapctl list --json`.
 fn returns_of(run: &Run, key: &str) -> (Value, Value) {
@@ -36,7 +57,8 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     if !can_boot("kernel scenario") {
         return;
     }
-    let run = Scenario::named("kernel_returns.sh").timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
+    let trapd = build_trapd();
+    let run = Scenario::named("kernel_returns.sh").file(&trapd).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("RETURNS"), "done");
 
@@ -103,14 +125,33 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     let text = run.expect("TIME_TEXT");
     assert!(text.starts_with("hrtimer_nanosleep: ") && text.contains(" calls, mean ") && text.contains(", missed "), "{text}");
 
+    // 6. Through trapd.
+    assert_eq!(run.expect("TIME_TRAPD_RC"), "0");
+    let t: Value = serde_json::from_str(run.expect("TIME_TRAPD")).unwrap();
+    assert_eq!(in_buckets(&t["histogram"], 25, 26), 3, "the three 20 ms sleeps, timed through trapd: {t}");
+    assert_eq!(in_buckets(&t["histogram"], 32, 32), 1, "trapctl's own 3 s sleep ([2.1, 4.3) s is bucket 32): {t}");
+    let s: Value = serde_json::from_str(run.expect("TRAPD_SPLICE")).unwrap();
+    assert_eq!(s["ok"], true, "{s}");
+    let l: Value = serde_json::from_str(run.expect("TRAPD_LIST")).unwrap();
+    let r = &l["splices"][0]["returns"];
+    assert!(r["returns"].as_u64().unwrap() >= 1, "slowcall's getppid returned through trapd's return point: {l}");
+    assert_eq!(r["missed"].as_u64(), Some(0), "{l}");
+
+    // 5. maxactive.
+    let (r, row) = returns_of(&run, "LIST_MAXACTIVE");
+    assert_eq!(row["hits"].as_u64(), Some(2), "two entries: {row}");
+    assert_eq!((r["returns"].as_u64(), r["missed"].as_u64(), r["active"].as_u64()), (Some(1), Some(1), Some(0)), "{r}");
+
     // 4. Removal while a task sleeps inside.
     let (r, _) = returns_of(&run, "LIST_SLEEPING");
-    assert_eq!(r["active"].as_u64(), Some(1), "the 4 s nap is inside: {r}");
+    assert_eq!(r["active"].as_u64(), Some(1), "the 8 s nap is inside: {r}");
     assert_eq!(run.expect("UNSPLICE_RC"), "0");
+    assert_eq!(run.expect("NAP_INSIDE_AT_RMMOD"), "yes", "the 8 s nap outlived the removal and the rmmod");
     assert!(run.expect("RMMOD_DURING").starts_with("refused"), "a task will return into a stub");
+    assert_eq!(run.number("RMMOD_DURING_REFCNT"), 1, "the module's reference on itself");
     assert_eq!(run.expect("NAP_RC"), "0");
     let nap = run.expect("NAP");
     let ms: u64 = nap.split_whitespace().find_map(|w| w.strip_prefix("ms=")).and_then(|n| n.parse().ok()).unwrap();
-    assert!(nap.starts_with("naps=1 ") && (4000..6000).contains(&ms), "{nap}");
+    assert!(nap.starts_with("naps=1 ") && (8000..10000).contains(&ms), "{nap}");
     assert_eq!(run.expect("RMMOD_AFTER"), "removed");
 }
