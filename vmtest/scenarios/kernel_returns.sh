@@ -132,6 +132,8 @@ np=$!
 # A sleep of our own (1 s) inside the function too; it returns before the removal.
 sleep 1
 echo "LIST_SLEEPING=$(trapctl list --json | squash)"
+# Its kernel stack: the unwinder meets the stub as hrtimer_nanosleep's return address and stops.
+echo "STACK_SLEEPING=$(cut -d' ' -f2 /proc/$np/stack | cut -d+ -f1 | tr '\n' ' ')"
 trapctl unsplice hrtimer_nanosleep > /dev/null
 echo "UNSPLICE_RC=$?"
 if rmmod trapvec 2> /tmp/rmmod; then

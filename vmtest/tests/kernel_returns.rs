@@ -145,6 +145,9 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     // 4. Removal while a task sleeps inside.
     let (r, _) = returns_of(&run, "LIST_SLEEPING");
     assert_eq!(r["active"].as_u64(), Some(1), "the 8 s nap is inside: {r}");
+    let stack = run.expect("STACK_SLEEPING");
+    assert!(stack.contains("hrtimer_nanosleep"), "the sleeping task's stack: {stack}");
+    assert!(!stack.contains("do_syscall_64"), "the trace ends at the return stub, above the caller: {stack}");
     assert_eq!(run.expect("UNSPLICE_RC"), "0");
     assert_eq!(run.expect("NAP_INSIDE_AT_RMMOD"), "yes", "the 8 s nap outlived the removal and the rmmod");
     assert!(run.expect("RMMOD_DURING").starts_with("refused"), "a task will return into a stub");
