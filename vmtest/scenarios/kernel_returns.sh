@@ -9,6 +9,8 @@
 #  3. timers on hrtimer_nanosleep: sleeps of 1 ms and 20 ms (/bin/naps) land in their log2
 #     buckets by the wall clock, and far below 1 ms by the CPU clock;
 #  6. the same through trapd: `trapctl time` by requests, a return point of a splice request;
+#  7. a tail-calling function (__x64_sys_lseek: `jmp ksys_lseek`, shown by its bytes): every
+#     return of the tail-called function reaches the handler with its result, exactly;
 #  5. maxactive 1 and two calls at once: one returns through the return point, one is missed;
 #  4. a return point removed while a task sleeps inside the function: the task returns fine,
 #     the module refuses to unload until it has, and unloads clean after.
@@ -124,6 +126,22 @@ echo "TRAPD_LIST=$(trapd send '{"op":"list"}' | squash)"
 trapd send '{"op":"unsplice","at":"__x64_sys_getppid"}' > /dev/null
 kill $tdp
 wait $tdp
+
+# --- 7. A tail call: __x64_sys_lseek ends with `jmp ksys_lseek`, which returns to the caller
+# through the return address the entry half replaced.
+echo "LSEEK_FN=$(addr __x64_sys_lseek)"
+echo "LSEEK_TARGET=$(addr ksys_lseek)"
+echo "LSEEK_BYTES=$(trapctl read __x64_sys_lseek 24 | cut -d: -f2 | tr -d '\n')"
+trapctl load /components/rpret.o > /dev/null || exit 22
+trapctl set rpret_want 777777 > /dev/null || exit 23
+trapctl splice __x64_sys_lseek --return --call rpret_getppid > /dev/null || exit 24
+echo "LSEEK_MATCH0=$(trapctl get rpret_match)"
+echo "LSEEKS=$(/bin/lseeks 777777 3000)"
+echo "LSEEK_MATCH1=$(trapctl get rpret_match)"
+echo "LSEEK_LAST=$(trapctl get rpret_last)"
+echo "LIST_LSEEK=$(trapctl list --json | squash)"
+trapctl unsplice __x64_sys_lseek > /dev/null || exit 25
+trapctl unload rpret > /dev/null || exit 26
 
 # --- 4. Removal while a task sleeps inside the function.
 trapctl splice hrtimer_nanosleep --return --count > /dev/null || exit 18
