@@ -174,8 +174,11 @@ notrace void trapvec_rp_entry(struct trapvec_regs *regs, void *cookie)
 		return;
 	s = &trapvec_rp_slots[si];
 	preempt_disable_notrace();
-	/* A slot being removed: its splice is on the way out (RETURN_REMOVE waits for us). */
-	if (READ_ONCE(s->state) != SLOT_LIVE || READ_ONCE(s->gen) != gen)
+	/*
+	 * A slot being removed: its splice is on the way out (RETURN_REMOVE waits for us).
+	 * Acquire: the slot's fields (RETURN_ADD wrote them before its release) after the state.
+	 */
+	if (smp_load_acquire(&s->state) != SLOT_LIVE || READ_ONCE(s->gen) != gen)
 		goto out;
 	if (__this_cpu_read(trapvec_rp_busy)) {
 		this_cpu_inc(s->pcpu->missed);
@@ -270,7 +273,7 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	 */
 	atomic_inc(&s->in_return);
 	smp_mb__after_atomic();
-	if (READ_ONCE(s->state) == SLOT_LIVE && READ_ONCE(s->gen) == in->gen) {
+	if (smp_load_acquire(&s->state) == SLOT_LIVE && READ_ONCE(s->gen) == in->gen) {
 		if (__this_cpu_read(trapvec_rp_busy)) {
 			this_cpu_inc(s->pcpu->missed);
 		} else {
