@@ -59,6 +59,11 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_state) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_regs) != 18 * 8);
 	BUILD_BUG_ON(TRAPVEC_PATCH_MAX >= PAGE_SIZE);
+	/* Return points (ABI 5). */
+	BUILD_BUG_ON(sizeof(struct trapvec_return_add) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_return_remove) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_return_stats) != 576);
+	BUILD_BUG_ON(sizeof(struct trapvec_call) != 10 * 8);
 }
 
 static long trapvec_ioc_info(void __user *uarg)
@@ -360,6 +365,26 @@ static long trapvec_ioc_state(void __user *uarg, int (*op)(struct trapvec_state 
 	return ret;
 }
 
+/* RETURN_ADD, RETURN_REMOVE, RETURN_STATS: the answer goes back with an error too. */
+#define TRAPVEC_RETURN_IOC(name, type)						\
+static long trapvec_ioc_##name(void __user *uarg)				\
+{										\
+	struct type req;							\
+	long ret;								\
+										\
+	if (copy_from_user(&req, uarg, sizeof(req)))				\
+		return -EFAULT;							\
+	mutex_lock(&trapvec_mutex);						\
+	ret = trapvec_##name(&req);						\
+	mutex_unlock(&trapvec_mutex);						\
+	if (copy_to_user(uarg, &req, sizeof(req)))				\
+		return -EFAULT;							\
+	return ret;								\
+}
+TRAPVEC_RETURN_IOC(returns_add, trapvec_return_add)
+TRAPVEC_RETURN_IOC(returns_remove, trapvec_return_remove)
+TRAPVEC_RETURN_IOC(returns_stats, trapvec_return_stats)
+
 static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
@@ -398,6 +423,12 @@ static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return trapvec_ioc_state(uarg, trapvec_state_get);
 	case TRAPVEC_IOC_STATE_PUT:
 		return trapvec_ioc_state(uarg, trapvec_state_put);
+	case TRAPVEC_IOC_RETURN_ADD:
+		return trapvec_ioc_returns_add(uarg);
+	case TRAPVEC_IOC_RETURN_REMOVE:
+		return trapvec_ioc_returns_remove(uarg);
+	case TRAPVEC_IOC_RETURN_STATS:
+		return trapvec_ioc_returns_stats(uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -422,6 +453,7 @@ static int __init trapvec_init(void)
 	int ret;
 
 	trapvec_abi_checks();
+	trapvec_returns_init();
 	ret = trapvec_ksyms_init();
 	if (ret)
 		return ret;
@@ -459,6 +491,11 @@ static void __exit trapvec_exit(void)
 
 	/* No new ioctl can start; none is running (an open file holds the module). */
 	misc_deregister(&trapvec_misc);
+	/*
+	 * No return point lives and no call has a pending return (the module holds itself
+	 * while one does); the release work may be finishing after its module_put().
+	 */
+	trapvec_returns_cancel_work();
 
 	mutex_lock(&trapvec_mutex);
 	trapvec_text_revert_all();
@@ -484,6 +521,7 @@ static void __exit trapvec_exit(void)
 	trapvec_text_put_parked();
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();
+	trapvec_returns_exit();
 	trapvec_arena_exit();
 	trapvec_reserved_exit();
 	mutex_unlock(&trapvec_mutex);

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	4
+#define TRAPVEC_ABI_VERSION	5
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -193,7 +193,8 @@ struct trapvec_apply {
  * A dispatch entry. A trap at site sends the CPU to dest (regs->ip = dest). If handler is
  * not 0 the dispatcher first calls handler(struct trapvec_regs *, cookie) with interrupts
  * off, unless a handler is already running on this CPU: then the handler is skipped and the
- * hit also counts as missed. dest and handler must lie in sealed code blocks.
+ * hit also counts as missed. dest must lie in a sealed code block, handler too or be the
+ * return-point entry routine (trapvec_return_add.entry).
  */
 struct trapvec_dispatch_entry {
 	__u64 site;		/* address of the trap instruction */
@@ -301,5 +302,76 @@ struct trapvec_state {
 #define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
 #define TRAPVEC_IOC_STATE_GET	_IOWR(TRAPVEC_IOC_MAGIC, 13, struct trapvec_state)
 #define TRAPVEC_IOC_STATE_PUT	_IOWR(TRAPVEC_IOC_MAGIC, 14, struct trapvec_state)
+
+/*
+ * Return points (ABI 5). A return point runs a handler, and times the call, when a function
+ * returns. Its entry half is an ordinary call splice at the function's entry (its first
+ * instruction past the ftrace site) whose handler is the module's entry routine (entry, which
+ * a dispatch entry may name as its handler, and a trampoline may call) with cookie
+ * (generation << 32 | slot); it replaces the call's return address with a stub of the
+ * module's, so that the return half runs when the function returns. At most
+ * TRAPVEC_RETURN_SLOTS return points at once and TRAPVEC_RETURN_INSTANCES calls in progress
+ * in all of them; a call that finds no free instance, its slot's maxactive instances in use,
+ * or its CPU already in the return runtime or a return handler (reentry) runs without its
+ * return half and is counted as missed.
+ */
+#define TRAPVEC_RETURN_SLOTS		256
+#define TRAPVEC_RETURN_INSTANCES	4096
+#define TRAPVEC_RETURN_BUCKETS		65	/* log2 buckets: 0, then [2^(k-1), 2^k) ns */
+
+/* Clocks of a timer (trapvec_return_add.clock). */
+#define TRAPVEC_CLOCK_NONE	0	/* no timer */
+#define TRAPVEC_CLOCK_WALL	1	/* ktime_get_mono_fast_ns() */
+#define TRAPVEC_CLOCK_CPU	2	/* the task's time on a CPU (scheduler clock) */
+
+/*
+ * RETURN_ADD: a slot for a new return point. handler is 0 (count or time only) or a
+ * void handler(struct trapvec_regs *, struct trapvec_call *) in a sealed code block.
+ * -ENOSPC when every slot is taken, -EINVAL for a bad maxactive or clock, -EFAULT for a
+ * handler outside sealed code.
+ */
+struct trapvec_return_add {
+	__u64 handler;
+	__u64 cookie;		/* handed to the handler in trapvec_call.cookie */
+	__u32 maxactive;	/* 1..TRAPVEC_RETURN_INSTANCES */
+	__u32 clock;		/* TRAPVEC_CLOCK_* */
+	__u32 slot;		/* out */
+	__u32 generation;	/* out */
+	__u64 entry;		/* out: the entry routine, handler of the entry half */
+	__u64 entry_cookie;	/* out: cookie of the entry half */
+};
+
+/*
+ * RETURN_REMOVE: give a slot back once its entry half can no longer run (its text reverted,
+ * QUIESCE done). Calls still inside the function return through their stubs without the
+ * handler. Waits (at most TRAPVEC_QUIESCE_WAIT_MS) until no CPU runs the slot's return
+ * half, so that the handler's code may go: -EBUSY when one still does (the slot is left
+ * draining; calling again waits again). -ENOENT for a slot that is not this generation's.
+ * The module holds a reference on itself while any return point lives or any call still has
+ * its return address pointing at a stub (rmmod says "in use").
+ */
+struct trapvec_return_remove {
+	__u32 slot;
+	__u32 generation;
+	__u64 busy;		/* out, with -EBUSY: CPUs still in the return half */
+};
+
+/* RETURN_STATS: a live slot's counters, summed over CPUs. -ENOENT as for RETURN_REMOVE. */
+struct trapvec_return_stats {
+	__u32 slot;
+	__u32 generation;
+	__u64 returns;		/* out: returns that ran the return half */
+	__u64 missed;		/* out: calls without their return half */
+	__u64 active;		/* out: calls in progress */
+	__u32 clock;		/* out: TRAPVEC_CLOCK_* */
+	__u32 pad;
+	__u64 sum;		/* out: ns, timers */
+	__u64 max;		/* out: ns, timers */
+	__u64 buckets[TRAPVEC_RETURN_BUCKETS];	/* out: timers */
+};
+
+#define TRAPVEC_IOC_RETURN_ADD		_IOWR(TRAPVEC_IOC_MAGIC, 32, struct trapvec_return_add)
+#define TRAPVEC_IOC_RETURN_REMOVE	_IOWR(TRAPVEC_IOC_MAGIC, 33, struct trapvec_return_remove)
+#define TRAPVEC_IOC_RETURN_STATS	_IOWR(TRAPVEC_IOC_MAGIC, 34, struct trapvec_return_stats)
 
 #endif /* _TRAPVEC_ABI_H */

@@ -13,6 +13,7 @@
  *   text.c      batched text patches and the record of live ones
  *   state.c     user space's state blob (STATE_GET, STATE_PUT)
  *   mem.c       the count of every allocation the module holds
+ *   returns.c   return points and timers (return_stubs.S holds their stubs)
  */
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
@@ -176,6 +177,17 @@ struct page;
 void *trapvec_vmap(enum trapvec_mem_kind kind, struct page **pages, unsigned int n);
 void trapvec_vunmap(enum trapvec_mem_kind kind, const void *p, unsigned int n);
 void trapvec_mem_exit(void);
+
+/* returns.c */
+struct trapvec_regs;
+void trapvec_returns_init(void);
+void trapvec_returns_cancel_work(void);
+void trapvec_returns_exit(void);
+void trapvec_rp_entry(struct trapvec_regs *regs, void *cookie);
+bool trapvec_returns_is_entry(unsigned long addr);
+int trapvec_returns_add(struct trapvec_return_add *req);
+int trapvec_returns_remove(struct trapvec_return_remove *req);
+int trapvec_returns_stats(struct trapvec_return_stats *req);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);

@@ -204,6 +204,7 @@ mod tests {
             hits,
             missed,
             in_profile: None,
+            returns: None,
         }
     }
 

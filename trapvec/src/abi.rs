@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 4;
+pub const TRAPVEC_ABI_VERSION: u32 = 5;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -423,6 +423,89 @@ const _: () = assert!(core::mem::size_of::<TrapvecList>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecState>() == 32);
 
+// Return points (ABI 5): `kmod/returns.c`.
+
+/// Return points the module holds at once.
+pub const TRAPVEC_RETURN_SLOTS: u32 = 256;
+/// Calls with a pending return in the module, in all return points together.
+pub const TRAPVEC_RETURN_INSTANCES: u32 = 4096;
+/// Log2 buckets of a timer's histogram (as [`crate::returns::HISTOGRAM_BUCKETS`]).
+pub const TRAPVEC_RETURN_BUCKETS: usize = 65;
+/// No timer.
+pub const TRAPVEC_CLOCK_NONE: u32 = 0;
+/// A timer of elapsed time (`ktime_get_mono_fast_ns()`).
+pub const TRAPVEC_CLOCK_WALL: u32 = 1;
+/// A timer of the task's time on a CPU.
+pub const TRAPVEC_CLOCK_CPU: u32 = 2;
+
+/// `struct trapvec_return_add`: a slot for a new return point.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecReturnAdd {
+    /// `void handler(struct trapvec_regs *, struct trapvec_call *)` in sealed code, or 0.
+    pub handler: u64,
+    pub cookie: u64,
+    /// 1..=`TRAPVEC_RETURN_INSTANCES`.
+    pub maxactive: u32,
+    /// `TRAPVEC_CLOCK_*`.
+    pub clock: u32,
+    /// Out.
+    pub slot: u32,
+    /// Out.
+    pub generation: u32,
+    /// Out: the entry routine, the handler of the entry half.
+    pub entry: u64,
+    /// Out: the cookie of the entry half.
+    pub entry_cookie: u64,
+}
+
+/// `struct trapvec_return_remove`: give a slot back (waits for CPUs in its return half).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecReturnRemove {
+    pub slot: u32,
+    pub generation: u32,
+    /// Out, with `EBUSY`: CPUs still in the return half.
+    pub busy: u64,
+}
+
+/// `struct trapvec_return_stats`: a live slot's counters, summed over CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrapvecReturnStats {
+    pub slot: u32,
+    pub generation: u32,
+    pub returns: u64,
+    pub missed: u64,
+    pub active: u64,
+    pub clock: u32,
+    pub pad: u32,
+    pub sum: u64,
+    pub max: u64,
+    pub buckets: [u64; TRAPVEC_RETURN_BUCKETS],
+}
+
+impl Default for TrapvecReturnStats {
+    fn default() -> Self {
+        TrapvecReturnStats {
+            slot: 0,
+            generation: 0,
+            returns: 0,
+            missed: 0,
+            active: 0,
+            clock: 0,
+            pad: 0,
+            sum: 0,
+            max: 0,
+            buckets: [0; TRAPVEC_RETURN_BUCKETS],
+        }
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<TrapvecReturnAdd>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecReturnRemove>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecReturnStats>() == 576);
+
 /// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic
 /// encoding: direction in bits 30–31, size in 16–29, type in 8–15, number in 0–7).
 const fn iowr(nr: u8, size: usize) -> u32 {
@@ -449,3 +532,6 @@ pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
 pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());
 pub const TRAPVEC_IOC_STATE_PUT: u32 = iowr(14, core::mem::size_of::<TrapvecState>());
+pub const TRAPVEC_IOC_RETURN_ADD: u32 = iowr(32, core::mem::size_of::<TrapvecReturnAdd>());
+pub const TRAPVEC_IOC_RETURN_REMOVE: u32 = iowr(33, core::mem::size_of::<TrapvecReturnRemove>());
+pub const TRAPVEC_IOC_RETURN_STATS: u32 = iowr(34, core::mem::size_of::<TrapvecReturnStats>());

@@ -33,6 +33,8 @@ pub enum TargetError {
     Kallsyms { path: &'static str, #[source] source: crate::kernel::kallsyms::KallsymsError },
     #[error("{what}")]
     Os { what: String, #[source] source: std::io::Error },
+    #[error("return point {what}: {reason}")]
+    ReturnPoint { what: String, reason: String },
     #[error("{what} are not supported on {target}")]
     Unsupported { what: &'static str, target: String },
     #[error("{0}")]

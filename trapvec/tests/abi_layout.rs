@@ -59,6 +59,9 @@ fn rust_layout() -> RustLayout {
         TrapvecList => "trapvec_list" { entries, capacity, count, start }
         TrapvecQuiesce => "trapvec_quiesce" { reclaimed_blocks, reclaimed_bytes }
         TrapvecState => "trapvec_state" { buf, len, size, generation }
+        TrapvecReturnAdd => "trapvec_return_add" { handler, cookie, maxactive, clock, slot, generation, entry, entry_cookie }
+        TrapvecReturnRemove => "trapvec_return_remove" { slot, generation, busy }
+        TrapvecReturnStats => "trapvec_return_stats" { slot, generation, returns, missed, active, clock, pad, sum, max, buckets }
     }
 }
 
@@ -123,6 +126,15 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_QUIESCE", u64::from(TRAPVEC_IOC_QUIESCE)),
         ("TRAPVEC_IOC_STATE_GET", u64::from(TRAPVEC_IOC_STATE_GET)),
         ("TRAPVEC_IOC_STATE_PUT", u64::from(TRAPVEC_IOC_STATE_PUT)),
+        ("TRAPVEC_RETURN_SLOTS", u64::from(TRAPVEC_RETURN_SLOTS)),
+        ("TRAPVEC_RETURN_INSTANCES", u64::from(TRAPVEC_RETURN_INSTANCES)),
+        ("TRAPVEC_RETURN_BUCKETS", TRAPVEC_RETURN_BUCKETS as u64),
+        ("TRAPVEC_CLOCK_NONE", u64::from(TRAPVEC_CLOCK_NONE)),
+        ("TRAPVEC_CLOCK_WALL", u64::from(TRAPVEC_CLOCK_WALL)),
+        ("TRAPVEC_CLOCK_CPU", u64::from(TRAPVEC_CLOCK_CPU)),
+        ("TRAPVEC_IOC_RETURN_ADD", u64::from(TRAPVEC_IOC_RETURN_ADD)),
+        ("TRAPVEC_IOC_RETURN_REMOVE", u64::from(TRAPVEC_IOC_RETURN_REMOVE)),
+        ("TRAPVEC_IOC_RETURN_STATS", u64::from(TRAPVEC_IOC_RETURN_STATS)),
     ]
 }
 
@@ -200,7 +212,7 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
     assert!(mismatches.is_empty(), "layout differs from kmod/trapvec_abi.h:\n{}", mismatches.join("\n"));
     assert_eq!(rust.len(), c.len());
     // Sanity: the comparison covered every struct and constant.
-    assert_eq!(sizes.len(), 16);
+    assert_eq!(sizes.len(), 19);
     assert!(rows.len() > 60);
 }
 
@@ -211,5 +223,6 @@ fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
     assert_eq!(u64::from(TRAPVEC_IOC_INFO), nix(0, size_of::<TrapvecInfo>()));
     assert_eq!(u64::from(TRAPVEC_IOC_APPLY), nix(7, size_of::<TrapvecApply>()));
     assert_eq!(u64::from(TRAPVEC_IOC_QUIESCE), nix(12, size_of::<TrapvecQuiesce>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_RETURN_STATS), nix(34, size_of::<TrapvecReturnStats>()));
     assert_eq!(u64::from(TRAPVEC_IOC_STATE_PUT), nix(14, size_of::<TrapvecState>()));
 }

@@ -10,6 +10,10 @@
 #     handler through a register-saving trampoline; a kprobe from kprobe_events (int3, jump
 #     optimization off) with its trace event enabled and tracing off (its handler runs, the ring
 #     buffer takes no record). The hit cost is the time per call minus the unspliced time.
+#  1b. Return points (issue 12), on the same function: a trap return point that only counts
+#     returns, a timer (wall clock), and a kretprobe from kprobe_events with its trace event
+#     enabled and tracing off, each timed the same way in rounds of their own (with their own
+#     unspliced time); the cost per call is the entry and the return together.
 #  2. Batch: 1000 trap splices applied by one `trapctl apply` next to 1000 kprobes defined and
 #     enabled through kprobe_events, on the same 1000 points (functions spread over the kernel
 #     text that both accept).
@@ -53,6 +57,23 @@ measure() {
 		best
 		trapctl unsplice "$point" > /dev/null
 		;;
+	ret_count)
+		trapctl splice __x64_sys_getppid --return --count > /dev/null
+		best
+		trapctl unsplice __x64_sys_getppid > /dev/null
+		;;
+	ret_time)
+		trapctl apply /tmp/timer.toml > /dev/null
+		best
+		trapctl unsplice __x64_sys_getppid > /dev/null
+		;;
+	kretprobe)
+		echo "r:tvbench/getppid_ret __x64_sys_getppid" >> $tracing/kprobe_events
+		echo 1 > $tracing/events/tvbench/enable
+		best
+		echo 0 > $tracing/events/tvbench/enable
+		echo "-:tvbench/getppid_ret" >> $tracing/kprobe_events
+		;;
 	kprobe)
 		# Defined only for its own measurement: trapvec.ko refuses to splice a window on
 		# which a kprobe is registered, even a disabled one.
@@ -90,6 +111,20 @@ awk -v b="$base" -v c="$trap_count" -v t="$trap_empty" -v j="$jmp_empty" -v k="$
 	printf "BENCH_RATIO_TRAP_TO_KPROBE=%.2f (target <= 0.8)\n", (t - b) / (k - b)
 	printf "BENCH_RATIO_TRAP_COUNT_TO_KPROBE=%.2f\n", (c - b) / (k - b)
 	printf "BENCH_RATIO_JMP_TO_KPROBE=%.2f\n", (j - b) / (k - b)
+}'
+
+# 1b. Return points beside a kretprobe.
+printf '[[splice]]\nat = "__x64_sys_getppid"\naction = "time"\nclock = "wall"\n' > /tmp/timer.toml
+fastest_rounds BENCH_RET_ROUND "base ret_count ret_time kretprobe"
+echo > $tracing/kprobe_events
+echo "BENCH_RET_BASE_NS=$min_base"
+echo "BENCH_RET_COUNT_NS=$min_ret_count"
+echo "BENCH_RET_TIME_NS=$min_ret_time"
+echo "BENCH_KRETPROBE_NS=$min_kretprobe"
+awk -v b="$min_base" -v c="$min_ret_count" -v t="$min_ret_time" -v k="$min_kretprobe" 'BEGIN {
+	printf "BENCH_RET_HIT_NS ret_count=%d ret_time=%d kretprobe=%d\n", c - b, t - b, k - b
+	printf "BENCH_RATIO_RET_COUNT_TO_KRETPROBE=%.2f\n", (c - b) / (k - b)
+	printf "BENCH_RATIO_RET_TIME_TO_KRETPROBE=%.2f\n", (t - b) / (k - b)
 }'
 
 # Batch. Candidates: every n-th core kernel function (about 2500), planned by trapctl; of those

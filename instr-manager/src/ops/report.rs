@@ -29,6 +29,10 @@ pub struct SpliceRow {
     /// trapd only: whether the active profile has this splice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_profile: Option<bool>,
+    /// A return point's or timer's figures: returns, calls missed (no instance, `maxactive`,
+    /// reentry, left without returning), calls in progress, the timer's histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returns: Option<trapvec::returns::ReturnStats>,
 }
 
 impl SpliceRow {
@@ -46,6 +50,7 @@ impl SpliceRow {
             hits: hits.hits,
             missed: hits.missed,
             in_profile: None,
+            returns: None,
         }
     }
 }

@@ -10,7 +10,15 @@ use crate::splicer::{Hits, SpliceId, Splicer};
 /// The rows of live splices `ids`, with their counters now (read together).
 pub(super) fn rows_of<T: Target>(sp: &Splicer<T>, ids: &[SpliceId]) -> Result<Vec<SpliceRow>, OpError> {
     let hits = sp.hits_many(ids)?;
-    Ok(ids.iter().zip(hits).filter_map(|(&id, h)| sp.get(id).map(|s| SpliceRow::of(s, h))).collect())
+    let mut rows = Vec::with_capacity(ids.len());
+    for (&id, h) in ids.iter().zip(hits) {
+        if let Some(s) = sp.get(id) {
+            let mut row = SpliceRow::of(s, h);
+            row.returns = sp.return_stats(id)?;
+            rows.push(row);
+        }
+    }
+    Ok(rows)
 }
 
 /// Everything live, with its counters now.

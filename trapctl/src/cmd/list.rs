@@ -13,7 +13,8 @@ use crate::route;
 #[command(long_about = "\
 List what trapctl made in the running kernel: every live splice (the point as written, the site,
 its function and offset, the mechanism, the action, hits, and missed hits: traps taken while a
-handler was already running on that CPU, whose handler was skipped, as kprobes' nmissed) and every
+handler was already running on that CPU, whose handler was skipped, as kprobes' nmissed; for a
+return point or a timer also its returns, its missed calls and the calls in progress) and every
 loaded component (name, CRC32 of its file, code and data addresses and sizes, how many splices use
 it). The saved state is checked against the module first. --json prints one JSON object.
 
@@ -65,6 +66,10 @@ pub fn run(args: &Args) -> Result<()> {
         println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", "POINT", "SITE", "MECH", "ACTION", "HITS", "MISSED");
         for s in &l.splices {
             println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", s.at, s.site, s.mechanism, s.action, s.hits, s.missed);
+            if let Some(r) = &s.returns {
+                // The hits above are the entries; a return point's own figures below.
+                println!("  returns {}, missed {}, in progress {}", r.returns, r.missed, r.active);
+            }
         }
     }
     for s in &l.retiring {

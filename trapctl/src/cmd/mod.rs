@@ -12,6 +12,7 @@ pub mod list;
 pub mod profile;
 pub mod read;
 pub mod splice;
+pub mod time;
 pub mod var;
 
 pub use instr_manager::ops::parse_u64;

@@ -2,6 +2,7 @@
 //! `trapctl unsplice AT`.
 
 use anyhow::{bail, Result};
+use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
 use instr_manager::{Mechanism, UnknownMechanism};
@@ -25,6 +26,16 @@ in their registers there.
                   callable as __trapvec_orig_<function>
   --count         no handler: only count the hits (`trapctl list` shows them); a kernel trap
                   is then a dispatch entry without a handler, a jmp a counting trampoline
+  --return        make a return point (kretprobe): AT must be a function's entry, and --call SYM
+                  runs each time the function returns, as SYM(struct trapvec_regs *regs,
+                  struct trapvec_call *call): the return value in regs->rax (and rdx; it may be
+                  changed), the entry's arguments in call->args, with preemption off. --return
+                  --count only counts returns. Each call in progress holds one instance of the
+                  module's pool (4096 in all) until it returns; a call that finds its return
+                  point's --maxactive instances (default 256) in use, the pool empty, or its
+                  CPU already in a return handler runs without its return half and is counted
+                  as missed. `trapctl list` shows the returns and the missed calls. Stack
+                  traces of a task inside the function end at the module's return stub.
 
 The mechanism is `trap` (int 0xF5, 2 bytes: any instruction boundary of a basic block) or `jmp`
 (jmp rel32 over 5 bytes, or jmp rel8 to a springboard in nearby padding). The point is checked
@@ -46,9 +57,15 @@ pub struct SpliceArgs {
     /// How control leaves the point.
     #[arg(long, default_value = "trap", value_parser = parse_mechanism)]
     pub mechanism: Mechanism,
-    /// Second argument of a --call handler [default: 0].
+    /// Second argument of a --call handler (with --return: `call->cookie`) [default: 0].
     #[arg(long, value_parser = parse_u64, conflicts_with_all = ["replace", "count"])]
     pub cookie: Option<u64>,
+    /// A return point: --call runs (or --count counts) when the function at AT returns.
+    #[arg(long = "return", conflicts_with = "replace")]
+    pub at_return: bool,
+    /// With --return: most calls in progress at once; more are counted as missed [default: 256].
+    #[arg(long, value_name = "N", requires = "at_return")]
+    pub maxactive: Option<u32>,
 }
 
 /// Remove a splice.
@@ -113,7 +130,8 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options: Default::default() })?;
+    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive };
+    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options })?;
     println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())
 }

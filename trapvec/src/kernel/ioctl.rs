@@ -13,7 +13,8 @@ use nix::errno::Errno;
 use crate::abi::{
     TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecState, TrapvecWrite, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
+    TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
+    TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
     TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
     TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
     TRAPVEC_IOC_WRITE,
@@ -69,6 +70,9 @@ pub(crate) enum Request<'a> {
         arg: &'a mut TrapvecState,
         bytes: &'a [u8],
     },
+    ReturnAdd(&'a mut TrapvecReturnAdd),
+    ReturnRemove(&'a mut TrapvecReturnRemove),
+    ReturnStats(&'a mut TrapvecReturnStats),
 }
 
 impl Request<'_> {
@@ -90,6 +94,9 @@ impl Request<'_> {
             Request::Quiesce(_) => "QUIESCE",
             Request::StateGet { .. } => "STATE_GET",
             Request::StatePut { .. } => "STATE_PUT",
+            Request::ReturnAdd(_) => "RETURN_ADD",
+            Request::ReturnRemove(_) => "RETURN_REMOVE",
+            Request::ReturnStats(_) => "RETURN_STATS",
         }
     }
 
@@ -140,7 +147,10 @@ impl Request<'_> {
             | Request::Free(_)
             | Request::Check(_)
             | Request::Hits(_)
-            | Request::Quiesce(_) => {}
+            | Request::Quiesce(_)
+            | Request::ReturnAdd(_)
+            | Request::ReturnRemove(_)
+            | Request::ReturnStats(_) => {}
         }
         Ok(())
     }
@@ -161,6 +171,9 @@ nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
 nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
 nix::ioctl_readwrite_bad!(ioc_state_get, TRAPVEC_IOC_STATE_GET, TrapvecState);
 nix::ioctl_readwrite_bad!(ioc_state_put, TRAPVEC_IOC_STATE_PUT, TrapvecState);
+nix::ioctl_readwrite_bad!(ioc_return_add, TRAPVEC_IOC_RETURN_ADD, TrapvecReturnAdd);
+nix::ioctl_readwrite_bad!(ioc_return_remove, TRAPVEC_IOC_RETURN_REMOVE, TrapvecReturnRemove);
+nix::ioctl_readwrite_bad!(ioc_return_stats, TRAPVEC_IOC_RETURN_STATS, TrapvecReturnStats);
 
 /// Send `req` to the module behind `dev`. Returns the errno of a failed call; output fields of
 /// the argument are filled in either way (the module reports failure details with the error).
@@ -195,6 +208,9 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::Quiesce(a) => ioc_quiesce(fd, a),
             Request::StateGet { arg, .. } => ioc_state_get(fd, arg),
             Request::StatePut { arg, .. } => ioc_state_put(fd, arg),
+            Request::ReturnAdd(a) => ioc_return_add(fd, a),
+            Request::ReturnRemove(a) => ioc_return_remove(fd, a),
+            Request::ReturnStats(a) => ioc_return_stats(fd, a),
         }
     };
     res.map(drop)

@@ -32,7 +32,8 @@ use thiserror::Error;
 use crate::abi::{
     TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecState, TrapvecWrite, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
+    TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
+    TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
     TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_ALTERNATIVE,
     TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BUG_ENTRY, TRAPVEC_REASON_CROSSES_SYMBOL, TRAPVEC_REASON_ENTRY_TEXT,
     TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST,
@@ -749,6 +750,62 @@ impl Target for KernelTarget {
         Some(self.list().map(|l| l.into_iter().map(|e| e.entry).collect()))
     }
 
+    /// RETURN_ADD: a slot of the module's return runtime (`kmod/returns.c`); the entry half is
+    /// a call of the module's entry routine with the slot's cookie.
+    fn return_slot(&mut self, cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
+        let mut arg = TrapvecReturnAdd {
+            handler: cfg.handler,
+            cookie: cfg.cookie,
+            maxactive: cfg.maxactive,
+            clock: match cfg.clock {
+                None => TRAPVEC_CLOCK_NONE,
+                Some(crate::returns::Clock::Wall) => TRAPVEC_CLOCK_WALL,
+                Some(crate::returns::Clock::Cpu) => TRAPVEC_CLOCK_CPU,
+            },
+            ..Default::default()
+        };
+        let what = || format!("with handler {:#x}", cfg.handler);
+        self.call(Request::ReturnAdd(&mut arg)).map_err(|errno| TargetError::ReturnPoint {
+            what: what(),
+            reason: match errno {
+                Errno::ENOSPC => format!("all {TRAPVEC_RETURN_SLOTS} return-point slots of trapvec.ko are in use"),
+                Errno::EINVAL => format!("maxactive {} is outside 1..={TRAPVEC_RETURN_INSTANCES}", cfg.maxactive),
+                Errno::EFAULT => format!("the handler {:#x} is not in a sealed code block of the arena", cfg.handler),
+                Errno::ENOTTY => "trapvec.ko has no RETURN_ADD (an older module): rebuild it from this tree".into(),
+                e => format!("RETURN_ADD: {e}"),
+            },
+        })?;
+        log::debug!("return slot {} (generation {}): entry {:#x}", arg.slot, arg.generation, arg.entry);
+        Ok(crate::returns::ReturnSlot { index: arg.slot, entry: arg.entry, cookie: arg.entry_cookie })
+    }
+
+    /// RETURN_REMOVE: waits in the module (bounded) for CPUs in the slot's return half.
+    fn free_return_slot(&mut self, slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
+        let mut arg = TrapvecReturnRemove { slot: slot.index, generation: (slot.cookie >> 32) as u32, busy: 0 };
+        match self.call(Request::ReturnRemove(&mut arg)) {
+            Ok(()) => Ok(()),
+            // Already given back (a retry after a failure that did go through).
+            Err(Errno::ENOENT) => Ok(()),
+            Err(Errno::EBUSY) => Err(TargetError::Quiesce(format!(
+                "{} CPU(s) still in the return handler of return-point slot {}; try again",
+                arg.busy, slot.index
+            ))),
+            Err(e) => Err(TargetError::ReturnPoint { what: format!("slot {}", slot.index), reason: format!("RETURN_REMOVE: {e}") }),
+        }
+    }
+
+    fn return_stats(&self, slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
+        let mut arg = TrapvecReturnStats { slot: slot.index, generation: (slot.cookie >> 32) as u32, ..Default::default() };
+        match self.call(Request::ReturnStats(&mut arg)) {
+            Ok(()) => Some(return_stats_of(&arg)),
+            Err(Errno::ENOENT) => None,
+            Err(e) => {
+                log::warn!("RETURN_STATS of slot {}: {}", slot.index, crate::error_chain(&e));
+                None
+            }
+        }
+    }
+
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {
         let mut arg = TrapvecHits { site, ..Default::default() };
         match self.call(Request::Hits(&mut arg)) {
@@ -759,5 +816,15 @@ impl Target for KernelTarget {
                 None
             }
         }
+    }
+}
+
+/// The figures of RETURN_STATS.
+fn return_stats_of(a: &TrapvecReturnStats) -> crate::returns::ReturnStats {
+    crate::returns::ReturnStats {
+        returns: a.returns,
+        missed: a.missed,
+        active: a.active,
+        histogram: (a.clock != TRAPVEC_CLOCK_NONE).then(|| crate::returns::Histogram { buckets: a.buckets.to_vec(), sum: a.sum, max: a.max }),
     }
 }

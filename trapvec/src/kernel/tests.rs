@@ -75,6 +75,9 @@ struct FakeModule {
     /// trapctl's PUT between a caller's two GETs).
     state_gets: u32,
     state_grows_after: Option<u32>,
+    /// Return-point slots: `(add request, removed)`, and the stats RETURN_STATS answers.
+    returns: Vec<(TrapvecReturnAdd, bool)>,
+    return_stats: TrapvecReturnStats,
 }
 
 type Shared = Rc<RefCell<FakeModule>>;
@@ -209,6 +212,21 @@ impl FakeModule {
                 self.state = bytes.to_vec();
                 self.generation += 1;
                 arg.generation = self.generation;
+            }
+            Request::ReturnAdd(a) => {
+                a.slot = u32::try_from(self.returns.len()).unwrap();
+                a.generation = 7;
+                a.entry = RP_ENTRY;
+                a.entry_cookie = (7 << 32) | u64::from(a.slot);
+                self.returns.push((**a, false));
+            }
+            Request::ReturnRemove(r) => {
+                let slot = self.returns.get_mut(r.slot as usize).filter(|s| !s.1 && r.generation == 7).ok_or(Errno::ENOENT)?;
+                slot.1 = true;
+            }
+            Request::ReturnStats(st) => {
+                self.returns.get(st.slot as usize).filter(|s| !s.1 && st.generation == 7).ok_or(Errno::ENOENT)?;
+                **st = TrapvecReturnStats { slot: st.slot, generation: st.generation, ..self.return_stats };
             }
         }
         Ok(())
@@ -749,4 +767,48 @@ fn dispatch_entries_are_the_modules_list() {
     let e = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 3 };
     target.add_dispatch(&[e]).unwrap();
     assert_eq!(target.dispatch_entries().unwrap().unwrap(), vec![e]);
+}
+
+const RP_ENTRY: u64 = 0xffff_ffff_c020_4000;
+
+#[test]
+fn a_return_slot_is_the_modules_entry_routine_with_its_cookie_and_its_stats_come_back_summed() {
+    use crate::returns::{Clock, ReturnConfig};
+    let (mut target, module, _g) = target_with(|m| {
+        m.return_stats = TrapvecReturnStats { returns: 12, missed: 3, active: 1, clock: TRAPVEC_CLOCK_WALL, sum: 12_000, max: 1500, ..Default::default() };
+        m.return_stats.buckets[11] = 12;
+    });
+    let cfg = ReturnConfig { handler: CODE_ARENA + 0x40, cookie: 99, maxactive: 16, clock: Some(Clock::Wall) };
+    let slot = target.return_slot(&cfg).unwrap();
+    assert_eq!((slot.index, slot.entry, slot.cookie), (0, RP_ENTRY, 7 << 32));
+    let (sent, _) = module.borrow().returns[0];
+    assert_eq!((sent.handler, sent.cookie, sent.maxactive, sent.clock), (CODE_ARENA + 0x40, 99, 16, TRAPVEC_CLOCK_WALL));
+    let st = target.return_stats(&slot).unwrap();
+    assert_eq!((st.returns, st.missed, st.active), (12, 3, 1));
+    let h = st.histogram.unwrap();
+    assert_eq!((h.count(), h.sum, h.max, h.buckets.len()), (12, 12_000, 1500, 65));
+    target.free_return_slot(&slot).unwrap();
+    assert!(module.borrow().returns[0].1);
+    assert_eq!(target.return_stats(&slot), None, "a removed slot has no figures");
+    // Giving it back twice is not an error (a retry after a reply that was lost).
+    target.free_return_slot(&slot).unwrap();
+}
+
+#[test]
+fn return_slot_refusals_name_the_cause() {
+    use crate::returns::ReturnConfig;
+    let cfg = ReturnConfig { handler: 0x1234, cookie: 0, maxactive: 5000, clock: None };
+    for (errno, words) in [(Errno::EINVAL, "maxactive 5000 is outside 1..=4096"), (Errno::ENOSPC, "all 256 return-point slots"), (Errno::EFAULT, "0x1234 is not in a sealed code block")] {
+        let (mut target, _m, _g) = target_with(|m| {
+            m.fail.insert("RETURN_ADD", (errno, 0));
+        });
+        let e = crate::error_chain(&target.return_slot(&cfg).unwrap_err());
+        assert!(e.contains(words), "{errno}: {e}");
+    }
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("RETURN_REMOVE", (Errno::EBUSY, 0));
+    });
+    let slot = crate::returns::ReturnSlot { index: 3, entry: RP_ENTRY, cookie: 7 << 32 | 3 };
+    let e = crate::error_chain(&target.free_return_slot(&slot).unwrap_err());
+    assert!(e.contains("still in the return handler of return-point slot 3"), "{e}");
 }

@@ -1,0 +1,170 @@
+//! `trapctl time FUNCTION --seconds N [--clock wall|cpu]`: per-call latency of a kernel function
+//! as a log2 histogram (bpftrace's `hist()`), from a timer: a return point whose entry half reads
+//! the clock and whose return half adds the elapsed time to per-CPU buckets in the module.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use instr_manager::ops::{self, Listing, SpliceRow, Unspliced};
+use instr_manager::splice::{SpliceOptions, When};
+use instr_manager::splicer::{Action, SpliceId, SpliceRequest};
+use instr_manager::Mechanism;
+use serde::Serialize;
+use trapd::client;
+use trapd::protocol::Request;
+use trapvec::returns::{Clock, Histogram, ReturnStats};
+
+use crate::kernel::Kernel;
+use crate::route;
+
+/// Time a kernel function's calls for a while.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Time every call of FUNCTION for N seconds and print the latencies as a log2 histogram (as
+bpftrace's hist()), with the number of calls, the mean, the 50th and 99th percentiles and the
+maximum, in nanoseconds. A timer is a return point: at the function's entry (past the 5-byte
+ftrace site) the module takes an instance, reads the clock and points the call's return address
+at one of its stubs; when the function returns the stub reads the clock again and adds the
+difference to per-CPU buckets (no locks). Nested and recursive calls are timed each. The
+percentiles are the upper ends of their buckets (never above the maximum).
+
+  --clock wall   elapsed time (ktime_get_mono_fast_ns): sleeping and waiting count
+  --clock cpu    the task's time on a CPU (the scheduler's sum_exec_runtime plus the running
+                 part since its last update): time asleep or preempted does not count
+
+Calls in progress when the timer starts or stops are not counted; a call that found no free
+instance (--maxactive, default 256, or the pool of 4096) or its CPU already in the return
+runtime is counted as missed. Output: first `timing FUNCTION at 0xSITE for N s (CLOCK clock)`
+once the timer is live, then the histogram and `FUNCTION: COUNT calls, mean ..., p50 ...,
+p99 ..., max ... (ns), missed M`. --json prints one JSON object instead of the histogram and the
+last line. Through trapd (when one runs) the timer is made, read and removed by three requests.")]
+pub struct Args {
+    /// The function (its entry).
+    pub function: String,
+    /// How long to time.
+    #[arg(long, value_name = "N")]
+    pub seconds: f64,
+    /// wall (elapsed) or cpu (on-CPU time of the task).
+    #[arg(long, default_value = "wall")]
+    pub clock: Clock,
+    /// trap (the dispatcher runs the entry half) or jmp (a call trampoline does).
+    #[arg(long, default_value = "trap", value_parser = super::splice::parse_mechanism)]
+    pub mechanism: Mechanism,
+    /// Most calls in progress at once; more are counted as missed [default: 256].
+    #[arg(long, value_name = "N")]
+    pub maxactive: Option<u32>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Report<'a> {
+    function: &'a str,
+    site: &'a str,
+    clock: &'static str,
+    seconds: f64,
+    count: u64,
+    mean_ns: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+    missed: u64,
+    histogram: &'a Histogram,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
+        anyhow::bail!("--seconds {} is not a duration", args.seconds);
+    }
+    let request = SpliceRequest {
+        at: args.function.clone(),
+        action: Action::Time { clock: args.clock },
+        mechanism: args.mechanism,
+        options: SpliceOptions { when: When::Return, maxactive: args.maxactive },
+    };
+    if client::is_listening(route::socket()) {
+        // Through trapd: make, read (the listing's row carries the figures), remove.
+        let row = super::splice::make(&request)?;
+        let stats = |site: &str| -> Result<ReturnStats> {
+            let listing: Listing = route::daemon_only(&Request::List)?;
+            stats_of(listing.splices.iter().find(|r| r.site == site), site)
+        };
+        return time(args, &row, stats, super::splice::remove);
+    }
+    let mut k = Kernel::open()?;
+    let (row, made) = ops::splice(&mut k.splicer, &request)?;
+    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
+    k.commit_or_undo(&made)?;
+    let id = SpliceId(row.id);
+    let k = std::cell::RefCell::new(k);
+    time(
+        args,
+        &row,
+        |site| {
+            let k = k.borrow();
+            let st = k.splicer.return_stats(id)?;
+            st.with_context(|| format!("the timer at {site} has no figures (its return point is gone)"))
+        },
+        |site| {
+            let mut k = k.borrow_mut();
+            let removed = ops::unsplice(&mut k.splicer, site)?;
+            k.save()?;
+            Ok(removed)
+        },
+    )
+}
+
+fn stats_of(row: Option<&SpliceRow>, site: &str) -> Result<ReturnStats> {
+    let row = row.with_context(|| format!("the timer at {site} is no longer listed"))?;
+    row.returns.clone().with_context(|| format!("the splice at {site} is not a timer"))
+}
+
+/// Announce the live timer, wait, read its figures, remove it, print them.
+fn time(
+    args: &Args,
+    row: &SpliceRow,
+    stats: impl Fn(&str) -> Result<ReturnStats>,
+    remove: impl FnOnce(&str) -> Result<Unspliced>,
+) -> Result<()> {
+    println!("timing {} at {} for {} s ({} clock)", args.function, row.site, args.seconds, args.clock.name());
+    std::io::stdout().flush()?;
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    // Read before the removal: a removed return point has no figures.
+    let read = stats(&row.site);
+    // By the site: the point as written could name a different splice made meanwhile.
+    remove(&row.site)?;
+    let st = read?;
+    let h = st.histogram.clone().unwrap_or_default();
+    if args.json {
+        let report = Report {
+            function: &args.function,
+            site: &row.site,
+            clock: args.clock.name(),
+            seconds: args.seconds,
+            count: h.count(),
+            mean_ns: h.mean(),
+            p50_ns: h.percentile(50.0),
+            p99_ns: h.percentile(99.0),
+            max_ns: h.max,
+            missed: st.missed,
+            histogram: &h,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print!("{}", h.render());
+    println!(
+        "{}: {} calls, mean {}, p50 {}, p99 {}, max {} (ns), missed {}",
+        args.function,
+        h.count(),
+        h.mean(),
+        h.percentile(50.0),
+        h.percentile(99.0),
+        h.max,
+        st.missed
+    );
+    Ok(())
+}

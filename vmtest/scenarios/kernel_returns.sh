@@ -1,0 +1,176 @@
+#!/bin/sh
+# Return points and timers in the kernel (issue 12):
+#  1. a return point on __x64_sys_getppid whose handler (components/rpret.c) records what the
+#     function returned: a call's result as the caller prints it, and exact counts of the
+#     returns of two processes calling it together (trap), then a counting return point of the
+#     jmp mechanism;
+#  2. a return point on __x64_sys_exit_group, which never returns: the calls' instances are
+#     reclaimed once their tasks are gone, counted as missed;
+#  3. timers on hrtimer_nanosleep: sleeps of 1 ms and 20 ms (/bin/naps) land in their log2
+#     buckets by the wall clock, and far below 1 ms by the CPU clock;
+#  6. the same through trapd: `trapctl time` by requests, a return point of a splice request;
+#  7. a tail-calling function (__x64_sys_lseek: `jmp ksys_lseek`, shown by its bytes): every
+#     return of the tail-called function reaches the handler with its result, exactly;
+#  5. maxactive 1 and two calls at once: one returns through the return point, one is missed;
+#  4. a return point removed while a task sleeps inside the function: the task returns fine,
+#     the module refuses to unload until it has, and unloads clean after.
+# Prints KEY=value lines that vmtest/tests/kernel_returns.rs checks (JSON squashed to one
+# line); vmtest fails the run on any oops or warning.
+set -u
+
+. /lib/scenario.sh
+
+squash() {
+	tr -d '\n '
+}
+
+# `settle FILE`: until FILE has a line (a busy wait: a nanosleep would be timed too).
+settle() {
+	until [ -s "$1" ]; do :; done
+}
+
+grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
+
+# --- 1. The return value and exact counts.
+trapctl load /components/rpret.o || exit 11
+trapctl set rpret_want $$ || exit 12
+echo "SHELL_PID=$$"
+echo "SPLICE_RET=$(trapctl splice __x64_sys_getppid --return --call rpret_getppid 2>&1)"
+echo "ONE=$(/bin/slowcall)"
+echo "LAST=$(trapctl get rpret_last)"
+echo "CALLS0=$(trapctl get rpret_calls)"
+echo "MATCH0=$(trapctl get rpret_match)"
+/bin/ppidloop -n 3000 > /tmp/p1 &
+p1=$!
+/bin/ppidloop -n 2000 > /tmp/p2 &
+p2=$!
+wait $p1
+echo "P1_RC=$?"
+wait $p2
+echo "P2_RC=$?"
+echo "P1=$(cat /tmp/p1)"
+echo "P2=$(cat /tmp/p2)"
+echo "CALLS1=$(trapctl get rpret_calls)"
+echo "MATCH1=$(trapctl get rpret_match)"
+echo "LIST_TRAP=$(trapctl list --json | squash)"
+echo "LIST_TEXT=$(trapctl list | grep '  returns')"
+trapctl unsplice __x64_sys_getppid > /dev/null || exit 13
+trapctl unload rpret || exit 14
+
+echo "SPLICE_JMP=$(trapctl splice __x64_sys_getppid --return --count --mechanism jmp --maxactive 8 2>&1)"
+/bin/ppidloop -t 2 -n 2000 > /tmp/p3
+echo "P3=$(cat /tmp/p3)"
+echo "LIST_JMP=$(trapctl list --json | squash)"
+trapctl unsplice __x64_sys_getppid > /dev/null || exit 15
+
+# --- 2. A function that never returns: its tasks exit inside it.
+trapctl splice __x64_sys_exit_group --return --count > /dev/null || exit 16
+/bin/slowcall > /dev/null
+/bin/slowcall > /dev/null
+echo "LIST_EXIT=$(trapctl list --json | squash)"
+trapctl unsplice __x64_sys_exit_group > /dev/null || exit 17
+
+# --- 3. Timers. trapctl's own sleep of --seconds is timed too (one call of about that long).
+trapctl time hrtimer_nanosleep --seconds 6 --json > /tmp/wall &
+tp=$!
+settle /tmp/wall
+echo "NAPS_1MS=$(/bin/naps 1 10)"
+echo "NAPS_20MS=$(/bin/naps 20 5)"
+wait $tp
+echo "TIME_WALL_RC=$?"
+echo "TIME_WALL=$(sed 1d /tmp/wall | squash)"
+
+trapctl time hrtimer_nanosleep --seconds 4 --clock cpu --mechanism jmp --json > /tmp/cpu &
+tp=$!
+settle /tmp/cpu
+echo "NAPS_CPU=$(/bin/naps 20 5)"
+wait $tp
+echo "TIME_CPU_RC=$?"
+echo "TIME_CPU=$(sed 1d /tmp/cpu | squash)"
+echo "TIME_TEXT=$(trapctl time hrtimer_nanosleep --seconds 0 | tail -n 1)"
+
+# --- 5. maxactive: two calls at once, with room for one.
+trapctl splice hrtimer_nanosleep --return --count --maxactive 1 > /dev/null || exit 19
+/bin/naps 500 1 > /dev/null &
+na=$!
+/bin/naps 500 1 > /dev/null &
+nb=$!
+wait $na
+wait $nb
+echo "LIST_MAXACTIVE=$(trapctl list --json | squash)"
+trapctl unsplice hrtimer_nanosleep > /dev/null || exit 20
+
+# --- 6. Through trapd: a timer made, read (trapd's list rows carry the figures) and removed by
+# requests, and a return point of the protocol's splice request.
+cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
+mkdir -p /run /var/lib/trapd
+: > /tmp/trapd.toml
+trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
+tdp=$!
+i=0
+until trapd send '{"op":"status"}' > /dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -gt 100 ] && { echo "TRAPD=did not come up: $(cat /tmp/trapd.log)"; exit 21; }
+	usleep 100000
+done
+trapctl time hrtimer_nanosleep --seconds 3 --json > /tmp/td &
+tp=$!
+settle /tmp/td
+echo "NAPS_TRAPD=$(/bin/naps 20 3)"
+wait $tp
+echo "TIME_TRAPD_RC=$?"
+echo "TIME_TRAPD=$(sed 1d /tmp/td | squash)"
+echo "TRAPD_SPLICE=$(trapd send '{"op":"splice","at":"__x64_sys_getppid","action":"count","when":"return","maxactive":4}' | squash)"
+/bin/slowcall > /dev/null
+echo "TRAPD_LIST=$(trapd send '{"op":"list"}' | squash)"
+trapd send '{"op":"unsplice","at":"__x64_sys_getppid"}' > /dev/null
+kill $tdp
+wait $tdp
+
+# --- 7. A tail call: __x64_sys_lseek ends with `jmp ksys_lseek`, which returns to the caller
+# through the return address the entry half replaced.
+echo "LSEEK_FN=$(addr __x64_sys_lseek)"
+echo "LSEEK_TARGET=$(addr ksys_lseek)"
+echo "LSEEK_BYTES=$(trapctl read __x64_sys_lseek 24 | cut -d: -f2 | tr -d '\n')"
+trapctl load /components/rpret.o > /dev/null || exit 22
+trapctl set rpret_want 777777 > /dev/null || exit 23
+trapctl splice __x64_sys_lseek --return --call rpret_getppid > /dev/null || exit 24
+echo "LSEEK_MATCH0=$(trapctl get rpret_match)"
+echo "LSEEKS=$(/bin/lseeks 777777 3000)"
+echo "LSEEK_MATCH1=$(trapctl get rpret_match)"
+echo "LSEEK_LAST=$(trapctl get rpret_last)"
+echo "LIST_LSEEK=$(trapctl list --json | squash)"
+trapctl unsplice __x64_sys_lseek > /dev/null || exit 25
+trapctl unload rpret > /dev/null || exit 26
+
+# --- 4. Removal while a task sleeps inside the function.
+trapctl splice hrtimer_nanosleep --return --count > /dev/null || exit 18
+/bin/naps 8000 1 > /tmp/nap &
+np=$!
+# A sleep of our own (1 s) inside the function too; it returns before the removal.
+sleep 1
+echo "LIST_SLEEPING=$(trapctl list --json | squash)"
+# Its kernel stack: the unwinder meets the stub as hrtimer_nanosleep's return address and stops.
+echo "STACK_SLEEPING=$(cut -d' ' -f2 /proc/$np/stack | cut -d+ -f1 | tr '\n' ' ')"
+trapctl unsplice hrtimer_nanosleep > /dev/null
+echo "UNSPLICE_RC=$?"
+if rmmod trapvec 2> /tmp/rmmod; then
+	echo "RMMOD_DURING=removed"
+else
+	echo "RMMOD_DURING=refused $(cat /tmp/rmmod)"
+fi
+# The test's premise: the nap was still inside when rmmod ran (TCG on a loaded host is slow).
+kill -0 $np 2> /dev/null && echo "NAP_INSIDE_AT_RMMOD=yes" || echo "NAP_INSIDE_AT_RMMOD=no"
+echo "RMMOD_DURING_REFCNT=$(cat /sys/module/trapvec/refcnt 2> /dev/null)"
+wait $np
+echo "NAP_RC=$?"
+echo "NAP=$(cat /tmp/nap)"
+# The module lets itself go within a fifth of a second once nothing can return into it.
+n=0
+until rmmod trapvec 2> /dev/null; do
+	n=$((n + 1))
+	[ $n -ge 50 ] && break
+	usleep 100000
+done
+grep -q '^trapvec ' /proc/modules && echo "RMMOD_AFTER=refused" || echo "RMMOD_AFTER=removed"
+echo "RETURNS=done"
