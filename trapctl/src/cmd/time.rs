@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
         at: args.function.clone(),
         action: Action::Time { clock: args.clock },
         mechanism: args.mechanism,
-        options: SpliceOptions { when: When::Return, maxactive: args.maxactive },
+        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None },
     };
     if client::is_listening(route::socket()) {
         // Through trapd: make, read (the listing's row carries the figures), remove.
