@@ -44,6 +44,10 @@ pub struct VmPeers {
     pub swap: BTreeMap<String, f64>,
     /// Emulated ns per loopback connection: `none`, `livepatch`, `trap`, `jmp`.
     pub conn_ns: BTreeMap<String, f64>,
+    /// Emulated ns per `tcp_sync_mss()` call (`tv_mss_bench.ko`'s loop): `none`, `livepatch`,
+    /// `trap`, `jmp`.
+    #[serde(default)]
+    pub call_ns: BTreeMap<String, f64>,
     /// Mass-attach batches trapvec.ko refused (code arena full): `n=… round=… mechanism=…: why`.
     #[serde(default)]
     pub refused: Vec<String>,
@@ -96,6 +100,10 @@ impl VmPeers {
                 }
             } else if key == "PEERS_CONN_NS" {
                 v.conn_ns.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if key == "PEERS_CALL_NS" {
+                // Up to the parenthesis: the MSS after it is no figure.
+                let figures = text.split('(').next().unwrap_or_default();
+                v.call_ns.extend(numbers(figures).map(|(k, x)| (k.to_string(), x)));
             }
         }
         for need in ["base", "jmp_empty", "trap_empty", "fentry_empty", "fentry_count"] {
@@ -178,6 +186,17 @@ impl VmPeers {
         let jmp = self.conn_ns.get("jmp")? - base;
         let livepatch = self.conn_ns.get("livepatch")? - base;
         (jmp > 0.0 && livepatch >= 0.05 * base).then(|| jmp / livepatch)
+    }
+
+    /// Emulated overhead per `tcp_sync_mss()` call of `key` over the unpatched call.
+    pub fn call_overhead(&self, key: &str) -> Option<f64> {
+        Some(self.call_ns.get(key)? - self.call_ns.get("none")?)
+    }
+
+    /// Replacement by `mech` / livepatch, overheads per `tcp_sync_mss()` call over the
+    /// unpatched call (measured in the guest's kernel by `tv_mss_bench.ko`).
+    pub fn over_livepatch_per_call(&self, mech: &str) -> Option<f64> {
+        Self::ratio(self.call_overhead(mech), self.call_overhead("livepatch"))
     }
 
     pub fn render(&self) -> String {
@@ -323,7 +342,7 @@ impl Peers {
             let refused = v.refused_ns(mech);
             let why = if !refused.is_empty() {
                 let list: Vec<String> = refused.iter().map(u32::to_string).collect();
-                format!("; N = {} refused by trapvec.ko: its 1 MiB code arena is full", list.join(", "))
+                format!("; N = {} refused by trapvec.ko: its code arena is full", list.join(", "))
             } else if n < 10_000 {
                 "; N = 10,000 needs PEERS_10K=1".to_string()
             } else {
@@ -352,6 +371,12 @@ impl Peers {
             ),
         ];
         g.push(match vm {
+            Some(v) if !v.call_ns.is_empty() => goal(
+                "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per tcp_sync_mss call)",
+                v.over_livepatch_per_call("jmp"),
+                Bound::AtMost(1.0),
+                "not resolvable: livepatch's overhead per call is not positive",
+            ),
             Some(v) => goal(
                 "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per loopback connection)",
                 v.jmp_over_livepatch_per_connection(),
@@ -462,6 +487,9 @@ impl Peers {
             for (k, x) in &v.conn_ns {
                 let _ = writeln!(s, "vm,conn_ns_{k},{x},true");
             }
+            for (k, x) in &v.call_ns {
+                let _ = writeln!(s, "vm,call_ns_{k},{x},true");
+            }
         }
         s
     }
@@ -483,7 +511,9 @@ PEERS_LIVEPATCH load_ns=100000000 transition_ns=1500000000 disable_ns=1100000000
 PEERS_REPLACE_ROUND 1: mechanism=jmp splice_ns=1 commit_ms=1 unsplice_ns=1\n\
 PEERS_REPLACE_TRAP splice_ns=1500000000 commit_ms=30 unsplice_ns=1000000000 (medians of 3)\n\
 PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1000000000 (medians of 3)\n\
-PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n";
+PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\
+PEERS_CALL_ROUND 1: none=2000000 mss=32741 livepatch=3000000 mss=948 trap=9000000 mss=948 jmp=2500000 mss=948\n\
+PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_mss call; MSS unpatched 32741, clamped 948)\n\n";
 
     #[test]
     fn figures_and_ratios_are_read_from_a_console_with_noise() {
@@ -497,6 +527,10 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
         assert_eq!(v.transition_over_swap("jmp", true), Some(1.5));
         assert_eq!(v.transition_over_swap("jmp", false), Some(100.0));
         assert_eq!(v.jmp_over_livepatch_per_connection(), Some(0.5));
+        assert_eq!(v.call_ns.len(), 4, "the MSS in parentheses is no figure: {:?}", v.call_ns);
+        assert_eq!(v.call_overhead("trap"), Some(350.0));
+        assert_eq!(v.over_livepatch_per_call("jmp"), Some(0.5));
+        assert_eq!(v.over_livepatch_per_call("trap"), Some(7.0));
         let mut noisy = v.clone();
         noisy.conn_ns.insert("jmp".into(), 900.0);
         assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "jmp faster than nothing: noise");
@@ -540,6 +574,8 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
         let fentry = goals.iter().find(|g| g.goal.starts_with("fentry")).unwrap();
         assert_eq!((fentry.measured.as_str(), fentry.met), ("0.75x", Some(true)));
         assert_eq!(fentry.margin.map(|m| (m * 1000.0).round()), Some(1333.0), "1.0 / 0.75");
+        let per_call = goals.iter().find(|g| g.goal.contains("per tcp_sync_mss call")).unwrap();
+        assert_eq!((per_call.measured.as_str(), per_call.met), ("0.50x", Some(true)), "measured per call, not per connection");
         let whole = goals.iter().find(|g| g.goal.contains("whole trapctl command")).unwrap();
         assert_eq!(whole.met, Some(false));
         assert!(goals.iter().any(|g| g.goal.contains("N = 1000")), "the N measured is named");

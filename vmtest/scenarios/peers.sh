@@ -16,13 +16,18 @@
 #     count splices, trap and jmp (the whole command, and its commit from --timings); the filter
 #     is written by index (see below), ftrace's fastest way. N = 1000; PEERS_10K=1 adds N = 5000
 #     and 10000 (longer than CI's budget under TCG; a batch larger than trapvec.ko's code arena
-#     holds is refused whole, and printed as PEERS_TRAPVEC_REFUSED).
+#     holds would be refused whole, and printed as PEERS_TRAPVEC_REFUSED).
 #  3. Policy hot-swap vs livepatch, tcp_sync_mss clamped to MTU 1000 (a new loopback
 #     connection's MSS becomes 948): the livepatch module loaded until its transition is 0, then
 #     disabled until the patch is gone and removed; vs `trapctl apply` of the splice
 #     `tcp_sync_mss --replace mss_clamp_tcp_sync_mss` (the whole command, and its commit from
 #     --timings) and `trapctl unsplice`, trap and jmp. Then the time
 #     per loopback connection (`tcpmss -n`) unpatched, livepatched and replaced by trap and jmp.
+#  4. Per call of tcp_sync_mss: /files/tv_mss_bench.ko (vmtest/peers/mssbench) calls it in a
+#     loop on a connected loopback socket of its own (ns per call, fastest of ten runs of
+#     20,000 calls, in rounds over the configurations in turn, the figure the fastest round):
+#     unpatched, livepatched, and replaced by trap and by jmp. Each run's last MSS says which
+#     tcp_sync_mss it measured (948 clamped); the trap replacement's hits are the calls made.
 #
 #   cargo test --release -p vmtest --test kernel_peers   (builds the peers and runs this)
 #
@@ -46,8 +51,9 @@ fn=__do_sys_getppid
 tracing=/sys/kernel/tracing
 fentry=/files/fentry_count
 lp_ko=/files/tv_lp_mss.ko
+bench_ko=/files/tv_mss_bench.ko
 
-for f in $fentry $lp_ko; do
+for f in $fentry $lp_ko $bench_ko; do
 	[ -e "$f" ] || { echo "PEERS: $f is missing (the test passes it with --file)"; exit 1; }
 done
 [ -e $tracing/available_filter_functions ] || mount -t tracefs nodev $tracing
@@ -181,8 +187,8 @@ for n in $sizes; do
 		for m in trap jmp; do
 			count_spec /tmp/names_$n $m > /tmp/mass.toml
 			if ! stopwatch trapctl apply --timings /tmp/mass.toml > /dev/null 2> /tmp/sw; then
-				# The module's 1 MiB code arena holds a few thousand trampolines: past that the
-				# batch is refused as a whole (nothing applied), a limit reported, not a failure.
+				# The module's code arena holds 16,384 trampolines (kmod/README.md): past that
+				# the batch is refused as a whole (nothing applied), a limit reported, not a failure.
 				grep -q 'arena of trapvec.ko is full' /tmp/sw ||
 					{ echo "PEERS: trapctl apply of $n $m splices failed:"; cat /tmp/sw; exit 1; }
 				echo "PEERS_TRAPVEC_REFUSED n=$n round=$r mechanism=$m: $(grep -o 'no repository memory.*' /tmp/sw)"
@@ -312,5 +318,62 @@ awk -v b="$cmin_none" -v l="$cmin_livepatch" -v j="$cmin_jmp" 'BEGIN {
 	else
 		printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CONNECTION=nan (overheads livepatch %d ns, jmp %d ns: within the noise)\n", l - b, j - b
 }'
+
+# --- 4. per call of tcp_sync_mss ---------------------------------------------------------------
+
+call_calls=${PEERS_CALLS:-20000}
+insmod $bench_ko
+run=/sys/module/tv_mss_bench/parameters/run
+# The fastest of $runs runs of $call_calls calls: "ns mss" of that run (ns for all the calls).
+call_run() {
+	for _ in $(seq $runs); do
+		echo "$call_calls" > $run
+		sed -n 's/^calls=[0-9]* ns=\([0-9]*\) mss=\([0-9]*\)$/\1 \2/p' $run
+	done | sort -n | head -n 1
+}
+for c in none livepatch trap jmp; do eval "pmin_$c=999999999999"; done
+for r in $(seq 1 $swaps); do
+	line="PEERS_CALL_ROUND $r:"
+	for c in none livepatch trap jmp; do
+		case $c in
+		livepatch) livepatch_swap enable $lp_ko tv_lp_mss > /dev/null ;;
+		trap | jmp) trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss --mechanism $c > /dev/null ;;
+		esac
+		set -- $(call_run)
+		ns=$1 got=$2
+		if [ "$c" = trap ]; then
+			hits=$(trapctl list --json | sed -n 's/.*"hits": *\([0-9]*\).*/\1/p' | head -n 1)
+			[ "${hits:-0}" -ge $((runs * call_calls)) ] ||
+				{ echo "PEERS: the trap replacement counted ${hits:-no} hits for $((runs * call_calls)) calls"; exit 1; }
+		fi
+		case $c in
+		livepatch) livepatch_swap disable tv_lp_mss > /dev/null ;;
+		trap | jmp) trapctl unsplice tcp_sync_mss > /dev/null ;;
+		esac
+		if [ "$c" = none ]; then
+			[ "$got" != 948 ] || { echo "PEERS: unpatched tcp_sync_mss returned the clamped MSS 948"; exit 1; }
+			mss_none=$got
+		else
+			[ "$got" = 948 ] || { echo "PEERS: tcp_sync_mss under $c returned $got, not 948"; exit 1; }
+		fi
+		line="$line $c=$ns mss=$got"
+		eval "[ \"$ns\" -lt \"\$pmin_$c\" ] && pmin_$c=$ns" || true
+	done
+	echo "$line"
+done
+rmmod tv_mss_bench
+echo "PEERS_CALL_CONFIG calls=$call_calls runs_per_round=$runs rounds=$swaps figure=fastest run of all rounds, ns for all the calls; trap hits in the last round=$hits"
+awk -v n="$call_calls" -v b="$pmin_none" -v l="$pmin_livepatch" -v t="$pmin_trap" -v j="$pmin_jmp" \
+	-v mss="$mss_none" '
+function ratio(a, d) { return d <= 0 ? "nan" : sprintf("%.2f", a / d) }
+BEGIN {
+	printf "PEERS_CALL_NS none=%.1f livepatch=%.1f trap=%.1f jmp=%.1f (ns per tcp_sync_mss call; MSS unpatched %s, clamped 948)\n", \
+		b / n, l / n, t / n, j / n, mss
+	printf "PEERS_CALL_OVERHEAD_NS livepatch=%.1f trap=%.1f jmp=%.1f\n", (l - b) / n, (t - b) / n, (j - b) / n
+	printf "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL=%s (goal <= 1.0; overheads over unpatched)\n", ratio(j - b, l - b)
+	printf "PEERS_RATIO_TRAP_TO_LIVEPATCH_PER_CALL=%s (overheads over unpatched)\n", ratio(t - b, l - b)
+	printf "PEERS_RATIO_JMP_TO_LIVEPATCH_CALL=%s (whole calls)\n", ratio(j, l)
+}'
+
 echo 1 > $tracing/tracing_on
 echo "PEERS_DONE"
