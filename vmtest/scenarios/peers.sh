@@ -143,6 +143,17 @@ count_spec() {
 	awk -v m="$2" '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"%s\"\n", $1, m }' "$1"
 }
 
+# What every trapctl command pays before it plans anything: /proc/kallsyms as the kernel
+# formats it (cat), and a `trapctl list` with nothing live (process start, /dev/trapvec, kallsyms
+# read and parsed, the state blob checked).
+for r in $(seq 1 $mass_rounds); do
+	stopwatch cat /proc/kallsyms > /dev/null 2> /tmp/sw
+	stopwatch_ns /tmp/sw >> /tmp/fixed_kallsyms
+	stopwatch trapctl list > /dev/null 2> /tmp/sw
+	stopwatch_ns /tmp/sw >> /tmp/fixed_list
+done
+echo "PEERS_TRAPCTL_FIXED kallsyms_ns=$(median < /tmp/fixed_kallsyms) list_ns=$(median < /tmp/fixed_list) symbols=$(wc -l < /proc/kallsyms) (medians of $mass_rounds)"
+
 echo 0 > /proc/sys/kernel/ftrace_enabled 2> /dev/null || true
 echo 1 > /proc/sys/kernel/ftrace_enabled 2> /dev/null || true
 for n in $sizes; do
@@ -198,11 +209,15 @@ for n in $sizes; do
 			fi
 			apply_ns=$(stopwatch_ns /tmp/sw)
 			commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+			plan_ms=$(sed -n 's/.*plan \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+			build_ms=$(sed -n 's/.*build \([0-9.]*\) ms.*/\1/p' /tmp/sw)
 			live=$(trapctl list --json | grep -o '"mechanism"' | wc -l)
 			stopwatch trapctl unsplice --all > /dev/null 2> /tmp/sw
 			remove_ns=$(stopwatch_ns /tmp/sw)
-			echo "PEERS_TRAPVEC_MASS_ROUND n=$n round=$r mechanism=$m apply_ns=$apply_ns commit_ms=$commit_ms remove_ns=$remove_ns live=$live"
+			echo "PEERS_TRAPVEC_MASS_ROUND n=$n round=$r mechanism=$m apply_ns=$apply_ns plan_ms=$plan_ms build_ms=$build_ms commit_ms=$commit_ms remove_ns=$remove_ns live=$live"
 			echo "$apply_ns" >> /tmp/tv_apply_${m}_$n
+			echo "$plan_ms" >> /tmp/tv_plan_${m}_$n
+			echo "$build_ms" >> /tmp/tv_build_${m}_$n
 			echo "$commit_ms" >> /tmp/tv_commit_${m}_$n
 			echo "$remove_ns" >> /tmp/tv_remove_${m}_$n
 			[ "$live" -eq "$n" ] || { echo "PEERS: trapctl list shows $live of $n splices"; exit 1; }
@@ -217,7 +232,9 @@ for n in $sizes; do
 		ta=$(median < /tmp/tv_apply_${m}_$n)
 		tc=$(median < /tmp/tv_commit_${m}_$n)
 		tr=$(median < /tmp/tv_remove_${m}_$n)
-		echo "PEERS_TRAPVEC_${n}_$(echo $m | tr a-z A-Z) apply_ns=$ta commit_ms=$tc remove_ns=$tr (medians of $mass_rounds)"
+		tp=$(median < /tmp/tv_plan_${m}_$n)
+		tb=$(median < /tmp/tv_build_${m}_$n)
+		echo "PEERS_TRAPVEC_${n}_$(echo $m | tr a-z A-Z) apply_ns=$ta plan_ms=$tp build_ms=$tb commit_ms=$tc remove_ns=$tr (medians of $mass_rounds)"
 		awk -v ff="$ff" -v fe="$fe" -v ta="$ta" -v tc="$tc" -v n="$n" -v m="$m" 'BEGIN {
 			printf "PEERS_RATIO_%s_COMMIT_TO_FTRACE_ENABLE_%d=%.2f (goal <= 1.0 at 10000)\n", toupper(m), n, tc * 1e6 / fe
 			printf "PEERS_RATIO_%s_APPLY_TO_FTRACE_FILTER_ENABLE_%d=%.2f (goal <= 2.0 at 10000)\n", toupper(m), n, ta / (ff + fe)
