@@ -8,7 +8,8 @@
  * one call beside the rest of the connection. This module makes one connected loopback TCP
  * socket at load (kernel sockets: listen on 127.0.0.1, connect, accept) and, on request,
  * calls tcp_sync_mss() (exported) on it in a loop, as the stack does: with the socket locked,
- * with the path MTU the socket last synced to.
+ * with the path MTU the connection started with (the socket's icsk_pmtu_cookie right after
+ * connect; not its current value, which a clamped call leaves at the clamp).
  *
  *   insmod tv_mss_bench.ko
  *   echo 20000 > /sys/module/tv_mss_bench/parameters/run     N calls; returns when done
@@ -36,6 +37,9 @@
 
 static struct socket *tv_listener, *tv_client, *tv_server;
 
+/* The connection's path MTU at connect: every call is asked for this one. */
+static u32 tv_pmtu;
+
 /* The last run; guarded by the module's parameter lock (sysfs holds it around get and set). */
 static unsigned int tv_calls, tv_mss;
 static u64 tv_ns;
@@ -53,11 +57,11 @@ static int tv_bench_run(const char *val, const struct kernel_param *kp)
 	if (!calls || calls > TV_BENCH_MAX_CALLS)
 		return -EINVAL;
 
-	/* As the stack calls it: the socket owned, the MTU the socket last synced to. */
+	/* As the stack calls it: the socket owned, the path MTU of the route. */
 	lock_sock(sk);
 	start = ktime_get_ns();
 	for (i = 0; i < calls; i++)
-		mss = tcp_sync_mss(sk, READ_ONCE(inet_csk(sk)->icsk_pmtu_cookie));
+		mss = tcp_sync_mss(sk, tv_pmtu);
 	end = ktime_get_ns();
 	release_sock(sk);
 
@@ -124,8 +128,9 @@ static int __init tv_bench_init(void)
 	ret = kernel_accept(tv_listener, &tv_server, 0);
 	if (ret)
 		goto out;
-	pr_info("connected on 127.0.0.1:%u, MSS %u\n", ntohs(addr.sin_port),
-		tcp_sk(tv_client->sk)->mss_cache);
+	tv_pmtu = inet_csk(tv_client->sk)->icsk_pmtu_cookie;
+	pr_info("connected on 127.0.0.1:%u, path MTU %u, MSS %u\n", ntohs(addr.sin_port),
+		tv_pmtu, tcp_sk(tv_client->sk)->mss_cache);
 	return 0;
 out:
 	pr_err("cannot make a loopback connection: %d\n", ret);
