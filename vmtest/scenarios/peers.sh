@@ -198,9 +198,9 @@ for n in $sizes; do
 
 		for m in trap jmp; do
 			if [ "$m" = jmp ] && [ "$n" -gt 1000 ] && [ "${PEERS_10K_JMP:-0}" != 1 ]; then
-				# Measured once: the jmp batch of 5,000 (and 10,000) count splices never
-				# returned within the 30-minute budget and the guest stopped answering
-				# (bench/README.md, Limits); PEERS_10K_JMP=1 runs it anyway.
+				# A batch this large holds arch_uprobe_exception_notify, which the int3 path
+				# calls before trapvec.ko's DIE_INT3 notifier: with its CC armed the guest
+				# hangs (bench/README.md, Limits); PEERS_10K_JMP=1 runs it anyway.
 				echo "PEERS_TRAPVEC_SKIPPED n=$n round=$r mechanism=$m: a jmp batch this large stalls the guest (int3-first over every window; bench/README.md); PEERS_10K_JMP=1 runs it"
 				continue
 			fi
