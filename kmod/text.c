@@ -714,8 +714,17 @@ out:
 }
 NOKPROBE_SYMBOL(trapvec_int3_notify);
 
+/*
+ * First on the die chain (with kprobes' own, which is blacklisted): a die notifier that runs
+ * before ours on an int3 could itself hold one of our pending CCs (uprobes' at INT_MAX - 1,
+ * arch_uprobe_exception_notify(), is ordinary traceable text, so a site may be planned in it).
+ * Then every int3 would run into that CC again before we could send the CPU on: an endless
+ * recursion that froze a guest during a batch of 5,000 jmp splices. Running first, we clear a
+ * pending CC before anything else on the chain runs.
+ */
 static struct notifier_block trapvec_int3_nb = {
 	.notifier_call = trapvec_int3_notify,
+	.priority = INT_MAX,
 };
 
 int trapvec_text_init(void)

@@ -27,8 +27,11 @@
 #define TRAPVEC_XFER_MAX	(1U << 20)
 /* Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST. */
 #define TRAPVEC_BATCH_MAX	65536U
-/* Largest state blob (STATE_PUT). */
-#define TRAPVEC_STATE_MAX	(8U << 20)
+/*
+ * Largest state blob (STATE_PUT). trapctl's state takes about 950 bytes per splice: 32 MiB
+ * holds the state of as many splices as the code arena does (16,384), with room to spare.
+ */
+#define TRAPVEC_STATE_MAX	(32U << 20)
 /* "No element": failed_index when nothing failed. */
 #define TRAPVEC_NO_INDEX	0xffffffffU
 

@@ -44,9 +44,20 @@ pub struct VmPeers {
     pub swap: BTreeMap<String, f64>,
     /// Emulated ns per loopback connection: `none`, `livepatch`, `trap`, `jmp`.
     pub conn_ns: BTreeMap<String, f64>,
+    /// Emulated ns per `tcp_sync_mss()` call (`tv_mss_bench.ko`'s loop): `none`, `livepatch`,
+    /// `trap`, `jmp`.
+    #[serde(default)]
+    pub call_ns: BTreeMap<String, f64>,
+    /// What every `trapctl` command pays before planning: `kallsyms_ns` (`cat /proc/kallsyms`),
+    /// `list_ns` (`trapctl list` with nothing live), `symbols` (medians).
+    #[serde(default)]
+    pub fixed: BTreeMap<String, f64>,
     /// Mass-attach batches trapvec.ko refused (code arena full): `n=… round=… mechanism=…: why`.
     #[serde(default)]
     pub refused: Vec<String>,
+    /// Mass-attach batches the scenario did not run: `n=… round=… mechanism=…: why`.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 /// `name=value` words of `text` whose value is a number.
@@ -83,6 +94,8 @@ impl VmPeers {
                 m.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
             } else if key == "PEERS_TRAPVEC_REFUSED" {
                 v.refused.push(text.clone());
+            } else if key == "PEERS_TRAPVEC_SKIPPED" {
+                v.skipped.push(text.clone());
             } else if let Some(rest) = key.strip_prefix("PEERS_TRAPVEC_") {
                 let Some((n, mech)) = rest.split_once('_') else { continue };
                 let Ok(n) = n.parse::<u32>() else { continue };
@@ -96,6 +109,12 @@ impl VmPeers {
                 }
             } else if key == "PEERS_CONN_NS" {
                 v.conn_ns.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if key == "PEERS_TRAPCTL_FIXED" {
+                v.fixed.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if key == "PEERS_CALL_NS" {
+                // Up to the parenthesis: the MSS after it is no figure.
+                let figures = text.split('(').next().unwrap_or_default();
+                v.call_ns.extend(numbers(figures).map(|(k, x)| (k.to_string(), x)));
             }
         }
         for need in ["base", "jmp_empty", "trap_empty", "fentry_empty", "fentry_count"] {
@@ -137,8 +156,21 @@ impl VmPeers {
 
     /// The Ns at which trapvec.ko refused the `mech` batch.
     pub fn refused_ns(&self, mech: &str) -> Vec<u32> {
-        let mut ns: Vec<u32> = self
-            .refused
+        Self::ns_of(&self.refused, mech)
+    }
+
+    /// The Ns at which the scenario skipped the `mech` batch, and the first reason given.
+    pub fn skipped_ns(&self, mech: &str) -> (Vec<u32>, Option<String>) {
+        let why = self
+            .skipped
+            .iter()
+            .find(|r| r.contains(&format!("mechanism={mech}:")))
+            .and_then(|r| r.split_once(": ").map(|(_, why)| why.to_string()));
+        (Self::ns_of(&self.skipped, mech), why)
+    }
+
+    fn ns_of(lines: &[String], mech: &str) -> Vec<u32> {
+        let mut ns: Vec<u32> = lines
             .iter()
             .filter(|r| r.contains(&format!("mechanism={mech}:")))
             .filter_map(|r| r.split_whitespace().find_map(|w| w.strip_prefix("n=")?.parse::<u32>().ok()))
@@ -178,6 +210,17 @@ impl VmPeers {
         let jmp = self.conn_ns.get("jmp")? - base;
         let livepatch = self.conn_ns.get("livepatch")? - base;
         (jmp > 0.0 && livepatch >= 0.05 * base).then(|| jmp / livepatch)
+    }
+
+    /// Emulated overhead per `tcp_sync_mss()` call of `key` over the unpatched call.
+    pub fn call_overhead(&self, key: &str) -> Option<f64> {
+        Some(self.call_ns.get(key)? - self.call_ns.get("none")?)
+    }
+
+    /// Replacement by `mech` / livepatch, overheads per `tcp_sync_mss()` call over the
+    /// unpatched call (measured in the guest's kernel by `tv_mss_bench.ko`).
+    pub fn over_livepatch_per_call(&self, mech: &str) -> Option<f64> {
+        Self::ratio(self.call_overhead(mech), self.call_overhead("livepatch"))
     }
 
     pub fn render(&self) -> String {
@@ -321,9 +364,13 @@ impl Peers {
             let Some(v) = vm else { return (0, String::new()) };
             let n = v.mass_n(mech);
             let refused = v.refused_ns(mech);
+            let (skipped, skip_why) = v.skipped_ns(mech);
             let why = if !refused.is_empty() {
                 let list: Vec<String> = refused.iter().map(u32::to_string).collect();
-                format!("; N = {} refused by trapvec.ko: its 1 MiB code arena is full", list.join(", "))
+                format!("; N = {} refused by trapvec.ko: its code arena is full", list.join(", "))
+            } else if !skipped.is_empty() {
+                let list: Vec<String> = skipped.iter().map(u32::to_string).collect();
+                format!("; N = {} not run: {}", list.join(", "), skip_why.unwrap_or_default())
             } else if n < 10_000 {
                 "; N = 10,000 needs PEERS_10K=1".to_string()
             } else {
@@ -352,6 +399,12 @@ impl Peers {
             ),
         ];
         g.push(match vm {
+            Some(v) if !v.call_ns.is_empty() => goal(
+                "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per tcp_sync_mss call)",
+                v.over_livepatch_per_call("jmp"),
+                Bound::AtMost(1.0),
+                "not resolvable: livepatch's overhead per call is not positive",
+            ),
             Some(v) => goal(
                 "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per loopback connection)",
                 v.jmp_over_livepatch_per_connection(),
@@ -462,6 +515,12 @@ impl Peers {
             for (k, x) in &v.conn_ns {
                 let _ = writeln!(s, "vm,conn_ns_{k},{x},true");
             }
+            for (k, x) in &v.call_ns {
+                let _ = writeln!(s, "vm,call_ns_{k},{x},true");
+            }
+            for (k, x) in &v.fixed {
+                let _ = writeln!(s, "vm,trapctl_fixed_{k},{x},true");
+            }
         }
         s
     }
@@ -476,6 +535,7 @@ PEERS_HIT_ROUND 1: base=600 jmp_empty=900 jmp_count=800 trap_empty=2000 fentry_e
 PEERS_NS_BASE=600\r\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_JMP_COUNT=800\nPEERS_NS_TRAP_EMPTY=2000\n\
 PEERS_NS_FENTRY_EMPTY=1000\nPEERS_NS_FENTRY_COUNT=1100\n\
 PEERS_FENTRY_HITS=22002 expected=22002\n\
+PEERS_TRAPCTL_FIXED kallsyms_ns=300000000 list_ns=900000000 symbols=130000 (medians of 3)\n\
 PEERS_FTRACE_1000 filter_ns=1000000 enable_ns=800000000 disable_ns=500000000 (medians of 3)\n\
 PEERS_TRAPVEC_1000_TRAP apply_ns=5000000000 commit_ms=400 remove_ns=3000000000 (medians of 3)\n\
 PEERS_TRAPVEC_1000_JMP apply_ns=3000000000 commit_ms=200 remove_ns=2000000000 (medians of 3)\n\
@@ -483,7 +543,9 @@ PEERS_LIVEPATCH load_ns=100000000 transition_ns=1500000000 disable_ns=1100000000
 PEERS_REPLACE_ROUND 1: mechanism=jmp splice_ns=1 commit_ms=1 unsplice_ns=1\n\
 PEERS_REPLACE_TRAP splice_ns=1500000000 commit_ms=30 unsplice_ns=1000000000 (medians of 3)\n\
 PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1000000000 (medians of 3)\n\
-PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n";
+PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\
+PEERS_CALL_ROUND 1: none=2000000 mss=32741 livepatch=3000000 mss=948 trap=9000000 mss=948 jmp=2500000 mss=948\n\
+PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_mss call; MSS unpatched 32741, clamped 948)\n\n";
 
     #[test]
     fn figures_and_ratios_are_read_from_a_console_with_noise() {
@@ -497,6 +559,11 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
         assert_eq!(v.transition_over_swap("jmp", true), Some(1.5));
         assert_eq!(v.transition_over_swap("jmp", false), Some(100.0));
         assert_eq!(v.jmp_over_livepatch_per_connection(), Some(0.5));
+        assert_eq!(v.fixed.get("list_ns"), Some(&9e8));
+        assert_eq!(v.call_ns.len(), 4, "the MSS in parentheses is no figure: {:?}", v.call_ns);
+        assert_eq!(v.call_overhead("trap"), Some(350.0));
+        assert_eq!(v.over_livepatch_per_call("jmp"), Some(0.5));
+        assert_eq!(v.over_livepatch_per_call("trap"), Some(7.0));
         let mut noisy = v.clone();
         noisy.conn_ns.insert("jmp".into(), 900.0);
         assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "jmp faster than nothing: noise");
@@ -524,6 +591,24 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
     }
 
     #[test]
+    fn a_skipped_batch_moves_the_goal_to_the_largest_n_measured_and_gives_the_reason() {
+        let console = format!(
+            "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_10000_TRAP apply_ns=9000000000 plan_ms=1 build_ms=1 commit_ms=1800 remove_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_SKIPPED n=10000 round=1 mechanism=jmp: stalls the guest\n"
+        );
+        let v = VmPeers::parse(&console, "6.1.0").unwrap();
+        assert_eq!((v.mass_n("trap"), v.mass_n("jmp")), (10_000, 1000));
+        assert_eq!(v.skipped_ns("jmp"), (vec![10_000], Some("stalls the guest".to_string())));
+        let peers = Peers { vm: Some(v), ..Peers::default() };
+        let goals = peers.goals();
+        let jmp = goals.iter().find(|g| g.goal.starts_with("ftrace: jmp batch commit")).unwrap();
+        assert!(jmp.goal.contains("measured at N = 1000; N = 10000 not run: stalls the guest"), "{}", jmp.goal);
+        let trap = goals.iter().find(|g| g.goal.starts_with("ftrace: trap batch commit")).unwrap();
+        assert_eq!((trap.measured.as_str(), trap.met), ("2.00x", Some(false)), "{}", trap.goal);
+    }
+
+    #[test]
     fn a_missing_figure_is_an_error_naming_it() {
         let err = VmPeers::parse("PEERS_NS_BASE=1\nPEERS_NS_JMP_EMPTY=2\n", "k").unwrap_err();
         assert_eq!(err, "the guest printed no PEERS_NS_TRAP_EMPTY line");
@@ -540,6 +625,8 @@ PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\n"
         let fentry = goals.iter().find(|g| g.goal.starts_with("fentry")).unwrap();
         assert_eq!((fentry.measured.as_str(), fentry.met), ("0.75x", Some(true)));
         assert_eq!(fentry.margin.map(|m| (m * 1000.0).round()), Some(1333.0), "1.0 / 0.75");
+        let per_call = goals.iter().find(|g| g.goal.contains("per tcp_sync_mss call")).unwrap();
+        assert_eq!((per_call.measured.as_str(), per_call.met), ("0.50x", Some(true)), "measured per call, not per connection");
         let whole = goals.iter().find(|g| g.goal.contains("whole trapctl command")).unwrap();
         assert_eq!(whole.met, Some(false));
         assert!(goals.iter().any(|g| g.goal.contains("N = 1000")), "the N measured is named");

@@ -88,7 +88,7 @@ pub const TRAPVEC_XFER_MAX: u32 = 1 << 20;
 /// Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST.
 pub const TRAPVEC_BATCH_MAX: u32 = 65536;
 /// Largest state blob (STATE_PUT).
-pub const TRAPVEC_STATE_MAX: u32 = 8 << 20;
+pub const TRAPVEC_STATE_MAX: u32 = 32 << 20;
 /// `failed_index` when nothing failed.
 pub const TRAPVEC_NO_INDEX: u32 = 0xffff_ffff;
 

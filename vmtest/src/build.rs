@@ -279,8 +279,9 @@ impl<'k> Builder<'k> {
 
 /// Builds the benchmark peers of `<repo>/vmtest/peers/` that `vmtest/scenarios/peers.sh` takes
 /// with `--file`: `fentry_count` (static, with libbpf, libelf and zlib: libbpf-dev, libelf-dev,
-/// zlib1g-dev) into `out`, and the livepatch module `tv_lp_mss.ko` (Kbuild against `kernel`'s
-/// headers, in its own directory, under vmtest's build lock). Returns their paths.
+/// zlib1g-dev) into `out`, the livepatch module `tv_lp_mss.ko` and the per-call bench module
+/// `tv_mss_bench.ko` (Kbuild against `kernel`'s headers, each in its own directory, under
+/// vmtest's build lock). Returns their paths.
 pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<PathBuf>, BuildError> {
     let builder = Builder::new(repo, kernel)?;
     let src = builder.repo.join("vmtest").join("peers");
@@ -295,7 +296,8 @@ pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<Path
     let fentry = expect_output("peer fentry_count", fentry)?;
     let _lock = builder.lock()?;
     let livepatch = builder.external_module(&src.join("livepatch"), "tv_lp_mss")?;
-    Ok(vec![fentry, livepatch])
+    let mss_bench = builder.external_module(&src.join("mssbench"), "tv_mss_bench")?;
+    Ok(vec![fentry, livepatch, mss_bench])
 }
 
 fn cargo() -> Command {
