@@ -220,6 +220,24 @@ rmmod trapvec
 insmod /trapvec.ko || exit 13
 trapctl load /components/empty.o > /dev/null || exit 14
 
+# --- 8: the die chain. A batch writes a CC at each site first (int3-first); here one site is in
+# uprobes' die notifier, arch_uprobe_exception_notify(), which the kernel calls on every int3.
+# While ppidloop takes the CC at __x64_sys_getppid, trapvec's notifier must run before uprobes'
+# (it is first on the chain): otherwise every int3 runs into the CC in uprobes' notifier again,
+# without end, and the guest freezes. Five rounds of apply and unsplice, calls checked.
+printf '[[splice]]\nat = "__x64_sys_getppid"\naction = "count"\nmechanism = "jmp"\n\n[[splice]]\nat = "arch_uprobe_exception_notify"\naction = "count"\nmechanism = "jmp"\n' > /tmp/die.toml
+rm -f /tmp/stopdie
+ppidloop -t 2 -f /tmp/stopdie > /tmp/die.out &
+dpid=$!
+rounds=0
+for i in 1 2 3 4 5; do
+	trapctl apply /tmp/die.toml > /dev/null && trapctl unsplice --all > /dev/null && rounds=$((rounds + 1))
+done
+touch /tmp/stopdie
+wait $dpid
+echo "DIE_CHAIN_ROUNDS=$rounds"
+echo "DIE_CHAIN_$(cat /tmp/die.out)"
+
 # --- 3: kernel.modules_disabled, then lockdown (integrity); neither can be undone.
 snapshot /tmp/before
 echo 1 > /proc/sys/kernel/modules_disabled

@@ -39,6 +39,13 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     let run = Scenario::named("kernel_field.sh").file(tvraw(dir.path())).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
+    // 8: a batch with a site in uprobes' die notifier, applied while int3s are taken: no endless
+    // int3 recursion (the guest would freeze), every round applied and removed, every call right.
+    assert_eq!(run.number("DIE_CHAIN_ROUNDS"), 5, "apply and unsplice --all of the die-notifier batch, 5 times");
+    let die = run.expect("DIE_CHAIN_CALLS");
+    assert!(field(&format!("CALLS={die}"), "CALLS") > 0, "ppidloop ran: {die}");
+    assert_eq!(field(&format!("x {die}"), "WRONG"), 0, "getppid answered right through the batches: {die}");
+
     // 1b: a splice first.
     assert_eq!(run.expect("BL_LIVE"), "yes", "the live window is on the kprobes blacklist");
     assert_eq!(run.expect("KP_ON_SPLICE"), "refused", "a kprobe on the trap's first byte");
