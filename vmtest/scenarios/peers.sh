@@ -16,8 +16,7 @@
 #     count splices, trap and jmp (the whole command, and its commit from --timings); the filter
 #     is written by index (see below), ftrace's fastest way. N = 1000; PEERS_10K=1 adds N = 5000
 #     and 10000 (longer than CI's budget under TCG; a batch larger than trapvec.ko's code arena
-#     holds would be refused whole, and printed as PEERS_TRAPVEC_REFUSED), trap only: jmp batches
-#     above 1,000 stall the guest (PEERS_TRAPVEC_SKIPPED; PEERS_10K_JMP=1 runs them anyway).
+#     holds would be refused whole, and printed as PEERS_TRAPVEC_REFUSED).
 #  3. Policy hot-swap vs livepatch, tcp_sync_mss clamped to MTU 1000 (a new loopback
 #     connection's MSS becomes 948): the livepatch module loaded until its transition is 0, then
 #     disabled until the patch is gone and removed; vs `trapctl apply` of the splice
@@ -197,13 +196,6 @@ for n in $sizes; do
 		[ "$enabled" -ge "$n" ] || { echo "PEERS: the function tracer enabled $enabled of $n"; exit 1; }
 
 		for m in trap jmp; do
-			if [ "$m" = jmp ] && [ "$n" -gt 1000 ] && [ "${PEERS_10K_JMP:-0}" != 1 ]; then
-				# A batch this large holds arch_uprobe_exception_notify, which the int3 path
-				# calls before trapvec.ko's DIE_INT3 notifier: with its CC armed the guest
-				# hangs (bench/README.md, Limits); PEERS_10K_JMP=1 runs it anyway.
-				echo "PEERS_TRAPVEC_SKIPPED n=$n round=$r mechanism=$m: a jmp batch this large stalls the guest (int3-first over every window; bench/README.md); PEERS_10K_JMP=1 runs it"
-				continue
-			fi
 			count_spec /tmp/names_$n $m > /tmp/mass.toml
 			if ! stopwatch trapctl apply --timings /tmp/mass.toml > /dev/null 2> /tmp/sw; then
 				# The module's code arena holds 16,384 trampolines (kmod/README.md): past that

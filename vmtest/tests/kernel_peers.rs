@@ -20,9 +20,6 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
     if ten_thousand {
         scenario = scenario.append("PEERS_10K=1");
     }
-    if std::env::var("PEERS_10K_JMP").is_ok_and(|v| v == "1") {
-        scenario = scenario.append("PEERS_10K_JMP=1");
-    }
     for file in peers(dir.path()) {
         scenario = scenario.file(file);
     }
@@ -45,9 +42,7 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
     for n in sizes {
         let round = format!("PEERS_FTRACE_ROUND n={n} ");
         assert!(run.stdout.lines().any(|l| l.starts_with(&round) && l.contains(&format!(" filtered={n} "))), "ftrace at {n}");
-        // jmp batches above 1,000 stall the guest and are skipped unless PEERS_10K_JMP=1.
-        let jmp = *n <= 1000 || std::env::var("PEERS_10K_JMP").is_ok_and(|v| v == "1");
-        for m in ["TRAP", "JMP"].into_iter().filter(|&m| m == "TRAP" || jmp) {
+        for m in ["TRAP", "JMP"] {
             assert!(run.stdout.lines().any(|l| l.starts_with(&format!("PEERS_TRAPVEC_{n}_{m} apply_ns="))), "{m} batch of {n}");
             let mech = format!(" mechanism={} ", m.to_lowercase());
             let live = format!(" live={n}");
