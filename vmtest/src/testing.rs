@@ -77,6 +77,25 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("vmtest/ lies in the workspace").to_owned()
 }
 
+/// Build the release trapd and return its path (from cargo's compiler-artifact message), for
+/// the tests that run it in the guest.
+pub fn build_trapd() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        // The crate's library is named trapd too: the binary is the artifact with an executable.
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo names the trapd executable")
+}
+
 /// Builds `tvraw` into `dir`: the scenarios' raw-request helper
 /// (`vmtest/tests/fixtures/tvraw.c`), static, against `kmod/trapvec_abi.h`, so that a scenario can
 /// send the module requests trapctl never would. Returns its path.

@@ -6,29 +6,9 @@
 //! return point removed while a task sleeps inside its function lets the task return and the
 //! module unload once it has (vmtest fails the run on any oops, BUG or WARNING).
 
-use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
-use vmtest::testing::{can_boot, repo_root, Run, Scenario};
-
-/// Build the release trapd and return its path (from cargo's compiler-artifact message).
-fn build_trapd() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        // The crate's library is named trapd too: the binary is the artifact with an executable.
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo names the trapd executable")
-}
+use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
 
 /// The `returns` figures of the one live splice of a squashed `trapctl list --json`.
 fn returns_of(run: &Run, key: &str) -> (Value, Value) {

@@ -12,30 +12,11 @@
 //! Without QEMU, the kernel or busybox the test says why and skips; with `CI=true` it fails.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use prometheus_parse::{Scrape, Value};
 
-use vmtest::testing::{can_boot, repo_root, Scenario};
-
-/// Build the release trapd and return its path (from cargo's compiler-artifact message).
-fn build_trapd() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        // The crate's library is named trapd too: the binary is the artifact with an executable.
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo names the trapd executable")
-}
+use vmtest::testing::{build_trapd, can_boot, Scenario};
 
 /// xorshift64: the same lines on every run.
 struct Rng(u64);
