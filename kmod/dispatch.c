@@ -39,6 +39,8 @@ struct trapvec_site {
 	trapvec_handler_t *handler;
 	void *cookie;
 	struct trapvec_counts __percpu *counts;
+	/* A task predicate (match != 0): other tasks go to only.skip, uncounted. */
+	struct trapvec_task_match only;
 };
 
 #define TRAPVEC_SITE_BITS	12
@@ -126,6 +128,26 @@ fault:
 }
 
 /*
+ * Does current have every field the entry's predicate names? Inline loads only (no memcmp
+ * call on the trap path): comm is compared as two words, NUL padding included, which the
+ * kernel keeps (__set_task_comm() pads with strscpy_pad()).
+ */
+static __always_inline bool trapvec_task_matches(const struct trapvec_task_match *m)
+{
+	const struct task_struct *t = current;
+	const u64 *want = (const u64 *)m->comm, *have = (const u64 *)t->comm;
+
+	if ((m->match & TRAPVEC_MATCH_PID) && t->pid != m->pid)
+		return false;
+	if ((m->match & TRAPVEC_MATCH_TGID) && t->tgid != m->tgid)
+		return false;
+	if ((m->match & TRAPVEC_MATCH_COMM) &&
+	    (READ_ONCE(have[0]) != want[0] || READ_ONCE(have[1]) != want[1]))
+		return false;
+	return true;
+}
+
+/*
  * A CPU at site, which is in the table: count the hit, run the handler, set regs->ip to the
  * destination. The trap (trapvec_dispatch()) and a pending int3 of a trap patch that is being
  * written (text.c's die notifier) both come here, so a call is counted once whichever of the
@@ -139,7 +161,11 @@ notrace bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site)
 
 	rcu_read_lock_sched_notrace();
 	e = trapvec_lookup_rcu(site);
-	if (e) {
+	if (e && e->only.match && !trapvec_task_matches(&e->only)) {
+		/* Another task: straight to the displaced instructions, not counted. */
+		regs->ip = e->only.skip;
+		found = true;
+	} else if (e) {
 		/* One incq %gs:...: an NMI that traps in between cannot lose a count. */
 		this_cpu_inc(e->counts->hits);
 		if (e->handler) {
@@ -316,6 +342,11 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 			pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
 				 d->handler, d->site);
 			ret = -EFAULT;
+		} else if ((d->only.match & ~TRAPVEC_MATCH_ALL) || d->only.pad ||
+			   (d->only.match && !trapvec_arena_in_sealed_code(d->only.skip))) {
+			pr_debug("dispatch: predicate of site %llx: match %x, skip %llx\n",
+				 d->site, d->only.match, d->only.skip);
+			ret = -EINVAL;
 		} else if (trapvec_lookup_locked(d->site) || i == repeat) {
 			ret = -EEXIST;
 		}
@@ -337,6 +368,7 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 		made[i]->dest = entries[i].dest;
 		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
 		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
+		made[i]->only = entries[i].only;
 		cond_resched();
 	}
 	/* Publish: hash_add_rcu() orders each entry's initialisation before its link. */
@@ -451,6 +483,7 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacit
 		all[n].dest = e->dest;
 		all[n].handler = (unsigned long)e->handler;
 		all[n].cookie = (unsigned long)e->cookie;
+		all[n].only = e->only;
 		trapvec_sum(e, &all[n].hits, &all[n].missed);
 		n++;
 		if (!(n % 1024))
@@ -471,8 +504,10 @@ bool trapvec_dispatch_targets(unsigned long start, unsigned long end)
 	lockdep_assert_held(&trapvec_mutex);
 	hash_for_each(trapvec_sites, bkt, e, node) {
 		unsigned long h = (unsigned long)e->handler;
+		unsigned long k = e->only.match ? e->only.skip : 0;
 
-		if ((e->dest >= start && e->dest < end) || (h >= start && h < end))
+		if ((e->dest >= start && e->dest < end) || (h >= start && h < end) ||
+		    (k >= start && k < end))
 			return true;
 	}
 	return false;

@@ -41,7 +41,7 @@ MODULE_PARM_DESC(vector, "trap vector: an unused system vector (default 0xf5)");
 static void trapvec_abi_checks(void)
 {
 	/* The sizes trapvec/src/abi.rs asserts too. */
-	BUILD_BUG_ON(sizeof(struct trapvec_info) != 144);
+	BUILD_BUG_ON(sizeof(struct trapvec_info) != 168);
 	BUILD_BUG_ON(sizeof(struct trapvec_read) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_alloc) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_write) != 32);
@@ -49,11 +49,12 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_patch) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_check) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_apply) != 56);
-	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_entry) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_entry) != 72);
+	BUILD_BUG_ON(sizeof(struct trapvec_task_match) != 40);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_add) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_remove) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_hits) != 24);
-	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 48);
+	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 88);
 	BUILD_BUG_ON(sizeof(struct trapvec_list) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_quiesce) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_state) != 32);
@@ -78,6 +79,11 @@ static long trapvec_ioc_info(void __user *uarg)
 	info.module_base = (unsigned long)THIS_MODULE->core_layout.base;
 	info.module_size = THIS_MODULE->core_layout.size;
 	info.replace_ret = (unsigned long)trapvec_replace_ret;
+	/* x86-64 per-CPU symbols are offsets from the CPU's %gs base. */
+	info.current_task = (unsigned long)&current_task;
+	info.task_pid = offsetof(struct task_struct, pid);
+	info.task_tgid = offsetof(struct task_struct, tgid);
+	info.task_comm = offsetof(struct task_struct, comm);
 	trapvec_dispatch_stats(&info.unknown_traps, &info.retried_traps);
 
 	mutex_lock(&trapvec_mutex);

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	5
+#define TRAPVEC_ABI_VERSION	6
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -104,6 +104,16 @@ struct trapvec_info {
 	 */
 	__u64 inflight_base;
 	__u64 replace_ret;
+	/*
+	 * Task predicates in code (ABI 6): a trampoline reads the running task as
+	 * %gs:current_task (the per-CPU offset of current_task) and its fields at these
+	 * offsets in struct task_struct.
+	 */
+	__u64 current_task;
+	__u32 task_pid;
+	__u32 task_tgid;
+	__u32 task_comm;
+	__u32 task_pad;
 };
 
 /* READ: copy len bytes of kernel memory at addr to the user buffer buf. */
@@ -193,6 +203,26 @@ struct trapvec_apply {
 };
 
 /*
+ * A task predicate of a dispatch entry (ABI 6). With match not 0, a trap whose task (current)
+ * does not have every field match names is sent to skip (the replay of the displaced
+ * instructions) without counting it or running the handler. pid and tgid are task->pid and
+ * task->tgid; comm is task->comm as the kernel keeps it (NUL-padded to 16 bytes).
+ */
+#define TRAPVEC_MATCH_PID	(1U << 0)
+#define TRAPVEC_MATCH_TGID	(1U << 1)
+#define TRAPVEC_MATCH_COMM	(1U << 2)
+#define TRAPVEC_MATCH_ALL	(TRAPVEC_MATCH_PID | TRAPVEC_MATCH_TGID | TRAPVEC_MATCH_COMM)
+
+struct trapvec_task_match {
+	__u32 match;		/* TRAPVEC_MATCH_* bits; 0: every task */
+	__u32 pid;
+	__u32 tgid;
+	__u32 pad;		/* 0 */
+	__u64 skip;		/* with match: a sealed code block's address */
+	char comm[16];
+};
+
+/*
  * A dispatch entry. A trap at site sends the CPU to dest (regs->ip = dest). If handler is
  * not 0 the dispatcher first calls handler(struct trapvec_regs *, cookie) with interrupts
  * off, unless a handler is already running on this CPU: then the handler is skipped and the
@@ -204,6 +234,7 @@ struct trapvec_dispatch_entry {
 	__u64 dest;
 	__u64 handler;
 	__u64 cookie;
+	struct trapvec_task_match only;
 };
 
 /* DISPATCH_ADD: all entries or none (a site may have one entry). */
@@ -238,6 +269,7 @@ struct trapvec_list_entry {
 	__u64 cookie;
 	__u64 hits;
 	__u64 missed;
+	struct trapvec_task_match only;
 };
 
 /*

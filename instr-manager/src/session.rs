@@ -176,6 +176,13 @@ impl Session {
         Ok(ComponentHandle { inner: Arc::new(ComponentInner { session: self.inner.clone(), id, name: loaded.component.name }) })
     }
 
+    /// Make any splice `req` (its handler a symbol of `component`, which the handle keeps
+    /// loaded): the general form of the methods below, for options they do not take (a task
+    /// predicate, [`crate::splice::SpliceOptions::only`]).
+    pub fn splice_request(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
+        self.splice(req, component)
+    }
+
     fn splice(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
         let (_, made) = ops::splice(&mut lock(&self.inner), &req)?;
         Ok(SpliceHandle { session: self.inner.clone(), id: made.splices[0], removed: false, _component: component.cloned() })
@@ -204,14 +211,14 @@ impl Session {
         mechanism: Mechanism,
     ) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Call { handler: handler.to_string(), cookie }, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive, by: None };
+        req.options = SpliceOptions { when: When::Return, maxactive, ..SpliceOptions::default() };
         self.splice(req, Some(component))
     }
 
     /// Count the returns of the function at `at` (a return point with no handler).
     pub fn count_returns(&self, at: &str, maxactive: Option<u32>, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Count, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive, by: None };
+        req.options = SpliceOptions { when: When::Return, maxactive, ..SpliceOptions::default() };
         self.splice(req, None)
     }
 

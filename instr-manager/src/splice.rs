@@ -30,6 +30,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use trapvec::keyed::KeyBy;
+use trapvec::predicate::Predicate;
 use trapvec::returns::Clock;
 
 use crate::plan::Mechanism;
@@ -78,6 +79,11 @@ pub struct SpliceOptions {
     /// A `count` keyed by this ([`trapvec::keyed`]): the hits per thread, CPU, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<KeyBy>,
+    /// Only for these tasks ([`trapvec::predicate`]): `tid` (a process's thread), `pid`,
+    /// `tgid`, `comm` (the kernel's task fields). Other tasks' hits run nothing and are not
+    /// counted.
+    #[serde(default, skip_serializing_if = "Predicate::is_empty")]
+    pub only: Predicate,
 }
 
 impl Action {
@@ -184,6 +190,14 @@ struct Flat {
     clock: Option<Clock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     by: Option<KeyBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tgid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    comm: Option<String>,
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -261,7 +275,9 @@ impl TryFrom<Flat> for SpliceRequest {
         if f.by.is_some() && (!matches!(action, Action::Count) || when != When::Entry) {
             return Err(format!("{at}: `by` keys the hits of action `count` at the point (not `{}`{})", action.name(), if when == When::Return { " at the return" } else { "" }));
         }
-        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by };
+        let only = Predicate { tid: f.tid, pid: f.pid, tgid: f.tgid, comm: f.comm };
+        only.check().map_err(|e| format!("{at}: {e}"))?;
+        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by, only };
         Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap), options })
     }
 }
@@ -276,7 +292,8 @@ impl From<SpliceRequest> for Flat {
             Action::Time { clock } => (None, 0, Some(clock)),
         };
         let when = (r.options.when == When::Return).then_some(When::Return);
-        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by }
+        let Predicate { tid, pid, tgid, comm } = r.options.only;
+        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by, tid, pid, tgid, comm }
     }
 }
 
@@ -327,7 +344,7 @@ mod tests {
     fn return_points_and_timers_have_a_flat_form_with_checked_options() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#).unwrap();
-        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None });
+        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None, only: Predicate::default() });
         assert!(r.at_return());
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
@@ -362,6 +379,23 @@ mod tests {
         assert!(e(r#"{"at":"f","action":"call","handler":"h","by":"cpu"}"#).starts_with("f: `by` keys the hits of action `count` at the point (not `call`)"));
         assert!(e(r#"{"at":"f","action":"count","when":"return","by":"cpu"}"#).contains("(not `count` at the return)"));
         assert!(e(r#"{"at":"f","action":"count","by":"uid"}"#).contains("uid"));
+    }
+
+    #[test]
+    fn predicates_go_with_any_action_and_name_a_bad_comm() {
+        let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
+        let r = read(r#"{"at":"f","action":"count","pid":42,"comm":"nginx"}"#).unwrap();
+        assert_eq!(r.options.only, Predicate { pid: Some(42), comm: Some("nginx".into()), ..Predicate::default() });
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"pid":42,"comm":"nginx"}"#
+        );
+        let t = read(r#"{"at":"f","action":"time","tid":7,"tgid":8}"#).unwrap();
+        assert_eq!((t.options.only.tid, t.options.only.tgid), (Some(7), Some(8)));
+        assert_eq!(serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(), t);
+        let e = read(r#"{"at":"f","action":"count","comm":"systemd-journald"}"#).unwrap_err().to_string();
+        assert!(e.starts_with("f: comm `systemd-journald`: a task name has 1 to 15 bytes"), "{e}");
+        assert!(read(r#"{"at":"f","action":"count","pid":-1}"#).is_err());
     }
 
     #[test]

@@ -48,8 +48,10 @@
 //! [`count`].
 
 mod count;
+mod guard;
 
 pub(crate) use count::emit_counting_replay;
+pub(crate) use guard::GuardShape;
 
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use trapvec::abi::TRAP_BYTES;

@@ -612,3 +612,85 @@ fn a_component_loaded_by_the_session_brings_its_declared_splice_and_takes_it_awa
     assert_eq!(bytes(&s, "double_it", 8), original, "unloading removed the declared splice");
     assert_eq!(c_blocks(&s), blocks, "its blocks and the component's are freed");
 }
+
+fn gettid() -> u32 {
+    // SAFETY: gettid cannot fail.
+    u32::try_from(unsafe { libc::syscall(libc::SYS_gettid) }).unwrap()
+}
+
+/// `tid = T` on a call, a count and a replacement, by trap and by jmp: two threads call
+/// `compute`, only T's calls run the handler, are counted or go to the replacement; the other
+/// thread's results are the original ones and nothing counts them.
+#[test]
+fn a_thread_predicate_lets_only_that_thread_in() {
+    use instr_manager::splicer::{Action, SpliceRequest};
+    use trapvec::predicate::Predicate;
+    let _g = serial();
+    let (s, c) = session();
+    let f = addr(&s, "compute");
+    let original = bytes(&s, "compute", 16);
+    let want = |x: i32| call1(&s, "compute", x);
+    let wants: Vec<i32> = (0..300).map(want).collect();
+    let me = gettid();
+    // The other thread calls compute(x) for x in 0..300, 7 rounds, when told; it gives its
+    // results back.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    let (res_tx, res_rx) = std::sync::mpsc::channel::<Vec<i32>>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel::<u32>();
+    let other = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        // SAFETY: compute has the C signature `int compute(int)`.
+        let g: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(f).unwrap()) };
+        while go_rx.recv().unwrap_or(false) {
+            res_tx.send((0..7 * 300).map(|i| g(i % 300)).collect()).unwrap();
+        }
+    });
+    let them = tid_rx.recv().unwrap();
+    let run_both = || {
+        go_tx.send(true).unwrap();
+        let mine: Vec<i32> = (0..5 * 300).map(|i| call1(&s, "compute", i % 300)).collect();
+        (mine, res_rx.recv().unwrap())
+    };
+    let only = |tid: u32| Predicate { tid: Some(tid), ..Predicate::default() };
+    for mech in [Trap, Jmp] {
+        // A call for this thread: 1,500 handler runs, not 3,600.
+        let before = var(&c, "calls");
+        let mut req = SpliceRequest::new("compute", Action::Call { handler: "count_calls".into(), cookie: 0 }, mech);
+        req.options.only = only(me);
+        let h = s.splice_request(req, Some(&c)).unwrap();
+        let (mine, theirs) = run_both();
+        assert!(mine.iter().enumerate().all(|(i, &r)| r == wants[i % 300]), "{mech}: results of this thread");
+        assert!(theirs.iter().enumerate().all(|(i, &r)| r == wants[i % 300]), "{mech}: results of the other thread");
+        assert_eq!((h.hits().unwrap(), var(&c, "calls") - before), (1500, 1500), "{mech}: only this thread's calls");
+        h.remove().unwrap();
+        assert_eq!(bytes(&s, "compute", 16), original, "{mech}: bytes restored");
+        // A count for the other thread: its 2,100 calls.
+        let mut req = SpliceRequest::new("compute", Action::Count, mech);
+        req.options.only = only(them);
+        let h = s.splice_request(req, None).unwrap();
+        let _ = run_both();
+        assert_eq!(h.hits().unwrap(), 2100, "{mech}: only the other thread's calls counted");
+        h.remove().unwrap();
+        // A replacement for the other thread: +1000 there, the original here.
+        let mut req = SpliceRequest::new("compute", Action::Replace { with: "compute_plus_1000".into() }, mech);
+        req.options.only = only(them);
+        let h = s.splice_request(req, Some(&c)).unwrap();
+        let (mine, theirs) = run_both();
+        assert!(mine.iter().enumerate().all(|(i, &r)| r == wants[i % 300]), "{mech}: this thread runs the original");
+        assert!(theirs.iter().enumerate().all(|(i, &r)| r == wants[i % 300] + 1000), "{mech}: the other thread runs the replacement");
+        assert_eq!(h.hits().unwrap(), 2100, "{mech}: replacement hits");
+        h.remove().unwrap();
+        assert_eq!(bytes(&s, "compute", 16), original, "{mech}: bytes restored");
+    }
+    // Kernel fields mean nothing in a process: refused, naming the field, nothing written.
+    for p in [Predicate { pid: Some(1), ..Predicate::default() }, Predicate { comm: Some("sh".into()), ..Predicate::default() }] {
+        let mut req = SpliceRequest::new("compute", Action::Count, Jmp);
+        req.options.only = p.clone();
+        let e = trapvec::error_chain(&s.splice_request(req, None).err().unwrap());
+        let field = if p.pid.is_some() { "`pid`" } else { "`comm`" };
+        assert!(e.contains(field) && e.contains("in a process a predicate names a thread with `tid`"), "{e}");
+        assert_eq!(bytes(&s, "compute", 16), original);
+    }
+    go_tx.send(false).unwrap();
+    other.join().unwrap();
+}

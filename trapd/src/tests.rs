@@ -147,7 +147,7 @@ fn dispatch_entries_no_stored_state_describes_are_listed_as_unrecorded() {
     let dir = tempfile::tempdir().unwrap();
     let k = FakeKernel::new();
     let site = func("f3") + 5;
-    k.state().dispatch.insert(site, DispatchEntry { site, dest: ARENA + 0x1000, handler: 0, cookie: 0 });
+    k.state().dispatch.insert(site, DispatchEntry { site, dest: ARENA + 0x1000, handler: 0, cookie: 0, only: None });
     let mut d = start(&k, &dir.path().join("journal"));
     let list = d.handle(Request::List);
     assert_eq!(list["unrecorded"][0]["site"], json!(format!("{site:#x}")));

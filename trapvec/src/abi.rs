@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 5;
+pub const TRAPVEC_ABI_VERSION: u32 = 6;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -204,6 +204,13 @@ pub struct TrapvecInfo {
     /// `trapvec_replace_ret`: a replace trampoline leaves with `jmp replace_ret`, `r11` = its
     /// counter (decremented there, outside the block, then `ret`).
     pub replace_ret: u64,
+    /// The per-CPU offset of `current_task` (`gs:[current_task]` is the running task).
+    pub current_task: u64,
+    /// `offsetof(struct task_struct, pid)`, `tgid` and `comm`.
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_comm: u32,
+    pub task_pad: u32,
 }
 
 /// `struct trapvec_read`: copy `len` bytes of kernel memory at `addr` to `buf`.
@@ -315,6 +322,53 @@ pub struct TrapvecDispatchEntry {
     /// `handler(struct trapvec_regs *, cookie)`, run by the dispatcher first; 0 for none.
     pub handler: u64,
     pub cookie: u64,
+    pub only: TrapvecTaskMatch,
+}
+
+/// `TRAPVEC_MATCH_*`: the fields a [`TrapvecTaskMatch`] tests.
+pub const TRAPVEC_MATCH_PID: u32 = 1 << 0;
+pub const TRAPVEC_MATCH_TGID: u32 = 1 << 1;
+pub const TRAPVEC_MATCH_COMM: u32 = 1 << 2;
+
+/// `struct trapvec_task_match`: a dispatch entry's task predicate; a trap of a task that does
+/// not match goes to `skip`, uncounted, without the handler.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecTaskMatch {
+    /// `TRAPVEC_MATCH_*` bits; 0: every task.
+    pub r#match: u32,
+    pub pid: u32,
+    pub tgid: u32,
+    pub pad: u32,
+    pub skip: u64,
+    pub comm: [u8; 16],
+}
+
+impl TrapvecTaskMatch {
+    /// The ABI form of a predicate (all zero for none).
+    pub fn of(m: Option<&crate::predicate::TaskMatch>) -> TrapvecTaskMatch {
+        let Some(m) = m else { return TrapvecTaskMatch::default() };
+        let bit = |present: bool, b: u32| if present { b } else { 0 };
+        TrapvecTaskMatch {
+            r#match: bit(m.pid.is_some(), TRAPVEC_MATCH_PID) | bit(m.tgid.is_some(), TRAPVEC_MATCH_TGID) | bit(m.comm.is_some(), TRAPVEC_MATCH_COMM),
+            pid: m.pid.unwrap_or(0),
+            tgid: m.tgid.unwrap_or(0),
+            pad: 0,
+            skip: m.skip,
+            comm: m.comm.unwrap_or([0; 16]),
+        }
+    }
+
+    /// The predicate this ABI form holds (`None` without match bits).
+    pub fn to_match(&self) -> Option<crate::predicate::TaskMatch> {
+        let has = |b: u32| self.r#match & b != 0;
+        (self.r#match != 0).then(|| crate::predicate::TaskMatch {
+            pid: has(TRAPVEC_MATCH_PID).then_some(self.pid),
+            tgid: has(TRAPVEC_MATCH_TGID).then_some(self.tgid),
+            comm: has(TRAPVEC_MATCH_COMM).then_some(self.comm),
+            skip: self.skip,
+        })
+    }
 }
 
 /// `struct trapvec_dispatch_add`: all entries or none.
@@ -360,6 +414,7 @@ pub struct TrapvecListEntry {
     pub cookie: u64,
     pub hits: u64,
     pub missed: u64,
+    pub only: TrapvecTaskMatch,
 }
 
 /// `struct trapvec_list`: up to `capacity` entries (at most `TRAPVEC_BATCH_MAX`) ordered by
@@ -406,7 +461,7 @@ pub struct TrapvecState {
     pub generation: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 144);
+const _: () = assert!(core::mem::size_of::<TrapvecInfo>() == 168);
 const _: () = assert!(core::mem::size_of::<TrapvecRead>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecAlloc>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecWrite>() == 32);
@@ -414,11 +469,12 @@ const _: () = assert!(core::mem::size_of::<TrapvecBlock>() == 8);
 const _: () = assert!(core::mem::size_of::<TrapvecPatch>() == 48);
 const _: () = assert!(core::mem::size_of::<TrapvecCheck>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 56);
-const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 72);
+const _: () = assert!(core::mem::size_of::<TrapvecTaskMatch>() == 40);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchAdd>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchRemove>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
-const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 48);
+const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 88);
 const _: () = assert!(core::mem::size_of::<TrapvecList>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecQuiesce>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecState>() == 32);

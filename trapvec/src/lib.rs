@@ -17,6 +17,7 @@ pub mod error;
 pub mod fake;
 pub mod kernel;
 pub mod keyed;
+pub mod predicate;
 pub mod process;
 pub mod returns;
 pub mod target;

@@ -268,6 +268,9 @@ pub struct DispatchEntry {
     /// redirecting (only for backends with [`TargetInfo::dispatcher_runs_handlers`]); 0 for none.
     pub handler: u64,
     pub cookie: u64,
+    /// Only for tasks that match (kernel dispatcher, [`crate::predicate::TaskMatch`]); a
+    /// non-matching trap goes to its `skip`, uncounted, without the handler.
+    pub only: Option<crate::predicate::TaskMatch>,
 }
 
 /// Per-site counters kept by the trap dispatcher (kernel backend).
@@ -472,6 +475,13 @@ pub trait Target {
     /// The table of a live keyed count.
     fn key_counts(&self, _slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
         None
+    }
+
+    /// How code tests predicate `p` on the task running it ([`crate::predicate`]): the guard
+    /// the splicer puts in front of a trampoline. Refused (naming the field) where the target
+    /// has no such field.
+    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
+        Err(TargetError::Predicate { predicate: p.to_string(), reason: format!("task predicates are not supported on {}", self.info().description) })
     }
 }
 

@@ -64,7 +64,7 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     assert!(err.to_string().contains("sealed"), "{err}");
 
     let ppid = getppid();
-    let entry = DispatchEntry { site, dest: block.addr, handler: 0, cookie: 0 };
+    let entry = DispatchEntry { site, dest: block.addr, handler: 0, cookie: 0, only: None };
     t.add_dispatch(&[entry]).unwrap();
     let trap = TextPatch { addr: site, old: orig[5..7].to_vec(), new: TRAP_BYTES.to_vec() };
     t.patch_text(std::slice::from_ref(&trap)).unwrap();

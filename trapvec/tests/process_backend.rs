@@ -61,7 +61,7 @@ fn trap_redirects_through_dispatch_table_and_restores_bytes() {
     let before = t.read(f, 2).unwrap();
     assert_eq!(call(f), 42);
 
-    t.add_dispatch(&[DispatchEntry { site: f, dest: g, handler: 0, cookie: 0 }]).unwrap();
+    t.add_dispatch(&[DispatchEntry { site: f, dest: g, handler: 0, cookie: 0, only: None }]).unwrap();
     let patch = TextPatch { addr: f, old: before.clone(), new: TRAP_BYTES.to_vec() };
     t.patch_text(std::slice::from_ref(&patch)).unwrap();
     assert_eq!(t.read(f, 2).unwrap(), TRAP_BYTES);

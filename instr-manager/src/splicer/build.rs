@@ -7,6 +7,7 @@
 use component_manager::ComponentId;
 use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
 use trapvec::keyed::KeySlot;
+use trapvec::predicate::TaskMatch;
 use trapvec::returns::{ReturnConfig, ReturnSlot, DEFAULT_MAXACTIVE};
 use trapvec::TargetError;
 
@@ -15,7 +16,7 @@ use crate::analysis::liveness::is_lean_leaf;
 use crate::plan::Mechanism;
 use crate::trampoline::{
     emit_call_trampoline_with, emit_counting_replay, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes, trap_bytes,
-    CallTrampoline, ReplaceTrampoline, TrampolineOptions, REPLACE_STACK_WORDS,
+    CallTrampoline, GuardShape, ReplaceTrampoline, TrampolineOptions, REPLACE_STACK_WORDS,
 };
 
 use super::batch::BatchCache;
@@ -172,26 +173,39 @@ impl<T: Target> Splicer<T> {
             (None, Some(slot), _) => (Action::Call { handler: String::new(), cookie: slot.cookie }, slot.entry, None),
             (None, None, a) => (a.clone(), dest_fn, blocks.component),
         };
-        let (bytes, replay, dispatch) = match &action {
+        // A task predicate: tested by the kernel's dispatcher for the traps it handles (a
+        // non-matching trap goes to the replay), else by a guard in front of the trampoline.
+        let only = &r.options.only;
+        let in_dispatcher = trap && info.dispatcher_runs_handlers && info.dispatcher_counts_hits;
+        let guard_test = match only.is_empty() || in_dispatcher {
+            true => None,
+            false => Some(self.target.predicate_test(only).map_err(terr)?),
+        };
+        let guard = guard_test.as_ref().map(|test| GuardShape { test, red_zone: info.red_zone, keep_flags: !*flags_dead });
+        let base = match &guard {
+            Some(g) => code.addr + g.len(code.addr).map_err(refused)? as u64,
+            None => code.addr,
+        };
+        let (mut bytes, replay, mut dispatch) = match &action {
             Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
-                let replay = emit_replay(plan, code.addr).map_err(refused)?;
-                let d = DispatchEntry { site, dest: code.addr, handler: call_fn, cookie: *cookie };
-                (replay, Some(code.addr), Some(d))
+                let replay = emit_replay(plan, base).map_err(refused)?;
+                let d = DispatchEntry { site, dest: base, handler: call_fn, cookie: *cookie, only: None };
+                (replay, Some(base), Some(d))
             }
             Action::Call { cookie, .. } => {
-                let t = CallTrampoline { addr: code.addr, site, handler: call_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
+                let t = CallTrampoline { addr: base, site, handler: call_fn, cookie: *cookie, hits: data.addr, inflight: data.addr + 8 };
                 let (opts, lean) = self.trampoline_options(point.site, *flags_dead && blocks.ret.is_none(), call_fn, call_component, cache);
                 handler_range = lean;
                 let bytes = emit_call_trampoline_with(&t, plan, info, &opts).map_err(refused)?;
-                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0, only: None }))
             }
             Action::Count if trap && info.dispatcher_counts_hits => {
-                let replay = emit_replay(plan, code.addr).map_err(refused)?;
-                (replay, Some(code.addr), Some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+                let replay = emit_replay(plan, base).map_err(refused)?;
+                (replay, Some(base), Some(DispatchEntry { site, dest: base, handler: 0, cookie: 0, only: None }))
             }
             Action::Count => {
-                let bytes = emit_counting_replay(code.addr, data.addr, plan, info).map_err(refused)?;
-                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+                let bytes = emit_counting_replay(base, data.addr, plan, info).map_err(refused)?;
+                (bytes, None, trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0, only: None }))
             }
             Action::Time { .. } => unreachable!("a timer is a return point: its site runs the entry half"),
             Action::Replace { .. } => {
@@ -200,7 +214,7 @@ impl<T: Target> Splicer<T> {
                 let owned = self.target.replace_counter(code);
                 inflight = owned.map(|c| c.counter);
                 let t = ReplaceTrampoline {
-                    addr: code.addr,
+                    addr: base,
                     hits: data.addr,
                     inflight: owned.map_or(data.addr + 8, |c| c.counter),
                     dest: dest_fn,
@@ -208,11 +222,25 @@ impl<T: Target> Splicer<T> {
                 };
                 let mut bytes = emit_replace_trampoline(&t, REPLACE_STACK_WORDS).map_err(refused)?;
                 bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
-                let replay_at = code.addr + bytes.len() as u64;
+                let replay_at = base + bytes.len() as u64;
                 bytes.extend(emit_replay(plan, replay_at).map_err(refused)?);
-                (bytes, Some(replay_at), trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0 }))
+                (bytes, Some(replay_at), trap.then_some(DispatchEntry { site, dest: code.addr, handler: 0, cookie: 0, only: None }))
             }
         };
+        if let Some(g) = &guard {
+            let skip_at = base + bytes.len() as u64;
+            let mut all = g.emit(code.addr, skip_at).map_err(refused)?;
+            debug_assert_eq!(code.addr + all.len() as u64, base);
+            all.append(&mut bytes);
+            all.extend(g.emit_skip(plan, skip_at).map_err(refused)?);
+            bytes = all;
+            log::debug!("{at}: guard for {only} in front of the trampoline, skip path at {skip_at:#x}");
+        }
+        if let (false, Some(d)) = (only.is_empty() || guard.is_some(), dispatch.as_mut()) {
+            let skip = replay.unwrap_or(d.dest);
+            d.only = TaskMatch::of(only, skip).map_err(|reason| terr(TargetError::Predicate { predicate: only.to_string(), reason }))?;
+            log::debug!("{at}: the dispatcher tests {only}; other tasks go to {skip:#x}");
+        }
         if bytes.len() > code.size {
             let reason = "trampoline larger than its block".into();
             return Err(terr(TargetError::Block { addr: code.addr, offset: 0, len: bytes.len(), reason }));

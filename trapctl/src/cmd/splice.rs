@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 use instr_manager::splice::{SpliceOptions, When};
+use trapvec::predicate::Predicate;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
 use instr_manager::{Mechanism, UnknownMechanism};
@@ -37,6 +38,14 @@ in their registers there.
                   as missed. `trapctl list` shows the returns and the missed calls. Stack
                   traces of a task inside the function end at the module's return stub.
 
+  --pid N, --tgid N, --comm NAME
+                  a task predicate: the action runs only for tasks whose task->pid (a thread),
+                  task->tgid (a process) or task->comm (its name) match; with several, all
+                  must. Another task's hit runs no handler and is not counted: the trap
+                  dispatcher sends it straight to the displaced instructions, a jmp splice's
+                  guard (gs:current_task, a compare per field) does the same. With --return
+                  only the matching tasks' calls take instances.
+
 The mechanism is `trap` (int 0xF5, 2 bytes: any instruction boundary of a basic block) or `jmp`
 (jmp rel32 over 5 bytes, or jmp rel8 to a springboard in nearby padding). The point is checked
 before anything changes: an instruction boundary, no branch target inside the displaced window,
@@ -66,6 +75,28 @@ pub struct SpliceArgs {
     /// With --return: most calls in progress at once; more are counted as missed [default: 256].
     #[arg(long, value_name = "N", requires = "at_return")]
     pub maxactive: Option<u32>,
+    #[command(flatten)]
+    pub only: OnlyArgs,
+}
+
+/// A task predicate: the splice acts only for the tasks that match every option given.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OnlyArgs {
+    /// Only for the thread whose task->pid is N (a thread id; as `--tid`).
+    #[arg(long, value_name = "N")]
+    pub pid: Option<u32>,
+    /// Only for the threads of the process whose task->tgid is N (its process id).
+    #[arg(long, value_name = "N")]
+    pub tgid: Option<u32>,
+    /// Only for tasks named NAME (task->comm, at most 15 bytes, as `ps -o comm` shows it).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+}
+
+impl OnlyArgs {
+    pub fn predicate(&self) -> Predicate {
+        Predicate { tid: None, pid: self.pid, tgid: self.tgid, comm: self.comm.clone() }
+    }
 }
 
 /// Remove a splice.
@@ -130,7 +161,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: None };
+    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: None, only: args.only.predicate() };
     let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options })?;
     println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())

@@ -38,7 +38,8 @@ instance (--maxactive, default 256, or the pool of 4096) or its CPU already in t
 runtime is counted as missed. Output: first `timing FUNCTION at 0xSITE for N s (CLOCK clock)`
 once the timer is live, then the histogram and `FUNCTION: COUNT calls, mean ..., p50 ...,
 p99 ..., max ... (ns), missed M`. --json prints one JSON object instead of the histogram and the
-last line. Through trapd (when one runs) the timer is made, read and removed by three requests.")]
+last line. --pid, --tgid and --comm time only the calls of the tasks that match (see `trapctl
+splice --help`). Through trapd (when one runs) the timer is made, read and removed by three requests.")]
 pub struct Args {
     /// The function (its entry).
     pub function: String,
@@ -57,6 +58,9 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Time only the calls of some tasks.
+    #[command(flatten)]
+    pub only: super::splice::OnlyArgs,
 }
 
 /// What `--json` prints.
@@ -83,7 +87,7 @@ pub fn run(args: &Args) -> Result<()> {
         at: args.function.clone(),
         action: Action::Time { clock: args.clock },
         mechanism: args.mechanism,
-        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None },
+        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate() },
     };
     if client::is_listening(route::socket()) {
         // Through trapd: make, read (the listing's row carries the figures), remove.

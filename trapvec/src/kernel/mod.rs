@@ -30,7 +30,7 @@ use nix::errno::Errno;
 use thiserror::Error;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry, TrapvecTaskMatch,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
     TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
     TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
@@ -317,6 +317,8 @@ pub struct KernelTarget {
     code_size: u64,
     inflight_base: u64,
     replace_ret: u64,
+    /// Where code finds the running task's fields (INFO's `current_task` and offsets).
+    task: crate::predicate::TaskLayout,
 }
 
 impl KernelTarget {
@@ -370,7 +372,21 @@ impl KernelTarget {
             code_size: raw.code_size,
             inflight_base: raw.inflight_base,
             replace_ret: raw.replace_ret,
+            task: Self::task_layout(&raw),
         })
+    }
+
+    /// The running task's fields as INFO gives them: `gs:[current_task]`, then `pid`, `tgid`
+    /// (a thread id is the kernel's `pid`: `tid` reads it too) and `comm` at their offsets.
+    fn task_layout(raw: &TrapvecInfo) -> crate::predicate::TaskLayout {
+        let off = |o: u32| i32::try_from(o).ok();
+        crate::predicate::TaskLayout {
+            base: crate::predicate::TaskBase::CurrentTask { per_cpu: raw.current_task },
+            tid: off(raw.task_pid),
+            pid: off(raw.task_pid),
+            tgid: off(raw.task_tgid),
+            comm: off(raw.task_comm),
+        }
     }
 
     fn call(&self, req: Request<'_>) -> Result<(), Errno> {
@@ -457,7 +473,7 @@ impl KernelTarget {
             return Ok(all
                 .iter()
                 .map(|e| ListedEntry {
-                    entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie },
+                    entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: e.only.to_match() },
                     hits: TrapHits { hits: e.hits, missed: e.missed },
                 })
                 .collect());
@@ -697,7 +713,7 @@ impl Target for KernelTarget {
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let abi: Vec<TrapvecDispatchEntry> = entries
             .iter()
-            .map(|e| TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie })
+            .map(|e| TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: TrapvecTaskMatch::of(e.only.as_ref()) })
             .collect();
         let mut arg = TrapvecDispatchAdd::default();
         self.call(Request::DispatchAdd { arg: &mut arg, entries: &abi }).map_err(|errno| {
@@ -744,6 +760,16 @@ impl Target for KernelTarget {
     /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
     fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
         self.precheck_site(addr, len).map_err(|reason| TargetError::SiteRefused { addr, reason })
+    }
+
+    /// A guard reads `gs:[current_task]` and compares the task's fields.
+    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
+        if let (Some(t), Some(pid)) = (p.tid, p.pid) {
+            if t != pid {
+                return Err(TargetError::Predicate { predicate: p.to_string(), reason: "in the kernel tid and pid both name task->pid".into() });
+            }
+        }
+        self.task.test(p, |f| format!("trapvec.ko gives no offset of `{f}`")).map_err(|reason| TargetError::Predicate { predicate: p.to_string(), reason })
     }
 
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {

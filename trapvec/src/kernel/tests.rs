@@ -587,8 +587,8 @@ fn a_dispatch_error_names_the_failing_site() {
         m.fail.insert("DISPATCH_ADD", (Errno::EEXIST, 1));
     });
     let entries = [
-        DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0 },
-        DispatchEntry { site: TEXT + 9, dest: CODE_ARENA, handler: 0, cookie: 0 },
+        DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0, only: None },
+        DispatchEntry { site: TEXT + 9, dest: CODE_ARENA, handler: 0, cookie: 0, only: None },
     ];
     let err = target.add_dispatch(&entries).unwrap_err();
     assert!(
@@ -612,7 +612,7 @@ fn removing_an_unknown_site_names_it() {
 #[test]
 fn trap_hits_reads_counters_and_none_for_a_site_without_entry() {
     let (mut target, m, _g) = target_with(|_| {});
-    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: CODE_ARENA + 32, cookie: 7 };
+    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: CODE_ARENA + 32, cookie: 7, only: None };
     target.add_dispatch(&[entry]).unwrap();
     m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().hits = 1200;
     m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().missed = 100;
@@ -623,7 +623,7 @@ fn trap_hits_reads_counters_and_none_for_a_site_without_entry() {
 #[test]
 fn list_asks_again_when_entries_were_added_meanwhile() {
     let (mut target, m, _g) = target_with(|m| m.list_grows_by = 3);
-    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 9 };
+    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 9, only: None };
     target.add_dispatch(&[entry]).unwrap();
     let listed = target.list().unwrap();
     assert_eq!(listed.len(), 4);
@@ -764,7 +764,7 @@ fn target_check_site_is_the_precheck_with_the_refusal_and_address() {
 #[test]
 fn dispatch_entries_are_the_modules_list() {
     let (mut target, _m, _g) = target_with(|_| {});
-    let e = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 3 };
+    let e = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 3, only: None };
     target.add_dispatch(&[e]).unwrap();
     assert_eq!(target.dispatch_entries().unwrap().unwrap(), vec![e]);
 }

@@ -4,6 +4,7 @@
 //!   thread-scan handler (everything that runs in signal context);
 //! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
 //! - [`keyed`]: keyed counts (hits by thread or CPU);
+//! - `tcb`: where the thread id lies in a thread's control block (task predicates);
 //! - [`returns`]: the return runtime (return points and timers: stubs, instances, unwind data);
 //! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
 //! - [`scan`]: finding out whether another thread is executing in given ranges;
@@ -31,6 +32,7 @@ mod scan;
 pub(crate) mod signal;
 mod symbols;
 mod sys;
+mod tcb;
 mod text;
 
 pub use signal::{parse_scan_signal, SignalError};
@@ -146,6 +148,15 @@ impl Target for ProcessTarget {
 
     fn key_counts(&self, slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
         keyed::counts(slot)
+    }
+
+    /// `tid` only: the guard compares `dword fs:[offset]` (the control block's thread id).
+    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
+        let err = |reason: String| TargetError::Predicate { predicate: p.to_string(), reason };
+        let layout = tcb::layout().map_err(err)?;
+        layout
+            .test(p, |f| format!("`{f}` names a kernel task's field; in a process a predicate names a thread with `tid`"))
+            .map_err(err)
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
