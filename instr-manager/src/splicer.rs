@@ -74,6 +74,8 @@ pub enum SpliceError {
     ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
     #[error("{at}: a return point needs the function's entry (the return address on top of the stack), but {site:#x} is {offset:#x} bytes into {function}")]
     ReturnNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    #[error("{at}: {reason}")]
+    BadPredicate { at: String, reason: String },
     #[error("{at}: the site {site:#x} is already spliced (by {other})")]
     AlreadySpliced { at: String, site: u64, other: String },
     #[error("{at}")]

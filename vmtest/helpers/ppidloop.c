@@ -3,13 +3,15 @@
  * ppidloop - call getppid() in a loop on every CPU, for trapvec's preemption stress test
  * (built `cc -static -O2` by vmtest).
  *
- *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l] [-s]
+ *   ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-g GOFILE] [-m] [-l] [-s]
  *
  * Starts THREADS threads (default 1), thread i pinned to CPU i modulo the CPUs there are; each
  * calls getppid() and checks the answer. With -n each thread makes exactly CALLS calls; with
  * -f each runs until STOPFILE exists (looked at every 1024 calls). -l: at nice 19, so that
  * everything else preempts the threads wherever they are (busybox has no nice). -s: call
- * getsid(0) instead (the springboard test splices __x64_sys_getsid). Then prints
+ * getsid(0) instead (the springboard test splices __x64_sys_getsid). -g: wait until GOFILE
+ * exists before the first call (a scenario learns the pid, then splices for it). -m: make the
+ * calls in the main thread (one worker, whose thread id is the process id). Then prints
  *
  *   CALLS=<every call made> WRONG=<answers that were not the parent's pid (the session's id)>
  *
@@ -41,10 +43,12 @@ static long want_calls = -1;	/* -n; -1: until the stop file exists */
 static const char *stop_file;
 static pid_t parent;		/* the right answer: getppid(), or getsid(0) with -s */
 static long sysno = SYS_getppid;
+static const char *go_file;	/* -g */
+static int in_main;		/* -m */
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-l] [-s]\n");
+	fprintf(stderr, "usage: ppidloop [-t THREADS] [-n CALLS] [-f STOPFILE] [-g GOFILE] [-m] [-l] [-s]\n");
 	exit(2);
 }
 
@@ -87,7 +91,7 @@ int main(int argc, char **argv)
 	long threads = 1, calls = 1, wrong = 0, cpus, i;
 	int c;
 
-	while ((c = getopt(argc, argv, "t:n:f:ls")) != -1) {
+	while ((c = getopt(argc, argv, "t:n:f:g:mls")) != -1) {
 		switch (c) {
 		case 's':
 			sysno = SYS_getsid;
@@ -109,13 +113,30 @@ int main(int argc, char **argv)
 		case 'f':
 			stop_file = optarg;
 			break;
+		case 'g':
+			go_file = optarg;
+			break;
+		case 'm':
+			in_main = 1;
+			break;
 		default:
 			usage();
 		}
 	}
-	if (optind != argc || threads > MAX_THREADS || (want_calls < 0) == !stop_file)
+	if (optind != argc || threads > MAX_THREADS || (want_calls < 0) == !stop_file ||
+	    (in_main && threads != 1))
 		usage();
+	while (go_file && access(go_file, F_OK))
+		usleep(1000);
 	parent = syscall(sysno, 0);
+	if (in_main) {
+		workers[0].cpu = 0;
+		work(&workers[0]);
+		calls += workers[0].calls;
+		wrong += workers[0].wrong;
+		printf("CALLS=%ld WRONG=%ld\n", calls, wrong);
+		return wrong ? 1 : 0;
+	}
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus < 1)
 		cpus = 1;

@@ -167,6 +167,9 @@ impl<T: Target> Splicer<T> {
                 return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other });
             }
         }
+        // A predicate's fields are checked before anything is allocated (the spec's form checks
+        // them too; a request built in code comes here unchecked).
+        r.options.only.check().map_err(|reason| SpliceError::BadPredicate { at: at.to_string(), reason })?;
         // A replacement takes over the whole call, and a return point takes the return address
         // from the top of the stack: both need the function's entry.
         if matches!(r.action, Action::Replace { .. }) || r.at_return() {

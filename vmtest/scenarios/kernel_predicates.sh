@@ -1,0 +1,101 @@
+#!/bin/sh
+# Task predicates in the kernel (issue 12, item 3). Two processes make an exact number of
+# getppid() calls each (/bin/ppidloop -m: all in the main thread, after a go file appears, so
+# the scenario knows their pids before the first call; the second runs as /tmp/otherloop, a
+# copy, so its comm differs), and splices with a predicate count only the one they name:
+#  1. --tgid A, a count, by trap (the dispatcher tests the task) and by jmp (a guard in the
+#     trampoline reads gs:current_task);
+#  2. --comm otherloop, a counting return point, trap and jmp;
+#  3. --pid A, a return point with a handler (components/rpret.c), trap and jmp: the handler
+#     runs once per call of A and sees each return value;
+#  4. --tgid B --comm ppidloop: nobody is both, nothing is counted;
+#  5. a name the kernel cannot hold is refused, nothing changes.
+# Prints KEY=value lines that vmtest/tests/kernel_predicates.rs checks.
+set -u
+
+. /lib/scenario.sh
+
+squash() {
+	tr -d '\n '
+}
+
+# `start BIN CALLS`: BIN waits for /tmp/go, then makes CALLS calls (output in /tmp/out.PID);
+# returns once BIN is exec'd (its comm is its name), with its pid in $started.
+start() {
+	"$1" -m -g /tmp/go -n "$2" > /tmp/out.tmp &
+	started=$!
+	until [ "$(cat /proc/$started/comm 2>/dev/null)" = "${1##*/}" ]; do :; done
+}
+
+# `both NAME_A NAME_B`: start A (3000 calls) and B (2000), pids in $a and $b.
+both() {
+	rm -f /tmp/go
+	start /bin/ppidloop 3000
+	a=$started
+	mv /tmp/out.tmp /tmp/out.a
+	start /tmp/otherloop 2000
+	b=$started
+	mv /tmp/out.tmp /tmp/out.b
+}
+
+# `run KEY`: let both go, wait, print their lines as KEY_A and KEY_B.
+run() {
+	touch /tmp/go
+	wait $a
+	wait $b
+	echo "${1}_A=$(cat /tmp/out.a)"
+	echo "${1}_B=$(cat /tmp/out.b)"
+}
+
+grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
+cp /bin/ppidloop /tmp/otherloop || exit 10
+
+# --- 1. --tgid A: a count.
+for mech in trap jmp; do
+	both
+	echo "TGID_SPLICE_$mech=$(trapctl splice __x64_sys_getppid --count --mechanism $mech --tgid $a 2>&1)"
+	run "TGID_$mech"
+	echo "TGID_LIST_$mech=$(trapctl list --json | squash)"
+	trapctl unsplice __x64_sys_getppid > /dev/null || exit 11
+done
+
+# --- 2. --comm otherloop: a counting return point.
+for mech in trap jmp; do
+	both
+	echo "COMM_SPLICE_$mech=$(trapctl splice __x64_sys_getppid --return --count --mechanism $mech --comm otherloop 2>&1)"
+	run "COMM_$mech"
+	echo "COMM_LIST_$mech=$(trapctl list --json | squash)"
+	trapctl unsplice __x64_sys_getppid > /dev/null || exit 12
+done
+
+# --- 3. --pid A: a return handler.
+trapctl load /components/rpret.o > /dev/null || exit 13
+trapctl set rpret_want $$ > /dev/null || exit 13
+echo "SHELL_PID=$$"
+for mech in trap jmp; do
+	both
+	echo "PID_BEFORE_$mech=$(trapctl get rpret_calls) $(trapctl get rpret_match)"
+	echo "PID_SPLICE_$mech=$(trapctl splice __x64_sys_getppid --return --call rpret_getppid --mechanism $mech --pid $a 2>&1)"
+	run "PID_$mech"
+	echo "PID_AFTER_$mech=$(trapctl get rpret_calls) $(trapctl get rpret_match)"
+	echo "PID_LIST_$mech=$(trapctl list --json | squash)"
+	trapctl unsplice __x64_sys_getppid > /dev/null || exit 14
+done
+trapctl unload rpret > /dev/null || exit 15
+
+# --- 4. Every field must match: B is not named ppidloop.
+both
+echo "NONE_SPLICE=$(trapctl splice __x64_sys_getppid --count --mechanism jmp --tgid $b --comm ppidloop 2>&1)"
+run "NONE"
+echo "NONE_LIST=$(trapctl list --json | squash)"
+trapctl unsplice __x64_sys_getppid > /dev/null || exit 16
+
+# --- 5. Bad input changes nothing.
+echo "BAD_BYTES_BEFORE=$(trapctl read __x64_sys_getppid 16 | cut -d: -f2)"
+bad=$(trapctl splice __x64_sys_getppid --count --comm systemd-journald 2>&1)
+echo "BAD_COMM=$bad rc=$?"
+echo "BAD_BYTES_AFTER=$(trapctl read __x64_sys_getppid 16 | cut -d: -f2)"
+echo "BAD_LIST=$(trapctl list --json | squash)"
+
+rmmod trapvec || exit 17
+echo "PREDICATES=done"
