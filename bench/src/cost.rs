@@ -241,6 +241,18 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         let _s = session.splice_call("bench_short", &comp, "empty_handler", Jmp)?;
         timing::measure(rounds, iters, call_short)
     };
+    // A predicate that never matches (no thread has id u32::MAX): the guard's compare and the
+    // replay, what every other thread pays for a splice made for one thread.
+    let skipped = {
+        let mut req = instr_manager::splicer::SpliceRequest::new(
+            "bench_target",
+            instr_manager::splicer::Action::Call { handler: "empty_handler".into(), cookie: 0 },
+            Jmp,
+        );
+        req.options.only = trapvec::predicate::Predicate { tid: Some(u32::MAX), ..Default::default() };
+        let _s = session.splice_request(req, Some(&comp))?;
+        timing::measure(rounds, iters, call)
+    };
     // Return points: the entry half (a jmp call splice into the runtime) and the return through
     // the instance's stub; a timer adds a clock read at each end.
     let returns = {
@@ -312,6 +324,7 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         row("jmp_rel32", "jmp splice hit (jmp rel32, call, empty handler)", jmp),
         row("short_unpatched", "unpatched call of a 3-byte function", short_plain),
         row("jmp_springboard", "jmp splice hit there (jmp rel8 + springboard)", springboard),
+        row("jmp_skip", "jmp splice hit by a thread its predicate excludes", skipped),
         row("jmp_return", "return point hit by jmp (entry + stub)", returns),
         row("jmp_timer", "timer hit by jmp (return point + 2 clocks)", timer),
         row("trap", "trap splice hit (int 0xf5, call, empty handler)", timing::stats(trap_r)),

@@ -18,6 +18,7 @@ pub struct SpliceRow {
     /// The site's offset in `function`.
     pub offset: u64,
     pub mechanism: String,
+    /// The action as text, with its task predicate: `count (only tgid 42)`.
     pub action: String,
     /// The handler or replacement, if any.
     pub symbol: Option<String>,
@@ -44,7 +45,10 @@ impl SpliceRow {
             function: s.point.function.name.clone(),
             offset: s.point.site - s.point.function.addr,
             mechanism: s.plan.mechanism.to_string(),
-            action: s.request.action.to_string(),
+            action: match s.request.options.only.is_empty() {
+                true => s.request.action.to_string(),
+                false => format!("{} (only {})", s.request.action, s.request.options.only),
+            },
             symbol: s.request.action.symbol().map(str::to_string),
             displaced: s.plan.displaced_text.to_string(),
             hits: hits.hits,
