@@ -174,6 +174,25 @@ fn reads_are_answered_without_journaling_and_splice_requests_round_trip() {
 }
 
 #[test]
+fn a_splice_request_with_a_task_predicate_reaches_the_dispatch_entry_and_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut d = start(&k, &dir.path().join("journal"));
+    let req: Request = serde_json::from_str(r#"{"op":"splice","at":"f2","action":"count","tgid":42,"comm":"nginx"}"#).unwrap();
+    let r = d.handle(req);
+    assert_eq!(r["action"], json!("count (only tgid 42, comm nginx)"), "{r}");
+    let site = func("f2") + 5;
+    let e = k.state().dispatch[&site];
+    let only = e.only.expect("the dispatcher tests the task");
+    assert_eq!((only.pid, only.tgid, only.skip), (None, Some(42), e.dest));
+    assert_eq!(&only.comm.unwrap()[..6], b"nginx\0");
+    let bad: Request = serde_json::from_str(r#"{"op":"splice","at":"f3","action":"count","comm":"a-very-long-name"}"#).unwrap_or(Request::Status);
+    assert!(matches!(bad, Request::Status), "a bad name is refused when the request is read");
+    assert_eq!(d.handle(Request::Unsplice { at: Some("f2".into()), all: false })["ok"], json!(true));
+    assert!(k.pristine());
+}
+
+#[test]
 fn journal_profile_whose_splices_are_gone_is_dropped_and_the_initial_profile_applies() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
