@@ -10,6 +10,9 @@
 #     handler through a register-saving trampoline; a kprobe from kprobe_events (int3, jump
 #     optimization off) with its trace event enabled and tracing off (its handler runs, the ring
 #     buffer takes no record). The hit cost is the time per call minus the unspliced time.
+#  1a. Predicates (issue 12): the same count by trap and empty call by jmp, with a predicate
+#     no task matches (--tgid 999999): what every other task pays for a splice made for one
+#     (the dispatcher's test and the replay; the jmp guard's test and the replay).
 #  1b. Return points (issue 12), on the same function: a trap return point that only counts
 #     returns, a timer (wall clock), and a kretprobe from kprobe_events with its trace event
 #     enabled and tracing off, each timed the same way in rounds of their own (with their own
@@ -57,6 +60,16 @@ measure() {
 		best
 		trapctl unsplice "$point" > /dev/null
 		;;
+	trap_skip)
+		trapctl splice "$point" --count --tgid 999999 > /dev/null
+		best
+		trapctl unsplice "$point" > /dev/null
+		;;
+	jmp_skip)
+		trapctl splice "$point" --call empty_handler --mechanism jmp --tgid 999999 > /dev/null
+		best
+		trapctl unsplice "$point" > /dev/null
+		;;
 	ret_count)
 		trapctl splice __x64_sys_getppid --return --count > /dev/null
 		best
@@ -93,7 +106,7 @@ echo 0 > $tracing/tracing_on
 
 # Rounds over every configuration in turn, so that a slow phase of the host hits them all; the
 # figure of a configuration is its fastest round.
-fastest_rounds BENCH_ROUND "base trap_count trap_empty jmp_empty kprobe"
+fastest_rounds BENCH_ROUND "base trap_count trap_empty jmp_empty kprobe trap_skip jmp_skip"
 echo > $tracing/kprobe_events
 base=$min_base
 trap_count=$min_trap_count
@@ -105,6 +118,12 @@ echo "BENCH_TRAP_COUNT_NS=$trap_count"
 echo "BENCH_TRAP_EMPTY_NS=$trap_empty"
 echo "BENCH_JMP_EMPTY_NS=$jmp_empty"
 echo "BENCH_KPROBE_NS=$kprobe"
+echo "BENCH_TRAP_SKIP_NS=$min_trap_skip"
+echo "BENCH_JMP_SKIP_NS=$min_jmp_skip"
+awk -v b="$base" -v c="$trap_count" -v j="$jmp_empty" -v ts="$min_trap_skip" -v js="$min_jmp_skip" 'BEGIN {
+	printf "BENCH_SKIP_HIT_NS trap_skip=%d jmp_skip=%d\n", ts - b, js - b
+	printf "BENCH_RATIO_TRAP_SKIP_TO_TRAP_COUNT=%.2f\n", (ts - b) / (c - b)
+}'
 
 awk -v b="$base" -v c="$trap_count" -v t="$trap_empty" -v j="$jmp_empty" -v k="$kprobe" 'BEGIN {
 	printf "BENCH_HIT_NS trap_count=%d trap_empty=%d jmp_empty=%d kprobe=%d\n", c - b, t - b, j - b, k - b

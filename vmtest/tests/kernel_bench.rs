@@ -17,6 +17,8 @@ fn kernel_benchmark_prints_hit_costs_and_batch_times() {
         "BENCH_TRAP_EMPTY_NS",
         "BENCH_JMP_EMPTY_NS",
         "BENCH_KPROBE_NS",
+        "BENCH_TRAP_SKIP_NS",
+        "BENCH_JMP_SKIP_NS",
         "BENCH_RET_BASE_NS",
         "BENCH_RET_COUNT_NS",
         "BENCH_RET_TIME_NS",
@@ -25,7 +27,7 @@ fn kernel_benchmark_prints_hit_costs_and_batch_times() {
         assert!(run.number(key) > 0, "{key}");
     }
     assert_eq!(run.number("BENCH_BATCH_POINTS"), 1000);
-    for line in ["BENCH_HIT_NS", "BENCH_RET_HIT_NS", "BENCH_BATCH_TRAPVEC_MS", "BENCH_BATCH_KPROBES_MS"] {
+    for line in ["BENCH_HIT_NS", "BENCH_SKIP_HIT_NS", "BENCH_RET_HIT_NS", "BENCH_BATCH_TRAPVEC_MS", "BENCH_BATCH_KPROBES_MS"] {
         assert!(run.stdout.lines().any(|l| l.starts_with(line)), "{line} printed");
     }
     for key in [
