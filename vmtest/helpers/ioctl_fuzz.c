@@ -308,6 +308,16 @@ static void fuzz_dispatch_add(void)
 		e[i].dest = below(2) ? info0.code_base + below(info0.code_size) : kaddr();
 		e[i].handler = below(2) ? 0 : kaddr();
 		e[i].cookie = rnd();
+		/* A task predicate: valid bits or noise, a skip in the arena or anywhere. */
+		memset(&e[i].only, 0, sizeof(e[i].only));
+		if (below(2)) {
+			e[i].only.match = below(2) ? (uint32_t)below(8) : (uint32_t)rnd();
+			e[i].only.pid = (uint32_t)rnd();
+			e[i].only.tgid = (uint32_t)rnd();
+			e[i].only.pad = below(4) ? 0 : (uint32_t)rnd();
+			e[i].only.skip = below(2) ? info0.code_base + below(info0.code_size) : kaddr();
+			fill_noise(e[i].only.comm, sizeof(e[i].only.comm));
+		}
 	}
 	a.entries = below(6) ? (uint64_t)(uintptr_t)e : user_ptr();
 	a.count = below(6) ? n : (uint32_t)amount(1 << 20);
