@@ -63,6 +63,7 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_return_add) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_return_remove) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_return_stats) != 576);
+	/* Keyed counts (ABI 6). */
 	BUILD_BUG_ON(sizeof(struct trapvec_key_add) != 32);
 	BUILD_BUG_ON(sizeof(struct trapvec_key_remove) != 8);
 	BUILD_BUG_ON(sizeof(struct trapvec_key_entry) != 24);

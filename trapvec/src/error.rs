@@ -35,6 +35,8 @@ pub enum TargetError {
     Os { what: String, #[source] source: std::io::Error },
     #[error("return point {what}: {reason}")]
     ReturnPoint { what: String, reason: String },
+    #[error("keyed count {what}: {reason}")]
+    KeyedCount { what: String, reason: String },
     #[error("{what} are not supported on {target}")]
     Unsupported { what: &'static str, target: String },
     #[error("{0}")]
