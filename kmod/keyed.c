@@ -233,6 +233,7 @@ int trapvec_keys_remove(struct trapvec_key_remove *req)
 		return -ENOENT;
 	/* New generation: a routine that still holds the old cookie counts nothing. */
 	WRITE_ONCE(s->gen, s->gen + 1);
+	/* Release: the generation before the state, for a CPU that reads the state first. */
 	smp_store_release(&s->state, SLOT_FREE);
 	/* No CPU is still in the routine for this slot (it runs with preemption off). */
 	synchronize_rcu();
