@@ -44,12 +44,16 @@ for mech in trap jmp; do
 	echo "COMM_${mech}_RC=$?"
 	echo "COMM_${mech}=$(sed 1d /tmp/comm_$mech | squash)"
 done
-# The text form, once: the top keys as bpftrace prints them.
-trapctl count $fn --by comm --top 2 --seconds 4 > /tmp/comm_text &
+# The text form, once: the top key as bpftrace prints it, the rest summed, the totals line.
+trapctl count $fn --by comm --top 1 --seconds 5 > /tmp/comm_text &
 cp=$!
 counting /tmp/comm_text
-/bin/getppid_a -n 300 > /dev/null
+/bin/getppid_a -n 300 > /dev/null &
+pa=$!
+/bin/getppid_b -n 200 > /dev/null
+wait $pa
 wait $cp
+cat /tmp/comm_text
 echo "COMM_TEXT=$(sed 1d /tmp/comm_text | tr '\n' '|')"
 
 # --- 2. By pid (trap), then by tgid (jmp): a ppidloop's main thread makes the first call, its

@@ -236,7 +236,7 @@ fn render(counts: &KeyCounts, top: usize) -> String {
     let rest = counts.keys.iter().skip(top);
     let (n, sum) = rest.fold((0usize, 0u64), |(n, s), k| (n + 1, s + k.count));
     if n > 0 {
-        let _ = writeln!(out, "@[...]: {sum} ({n} more keys)");
+        let _ = writeln!(out, "@[...]: {sum} ({n} more key{})", if n == 1 { "" } else { "s" });
     }
     if counts.overflow > 0 {
         let _ = writeln!(out, "@[overflow]: {}", counts.overflow);
@@ -256,6 +256,11 @@ mod tests {
     #[test]
     fn render_prints_the_top_keys_most_first_then_the_rest_and_the_overflow() {
         assert_eq!(render(&counts(), 2), "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[...]: 5 (2 more keys)\n@[overflow]: 3\n");
+    }
+
+    #[test]
+    fn render_names_one_key_left_out_in_the_singular() {
+        assert!(render(&counts(), 3).contains("@[...]: 1 (1 more key)\n"));
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct SpliceArgs {
     #[arg(long, value_name = "N", requires = "at_return")]
     pub maxactive: Option<u32>,
     /// With --count: count by pid (= tid), tgid, comm or cpu (`trapctl list` shows the table).
-    #[arg(long, value_name = "KEY", requires = "count", conflicts_with = "at_return")]
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["call", "replace", "at_return"])]
     pub by: Option<trapvec::keyed::KeyBy>,
 }
 
