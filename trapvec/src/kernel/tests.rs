@@ -862,10 +862,10 @@ fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() 
     use crate::keyed::KeyBy;
     let (mut target, module, _g) = target_with(|_| {});
     let mut sent = Vec::new();
-    for (i, by) in [KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu].into_iter().enumerate() {
+    for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu]) {
         let slot = target.key_slot(by).unwrap();
-        assert_eq!((slot.index, slot.entry, slot.cookie), (i as u32, KEY_ENTRY, 5 << 32 | i as u64));
-        sent.push(module.borrow().keys[i].0.by);
+        assert_eq!((slot.index, slot.entry, slot.cookie), (i, KEY_ENTRY, 5 << 32 | u64::from(i)));
+        sent.push(module.borrow().keys[i as usize].0.by);
     }
     assert_eq!(sent, [TRAPVEC_KEY_PID, TRAPVEC_KEY_PID, TRAPVEC_KEY_TGID, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU]);
 }
