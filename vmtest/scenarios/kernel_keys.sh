@@ -9,6 +9,8 @@
 #  4. through trapd: the same count by requests (trapd's list rows carry the table);
 #  5. cost: a keyed count's hit beside a plain count's (fastest of 5 rounds, emulated: ratio);
 #  6. every byte of __x64_sys_getppid back, and the module unloads (no slot pins it).
+# First, raw requests (/files/tvraw keys): unknown keys refused, all 64 slots and one more
+# (ENOSPC), the module's reference on itself while slots live, stale slots refused, all freed.
 # Prints KEY=value lines that vmtest/tests/kernel_keys.rs checks (JSON squashed to one line);
 # vmtest fails the run on any oops or warning.
 set -u
@@ -26,6 +28,7 @@ counting() {
 
 fn=__x64_sys_getppid
 grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
+echo "RAW_KEYS=$(/files/tvraw keys)"
 cp /bin/ppidloop /bin/getppid_a && cp /bin/ppidloop /bin/getppid_b || exit 11
 trapctl read $fn > /tmp/before.hex || exit 12
 

@@ -4,9 +4,11 @@
 //! cpu` the exact total over the CPUs; 600 short-lived pids over two CPUs' tables of 256 keys
 //! overflow, and the keys and the overflow still add up to the hits; every byte of the function
 //! comes back and no slot keeps the module loaded (vmtest fails the run on any oops or WARNING).
+//! Raw requests first: unknown keys, the 64-slot bound, stale slots, the module's reference on
+//! itself while a slot lives.
 
 use serde_json::Value;
-use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
+use vmtest::testing::{build_trapd, can_boot, tvraw, Run, Scenario};
 
 /// Keys per CPU per keyed count (`TRAPVEC_KEY_TABLE`), and the guest's CPUs.
 const TABLE: u64 = 256;
@@ -59,9 +61,20 @@ fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() 
         return;
     }
     let trapd = build_trapd();
-    let run = Scenario::named("kernel_keys.sh").file(&trapd).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
+    let dir = tempfile::tempdir().unwrap();
+    let run = Scenario::named("kernel_keys.sh").file(&trapd).file(tvraw(dir.path())).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("KEYS"), "done");
+
+    // 0. Raw requests: refusals with their errnos, the slots' bound, the module pinned while a
+    // slot lives (the open device is the other reference), nothing left.
+    let raw = run.expect("RAW_KEYS");
+    for word in [
+        "bad_by0=-22", "bad_by5=-22", "taken=64", "full=-28", "refcnt_held=2", "stats=0", "by=4", "count=0",
+        "hits=0", "stale_stats=-2", "removed=64", "twice=-2", "out_of_range=-2", "refcnt_after=1",
+    ] {
+        assert!(raw.split_whitespace().any(|w| w == word), "RAW_KEYS has no {word}: {raw}");
+    }
 
     // 1. By comm, both mechanisms: each program's row is exactly its calls.
     for mech in ["trap", "jmp"] {
