@@ -4,8 +4,8 @@
  * @[comm] = count(), see trapvec_abi.h).
  *
  * TRAPVEC_KEY_SLOTS slots, one per keyed count: what it counts by, a generation, and a table of
- * TRAPVEC_KEY_TABLE entries per CPU (allocated when the slot is first used and kept until
- * unload, zeroed when the slot is taken again, so that no stray reader meets freed memory).
+ * TRAPVEC_KEY_TABLE entries per CPU (allocated, zeroed, by KEY_ADD; freed by KEY_REMOVE once
+ * no CPU can be counting into it).
  *
  * Context. trapvec_key_entry() is a call handler: the dispatcher runs it with interrupts off
  * (trap splices), a call trampoline in the hit's own context with interrupts and preemption as
@@ -25,8 +25,9 @@
  * Lifetime. The splicer removes a keyed count's splice, waits for quiescence (QUIESCE: no CPU
  * or task is in the trampoline or the routine), then gives the slot back (KEY_REMOVE), which
  * also waits for an RCU grace period (the routine runs with preemption off) so that a CPU
- * still counting for a removed slot is done before the table is zeroed for another. The module
- * holds a reference on itself while any slot lives (rmmod says "in use").
+ * still counting for a removed slot is done before its table is freed; a routine that starts
+ * later sees the slot free and touches nothing. The module holds a reference on itself while
+ * any slot lives (rmmod says "in use").
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -186,18 +187,11 @@ int trapvec_keys_add(struct trapvec_key_add *req)
 	}
 	if (!s)
 		return -ENOSPC;
-	if (!s->pcpu) {
-		s->pcpu = alloc_percpu(struct trapvec_key_pcpu);
-		if (!s->pcpu)
-			return -ENOMEM;
-		trapvec_mem_got(TRAPVEC_MEM_ENTRY, sizeof(struct trapvec_key_pcpu) * num_possible_cpus());
-	} else {
-		int cpu;
-
-		/* Nothing writes a free slot's table: KEY_REMOVE waited for the last writers. */
-		for_each_possible_cpu(cpu)
-			memset(per_cpu_ptr(s->pcpu, cpu), 0, sizeof(struct trapvec_key_pcpu));
-	}
+	/* Zeroed: every entry FREE, every count 0. */
+	s->pcpu = alloc_percpu(struct trapvec_key_pcpu);
+	if (!s->pcpu)
+		return -ENOMEM;
+	trapvec_mem_got(TRAPVEC_MEM_ENTRY, sizeof(struct trapvec_key_pcpu) * num_possible_cpus());
 	s->gen++;
 	s->by = req->by;
 	/* The fields above before a CPU may see the slot live. */
@@ -211,6 +205,15 @@ int trapvec_keys_add(struct trapvec_key_add *req)
 	req->entry_cookie = ((u64)s->gen << 32) | i;
 	pr_debug("keys: slot %u generation %u by %u\n", i, s->gen, req->by);
 	return 0;
+}
+
+static void trapvec_key_free_table(struct trapvec_key_slot *s)
+{
+	if (!s->pcpu)
+		return;
+	free_percpu(s->pcpu);
+	trapvec_mem_put(TRAPVEC_MEM_ENTRY, sizeof(struct trapvec_key_pcpu) * num_possible_cpus());
+	s->pcpu = NULL;
 }
 
 static struct trapvec_key_slot *trapvec_key_slot_of(u32 slot, u32 gen)
@@ -237,6 +240,7 @@ int trapvec_keys_remove(struct trapvec_key_remove *req)
 	smp_store_release(&s->state, SLOT_FREE);
 	/* No CPU is still in the routine for this slot (it runs with preemption off). */
 	synchronize_rcu();
+	trapvec_key_free_table(s);
 	if (!WARN_ON_ONCE(!trapvec_key_live) && !--trapvec_key_live)
 		module_put(THIS_MODULE);
 	pr_debug("keys: slot %u removed\n", req->slot);
@@ -304,7 +308,7 @@ int trapvec_keys_stats(struct trapvec_key_stats *req)
 	return ret;
 }
 
-/* Unload, under trapvec_mutex: no slot lives (the module held itself), free the tables. */
+/* Unload, under trapvec_mutex: no slot lives (the module held itself while one did). */
 void trapvec_keys_exit(void)
 {
 	u32 i;
@@ -312,12 +316,7 @@ void trapvec_keys_exit(void)
 	for (i = 0; i < TRAPVEC_KEY_SLOTS; i++) {
 		struct trapvec_key_slot *s = &trapvec_key_slots[i];
 
-		WARN_ON_ONCE(s->state != SLOT_FREE);
-		if (s->pcpu) {
-			free_percpu(s->pcpu);
-			trapvec_mem_put(TRAPVEC_MEM_ENTRY,
-					sizeof(struct trapvec_key_pcpu) * num_possible_cpus());
-			s->pcpu = NULL;
-		}
+		WARN_ON_ONCE(s->state != SLOT_FREE || s->pcpu);
+		trapvec_key_free_table(s);
 	}
 }
