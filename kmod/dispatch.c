@@ -338,7 +338,8 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 				 d->dest, d->site);
 			ret = -EFAULT;
 		} else if (d->handler && !trapvec_arena_in_sealed_code(d->handler) &&
-			   !trapvec_returns_is_entry(d->handler)) {
+			   !trapvec_returns_is_entry(d->handler) &&
+			   !trapvec_keys_is_entry(d->handler)) {
 			pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
 				 d->handler, d->site);
 			ret = -EFAULT;

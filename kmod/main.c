@@ -64,6 +64,11 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_return_add) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_return_remove) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_return_stats) != 576);
+	/* Keyed counts (ABI 6). */
+	BUILD_BUG_ON(sizeof(struct trapvec_key_add) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_key_remove) != 8);
+	BUILD_BUG_ON(sizeof(struct trapvec_key_entry) != 24);
+	BUILD_BUG_ON(sizeof(struct trapvec_key_stats) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_call) != 10 * 8);
 }
 
@@ -390,6 +395,10 @@ static long trapvec_ioc_##name(void __user *uarg)				\
 TRAPVEC_RETURN_IOC(returns_add, trapvec_return_add)
 TRAPVEC_RETURN_IOC(returns_remove, trapvec_return_remove)
 TRAPVEC_RETURN_IOC(returns_stats, trapvec_return_stats)
+/* KEY_ADD, KEY_REMOVE, KEY_STATS: the same way. */
+TRAPVEC_RETURN_IOC(keys_add, trapvec_key_add)
+TRAPVEC_RETURN_IOC(keys_remove, trapvec_key_remove)
+TRAPVEC_RETURN_IOC(keys_stats, trapvec_key_stats)
 
 static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
@@ -435,6 +444,12 @@ static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return trapvec_ioc_returns_remove(uarg);
 	case TRAPVEC_IOC_RETURN_STATS:
 		return trapvec_ioc_returns_stats(uarg);
+	case TRAPVEC_IOC_KEY_ADD:
+		return trapvec_ioc_keys_add(uarg);
+	case TRAPVEC_IOC_KEY_REMOVE:
+		return trapvec_ioc_keys_remove(uarg);
+	case TRAPVEC_IOC_KEY_STATS:
+		return trapvec_ioc_keys_stats(uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -528,6 +543,7 @@ static void __exit trapvec_exit(void)
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();
 	trapvec_returns_exit();
+	trapvec_keys_exit();
 	trapvec_arena_exit();
 	trapvec_reserved_exit();
 	mutex_unlock(&trapvec_mutex);

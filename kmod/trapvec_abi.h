@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	6
+#define TRAPVEC_ABI_VERSION	7
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -105,7 +105,7 @@ struct trapvec_info {
 	__u64 inflight_base;
 	__u64 replace_ret;
 	/*
-	 * Task predicates in code (ABI 6): a trampoline reads the running task as
+	 * Task predicates in code (ABI 7): a trampoline reads the running task as
 	 * %gs:current_task (the per-CPU offset of current_task) and its fields at these
 	 * offsets in struct task_struct.
 	 */
@@ -203,7 +203,7 @@ struct trapvec_apply {
 };
 
 /*
- * A task predicate of a dispatch entry (ABI 6). With match not 0, a trap whose task (current)
+ * A task predicate of a dispatch entry (ABI 7). With match not 0, a trap whose task (current)
  * does not have every field match names is sent to skip (the replay of the displaced
  * instructions) without counting it or running the handler. pid and tgid are task->pid and
  * task->tgid; comm is task->comm as the kernel keeps it (NUL-padded to 16 bytes).
@@ -227,7 +227,8 @@ struct trapvec_task_match {
  * not 0 the dispatcher first calls handler(struct trapvec_regs *, cookie) with interrupts
  * off, unless a handler is already running on this CPU: then the handler is skipped and the
  * hit also counts as missed. dest must lie in a sealed code block, handler too or be the
- * return-point entry routine (trapvec_return_add.entry).
+ * return-point entry routine (trapvec_return_add.entry) or the keyed-count routine
+ * (trapvec_key_add.entry).
  */
 struct trapvec_dispatch_entry {
 	__u64 site;		/* address of the trap instruction */
@@ -408,5 +409,78 @@ struct trapvec_return_stats {
 #define TRAPVEC_IOC_RETURN_ADD		_IOWR(TRAPVEC_IOC_MAGIC, 32, struct trapvec_return_add)
 #define TRAPVEC_IOC_RETURN_REMOVE	_IOWR(TRAPVEC_IOC_MAGIC, 33, struct trapvec_return_remove)
 #define TRAPVEC_IOC_RETURN_STATS	_IOWR(TRAPVEC_IOC_MAGIC, 34, struct trapvec_return_stats)
+
+/*
+ * Keyed counts (ABI 6). A keyed count counts a splice's hits by who made them (bpftrace's
+ * @[comm] = count()): an ordinary call splice whose handler is the module's counting routine
+ * (entry, which a dispatch entry may name as its handler and a trampoline may call) with
+ * cookie (generation << 32 | slot). The routine reads the key of current (its pid, tgid or
+ * comm, or the CPU) and adds one to that key's entry in the slot's table on this CPU:
+ * TRAPVEC_KEY_TABLE entries per CPU, filled without locks. A hit whose key finds the table of
+ * its CPU full is counted as overflow, so the entries and the overflow add up to the hits
+ * that ran the routine (a trap's hits minus its missed ones). At most TRAPVEC_KEY_SLOTS keyed
+ * counts at once; the module holds a reference on itself while one lives.
+ */
+#define TRAPVEC_KEY_SLOTS	64
+#define TRAPVEC_KEY_TABLE	256	/* keys per CPU per slot */
+#define TRAPVEC_KEY_BYTES	16	/* TASK_COMM_LEN */
+
+/* What a keyed count counts by (trapvec_key_add.by). */
+#define TRAPVEC_KEY_PID		1	/* current->pid (a thread id) */
+#define TRAPVEC_KEY_TGID	2	/* current->tgid (a process id) */
+#define TRAPVEC_KEY_COMM	3	/* current->comm, 16 bytes, NUL-padded */
+#define TRAPVEC_KEY_CPU		4	/* smp_processor_id() */
+
+/* KEY_ADD: a slot for a new keyed count. -ENOSPC when every slot is taken, -EINVAL for by. */
+struct trapvec_key_add {
+	__u32 by;		/* TRAPVEC_KEY_* */
+	__u32 slot;		/* out */
+	__u32 generation;	/* out */
+	__u32 pad;
+	__u64 entry;		/* out: the counting routine, handler of the splice */
+	__u64 entry_cookie;	/* out: cookie of the splice */
+};
+
+/*
+ * KEY_REMOVE: give a slot back once its splice can no longer run the routine (its text
+ * reverted, QUIESCE done); waits for an RCU grace period for CPUs still in the routine.
+ * -ENOENT for a slot that is not this generation's.
+ */
+struct trapvec_key_remove {
+	__u32 slot;
+	__u32 generation;
+};
+
+/*
+ * One key of KEY_STATS. pid, tgid and cpu: the number in key[0..8] (native order, the rest
+ * zero); comm: the name, NUL-padded (a name changed while it was read may be torn).
+ */
+struct trapvec_key_entry {
+	__u8 key[TRAPVEC_KEY_BYTES];
+	__u64 count;
+};
+
+/*
+ * KEY_STATS: a live slot's table, summed over CPUs, one entry per key (entries of one key on
+ * several CPUs, or twice on one CPU, merged), ordered by key. Copies up to capacity entries
+ * to entries; count is the number of keys (more than capacity: call again with room for
+ * count). hits is the sum of every key's count and the overflow, read in the same pass.
+ * -ENOENT as for KEY_REMOVE, -EINVAL for a capacity above TRAPVEC_KEY_TABLE * nr CPUs.
+ */
+struct trapvec_key_stats {
+	__u32 slot;
+	__u32 generation;
+	__u64 entries;		/* user pointer to capacity struct trapvec_key_entry */
+	__u32 capacity;
+	__u32 count;		/* out */
+	__u32 by;		/* out: TRAPVEC_KEY_* */
+	__u32 pad;
+	__u64 overflow;		/* out: hits whose key found the table full */
+	__u64 hits;		/* out: every key's count and the overflow */
+};
+
+#define TRAPVEC_IOC_KEY_ADD		_IOWR(TRAPVEC_IOC_MAGIC, 35, struct trapvec_key_add)
+#define TRAPVEC_IOC_KEY_REMOVE		_IOWR(TRAPVEC_IOC_MAGIC, 36, struct trapvec_key_remove)
+#define TRAPVEC_IOC_KEY_STATS		_IOWR(TRAPVEC_IOC_MAGIC, 37, struct trapvec_key_stats)
 
 #endif /* _TRAPVEC_ABI_H */

@@ -14,6 +14,7 @@
  *   state.c     user space's state blob (STATE_GET, STATE_PUT)
  *   mem.c       the count of every allocation the module holds
  *   returns.c   return points and timers (return_stubs.S holds their stubs)
+ *   keyed.c     keyed counts (hits by pid, tgid, comm or CPU)
  */
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
@@ -188,6 +189,14 @@ bool trapvec_returns_is_entry(unsigned long addr);
 int trapvec_returns_add(struct trapvec_return_add *req);
 int trapvec_returns_remove(struct trapvec_return_remove *req);
 int trapvec_returns_stats(struct trapvec_return_stats *req);
+
+/* keyed.c */
+void trapvec_key_entry(struct trapvec_regs *regs, void *cookie);
+bool trapvec_keys_is_entry(unsigned long addr);
+int trapvec_keys_add(struct trapvec_key_add *req);
+int trapvec_keys_remove(struct trapvec_key_remove *req);
+int trapvec_keys_stats(struct trapvec_key_stats *req);
+void trapvec_keys_exit(void);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);

@@ -57,6 +57,22 @@ fn splice_takes_exactly_one_action() {
 }
 
 #[test]
+fn keyed_counts_refuse_an_unknown_key_and_key_options_without_a_key() {
+    let bad = trapctl(&["count", "tcp_sync_mss", "--seconds", "1", "--by", "uid"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("unknown key `uid` (tid, pid, tgid, comm or cpu)"), "{}", stderr(&bad));
+    for args in [&["count", "f", "--seconds", "1", "--top", "3"][..], &["count", "f", "--seconds", "1", "--json"]] {
+        let out = trapctl(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains("--by <KEY>"), "{args:?}: {}", stderr(&out));
+    }
+    let by_without_count = trapctl(&["splice", "f", "--call", "h", "--by", "comm"]);
+    assert_eq!(by_without_count.status.code(), Some(2), "{}", stderr(&by_without_count));
+    let by_at_return = trapctl(&["splice", "f", "--count", "--return", "--by", "comm"]);
+    assert_eq!(by_at_return.status.code(), Some(2), "{}", stderr(&by_at_return));
+}
+
+#[test]
 fn set_and_get_refuse_sizes_other_than_1_2_4_8() {
     let out = trapctl(&["set", "v", "1", "--size", "3"]);
     assert_eq!(out.status.code(), Some(2));

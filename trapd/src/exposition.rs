@@ -205,6 +205,8 @@ mod tests {
             missed,
             in_profile: None,
             returns: None,
+            by: None,
+            keys: None,
         }
     }
 

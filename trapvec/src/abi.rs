@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 6;
+pub const TRAPVEC_ABI_VERSION: u32 = 7;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -562,6 +562,83 @@ const _: () = assert!(core::mem::size_of::<TrapvecReturnAdd>() == 48);
 const _: () = assert!(core::mem::size_of::<TrapvecReturnRemove>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecReturnStats>() == 576);
 
+// Keyed counts (ABI 6): `kmod/keyed.c`.
+
+/// Keyed counts the module holds at once.
+pub const TRAPVEC_KEY_SLOTS: u32 = 64;
+/// Keys per CPU per keyed count; hits of further keys are counted as overflow.
+pub const TRAPVEC_KEY_TABLE: u32 = 256;
+/// Bytes of a key (`TASK_COMM_LEN`).
+pub const TRAPVEC_KEY_BYTES: usize = 16;
+/// By `current->pid`.
+pub const TRAPVEC_KEY_PID: u32 = 1;
+/// By `current->tgid`.
+pub const TRAPVEC_KEY_TGID: u32 = 2;
+/// By `current->comm`.
+pub const TRAPVEC_KEY_COMM: u32 = 3;
+/// By the CPU.
+pub const TRAPVEC_KEY_CPU: u32 = 4;
+
+/// `struct trapvec_key_add`: a slot for a new keyed count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecKeyAdd {
+    /// `TRAPVEC_KEY_*`.
+    pub by: u32,
+    /// Out.
+    pub slot: u32,
+    /// Out.
+    pub generation: u32,
+    pub pad: u32,
+    /// Out: the counting routine, the handler of the splice.
+    pub entry: u64,
+    /// Out: the cookie of the splice.
+    pub entry_cookie: u64,
+}
+
+/// `struct trapvec_key_remove`: give a slot back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecKeyRemove {
+    pub slot: u32,
+    pub generation: u32,
+}
+
+/// `struct trapvec_key_entry`: one key of KEY_STATS and its count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecKeyEntry {
+    /// pid, tgid, cpu: the number in the first 8 bytes (native order); comm: the name,
+    /// NUL-padded.
+    pub key: [u8; TRAPVEC_KEY_BYTES],
+    pub count: u64,
+}
+
+/// `struct trapvec_key_stats`: a live slot's table, merged over CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecKeyStats {
+    pub slot: u32,
+    pub generation: u32,
+    /// User pointer to `capacity` [`TrapvecKeyEntry`].
+    pub entries: u64,
+    pub capacity: u32,
+    /// Out: keys in the table (more than `capacity`: only `capacity` were copied).
+    pub count: u32,
+    /// Out: `TRAPVEC_KEY_*`.
+    pub by: u32,
+    pub pad: u32,
+    /// Out: hits whose key found the table full.
+    pub overflow: u64,
+    /// Out: every key's count and the overflow.
+    pub hits: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<TrapvecKeyAdd>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecKeyRemove>() == 8);
+const _: () = assert!(core::mem::size_of::<TrapvecKeyEntry>() == 24);
+const _: () = assert!(core::mem::size_of::<TrapvecKeyStats>() == 48);
+
 /// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic
 /// encoding: direction in bits 30–31, size in 16–29, type in 8–15, number in 0–7).
 const fn iowr(nr: u8, size: usize) -> u32 {
@@ -591,3 +668,6 @@ pub const TRAPVEC_IOC_STATE_PUT: u32 = iowr(14, core::mem::size_of::<TrapvecStat
 pub const TRAPVEC_IOC_RETURN_ADD: u32 = iowr(32, core::mem::size_of::<TrapvecReturnAdd>());
 pub const TRAPVEC_IOC_RETURN_REMOVE: u32 = iowr(33, core::mem::size_of::<TrapvecReturnRemove>());
 pub const TRAPVEC_IOC_RETURN_STATS: u32 = iowr(34, core::mem::size_of::<TrapvecReturnStats>());
+pub const TRAPVEC_IOC_KEY_ADD: u32 = iowr(35, core::mem::size_of::<TrapvecKeyAdd>());
+pub const TRAPVEC_IOC_KEY_REMOVE: u32 = iowr(36, core::mem::size_of::<TrapvecKeyRemove>());
+pub const TRAPVEC_IOC_KEY_STATS: u32 = iowr(37, core::mem::size_of::<TrapvecKeyStats>());

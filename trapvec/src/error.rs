@@ -37,6 +37,8 @@ pub enum TargetError {
     ReturnPoint { what: String, reason: String },
     #[error("predicate {predicate}: {reason}")]
     Predicate { predicate: String, reason: String },
+    #[error("keyed count {what}: {reason}")]
+    KeyedCount { what: String, reason: String },
     #[error("{what} are not supported on {target}")]
     Unsupported { what: &'static str, target: String },
     #[error("{0}")]

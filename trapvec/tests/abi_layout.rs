@@ -62,6 +62,10 @@ fn rust_layout() -> RustLayout {
         TrapvecReturnAdd => "trapvec_return_add" { handler, cookie, maxactive, clock, slot, generation, entry, entry_cookie }
         TrapvecReturnRemove => "trapvec_return_remove" { slot, generation, busy }
         TrapvecReturnStats => "trapvec_return_stats" { slot, generation, returns, missed, active, clock, pad, sum, max, buckets }
+        TrapvecKeyAdd => "trapvec_key_add" { by, slot, generation, pad, entry, entry_cookie }
+        TrapvecKeyRemove => "trapvec_key_remove" { slot, generation }
+        TrapvecKeyEntry => "trapvec_key_entry" { key, count }
+        TrapvecKeyStats => "trapvec_key_stats" { slot, generation, entries, capacity, count, by, pad, overflow, hits }
     }
 }
 
@@ -135,6 +139,16 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_RETURN_ADD", u64::from(TRAPVEC_IOC_RETURN_ADD)),
         ("TRAPVEC_IOC_RETURN_REMOVE", u64::from(TRAPVEC_IOC_RETURN_REMOVE)),
         ("TRAPVEC_IOC_RETURN_STATS", u64::from(TRAPVEC_IOC_RETURN_STATS)),
+        ("TRAPVEC_KEY_SLOTS", u64::from(TRAPVEC_KEY_SLOTS)),
+        ("TRAPVEC_KEY_TABLE", u64::from(TRAPVEC_KEY_TABLE)),
+        ("TRAPVEC_KEY_BYTES", TRAPVEC_KEY_BYTES as u64),
+        ("TRAPVEC_KEY_PID", u64::from(TRAPVEC_KEY_PID)),
+        ("TRAPVEC_KEY_TGID", u64::from(TRAPVEC_KEY_TGID)),
+        ("TRAPVEC_KEY_COMM", u64::from(TRAPVEC_KEY_COMM)),
+        ("TRAPVEC_KEY_CPU", u64::from(TRAPVEC_KEY_CPU)),
+        ("TRAPVEC_IOC_KEY_ADD", u64::from(TRAPVEC_IOC_KEY_ADD)),
+        ("TRAPVEC_IOC_KEY_REMOVE", u64::from(TRAPVEC_IOC_KEY_REMOVE)),
+        ("TRAPVEC_IOC_KEY_STATS", u64::from(TRAPVEC_IOC_KEY_STATS)),
     ]
 }
 
@@ -212,7 +226,7 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
     assert!(mismatches.is_empty(), "layout differs from kmod/trapvec_abi.h:\n{}", mismatches.join("\n"));
     assert_eq!(rust.len(), c.len());
     // Sanity: the comparison covered every struct and constant.
-    assert_eq!(sizes.len(), 19);
+    assert_eq!(sizes.len(), 23);
     assert!(rows.len() > 60);
 }
 
@@ -224,5 +238,8 @@ fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
     assert_eq!(u64::from(TRAPVEC_IOC_APPLY), nix(7, size_of::<TrapvecApply>()));
     assert_eq!(u64::from(TRAPVEC_IOC_QUIESCE), nix(12, size_of::<TrapvecQuiesce>()));
     assert_eq!(u64::from(TRAPVEC_IOC_RETURN_STATS), nix(34, size_of::<TrapvecReturnStats>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_KEY_ADD), nix(35, size_of::<TrapvecKeyAdd>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_KEY_REMOVE), nix(36, size_of::<TrapvecKeyRemove>()));
+    assert_eq!(u64::from(TRAPVEC_IOC_KEY_STATS), nix(37, size_of::<TrapvecKeyStats>()));
     assert_eq!(u64::from(TRAPVEC_IOC_STATE_PUT), nix(14, size_of::<TrapvecState>()));
 }

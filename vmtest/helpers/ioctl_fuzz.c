@@ -14,11 +14,12 @@
  *
  * Every failed request must fail with an errno the module documents; anything else is printed
  * as FUZZ_ODD=<command> <errno>. At the end everything the fuzzer made (blocks, dispatch
- * entries, the state blob) is undone, QUIESCE is called, and INFO's counters must be back where
- * they were: FUZZ_LEAK_* lines say by how much they are not.
+ * entries, keyed-count slots, the state blob) is undone, QUIESCE is called, and INFO's
+ * counters must be back where they were: FUZZ_LEAK_* lines say by how much they are not.
  *
  * Prints KEY=value lines: FUZZ_REQUESTS, FUZZ_OK, FUZZ_ERRNO_<name>, FUZZ_LEAK_CODE,
- * FUZZ_LEAK_DATA, FUZZ_LEAK_ENTRIES, FUZZ_LEAK_PATCHES, FUZZ_ODD (if any).
+ * FUZZ_LEAK_DATA, FUZZ_LEAK_ENTRIES, FUZZ_LEAK_PATCHES, FUZZ_KEYS_TAKEN (keyed-count slots it
+ * took), FUZZ_ODD (if any).
  * Exit status: 0 when the run finished (the verdict is in the lines), 2 on bad usage or when
  * /dev/trapvec cannot be opened.
  */
@@ -375,6 +376,54 @@ static void fuzz_query(void)
 	}
 }
 
+/* Keyed-count slots the fuzzer took (KEY_ADD), removed at the end. */
+static struct trapvec_key_add keys[TRAPVEC_KEY_SLOTS];
+static unsigned int nkeys;
+static unsigned long keys_taken;
+
+/*
+ * KEY_ADD (known and unknown keys), KEY_STATS (own or random slots and generations, any user
+ * pointer and capacity: no splice counts into the fuzzer's slots, so nothing is copied out of
+ * a live one, but stale ones are refused first), KEY_REMOVE of its own slots or of slots under
+ * a generation no slot has (never another owner's: trapctl's keyed counts).
+ */
+static void fuzz_keys(void)
+{
+	struct trapvec_key_stats st = {
+		.slot = nkeys && below(2) ? keys[below(nkeys)].slot : (uint32_t)below(TRAPVEC_KEY_SLOTS + 4),
+		.generation = nkeys && below(2) ? keys[below(nkeys)].generation : (uint32_t)rnd(),
+		.entries = user_ptr(),
+		.capacity = (uint32_t)amount(TRAPVEC_KEY_TABLE),
+	};
+	struct trapvec_key_remove rm;
+	struct trapvec_key_add a;
+	unsigned int i;
+
+	switch (below(3)) {
+	case 0:
+		a = (struct trapvec_key_add){ .by = below(3) ? 1 + (uint32_t)below(4) : (uint32_t)rnd() };
+		if (nkeys < TRAPVEC_KEY_SLOTS && !call(TRAPVEC_IOC_KEY_ADD, &a, "KEY_ADD")) {
+			keys[nkeys++] = a;
+			keys_taken++;
+		}
+		break;
+	case 1:
+		call(TRAPVEC_IOC_KEY_STATS, &st, "KEY_STATS");
+		break;
+	default:
+		if (nkeys && below(2)) {
+			i = (unsigned int)below(nkeys);
+			rm = (struct trapvec_key_remove){ .slot = keys[i].slot, .generation = keys[i].generation };
+			if (!call(TRAPVEC_IOC_KEY_REMOVE, &rm, "KEY_REMOVE"))
+				keys[i] = keys[--nkeys];
+		} else {
+			/* Generations count up from 1 per slot: bit 31 is never one of them. */
+			rm = (struct trapvec_key_remove){ .slot = (uint32_t)rnd(), .generation = (uint32_t)rnd() | 1U << 31 };
+			call(TRAPVEC_IOC_KEY_REMOVE, &rm, "KEY_REMOVE");
+		}
+	}
+}
+
 static void fuzz_state(void)
 {
 	struct trapvec_state s = {
@@ -412,7 +461,9 @@ static void fuzz_raw(void)
 	case TRAPVEC_IOC_SEAL: case TRAPVEC_IOC_FREE: case TRAPVEC_IOC_CHECK: case TRAPVEC_IOC_APPLY:
 	case TRAPVEC_IOC_DISPATCH_ADD: case TRAPVEC_IOC_DISPATCH_REMOVE: case TRAPVEC_IOC_HITS:
 	case TRAPVEC_IOC_LIST: case TRAPVEC_IOC_QUIESCE: case TRAPVEC_IOC_STATE_GET:
-	case TRAPVEC_IOC_STATE_PUT:
+	case TRAPVEC_IOC_STATE_PUT: case TRAPVEC_IOC_RETURN_ADD: case TRAPVEC_IOC_RETURN_REMOVE:
+	case TRAPVEC_IOC_RETURN_STATS: case TRAPVEC_IOC_KEY_ADD: case TRAPVEC_IOC_KEY_REMOVE:
+	case TRAPVEC_IOC_KEY_STATS:
 		return;
 	}
 	fill_noise(page, 4096);
@@ -472,7 +523,7 @@ int main(int argc, char **argv)
 
 	while (now() < deadline) {
 		for (int burst = 0; burst < 64; burst++) {
-			switch (below(14)) {
+			switch (below(15)) {
 			case 0: fuzz_read(); break;
 			case 1: fuzz_alloc(); break;
 			case 2: fuzz_write(); break;
@@ -484,6 +535,7 @@ int main(int argc, char **argv)
 			case 9: fuzz_dispatch_remove(); break;
 			case 10: fuzz_query(); break;
 			case 11: fuzz_state(); break;
+			case 12: fuzz_keys(); break;
 			default: fuzz_raw(); break;
 			}
 		}
@@ -499,6 +551,13 @@ int main(int argc, char **argv)
 		if (ioctl(fd, TRAPVEC_IOC_DISPATCH_REMOVE, &r))
 			printf("FUZZ_CLEANUP=DISPATCH_REMOVE %#llx: %s\n", (unsigned long long)sites[nsites - 1], strerror(errno));
 		nsites--;
+	}
+	while (nkeys) {
+		struct trapvec_key_remove r = { .slot = keys[nkeys - 1].slot, .generation = keys[nkeys - 1].generation };
+
+		if (ioctl(fd, TRAPVEC_IOC_KEY_REMOVE, &r))
+			printf("FUZZ_CLEANUP=KEY_REMOVE %u: %s\n", r.slot, strerror(errno));
+		nkeys--;
 	}
 	while (nids) {
 		struct trapvec_block b = { .id = ids[--nids] };
@@ -525,6 +584,7 @@ int main(int argc, char **argv)
 		if (errnos[e])
 			printf("FUZZ_ERRNO_%d=%lu\n", e, errnos[e]);
 	printf("FUZZ_ODD_COUNT=%lu\n", odd);
+	printf("FUZZ_KEYS_TAKEN=%lu\n", keys_taken);
 	printf("FUZZ_LEAK_CODE=%lld\n", (long long)(end.code_used - info0.code_used));
 	printf("FUZZ_LEAK_DATA=%lld\n", (long long)(end.data_used - info0.data_used));
 	printf("FUZZ_LEAK_ENTRIES=%lld\n", (long long)(end.dispatch_entries - info0.dispatch_entries));

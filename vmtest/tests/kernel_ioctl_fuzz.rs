@@ -51,6 +51,7 @@ fn random_ioctls_with_splices_live_are_refused_with_errnos_and_leave_nothing_beh
     assert!(run.number("FUZZ_OK") > 0, "some requests were valid");
     assert_eq!(run.number("FUZZ_ODD_COUNT"), 0, "every refusal is a documented errno:\n{}", run.stdout);
     assert_eq!(run.value("FUZZ_CLEANUP"), None, "the fuzzer undid what it made");
+    assert!(run.number("FUZZ_KEYS_TAKEN") > 0, "keyed-count slots were taken (and given back: ENTRY allocations below)");
     for leak in ["FUZZ_LEAK_CODE", "FUZZ_LEAK_DATA", "FUZZ_LEAK_ENTRIES", "FUZZ_LEAK_PATCHES"] {
         assert_eq!(run.expect(leak), "0", "{leak}");
     }

@@ -34,6 +34,12 @@ pub struct SpliceRow {
     /// reentry, left without returning), calls in progress, the timer's histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub returns: Option<trapvec::returns::ReturnStats>,
+    /// A keyed count's key (`count --by KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<trapvec::keyed::KeyBy>,
+    /// A keyed count's table: every key with its hits, most first, and the overflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<trapvec::keyed::KeyCounts>,
 }
 
 impl SpliceRow {
@@ -55,6 +61,8 @@ impl SpliceRow {
             missed: hits.missed,
             in_profile: None,
             returns: None,
+            by: s.request.options.by,
+            keys: None,
         }
     }
 }

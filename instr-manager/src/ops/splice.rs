@@ -15,6 +15,7 @@ pub(super) fn rows_of<T: Target>(sp: &Splicer<T>, ids: &[SpliceId]) -> Result<Ve
         if let Some(s) = sp.get(id) {
             let mut row = SpliceRow::of(s, h);
             row.returns = sp.return_stats(id)?;
+            row.keys = sp.key_counts(id)?;
             rows.push(row);
         }
     }

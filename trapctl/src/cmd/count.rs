@@ -1,14 +1,20 @@
 //! `trapctl count FUNCTION --seconds N`: KAPI's count_func. A count-only trap at the function's
 //! entry (past the ftrace site): no handler, the dispatcher counts; removed at the end.
+//! With `--by pid|tgid|comm|cpu`, a keyed count (bpftrace's `@[comm] = count()`): the splice
+//! calls the module's counting routine, which counts each hit under its key.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use instr_manager::splicer::{Action, SpliceRequest};
+use anyhow::{Context, Result};
+use instr_manager::ops::{self, Listing, SpliceRow, Unspliced};
+use instr_manager::splice::SpliceOptions;
+use instr_manager::splicer::{Action, SpliceId, SpliceRequest};
 use instr_manager::Mechanism;
+use serde::Serialize;
 use trapd::client;
-use instr_manager::ops::{self, Unspliced};
+use trapd::protocol::Request;
+use trapvec::keyed::{KeyBy, KeyCount, KeyCounts};
 
 use crate::kernel::Kernel;
 use crate::route;
@@ -27,7 +33,19 @@ With --mechanism jmp a counting trampoline counts instead (5 bytes written over 
 Without trapd, /dev/trapvec stays locked while counting: other trapctl commands wait until the
 count is over. Through trapd (when one runs) the splice is made and removed by two requests, and
 the daemon serves others in between. The splice is recorded while it lives, so if this command
-is killed `trapctl unsplice FUNCTION` removes it.")]
+is killed `trapctl unsplice FUNCTION` removes it.
+
+--by pid|tgid|comm|cpu counts the calls by who made them, as bpftrace's @[comm] = count():
+the splice calls trapvec.ko's counting routine, which reads the key of the current task (its
+pid, i.e. the thread id, or `tid`, the same key here; its tgid, the process; its comm, the
+16-byte name; or the CPU) and adds one to that key's entry in a per-CPU table of 256 keys (no
+locks). A call whose key finds its CPU's table full is counted as overflow, so the keys and the
+overflow add up to the calls. The top keys are printed, most calls first, as
+`@[KEY]: COUNT` lines (--top K, default 10), then `FUNCTION: TOTAL calls in N s (R/s), K keys
+by KEY, overflow O`. --json prints one JSON object (every key unless --top is given) instead.
+
+--pid N, --tgid N and --comm NAME count only the calls of the tasks that match (see `trapctl
+splice --help`); with --by, only their keys.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).
     pub function: String,
@@ -37,13 +55,49 @@ pub struct Args {
     /// trap (the dispatcher counts) or jmp (a counting trampoline).
     #[arg(long, default_value = "trap", value_parser = super::splice::parse_mechanism)]
     pub mechanism: Mechanism,
+    /// Count by pid (= tid), tgid, comm or cpu, and print the top keys.
+    #[arg(long, value_name = "KEY")]
+    pub by: Option<KeyBy>,
+    /// With --by: print the K keys with the most calls [default: 10; --json: all].
+    #[arg(long, value_name = "K", requires = "by")]
+    pub top: Option<usize>,
+    /// With --by: print one JSON object.
+    #[arg(long, requires = "by")]
+    pub json: bool,
+    /// Count only the calls of some tasks.
+    #[command(flatten)]
+    pub only: super::splice::OnlyArgs,
+}
+
+/// What `--by KEY --json` prints.
+#[derive(Serialize)]
+struct Report<'a> {
+    function: &'a str,
+    site: &'a str,
+    mechanism: String,
+    by: &'static str,
+    seconds: f64,
+    /// The splice's hits, and those whose handler was skipped (a trap taken while a handler
+    /// ran on that CPU): hits - missed ran the counting routine.
+    hits: u64,
+    missed: u64,
+    /// Every key's count and the overflow (== hits - missed).
+    total: u64,
+    overflow: u64,
+    /// Keys in the table (more than `top` when --top cut it).
+    keys_total: usize,
+    keys: &'a [KeyCount],
 }
 
 pub fn run(args: &Args) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         anyhow::bail!("--seconds {} is not a duration", args.seconds);
     }
-    let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism, options: Default::default() };
+    if let Some(by) = args.by {
+        return count_by(args, by);
+    }
+    let options = SpliceOptions { only: args.only.predicate(), ..Default::default() };
+    let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism, options };
     if client::is_listening(route::socket()) {
         // Through trapd: two requests; the daemon serves others in between.
         let row = super::splice::make(&request)?;
@@ -75,4 +129,150 @@ fn count(args: &Args, site: &str, remove: impl FnOnce(&str) -> Result<Unspliced>
     let rate = if elapsed > 0.0 { removed.hits as f64 / elapsed } else { 0.0 };
     println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, removed.hits, args.seconds);
     Ok(())
+}
+
+/// `--by KEY`: a keyed count, made, read before its removal (a removed one has no table), removed.
+fn count_by(args: &Args, by: KeyBy) -> Result<()> {
+    let request = SpliceRequest {
+        at: args.function.clone(),
+        action: Action::Count,
+        mechanism: args.mechanism,
+        options: SpliceOptions { by: Some(by), only: args.only.predicate(), ..Default::default() },
+    };
+    if client::is_listening(route::socket()) {
+        // Through trapd: make, read (the listing's row carries the table), remove.
+        let row = super::splice::make(&request)?;
+        let table = |site: &str| -> Result<KeyCounts> {
+            let listing: Listing = route::daemon_only(&Request::List)?;
+            keys_of(listing.splices.iter().find(|r| r.site == site), site)
+        };
+        return keyed(args, by, &row, table, super::splice::remove);
+    }
+    let mut k = Kernel::open()?;
+    let (row, made) = ops::splice(&mut k.splicer, &request)?;
+    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
+    k.commit_or_undo(&made)?;
+    let id = SpliceId(row.id);
+    let k = std::cell::RefCell::new(k);
+    keyed(
+        args,
+        by,
+        &row,
+        |site| {
+            let k = k.borrow();
+            let counts = k.splicer.key_counts(id)?;
+            counts.with_context(|| format!("the keyed count at {site} has no table (its slot is gone)"))
+        },
+        |site| {
+            let mut k = k.borrow_mut();
+            let removed = ops::unsplice(&mut k.splicer, site)?;
+            k.save()?;
+            Ok(removed)
+        },
+    )
+}
+
+fn keys_of(row: Option<&SpliceRow>, site: &str) -> Result<KeyCounts> {
+    let row = row.with_context(|| format!("the keyed count at {site} is no longer listed"))?;
+    row.keys.clone().with_context(|| format!("the splice at {site} is not a keyed count"))
+}
+
+/// Announce the live keyed count, wait, read its table, remove it, print the top keys.
+fn keyed(
+    args: &Args,
+    by: KeyBy,
+    row: &SpliceRow,
+    table: impl Fn(&str) -> Result<KeyCounts>,
+    remove: impl FnOnce(&str) -> Result<Unspliced>,
+) -> Result<()> {
+    println!("counting {} at {} by {} for {} s", args.function, row.site, by.name(), args.seconds);
+    std::io::stdout().flush()?;
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let read = table(&row.site);
+    // By the site: the point as written could name a different splice made meanwhile.
+    let removed = remove(&row.site)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let counts = read?;
+    let total = counts.total();
+    if args.json {
+        let shown = args.top.unwrap_or(usize::MAX).min(counts.keys.len());
+        let report = Report {
+            function: &args.function,
+            site: &row.site,
+            mechanism: row.mechanism.clone(),
+            by: by.name(),
+            seconds: args.seconds,
+            hits: removed.hits,
+            missed: removed.missed,
+            total,
+            overflow: counts.overflow,
+            keys_total: counts.keys.len(),
+            keys: &counts.keys[..shown],
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print!("{}", render(&counts, args.top.unwrap_or(10)));
+    // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
+    #[allow(clippy::cast_precision_loss)]
+    let rate = if elapsed > 0.0 { total as f64 / elapsed } else { 0.0 };
+    println!(
+        "{}: {total} calls in {} s ({rate:.1}/s), {} keys by {}, overflow {}",
+        args.function,
+        args.seconds,
+        counts.keys.len(),
+        by.name(),
+        counts.overflow
+    );
+    if removed.hits.saturating_sub(removed.missed) != total {
+        // Calls made between the read and the removal: the table is the earlier of the two.
+        log::debug!("{} hits ({} missed) at removal, {total} in the table read before", removed.hits, removed.missed);
+    }
+    Ok(())
+}
+
+/// The top `top` keys as bpftrace prints a count map (`@[KEY]: COUNT`), most first, and what
+/// the cut left out.
+fn render(counts: &KeyCounts, top: usize) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for k in counts.keys.iter().take(top) {
+        let _ = writeln!(out, "@[{}]: {}", k.key, k.count);
+    }
+    let rest = counts.keys.iter().skip(top);
+    let (n, sum) = rest.fold((0usize, 0u64), |(n, s), k| (n + 1, s + k.count));
+    if n > 0 {
+        let _ = writeln!(out, "@[...]: {sum} ({n} more key{})", if n == 1 { "" } else { "s" });
+    }
+    if counts.overflow > 0 {
+        let _ = writeln!(out, "@[overflow]: {}", counts.overflow);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts() -> KeyCounts {
+        let keys = [("getppid_b", 2000), ("getppid_a", 1000), ("sh", 4), ("init", 1)];
+        KeyCounts { keys: keys.iter().map(|&(k, c)| KeyCount { key: k.into(), count: c }).collect(), overflow: 3 }
+    }
+
+    #[test]
+    fn render_prints_the_top_keys_most_first_then_the_rest_and_the_overflow() {
+        assert_eq!(render(&counts(), 2), "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[...]: 5 (2 more keys)\n@[overflow]: 3\n");
+    }
+
+    #[test]
+    fn render_names_one_key_left_out_in_the_singular() {
+        assert!(render(&counts(), 3).contains("@[...]: 1 (1 more key)\n"));
+    }
+
+    #[test]
+    fn render_of_every_key_without_overflow_has_no_summary_lines() {
+        let c = KeyCounts { overflow: 0, ..counts() };
+        assert_eq!(render(&c, 10), "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[sh]: 4\n@[init]: 1\n");
+    }
 }

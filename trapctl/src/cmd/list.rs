@@ -14,7 +14,9 @@ use crate::route;
 List what trapctl made in the running kernel: every live splice (the point as written, the site,
 its function and offset, the mechanism, the action, hits, and missed hits: traps taken while a
 handler was already running on that CPU, whose handler was skipped, as kprobes' nmissed; for a
-return point or a timer also its returns, its missed calls and the calls in progress) and every
+return point or a timer also its returns, its missed calls and the calls in progress; for a keyed
+count (--count --by KEY) its key, the number of keys in its table, the top key, the overflow
+and the total) and every
 loaded component (name, CRC32 of its file, code and data addresses and sizes, how many splices use
 it). The saved state is checked against the module first. --json prints one JSON object.
 
@@ -69,6 +71,11 @@ pub fn run(args: &Args) -> Result<()> {
             if let Some(r) = &s.returns {
                 // The hits above are the entries; a return point's own figures below.
                 println!("  returns {}, missed {}, in progress {}", r.returns, r.missed, r.active);
+            }
+            if let (Some(by), Some(k)) = (s.by, &s.keys) {
+                // The table's size; `trapctl list --json` has every key.
+                let top = k.keys.first().map(|t| format!(", most @[{}]: {}", t.key, t.count)).unwrap_or_default();
+                println!("  by {}: {} keys{top}, overflow {}, total {}", by.name(), k.keys.len(), k.overflow, k.total());
             }
         }
     }

@@ -27,6 +27,9 @@ in their registers there.
                   callable as __trapvec_orig_<function>
   --count         no handler: only count the hits (`trapctl list` shows them); a kernel trap
                   is then a dispatch entry without a handler, a jmp a counting trampoline
+  --by KEY        with --count: count the hits by pid (= tid), tgid, comm or cpu in trapvec.ko's
+                  per-CPU tables of 256 keys (overflow counted); `trapctl list` shows the
+                  table's size and top key, `trapctl list --json` every key
   --return        make a return point (kretprobe): AT must be a function's entry, and --call SYM
                   runs each time the function returns, as SYM(struct trapvec_regs *regs,
                   struct trapvec_call *call): the return value in regs->rax (and rdx; it may be
@@ -75,6 +78,9 @@ pub struct SpliceArgs {
     /// With --return: most calls in progress at once; more are counted as missed [default: 256].
     #[arg(long, value_name = "N", requires = "at_return")]
     pub maxactive: Option<u32>,
+    /// With --count: count by pid (= tid), tgid, comm or cpu (`trapctl list` shows the table).
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["call", "replace", "at_return"])]
+    pub by: Option<trapvec::keyed::KeyBy>,
     #[command(flatten)]
     pub only: OnlyArgs,
 }
@@ -161,7 +167,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: None, only: args.only.predicate() };
+    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: args.by, only: args.only.predicate() };
     let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options })?;
     println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())

@@ -17,7 +17,8 @@ use crate::abi::{
     TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
     TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
     TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
-    TRAPVEC_IOC_WRITE,
+    TRAPVEC_IOC_WRITE, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TRAPVEC_IOC_KEY_ADD,
+    TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS,
 };
 
 /// One ioctl with its argument, and the memory its pointer fields name.
@@ -73,6 +74,13 @@ pub(crate) enum Request<'a> {
     ReturnAdd(&'a mut TrapvecReturnAdd),
     ReturnRemove(&'a mut TrapvecReturnRemove),
     ReturnStats(&'a mut TrapvecReturnStats),
+    KeyAdd(&'a mut TrapvecKeyAdd),
+    KeyRemove(&'a mut TrapvecKeyRemove),
+    /// `arg.entries`/`arg.capacity` are set from `out`.
+    KeyStats {
+        arg: &'a mut TrapvecKeyStats,
+        out: &'a mut [TrapvecKeyEntry],
+    },
 }
 
 impl Request<'_> {
@@ -97,6 +105,9 @@ impl Request<'_> {
             Request::ReturnAdd(_) => "RETURN_ADD",
             Request::ReturnRemove(_) => "RETURN_REMOVE",
             Request::ReturnStats(_) => "RETURN_STATS",
+            Request::KeyAdd(_) => "KEY_ADD",
+            Request::KeyRemove(_) => "KEY_REMOVE",
+            Request::KeyStats { .. } => "KEY_STATS",
         }
     }
 
@@ -141,6 +152,10 @@ impl Request<'_> {
                 arg.buf = addr(bytes.as_ptr());
                 arg.len = bytes.len() as u64;
             }
+            Request::KeyStats { arg, out } => {
+                arg.entries = addr(out.as_mut_ptr());
+                arg.capacity = count(out.len())?;
+            }
             Request::Info(_)
             | Request::Alloc(_)
             | Request::Seal(_)
@@ -150,7 +165,9 @@ impl Request<'_> {
             | Request::Quiesce(_)
             | Request::ReturnAdd(_)
             | Request::ReturnRemove(_)
-            | Request::ReturnStats(_) => {}
+            | Request::ReturnStats(_)
+            | Request::KeyAdd(_)
+            | Request::KeyRemove(_) => {}
         }
         Ok(())
     }
@@ -174,6 +191,9 @@ nix::ioctl_readwrite_bad!(ioc_state_put, TRAPVEC_IOC_STATE_PUT, TrapvecState);
 nix::ioctl_readwrite_bad!(ioc_return_add, TRAPVEC_IOC_RETURN_ADD, TrapvecReturnAdd);
 nix::ioctl_readwrite_bad!(ioc_return_remove, TRAPVEC_IOC_RETURN_REMOVE, TrapvecReturnRemove);
 nix::ioctl_readwrite_bad!(ioc_return_stats, TRAPVEC_IOC_RETURN_STATS, TrapvecReturnStats);
+nix::ioctl_readwrite_bad!(ioc_key_add, TRAPVEC_IOC_KEY_ADD, TrapvecKeyAdd);
+nix::ioctl_readwrite_bad!(ioc_key_remove, TRAPVEC_IOC_KEY_REMOVE, TrapvecKeyRemove);
+nix::ioctl_readwrite_bad!(ioc_key_stats, TRAPVEC_IOC_KEY_STATS, TrapvecKeyStats);
 
 /// Send `req` to the module behind `dev`. Returns the errno of a failed call; output fields of
 /// the argument are filled in either way (the module reports failure details with the error).
@@ -189,7 +209,7 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
     // the whole call, of the type the request code was built from (abi.rs), so the module
     // reads and writes exactly that struct. The pointer fields inside it were set by `bind()`
     // from slices `req` also borrows (mutably where the module writes: READ's buffer, LIST's
-    // output, STATE_GET's buffer), with their exact lengths, so every user address the module
+    // output, STATE_GET's buffer, KEY_STATS's output), with their exact lengths, so every user address the module
     // touches is valid for the call. The module keeps no pointer after returning.
     let res = unsafe {
         match req {
@@ -211,6 +231,9 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::ReturnAdd(a) => ioc_return_add(fd, a),
             Request::ReturnRemove(a) => ioc_return_remove(fd, a),
             Request::ReturnStats(a) => ioc_return_stats(fd, a),
+            Request::KeyAdd(a) => ioc_key_add(fd, a),
+            Request::KeyRemove(a) => ioc_key_remove(fd, a),
+            Request::KeyStats { arg, .. } => ioc_key_stats(fd, arg),
         }
     };
     res.map(drop)

@@ -43,7 +43,9 @@ use crate::abi::{
     TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
     TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
     TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
-    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP,
+    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove,
+    TrapvecKeyStats, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU, TRAPVEC_KEY_PID, TRAPVEC_KEY_SLOTS, TRAPVEC_KEY_TABLE,
+    TRAPVEC_KEY_TGID,
 };
 use crate::error::{hex, TargetError};
 use crate::target::{BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
@@ -832,6 +834,60 @@ impl Target for KernelTarget {
         }
     }
 
+    /// KEY_ADD: a slot of the module's keyed counts (`kmod/keyed.c`); the splice is a call of
+    /// the module's counting routine with the slot's cookie. In the kernel `tid` is the task's
+    /// `pid` (the kernel's thread id), so both count by `current->pid`.
+    fn key_slot(&mut self, by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
+        let mut arg = TrapvecKeyAdd { by: key_code(by), ..Default::default() };
+        self.call(Request::KeyAdd(&mut arg)).map_err(|errno| TargetError::KeyedCount {
+            what: format!("by {}", by.name()),
+            reason: match errno {
+                Errno::ENOSPC => format!("all {TRAPVEC_KEY_SLOTS} keyed-count slots of trapvec.ko are in use"),
+                Errno::EINVAL => format!("trapvec.ko does not count by {} (key code {})", by.name(), arg.by),
+                Errno::ENOTTY => "trapvec.ko has no KEY_ADD (an older module): rebuild it from this tree".into(),
+                e => format!("KEY_ADD: {e}"),
+            },
+        })?;
+        log::debug!("key slot {} (generation {}) by {}: entry {:#x}", arg.slot, arg.generation, by.name(), arg.entry);
+        Ok(crate::keyed::KeySlot { index: arg.slot, entry: arg.entry, cookie: arg.entry_cookie })
+    }
+
+    /// KEY_REMOVE: the module waits for an RCU grace period (CPUs still in the routine).
+    fn free_key_slot(&mut self, slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
+        let mut arg = TrapvecKeyRemove { slot: slot.index, generation: (slot.cookie >> 32) as u32 };
+        match self.call(Request::KeyRemove(&mut arg)) {
+            Ok(()) => Ok(()),
+            // Already given back (a retry after a failure that did go through).
+            Err(Errno::ENOENT) => {
+                log::debug!("key slot {} (generation {}) was already free", slot.index, arg.generation);
+                Ok(())
+            }
+            Err(e) => Err(TargetError::KeyedCount { what: format!("slot {}", slot.index), reason: format!("KEY_REMOVE: {e}") }),
+        }
+    }
+
+    /// KEY_STATS, with room for every key (asked again with more room while the table grew).
+    fn key_counts(&self, slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
+        let generation = (slot.cookie >> 32) as u32;
+        let mut room = TRAPVEC_KEY_TABLE as usize;
+        loop {
+            let mut out = vec![TrapvecKeyEntry::default(); room];
+            let mut arg = TrapvecKeyStats { slot: slot.index, generation, ..Default::default() };
+            match self.call(Request::KeyStats { arg: &mut arg, out: &mut out }) {
+                Ok(()) if arg.count as usize > room => {
+                    log::debug!("key slot {}: {} keys, room for {room}: asking again", slot.index, arg.count);
+                    room = arg.count as usize + TRAPVEC_KEY_TABLE as usize;
+                }
+                Ok(()) => return Some(key_counts_of(&arg, &out[..arg.count as usize])),
+                Err(Errno::ENOENT) => return None,
+                Err(e) => {
+                    log::warn!("KEY_STATS of slot {}: {}", slot.index, crate::error_chain(&e));
+                    return None;
+                }
+            }
+        }
+    }
+
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {
         let mut arg = TrapvecHits { site, ..Default::default() };
         match self.call(Request::Hits(&mut arg)) {
@@ -843,6 +899,39 @@ impl Target for KernelTarget {
             }
         }
     }
+}
+
+/// The module's code of a key (`TRAPVEC_KEY_*`); `tid` is the task's `pid` in the kernel.
+fn key_code(by: crate::keyed::KeyBy) -> u32 {
+    use crate::keyed::KeyBy;
+    match by {
+        KeyBy::Tid | KeyBy::Pid => TRAPVEC_KEY_PID,
+        KeyBy::Tgid => TRAPVEC_KEY_TGID,
+        KeyBy::Comm => TRAPVEC_KEY_COMM,
+        KeyBy::Cpu => TRAPVEC_KEY_CPU,
+    }
+}
+
+/// The table of KEY_STATS: numbers as decimal text, names up to their first NUL.
+fn key_counts_of(a: &TrapvecKeyStats, entries: &[TrapvecKeyEntry]) -> crate::keyed::KeyCounts {
+    let keys = entries
+        .iter()
+        .map(|e| {
+            let key = if a.by == TRAPVEC_KEY_COMM {
+                let len = e.key.iter().position(|&b| b == 0).unwrap_or(e.key.len());
+                String::from_utf8_lossy(&e.key[..len]).into_owned()
+            } else {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&e.key[..8]);
+                u64::from_ne_bytes(n).to_string()
+            };
+            crate::keyed::KeyCount { key, count: e.count }
+        })
+        .collect();
+    let counts = crate::keyed::KeyCounts { keys, overflow: a.overflow }.sorted();
+    // Read in one pass by the module: they add up, whatever ran meanwhile.
+    debug_assert_eq!(counts.total(), a.hits, "KEY_STATS: entries and overflow differ from hits");
+    counts
 }
 
 /// The figures of RETURN_STATS.

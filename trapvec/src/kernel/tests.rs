@@ -78,6 +78,12 @@ struct FakeModule {
     /// Return-point slots: `(add request, removed)`, and the stats RETURN_STATS answers.
     returns: Vec<(TrapvecReturnAdd, bool)>,
     return_stats: TrapvecReturnStats,
+    /// Keyed-count slots: `(add request, removed)`; the table KEY_STATS answers (merged, by
+    /// key), its overflow, and the capacity of every KEY_STATS.
+    keys: Vec<(TrapvecKeyAdd, bool)>,
+    key_table: Vec<TrapvecKeyEntry>,
+    key_overflow: u64,
+    key_capacities: Vec<u32>,
 }
 
 type Shared = Rc<RefCell<FakeModule>>;
@@ -227,6 +233,28 @@ impl FakeModule {
             Request::ReturnStats(st) => {
                 self.returns.get(st.slot as usize).filter(|s| !s.1 && st.generation == 7).ok_or(Errno::ENOENT)?;
                 **st = TrapvecReturnStats { slot: st.slot, generation: st.generation, ..self.return_stats };
+            }
+            Request::KeyAdd(a) => {
+                a.slot = u32::try_from(self.keys.len()).unwrap();
+                a.generation = 5;
+                a.entry = KEY_ENTRY;
+                a.entry_cookie = (5 << 32) | u64::from(a.slot);
+                self.keys.push((**a, false));
+            }
+            Request::KeyRemove(r) => {
+                let slot = self.keys.get_mut(r.slot as usize).filter(|s| !s.1 && r.generation == 5).ok_or(Errno::ENOENT)?;
+                slot.1 = true;
+            }
+            Request::KeyStats { arg, out } => {
+                let (add, _) = self.keys.get(arg.slot as usize).filter(|s| !s.1 && arg.generation == 5).ok_or(Errno::ENOENT)?;
+                assert_eq!(arg.capacity as usize, out.len());
+                self.key_capacities.push(arg.capacity);
+                let n = self.key_table.len().min(out.len());
+                out[..n].copy_from_slice(&self.key_table[..n]);
+                arg.count = u32::try_from(self.key_table.len()).unwrap();
+                arg.by = add.by;
+                arg.overflow = self.key_overflow;
+                arg.hits = self.key_table.iter().map(|e| e.count).sum::<u64>() + self.key_overflow;
             }
         }
         Ok(())
@@ -811,4 +839,94 @@ fn return_slot_refusals_name_the_cause() {
     let slot = crate::returns::ReturnSlot { index: 3, entry: RP_ENTRY, cookie: 7 << 32 | 3 };
     let e = crate::error_chain(&target.free_return_slot(&slot).unwrap_err());
     assert!(e.contains("still in the return handler of return-point slot 3"), "{e}");
+}
+
+const KEY_ENTRY: u64 = 0xffff_ffff_c020_4800;
+
+/// A KEY_STATS entry of a number key (pid, tgid, cpu).
+fn number_key(n: u64, count: u64) -> TrapvecKeyEntry {
+    let mut key = [0u8; TRAPVEC_KEY_BYTES];
+    key[..8].copy_from_slice(&n.to_ne_bytes());
+    TrapvecKeyEntry { key, count }
+}
+
+/// A KEY_STATS entry of a comm key (NUL-padded, as the kernel pads it).
+fn comm_key(name: &str, count: u64) -> TrapvecKeyEntry {
+    let mut key = [0u8; TRAPVEC_KEY_BYTES];
+    key[..name.len()].copy_from_slice(name.as_bytes());
+    TrapvecKeyEntry { key, count }
+}
+
+#[test]
+fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() {
+    use crate::keyed::KeyBy;
+    let (mut target, module, _g) = target_with(|_| {});
+    let mut sent = Vec::new();
+    for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu]) {
+        let slot = target.key_slot(by).unwrap();
+        assert_eq!((slot.index, slot.entry, slot.cookie), (i, KEY_ENTRY, 5 << 32 | u64::from(i)));
+        sent.push(module.borrow().keys[i as usize].0.by);
+    }
+    assert_eq!(sent, [TRAPVEC_KEY_PID, TRAPVEC_KEY_PID, TRAPVEC_KEY_TGID, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU]);
+}
+
+#[test]
+fn comm_counts_come_back_as_names_most_hits_first_and_add_up_to_the_hits() {
+    use crate::keyed::{KeyBy, KeyCount};
+    let (mut target, module, _g) = target_with(|m| {
+        // As the module answers: ordered by key bytes, one entry per key.
+        m.key_table = vec![comm_key("bash", 3), comm_key("getppid_a", 1000), comm_key("getppid_b", 2000), comm_key("0123456789abcdef", 7)];
+        m.key_overflow = 4;
+    });
+    let slot = target.key_slot(KeyBy::Comm).unwrap();
+    let counts = target.key_counts(&slot).unwrap();
+    let rows: Vec<(&str, u64)> = counts.keys.iter().map(|k: &KeyCount| (k.key.as_str(), k.count)).collect();
+    // A 16-byte name without a NUL is whole.
+    assert_eq!(rows, [("getppid_b", 2000), ("getppid_a", 1000), ("0123456789abcdef", 7), ("bash", 3)]);
+    assert_eq!((counts.overflow, counts.total()), (4, 3014));
+    assert_eq!(module.borrow().key_capacities, [TRAPVEC_KEY_TABLE]);
+    target.free_key_slot(&slot).unwrap();
+    assert!(module.borrow().keys[0].1);
+    assert_eq!(target.key_counts(&slot), None, "a removed slot has no table");
+    // Giving it back twice is not an error (a retry after a reply that was lost).
+    target.free_key_slot(&slot).unwrap();
+    assert_eq!(module.borrow().calls.iter().filter(|&&c| c == "KEY_REMOVE").count(), 2);
+}
+
+#[test]
+fn number_keys_are_decimal_and_a_table_larger_than_the_buffer_is_asked_again() {
+    use crate::keyed::KeyBy;
+    // Two CPUs' worth of distinct pids: more keys than one CPU's table.
+    let (mut target, module, _g) = target_with(|m| {
+        m.key_table = (0..300u64).map(|pid| number_key(1000 + pid, 1 + pid % 3)).collect();
+        m.key_overflow = 0;
+    });
+    let slot = target.key_slot(KeyBy::Pid).unwrap();
+    let counts = target.key_counts(&slot).unwrap();
+    assert_eq!(counts.keys.len(), 300);
+    assert_eq!(module.borrow().key_capacities, [256, 300 + 256], "asked again with room for every key");
+    assert_eq!((counts.keys[0].key.as_str(), counts.keys[0].count), ("1002", 3), "most hits first, ties by key");
+    assert_eq!(counts.total(), (0..300u64).map(|p| 1 + p % 3).sum::<u64>());
+}
+
+#[test]
+fn key_slot_refusals_name_the_cause() {
+    use crate::keyed::{KeyBy, KeySlot};
+    for (errno, words) in [
+        (Errno::ENOSPC, "keyed count by comm: all 64 keyed-count slots of trapvec.ko are in use"),
+        (Errno::EINVAL, "does not count by comm (key code 3)"),
+        (Errno::ENOTTY, "no KEY_ADD (an older module)"),
+    ] {
+        let (mut target, _m, _g) = target_with(|m| {
+            m.fail.insert("KEY_ADD", (errno, 0));
+        });
+        let e = crate::error_chain(&target.key_slot(KeyBy::Comm).unwrap_err());
+        assert!(e.contains(words), "{errno}: {e}");
+    }
+    let (mut target, _m, _g) = target_with(|m| {
+        m.fail.insert("KEY_REMOVE", (Errno::EIO, 0));
+    });
+    let slot = KeySlot { index: 9, entry: KEY_ENTRY, cookie: 5 << 32 | 9 };
+    let e = crate::error_chain(&target.free_key_slot(&slot).unwrap_err());
+    assert!(e.contains("keyed count slot 9: KEY_REMOVE"), "{e}");
 }
