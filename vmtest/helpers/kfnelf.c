@@ -84,6 +84,16 @@ static int pad8(FILE *out, unsigned long *off)
 	return put(out, zero, n);
 }
 
+static void set_shdr(Elf64_Shdr *sh, Elf64_Word name, Elf64_Word type, unsigned long off,
+		     unsigned long size, unsigned long align)
+{
+	sh->sh_name = name;
+	sh->sh_type = type;
+	sh->sh_offset = off;
+	sh->sh_size = size;
+	sh->sh_addralign = align;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long start = 0, off, text_off, sym_off, str_off, shstr_off, sh_off;
@@ -144,17 +154,15 @@ int main(int argc, char **argv)
 	sym[1].st_value = start;
 	sym[1].st_size = len;
 
-	sh[1] = (Elf64_Shdr){ .sh_name = SH_TEXT, .sh_type = SHT_PROGBITS,
-			      .sh_flags = SHF_ALLOC | SHF_EXECINSTR, .sh_addr = start,
-			      .sh_offset = text_off, .sh_size = len, .sh_addralign = 1 };
-	sh[2] = (Elf64_Shdr){ .sh_name = SH_SYMTAB, .sh_type = SHT_SYMTAB, .sh_offset = sym_off,
-			      .sh_size = sizeof(sym), .sh_link = 3, .sh_info = 1,
-			      .sh_addralign = 8, .sh_entsize = sizeof(sym[0]) };
-	sh[3] = (Elf64_Shdr){ .sh_name = SH_STRTAB, .sh_type = SHT_STRTAB, .sh_offset = str_off,
-			      .sh_size = 1 + name_len + 1, .sh_addralign = 1 };
-	sh[4] = (Elf64_Shdr){ .sh_name = SH_SHSTRTAB, .sh_type = SHT_STRTAB,
-			      .sh_offset = shstr_off, .sh_size = sizeof(shstrtab),
-			      .sh_addralign = 1 };
+	set_shdr(&sh[1], SH_TEXT, SHT_PROGBITS, text_off, len, 1);
+	sh[1].sh_flags = SHF_ALLOC | SHF_EXECINSTR;
+	sh[1].sh_addr = start;
+	set_shdr(&sh[2], SH_SYMTAB, SHT_SYMTAB, sym_off, sizeof(sym), 8);
+	sh[2].sh_link = 3;	/* .strtab */
+	sh[2].sh_info = 1;	/* the first global symbol */
+	sh[2].sh_entsize = sizeof(sym[0]);
+	set_shdr(&sh[3], SH_STRTAB, SHT_STRTAB, str_off, 1 + name_len + 1, 1);
+	set_shdr(&sh[4], SH_SHSTRTAB, SHT_STRTAB, shstr_off, sizeof(shstrtab), 1);
 
 	out = fopen(argv[2], "wb");
 	if (!out) {

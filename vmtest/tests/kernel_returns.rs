@@ -234,6 +234,10 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(t["count"].as_u64(), Some(calls), "every call and nested call timed: {t}");
     assert_eq!(t["missed"].as_u64(), Some(0), "{t}");
     assert_eq!(in_buckets(&t["histogram"], 0, 64), calls, "{t}");
+    // Each level's call contains the calls below it: the levels spread over log2 buckets (seen:
+    // 498, 487, 506 and 504 calls in [0.5, 1), [1, 2), [2, 4) and [4, 8) us), not one bucket.
+    let full = t["histogram"]["buckets"].as_array().unwrap().iter().filter(|c| c.as_u64().unwrap() >= EP_ADDS / 4).count();
+    assert!(full >= 3, "nested calls timed each, the outer ones longer: {t}");
     assert_eq!(run.expect("EPLC_RESTORED"), "yes", "the function's bytes are back as they were");
 
     // 5. maxactive.
