@@ -5,7 +5,8 @@
 #     returns of two processes calling it together (trap), then a counting return point of the
 #     jmp mechanism;
 #  2. a return point on __x64_sys_exit_group, which never returns: the calls' instances are
-#     reclaimed once their tasks are gone, counted as missed;
+#     reclaimed once their tasks are gone, counted as missed; also with one on do_group_exit,
+#     which it calls: two instances a task;
 #  3. timers on hrtimer_nanosleep: sleeps of 1 ms and 20 ms (/bin/naps) land in their log2
 #     buckets by the wall clock, and far below 1 ms by the CPU clock;
 #  6. the same through trapd: `trapctl time` by requests, a return point of a splice request;
@@ -79,6 +80,13 @@ trapctl splice __x64_sys_exit_group --return --count > /dev/null || exit 16
 /bin/slowcall > /dev/null
 /bin/slowcall > /dev/null
 echo "LIST_EXIT=$(trapctl list --json | squash)"
+# Nested: with do_group_exit's return point too, each exiting task holds two instances (two
+# references on itself), reclaimed all the same.
+trapctl splice do_group_exit --return --count > /dev/null || exit 40
+/bin/slowcall > /dev/null
+/bin/slowcall > /dev/null
+echo "LIST_EXIT2=$(trapctl list --json | squash)"
+trapctl unsplice do_group_exit > /dev/null || exit 41
 trapctl unsplice __x64_sys_exit_group > /dev/null || exit 17
 
 # --- 3. Timers. trapctl's own sleep of --seconds is timed too (one call of about that long).

@@ -100,6 +100,17 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(r["returns"].as_u64(), Some(0), "exit_group never returns");
     assert_eq!(r["active"].as_u64(), Some(0), "the exited tasks' instances were reclaimed");
     assert!(r["missed"].as_u64().unwrap() >= 2, "two slowcalls (and trapctl itself) exited inside: {r}");
+    // ... also when each task exits inside two functions with return points (do_group_exit
+    // under __x64_sys_exit_group): every entry is a task that exited inside, all reclaimed.
+    let rows = splices_of(&run, "LIST_EXIT2");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        let r = &row["returns"];
+        assert_eq!(r["returns"].as_u64(), Some(0), "{row}");
+        assert_eq!(r["active"].as_u64(), Some(0), "a task holding two instances is reclaimed too: {row}");
+        assert!(row["hits"].as_u64().unwrap() >= 2, "{row}");
+        assert_eq!(r["missed"].as_u64(), row["hits"].as_u64(), "every entry exited inside: {row}");
+    }
 
     // 3. Timers. 1 ms sleeps take [1, 2.1) ms (bucket 21, [2^20, 2^21) ns) or a little more
     // (TCG: one in ten has been seen at 8-16 ms), never 16.8 ms (bucket 25); 20 ms ones take
