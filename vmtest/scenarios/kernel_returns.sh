@@ -15,8 +15,8 @@
 #     result, exactly;
 #  8. a recursive function (ep_loop_check_proc, its self-call shown by `trapctl inspect`) driven
 #     at a known depth an exact number of times (/bin/epnest): entries, returns and self-calls
-#     counted exactly (trap and jmp), each return checked against its own call's depth, a timer
-#     timing every nested call;
+#     counted exactly (trap and jmp), each return checked against its own call's depth,
+#     maxactive below the depth, a timer timing every nested call;
 #  5. maxactive 1 and two calls at once: one returns through the return point, one is missed;
 #  4. a return point removed while a task sleeps inside the function: the task returns fine,
 #     the module refuses to unload until it has, and unloads clean after.
@@ -223,6 +223,16 @@ echo "EP_JMP_RC=$?"
 echo "EP_JMP_LIST=$(trapctl list --json | squash)"
 trapctl unsplice "$self" > /dev/null || exit 38
 trapctl unsplice ep_loop_check_proc > /dev/null || exit 39
+
+# maxactive 2 under a recursion 4 deep: the two outer calls of each add take instances, the two
+# inner ones are missed (and return as usual).
+epnest_run /tmp/ep4
+trapctl splice ep_loop_check_proc --return --count --maxactive 2 > /dev/null || exit 42
+kill -USR1 $ep
+wait $ep
+echo "EP_MAX_RC=$?"
+echo "EP_MAX_LIST=$(trapctl list --json | squash)"
+trapctl unsplice ep_loop_check_proc > /dev/null || exit 43
 
 # A timer: every nested call is timed on its own.
 epnest_run /tmp/ep3

@@ -238,6 +238,15 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(rp["mechanism"], "jmp");
     assert_eq!(sc["mechanism"], "jmp");
 
+    // maxactive 2 under a recursion 4 deep: per add, depths 0 and 1 hold instances, 2 and 3
+    // find two in use and are missed.
+    assert_eq!(run.expect("EP_MAX_RC"), "0", "every add succeeded");
+    let (r, row) = returns_of(&run, "EP_MAX_LIST");
+    assert_eq!(row["hits"].as_u64(), Some(calls), "{row}");
+    assert_eq!(r["returns"].as_u64(), Some(EP_ADDS * 2), "the two outer levels: {row}");
+    assert_eq!(r["missed"].as_u64(), Some(EP_ADDS * (EP_DEPTH - 2)), "the two inner levels: {row}");
+    assert_eq!(r["active"].as_u64(), Some(0), "{row}");
+
     // A timer: every nested call timed.
     assert_eq!(run.expect("EP_TIME_EP_RC"), "0");
     assert_eq!(run.expect("EP_TIME_RC"), "0");
