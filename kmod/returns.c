@@ -25,9 +25,10 @@
  * (from a delayed work, see trapvec_rp_release_work()) once no return point lives and no
  * instance is in use, after an RCU-tasks grace period for the tasks between the instance's
  * release and the stub's final ret. A task that exits inside a function with a pending return
- * (it called do_exit() under it) never returns: its instance is found when the task is gone
- * (ours is the last reference on the task) by every slot change, every RETURN_STATS and the
- * release work, counted as missed, and freed.
+ * (it called do_exit() under it) never returns: its instances are found when the task is gone
+ * (it switched out for the last time, or ours is the last reference on it; see
+ * trapvec_rp_task_gone()) by every slot change, every RETURN_STATS and the release work,
+ * counted as missed, and freed.
  *
  * CPU clock. The scheduler keeps a task's time on a CPU in se.sum_exec_runtime, brought up to
  * date at ticks and switches; the running part since then is the scheduler clock now minus
@@ -300,8 +301,33 @@ bool trapvec_returns_is_entry(unsigned long addr)
 }
 
 /*
- * Instances of tasks that are gone (they exited inside the function): ours is the last
- * reference on the task, so it can never return. Counted as missed and freed.
+ * Whether @t can never run again, so never return into a stub: ours is the last reference on
+ * it (it was reaped), or it switched out for the last time (do_task_dead() wrote TASK_DEAD while
+ * on_cpu was 1, and finish_task() cleared on_cpu with a release after the final switch). The
+ * reference count alone is not enough: a task that exits inside several functions with pending
+ * returns (nested return points, or a recursive function under one) holds an instance, and so
+ * a reference, for each, and its count never comes down to one.
+ */
+static bool trapvec_rp_task_gone(struct task_struct *t)
+{
+	if (refcount_read(&t->usage) == 1)
+		return true;
+	if (READ_ONCE(t->__state) != TASK_DEAD)
+		return false;
+#ifdef CONFIG_SMP
+	/* on_cpu read after the state: a 0 then is the one finish_task() wrote after the switch. */
+	smp_rmb();
+	/* Acquire, paired with finish_task()'s release: the task's last writes are seen. */
+	return !smp_load_acquire(&t->on_cpu);
+#else
+	/* One CPU, and it runs us: a dead task is off it for good. */
+	return true;
+#endif
+}
+
+/*
+ * Instances of tasks that are gone (they exited inside the function): they can never return.
+ * Counted as missed and freed.
  */
 static void trapvec_rp_reclaim_dead(void)
 {
@@ -310,11 +336,19 @@ static void trapvec_rp_reclaim_dead(void)
 	lockdep_assert_held(&trapvec_mutex);
 	for (i = 0; i < TRAPVEC_RP_INSTANCES; i++) {
 		struct trapvec_rp_inst *in = &trapvec_rp_inst[i];
+		struct task_struct *t;
 		struct trapvec_rp_slot *s;
 
 		if (smp_load_acquire(&in->state) != RP_LIVE)
 			continue;
-		if (refcount_read(&in->task->usage) != 1)
+		t = READ_ONCE(in->task);
+		if (!trapvec_rp_task_gone(t))
+			continue;
+		/*
+		 * Still its call: had the task given the instance back before it was gone (and
+		 * another taken it), that would show now, the task being unable to change it.
+		 */
+		if (smp_load_acquire(&in->state) != RP_LIVE || READ_ONCE(in->task) != t)
 			continue;
 		s = &trapvec_rp_slots[in->slot];
 		if (s->state != SLOT_FREE && s->gen == in->gen) {

@@ -5,12 +5,18 @@
 #     returns of two processes calling it together (trap), then a counting return point of the
 #     jmp mechanism;
 #  2. a return point on __x64_sys_exit_group, which never returns: the calls' instances are
-#     reclaimed once their tasks are gone, counted as missed;
+#     reclaimed once their tasks are gone, counted as missed; also with one on do_group_exit,
+#     which it calls: two instances a task;
 #  3. timers on hrtimer_nanosleep: sleeps of 1 ms and 20 ms (/bin/naps) land in their log2
 #     buckets by the wall clock, and far below 1 ms by the CPU clock;
 #  6. the same through trapd: `trapctl time` by requests, a return point of a splice request;
-#  7. a tail-calling function (__x64_sys_lseek: `jmp ksys_lseek`, shown by its bytes): every
-#     return of the tail-called function reaches the handler with its result, exactly;
+#  7. a tail-calling function (__x64_sys_lseek: `jmp ksys_lseek`, shown by its bytes and by
+#     `trapctl inspect`): every return of the tail-called function reaches the handler with its
+#     result, exactly;
+#  8. a recursive function (ep_loop_check_proc, its self-call shown by `trapctl inspect`) driven
+#     at a known depth an exact number of times (/bin/epnest): entries, returns and self-calls
+#     counted exactly (trap and jmp), each return checked against its own call's depth,
+#     maxactive below the depth, a timer timing every nested call;
 #  5. maxactive 1 and two calls at once: one returns through the return point, one is missed;
 #  4. a return point removed while a task sleeps inside the function: the task returns fine,
 #     the module refuses to unload until it has, and unloads clean after.
@@ -27,6 +33,12 @@ squash() {
 # `settle FILE`: until FILE has a line (a busy wait: a nanosleep would be timed too).
 settle() {
 	until [ -s "$1" ]; do :; done
+}
+
+# `insns FILE`: the instruction lines of a `trapctl inspect` listing, "ADDRESS  BYTES  ASM"
+# each, joined by '|' (runs of spaces made two).
+insns() {
+	grep '^  0x' "$1" | sed 's/   */  /g' | tr '\n' '|'
 }
 
 grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
@@ -68,6 +80,13 @@ trapctl splice __x64_sys_exit_group --return --count > /dev/null || exit 16
 /bin/slowcall > /dev/null
 /bin/slowcall > /dev/null
 echo "LIST_EXIT=$(trapctl list --json | squash)"
+# Nested: with do_group_exit's return point too, each exiting task holds two instances (two
+# references on itself), reclaimed all the same.
+trapctl splice do_group_exit --return --count > /dev/null || exit 40
+/bin/slowcall > /dev/null
+/bin/slowcall > /dev/null
+echo "LIST_EXIT2=$(trapctl list --json | squash)"
+trapctl unsplice do_group_exit > /dev/null || exit 41
 trapctl unsplice __x64_sys_exit_group > /dev/null || exit 17
 
 # --- 3. Timers. trapctl's own sleep of --seconds is timed too (one call of about that long).
@@ -132,6 +151,10 @@ wait $tdp
 echo "LSEEK_FN=$(addr __x64_sys_lseek)"
 echo "LSEEK_TARGET=$(addr ksys_lseek)"
 echo "LSEEK_BYTES=$(trapctl read __x64_sys_lseek 24 | cut -d: -f2 | tr -d '\n')"
+# ... and as `trapctl inspect` lists it (its live bytes, wrapped in an ELF by /bin/kfnelf).
+trapctl read __x64_sys_lseek | kfnelf __x64_sys_lseek /tmp/vmlinux-lseek || exit 27
+trapctl inspect --mode kernel /tmp/vmlinux-lseek __x64_sys_lseek > /tmp/lseek.txt || exit 28
+echo "LSEEK_INSNS=$(insns /tmp/lseek.txt)"
 trapctl load /components/rpret.o > /dev/null || exit 22
 trapctl set rpret_want 777777 > /dev/null || exit 23
 trapctl splice __x64_sys_lseek --return --call rpret_getppid > /dev/null || exit 24
@@ -142,6 +165,88 @@ echo "LSEEK_LAST=$(trapctl get rpret_last)"
 echo "LIST_LSEEK=$(trapctl list --json | squash)"
 trapctl unsplice __x64_sys_lseek > /dev/null || exit 25
 trapctl unload rpret > /dev/null || exit 26
+
+# --- 8. Recursion: ep_loop_check_proc (fs/eventpoll.c) calls itself once per level of a chain
+# of nested epoll instances. /bin/epnest builds a chain of 4, waits for SIGUSR1 (so that only
+# the adds below are seen), then adds it 500 times to one more instance: each add makes 4 calls,
+# at depths 0 to 3, the inner 3 from the self-call, which `trapctl inspect` shows.
+ep_depth=4
+ep_adds=500
+trapctl read ep_loop_check_proc > /tmp/eplc.hex || exit 29
+kfnelf ep_loop_check_proc /tmp/vmlinux-eplc < /tmp/eplc.hex || exit 29
+trapctl inspect --mode kernel /tmp/vmlinux-eplc ep_loop_check_proc > /tmp/eplc.txt || exit 30
+echo "EPLC_FN=$(addr ep_loop_check_proc)"
+echo "EPLC_HEAD=$(sed -n 2p /tmp/eplc.txt)"
+echo "EPLC_INSNS=$(insns /tmp/eplc.txt)"
+# The self-call's site, and the function's extent for the handler.
+self=$(grep -m1 "  call 0x$(addr ep_loop_check_proc)\$" /tmp/eplc.txt | awk '{ print $1 }')
+echo "EPLC_SELF_SITE=$self"
+set -- $(sed -n '2s/^function `[^`]*` \[\(0x[0-9a-f]*\), \(0x[0-9a-f]*\)).*/\1 \2/p' /tmp/eplc.txt)
+trapctl load /components/rprec.o > /dev/null || exit 31
+trapctl set rprec_top $((ep_depth - 1)) > /dev/null || exit 32
+trapctl set rprec_self "$1" > /dev/null || exit 33
+trapctl set rprec_self_end "$2" > /dev/null || exit 34
+
+# `epnest_run FILE`: start epnest, its output to FILE, and wait until its chain is built.
+epnest_run() {
+	/bin/epnest $ep_depth $ep_adds > "$1" &
+	ep=$!
+	settle "$1"
+}
+
+# A return handler (trap) checking each return's depth, and a count of the self-calls.
+epnest_run /tmp/ep1
+echo "EP_SPLICE=$(trapctl splice ep_loop_check_proc --return --call rprec_ret 2>&1)"
+echo "EP_SPLICE_SELF=$(trapctl splice "$self" --count 2>&1)"
+kill -USR1 $ep
+wait $ep
+echo "EP_RC=$?"
+echo "EP=$(sed 1d /tmp/ep1)"
+echo "EP_LIST=$(trapctl list --json | squash)"
+for v in calls match inner depth_sum; do
+	echo "EP_$v=$(trapctl get rprec_$v)"
+done
+trapctl unsplice "$self" > /dev/null || exit 35
+trapctl unsplice ep_loop_check_proc > /dev/null || exit 36
+trapctl unload rprec > /dev/null || exit 37
+
+# A counting return point and the self-call count, both by jmp. The self-call's first: a
+# function is decoded from its current text, and the entry's jmp (over `push r14` and 3 bytes
+# of the next mov) leaves bytes behind it that do not decode, so a later splice past it is
+# refused ("could not be decoded"); the call's jmp covers the call exactly.
+epnest_run /tmp/ep2
+echo "EP_SPLICE_SELF_JMP=$(trapctl splice "$self" --count --mechanism jmp 2>&1)"
+echo "EP_SPLICE_JMP=$(trapctl splice ep_loop_check_proc --return --count --mechanism jmp 2>&1)"
+kill -USR1 $ep
+wait $ep
+echo "EP_JMP_RC=$?"
+echo "EP_JMP_LIST=$(trapctl list --json | squash)"
+trapctl unsplice "$self" > /dev/null || exit 38
+trapctl unsplice ep_loop_check_proc > /dev/null || exit 39
+
+# maxactive 2 under a recursion 4 deep: the two outer calls of each add take instances, the two
+# inner ones are missed (and return as usual).
+epnest_run /tmp/ep4
+trapctl splice ep_loop_check_proc --return --count --maxactive 2 > /dev/null || exit 42
+kill -USR1 $ep
+wait $ep
+echo "EP_MAX_RC=$?"
+echo "EP_MAX_LIST=$(trapctl list --json | squash)"
+trapctl unsplice ep_loop_check_proc > /dev/null || exit 43
+
+# A timer: every nested call is timed on its own.
+epnest_run /tmp/ep3
+trapctl time ep_loop_check_proc --seconds 3 --json > /tmp/eptime &
+tp=$!
+settle /tmp/eptime
+kill -USR1 $ep
+wait $ep
+echo "EP_TIME_EP_RC=$?"
+wait $tp
+echo "EP_TIME_RC=$?"
+echo "EP_TIME=$(sed 1d /tmp/eptime | squash)"
+trapctl read ep_loop_check_proc > /tmp/eplc.after
+cmp -s /tmp/eplc.after /tmp/eplc.hex && echo "EPLC_RESTORED=yes" || echo "EPLC_RESTORED=no"
 
 # --- 4. Removal while a task sleeps inside the function.
 trapctl splice hrtimer_nanosleep --return --count > /dev/null || exit 18

@@ -4,7 +4,10 @@
 //! exactly, the instances of tasks that exit inside a function are reclaimed as missed, timers
 //! put 1 ms and 20 ms sleeps in their log2 buckets (wall) and not their sleep (cpu), and a
 //! return point removed while a task sleeps inside its function lets the task return and the
-//! module unload once it has (vmtest fails the run on any oops, BUG or WARNING).
+//! module unload once it has, a tail-calling function's every return is seen with the
+//! tail-called function's result, and a recursive function's entries, returns and self-calls
+//! are counted exactly, each return matched to its own call (vmtest fails the run on any oops,
+//! BUG or WARNING).
 
 
 use serde_json::Value;
@@ -25,6 +28,27 @@ fn calls(run: &Run, key: &str) -> u64 {
     let word = |k: &str| -> u64 { line.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{key}={line} has no {k}")) };
     assert_eq!(word("WRONG="), 0, "{key}: every getppid() answered right under the return point");
     word("CALLS=")
+}
+
+/// The live splices of a squashed `trapctl list --json`.
+fn splices_of(run: &Run, key: &str) -> Vec<Value> {
+    let v: Value = serde_json::from_str(run.expect(key)).unwrap_or_else(|e| panic!("{key} is not JSON: {e}"));
+    v["splices"].as_array().unwrap_or_else(|| panic!("{key} has no splices")).clone()
+}
+
+/// `(address, asm)` of each instruction of a `trapctl inspect` listing as the scenario's
+/// `insns` prints it: `ADDRESS  BYTES  ASM|...`.
+fn listing(run: &Run, key: &str) -> Vec<(u64, String)> {
+    run.expect(key)
+        .split('|')
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let cols: Vec<&str> = l.trim().splitn(3, "  ").collect();
+            assert_eq!(cols.len(), 3, "{key}: `{l}` is not ADDRESS  BYTES  ASM");
+            let addr = u64::from_str_radix(cols[0].trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{key}: `{l}`: {e}"));
+            (addr, cols[2].trim().to_string())
+        })
+        .collect()
 }
 
 /// Calls in buckets `lo..=hi` of a timer's histogram.
@@ -76,6 +100,17 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(r["returns"].as_u64(), Some(0), "exit_group never returns");
     assert_eq!(r["active"].as_u64(), Some(0), "the exited tasks' instances were reclaimed");
     assert!(r["missed"].as_u64().unwrap() >= 2, "two slowcalls (and trapctl itself) exited inside: {r}");
+    // ... also when each task exits inside two functions with return points (do_group_exit
+    // under __x64_sys_exit_group): every entry is a task that exited inside, all reclaimed.
+    let rows = splices_of(&run, "LIST_EXIT2");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        let r = &row["returns"];
+        assert_eq!(r["returns"].as_u64(), Some(0), "{row}");
+        assert_eq!(r["active"].as_u64(), Some(0), "a task holding two instances is reclaimed too: {row}");
+        assert!(row["hits"].as_u64().unwrap() >= 2, "{row}");
+        assert_eq!(r["missed"].as_u64(), row["hits"].as_u64(), "every entry exited inside: {row}");
+    }
 
     // 3. Timers. 1 ms sleeps take [1, 2.1) ms (bucket 21, [2^20, 2^21) ns) or a little more
     // (TCG: one in ten has been seen at 8-16 ms), never 16.8 ms (bucket 25); 20 ms ones take
@@ -137,6 +172,93 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     let (r, row) = returns_of(&run, "LIST_LSEEK");
     assert_eq!(row["hits"].as_u64(), r["returns"].as_u64(), "every entry returned once: {row}");
     assert_eq!(r["missed"].as_u64(), Some(0));
+
+    // ... and as `trapctl inspect` lists the live function: its fentry NOP, then argument
+    // moves and the tail jmp, no call.
+    let insns = listing(&run, "LSEEK_INSNS");
+    assert_eq!(insns[0].0, at, "the listing starts at the function");
+    let jmp = insns.iter().position(|(_, asm)| *asm == format!("jmp {target:#x}"));
+    assert!(jmp.is_some(), "inspect shows `jmp ksys_lseek` ({target:#x}): {insns:?}");
+    assert_eq!(insns[jmp.unwrap()].0, at + tail.unwrap() as u64, "where the bytes have it");
+    assert!(!insns.iter().any(|(_, asm)| asm.starts_with("call ")), "no call (the ftrace site is a NOP): {insns:?}");
+
+    // 8. Recursion. ep_loop_check_proc calls itself (shown by inspect), and epnest drives it
+    // EP_ADDS times at depths 0..EP_DEPTH.
+    const EP_DEPTH: u64 = 4;
+    const EP_ADDS: u64 = 500;
+    let calls = EP_ADDS * EP_DEPTH;
+    let self_calls = EP_ADDS * (EP_DEPTH - 1);
+    let depth_sum = EP_ADDS * (EP_DEPTH * (EP_DEPTH - 1) / 2);
+    let func = u64::from_str_radix(run.expect("EPLC_FN"), 16).unwrap();
+    let head = run.expect("EPLC_HEAD");
+    let end = head
+        .strip_prefix(&format!("function `ep_loop_check_proc` [{func:#x}, 0x"))
+        .and_then(|r| r.split_once(')'))
+        .and_then(|(e, _)| u64::from_str_radix(e, 16).ok())
+        .unwrap_or_else(|| panic!("inspect's head names the function at {func:#x} and its end: {head}"));
+    let insns = listing(&run, "EPLC_INSNS");
+    let own = format!("call {func:#x}");
+    let selfs: Vec<u64> = insns.iter().filter(|(_, asm)| *asm == own).map(|(a, _)| *a).collect();
+    assert_eq!(selfs.len(), 1, "one `{own}` to itself in the listing: {insns:?}");
+    let self_site = selfs[0];
+    assert_eq!(run.expect("EPLC_SELF_SITE"), format!("{self_site:#x}"));
+    assert!(insns.iter().all(|(a, _)| (func..end).contains(a)), "the listing is the function's: {insns:?}");
+
+    // Trap: entries, returns and self-calls exact; each return had its own call's depth.
+    assert!(run.expect("EP_SPLICE").contains("by trap"), "{}", run.expect("EP_SPLICE"));
+    assert!(run.expect("EP_SPLICE_SELF").contains("by trap"), "{}", run.expect("EP_SPLICE_SELF"));
+    assert_eq!(run.expect("EP_RC"), "0");
+    assert!(run.expect("EP").starts_with(&format!("adds={EP_ADDS} failed=0 ")), "{}", run.expect("EP"));
+    let check_rows = |key: &str| {
+        let rows = splices_of(&run, key);
+        assert_eq!(rows.len(), 2, "{key}: the return point and the self-call count: {rows:?}");
+        let rp = rows.iter().find(|r| !r["returns"].is_null()).unwrap_or_else(|| panic!("{key}: no return point"));
+        let sc = rows.iter().find(|r| r["site"] == format!("{self_site:#x}")).unwrap_or_else(|| panic!("{key}: no self-call count"));
+        let r = &rp["returns"];
+        assert_eq!(rp["hits"].as_u64(), Some(calls), "{key}: entries: {rp}");
+        assert_eq!(r["returns"].as_u64(), Some(calls), "{key}: returns: {rp}");
+        assert_eq!(r["missed"].as_u64(), Some(0), "{key}: {rp}");
+        assert_eq!(r["active"].as_u64(), Some(0), "{key}: no call in progress after: {rp}");
+        assert_eq!(rp["missed"].as_u64(), Some(0), "{key}: {rp}");
+        assert_eq!(sc["hits"].as_u64(), Some(self_calls), "{key}: self-calls: {sc}");
+        assert_eq!(sc["missed"].as_u64(), Some(0), "{key}: {sc}");
+        (rp.clone(), sc.clone())
+    };
+    check_rows("EP_LIST");
+    assert_eq!(run.number("EP_calls"), calls, "one handler run per return");
+    assert_eq!(run.number("EP_inner"), self_calls, "the nested calls returned into the function itself");
+    assert_eq!(run.number("EP_depth_sum"), depth_sum, "each depth 0..{EP_DEPTH} once per add");
+    assert_eq!(run.number("EP_match"), calls, "every return had its own call's result and return address");
+
+    // jmp: the same counts.
+    assert!(run.expect("EP_SPLICE_JMP").contains("by jmp"), "{}", run.expect("EP_SPLICE_JMP"));
+    assert!(run.expect("EP_SPLICE_SELF_JMP").contains("by jmp"), "{}", run.expect("EP_SPLICE_SELF_JMP"));
+    assert_eq!(run.expect("EP_JMP_RC"), "0");
+    let (rp, sc) = check_rows("EP_JMP_LIST");
+    assert_eq!(rp["mechanism"], "jmp");
+    assert_eq!(sc["mechanism"], "jmp");
+
+    // maxactive 2 under a recursion 4 deep: per add, depths 0 and 1 hold instances, 2 and 3
+    // find two in use and are missed.
+    assert_eq!(run.expect("EP_MAX_RC"), "0", "every add succeeded");
+    let (r, row) = returns_of(&run, "EP_MAX_LIST");
+    assert_eq!(row["hits"].as_u64(), Some(calls), "{row}");
+    assert_eq!(r["returns"].as_u64(), Some(EP_ADDS * 2), "the two outer levels: {row}");
+    assert_eq!(r["missed"].as_u64(), Some(EP_ADDS * (EP_DEPTH - 2)), "the two inner levels: {row}");
+    assert_eq!(r["active"].as_u64(), Some(0), "{row}");
+
+    // A timer: every nested call timed.
+    assert_eq!(run.expect("EP_TIME_EP_RC"), "0");
+    assert_eq!(run.expect("EP_TIME_RC"), "0");
+    let t: Value = serde_json::from_str(run.expect("EP_TIME")).unwrap();
+    assert_eq!(t["count"].as_u64(), Some(calls), "every call and nested call timed: {t}");
+    assert_eq!(t["missed"].as_u64(), Some(0), "{t}");
+    assert_eq!(in_buckets(&t["histogram"], 0, 64), calls, "{t}");
+    // Each level's call contains the calls below it: the levels spread over log2 buckets (seen:
+    // 498, 487, 506 and 504 calls in [0.5, 1), [1, 2), [2, 4) and [4, 8) us), not one bucket.
+    let full = t["histogram"]["buckets"].as_array().unwrap().iter().filter(|c| c.as_u64().unwrap() >= EP_ADDS / 4).count();
+    assert!(full >= 3, "nested calls timed each, the outer ones longer: {t}");
+    assert_eq!(run.expect("EPLC_RESTORED"), "yes", "the function's bytes are back as they were");
 
     // 5. maxactive.
     let (r, row) = returns_of(&run, "LIST_MAXACTIVE");
