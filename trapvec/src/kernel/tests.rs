@@ -354,12 +354,12 @@ fn the_trap_written_is_the_module_vector() {
 
 #[test]
 fn a_module_speaking_another_abi_version_is_refused_at_open() {
-    let module: Shared = Rc::new(RefCell::new(FakeModule { abi_version: 7, ..Default::default() }));
+    let module: Shared = Rc::new(RefCell::new(FakeModule { abi_version: TRAPVEC_ABI_VERSION + 1, ..Default::default() }));
     let m = module.clone();
     let _g = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
     let dev = std::fs::File::open("/dev/null").unwrap().into();
     let err = KernelTarget::from_parts(dev, KALLSYMS).err().unwrap();
-    assert!(err.to_string().contains("ABI version 7"), "{err}");
+    assert!(err.to_string().contains(&format!("ABI version {}", TRAPVEC_ABI_VERSION + 1)), "{err}");
 }
 
 #[test]
