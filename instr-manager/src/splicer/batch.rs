@@ -41,6 +41,10 @@ pub(super) struct BatchCache {
     lean: HashMap<u64, Option<(u64, u64)>>,
     /// Each object's `.eh_frame_hdr`, by address, once read.
     eh_frame_hdrs: HashMap<u64, Rc<HdrTable>>,
+    /// The bytes live splices replaced (`(addr, old)`, sorted): a function is analysed as it
+    /// was, not as its patches left it (the rest of a longer instruction a trap covered, or the
+    /// bytes behind a jmp, decode as other instructions and would hide its real boundaries).
+    originals: Vec<(u64, Vec<u8>)>,
 }
 
 impl BatchCache {
@@ -72,8 +76,38 @@ impl BatchCache {
         bytes.get(off..off.checked_add(len)?)
     }
 
+    /// Analyse functions with `patches`' old bytes in place of their new ones (the live
+    /// splices' site and springboard patches).
+    pub(super) fn set_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
+        self.originals = patches.into_iter().map(|p| (p.addr, p.old.clone())).collect();
+        self.originals.sort_unstable_by_key(|(a, _)| *a);
+    }
+
+    /// `bytes` of `[addr, addr + len)` with every overlapping original put back, if any overlaps.
+    fn unpatched(&self, addr: u64, bytes: &[u8]) -> Option<Vec<u8>> {
+        let end = addr.saturating_add(bytes.len() as u64);
+        // Patches are at most a few bytes long: one that overlaps starts less than 16 before.
+        let first = self.originals.partition_point(|(a, _)| *a + 16 <= addr);
+        let overlapping: Vec<&(u64, Vec<u8>)> =
+            self.originals[first..].iter().take_while(|(a, _)| *a < end).filter(|(a, old)| *a + old.len() as u64 > addr).collect();
+        if overlapping.is_empty() {
+            return None;
+        }
+        let mut out = bytes.to_vec();
+        for (a, old) in overlapping {
+            for (i, b) in old.iter().enumerate() {
+                let at = *a + i as u64;
+                if (addr..end).contains(&at) {
+                    out[usize::try_from(at - addr).unwrap_or(usize::MAX)] = *b;
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// The function `f` (as resolved for the point `at`, which errors name), decoded from the
-    /// target's current bytes the first time the batch asks for it.
+    /// target's bytes the first time the batch asks for it, as they were before the live
+    /// splices patched them.
     pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<Rc<Function>, SpliceError> {
         let key = (f.addr, f.size);
         if let Some(func) = self.functions.get(&key) {
@@ -88,6 +122,11 @@ impl BatchCache {
                 &read
             }
         };
+        let unpatched = self.unpatched(f.addr, bytes);
+        if unpatched.is_some() {
+            log::debug!("{at}: `{}` analysed with the original bytes of the live splices in it", f.name);
+        }
+        let bytes = unpatched.as_deref().unwrap_or(bytes);
         // Jump tables are read from the target: their entries are branch targets, which a jmp
         // window must not cover (`trapctl inspect` reads them the same way).
         let read = |a: u64, n: usize| target.read(a, n).ok();

@@ -109,6 +109,7 @@ impl<T: Target> Splicer<T> {
     /// Resolve every request's point, and read the text of their functions ahead.
     fn resolve_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<ResolvedPoint, SpliceError>> {
         let points: Vec<Result<ResolvedPoint, SpliceError>> = requests.iter().map(|r| self.resolve(&r.at)).collect();
+        cache.set_originals(self.live.values().flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())));
         cache.prefetch(&self.target, points.iter().filter_map(|p| p.as_ref().ok()).map(|p| &p.function));
         points
     }

@@ -391,3 +391,21 @@ fn kernel_jmp_at_a_case_label_before_another_takes_a_springboard_not_a_rel32() {
     assert_eq!(k.text(f, code.len()), code);
     assert_eq!(k.live_blocks(), 0);
 }
+
+#[test]
+fn a_function_is_analysed_as_it_was_before_its_live_splices() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let f = func_addr("f1");
+    // A trap over the 3-byte `mov rbp,rsp` at +6 leaves its last byte, E5, which decodes with
+    // the next instruction's first byte as `in eax, 0x48` and hides `mov rax,rdi` at +9.
+    let first = sp.apply(&[count("f1+6", Mechanism::Trap)]).unwrap()[0];
+    assert_eq!(k.text(f + 6, 3), [0xCD, 0xF5, 0xE5]);
+    let second = sp.apply(&[count("f1+9", Mechanism::Trap)]).expect("+9 is an instruction of the function as it was");
+    assert_eq!(sp.get(second[0]).unwrap().plan.displaced_text, "mov rax, rdi");
+    // The live window itself stays refused.
+    let e = sp.apply(&[count("f1+7", Mechanism::Trap)]).unwrap_err().to_string();
+    assert!(e.starts_with("f1+7"), "{e}");
+    sp.remove(&[first, second[0]]).unwrap();
+    assert_eq!(k.text(f, 32), FUNC);
+}
