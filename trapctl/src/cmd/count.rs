@@ -6,14 +6,13 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use instr_manager::ops::{self, Listing, SpliceRow, Unspliced};
+use anyhow::Result;
+use instr_manager::ops::{self, SpliceRow, Unspliced};
 use instr_manager::splice::SpliceOptions;
-use instr_manager::splicer::{Action, SpliceId, SpliceRequest};
+use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use serde::Serialize;
 use trapd::client;
-use trapd::protocol::Request;
 use trapvec::keyed::{KeyBy, KeyCount, KeyCounts};
 
 use crate::kernel::Kernel;
@@ -139,42 +138,8 @@ fn count_by(args: &Args, by: KeyBy) -> Result<()> {
         mechanism: args.mechanism,
         options: SpliceOptions { by: Some(by), only: args.only.predicate(), ..Default::default() },
     };
-    if client::is_listening(route::socket()) {
-        // Through trapd: make, read (the listing's row carries the table), remove.
-        let row = super::splice::make(&request)?;
-        let table = |site: &str| -> Result<KeyCounts> {
-            let listing: Listing = route::daemon_only(&Request::List)?;
-            keys_of(listing.splices.iter().find(|r| r.site == site), site)
-        };
-        return keyed(args, by, &row, table, super::splice::remove);
-    }
-    let mut k = Kernel::open()?;
-    let (row, made) = ops::splice(&mut k.splicer, &request)?;
-    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
-    k.commit_or_undo(&made)?;
-    let id = SpliceId(row.id);
-    let k = std::cell::RefCell::new(k);
-    keyed(
-        args,
-        by,
-        &row,
-        |site| {
-            let k = k.borrow();
-            let counts = k.splicer.key_counts(id)?;
-            counts.with_context(|| format!("the keyed count at {site} has no table (its slot is gone)"))
-        },
-        |site| {
-            let mut k = k.borrow_mut();
-            let removed = ops::unsplice(&mut k.splicer, site)?;
-            k.save()?;
-            Ok(removed)
-        },
-    )
-}
-
-fn keys_of(row: Option<&SpliceRow>, site: &str) -> Result<KeyCounts> {
-    let row = row.with_context(|| format!("the keyed count at {site} is no longer listed"))?;
-    row.keys.clone().with_context(|| format!("the splice at {site} is not a keyed count"))
+    let figures = super::splice::Figures { what: "the keyed count", of_row: |r| r.keys.clone(), of_splice: |sp, id| sp.key_counts(id) };
+    super::splice::for_a_while(&request, &figures, |row, table, remove| keyed(args, by, row, table, remove))
 }
 
 /// Announce the live keyed count, wait, read its table, remove it, print the top keys.

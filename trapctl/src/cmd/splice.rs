@@ -1,14 +1,17 @@
 //! `trapctl splice AT --call SYM | --replace SYM [--mechanism trap|jmp] [--cookie N]` and
 //! `trapctl unsplice AT`.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use instr_manager::splice::{SpliceOptions, When};
 use trapvec::predicate::Predicate;
 use instr_manager::splicer::{Action, SpliceRequest};
-use instr_manager::ops::{self, parse_u64, Made, SpliceRow, Unspliced, UnsplicedAll};
+use instr_manager::ops::{self, parse_u64, Listing, Made, SpliceRow, Unspliced, UnsplicedAll};
+use instr_manager::splicer::SpliceId;
+use trapd::client;
 use instr_manager::{Mechanism, UnknownMechanism};
 use trapd::protocol::Request;
 
+use crate::kernel::Kernel;
 use crate::route;
 
 /// Splice a point of the running kernel.
@@ -153,6 +156,53 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
 /// Make `request` (through trapd when one runs).
 pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
     route::change(&Request::Splice(request.clone()), |sp| ops::splice(sp, request))
+}
+
+/// How a command that keeps a splice for a while (`trapctl time`, `trapctl count --by`) reads
+/// its figures: from a row of trapd's listing, or from the splicer by the splice's id.
+pub struct Figures<R> {
+    /// What the splice is, for messages: "the timer", "the keyed count".
+    pub what: &'static str,
+    pub of_row: fn(&SpliceRow) -> Option<R>,
+    pub of_splice: fn(&instr_manager::splicer::Splicer<trapvec::kernel::KernelTarget>, SpliceId) -> Result<Option<R>, instr_manager::splicer::SpliceError>,
+}
+
+/// Make `request` (through trapd when one runs: make, read the listing, remove, three requests;
+/// else straight to the module, locked meanwhile, the splice saved while it lives so that a
+/// killed command leaves it known), then `run(row, read, remove)`: `read(site)` the figures,
+/// `remove(site)` the splice.
+pub fn for_a_while<R>(
+    request: &SpliceRequest,
+    figures: &Figures<R>,
+    run: impl FnOnce(&SpliceRow, &dyn Fn(&str) -> Result<R>, &mut dyn FnMut(&str) -> Result<Unspliced>) -> Result<()>,
+) -> Result<()> {
+    let what = figures.what;
+    if client::is_listening(route::socket()) {
+        let row = make(request)?;
+        let read = |site: &str| -> Result<R> {
+            let listing: Listing = route::daemon_only(&Request::List)?;
+            let row = listing.splices.iter().find(|r| r.site == site).with_context(|| format!("{what} at {site} is no longer listed"))?;
+            (figures.of_row)(row).with_context(|| format!("the splice at {site} is not {}", what.trim_start_matches("the ")))
+        };
+        let mut remove = |site: &str| -> Result<Unspliced> { remove(site) };
+        return run(&row, &read, &mut remove);
+    }
+    let mut k = Kernel::open()?;
+    let (row, made) = ops::splice(&mut k.splicer, request)?;
+    k.commit_or_undo(&made)?;
+    let id = SpliceId(row.id);
+    let k = std::cell::RefCell::new(k);
+    let read = |site: &str| -> Result<R> {
+        let got = (figures.of_splice)(&k.borrow().splicer, id)?;
+        got.with_context(|| format!("{what} at {site} has no figures (its slot is gone)"))
+    };
+    let mut remove = |site: &str| -> Result<Unspliced> {
+        let mut k = k.borrow_mut();
+        let removed = ops::unsplice(&mut k.splicer, site)?;
+        k.save()?;
+        Ok(removed)
+    };
+    run(&row, &read, &mut remove)
 }
 
 /// Remove the splice at `at` (through trapd when one runs).

@@ -5,18 +5,14 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use instr_manager::ops::{self, Listing, SpliceRow, Unspliced};
+use anyhow::Result;
+use instr_manager::ops::{SpliceRow, Unspliced};
 use instr_manager::splice::{SpliceOptions, When};
-use instr_manager::splicer::{Action, SpliceId, SpliceRequest};
+use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use serde::Serialize;
-use trapd::client;
-use trapd::protocol::Request;
 use trapvec::returns::{Clock, Histogram, ReturnStats};
 
-use crate::kernel::Kernel;
-use crate::route;
 
 /// Time a kernel function's calls for a while.
 #[derive(clap::Args)]
@@ -89,41 +85,8 @@ pub fn run(args: &Args) -> Result<()> {
         mechanism: args.mechanism,
         options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate() },
     };
-    if client::is_listening(route::socket()) {
-        // Through trapd: make, read (the listing's row carries the figures), remove.
-        let row = super::splice::make(&request)?;
-        let stats = |site: &str| -> Result<ReturnStats> {
-            let listing: Listing = route::daemon_only(&Request::List)?;
-            stats_of(listing.splices.iter().find(|r| r.site == site), site)
-        };
-        return time(args, &row, stats, super::splice::remove);
-    }
-    let mut k = Kernel::open()?;
-    let (row, made) = ops::splice(&mut k.splicer, &request)?;
-    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
-    k.commit_or_undo(&made)?;
-    let id = SpliceId(row.id);
-    let k = std::cell::RefCell::new(k);
-    time(
-        args,
-        &row,
-        |site| {
-            let k = k.borrow();
-            let st = k.splicer.return_stats(id)?;
-            st.with_context(|| format!("the timer at {site} has no figures (its return point is gone)"))
-        },
-        |site| {
-            let mut k = k.borrow_mut();
-            let removed = ops::unsplice(&mut k.splicer, site)?;
-            k.save()?;
-            Ok(removed)
-        },
-    )
-}
-
-fn stats_of(row: Option<&SpliceRow>, site: &str) -> Result<ReturnStats> {
-    let row = row.with_context(|| format!("the timer at {site} is no longer listed"))?;
-    row.returns.clone().with_context(|| format!("the splice at {site} is not a timer"))
+    let figures = super::splice::Figures { what: "the timer", of_row: |r| r.returns.clone(), of_splice: |sp, id| sp.return_stats(id) };
+    super::splice::for_a_while(&request, &figures, |row, stats, remove| time(args, row, stats, remove))
 }
 
 /// Announce the live timer, wait, read its figures, remove it, print them.
