@@ -100,17 +100,7 @@ echo "OVERFLOW_TEXT=$(trapctl list | grep '  by pid')"
 echo "OVERFLOW_UNSPLICE=$(trapctl unsplice $fn 2>&1)"
 
 # --- 4. Through trapd: made, read and removed by requests.
-cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
-mkdir -p /run /var/lib/trapd
-: > /tmp/trapd.toml
-trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
-tdp=$!
-i=0
-until trapd send '{"op":"status"}' > /dev/null 2>&1; do
-	i=$((i + 1))
-	[ $i -gt 100 ] && { echo "TRAPD=did not come up: $(cat /tmp/trapd.log)"; exit 21; }
-	usleep 100000
-done
+start_trapd
 trapctl count $fn --by comm --seconds 5 --json > /tmp/td &
 cp=$!
 counting /tmp/td

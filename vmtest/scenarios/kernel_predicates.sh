@@ -47,25 +47,31 @@ run() {
 	echo "${1}_B=$(cat /tmp/out.b)"
 }
 
+# `spliced KEY CODE ARGS...` (after `both`): splice getppid with ARGS, run both, list, unsplice
+# (exit CODE if that fails); prints KEY_SPLICE, KEY_A, KEY_B and KEY_LIST.
+spliced() {
+	key=$1
+	code=$2
+	shift 2
+	echo "${key}_SPLICE=$(trapctl splice __x64_sys_getppid "$@" 2>&1)"
+	run "$key"
+	echo "${key}_LIST=$(trapctl list --json | squash)"
+	trapctl unsplice __x64_sys_getppid > /dev/null || exit "$code"
+}
+
 grep -q '^trapvec ' /proc/modules || insmod /trapvec.ko || exit 10
 cp /bin/ppidloop /tmp/otherloop || exit 10
 
 # --- 1. --tgid A: a count.
 for mech in trap jmp; do
 	both
-	echo "TGID_SPLICE_$mech=$(trapctl splice __x64_sys_getppid --count --mechanism $mech --tgid $a 2>&1)"
-	run "TGID_$mech"
-	echo "TGID_LIST_$mech=$(trapctl list --json | squash)"
-	trapctl unsplice __x64_sys_getppid > /dev/null || exit 11
+	spliced "TGID_$mech" 11 --count --mechanism $mech --tgid $a
 done
 
 # --- 2. --comm otherloop: a counting return point.
 for mech in trap jmp; do
 	both
-	echo "COMM_SPLICE_$mech=$(trapctl splice __x64_sys_getppid --return --count --mechanism $mech --comm otherloop 2>&1)"
-	run "COMM_$mech"
-	echo "COMM_LIST_$mech=$(trapctl list --json | squash)"
-	trapctl unsplice __x64_sys_getppid > /dev/null || exit 12
+	spliced "COMM_$mech" 12 --return --count --mechanism $mech --comm otherloop
 done
 
 # --- 3. --pid A: a return handler.
@@ -85,10 +91,7 @@ trapctl unload rpret > /dev/null || exit 15
 
 # --- 4. Every field must match: B is not named ppidloop.
 both
-echo "NONE_SPLICE=$(trapctl splice __x64_sys_getppid --count --mechanism jmp --tgid $b --comm ppidloop 2>&1)"
-run "NONE"
-echo "NONE_LIST=$(trapctl list --json | squash)"
-trapctl unsplice __x64_sys_getppid > /dev/null || exit 16
+spliced NONE 16 --count --mechanism jmp --tgid $b --comm ppidloop
 
 # --- 5. Bad input changes nothing.
 echo "BAD_BYTES_BEFORE=$(trapctl read __x64_sys_getppid 16 | cut -d: -f2)"

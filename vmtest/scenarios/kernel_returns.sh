@@ -121,17 +121,7 @@ trapctl unsplice hrtimer_nanosleep > /dev/null || exit 20
 
 # --- 6. Through trapd: a timer made, read (trapd's list rows carry the figures) and removed by
 # requests, and a return point of the protocol's splice request.
-cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
-mkdir -p /run /var/lib/trapd
-: > /tmp/trapd.toml
-trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
-tdp=$!
-i=0
-until trapd send '{"op":"status"}' > /dev/null 2>&1; do
-	i=$((i + 1))
-	[ $i -gt 100 ] && { echo "TRAPD=did not come up: $(cat /tmp/trapd.log)"; exit 21; }
-	usleep 100000
-done
+start_trapd
 trapctl time hrtimer_nanosleep --seconds 3 --json > /tmp/td &
 tp=$!
 settle /tmp/td

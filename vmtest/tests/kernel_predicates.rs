@@ -34,14 +34,14 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     assert_eq!(run.expect("PREDICATES"), "done");
     for mech in ["trap", "jmp"] {
         // 1. --tgid A: A's 3,001 calls (3,000 and the one that learns the answer), not B's.
-        assert!(run.expect(&format!("TGID_SPLICE_{mech}")).contains(&format!("by {mech}")), "{}", run.expect(&format!("TGID_SPLICE_{mech}")));
+        assert!(run.expect(&format!("TGID_{mech}_SPLICE")).contains(&format!("by {mech}: count (only tgid ")), "{}", run.expect(&format!("TGID_{mech}_SPLICE")));
         let (a, b) = (calls(&run, &format!("TGID_{mech}_A")), calls(&run, &format!("TGID_{mech}_B")));
         assert_eq!((a, b), (3001, 2001));
-        let r = row(&run, &format!("TGID_LIST_{mech}"));
+        let r = row(&run, &format!("TGID_{mech}_LIST"));
         assert_eq!(r["hits"].as_u64(), Some(a), "{mech}: --tgid counts only A's calls: {r}");
         // 2. --comm otherloop: B's returns.
         let b = calls(&run, &format!("COMM_{mech}_B"));
-        let r = row(&run, &format!("COMM_LIST_{mech}"));
+        let r = row(&run, &format!("COMM_{mech}_LIST"));
         assert_eq!(r["hits"].as_u64(), Some(b), "{mech}: --comm counts only otherloop's entries: {r}");
         assert_eq!(r["returns"]["returns"].as_u64(), Some(b), "{mech}: and its returns: {r}");
         assert_eq!(r["returns"]["missed"].as_u64(), Some(0));

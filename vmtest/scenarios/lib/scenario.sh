@@ -37,3 +37,20 @@ fastest_rounds() {
 		round=$((round + 1))
 	done
 }
+
+# `start_trapd`: trapd (the test's /files/trapd) with an empty configuration and its journal in
+# /var/lib/trapd, its log in /tmp/trapd.log; returns once it answers, its pid in $tdp. Prints
+# `TRAPD=did not come up: LOG` and exits 21 when it does not within 10 s.
+start_trapd() {
+	cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
+	mkdir -p /run /var/lib/trapd
+	: > /tmp/trapd.toml
+	trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
+	tdp=$!
+	i=0
+	until trapd send '{"op":"status"}' > /dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && { echo "TRAPD=did not come up: $(cat /tmp/trapd.log)"; exit 21; }
+		usleep 100000
+	done
+}
