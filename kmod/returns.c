@@ -338,17 +338,26 @@ static void trapvec_rp_reclaim_dead(void)
 		struct trapvec_rp_inst *in = &trapvec_rp_inst[i];
 		struct task_struct *t;
 		struct trapvec_rp_slot *s;
+		bool gone;
 
 		if (smp_load_acquire(&in->state) != RP_LIVE)
 			continue;
+		/*
+		 * The instance's reference keeps t while the instance is live, but the task may
+		 * return (dropping it) between these reads: an RCU read section keeps t's memory
+		 * until a reaped task's delayed_put_task_struct() has run, and shuts the window a
+		 * preemption here would open.
+		 */
+		rcu_read_lock();
 		t = READ_ONCE(in->task);
-		if (!trapvec_rp_task_gone(t))
-			continue;
 		/*
 		 * Still its call: had the task given the instance back before it was gone (and
 		 * another taken it), that would show now, the task being unable to change it.
 		 */
-		if (smp_load_acquire(&in->state) != RP_LIVE || READ_ONCE(in->task) != t)
+		gone = trapvec_rp_task_gone(t) && smp_load_acquire(&in->state) == RP_LIVE &&
+		       READ_ONCE(in->task) == t;
+		rcu_read_unlock();
+		if (!gone)
 			continue;
 		s = &trapvec_rp_slots[in->slot];
 		if (s->state != SLOT_FREE && s->gen == in->gen) {
