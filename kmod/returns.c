@@ -340,15 +340,18 @@ static void trapvec_rp_reclaim_dead(void)
 		struct trapvec_rp_slot *s;
 		bool gone;
 
-		if (smp_load_acquire(&in->state) != RP_LIVE)
-			continue;
 		/*
 		 * The instance's reference keeps t while the instance is live, but the task may
-		 * return (dropping it) between these reads: an RCU read section keeps t's memory
-		 * until a reaped task's delayed_put_task_struct() has run, and shuts the window a
+		 * return (dropping it, then giving the instance back) between these reads: an RCU
+		 * read section begun before the state is read keeps t's memory until a task reaped
+		 * after that read has passed delayed_put_task_struct(), and shuts the window a
 		 * preemption here would open.
 		 */
 		rcu_read_lock();
+		if (smp_load_acquire(&in->state) != RP_LIVE) {
+			rcu_read_unlock();
+			continue;
+		}
 		t = READ_ONCE(in->task);
 		/*
 		 * Still its call: had the task given the instance back before it was gone (and
