@@ -5,7 +5,9 @@
 //! (`fsync`), make the change (all or nothing: the splicer's batches undo themselves, and
 //! [`Daemon::activate`] undoes the components and variables it touched), store the splicer's
 //! state in the module ([`StateHome`]), journal `done` with the state's generation (`fsync`),
-//! and only then reply. At start the module's state is imported (checked against the live
+//! and only then reply. A refused change normally leaves the splicer as it was; where undoing it
+//! changed the kernel all the same (a profile switch that handed a site over makes the old
+//! splice again, in new code), the state is stored before the refusal is replied. At start the module's state is imported (checked against the live
 //! kernel by [`Splicer::import_state`]: the module is the truth) and the journal is reconciled
 //! with it ([`journal::reconcile`]).
 
@@ -78,6 +80,8 @@ pub struct Daemon<T: Target + StateHome> {
     config: Config,
     journal: Journal,
     generation: u64,
+    /// A digest of the state last stored in the module (or imported from it).
+    stored: u64,
     profile: Option<String>,
     started: Instant,
     /// When the active profile became active (time since `started`).
@@ -144,11 +148,13 @@ impl<T: Target + StateHome> Daemon<T> {
         );
         journal.compact(generation, profile.clone())?;
         let initial = config.initial_profile.clone();
+        let stored = digest(&splicer.export_state());
         let mut d = Daemon {
             splicer,
             config,
             journal,
             generation,
+            stored,
             profile,
             started: Instant::now(),
             switched_at: None,
@@ -203,7 +209,7 @@ impl<T: Target + StateHome> Daemon<T> {
             Ok(v) => {
                 let bytes = self.splicer.export_state();
                 match self.splicer.target().store_state(self.generation, &bytes) {
-                    Ok(g) => self.generation = g,
+                    Ok(g) => (self.generation, self.stored) = (g, digest(&bytes)),
                     Err(e) => {
                         let e = trapvec::error_chain(&e);
                         log::error!("storing the state in the module after change {seq}: {e}");
@@ -221,14 +227,31 @@ impl<T: Target + StateHome> Daemon<T> {
                 protocol::ok(v)
             }
             Err(e) => {
-                let why = trapvec::error_chain(&e);
+                let mut why = trapvec::error_chain(&e);
                 log::info!("request {seq} refused: {why}");
-                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: why }) {
+                if let Err(se) = self.store_if_changed() {
+                    let se = trapvec::error_chain(&se);
+                    log::error!("storing the state in the module after refused change {seq}: {se}");
+                    why = format!("{why}; undoing it changed the kernel, and storing the daemon's state in the module failed: {se}");
+                }
+                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: why.clone() }) {
                     log::error!("{}", trapvec::error_chain(&je));
                 }
-                protocol::error(e)
+                protocol::error(why)
             }
         }
+    }
+
+    /// Store the splicer's state if it is not what the module holds (a refused change whose
+    /// undoing made splices anew).
+    fn store_if_changed(&mut self) -> Result<(), TargetError> {
+        let bytes = self.splicer.export_state();
+        let d = digest(&bytes);
+        if d != self.stored {
+            self.generation = self.splicer.target().store_state(self.generation, &bytes)?;
+            self.stored = d;
+        }
+        Ok(())
     }
 
     fn read(&self, req: &Request) -> Result<Value, OpError> {
@@ -303,7 +326,8 @@ impl<T: Target + StateHome> Daemon<T> {
 
     /// Switch to profile `name` ([`ops::switch`]: its missing components loaded, its variables
     /// written, then one batch removing the active profile's splices that `name` does not have
-    /// and adding those it adds; all or nothing).
+    /// and adding those it adds, after a batch of its own for sites that change hands; all or
+    /// nothing).
     fn activate(&mut self, name: &str, cause: &str) -> Result<Value, OpError> {
         let profile = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?.spec();
         // A profile that is no longer in the configuration owns nothing we can name.
@@ -313,12 +337,19 @@ impl<T: Target + StateHome> Daemon<T> {
         self.switched_at = Some(self.now());
         self.switches += 1;
         log::info!(
-            "profile {} -> {name} ({cause}): {} splice(s) removed, {} added",
+            "profile {} -> {name} ({cause}): {} splice(s) removed, {} added, {} site(s) handed over",
             previous.as_deref().unwrap_or("(none)"),
             switched.removed,
-            switched.added
+            switched.added,
+            switched.handed_over
         );
-        Ok(json!({ "profile": name, "previous": previous, "removed": switched.removed, "added": switched.added }))
+        Ok(json!({
+            "profile": name,
+            "previous": previous,
+            "removed": switched.removed,
+            "added": switched.added,
+            "handed_over": switched.handed_over,
+        }))
     }
 
     /// The listing of [`ops::listing`], with each splice's `in_profile`, the active profile and
@@ -364,4 +395,12 @@ impl<T: Target + StateHome> Daemon<T> {
 /// A report as a reply's fields.
 fn reply(report: impl serde::Serialize) -> Value {
     serde_json::to_value(report).unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
+}
+
+/// A digest of a state blob, to tell whether it changed since it was stored.
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }

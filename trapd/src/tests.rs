@@ -70,7 +70,7 @@ fn profile_switch_is_one_batch_keeping_shared_splices_and_journaled_before_the_r
     let k = FakeKernel::new();
     let mut d = start(&k, &journal);
     assert_eq!(d.profile(), Some("clean"));
-    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2}));
+    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2, "handed_over": 0}));
     assert!(k.trapped("f0") && k.trapped("f1"));
     let batches = k.state().batches;
     // both -> other: f0 goes, f2 comes, f1 (in both profiles) stays untouched.
@@ -370,4 +370,77 @@ fn the_metrics_endpoint_serves_splices_profile_switches_and_request_counts_a_par
     assert_eq!(status, "HTTP/1.1 400 Bad Request", "a head over 8 KiB");
     // A scrape changed nothing: the splices are still those of `both` and f2.
     assert_eq!(call::<ops::Listing>(&socket, &Request::List).unwrap().splices.len(), 3);
+}
+
+/// Profiles take the splice form's return points, timers, keyed counts and task predicates,
+/// checked when the configuration is read (a contradiction names its point); activated, a
+/// predicate reaches the dispatch entry. A switch that hands f0 over to another kind of splice
+/// and is then refused (the fake kernel has no return slots) makes f0's old splice again and
+/// stores that in the module, so a daemon started after a kill finds it recorded.
+#[test]
+fn profiles_take_return_points_timers_keyed_counts_and_predicates() {
+    use instr_manager::When;
+    use trapvec::keyed::KeyBy;
+    use trapvec::returns::Clock;
+
+    let text = r#"
+[profile.only]
+splice = [{ at = "f0", action = "count", tgid = 42, comm = "nginx" }, { at = "f1", action = "count" }]
+[profile.plain]
+splice = [{ at = "f0", action = "count" }, { at = "f1", action = "count" }]
+[profile.watch]
+splice = [
+  { at = "f0", action = "count", when = "return", maxactive = 8, pid = 7 },
+  { at = "f1", action = "time", clock = "cpu" },
+  { at = "f2", action = "count", by = "comm" },
+]
+"#;
+    let config = Config::parse(text, Path::new("trapd.toml")).unwrap();
+    let w = config.profiles["watch"].requests();
+    assert_eq!((w[0].options.when, w[0].options.maxactive, w[0].options.only.pid), (When::Return, Some(8), Some(7)));
+    assert_eq!((&w[1].action, w[1].options.when), (&Action::Time { clock: Clock::Cpu }, When::Return));
+    assert_eq!((&w[2].action, w[2].options.by), (&Action::Count, Some(KeyBy::Comm)));
+    let err = |t: &str| trapvec::error_chain(&Config::parse(t, Path::new("t.toml")).unwrap_err());
+    let e = err("[profile.p]\nsplice = [{ at = \"f4\", action = \"time\", by = \"pid\" }]\n");
+    assert!(e.contains("f4: `by` keys the hits of action `count`"), "{e}");
+    let e = err("[profile.p]\nsplice = [{ at = \"f4\", action = \"count\", comm = \"a-very-long-name\" }]\n");
+    assert!(e.contains("f4") && e.contains("comm"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut d = Daemon::start(k.clone(), config, &dir.path().join("journal")).unwrap();
+    let reply = activate(&mut d, "only");
+    assert_eq!(reply["added"], json!(2), "{reply}");
+    let e = k.state().dispatch[&(func("f0") + 5)];
+    let only = e.only.expect("the dispatcher tests the task");
+    assert_eq!((only.pid, only.tgid, only.skip), (None, Some(42), e.dest));
+    assert_eq!(&only.comm.unwrap()[..6], b"nginx\0");
+    assert_eq!(k.state().dispatch[&(func("f1") + 5)].only, None);
+    let rows = d.handle(Request::List);
+    assert_eq!(rows["splices"][0]["action"], json!("count (only tgid 42, comm nginx)"), "{rows}");
+
+    let generation = k.blob().0;
+    let reply = activate(&mut d, "watch");
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("return points and timers"), "{reply}");
+    assert_eq!(d.profile(), Some("only"));
+    assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f2"));
+    assert_eq!(k.state().dispatch[&(func("f0") + 5)].only.map(|o| o.tgid), Some(Some(42)));
+    assert_eq!(k.blob().0, generation + 1, "f0 made again, in new code: stored");
+    std::mem::forget(d);
+    let mut d = Daemon::start(k.clone(), Config::parse(text, Path::new("trapd.toml")).unwrap(), &dir.path().join("journal")).unwrap();
+    assert_eq!(d.profile(), Some("only"));
+    assert_eq!(live_points(&mut d), ["f0", "f1"]);
+    assert_eq!(d.handle(Request::List)["unrecorded"], json!([]));
+    // A refusal that changed nothing stores nothing.
+    let generation = k.blob().0;
+    assert_eq!(activate(&mut d, "nope")["ok"], json!(false));
+    assert_eq!(k.blob().0, generation);
+    // To a profile that keeps f1 and counts f0 for every task: f0 is handed over.
+    let reply = activate(&mut d, "plain");
+    assert_eq!(reply, json!({"ok": true, "profile": "plain", "previous": "only", "removed": 1, "added": 1, "handed_over": 1}));
+    assert_eq!(k.state().dispatch[&(func("f0") + 5)].only, None);
+    assert!(k.trapped("f0") && k.trapped("f1"));
+    assert_eq!(d.handle(Request::Unsplice { at: None, all: true })["ok"], json!(true));
+    assert!(k.pristine());
 }

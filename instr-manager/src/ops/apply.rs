@@ -12,7 +12,7 @@ use super::var::{fit_signed, var_size, write};
 use super::{undone, Made, OpError};
 use crate::spec::Spec;
 use crate::splice::SpliceRequest;
-use crate::splicer::{SpliceId, Splicer};
+use crate::splicer::{SpliceError, SpliceId, Splicer};
 
 /// Load the spec's components that `skip` does not say are there already, collecting the
 /// splices they declare; on an error everything `made` holds is undone.
@@ -112,6 +112,9 @@ pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
 pub struct Switched {
     pub removed: usize,
     pub added: usize,
+    /// Of `removed`, the splices whose sites `to` splices differently (another action, handler,
+    /// mechanism or predicate): taken out by a batch of their own just before the switch.
+    pub handed_over: usize,
 }
 
 /// Go from the splices `from` to the configuration `to` (a daemon's profile switch): load
@@ -119,15 +122,54 @@ pub struct Switched {
 /// batch remove the live splices of `from` that `to` does not have and make those `to` adds
 /// (its own and those its new components declare). All or nothing: on an error the variables
 /// get their old values and the components loaded here go. Undoing a switch is switching back.
+///
+/// A site that both configurations splice, differently, changes hands. One text batch cannot
+/// do that (the site's old bytes would be the old splice's trap or jmp), so the old splices at
+/// such sites are removed first, in a batch of their own, and the switch follows: between the
+/// two batches (about one batch's time) those functions run their original code, with neither
+/// configuration's splice; every other site goes from one configuration to the other with no
+/// such moment. Should the switch then fail, the splices taken out are made again (the same
+/// requests: the same bytes at their sites, their hit counts from zero) before the error is
+/// returned, so a refused switch still leaves `from` in place.
 pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec) -> Result<Switched, OpError> {
-    let remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
+    let mut remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
     let mut made = Made::default();
     let present = |sp: &Splicer<T>, path: &std::path::Path| sp.components().iter().any(|c| c.path.as_deref() == Some(path));
     let declared = load_components(sp, to, present, &mut made)?;
     write_sets(sp, to, &mut made)?;
     let add: Vec<SpliceRequest> = with_declared(&to.splices, declared).into_iter().filter(|r| !sp.live().any(|s| s.request == *r)).collect();
-    if let Err(e) = sp.switch(&remove, &add) {
-        return Err(undone(sp, &made, e.into()));
+    let handover = match handed_over(sp, &remove, &add) {
+        Ok(h) => h,
+        Err(e) => return Err(undone(sp, &made, e.into())),
+    };
+    let mut taken_out = Vec::new();
+    if !handover.is_empty() {
+        taken_out = handover.iter().filter_map(|id| sp.get(*id)).map(|s| s.request.clone()).collect();
+        if let Err(e) = sp.remove(&handover) {
+            return Err(undone(sp, &made, e.into()));
+        }
+        remove.retain(|id| !handover.contains(id));
     }
-    Ok(Switched { removed: remove.len(), added: add.len() })
+    if let Err(e) = sp.switch(&remove, &add) {
+        let e = match taken_out.is_empty() {
+            true => OpError::from(e),
+            false => match sp.apply(&taken_out) {
+                Ok(_) => e.into(),
+                Err(again) => OpError::HandoverLost {
+                    refused: Box::new(e),
+                    lost: taken_out.iter().map(|r| r.at.clone()).collect(),
+                    again: trapvec::error_chain(&again),
+                },
+            },
+        };
+        return Err(undone(sp, &made, e));
+    }
+    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), handed_over: handover.len() })
+}
+
+/// The splices of `remove` at a site that a request of `add` resolves to; the first request
+/// that does not resolve is the error (before anything changed).
+fn handed_over<T: Target>(sp: &Splicer<T>, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
+    let sites = add.iter().map(|r| sp.resolve(&r.at).map(|p| p.site)).collect::<Result<Vec<u64>, _>>()?;
+    Ok(remove.iter().copied().filter(|id| sp.get(*id).is_some_and(|s| sites.contains(&s.point.site))).collect())
 }

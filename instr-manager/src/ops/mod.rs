@@ -78,6 +78,10 @@ pub enum OpError {
     PastEnd { symbol: String, len: usize, size: usize },
     #[error(transparent)]
     Number(#[from] NumberError),
+    /// A profile switch that had taken out the splices at the sites it hands over was refused,
+    /// and they could not be made again: those functions run unspliced.
+    #[error("{}; the splice(s) at {} that the switch had taken out could not be made again ({again}): they are no longer live", trapvec::error_chain(.refused), .lost.join(", "))]
+    HandoverLost { refused: Box<SpliceError>, lost: Vec<String>, again: String },
 }
 
 fn loaded_list(loaded: &[String]) -> String {

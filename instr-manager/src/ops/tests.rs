@@ -135,7 +135,7 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
     let first = Spec { splices: vec![count("f0"), count("f1")], ..Spec::default() };
-    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2 });
+    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2, handed_over: 0 });
     // To a configuration with a component (declaring f3), a variable and a bad point.
     let mut bad = knob_spec(dir.path());
     bad.splices = vec![count("f1"), count("no_such_function")];
@@ -146,12 +146,62 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f3"), "the old splices stay live");
     // Without the bad point: f0 goes, f1 stays, f3 comes with its component.
     bad.splices.pop();
-    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1 });
+    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1, handed_over: 0 });
     assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f3"));
     assert_eq!(knob(&sp), 9);
     // Unloading the component takes its declared splice; the rest is the spec's.
     let name = sp.components().iter().next().unwrap().name.clone();
     assert_eq!(unload(&mut sp, &name).unwrap(), Unloaded { name: "knob".into(), declared_removed: 1 });
+    unsplice_all(&mut sp).unwrap();
+    assert!(k.pristine());
+}
+
+/// Two configurations that splice one site differently: the old splice is taken out by a batch
+/// of its own, then the switch runs; a refused switch makes the old splice again.
+#[test]
+fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let site = func_addr("f0") + 5;
+    let first = Spec { splices: vec![count("f0"), count("f1")], ..Spec::default() };
+    switch(&mut sp, &[], &first).unwrap();
+    let old_bytes = k.text(site, 2);
+    let mut only = count("f0");
+    only.options.only.tgid = Some(42);
+    let second = Spec { splices: vec![only.clone(), count("f1"), count("f2")], ..Spec::default() };
+    let batches = k.state().batches;
+    assert_eq!(switch(&mut sp, &first.splices, &second).unwrap(), Switched { removed: 1, added: 2, handed_over: 1 });
+    assert_eq!(k.state().batches, batches + 2, "the handover's batch, then the switch's");
+    assert!(k.trapped("f0") && k.trapped("f1") && k.trapped("f2"));
+    assert_eq!(k.state().dispatch[&site].only.map(|o| o.tgid), Some(Some(42)));
+    assert_eq!(sp.live().count(), 3);
+
+    // Handing f0 over again, to a jmp, in a switch refused for another point: f0 is the tgid
+    // 42 count again, with the same bytes at its site; nothing else changed.
+    let mut jmp = count("f0");
+    jmp.mechanism = Mechanism::Jmp;
+    let bad = Spec { splices: vec![jmp.clone(), count("f1"), count("no_such_function")], ..Spec::default() };
+    let e = switch(&mut sp, &second.splices, &bad).unwrap_err();
+    assert!(e.to_string().contains("no_such_function"), "{e}");
+    assert_eq!(k.state().batches, batches + 2, "nothing written: the point did not resolve");
+    // A point that resolves but cannot be spliced (inside `mov rbp,rsp`) is refused after the
+    // handover's batch: f0's old splice is made again.
+    let refused_late = Spec { splices: vec![jmp.clone(), count("f1"), count("f3+0x7")], ..Spec::default() };
+    let before = k.text(site, 8);
+    let e = switch(&mut sp, &second.splices, &refused_late).unwrap_err();
+    assert!(e.to_string().contains("f3+0x7"), "{e}");
+    assert_eq!(k.state().batches, batches + 4, "the handover's batch, and the one making f0 again");
+    assert_eq!(k.text(site, 8), before, "the old splice made again: {e}");
+    assert_eq!(k.state().dispatch[&site].only.map(|o| o.tgid), Some(Some(42)));
+    assert!(sp.live().any(|s| s.request == only), "f0's old request is live again");
+    assert!(k.trapped("f1") && k.trapped("f2") && !k.trapped("f3"));
+    assert_eq!(sp.live().count(), 3);
+    // The same to a jmp, with nothing wrong: f0 goes from trap to jmp.
+    let to_jmp = Spec { splices: vec![jmp.clone(), count("f1")], ..Spec::default() };
+    assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, handed_over: 1 });
+    assert!(!k.state().dispatch.contains_key(&site), "a jmp splice has no dispatch entry");
+    assert_ne!(k.text(site, 2), old_bytes);
+    assert!(sp.live().any(|s| s.request == jmp));
     unsplice_all(&mut sp).unwrap();
     assert!(k.pristine());
 }

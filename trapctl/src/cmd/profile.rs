@@ -58,8 +58,12 @@ pub fn status(args: &StatusArgs) -> Result<()> {
 
 pub fn activate(args: &ActivateArgs) -> Result<()> {
     let v: Value = route::daemon_only(&Request::Activate { profile: args.profile.clone() })?;
+    let handed = match v["handed_over"].as_u64() {
+        Some(n) if n > 0 => format!(" ({n} of them at sites the new profile splices differently: removed by a batch of their own first)"),
+        _ => String::new(),
+    };
     println!(
-        "profile {} -> {}: {} splice(s) removed, {} added",
+        "profile {} -> {}: {} splice(s) removed, {} added{handed}",
         v["previous"].as_str().unwrap_or("(none)"),
         args.profile,
         v["removed"],
