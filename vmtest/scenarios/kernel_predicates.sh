@@ -9,7 +9,10 @@
 #  3. --pid A, a return point with a handler (components/rpret.c), trap and jmp: the handler
 #     runs once per call of A and sees each return value;
 #  4. --tgid B --comm ppidloop: nobody is both, nothing is counted;
-#  5. a name the kernel cannot hold is refused, nothing changes.
+#  5. a name the kernel cannot hold is refused, nothing changes;
+#  6. trapd profiles that splice getppid differently (every task; comm ppidloop only): a switch
+#     hands the site over, and a refused switch (a second point inside the ftrace NOP) makes the
+#     old splice again and stores it, so a daemon restarted after kill -9 finds it recorded.
 # Prints KEY=value lines that vmtest/tests/kernel_predicates.rs checks.
 set -u
 
@@ -99,6 +102,32 @@ bad=$(trapctl splice __x64_sys_getppid --count --comm systemd-journald 2>&1)
 echo "BAD_COMM=$bad rc=$?"
 echo "BAD_BYTES_AFTER=$(trapctl read __x64_sys_getppid 16 | cut -d: -f2)"
 echo "BAD_LIST=$(trapctl list --json | squash)"
+
+# --- 6. Profiles that splice one site differently.
+start_trapd '[profile.all]
+splice = [{ at = "__x64_sys_getppid", action = "count" }]
+[profile.only_a]
+splice = [{ at = "__x64_sys_getppid", action = "count", comm = "ppidloop" }]
+[profile.broken]
+splice = [{ at = "__x64_sys_getppid", action = "count", mechanism = "jmp" }, { at = "__x64_sys_getppid+0x1", action = "count" }]
+'
+# `profile KEY NAME`: activate NAME, run both, print the reply, the calls and trapd's listing.
+profile() {
+	both
+	echo "${1}_ACTIVATE=$(trapd send "{\"op\":\"activate\",\"profile\":\"$2\"}")"
+	run "$1"
+	echo "${1}_TRAPD=$(trapd send '{"op":"list"}')"
+}
+profile HAND_ALL all
+profile HAND_ONLY only_a
+profile HAND_BROKEN broken
+kill -9 $tdp
+wait $tdp 2> /dev/null
+start_trapd -
+echo "HAND_RESTART=$(trapd send '{"op":"list"}')"
+echo "HAND_UNSPLICE=$(trapd send '{"op":"unsplice","all":true}')"
+kill $tdp
+wait $tdp
 
 rmmod trapvec || exit 17
 echo "PREDICATES=done"

@@ -3,10 +3,11 @@
 //! `--comm` or `--pid` counts (or runs its return handler for) exactly the one it names, by trap
 //! (the dispatcher tests `current`) and by jmp (a guard in the trampoline reads
 //! `gs:current_task`); two fields that no task has together count nothing; a name the kernel
-//! cannot hold is refused and changes nothing.
+//! cannot hold is refused and changes nothing. trapd's profiles that splice getppid differently
+//! hand the site over, and a refused switch leaves the old profile's splice live and recorded.
 
 use serde_json::Value;
-use vmtest::testing::{can_boot, Run, Scenario};
+use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
 
 /// The one live splice of a squashed `trapctl list --json`.
 fn row(run: &Run, key: &str) -> Value {
@@ -29,7 +30,8 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let run = Scenario::named("kernel_predicates.sh").timeout(600).run(env!("CARGO_BIN_EXE_vmtest"));
+    let trapd = build_trapd();
+    let run = Scenario::named("kernel_predicates.sh").file(&trapd).timeout(600).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("PREDICATES"), "done");
     for mech in ["trap", "jmp"] {
@@ -63,4 +65,34 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     assert_eq!(run.expect("BAD_BYTES_BEFORE"), run.expect("BAD_BYTES_AFTER"));
     let v: Value = serde_json::from_str(run.expect("BAD_LIST")).unwrap();
     assert_eq!(v["splices"].as_array().map(Vec::len), Some(0));
+    // 6. trapd: `all` counts both processes, `only_a` (comm ppidloop) takes the site over.
+    let json = |k: &str| -> Value { serde_json::from_str(run.expect(k)).unwrap_or_else(|e| panic!("{k} is not JSON: {e}")) };
+    let live = |k: &str| -> Value {
+        let v = json(k);
+        let s = v["splices"].as_array().unwrap_or_else(|| panic!("{k}: {v}"));
+        assert_eq!(s.len(), 1, "{k}: one live splice: {v}");
+        assert_eq!(v["unrecorded"], serde_json::json!([]), "{k}: {v}");
+        s[0].clone()
+    };
+    let a = json("HAND_ALL_ACTIVATE");
+    assert_eq!((a["ok"].as_bool(), a["added"].as_u64(), a["handed_over"].as_u64()), (Some(true), Some(1), Some(0)), "{a}");
+    let both = calls(&run, "HAND_ALL_A") + calls(&run, "HAND_ALL_B");
+    assert_eq!(live("HAND_ALL_TRAPD")["hits"].as_u64(), Some(both), "profile all counts every call");
+    let a = json("HAND_ONLY_ACTIVATE");
+    assert_eq!((a["removed"].as_u64(), a["added"].as_u64(), a["handed_over"].as_u64()), (Some(1), Some(1), Some(1)), "{a}");
+    let r = live("HAND_ONLY_TRAPD");
+    assert_eq!(r["action"].as_str(), Some("count (only comm ppidloop)"), "{r}");
+    assert_eq!(r["hits"].as_u64(), Some(calls(&run, "HAND_ONLY_A")), "only A's calls: {r}");
+    // A refused switch: only_a's splice made again, counting A's calls from zero, and recorded.
+    let a = json("HAND_BROKEN_ACTIVATE");
+    assert_eq!(a["ok"].as_bool(), Some(false), "{a}");
+    assert!(a["error"].as_str().unwrap().contains("__x64_sys_getppid+0x1"), "the refusal names its point: {a}");
+    assert_eq!(json("HAND_BROKEN_TRAPD")["profile"].as_str(), Some("only_a"));
+    let r = live("HAND_BROKEN_TRAPD");
+    assert_eq!((r["action"].as_str(), r["mechanism"].as_str()), (Some("count (only comm ppidloop)"), Some("trap")), "{r}");
+    assert_eq!(r["hits"].as_u64(), Some(calls(&run, "HAND_BROKEN_A")), "{r}");
+    let v = json("HAND_RESTART");
+    assert_eq!(v["profile"].as_str(), Some("only_a"), "{v}");
+    assert_eq!(live("HAND_RESTART")["action"].as_str(), Some("count (only comm ppidloop)"));
+    assert_eq!(json("HAND_UNSPLICE")["unspliced"].as_array().map(Vec::len), Some(1));
 }

@@ -38,13 +38,14 @@ fastest_rounds() {
 	done
 }
 
-# `start_trapd`: trapd (the test's /files/trapd) with an empty configuration and its journal in
+# `start_trapd [CONFIG]`: trapd (the test's /files/trapd) with the configuration CONFIG (a
+# TOML text; empty without it, or /tmp/trapd.toml as it is with `-`) and its journal in
 # /var/lib/trapd, its log in /tmp/trapd.log; returns once it answers, its pid in $tdp. Prints
 # `TRAPD=did not come up: LOG` and exits 21 when it does not within 10 s.
 start_trapd() {
 	cp /files/trapd /bin/trapd && chmod 755 /bin/trapd
 	mkdir -p /run /var/lib/trapd
-	: > /tmp/trapd.toml
+	[ "${1:-}" = - ] || printf '%s' "${1:-}" > /tmp/trapd.toml
 	trapd --config /tmp/trapd.toml --journal /var/lib/trapd/journal > /tmp/trapd.log 2>&1 &
 	tdp=$!
 	i=0
