@@ -130,7 +130,10 @@ pub struct Switched {
 /// configuration's splice; every other site goes from one configuration to the other with no
 /// such moment. Should the switch then fail, the splices taken out are made again (the same
 /// requests: the same bytes at their sites, their hit counts from zero) before the error is
-/// returned, so a refused switch still leaves `from` in place.
+/// returned, so a refused switch still leaves `from` in place. One case cannot be undone: the
+/// batch taking them out could not reach quiescence (a thread stays inside a replacement), so
+/// they are retiring and their windows stay reserved until that removal finishes; the error
+/// ([`OpError::HandoverLost`]) then says which functions run unspliced.
 pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec) -> Result<Switched, OpError> {
     let mut remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
     let mut made = Made::default();
@@ -142,29 +145,38 @@ pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec)
         Ok(h) => h,
         Err(e) => return Err(undone(sp, &made, e.into())),
     };
-    let mut taken_out = Vec::new();
+    let taken_out: Vec<(SpliceId, SpliceRequest)> = handover.iter().filter_map(|&id| sp.get(id).map(|s| (id, s.request.clone()))).collect();
     if !handover.is_empty() {
-        taken_out = handover.iter().filter_map(|id| sp.get(*id)).map(|s| s.request.clone()).collect();
         if let Err(e) = sp.remove(&handover) {
-            return Err(undone(sp, &made, e.into()));
+            let e = make_again(sp, &taken_out, e);
+            return Err(undone(sp, &made, e));
         }
         remove.retain(|id| !handover.contains(id));
     }
     if let Err(e) = sp.switch(&remove, &add) {
-        let e = match taken_out.is_empty() {
-            true => OpError::from(e),
-            false => match sp.apply(&taken_out) {
-                Ok(_) => e.into(),
-                Err(again) => OpError::HandoverLost {
-                    refused: Box::new(e),
-                    lost: taken_out.iter().map(|r| r.at.clone()).collect(),
-                    again: trapvec::error_chain(&again),
-                },
-            },
-        };
+        let e = make_again(sp, &taken_out, e);
         return Err(undone(sp, &made, e));
     }
     Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), handed_over: handover.len() })
+}
+
+/// After a switch was refused with `refused`: make again, in one batch, the splices of
+/// `taken_out` that are no longer live (their removal went through, or left them retiring:
+/// text restored, code kept until a later removal finishes it). The error to return:
+/// `refused`, or [`OpError::HandoverLost`] when they cannot be made again.
+fn make_again<T: Target>(sp: &mut Splicer<T>, taken_out: &[(SpliceId, SpliceRequest)], refused: SpliceError) -> OpError {
+    let gone: Vec<SpliceRequest> = taken_out.iter().filter(|(id, _)| sp.get(*id).is_none()).map(|(_, r)| r.clone()).collect();
+    if gone.is_empty() {
+        return refused.into();
+    }
+    match sp.apply(&gone) {
+        Ok(_) => refused.into(),
+        Err(again) => OpError::HandoverLost {
+            refused: Box::new(refused),
+            lost: gone.iter().map(|r| r.at.clone()).collect(),
+            again: trapvec::error_chain(&again),
+        },
+    }
 }
 
 /// The splices of `remove` at a site that a request of `add` resolves to; the first request

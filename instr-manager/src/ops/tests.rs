@@ -196,12 +196,33 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     assert!(sp.live().any(|s| s.request == only), "f0's old request is live again");
     assert!(k.trapped("f1") && k.trapped("f2") && !k.trapped("f3"));
     assert_eq!(sp.live().count(), 3);
+    // The handover's own batch cannot finish (a thread stays inside): the splice it took out
+    // is retiring (its text restored, its code kept), whose window cannot be spliced again
+    // until that removal finishes. The error says both, and nothing else changed.
+    k.state().quiesce_busy = Some("a task sleeps in the handler".into());
+    let e = switch(&mut sp, &second.splices, &to_jmp_spec(&jmp)).unwrap_err();
+    assert!(matches!(e, OpError::HandoverLost { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("a task sleeps in the handler") && text.contains("the splice(s) at f0 that the switch had taken out could not be made again"), "{text}");
+    k.state().quiesce_busy = None;
+    assert_eq!(k.text(site, 8), FakeKernel::new().text(site, 8), "f0's original bytes");
+    assert_eq!((sp.retiring().count(), sp.live().count()), (1, 2));
+    assert!(k.trapped("f1") && k.trapped("f2"));
+    // Once the task has left, the removal finishes and f0 can be spliced again.
+    let retiring: Vec<_> = sp.retiring().map(|s| s.id).collect();
+    sp.finish_retiring(&retiring).unwrap();
+    sp.apply(std::slice::from_ref(&only)).unwrap();
+    assert_eq!(k.text(site, 8), before);
     // The same to a jmp, with nothing wrong: f0 goes from trap to jmp.
-    let to_jmp = Spec { splices: vec![jmp.clone(), count("f1")], ..Spec::default() };
+    let to_jmp = to_jmp_spec(&jmp);
     assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, handed_over: 1 });
     assert!(!k.state().dispatch.contains_key(&site), "a jmp splice has no dispatch entry");
     assert_ne!(k.text(site, 2), old_bytes);
     assert!(sp.live().any(|s| s.request == jmp));
     unsplice_all(&mut sp).unwrap();
     assert!(k.pristine());
+}
+
+fn to_jmp_spec(jmp: &SpliceRequest) -> Spec {
+    Spec { splices: vec![jmp.clone(), count("f1")], ..Spec::default() }
 }
