@@ -80,7 +80,8 @@ pub struct Daemon<T: Target + StateHome> {
     config: Config,
     journal: Journal,
     generation: u64,
-    /// A digest of the state last stored in the module (or imported from it).
+    /// The [`fingerprint`] of the splicer when its state was last stored in the module (or
+    /// imported from it).
     stored: u64,
     profile: Option<String>,
     started: Instant,
@@ -148,7 +149,7 @@ impl<T: Target + StateHome> Daemon<T> {
         );
         journal.compact(generation, profile.clone())?;
         let initial = config.initial_profile.clone();
-        let stored = digest(&splicer.export_state());
+        let stored = fingerprint(&splicer);
         let mut d = Daemon {
             splicer,
             config,
@@ -209,7 +210,7 @@ impl<T: Target + StateHome> Daemon<T> {
             Ok(v) => {
                 let bytes = self.splicer.export_state();
                 match self.splicer.target().store_state(self.generation, &bytes) {
-                    Ok(g) => (self.generation, self.stored) = (g, digest(&bytes)),
+                    Ok(g) => (self.generation, self.stored) = (g, fingerprint(&self.splicer)),
                     Err(e) => {
                         let e = trapvec::error_chain(&e);
                         log::error!("storing the state in the module after change {seq}: {e}");
@@ -245,11 +246,10 @@ impl<T: Target + StateHome> Daemon<T> {
     /// Store the splicer's state if it is not what the module holds (a refused change whose
     /// undoing made splices anew).
     fn store_if_changed(&mut self) -> Result<(), TargetError> {
-        let bytes = self.splicer.export_state();
-        let d = digest(&bytes);
-        if d != self.stored {
-            self.generation = self.splicer.target().store_state(self.generation, &bytes)?;
-            self.stored = d;
+        let f = fingerprint(&self.splicer);
+        if f != self.stored {
+            self.generation = self.splicer.target().store_state(self.generation, &self.splicer.export_state())?;
+            self.stored = f;
         }
         Ok(())
     }
@@ -397,10 +397,17 @@ fn reply(report: impl serde::Serialize) -> Value {
     serde_json::to_value(report).unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
 }
 
-/// A digest of a state blob, to tell whether it changed since it was stored.
-fn digest(bytes: &[u8]) -> u64 {
+/// What the stored state records, in brief: the ids of the live and retiring splices and of
+/// the loaded components. Ids are never reused, so anything made or removed changes it; it
+/// costs a pass over the ids where exporting the state (10,000 splices: megabytes) would cost
+/// far more, for every refused request.
+fn fingerprint<T: Target>(sp: &Splicer<T>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
+    sp.live().for_each(|s| s.id.0.hash(&mut h));
+    u64::MAX.hash(&mut h);
+    sp.retiring().for_each(|s| s.id.0.hash(&mut h));
+    u64::MAX.hash(&mut h);
+    sp.components().iter().for_each(|c| c.id.hash(&mut h));
     h.finish()
 }
