@@ -198,7 +198,43 @@ impl Scenario {
 
     /// Run it with the `vmtest` binary at `vmtest` (in this crate's integration tests,
     /// `env!("CARGO_BIN_EXE_vmtest")`) and print what it said: the test's output is the log.
+    ///
+    /// A run that times out is run once more, and the second run's result is the test's. The
+    /// guests of this machine have been seen to stall under QEMU TCG with no console output
+    /// and no kernel report at all, once while the kernel was still booting, before any of our
+    /// code ran: a stall that happens twice in a row still fails the test. Each stall is
+    /// printed and appended, with the scenario and its console's last lines, to
+    /// `target/vmtest/stalls.log`, so that a flaky hang of our own stays on record.
     pub fn run(&self, vmtest: impl AsRef<Path>) -> Run {
+        self.run_recording_stalls(vmtest.as_ref(), &repo_root().join("target/vmtest/stalls.log"))
+    }
+
+    /// [`Scenario::run`], with its stalls appended to `log`.
+    fn run_recording_stalls(&self, vmtest: &Path, log: &Path) -> Run {
+        let run = self.run_once(vmtest);
+        if run.status != Some(crate::runner::EXIT_TIMEOUT) {
+            return run;
+        }
+        let tail: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("  | ")).collect();
+        let record = format!(
+            "{} timed out (unix time {}); its console's last lines:\n{}\n",
+            self.script.display(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            tail.join("\n")
+        );
+        eprintln!("vmtest STALL: {record}vmtest: running it once more");
+        println!("vmtest STALL: {record}vmtest: running it once more");
+        let appended = log.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+            use std::io::Write;
+            std::fs::OpenOptions::new().create(true).append(true).open(log)?.write_all(record.as_bytes())
+        });
+        if let Err(e) = appended {
+            eprintln!("vmtest: recording the stall in {}: {e}", log.display());
+        }
+        self.run_once(vmtest)
+    }
+
+    fn run_once(&self, vmtest: &Path) -> Run {
         let mut cmd = self.command(vmtest);
         log::debug!("running {cmd:?}");
         let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -254,6 +290,35 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in for `vmtest` that times out (124, with a console tail) on its first run and
+    /// exits with `then` on its second.
+    fn stalling_vmtest(dir: &Path, then: i32) -> PathBuf {
+        let bin = dir.join("vmtest");
+        let count = dir.join("runs");
+        let script = format!(
+            "#!/bin/sh\necho x >> {c}\nif [ \"$(wc -l < {c})\" -eq 1 ]; then echo 'vmtest: last console lines:' >&2; echo '  | PEERS_MASS_CANDIDATES n=1000' >&2; exit 124; fi\necho DONE=yes\nexit {then}\n",
+            c = count.display()
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    #[test]
+    fn a_run_that_times_out_is_run_once_more_and_the_stall_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("logs/stalls.log");
+        let run = Scenario::inline("exit 0\n").run_recording_stalls(&stalling_vmtest(dir.path(), 0), &log);
+        assert_eq!((run.status, run.value("DONE")), (Some(0), Some("yes")), "the second run's result");
+        let recorded = std::fs::read_to_string(&log).unwrap();
+        assert!(recorded.contains("scenario.sh timed out") && recorded.contains("  | PEERS_MASS_CANDIDATES n=1000"), "{recorded}");
+        // A second run that fails is the test's failure; one that times out again, too.
+        let dir = tempfile::tempdir().unwrap();
+        let run = Scenario::inline("exit 0\n").run_recording_stalls(&stalling_vmtest(dir.path(), 124), &log);
+        assert_eq!(run.status, Some(124));
+        assert_eq!(std::fs::read_to_string(&log).unwrap().matches("timed out").count(), 2);
+    }
 
     fn run_with(stdout: &str) -> Run {
         Run { status: Some(0), stdout: stdout.to_owned(), stderr: String::new() }
