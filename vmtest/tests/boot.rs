@@ -96,7 +96,8 @@ fn scenario_running_past_timeout_is_killed_and_fails() {
         return;
     }
     let started = std::time::Instant::now();
-    let out = vmtest("sleep 600\n", &["--no-load", "--timeout", "40"]);
+    // Once: Scenario::run would boot a scenario that timed out once more.
+    let out = Scenario::inline("sleep 600\n").args(["--no-load", "--timeout", "40"]).run_once(env!("CARGO_BIN_EXE_vmtest"));
     assert_eq!(out.status, Some(vmtest::runner::EXIT_TIMEOUT));
     let stderr = &out.stderr;
     assert!(stderr.contains("timed out after 40 s"), "{stderr}");
