@@ -7,9 +7,9 @@
 //! state in the module ([`StateHome`]), journal `done` with the state's generation (`fsync`),
 //! and only then reply. A refused change normally leaves the splicer as it was; where undoing it
 //! changed the kernel all the same (a profile switch that handed a site over makes the old
-//! splice again, in new code), the state is stored before the refusal is replied. At start the module's state is imported (checked against the live
-//! kernel by [`Splicer::import_state`]: the module is the truth) and the journal is reconciled
-//! with it ([`journal::reconcile`]).
+//! splice again, in new code), the state is stored before the refusal is replied. At start the
+//! module's state is imported (checked against the live kernel by [`Splicer::import_state`]:
+//! the module is the truth) and the journal is reconciled with it ([`journal::reconcile`]).
 
 // Errors here are made at most once per request, and they carry the splicer's errors whole.
 #![allow(clippy::result_large_err)]
@@ -208,16 +208,12 @@ impl<T: Target + StateHome> Daemon<T> {
         let time = journal::now_secs();
         match result {
             Ok(v) => {
-                let bytes = self.splicer.export_state();
-                match self.splicer.target().store_state(self.generation, &bytes) {
-                    Ok(g) => (self.generation, self.stored) = (g, fingerprint(&self.splicer)),
-                    Err(e) => {
-                        let e = trapvec::error_chain(&e);
-                        log::error!("storing the state in the module after change {seq}: {e}");
-                        let msg = format!("the change was made in the kernel, but storing the daemon's state in the module failed: {e}");
-                        let _ = self.journal.append(&Record::Failed { seq, time, error: msg.clone() });
-                        return protocol::error(msg);
-                    }
+                if let Err(e) = self.store() {
+                    let e = trapvec::error_chain(&e);
+                    log::error!("storing the state in the module after change {seq}: {e}");
+                    let msg = format!("the change was made in the kernel, but storing the daemon's state in the module failed: {e}");
+                    let _ = self.journal.append(&Record::Failed { seq, time, error: msg.clone() });
+                    return protocol::error(msg);
                 }
                 let done = Record::Done { seq, time, generation: self.generation, profile: self.profile.clone() };
                 if let Err(e) = self.journal.append(&done) {
@@ -246,11 +242,16 @@ impl<T: Target + StateHome> Daemon<T> {
     /// Store the splicer's state if it is not what the module holds (a refused change whose
     /// undoing made splices anew).
     fn store_if_changed(&mut self) -> Result<(), TargetError> {
-        let f = fingerprint(&self.splicer);
-        if f != self.stored {
-            self.generation = self.splicer.target().store_state(self.generation, &self.splicer.export_state())?;
-            self.stored = f;
+        match fingerprint(&self.splicer) == self.stored {
+            true => Ok(()),
+            false => self.store(),
         }
+    }
+
+    /// Store the splicer's state in the module, after the generation it holds.
+    fn store(&mut self) -> Result<(), TargetError> {
+        self.generation = self.splicer.target().store_state(self.generation, &self.splicer.export_state())?;
+        self.stored = fingerprint(&self.splicer);
         Ok(())
     }
 

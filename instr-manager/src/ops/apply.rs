@@ -180,8 +180,12 @@ fn make_again<T: Target>(sp: &mut Splicer<T>, taken_out: &[(SpliceId, SpliceRequ
 }
 
 /// The splices of `remove` at a site that a request of `add` resolves to; the first request
-/// that does not resolve is the error (before anything changed).
+/// that does not resolve is the error (before anything changed). With nothing to remove,
+/// nothing is resolved here ([`Splicer::switch`] resolves every request again).
 fn handed_over<T: Target>(sp: &Splicer<T>, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
+    if remove.is_empty() {
+        return Ok(Vec::new());
+    }
     let sites = add.iter().map(|r| sp.resolve(&r.at).map(|p| p.site)).collect::<Result<Vec<u64>, _>>()?;
     Ok(remove.iter().copied().filter(|id| sp.get(*id).is_some_and(|s| sites.contains(&s.point.site))).collect())
 }
