@@ -19,6 +19,7 @@ JSON object on stdout:
 Errors go to stderr with a non-zero exit status; `import frida` failing exits 3.
 """
 import json
+import os
 import subprocess
 import sys
 import time
@@ -68,6 +69,22 @@ rpc.exports = {
   },
 };
 """
+
+
+def wait_for_agent_to_leave(pid, timeout=30.0):
+    """Waits until the target is single-threaded again, i.e. Frida's agent has finished
+    unloading after session.detach() returned. Quitting before that races the agent's teardown:
+    under load about one run in six hung in exit() inside the agent (seen with gdb: the main
+    thread and five agent threads waiting in the agent's code, nothing left to wake them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        if threads == 1:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Frida's agent still runs {threads - 1} threads in frida_target "
+                               f"(pid {pid}) {timeout:.0f} s after session.detach()")
+        time.sleep(0.01)
 
 
 def main():
@@ -125,6 +142,7 @@ def main():
             detach_ms.append(api.detach_all())
         script.unload()
         session.detach()
+        wait_for_agent_to_leave(proc.pid)
         proc.stdin.write("quit\n")
         proc.stdin.flush()
         proc.wait(timeout=30)
