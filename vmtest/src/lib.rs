@@ -17,6 +17,7 @@
 //! | [`init`] | the guest's /init script |
 //! | [`console`] | reading the console: exit marker, kernel problems |
 //! | [`qemu`] | booting, streaming, timeout |
+//! | [`monitor`] | QEMU's monitor: where the vCPUs are at a timeout |
 //! | [`runner`] | one `vmtest run` end to end |
 //! | [`systemd`] | a guest whose PID 1 is systemd (`--systemd`): systemd, kmod, units, `--tree`s |
 //! | [`testing`] | what tests that boot guests share: skip or fail without QEMU, running a scenario, its `KEY=value` lines |
@@ -29,6 +30,7 @@ pub mod init;
 pub mod initramfs;
 pub mod kmods;
 pub mod ldd;
+pub mod monitor;
 pub mod qemu;
 pub mod runner;
 pub mod systemd;

@@ -5,15 +5,18 @@
 //! stable between boots; `panic=-1` with `-no-reboot` turns a panic into QEMU exiting.
 //! `-display none -serial stdio` rather than `-nographic`: with `-nographic` SeaBIOS mirrors its
 //! screen to the serial port, terminal-reset escapes included, which would clear the terminal
-//! of whoever watches the console.
+//! of whoever watches the console. The monitor listens on a Unix socket in a temporary
+//! directory: when the timeout passes, [`crate::monitor`] reads where each vCPU is before QEMU
+//! is killed.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::console::ConsoleScanner;
+use crate::monitor::{self, VcpuState};
 
 /// The kernel command line every guest gets; [`QemuConfig::append`] goes after it (so a
 /// later `loglevel=` wins).
@@ -100,6 +103,9 @@ pub struct Boot {
     pub tail: Vec<String>,
     /// Wall-clock time from start to QEMU's exit.
     pub elapsed: Duration,
+    /// On a timeout, the vCPUs sampled through the monitor before QEMU was killed
+    /// ([`monitor::SAMPLES`] samples, [`monitor::SAMPLE_GAP`] apart), or why they could not be.
+    pub vcpus: Option<Result<Vec<Vec<VcpuState>>, String>>,
 }
 
 impl QemuConfig {
@@ -113,15 +119,18 @@ impl QemuConfig {
             .join(" ")
     }
 
-    /// The QEMU command (stdin, stdout and stderr are set by [`boot`]).
-    pub fn command(&self) -> Command {
+    /// The QEMU command, its monitor on the Unix socket `monitor` (stdin, stdout and stderr
+    /// are set by [`boot`]).
+    pub fn command(&self, monitor: &Path) -> Command {
         let mut cmd = Command::new(&self.qemu);
         cmd.args(["-accel", "tcg"])
             .arg("-smp")
             .arg(self.cpus.to_string())
             .arg("-m")
             .arg(format!("{}M", self.memory_mib))
-            .args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
+            .args(["-display", "none", "-serial", "stdio"])
+            .arg("-monitor")
+            .arg(format!("unix:{},server=on,wait=off", monitor.display()))
             .args(["-no-reboot", "-nic", "none"])
             .arg("-kernel")
             .arg(&self.kernel)
@@ -138,7 +147,9 @@ impl QemuConfig {
 /// timeout passes.
 pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuError> {
     let start = Instant::now();
-    let mut cmd = config.command();
+    let monitor_dir = tempfile::Builder::new().prefix("vmtest-monitor-").tempdir().map_err(QemuError::Wait)?;
+    let monitor_socket = monitor_dir.path().join("monitor.sock");
+    let mut cmd = config.command(&monitor_socket);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -196,6 +207,11 @@ pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuEr
     };
     scanner.finish();
 
+    let timed_out = !ended_by_eof && scanner.exit_status().is_none();
+    let vcpus = timed_out.then(|| {
+        monitor::sample(&monitor_socket, monitor::SAMPLES, monitor::SAMPLE_GAP)
+            .map_err(|e| format!("reading the vCPUs from QEMU's monitor {}: {e}", monitor_socket.display()))
+    });
     let qemu_status = if ended_by_eof {
         wait_or_kill(&mut child, Duration::from_secs(10))?
     } else {
@@ -217,6 +233,7 @@ pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuEr
         problems: scanner.problems().to_vec(),
         tail: scanner.tail().map(str::to_owned).collect(),
         elapsed: start.elapsed(),
+        vcpus,
     })
 }
 
@@ -252,7 +269,7 @@ mod tests {
 
     #[test]
     fn command_uses_tcg_two_cpus_no_reboot_and_serial_stdio() {
-        let cmd = config().command();
+        let cmd = config().command(Path::new("/tmp/m.sock"));
         let args: Vec<_> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -272,13 +289,14 @@ mod tests {
         assert_eq!(pair("-initrd"), "/tmp/initramfs.cpio.gz");
         assert!(args.iter().any(|a| a == "-no-reboot"));
         assert_eq!(pair("-display"), "none");
+        assert_eq!(pair("-monitor"), "unix:/tmp/m.sock,server=on,wait=off");
         assert!(!args.iter().any(|a| a.contains("kvm")), "{args:?}");
     }
 
     #[test]
     fn extra_qemu_args_come_last_in_order() {
         let config = QemuConfig { qemu_args: vec!["-singlestep".into(), "-icount".into(), "shift=0".into()], ..config() };
-        let args: Vec<_> = config.command().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<_> = config.command(Path::new("m")).get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(args[args.len() - 3..], ["-singlestep", "-icount", "shift=0"], "{args:?}");
     }
 
@@ -337,5 +355,7 @@ mod tests {
         assert_eq!(boot.outcome, Outcome::TimedOut);
         assert!(boot.elapsed < Duration::from_secs(30), "{:?}", boot.elapsed);
         assert_eq!(boot.tail, ["started"]);
+        // No monitor behind the fake: the reason is kept, not a panic or a hang.
+        assert!(matches!(&boot.vcpus, Some(Err(e)) if e.contains("monitor")), "{:?}", boot.vcpus);
     }
 }

@@ -17,7 +17,7 @@
 //! | `/bin/busybox` + applet links, `/sbin/tc` (iproute2) | tools |
 //! | `/lib/modules/<version>/…` | `sch_netem` (and `--with-module`s) with a trimmed modules.dep |
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use crate::host::{self, HostError, KernelInstall};
 use crate::init::{self, paths, InitOptions};
 use crate::initramfs::{Initramfs, InitramfsError};
 use crate::kmods::{KmodError, ModulesDep, DEFAULT_MODULES};
+use crate::monitor::{VcpuState, SAMPLES, SAMPLE_GAP};
 use crate::qemu::{self, Boot, Outcome, QemuConfig, QemuError};
 use crate::systemd::{self, SystemdError, SystemdGuest};
 
@@ -131,6 +132,9 @@ pub struct Report {
     pub boot: Boot,
     /// The guest kernel's version.
     pub kernel_version: String,
+    /// On a timeout: where each vCPU was ([`describe_vcpus`]), its kernel addresses named by
+    /// the guest's own kallsyms; empty otherwise.
+    pub vcpus: Vec<String>,
 }
 
 impl Report {
@@ -177,23 +181,40 @@ impl Report {
                 s.push_str(line);
             }
         }
+        if !self.vcpus.is_empty() {
+            s.push_str(&format!(
+                "\nvmtest: the vCPUs before qemu was killed ({SAMPLES} samples {} ms apart):",
+                SAMPLE_GAP.as_millis()
+            ));
+            for line in &self.vcpus {
+                s.push_str("\n  @ ");
+                s.push_str(line);
+            }
+        }
         s
     }
 }
 
 /// Runs a scenario, copying the console to `console`.
 pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunError> {
-    run_guest(options, None, console)
+    run_guest(options, None, console, true)
 }
 
 /// Runs a scenario in a guest whose PID 1 is systemd ([`crate::systemd`]): `/scenario.sh` is
 /// started by a unit once `multi-user.target` is reached. The module is not insmodded by init
 /// (whatever `options.load_module` says) but installed where DKMS puts it.
 pub fn run_systemd(options: &RunOptions, guest: &SystemdGuest, console: &mut dyn Write) -> Result<Report, RunError> {
-    run_guest(options, Some(guest), console)
+    run_guest(options, Some(guest), console, true)
 }
 
-fn run_guest(options: &RunOptions, systemd_guest: Option<&SystemdGuest>, console: &mut dyn Write) -> Result<Report, RunError> {
+/// Boots one guest. `name_stalls`: on a timeout, boot another guest to name the kernel
+/// addresses the vCPUs were at ([`name_addresses`]); that guest itself does not.
+fn run_guest(
+    options: &RunOptions,
+    systemd_guest: Option<&SystemdGuest>,
+    console: &mut dyn Write,
+    name_stalls: bool,
+) -> Result<Report, RunError> {
     if !options.scenario.is_file() {
         return Err(RunError::NoScenario {
             path: options.scenario.clone(),
@@ -263,10 +284,114 @@ fn run_guest(options: &RunOptions, systemd_guest: Option<&SystemdGuest>, console
         timeout: options.timeout,
     };
     let boot = qemu::boot(&config, console)?;
+    let vcpus = match &boot.vcpus {
+        None => Vec::new(),
+        Some(Err(why)) => vec![why.clone()],
+        Some(Ok(samples)) => {
+            let kernel_rips: BTreeSet<u64> =
+                samples.iter().flatten().filter(|v| v.cpl == 0).map(|v| v.rip).collect();
+            let names = if !name_stalls || kernel_rips.is_empty() {
+                Ok(BTreeMap::new())
+            } else {
+                eprintln!("vmtest: timed out; booting the kernel once more to name the vCPUs' addresses");
+                name_addresses(options, &kernel_rips)
+            };
+            let mut lines = describe_vcpus(samples, names.as_ref().unwrap_or(&BTreeMap::new()));
+            if let Err(why) = names {
+                lines.push(format!("(kernel addresses not named: {why})"));
+            }
+            lines
+        }
+    };
     Ok(Report {
         boot,
         kernel_version: kernel.version,
+        vcpus,
     })
+}
+
+/// The marker of [`name_addresses`]' answers on the console.
+const SYMBOL_MARK: &str = "VMTEST-SYMBOL ";
+
+/// Names kernel addresses by booting the same kernel (and module, when the run loads it) and
+/// asking its `/proc/kallsyms` for the nearest text symbol at or below each. The guest runs
+/// `nokaslr`, so the kernel's addresses are those of the stalled boot; a module's are those of
+/// this boot, the same as long as modules load in the same order (they do: the same init).
+/// Returns `sym+0xoff` (with ` [module]`) per address it could name.
+pub fn name_addresses(options: &RunOptions, addrs: &BTreeSet<u64>) -> Result<BTreeMap<u64, String>, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+    let scenario = dir.path().join("name_addresses.sh");
+    std::fs::write(&scenario, name_addresses_scenario(addrs)).map_err(|e| format!("writing {}: {e}", scenario.display()))?;
+    let opts = RunOptions {
+        scenario,
+        files: Vec::new(),
+        timeout: Duration::from_secs(300),
+        keep_initramfs: None,
+        qemu_args: Vec::new(),
+        ..options.clone()
+    };
+    let mut console = Vec::new();
+    let report = run_guest(&opts, None, &mut console, false).map_err(|e| trapvec::error_chain(&e))?;
+    if report.exit_code() != 0 {
+        return Err(report.summary(opts.timeout));
+    }
+    Ok(parse_named_addresses(&String::from_utf8_lossy(&console)))
+}
+
+/// The guest side of [`name_addresses`]: one pass of busybox awk over `/proc/kallsyms`,
+/// comparing 16-digit hex addresses as strings (awk's numbers cannot hold 64 bits).
+fn name_addresses_scenario(addrs: &BTreeSet<u64>) -> String {
+    let want = addrs.iter().map(|a| format!("{a:016x}")).collect::<Vec<_>>().join(" ");
+    format!(
+        r#"awk -v want="{want}" 'BEGIN {{ n = split(want, w, " ") }}
+$2 ~ /^[tTwW]$/ {{ for (i = 1; i <= n; i++) if (("x" $1) <= ("x" w[i]) && ("x" $1) > ("x" best[i])) {{ best[i] = $1; name[i] = $3 ($4 == "" ? "" : " " $4) }} }}
+END {{ for (i = 1; i <= n; i++) if (best[i] != "") print "{SYMBOL_MARK}" w[i] " " best[i] " " name[i] }}' /proc/kallsyms
+"#
+    )
+}
+
+/// The answers of [`name_addresses_scenario`] on a console: `address → sym+0xoff [module]`.
+fn parse_named_addresses(console: &str) -> BTreeMap<u64, String> {
+    let mut out = BTreeMap::new();
+    for line in console.lines() {
+        let Some((_, rest)) = line.trim_end_matches('\r').split_once(SYMBOL_MARK) else { continue };
+        let mut words = rest.splitn(3, ' ');
+        let (Some(want), Some(base), Some(name)) = (words.next(), words.next(), words.next()) else { continue };
+        let (Ok(want), Ok(base)) = (u64::from_str_radix(want, 16), u64::from_str_radix(base, 16)) else { continue };
+        let (sym, module) = name.split_once(' ').map_or((name, ""), |(s, m)| (s, m));
+        let module = if module.is_empty() { String::new() } else { format!(" {module}") };
+        out.insert(want, format!("{sym}+{:#x}{module}", want - base));
+    }
+    out
+}
+
+/// One line per vCPU: each place it was seen at, in order of first sight, with how many of
+/// the samples found it there, e.g. `cpu1: 3× ffffffff81234567 foo+0x17, 2× user 40112a`.
+pub fn describe_vcpus(samples: &[Vec<VcpuState>], names: &BTreeMap<u64, String>) -> Vec<String> {
+    let cpus: BTreeSet<u32> = samples.iter().flatten().map(|v| v.cpu).collect();
+    cpus.into_iter()
+        .map(|cpu| {
+            let mut seen: Vec<(VcpuState, usize)> = Vec::new();
+            for v in samples.iter().flatten().filter(|v| v.cpu == cpu) {
+                match seen.iter_mut().find(|(s, _)| (s.rip, s.cpl, s.halted) == (v.rip, v.cpl, v.halted)) {
+                    Some((_, n)) => *n += 1,
+                    None => seen.push((*v, 1)),
+                }
+            }
+            let places: Vec<String> = seen
+                .iter()
+                .map(|(v, n)| {
+                    let at = if v.cpl == 0 {
+                        format!("{:016x} {}", v.rip, names.get(&v.rip).map_or("(not named)", String::as_str))
+                    } else {
+                        format!("user {:x}", v.rip)
+                    };
+                    format!("{n}× {at}{}", if v.halted { " (halted)" } else { "" })
+                })
+                .collect();
+            format!("cpu{cpu}: {}", places.join(", "))
+        })
+        .collect()
 }
 
 /// Builds the artifacts and lays out the guest's file system.
@@ -455,8 +580,10 @@ mod tests {
                 problems: problems.iter().map(|s| (*s).to_owned()).collect(),
                 tail: vec!["last line".into()],
                 elapsed: Duration::from_secs(3),
+                vcpus: None,
             },
             kernel_version: "6.1.0-56-cloud-amd64".into(),
+            vcpus: Vec::new(),
         }
     }
 
@@ -499,6 +626,43 @@ mod tests {
             &["Kernel panic - not syncing: x"],
         );
         assert_eq!(died.exit_code(), EXIT_KERNEL_FAILURE);
+    }
+
+    #[test]
+    fn vcpus_are_described_per_cpu_with_names_and_counts() {
+        let v = |cpu, rip, cpl, halted| VcpuState { cpu, rip, cpl, halted };
+        let samples = vec![
+            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0xffff_ffff_8120_0017, 0, false)],
+            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0x40_112a, 3, false)],
+            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0xffff_ffff_8120_0017, 0, false)],
+        ];
+        let names = BTreeMap::from([(0xffff_ffff_8120_0017, "foo+0x17 [trapvec]".to_owned())]);
+        assert_eq!(
+            describe_vcpus(&samples, &names),
+            [
+                "cpu0: 3× ffffffff81001000 (not named) (halted)",
+                "cpu1: 2× ffffffff81200017 foo+0x17 [trapvec], 1× user 40112a",
+            ]
+        );
+        let mut r = report(Outcome::TimedOut, &[]);
+        r.vcpus = describe_vcpus(&samples, &names);
+        let summary = r.summary(Duration::from_secs(20));
+        assert!(summary.contains("the vCPUs before qemu was killed (5 samples 200 ms apart):\n  @ cpu0: 3×"), "{summary}");
+    }
+
+    #[test]
+    fn named_addresses_are_read_from_the_console() {
+        let script = name_addresses_scenario(&BTreeSet::from([0xffff_ffff_8120_0017, 0xffff_ffff_c000_0042]));
+        assert!(script.contains(r#"want="ffffffff81200017 ffffffffc0000042""#), "{script}");
+        let console = "[ 1.0] noise\r\nVMTEST-SYMBOL ffffffff81200017 ffffffff81200000 do_idle\r\n\
+                       VMTEST-SYMBOL ffffffffc0000042 ffffffffc0000040 tv_trap [trapvec]\r\nVMTEST-SYMBOL junk\n";
+        assert_eq!(
+            parse_named_addresses(console),
+            BTreeMap::from([
+                (0xffff_ffff_8120_0017, "do_idle+0x17".to_owned()),
+                (0xffff_ffff_c000_0042, "tv_trap+0x2 [trapvec]".to_owned()),
+            ])
+        );
     }
 
     #[test]

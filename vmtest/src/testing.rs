@@ -215,9 +215,9 @@ impl Scenario {
         if run.status != Some(crate::runner::EXIT_TIMEOUT) {
             return run;
         }
-        let tail: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("  | ")).collect();
+        let tail: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("  | ") || l.starts_with("  @ ")).collect();
         let record = format!(
-            "{} timed out (unix time {}); its console's last lines:\n{}\n",
+            "{} timed out (unix time {}); its console's last lines and its vCPUs:\n{}\n",
             self.script.display(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             tail.join("\n")

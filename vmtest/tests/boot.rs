@@ -96,13 +96,26 @@ fn scenario_running_past_timeout_is_killed_and_fails() {
         return;
     }
     let started = std::time::Instant::now();
-    // Once: Scenario::run would boot a scenario that timed out once more.
-    let out = Scenario::inline("sleep 600\n").args(["--no-load", "--timeout", "40"]).run_once(env!("CARGO_BIN_EXE_vmtest"));
+    // Once: Scenario::run would boot a scenario that timed out once more. One CPU spins in
+    // the kernel (reading /dev/zero is clearing user memory), the other in user space.
+    let out = Scenario::inline("dd if=/dev/zero of=/dev/null bs=1M &\nwhile :; do :; done\n")
+        .args(["--no-load", "--timeout", "40"])
+        .run_once(env!("CARGO_BIN_EXE_vmtest"));
     assert_eq!(out.status, Some(vmtest::runner::EXIT_TIMEOUT));
     let stderr = &out.stderr;
     assert!(stderr.contains("timed out after 40 s"), "{stderr}");
+    // Where the vCPUs were, the kernel's addresses named by a second boot's kallsyms.
+    assert!(stderr.contains("the vCPUs before qemu was killed (5 samples 200 ms apart):"), "{stderr}");
+    let vcpus: Vec<&str> = stderr.lines().filter_map(|l| l.strip_prefix("  @ ")).collect();
+    assert_eq!(vcpus.len(), 2, "{stderr}");
+    assert!(vcpus[0].starts_with("cpu0: ") && vcpus[1].starts_with("cpu1: "), "{vcpus:?}");
+    assert!(vcpus.iter().any(|l| l.contains(" user ")), "the shell's loop: {vcpus:?}");
+    assert!(
+        vcpus.iter().any(|l| l.split(", ").any(|p| p.contains(" ffffffff8") && p.contains("+0x"))),
+        "dd in the kernel, named: {vcpus:?}"
+    );
     // Building may take a while before the clock starts; the guest itself gets 40 s.
-    assert!(started.elapsed().as_secs() < 540, "{:?}", started.elapsed());
+    assert!(started.elapsed().as_secs() < 600, "{:?}", started.elapsed());
 }
 
 #[test]
