@@ -312,6 +312,88 @@ static int trapvec_first_repeat(const void *sites, size_t stride, u32 count, u32
 	return 0;
 }
 
+static void trapvec_sum(const struct trapvec_site *e, u64 *hits, u64 *missed)
+{
+	int cpu;
+
+	*hits = 0;
+	*missed = 0;
+	for_each_possible_cpu(cpu) {
+		const struct trapvec_counts *c = per_cpu_ptr(e->counts, cpu);
+
+		*hits += READ_ONCE(c->hits);
+		*missed += READ_ONCE(c->missed);
+	}
+}
+
+/* DISPATCH_ADD's and DISPATCH_REPLACE's checks of one entry, table aside: 0 or an errno. */
+static int trapvec_entry_check(const struct trapvec_dispatch_entry *d)
+{
+	if (!trapvec_site_plausible(d->site)) {
+		pr_debug("dispatch: site %llx is not kernel or module text\n", d->site);
+		return -EINVAL;
+	}
+	if (!trapvec_arena_in_sealed_code(d->dest)) {
+		pr_debug("dispatch: dest %llx of site %llx is not in a sealed code block\n",
+			 d->dest, d->site);
+		return -EFAULT;
+	}
+	if (d->handler && !trapvec_arena_in_sealed_code(d->handler) &&
+	    !trapvec_returns_is_entry(d->handler) && !trapvec_keys_is_entry(d->handler)) {
+		pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
+			 d->handler, d->site);
+		return -EFAULT;
+	}
+	if ((d->only.match & ~TRAPVEC_MATCH_ALL) || d->only.pad ||
+	    (d->only.match && !trapvec_arena_in_sealed_code(d->only.skip))) {
+		pr_debug("dispatch: predicate of site %llx: match %x, skip %llx\n",
+			 d->site, d->only.match, d->only.skip);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * New, unlinked table entries for entries[] (an array of count of them, to be freed by the
+ * caller), their counters starting from start[] when given (on one CPU: only the sum is
+ * read); NULL when memory runs out, with nothing left allocated.
+ */
+static struct trapvec_site **trapvec_sites_made(const struct trapvec_dispatch_entry *entries,
+						u32 count, const struct trapvec_hits *start)
+{
+	struct trapvec_site **made;
+	u32 i;
+
+	made = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*made), GFP_KERNEL | __GFP_ZERO);
+	if (!made)
+		return NULL;
+	for (i = 0; i < count; i++) {
+		made[i] = trapvec_site_alloc();
+		if (!made[i])
+			goto out_nomem;
+		made[i]->site = entries[i].site;
+		made[i]->dest = entries[i].dest;
+		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
+		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
+		made[i]->only = entries[i].only;
+		if (start) {
+			struct trapvec_counts *c =
+				per_cpu_ptr(made[i]->counts, cpumask_first(cpu_possible_mask));
+
+			c->hits = start[i].hits;
+			c->missed = start[i].missed;
+		}
+		cond_resched();
+	}
+	return made;
+
+out_nomem:
+	while (i--)
+		trapvec_site_free(made[i]);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, made, count * sizeof(*made));
+	return NULL;
+}
+
 int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
 			 u32 *failed_index)
 {
@@ -327,30 +409,9 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 		return ret;
 	/* Check everything first: the batch goes in whole or not at all. */
 	for (i = 0; i < count; i++) {
-		const struct trapvec_dispatch_entry *d = &entries[i];
-
-		ret = 0;
-		if (!trapvec_site_plausible(d->site)) {
-			pr_debug("dispatch: site %llx is not kernel or module text\n", d->site);
-			ret = -EINVAL;
-		} else if (!trapvec_arena_in_sealed_code(d->dest)) {
-			pr_debug("dispatch: dest %llx of site %llx is not in a sealed code block\n",
-				 d->dest, d->site);
-			ret = -EFAULT;
-		} else if (d->handler && !trapvec_arena_in_sealed_code(d->handler) &&
-			   !trapvec_returns_is_entry(d->handler) &&
-			   !trapvec_keys_is_entry(d->handler)) {
-			pr_debug("dispatch: handler %llx of site %llx is not in a sealed code block\n",
-				 d->handler, d->site);
-			ret = -EFAULT;
-		} else if ((d->only.match & ~TRAPVEC_MATCH_ALL) || d->only.pad ||
-			   (d->only.match && !trapvec_arena_in_sealed_code(d->only.skip))) {
-			pr_debug("dispatch: predicate of site %llx: match %x, skip %llx\n",
-				 d->site, d->only.match, d->only.skip);
-			ret = -EINVAL;
-		} else if (trapvec_lookup_locked(d->site) || i == repeat) {
+		ret = trapvec_entry_check(&entries[i]);
+		if (!ret && (trapvec_lookup_locked(entries[i].site) || i == repeat))
 			ret = -EEXIST;
-		}
 		if (ret) {
 			*failed_index = i;
 			return ret;
@@ -358,32 +419,74 @@ int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count
 		cond_resched();
 	}
 
-	made = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*made), GFP_KERNEL | __GFP_ZERO);
+	made = trapvec_sites_made(entries, count, NULL);
 	if (!made)
 		return -ENOMEM;
-	for (i = 0; i < count; i++) {
-		made[i] = trapvec_site_alloc();
-		if (!made[i])
-			goto out_nomem;
-		made[i]->site = entries[i].site;
-		made[i]->dest = entries[i].dest;
-		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
-		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
-		made[i]->only = entries[i].only;
-		cond_resched();
-	}
 	/* Publish: hash_add_rcu() orders each entry's initialisation before its link. */
 	for (i = 0; i < count; i++)
 		hash_add_rcu(trapvec_sites, &made[i]->node, made[i]->site);
 	trapvec_site_count += count;
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, made, count * sizeof(*made));
 	return 0;
+}
 
-out_nomem:
-	while (i--)
-		trapvec_site_free(made[i]);
+/*
+ * DISPATCH_REPLACE: each site's entry swapped for a new one by hlist_replace_rcu(), so a
+ * trap at the site (whose bytes do not change) meets the old entry or the new. The old
+ * entries' counters are final once no CPU can be in the dispatcher with them (interrupts-off
+ * readers: synchronize_rcu()); they are read into counts[], then the entries are freed. A CPU
+ * the old entry already sent to its destination runs on there: its code blocks are the
+ * caller's to retire (QUIESCE), as after DISPATCH_REMOVE.
+ */
+int trapvec_dispatch_replace(const struct trapvec_dispatch_entry *entries,
+			     struct trapvec_hits *counts, u32 count, u32 *failed_index)
+{
+	struct trapvec_site **made, **old;
+	u32 i, repeat;
+	int ret;
+
+	lockdep_assert_held(&trapvec_mutex);
+	*failed_index = TRAPVEC_NO_INDEX;
+
+	ret = trapvec_first_repeat(&entries[0].site, sizeof(*entries), count, &repeat);
+	if (ret)
+		return ret;
+	old = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*old), GFP_KERNEL | __GFP_ZERO);
+	if (!old)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		ret = trapvec_entry_check(&entries[i]);
+		if (!ret && i == repeat)
+			ret = -EEXIST;
+		if (!ret) {
+			old[i] = trapvec_lookup_locked(entries[i].site);
+			ret = old[i] ? 0 : -ENOENT;
+		}
+		if (ret) {
+			pr_debug("dispatch: cannot replace site %llx: %d\n", entries[i].site, ret);
+			*failed_index = i;
+			goto out;
+		}
+		cond_resched();
+	}
+	made = trapvec_sites_made(entries, count, counts);
+	if (!made) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* hlist_replace_rcu() orders each new entry's initialisation before its link. */
+	for (i = 0; i < count; i++)
+		hlist_replace_rcu(&old[i]->node, &made[i]->node);
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, made, count * sizeof(*made));
-	return -ENOMEM;
+	synchronize_rcu();
+	for (i = 0; i < count; i++) {
+		counts[i].site = old[i]->site;
+		trapvec_sum(old[i], &counts[i].hits, &counts[i].missed);
+		trapvec_site_free(old[i]);
+	}
+out:
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, old, count * sizeof(*old));
+	return ret;
 }
 
 /*
@@ -428,20 +531,6 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 		trapvec_site_free(gone[i]);
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, gone, count * sizeof(*gone));
 	return 0;
-}
-
-static void trapvec_sum(const struct trapvec_site *e, u64 *hits, u64 *missed)
-{
-	int cpu;
-
-	*hits = 0;
-	*missed = 0;
-	for_each_possible_cpu(cpu) {
-		const struct trapvec_counts *c = per_cpu_ptr(e->counts, cpu);
-
-		*hits += READ_ONCE(c->hits);
-		*missed += READ_ONCE(c->missed);
-	}
 }
 
 int trapvec_dispatch_hits(struct trapvec_hits *h)

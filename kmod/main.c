@@ -53,6 +53,7 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_task_match) != 40);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_add) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_remove) != 16);
+	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_replace) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_hits) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_list_entry) != 88);
 	BUILD_BUG_ON(sizeof(struct trapvec_list) != 24);
@@ -289,6 +290,41 @@ static long trapvec_ioc_dispatch_remove(void __user *uarg)
 	return ret;
 }
 
+static long trapvec_ioc_dispatch_replace(void __user *uarg)
+{
+	struct trapvec_dispatch_entry *entries;
+	struct trapvec_dispatch_replace req;
+	struct trapvec_hits *counts;
+	long ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.count > TRAPVEC_BATCH_MAX)
+		return -E2BIG;
+	entries = trapvec_copy_array(req.entries, req.count, sizeof(*entries));
+	if (IS_ERR(entries))
+		return PTR_ERR(entries);
+	counts = trapvec_copy_array(req.counts, req.count, sizeof(*counts));
+	if (IS_ERR(counts)) {
+		trapvec_kvfree(TRAPVEC_MEM_SCRATCH, entries, req.count * sizeof(*entries));
+		return PTR_ERR(counts);
+	}
+	mutex_lock(&trapvec_mutex);
+	ret = trapvec_dispatch_replace(entries, counts, req.count, &req.failed_index);
+	mutex_unlock(&trapvec_mutex);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, entries, req.count * sizeof(*entries));
+	/*
+	 * The buffer was just read, so this write fails only if the caller unmapped it meanwhile;
+	 * the replacement is made then all the same, and -EFAULT says its counts are lost.
+	 */
+	if (!ret && copy_to_user(u64_to_user_ptr(req.counts), counts, req.count * sizeof(*counts)))
+		ret = -EFAULT;
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, counts, req.count * sizeof(*counts));
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;
+	return ret;
+}
+
 static long trapvec_ioc_hits(void __user *uarg)
 {
 	struct trapvec_hits req;
@@ -428,6 +464,8 @@ static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return trapvec_ioc_dispatch_add(uarg);
 	case TRAPVEC_IOC_DISPATCH_REMOVE:
 		return trapvec_ioc_dispatch_remove(uarg);
+	case TRAPVEC_IOC_DISPATCH_REPLACE:
+		return trapvec_ioc_dispatch_replace(uarg);
 	case TRAPVEC_IOC_HITS:
 		return trapvec_ioc_hits(uarg);
 	case TRAPVEC_IOC_LIST:

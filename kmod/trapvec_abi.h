@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	7
+#define TRAPVEC_ABI_VERSION	8
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -255,6 +255,23 @@ struct trapvec_dispatch_remove {
 	__u32 failed_index;	/* out */
 };
 
+/*
+ * DISPATCH_REPLACE (ABI 8): give sites that have an entry a new one, each in one step, the
+ * trap staying in the text: a trap taken at a site meets the old entry or the new, never
+ * none (a daemon hands a function from one trap splice to another without a moment
+ * unspliced). All entries or none: every site must have an entry (-ENOENT) and the new
+ * entries pass DISPATCH_ADD's checks. counts points at count struct trapvec_hits: in, what
+ * each new entry's counters start from (site is ignored); out, the old entry's final
+ * counters (after a grace period: no CPU is in the dispatcher with the old entry any more),
+ * with its site. Putting the old entries back with their counts undoes a replacement.
+ */
+struct trapvec_dispatch_replace {
+	__u64 entries;		/* user pointer to count struct trapvec_dispatch_entry */
+	__u64 counts;		/* user pointer to count struct trapvec_hits, in and out */
+	__u32 count;
+	__u32 failed_index;	/* out */
+};
+
 /* HITS: counters of one site, summed over CPUs. */
 struct trapvec_hits {
 	__u64 site;
@@ -334,6 +351,7 @@ struct trapvec_state {
 #define TRAPVEC_IOC_DISPATCH_ADD	_IOWR(TRAPVEC_IOC_MAGIC, 8, struct trapvec_dispatch_add)
 #define TRAPVEC_IOC_DISPATCH_REMOVE	_IOWR(TRAPVEC_IOC_MAGIC, 9, struct trapvec_dispatch_remove)
 #define TRAPVEC_IOC_HITS	_IOWR(TRAPVEC_IOC_MAGIC, 10, struct trapvec_hits)
+#define TRAPVEC_IOC_DISPATCH_REPLACE	_IOWR(TRAPVEC_IOC_MAGIC, 15, struct trapvec_dispatch_replace)
 #define TRAPVEC_IOC_LIST	_IOWR(TRAPVEC_IOC_MAGIC, 11, struct trapvec_list)
 #define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
 #define TRAPVEC_IOC_STATE_GET	_IOWR(TRAPVEC_IOC_MAGIC, 13, struct trapvec_state)

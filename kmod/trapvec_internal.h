@@ -102,6 +102,8 @@ bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site);
 int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,
 			 u32 *failed_index);
 int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index);
+int trapvec_dispatch_replace(const struct trapvec_dispatch_entry *entries,
+			     struct trapvec_hits *counts, u32 count, u32 *failed_index);
 int trapvec_dispatch_hits(struct trapvec_hits *hits);
 int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count);
 bool trapvec_dispatch_has(unsigned long site);

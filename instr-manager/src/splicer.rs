@@ -16,7 +16,8 @@
 //!
 //! Beside them: [`orig`] (the original trampolines of replaced functions, made when a component
 //! that imports one is loaded: [`components`]), [`vars`] (component variables), [`switch`]
-//! (one configuration out and another in, in one text batch), [`state`] (saved bookkeeping).
+//! (one configuration out and another in, in one text batch; a trap site changing hands keeps
+//! its trap and gets the new dispatch entry in one step), [`state`] (saved bookkeeping).
 //! This file holds the types and the queries (live splices, hit counters).
 //!
 //! `replace` splices keep the original callable through `__trapvec_orig_<fn>` ([`orig`]).
@@ -57,6 +58,7 @@ use orig::OrigStub;
 pub use crate::splice::{Action, SpliceRequest};
 pub use orig::ORIG_PREFIX;
 pub use summary::{DisplacedText, PlanSummary};
+pub use switch::Handovers;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SpliceId(pub u64);

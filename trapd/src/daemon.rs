@@ -338,10 +338,11 @@ impl<T: Target + StateHome> Daemon<T> {
         self.switched_at = Some(self.now());
         self.switches += 1;
         log::info!(
-            "profile {} -> {name} ({cause}): {} splice(s) removed, {} added, {} site(s) handed over",
+            "profile {} -> {name} ({cause}): {} splice(s) removed, {} added, {} site(s) changed hands in place, {} through a batch of their own",
             previous.as_deref().unwrap_or("(none)"),
             switched.removed,
             switched.added,
+            switched.in_place,
             switched.handed_over
         );
         Ok(json!({
@@ -349,6 +350,7 @@ impl<T: Target + StateHome> Daemon<T> {
             "previous": previous,
             "removed": switched.removed,
             "added": switched.added,
+            "in_place": switched.in_place,
             "handed_over": switched.handed_over,
         }))
     }

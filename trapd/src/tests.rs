@@ -70,7 +70,7 @@ fn profile_switch_is_one_batch_keeping_shared_splices_and_journaled_before_the_r
     let k = FakeKernel::new();
     let mut d = start(&k, &journal);
     assert_eq!(d.profile(), Some("clean"));
-    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2, "handed_over": 0}));
+    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2, "in_place": 0, "handed_over": 0}));
     assert!(k.trapped("f0") && k.trapped("f1"));
     let batches = k.state().batches;
     // both -> other: f0 goes, f2 comes, f1 (in both profiles) stays untouched.
@@ -374,9 +374,10 @@ fn the_metrics_endpoint_serves_splices_profile_switches_and_request_counts_a_par
 
 /// Profiles take the splice form's return points, timers, keyed counts and task predicates,
 /// checked when the configuration is read (a contradiction names its point); activated, a
-/// predicate reaches the dispatch entry. A switch that hands f0 over to another kind of splice
-/// and is then refused (the fake kernel has no return slots) makes f0's old splice again and
-/// stores that in the module, so a daemon started after a kill finds it recorded.
+/// predicate reaches the dispatch entry. A switch that hands f0 over to a jmp splice and is
+/// then refused (the fake kernel has no return slots) makes f0's old splice again and stores
+/// that in the module, so a daemon started after a kill finds it recorded. Trap to trap, f0
+/// changes hands in place.
 #[test]
 fn profiles_take_return_points_timers_keyed_counts_and_predicates() {
     use instr_manager::When;
@@ -390,7 +391,7 @@ splice = [{ at = "f0", action = "count", tgid = 42, comm = "nginx" }, { at = "f1
 splice = [{ at = "f0", action = "count" }, { at = "f1", action = "count" }]
 [profile.watch]
 splice = [
-  { at = "f0", action = "count", when = "return", maxactive = 8, pid = 7 },
+  { at = "f0", action = "count", when = "return", maxactive = 8, pid = 7, mechanism = "jmp" },
   { at = "f1", action = "time", clock = "cpu" },
   { at = "f2", action = "count", by = "comm" },
 ]
@@ -430,15 +431,20 @@ splice = [
     std::mem::forget(d);
     let mut d = Daemon::start(k.clone(), Config::parse(text, Path::new("trapd.toml")).unwrap(), &dir.path().join("journal")).unwrap();
     assert_eq!(d.profile(), Some("only"));
-    assert_eq!(live_points(&mut d), ["f0", "f1"]);
+    let mut points = live_points(&mut d);
+    points.sort();
+    assert_eq!(points, ["f0", "f1"]);
     assert_eq!(d.handle(Request::List)["unrecorded"], json!([]));
     // A refusal that changed nothing stores nothing.
     let generation = k.blob().0;
     assert_eq!(activate(&mut d, "nope")["ok"], json!(false));
     assert_eq!(k.blob().0, generation);
-    // To a profile that keeps f1 and counts f0 for every task: f0 is handed over.
+    // To a profile that keeps f1 and counts f0 for every task: f0's trap stays and its dispatch
+    // entry is replaced, with no batch of text.
+    let batches = k.state().batches;
     let reply = activate(&mut d, "plain");
-    assert_eq!(reply, json!({"ok": true, "profile": "plain", "previous": "only", "removed": 1, "added": 1, "handed_over": 1}));
+    assert_eq!(reply, json!({"ok": true, "profile": "plain", "previous": "only", "removed": 1, "added": 1, "in_place": 1, "handed_over": 0}));
+    assert_eq!(k.state().batches, batches, "no text written");
     assert_eq!(k.state().dispatch[&(func("f0") + 5)].only, None);
     assert!(k.trapped("f0") && k.trapped("f1"));
     assert_eq!(d.handle(Request::Unsplice { at: None, all: true })["ok"], json!(true));

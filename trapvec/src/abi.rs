@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 7;
+pub const TRAPVEC_ABI_VERSION: u32 = 8;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -393,6 +393,21 @@ pub struct TrapvecDispatchRemove {
     pub failed_index: u32,
 }
 
+/// `struct trapvec_dispatch_replace` (ABI 8): each site's entry swapped for a new one, the
+/// trap staying in the text; all entries or none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecDispatchReplace {
+    /// User pointer to `count` [`TrapvecDispatchEntry`].
+    pub entries: u64,
+    /// User pointer to `count` [`TrapvecHits`]: in, what the new entries' counters start
+    /// from; out, the old entries' final counters.
+    pub counts: u64,
+    pub count: u32,
+    /// Out.
+    pub failed_index: u32,
+}
+
 /// `struct trapvec_hits`: counters of one site, summed over CPUs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -472,6 +487,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 56);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 72);
 const _: () = assert!(core::mem::size_of::<TrapvecTaskMatch>() == 40);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchAdd>() == 16);
+const _: () = assert!(core::mem::size_of::<TrapvecDispatchReplace>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchRemove>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecHits>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecListEntry>() == 88);
@@ -661,6 +677,7 @@ pub const TRAPVEC_IOC_APPLY: u32 = iowr(7, core::mem::size_of::<TrapvecApply>())
 pub const TRAPVEC_IOC_DISPATCH_ADD: u32 = iowr(8, core::mem::size_of::<TrapvecDispatchAdd>());
 pub const TRAPVEC_IOC_DISPATCH_REMOVE: u32 = iowr(9, core::mem::size_of::<TrapvecDispatchRemove>());
 pub const TRAPVEC_IOC_HITS: u32 = iowr(10, core::mem::size_of::<TrapvecHits>());
+pub const TRAPVEC_IOC_DISPATCH_REPLACE: u32 = iowr(15, core::mem::size_of::<TrapvecDispatchReplace>());
 pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
 pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());

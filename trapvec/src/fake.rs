@@ -62,6 +62,11 @@ pub struct FakeState {
     pub blob: (u64, Vec<u8>),
     /// Set: QUIESCE fails with this (a task stays inside a replacement).
     pub quiesce_busy: Option<String>,
+    /// Set: the next text batch is refused with this reason (as the module refuses a batch
+    /// no planning check foresaw), and the setting is cleared.
+    pub refuse_next_batch: Option<String>,
+    /// DISPATCH_REPLACE calls made.
+    pub replaced: usize,
 }
 
 /// A kernel-like target; clones share the same machine.
@@ -221,6 +226,9 @@ impl Target for FakeKernel {
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        if let Some(reason) = self.state().refuse_next_batch.take() {
+            return Err(TargetError::Text { addr: batch.first().map_or(0, |p| p.addr), reason });
+        }
         for p in batch {
             let found = self.read(p.addr, p.old.len())?;
             if found != p.old {
@@ -243,6 +251,25 @@ impl Target for FakeKernel {
             assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice: applied twice", e.site);
         }
         Ok(())
+    }
+
+    fn replaces_dispatch(&self) -> bool {
+        true
+    }
+
+    /// The old entries' counts are [`FakeState::hits`] of their sites, which then hold `start`.
+    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+        let mut inner = self.state();
+        if let Some(e) = entries.iter().find(|e| !inner.dispatch.contains_key(&e.site)) {
+            return Err(TargetError::Dispatch { site: e.site, reason: "no entry".into() });
+        }
+        inner.replaced += 1;
+        let mut old = Vec::with_capacity(entries.len());
+        for (e, h) in entries.iter().zip(start) {
+            inner.dispatch.insert(e.site, *e);
+            old.push(TrapHits { hits: inner.hits.insert(e.site, h.hits).unwrap_or(0), missed: 0 });
+        }
+        Ok(old)
     }
 
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {

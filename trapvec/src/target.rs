@@ -400,6 +400,26 @@ pub trait Target {
     /// Remove dispatch entries; unknown sites are an error and nothing is removed.
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError>;
 
+    /// Whether [`Target::replace_dispatch`] is there.
+    fn replaces_dispatch(&self) -> bool {
+        false
+    }
+
+    /// Give sites that have a dispatch entry the entries `entries` instead, each in one step:
+    /// the trap stays in the text and a trap taken at a site meets the old entry or the new,
+    /// never neither. All or none. `start[i]`: what the new entry's counters start from, where
+    /// the dispatcher counts. Returns the old entries' final counters (zero where the
+    /// dispatcher does not count), read once no trap can still be on its way through the old
+    /// entries; what they sent the CPU to is the caller's to quiesce. Putting the old entries
+    /// back with those counts undoes a replacement.
+    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+        let _ = start;
+        Err(TargetError::Dispatch {
+            site: entries.first().map_or(0, |e| e.site),
+            reason: format!("{} cannot replace a dispatch entry in place", self.info().description),
+        })
+    }
+
     /// Wait until no CPU or thread can still be executing in `ranges` (`[start, end)`), nor be
     /// about to be sent there by a dispatch entry that was removed.
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError>;

@@ -54,6 +54,7 @@ fn rust_layout() -> RustLayout {
         TrapvecDispatchEntry => "trapvec_dispatch_entry" { site, dest, handler, cookie }
         TrapvecDispatchAdd => "trapvec_dispatch_add" { entries, count, failed_index }
         TrapvecDispatchRemove => "trapvec_dispatch_remove" { sites, count, failed_index }
+        TrapvecDispatchReplace => "trapvec_dispatch_replace" { entries, counts, count, failed_index }
         TrapvecHits => "trapvec_hits" { site, hits, missed }
         TrapvecListEntry => "trapvec_list_entry" { site, dest, handler, cookie, hits, missed }
         TrapvecList => "trapvec_list" { entries, capacity, count, start }
@@ -123,6 +124,7 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_FREE", u64::from(TRAPVEC_IOC_FREE)),
         ("TRAPVEC_IOC_CHECK", u64::from(TRAPVEC_IOC_CHECK)),
         ("TRAPVEC_IOC_APPLY", u64::from(TRAPVEC_IOC_APPLY)),
+        ("TRAPVEC_IOC_DISPATCH_REPLACE", u64::from(TRAPVEC_IOC_DISPATCH_REPLACE)),
         ("TRAPVEC_IOC_DISPATCH_ADD", u64::from(TRAPVEC_IOC_DISPATCH_ADD)),
         ("TRAPVEC_IOC_DISPATCH_REMOVE", u64::from(TRAPVEC_IOC_DISPATCH_REMOVE)),
         ("TRAPVEC_IOC_HITS", u64::from(TRAPVEC_IOC_HITS)),

@@ -112,8 +112,12 @@ pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
 pub struct Switched {
     pub removed: usize,
     pub added: usize,
-    /// Of `removed`, the splices whose sites `to` splices differently (another action, handler,
-    /// mechanism or predicate): taken out by a batch of their own just before the switch.
+    /// Of `removed`, the trap splices whose sites `to` splices by trap differently (another
+    /// handler, action or predicate): the site kept its trap and got the new splice's dispatch
+    /// entry in one step, with no moment unspliced.
+    pub in_place: usize,
+    /// Of `removed`, the splices whose sites `to` splices with another mechanism (trap to jmp,
+    /// jmp to anything): taken out by a batch of their own just before the switch.
     pub handed_over: usize,
 }
 
@@ -123,17 +127,19 @@ pub struct Switched {
 /// (its own and those its new components declare). All or nothing: on an error the variables
 /// get their old values and the components loaded here go. Undoing a switch is switching back.
 ///
-/// A site that both configurations splice, differently, changes hands. One text batch cannot
-/// do that (the site's old bytes would be the old splice's trap or jmp), so the old splices at
-/// such sites are removed first, in a batch of their own, and the switch follows: between the
-/// two batches (about one batch's time) those functions run their original code, with neither
-/// configuration's splice; every other site goes from one configuration to the other with no
-/// such moment. Should the switch then fail, the splices taken out are made again (the same
-/// requests: the same bytes at their sites, their hit counts from zero) before the error is
-/// returned, so a refused switch still leaves `from` in place. One case cannot be undone: the
-/// batch taking them out could not reach quiescence (a thread stays inside a replacement), so
-/// they are retiring and their windows stay reserved until that removal finishes; the error
-/// ([`OpError::HandoverLost`]) then says which functions run unspliced.
+/// A site that both configurations splice, differently, changes hands. Trap to trap happens in
+/// place, inside the switch: the trap stays and the site's dispatch entry is replaced in one
+/// step ([`Splicer::switch`]). Any other change of hands needs the site's original bytes in
+/// between, which one text batch cannot hold (the site's old bytes would be the old splice's
+/// trap or jmp), so the old splices at such sites are removed first, in a batch of their own,
+/// and the switch follows: between the two batches (about one batch's time) those functions
+/// run their original code, with neither configuration's splice. Should the switch then fail,
+/// the splices taken out are made again (the same requests: the same bytes at their sites,
+/// their hit counts from zero) before the error is returned, so a refused switch still leaves
+/// `from` in place. One case cannot be undone: the batch taking them out could not reach
+/// quiescence (a thread stays inside a replacement), so they are retiring and their windows
+/// stay reserved until that removal finishes; the error ([`OpError::HandoverLost`]) then says
+/// which functions run unspliced.
 pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec) -> Result<Switched, OpError> {
     let mut remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
     let mut made = Made::default();
@@ -141,10 +147,11 @@ pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec)
     let declared = load_components(sp, to, present, &mut made)?;
     write_sets(sp, to, &mut made)?;
     let add: Vec<SpliceRequest> = with_declared(&to.splices, declared).into_iter().filter(|r| !sp.live().any(|s| s.request == *r)).collect();
-    let handover = match handed_over(sp, &remove, &add) {
+    let handovers = match sp.handovers(&remove, &add) {
         Ok(h) => h,
         Err(e) => return Err(undone(sp, &made, e.into())),
     };
+    let handover = handovers.out_first;
     let taken_out: Vec<(SpliceId, SpliceRequest)> = handover.iter().filter_map(|&id| sp.get(id).map(|s| (id, s.request.clone()))).collect();
     if !handover.is_empty() {
         if let Err(e) = sp.remove(&handover) {
@@ -157,7 +164,7 @@ pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec)
         let e = make_again(sp, &taken_out, e);
         return Err(undone(sp, &made, e));
     }
-    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), handed_over: handover.len() })
+    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), in_place: handovers.in_place.len(), handed_over: handover.len() })
 }
 
 /// After a switch was refused with `refused`: make again, in one batch, the splices of
@@ -177,15 +184,4 @@ fn make_again<T: Target>(sp: &mut Splicer<T>, taken_out: &[(SpliceId, SpliceRequ
             again: trapvec::error_chain(&again),
         },
     }
-}
-
-/// The splices of `remove` at a site that a request of `add` resolves to; the first request
-/// that does not resolve is the error (before anything changed). With nothing to remove,
-/// nothing is resolved here ([`Splicer::switch`] resolves every request again).
-fn handed_over<T: Target>(sp: &Splicer<T>, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<Vec<SpliceId>, SpliceError> {
-    if remove.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sites = add.iter().map(|r| sp.resolve(&r.at).map(|p| p.site)).collect::<Result<Vec<u64>, _>>()?;
-    Ok(remove.iter().copied().filter(|id| sp.get(*id).is_some_and(|s| sites.contains(&s.point.site))).collect())
 }

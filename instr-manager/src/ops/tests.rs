@@ -135,7 +135,7 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
     let first = Spec { splices: vec![count("f0"), count("f1")], ..Spec::default() };
-    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2, handed_over: 0 });
+    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2, in_place: 0, handed_over: 0 });
     // To a configuration with a component (declaring f3), a variable and a bad point.
     let mut bad = knob_spec(dir.path());
     bad.splices = vec![count("f1"), count("no_such_function")];
@@ -146,7 +146,7 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f3"), "the old splices stay live");
     // Without the bad point: f0 goes, f1 stays, f3 comes with its component.
     bad.splices.pop();
-    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1, handed_over: 0 });
+    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1, in_place: 0, handed_over: 0 });
     assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f3"));
     assert_eq!(knob(&sp), 9);
     // Unloading the component takes its declared splice; the rest is the spec's.
@@ -156,8 +156,10 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     assert!(k.pristine());
 }
 
-/// Two configurations that splice one site differently: the old splice is taken out by a batch
-/// of its own, then the switch runs; a refused switch makes the old splice again.
+/// Two configurations that splice one site differently. Trap to trap, the site keeps its trap
+/// and its dispatch entry is replaced inside the switch's batch. Trap to jmp, the old splice is
+/// taken out by a batch of its own, then the switch runs; a refused switch makes the old splice
+/// again.
 #[test]
 fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() {
     let k = FakeKernel::new();
@@ -170,11 +172,23 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     only.options.only.tgid = Some(42);
     let second = Spec { splices: vec![only.clone(), count("f1"), count("f2")], ..Spec::default() };
     let batches = k.state().batches;
-    assert_eq!(switch(&mut sp, &first.splices, &second).unwrap(), Switched { removed: 1, added: 2, handed_over: 1 });
-    assert_eq!(k.state().batches, batches + 2, "the handover's batch, then the switch's");
+    assert_eq!(switch(&mut sp, &first.splices, &second).unwrap(), Switched { removed: 1, added: 2, in_place: 1, handed_over: 0 });
+    assert_eq!(k.state().batches, batches + 1, "the switch's batch only (f2's trap)");
+    assert_eq!(k.state().replaced, 1, "f0's entry replaced");
     assert!(k.trapped("f0") && k.trapped("f1") && k.trapped("f2"));
     assert_eq!(k.state().dispatch[&site].only.map(|o| o.tgid), Some(Some(42)));
     assert_eq!(sp.live().count(), 3);
+    // Trap to trap again, refused by a point that does not plan (inside `mov rbp,rsp`):
+    // nothing changed, f0 keeps the tgid 42 entry.
+    let mut other = count("f0");
+    other.options.only.tgid = Some(43);
+    let e = switch(&mut sp, &second.splices, &Spec { splices: vec![other, count("f1"), count("f3+0x7")], ..Spec::default() }).unwrap_err();
+    assert!(e.to_string().contains("f3+0x7"), "{e}");
+    let state = k.state();
+    assert_eq!((state.batches, state.replaced), (batches + 1, 1), "nothing written, nothing replaced");
+    drop(state);
+    assert_eq!(k.state().dispatch[&site].only.map(|o| o.tgid), Some(Some(42)));
+    let batches = k.state().batches;
 
     // Handing f0 over again, to a jmp, in a switch refused for another point: f0 is the tgid
     // 42 count again, with the same bytes at its site; nothing else changed.
@@ -183,14 +197,14 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     let bad = Spec { splices: vec![jmp.clone(), count("f1"), count("no_such_function")], ..Spec::default() };
     let e = switch(&mut sp, &second.splices, &bad).unwrap_err();
     assert!(e.to_string().contains("no_such_function"), "{e}");
-    assert_eq!(k.state().batches, batches + 2, "nothing written: the point did not resolve");
+    assert_eq!(k.state().batches, batches, "nothing written: the point did not resolve");
     // A point that resolves but cannot be spliced (inside `mov rbp,rsp`) is refused after the
     // handover's batch: f0's old splice is made again.
     let refused_late = Spec { splices: vec![jmp.clone(), count("f1"), count("f3+0x7")], ..Spec::default() };
     let before = k.text(site, 8);
     let e = switch(&mut sp, &second.splices, &refused_late).unwrap_err();
     assert!(e.to_string().contains("f3+0x7"), "{e}");
-    assert_eq!(k.state().batches, batches + 4, "the handover's batch, and the one making f0 again");
+    assert_eq!(k.state().batches, batches + 2, "the handover's batch, and the one making f0 again");
     assert_eq!(k.text(site, 8), before, "the old splice made again: {e}");
     assert_eq!(k.state().dispatch[&site].only.map(|o| o.tgid), Some(Some(42)));
     assert!(sp.live().any(|s| s.request == only), "f0's old request is live again");
@@ -215,7 +229,7 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     assert_eq!(k.text(site, 8), before);
     // The same to a jmp, with nothing wrong: f0 goes from trap to jmp.
     let to_jmp = to_jmp_spec(&jmp);
-    assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, handed_over: 1 });
+    assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, in_place: 0, handed_over: 1 });
     assert!(!k.state().dispatch.contains_key(&site), "a jmp splice has no dispatch entry");
     assert_ne!(k.text(site, 2), old_bytes);
     assert!(sp.live().any(|s| s.request == jmp));

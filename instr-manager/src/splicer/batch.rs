@@ -45,6 +45,11 @@ pub(super) struct BatchCache {
     /// was, not as its patches left it (the rest of a longer instruction a trap covered, or the
     /// bytes behind a jmp, decode as other instructions and would hide its real boundaries).
     originals: Vec<(u64, Vec<u8>)>,
+    /// Originals of splices taken out of the live set for the batch ([`Splicer::switch`]'s
+    /// leaving splices, whose text the same batch restores), kept beside the live ones'.
+    ///
+    /// [`Splicer::switch`]: super::Splicer::switch
+    leaving: Vec<(u64, Vec<u8>)>,
 }
 
 impl BatchCache {
@@ -79,8 +84,14 @@ impl BatchCache {
     /// Analyse functions with `patches`' old bytes in place of their new ones (the live
     /// splices' site and springboard patches).
     pub(super) fn set_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
-        self.originals = patches.into_iter().map(|p| (p.addr, p.old.clone())).collect();
+        self.originals = patches.into_iter().map(|p| (p.addr, p.old.clone())).chain(self.leaving.iter().cloned()).collect();
         self.originals.sort_unstable_by_key(|(a, _)| *a);
+    }
+
+    /// Analyse functions with `patches`' old bytes in place too, whatever the live set is when
+    /// [`BatchCache::set_originals`] runs (the patches of splices a switch takes out).
+    pub(super) fn keep_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
+        self.leaving.extend(patches.into_iter().map(|p| (p.addr, p.old.clone())));
     }
 
     /// `bytes` of `[addr, addr + len)` with every overlapping original put back, if any overlaps.

@@ -4,9 +4,9 @@
 //! cannot reach quiescence in time (a task sleeping in a replacement) leaves its splices
 //! *retiring*: text restored, code kept; [`Splicer::finish_retiring`] ends it later.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
-use trapvec::target::{Target, TextPatch};
+use trapvec::target::{Target, TextPatch, TrapHits};
 
 use super::batch::read_words;
 use super::{Action, Hits, LiveSplice, Retiring, SpliceError, SpliceId, Splicer};
@@ -38,6 +38,13 @@ impl<T: Target> Splicer<T> {
     /// batch, or by [`Splicer::switch`]'s): drop the dispatch entries, point original trampolines
     /// back, wait for quiescence, restore the springboards, free. Returns the final hit counts.
     pub(super) fn retire(&mut self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        self.retire_replaced(ids, &BTreeMap::new())
+    }
+
+    /// [`Splicer::retire`] when some of the splices' dispatch entries were replaced in place
+    /// ([`Splicer::switch`]): `replaced` holds, by site, those entries' final counts; such a
+    /// site's entry now belongs to the new splice and stays.
+    pub(super) fn retire_replaced(&mut self, ids: &[SpliceId], replaced: &BTreeMap<u64, TrapHits>) -> Result<Vec<Hits>, SpliceError> {
         let taken: Vec<Box<LiveSplice>> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
@@ -45,12 +52,18 @@ impl<T: Target> Splicer<T> {
         // trampolines' counters (as the process backend's) are read after quiescence: a thread
         // still on its way through a trampoline counts its hit after the text is restored.
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let now: Vec<usize> = (0..taken.len()).filter(|&i| by_dispatcher && taken[i].dispatch.is_some()).collect();
+        let swapped = |s: &LiveSplice| s.dispatch.is_some_and(|d| replaced.contains_key(&d.site));
+        let now: Vec<usize> = (0..taken.len()).filter(|&i| by_dispatcher && taken[i].dispatch.is_some() && !swapped(&taken[i])).collect();
         let mut counted: Vec<Option<Hits>> = vec![None; taken.len()];
         for (&i, h) in now.iter().zip(self.hits_of(now.iter().map(|&i| &*taken[i]))) {
             counted[i] = Some(h);
         }
-        let sites: Vec<u64> = taken.iter().filter_map(|s| s.dispatch.map(|d| d.site)).collect();
+        for (i, s) in taken.iter().enumerate() {
+            if let Some(h) = s.dispatch.and_then(|d| replaced.get(&d.site)).filter(|_| by_dispatcher) {
+                counted[i] = Some(Hits { hits: h.hits, missed: h.missed });
+            }
+        }
+        let sites: Vec<u64> = taken.iter().filter(|s| !swapped(s)).filter_map(|s| s.dispatch.map(|d| d.site)).collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
         }

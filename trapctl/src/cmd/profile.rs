@@ -58,10 +58,14 @@ pub fn status(args: &StatusArgs) -> Result<()> {
 
 pub fn activate(args: &ActivateArgs) -> Result<()> {
     let v: Value = route::daemon_only(&Request::Activate { profile: args.profile.clone() })?;
-    let handed = match v["handed_over"].as_u64() {
-        Some(n) if n > 0 => format!(" ({n} of them at sites the new profile splices differently: removed by a batch of their own first)"),
-        _ => String::new(),
-    };
+    let mut notes = Vec::new();
+    if let Some(n) = v["in_place"].as_u64().filter(|&n| n > 0) {
+        notes.push(format!("{n} trap site(s) the new profile splices differently changed hands in place"));
+    }
+    if let Some(n) = v["handed_over"].as_u64().filter(|&n| n > 0) {
+        notes.push(format!("{n} site(s) changing mechanism were removed by a batch of their own first"));
+    }
+    let handed = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };
     println!(
         "profile {} -> {}: {} splice(s) removed, {} added{handed}",
         v["previous"].as_str().unwrap_or("(none)"),

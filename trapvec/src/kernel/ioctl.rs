@@ -12,10 +12,10 @@ use nix::errno::Errno;
 
 use crate::abi::{
     TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
-    TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
+    TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
     TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
     TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
-    TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
+    TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
     TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
     TRAPVEC_IOC_WRITE, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TRAPVEC_IOC_KEY_ADD,
     TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS,
@@ -53,6 +53,13 @@ pub(crate) enum Request<'a> {
     DispatchRemove {
         arg: &'a mut TrapvecDispatchRemove,
         sites: &'a [u64],
+    },
+    /// `arg.entries`/`arg.counts`/`arg.count` are set from `entries` and `counts` (of the same
+    /// length: in, the new entries' starting counts; out, the old entries' final ones).
+    DispatchReplace {
+        arg: &'a mut TrapvecDispatchReplace,
+        entries: &'a [TrapvecDispatchEntry],
+        counts: &'a mut [TrapvecHits],
     },
     Hits(&'a mut TrapvecHits),
     /// `arg.entries`/`arg.capacity` are set from `out`.
@@ -97,6 +104,7 @@ impl Request<'_> {
             Request::Apply { .. } => "APPLY",
             Request::DispatchAdd { .. } => "DISPATCH_ADD",
             Request::DispatchRemove { .. } => "DISPATCH_REMOVE",
+            Request::DispatchReplace { .. } => "DISPATCH_REPLACE",
             Request::Hits(_) => "HITS",
             Request::List { .. } => "LIST",
             Request::Quiesce(_) => "QUIESCE",
@@ -139,6 +147,14 @@ impl Request<'_> {
             Request::DispatchRemove { arg, sites } => {
                 arg.sites = addr(sites.as_ptr());
                 arg.count = count(sites.len())?;
+            }
+            Request::DispatchReplace { arg, entries, counts } => {
+                if entries.len() != counts.len() {
+                    return Err(Errno::EINVAL);
+                }
+                arg.entries = addr(entries.as_ptr());
+                arg.counts = addr(counts.as_mut_ptr());
+                arg.count = count(entries.len())?;
             }
             Request::List { arg, out } => {
                 arg.entries = addr(out.as_mut_ptr());
@@ -183,6 +199,7 @@ nix::ioctl_readwrite_bad!(ioc_check, TRAPVEC_IOC_CHECK, TrapvecCheck);
 nix::ioctl_readwrite_bad!(ioc_apply, TRAPVEC_IOC_APPLY, TrapvecApply);
 nix::ioctl_readwrite_bad!(ioc_dispatch_add, TRAPVEC_IOC_DISPATCH_ADD, TrapvecDispatchAdd);
 nix::ioctl_readwrite_bad!(ioc_dispatch_remove, TRAPVEC_IOC_DISPATCH_REMOVE, TrapvecDispatchRemove);
+nix::ioctl_readwrite_bad!(ioc_dispatch_replace, TRAPVEC_IOC_DISPATCH_REPLACE, TrapvecDispatchReplace);
 nix::ioctl_readwrite_bad!(ioc_hits, TRAPVEC_IOC_HITS, TrapvecHits);
 nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
 nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
@@ -209,7 +226,7 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
     // the whole call, of the type the request code was built from (abi.rs), so the module
     // reads and writes exactly that struct. The pointer fields inside it were set by `bind()`
     // from slices `req` also borrows (mutably where the module writes: READ's buffer, LIST's
-    // output, STATE_GET's buffer, KEY_STATS's output), with their exact lengths, so every user address the module
+    // output, STATE_GET's buffer, KEY_STATS's output, DISPATCH_REPLACE's counts), with their exact lengths, so every user address the module
     // touches is valid for the call. The module keeps no pointer after returning.
     let res = unsafe {
         match req {
@@ -223,6 +240,7 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::Apply { arg, .. } => ioc_apply(fd, arg),
             Request::DispatchAdd { arg, .. } => ioc_dispatch_add(fd, arg),
             Request::DispatchRemove { arg, .. } => ioc_dispatch_remove(fd, arg),
+            Request::DispatchReplace { arg, .. } => ioc_dispatch_replace(fd, arg),
             Request::Hits(a) => ioc_hits(fd, a),
             Request::List { arg, .. } => ioc_list(fd, arg),
             Request::Quiesce(a) => ioc_quiesce(fd, a),

@@ -30,7 +30,7 @@ use nix::errno::Errno;
 use thiserror::Error;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry, TrapvecTaskMatch,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry, TrapvecDispatchReplace, TrapvecTaskMatch,
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
     TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
     TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
@@ -575,6 +575,10 @@ impl KernelTarget {
         TargetError::Dispatch { site, reason }
     }
 
+    fn to_abi_entry(e: &DispatchEntry) -> TrapvecDispatchEntry {
+        TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: TrapvecTaskMatch::of(e.only.as_ref()) }
+    }
+
     fn to_abi_patch(p: &TextPatch) -> Result<TrapvecPatch, TargetError> {
         if p.old.len() != p.new.len() {
             return Err(TargetError::Text {
@@ -713,15 +717,33 @@ impl Target for KernelTarget {
     }
 
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
-        let abi: Vec<TrapvecDispatchEntry> = entries
-            .iter()
-            .map(|e| TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: TrapvecTaskMatch::of(e.only.as_ref()) })
-            .collect();
+        let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
         let mut arg = TrapvecDispatchAdd::default();
         self.call(Request::DispatchAdd { arg: &mut arg, entries: &abi }).map_err(|errno| {
             let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
             Self::dispatch_error(site, "DISPATCH_ADD", errno)
         })
+    }
+
+    fn replaces_dispatch(&self) -> bool {
+        true
+    }
+
+    /// DISPATCH_REPLACE: `hlist_replace_rcu()` per site, then a grace period before the old
+    /// entries' counters are read and the entries freed.
+    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+        let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
+        let mut counts: Vec<TrapvecHits> =
+            entries.iter().zip(start).map(|(e, h)| TrapvecHits { site: e.site, hits: h.hits, missed: h.missed }).collect();
+        if counts.len() != entries.len() {
+            return Err(TargetError::Dispatch { site: entries.first().map_or(0, |e| e.site), reason: "DISPATCH_REPLACE: a start count per entry".into() });
+        }
+        let mut arg = TrapvecDispatchReplace::default();
+        self.call(Request::DispatchReplace { arg: &mut arg, entries: &abi, counts: &mut counts }).map_err(|errno| {
+            let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
+            Self::dispatch_error(site, "DISPATCH_REPLACE", errno)
+        })?;
+        Ok(counts.iter().map(|c| TrapHits { hits: c.hits, missed: c.missed }).collect())
     }
 
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {

@@ -95,6 +95,7 @@ impl FakeModule {
             match req {
                 Request::DispatchAdd { arg, .. } => arg.failed_index = index,
                 Request::DispatchRemove { arg, .. } => arg.failed_index = index,
+                Request::DispatchReplace { arg, .. } => arg.failed_index = index,
                 _ => {}
             }
             return Err(errno);
@@ -164,6 +165,18 @@ impl FakeModule {
             Request::DispatchRemove { sites, .. } => {
                 for s in sites.iter() {
                     self.dispatch.remove(s);
+                }
+            }
+            Request::DispatchReplace { arg, entries, counts } => {
+                assert_eq!((arg.count as usize, counts.len()), (entries.len(), entries.len()));
+                if let Some(i) = entries.iter().position(|e| !self.dispatch.contains_key(&e.site)) {
+                    arg.failed_index = u32::try_from(i).unwrap();
+                    return Err(Errno::ENOENT);
+                }
+                for (e, c) in entries.iter().zip(counts.iter_mut()) {
+                    let new = TrapvecListEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, hits: c.hits, missed: c.missed, ..Default::default() };
+                    let old = self.dispatch.insert(e.site, new).expect("checked above");
+                    *c = TrapvecHits { site: e.site, hits: old.hits, missed: old.missed };
                 }
             }
             Request::Hits(h) => {
@@ -633,6 +646,27 @@ fn removing_an_unknown_site_names_it() {
     let err = target.remove_dispatch(&[TEXT + 0x40]).unwrap_err();
     assert!(
         matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 0x40 && reason.contains("no dispatch entry")),
+        "{err}"
+    );
+}
+
+/// DISPATCH_REPLACE carries the start counts in and the old entries' final counts out, site by
+/// site; a site without an entry is named.
+#[test]
+fn replacing_dispatch_entries_returns_the_old_counts_and_names_a_site_without_one() {
+    let (mut target, m, _g) = target_with(|_| {});
+    assert!(target.replaces_dispatch());
+    let old = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0, only: None };
+    target.add_dispatch(&[old]).unwrap();
+    m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().hits = 41;
+    let new = DispatchEntry { dest: CODE_ARENA + 64, ..old };
+    let counts = target.replace_dispatch(&[new], &[TrapHits { hits: 7, missed: 1 }]).unwrap();
+    assert_eq!(counts, [TrapHits { hits: 41, missed: 0 }]);
+    assert_eq!(target.trap_hits(TEXT + 5), Some(TrapHits { hits: 7, missed: 1 }), "the new entry starts from the counts given");
+    assert_eq!(m.borrow().dispatch[&(TEXT + 5)].dest, CODE_ARENA + 64);
+    let err = target.replace_dispatch(&[new, DispatchEntry { site: TEXT + 9, ..new }], &[TrapHits::default(); 2]).unwrap_err();
+    assert!(
+        matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 9 && reason.contains("DISPATCH_REPLACE: no dispatch entry")),
         "{err}"
     );
 }

@@ -42,7 +42,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::TargetError;
-use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch};
+use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
 
 /// Serialises text batches and dispatch changes across all targets of the process.
 pub(crate) static WRITER: Mutex<()> = Mutex::new(());
@@ -190,6 +190,35 @@ impl Target for ProcessTarget {
             }
             Ok(Some(signal::DispatchTable { sites: pairs.iter().map(|p| p.0).collect(), dests: pairs.iter().map(|p| p.1).collect() }))
         })
+    }
+
+    fn replaces_dispatch(&self) -> bool {
+        true
+    }
+
+    /// One new table with the sites' new destinations, published as every table is: a thread
+    /// in the SIGSEGV handler reads the old table or the new. The trampolines count the hits,
+    /// so the old counts returned are zero.
+    fn replace_dispatch(&mut self, entries: &[DispatchEntry], _start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        signal::DISPATCH.update(|cur| {
+            let mut t = cur.cloned().unwrap_or_default();
+            let mut seen = std::collections::HashSet::new();
+            for e in entries {
+                if e.handler != 0 {
+                    return Err(TargetError::Dispatch { site: e.site, reason: "the process dispatcher does not run handlers; use a trampoline".into() });
+                }
+                if !seen.insert(e.site) {
+                    return Err(TargetError::Dispatch { site: e.site, reason: "given twice in one batch".into() });
+                }
+                match t.sites.binary_search(&e.site) {
+                    Ok(i) => t.dests[i] = e.dest,
+                    Err(_) => return Err(TargetError::Dispatch { site: e.site, reason: "no dispatch entry for this site".into() }),
+                }
+            }
+            Ok(Some(t))
+        })?;
+        Ok(vec![TrapHits::default(); entries.len()])
     }
 
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
