@@ -398,6 +398,58 @@ fn four_threads_call_patched_functions_while_splices_come_and_go_10000_times() {
     eprintln!("{} calls, {hits} through splices, {:?}", calls.load(Relaxed), trapvec::process::trap_stats());
 }
 
+/// A trap site handed from one counting splice to the next 500 times by `Splicer::switch`,
+/// in place (the trap stays, the dispatch table's entry changes), while four threads call the
+/// function: every call is counted by exactly one of the splices, so none ran unspliced.
+#[test]
+fn a_trap_site_changes_hands_in_place_500_times_under_four_threads_without_a_call_unspliced() {
+    let _serial = serial();
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let (s, _c) = session();
+    let f = addr(&s, "push_rbp_fn");
+    let count = || instr_manager::splicer::SpliceRequest::new("push_rbp_fn", instr_manager::splicer::Action::Count, Trap);
+    let mut live = s.with(|sp| sp.apply(&[count()])).unwrap();
+    let trapped = bytes(&s, "push_rbp_fn", 16);
+    assert_eq!(trapped[..2], [0xcd, trapvec::abi::TRAP_VECTOR]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let (stop, calls) = (stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                // SAFETY: the fixture function `int push_rbp_fn(int)`.
+                let g: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(f).unwrap()) };
+                let mut i = t;
+                while !stop.load(Relaxed) {
+                    assert_eq!(g(i), i + 1, "push_rbp_fn({i})");
+                    calls.fetch_add(1, Relaxed);
+                    i = (i + 1) % 1000;
+                }
+            })
+        })
+        .collect();
+    let mut hits = 0;
+    for round in 0..500 {
+        let (new, old) = s.with(|sp| sp.switch(&live, &[count()])).unwrap();
+        hits += old.iter().map(|h| h.hits).sum::<u64>();
+        live = new;
+        if round % 100 == 0 {
+            assert_eq!(bytes(&s, "push_rbp_fn", 16), trapped, "the trap never left");
+        }
+    }
+    stop.store(true, Relaxed);
+    for w in workers {
+        w.join().expect("a worker saw a wrong result or crashed");
+    }
+    hits += s.with(|sp| sp.remove(&live)).unwrap().iter().map(|h| h.hits).sum::<u64>();
+    let calls = calls.load(Relaxed);
+    assert!(calls > 500, "the workers ran: {calls} calls");
+    assert_eq!(hits, calls, "every call counted by one splice or the next");
+    assert_eq!(bytes(&s, "push_rbp_fn", 4), [0x55, 0x48, 0x89, 0xe5]);
+    eprintln!("{calls} calls across 500 in-place handovers, {:?}", trapvec::process::trap_stats());
+}
+
 /// Compile C source into a relocatable object for the bad-component tests.
 fn compile(name: &str, src: &str, extra: &[&str]) -> PathBuf {
     let dir = tempfile::tempdir().unwrap().keep();
