@@ -352,6 +352,7 @@ impl<T: Target + StateHome> Daemon<T> {
             "added": switched.added,
             "in_place": switched.in_place,
             "handed_over": switched.handed_over,
+            "removed_hits": switched.removed_hits,
         }))
     }
 

@@ -70,7 +70,7 @@ fn profile_switch_is_one_batch_keeping_shared_splices_and_journaled_before_the_r
     let k = FakeKernel::new();
     let mut d = start(&k, &journal);
     assert_eq!(d.profile(), Some("clean"));
-    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2, "in_place": 0, "handed_over": 0}));
+    assert_eq!(activate(&mut d, "both"), json!({"ok": true, "profile": "both", "previous": "clean", "removed": 0, "added": 2, "in_place": 0, "handed_over": 0, "removed_hits": 0}));
     assert!(k.trapped("f0") && k.trapped("f1"));
     let batches = k.state().batches;
     // both -> other: f0 goes, f2 comes, f1 (in both profiles) stays untouched.
@@ -443,7 +443,7 @@ splice = [
     // entry is replaced, with no batch of text.
     let batches = k.state().batches;
     let reply = activate(&mut d, "plain");
-    assert_eq!(reply, json!({"ok": true, "profile": "plain", "previous": "only", "removed": 1, "added": 1, "in_place": 1, "handed_over": 0}));
+    assert_eq!(reply, json!({"ok": true, "profile": "plain", "previous": "only", "removed": 1, "added": 1, "in_place": 1, "handed_over": 0, "removed_hits": 0}));
     assert_eq!(k.state().batches, batches, "no text written");
     assert_eq!(k.state().dispatch[&(func("f0") + 5)].only, None);
     assert!(k.trapped("f0") && k.trapped("f1"));

@@ -10,9 +10,12 @@
 #     runs once per call of A and sees each return value;
 #  4. --tgid B --comm ppidloop: nobody is both, nothing is counted;
 #  5. a name the kernel cannot hold is refused, nothing changes;
-#  6. trapd profiles that splice getppid differently (every task; comm ppidloop only): a switch
-#     hands the site over, and a refused switch (a second point inside the ftrace NOP) makes the
-#     old splice again and stores it, so a daemon restarted after kill -9 finds it recorded.
+#  6. trapd profiles that splice getppid differently (every task; comm ppidloop only): the
+#     switch, made while A calls getppid without pause, hands the site over in place (the trap
+#     stays, the dispatch entry is replaced), so every call of A is counted by the old splice or
+#     the new; a switch to a jmp that is refused (a second point inside the ftrace NOP) takes
+#     the site out in a batch of its own, makes the old splice again and stores it, so a daemon
+#     restarted after kill -9 finds it recorded.
 # Prints KEY=value lines that vmtest/tests/kernel_predicates.rs checks.
 set -u
 
@@ -119,7 +122,18 @@ profile() {
 	echo "${1}_TRAPD=$(trapd send '{"op":"list"}')"
 }
 profile HAND_ALL all
-profile HAND_ONLY only_a
+# A calls getppid until told to stop; only_a comes in while it does.
+rm -f /tmp/go /tmp/stop
+/bin/ppidloop -m -g /tmp/go -f /tmp/stop > /tmp/out.a &
+a=$!
+touch /tmp/go
+sleep 1
+echo "HAND_ONLY_ACTIVATE=$(trapd send '{"op":"activate","profile":"only_a"}')"
+sleep 1
+touch /tmp/stop
+wait $a
+echo "HAND_ONLY_A=$(cat /tmp/out.a)"
+echo "HAND_ONLY_TRAPD=$(trapd send '{"op":"list"}')"
 profile HAND_BROKEN broken
 kill -9 $tdp
 wait $tdp 2> /dev/null

@@ -78,11 +78,17 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     assert_eq!((a["ok"].as_bool(), a["added"].as_u64(), a["handed_over"].as_u64()), (Some(true), Some(1), Some(0)), "{a}");
     let both = calls(&run, "HAND_ALL_A") + calls(&run, "HAND_ALL_B");
     assert_eq!(live("HAND_ALL_TRAPD")["hits"].as_u64(), Some(both), "profile all counts every call");
+    // Made while A called getppid without pause: in place, so every call of A was counted by
+    // `all`'s splice (its final count in the reply, which also holds HAND_ALL's calls) or by
+    // `only_a`'s, and both saw some.
     let a = json("HAND_ONLY_ACTIVATE");
-    assert_eq!((a["removed"].as_u64(), a["added"].as_u64(), a["handed_over"].as_u64()), (Some(1), Some(1), Some(1)), "{a}");
+    assert_eq!((a["removed"].as_u64(), a["added"].as_u64(), a["in_place"].as_u64(), a["handed_over"].as_u64()), (Some(1), Some(1), Some(1), Some(0)), "{a}");
     let r = live("HAND_ONLY_TRAPD");
     assert_eq!(r["action"].as_str(), Some("count (only comm ppidloop)"), "{r}");
-    assert_eq!(r["hits"].as_u64(), Some(calls(&run, "HAND_ONLY_A")), "only A's calls: {r}");
+    let before = a["removed_hits"].as_u64().unwrap() - both;
+    let after = r["hits"].as_u64().unwrap();
+    assert_eq!(before + after, calls(&run, "HAND_ONLY_A"), "every call of A counted once, across the switch: {before} + {after}");
+    assert!(before > 0 && after > 0, "the switch came while A ran: {before} before, {after} after");
     // A refused switch: only_a's splice made again, counting A's calls from zero, and recorded.
     let a = json("HAND_BROKEN_ACTIVATE");
     assert_eq!(a["ok"].as_bool(), Some(false), "{a}");

@@ -119,6 +119,9 @@ pub struct Switched {
     /// Of `removed`, the splices whose sites `to` splices with another mechanism (trap to jmp,
     /// jmp to anything): taken out by a batch of their own just before the switch.
     pub handed_over: usize,
+    /// The final hit counts of the removed splices, summed: with `in_place`, every call of a
+    /// function that changed hands is counted by its old splice (here) or its new one.
+    pub removed_hits: u64,
 }
 
 /// Go from the splices `from` to the configuration `to` (a daemon's profile switch): load
@@ -153,18 +156,25 @@ pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec)
     };
     let handover = handovers.out_first;
     let taken_out: Vec<(SpliceId, SpliceRequest)> = handover.iter().filter_map(|&id| sp.get(id).map(|s| (id, s.request.clone()))).collect();
+    let mut removed_hits = 0;
     if !handover.is_empty() {
-        if let Err(e) = sp.remove(&handover) {
-            let e = make_again(sp, &taken_out, e);
-            return Err(undone(sp, &made, e));
+        match sp.remove(&handover) {
+            Ok(hits) => removed_hits += hits.iter().map(|h| h.hits).sum::<u64>(),
+            Err(e) => {
+                let e = make_again(sp, &taken_out, e);
+                return Err(undone(sp, &made, e));
+            }
         }
         remove.retain(|id| !handover.contains(id));
     }
-    if let Err(e) = sp.switch(&remove, &add) {
-        let e = make_again(sp, &taken_out, e);
-        return Err(undone(sp, &made, e));
+    match sp.switch(&remove, &add) {
+        Ok((_, hits)) => removed_hits += hits.iter().map(|h| h.hits).sum::<u64>(),
+        Err(e) => {
+            let e = make_again(sp, &taken_out, e);
+            return Err(undone(sp, &made, e));
+        }
     }
-    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), in_place: handovers.in_place.len(), handed_over: handover.len() })
+    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), in_place: handovers.in_place.len(), handed_over: handover.len(), removed_hits })
 }
 
 /// After a switch was refused with `refused`: make again, in one batch, the splices of

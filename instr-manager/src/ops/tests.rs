@@ -135,7 +135,7 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
     let first = Spec { splices: vec![count("f0"), count("f1")], ..Spec::default() };
-    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2, in_place: 0, handed_over: 0 });
+    assert_eq!(switch(&mut sp, &[], &first).unwrap(), Switched { removed: 0, added: 2, in_place: 0, handed_over: 0, removed_hits: 0 });
     // To a configuration with a component (declaring f3), a variable and a bad point.
     let mut bad = knob_spec(dir.path());
     bad.splices = vec![count("f1"), count("no_such_function")];
@@ -146,7 +146,7 @@ fn a_switch_loads_what_it_needs_and_undoes_it_when_its_batch_is_refused() {
     assert!(k.trapped("f0") && k.trapped("f1") && !k.trapped("f3"), "the old splices stay live");
     // Without the bad point: f0 goes, f1 stays, f3 comes with its component.
     bad.splices.pop();
-    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1, in_place: 0, handed_over: 0 });
+    assert_eq!(switch(&mut sp, &first.splices, &bad).unwrap(), Switched { removed: 1, added: 1, in_place: 0, handed_over: 0, removed_hits: 0 });
     assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f3"));
     assert_eq!(knob(&sp), 9);
     // Unloading the component takes its declared splice; the rest is the spec's.
@@ -172,7 +172,8 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     only.options.only.tgid = Some(42);
     let second = Spec { splices: vec![only.clone(), count("f1"), count("f2")], ..Spec::default() };
     let batches = k.state().batches;
-    assert_eq!(switch(&mut sp, &first.splices, &second).unwrap(), Switched { removed: 1, added: 2, in_place: 1, handed_over: 0 });
+    k.state().hits.insert(site, 4);
+    assert_eq!(switch(&mut sp, &first.splices, &second).unwrap(), Switched { removed: 1, added: 2, in_place: 1, handed_over: 0, removed_hits: 4 });
     assert_eq!(k.state().batches, batches + 1, "the switch's batch only (f2's trap)");
     assert_eq!(k.state().replaced, 1, "f0's entry replaced");
     assert!(k.trapped("f0") && k.trapped("f1") && k.trapped("f2"));
@@ -229,7 +230,7 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
     assert_eq!(k.text(site, 8), before);
     // The same to a jmp, with nothing wrong: f0 goes from trap to jmp.
     let to_jmp = to_jmp_spec(&jmp);
-    assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, in_place: 0, handed_over: 1 });
+    assert_eq!(switch(&mut sp, &second.splices, &to_jmp).unwrap(), Switched { removed: 2, added: 1, in_place: 0, handed_over: 1, removed_hits: 0 });
     assert!(!k.state().dispatch.contains_key(&site), "a jmp splice has no dispatch entry");
     assert_ne!(k.text(site, 2), old_bytes);
     assert!(sp.live().any(|s| s.request == jmp));
