@@ -67,6 +67,8 @@ pub struct FakeState {
     pub refuse_next_batch: Option<String>,
     /// DISPATCH_REPLACE calls made.
     pub replaced: usize,
+    /// Bytes text batches changed, with what they held before (gone once restored).
+    pub patched: BTreeMap<u64, u8>,
 }
 
 /// A kernel-like target; clones share the same machine.
@@ -238,8 +240,13 @@ impl Target for FakeKernel {
         let mut inner = self.state();
         inner.batches += 1;
         for p in batch {
-            for (i, b) in p.new.iter().enumerate() {
-                inner.memory.insert(p.addr + i as u64, *b);
+            for (i, (old, new)) in p.old.iter().zip(&p.new).enumerate() {
+                let at = p.addr + i as u64;
+                inner.memory.insert(at, *new);
+                let original = *inner.patched.entry(at).or_insert(*old);
+                if original == *new {
+                    inner.patched.remove(&at);
+                }
             }
         }
         Ok(())
@@ -292,9 +299,13 @@ impl Target for FakeKernel {
         inner.dispatch.contains_key(&site).then(|| TrapHits { hits: inner.hits.get(&site).copied().unwrap_or(0), missed: 0 })
     }
 
+    /// As the module: a window over text that a live patch changed is refused.
     fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
         let mut inner = self.state();
         inner.checked.push((addr, len));
+        if inner.patched.range(addr..addr + len as u64).next().is_some() {
+            return Err(TargetError::SiteRefused { addr, reason: SiteRefusal::LivePatch });
+        }
         match inner.refuse.get(&addr) {
             Some(reason) => Err(TargetError::SiteRefused { addr, reason: reason.clone() }),
             None => Ok(()),

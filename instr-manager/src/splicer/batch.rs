@@ -50,6 +50,9 @@ pub(super) struct BatchCache {
     ///
     /// [`Splicer::switch`]: super::Splicer::switch
     leaving: Vec<(u64, Vec<u8>)>,
+    /// The windows (`(site, displaced length)`) of trap splices a switch takes out: a trap
+    /// planned on exactly such a window takes the site over in place, with no text written.
+    leaving_traps: BTreeSet<(u64, usize)>,
 }
 
 impl BatchCache {
@@ -92,6 +95,16 @@ impl BatchCache {
     /// [`BatchCache::set_originals`] runs (the patches of splices a switch takes out).
     pub(super) fn keep_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
         self.leaving.extend(patches.into_iter().map(|p| (p.addr, p.old.clone())));
+    }
+
+    /// Note the windows of trap splices a switch takes out ([`BatchCache::leaving_trap`]).
+    pub(super) fn keep_trap_windows(&mut self, windows: impl IntoIterator<Item = (u64, usize)>) {
+        self.leaving_traps.extend(windows);
+    }
+
+    /// Whether `(site, displaced length)` is the window of a trap splice the batch takes out.
+    pub(super) fn leaving_trap(&self, site: u64, displaced_len: usize) -> bool {
+        self.leaving_traps.contains(&(site, displaced_len))
     }
 
     /// `bytes` of `[addr, addr + len)` with every overlapping original put back, if any overlaps.

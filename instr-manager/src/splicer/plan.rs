@@ -10,7 +10,7 @@ use component_manager::{ComponentError, ComponentId};
 use trapvec::Target;
 
 use crate::analysis::liveness::flags_dead_at;
-use crate::plan::{plan_splice, Plan, PlanInput, Springboard};
+use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
 
 use super::batch::BatchCache;
@@ -197,7 +197,12 @@ impl<T: Target> Splicer<T> {
             mechanism: r.mechanism,
             refusal,
         })?;
-        self.check_windows(at, &plan)?;
+        // A trap on the window of a leaving trap takes the site over in place: no text is
+        // written there, and the target's rules (which would see the leaving trap as a live
+        // patch over the window) were put to the window when that trap was made.
+        if !(plan.mechanism == Mechanism::Trap && cache.leaving_trap(plan.site, plan.displaced_len)) {
+            self.check_windows(at, &plan)?;
+        }
         if let Some(name) = r.action.symbol() {
             self.resolve_dest(at, name)?;
         }

@@ -61,6 +61,9 @@ impl<T: Target> Splicer<T> {
         let leaving: Vec<Box<LiveSplice>> = remove.iter().map(|id| self.live.remove(id).expect("checked above")).collect();
         let mut cache = BatchCache::default();
         cache.keep_originals(leaving.iter().flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())));
+        cache.keep_trap_windows(
+            leaving.iter().filter(|s| changing.iter().any(|&(_, old)| old == s.id)).map(|s| (s.plan.site, s.plan.displaced_len)),
+        );
         let planned = self.plan_batch(add, &mut cache);
         for s in &leaving {
             self.live.insert(s.id, s.clone());
