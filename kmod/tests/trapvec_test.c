@@ -740,6 +740,44 @@ int main(int argc, char **argv)
 	info(&in);
 	check(in.live_patches == 1 && in.dispatch_entries == 1, "INFO: 1 live patch, 1 entry");
 
+	/* DISPATCH_REPLACE: the trap stays, the site's entry changes in one step. */
+	{
+		struct trapvec_dispatch_entry two[2] = { entry, entry };
+		struct trapvec_hits counts[2], now_h;
+		struct trapvec_dispatch_replace r;
+
+		two[1].site = ksym("__x64_sys_getpid") + 5;
+		memset(counts, 0, sizeof(counts));
+		r = (struct trapvec_dispatch_replace){ .entries = (uintptr_t)two,
+						       .counts = (uintptr_t)counts, .count = 2 };
+		check(tv(TRAPVEC_IOC_DISPATCH_REPLACE, &r) == -ENOENT && r.failed_index == 1,
+		      "DISPATCH_REPLACE with a site without an entry fails (ENOENT), index 1");
+		check(hits(s.site, &now_h) == 0 && now_h.hits == h.hits && now_h.missed == h.missed,
+		      "... and changed nothing");
+		two[0].cookie = 0x5678;
+		counts[0].hits = 7;
+		counts[0].missed = 3;
+		r.count = 1;
+		check(tv(TRAPVEC_IOC_DISPATCH_REPLACE, &r) == 0 && counts[0].site == s.site &&
+		      counts[0].hits == h.hits && counts[0].missed == h.missed,
+		      "DISPATCH_REPLACE the live site's entry: its final counts come back (%llu, %llu)",
+		      counts[0].hits, counts[0].missed);
+		call_getppid(10, ppid, "through the replaced entry");
+		check(hits(s.site, &now_h) == 0 && now_h.hits == 17 && now_h.missed == 3,
+		      "the new entry counted on from the counts given (%llu, %llu; want 17, 3)",
+		      now_h.hits, now_h.missed);
+		check(tv(TRAPVEC_IOC_LIST, &list) == 0 && list.count == 1 && le[0].cookie == 0x5678,
+		      "LIST: the new entry's cookie");
+		two[0].cookie = 0x1234;
+		counts[0] = h;
+		check(tv(TRAPVEC_IOC_DISPATCH_REPLACE, &r) == 0 && counts[0].hits == 17,
+		      "DISPATCH_REPLACE back, with the old counts");
+		check(hits(s.site, &now_h) == 0 && now_h.hits == h.hits && now_h.missed == h.missed,
+		      "the old entry's counts are back");
+		check(kread(s.site, now, 2) == 0 && now[0] == 0xcd && now[1] == 0xf5,
+		      "the trap never left the site");
+	}
+
 	/* Revert. */
 	patch[1] = patch[0];
 	memcpy(patch[1].old_bytes, patch[0].new_bytes, 2);

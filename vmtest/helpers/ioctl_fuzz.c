@@ -354,6 +354,40 @@ static void fuzz_dispatch_remove(void)
 				}
 }
 
+/*
+ * DISPATCH_REPLACE on sites the fuzzer gave entries (no trap is ever written there) or on
+ * sites without one; never on the live sites, which keep counting.
+ */
+static void fuzz_dispatch_replace(void)
+{
+	static struct trapvec_dispatch_entry e[4];
+	static struct trapvec_hits c[4];
+	struct trapvec_dispatch_replace r;
+	uint32_t n = (uint32_t)below(5);
+
+	for (uint32_t i = 0; i < n; i++) {
+		e[i].site = nsites && below(4) ? sites[below(nsites)] : free_site();
+		e[i].dest = below(2) ? info0.code_base + below(info0.code_size) : kaddr();
+		e[i].handler = below(2) ? 0 : kaddr();
+		e[i].cookie = rnd();
+		memset(&e[i].only, 0, sizeof(e[i].only));
+		if (!below(4)) {
+			e[i].only.match = (uint32_t)rnd();
+			e[i].only.skip = kaddr();
+		}
+		c[i].site = rnd();
+		c[i].hits = rnd();
+		c[i].missed = rnd();
+	}
+	r.entries = below(6) ? (uint64_t)(uintptr_t)e : user_ptr();
+	r.counts = below(6) ? (uint64_t)(uintptr_t)c : user_ptr();
+	r.count = below(6) ? n : (uint32_t)amount(1 << 20);
+	if (r.count > n && r.entries == (uint64_t)(uintptr_t)e && r.counts == (uint64_t)(uintptr_t)c)
+		r.count = n;
+	r.failed_index = 0;
+	call(TRAPVEC_IOC_DISPATCH_REPLACE, &r, "DISPATCH_REPLACE");
+}
+
 static void fuzz_query(void)
 {
 	struct trapvec_hits h = { .site = below(2) ? text_addr + below(16) : kaddr() };
@@ -460,6 +494,7 @@ static void fuzz_raw(void)
 	case TRAPVEC_IOC_INFO: case TRAPVEC_IOC_READ: case TRAPVEC_IOC_ALLOC: case TRAPVEC_IOC_WRITE:
 	case TRAPVEC_IOC_SEAL: case TRAPVEC_IOC_FREE: case TRAPVEC_IOC_CHECK: case TRAPVEC_IOC_APPLY:
 	case TRAPVEC_IOC_DISPATCH_ADD: case TRAPVEC_IOC_DISPATCH_REMOVE: case TRAPVEC_IOC_HITS:
+	case TRAPVEC_IOC_DISPATCH_REPLACE:
 	case TRAPVEC_IOC_LIST: case TRAPVEC_IOC_QUIESCE: case TRAPVEC_IOC_STATE_GET:
 	case TRAPVEC_IOC_STATE_PUT: case TRAPVEC_IOC_RETURN_ADD: case TRAPVEC_IOC_RETURN_REMOVE:
 	case TRAPVEC_IOC_RETURN_STATS: case TRAPVEC_IOC_KEY_ADD: case TRAPVEC_IOC_KEY_REMOVE:
@@ -532,7 +567,12 @@ int main(int argc, char **argv)
 			case 5: fuzz_check(); break;
 			case 6: case 7: fuzz_apply(); break;
 			case 8: fuzz_dispatch_add(); break;
-			case 9: fuzz_dispatch_remove(); break;
+			case 9:
+				if (below(2))
+					fuzz_dispatch_remove();
+				else
+					fuzz_dispatch_replace();
+				break;
 			case 10: fuzz_query(); break;
 			case 11: fuzz_state(); break;
 			case 12: fuzz_keys(); break;
