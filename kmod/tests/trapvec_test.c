@@ -758,12 +758,15 @@ int main(int argc, char **argv)
 		counts[0].hits = 7;
 		counts[0].missed = 3;
 		r.count = 1;
-		check(tv(TRAPVEC_IOC_DISPATCH_REPLACE, &r) == 0 && counts[0].site == s.site &&
-		      counts[0].hits == h.hits && counts[0].missed == h.missed,
+		/* The call comes first: check()'s arguments are evaluated in no fixed order. */
+		ret = tv(TRAPVEC_IOC_DISPATCH_REPLACE, &r);
+		check(!ret && counts[0].site == s.site && counts[0].hits == h.hits &&
+		      counts[0].missed == h.missed,
 		      "DISPATCH_REPLACE the live site's entry: its final counts come back (%llu, %llu)",
 		      counts[0].hits, counts[0].missed);
 		call_getppid(10, ppid, "through the replaced entry");
-		check(hits(s.site, &now_h) == 0 && now_h.hits == 17 && now_h.missed == 3,
+		ret = hits(s.site, &now_h);
+		check(!ret && now_h.hits == 17 && now_h.missed == 3,
 		      "the new entry counted on from the counts given (%llu, %llu; want 17, 3)",
 		      now_h.hits, now_h.missed);
 		check(tv(TRAPVEC_IOC_LIST, &list) == 0 && list.count == 1 && le[0].cookie == 0x5678,
