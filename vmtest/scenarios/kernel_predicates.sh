@@ -13,7 +13,7 @@
 #  6. trapd profiles that splice getppid differently (every task; comm ppidloop only): the
 #     switch, made while A calls getppid without pause, hands the site over in place (the trap
 #     stays, the dispatch entry is replaced), so every call of A is counted by the old splice or
-#     the new; a switch to a jmp that is refused (a second point inside the ftrace NOP) takes
+#     the new, and the kernel's own kprobe on getppid counts the same number; a switch to a jmp that is refused (a second point inside the ftrace NOP) takes
 #     the site out in a batch of its own, makes the old splice again and stores it, so a daemon
 #     restarted after kill -9 finds it recorded.
 # Prints KEY=value lines that vmtest/tests/kernel_predicates.rs checks.
@@ -122,16 +122,27 @@ profile() {
 	echo "${1}_TRAPD=$(trapd send '{"op":"list"}')"
 }
 profile HAND_ALL all
-# A calls getppid until told to stop; only_a comes in while it does.
+# A calls getppid until told to stop; only_a comes in while it does. The kernel's own kprobe
+# on getppid (on its ftrace NOP, beside our trap) counts the same calls.
+T=/sys/kernel/tracing
+echo 'p:gp __x64_sys_getppid' >> $T/kprobe_events || exit 18
+echo 1 > $T/events/kprobes/gp/enable || exit 18
+kprobe_hits() {
+	awk '$1 == "gp" { print $2 }' $T/kprobe_profile
+}
 rm -f /tmp/go /tmp/stop
 /bin/ppidloop -m -g /tmp/go -f /tmp/stop > /tmp/out.a &
 a=$!
+k0=$(kprobe_hits)
 touch /tmp/go
 sleep 1
 echo "HAND_ONLY_ACTIVATE=$(trapd send '{"op":"activate","profile":"only_a"}')"
 sleep 1
 touch /tmp/stop
 wait $a
+echo "HAND_ONLY_KPROBE=$(($(kprobe_hits) - k0))"
+echo 0 > $T/events/kprobes/gp/enable
+echo '-:gp' >> $T/kprobe_events
 echo "HAND_ONLY_A=$(cat /tmp/out.a)"
 echo "HAND_ONLY_TRAPD=$(trapd send '{"op":"list"}')"
 profile HAND_BROKEN broken

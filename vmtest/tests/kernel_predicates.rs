@@ -88,6 +88,8 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     let before = a["removed_hits"].as_u64().unwrap() - both;
     let after = r["hits"].as_u64().unwrap();
     assert_eq!(before + after, calls(&run, "HAND_ONLY_A"), "every call of A counted once, across the switch: {before} + {after}");
+    let kprobe: u64 = run.expect("HAND_ONLY_KPROBE").parse().unwrap();
+    assert_eq!(kprobe, before + after, "the kernel's kprobe on getppid saw the calls trapvec counted");
     assert!(before > 0 && after > 0, "the switch came while A ran: {before} before, {after} after");
     // A refused switch: only_a's splice made again, counting A's calls from zero, and recorded.
     let a = json("HAND_BROKEN_ACTIVATE");
