@@ -732,12 +732,12 @@ impl Target for KernelTarget {
     /// DISPATCH_REPLACE: `hlist_replace_rcu()` per site, then a grace period before the old
     /// entries' counters are read and the entries freed.
     fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+        if start.len() != entries.len() {
+            return Err(TargetError::Dispatch { site: entries.first().map_or(0, |e| e.site), reason: "DISPATCH_REPLACE: a start count per entry".into() });
+        }
         let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
         let mut counts: Vec<TrapvecHits> =
             entries.iter().zip(start).map(|(e, h)| TrapvecHits { site: e.site, hits: h.hits, missed: h.missed }).collect();
-        if counts.len() != entries.len() {
-            return Err(TargetError::Dispatch { site: entries.first().map_or(0, |e| e.site), reason: "DISPATCH_REPLACE: a start count per entry".into() });
-        }
         let mut arg = TrapvecDispatchReplace::default();
         self.call(Request::DispatchReplace { arg: &mut arg, entries: &abi, counts: &mut counts }).map_err(|errno| {
             let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
