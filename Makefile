@@ -4,9 +4,11 @@ CARGO ?= cargo
 
 .PHONY: test deps build demo deb
 
-## Everything CI checks: dependencies, the release build, then every test: the workspace's,
+## Everything CI checks: dependencies, the release build, the documentation's links and length
+## (.ci/check-docs), then every test: the workspace's,
 ## then the packages' (packaging/test-packages: build, dkms build, lintian, install, remove).
 test: build
+	.ci/check-docs
 	$(CARGO) test --release --workspace
 	packaging/test-packages
 
@@ -18,12 +20,14 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace
 
-## The kernel demo (README.md, "Kernel demo"): boot the Debian kernel under QEMU with trapvec.ko,
-## count tcp_sync_mss, hot-swap the MSS policy with mss_clamp.o, tune it live, remove it.
-demo: deps
+## The kernel demo (docs/kernel.md, "Kernel demo"): boot the Debian kernel under QEMU with trapvec.ko,
+## count tcp_sync_mss, hot-swap the MSS policy with mss_clamp.o, tune it live, remove it. Installs
+## only what the demo needs (.ci/install-deps --demo).
+demo:
+	.ci/install-deps --demo
 	$(CARGO) build --release -p vmtest
 	$(CARGO) run --release -q -p vmtest -- run --scenario vmtest/scenarios/demo.sh
 
-## The Debian packages trapvec-dkms and trapvec-tools in target/deb/ (README.md, "Packaging").
+## The Debian packages trapvec-dkms and trapvec-tools in target/deb/ (docs/deployment.md).
 deb:
 	packaging/build-deb

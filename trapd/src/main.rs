@@ -15,7 +15,7 @@ use trapd::config::Config;
     name = "trapd",
     version,
     about = "trapvec's reconfiguration daemon: holds the kernel's splices, serves JSON requests on a Unix socket, journals every change, and switches profiles by rules over metrics",
-    after_help = "Requests are one JSON object per line, e.g. {\"op\":\"list\"}; see README.md, \"trapd: the reconfiguration daemon\"."
+    after_help = "Requests are one JSON object per line, e.g. {\"op\":\"list\"}; see trapd/README.md."
 )]
 struct Cli {
     /// Configuration (TOML: socket, journal, allowed groups, metrics, rules, profiles).
