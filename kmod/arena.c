@@ -493,18 +493,44 @@ int trapvec_arena_seal(u64 id)
 	return 0;
 }
 
+/*
+ * FREE: refused (-EBUSY) while a live patch still enters the block: a dispatch entry's
+ * destination, handler or skip target, a live jmp patch (or springboard) landing in it, or the
+ * handler of a return point that is not given back. Freeing it would let ALLOC hand the room
+ * to new code (or QUIESCE fill it with int3) under CPUs the patch still sends there: a client
+ * that crashed half way through its undo, or a buggy one, must not be able to do that. Code
+ * a component calls from a trampoline is not seen here (only the direct references are):
+ * user space frees a component only after the splices that call it are gone.
+ */
 int trapvec_arena_free(u64 id)
 {
 	struct trapvec_arena_block *b;
-	unsigned long start;
+	unsigned long start, end, site;
+	int slot;
 
 	lockdep_assert_held(&trapvec_mutex);
 	b = trapvec_block_find(id);
 	if (!b)
 		return -ENOENT;
 	start = b->arena->base + b->off;
-	if (trapvec_dispatch_targets(start, start + b->size)) {
-		pr_debug("block %llu at %lx is still a dispatch destination\n", id, start);
+	end = start + b->size;
+	site = trapvec_dispatch_targets(start, end);
+	if (site) {
+		pr_warn_ratelimited("FREE of block %llu at %lx refused: the dispatch entry of the trap at %pS still enters it\n",
+				    id, start, (void *)site);
+		return -EBUSY;
+	}
+	site = trapvec_text_jmp_into(start, end);
+	if (site) {
+		pr_warn_ratelimited("FREE of block %llu at %lx refused: the live jmp at %pS still enters it\n",
+				    id, start, (void *)site);
+		return -EBUSY;
+	}
+	slot = trapvec_returns_handler_in(start, end);
+	if (slot >= 0) {
+		site = trapvec_dispatch_site_calling((unsigned long)trapvec_rp_entry, slot);
+		pr_warn_ratelimited("FREE of block %llu at %lx refused: it holds the handler of return point slot %d (entry at %pS)\n",
+				    id, start, slot, (void *)site);
 		return -EBUSY;
 	}
 	b->freed = true;

@@ -585,8 +585,11 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacit
 	return 0;
 }
 
-/* Does a dispatch entry send CPUs (dest) or calls (handler) into [start, end)? */
-bool trapvec_dispatch_targets(unsigned long start, unsigned long end)
+/*
+ * FREE's check: the site of a dispatch entry that sends CPUs (dest, only.skip) or calls
+ * (handler) into [start, end), or 0 (no site is 0: sites are kernel text).
+ */
+unsigned long trapvec_dispatch_targets(unsigned long start, unsigned long end)
 {
 	struct trapvec_site *e;
 	unsigned int bkt;
@@ -598,9 +601,26 @@ bool trapvec_dispatch_targets(unsigned long start, unsigned long end)
 
 		if ((e->dest >= start && e->dest < end) || (h >= start && h < end) ||
 		    (k >= start && k < end))
-			return true;
+			return e->site;
 	}
-	return false;
+	return 0;
+}
+
+/*
+ * The site of a dispatch entry whose handler is handler with a cookie naming slot in its low
+ * 32 bits (the entry half of a return point or a keyed count), or 0: to name a patch in a
+ * message.
+ */
+unsigned long trapvec_dispatch_site_calling(unsigned long handler, u32 slot)
+{
+	struct trapvec_site *e;
+	unsigned int bkt;
+
+	lockdep_assert_held(&trapvec_mutex);
+	hash_for_each(trapvec_sites, bkt, e, node)
+		if ((unsigned long)e->handler == handler && (u32)(unsigned long)e->cookie == slot)
+			return e->site;
+	return 0;
 }
 
 /* Unload: the text is reverted and the gate restored; no CPU can reach an entry. */

@@ -575,3 +575,22 @@ void trapvec_returns_exit(void)
 		}
 	}
 }
+
+/*
+ * FREE's check (arena.c): the first slot that is not given back (live, or draining: a return
+ * half may still call its handler) whose handler lies in [start, end), or -1.
+ */
+int trapvec_returns_handler_in(unsigned long start, unsigned long end)
+{
+	u32 i;
+
+	lockdep_assert_held(&trapvec_mutex);
+	for (i = 0; i < TRAPVEC_RETURN_SLOTS; i++) {
+		const struct trapvec_rp_slot *s = &trapvec_rp_slots[i];
+		unsigned long h = (unsigned long)s->handler;
+
+		if (s->state != SLOT_FREE && h >= start && h < end)
+			return i;
+	}
+	return -1;
+}

@@ -1065,3 +1065,18 @@ u64 trapvec_text_live_count(void)
 {
 	return trapvec_live_count;
 }
+
+/*
+ * FREE's check (arena.c): the site of a live jmp patch whose jmp lands in [start, end), or 0.
+ * A springboard's jmp rel32 counts too: the jmp rel8 in front of it enters the arena through it.
+ */
+unsigned long trapvec_text_jmp_into(unsigned long start, unsigned long end)
+{
+	struct trapvec_live_patch *r;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_for_each_entry(r, &trapvec_live, node)
+		if (r->jmp && r->dest >= start && r->dest < end)
+			return r->addr;
+	return 0;
+}

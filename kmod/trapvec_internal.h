@@ -107,7 +107,8 @@ int trapvec_dispatch_replace(const struct trapvec_dispatch_entry *entries,
 int trapvec_dispatch_hits(struct trapvec_hits *hits);
 int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count);
 bool trapvec_dispatch_has(unsigned long site);
-bool trapvec_dispatch_targets(unsigned long start, unsigned long end);
+unsigned long trapvec_dispatch_targets(unsigned long start, unsigned long end);
+unsigned long trapvec_dispatch_site_calling(unsigned long handler, u32 slot);
 void trapvec_dispatch_clear(void);
 u64 trapvec_dispatch_count(void);
 void trapvec_dispatch_stats(u64 *unknown, u64 *retried);
@@ -149,6 +150,7 @@ void trapvec_text_put_parked(void);
 bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
 int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
 bool trapvec_text_trap_live(unsigned long site);
+unsigned long trapvec_text_jmp_into(unsigned long start, unsigned long end);
 
 /* state.c: has its own mutex; never called with trapvec_mutex held. */
 int trapvec_state_get(struct trapvec_state *req);
@@ -191,6 +193,7 @@ bool trapvec_returns_is_entry(unsigned long addr);
 int trapvec_returns_add(struct trapvec_return_add *req);
 int trapvec_returns_remove(struct trapvec_return_remove *req);
 int trapvec_returns_stats(struct trapvec_return_stats *req);
+int trapvec_returns_handler_in(unsigned long start, unsigned long end);
 
 /* keyed.c */
 void trapvec_key_entry(struct trapvec_regs *regs, void *cookie);
