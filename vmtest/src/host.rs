@@ -1,8 +1,13 @@
 //! What the host provides for a VM run: the guest kernel (the newest Debian
-//! `/boot/vmlinuz-*-cloud-amd64`, its headers and its modules) and the programs vmtest calls.
+//! `/boot/vmlinuz-<series>.*-cloud-amd64` of the chosen series, its headers and its modules) and
+//! the programs vmtest calls.
 //!
 //! The host's running kernel is never consulted (no `uname -r`): the guest kernel is whatever
-//! `linux-image-cloud-amd64` installed, whatever the host runs.
+//! `linux-image-cloud-amd64` installed, whatever the host runs. Two series are tested: Debian 12's
+//! 6.1 (the default) and 6.12 from bookworm-backports (Debian 13's kernel). The series is chosen by
+//! `vmtest run --kernel 6.12` or, for every test and benchmark at once, by the environment
+//! variable [`GUEST_KERNEL_ENV`] (`TRAPVEC_GUEST_KERNEL=6.12 cargo test ...`); either may also be
+//! the path of a `vmlinuz-<version>`.
 
 use std::cmp::Ordering;
 use std::env;
@@ -16,15 +21,38 @@ pub const HEADERS_DIR: &str = "/usr/src";
 pub const MODULES_DIR: &str = "/lib/modules";
 /// The flavour whose kernels vmtest boots.
 pub const FLAVOUR_SUFFIX: &str = "-cloud-amd64";
+/// The kernel series booted unless another is asked for: Debian 12's.
+pub const DEFAULT_SERIES: &str = "6.1";
+/// The environment variable that picks the guest kernel for every test: a series (`6.1`,
+/// `6.12`) or the path of a `vmlinuz-<version>`.
+pub const GUEST_KERNEL_ENV: &str = "TRAPVEC_GUEST_KERNEL";
+
+/// What [`GUEST_KERNEL_ENV`] asks for, else [`DEFAULT_SERIES`].
+pub fn guest_kernel() -> String {
+    env::var(GUEST_KERNEL_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_SERIES.to_owned())
+}
+
+/// Does the kernel release `version` belong to `series` (`6.1` holds `6.1.0-56-cloud-amd64`,
+/// not `6.12.95+deb12-cloud-amd64`)?
+pub fn in_series(version: &str, series: &str) -> bool {
+    version
+        .strip_prefix(series)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '-', '+']))
+}
 
 /// Errors finding the guest kernel or a program.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
-    /// No `vmlinuz-*-cloud-amd64` in the boot directory.
-    #[error("no kernel vmlinuz-*{FLAVOUR_SUFFIX} in {dir} (install linux-image-cloud-amd64)")]
+    /// No `vmlinuz-<series>*-cloud-amd64` in the boot directory.
+    #[error("no kernel vmlinuz-{series}*{FLAVOUR_SUFFIX} in {dir} (install linux-image-cloud-amd64; for 6.12 run .ci/install-deps --kernel 6.12)")]
     NoKernel {
         /// The directory searched.
         dir: PathBuf,
+        /// The series asked for.
+        series: String,
     },
     /// A kernel was named whose file name is not `vmlinuz-<version>`.
     #[error("{path} is not named vmlinuz-<version>, so its headers and modules cannot be found")]
@@ -86,9 +114,19 @@ pub struct KernelInstall {
 }
 
 impl KernelInstall {
-    /// The newest `vmlinuz-*-cloud-amd64` in [`BOOT_DIR`], with its headers and modules.
+    /// The guest kernel [`guest_kernel`] names (by default the newest 6.1
+    /// `vmlinuz-*-cloud-amd64` in [`BOOT_DIR`]), with its headers and modules.
     pub fn newest() -> Result<Self, HostError> {
-        let image = newest_image(Path::new(BOOT_DIR))?;
+        Self::choose(&guest_kernel())
+    }
+
+    /// A series (`6.12`: its newest image in [`BOOT_DIR`]) or the path of a `vmlinuz-<version>`.
+    pub fn choose(kernel: &str) -> Result<Self, HostError> {
+        let image = if kernel.contains('/') {
+            PathBuf::from(kernel)
+        } else {
+            newest_image_of(Path::new(BOOT_DIR), kernel)?
+        };
         Self::for_image(&image, Path::new(HEADERS_DIR), Path::new(MODULES_DIR))
     }
 
@@ -141,8 +179,17 @@ impl KernelInstall {
     }
 }
 
-/// The `vmlinuz-*-cloud-amd64` in `dir` with the highest version.
+/// The guest kernel's image in `dir`: [`guest_kernel`]'s path, or the newest of its series.
 pub fn newest_image(dir: &Path) -> Result<PathBuf, HostError> {
+    let kernel = guest_kernel();
+    if kernel.contains('/') {
+        return Ok(PathBuf::from(kernel));
+    }
+    newest_image_of(dir, &kernel)
+}
+
+/// The `vmlinuz-<series>*-cloud-amd64` in `dir` with the highest version.
+pub fn newest_image_of(dir: &Path, series: &str) -> Result<PathBuf, HostError> {
     let entries = std::fs::read_dir(dir).map_err(|source| HostError::ReadDir {
         dir: dir.to_owned(),
         source,
@@ -157,7 +204,7 @@ pub fn newest_image(dir: &Path) -> Result<PathBuf, HostError> {
         let Some(version) = name
             .to_str()
             .and_then(|n| n.strip_prefix("vmlinuz-"))
-            .filter(|v| v.ends_with(FLAVOUR_SUFFIX))
+            .filter(|v| v.ends_with(FLAVOUR_SUFFIX) && in_series(v, series))
         else {
             continue;
         };
@@ -171,6 +218,7 @@ pub fn newest_image(dir: &Path) -> Result<PathBuf, HostError> {
     best.map(|(_, path)| path)
         .ok_or_else(|| HostError::NoKernel {
             dir: dir.to_owned(),
+            series: series.to_owned(),
         })
 }
 
@@ -265,15 +313,35 @@ mod tests {
         ] {
             std::fs::write(dir.path().join(name), b"").unwrap();
         }
-        let found = newest_image(dir.path()).unwrap();
+        let found = newest_image_of(dir.path(), "6.1").unwrap();
         assert_eq!(found, dir.path().join("vmlinuz-6.1.0-56-cloud-amd64"));
+    }
+
+    #[test]
+    fn a_series_picks_its_own_kernels_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "vmlinuz-6.1.0-56-cloud-amd64",
+            "vmlinuz-6.12.95+deb12-cloud-amd64",
+            "vmlinuz-6.12.9+deb12-cloud-amd64",
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        assert_eq!(newest_image_of(dir.path(), "6.1").unwrap(), dir.path().join("vmlinuz-6.1.0-56-cloud-amd64"));
+        assert_eq!(
+            newest_image_of(dir.path(), "6.12").unwrap(),
+            dir.path().join("vmlinuz-6.12.95+deb12-cloud-amd64")
+        );
+        let err = newest_image_of(dir.path(), "6.6").unwrap_err();
+        assert!(err.to_string().contains("vmlinuz-6.6*-cloud-amd64"), "{err}");
+        assert!(in_series("6.1.0-56-cloud-amd64", "6.1") && !in_series("6.12.95+deb12-cloud-amd64", "6.1"));
     }
 
     #[test]
     fn newest_image_without_cloud_kernel_names_the_directory() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("vmlinuz-6.12.0-1-amd64"), b"").unwrap();
-        let err = newest_image(dir.path()).unwrap_err();
+        let err = newest_image_of(dir.path(), "6.1").unwrap_err();
         assert!(matches!(err, HostError::NoKernel { .. }));
         assert!(err.to_string().contains(&dir.path().display().to_string()));
     }

@@ -42,8 +42,9 @@ struct RunArgs {
     /// Do not insmod /trapvec.ko before the scenario (it is still packed when it builds).
     #[arg(long)]
     no_load: bool,
-    /// Kernel image to boot [default: the newest /boot/vmlinuz-*-cloud-amd64].
-    #[arg(long, value_name = "PATH")]
+    /// Kernel to boot: a series (6.1, 6.12: its newest /boot/vmlinuz-<series>*-cloud-amd64) or
+    /// the path of a vmlinuz-<version> [default: $TRAPVEC_GUEST_KERNEL, else 6.1].
+    #[arg(long, value_name = "SERIES|PATH")]
     kernel: Option<PathBuf>,
     /// Keep the initramfs (gzip'd cpio) at PATH.
     #[arg(long, value_name = "PATH")]

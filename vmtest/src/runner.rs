@@ -221,11 +221,7 @@ fn run_guest(
         });
     }
     let kernel = match &options.kernel {
-        Some(image) => KernelInstall::for_image(
-            image,
-            Path::new(host::HEADERS_DIR),
-            Path::new(host::MODULES_DIR),
-        )?,
+        Some(kernel) => KernelInstall::choose(&kernel.to_string_lossy())?,
         None => KernelInstall::newest()?,
     };
     let qemu = host::find_program("qemu-system-x86_64", "install qemu-system-x86")?;
