@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/klog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -593,6 +594,97 @@ static int after_reload(const char *path)
 	return finish();
 }
 
+/* Does the kernel log hold a line containing every one of the (up to 3) strings given? */
+static int dmesg_has(const char *a, const char *b, const char *c)
+{
+	static char log[1 << 20];
+	char *line, *save;
+	int n = klogctl(3, log, sizeof(log) - 1);	/* SYSLOG_ACTION_READ_ALL */
+
+	if (n < 0)
+		return 0;
+	log[n] = 0;
+	for (line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (strstr(line, a) && (!b || strstr(line, b)) && (!c || strstr(line, c)))
+			return 1;
+	return 0;
+}
+
+/*
+ * FREE of a block a live patch still enters is refused (EBUSY) with a line naming the patch:
+ * a jmp splice at __x64_sys_getppid+5 (E9 rel32 over push rbx and the call's first four
+ * bytes, then int3 over its last byte, which the replay never returns to) whose trampoline is
+ * the block, and a return point whose handler (a bare ret) is in another. Once the jmp is
+ * reverted and the slot given back, both FREEs succeed and QUIESCE reclaims the two blocks.
+ */
+static void test_free_referenced(const struct splice *s, pid_t ppid)
+{
+	struct trapvec_alloc code, ret_code;
+	struct trapvec_return_add ra = {};
+	struct trapvec_return_remove rr = {};
+	struct trapvec_patch jmp = {}, undo;
+	struct trapvec_apply res;
+	struct trapvec_quiesce q = {};
+	uint8_t t[16], ret_insn = 0xc3, now[8];
+	char id[32];
+	int ret;
+
+	if (alloc_block(TRAPVEC_BLOCK_CODE, 16, &code) ||
+	    alloc_block(TRAPVEC_BLOCK_CODE, 16, &ret_code))
+		fatal("ALLOC for the FREE checks");
+	/* Replay: push rbx; call callee; jmp site + 6. */
+	memset(t, 0xcc, sizeof(t));
+	t[0] = 0x53;
+	t[1] = 0xe8;
+	put32(t + 2, (int64_t)(s->callee - (code.addr + 6)));
+	t[6] = 0xe9;
+	put32(t + 7, (int64_t)(s->site + 6 - (code.addr + 11)));
+	check(write_block(code.id, 0, t, sizeof(t)) == 0 && block_op(TRAPVEC_IOC_SEAL, code.id) == 0 &&
+	      write_block(ret_code.id, 0, &ret_insn, 1) == 0 &&
+	      block_op(TRAPVEC_IOC_SEAL, ret_code.id) == 0,
+	      "WRITE and SEAL a jmp trampoline and a return handler");
+
+	jmp.addr = s->site;
+	jmp.len = 6;
+	memcpy(jmp.old_bytes, s->orig + 5, 6);
+	jmp.new_bytes[0] = 0xe9;
+	put32(jmp.new_bytes + 1, (int64_t)(code.addr - (s->site + 5)));
+	jmp.new_bytes[5] = 0xcc;
+	check(apply(&jmp, 1, &res) == 0, "APPLY a jmp at __x64_sys_getppid+5 to the trampoline");
+	check(kread(s->site, now, 1) == 0 && now[0] == 0xe9, "the site now holds e9");
+	call_getppid(10, ppid, "through the jmp");
+	snprintf(id, sizeof(id), "FREE of block %llu ", (unsigned long long)code.id);
+	ret = block_op(TRAPVEC_IOC_FREE, code.id);
+	check(ret == -EBUSY, "FREE of the block a live jmp lands in fails (EBUSY): %d", ret);
+	check(dmesg_has(id, "the live jmp at __x64_sys_getppid+0x5/", NULL),
+	      "... and the kernel log names the jmp's site (%s...the live jmp at __x64_sys_getppid+0x5)",
+	      id);
+	call_getppid(10, ppid, "through the jmp after the refused FREE");
+
+	undo = jmp;
+	memcpy(undo.old_bytes, jmp.new_bytes, 6);
+	memcpy(undo.new_bytes, jmp.old_bytes, 6);
+	check(apply(&undo, 1, &res) == 0, "APPLY the jmp's inverse");
+	check(block_op(TRAPVEC_IOC_FREE, code.id) == 0, "FREE of the trampoline after the revert");
+
+	ra.handler = ret_code.addr;
+	ra.maxactive = 1;
+	check(tv(TRAPVEC_IOC_RETURN_ADD, &ra) == 0, "RETURN_ADD with a handler in a code block");
+	snprintf(id, sizeof(id), "FREE of block %llu ", (unsigned long long)ret_code.id);
+	ret = block_op(TRAPVEC_IOC_FREE, ret_code.id);
+	check(ret == -EBUSY, "FREE of the block holding a live return point's handler fails (EBUSY): %d",
+	      ret);
+	check(dmesg_has(id, "return point slot", NULL),
+	      "... and the kernel log names the return point (%s...return point slot)", id);
+	rr.slot = ra.slot;
+	rr.generation = ra.generation;
+	check(tv(TRAPVEC_IOC_RETURN_REMOVE, &rr) == 0, "RETURN_REMOVE the slot");
+	check(block_op(TRAPVEC_IOC_FREE, ret_code.id) == 0, "FREE of the handler's block after it");
+	ret = tv(TRAPVEC_IOC_QUIESCE, &q);
+	check(!ret && q.reclaimed_blocks == 2, "QUIESCE reclaims both (%llu blocks)",
+	      q.reclaimed_blocks);
+}
+
 int main(int argc, char **argv)
 {
 	struct trapvec_dispatch_entry entry;
@@ -806,6 +898,7 @@ int main(int argc, char **argv)
 	      "QUIESCE reclaims the 2 freed code blocks (%llu blocks, %llu bytes)",
 	      q.reclaimed_blocks, q.reclaimed_bytes);
 
+	test_free_referenced(&s, ppid);
 	test_nonroot();
 	if (module_refcnt("sch_netem") >= 0)
 		test_module_text("sch_netem");

@@ -17,9 +17,14 @@
  * entries, keyed-count slots, the state blob) is undone, QUIESCE is called, and INFO's
  * counters must be back where they were: FUZZ_LEAK_* lines say by how much they are not.
  *
+ * Before the random requests, FREE of a block that a live dispatch entry or return slot of the
+ * fuzzer's own still enters must fail with EBUSY (free_probe()); during them, no FREE that
+ * succeeds may free a block holding the handler of a return slot the fuzzer holds. Either is odd.
+ *
  * Prints KEY=value lines: FUZZ_REQUESTS, FUZZ_OK, FUZZ_ERRNO_<name>, FUZZ_LEAK_CODE,
  * FUZZ_LEAK_DATA, FUZZ_LEAK_ENTRIES, FUZZ_LEAK_PATCHES, FUZZ_KEYS_TAKEN (keyed-count slots it
- * took), FUZZ_ODD (if any).
+ * took), FUZZ_FREE_DISPATCH_DEST and FUZZ_FREE_RETURN_HANDLER (errnos of the probe's FREEs),
+ * FUZZ_FREED_REFERENCED, FUZZ_ODD (if any).
  * Exit status: 0 when the run finished (the verdict is in the lines), 2 on bad usage or when
  * /dev/trapvec cannot be opened.
  */
@@ -63,6 +68,8 @@ static int fd;
 static uint64_t text_addr;
 static struct trapvec_info info0;
 static uint64_t ids[MAX_IDS];
+/* Where each of ids[] is, and its size as asked (ids[i] covers [addrs[i], addrs[i] + sizes[i])). */
+static uint64_t addrs[MAX_IDS], sizes[MAX_IDS];
 static unsigned int nids;
 static uint64_t sites[MAX_IDS];
 static unsigned int nsites;
@@ -215,8 +222,71 @@ static void fuzz_alloc(void)
 		.kind = (uint32_t)below(4),
 		.size = below(2) ? below(4096) : amount(info0.code_size),
 	};
-	if (call(TRAPVEC_IOC_ALLOC, &a, "ALLOC") == 0 && nids < MAX_IDS)
+	if (call(TRAPVEC_IOC_ALLOC, &a, "ALLOC") == 0 && nids < MAX_IDS) {
+		addrs[nids] = a.addr;
+		sizes[nids] = a.size;
 		ids[nids++] = a.id;
+	}
+}
+
+/* Return-point slots the fuzzer took (RETURN_ADD), given back at the end. */
+static struct trapvec_return_add rets[TRAPVEC_RETURN_SLOTS];
+static unsigned int nrets;
+static unsigned long freed_referenced;
+
+/* Forget block i of ids[] (FREE succeeded). */
+static void forget_block(unsigned int i)
+{
+	--nids;
+	ids[i] = ids[nids];
+	addrs[i] = addrs[nids];
+	sizes[i] = sizes[nids];
+}
+
+/*
+ * A FREE of block i succeeded: none of the fuzzer's return slots may still have its handler in
+ * it (the module must refuse that FREE with EBUSY).
+ */
+static void check_freed(unsigned int i)
+{
+	for (unsigned int r = 0; r < nrets; r++)
+		if (rets[r].handler >= addrs[i] && rets[r].handler < addrs[i] + sizes[i]) {
+			freed_referenced++;
+			odd++;
+			printf("FUZZ_ODD=FREE of block %llu succeeded under return slot %u's handler %#llx\n",
+			       (unsigned long long)ids[i], rets[r].slot, (unsigned long long)rets[r].handler);
+		}
+}
+
+/*
+ * RETURN_ADD with a handler in one of the fuzzer's blocks (sealed or not, freed or not) or
+ * anywhere, RETURN_REMOVE of its own slots or of a generation no slot has. No splice enters
+ * the fuzzer's slots: the handler is never called.
+ */
+static void fuzz_returns(void)
+{
+	struct trapvec_return_remove rm;
+	struct trapvec_return_add a;
+	unsigned int i;
+
+	if (below(2)) {
+		a = (struct trapvec_return_add){
+			.handler = nids && below(4) ? addrs[below(nids)] + below(16) : kaddr(),
+			.cookie = rnd(),
+			.maxactive = below(4) ? 1 + (uint32_t)below(8) : (uint32_t)rnd(),
+			.clock = (uint32_t)below(4),
+		};
+		if (nrets < TRAPVEC_RETURN_SLOTS && !call(TRAPVEC_IOC_RETURN_ADD, &a, "RETURN_ADD"))
+			rets[nrets++] = a;
+	} else if (nrets && below(2)) {
+		i = (unsigned int)below(nrets);
+		rm = (struct trapvec_return_remove){ .slot = rets[i].slot, .generation = rets[i].generation };
+		if (!call(TRAPVEC_IOC_RETURN_REMOVE, &rm, "RETURN_REMOVE"))
+			rets[i] = rets[--nrets];
+	} else {
+		rm = (struct trapvec_return_remove){ .slot = (uint32_t)rnd(), .generation = (uint32_t)rnd() | 1U << 31 };
+		call(TRAPVEC_IOC_RETURN_REMOVE, &rm, "RETURN_REMOVE");
+	}
 }
 
 static void fuzz_write(void)
@@ -237,7 +307,8 @@ static void fuzz_seal_free(int seal)
 	if (call(seal ? TRAPVEC_IOC_SEAL : TRAPVEC_IOC_FREE, &b, seal ? "SEAL" : "FREE") == 0 && !seal) {
 		for (unsigned int i = 0; i < nids; i++)
 			if (ids[i] == b.id) {
-				ids[i] = ids[--nids];
+				check_freed(i);
+				forget_block(i);
 				break;
 			}
 	}
@@ -266,7 +337,7 @@ static void doomed_patch(struct trapvec_patch *p)
 	r.addr = p->addr;
 	r.buf = (uint64_t)(uintptr_t)p->old_bytes;
 	r.len = TRAPVEC_PATCH_MAX;
-	r.pad = 0;
+	r.flags = 0;
 	if (ioctl(fd, TRAPVEC_IOC_READ, &r) == 0) {
 		/* The current bytes with one of the first len changed: a certain mismatch. */
 		uint32_t n = p->len && p->len <= TRAPVEC_PATCH_MAX ? p->len : 1;
@@ -507,6 +578,77 @@ static void fuzz_raw(void)
 	call(cmd, below(4) ? page : (void *)(uintptr_t)user_ptr(), "RAW");
 }
 
+/* A step of free_probe() that went wrong: counted as odd, so the run fails. */
+static void probe_odd(const char *what, int err)
+{
+	odd++;
+	printf("FUZZ_ODD=%s: %d (%s)\n", what, err, strerror(err));
+}
+
+/*
+ * Before the random requests: FREE of a block a live patch of the fuzzer's own still enters
+ * must fail with EBUSY, for a dispatch entry's destination (at a site no trap is written at)
+ * and for a return slot's handler, and succeed once the entry and the slot are gone. Anything
+ * else is odd (FUZZ_ODD_COUNT); FUZZ_FREE_DISPATCH_DEST and FUZZ_FREE_RETURN_HANDLER print the
+ * errnos of the two refused FREEs.
+ */
+static void free_probe(void)
+{
+	static const uint8_t ret_insn = 0xc3;
+	struct trapvec_alloc blk[2] = { { .kind = TRAPVEC_BLOCK_CODE, .size = 16 },
+					{ .kind = TRAPVEC_BLOCK_CODE, .size = 16 } };
+	struct trapvec_dispatch_entry e = {};
+	struct trapvec_dispatch_add add = { .entries = (uint64_t)(uintptr_t)&e, .count = 1 };
+	struct trapvec_dispatch_remove drm = { .sites = (uint64_t)(uintptr_t)&e.site, .count = 1 };
+	struct trapvec_return_add ra = { .maxactive = 1 };
+	struct trapvec_return_remove rrm;
+	struct trapvec_block b;
+	int err;
+
+	for (int i = 0; i < 2; i++) {
+		struct trapvec_write w = { .buf = (uint64_t)(uintptr_t)&ret_insn, .len = 1 };
+
+		if (ioctl(fd, TRAPVEC_IOC_ALLOC, &blk[i])) {
+			probe_odd("probe ALLOC", errno);
+			return;
+		}
+		w.id = blk[i].id;
+		b.id = blk[i].id;
+		if (ioctl(fd, TRAPVEC_IOC_WRITE, &w) || ioctl(fd, TRAPVEC_IOC_SEAL, &b)) {
+			probe_odd("probe WRITE/SEAL", errno);
+			return;
+		}
+	}
+	e.site = free_site();
+	e.dest = blk[0].addr;
+	ra.handler = blk[1].addr;
+	if (ioctl(fd, TRAPVEC_IOC_DISPATCH_ADD, &add) || ioctl(fd, TRAPVEC_IOC_RETURN_ADD, &ra)) {
+		probe_odd("probe DISPATCH_ADD/RETURN_ADD", errno);
+		return;
+	}
+	b.id = blk[0].id;
+	err = ioctl(fd, TRAPVEC_IOC_FREE, &b) ? errno : 0;
+	printf("FUZZ_FREE_DISPATCH_DEST=%d\n", err);
+	if (err != EBUSY)
+		probe_odd("FREE of a dispatch entry's destination block", err);
+	b.id = blk[1].id;
+	err = ioctl(fd, TRAPVEC_IOC_FREE, &b) ? errno : 0;
+	printf("FUZZ_FREE_RETURN_HANDLER=%d\n", err);
+	if (err != EBUSY)
+		probe_odd("FREE of a live return slot's handler block", err);
+	rrm = (struct trapvec_return_remove){ .slot = ra.slot, .generation = ra.generation };
+	if (ioctl(fd, TRAPVEC_IOC_DISPATCH_REMOVE, &drm) || ioctl(fd, TRAPVEC_IOC_RETURN_REMOVE, &rrm)) {
+		probe_odd("probe DISPATCH_REMOVE/RETURN_REMOVE", errno);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		b.id = blk[i].id;
+		/* A block FREE refused above is still allocated; one FREE let through is gone. */
+		if (ioctl(fd, TRAPVEC_IOC_FREE, &b) && errno != ENOENT)
+			probe_odd("FREE once nothing enters the block", errno);
+	}
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -554,11 +696,12 @@ int main(int argc, char **argv)
 			live[nlive] = entries[nlive].site;
 		printf("FUZZ_LIVE_SITES=%u\n", nlive);
 	}
+	free_probe();
 	fill_noise(page, 4096);
 
 	while (now() < deadline) {
 		for (int burst = 0; burst < 64; burst++) {
-			switch (below(15)) {
+			switch (below(16)) {
 			case 0: fuzz_read(); break;
 			case 1: fuzz_alloc(); break;
 			case 2: fuzz_write(); break;
@@ -576,6 +719,7 @@ int main(int argc, char **argv)
 			case 10: fuzz_query(); break;
 			case 11: fuzz_state(); break;
 			case 12: fuzz_keys(); break;
+			case 13: fuzz_returns(); break;
 			default: fuzz_raw(); break;
 			}
 		}
@@ -598,6 +742,13 @@ int main(int argc, char **argv)
 		if (ioctl(fd, TRAPVEC_IOC_KEY_REMOVE, &r))
 			printf("FUZZ_CLEANUP=KEY_REMOVE %u: %s\n", r.slot, strerror(errno));
 		nkeys--;
+	}
+	while (nrets) {
+		struct trapvec_return_remove r = { .slot = rets[nrets - 1].slot, .generation = rets[nrets - 1].generation };
+
+		if (ioctl(fd, TRAPVEC_IOC_RETURN_REMOVE, &r))
+			printf("FUZZ_CLEANUP=RETURN_REMOVE %u: %s\n", r.slot, strerror(errno));
+		nrets--;
 	}
 	while (nids) {
 		struct trapvec_block b = { .id = ids[--nids] };
@@ -625,6 +776,7 @@ int main(int argc, char **argv)
 			printf("FUZZ_ERRNO_%d=%lu\n", e, errnos[e]);
 	printf("FUZZ_ODD_COUNT=%lu\n", odd);
 	printf("FUZZ_KEYS_TAKEN=%lu\n", keys_taken);
+	printf("FUZZ_FREED_REFERENCED=%lu\n", freed_referenced);
 	printf("FUZZ_LEAK_CODE=%lld\n", (long long)(end.code_used - info0.code_used));
 	printf("FUZZ_LEAK_DATA=%lld\n", (long long)(end.data_used - info0.data_used));
 	printf("FUZZ_LEAK_ENTRIES=%lld\n", (long long)(end.dispatch_entries - info0.dispatch_entries));
