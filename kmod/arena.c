@@ -60,7 +60,6 @@
 #include <linux/vmalloc.h>
 #include <asm/sync_core.h>
 #include <asm/text-patching.h>
-#include <asm/unaligned.h>
 
 #include "trapvec_arena.h"
 #include "trapvec_internal.h"

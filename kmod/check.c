@@ -113,7 +113,7 @@ static u32 trapvec_check_text(unsigned long addr, u32 len)
 		reason = TRAPVEC_REASON_NOT_TEXT;
 		goto out;
 	}
-	text_end = (unsigned long)mod->core_layout.base + mod->core_layout.text_size;
+	text_end = trapvec_module_text_base(mod) + trapvec_module_text_size(mod);
 	if (addr + len > text_end) {
 		reason = TRAPVEC_REASON_NOT_TEXT;
 		goto out;

@@ -41,7 +41,6 @@
 #include <linux/string.h>
 #include <linux/uaccess.h>
 #include <asm/local64.h>
-#include <asm/unaligned.h>
 
 #include "trapvec_internal.h"
 

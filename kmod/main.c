@@ -82,11 +82,10 @@ static long trapvec_ioc_info(void __user *uarg)
 	info.entry = (unsigned long)trapvec_entry;
 	info.old_handler = trapvec_old_handler;
 	info.gate_handler = trapvec_gate_handler();
-	info.module_base = (unsigned long)THIS_MODULE->core_layout.base;
-	info.module_size = THIS_MODULE->core_layout.size;
+	info.module_base = trapvec_module_text_base(THIS_MODULE);
+	info.module_size = trapvec_module_core_size(THIS_MODULE);
 	info.replace_ret = (unsigned long)trapvec_replace_ret;
-	/* x86-64 per-CPU symbols are offsets from the CPU's %gs base. */
-	info.current_task = (unsigned long)&current_task;
+	info.current_task = trapvec_current_task_offset();
 	info.task_pid = offsetof(struct task_struct, pid);
 	info.task_tgid = offsetof(struct task_struct, tgid);
 	info.task_comm = offsetof(struct task_struct, comm);

@@ -25,6 +25,7 @@
 #include <asm/ptrace.h>
 
 #include "trapvec_abi.h"
+#include "trapvec_compat.h"
 
 struct bug_entry;
 struct jump_entry;
