@@ -18,6 +18,7 @@
 #include <linux/hash.h>
 #include <linux/hashtable.h>
 #include <linux/kprobes.h>
+#include <linux/moduleparam.h>
 #include <linux/percpu.h>
 #include <linux/rculist.h>
 #include <linux/slab.h>
@@ -41,6 +42,11 @@ struct trapvec_site {
 	struct trapvec_counts __percpu *counts;
 	/* A task predicate (match != 0): other tasks go to only.skip, uncounted. */
 	struct trapvec_task_match only;
+	/*
+	 * DISPATCH_REMOVE has taken it (its trap is reverted): a trap still met here is retried
+	 * at the site, and the entry is unlinked one grace period later (trapvec_dispatch()).
+	 */
+	bool gone;
 };
 
 #define TRAPVEC_SITE_BITS	12
@@ -112,22 +118,6 @@ static __always_inline void trapvec_regs_to(struct pt_regs *regs, const struct t
 }
 
 /*
- * Is there still a trap at site? The site is where the CPU just executed "int", so it is
- * mapped; the nofault read only guards against a (never expected) hardware delivery of the
- * vector at an ip whose previous bytes are not mapped.
- */
-static __always_inline bool trapvec_trap_at(unsigned long site)
-{
-	u8 insn[TRAPVEC_TRAP_LEN];
-
-	__get_kernel_nofault(&insn[0], (u8 *)site, u8, fault);
-	__get_kernel_nofault(&insn[1], (u8 *)site + 1, u8, fault);
-	return insn[0] == 0xcd && insn[1] == trapvec_vector;
-fault:
-	return false;
-}
-
-/*
  * Does current have every field the entry's predicate names? Inline loads only (no memcmp
  * call on the trap path): comm is compared as two words, NUL padding included, which the
  * kernel keeps (__set_task_comm() pads with strscpy_pad()).
@@ -147,24 +137,30 @@ static __always_inline bool trapvec_task_matches(const struct trapvec_task_match
 	return true;
 }
 
+enum trapvec_found {
+	TRAPVEC_FOUND_NONE,	/* no entry: not one of our sites */
+	TRAPVEC_FOUND_LIVE,	/* regs->ip is set */
+	TRAPVEC_FOUND_GONE,	/* an entry DISPATCH_REMOVE is taking away: nothing done */
+};
+
 /*
- * A CPU at site, which is in the table: count the hit, run the handler, set regs->ip to the
- * destination. The trap (trapvec_dispatch()) and a pending int3 of a trap patch that is being
- * written (text.c's die notifier) both come here, so a call is counted once whichever of the
- * two it meets. Interrupts are off on both paths; the caller is an RCU-sched reader or this
- * function is. Returns false, doing nothing, when site has no entry.
+ * A CPU at site: count the hit, run the handler, set regs->ip to the destination, when site has
+ * a live entry. Interrupts are off; the caller is an RCU-sched reader or this function is.
  */
-notrace bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site)
+static __always_inline enum trapvec_found trapvec_dispatch_lookup(struct pt_regs *regs,
+								   unsigned long site)
 {
+	enum trapvec_found found = TRAPVEC_FOUND_NONE;
 	struct trapvec_site *e;
-	bool found = false;
 
 	rcu_read_lock_sched_notrace();
 	e = trapvec_lookup_rcu(site);
-	if (e && e->only.match && !trapvec_task_matches(&e->only)) {
+	if (e && READ_ONCE(e->gone)) {
+		found = TRAPVEC_FOUND_GONE;
+	} else if (e && e->only.match && !trapvec_task_matches(&e->only)) {
 		/* Another task: straight to the displaced instructions, not counted. */
 		regs->ip = e->only.skip;
-		found = true;
+		found = TRAPVEC_FOUND_LIVE;
 	} else if (e) {
 		/* One incq %gs:...: an NMI that traps in between cannot lose a count. */
 		this_cpu_inc(e->counts->hits);
@@ -183,31 +179,56 @@ notrace bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site)
 			}
 		}
 		regs->ip = e->dest;
-		found = true;
+		found = TRAPVEC_FOUND_LIVE;
 	}
 	rcu_read_unlock_sched_notrace();
 	return found;
+}
+
+/*
+ * The trap (trapvec_dispatch()) and a pending int3 of a trap patch that is being written
+ * (text.c's die notifier) both come here, so a call is counted once whichever of the two it
+ * meets. Returns false, doing nothing, when site has no live entry.
+ */
+notrace bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site)
+{
+	return trapvec_dispatch_lookup(regs, site) == TRAPVEC_FOUND_LIVE;
 }
 NOKPROBE_SYMBOL(trapvec_dispatch_site);
 
 /*
  * Called from entry.S with interrupts off, on the interrupted context's stack. Returns 0
  * when regs->ip has been set (iretq there), 1 when the trap is not ours (chain).
+ *
+ * regs->ip - 2 is a trap site only when the CPU got here by executing our "int" there. The
+ * vector can also arrive as an interrupt (a stray IPI or MSI naming it, a buggy driver): then
+ * regs->ip is any instruction boundary and the two bytes before it are not an instruction at
+ * all. Sending such a CPU back to ip - 2 would run the middle of an instruction, and would
+ * leave the local APIC's in-service bit of the vector set (nothing acknowledges it), masking
+ * every interrupt below it on that CPU. So a site is retried only when it is known to have
+ * been ours: its entry is still in the table, marked gone by DISPATCH_REMOVE. That covers
+ * every trap that needs it: DISPATCH_REMOVE runs only after the site's trap is reverted (it
+ * refuses a live one), marks the entries gone, and unlinks them a grace period later; a CPU
+ * that executed the "int" before the revert has had interrupts off since (this is an
+ * interrupt gate), so it is an RCU-sched reader that began before that grace period and still
+ * finds the entry, live or gone. A CPU cannot execute the "int" after the revert (every CPU is
+ * serialized when text is written). Anything else is chained to the old gate, the kernel's
+ * spurious-interrupt entry, which acknowledges a real interrupt and counts it.
  */
 __visible notrace int trapvec_dispatch(struct pt_regs *regs)
 {
 	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
 
-	if (trapvec_dispatch_site(regs, site))
+	switch (trapvec_dispatch_lookup(regs, site)) {
+	case TRAPVEC_FOUND_LIVE:
 		return 0;
-	if (!trapvec_trap_at(site)) {
-		/*
-		 * The trap was reverted and its entry removed between this CPU's fetch of the
-		 * "int" and the lookup: run the original instruction, now back in place.
-		 */
+	case TRAPVEC_FOUND_GONE:
+		/* Its trap was reverted under this CPU: run the original instruction, back in place. */
 		__this_cpu_inc(trapvec_retried_traps);
 		regs->ip = site;
 		return 0;
+	case TRAPVEC_FOUND_NONE:
+		break;
 	}
 	__this_cpu_inc(trapvec_unknown_traps);
 	return 1;
@@ -522,6 +543,14 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index)
 		}
 		cond_resched();
 	}
+	/*
+	 * Gone first, unlinked a grace period later: a CPU that trapped at one of the sites
+	 * before its revert is still an RCU-sched reader and finds the entry (see
+	 * trapvec_dispatch()), which sends it back to the original instruction.
+	 */
+	for (i = 0; i < count; i++)
+		WRITE_ONCE(gone[i]->gone, true);
+	synchronize_rcu();
 	for (i = 0; i < count; i++)
 		hash_del_rcu(&gone[i]->node);
 	trapvec_site_count -= count;
@@ -654,3 +683,23 @@ void trapvec_dispatch_stats(u64 *unknown, u64 *retried)
 		*retried += READ_ONCE(per_cpu(trapvec_retried_traps, cpu));
 	}
 }
+
+/*
+ * /sys/module/trapvec/parameters/traps: the dispatcher's own counters, one "name count" line
+ * each, for tests and for an operator wondering where a stray vector went: unknown (chained to
+ * the old gate: not one of our sites, e.g. the vector delivered as an interrupt), retried (a
+ * site whose entry DISPATCH_REMOVE was taking away, sent back to its original instruction).
+ */
+static int trapvec_traps_get(char *buf, const struct kernel_param *kp)
+{
+	u64 unknown, retried;
+
+	trapvec_dispatch_stats(&unknown, &retried);
+	return sysfs_emit(buf, "unknown %llu\nretried %llu\n", unknown, retried);
+}
+
+static const struct kernel_param_ops trapvec_traps_ops = {
+	.get = trapvec_traps_get,
+};
+module_param_cb(traps, &trapvec_traps_ops, NULL, 0444);
+MODULE_PARM_DESC(traps, "the dispatcher's counters: unknown, retried (read only)");
