@@ -22,6 +22,7 @@ pub mod analysis;
 pub mod error;
 pub mod image;
 pub mod ops;
+pub mod owner;
 pub mod plan;
 pub mod point;
 pub mod relocate;

@@ -33,6 +33,7 @@ use trapvec::keyed::KeyBy;
 use trapvec::predicate::Predicate;
 use trapvec::returns::Clock;
 
+use crate::owner::Owner;
 use crate::plan::Mechanism;
 
 /// What a splice does when its point is reached.
@@ -84,6 +85,11 @@ pub struct SpliceOptions {
     /// counted.
     #[serde(default, skip_serializing_if = "Predicate::is_empty")]
     pub only: Predicate,
+    /// The command that holds this splice for its own length and removes it when it ends
+    /// (`trapctl count`, `trapctl time`); set by that command, not written in specs. A splice
+    /// whose owner is gone is orphaned ([`crate::owner`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
 }
 
 impl Action {
@@ -198,6 +204,8 @@ struct Flat {
     tgid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     comm: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<Owner>,
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -277,7 +285,7 @@ impl TryFrom<Flat> for SpliceRequest {
         }
         let only = Predicate { tid: f.tid, pid: f.pid, tgid: f.tgid, comm: f.comm };
         only.check().map_err(|e| format!("{at}: {e}"))?;
-        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by, only };
+        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by, only, owner: f.owner };
         Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap), options })
     }
 }
@@ -293,7 +301,7 @@ impl From<SpliceRequest> for Flat {
         };
         let when = (r.options.when == When::Return).then_some(When::Return);
         let Predicate { tid, pid, tgid, comm } = r.options.only;
-        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by, tid, pid, tgid, comm }
+        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by, tid, pid, tgid, comm, owner: r.options.owner }
     }
 }
 
@@ -344,7 +352,7 @@ mod tests {
     fn return_points_and_timers_have_a_flat_form_with_checked_options() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#).unwrap();
-        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None, only: Predicate::default() });
+        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None, only: Predicate::default(), owner: None });
         assert!(r.at_return());
         assert_eq!(
             serde_json::to_string(&r).unwrap(),

@@ -207,6 +207,8 @@ mod tests {
             returns: None,
             by: None,
             keys: None,
+            owner: None,
+            orphaned: false,
         }
     }
 

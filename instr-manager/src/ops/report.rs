@@ -40,6 +40,12 @@ pub struct SpliceRow {
     /// A keyed count's table: every key with its hits, most first, and the overflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<trapvec::keyed::KeyCounts>,
+    /// The command holding this splice for its own length (`trapctl count`, `trapctl time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::owner::Owner>,
+    /// Its owner is gone (killed without removing it): `trapctl unsplice --orphans` removes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphaned: bool,
 }
 
 impl SpliceRow {
@@ -63,6 +69,8 @@ impl SpliceRow {
             returns: None,
             by: s.request.options.by,
             keys: None,
+            owner: s.request.options.owner.clone(),
+            orphaned: s.request.options.owner.as_ref().is_some_and(crate::owner::Owner::is_gone),
         }
     }
 }

@@ -89,3 +89,14 @@ fn unsplice_ids<T: Target>(sp: &mut Splicer<T>, ids: &[SpliceId]) -> Result<Vec<
 fn unspliced(named: Vec<(String, u64)>, hits: Vec<Hits>) -> Vec<Unspliced> {
     named.into_iter().zip(hits).map(|((at, site), h)| Unspliced { at, site: format!("{site:#x}"), hits: h.hits, missed: h.missed }).collect()
 }
+
+/// Remove, in one batch, every live splice whose owner is gone (a `trapctl count` or `time`
+/// killed by SIGKILL, which could not remove its splice itself); splices without an owner and
+/// those of running commands stay.
+pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpError> {
+    let ids: Vec<SpliceId> = sp.live().filter(|s| s.request.options.owner.as_ref().is_some_and(crate::owner::Owner::is_gone)).map(|s| s.id).collect();
+    for s in ids.iter().filter_map(|&id| sp.get(id)) {
+        log::debug!("orphan: {} at {:#x}, owner {} gone", s.request.at, s.point.site, s.request.options.owner.as_ref().map_or(String::new(), ToString::to_string));
+    }
+    Ok(UnsplicedAll { unspliced: unsplice_ids(sp, &ids)? })
+}

@@ -241,3 +241,34 @@ fn a_switch_hands_a_site_over_to_another_splice_and_puts_it_back_when_refused() 
 fn to_jmp_spec(jmp: &SpliceRequest) -> Spec {
     Spec { splices: vec![jmp.clone(), count("f1")], ..Spec::default() }
 }
+
+/// A splice owned by a process that has exited (a child, reaped), and one by this process.
+#[test]
+fn orphans_are_the_splices_whose_owner_is_gone_and_only_they_are_removed() {
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let child_pid = child.id();
+    // Its start time, read while it may still run; once reaped it is gone whatever it was.
+    let start = std::fs::read_to_string(format!("/proc/{child_pid}/stat")).ok().and_then(|t| {
+        let rest = t[t.rfind(')')? + 1..].to_string();
+        rest.split_whitespace().nth(19)?.parse().ok()
+    });
+    child.wait().unwrap();
+    let dead = crate::owner::Owner { pid: child_pid, start: start.unwrap_or(1), command: "trapctl time f0".into() };
+    let alive = crate::owner::Owner::current("trapctl count f1").unwrap();
+    let owned = |at: &str, owner: crate::owner::Owner| SpliceRequest { options: crate::SpliceOptions { owner: Some(owner), ..Default::default() }, ..count(at) };
+    splice_batch(&mut sp, &[owned("f0", dead.clone()), owned("f1", alive.clone()), count("f2")]).unwrap();
+
+    let rows = listing(&sp).unwrap().splices;
+    let flags: Vec<(&str, bool, Option<u32>)> = rows.iter().map(|r| (r.at.as_str(), r.orphaned, r.owner.as_ref().map(|o| o.pid))).collect();
+    assert_eq!(flags, [("f0", true, Some(child_pid)), ("f1", false, Some(alive.pid)), ("f2", false, None)]);
+    // The owner survives the saved state (the next trapctl lists it).
+    let again = Splicer::import_state(k.clone(), &sp.export_state()).unwrap();
+    assert_eq!(listing(&again).unwrap().splices[0].owner, Some(dead));
+
+    let removed = unsplice_orphans(&mut sp).unwrap();
+    assert_eq!(removed.unspliced.iter().map(|u| u.at.as_str()).collect::<Vec<_>>(), ["f0"]);
+    assert!(!k.trapped("f0") && k.trapped("f1") && k.trapped("f2"));
+    assert!(unsplice_orphans(&mut sp).unwrap().unspliced.is_empty(), "nothing more is orphaned");
+}

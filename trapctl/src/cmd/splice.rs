@@ -217,7 +217,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: args.by, only: args.only.predicate() };
+    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: args.by, only: args.only.predicate(), owner: None };
     let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options })?;
     println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
     Ok(())

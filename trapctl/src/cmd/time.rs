@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
         at: args.function.clone(),
         action: Action::Time { clock: args.clock },
         mechanism: args.mechanism,
-        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate() },
+        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate(), owner: None },
     };
     let figures = super::splice::Figures { what: "the timer", of_row: |r| r.returns.clone(), of_splice: |sp, id| sp.return_stats(id) };
     super::splice::for_a_while(&request, &figures, |row, stats, remove| time(args, row, stats, remove))

@@ -1,0 +1,89 @@
+//! Who holds a splice for a while: the command (`trapctl count`, `trapctl time`) that made it
+//! and means to remove it itself when it ends. The owner is recorded in the splice's request
+//! ([`crate::SpliceOptions::owner`]), so it is saved with the state and travels through trapd;
+//! a splice whose owner is gone (killed by SIGKILL, which nothing can catch) is *orphaned*:
+//! listed as such and removed by `trapctl unsplice --orphans` ([`crate::ops::unsplice_orphans`]).
+//!
+//! A process is named by its pid and its start time (`/proc/PID/stat`, field 22, in clock
+//! ticks after boot), so a pid the kernel has given to another process since is not taken for
+//! the owner. A zombie (killed, not yet reaped by its parent) is gone: it will never remove
+//! anything.
+
+use serde::{Deserialize, Serialize};
+
+/// The process that holds a splice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    /// Its start time, clock ticks after boot (`/proc/PID/stat` field 22).
+    pub start: u64,
+    /// What it runs, for people: `trapctl time tcp_sendmsg`.
+    pub command: String,
+}
+
+/// Why this process could not name itself as an owner.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    #[error("reading /proc/self/stat (to record this command as the splice's owner)")]
+    Read(#[source] std::io::Error),
+    #[error("/proc/self/stat has no start time in field 22: `{text}`")]
+    Parse { text: String },
+}
+
+impl Owner {
+    /// This process, running `command`.
+    pub fn current(command: impl Into<String>) -> Result<Owner, OwnerError> {
+        let text = std::fs::read_to_string("/proc/self/stat").map_err(OwnerError::Read)?;
+        let (_, start) = parse_stat(&text).ok_or_else(|| OwnerError::Parse { text: text.trim().to_string() })?;
+        Ok(Owner { pid: std::process::id(), start, command: command.into() })
+    }
+
+    /// Whether the owner has ended: no process has its pid, the one that has it started at
+    /// another time (a reused pid), or it is a zombie.
+    pub fn is_gone(&self) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else { return true };
+        match parse_stat(&text) {
+            Some((state, start)) => start != self.start || matches!(state, 'Z' | 'X'),
+            None => true,
+        }
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} `{}`", self.pid, self.command)
+    }
+}
+
+/// The state (field 3) and start time (field 22) of a `/proc/PID/stat` line. The command
+/// (field 2) is in parentheses and may hold spaces and parentheses itself: the fields after it
+/// begin behind the last `)`.
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 3 was the state; field 22 is 19 further on.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_read_behind_the_last_parenthesis_of_the_command() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 0\n";
+        assert_eq!(parse_stat(line), Some(('S', 987_654)));
+        assert_eq!(parse_stat("4242 (x) S 1 2"), None, "too short");
+    }
+
+    #[test]
+    fn this_process_is_its_own_live_owner_and_a_changed_start_or_pid_is_gone() {
+        let me = Owner::current("test").unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert!(!me.is_gone());
+        assert!(Owner { start: me.start + 1, ..me.clone() }.is_gone(), "a reused pid is another process");
+        assert!(Owner { pid: u32::MAX, ..me }.is_gone());
+    }
+}
