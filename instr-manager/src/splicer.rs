@@ -37,6 +37,7 @@ mod orig;
 mod plan;
 mod publish;
 mod remove;
+mod returns_twice;
 pub mod state;
 mod summary;
 mod switch;
@@ -76,6 +77,8 @@ pub enum SpliceError {
     ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
     #[error("{at}: a return point needs the function's entry (the return address on top of the stack), but {site:#x} is {offset:#x} bytes into {function}")]
     ReturnNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    #[error("{at}: `{function}` returns twice ({why}): a return point keeps one return per call, so it cannot be placed there")]
+    ReturnsTwice { at: String, function: String, why: &'static str },
     #[error("{at}: {reason}")]
     BadPredicate { at: String, reason: String },
     #[error("{at}: the site {site:#x} is already spliced (by {other})")]

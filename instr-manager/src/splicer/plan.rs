@@ -185,6 +185,9 @@ impl<T: Target> Splicer<T> {
                 });
             }
         }
+        if r.at_return() {
+            self.refuse_returns_twice(at, &point)?;
+        }
         let analysed = cache.function(&self.target, at, &point.function)?;
         let func = &*analysed;
         // Text already claimed: the displaced windows and springboards of live splices and of
@@ -210,6 +213,20 @@ impl<T: Target> Splicer<T> {
         let site_text = func.bytes.get(start..start.saturating_add(plan.patch_len)).map(<[u8]>::to_vec);
         let flags_dead = matches!(r.action, Action::Call { .. }) && flags_dead_at(func, plan.site);
         Ok(Planned { point, plan, site_text, flags_dead })
+    }
+
+    /// Refuse a return point on a function that returns twice ([`super::returns_twice`]), by
+    /// any of the names its address has.
+    fn refuse_returns_twice(&self, at: &str, point: &ResolvedPoint) -> Result<(), SpliceError> {
+        let f = &point.function;
+        let aliases = self.target.symbols().functions_in(f.addr, f.addr + 1);
+        for name in std::iter::once(f.name.as_str()).chain(aliases.map(|s| s.name.as_str())) {
+            if let Some(why) = super::returns_twice::returns_twice(name) {
+                log::debug!("{at}: return point refused: `{name}` returns twice");
+                return Err(SpliceError::ReturnsTwice { at: at.to_string(), function: name.to_string(), why });
+            }
+        }
+        Ok(())
     }
 
     /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
