@@ -153,8 +153,16 @@ pub unsafe extern "C" fn posix_spawn(
     argv: Argv,
     envp: Argv,
 ) -> libc::c_int {
+    // SAFETY: the caller's null-terminated environment (or null).
+    let envp = unsafe { child_env(envp) };
+    if crate::spawn::active() {
+        // SAFETY: the caller's arguments, the environment filtered.
+        if let Some(r) = unsafe { crate::spawn::posix_spawn(pid, path, actions, attr, argv, envp, false) } {
+            return r;
+        }
+    }
     // SAFETY: the caller's arguments, the environment filtered.
-    unsafe { real::posix_spawn()(pid, path, actions, attr, argv, child_env(envp)) }
+    unsafe { real::posix_spawn()(pid, path, actions, attr, argv, envp) }
 }
 
 #[no_mangle]
@@ -167,7 +175,48 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: Argv,
 ) -> libc::c_int {
     // SAFETY: as in `posix_spawn`.
-    unsafe { real::posix_spawnp()(pid, file, actions, attr, argv, child_env(envp)) }
+    let envp = unsafe { child_env(envp) };
+    if crate::spawn::active() {
+        // SAFETY: as in `posix_spawn`.
+        if let Some(r) = unsafe { crate::spawn::posix_spawn(pid, file, actions, attr, argv, envp, true) } {
+            return r;
+        }
+    }
+    // SAFETY: as in `posix_spawn`.
+    unsafe { real::posix_spawnp()(pid, file, actions, attr, argv, envp) }
+}
+
+/// `system`: the agent's ([`crate::spawn`]) once a spec is applied.
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const libc::c_char) -> libc::c_int {
+    if crate::spawn::active() {
+        // SAFETY: the caller's argument.
+        return unsafe { crate::spawn::system(command) };
+    }
+    // SAFETY: passed through.
+    unsafe { real::system()(command) }
+}
+
+/// `popen`: the agent's ([`crate::spawn`]) once a spec is applied.
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
+    if crate::spawn::active() {
+        // SAFETY: the caller's arguments.
+        return unsafe { crate::spawn::popen(command, mode) };
+    }
+    // SAFETY: passed through.
+    unsafe { real::popen()(command, mode) }
+}
+
+/// `pclose`: a stream of the agent's `popen` is closed and its child waited for here.
+#[no_mangle]
+pub unsafe extern "C" fn pclose(fp: *mut libc::FILE) -> libc::c_int {
+    // SAFETY: the caller's stream.
+    if let Some(st) = unsafe { crate::spawn::pclose(fp) } {
+        return st;
+    }
+    // SAFETY: passed through.
+    unsafe { real::pclose()(fp) }
 }
 
 /// Which `execl` variant [`execl_impl`] serves.

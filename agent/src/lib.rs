@@ -28,6 +28,7 @@ mod children;
 mod deferred;
 mod real;
 mod signals;
+mod spawn;
 
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock};
@@ -86,6 +87,7 @@ static FORK_PID: AtomicU32 = AtomicU32::new(0);
 static INIT: extern "C" fn() = trapvec_agent_init;
 
 extern "C" fn trapvec_agent_init() {
+    spawn::prepare();
     let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else { return };
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).try_init();
     real::resolve_all();
@@ -153,6 +155,7 @@ extern "C" fn trapvec_agent_init() {
                 let _ = STATS.set(path);
             }
             INIT_PID.store(std::process::id(), SeqCst);
+            spawn::activate();
             // SAFETY: registering plain extern "C" functions with no arguments.
             unsafe {
                 libc::atexit(trapvec_agent_exit);

@@ -68,6 +68,9 @@ real! {
     dlopen: fn(CStrP, libc::c_int) -> *mut libc::c_void;
     dlmopen: fn(libc::Lmid_t, CStrP, libc::c_int) -> *mut libc::c_void;
     dlclose: fn(*mut libc::c_void) -> libc::c_int;
+    system: fn(CStrP) -> libc::c_int;
+    popen: fn(CStrP, CStrP) -> *mut libc::FILE;
+    pclose: fn(*mut libc::FILE) -> libc::c_int;
     posix_spawnp: fn(*mut libc::pid_t, CStrP, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, Argv, Argv) -> libc::c_int;
 }
 
