@@ -155,6 +155,42 @@ static void trapvec_recover_kprobed(unsigned long base, u8 *text, unsigned long 
 	}
 }
 
+/*
+ * READ with TRAPVEC_READ_ORIGINAL: [addr, addr + len) as a decoder must see it, without
+ * anyone's patches: ours undone and kprobes' bytes put back. User space plans from these bytes;
+ * from live ones it would decode an armed probe's int3 as an instruction of the function, end
+ * the basic block there and refuse a window with a wrong reason, never reaching the kprobe check
+ * that names the probe. An optimized probe's jmp may begin up to four bytes before addr: those
+ * are read too when they are mapped. Under trapvec_mutex (the record of live patches).
+ */
+int trapvec_read_unpatched(unsigned long addr, u8 *buf, size_t len)
+{
+	unsigned long before = min_t(unsigned long, addr, JMP32_INSN_SIZE - 1);
+	struct mutex *kprobe_mutex = trapvec_ksyms.kprobe_mutex;
+	size_t size = before + len;
+	int ret = 0;
+	u8 *text;
+
+	lockdep_assert_held(&trapvec_mutex);
+	text = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, size, GFP_KERNEL);
+	if (!text)
+		return -ENOMEM;
+	/* Held across read and recovery: no probe arms, optimizes or goes meanwhile. */
+	mutex_lock(kprobe_mutex);
+	if (before && trapvec_text_read_original(addr - before, text, before + len))
+		before = 0;	/* the start of a mapping: nothing before it to look at */
+	if (!before && trapvec_text_read_original(addr, text, len)) {
+		ret = -EFAULT;
+		goto out;
+	}
+	trapvec_recover_kprobed(addr - before, text, before + len);
+	memcpy(buf, text + before, len);
+out:
+	mutex_unlock(kprobe_mutex);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, text, size);
+	return ret;
+}
+
 /* call rel32, or call r/m64 (FF /2) and lcall m16:64 (FF /3): they push a return address. */
 static bool trapvec_insn_is_call(const struct insn *insn)
 {

@@ -110,7 +110,8 @@ static long trapvec_ioc_read(void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (req.len > TRAPVEC_XFER_MAX || req.addr + req.len < req.addr)
+	if (req.len > TRAPVEC_XFER_MAX || req.addr + req.len < req.addr ||
+	    (req.flags & ~TRAPVEC_READ_ORIGINAL))
 		return -EINVAL;
 	/* Lockdown (confidentiality) forbids reading kernel memory, as it does /proc/kcore. */
 	if (!trapvec_may_read())
@@ -120,9 +121,17 @@ static long trapvec_ioc_read(void __user *uarg)
 		return -ENOMEM;
 	dst = u64_to_user_ptr(req.buf);
 	for (done = 0; done < req.len; done += chunk) {
+		unsigned long at = (unsigned long)(req.addr + done);
+
 		chunk = min_t(u32, req.len - done, PAGE_SIZE);
-		if (copy_from_kernel_nofault(bounce, (void *)(unsigned long)(req.addr + done),
-					     chunk)) {
+		if (req.flags & TRAPVEC_READ_ORIGINAL) {
+			/* The record of live patches is ours; one page at a time holds it briefly. */
+			mutex_lock(&trapvec_mutex);
+			ret = trapvec_read_unpatched(at, bounce, chunk);
+			mutex_unlock(&trapvec_mutex);
+			if (ret)
+				break;
+		} else if (copy_from_kernel_nofault(bounce, (void *)at, chunk)) {
 			ret = -EFAULT;
 			break;
 		}

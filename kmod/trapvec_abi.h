@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	8
+#define TRAPVEC_ABI_VERSION	9
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -75,7 +75,20 @@
 #define TRAPVEC_REASON_FOREIGN_TRAP	29 /* an int of another vector than the module's */
 #define TRAPVEC_REASON_RETURN_IN_WINDOW	30 /* a call before the window's last instruction */
 #define TRAPVEC_REASON_NOT_A_JUMP	31 /* over several instructions, new bytes not a trap/jmp */
-#define TRAPVEC_REASON_MAX		31
+/*
+ * A jump-label target lies inside the range past its first byte (the kernel jumps there when
+ * the key flips, with no branch a decoder sees); culprit: the struct jump_entry (16 bytes:
+ * s32 code, s32 target, s64 key, each relative to its own field; the key's low 2 bits are
+ * flags), in the core kernel's __jump_table or a module's.
+ */
+#define TRAPVEC_REASON_JUMP_TARGET	32
+/*
+ * An exception fix-up address lies inside the range past its first byte (a faulting
+ * instruction elsewhere resumes there); culprit: the struct exception_table_entry (12 bytes:
+ * s32 insn, s32 fixup, s32 data, insn and fixup relative to their own fields).
+ */
+#define TRAPVEC_REASON_EXTABLE_FIXUP	33
+#define TRAPVEC_REASON_MAX		33
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {
@@ -116,12 +129,19 @@ struct trapvec_info {
 	__u32 task_pad;
 };
 
-/* READ: copy len bytes of kernel memory at addr to the user buffer buf. */
+/*
+ * READ: copy len bytes of kernel memory at addr to the user buffer buf. With
+ * TRAPVEC_READ_ORIGINAL the bytes are the text as it is without anyone's patches: the module's
+ * live patches undone, and kprobes' int3 and optimized jmps replaced by the bytes they saved
+ * (what a decoder must read to find the real instruction boundaries). Other flags: -EINVAL.
+ */
+#define TRAPVEC_READ_ORIGINAL	1U
+
 struct trapvec_read {
 	__u64 addr;
 	__u64 buf;
 	__u32 len;		/* at most TRAPVEC_XFER_MAX */
-	__u32 pad;
+	__u32 flags;		/* TRAPVEC_READ_* */
 };
 
 /* ALLOC: a block of size bytes (rounded up to 16) of the code or the data arena. */
@@ -174,7 +194,9 @@ struct trapvec_check {
 	__u32 reason;		/* out: TRAPVEC_REASON_* */
 	__s32 error;		/* out: negative errno of register_kprobe() for KPROBE_REFUSED */
 	__u32 flags;		/* TRAPVEC_CHECK_* */
-	__u64 culprit;		/* out: the address the reason is about (KPROBE: the probe), or 0 */
+	/* out: what the reason is about (KPROBE: the probe; JUMP_TARGET, EXTABLE_FIXUP: the
+	 * table entry), or 0 */
+	__u64 culprit;
 };
 
 /*

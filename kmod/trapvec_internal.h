@@ -134,6 +134,7 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
 u32 trapvec_may_write(void);
+int trapvec_read_unpatched(unsigned long addr, u8 *buf, size_t len);
 bool trapvec_may_read(void);
 
 /* reserved.c */

@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 8;
+pub const TRAPVEC_ABI_VERSION: u32 = 9;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -162,8 +162,16 @@ pub const TRAPVEC_REASON_FOREIGN_TRAP: u32 = 29;
 pub const TRAPVEC_REASON_RETURN_IN_WINDOW: u32 = 30;
 /// A window over several instructions whose new bytes begin with neither a trap nor a jmp.
 pub const TRAPVEC_REASON_NOT_A_JUMP: u32 = 31;
+/// A jump-label target lies inside the window past its first byte; `culprit` is its
+/// `struct jump_entry` (16 bytes: `s32 code`, `s32 target`, `s64 key`, each relative to its own
+/// field; the key's low 2 bits are flags).
+pub const TRAPVEC_REASON_JUMP_TARGET: u32 = 32;
+/// An exception fix-up address lies inside the window past its first byte; `culprit` is its
+/// `struct exception_table_entry` (12 bytes: `s32 insn`, `s32 fixup`, `s32 data`, the first two
+/// relative to their own fields).
+pub const TRAPVEC_REASON_EXTABLE_FIXUP: u32 = 33;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 31;
+pub const TRAPVEC_REASON_MAX: u32 = 33;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]
@@ -222,8 +230,13 @@ pub struct TrapvecRead {
     pub buf: u64,
     /// At most `TRAPVEC_XFER_MAX`.
     pub len: u32,
-    pub pad: u32,
+    /// `TRAPVEC_READ_*`.
+    pub flags: u32,
 }
+
+/// `TrapvecRead::flags`: the text without anyone's patches (the module's live patches undone,
+/// kprobes' int3 and optimized jmps replaced by the bytes they saved).
+pub const TRAPVEC_READ_ORIGINAL: u32 = 1;
 
 /// `struct trapvec_alloc`: a block of `size` bytes (rounded up to 16) of one arena.
 #[repr(C)]
@@ -286,7 +299,8 @@ pub struct TrapvecCheck {
     pub error: i32,
     /// `TRAPVEC_CHECK_*`.
     pub flags: u32,
-    /// Out: the address the reason is about (`TRAPVEC_REASON_KPROBE`: the probe), or 0.
+    /// Out: what the reason is about (`TRAPVEC_REASON_KPROBE`: the probe's address;
+    /// `JUMP_TARGET`, `EXTABLE_FIXUP`: the table entry's), or 0.
     pub culprit: u64,
 }
 

@@ -368,6 +368,16 @@ pub trait Target {
     /// Current bytes at `addr`.
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError>;
 
+    /// The code at `addr` as a decoder must see it to find its instruction boundaries: without
+    /// the patches of other tools that the target can undo in the copy it returns (the kernel
+    /// backend puts back what armed kprobes replaced: an int3 read as the function's own
+    /// instruction would end its basic block there). Planning decodes functions from these
+    /// bytes; whatever must be compared with the text as it is uses [`Target::read`]. The
+    /// default is [`Target::read`].
+    fn read_code(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        self.read(addr, len)
+    }
+
     /// Repository memory within ±2 GiB of `near` (`near` itself excluded from the block).
     fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError>;
 

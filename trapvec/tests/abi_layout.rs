@@ -44,7 +44,7 @@ fn rust_layout() -> RustLayout {
             data_size, code_used, data_used, module_base, module_size, live_patches,
             dispatch_entries, unknown_traps, retried_traps,
         }
-        TrapvecRead => "trapvec_read" { addr, buf, len, pad }
+        TrapvecRead => "trapvec_read" { addr, buf, len, flags }
         TrapvecAlloc => "trapvec_alloc" { kind, pad, size, id, addr }
         TrapvecWrite => "trapvec_write" { id, offset, buf, len, pad }
         TrapvecBlock => "trapvec_block" { id }
@@ -115,7 +115,10 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_REASON_FOREIGN_TRAP", u64::from(TRAPVEC_REASON_FOREIGN_TRAP)),
         ("TRAPVEC_REASON_RETURN_IN_WINDOW", u64::from(TRAPVEC_REASON_RETURN_IN_WINDOW)),
         ("TRAPVEC_REASON_NOT_A_JUMP", u64::from(TRAPVEC_REASON_NOT_A_JUMP)),
+        ("TRAPVEC_REASON_JUMP_TARGET", u64::from(TRAPVEC_REASON_JUMP_TARGET)),
+        ("TRAPVEC_REASON_EXTABLE_FIXUP", u64::from(TRAPVEC_REASON_EXTABLE_FIXUP)),
         ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
+        ("TRAPVEC_READ_ORIGINAL", u64::from(TRAPVEC_READ_ORIGINAL)),
         ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),
         ("TRAPVEC_IOC_READ", u64::from(TRAPVEC_IOC_READ)),
         ("TRAPVEC_IOC_ALLOC", u64::from(TRAPVEC_IOC_ALLOC)),

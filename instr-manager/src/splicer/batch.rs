@@ -56,9 +56,9 @@ pub(super) struct BatchCache {
 }
 
 impl BatchCache {
-    /// Read the text of `functions` (one per point of the batch) ahead, neighbours together (a
-    /// span the target refuses is left out: its functions are read on their own later, and fail
-    /// with their own error).
+    /// Read the code of `functions` ([`Target::read_code`], one per point of the batch) ahead,
+    /// neighbours together (a span the target refuses is left out: its functions are read on
+    /// their own later, and fail with their own error).
     pub(super) fn prefetch<'a, T: Target>(&mut self, target: &T, functions: impl IntoIterator<Item = &'a Symbol>) {
         let mut keys: Vec<(u64, u64)> = functions.into_iter().map(|f| (f.addr, f.size)).collect();
         keys.sort_unstable();
@@ -67,7 +67,7 @@ impl BatchCache {
         let ranges: Vec<(u64, u64)> = keys.iter().map(|&(addr, size)| (addr, addr.saturating_add(size))).collect();
         for run in read_runs(&ranges) {
             let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
-            match usize::try_from(hi - lo).map(|len| target.read(lo, len)) {
+            match usize::try_from(hi - lo).map(|len| target.read_code(lo, len)) {
                 Ok(Ok(bytes)) => self.text.push((lo, bytes)),
                 Ok(Err(e)) => log::debug!("reading text [{lo:#x}, {hi:#x}) ahead: {}", trapvec::error_chain(&e)),
                 Err(_) => {}
@@ -131,7 +131,8 @@ impl BatchCache {
 
     /// The function `f` (as resolved for the point `at`, which errors name), decoded from the
     /// target's bytes the first time the batch asks for it, as they were before the live
-    /// splices patched them.
+    /// splices patched them and without the probes of other tools ([`Target::read_code`]: an
+    /// armed kprobe's int3 would end a basic block in the middle of the function).
     pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<Rc<Function>, SpliceError> {
         let key = (f.addr, f.size);
         if let Some(func) = self.functions.get(&key) {
@@ -142,7 +143,7 @@ impl BatchCache {
         let bytes = match self.text_at(f.addr, size) {
             Some(b) => b,
             None => {
-                read = target.read(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+                read = target.read_code(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
                 &read
             }
         };

@@ -34,7 +34,7 @@ use crate::abi::{
     TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
     TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
     TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
-    TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_ALTERNATIVE,
+    TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_READ_ORIGINAL, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_ALTERNATIVE,
     TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BUG_ENTRY, TRAPVEC_REASON_CROSSES_SYMBOL, TRAPVEC_REASON_ENTRY_TEXT,
     TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST,
     TRAPVEC_REASON_KPROBE_REFUSED, TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_MISMATCH, TRAPVEC_REASON_NOINSTR_TEXT,
@@ -43,7 +43,7 @@ use crate::abi::{
     TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
     TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
     TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
-    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove,
+    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP, TRAPVEC_REASON_JUMP_TARGET, TRAPVEC_REASON_EXTABLE_FIXUP, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove,
     TrapvecKeyStats, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU, TRAPVEC_KEY_PID, TRAPVEC_KEY_SLOTS, TRAPVEC_KEY_TABLE,
     TRAPVEC_KEY_TGID,
 };
@@ -59,10 +59,30 @@ pub const KALLSYMS_PATH: &str = "/proc/kallsyms";
 /// Farthest a byte of a block may lie from `near` for `rel32` to reach it both ways.
 const REACH: u64 = i32::MAX as u64;
 
+/// `sizeof(struct jump_entry)` with relative entries (x86-64): `s32 code, s32 target, s64 key`.
+const JUMP_ENTRY_SIZE: usize = 16;
+/// `sizeof(struct exception_table_entry)` (x86-64): `s32 insn, s32 fixup, s32 data`.
+const EXTABLE_ENTRY_SIZE: usize = 12;
+
+/// The address a kernel table's `s32` field at `field` points at (it is relative to itself).
+fn relative(field: u64, bytes: &[u8]) -> u64 {
+    let rel = bytes.try_into().map_or(0, i32::from_le_bytes);
+    field.wrapping_add_signed(i64::from(rel))
+}
+
+/// As [`relative`], for an `s64` field.
+fn relative64(field: u64, bytes: &[u8]) -> u64 {
+    let rel = bytes.try_into().map_or(0, i64::from_le_bytes);
+    field.wrapping_add_signed(rel)
+}
+
 /// Where kernel lockdown's mode is shown (`none [integrity] confidentiality`).
 pub const LOCKDOWN_PATH: &str = "/sys/kernel/security/lockdown";
 /// `kernel.modules_disabled`.
 pub const MODULES_DISABLED_PATH: &str = "/proc/sys/kernel/modules_disabled";
+
+/// What a refusal says of a culprit the module did not give (or that could not be read).
+const UNSAID: &str = "an address the module did not say";
 
 /// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -131,6 +151,13 @@ pub enum SiteRefusal {
     ReturnInWindow,
     #[error("the window covers several instructions and its new bytes begin with neither a trap nor a jmp, which the module cannot stand in for while it writes them")]
     NotAJump,
+    /// The CPU jumps to `at` (`function+0x1c`) when static key `key` (`symbol+offset`) flips,
+    /// through a jump-label site no decoder sees as a branch.
+    #[error("jump-label target of static key {key} at {at} inside the window")]
+    JumpTarget { key: String, at: String },
+    /// A fault at `insn` (`function+0x..`) resumes at the fix-up `at`.
+    #[error("exception fixup of {insn} at {at} inside the window")]
+    ExtableFixup { insn: String, at: String },
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
     #[error("the site could not be checked: CHECK failed with {errno}")]
@@ -174,6 +201,8 @@ impl SiteRefusal {
             TRAPVEC_REASON_FOREIGN_TRAP => SiteRefusal::ForeignTrap,
             TRAPVEC_REASON_RETURN_IN_WINDOW => SiteRefusal::ReturnInWindow,
             TRAPVEC_REASON_NOT_A_JUMP => SiteRefusal::NotAJump,
+            TRAPVEC_REASON_JUMP_TARGET => SiteRefusal::JumpTarget { key: UNSAID.into(), at: UNSAID.into() },
+            TRAPVEC_REASON_EXTABLE_FIXUP => SiteRefusal::ExtableFixup { insn: UNSAID.into(), at: UNSAID.into() },
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -212,6 +241,8 @@ impl SiteRefusal {
             SiteRefusal::ForeignTrap => TRAPVEC_REASON_FOREIGN_TRAP,
             SiteRefusal::ReturnInWindow => TRAPVEC_REASON_RETURN_IN_WINDOW,
             SiteRefusal::NotAJump => TRAPVEC_REASON_NOT_A_JUMP,
+            SiteRefusal::JumpTarget { .. } => TRAPVEC_REASON_JUMP_TARGET,
+            SiteRefusal::ExtableFixup { .. } => TRAPVEC_REASON_EXTABLE_FIXUP,
             SiteRefusal::Unknown { code } => *code,
             SiteRefusal::CheckFailed { .. } => return None,
         })
@@ -391,6 +422,21 @@ impl KernelTarget {
         }
     }
 
+    /// READ `len` bytes at `addr` with `flags` (`TRAPVEC_READ_*`), `TRAPVEC_XFER_MAX` at a time.
+    fn read_with(&self, addr: u64, len: usize, flags: u32) -> Result<Vec<u8>, TargetError> {
+        let mut out = vec![0u8; len];
+        for (i, chunk) in out.chunks_mut(TRAPVEC_XFER_MAX as usize).enumerate() {
+            let at = addr + (i * TRAPVEC_XFER_MAX as usize) as u64;
+            let mut arg = TrapvecRead { addr: at, flags, ..Default::default() };
+            self.call(Request::Read { arg: &mut arg, buf: chunk }).map_err(|e| TargetError::Read {
+                addr: at,
+                len: chunk.len(),
+                reason: format!("READ: {e}"),
+            })?;
+        }
+        Ok(out)
+    }
+
     fn call(&self, req: Request<'_>) -> Result<(), Errno> {
         ioctl::ioctl(self.dev.as_fd(), req)
     }
@@ -428,11 +474,54 @@ impl KernelTarget {
         }
     }
 
-    /// A refusal with the module's culprit address named: the kprobe's `symbol+offset`.
+    /// A refusal with the module's culprit named: the kprobe's `symbol+offset`; the jump-label
+    /// target and its static key, or the exception fix-up and its faulting instruction, read
+    /// from the table entry the module points at.
     fn placed(&self, refusal: SiteRefusal, culprit: u64) -> SiteRefusal {
         match refusal {
             SiteRefusal::Kprobe { .. } => SiteRefusal::Kprobe { at: culprit, place: self.place(culprit) },
+            SiteRefusal::JumpTarget { .. } if culprit != 0 => match self.read(culprit, JUMP_ENTRY_SIZE) {
+                Ok(e) => {
+                    let target = relative(culprit + 4, &e[4..8]);
+                    // The key's low two bits are the entry's flags (branch type, linked).
+                    let key = relative64(culprit + 8, &e[8..16]) & !3;
+                    SiteRefusal::JumpTarget { key: self.place_any(key), at: self.place_hex(target) }
+                }
+                Err(e) => {
+                    log::debug!("reading the jump entry at {culprit:#x}: {e}");
+                    refusal
+                }
+            },
+            SiteRefusal::ExtableFixup { .. } if culprit != 0 => match self.read(culprit, EXTABLE_ENTRY_SIZE) {
+                Ok(e) => SiteRefusal::ExtableFixup {
+                    insn: self.place_hex(relative(culprit, &e[0..4])),
+                    at: self.place_hex(relative(culprit + 4, &e[4..8])),
+                },
+                Err(e) => {
+                    log::debug!("reading the exception-table entry at {culprit:#x}: {e}");
+                    refusal
+                }
+            },
             other => other,
+        }
+    }
+
+    /// `addr` as `function+0x1c` (as the kernel's `%pS` prints it), or hex outside every function.
+    fn place_hex(&self, addr: u64) -> String {
+        match self.symbols.function_containing(addr) {
+            Some(f) if addr == f.addr => f.name.to_string(),
+            Some(f) => format!("{}+{:#x}", f.name, addr - f.addr),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// `addr` as `symbol+0x8` after the nearest symbol of any kind at or before it (static keys
+    /// are data: `__tracepoint_sched_switch+0x8`), or hex when none lies within 64 KiB.
+    fn place_any(&self, addr: u64) -> String {
+        match self.symbols.iter().take_while(|s| s.addr <= addr).last() {
+            Some(s) if addr == s.addr => s.name.to_string(),
+            Some(s) if addr - s.addr < 0x10000 => format!("{}+{:#x}", s.name, addr - s.addr),
+            _ => format!("{addr:#x}"),
         }
     }
 
@@ -623,17 +712,14 @@ impl Target for KernelTarget {
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let mut out = vec![0u8; len];
-        for (i, chunk) in out.chunks_mut(TRAPVEC_XFER_MAX as usize).enumerate() {
-            let at = addr + (i * TRAPVEC_XFER_MAX as usize) as u64;
-            let mut arg = TrapvecRead { addr: at, ..Default::default() };
-            self.call(Request::Read { arg: &mut arg, buf: chunk }).map_err(|e| TargetError::Read {
-                addr: at,
-                len: chunk.len(),
-                reason: format!("READ: {e}"),
-            })?;
-        }
-        Ok(out)
+        self.read_with(addr, len, 0)
+    }
+
+    /// READ with `TRAPVEC_READ_ORIGINAL`: the module undoes its own live patches and puts back
+    /// the bytes armed kprobes saved (their int3, an optimized probe's jmp), under the kprobe
+    /// table's lock.
+    fn read_code(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        self.read_with(addr, len, TRAPVEC_READ_ORIGINAL)
     }
 
     fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {

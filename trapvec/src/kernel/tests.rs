@@ -52,6 +52,10 @@ struct FakeModule {
     /// CHECK answers by address: `(reason, error)`, and the flags of every CHECK.
     checks: BTreeMap<u64, (u32, i32)>,
     check_flags: Vec<u32>,
+    /// CHECK's culprit by address, where the default (a kprobe two bytes into the window) does
+    /// not fit; the flags of every READ.
+    culprits: BTreeMap<u64, u64>,
+    read_flags: Vec<u32>,
     /// Where ALLOC puts the next block.
     next_block: u64,
     next_id: u64,
@@ -115,6 +119,7 @@ impl FakeModule {
             Request::Read { arg, buf } => {
                 assert_eq!(arg.len as usize, buf.len());
                 assert!(buf.len() <= TRAPVEC_XFER_MAX as usize, "a READ larger than the module takes");
+                self.read_flags.push(arg.flags);
                 for (i, b) in buf.iter_mut().enumerate() {
                     let at = arg.addr + i as u64;
                     *b = match self.memory.get(&at) {
@@ -140,7 +145,11 @@ impl FakeModule {
                 self.check_flags.push(c.flags);
                 (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default();
                 // A kprobe refusal names the probe: here, two bytes into the window.
-                c.culprit = if c.reason == TRAPVEC_REASON_KPROBE { c.addr + 2 } else { 0 };
+                c.culprit = match self.culprits.get(&c.addr) {
+                    Some(&culprit) => culprit,
+                    None if c.reason == TRAPVEC_REASON_KPROBE => c.addr + 2,
+                    None => 0,
+                };
             }
             Request::Apply { arg, patches } => {
                 assert_eq!(arg.count as usize, patches.len());
@@ -455,6 +464,68 @@ fn a_kprobe_in_the_window_is_named_as_symbol_plus_offset() {
     assert!(err.to_string().contains("a kprobe is registered at __x64_sys_getppid+5: remove it first"), "{err}");
     let refusal = target.precheck_site(getppid + 4, 2).unwrap_err();
     assert_eq!(refusal.to_string(), "a kprobe is registered at __x64_sys_getppid+6: remove it first");
+}
+
+/// Put `bytes` into the fake module's memory at `addr`.
+fn poke(m: &mut FakeModule, addr: u64, bytes: &[u8]) {
+    for (i, b) in bytes.iter().enumerate() {
+        m.memory.insert(addr + i as u64, *b);
+    }
+}
+
+/// `field + rel` as the kernel's relative table fields hold it.
+fn rel32(field: u64, to: u64) -> [u8; 4] {
+    i32::try_from(to.wrapping_sub(field) as i64).unwrap().to_le_bytes()
+}
+
+#[test]
+fn a_jump_label_target_in_the_window_names_its_static_key_and_place() {
+    let getppid = 0xffff_ffff_810b_0f90;
+    let entry: u64 = 0xffff_ffff_8290_0000; // in __jump_table
+    let key: u64 = 0xffff_ffff_82a5_9548; // text_mutex+0x8, standing in for a static key
+    let (target, _m, _g) = target_with(|m| {
+        m.checks.insert(getppid + 9, (TRAPVEC_REASON_JUMP_TARGET, 0));
+        m.culprits.insert(getppid + 9, entry);
+        let mut e = Vec::new();
+        e.extend(rel32(entry, getppid + 4)); // code
+        e.extend(rel32(entry + 4, getppid + 0x1c)); // target
+        // The key with the branch-type flag (bit 0) set, as the kernel keeps it.
+        e.extend((key.wrapping_sub(entry + 8) as i64 + 1).to_le_bytes());
+        poke(m, entry, &e);
+    });
+    let refusal = target.precheck_site(getppid + 9, 5).unwrap_err();
+    assert_eq!(refusal.code(), Some(TRAPVEC_REASON_JUMP_TARGET));
+    assert_eq!(refusal.to_string(), "jump-label target of static key text_mutex+0x8 at __x64_sys_getppid+0x1c inside the window");
+}
+
+#[test]
+fn an_exception_fixup_in_the_window_names_its_faulting_instruction() {
+    let getppid = 0xffff_ffff_810b_0f90;
+    let entry: u64 = 0xffff_ffff_8280_0010; // in __ex_table
+    let (target, _m, _g) = target_with(|m| {
+        m.checks.insert(getppid + 0x20, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
+        m.culprits.insert(getppid + 0x20, entry);
+        let mut e = Vec::new();
+        e.extend(rel32(entry, getppid + 0x11)); // insn
+        e.extend(rel32(entry + 4, getppid + 0x21)); // fixup
+        e.extend(0x3u32.to_le_bytes()); // data
+        poke(m, entry, &e);
+        // An entry that cannot be read: the refusal still says what it is.
+        m.checks.insert(getppid + 0x30, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
+        m.culprits.insert(getppid + 0x30, 0xffff_ffff_8280_1000);
+    });
+    let refusal = target.precheck_site(getppid + 0x20, 2).unwrap_err();
+    assert_eq!(refusal.to_string(), "exception fixup of __x64_sys_getppid+0x11 at __x64_sys_getppid+0x21 inside the window");
+    let unread = target.precheck_site(getppid + 0x30, 2).unwrap_err();
+    assert!(unread.to_string().starts_with("exception fixup of an address the module did not say"), "{unread}");
+}
+
+#[test]
+fn code_for_planning_is_read_without_probes_and_other_reads_as_they_are() {
+    let (target, m, _g) = target_with(|m| m.pattern = TEXT..TEXT + 0x100);
+    target.read(TEXT, 16).unwrap();
+    target.read_code(TEXT, 16).unwrap();
+    assert_eq!(m.borrow().read_flags, [0, TRAPVEC_READ_ORIGINAL]);
 }
 
 #[test]
