@@ -8,7 +8,7 @@
  * read-only), only while allocated and not sealed; SEAL makes that final. Data blocks stay
  * writable. FREE does not make a block reusable at once: a CPU or a task may still run in
  * it (a preempted task inside a trampoline), so its room is reclaimed only after
- * synchronize_rcu() and synchronize_rcu_tasks() (QUIESCE, or ALLOC when the arena is full).
+ * synchronize_rcu() and trapvec_sync_tasks() (QUIESCE, or ALLOC when the arena is full).
  *
  * Tasks in flight. A "replace" splice sends a function's callers to a replacement in a
  * component, and a replacement may sleep (take a mutex, allocate with GFP_KERNEL). A task
@@ -125,6 +125,23 @@ static u64 trapvec_next_block_id = 1;
 void trapvec_sync_core(void *unused)
 {
 	sync_core();
+}
+
+/*
+ * Wait until no task can still be inside code that no CPU can newly enter (a trampoline,
+ * a component, a return stub): synchronize_rcu_tasks() for every task that may have been
+ * preempted there, and synchronize_rcu_tasks_rude() for the idle tasks, which RCU-tasks
+ * ignores. Sites are allowed in ordinary text the idle loop runs (poll_idle's local_clock()
+ * and cpuidle_poll_time(), ACPI idle helpers), so an idle CPU may be inside a trampoline
+ * with RCU not watching: neither synchronize_rcu() nor RCU-tasks waits for it. The rude
+ * grace period runs a work item on every CPU, which an idle CPU runs only after it went
+ * back to schedule_idle(), out of any trampoline (the idle task is never preempted). It
+ * costs one round of work items over the CPUs, once per QUIESCE, reclaim or unload.
+ */
+void trapvec_sync_tasks(void)
+{
+	synchronize_rcu_tasks();
+	synchronize_rcu_tasks_rude();
 }
 
 int trapvec_arena_init(void)
@@ -392,7 +409,7 @@ int trapvec_arena_alloc(struct trapvec_alloc *req)
 		pr_debug("%s arena full for %zu bytes: waiting to reclaim freed blocks\n",
 			 a->name, size);
 		synchronize_rcu();
-		synchronize_rcu_tasks();
+		trapvec_sync_tasks();
 		if (!trapvec_arena_wait_inflight(false, TRAPVEC_QUIESCE_WAIT_MS, &ignored))
 			trapvec_arena_reclaim(&ignored);
 		b = trapvec_fit(a, size);

@@ -5,7 +5,8 @@
  * Readers: trapvec_dispatch(), entered from entry.S with interrupts off (the gate is an
  * interrupt gate). An interrupts-off region is an RCU read-side critical section for
  * synchronize_rcu(), so the table is read with rcu_read_lock_sched_notrace() (which only
- * documents it: no function call) and entries are freed after synchronize_rcu().
+ * documents it: no function call) and entries are freed after synchronize_rcu(). That holds
+ * only where RCU is watching: a trap taken in RCU-idle code makes it watch first.
  *
  * The trap path takes no lock, allocates nothing, logs nothing and calls no function that
  * a site could be placed in: every helper it uses is inline, the handler call goes through
@@ -57,6 +58,7 @@ static u64 trapvec_site_count;		/* under trapvec_mutex */
 static DEFINE_PER_CPU(bool, trapvec_in_handler);
 static DEFINE_PER_CPU(u64, trapvec_unknown_traps);
 static DEFINE_PER_CPU(u64, trapvec_retried_traps);
+static DEFINE_PER_CPU(u64, trapvec_rcu_idle_traps);
 
 static __always_inline struct hlist_head *trapvec_bucket(unsigned long site)
 {
@@ -218,20 +220,37 @@ NOKPROBE_SYMBOL(trapvec_dispatch_site);
 __visible notrace int trapvec_dispatch(struct pt_regs *regs)
 {
 	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
+	bool rcu_idle = !rcu_is_watching();
+	int ret = 0;
 
+	/*
+	 * A trap taken where RCU is not watching (the idle loop after ct_idle_enter(): poll_idle's
+	 * local_clock() and cpuidle_poll_time(), an ACPI idle state's helpers, the CPU-offline path
+	 * after rcu_report_dead()): an RCU-sched reader there is invisible to synchronize_rcu(), so
+	 * DISPATCH_REMOVE could free the entry, and QUIESCE the handler, under this CPU. Enter RCU
+	 * the way an NMI does (ct_nmi_enter() nests in any context, interrupts off, as here), and
+	 * leave it before the iretq. Both are noinstr: no site can be placed in them.
+	 */
+	if (unlikely(rcu_idle)) {
+		trapvec_ksyms.ct_nmi_enter();
+		__this_cpu_inc(trapvec_rcu_idle_traps);
+	}
 	switch (trapvec_dispatch_lookup(regs, site)) {
 	case TRAPVEC_FOUND_LIVE:
-		return 0;
+		break;
 	case TRAPVEC_FOUND_GONE:
 		/* Its trap was reverted under this CPU: run the original instruction, back in place. */
 		__this_cpu_inc(trapvec_retried_traps);
 		regs->ip = site;
-		return 0;
+		break;
 	case TRAPVEC_FOUND_NONE:
+		__this_cpu_inc(trapvec_unknown_traps);
+		ret = 1;
 		break;
 	}
-	__this_cpu_inc(trapvec_unknown_traps);
-	return 1;
+	if (unlikely(rcu_idle))
+		trapvec_ksyms.ct_nmi_exit();
+	return ret;
 }
 NOKPROBE_SYMBOL(trapvec_dispatch);
 
@@ -684,22 +703,34 @@ void trapvec_dispatch_stats(u64 *unknown, u64 *retried)
 	}
 }
 
+static u64 trapvec_dispatch_rcu_idle(void)
+{
+	u64 n = 0;
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		n += READ_ONCE(per_cpu(trapvec_rcu_idle_traps, cpu));
+	return n;
+}
+
 /*
  * /sys/module/trapvec/parameters/traps: the dispatcher's own counters, one "name count" line
  * each, for tests and for an operator wondering where a stray vector went: unknown (chained to
  * the old gate: not one of our sites, e.g. the vector delivered as an interrupt), retried (a
- * site whose entry DISPATCH_REMOVE was taking away, sent back to its original instruction).
+ * site whose entry DISPATCH_REMOVE was taking away, sent back to its original instruction),
+ * rcu_idle (traps taken where RCU was not watching, which the dispatcher made it watch).
  */
 static int trapvec_traps_get(char *buf, const struct kernel_param *kp)
 {
 	u64 unknown, retried;
 
 	trapvec_dispatch_stats(&unknown, &retried);
-	return sysfs_emit(buf, "unknown %llu\nretried %llu\n", unknown, retried);
+	return sysfs_emit(buf, "unknown %llu\nretried %llu\nrcu_idle %llu\n", unknown, retried,
+			  trapvec_dispatch_rcu_idle());
 }
 
 static const struct kernel_param_ops trapvec_traps_ops = {
 	.get = trapvec_traps_get,
 };
 module_param_cb(traps, &trapvec_traps_ops, NULL, 0444);
-MODULE_PARM_DESC(traps, "the dispatcher's counters: unknown, retried (read only)");
+MODULE_PARM_DESC(traps, "the dispatcher's counters: unknown, retried, rcu_idle (read only)");

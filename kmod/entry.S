@@ -7,8 +7,9 @@
  * (RIP = the trap site + 2) on the current stack, with no error code, and clears IF: the
  * whole stub and the dispatcher run with interrupts off. No privilege change happens, so
  * there is no swapgs and no CR3 switch; the sites are refused in entry and noinstr text,
- * so RCU is watching wherever a trap can be taken, and the dispatcher needs none of
- * irqentry_enter()'s bookkeeping (it takes no locks and calls no traceable function).
+ * and the dispatcher needs none of irqentry_enter()'s bookkeeping (it takes no locks and
+ * calls no traceable function) but RCU's: ordinary text also runs where RCU is not watching
+ * (the idle loop), and there the dispatcher enters RCU as an NMI does (trapvec_dispatch()).
  *
  * The stub completes the frame into a struct pt_regs (orig_ax = -1) and calls
  * trapvec_dispatch(regs). It returns 0 when it has set regs->ip (to the destination of the

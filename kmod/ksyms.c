@@ -80,6 +80,9 @@ int trapvec_ksyms_init(void)
 		{ "kprobe_mutex", (unsigned long *)&k->kprobe_mutex },
 		{ "kprobe_blacklist", (unsigned long *)&k->kprobe_blacklist },
 		{ "modules_disabled", (unsigned long *)&k->modules_disabled },
+		/* The dispatcher makes RCU watch a trap taken in idle (dispatch.c). */
+		{ "ct_nmi_enter", (unsigned long *)&k->ct_nmi_enter },
+		{ "ct_nmi_exit", (unsigned long *)&k->ct_nmi_exit },
 		{ "_stext", &k->stext },
 		{ "_etext", &k->etext },
 		{ "__entry_text_start", &k->entry_text_start },

@@ -387,8 +387,8 @@ static long trapvec_ioc_quiesce(void __user *uarg)
 	mutex_lock(&trapvec_mutex);
 	/* No CPU in the dispatcher for a removed entry (interrupts-off readers)... */
 	synchronize_rcu();
-	/* ...no task preempted inside a trampoline or a component... */
-	synchronize_rcu_tasks();
+	/* ...no task preempted (nor idle CPU) inside a trampoline or a component... */
+	trapvec_sync_tasks();
 	/*
 	 * ...and no task asleep inside a replacement that a freed trampoline called (it passed
 	 * the RCU-tasks quiescent state above in its sleep). Only then may the freed blocks be
@@ -575,7 +575,7 @@ static void __exit trapvec_exit(void)
 	 * module.
 	 */
 	synchronize_rcu();
-	synchronize_rcu_tasks();
+	trapvec_sync_tasks();
 	/*
 	 * A task asleep inside a replacement passed the grace period above but will return
 	 * through its trampoline (in the arena, which is this module's text) and into the text

@@ -265,8 +265,19 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	unsigned long ret = in->ret;
 	struct trapvec_rp_slot *s = &trapvec_rp_slots[in->slot];
 	struct task_struct *task = in->task;
+	bool rcu_idle = !rcu_is_watching();
+	unsigned long flags = 0;
 
 	regs->rip = ret;
+	/*
+	 * A function of the idle path returning where RCU is not watching (see trapvec_dispatch()):
+	 * RETURN_REMOVE's synchronize_rcu() and the handler's own RCU use must see this CPU. Enter
+	 * RCU as an NMI does, with interrupts off as an interrupt entry has them.
+	 */
+	if (unlikely(rcu_idle)) {
+		local_irq_save(flags);
+		trapvec_ksyms.ct_nmi_enter();
+	}
 	preempt_disable_notrace();
 	/*
 	 * Counted before the slot's state is read: RETURN_REMOVE changes the state, then waits
@@ -290,6 +301,10 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	put_task_struct(task);
 	trapvec_rp_give(index);
 	preempt_enable_notrace();
+	if (unlikely(rcu_idle)) {
+		trapvec_ksyms.ct_nmi_exit();
+		local_irq_restore(flags);
+	}
 	return ret;
 }
 NOKPROBE_SYMBOL(trapvec_rp_return);
@@ -402,7 +417,8 @@ static void trapvec_rp_release_work(struct work_struct *work)
 	if (trapvec_rp_pinned) {
 		trapvec_rp_reclaim_dead();
 		if (trapvec_rp_idle()) {
-			synchronize_rcu_tasks();
+			/* The idle tasks too: a function of the idle path may have a return point. */
+			trapvec_sync_tasks();
 			trapvec_rp_pinned = false;
 			put = true;
 		} else {

@@ -68,6 +68,9 @@ struct trapvec_ksyms {
 	bool (*is_bpf_text_address)(unsigned long addr);
 	bool (*is_ftrace_trampoline)(unsigned long addr);
 	struct kprobe_insn_cache *kprobe_insn_slots, *kprobe_optinsn_slots;
+	/* RCU's NMI entry and exit (kernel/context_tracking.c), noinstr: dispatch.c */
+	void (*ct_nmi_enter)(void);
+	void (*ct_nmi_exit)(void);
 	struct mutex *text_mutex;
 	/* Guards kprobe_blacklist and the kprobe table's writers (kernel/kprobes.c). */
 	struct mutex *kprobe_mutex;
@@ -207,5 +210,7 @@ void trapvec_keys_exit(void);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);
+/* arena.c: RCU-tasks and RCU-tasks-rude grace periods (idle tasks included). */
+void trapvec_sync_tasks(void);
 
 #endif /* _TRAPVEC_INTERNAL_H */
