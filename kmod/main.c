@@ -400,6 +400,8 @@ static long trapvec_ioc_quiesce(void __user *uarg)
 		trapvec_arena_reclaim(&req);
 		trapvec_text_put_parked();
 	}
+	/* A kprobe that armed on a live patch pins the module (text.c). */
+	trapvec_text_check_kprobes();
 	mutex_unlock(&trapvec_mutex);
 	if (copy_to_user(uarg, &req, sizeof(req)))
 		return -EFAULT;
@@ -563,8 +565,12 @@ static void __exit trapvec_exit(void)
 	 * while one does); the release work may be finishing after its module_put().
 	 */
 	trapvec_returns_cancel_work();
+	/* Likewise the kprobe work (text.c): no kprobe was armed on a live patch at its look. */
+	trapvec_text_cancel_work();
 
 	mutex_lock(&trapvec_mutex);
+	/* One that armed since would run our trap from its slot: it must go first. */
+	trapvec_text_wait_kprobes();
 	trapvec_text_revert_all();
 	/* No batch is in flight: none of our int3s is left for the die notifier. */
 	trapvec_text_exit();

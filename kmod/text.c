@@ -4,12 +4,23 @@
  *
  * A batch is all or nothing. Under trapvec_mutex every patch is checked (check.c) and its
  * current bytes compared with what the caller expects; only then does stop_machine() run
- * the writer on every online CPU at once: the first CPU to arrive compares all the bytes
- * again (nothing can change them while every CPU is held, and a kprobe or a text_poke_bp()
- * sequence that got in since the first check makes the batch fail instead of being
- * overwritten), writes every patch through a writable alias of its page, and releases the
- * others; then every CPU executes sync_core() before it leaves, so no CPU can run stale
- * instructions of the patched ranges.
+ * the writer on every online CPU at once. The first CPU to arrive is the writer; it waits
+ * until every online CPU has arrived in the callback (one still on its way runs ordinary
+ * kernel code: the stopper loop, watchdog touches), compares all the bytes again (nothing
+ * can change them while every CPU is held, and a kprobe or a text_poke_bp() sequence that
+ * got in since the first check makes the batch fail instead of being overwritten), and
+ * writes every patch through a writable alias of its page, int3 first.
+ *
+ * Int3 first, every write (apply, revert, unload, deferred springboard reverts), as
+ * text_poke_bp_batch() does: CC on the first byte of every site, sync; every tail, sync;
+ * every first byte, sync (trapvec_stop_rounds()). Held CPUs still take NMIs, and so does the
+ * writer between two of its stores: an NMI handler that runs a site while it is written must
+ * meet the whole old instruction, our CC, or the whole new instruction, never `CD <old
+ * byte>` or a jmp with a stale displacement. "Sync" inside stop_machine(): the other CPUs
+ * spin with interrupts off, so instead of IPIs the writer advances a phase counter and waits
+ * until each has executed sync_core() and acknowledged it. From before the first CC until
+ * after the last first byte, every site of the batch is pending for the die notifier
+ * (trapvec_int3_notify(), below), which sends a CPU that meets our CC where the site leads.
  *
  * Why not text_poke()? It is not exported, and it writes one range at a time with three
  * rounds of IPIs. Why not take text_mutex? stop_machine() takes cpus_read_lock(), which
@@ -37,8 +48,11 @@
  * (check.c) and its write. register_kprobe() reads the blacklist before it takes
  * kprobe_mutex, so a registration that read it just before our entry went in can still
  * follow a batch; it then copies the trap itself (the kernel accepts that, see DESIGN.md),
- * which the second comparison of a later batch or revert detects. Lock order, as kprobes
- * have it: trapvec_mutex, kprobe_mutex, cpus_read_lock (stop_machine()), text_mutex.
+ * which the second comparison of a later batch or revert detects (the revert then fails and
+ * the patch stays live), and which APPLY and QUIESCE look for: while a kprobe is armed on a
+ * live patch the module holds itself (see trapvec_kprobe_pin_update()), so that unload does
+ * not free the arena the probe's copied trap leads into. Lock order, as kprobes have it:
+ * trapvec_mutex, kprobe_mutex, cpus_read_lock (stop_machine()), text_mutex.
  *
  * A new patch that writes a trap (CD vector) needs its dispatch entry first: a trap without
  * one would be chained to the spurious-interrupt handler and skip the displaced
@@ -51,34 +65,39 @@
  * /sys/kernel/debug/sched/preempt at run time) a task preempted right after `push rbx` would
  * resume at site + 1, in the middle of the new bytes. check.c decodes the original bytes of
  * every new window (the module decides, user space cannot get it wrong); when more than one
- * instruction overlaps it, the batch is written with the int3-first protocol, as kprobes'
- * jump optimizer and text_poke_bp() do:
+ * instruction overlaps it, the CC of such windows also waits out the tasks inside them, as
+ * kprobes' jump optimizer does:
  *
  *  1. ARM, one stop_machine(): compare every op of the batch with what it expects (all or
- *     nothing), then write CC on the first byte of each such window; sync_core everywhere.
- *     Before that, the sites and where they lead are published for the die notifier
- *     (trapvec_pending, RCU).
+ *     nothing), then write CC on the first byte of each such window; sync every CPU.
+ *     Before that, the sites of the batch and where they lead are published for the die
+ *     notifier (trapvec_pending, RCU).
  *  2. synchronize_rcu_tasks(): no task enters an original window any more (its first byte
  *     is CC, and no branch lands inside a window); one preempted inside it has not made a
  *     voluntary switch since, so it holds the grace period until it has run out of it.
  *  3. FINISH, one stop_machine(): compare again (CC and the original tail at each such
- *     window, the expected bytes everywhere else), then write every op: each tail, then
- *     its first byte; single-instruction windows and reverts are written here too. Every
- *     CPU is held and no task is inside a window, so tail and first byte may go in one pass.
- *     If the comparison fails, DISARM puts the original first byte back under each of our
- *     CCs (nobody is inside a window, see 2) and the batch fails with nothing written.
- *  4. The pending set is withdrawn and freed after synchronize_rcu().
+ *     window, the expected bytes everywhere else), then write every op in the rounds above
+ *     (those windows have their CC already); single-instruction windows and reverts are
+ *     written here. If the comparison fails, DISARM puts the original first byte back
+ *     under each of our CCs (nobody is inside a window, see 2) and the batch fails with
+ *     nothing written.
+ *  4. The pending set is withdrawn and freed after synchronize_rcu() (after DEFERRED).
  *
  * Meanwhile a CPU that meets one of our CCs takes #BP: exc_int3 tries text_poke_bp()'s
  * handler, then kprobe_int3_handler() (which backs the CPU up if the int3 is gone by then),
  * then the die chain, where trapvec_int3_notify() finds the site pending and sends the CPU
  * where the finished patch would: a trap through the dispatcher's own code (handler run,
- * hit counted once), a jmp to its target. A call a jmp sends to a springboard that is still
+ * hit counted once), a jmp to its target. A revert's site sends it where the live patch
+ * still does (no out-of-line copy of the original instruction exists to run instead): its
+ * trampoline replays that instruction and jumps back behind the window, which is right
+ * until the revert completes, and the trap's dispatch entry cannot be removed meanwhile
+ * (trapvec_mutex is held). A call a jmp sends to a springboard that is still
  * pending meets that one's CC and is sent on the same way. A call in the window is refused
  * unless it is the window's last instruction (check.c): its return address would point into
  * the new bytes, and a task sleeping in the callee is quiescent for RCU-tasks.
  *
- * Removal needs no int3. Once a patch is written no task can be inside its window: a trap or
+ * Removal needs no RCU-tasks wait (its int3 is only for CPUs running the site while it is
+ * written). Once a patch is written no task can be inside its window: a trap or
  * a jmp is one instruction, the trap returns to its trampoline and the jmp leaves, so a task
  * is stopped either at the site itself (it then runs whatever the site holds when it
  * resumes: the original instruction after a revert, which is right) or elsewhere. One
@@ -93,23 +112,27 @@
  * a trampoline or inside a component is a matter of freeing them, not of writing text
  * (QUIESCE).
  *
- * int3_first=0 (a module parameter for tests only) writes every window in one stop_machine()
- * as before, so that a test can show what the protocol prevents.
+ * int3_first=0 (a module parameter for tests only) skips ARM and its grace period, so that a
+ * test can show what they prevent under full preemption.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
 #include <linux/kdebug.h>
 #include <linux/kprobes.h>
 #include <linux/list.h>
 #include <linux/mm.h>
 #include <linux/rculist.h>
 #include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/stop_machine.h>
 #include <linux/string.h>
+#include <linux/sysfs.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <asm/sync_core.h>
 #include <asm/text-patching.h>
 
@@ -129,6 +152,7 @@ struct trapvec_live_patch {
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
 	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
 	struct kprobe_blacklist_entry *bl;
+	bool bl_listed;		/* bl is on the list (not with the test knob kprobe_blacklist=0) */
 	/*
 	 * The live patch this one's jmp lands on (a springboard: jmp rel8 -> jmp rel32 in
 	 * padding), or NULL; its jumpers counts this one. Under trapvec_mutex.
@@ -148,14 +172,33 @@ static u64 trapvec_live_count;
 static LIST_HEAD(trapvec_parked);
 
 /*
- * Test knob (insmod trapvec.ko int3_first=0): write every window in one stop_machine(), as
- * before the int3-first protocol, so that a test can show what that protocol prevents. Never
+ * Test knob (insmod trapvec.ko int3_first=0): write every window in one stop_machine(),
+ * without ARM and its RCU-tasks grace period, so that a test can show what they prevent. Never
  * for use outside tests: under preempt=full it lets a task resume inside the new bytes.
  */
 static bool trapvec_int3_first = true;
 module_param_named(int3_first, trapvec_int3_first, bool, 0444);
 MODULE_PARM_DESC(int3_first,
-		 "test knob: 0 writes windows over several instructions without int3 first (unsafe under preempt=full)");
+		 "test knob: 0 writes windows over several instructions without waiting out the tasks inside (unsafe under preempt=full)");
+
+/*
+ * Test knob (insmod trapvec.ko kprobe_blacklist=0): live patches are not put on the kprobes
+ * blacklist, so that a test can register a kprobe on one, as the race of register_kprobe()
+ * (see the top of this file) can, and see the module pinned. Never for use outside tests.
+ */
+static bool trapvec_kprobe_blacklist = true;
+module_param_named(kprobe_blacklist, trapvec_kprobe_blacklist, bool, 0444);
+MODULE_PARM_DESC(kprobe_blacklist,
+		 "test knob: 0 leaves live patches off the kprobes blacklist (a kprobe can then arm on one)");
+
+/*
+ * A kprobe on a live patch (trapvec_text_check_kprobes()): the module holds a reference on
+ * itself while one exists, and a delayed work looks again every second until none is left.
+ * Under trapvec_mutex.
+ */
+static bool trapvec_kprobe_pinned;
+static void trapvec_kprobe_work_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(trapvec_kprobe_work, trapvec_kprobe_work_fn);
 
 /*
  * The sites whose first byte is, or may be, our int3 while a batch is in flight: what the
@@ -175,29 +218,56 @@ struct trapvec_pending {
 
 static struct trapvec_pending __rcu *trapvec_pending;
 
+/*
+ * CPUs the die notifier sent on from one of our pending CCs: what a test reads to see that
+ * a CPU (an NMI) really ran a site while it was being written
+ * (/sys/module/trapvec/parameters/int3_redirects).
+ */
+static atomic_long_t trapvec_int3_redirects = ATOMIC_LONG_INIT(0);
+
+static int trapvec_get_redirects(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&trapvec_int3_redirects));
+}
+
+static const struct kernel_param_ops trapvec_redirects_ops = {
+	.get = trapvec_get_redirects,
+};
+module_param_cb(int3_redirects, &trapvec_redirects_ops, NULL, 0444);
+MODULE_PARM_DESC(int3_redirects, "CPUs sent on from a pending int3 of ours (read only)");
+
 /* One write of a batch: apply rec (undo false) or revert it (undo true). */
 struct trapvec_text_op {
 	struct trapvec_live_patch *rec;
 	bool undo;
 	bool int3_first;	/* a new window over several instructions: CC, wait, the rest */
 	bool deferred;		/* a revert of a springboard: after the patches that land on it */
+	bool write;		/* set by the writer: this stage stores this op */
 };
 
 /* What one stop_machine() does. */
 enum trapvec_stage {
-	TRAPVEC_STAGE_ARM,	/* compare every op; write CC at each int3_first site */
-	TRAPVEC_STAGE_FINISH,	/* compare again; write every op (tails, then first bytes) */
+	TRAPVEC_STAGE_ARM,	/* compare every op; CC at each int3_first site */
+	TRAPVEC_STAGE_FINISH,	/* compare again; write every op that is not deferred */
 	TRAPVEC_STAGE_DISARM,	/* the batch failed: put back the first byte under each CC */
 	TRAPVEC_STAGE_DEFERRED,	/* revert the deferred ops (springboards) */
-	TRAPVEC_STAGE_UNLOAD,	/* revert the live patches of pass (see revert_all) */
+	TRAPVEC_STAGE_UNLOAD,	/* revert every op (live patches of one pass of revert_all) */
 };
 
+/*
+ * What one stop_machine() shares. The first CPU to arrive is the writer; it writes nothing
+ * before every online CPU has arrived (a CPU still on its way runs kernel code: the stopper
+ * loop, watchdog touches). Then it stores in rounds; after each, it advances phase and waits
+ * until every other CPU has executed sync_core() and acknowledged it. The others spin with
+ * interrupts off, so this is the "sync every CPU" of text_poke_bp_batch() without IPIs.
+ */
 struct trapvec_stop_ctx {
 	enum trapvec_stage stage;
 	struct trapvec_text_op *ops;
 	u32 count;
-	int pass;		/* UNLOAD: 1 = patches no jmp lands on, 2 = the others */
-	atomic_t arrived;	/* the first CPU to arrive writes */
+	atomic_t arrived;	/* CPUs inside trapvec_stop_cb() */
+	int phase;		/* rounds of stores so far (release by the writer) */
+	atomic_t acks;		/* other CPUs that have synced since phase last moved */
 	int done;		/* set (release) by the writer when it is finished */
 	int result;		/* 0, or -ESTALE: ops[failed] no longer holds the expected bytes */
 	u32 failed;
@@ -228,6 +298,12 @@ static void trapvec_text_store(u8 *alias, const u8 *bytes, u32 len)
 		WRITE_ONCE(alias[i], bytes[i]);
 }
 
+/* The bytes op leaves at its site. */
+static const u8 *trapvec_op_target(const struct trapvec_text_op *op)
+{
+	return op->undo ? op->rec->old_bytes : op->rec->new_bytes;
+}
+
 static bool trapvec_op_ready(const struct trapvec_text_op *op)
 {
 	const struct trapvec_live_patch *r = op->rec;
@@ -242,26 +318,6 @@ static bool trapvec_op_armed(const struct trapvec_text_op *op)
 
 	return READ_ONCE(*(const u8 *)r->addr) == INT3_INSN_OPCODE &&
 	       trapvec_text_equals(r->addr + 1, r->old_bytes + 1, r->len - 1);
-}
-
-static void trapvec_op_write(const struct trapvec_text_op *op)
-{
-	const struct trapvec_live_patch *r = op->rec;
-
-	trapvec_text_store(r->alias, op->undo ? r->old_bytes : r->new_bytes, r->len);
-}
-
-/*
- * The tail, then the first byte. Every CPU is held, so the order only matters to an NMI
- * that runs this code meanwhile on another CPU: it meets either our CC (the notifier sends
- * it on, the site is still pending) or the whole new instruction.
- */
-static void trapvec_op_finish(const struct trapvec_text_op *op)
-{
-	const struct trapvec_live_patch *r = op->rec;
-
-	trapvec_text_store(r->alias + 1, r->new_bytes + 1, r->len - 1);
-	WRITE_ONCE(r->alias[0], r->new_bytes[0]);
 }
 
 static bool trapvec_stop_compare(struct trapvec_stop_ctx *ctx)
@@ -282,65 +338,122 @@ static bool trapvec_stop_compare(struct trapvec_stop_ctx *ctx)
 	return true;
 }
 
+/*
+ * The writer, after a round of stores: serialize itself, then let every other CPU execute
+ * sync_core() and wait until each has. Until the next round no CPU can run bytes older than
+ * this round's (a CPU that has not synced yet is spinning in trapvec_stop_cb(), and an NMI
+ * taken there is serialized by its own delivery).
+ */
+static void trapvec_stop_sync(struct trapvec_stop_ctx *ctx)
+{
+	unsigned int others = num_online_cpus() - 1;
+
+	sync_core();
+	/* Every other CPU acknowledged the last phase before the writer got here. */
+	atomic_set(&ctx->acks, 0);
+	smp_store_release(&ctx->phase, ctx->phase + 1);
+	while (atomic_read(&ctx->acks) < others)
+		cpu_relax();
+}
+
+/*
+ * Store the ops marked write, int3 first, as text_poke_bp_batch() does: CC on every first
+ * byte that is not ours already (ARM wrote it for int3_first ops in FINISH), sync; every
+ * tail, sync; every first byte, sync. A CPU (an NMI, the writer's own included) that runs a
+ * site meanwhile meets either the whole old instruction, or our CC, which the die notifier
+ * resolves (the site is pending, trapvec_int3_notify()), or the whole new instruction: never
+ * CC-less old and new bytes mixed, never a jmp with a stale displacement.
+ */
+static void trapvec_stop_rounds(struct trapvec_stop_ctx *ctx)
+{
+	bool any = false, int3 = false, tails = false;
+	const struct trapvec_text_op *op;
+	u32 i;
+
+	for (i = 0; i < ctx->count; i++) {
+		op = &ctx->ops[i];
+		if (!op->write)
+			continue;
+		any = true;
+		tails |= op->rec->len > 1;
+		if (ctx->stage == TRAPVEC_STAGE_FINISH && op->int3_first)
+			continue;
+		WRITE_ONCE(op->rec->alias[0], INT3_INSN_OPCODE);
+		int3 = true;
+	}
+	if (!any)
+		return;
+	if (int3)
+		trapvec_stop_sync(ctx);
+	if (tails) {
+		for (i = 0; i < ctx->count; i++) {
+			op = &ctx->ops[i];
+			if (op->write)
+				trapvec_text_store(op->rec->alias + 1, trapvec_op_target(op) + 1,
+						   op->rec->len - 1);
+		}
+		trapvec_stop_sync(ctx);
+	}
+	for (i = 0; i < ctx->count; i++) {
+		op = &ctx->ops[i];
+		if (op->write)
+			WRITE_ONCE(op->rec->alias[0], trapvec_op_target(op)[0]);
+	}
+	trapvec_stop_sync(ctx);
+}
+
 /* The writer: every other CPU spins in trapvec_stop_cb() with interrupts off. */
 static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 {
-	struct trapvec_live_patch *r;
-	const struct trapvec_text_op *op;
+	struct trapvec_text_op *op;
+	bool any = false;
 	u32 i;
 
 	switch (ctx->stage) {
 	case TRAPVEC_STAGE_UNLOAD:
-		list_for_each_entry(r, &trapvec_live, node) {
-			struct trapvec_text_op undo = { .rec = r, .undo = true };
-
-			if ((ctx->pass == 1) == r->springboard)
-				continue;
-			if (trapvec_op_ready(&undo))
-				trapvec_op_write(&undo);
-			else
+	case TRAPVEC_STAGE_DEFERRED:
+		/* Best effort, patch by patch: a byte someone else changed is left to them. */
+		for (i = 0; i < ctx->count; i++) {
+			op = &ctx->ops[i];
+			op->write = ctx->stage == TRAPVEC_STAGE_UNLOAD || op->deferred;
+			if (op->write && !trapvec_op_ready(op)) {
+				op->write = false;
 				ctx->skipped++;
+			}
 		}
+		trapvec_stop_rounds(ctx);
 		return;
 	case TRAPVEC_STAGE_ARM:
 		if (!trapvec_stop_compare(ctx))
 			return;
-		for (i = 0; i < ctx->count; i++)
-			if (ctx->ops[i].int3_first)
+		for (i = 0; i < ctx->count; i++) {
+			if (ctx->ops[i].int3_first) {
 				WRITE_ONCE(ctx->ops[i].rec->alias[0], INT3_INSN_OPCODE);
+				any = true;
+			}
+		}
+		if (any)
+			trapvec_stop_sync(ctx);
 		return;
 	case TRAPVEC_STAGE_FINISH:
 		if (!trapvec_stop_compare(ctx))
 			return;
-		for (i = 0; i < ctx->count; i++) {
-			op = &ctx->ops[i];
-			if (op->deferred)
-				continue;
-			if (op->int3_first)
-				trapvec_op_finish(op);
-			else
-				trapvec_op_write(op);
-		}
+		for (i = 0; i < ctx->count; i++)
+			ctx->ops[i].write = !ctx->ops[i].deferred;
+		trapvec_stop_rounds(ctx);
 		return;
 	case TRAPVEC_STAGE_DISARM:
 		/* Only our own CC goes: a byte someone else wrote since is theirs. */
 		for (i = 0; i < ctx->count; i++) {
-			r = ctx->ops[i].rec;
-			if (ctx->ops[i].int3_first &&
-			    READ_ONCE(*(const u8 *)r->addr) == INT3_INSN_OPCODE)
-				WRITE_ONCE(r->alias[0], r->old_bytes[0]);
-		}
-		return;
-	case TRAPVEC_STAGE_DEFERRED:
-		for (i = 0; i < ctx->count; i++) {
 			op = &ctx->ops[i];
-			if (!op->deferred)
-				continue;
-			if (trapvec_op_ready(op))
-				trapvec_op_write(op);
-			else
-				ctx->skipped++;
+			if (op->int3_first &&
+			    READ_ONCE(*(const u8 *)op->rec->addr) == INT3_INSN_OPCODE) {
+				WRITE_ONCE(op->rec->alias[0], op->rec->old_bytes[0]);
+				any = true;
+			}
 		}
+		if (any)
+			trapvec_stop_sync(ctx);
 		return;
 	}
 }
@@ -348,15 +461,27 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 static int trapvec_stop_cb(void *data)
 {
 	struct trapvec_stop_ctx *ctx = data;
+	int seen = 0, phase;
 
+	/* cpus_read_lock() is held by stop_machine(): the online count cannot change. */
 	if (atomic_inc_return(&ctx->arrived) == 1) {
+		while (atomic_read(&ctx->arrived) < num_online_cpus())
+			cpu_relax();
 		trapvec_stop_write(ctx);
 		/* Pairs with the acquire below: the others see every byte written. */
 		smp_store_release(&ctx->done, 1);
 	} else {
-		/* Pairs with the release above. */
-		while (!smp_load_acquire(&ctx->done))
+		/* Pairs with the releases of the writer. */
+		while (!smp_load_acquire(&ctx->done)) {
+			phase = smp_load_acquire(&ctx->phase);
+			if (phase != seen) {
+				/* Cross-modifying code: serialize before anything new can run. */
+				sync_core();
+				seen = phase;
+				atomic_inc(&ctx->acks);
+			}
 			cpu_relax();
+		}
 	}
 	/* Cross-modifying code: serialize before running anything that may be new. */
 	sync_core();
@@ -369,6 +494,8 @@ static int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage sta
 
 	ctx->stage = stage;
 	atomic_set(&ctx->arrived, 0);
+	atomic_set(&ctx->acks, 0);
+	ctx->phase = 0;
 	ctx->done = 0;
 	ctx->result = 0;
 	ctx->failed = TRAPVEC_NO_INDEX;
@@ -413,7 +540,9 @@ static int trapvec_map_alias(struct trapvec_live_patch *r)
 static void trapvec_live_unlist(struct trapvec_live_patch *r)
 {
 	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
-	list_del_rcu(&r->bl->list);
+	if (r->bl_listed)
+		list_del_rcu(&r->bl->list);
+	r->bl_listed = false;
 	trapvec_mem_put(TRAPVEC_MEM_PATCH, sizeof(*r->bl));
 	kfree_rcu(r->bl, rcu);
 	r->bl = NULL;
@@ -622,25 +751,26 @@ static int trapvec_cmp_pending(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Publish the int3_first sites of ops for the die notifier, before their CC is written. */
-static struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *ops, u32 n)
+/*
+ * Publish every site of ops for the die notifier, before any CC of ours is written there:
+ * apply and revert alike. Where a CPU that meets the CC is sent: for an apply, where the new
+ * patch sends it; for a revert, where the live patch still sends it (its trampoline replays
+ * the original instruction and jumps back behind the window; its dispatch entry cannot go
+ * while trapvec_mutex is held), which is right until the original first byte is back.
+ */
+static struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *ops, u32 n,
+						       gfp_t gfp)
 {
 	struct trapvec_pending *pend;
-	u32 i, count = 0;
+	u32 i;
 
-	for (i = 0; i < n; i++)
-		count += ops[i].int3_first;
-	pend = trapvec_kvmalloc(TRAPVEC_MEM_PENDING, 1, struct_size(pend, sites, count),
-				GFP_KERNEL);
+	pend = trapvec_kvmalloc(TRAPVEC_MEM_PENDING, 1, struct_size(pend, sites, n), gfp);
 	if (!pend)
 		return NULL;
-	pend->count = 0;
+	pend->count = n;
 	for (i = 0; i < n; i++) {
-		if (!ops[i].int3_first)
-			continue;
-		pend->sites[pend->count].addr = ops[i].rec->addr;
-		pend->sites[pend->count].dest = ops[i].rec->jmp ? ops[i].rec->dest : 0;
-		pend->count++;
+		pend->sites[i].addr = ops[i].rec->addr;
+		pend->sites[i].dest = ops[i].rec->jmp ? ops[i].rec->dest : 0;
 	}
 	sort(pend->sites, pend->count, sizeof(pend->sites[0]), trapvec_cmp_pending, NULL);
 	/* Orders the array's contents before the pointer; stop_machine() then orders it
@@ -704,6 +834,8 @@ static int trapvec_int3_notify(struct notifier_block *nb, unsigned long val, voi
 		/* A trap: what the trap would have done, counted once. */
 		ret = NOTIFY_STOP;
 	}
+	if (ret == NOTIFY_STOP)
+		atomic_long_inc(&trapvec_int3_redirects);
 	/*
 	 * Else a trap without its dispatch entry, which APPLY refuses and DISPATCH_REMOVE cannot
 	 * do meanwhile (trapvec_mutex is held from the first CC to the last): die() says so.
@@ -730,6 +862,16 @@ static struct notifier_block trapvec_int3_nb = {
 int trapvec_text_init(void)
 {
 	return register_die_notifier(&trapvec_int3_nb);
+}
+
+/*
+ * Unload, first of all (without trapvec_mutex, which the work takes): the module was not
+ * pinned, so the kprobe work is not rescheduled, but it may still be finishing after its
+ * module_put().
+ */
+void trapvec_text_cancel_work(void)
+{
+	cancel_delayed_work_sync(&trapvec_kprobe_work);
 }
 
 /* After trapvec_text_revert_all(): no batch is in flight. */
@@ -802,13 +944,15 @@ static int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 }
 
 /*
- * Write a checked batch: ARM, an RCU-tasks grace period and FINISH when some window spans
- * several instructions, else FINISH alone; then the deferred reverts. 0, or -ESTALE with
- * ctx->failed set and the text as it was before (nothing half applied).
+ * Write a checked batch, every stage int3 first (trapvec_stop_rounds()), its sites pending
+ * for the die notifier from before the first CC to after the last: ARM, an RCU-tasks grace
+ * period and FINISH when some window spans several instructions, else FINISH alone; then the
+ * deferred reverts. 0, or -ESTALE with ctx->failed set and the text as it was before
+ * (nothing half applied).
  */
 static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapvec_stop_ctx *ctx)
 {
-	struct trapvec_pending *pend = NULL;
+	struct trapvec_pending *pend;
 	bool int3_first = false, deferred = false;
 	int ret;
 	u32 i;
@@ -819,15 +963,13 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	}
 	ctx->ops = ops;
 	ctx->count = n;
+	pend = trapvec_pending_publish(ops, n, GFP_KERNEL);
+	if (!pend)
+		return -ENOMEM;
 	if (int3_first) {
-		pend = trapvec_pending_publish(ops, n);
-		if (!pend)
-			return -ENOMEM;
 		ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_ARM);
-		if (ret) {
-			trapvec_pending_withdraw(pend);
-			return ret;
-		}
+		if (ret)
+			goto out_withdraw;
 		/*
 		 * Every CPU has executed sync_core() after the CCs: no task enters an original
 		 * window any more. One preempted inside one (after its first instruction) has not
@@ -844,10 +986,8 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 		ctx->failed = failed;
 		ctx->result = ret;
 	}
-	if (pend)
-		trapvec_pending_withdraw(pend);
 	if (ret || !deferred)
-		return ret;
+		goto out_withdraw;
 	/* No task can still be on a springboard: nothing lands on it any more. */
 	synchronize_rcu_tasks();
 	trapvec_stop_run(ctx, TRAPVEC_STAGE_DEFERRED);
@@ -859,7 +999,109 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 		if (ops[i].deferred)
 			pr_debug("springboard at %pS reverted an RCU-tasks grace period after its jumpers\n",
 				 (void *)ops[i].rec->addr);
-	return 0;
+out_withdraw:
+	trapvec_pending_withdraw(pend);
+	return ret;
+}
+
+/*
+ * Kprobes on our bytes. register_kprobe() reads the blacklist before it takes kprobe_mutex,
+ * so a registration racing an APPLY can arm on a live patch: it copies our trap into its slot
+ * and writes its int3 over our first byte. Our revert then fails its comparison and the patch
+ * stays live, its trampoline and component in the arena; unloading would free the arena (the
+ * module's text) under the probe. So APPLY and QUIESCE look for a kprobe on any byte of every
+ * live patch (get_kprobe(), under kprobe_mutex), and while one exists the module holds a
+ * reference on itself: rmmod is refused as "in use", and dmesg names the site and the probe.
+ * A delayed work looks again every second and drops the reference once none is left. A probe
+ * that armed after the last look is met by unload itself, which waits for it to go
+ * (trapvec_text_wait_kprobes()): unload cannot fail.
+ */
+static struct kprobe *trapvec_live_kprobe(struct trapvec_live_patch **on)
+{
+	struct trapvec_live_patch *r;
+	struct kprobe *p;
+	u32 i;
+
+	lockdep_assert_held(&trapvec_mutex);
+	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
+	list_for_each_entry(r, &trapvec_live, node) {
+		for (i = 0; i < r->len; i++) {
+			p = trapvec_ksyms.get_kprobe((void *)(r->addr + i));
+			if (p) {
+				*on = r;
+				return p;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Pin or unpin the module as kprobes on live patches come and go; report: name one always. */
+static void trapvec_kprobe_pin_update(bool report)
+{
+	struct trapvec_live_patch *on = NULL;
+	struct kprobe *p = trapvec_live_kprobe(&on);
+
+	if (p && (report || !trapvec_kprobe_pinned))
+		pr_warn("kprobe at %pS (handler %ps) is armed on the live patch at %pS: unload is refused while it exists\n",
+			p->addr, p->pre_handler, (void *)on->addr);
+	if (p && !trapvec_kprobe_pinned) {
+		__module_get(THIS_MODULE);
+		trapvec_kprobe_pinned = true;
+		schedule_delayed_work(&trapvec_kprobe_work, HZ);
+	} else if (!p && trapvec_kprobe_pinned) {
+		trapvec_kprobe_pinned = false;
+		pr_info("no kprobe is armed on a live patch any more: unload is allowed again\n");
+		/* The work that may be running this is cancelled by unload (trapvec_text_exit()). */
+		module_put(THIS_MODULE);
+	}
+}
+
+static void trapvec_kprobe_work_fn(struct work_struct *work)
+{
+	mutex_lock(&trapvec_mutex);
+	mutex_lock(trapvec_ksyms.kprobe_mutex);
+	trapvec_kprobe_pin_update(false);
+	mutex_unlock(trapvec_ksyms.kprobe_mutex);
+	if (trapvec_kprobe_pinned)
+		schedule_delayed_work(&trapvec_kprobe_work, HZ);
+	mutex_unlock(&trapvec_mutex);
+}
+
+/* QUIESCE: look for kprobes on live patches, naming one if there is. */
+void trapvec_text_check_kprobes(void)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	mutex_lock(trapvec_ksyms.kprobe_mutex);
+	trapvec_kprobe_pin_update(true);
+	mutex_unlock(trapvec_ksyms.kprobe_mutex);
+}
+
+/*
+ * Unload, before the revert: no kprobe may be armed on a live patch (the module was not
+ * pinned, but one may have armed since the last look). Wait for it to go, however long,
+ * naming it every 5 s: the arena it runs goes with the module.
+ */
+void trapvec_text_wait_kprobes(void)
+{
+	struct trapvec_live_patch *on = NULL;
+	unsigned long next = jiffies;
+	struct kprobe *p;
+
+	lockdep_assert_held(&trapvec_mutex);
+	for (;;) {
+		mutex_lock(trapvec_ksyms.kprobe_mutex);
+		p = trapvec_live_kprobe(&on);
+		if (p && time_after_eq(jiffies, next)) {
+			pr_warn("unload waits for the kprobe at %pS (handler %ps) armed on the live patch at %pS\n",
+				p->addr, p->pre_handler, (void *)on->addr);
+			next = jiffies + 5 * HZ;
+		}
+		mutex_unlock(trapvec_ksyms.kprobe_mutex);
+		if (!p)
+			return;
+		msleep(100);
+	}
 }
 
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
@@ -1006,7 +1248,10 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		} else {
 			list_add_tail(&r->node, &trapvec_live);
 			trapvec_live_count++;
-			list_add_tail_rcu(&r->bl->list, trapvec_ksyms.kprobe_blacklist);
+			if (trapvec_kprobe_blacklist) {
+				list_add_tail_rcu(&r->bl->list, trapvec_ksyms.kprobe_blacklist);
+				r->bl_listed = true;
+			}
 		}
 	}
 	pr_debug("applied a batch of %u patches; %llu live\n", n, trapvec_live_count);
@@ -1017,35 +1262,83 @@ out_unwind:
 		if (ops[i].rec && !ops[i].undo)
 			trapvec_live_free(ops[i].rec);
 out_free:
+	trapvec_kprobe_pin_update(false);
 	mutex_unlock(kprobe_mutex);
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
 	return ret;
 }
 
 /*
- * Unload: write the original bytes back everywhere. Pass 1 reverts every patch no jmp lands
- * on, in one stop_machine(); pass 2, an RCU-tasks grace period later, the springboards (see
- * trapvec_link_springboards()).
+ * Unload cannot fail: an allocation it needs is retried until it succeeds, saying so.
+ * kvmalloc() of a few hundred KiB at most (16 bytes per live patch).
+ */
+static void *trapvec_unload_alloc(enum trapvec_mem_kind kind, size_t bytes)
+{
+	void *p;
+
+	while (!(p = trapvec_kvmalloc(kind, 1, bytes, GFP_KERNEL))) {
+		pr_warn_ratelimited("unload: waiting for %zu bytes of memory to revert the live patches\n",
+				    bytes);
+		msleep(100);
+	}
+	return p;
+}
+
+/* One pass of revert_all: every live patch that is (or is not) a springboard. */
+static u32 trapvec_revert_pass(bool springboards)
+{
+	struct trapvec_stop_ctx ctx = {};
+	struct trapvec_pending *pend;
+	struct trapvec_live_patch *r;
+	struct trapvec_text_op *ops;
+	u32 n = 0;
+
+	list_for_each_entry(r, &trapvec_live, node)
+		n += r->springboard == springboards;
+	if (!n)
+		return 0;
+	ops = trapvec_unload_alloc(TRAPVEC_MEM_SCRATCH, n * sizeof(*ops));
+	memset(ops, 0, n * sizeof(*ops));
+	n = 0;
+	list_for_each_entry(r, &trapvec_live, node) {
+		if (r->springboard != springboards)
+			continue;
+		ops[n].rec = r;
+		ops[n].undo = true;
+		n++;
+	}
+	while (!(pend = trapvec_pending_publish(ops, n, GFP_KERNEL))) {
+		pr_warn_ratelimited("unload: waiting for memory to publish %u pending sites\n", n);
+		msleep(100);
+	}
+	ctx.ops = ops;
+	ctx.count = n;
+	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+	trapvec_pending_withdraw(pend);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
+	return ctx.skipped;
+}
+
+/*
+ * Unload: write the original bytes back everywhere, int3 first (trapvec_stop_rounds()) with
+ * the sites pending. Pass 1 reverts every patch no jmp lands on, in one stop_machine(); pass
+ * 2, an RCU-tasks grace period later, the springboards (see trapvec_link_springboards()).
  */
 void trapvec_text_revert_all(void)
 {
 	struct trapvec_live_patch *r, *tmp;
-	struct trapvec_stop_ctx ctx = {};
-	u32 skipped, springboards = 0;
+	u32 skipped;
 
 	lockdep_assert_held(&trapvec_mutex);
 	if (!trapvec_live_count)
 		return;
-	ctx.pass = 1;
-	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
-	skipped = ctx.skipped;
-	list_for_each_entry(r, &trapvec_live, node)
-		springboards += r->springboard;
-	if (springboards) {
-		synchronize_rcu_tasks();
-		ctx.pass = 2;
-		trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
-		skipped += ctx.skipped;
+	skipped = trapvec_revert_pass(false);
+	list_for_each_entry(r, &trapvec_live, node) {
+		if (r->springboard) {
+			synchronize_rcu_tasks();
+			skipped += trapvec_revert_pass(true);
+			break;
+		}
 	}
 	if (skipped)
 		pr_err("%u live patches were changed by someone else and are left alone\n",

@@ -148,6 +148,9 @@ u32 trapvec_reserved_check(unsigned long addr, u32 len);
 /* text.c */
 int trapvec_text_init(void);
 void trapvec_text_exit(void);
+void trapvec_text_cancel_work(void);
+void trapvec_text_check_kprobes(void);
+void trapvec_text_wait_kprobes(void);
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req);
 void trapvec_text_revert_all(void);
 u64 trapvec_text_live_count(void);
