@@ -17,6 +17,9 @@
  *    labels, static calls, SMP lock prefixes (alternatives); and no BUG/WARN ud2 or
  *    exception-table instruction, whose fix-ups are keyed by address and would not follow
  *    the instruction into a trampoline;
+ *  - no branch target that user space cannot decode past the range's first byte: a jump
+ *    label's target (the kernel jumps there once it writes the jmp) or an exception fix-up
+ *    (a fault elsewhere resumes there); culprit = the table entry (reserved.c);
  *  - no kprobe registered on any byte of the range (armed or not), nor a jump-optimizable
  *    kprobe before it whose jmp would cover it: kprobes copy the instruction they probe and
  *    would rewrite our bytes when they arm, disarm or optimize (reason KPROBE, culprit = the
@@ -414,6 +417,9 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 	if (reason)
 		return reason;
 	reason = trapvec_check_kernel_tables(addr, len);
+	if (reason)
+		return reason;
+	reason = trapvec_hidden_check(addr, len, culprit);
 	if (reason)
 		return reason;
 	reason = trapvec_check_kprobes(addr, len, culprit);

@@ -102,6 +102,8 @@ int trapvec_ksyms_init(void)
 		{ "__stop_static_call_sites", &k->static_call_sites_end },
 		{ "__start___bug_table", &k->bug_table_start },
 		{ "__stop___bug_table", &k->bug_table_end },
+		{ "__start___ex_table", &k->ex_table_start },
+		{ "__stop___ex_table", &k->ex_table_end },
 	};
 	trapvec_lookup_name_t lookup;
 	unsigned int i;

@@ -9,12 +9,20 @@
  * skipped: their text is gone), so the module sorts their ranges once at load and answers by
  * binary search. Module text is rare and its tables come and go with the module: for it the
  * kernel's own functions are asked.
+ *
+ * The same goes for branch targets no decoder sees: the target of every jump label (the kernel
+ * writes a jmp there when the key flips) and the fix-up of every exception-table entry (a fault
+ * elsewhere resumes there). A window may start at one but not cover one past its first byte:
+ * the CPU would land in the middle of the new bytes. The core kernel's are sorted at load;
+ * a module's are searched in its own tables (a few dozen entries) at each check.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/bug.h>
+#include <linux/extable.h>
 #include <linux/jump_label.h>
 #include <linux/mm.h>
+#include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/static_call_types.h>
@@ -50,6 +58,70 @@ static void trapvec_rsv_add(unsigned long start, u32 len, u32 reason)
 	r->len = len;
 	r->reason = reason;
 	trapvec_rsv_maxlen = max(trapvec_rsv_maxlen, len);
+}
+
+/* A branch target the decoder cannot see, and the table entry that makes it one. */
+struct trapvec_hidden {
+	unsigned long addr;
+	unsigned long entry;	/* struct jump_entry or struct exception_table_entry */
+	u32 reason;		/* TRAPVEC_REASON_JUMP_TARGET or TRAPVEC_REASON_EXTABLE_FIXUP */
+};
+
+static struct trapvec_hidden *trapvec_hid;
+static size_t trapvec_hid_count;
+static size_t trapvec_hid_cap;	/* entries allocated */
+
+static int trapvec_hid_cmp(const void *a, const void *b)
+{
+	const struct trapvec_hidden *x = a, *y = b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Where a fault at e->insn resumes: ex_fixup_addr() of arch/x86/mm/extable.c. */
+static unsigned long trapvec_ex_fixup(const struct exception_table_entry *e)
+{
+	return (unsigned long)&e->fixup + e->fixup;
+}
+
+static void trapvec_hid_add(unsigned long addr, const void *entry, u32 reason)
+{
+	struct trapvec_hidden *h = &trapvec_hid[trapvec_hid_count++];
+
+	h->addr = addr;
+	h->entry = (unsigned long)entry;
+	h->reason = reason;
+}
+
+static int trapvec_hidden_init(void)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	struct jump_entry *je, *je_end = (struct jump_entry *)k->jump_table_end;
+	struct exception_table_entry *ex, *ex_end = (struct exception_table_entry *)k->ex_table_end;
+	size_t cap;
+
+	cap = (je_end - (struct jump_entry *)k->jump_table_start) +
+	      (ex_end - (struct exception_table_entry *)k->ex_table_start);
+	trapvec_hid = trapvec_kvmalloc(TRAPVEC_MEM_RESERVED, cap, sizeof(*trapvec_hid), GFP_KERNEL);
+	trapvec_hid_cap = cap;
+	if (!trapvec_hid)
+		return -ENOMEM;
+	for (je = (struct jump_entry *)k->jump_table_start; je < je_end; je++)
+		if (!jump_entry_is_init(je))
+			trapvec_hid_add(jump_entry_target(je), je, TRAPVEC_REASON_JUMP_TARGET);
+	/* Entries of init text stay in the table; their fix-ups are no window's business. */
+	for (ex = (struct exception_table_entry *)k->ex_table_start; ex < ex_end; ex++)
+		trapvec_hid_add(trapvec_ex_fixup(ex), ex, TRAPVEC_REASON_EXTABLE_FIXUP);
+	sort(trapvec_hid, trapvec_hid_count, sizeof(*trapvec_hid), trapvec_hid_cmp, NULL);
+	pr_debug("%zu hidden branch targets in core kernel text\n", trapvec_hid_count);
+	return 0;
+}
+
+static void trapvec_hidden_exit(void)
+{
+	trapvec_kvfree(TRAPVEC_MEM_RESERVED, trapvec_hid, trapvec_hid_cap * sizeof(*trapvec_hid));
+	trapvec_hid = NULL;
+	trapvec_hid_count = 0;
 }
 
 int trapvec_reserved_init(void)
@@ -89,11 +161,16 @@ int trapvec_reserved_init(void)
 
 	sort(trapvec_rsv, trapvec_rsv_count, sizeof(*trapvec_rsv), trapvec_rsv_cmp, NULL);
 	pr_debug("%zu reserved ranges in core kernel text\n", trapvec_rsv_count);
+	if (trapvec_hidden_init()) {
+		trapvec_reserved_exit();
+		return -ENOMEM;
+	}
 	return 0;
 }
 
 void trapvec_reserved_exit(void)
 {
+	trapvec_hidden_exit();
 	trapvec_kvfree(TRAPVEC_MEM_RESERVED, trapvec_rsv, trapvec_rsv_cap * sizeof(*trapvec_rsv));
 	trapvec_rsv = NULL;
 	trapvec_rsv_count = 0;
@@ -144,4 +221,81 @@ u32 trapvec_reserved_check(unsigned long addr, u32 len)
 	if (addr >= k->stext && addr + len <= k->etext)
 		return trapvec_reserved_core(addr, len);
 	return trapvec_reserved_module(addr, len);
+}
+
+/* Core kernel text: the first hidden target in (addr, addr + len), by binary search. */
+static u32 trapvec_hidden_core(unsigned long addr, u32 len, u64 *culprit, unsigned long *at)
+{
+	size_t lo = 0, hi = trapvec_hid_count;
+
+	/* The first target past addr: one at addr is where the window starts, which is fine. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (trapvec_hid[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == trapvec_hid_count || trapvec_hid[lo].addr >= addr + len)
+		return TRAPVEC_REASON_NONE;
+	*culprit = trapvec_hid[lo].entry;
+	*at = trapvec_hid[lo].addr;
+	return trapvec_hid[lo].reason;
+}
+
+/*
+ * Module text: its own jump entries and exception table, searched in place. The module cannot
+ * go meanwhile: its memory is freed after an RCU grace period, and preemption is off here.
+ */
+static u32 trapvec_hidden_module(unsigned long addr, u32 len, u64 *culprit, unsigned long *at)
+{
+	u32 reason = TRAPVEC_REASON_NONE;
+	struct module *mod;
+	unsigned int i;
+
+	preempt_disable();
+	mod = trapvec_ksyms.module_text_address(addr);
+	if (!mod)
+		goto out;
+#ifdef CONFIG_JUMP_LABEL
+	for (i = 0; i < mod->num_jump_entries; i++) {
+		struct jump_entry *je = &mod->jump_entries[i];
+
+		*at = jump_entry_target(je);
+		if (*at > addr && *at < addr + len) {
+			*culprit = (unsigned long)je;
+			reason = TRAPVEC_REASON_JUMP_TARGET;
+			goto out;
+		}
+	}
+#endif
+	for (i = 0; i < mod->num_exentries; i++) {
+		*at = trapvec_ex_fixup(&mod->extable[i]);
+		if (*at > addr && *at < addr + len) {
+			*culprit = (unsigned long)&mod->extable[i];
+			reason = TRAPVEC_REASON_EXTABLE_FIXUP;
+			goto out;
+		}
+	}
+out:
+	preempt_enable();
+	return reason;
+}
+
+u32 trapvec_hidden_check(unsigned long addr, u32 len, u64 *culprit)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long at = 0;
+	u32 reason;
+
+	if (addr >= k->stext && addr + len <= k->etext)
+		reason = trapvec_hidden_core(addr, len, culprit, &at);
+	else
+		reason = trapvec_hidden_module(addr, len, culprit, &at);
+	if (reason)
+		pr_debug("%pS: %s at %pS inside the window\n", (void *)addr,
+			 reason == TRAPVEC_REASON_JUMP_TARGET ? "jump-label target" : "exception fix-up",
+			 (void *)at);
+	return reason;
 }

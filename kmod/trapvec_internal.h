@@ -86,6 +86,7 @@ struct trapvec_ksyms {
 	unsigned long jump_table_start, jump_table_end;
 	unsigned long static_call_sites_start, static_call_sites_end;
 	unsigned long bug_table_start, bug_table_end;
+	unsigned long ex_table_start, ex_table_end;
 };
 
 extern struct trapvec_ksyms trapvec_ksyms;
@@ -144,6 +145,7 @@ bool trapvec_may_read(void);
 int trapvec_reserved_init(void);
 void trapvec_reserved_exit(void);
 u32 trapvec_reserved_check(unsigned long addr, u32 len);
+u32 trapvec_hidden_check(unsigned long addr, u32 len, u64 *culprit);
 
 /* text.c */
 int trapvec_text_init(void);
