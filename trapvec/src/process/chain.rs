@@ -21,7 +21,7 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering::SeqCst};
 
 use crate::process::sys;
 
@@ -155,13 +155,47 @@ pub fn strip_never_blocked(set: &mut libc::sigset_t) -> u64 {
 
 /// Record the program's disposition of an owned signal: return the previous one and, if `new`
 /// is given, record it. `None` if `sig` is not owned (then the caller installs it as usual).
+///
+/// A child that shares this memory ([`shares_the_owners_memory`]) gets the record's value back
+/// but records nothing: the record is its parent's.
 pub fn program_action(sig: libc::c_int, new: Option<&Disposition>) -> Option<Disposition> {
     let i = index(sig)?;
     let old = match new {
-        Some(d) => CURRENT[i].swap(intern(d), SeqCst),
-        None => CURRENT[i].load(SeqCst),
+        Some(d) if !shares_the_owners_memory() => CURRENT[i].swap(intern(d), SeqCst),
+        _ => CURRENT[i].load(SeqCst),
     };
     Some(read(old))
+}
+
+/// The process whose dispositions [`CURRENT`] records: the one that installed trapvec's
+/// handlers, then each fork child in its own copy (0 before installation).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// The calling process is the record's owner from now on (at installation, in a fork child).
+pub(crate) fn set_owner() {
+    OWNER.store(sys::getpid(), SeqCst);
+}
+
+/// Whether the caller is another process that shares the owner's memory: a `vfork` child or a
+/// `clone(CLONE_VM)` child, which has its own dispositions but would write its parent's record
+/// (a vfork child resetting SIGSEGV before its exec would take the parent's own handler away:
+/// issue 24, item 10). Told by `kcmp(KCMP_VM)`; a child with its own copy of memory (a raw
+/// `fork` system call, no atfork handler ran) becomes the owner of its copy. If `kcmp` cannot
+/// tell (no `CONFIG_KCMP`, refused), the caller is taken to share: the parent's record is kept.
+pub(crate) fn shares_the_owners_memory() -> bool {
+    let owner = OWNER.load(SeqCst);
+    let me = sys::getpid();
+    if owner == 0 || owner == me {
+        return false;
+    }
+    const KCMP_VM: u64 = 1;
+    // SAFETY: integer arguments only.
+    let r = unsafe { sys::syscall6(libc::SYS_kcmp, [me as u64, owner as u64, KCMP_VM, 0, 0, 0]) };
+    if r > 0 {
+        OWNER.store(me, SeqCst);
+        return false;
+    }
+    true
 }
 
 fn read(p: *const Disposition) -> Disposition {
@@ -180,6 +214,7 @@ pub(crate) fn record_previous(sig: libc::c_int, old: &libc::sigaction) {
         libc::SIGTRAP => 1,
         _ => 2,
     };
+    set_owner();
     // trapvec's own handler is never a program disposition (a second installation attempt).
     CURRENT[i].store(intern(&Disposition::from_sigaction(old)), SeqCst);
 }

@@ -14,7 +14,8 @@
 //! was inside a handler at the fork does not exist in the child).
 //!
 //! A raw `clone`/`fork` system call, or `vfork`, runs no atfork handler: such a child must only
-//! `exec` or `_exit`.
+//! `exec` or `_exit`. If it shares the memory, its `sigaction` calls leave the parent's recorded
+//! dispositions alone ([`chain::shares_the_owners_memory`](super::chain::shares_the_owners_memory)).
 
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -59,6 +60,8 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let held = HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    // The child's copy of the recorded dispositions is its own.
+    crate::process::chain::set_owner();
     DISPATCH.reset_readers_after_fork();
     TRANSIENT.reset_readers_after_fork();
     WRITTEN.reset_readers_after_fork();
