@@ -1,0 +1,62 @@
+//! A trap taken where RCU is not watching (`vmtest/scenarios/kernel_rcu_idle.sh`, issue 24
+//! item 2): with `vmtest/kmods/idle_poll` giving the guest a poll+halt cpuidle driver (as
+//! cpuidle-haltpoll does in KVM guests), a trap splice on `cpuidle_poll_time()` is taken in
+//! `poll_idle()`, after `cpuidle_enter_state()` entered RCU-idle. The handler
+//! (`components/tv_rcu_watch.c`) counts whether RCU was watching when it ran: never "not
+//! watching", because the dispatcher entered RCU as an NMI does; the module counted those traps
+//! (`rcu_idle` > 0: the case was really covered). Then the splice is removed and made again in
+//! a loop while both CPUs poll through it: no oops (vmtest), no RCU complaint in dmesg, and the
+//! module still unloads.
+//!
+//! `TRAPVEC_RCU_IDLE_MODULE=/path/trapvec.ko` tests that module instead of the tree's (a module
+//! without the fix runs the handler with RCU not watching: UNWATCHED > 0).
+
+use std::path::PathBuf;
+
+use vmtest::build::Builder;
+use vmtest::host::KernelInstall;
+use vmtest::testing::{can_boot, repo_root, tvraw, Scenario};
+
+/// Builds `vmtest/kmods/idle_poll/tv_idle_poll.ko` against the guest kernel.
+fn idle_poll_module() -> PathBuf {
+    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
+    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
+    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
+    builder
+        .external_module(&repo_root().join("vmtest/kmods/idle_poll"), "tv_idle_poll")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_removal_loops() {
+    if !can_boot("kernel scenario") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut scenario = Scenario::named("kernel_rcu_idle.sh").file(idle_poll_module()).file(tvraw(dir.path())).timeout(400);
+    if let Ok(path) = std::env::var("TRAPVEC_RCU_IDLE_MODULE") {
+        let path = PathBuf::from(path);
+        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
+        scenario = scenario.file(&path).append(&format!("tv_rcu_idle.module={name}"));
+    }
+    let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
+    println!("{}", run.stdout);
+    run.assert_passed();
+    assert!(run.stdout.contains("RCU_IDLE_DONE"), "the scenario ran to its end");
+    assert_eq!(run.expect("DRIVER"), "tv_idle_poll", "the guest idles through cpuidle");
+    let hits = run.number("HITS");
+    assert!(hits > 100, "poll_idle called cpuidle_poll_time through the trap: {hits} hits");
+    assert_eq!(run.number("UNWATCHED"), 0, "the handler never ran with RCU not watching");
+    assert!(run.number("WATCHED") >= hits, "the handler ran for every hit");
+    let rcu_idle = run.number("RCU_IDLE");
+    assert!(rcu_idle >= hits, "the dispatcher counted {rcu_idle} traps taken in RCU-idle ({hits} hits): the case was covered");
+    assert_eq!(run.number("CYCLES_DONE"), 30, "every removal cycle completed");
+    assert_eq!(run.number("UNWATCHED_END"), 0);
+    assert!(run.number("RCU_IDLE_END") > rcu_idle, "traps were taken in RCU-idle during the removal cycles");
+    assert_eq!(run.expect("UNSPLICED"), "yes");
+    assert_eq!(run.expect("UNLOADED"), "yes");
+    assert!(run.expect("QUIESCE").starts_with("ret=0 "), "{}", run.expect("QUIESCE"));
+    assert_eq!(run.number("RCU_COMPLAINTS"), 0, "no RCU complaint in dmesg");
+    assert_eq!(run.expect("RMMOD"), "yes");
+    println!("kernel_rcu_idle: {hits} hits in 2 s of polling, 30 removal cycles in {} s", run.number("CYCLE_SECONDS"));
+}
