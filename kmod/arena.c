@@ -64,6 +64,10 @@
 #include "trapvec_arena.h"
 #include "trapvec_internal.h"
 
+#if TRAPVEC_RUNTIME_ARENA
+#include <linux/execmem.h>
+#endif
+
 struct trapvec_arena {
 	const char *name;
 	u32 kind;
@@ -144,27 +148,80 @@ void trapvec_sync_tasks(void)
 	synchronize_rcu_tasks_rude();
 }
 
+#if TRAPVEC_RUNTIME_ARENA
+static u8 *trapvec_code_arena;
+
+/* The code arena from the module area, int3 everywhere, then read-only and executable. */
+static int trapvec_code_arena_get(void)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	int ret;
+
+	trapvec_code_arena = k->execmem_alloc(EXECMEM_MODULE_TEXT, TRAPVEC_CODE_ARENA_SIZE);
+	if (!trapvec_code_arena)
+		return -ENOMEM;
+	memset(trapvec_code_arena, INT3_INSN_OPCODE, TRAPVEC_CODE_ARENA_SIZE);
+	ret = k->set_memory_rox((unsigned long)trapvec_code_arena,
+				TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT);
+	if (ret) {
+		pr_err("cannot make the code arena read-only and executable: %d\n", ret);
+		k->execmem_free(trapvec_code_arena);
+		trapvec_code_arena = NULL;
+	}
+	return ret;
+}
+
+/* execmem_free() resets the permissions (VM_FLUSH_RESET_PERMS) before it frees. */
+static void trapvec_code_arena_put(void)
+{
+	if (trapvec_code_arena)
+		trapvec_ksyms.execmem_free(trapvec_code_arena);
+	trapvec_code_arena = NULL;
+}
+#else
+extern u8 trapvec_code_arena[];	/* arena_text.S: part of the module's text */
+
+static int trapvec_code_arena_get(void)
+{
+	return 0;
+}
+
+static void trapvec_code_arena_put(void)
+{
+}
+#endif
+
 int trapvec_arena_init(void)
 {
 	unsigned int i, npages = TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT;
 	struct page **pages;
+	int ret;
 
 	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE % PAGE_SIZE);
 
+	ret = trapvec_code_arena_get();
+	if (ret)
+		return ret;
+
 	pages = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, npages, sizeof(*pages), GFP_KERNEL);
-	if (!pages)
-		return -ENOMEM;
+	if (!pages) {
+		ret = -ENOMEM;
+		goto out_arena;
+	}
 	for (i = 0; i < npages; i++) {
 		pages[i] = vmalloc_to_page(trapvec_code_arena + i * PAGE_SIZE);
 		if (!pages[i]) {
 			trapvec_kvfree(TRAPVEC_MEM_SCRATCH, pages, npages * sizeof(*pages));
-			return -EFAULT;
+			ret = -EFAULT;
+			goto out_arena;
 		}
 	}
 	trapvec_code.alias = trapvec_vmap(TRAPVEC_MEM_ALIAS, pages, npages);
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, pages, npages * sizeof(*pages));
-	if (!trapvec_code.alias)
-		return -ENOMEM;
+	if (!trapvec_code.alias) {
+		ret = -ENOMEM;
+		goto out_arena;
+	}
 	trapvec_code.base = (unsigned long)trapvec_code_arena;
 	/* int3 everywhere: a stray jump into unallocated arena stops at once. */
 	memset(trapvec_code.alias, INT3_INSN_OPCODE, TRAPVEC_CODE_ARENA_SIZE);
@@ -172,6 +229,10 @@ int trapvec_arena_init(void)
 	trapvec_data.base = (unsigned long)trapvec_data_arena;
 	trapvec_data.alias = trapvec_data_arena;
 	return 0;
+
+out_arena:
+	trapvec_code_arena_put();
+	return ret;
 }
 
 static void trapvec_arena_release(struct trapvec_arena *a)
@@ -197,6 +258,7 @@ void trapvec_arena_exit(void)
 		trapvec_vunmap(TRAPVEC_MEM_ALIAS, trapvec_code.alias,
 			       TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT);
 	trapvec_code.alias = NULL;
+	trapvec_code_arena_put();
 }
 
 static struct trapvec_arena_block *trapvec_block_find(u64 id)

@@ -9,13 +9,15 @@
  * ("ax", @nobits): it adds nothing to the .ko file, the module loader places it with the
  * rest of the text (it goes by the flags) and zero-fills it, and arena.c fills it with int3
  * through a writable alias before anything can jump there. It holds no code at build time,
- * so objtool is told to skip this file (Kbuild).
+ * so objtool is told to skip this file (Kbuild). Since 6.10 the arena is allocated at load
+ * instead (trapvec_arena.h says why) and this file is empty.
  */
 #include <linux/linkage.h>
 #include <asm/page_types.h>
 
 #include "trapvec_arena.h"
 
+#if !TRAPVEC_RUNTIME_ARENA
 	.section .trapvec_arena, "ax", @nobits
 	.balign	PAGE_SIZE
 	.globl	trapvec_code_arena
@@ -23,3 +25,4 @@
 trapvec_code_arena:
 	.skip	TRAPVEC_CODE_ARENA_SIZE
 	.size	trapvec_code_arena, TRAPVEC_CODE_ARENA_SIZE
+#endif

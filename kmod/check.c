@@ -328,15 +328,18 @@ found:
 }
 
 /*
- * Thunks outside __indirect_thunk_start..end: the SRSO alias thunks sit in sections of their
- * own around entry text (arch/x86/kernel/vmlinux.lds.S), and their names are what is stable
- * across stable kernels.
+ * Thunks outside __indirect_thunk_start..end (and every thunk on 6.12, which has no such
+ * bounds): the SRSO alias thunks sit in sections of their own around entry text
+ * (arch/x86/kernel/vmlinux.lds.S), and their names are what is stable across stable kernels.
+ * With call padding (6.12), the 16 bytes before each function are a symbol of their own,
+ * __pfx_<function> (and __cfi_<function> with CFI): padding that call-depth tracking turns into
+ * an accounting thunk at boot, never a place for a site.
  */
 static bool trapvec_is_thunk_name(unsigned long addr)
 {
 	static const char * const prefixes[] = {
 		"srso_", "retbleed_", "__x86_return_thunk", "__x86_indirect_", "its_return_thunk",
-		"entry_untrain_ret", "entry_ibpb", "zen_untrain_ret",
+		"entry_untrain_ret", "entry_ibpb", "zen_untrain_ret", "__pfx_", "__cfi_",
 	};
 	char name[KSYM_SYMBOL_LEN];
 	unsigned int i;

@@ -18,6 +18,7 @@
 #include <linux/kprobes.h>
 #include <linux/printk.h>
 
+#include "trapvec_arena.h"
 #include "trapvec_internal.h"
 
 struct trapvec_ksyms trapvec_ksyms;
@@ -46,6 +47,7 @@ static trapvec_lookup_name_t trapvec_find_lookup_name(void)
 struct trapvec_ksym_ref {
 	const char *name;
 	unsigned long *slot;
+	bool optional;		/* absent on some kernels: the slot stays 0 */
 };
 
 int trapvec_ksyms_init(void)
@@ -89,8 +91,12 @@ int trapvec_ksyms_init(void)
 		{ "__entry_text_end", &k->entry_text_end },
 		{ "__noinstr_text_start", &k->noinstr_text_start },
 		{ "__noinstr_text_end", &k->noinstr_text_end },
-		{ "__indirect_thunk_start", &k->thunk_start },
-		{ "__indirect_thunk_end", &k->thunk_end },
+		/*
+		 * 6.1 only: 6.12 has no bounds around its thunk sections; its thunks are refused
+		 * by name (check.c) on both.
+		 */
+		{ "__indirect_thunk_start", &k->thunk_start, true },
+		{ "__indirect_thunk_end", &k->thunk_end, true },
 		{ "__cpuidle_text_start", &k->cpuidle_text_start },
 		{ "__cpuidle_text_end", &k->cpuidle_text_end },
 		{ "__static_call_text_start", &k->static_call_text_start },
@@ -104,6 +110,11 @@ int trapvec_ksyms_init(void)
 		{ "__stop___bug_table", &k->bug_table_end },
 		{ "__start___ex_table", &k->ex_table_start },
 		{ "__stop___ex_table", &k->ex_table_end },
+#if TRAPVEC_RUNTIME_ARENA
+		{ "execmem_alloc", (unsigned long *)&k->execmem_alloc },
+		{ "execmem_free", (unsigned long *)&k->execmem_free },
+		{ "set_memory_rox", (unsigned long *)&k->set_memory_rox },
+#endif
 	};
 	trapvec_lookup_name_t lookup;
 	unsigned int i;
@@ -117,6 +128,10 @@ int trapvec_ksyms_init(void)
 	for (i = 0; i < ARRAY_SIZE(refs); i++) {
 		unsigned long addr = lookup(refs[i].name);
 
+		if (!addr && refs[i].optional) {
+			pr_debug("optional kernel symbol %s not found\n", refs[i].name);
+			continue;
+		}
 		if (!addr) {
 			pr_err("kernel symbol %s not found\n", refs[i].name);
 			return -ENOENT;

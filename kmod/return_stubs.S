@@ -33,6 +33,12 @@
 #include <asm/unwind_hints.h>
 
 #include "trapvec_returns.h"
+#include <linux/version.h>
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
+#define TRAPVEC_STUB_HINT UNWIND_HINT_END_OF_STACK
+#else
+#define TRAPVEC_STUB_HINT UNWIND_HINT_EMPTY
+#endif
 
 	.text
 
@@ -40,7 +46,7 @@
 SYM_CODE_START_NOALIGN(trapvec_rp_stubs)
 	.set trapvec_rp_i, 0
 	.rept TRAPVEC_RP_INSTANCES
-	UNWIND_HINT_EMPTY
+	TRAPVEC_STUB_HINT
 	ANNOTATE_NOENDBR
 	nop
 	pushq	$trapvec_rp_i
@@ -58,7 +64,7 @@ _ASM_NOKPROBE(trapvec_rp_stubs)
  * stack pointer is %rsp + 152.
  */
 SYM_CODE_START(trapvec_rp_common)
-	UNWIND_HINT_EMPTY
+	TRAPVEC_STUB_HINT
 	pushfq
 	/* C code runs with AC clear (SMAP) and DF clear; popfq gives both back. */
 	ASM_CLAC

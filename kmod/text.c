@@ -151,7 +151,7 @@ struct trapvec_live_patch {
 	u8 *alias;		/* writable view of addr inside vm */
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
 	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
-	struct kprobe_blacklist_entry *bl;
+	struct trapvec_blacklist_entry *bl;
 	bool bl_listed;		/* bl is on the list (not with the test knob kprobe_blacklist=0) */
 	/*
 	 * The live patch this one's jmp lands on (a springboard: jmp rel8 -> jmp rel32 in
@@ -541,7 +541,7 @@ static void trapvec_live_unlist(struct trapvec_live_patch *r)
 {
 	lockdep_assert_held(trapvec_ksyms.kprobe_mutex);
 	if (r->bl_listed)
-		list_del_rcu(&r->bl->list);
+		list_del_rcu(&r->bl->entry.list);
 	r->bl_listed = false;
 	trapvec_mem_put(TRAPVEC_MEM_PATCH, sizeof(*r->bl));
 	kfree_rcu(r->bl, rcu);
@@ -1184,8 +1184,8 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 		trapvec_mem_got(TRAPVEC_MEM_PATCH, sizeof(*ops[i].rec->bl));
-		ops[i].rec->bl->start_addr = p->addr;
-		ops[i].rec->bl->end_addr = p->addr + p->len;
+		ops[i].rec->bl->entry.start_addr = p->addr;
+		ops[i].rec->bl->entry.end_addr = p->addr + p->len;
 		ops[i].rec->addr = p->addr;
 		ops[i].rec->len = p->len;
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
@@ -1249,7 +1249,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			list_add_tail(&r->node, &trapvec_live);
 			trapvec_live_count++;
 			if (trapvec_kprobe_blacklist) {
-				list_add_tail_rcu(&r->bl->list, trapvec_ksyms.kprobe_blacklist);
+				list_add_tail_rcu(&r->bl->entry.list, trapvec_ksyms.kprobe_blacklist);
 				r->bl_listed = true;
 			}
 		}

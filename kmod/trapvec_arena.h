@@ -1,7 +1,24 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Arena sizes, shared by arena.c and arena_text.S. */
+/* Arena sizes and where the code arena comes from, shared by arena.c and arena_text.S. */
 #ifndef _TRAPVEC_ARENA_H
 #define _TRAPVEC_ARENA_H
+
+#include <linux/version.h>
+
+/*
+ * Until 6.9 the code arena is a NOBITS "ax" section of the module's own text (arena_text.S).
+ * Since 6.10 module_alloc() is gone, and on kernels with IBT (6.12's) objtool validates the
+ * linked module as a whole, where a per-file exemption no longer applies, and it cannot read
+ * an executable section without contents (it crashes). There the arena is allocated at load
+ * from the module area (execmem_alloc(EXECMEM_MODULE_TEXT): within rel32 reach of the kernel,
+ * as module text is), filled with int3 and made read-only and executable with
+ * set_memory_rox(), both found at run time; execmem_free() gives it back at unload.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
+#define TRAPVEC_RUNTIME_ARENA 1
+#else
+#define TRAPVEC_RUNTIME_ARENA 0
+#endif
 
 /*
  * 8 MiB of code: user space takes 512 bytes per splice, so 16,384 splices live at once

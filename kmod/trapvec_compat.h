@@ -7,6 +7,7 @@
 #ifndef TRAPVEC_COMPAT_H
 #define TRAPVEC_COMPAT_H
 
+#include <linux/kprobes.h>
 #include <linux/module.h>
 #include <linux/version.h>
 
@@ -64,5 +65,15 @@ static inline unsigned long trapvec_current_task_offset(void)
 	return (unsigned long)&current_task;
 #endif
 }
+
+/*
+ * A range of ours on the kprobes blacklist. 6.1's kprobe_blacklist_entry carries an rcu_head,
+ * 6.12's does not; ours always does, so a removed entry is freed after a grace period on both
+ * (kfree_rcu()), whatever the kernel's readers of the list hold.
+ */
+struct trapvec_blacklist_entry {
+	struct kprobe_blacklist_entry entry;
+	struct rcu_head rcu;
+};
 
 #endif /* TRAPVEC_COMPAT_H */

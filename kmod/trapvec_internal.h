@@ -62,6 +62,10 @@ struct trapvec_ksyms {
 	int (*insn_decode)(struct insn *insn, const void *kaddr, int buf_len, enum insn_mode mode);
 	int (*arch_jump_entry_size)(struct jump_entry *entry);
 	int (*alternatives_text_reserved)(void *start, void *end);
+	/* Since 6.10 (trapvec_arena.h): the code arena's memory; NULL before. */
+	void *(*execmem_alloc)(int type, size_t size);
+	void (*execmem_free)(void *ptr);
+	int (*set_memory_rox)(unsigned long addr, int numpages);
 	struct kprobe *(*get_kprobe)(void *addr);
 	int (*kprobe_aggr_pre_handler)(struct kprobe *p, struct pt_regs *regs);
 	bool (*is_insn_slot_addr)(struct kprobe_insn_cache *c, unsigned long addr);
@@ -118,8 +122,7 @@ void trapvec_dispatch_clear(void);
 u64 trapvec_dispatch_count(void);
 void trapvec_dispatch_stats(u64 *unknown, u64 *retried);
 
-/* arena.c (arena_text.S holds the code arena) */
-extern u8 trapvec_code_arena[];
+/* arena.c (arena_text.S holds the code arena until 6.9) */
 int trapvec_arena_init(void);
 void trapvec_arena_exit(void);
 int trapvec_arena_alloc(struct trapvec_alloc *req);
