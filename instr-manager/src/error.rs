@@ -73,7 +73,7 @@ pub enum Refusal {
     WindowCrossesBlock { site: u64, window_end: u64, block_start: u64, block_end: u64, last: String },
     #[error("`{insn}` at {addr:#x} (window at {site:#x}) cannot be relocated: {reason}")]
     Unrelocatable { site: u64, addr: u64, insn: String, reason: String },
-    #[error("the window at {site:#x} overlaps the ftrace site [{entry:#x}, {fentry_end:#x}) of `{func}`, which the kernel rewrites by itself")]
+    #[error("the window at {site:#x} overlaps the entry [{entry:#x}, {fentry_end:#x}) of `{func}`: its ftrace site, which the kernel rewrites by itself, and its endbr64 if IBT is on, where indirect calls land")]
     OverlapsFentry { site: u64, func: String, entry: u64, fentry_end: u64 },
     #[error("[{lo:#x}, {hi:#x}) (window at {site:#x}) overlaps text that is already patched or a springboard in use")]
     AlreadyPatched { site: u64, lo: u64, hi: u64 },

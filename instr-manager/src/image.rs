@@ -325,6 +325,13 @@ impl CodeImage {
         }
     }
 
+    /// Where a function's ftrace site may be: its entry, or behind the `endbr64` that starts it
+    /// where the kernel has IBT (6.12).
+    fn fentry_slot(&self, entry: u64) -> u64 {
+        let endbr = self.read(entry, crate::point::ENDBR64.len()).is_some_and(|b| b == crate::point::ENDBR64);
+        entry + if endbr { crate::point::ENDBR64.len() as u64 } else { 0 }
+    }
+
     /// NOP the function entries that `call` the image's own `__fentry__` symbol.
     fn nop_calls_to_fentry(&mut self) {
         let Some(fentry) = self.symbols.lookup("__fentry__").map(|s| s.addr) else {
@@ -334,13 +341,14 @@ impl CodeImage {
         let sites: Vec<u64> = self
             .functions
             .iter()
-            .map(|f| f.start)
+            .map(|f| self.fentry_slot(f.start))
             .filter(|&e| self.read(e, 5).is_some_and(|b| call_target(b, e) == Some(fentry)))
             .collect();
         self.nop_fentry_calls(&sites);
     }
 
-    /// Write NOP5 over the 5 bytes at each of `sites` (function entries holding `call __fentry__`).
+    /// Write NOP5 over the 5 bytes at each of `sites` (function entries, or the byte behind their
+    /// `endbr64`, holding `call __fentry__`).
     fn nop_fentry_calls(&mut self, sites: &[u64]) {
         for &site in sites {
             let i = self.regions.partition_point(|r| r.addr <= site) - 1;
@@ -530,7 +538,7 @@ fn relocatable(
     img.has_except_table = file.section_by_name(".gcc_except_table").is_some();
     fentry_sites.sort_unstable();
     let entries: Vec<u64> =
-        img.functions.iter().map(|f| f.start).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
+        img.functions.iter().map(|f| img.fentry_slot(f.start)).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
     img.nop_fentry_calls(&entries);
     Ok(img)
 }

@@ -38,7 +38,7 @@ pub use plan::{
     plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, SiteVerdict, Springboard,
     UnknownMechanism,
 };
-pub use point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
+pub use point::{is_fentry_site, kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, ENDBR64, KERNEL_ENTRY_MAX};
 pub use relocate::relocate;
 pub use spec::{ComponentSpec, SetSpec, Spec};
 pub use splice::{Action, SpliceFormError, SpliceOptions, SpliceRequest, When};

@@ -23,7 +23,7 @@ use trapvec::{SymbolTable, TargetInfo};
 
 use crate::analysis::{intel_list, Function, Insn, ReadFn};
 use crate::error::Refusal;
-use crate::point::{FENTRY_LEN, NOP5};
+use crate::point::{ENDBR64, FENTRY_LEN, NOP5};
 use crate::relocate::{check_relocatable, reaches, LAYOUT_MARGIN};
 
 /// Length of the trap `CD F5`.
@@ -221,12 +221,30 @@ pub fn plan_jmp_springboard(input: &PlanInput<'_>, site: u64) -> Result<Plan, Re
     Ok(Plan { site, mechanism: Mechanism::Jmp, displaced, displaced_len, patch_len: JMP_REL8_LEN, springboard: Some(sb) })
 }
 
-/// Whether the function starts with an ftrace site that the kernel rewrites.
+/// Whether the function starts with an ftrace site that the kernel rewrites (after its
+/// `endbr64` where the kernel has IBT).
 pub fn has_fentry_site(func: &Function, info: &TargetInfo) -> bool {
-    info.has_fentry
-        && func.insns.first().is_some_and(|i| {
-            i.addr == func.start && i.len as u64 == FENTRY_LEN && (i.instr.is_call_near() || func.insn_bytes(i) == NOP5)
-        })
+    kernel_entry(func, info).is_some_and(|(endbr, end)| end - func.start > endbr)
+}
+
+/// The bytes at a kernel function's entry that the kernel owns: `[func.start, end)`, of which
+/// the first `endbr` bytes are an `endbr64` (IBT: indirect calls land on it) and the rest the
+/// ftrace site; `None` where there is neither (or the target is not a kernel).
+pub fn kernel_entry(func: &Function, info: &TargetInfo) -> Option<(u64, u64)> {
+    if !info.has_fentry {
+        return None;
+    }
+    let mut insns = func.insns.iter().peekable();
+    let mut end = func.start;
+    let mut endbr = 0;
+    if let Some(i) = insns.next_if(|i| i.addr == end && func.insn_bytes(i) == ENDBR64) {
+        endbr = i.len as u64;
+        end += endbr;
+    }
+    if insns.next_if(|i| i.addr == end && i.len as u64 == FENTRY_LEN && (i.instr.is_call_near() || func.insn_bytes(i) == NOP5)).is_some() {
+        end += FENTRY_LEN;
+    }
+    (end > func.start).then_some((endbr, end))
 }
 
 /// Checks that depend on the site only.
@@ -246,13 +264,8 @@ fn check_site(func: &Function, info: &TargetInfo, site: u64) -> Result<(), Refus
             insn: before.map_or_else(String::new, Insn::intel),
         });
     }
-    if has_fentry_site(func, info) && site < func.start + FENTRY_LEN {
-        return Err(Refusal::OverlapsFentry {
-            site,
-            func: func.name.clone(),
-            entry: func.start,
-            fentry_end: func.start + FENTRY_LEN,
-        });
+    if let Some((_, end)) = kernel_entry(func, info).filter(|&(_, end)| site < end) {
+        return Err(Refusal::OverlapsFentry { site, func: func.name.clone(), entry: func.start, fentry_end: end });
     }
     Ok(())
 }

@@ -9,9 +9,12 @@
 //! first, versions hidden from links (`name@VER`) only when asked for; several definitions
 //! left after that are refused as ambiguous, each candidate named.
 //!
-//! With [`TargetInfo::has_fentry`], a point at a function's entry whose first instruction is the
-//! ftrace site (a 5-byte `call __fentry__`, or the 5-byte NOP ftrace turns it into) moves to
-//! entry+5: the kernel rewrites those bytes by itself, so they are never spliced.
+//! With [`TargetInfo::has_fentry`], a point at a function's entry moves past what the kernel owns
+//! there ([`kernel_entry_len`]): the ftrace site (a 5-byte `call __fentry__`, or the 5-byte NOP
+//! ftrace turns it into), which the kernel rewrites by itself, and, where the kernel is built with
+//! IBT (6.12: `CONFIG_X86_KERNEL_IBT`), the `endbr64` before it, on which every indirect call must
+//! land: entry+5 on 6.1, entry+9 on 6.12. Neither is ever spliced, so the function still starts
+//! with its `endbr64` while a replacement is live.
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +33,20 @@ pub const NOP5: [u8; 5] = [0x0F, 0x1F, 0x44, 0x00, 0x00];
 /// `call rel32` or the 5-byte NOP.
 pub fn is_fentry_site(bytes: &[u8]) -> bool {
     bytes.len() >= 5 && (bytes[0] == 0xE8 || bytes[..5] == NOP5)
+}
+
+/// `endbr64`: with IBT, an indirect branch must land on it or the CPU raises #CP.
+pub const ENDBR64: [u8; 4] = [0xF3, 0x0F, 0x1E, 0xFA];
+
+/// How many bytes [`kernel_entry_len`] needs from a function's entry.
+pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + FENTRY_LEN as usize;
+
+/// How many bytes at a kernel function's entry belong to the kernel: an `endbr64`, then an
+/// ftrace site, each optional (0, 4, 5 or 9). `bytes` starts at the entry (short reads give 0
+/// for what they do not hold).
+pub fn kernel_entry_len(bytes: &[u8]) -> u64 {
+    let endbr = if bytes.starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
+    endbr as u64 + if is_fentry_site(&bytes[endbr..]) { FENTRY_LEN } else { 0 }
 }
 
 /// A point as written by the user.
@@ -218,14 +235,14 @@ pub fn choose<'a>(
     Err(PlanError::Ambiguous { text: text.into(), name: name.into(), candidates })
 }
 
-/// Resolve `spec`. `fentry_check(entry)` says whether the function starting at `entry` begins
-/// with an ftrace site (typically [`is_fentry_site`] over the target's bytes); it is consulted only
-/// with `info.has_fentry` and for a point at a function's entry.
+/// Resolve `spec`. `entry_len(entry)` says how many bytes at the entry of the function starting
+/// at `entry` the kernel owns (typically [`kernel_entry_len`] over the target's bytes); it is
+/// consulted only with `info.has_fentry` and for a point at a function's entry.
 pub fn resolve_point(
     spec: &PointSpec,
     symbols: &SymbolTable,
     info: &TargetInfo,
-    fentry_check: impl Fn(u64) -> bool,
+    entry_len: impl Fn(u64) -> u64,
 ) -> Result<ResolvedPoint, PlanError> {
     let text = spec.to_string();
     let (function, mut site) = match spec {
@@ -251,9 +268,12 @@ pub fn resolve_point(
             (Symbol { size, ..sym }, *addr)
         }
     };
-    if info.has_fentry && site == function.addr && function.size > FENTRY_LEN && fentry_check(site) {
-        log::debug!("point `{text}`: moved past the ftrace site of `{}` to {:#x}", function.name, site + FENTRY_LEN);
-        site += FENTRY_LEN;
+    if info.has_fentry && site == function.addr {
+        let skip = entry_len(site);
+        if skip > 0 && function.size > skip {
+            log::debug!("point `{text}`: moved past the entry (endbr64, ftrace site) of `{}` to {:#x}", function.name, site + skip);
+            site += skip;
+        }
     }
     log::debug!("point `{text}` resolved to {site:#x} in `{}` [{:#x}, {:#x})", function.name, function.addr, function.addr + function.size);
     Ok(ResolvedPoint { spec_text: text, function, site })
@@ -302,32 +322,32 @@ mod tests {
 
     #[test]
     fn resolves_symbol_offset_to_site_with_extent() {
-        let p = resolve_point(&"compute+0x10".parse().unwrap(), &table(), &info(false), |_| true).unwrap();
+        let p = resolve_point(&"compute+0x10".parse().unwrap(), &table(), &info(false), |_| 5).unwrap();
         assert_eq!(p.site, 0x1010);
         assert_eq!((p.function.name.as_str(), p.function.size), ("compute", 0x40));
         // kallsyms-style symbol: extent filled from the next function.
-        let p = resolve_point(&"tcp_sync_mss+4".parse().unwrap(), &table(), &info(false), |_| true).unwrap();
+        let p = resolve_point(&"tcp_sync_mss+4".parse().unwrap(), &table(), &info(false), |_| 5).unwrap();
         assert_eq!(p.function.size, 0x100);
     }
 
     #[test]
     fn resolves_an_address_to_its_containing_function() {
-        let p = resolve_point(&PointSpec::Address(0x2104), &table(), &info(false), |_| true).unwrap();
+        let p = resolve_point(&PointSpec::Address(0x2104), &table(), &info(false), |_| 5).unwrap();
         assert_eq!((p.function.name.as_str(), p.site, p.function.size), ("next", 0x2104, 0x10));
-        let err = resolve_point(&PointSpec::Address(0x5000), &table(), &info(false), |_| true).unwrap_err();
+        let err = resolve_point(&PointSpec::Address(0x5000), &table(), &info(false), |_| 5).unwrap_err();
         assert!(matches!(err, PlanError::NoFunctionAt { addr: 0x5000, .. }));
     }
 
     #[test]
     fn entry_point_moves_past_fentry_only_with_has_fentry_and_a_fentry_site() {
         let spec: PointSpec = "tcp_sync_mss".parse().unwrap();
-        let p = resolve_point(&spec, &table(), &info(true), |a| a == 0x2000).unwrap();
+        let p = resolve_point(&spec, &table(), &info(true), |a| if a == 0x2000 { 5 } else { 0 }).unwrap();
         assert_eq!(p.site, 0x2005);
-        let p = resolve_point(&spec, &table(), &info(true), |_| false).unwrap();
+        let p = resolve_point(&spec, &table(), &info(true), |_| 0).unwrap();
         assert_eq!(p.site, 0x2000, "no fentry call at the entry: stays");
-        let p = resolve_point(&spec, &table(), &info(false), |_| true).unwrap();
+        let p = resolve_point(&spec, &table(), &info(false), |_| 5).unwrap();
         assert_eq!(p.site, 0x2000, "user space has no fentry");
-        let p = resolve_point(&"tcp_sync_mss+1".parse().unwrap(), &table(), &info(true), |_| true).unwrap();
+        let p = resolve_point(&"tcp_sync_mss+1".parse().unwrap(), &table(), &info(true), |_| 5).unwrap();
         assert_eq!(p.site, 0x2001, "only offset 0 moves");
     }
 
@@ -335,13 +355,13 @@ mod tests {
     fn resolution_errors_name_symbol_and_offset() {
         let t = table();
         let i = info(false);
-        assert!(matches!(resolve_point(&"nosuch".parse().unwrap(), &t, &i, |_| false), Err(PlanError::UnknownSymbol { .. })));
-        assert!(matches!(resolve_point(&"counter".parse().unwrap(), &t, &i, |_| false), Err(PlanError::NotAFunction { addr: 0x3000, .. })));
-        let err = resolve_point(&"compute+0x40".parse().unwrap(), &t, &i, |_| false).unwrap_err();
+        assert!(matches!(resolve_point(&"nosuch".parse().unwrap(), &t, &i, |_| 0), Err(PlanError::UnknownSymbol { .. })));
+        assert!(matches!(resolve_point(&"counter".parse().unwrap(), &t, &i, |_| 0), Err(PlanError::NotAFunction { addr: 0x3000, .. })));
+        let err = resolve_point(&"compute+0x40".parse().unwrap(), &t, &i, |_| 0).unwrap_err();
         assert!(matches!(err, PlanError::OffsetPastEnd { offset: 0x40, size: 0x40, .. }));
         assert!(err.to_string().contains("compute"), "{err}");
         let lone = SymbolTable::new(vec![func("last", 0x9000, 0)]);
-        assert!(matches!(resolve_point(&"last".parse().unwrap(), &lone, &i, |_| false), Err(PlanError::UnknownExtent { .. })));
+        assert!(matches!(resolve_point(&"last".parse().unwrap(), &lone, &i, |_| 0), Err(PlanError::UnknownExtent { .. })));
     }
 
     fn lib(name: &str, addr: u64, origin: &str, version: Option<&str>) -> Symbol {
@@ -365,7 +385,7 @@ mod tests {
     }
 
     fn site_of(text: &str) -> Result<u64, PlanError> {
-        resolve_point(&text.parse()?, &process_table(), &info(false), |_| false).map(|p| p.site)
+        resolve_point(&text.parse()?, &process_table(), &info(false), |_| 0).map(|p| p.site)
     }
 
     #[test]
@@ -429,5 +449,20 @@ mod tests {
         assert!(is_fentry_site(&NOP5));
         assert!(!is_fentry_site(&[0x55, 0x48, 0x89, 0xE5, 0x90]));
         assert!(!is_fentry_site(&[0xE8, 0]));
+    }
+
+    #[test]
+    fn kernel_entry_is_endbr64_then_the_ftrace_site_each_optional() {
+        #[rustfmt::skip]
+        let ibt = [
+            /*00*/ 0xF3, 0x0F, 0x1E, 0xFA,         // endbr64
+            /*04*/ 0x0F, 0x1F, 0x44, 0x00, 0x00,   // nop5 (fentry)
+            /*09*/ 0x55,                           // push rbp
+        ];
+        assert_eq!(kernel_entry_len(&ibt), 9);
+        assert_eq!(kernel_entry_len(&ibt[..4]), 4, "endbr64 alone (an untraced function)");
+        assert_eq!(kernel_entry_len(&ibt[4..]), 5, "6.1: the ftrace site alone");
+        assert_eq!(kernel_entry_len(&ibt[9..]), 0);
+        assert_eq!(kernel_entry_len(&[0xF3, 0x0F, 0x1E]), 0, "a short read holds no endbr64");
     }
 }

@@ -130,7 +130,7 @@ fn versions_and_ambiguity_resolve_as_the_dynamic_linker_binds() {
     let old = unsafe { libc::dlvsym(libc_handle, name.as_ptr(), ver.as_ptr()) } as u64;
     s.with(|sp| {
         let t = sp.target();
-        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| false).map(|p| p.site);
+        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site);
         assert_eq!(site("memcpy@GLIBC_2.2.5").unwrap(), old);
         assert_eq!(site("memcpy").unwrap(), dlsym("memcpy"), "unversioned: the default version");
         let err = site("libnosuch:memcpy").unwrap_err().to_string();
@@ -145,7 +145,7 @@ fn versions_and_ambiguity_resolve_as_the_dynamic_linker_binds() {
     s.refresh_symbols().unwrap();
     s.with(|sp| {
         let t = sp.target();
-        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| false).map(|p| p.site);
+        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site);
         let err = site("dup_fn").unwrap_err().to_string();
         assert!(err.contains("ambiguous") && err.contains("libdupone.so:dup_fn at 0x") && err.contains("libduptwo.so:dup_fn at 0x"), "{err}");
         assert!(site("libduptwo:dup_fn").is_ok());

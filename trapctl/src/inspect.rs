@@ -12,9 +12,9 @@ use anyhow::{bail, Context, Result};
 use instr_manager::analysis::landing::{landing_pads, EhFrameHdr, HdrTable, LandingError};
 use instr_manager::analysis::parts::part_names;
 use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function};
-use instr_manager::plan::has_fentry_site;
+use instr_manager::plan::{has_fentry_site, kernel_entry};
 use instr_manager::image::{CodeImage, ElfKind, EXTERNAL};
-use instr_manager::{is_fentry_site, resolve_point, Plan, PlanInput, PointSpec, Refusal, SiteVerdict};
+use instr_manager::{kernel_entry_len, resolve_point, Plan, PlanInput, PointSpec, Refusal, SiteVerdict};
 use serde::Serialize;
 use trapvec::error::hex;
 use trapvec::TargetInfo;
@@ -208,7 +208,7 @@ fn build(args: &Args) -> Result<Report> {
     };
     let info = target_info(kernel);
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
-    let point = resolve_point(&spec, &image.symbols, &info, |a| read(a, 5).is_some_and(|b| is_fentry_site(&b)))
+    let point = resolve_point(&spec, &image.symbols, &info, |a| read(a, 9).map_or(0, |b| kernel_entry_len(&b)))
         .with_context(|| format!("in {}", args.file.display()))?;
     let sym = &point.function;
     let size = usize::try_from(sym.size)?;
@@ -237,11 +237,15 @@ fn build(args: &Args) -> Result<Report> {
             EXTERNAL
         ));
     }
-    if has_fentry_site(&func, &info) {
+    if let Some((endbr, end)) = kernel_entry(&func, &info) {
         notes.push(format!(
-            "kernel code: [{:#x}, {:#x}) is the ftrace __fentry__ site, which the kernel rewrites; a point at the entry moves past it",
+            "kernel code: [{:#x}, {end:#x}) is the function's entry ({}), which the kernel owns; a point at the entry moves past it",
             func.start,
-            func.start + 5
+            match (endbr > 0, has_fentry_site(&func, &info)) {
+                (true, true) => "endbr64 for indirect calls, then the ftrace __fentry__ site",
+                (true, false) => "endbr64 for indirect calls",
+                _ => "the ftrace __fentry__ site, which the kernel rewrites",
+            }
         ));
     }
     if single && point.site != func.start + spec_offset(&spec) && matches!(spec, PointSpec::Symbol { .. }) {

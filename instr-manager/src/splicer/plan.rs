@@ -11,7 +11,7 @@ use trapvec::Target;
 
 use crate::analysis::liveness::flags_dead_at;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
-use crate::point::{is_fentry_site, resolve_point, PointSpec, ResolvedPoint};
+use crate::point::{kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, KERNEL_ENTRY_MAX};
 
 use super::batch::BatchCache;
 use super::{Action, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
@@ -56,8 +56,8 @@ impl<T: Target> Splicer<T> {
     /// Resolve `at` (as [`SpliceRequest::at`] is written) to the site a splice there would use.
     pub fn resolve(&self, at: &str) -> Result<ResolvedPoint, SpliceError> {
         let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
-        let fentry = |entry: u64| self.target.read(entry, 5).is_ok_and(|b| is_fentry_site(&b));
-        resolve_point(&spec, self.target.symbols(), self.target.info(), fentry)
+        let entry_len = |entry: u64| self.target.read(entry, KERNEL_ENTRY_MAX).map_or(0, |b| kernel_entry_len(&b));
+        resolve_point(&spec, self.target.symbols(), self.target.info(), entry_len)
             .map_err(|e| SpliceError::Point { at: at.to_string(), source: e })
     }
 
@@ -157,7 +157,7 @@ impl<T: Target> Splicer<T> {
         let at = r.at.as_str();
         let info = self.target.info();
         let read = |a: u64, n: usize| self.target.read(a, n).ok();
-        let fentry = |entry: u64| read(entry, 5).is_some_and(|b| is_fentry_site(&b));
+        let entry_len = |entry: u64| read(entry, KERNEL_ENTRY_MAX).map_or(0, |b| kernel_entry_len(&b));
         // A claim starting at the site is the only way it can be spliced already (the linear
         // searches for the message run only then: batches of thousands stay O(n log n)).
         if claimed.starts_at(point.site) {
@@ -175,8 +175,8 @@ impl<T: Target> Splicer<T> {
         // from the top of the stack: both need the function's entry.
         if matches!(r.action, Action::Replace { .. }) || r.at_return() {
             let entry = point.function.addr;
-            let past_fentry = info.has_fentry && point.site == entry + 5 && fentry(entry);
-            if point.site != entry && !past_fentry {
+            let past_entry = info.has_fentry && point.site == entry + entry_len(entry);
+            if point.site != entry && !past_entry {
                 let (at, site, function, offset) = (at.to_string(), point.site, point.function.name.clone(), point.site - point.function.addr);
                 return Err(if r.at_return() {
                     SpliceError::ReturnNotAtEntry { at, site, function, offset }
