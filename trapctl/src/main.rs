@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
+mod hold;
 mod inspect;
 mod kernel;
 mod route;

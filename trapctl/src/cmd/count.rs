@@ -3,20 +3,15 @@
 //! With `--by pid|tgid|comm|cpu`, a keyed count (bpftrace's `@[comm] = count()`): the splice
 //! calls the module's counting routine, which counts each hit under its key.
 
-use std::io::Write as _;
-use std::time::{Duration, Instant};
-
 use anyhow::Result;
-use instr_manager::ops::{self, SpliceRow, Unspliced};
+use instr_manager::ops::SpliceRow;
 use instr_manager::splice::SpliceOptions;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use serde::Serialize;
-use trapd::client;
 use trapvec::keyed::{KeyBy, KeyCount, KeyCounts};
 
-use crate::kernel::Kernel;
-use crate::route;
+use super::splice::Held;
 
 /// Count a kernel function's calls for a while.
 #[derive(clap::Args)]
@@ -48,9 +43,8 @@ splice --help`); with --by, only their keys.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).
     pub function: String,
-    /// How long to count.
-    #[arg(long, value_name = "N")]
-    pub seconds: f64,
+    #[command(flatten)]
+    pub span: crate::hold::Span,
     /// trap (the dispatcher counts) or jmp (a counting trampoline).
     #[arg(long, default_value = "trap", value_parser = super::splice::parse_mechanism)]
     pub mechanism: Mechanism,
@@ -75,7 +69,10 @@ struct Report<'a> {
     site: &'a str,
     mechanism: String,
     by: &'static str,
+    /// How long the count was live: the --seconds given, or as measured when something else ended it.
     seconds: f64,
+    /// What ended it: `time`, `command`, or the signal (`SIGINT`, `SIGTERM`, `SIGHUP`).
+    ended: &'static str,
     /// The splice's hits, and those whose handler was skipped (a trap taken while a handler
     /// ran on that CPU): hits - missed ran the counting routine.
     hits: u64,
@@ -89,45 +86,23 @@ struct Report<'a> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        anyhow::bail!("--seconds {} is not a duration", args.seconds);
-    }
     if let Some(by) = args.by {
         return count_by(args, by);
     }
     let options = SpliceOptions { only: args.only.predicate(), ..Default::default() };
     let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism, options };
-    if client::is_listening(route::socket()) {
-        // Through trapd: two requests; the daemon serves others in between.
-        let row = super::splice::make(&request)?;
-        return count(args, &row.site, super::splice::remove);
-    }
-    // Straight to the module, which stays locked for the whole count.
-    let mut k = Kernel::open()?;
-    let (row, made) = ops::splice(&mut k.splicer, &request)?;
-    // Saved while it lives: if this command is killed, the next trapctl knows the splice.
-    k.commit_or_undo(&made)?;
-    count(args, &row.site, |site| {
-        let removed = ops::unsplice(&mut k.splicer, site)?;
-        k.save()?;
-        Ok(removed)
+    // The hits come with the removal: no figures to read before it.
+    let figures = super::splice::Figures { what: "the count", of_row: |_| Some(()), of_splice: |_, _| Ok(Some(())) };
+    let announce = |row: &SpliceRow| println!("counting {} at {} {}", args.function, row.site, args.span.describe());
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |_, held| {
+        let removed = &held.removed;
+        let secs = held.elapsed.as_secs_f64();
+        // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
+        #[allow(clippy::cast_precision_loss)]
+        let rate = if secs > 0.0 { removed.hits as f64 / secs } else { 0.0 };
+        println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, removed.hits, args.span.lasted(&held.ended, held.elapsed));
+        Ok(())
     })
-}
-
-/// Announce the live splice at `site`, wait, `remove` it, print the total and the rate.
-fn count(args: &Args, site: &str, remove: impl FnOnce(&str) -> Result<Unspliced>) -> Result<()> {
-    println!("counting {} at {site} for {} s", args.function, args.seconds);
-    std::io::stdout().flush()?;
-    let start = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    // By the site: the point as written could name a different splice made meanwhile.
-    let removed = remove(site)?;
-    let elapsed = start.elapsed().as_secs_f64();
-    // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
-    #[allow(clippy::cast_precision_loss)]
-    let rate = if elapsed > 0.0 { removed.hits as f64 / elapsed } else { 0.0 };
-    println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, removed.hits, args.seconds);
-    Ok(())
 }
 
 /// `--by KEY`: a keyed count, made, read before its removal (a removed one has no table), removed.
@@ -139,26 +114,13 @@ fn count_by(args: &Args, by: KeyBy) -> Result<()> {
         options: SpliceOptions { by: Some(by), only: args.only.predicate(), ..Default::default() },
     };
     let figures = super::splice::Figures { what: "the keyed count", of_row: |r| r.keys.clone(), of_splice: |sp, id| sp.key_counts(id) };
-    super::splice::for_a_while(&request, &figures, |row, table, remove| keyed(args, by, row, table, remove))
+    let announce = |row: &SpliceRow| println!("counting {} at {} by {} {}", args.function, row.site, by.name(), args.span.describe());
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| keyed(args, by, row, held))
 }
 
-/// Announce the live keyed count, wait, read its table, remove it, print the top keys.
-fn keyed(
-    args: &Args,
-    by: KeyBy,
-    row: &SpliceRow,
-    table: impl Fn(&str) -> Result<KeyCounts>,
-    remove: impl FnOnce(&str) -> Result<Unspliced>,
-) -> Result<()> {
-    println!("counting {} at {} by {} for {} s", args.function, row.site, by.name(), args.seconds);
-    std::io::stdout().flush()?;
-    let start = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    let read = table(&row.site);
-    // By the site: the point as written could name a different splice made meanwhile.
-    let removed = remove(&row.site)?;
-    let elapsed = start.elapsed().as_secs_f64();
-    let counts = read?;
+/// Print a keyed count's top keys.
+fn keyed(args: &Args, by: KeyBy, row: &SpliceRow, held: Held<KeyCounts>) -> Result<()> {
+    let Held { figures: counts, removed, ended, elapsed } = held;
     let total = counts.total();
     if args.json {
         let shown = args.top.unwrap_or(usize::MAX).min(counts.keys.len());
@@ -167,7 +129,8 @@ fn keyed(
             site: &row.site,
             mechanism: row.mechanism.clone(),
             by: by.name(),
-            seconds: args.seconds,
+            seconds: args.span.seconds_held(&ended, elapsed),
+            ended: ended.name(),
             hits: removed.hits,
             missed: removed.missed,
             total,
@@ -179,13 +142,14 @@ fn keyed(
         return Ok(());
     }
     print!("{}", render(&counts, args.top.unwrap_or(10)));
+    let secs = elapsed.as_secs_f64();
     // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
     #[allow(clippy::cast_precision_loss)]
-    let rate = if elapsed > 0.0 { total as f64 / elapsed } else { 0.0 };
+    let rate = if secs > 0.0 { total as f64 / secs } else { 0.0 };
     println!(
         "{}: {total} calls in {} s ({rate:.1}/s), {} keys by {}, overflow {}",
         args.function,
-        args.seconds,
+        args.span.lasted(&ended, elapsed),
         counts.keys.len(),
         by.name(),
         counts.overflow

@@ -16,7 +16,8 @@ its function and offset, the mechanism, the action, hits, and missed hits: traps
 handler was already running on that CPU, whose handler was skipped, as kprobes' nmissed; for a
 return point or a timer also its returns, its missed calls and the calls in progress; for a keyed
 count (--count --by KEY) its key, the number of keys in its table, the top key, the overflow
-and the total) and every
+and the total; for a splice that a running `trapctl count` or `trapctl time` holds, that
+command, and `orphaned` once the command is gone without removing it) and every
 loaded component (name, CRC32 of its file, code and data addresses and sizes, how many splices use
 it). The saved state is checked against the module first. --json prints one JSON object.
 
@@ -71,6 +72,11 @@ pub fn run(args: &Args) -> Result<()> {
             if let Some(r) = &s.returns {
                 // The hits above are the entries; a return point's own figures below.
                 println!("  returns {}, missed {}, in progress {}", r.returns, r.missed, r.active);
+            }
+            match (&s.owner, s.orphaned) {
+                (Some(o), true) => println!("  orphaned: held by {o}, which is gone; `trapctl unsplice --orphans` removes it"),
+                (Some(o), false) => println!("  held by {o}"),
+                (None, _) => {}
             }
             if let (Some(by), Some(k)) = (s.by, &s.keys) {
                 // The table's size; `trapctl list --json` has every key.

@@ -1,7 +1,11 @@
 //! `trapctl splice AT --call SYM | --replace SYM [--mechanism trap|jmp] [--cookie N]` and
 //! `trapctl unsplice AT`.
 
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
 use anyhow::{bail, Context, Result};
+use instr_manager::owner::Owner;
 use instr_manager::splice::{SpliceOptions, When};
 use trapvec::predicate::Predicate;
 use instr_manager::splicer::{Action, SpliceRequest};
@@ -11,6 +15,7 @@ use trapd::client;
 use instr_manager::{Mechanism, UnknownMechanism};
 use trapd::protocol::Request;
 
+use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
 use crate::route;
 
@@ -120,14 +125,24 @@ A task may sleep inside a --replace function. If one is still inside after --wai
 10), the command fails naming the replacement and its trampoline block, and the splice is left
 *retiring*: its original bytes are back, its code is kept, `trapctl list` shows it. The same
 command (or --all, or `trapctl unload` of its component) run again finishes the removal once the
-task has left.")]
+task has left.
+
+--orphans removes every orphaned splice: one that a `trapctl count` or `trapctl time` made and
+could not remove because it was killed by SIGKILL (any other ending removes it). Such a command
+records itself as the splice's owner (pid, start time, command line); `trapctl list` shows the
+splice as orphaned once that process is gone. Through trapd, the daemon's listing says which are
+orphaned and each is removed by its own request.")]
 pub struct UnspliceArgs {
     /// The point as spliced, or the site address.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present_any = ["all", "orphans"], conflicts_with_all = ["all", "orphans"])]
     pub at: Option<String>,
     /// Remove every live splice, in one batch.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "orphans")]
     pub all: bool,
+    /// Remove the orphaned splices: those of a `trapctl count` or `trapctl time` that was
+    /// killed (SIGKILL) before it could remove its splice.
+    #[arg(long)]
+    pub orphans: bool,
     /// Seconds to wait for tasks to leave a splice's code (a replacement that sleeps) before
     /// giving up; the splice is then retiring and the same command finishes it later.
     #[arg(long, value_name = "SECONDS", value_parser = parse_wait)]
@@ -158,7 +173,7 @@ pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
     route::change(&Request::Splice(request.clone()), |sp| ops::splice(sp, request))
 }
 
-/// How a command that keeps a splice for a while (`trapctl time`, `trapctl count --by`) reads
+/// How a command that keeps a splice for a while (`trapctl count`, `trapctl time`) reads
 /// its figures: from a row of trapd's listing, or from the splicer by the splice's id.
 pub struct Figures<R> {
     /// What the splice is, for messages: "the timer", "the keyed count".
@@ -167,28 +182,47 @@ pub struct Figures<R> {
     pub of_splice: fn(&instr_manager::splicer::Splicer<trapvec::kernel::KernelTarget>, SpliceId) -> Result<Option<R>, instr_manager::splicer::SpliceError>,
 }
 
-/// Make `request` (through trapd when one runs: make, read the listing, remove, three requests;
-/// else straight to the module, locked meanwhile, the splice saved while it lives so that a
-/// killed command leaves it known), then `run(row, read, remove)`: `read(site)` the figures,
-/// `remove(site)` the splice.
+/// What a hold gives its report: the figures read just before the removal, the removal's
+/// final counts, how the hold ended and how long it lasted.
+pub struct Held<R> {
+    pub figures: R,
+    pub removed: Unspliced,
+    pub ended: Ended,
+    pub elapsed: Duration,
+}
+
+/// Hold `request`'s splice for `span` ([`crate::hold`]): watch the signals, make the splice
+/// with this command as its owner (through trapd when one runs: make, read the listing,
+/// remove, three requests; else straight to the module, locked meanwhile, the splice saved
+/// while it lives so that a killed command leaves it known, and orphaned), `announce` it, run
+/// the command if any, wait, read the figures, remove the splice, `report`, and end as the
+/// hold ended ([`hold::finish`]).
 pub fn for_a_while<R>(
     request: &SpliceRequest,
     figures: &Figures<R>,
-    run: impl FnOnce(&SpliceRow, &dyn Fn(&str) -> Result<R>, &mut dyn FnMut(&str) -> Result<Unspliced>) -> Result<()>,
+    span: &Span,
+    announce: impl FnOnce(&SpliceRow),
+    report: impl FnOnce(&SpliceRow, Held<R>) -> Result<()>,
 ) -> Result<()> {
+    let watch = hold::Watch::start()?;
+    let mut request = request.clone();
+    let command: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    request.options.owner = Some(Owner::current(command.join(" "))?);
     let what = figures.what;
     if client::is_listening(route::socket()) {
-        let row = make(request)?;
+        let row = make(&request)?;
         let read = |site: &str| -> Result<R> {
             let listing: Listing = route::daemon_only(&Request::List)?;
             let row = listing.splices.iter().find(|r| r.site == site).with_context(|| format!("{what} at {site} is no longer listed"))?;
             (figures.of_row)(row).with_context(|| format!("the splice at {site} is not {}", what.trim_start_matches("the ")))
         };
-        let mut remove = |site: &str| -> Result<Unspliced> { remove(site) };
-        return run(&row, &read, &mut remove);
+        let held = hold(&watch, span, &row, announce, &read, &mut |site: &str| remove(site))?;
+        let ended = held.ended;
+        report(&row, held)?;
+        return hold::finish(&watch, ended);
     }
     let mut k = Kernel::open()?;
-    let (row, made) = ops::splice(&mut k.splicer, request)?;
+    let (row, made) = ops::splice(&mut k.splicer, &request)?;
     k.commit_or_undo(&made)?;
     let id = SpliceId(row.id);
     let k = std::cell::RefCell::new(k);
@@ -202,7 +236,58 @@ pub fn for_a_while<R>(
         k.save()?;
         Ok(removed)
     };
-    run(&row, &read, &mut remove)
+    let held = hold(&watch, span, &row, announce, &read, &mut remove)?;
+    let ended = held.ended;
+    report(&row, held)?;
+    hold::finish(&watch, ended)
+}
+
+/// The live part of [`for_a_while`]: announce, run the command, wait, read, remove. Whatever
+/// fails after the splice was made, the splice is removed before the error is returned.
+fn hold<R>(
+    watch: &hold::Watch,
+    span: &Span,
+    row: &SpliceRow,
+    announce: impl FnOnce(&SpliceRow),
+    read: &dyn Fn(&str) -> Result<R>,
+    remove: &mut dyn FnMut(&str) -> Result<Unspliced>,
+) -> Result<Held<R>> {
+    announce(row);
+    let _ = std::io::stdout().flush();
+    let start = Instant::now();
+    let waited = hold::spawn(span).and_then(|mut child| watch.wait(span, child.as_mut(), start));
+    let ended = match waited {
+        Ok(e) => e,
+        Err(e) => {
+            // By the site: the point as written could name a different splice made meanwhile.
+            if let Err(r) = remove(&row.site) {
+                return Err(e.context(format!("and removing the splice at {} failed: {}", row.site, trapvec::error_chain(r.as_ref()))));
+            }
+            return Err(e);
+        }
+    };
+    let elapsed = start.elapsed();
+    // Read before the removal: a removed return point or keyed count has no figures.
+    let figures = read(&row.site);
+    let removed = remove(&row.site)?;
+    Ok(Held { figures: figures?, removed, ended, elapsed })
+}
+
+/// Remove the orphaned splices: through trapd, those its listing marks, one request each
+/// (by site); else in one batch on the module.
+fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
+    if client::is_listening(route::socket()) {
+        let listing: Listing = route::daemon_only(&Request::List)?;
+        return listing.splices.iter().filter(|r| r.orphaned).map(|r| remove(&r.site)).collect();
+    }
+    let mut k = Kernel::open()?;
+    if let Some(w) = args.wait {
+        k.splicer.set_quiesce_timeout(w);
+    }
+    let removed = ops::unsplice_orphans(&mut k.splicer);
+    // Whatever was removed (a refused quiescence leaves splices retiring) is saved.
+    k.save()?;
+    Ok(removed?.unspliced)
 }
 
 /// Remove the splice at `at` (through trapd when one runs).
@@ -224,6 +309,14 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 }
 
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
+    if args.orphans {
+        let removed = unsplice_orphans(args)?;
+        for u in &removed {
+            println!("unspliced orphan {} at {}: {} hits, {} missed", u.at, u.site, u.hits, u.missed);
+        }
+        println!("unspliced {} orphaned splice(s)", removed.len());
+        return Ok(());
+    }
     let Some(at) = &args.at else {
         let all: UnsplicedAll = route::change(&Request::Unsplice { at: None, all: true }, |sp| {
             if let Some(w) = args.wait {

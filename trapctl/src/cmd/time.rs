@@ -2,16 +2,15 @@
 //! as a log2 histogram (bpftrace's `hist()`), from a timer: a return point whose entry half reads
 //! the clock and whose return half adds the elapsed time to per-CPU buckets in the module.
 
-use std::io::Write as _;
-use std::time::Duration;
-
 use anyhow::Result;
-use instr_manager::ops::{SpliceRow, Unspliced};
+use instr_manager::ops::SpliceRow;
 use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Mechanism;
 use serde::Serialize;
 use trapvec::returns::{Clock, Histogram, ReturnStats};
+
+use super::splice::Held;
 
 
 /// Time a kernel function's calls for a while.
@@ -39,9 +38,8 @@ splice --help`). Through trapd (when one runs) the timer is made, read and remov
 pub struct Args {
     /// The function (its entry).
     pub function: String,
-    /// How long to time.
-    #[arg(long, value_name = "N")]
-    pub seconds: f64,
+    #[command(flatten)]
+    pub span: crate::hold::Span,
     /// wall (elapsed) or cpu (on-CPU time of the task).
     #[arg(long, default_value = "wall")]
     pub clock: Clock,
@@ -65,7 +63,10 @@ struct Report<'a> {
     function: &'a str,
     site: &'a str,
     clock: &'static str,
+    /// How long the timer was live: the --seconds given, or as measured when something else ended it.
     seconds: f64,
+    /// What ended it: `time`, `command`, or the signal (`SIGINT`, `SIGTERM`, `SIGHUP`).
+    ended: &'static str,
     count: u64,
     mean_ns: u64,
     p50_ns: u64,
@@ -76,9 +77,6 @@ struct Report<'a> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        anyhow::bail!("--seconds {} is not a duration", args.seconds);
-    }
     let request = SpliceRequest {
         at: args.function.clone(),
         action: Action::Time { clock: args.clock },
@@ -86,31 +84,21 @@ pub fn run(args: &Args) -> Result<()> {
         options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate(), owner: None },
     };
     let figures = super::splice::Figures { what: "the timer", of_row: |r| r.returns.clone(), of_splice: |sp, id| sp.return_stats(id) };
-    super::splice::for_a_while(&request, &figures, |row, stats, remove| time(args, row, stats, remove))
+    let announce = |row: &SpliceRow| println!("timing {} at {} {} ({} clock)", args.function, row.site, args.span.describe(), args.clock.name());
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| report(args, row, held))
 }
 
-/// Announce the live timer, wait, read its figures, remove it, print them.
-fn time(
-    args: &Args,
-    row: &SpliceRow,
-    stats: impl Fn(&str) -> Result<ReturnStats>,
-    remove: impl FnOnce(&str) -> Result<Unspliced>,
-) -> Result<()> {
-    println!("timing {} at {} for {} s ({} clock)", args.function, row.site, args.seconds, args.clock.name());
-    std::io::stdout().flush()?;
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    // Read before the removal: a removed return point has no figures.
-    let read = stats(&row.site);
-    // By the site: the point as written could name a different splice made meanwhile.
-    remove(&row.site)?;
-    let st = read?;
+/// Print a timer's figures.
+fn report(args: &Args, row: &SpliceRow, held: Held<ReturnStats>) -> Result<()> {
+    let st = held.figures;
     let h = st.histogram.clone().unwrap_or_default();
     if args.json {
         let report = Report {
             function: &args.function,
             site: &row.site,
             clock: args.clock.name(),
-            seconds: args.seconds,
+            seconds: args.span.seconds_held(&held.ended, held.elapsed),
+            ended: held.ended.name(),
             count: h.count(),
             mean_ns: h.mean(),
             p50_ns: h.percentile(50.0),
