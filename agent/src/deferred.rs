@@ -220,7 +220,8 @@ fn apply_ready(state: &mut crate::State, why: &str) {
     let splicer = &mut state.splicer;
     let requests: Vec<SpliceRequest> = ready.iter().map(|&i| state.deferred[i].request.clone()).collect();
     log::debug!("{why}: applying {} deferred splices", requests.len());
-    let result = splicer.target_mut().refresh_symbols().map_err(|e| trapvec::error_chain(&e)).and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| trapvec::error_chain(&e)));
+    let result = seccomp_refusal().map_or(Ok(()), Err).and_then(|()| splicer.target_mut().refresh_symbols().map_err(|e| trapvec::error_chain(&e)));
+    let result = result.and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| trapvec::error_chain(&e)));
     match result {
         Ok((_, made)) => {
             let ids = made.splices;
@@ -239,6 +240,86 @@ fn apply_ready(state: &mut crate::State, why: &str) {
             }
         }
     }
+}
+
+// ---- seccomp -------------------------------------------------------------------------------
+
+/// A process's seccomp state as `/proc/self/status` gives it: `Seccomp:` (0 none, 1 strict,
+/// 2 filter) and `Seccomp_filters:` (Linux 5.9 and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SeccompState {
+    pub mode: u32,
+    pub filters: Option<u32>,
+}
+
+/// Parse the `Seccomp:` and `Seccomp_filters:` lines of a `/proc/<pid>/status` text.
+fn parse_seccomp(status: &str) -> Option<SeccompState> {
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':'))).and_then(|v| v.trim().parse::<u32>().ok())
+    };
+    Some(SeccompState { mode: field("Seccomp")?, filters: field("Seccomp_filters") })
+}
+
+/// This process's seccomp state, read with `open`/`read`/`close` only (`None`: no `/proc`, or a
+/// kernel without seccomp).
+pub(crate) fn seccomp_state() -> Option<SeccompState> {
+    let mut buf = vec![0u8; 8192];
+    // SAFETY: a C string path; the descriptor is read into our buffer and closed.
+    let text = unsafe {
+        let fd = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let mut got = 0;
+        while got < buf.len() {
+            let n = libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got);
+            if n <= 0 {
+                break;
+            }
+            got += n.unsigned_abs();
+        }
+        libc::close(fd);
+        String::from_utf8_lossy(&buf[..got]).into_owned()
+    };
+    parse_seccomp(&text)
+}
+
+/// The seccomp state when the agent started, before `main`.
+static SECCOMP_AT_START: std::sync::OnceLock<Option<SeccompState>> = std::sync::OnceLock::new();
+
+/// Record the seccomp state at start.
+pub(crate) fn note_seccomp_at_start() {
+    let _ = SECCOMP_AT_START.set(seccomp_state());
+}
+
+/// Why a deferred batch must not be applied now, if it must not: the program put itself under
+/// a seccomp filter after the agent started (a sandbox entered before loading plugins). A
+/// batch makes system calls (`mmap` and `memfd_create` for the repository near the library,
+/// `mprotect` of the text, `membarrier` to sync every core, `rt_tgsigqueueinfo` to scan the
+/// threads) that such a filter may answer with SIGSYS and kill the process; the filter cannot be
+/// read back without CAP_SYS_ADMIN, so the batch is refused with the reason instead. Filters
+/// that were there before `main` (a container's, inherited through exec) are the ones the
+/// agent's own start ran under: the same `Seccomp_filters:` count as at start lets the batch
+/// go on. Strict mode (1) allows nothing a batch needs.
+fn seccomp_refusal() -> Option<String> {
+    let now = seccomp_state()?;
+    let start = SECCOMP_AT_START.get().copied().flatten();
+    let inherited_only = now.mode == 2 && now.filters.is_some() && start == Some(now);
+    if now.mode == 0 || inherited_only {
+        return None;
+    }
+    let filters = |s: Option<SeccompState>| match s {
+        Some(SeccompState { mode, filters: Some(n) }) => format!("Seccomp: {mode}, Seccomp_filters: {n}"),
+        Some(SeccompState { mode, filters: None }) => format!("Seccomp: {mode}"),
+        None => "unknown".into(),
+    };
+    Some(format!(
+        "the process runs under a seccomp {} it entered after trapvec started ({} in /proc/self/status; at start: {}): \
+         applying the batch makes system calls (mmap, memfd_create, mprotect, membarrier, rt_tgsigqueueinfo) it may be killed on (SIGSYS), so the batch is refused",
+        if now.mode == 1 { "strict mode" } else { "filter" },
+        filters(Some(now)),
+        filters(start),
+    ))
 }
 
 /// Link map of glibc's `<link.h>` (the public part).
@@ -381,6 +462,12 @@ fn close(handle: *mut c_void) -> c_int {
         if victims.is_empty() {
             return;
         }
+        if let Some(why) = seccomp_refusal() {
+            // Removing is a batch of text writes too: better a library left loaded than SIGSYS.
+            eprintln!("trapvec: dlclose: the deferred splices of the library are not removed: {why}; it stays loaded");
+            refused = true;
+            return;
+        }
         let ids: Vec<SpliceId> = victims.iter().map(|v| v.1).collect();
         match state.splicer.remove(&ids) {
             Ok(hits) => {
@@ -461,6 +548,14 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seccomp_mode_and_filter_count_are_read_from_a_status_text() {
+        let text = "Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\nSpeculation_Store_Bypass:\tx\n";
+        assert_eq!(parse_seccomp(text), Some(SeccompState { mode: 2, filters: Some(3) }));
+        assert_eq!(parse_seccomp("Seccomp:\t0\n"), Some(SeccompState { mode: 0, filters: None }));
+        assert_eq!(parse_seccomp("Name:\tx\n"), None);
+    }
 
     #[test]
     fn only_points_naming_an_object_that_is_not_loaded_wait() {

@@ -91,6 +91,7 @@ extern "C" fn trapvec_agent_init() {
     let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else { return };
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).try_init();
     real::resolve_all();
+    deferred::note_seccomp_at_start();
     children::forget_spec_for_exec();
     let spec_path = std::path::PathBuf::from(spec_path);
     let result = (|| -> Result<State, String> {
