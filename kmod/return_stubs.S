@@ -15,12 +15,16 @@
  * address the ORC unwinder looks up for a return address, still lies in the stub.
  *
  * Unwinding: the real return address lives in the instance, not on the stack, and ORC cannot
- * say so. Every stub and the common code are therefore marked UNWIND_HINT_EMPTY ("end of the
- * stack"): a stack trace of a task inside a function with a pending return point (taken by
- * the task itself, by /proc/PID/stack, by perf, by a livepatch transition) ends cleanly at
- * the stub instead of reaching the caller; a reliable-stacktrace user (livepatch) sees the
- * trace as unreliable and retries later, as it does for kretprobe-less unknown frames. Never a
- * crash, never a wrong frame.
+ * say so. Every stub and the common code are therefore marked with an undefined stack pointer
+ * that is NOT the end of the stack (TRAPVEC_STUB_HINT): a stack trace of a task inside a
+ * function with a pending return point (taken by the task itself, by /proc/PID/stack, by
+ * perf) stops at the stub instead of reaching the caller, and the ORC unwinder reports it as
+ * an error, so arch_stack_walk_reliable() fails for that task. Livepatch's klp_check_stack()
+ * must see it so: the callers above the stub are hidden, and one of them may be a function the
+ * patch replaces; it leaves the task unpatched and tries again later, as for any unreliable
+ * stack, until the function has returned through the stub. An end-of-stack hint (what
+ * UNWIND_HINT_EMPTY is) would make the walk look complete and reliable, and the transition
+ * would switch a task that still runs in an old caller. Never a crash, never a wrong frame.
  *
  * No vector state: kernel code uses none outside kernel_fpu_begin(), so the return value is
  * in rax and rdx only. Kernel C code needs an 8-byte aligned stack (preferred-stack-boundary
@@ -34,10 +38,17 @@
 
 #include "trapvec_returns.h"
 #include <linux/version.h>
+/*
+ * Undefined stack pointer, not end of stack: unwind_orc.c's error path, in 6.1 (sp_reg
+ * ORC_REG_UNDEFINED without the end flag) and since 6.4 (ORC_TYPE_UNDEFINED). objtool writes
+ * no ORC entry for such code (it equals the terminator it puts after the previous object's
+ * text), so a lookup here lands on that terminator, or on no entry at all: both are the same
+ * error for the unwinder.
+ */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
-#define TRAPVEC_STUB_HINT UNWIND_HINT_END_OF_STACK
+#define TRAPVEC_STUB_HINT UNWIND_HINT_UNDEFINED
 #else
-#define TRAPVEC_STUB_HINT UNWIND_HINT_EMPTY
+#define TRAPVEC_STUB_HINT UNWIND_HINT type=UNWIND_HINT_TYPE_CALL sp_reg=ORC_REG_UNDEFINED end=0
 #endif
 
 	.text
