@@ -1,0 +1,60 @@
+//! Return points keep livepatch's consistency (`vmtest/scenarios/kernel_livepatch_returns.sh`,
+//! issue 24 item 4): a task sleeping under a return point on `do_nanosleep()` has a trapvec stub
+//! for a return address, which hides `common_nsleep()` above it. A livepatch of
+//! `common_nsleep()` (`vmtest/kmods/lp_nsleep`) must leave that task unswitched: the stub's
+//! unwind hint makes the stack walk unreliable, so the transition stays 1 while the task
+//! sleeps and reaches 0 once it is killed.
+//!
+//! `TRAPVEC_LP_RETURNS_MODULE=/path/trapvec.ko` tests that module instead of the tree's (with
+//! the stubs marked end-of-stack, as before this fix, the transition completes within a second
+//! or two while the task still sleeps inside the old `common_nsleep()`).
+
+use std::path::PathBuf;
+
+use vmtest::build::Builder;
+use vmtest::host::KernelInstall;
+use vmtest::testing::{can_boot, repo_root, Scenario};
+
+/// Builds `vmtest/kmods/lp_nsleep/tv_lp_nsleep.ko` against the guest kernel.
+fn livepatch_module() -> PathBuf {
+    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
+    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
+    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
+    builder
+        .external_module(&repo_root().join("vmtest/kmods/lp_nsleep"), "tv_lp_nsleep")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn a_livepatch_transition_waits_for_a_task_sleeping_under_a_pending_return_point() {
+    if !can_boot("kernel scenario") {
+        return;
+    }
+    let mut scenario = Scenario::named("kernel_livepatch_returns.sh").file(livepatch_module()).timeout(300);
+    if let Ok(path) = std::env::var("TRAPVEC_LP_RETURNS_MODULE") {
+        let path = PathBuf::from(path);
+        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
+        scenario = scenario.file(&path).append(&format!("tv_lp_returns.module={name}"));
+    }
+    let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
+    println!("{}", run.stdout);
+    run.assert_passed();
+    assert!(run.stdout.contains("LP_RETURNS_DONE"), "the scenario ran to its end");
+    assert!(
+        run.expect("STACK_TOP").contains("trapvec_rp_stubs"),
+        "the sleeper's stack walk stops at the stub: {}",
+        run.expect("STACK_TOP")
+    );
+    assert_eq!(run.expect("SLEEPER_ALIVE"), "yes", "the sleeper slept throughout");
+    assert_eq!(
+        run.expect("TRANSITION_WHILE_SLEEPING"),
+        "1111",
+        "the transition waited for the sleeper every second (a 0: it switched a task inside the old common_nsleep)"
+    );
+    assert_eq!(run.number("TRANSITION_AFTER"), 0, "the transition completed once the sleeper was gone");
+    assert_eq!(run.number("ENABLED"), 1);
+    assert!(run.number("LP_CALLS") >= 1, "a sleep after the transition ran the new common_nsleep");
+    assert_eq!(run.expect("LP_RMMOD"), "yes", "the livepatch was disabled and removed");
+    assert!(run.number("RETURNS") >= 1, "the return point counted returns of do_nanosleep");
+    assert_eq!(run.expect("UNSPLICED"), "yes");
+}
