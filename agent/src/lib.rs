@@ -137,6 +137,13 @@ extern "C" fn trapvec_agent_init() {
                 splicer.components().entry(h).map_err(|e| format!("{}: handler `{h}`: {}", d.request.at, error_chain(&e)))?;
             }
         }
+        for row in &applied {
+            if let Some(s) = splicer.get(SpliceId(row.id)) {
+                if let Some(w) = spawn::taken_over_warning(&row.at, &s.point.function.name, s.point.function.origin.as_deref()) {
+                    eprintln!("{w}");
+                }
+            }
+        }
         Ok(State { splicer, applied, deferred: later, slots })
     })();
     match result {

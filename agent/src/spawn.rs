@@ -81,6 +81,20 @@ pub(crate) fn activate() {
     VFORK_AS_FORK.store(true, SeqCst);
 }
 
+/// The libc functions the agent stands in for: a program's calls never reach them.
+const TAKEN_OVER: [&str; 7] = ["posix_spawn", "posix_spawnp", "system", "popen", "pclose", "vfork", "__vfork"];
+
+/// A warning for a splice in one of glibc's functions the agent stands in for (it would never be
+/// hit by the program's calls), naming the agent's function to splice instead.
+pub(crate) fn taken_over_warning(at: &str, function: &str, origin: Option<&str>) -> Option<String> {
+    let libc = origin.and_then(|o| std::path::Path::new(o).file_name()).is_some_and(|f| f.to_string_lossy().starts_with("libc.so"));
+    let name = TAKEN_OVER.iter().find(|&&n| n == function)?;
+    let own = name.trim_start_matches("__");
+    libc.then(|| {
+        format!("trapvec: warning: {at}: the agent runs `{own}` itself (its children must not share spliced memory), so the program's calls do not reach glibc's; splice `libtrapvec_agent:{own}` to see them")
+    })
+}
+
 pub(crate) fn active() -> bool {
     ACTIVE.load(SeqCst)
 }

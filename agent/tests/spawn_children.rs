@@ -158,3 +158,23 @@ fn python_faulthandler_still_reports_a_fault_after_subprocess_run() {
         assert!(r.stderr().contains("Fatal Python error: Segmentation fault"), "{mech}: faulthandler did not run: {}", r.stderr());
     }
 }
+
+#[test]
+fn a_splice_on_glibcs_posix_spawn_is_warned_about_and_the_agents_own_counts_the_calls() {
+    let f = fixture();
+    let glibc = run(&f, Some(&spec(&[("libc.so.6:posix_spawn", "trap")])), Command::new(&f.program).arg("spawn"));
+    assert!(glibc.out.status.success(), "{}", glibc.stderr());
+    assert!(
+        glibc.stderr().contains("trapvec: warning: libc.so.6:posix_spawn: the agent runs `posix_spawn` itself (its children must not share spliced memory), so the program's calls do not reach glibc's; splice `libtrapvec_agent:posix_spawn` to see them"),
+        "{}",
+        glibc.stderr()
+    );
+    for mech in ["trap", "jmp"] {
+        let r = run(&f, Some(&spec(&[("libtrapvec_agent:posix_spawn", mech), ("libtrapvec_agent:posix_spawnp", mech)])), Command::new(&f.program).arg("spawn"));
+        assert!(r.out.status.success(), "{mech}: {}", r.stderr());
+        assert!(!r.stderr().contains("warning"), "{mech}: {}", r.stderr());
+        let stats = r.stats.as_ref().expect("stats");
+        // posix_spawn of /bin/sh and of the missing program; posix_spawnp of sh.
+        assert_eq!((stats["splices"][0]["hits"].as_u64(), stats["splices"][1]["hits"].as_u64()), (Some(2), Some(1)), "{mech}: {stats}");
+    }
+}
