@@ -489,7 +489,23 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
             }
         }
     }
-    // From here to the exec nothing but system calls runs: the final mask may block SIGSEGV.
+    // trapvec's signals as the program asked for them: one it ignores (its recorded disposition)
+    // stays ignored across the exec unless POSIX_SPAWN_SETSIGDEF names it, as without the
+    // agent; the exec itself makes the others SIG_DFL. Read first, set last: from the first
+    // SIG_IGN to the exec, nothing but system calls runs (a trap would now be fatal).
+    let mut ignored = 0u64;
+    for sig in (1..=64).filter(|&s| trapvec::process::chain::owns(s)) {
+        let listed = plan.flags & libc::POSIX_SPAWN_SETSIGDEF != 0 && plan.sigdefault & sigbit(sig) != 0;
+        if !listed && trapvec::process::chain::program_action(sig, None).is_some_and(|d| d.handler == libc::SIG_IGN) {
+            ignored |= sigbit(sig);
+        }
+    }
+    for sig in (1..=64).filter(|&s| ignored & sigbit(s) != 0) {
+        let ign = KSigaction { handler: libc::SIG_IGN, ..KSigaction::default() };
+        // SAFETY: SIG_IGN from our struct.
+        unsafe { sys(libc::SYS_rt_sigaction, [sig as usize, &ign as *const KSigaction as usize, 0, 8, 0, 0]) };
+    }
+    // The final mask may block SIGSEGV: nothing but system calls runs from here either.
     sigmask(libc::SIG_SETMASK, Some(plan.sigmask.unwrap_or(parent_mask)), None);
     let mut last = -(plan.no_candidate as isize);
     let mut eacces = false;
