@@ -13,21 +13,31 @@ use trapvec::keyed::{KeyBy, KeyCount, KeyCounts};
 
 use super::splice::Held;
 
-/// Count a kernel function's calls for a while.
+/// Count a kernel function's calls for a while (N seconds, until Ctrl-C, or while a command runs).
 #[derive(clap::Args)]
 #[command(long_about = "\
-Count the calls of FUNCTION for N seconds: a trap is spliced at its entry (past the 5-byte
-ftrace site) with no handler; the module's dispatcher counts every hit and sends the CPU on
-through a replay of the displaced instructions. When the time is up the splice is removed and
-the total and the rate are printed.
+Count the calls of FUNCTION: a trap is spliced at its entry (past the 5-byte ftrace site) with no
+handler; the module's dispatcher counts every hit and sends the CPU on through a replay of the
+displaced instructions. The count lasts --seconds N, or until SIGINT (Ctrl-C), SIGTERM or SIGHUP
+when no --seconds is given, or while `-- COMMAND ARGS` runs. However it ends the splice is
+removed and the total and the rate are printed.
 
-Output: first `counting FUNCTION at 0xSITE for N s` once the trap is live (a script can wait for
-that line before it drives the function), then `FUNCTION: TOTAL calls in N s (R/s)`.
+Output: first `counting FUNCTION at 0xSITE for N s` (or `until Ctrl-C ...`, `while ... runs`)
+once the trap is live (a script can wait for that line before it drives the function), then
+`FUNCTION: TOTAL calls in N s (R/s)` (the seconds as measured when not ended by --seconds).
 With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).
 Without trapd, /dev/trapvec stays locked while counting: other trapctl commands wait until the
-count is over. Through trapd (when one runs) the splice is made and removed by two requests, and
-the daemon serves others in between. The splice is recorded while it lives, so if this command
-is killed `trapctl unsplice FUNCTION` removes it.
+count is over (a COMMAND cannot run trapctl). Through trapd (when one runs) the splice is made and
+removed by two requests, and the daemon serves others in between.
+
+Signals, as `perf stat` takes them: SIGINT, SIGTERM and SIGHUP remove the splice and print the
+figures, then trapctl ends by that same signal (a shell sees status 128+N and a script stops).
+One ignored when trapctl starts (nohup's SIGHUP, a background job's SIGINT) stays ignored. With
+a COMMAND, trapctl exits with its status (128+N if it died of signal N); a signal sent to trapctl
+by a process is forwarded to the command and trapctl waits for it to exit, while one from the
+terminal (Ctrl-C, hangup) reached the command already and is not sent again. The splice records
+this command as its owner; if the command is killed by SIGKILL, `trapctl list` shows the splice
+as orphaned and `trapctl unsplice --orphans` removes it.
 
 --by pid|tgid|comm|cpu counts the calls by who made them, as bpftrace's @[comm] = count():
 the splice calls trapvec.ko's counting routine, which reads the key of the current task (its

@@ -13,10 +13,11 @@ use trapvec::returns::{Clock, Histogram, ReturnStats};
 use super::splice::Held;
 
 
-/// Time a kernel function's calls for a while.
+/// Time a kernel function's calls for a while (N seconds, until Ctrl-C, or while a command runs).
 #[derive(clap::Args)]
 #[command(long_about = "\
-Time every call of FUNCTION for N seconds and print the latencies as a log2 histogram (as
+Time every call of FUNCTION for --seconds N (or until SIGINT, SIGTERM or SIGHUP, or while
+`-- COMMAND ARGS` runs) and print the latencies as a log2 histogram (as
 bpftrace's hist()), with the number of calls, the mean, the 50th and 99th percentiles and the
 maximum, in nanoseconds. A timer is a return point: at the function's entry (past the 5-byte
 ftrace site) the module takes an instance, reads the clock and points the call's return address
@@ -34,7 +35,13 @@ runtime is counted as missed. Output: first `timing FUNCTION at 0xSITE for N s (
 once the timer is live, then the histogram and `FUNCTION: COUNT calls, mean ..., p50 ...,
 p99 ..., max ... (ns), missed M`. --json prints one JSON object instead of the histogram and the
 last line. --pid, --tgid and --comm time only the calls of the tasks that match (see `trapctl
-splice --help`). Through trapd (when one runs) the timer is made, read and removed by three requests.")]
+splice --help`). Through trapd (when one runs) the timer is made, read and removed by three requests.
+
+Signals and COMMAND as for `trapctl count` (see its --help): SIGINT, SIGTERM and SIGHUP remove
+the timer and print its figures, then trapctl ends by that signal; with a COMMAND its exit status
+is trapctl's; a timer left by a trapctl killed by SIGKILL is orphaned (`trapctl unsplice
+--orphans`). The JSON's `seconds` is then the time measured and `ended` says what ended it
+(`time`, `command`, `SIGINT`, `SIGTERM`, `SIGHUP`).")]
 pub struct Args {
     /// The function (its entry).
     pub function: String,
