@@ -67,6 +67,16 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     assert_eq!(reason_of(&run, "R_KPROBE_SLOT"), "22", "a kprobe instruction slot");
     assert_eq!(run.expect("KPROBE_UNCHANGED"), "yes");
 
+    // 1c: an armed, unoptimized kprobe: planning reads through its int3 (issue 24, item 8).
+    assert_eq!(run.expect("ARMED_BYTE"), "cc", "the probe's int3 is in the live text");
+    err(&run, "ERR_ARMED_KPROBE", &["a kprobe is registered at __x64_sys_getppid+5", "remove it first"]);
+    let neighbour = run.expect("ARMED_NEIGHBOUR");
+    assert!(neighbour.starts_with("spliced __x64_sys_getppid+6") && neighbour.contains("displaced `call "), "ARMED_NEIGHBOUR={neighbour}");
+    let calls = field(&format!("CALLS={}", run.expect("ARMED_CALLS")), "CALLS");
+    assert_eq!(calls, 501, "ppidloop -n 500 makes 501 calls");
+    assert_eq!(run.number("ARMED_HITS"), calls, "the splice behind the probe counts every call");
+    assert_eq!(run.number("ARMED_PROBE_DELTA"), calls, "and so does the probe");
+
     // 2: text the module refuses.
     assert_eq!(reason_of(&run, "R_CPUIDLE"), "20", ".cpuidle.text (default_idle)");
     assert_eq!(reason_of(&run, "R_SCT"), "21", "__SCT__cond_resched");
