@@ -74,6 +74,7 @@ fn kprobes_protected_text_invariants_scale_and_lockdown_in_the_field() {
     assert!(neighbour.starts_with("spliced __x64_sys_getppid+6") && neighbour.contains("displaced `call "), "ARMED_NEIGHBOUR={neighbour}");
     let calls = field(&format!("CALLS={}", run.expect("ARMED_CALLS")), "CALLS");
     assert_eq!(calls, 501, "ppidloop -n 500 makes 501 calls");
+    assert_eq!(field(&format!("x {}", run.expect("ARMED_CALLS")), "WRONG"), 0, "getppid answered right behind the probe");
     assert_eq!(run.number("ARMED_HITS"), calls, "the splice behind the probe counts every call");
     assert_eq!(run.number("ARMED_PROBE_DELTA"), calls, "and so does the probe");
 
