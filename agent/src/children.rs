@@ -10,6 +10,8 @@
 //! - **fork**: the child keeps every splice (text and data are copied on write; the code
 //!   repository is given a private copy by trapvec's atfork handler), and writes its own stats
 //!   only when `TRAPVEC_STATS` holds `%p`. Its hit counts start from the parent's at the fork.
+//! - **spawn**: `posix_spawn`, `posix_spawnp`, `system`, `popen` and `pclose` below hand over to
+//!   the agent's own ([`crate::spawn`]) once a spec is applied, and `vfork` is `fork`.
 
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};

@@ -18,6 +18,8 @@
 //! thread and the program's own handlers for them are recorded and chained behind trapvec's.
 //! Children ([`children`]): an exec'd program does not inherit the spec unless
 //! `TRAPVEC_INHERIT=1`; a forked child keeps its splices, on a private copy of the repository.
+//! `posix_spawn(p)`, `system`, `popen`/`pclose` and `vfork` are the agent's ([`spawn`]): glibc's
+//! run their child in the parent's spliced memory with its handlers reset, where a trap kills it.
 //!
 //! Nothing here must run the agent's machinery when no spec was given: every interposer passes
 //! straight through to libc until trapvec's handlers are installed.
@@ -189,8 +191,9 @@ extern "C" fn trapvec_agent_exit() {
 /// Write `TRAPVEC_STATS` now (at exit, `_exit` or before an exec).
 ///
 /// Only the process that applied the spec writes it, or one of its fork children when the path
-/// holds `%p` (each child its own file; otherwise a child would overwrite its parent's). A
-/// `vfork` child (no atfork handler ran) never writes: it shares its parent's memory.
+/// holds `%p` (each child its own file; otherwise a child would overwrite its parent's; the
+/// agent's `vfork` is a `fork`). A child of a raw `vfork` system call (no atfork handler ran)
+/// never writes: it shares its parent's memory.
 pub(crate) fn write_stats() {
     let Some(template) = STATS.get() else { return };
     let pid = std::process::id();

@@ -47,6 +47,11 @@
 //! `vfork` as `fork` copies the page tables of a large process and may fail where overcommit is
 //! strict.
 
+// System-call arguments are register words: every integer is passed bit for bit as the kernel
+// reads it (x86-64 Linux only, where `usize`, `u64` and pointers are 64 bits), and results are
+// small counts, descriptors or negated errnos.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Mutex;
@@ -191,12 +196,12 @@ enum Action {
     Tcsetpgrp(libc::c_int),
 }
 
-#[allow(clippy::cast_possible_truncation)] // the union's int fields are the low and high halves of its words
+/// The union's first `int` field: the low half of its word.
 fn lo(w: u64) -> libc::c_int {
     w as u32 as libc::c_int
 }
 
-#[allow(clippy::cast_possible_truncation)]
+/// The union's second `int` field: the high half of its word.
 fn hi(w: u64) -> libc::c_int {
     (w >> 32) as u32 as libc::c_int
 }
