@@ -685,6 +685,65 @@ static void test_free_referenced(const struct splice *s, pid_t ppid)
 	      q.reclaimed_blocks);
 }
 
+/*
+ * A window over a hidden branch target (issue 24, item 3): for the first 2,000 entries of the
+ * jump table and of the exception table, CHECK a window of len bytes starting one byte before
+ * the target. Some must be refused for the target with the culprit the entry itself (others
+ * fall on an earlier reason, or on an entry with the same target); a window of one byte
+ * starting at the target is never refused for it.
+ */
+static void hidden_table(const char *first, const char *last, uint32_t size, uint32_t field,
+			 uint32_t len, uint32_t reason, const char *what)
+{
+	uint64_t a, target, start = ksym(first), stop = ksym(last);
+	int i, named = 0, at_start = 0;
+	uint8_t e[16];
+
+	for (i = 0, a = start; a + size <= stop && i < 2000; a += size, i++) {
+		struct trapvec_check c = { .len = len, .flags = TRAPVEC_CHECK_NO_KPROBE };
+		uint8_t other[16];
+
+		if (kread(a, e, size))
+			fatal(first);
+		target = a + field + (uint64_t)get32(e + field);
+		c.addr = target - 1;
+		if (!tv(TRAPVEC_IOC_CHECK, &c) && c.reason == reason) {
+			/* The culprit entry: this one, or another with the same target. */
+			if (kread(c.culprit, other, size))
+				fatal("READ of a culprit entry");
+			named += c.culprit + field + (uint64_t)get32(other + field) == target;
+		}
+		c = (struct trapvec_check){ .addr = target, .len = 1,
+					    .flags = TRAPVEC_CHECK_NO_KPROBE };
+		at_start += !tv(TRAPVEC_IOC_CHECK, &c) && c.reason == reason;
+	}
+	check(named > 0 && !at_start,
+	      "CHECK over %d %s: %d refused naming the entry, %d refused at the target itself",
+	      i, what, named, at_start);
+}
+
+/*
+ * READ with TRAPVEC_READ_ORIGINAL (issue 24, item 8) while the trap at getppid+5 is live: the
+ * original bytes come back, plain READ shows the trap, and an unknown flag is refused.
+ */
+static void test_read_original(const struct splice *s, uint64_t getppid)
+{
+	struct trapvec_read r = { .addr = getppid, .len = 16, .flags = TRAPVEC_READ_ORIGINAL };
+	uint8_t orig[16] = {}, now[16];
+	int ret;
+
+	r.buf = (uintptr_t)orig;
+	/* The call comes first: check()'s arguments are evaluated in no fixed order. */
+	ret = tv(TRAPVEC_IOC_READ, &r);
+	check(ret == 0 && !memcmp(orig, s->orig, 16),
+	      "READ_ORIGINAL over the live trap gives the original bytes (+5: %02x %02x)", orig[5],
+	      orig[6]);
+	check(kread(getppid, now, 16) == 0 && now[5] == 0xcd && now[6] == 0xf5,
+	      "... while a plain READ gives the trap");
+	r.flags = 2;
+	check(tv(TRAPVEC_IOC_READ, &r) == -EINVAL, "READ with an unknown flag fails (EINVAL)");
+}
+
 int main(int argc, char **argv)
 {
 	struct trapvec_dispatch_entry entry;
@@ -736,6 +795,10 @@ int main(int argc, char **argv)
 	s.callee = s.site + 6 + (uint64_t)get32(s.orig + 7);
 
 	test_refusals(getppid_fn, &in);
+	hidden_table("__start___jump_table", "__stop___jump_table", 16, 4, 5,
+		     TRAPVEC_REASON_JUMP_TARGET, "jump-label targets");
+	hidden_table("__start___ex_table", "__stop___ex_table", 12, 4, 2,
+		     TRAPVEC_REASON_EXTABLE_FIXUP, "exception fix-ups");
 
 	/* Arena blocks. */
 	ret = alloc_block(TRAPVEC_BLOCK_CODE, 64, &s.code);
@@ -796,6 +859,7 @@ int main(int argc, char **argv)
 	check(apply(patch, 1, &res) == 0, "APPLY the trap at __x64_sys_getppid+5");
 	check(kread(s.site, now, 2) == 0 && now[0] == 0xcd && now[1] == 0xf5,
 	      "the site now holds cd f5");
+	test_read_original(&s, getppid_fn);
 	check(apply(patch, 1, &res) == -EBUSY && res.reason == TRAPVEC_REASON_LIVE_PATCH,
 	      "APPLY over a live patch fails: EBUSY, LIVE_PATCH");
 	check(check_reason(s.site + 1, 1) == TRAPVEC_REASON_LIVE_PATCH,
