@@ -156,6 +156,11 @@ impl Watch {
         }
     }
 
+    /// A watched signal that is pending now, if any (for a loop that checks between steps).
+    pub fn pending(&self) -> Result<Option<Signal>> {
+        Ok(self.next()?.map(|(signal, _)| signal))
+    }
+
     /// Wait until `span` is over: the time is up, a signal came (with a command: and the
     /// command has exited), or the command exited.
     pub fn wait(&self, span: &Span, mut child: Option<&mut Child>, start: Instant) -> Result<Ended> {

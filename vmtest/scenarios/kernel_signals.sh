@@ -4,7 +4,7 @@
 #  1. `trapctl count` ended by SIGTERM, `trapctl time` by SIGINT (started through sigdfl: a
 #     background job starts with SIGINT ignored), `trapctl count --by comm` by SIGHUP: each
 #     prints its figures (only ppidloop's calls, --comm: exact), ends by the signal, and leaves
-#     `trapctl list` empty;
+#     `trapctl list` empty; `trapctl cycle` (a test aid) stops between two cycles on SIGTERM;
 #  2. `-- COMMAND`: the count lasts while ppidloop runs, and trapctl exits with the command's
 #     status;
 #  3. SIGKILL: the splice stays, `trapctl list` shows it orphaned with the killed pid, and
@@ -71,6 +71,16 @@ wait $p
 echo "HUP_STATUS=$?"
 echo "HUP_OUT=$(cat /tmp/hup.out /tmp/hup.err | tr '\n' '|')"
 echo "HUP_LIST=$(listing)"
+
+# The hidden stress aid `trapctl cycle`: SIGTERM between two cycles.
+trapctl cycle $fn --times 1000000 > /tmp/cycle.out 2>&1 &
+p=$!
+sleep 3
+kill -TERM $p
+wait $p
+echo "CYCLE_STATUS=$?"
+echo "CYCLE_OUT=$(cat /tmp/cycle.out)"
+echo "CYCLE_LIST=$(listing)"
 
 # --- 2. While a command runs, with its exit status.
 trapctl count $fn --comm ppidloop -- /bin/ppidloop -n 30 > /tmp/cmd.out 2>&1

@@ -40,6 +40,11 @@ fn counts_and_timers_ended_by_signals_remove_their_splices_and_print_their_figur
     assert!(out.contains("|__x64_sys_getppid: 21 calls in "), "{out}");
     assert_eq!(run.expect("HUP_LIST"), empty);
 
+    assert_eq!(run.expect("CYCLE_STATUS"), "143");
+    let out = run.expect("CYCLE_OUT");
+    assert!(out.contains(" cycles of trap at 0x") && out.contains("restored each time"), "the cycles made before SIGTERM: {out}");
+    assert_eq!(run.expect("CYCLE_LIST"), empty);
+
     // 2. A command: counted while it runs, its status trapctl's.
     assert_eq!(run.expect("CMD_STATUS"), "0");
     let out = run.expect("CMD_OUT");

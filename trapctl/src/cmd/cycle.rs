@@ -1,7 +1,10 @@
 //! `trapctl cycle AT ... --times N` (hidden): splice and unsplice the same point N times in one
 //! process, checking after every removal that the function's bytes are the originals. A test aid
 //! for stress scenarios (a trapctl process per cycle would spend its time reading kallsyms);
-//! nothing stays spliced, so the saved state is not touched.
+//! nothing stays spliced, so the saved state is not touched. SIGINT, SIGTERM and SIGHUP are
+//! taken between cycles ([`crate::hold::Watch`]): the cycle in progress ends with its removal,
+//! the cycles made are printed, and trapctl ends by the signal; a splice the state does not
+//! know is never left behind.
 
 use std::time::Instant;
 
@@ -48,6 +51,7 @@ pub fn run(args: &Args) -> Result<()> {
         m => vec![m.parse().map_err(anyhow::Error::msg)?],
     };
     crate::route::direct_only("cycle")?;
+    let watch = crate::hold::Watch::start()?;
     let mut k = Kernel::open()?;
     let point = k.splicer.resolve(&args.at)?;
     let function = point.function.clone();
@@ -55,7 +59,13 @@ pub fn run(args: &Args) -> Result<()> {
     let original = k.target().read(function.addr, len)?;
     let start = Instant::now();
     let mut hits = 0u64;
+    let mut made = 0u32;
+    let mut stopped = None;
     for i in 0..args.times {
+        if let Some(signal) = watch.pending()? {
+            stopped = Some(signal);
+            break;
+        }
         let mechanism = mechanisms[i as usize % mechanisms.len()];
         let request = SpliceRequest { at: args.at.clone(), action: action.clone(), mechanism, options: Default::default() };
         let id = k.splicer.apply(std::slice::from_ref(&request)).with_context(|| format!("cycle {i}: splicing by {mechanism}"))?[0];
@@ -70,15 +80,18 @@ pub fn run(args: &Args) -> Result<()> {
                 hex(&original[at..(at + 8).min(len)])
             );
         }
+        made += 1;
     }
     println!(
-        "{} cycles of {} at {:#x} ({}): every byte of {} ({len} bytes) restored each time; {hits} hits; {:.1} s",
-        args.times,
+        "{made} cycles of {} at {:#x} ({}): every byte of {} ({len} bytes) restored each time; {hits} hits; {:.1} s",
         args.mechanism,
         point.site,
         action,
         function.name,
         start.elapsed().as_secs_f64()
     );
-    Ok(())
+    match stopped {
+        Some(signal) => crate::hold::finish(&watch, crate::hold::Ended::Signal(signal)),
+        None => Ok(()),
+    }
 }
