@@ -656,8 +656,9 @@ static void test_free_referenced(const struct splice *s, pid_t ppid)
 	snprintf(id, sizeof(id), "FREE of block %llu ", (unsigned long long)code.id);
 	ret = block_op(TRAPVEC_IOC_FREE, code.id);
 	check(ret == -EBUSY, "FREE of the block a live jmp lands in fails (EBUSY): %d", ret);
-	check(dmesg_has(id, "the live jmp at __x64_sys_getppid+0x5/", NULL),
-	      "... and the kernel log names the jmp's site (%s...the live jmp at __x64_sys_getppid+0x5)",
+	/* %pS names the site by any symbol at its address (__do_sys_getppid is an alias). */
+	check(dmesg_has(id, "the live jmp at ", "getppid+0x5/"),
+	      "... and the kernel log names the jmp's site (%s...the live jmp at ...getppid+0x5/)",
 	      id);
 	call_getppid(10, ppid, "through the jmp after the refused FREE");
 
