@@ -475,7 +475,7 @@ fn poke(m: &mut FakeModule, addr: u64, bytes: &[u8]) {
 
 /// `field + rel` as the kernel's relative table fields hold it.
 fn rel32(field: u64, to: u64) -> [u8; 4] {
-    i32::try_from(to.wrapping_sub(field) as i64).unwrap().to_le_bytes()
+    i32::try_from(i64::from_le_bytes(to.wrapping_sub(field).to_le_bytes())).unwrap().to_le_bytes()
 }
 
 #[test]
@@ -490,7 +490,7 @@ fn a_jump_label_target_in_the_window_names_its_static_key_and_place() {
         e.extend(rel32(entry, getppid + 4)); // code
         e.extend(rel32(entry + 4, getppid + 0x1c)); // target
         // The key with the branch-type flag (bit 0) set, as the kernel keeps it.
-        e.extend((key.wrapping_sub(entry + 8) as i64 + 1).to_le_bytes());
+        e.extend(key.wrapping_sub(entry + 8).wrapping_add(1).to_le_bytes());
         poke(m, entry, &e);
     });
     let refusal = target.precheck_site(getppid + 9, 5).unwrap_err();
