@@ -10,7 +10,7 @@
 //! - **fork**: the child keeps every splice (text and data are copied on write; the code
 //!   repository is given a private copy by trapvec's atfork handler), and writes its own stats
 //!   only when `TRAPVEC_STATS` holds `%p`. Its hit counts start from the parent's at the fork.
-//! - **spawn**: `posix_spawn`, `posix_spawnp`, `system`, `popen` and `pclose` below hand over to
+//! - **spawn**: `posix_spawn`, `posix_spawnp`, `system`, `popen`, `pclose` and `fclose` below hand over to
 //!   the agent's own ([`crate::spawn`]) once a spec is applied, and `vfork` is `fork`.
 
 use std::ffi::{CStr, CString};
@@ -214,11 +214,23 @@ pub unsafe extern "C" fn popen(command: *const libc::c_char, mode: *const libc::
 #[no_mangle]
 pub unsafe extern "C" fn pclose(fp: *mut libc::FILE) -> libc::c_int {
     // SAFETY: the caller's stream.
-    if let Some(st) = unsafe { crate::spawn::pclose(fp) } {
+    if let Some(st) = unsafe { crate::spawn::close_stream(fp) } {
         return st;
     }
     // SAFETY: passed through.
     unsafe { real::pclose()(fp) }
+}
+
+/// `fclose`: as `pclose` for a stream of the agent's `popen` (glibc's waits for the child of a
+/// `popen` stream too); any other stream is glibc's.
+#[no_mangle]
+pub unsafe extern "C" fn fclose(fp: *mut libc::FILE) -> libc::c_int {
+    // SAFETY: the caller's stream.
+    if let Some(st) = unsafe { crate::spawn::close_stream(fp) } {
+        return st;
+    }
+    // SAFETY: passed through.
+    unsafe { real::fclose()(fp) }
 }
 
 /// Which `execl` variant [`execl_impl`] serves.

@@ -71,6 +71,7 @@ real! {
     system: fn(CStrP) -> libc::c_int;
     popen: fn(CStrP, CStrP) -> *mut libc::FILE;
     pclose: fn(*mut libc::FILE) -> libc::c_int;
+    fclose: fn(*mut libc::FILE) -> libc::c_int;
     posix_spawnp: fn(*mut libc::pid_t, CStrP, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, Argv, Argv) -> libc::c_int;
 }
 

@@ -32,8 +32,9 @@
 //!   match, a spawn with file actions goes to glibc's `posix_spawn` (as before) with a warning.
 //! - `system` and `popen`/`pclose`: the POSIX behaviour (`/bin/sh -c`, SIGINT and SIGQUIT ignored
 //!   and SIGCHLD blocked while `system` waits; the pipe, the `e` flag and the closing of earlier
-//!   `popen` streams in the child) on top of the spawn above; `pclose` of a stream the agent
-//!   opened waits for its child, any other stream goes to glibc's `pclose`.
+//!   `popen` streams in the child) on top of the spawn above; `pclose` or `fclose` of a stream
+//!   the agent opened waits for its child (glibc's `fclose` of a `popen` stream does too), any
+//!   other stream goes to glibc's.
 //! - `vfork` is `fork` (POSIX allows it: a `vfork` child may only `exec` or `_exit`): the child
 //!   gets its own memory, so its `sigaction` calls and its traps change nothing of the parent's
 //!   (issue 24 item 10: Python's `_posixsubprocess` resets SIGSEGV in its `vfork` child through
@@ -749,23 +750,34 @@ pub(crate) unsafe fn popen(command: *const libc::c_char, mode: *const libc::c_ch
             return std::ptr::null_mut();
         }
         streams.push((fp as usize, pid, parent_end));
+        OPEN_STREAMS.fetch_add(1, SeqCst);
         fp
     }
 }
 
-/// `pclose`: a stream of [`popen`] is closed and its child waited for; any other goes to glibc.
+/// How many streams [`STREAMS`] holds (`fclose` looks there only when some are open).
+static OPEN_STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// `pclose`, or `fclose`, of a stream of [`popen`]: closed and its child waited for, the result
+/// glibc's gives (the wait status, or the close's result when that status is 0); `None` for
+/// any other stream, which goes to glibc.
 ///
 /// # Safety
 /// `fp` is a stream.
-pub(crate) unsafe fn pclose(fp: *mut libc::FILE) -> Option<libc::c_int> {
+pub(crate) unsafe fn close_stream(fp: *mut libc::FILE) -> Option<libc::c_int> {
+    if OPEN_STREAMS.load(SeqCst) == 0 {
+        return None;
+    }
     let pid = {
         let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
         let i = streams.iter().position(|s| s.0 == fp as usize)?;
+        OPEN_STREAMS.fetch_sub(1, SeqCst);
         streams.swap_remove(i).1
     };
-    // SAFETY: the caller's stream, ours.
-    unsafe { libc::fclose(fp) };
-    Some(wait_status(pid))
+    // SAFETY: the caller's stream, ours; glibc's fclose.
+    let r = unsafe { real::fclose()(fp) };
+    let st = wait_status(pid);
+    Some(if st != 0 { st } else { r })
 }
 
 extern "C" fn vfork_as_fork() -> libc::pid_t {

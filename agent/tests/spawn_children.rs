@@ -82,7 +82,7 @@ fn system_popen_and_posix_spawn_run_their_commands_with_libc_execve_close_or_dup
         &f,
         "popen",
         mode("popen"),
-        "popen read hi from popen\npclose status 0x400\nWRITTEN THROUGH POPEN\npclose status 0x500\n",
+        "popen read hi from popen\npclose status 0x400\nWRITTEN THROUGH POPEN\npclose status 0x500\nfclose status 0x700\n",
     );
     same_as_unspliced(
         &f,
