@@ -619,7 +619,8 @@ static void free_probe(void)
 			return;
 		}
 	}
-	e.site = free_site();
+	/* Kernel text (DISPATCH_ADD checks that) where no trap is ever written: mid-instruction. */
+	e.site = text_addr + 1;
 	e.dest = blk[0].addr;
 	ra.handler = blk[1].addr;
 	if (ioctl(fd, TRAPVEC_IOC_DISPATCH_ADD, &add) || ioctl(fd, TRAPVEC_IOC_RETURN_ADD, &ra)) {
