@@ -69,6 +69,9 @@ pub struct FakeState {
     pub replaced: usize,
     /// Bytes text batches changed, with what they held before (gone once restored).
     pub patched: BTreeMap<u64, u8>,
+    /// Armed kprobes of another tool: [`Target::read`] shows an `int3` (`CC`) at each of these
+    /// addresses, [`Target::read_code`] the byte the probe saved (as the module's READ_ORIGINAL).
+    pub probed: BTreeSet<u64>,
 }
 
 /// A kernel-like target; clones share the same machine.
@@ -184,6 +187,15 @@ impl Target for FakeKernel {
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
+        let mut bytes = self.read_code(addr, len)?;
+        let inner = self.state();
+        for &at in inner.probed.range(addr..addr + len as u64) {
+            bytes[usize::try_from(at - addr).expect("inside the read")] = 0xCC;
+        }
+        Ok(bytes)
+    }
+
+    fn read_code(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
         let mut inner = self.state();
         inner.reads.push((addr, len));
         (0..len as u64)

@@ -79,6 +79,24 @@ fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
 }
 
 #[test]
+fn an_armed_kprobe_is_planned_through_and_refused_by_the_target_naming_it() {
+    let k = FakeKernel::new();
+    let f = func_addr("f1");
+    // A kprobe's int3 over `push rbp` at f1+5, which the target's check refuses as the module does.
+    k.state().probed.insert(f + 5);
+    k.state().refuse.insert(f + 5, SiteRefusal::Kprobe { at: f + 5, place: "f1+5".into() });
+    assert_eq!(k.read(f + 5, 1).unwrap(), [0xCC], "the live text shows the probe");
+    let mut sp = Splicer::new(k.clone());
+    let err = sp.apply(&[count("f1+5", Mechanism::Trap)]).unwrap_err();
+    let msg = trapvec::error_chain(&err);
+    assert!(msg.contains("a kprobe is registered at f1+5: remove it first"), "{msg}");
+    // Behind the probe the boundaries are the function's own: f1+6 is `mov rbp, rsp`.
+    let id = sp.apply(&[count("f1+6", Mechanism::Trap)]).unwrap()[0];
+    assert_eq!(sp.get(id).unwrap().plan.displaced_text, "mov rbp, rsp");
+    sp.remove(&[id]).unwrap();
+}
+
+#[test]
 fn best_effort_applies_what_validates_and_names_each_refusal() {
     let k = FakeKernel::new();
     k.state().refuse.insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
