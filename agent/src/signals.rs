@@ -15,7 +15,7 @@
 //! Everything passes straight through to libc until trapvec's handlers are installed (no spec).
 //! Raw system calls (`rt_sigaction`, `rt_sigprocmask` through `syscall(2)` or inline assembly)
 //! bypass all of this; so do glibc's internal calls (it blocks every signal for short moments
-//! inside `pthread_create`, `fork` and `posix_spawn`).
+//! inside `pthread_create` and `fork`; the agent's `posix_spawn` blocks them only across its `clone`).
 
 use std::cell::Cell;
 
