@@ -24,7 +24,8 @@
  * Prints KEY=value lines: FUZZ_REQUESTS, FUZZ_OK, FUZZ_ERRNO_<name>, FUZZ_LEAK_CODE,
  * FUZZ_LEAK_DATA, FUZZ_LEAK_ENTRIES, FUZZ_LEAK_PATCHES, FUZZ_KEYS_TAKEN (keyed-count slots it
  * took), FUZZ_FREE_DISPATCH_DEST and FUZZ_FREE_RETURN_HANDLER (errnos of the probe's FREEs),
- * FUZZ_FREED_REFERENCED, FUZZ_ODD (if any).
+ * FUZZ_FREED_REFERENCED, FUZZ_RETURN_SLOTS_USED (return slots it ever took: each keeps its
+ * counters, ENTRY allocations, until unload), FUZZ_ODD (if any).
  * Exit status: 0 when the run finished (the verdict is in the lines), 2 on bad usage or when
  * /dev/trapvec cannot be opened.
  */
@@ -233,6 +234,14 @@ static void fuzz_alloc(void)
 static struct trapvec_return_add rets[TRAPVEC_RETURN_SLOTS];
 static unsigned int nrets;
 static unsigned long freed_referenced;
+/* Every slot number RETURN_ADD ever gave the fuzzer (each keeps its counters until unload). */
+static unsigned char slot_used[TRAPVEC_RETURN_SLOTS];
+
+static void took_slot(uint32_t slot)
+{
+	if (slot < TRAPVEC_RETURN_SLOTS)
+		slot_used[slot] = 1;
+}
 
 /* Forget block i of ids[] (FREE succeeded). */
 static void forget_block(unsigned int i)
@@ -276,8 +285,10 @@ static void fuzz_returns(void)
 			.maxactive = below(4) ? 1 + (uint32_t)below(8) : (uint32_t)rnd(),
 			.clock = (uint32_t)below(4),
 		};
-		if (nrets < TRAPVEC_RETURN_SLOTS && !call(TRAPVEC_IOC_RETURN_ADD, &a, "RETURN_ADD"))
+		if (nrets < TRAPVEC_RETURN_SLOTS && !call(TRAPVEC_IOC_RETURN_ADD, &a, "RETURN_ADD")) {
+			took_slot(a.slot);
 			rets[nrets++] = a;
+		}
 	} else if (nrets && below(2)) {
 		i = (unsigned int)below(nrets);
 		rm = (struct trapvec_return_remove){ .slot = rets[i].slot, .generation = rets[i].generation };
@@ -627,6 +638,7 @@ static void free_probe(void)
 		probe_odd("probe DISPATCH_ADD/RETURN_ADD", errno);
 		return;
 	}
+	took_slot(ra.slot);
 	b.id = blk[0].id;
 	err = ioctl(fd, TRAPVEC_IOC_FREE, &b) ? errno : 0;
 	printf("FUZZ_FREE_DISPATCH_DEST=%d\n", err);
@@ -778,6 +790,13 @@ int main(int argc, char **argv)
 	printf("FUZZ_ODD_COUNT=%lu\n", odd);
 	printf("FUZZ_KEYS_TAKEN=%lu\n", keys_taken);
 	printf("FUZZ_FREED_REFERENCED=%lu\n", freed_referenced);
+	{
+		unsigned int used = 0;
+
+		for (unsigned int i = 0; i < TRAPVEC_RETURN_SLOTS; i++)
+			used += slot_used[i];
+		printf("FUZZ_RETURN_SLOTS_USED=%u\n", used);
+	}
 	printf("FUZZ_LEAK_CODE=%lld\n", (long long)(end.code_used - info0.code_used));
 	printf("FUZZ_LEAK_DATA=%lld\n", (long long)(end.data_used - info0.data_used));
 	printf("FUZZ_LEAK_ENTRIES=%lld\n", (long long)(end.dispatch_entries - info0.dispatch_entries));
