@@ -33,6 +33,9 @@ struct FakeDaemon {
     sp: Splicer<FakeKernel>,
     /// Sites of the `time` requests (made as counts).
     timers: Vec<String>,
+    /// Mark every owned splice orphaned, as a daemon in another pid namespace than trapctl
+    /// would (the owner's pid means nothing there).
+    claims_orphans: bool,
 }
 
 /// What a timer's listing row carries: three calls of 1, 2 and 3 us.
@@ -67,6 +70,9 @@ impl Handler for FakeDaemon {
                 for row in l.splices.iter_mut().filter(|r| self.timers.contains(&r.site)) {
                     row.returns = Some(timer_stats());
                 }
+                for row in l.splices.iter_mut().filter(|r| self.claims_orphans && r.owner.is_some()) {
+                    row.orphaned = true;
+                }
                 serde_json::to_value(l).unwrap()
             }),
             Request::Unsplice { at: Some(at), .. } => ops::unsplice(&mut self.sp, &at).map(|u| serde_json::to_value(u).unwrap()),
@@ -81,10 +87,14 @@ impl Handler for FakeDaemon {
 
 /// A fake kernel and the daemon serving it on a socket in `dir`.
 fn daemon(dir: &Path) -> (FakeKernel, PathBuf) {
+    daemon_with(dir, false)
+}
+
+fn daemon_with(dir: &Path, claims_orphans: bool) -> (FakeKernel, PathBuf) {
     let k = FakeKernel::new();
     let socket = dir.join("trapd.sock");
     let listener = server::bind(&socket).unwrap();
-    let d = Arc::new(Mutex::new(FakeDaemon { sp: Splicer::new(k.clone()), timers: Vec::new() }));
+    let d = Arc::new(Mutex::new(FakeDaemon { sp: Splicer::new(k.clone()), timers: Vec::new(), claims_orphans }));
     std::thread::spawn(move || server::serve(listener, d, Access::default(), Arc::new(RequestCounts::default())));
     (k, socket)
 }
@@ -283,6 +293,26 @@ fn a_count_killed_by_sigkill_leaves_an_orphan_that_list_names_and_unsplice_orpha
     assert!(!k.trapped("f0"));
     assert!(k.trapped("f1"), "the splice without an owner stays");
     assert_eq!(run(&["unsplice", "--orphans"]).1, "unspliced 0 orphaned splice(s)\n");
+}
+
+#[test]
+fn whether_an_owner_is_gone_is_judged_by_trapctl_not_by_the_daemons_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (k, socket) = daemon_with(dir.path(), true);
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_trapctl")).arg("--socket").arg(&socket).args(args).output().unwrap();
+        (o.status.code(), String::from_utf8(o.stdout).unwrap())
+    };
+    let (mut child, mut out) = start(&socket, &["count", "f0"]);
+    announced(&mut child, &mut out);
+    let (_, listed) = run(&["list"]);
+    assert!(listed.contains(&format!("  held by pid {} `", child.id())) && !listed.contains("orphaned"), "{listed}");
+    assert_eq!(run(&["unsplice", "--orphans"]), (Some(0), "unspliced 0 orphaned splice(s)\n".to_string()), "a live count is no orphan");
+    assert!(k.trapped("f0"));
+    signal(&child, Signal::SIGTERM);
+    let (status, _, _) = finish(child, out);
+    assert_eq!(status.signal(), Some(Signal::SIGTERM as i32));
+    no_splices_left(&k);
 }
 
 #[test]

@@ -50,7 +50,12 @@ struct Reply {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let r: Reply = route::read(&Request::List, |sp| Ok(Reply { listing: ops::listing(sp)?, profile: None, unrecorded: None }))?;
+    let mut r: Reply = route::read(&Request::List, |sp| Ok(Reply { listing: ops::listing(sp)?, profile: None, unrecorded: None }))?;
+    // Whether an owner is gone is judged here, where its pid was taken (trapd may run in
+    // another pid namespace than a trapctl that shares its socket).
+    for s in &mut r.listing.splices {
+        s.orphaned = s.owner.as_ref().is_some_and(instr_manager::owner::Owner::is_gone);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());

@@ -273,12 +273,14 @@ fn hold<R>(
     Ok(Held { figures: figures?, removed, ended, elapsed })
 }
 
-/// Remove the orphaned splices: through trapd, those its listing marks, one request each
-/// (by site); else in one batch on the module.
+/// Remove the orphaned splices: through trapd, those of its listing whose owner is gone, one
+/// request each (by site); else in one batch on the module.
 fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
     if client::is_listening(route::socket()) {
+        // Judged here, not by the daemon's flag: the owner's pid was taken in this machine's
+        // view (a trapctl in a container shares the daemon's socket, not its pid namespace).
         let listing: Listing = route::daemon_only(&Request::List)?;
-        return listing.splices.iter().filter(|r| r.orphaned).map(|r| remove(&r.site)).collect();
+        return listing.splices.iter().filter(|r| r.owner.as_ref().is_some_and(Owner::is_gone)).map(|r| remove(&r.site)).collect();
     }
     let mut k = Kernel::open()?;
     if let Some(w) = args.wait {
