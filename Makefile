@@ -12,9 +12,10 @@ test: build
 	$(CARGO) test --release --workspace
 	packaging/test-packages
 
-## Install missing system packages (QEMU, the Debian cloud kernel and headers, busybox-static, ...).
+## Install missing system packages (QEMU, the Debian cloud kernels 6.1 and 6.12 with their headers,
+## busybox-static, ...).
 deps:
-	.ci/install-deps
+	.ci/install-deps --kernel 6.12
 
 ## Release build of the whole workspace (the VM tests boot the release trapctl).
 build: deps

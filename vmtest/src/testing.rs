@@ -32,6 +32,24 @@ pub fn can_boot(what: &str) -> bool {
     }
 }
 
+/// [`can_boot`] for a test that boots a given kernel series (`"6.12"`), whatever
+/// [`host::GUEST_KERNEL_ENV`] says: with `CI=true` a missing kernel is a failure.
+pub fn can_boot_kernel(what: &str, series: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let mut missing = missing_for_boot();
+    if let Err(e) = host::KernelInstall::choose(series) {
+        missing.push(e.to_string());
+    }
+    match boot_verdict(what, &missing, ci) {
+        BootVerdict::Run => true,
+        BootVerdict::Skip(why) => {
+            eprintln!("{why}");
+            false
+        }
+        BootVerdict::Fail(why) => panic!("{why}"),
+    }
+}
+
 /// Why this machine cannot boot a guest, one reason per missing piece (QEMU, the guest kernel
 /// with its headers and modules, busybox); empty when it can.
 pub fn missing_for_boot() -> Vec<String> {
@@ -154,6 +172,12 @@ impl Scenario {
     #[must_use]
     pub fn file(self, path: impl AsRef<Path>) -> Self {
         self.arg("--file").arg(path.as_ref())
+    }
+
+    /// Boot this kernel (a series such as `"6.12"`, or a vmlinuz path) instead of the default.
+    #[must_use]
+    pub fn kernel(self, kernel: &str) -> Self {
+        self.args(["--kernel", kernel])
     }
 
     /// Give the guest `secs` seconds for boot, scenario and power-off together.
