@@ -116,22 +116,30 @@ static long trapvec_ioc_read(void __user *uarg)
 	/* Lockdown (confidentiality) forbids reading kernel memory, as it does /proc/kcore. */
 	if (!trapvec_may_read())
 		return -EPERM;
+	dst = u64_to_user_ptr(req.buf);
+	if ((req.flags & TRAPVEC_READ_ORIGINAL) && req.len) {
+		/*
+		 * In one pass: the record of live patches is walked once per request (planning
+		 * reads whole runs of functions, with thousands of patches live).
+		 */
+		bounce = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, req.len, GFP_KERNEL);
+		if (!bounce)
+			return -ENOMEM;
+		mutex_lock(&trapvec_mutex);
+		ret = trapvec_read_unpatched((unsigned long)req.addr, bounce, req.len);
+		mutex_unlock(&trapvec_mutex);
+		if (!ret && copy_to_user(dst, bounce, req.len))
+			ret = -EFAULT;
+		trapvec_kvfree(TRAPVEC_MEM_SCRATCH, bounce, req.len);
+		return ret;
+	}
 	bounce = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, PAGE_SIZE, GFP_KERNEL);
 	if (!bounce)
 		return -ENOMEM;
-	dst = u64_to_user_ptr(req.buf);
 	for (done = 0; done < req.len; done += chunk) {
-		unsigned long at = (unsigned long)(req.addr + done);
-
 		chunk = min_t(u32, req.len - done, PAGE_SIZE);
-		if (req.flags & TRAPVEC_READ_ORIGINAL) {
-			/* The record of live patches is ours; one page at a time holds it briefly. */
-			mutex_lock(&trapvec_mutex);
-			ret = trapvec_read_unpatched(at, bounce, chunk);
-			mutex_unlock(&trapvec_mutex);
-			if (ret)
-				break;
-		} else if (copy_from_kernel_nofault(bounce, (void *)at, chunk)) {
+		if (copy_from_kernel_nofault(bounce, (void *)(unsigned long)(req.addr + done),
+					     chunk)) {
 			ret = -EFAULT;
 			break;
 		}
