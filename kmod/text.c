@@ -298,6 +298,15 @@ static void trapvec_text_store(u8 *alias, const u8 *bytes, u32 len)
 		WRITE_ONCE(alias[i], bytes[i]);
 }
 
+/*
+ * Does op change its site? An identity patch (new bytes equal to the old, which tests use to
+ * hold a range live) is never written: no CC of ours appears there, so none needs sending on.
+ */
+static bool trapvec_op_changes(const struct trapvec_text_op *op)
+{
+	return memcmp(op->rec->old_bytes, op->rec->new_bytes, op->rec->len) != 0;
+}
+
 /* The bytes op leaves at its site. */
 static const u8 *trapvec_op_target(const struct trapvec_text_op *op)
 {
@@ -415,7 +424,8 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 		/* Best effort, patch by patch: a byte someone else changed is left to them. */
 		for (i = 0; i < ctx->count; i++) {
 			op = &ctx->ops[i];
-			op->write = ctx->stage == TRAPVEC_STAGE_UNLOAD || op->deferred;
+			op->write = (ctx->stage == TRAPVEC_STAGE_UNLOAD || op->deferred) &&
+				    trapvec_op_changes(op);
 			if (op->write && !trapvec_op_ready(op)) {
 				op->write = false;
 				ctx->skipped++;
@@ -439,7 +449,7 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 		if (!trapvec_stop_compare(ctx))
 			return;
 		for (i = 0; i < ctx->count; i++)
-			ctx->ops[i].write = !ctx->ops[i].deferred;
+			ctx->ops[i].write = !ctx->ops[i].deferred && trapvec_op_changes(&ctx->ops[i]);
 		trapvec_stop_rounds(ctx);
 		return;
 	case TRAPVEC_STAGE_DISARM:
@@ -720,8 +730,9 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 
 /*
  * Where new_bytes send a CPU: a jmp rel32 or rel8 to its target (*jmp set), a trap through
- * the dispatch table. NOT_A_JUMP for anything else; the caller refuses that only for a window
- * over several instructions, where the die notifier must stand in for the new instruction.
+ * the dispatch table. NOT_A_JUMP for anything else, which the caller refuses unless the patch
+ * is an identity over one instruction: every write goes int3 first, and the die notifier must
+ * then stand in for the new instruction (and at the revert, for the old one).
  */
 static u32 trapvec_patch_dest(const struct trapvec_patch *p, unsigned long *dest, bool *jmp)
 {
@@ -1191,8 +1202,11 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
 		memcpy(ops[i].rec->new_bytes, p->new_bytes, p->len);
 		reason = trapvec_patch_dest(p, &ops[i].rec->dest, &ops[i].rec->jmp);
-		if (insns > 1 && reason) {
-			/* Nothing could stand in for the new bytes while their CC is there. */
+		if (reason && (insns > 1 || memcmp(p->new_bytes, p->old_bytes, p->len))) {
+			/*
+			 * Nothing could stand in for the new bytes (or, at the revert, the old
+			 * ones) while their CC is there; an identity patch is never written.
+			 */
 			trapvec_fail(req, i, reason, 0);
 			ret = -EINVAL;
 			goto out_unwind;
