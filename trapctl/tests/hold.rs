@@ -36,6 +36,8 @@ struct FakeDaemon {
     /// Mark every owned splice orphaned, as a daemon in another pid namespace than trapctl
     /// would (the owner's pid means nothing there).
     claims_orphans: bool,
+    /// How long making a splice takes.
+    splice_delay: Duration,
 }
 
 /// What a timer's listing row carries: three calls of 1, 2 and 3 us.
@@ -53,6 +55,7 @@ impl Handler for FakeDaemon {
     fn handle(&mut self, req: Request) -> Value {
         let reply = match req {
             Request::Splice(mut r) => {
+                std::thread::sleep(self.splice_delay);
                 let timer = matches!(r.action, Action::Time { .. });
                 if timer {
                     r.action = Action::Count;
@@ -87,14 +90,14 @@ impl Handler for FakeDaemon {
 
 /// A fake kernel and the daemon serving it on a socket in `dir`.
 fn daemon(dir: &Path) -> (FakeKernel, PathBuf) {
-    daemon_with(dir, false)
+    daemon_with(dir, false, Duration::ZERO)
 }
 
-fn daemon_with(dir: &Path, claims_orphans: bool) -> (FakeKernel, PathBuf) {
+fn daemon_with(dir: &Path, claims_orphans: bool, splice_delay: Duration) -> (FakeKernel, PathBuf) {
     let k = FakeKernel::new();
     let socket = dir.join("trapd.sock");
     let listener = server::bind(&socket).unwrap();
-    let d = Arc::new(Mutex::new(FakeDaemon { sp: Splicer::new(k.clone()), timers: Vec::new(), claims_orphans }));
+    let d = Arc::new(Mutex::new(FakeDaemon { sp: Splicer::new(k.clone()), timers: Vec::new(), claims_orphans, splice_delay }));
     std::thread::spawn(move || server::serve(listener, d, Access::default(), Arc::new(RequestCounts::default())));
     (k, socket)
 }
@@ -295,10 +298,92 @@ fn a_count_killed_by_sigkill_leaves_an_orphan_that_list_names_and_unsplice_orpha
     assert_eq!(run(&["unsplice", "--orphans"]).1, "unspliced 0 orphaned splice(s)\n");
 }
 
+/// A new pseudo-terminal: its master, and the path of its slave.
+fn pty() -> (std::fs::File, PathBuf) {
+    // SAFETY: posix_openpt takes flags only and returns a new descriptor or -1, checked.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+    // SAFETY: `master` is an open descriptor this test owns from here on (File::from_raw_fd).
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(master) };
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: `master` is a pty master (posix_openpt); ptsname_r writes at most `name.len()`
+    // bytes, NUL included, into `name`, which outlives the call.
+    let ok = unsafe { libc::grantpt(master) == 0 && libc::unlockpt(master) == 0 && libc::ptsname_r(master, name.as_mut_ptr(), name.len()) == 0 };
+    assert!(ok, "grantpt/unlockpt/ptsname_r: {}", std::io::Error::last_os_error());
+    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated string.
+    let path = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_str().unwrap().into();
+    (file, path)
+}
+
+/// trapctl as `start` runs it, but in a session of its own whose controlling terminal is the
+/// pty `slave` (its stdin), so that ^C written to the master signals its process group (trapctl
+/// and its command) as a terminal's Ctrl-C does: a signal the kernel sends.
+fn start_on_terminal(socket: &Path, slave: &Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trapctl"));
+    cmd.arg("--socket").arg(socket).args(args).stdin(std::fs::File::options().read(true).write(true).open(slave).unwrap());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: runs in the child between fork and exec: setsid, ioctl and sigaction (nix's
+    // `signal`) are async-signal-safe, and nothing here allocates or locks. stdin (fd 0) is
+    // the pty's slave by then.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            nix::sys::signal::signal(Signal::SIGINT, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_itself_and_ends_the_count() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (k, socket) = daemon(dir.path());
+    let (mut master, slave) = pty();
+    let (mut child, mut out) = start_on_terminal(&socket, &slave, &["count", "f0", "--", "sleep", "30"]);
+    announced(&mut child, &mut out);
+    // Let the command start: the terminal signals the processes in its group then.
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    master.write_all(b"\x03").unwrap();
+    let (status, rest, err) = finish(child, out);
+    assert!(t.elapsed() < Duration::from_secs(10), "the sleep got the terminal's SIGINT");
+    assert_eq!(status.signal(), Some(Signal::SIGINT as i32), "{status}: {err}");
+    assert!(rest.starts_with("f0: 0 calls in "), "{rest}");
+    no_splices_left(&k);
+}
+
+#[test]
+fn ctrl_c_while_the_splice_is_made_ends_the_hold_before_the_command_starts() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (k, socket) = daemon_with(dir.path(), false, Duration::from_millis(1500));
+    let (mut master, slave) = pty();
+    let marker = dir.path().join("ran");
+    let script = format!("touch {}; sleep 30", marker.display());
+    let (mut child, mut out) = start_on_terminal(&socket, &slave, &["count", "f0", "--", "sh", "-c", &script]);
+    // trapctl blocks the signals before it asks for the splice; the daemon takes 1.5 s. The
+    // terminal's SIGINT cannot reach a command started after it: none may start.
+    std::thread::sleep(Duration::from_millis(500));
+    master.write_all(b"\x03").unwrap();
+    announced(&mut child, &mut out);
+    let (status, rest, err) = finish(child, out);
+    assert_eq!(status.signal(), Some(Signal::SIGINT as i32), "{status}: {err}");
+    assert!(rest.starts_with("f0: 0 calls in "), "{rest}");
+    assert!(!marker.exists(), "the command never started");
+    no_splices_left(&k);
+}
+
 #[test]
 fn whether_an_owner_is_gone_is_judged_by_trapctl_not_by_the_daemons_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let (k, socket) = daemon_with(dir.path(), true);
+    let (k, socket) = daemon_with(dir.path(), true, Duration::ZERO);
     let run = |args: &[&str]| {
         let o = Command::new(env!("CARGO_BIN_EXE_trapctl")).arg("--socket").arg(&socket).args(args).output().unwrap();
         (o.status.code(), String::from_utf8(o.stdout).unwrap())

@@ -255,7 +255,13 @@ fn hold<R>(
     announce(row);
     let _ = std::io::stdout().flush();
     let start = Instant::now();
-    let waited = hold::spawn(span).and_then(|mut child| watch.wait(span, child.as_mut(), start));
+    // A signal that came while the splice was made ends the hold before any command starts
+    // (a terminal's Ctrl-C then could not have reached a command spawned after it).
+    let waited = match watch.pending() {
+        Ok(Some(signal)) => Ok(Ended::Signal(signal)),
+        Ok(None) => hold::spawn(span).and_then(|mut child| watch.wait(span, child.as_mut(), start)),
+        Err(e) => Err(e),
+    };
     let ended = match waited {
         Ok(e) => e,
         Err(e) => {
