@@ -18,7 +18,8 @@
 //!   trapctl itself got a signal, which it then ends by, as above. A signal sent to trapctl by
 //!   a process (`kill`) is forwarded to the command, and trapctl waits for the command to exit;
 //!   one the kernel sent (a terminal's Ctrl-C or hangup) reached the command already, as the
-//!   terminal signals its whole foreground process group, and is not sent again.
+//!   terminal signals its whole foreground process group, and is not sent again. A signal
+//!   that came while the splice was being made ends the hold before the command starts.
 //!
 //! The command gets an empty signal mask (trapctl's blocked signals are unblocked in the child
 //! before exec; Rust's `Command` keeps the parent's mask) and the dispositions trapctl started

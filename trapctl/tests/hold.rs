@@ -2,7 +2,8 @@
 //! end: SIGINT, SIGTERM and SIGHUP each remove the splice, print the figures, and end trapctl
 //! by the same signal (as `perf stat`); `-- COMMAND` holds it while the command runs and exits
 //! with the command's status; a trapctl killed by SIGKILL leaves an orphaned splice that
-//! `trapctl list` names and `trapctl unsplice --orphans` removes.
+//! `trapctl list` names and `trapctl unsplice --orphans` removes. Ctrl-C on a terminal (a pty
+//! whose ^C the kernel turns into SIGINT for the whole process group) reaches the command itself.
 //!
 //! The real binary runs against a daemon on a Unix socket (trapd's own server) whose handler
 //! runs the real operations on the fake kernel (`trapvec::fake`), so the test sees the kernel's
