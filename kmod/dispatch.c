@@ -220,7 +220,7 @@ NOKPROBE_SYMBOL(trapvec_dispatch_site);
 __visible notrace int trapvec_dispatch(struct pt_regs *regs)
 {
 	unsigned long site = regs->ip - TRAPVEC_TRAP_LEN;
-	bool rcu_idle = !rcu_is_watching();
+	bool rcu_idle = !trapvec_rcu_watching();
 	int ret = 0;
 
 	/*

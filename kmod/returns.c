@@ -265,20 +265,21 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	unsigned long ret = in->ret;
 	struct trapvec_rp_slot *s = &trapvec_rp_slots[in->slot];
 	struct task_struct *task = in->task;
-	bool rcu_idle = !rcu_is_watching();
 	unsigned long flags = 0;
+	bool rcu_idle;
 
 	regs->rip = ret;
+	preempt_disable_notrace();
 	/*
 	 * A function of the idle path returning where RCU is not watching (see trapvec_dispatch()):
 	 * RETURN_REMOVE's synchronize_rcu() and the handler's own RCU use must see this CPU. Enter
 	 * RCU as an NMI does, with interrupts off as an interrupt entry has them.
 	 */
+	rcu_idle = !trapvec_rcu_watching();
 	if (unlikely(rcu_idle)) {
 		local_irq_save(flags);
 		trapvec_ksyms.ct_nmi_enter();
 	}
-	preempt_disable_notrace();
 	/*
 	 * Counted before the slot's state is read: RETURN_REMOVE changes the state, then waits
 	 * for this count to drop, so the handler's code never goes under a CPU that runs it.
@@ -300,11 +301,11 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	/* Never the last reference: the task is running. */
 	put_task_struct(task);
 	trapvec_rp_give(index);
-	preempt_enable_notrace();
 	if (unlikely(rcu_idle)) {
 		trapvec_ksyms.ct_nmi_exit();
 		local_irq_restore(flags);
 	}
+	preempt_enable_notrace();
 	return ret;
 }
 NOKPROBE_SYMBOL(trapvec_rp_return);

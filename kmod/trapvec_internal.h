@@ -19,8 +19,10 @@
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
 
+#include <linux/context_tracking.h>
 #include <linux/mutex.h>
 #include <linux/types.h>
+#include <linux/version.h>
 #include <asm/insn.h>
 #include <asm/ptrace.h>
 
@@ -218,6 +220,20 @@ void trapvec_keys_exit(void);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);
+
+/*
+ * Is RCU watching this CPU? What rcu_is_watching() answers, inline: in 6.1 that function is
+ * ordinary text a site may be placed in, and the trap path must call nothing such. Call with
+ * preemption or interrupts off.
+ */
+static __always_inline bool trapvec_rcu_watching(void)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0)
+	return rcu_is_watching_curr_cpu();
+#else
+	return !rcu_dynticks_curr_cpu_in_eqs();
+#endif
+}
 /* arena.c: RCU-tasks and RCU-tasks-rude grace periods (idle tasks included). */
 void trapvec_sync_tasks(void);
 
