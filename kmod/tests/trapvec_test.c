@@ -264,6 +264,37 @@ static void refuse_table(const char *first, const char *last, uint32_t size, uin
 	      i, what, found, accepted);
 }
 
+/*
+ * Every write goes int3 first, and a CPU that meets our CC is sent where the patch leads: a
+ * patch that changes bytes without being a trap or a jmp has nowhere to send it, even over
+ * one instruction (here `push rbx`, one byte, made a nop).
+ */
+static void test_not_a_jump(uint64_t getppid)
+{
+	struct trapvec_patch p = { .addr = getppid + 5, .len = 1 };
+	struct trapvec_apply res;
+	uint8_t now = 0;
+	int ret;
+
+	if (kread(p.addr, p.old_bytes, 1)) {
+		check(0, "READ __x64_sys_getppid+5");
+		return;
+	}
+	p.new_bytes[0] = 0x90;
+	ret = apply(&p, 1, &res);
+	check(ret == -EINVAL && res.reason == TRAPVEC_REASON_NOT_A_JUMP,
+	      "APPLY of a one-instruction rewrite that is neither a trap nor a jmp is refused: NOT_A_JUMP (%d, reason %u)",
+	      ret, res.reason);
+	if (!ret) {
+		/* Put it back before anything calls getppid() with its push gone. */
+		memcpy(p.new_bytes, p.old_bytes, 1);
+		p.old_bytes[0] = 0x90;
+		apply(&p, 1, &res);
+	}
+	ret = kread(getppid + 5, &now, 1);
+	check(ret == 0 && now == 0x53, "__x64_sys_getppid+5 still holds push rbx (%02x)", now);
+}
+
 static void test_refusals(uint64_t getppid, const struct trapvec_info *in)
 {
 	struct trapvec_check c = {};
@@ -796,6 +827,7 @@ int main(int argc, char **argv)
 	s.callee = s.site + 6 + (uint64_t)get32(s.orig + 7);
 
 	test_refusals(getppid_fn, &in);
+	test_not_a_jump(getppid_fn);
 	hidden_table("__start___jump_table", "__stop___jump_table", 16, 4, 5,
 		     TRAPVEC_REASON_JUMP_TARGET, "jump-label targets");
 	hidden_table("__start___ex_table", "__stop___ex_table", 12, 4, 2,
