@@ -33,14 +33,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SigSet, Signal};
+use std::os::fd::AsFd;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
 /// The signals that end a hold.
 const WATCHED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
-/// How often the wait looks at the clock and the command.
-const TICK: Duration = Duration::from_millis(20);
+/// The longest single wait (poll's timeout is an i32 of milliseconds); a longer span waits
+/// again. The wait sleeps in poll() on the signalfd, woken only by a watched signal, SIGCHLD
+/// or the deadline: a hold makes no system calls of its own meanwhile (a timer on
+/// do_nanosleep measures the workload, not trapctl).
+const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
 /// How long a command holds its splice: `--seconds N`, or `-- COMMAND ARGS`, or neither
 /// (until a signal).
@@ -141,7 +148,9 @@ impl Watch {
                 watched.add(s);
             }
         }
-        watched.thread_block().context("blocking SIGINT, SIGTERM and SIGHUP")?;
+        // SIGCHLD only wakes the wait when a command exits; it is never a reason to stop.
+        watched.add(Signal::SIGCHLD);
+        watched.thread_block().context("blocking SIGINT, SIGTERM, SIGHUP and SIGCHLD")?;
         let fd = SignalFd::with_flags(&watched, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).context("opening a signalfd")?;
         Ok(Watch { fd })
     }
@@ -153,6 +162,9 @@ impl Watch {
             let Some(info) = self.fd.read_signal().context("reading the signalfd")? else { return Ok(None) };
             let Ok(signo) = i32::try_from(info.ssi_signo) else { continue };
             let Ok(signal) = Signal::try_from(signo) else { continue };
+            if signal == Signal::SIGCHLD {
+                continue;
+            }
             return Ok(Some((signal, info.ssi_code == libc::SI_KERNEL)));
         }
     }
@@ -190,12 +202,18 @@ impl Watch {
                 }
             }
             let now = Instant::now();
-            let tick = match deadline {
+            let wait = match deadline {
                 Some(d) if now >= d => return Ok(Ended::Elapsed),
-                Some(d) => TICK.min(d - now),
-                None => TICK,
+                Some(d) => LONGEST_WAIT.min(d - now),
+                None => LONGEST_WAIT,
             };
-            std::thread::sleep(tick);
+            // Rounded up: woken a little early, the loop would only wait again.
+            let ms = i32::try_from(wait.as_millis() + 1).unwrap_or(i32::MAX);
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("waiting on the signalfd"),
+            }
         }
     }
 
