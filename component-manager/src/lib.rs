@@ -32,6 +32,7 @@ pub mod manager;
 pub mod parse;
 pub mod reloc;
 pub mod resolve;
+pub mod rethunk;
 pub mod validate;
 
 pub use error::ComponentError;

@@ -24,6 +24,7 @@ use crate::layout::{self, BlockPlan, Layout};
 use crate::parse::{self, DeclaredSplice, Object, Placement, SymbolDef, SymbolType};
 use crate::reloc::{self, Images};
 use crate::resolve::{self, Export, ExtraSymbols, Import, ImportSource};
+use crate::rethunk;
 use crate::validate::{self, Limits, ValidateError};
 
 /// Identifies a loaded component for as long as the manager lives (ids are never reused).
@@ -344,8 +345,9 @@ impl ComponentManager {
             .map_err(terr(format!("allocating the code block ({} bytes near {near:#x})", layout.code.size)))?;
         let data = alloc_aligned(target, code.base, layout.data, BlockKind::Data, allocated)
             .map_err(terr(format!("allocating the data block ({} bytes near {:#x})", layout.data.size, code.base)))?;
-        let images = reloc::link(obj, layout, imports, code.base, data.base)
+        let mut images = reloc::link(obj, layout, imports, code.base, data.base)
             .map_err(|error| ComponentError::Reloc { component: label.to_string(), error: Box::new(error) })?;
+        rethunk::apply(obj, layout, rethunk::Returns::of(&*target), &mut images.code, code.base);
         target
             .write(&code.block, code.offset(), &images.code)
             .map_err(terr(format!("writing the code block at {:#x}", code.base)))?;
