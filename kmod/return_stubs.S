@@ -58,8 +58,9 @@ SYM_CODE_START_NOALIGN(trapvec_rp_stubs)
 	.set trapvec_rp_i, 0
 	.rept TRAPVEC_RP_INSTANCES
 	TRAPVEC_STUB_HINT
-	ANNOTATE_NOENDBR
 	nop
+	/* The return address is the byte after the nop; reached by ret, which IBT never checks. */
+	ANNOTATE_NOENDBR
 	pushq	$trapvec_rp_i
 	jmp	trapvec_rp_common
 	int3

@@ -259,6 +259,7 @@ static __always_inline void trapvec_rp_run(struct trapvec_rp_slot *s, struct tra
  * The return half, called by return_stubs.S with the registers at the return and the index its
  * stub pushed; returns the real return address. Interrupts as the function left them.
  */
+unsigned long trapvec_rp_return(struct trapvec_regs *regs, unsigned long index);
 __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, unsigned long index)
 {
 	struct trapvec_rp_inst *in = &trapvec_rp_inst[index];
