@@ -114,7 +114,8 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
 
     // 3. Timers. 1 ms sleeps take [1, 2.1) ms (bucket 21, [2^20, 2^21) ns) or a little more
     // (TCG: one in ten has been seen at 8-16 ms), never 16.8 ms (bucket 25); 20 ms ones take
-    // [16.8, 67) ms (25..=26); trapctl's own 6 s sleep is one call in [4.3, 8.6) s (33).
+    // [16.8, 67) ms (25..=26). trapctl waits in poll() on its signalfd, never in nanosleep, so
+    // the timer measures the workload alone: nothing of its own 6 s (bucket 33).
     assert_eq!(run.expect("TIME_WALL_RC"), "0");
     assert!(run.expect("NAPS_1MS").starts_with("naps=10 "));
     assert!(run.expect("NAPS_20MS").starts_with("naps=5 "));
@@ -125,17 +126,17 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(in_buckets(h, 20, 24), 10, "the 1 ms sleeps: {t}");
     assert!(in_buckets(h, 20, 22) >= 5, "most 1 ms sleeps took less than 4.2 ms: {t}");
     assert_eq!(in_buckets(h, 25, 26), 5, "the 20 ms sleeps: {t}");
-    assert_eq!(in_buckets(h, 33, 33), 1, "trapctl's own sleep: {t}");
-    assert_eq!(t["count"].as_u64(), Some(16), "nothing else slept: {t}");
+    assert_eq!(in_buckets(h, 27, 64), 0, "no trapctl sleep of its own: {t}");
+    assert_eq!(t["count"].as_u64(), Some(15), "nothing else slept: {t}");
     assert_eq!(t["missed"].as_u64(), Some(0));
-    assert!(t["max_ns"].as_u64().unwrap() >= 6_000_000_000);
+    assert!(t["max_ns"].as_u64().unwrap() < 1 << 26, "the longest call is a 20 ms sleep: {t}");
     assert!(t["p50_ns"].as_u64().unwrap() < 1 << 22, "most calls are the 1 ms sleeps: {t}");
 
     assert_eq!(run.expect("TIME_CPU_RC"), "0");
     let t: Value = serde_json::from_str(run.expect("TIME_CPU")).unwrap();
     assert_eq!(t["clock"], "cpu");
-    assert_eq!(t["count"].as_u64(), Some(6), "five 20 ms sleeps and trapctl's: {t}");
-    // Each call slept 20 ms (or 4 s): by the wall clock bucket 25 or above. On a CPU they took
+    assert_eq!(t["count"].as_u64(), Some(5), "five 20 ms sleeps, none of trapctl's: {t}");
+    // Each call slept 20 ms: by the wall clock bucket 25 or above. On a CPU they took
     // 130-300 us, and under TCG once in a while a few ms (code translated for the first time).
     assert!(t["max_ns"].as_u64().unwrap() < 1 << 24, "time asleep is not CPU time: {t}");
     assert!(in_buckets(&t["histogram"], 0, 20) >= 4, "most calls took under 1 ms on a CPU: {t}");
@@ -147,7 +148,7 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     assert_eq!(run.expect("TIME_TRAPD_RC"), "0");
     let t: Value = serde_json::from_str(run.expect("TIME_TRAPD")).unwrap();
     assert_eq!(in_buckets(&t["histogram"], 25, 26), 3, "the three 20 ms sleeps, timed through trapd: {t}");
-    assert_eq!(in_buckets(&t["histogram"], 32, 32), 1, "trapctl's own 3 s sleep ([2.1, 4.3) s is bucket 32): {t}");
+    assert_eq!(in_buckets(&t["histogram"], 27, 64), 0, "no sleep of trapctl's own (it waits in poll()): {t}");
     let s: Value = serde_json::from_str(run.expect("TRAPD_SPLICE")).unwrap();
     assert_eq!(s["ok"], true, "{s}");
     let l: Value = serde_json::from_str(run.expect("TRAPD_LIST")).unwrap();
