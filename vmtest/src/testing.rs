@@ -132,6 +132,17 @@ pub fn tvraw(dir: &Path) -> PathBuf {
     out
 }
 
+/// A helper kernel module of the tests, `vmtest/kmods/<dir>/<name>.ko`, built against the guest
+/// kernel (the build lock held). Panics with the reason.
+pub fn guest_module(dir: &str, name: &str) -> PathBuf {
+    let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
+    let builder = crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
+    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
+    builder
+        .external_module(&repo_root().join("vmtest/kmods").join(dir), name)
+        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+}
+
 /// The benchmark peers of `vmtest/peers/` for `vmtest/scenarios/peers.sh`, built into `dir`
 /// ([`crate::build::peers`]): the paths to pass with `--file`. Panics with the reason.
 pub fn peers(dir: &Path) -> Vec<PathBuf> {
@@ -178,6 +189,17 @@ impl Scenario {
     #[must_use]
     pub fn kernel(self, kernel: &str) -> Self {
         self.args(["--kernel", kernel])
+    }
+
+    /// Test another trapvec.ko than the tree's: when the environment variable `env` names one,
+    /// pack it and name it on the kernel command line as `<param>.module=NAME`, for the scenario
+    /// to load instead (how a test shows what it catches on a module built without the fix).
+    #[must_use]
+    pub fn module_under_test(self, env: &str, param: &str) -> Self {
+        let Ok(path) = std::env::var(env) else { return self };
+        let path = PathBuf::from(path);
+        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
+        self.file(&path).append(&format!("{param}.module={name}"))
     }
 
     /// Give the guest `secs` seconds for boot, scenario and power-off together.

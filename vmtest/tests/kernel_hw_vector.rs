@@ -10,33 +10,15 @@
 //! `TRAPVEC_HW_VECTOR_MODULE=/path/trapvec.ko` tests that module instead of the tree's: the
 //! dispatcher before this fix retried the IPI at ip - 2, leaving the vector in service.
 
-use std::path::PathBuf;
 
-use vmtest::build::Builder;
-use vmtest::host::KernelInstall;
-use vmtest::testing::{can_boot, repo_root, Scenario};
-
-/// Builds `vmtest/kmods/selfipi/tv_selfipi.ko` against the guest kernel.
-fn selfipi_module() -> PathBuf {
-    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
-    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
-        .external_module(&repo_root().join("vmtest/kmods/selfipi"), "tv_selfipi")
-        .unwrap_or_else(|e| panic!("{e}"))
-}
+use vmtest::testing::{can_boot, guest_module, Scenario};
 
 #[test]
 fn a_hardware_delivered_trap_vector_is_chained_to_the_old_gate_and_never_retried() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let mut scenario = Scenario::named("kernel_hw_vector.sh").file(selfipi_module()).timeout(300);
-    if let Ok(path) = std::env::var("TRAPVEC_HW_VECTOR_MODULE") {
-        let path = PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
-        scenario = scenario.file(&path).append(&format!("tv_hw_vector.module={name}"));
-    }
+    let scenario = Scenario::named("kernel_hw_vector.sh").file(guest_module("selfipi", "tv_selfipi")).timeout(300).module_under_test("TRAPVEC_HW_VECTOR_MODULE", "tv_hw_vector");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();

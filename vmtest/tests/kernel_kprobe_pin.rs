@@ -15,12 +15,7 @@ fn a_kprobe_on_a_live_patch_refuses_unload_naming_the_site_until_it_is_removed()
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut scenario = Scenario::named("kernel_kprobe_pin.sh").file(tvraw(dir.path())).timeout(600);
-    if let Ok(path) = std::env::var("TRAPVEC_KPROBE_PIN_MODULE") {
-        let path = std::path::PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
-        scenario = scenario.file(&path).append(&format!("tv_kprobe_pin.module={name}"));
-    }
+    let scenario = Scenario::named("kernel_kprobe_pin.sh").file(tvraw(dir.path())).timeout(600).module_under_test("TRAPVEC_KPROBE_PIN_MODULE", "tv_kprobe_pin");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert!(run.stdout.contains("KPROBE_PIN_DONE"), "the scenario ran to its end");

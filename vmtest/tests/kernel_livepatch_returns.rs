@@ -9,33 +9,15 @@
 //! the stubs marked end-of-stack, as before this fix, the transition completes within a second
 //! or two while the task still sleeps inside the old `common_nsleep()`).
 
-use std::path::PathBuf;
 
-use vmtest::build::Builder;
-use vmtest::host::KernelInstall;
-use vmtest::testing::{can_boot, repo_root, Scenario};
-
-/// Builds `vmtest/kmods/lp_nsleep/tv_lp_nsleep.ko` against the guest kernel.
-fn livepatch_module() -> PathBuf {
-    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
-    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
-        .external_module(&repo_root().join("vmtest/kmods/lp_nsleep"), "tv_lp_nsleep")
-        .unwrap_or_else(|e| panic!("{e}"))
-}
+use vmtest::testing::{can_boot, guest_module, Scenario};
 
 #[test]
 fn a_livepatch_transition_waits_for_a_task_sleeping_under_a_pending_return_point() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let mut scenario = Scenario::named("kernel_livepatch_returns.sh").file(livepatch_module()).timeout(300);
-    if let Ok(path) = std::env::var("TRAPVEC_LP_RETURNS_MODULE") {
-        let path = PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
-        scenario = scenario.file(&path).append(&format!("tv_lp_returns.module={name}"));
-    }
+    let scenario = Scenario::named("kernel_livepatch_returns.sh").file(guest_module("lp_nsleep", "tv_lp_nsleep")).timeout(300).module_under_test("TRAPVEC_LP_RETURNS_MODULE", "tv_lp_returns");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();

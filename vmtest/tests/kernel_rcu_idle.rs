@@ -11,21 +11,8 @@
 //! `TRAPVEC_RCU_IDLE_MODULE=/path/trapvec.ko` tests that module instead of the tree's (a module
 //! without the fix runs the handler with RCU not watching: UNWATCHED > 0).
 
-use std::path::PathBuf;
 
-use vmtest::build::Builder;
-use vmtest::host::KernelInstall;
-use vmtest::testing::{can_boot, repo_root, tvraw, Scenario};
-
-/// Builds `vmtest/kmods/idle_poll/tv_idle_poll.ko` against the guest kernel.
-fn idle_poll_module() -> PathBuf {
-    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
-    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
-        .external_module(&repo_root().join("vmtest/kmods/idle_poll"), "tv_idle_poll")
-        .unwrap_or_else(|e| panic!("{e}"))
-}
+use vmtest::testing::{can_boot, guest_module, tvraw, Scenario};
 
 #[test]
 fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_removal_loops() {
@@ -33,12 +20,7 @@ fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_remov
         return;
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let mut scenario = Scenario::named("kernel_rcu_idle.sh").file(idle_poll_module()).file(tvraw(dir.path())).timeout(400);
-    if let Ok(path) = std::env::var("TRAPVEC_RCU_IDLE_MODULE") {
-        let path = PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
-        scenario = scenario.file(&path).append(&format!("tv_rcu_idle.module={name}"));
-    }
+    let scenario = Scenario::named("kernel_rcu_idle.sh").file(guest_module("idle_poll", "tv_idle_poll")).file(tvraw(dir.path())).timeout(400).module_under_test("TRAPVEC_RCU_IDLE_MODULE", "tv_rcu_idle");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();

@@ -13,11 +13,8 @@
 //! 100,000, and `TRAPVEC_TEXTWRITE_CYCLES=N` any number. `TRAPVEC_TEXTWRITE_MODULE=/path/trapvec.ko`
 //! tests that module instead of the tree's (how the old writer was shown to fail).
 
-use std::path::PathBuf;
 
-use vmtest::build::Builder;
-use vmtest::host::KernelInstall;
-use vmtest::testing::{can_boot, repo_root, Run, Scenario};
+use vmtest::testing::{can_boot, guest_module, Run, Scenario};
 
 /// Cycles in CI.
 const CI_CYCLES: u64 = 800;
@@ -35,27 +32,12 @@ fn cycles() -> u64 {
     }
 }
 
-/// Builds `vmtest/kmods/nmi_victim/tv_nmi_victim.ko` against the guest kernel.
-fn victim_module() -> PathBuf {
-    let kernel = KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder = Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
-    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
-        .external_module(&repo_root().join("vmtest/kmods/nmi_victim"), "tv_nmi_victim")
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
 fn run(cycles: u64) -> Run {
-    let mut scenario = Scenario::named("kernel_textwrite.sh")
-        .file(victim_module())
+    let scenario = Scenario::named("kernel_textwrite.sh")
+        .file(guest_module("nmi_victim", "tv_nmi_victim"))
         .append(&format!("tv_textwrite.cycles={cycles}"))
         // About 0.2 s a cycle under TCG, and the boot.
-        .timeout(600 + cycles / 2);
-    if let Ok(path) = std::env::var("TRAPVEC_TEXTWRITE_MODULE") {
-        let path = PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
-        scenario = scenario.file(&path).append(&format!("tv_textwrite.module={name}"));
-    }
+        .timeout(600 + cycles / 2).module_under_test("TRAPVEC_TEXTWRITE_MODULE", "tv_textwrite");
     scenario.run(env!("CARGO_BIN_EXE_vmtest"))
 }
 
