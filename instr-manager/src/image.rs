@@ -328,7 +328,7 @@ impl CodeImage {
     /// Where a function's ftrace site may be: its entry, or behind the `endbr64` that starts it
     /// where the kernel has IBT (6.12).
     fn fentry_slot(&self, entry: u64) -> u64 {
-        let endbr = self.read(entry, crate::point::ENDBR64.len()).is_some_and(|b| b == crate::point::ENDBR64);
+        let endbr = self.read(entry, crate::point::ENDBR64.len()).is_some_and(crate::point::starts_with_endbr);
         entry + if endbr { crate::point::ENDBR64.len() as u64 } else { 0 }
     }
 

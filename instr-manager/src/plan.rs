@@ -23,7 +23,7 @@ use trapvec::{SymbolTable, TargetInfo};
 
 use crate::analysis::{intel_list, Function, Insn, ReadFn};
 use crate::error::Refusal;
-use crate::point::{ENDBR64, FENTRY_LEN, NOP5};
+use crate::point::{starts_with_endbr, FENTRY_LEN, NOP5};
 use crate::relocate::{check_relocatable, reaches, LAYOUT_MARGIN};
 
 /// Length of the trap `CD F5`.
@@ -228,7 +228,8 @@ pub fn has_fentry_site(func: &Function, info: &TargetInfo) -> bool {
 }
 
 /// The bytes at a kernel function's entry that the kernel owns: `[func.start, end)`, of which
-/// the first `endbr` bytes are an `endbr64` (IBT: indirect calls land on it) and the rest the
+/// the first `endbr` bytes are an `endbr64` (IBT: indirect calls land on it) or its sealed NOP,
+/// and the rest the
 /// ftrace site; `None` where there is neither (or the target is not a kernel).
 pub fn kernel_entry(func: &Function, info: &TargetInfo) -> Option<(u64, u64)> {
     if !info.has_fentry {
@@ -237,7 +238,7 @@ pub fn kernel_entry(func: &Function, info: &TargetInfo) -> Option<(u64, u64)> {
     let mut insns = func.insns.iter().peekable();
     let mut end = func.start;
     let mut endbr = 0;
-    if let Some(i) = insns.next_if(|i| i.addr == end && func.insn_bytes(i) == ENDBR64) {
+    if let Some(i) = insns.next_if(|i| i.addr == end && i.len == 4 && starts_with_endbr(func.insn_bytes(i))) {
         endbr = i.len as u64;
         end += endbr;
     }

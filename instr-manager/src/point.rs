@@ -38,6 +38,16 @@ pub fn is_fentry_site(bytes: &[u8]) -> bool {
 /// `endbr64`: with IBT, an indirect branch must land on it or the CPU raises #CP.
 pub const ENDBR64: [u8; 4] = [0xF3, 0x0F, 0x1E, 0xFA];
 
+/// What a kernel with IBT writes over the `endbr64` of a function nothing calls indirectly
+/// (objtool's sealing, `gen_endbr_poison()`: `osp nopl (%rax)`). It stays the entry's first
+/// instruction, so a point at the entry moves past it as past an `endbr64`.
+pub const ENDBR_POISON: [u8; 4] = [0x66, 0x0F, 0x1F, 0x00];
+
+/// Whether `bytes` start with an `endbr64` or its sealed form.
+pub fn starts_with_endbr(bytes: &[u8]) -> bool {
+    bytes.starts_with(&ENDBR64) || bytes.starts_with(&ENDBR_POISON)
+}
+
 /// How many bytes [`kernel_entry_len`] needs from a function's entry.
 pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + FENTRY_LEN as usize;
 
@@ -45,7 +55,7 @@ pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + FENTRY_LEN as usize;
 /// ftrace site, each optional (0, 4, 5 or 9). `bytes` starts at the entry (short reads give 0
 /// for what they do not hold).
 pub fn kernel_entry_len(bytes: &[u8]) -> u64 {
-    let endbr = if bytes.starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
+    let endbr = if starts_with_endbr(bytes) { ENDBR64.len() } else { 0 };
     endbr as u64 + if is_fentry_site(&bytes[endbr..]) { FENTRY_LEN } else { 0 }
 }
 
@@ -464,5 +474,7 @@ mod tests {
         assert_eq!(kernel_entry_len(&ibt[4..]), 5, "6.1: the ftrace site alone");
         assert_eq!(kernel_entry_len(&ibt[9..]), 0);
         assert_eq!(kernel_entry_len(&[0xF3, 0x0F, 0x1E]), 0, "a short read holds no endbr64");
+        let sealed = [0x66, 0x0F, 0x1F, 0x00, 0x0F, 0x1F, 0x44, 0x00, 0x00, 0x55];
+        assert_eq!(kernel_entry_len(&sealed), 9, "a sealed endbr64 (6.12's do_group_exit), then the ftrace site");
     }
 }
