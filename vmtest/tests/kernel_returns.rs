@@ -11,7 +11,7 @@
 
 
 use serde_json::Value;
-use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
+use vmtest::testing::{build_trapd, can_boot, can_boot_kernel, Run, Scenario};
 
 /// The `returns` figures of the one live splice of a squashed `trapctl list --json`.
 fn returns_of(run: &Run, key: &str) -> (Value, Value) {
@@ -61,8 +61,22 @@ fn return_points_see_results_count_exactly_time_sleeps_and_outlive_their_removal
     if !can_boot("kernel scenario") {
         return;
     }
+    return_points(Scenario::named("kernel_returns.sh"));
+}
+
+/// The same on Debian 13's kernel (entries at +9, past endbr64 or its sealed NOP and the ftrace
+/// site; return stubs unwound through 6.4's hints; components' return thunks rewritten).
+#[test]
+fn return_points_behave_the_same_on_6_12() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    return_points(Scenario::named("kernel_returns.sh").kernel("6.12"));
+}
+
+fn return_points(scenario: Scenario) {
     let trapd = build_trapd();
-    let run = Scenario::named("kernel_returns.sh").file(&trapd).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
+    let run = scenario.file(&trapd).timeout(900).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("RETURNS"), "done");
 
