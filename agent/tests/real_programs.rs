@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{agent, cc, count_component, spec, Run};
+use common::{agent, cc, count_component, python3, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -198,21 +198,6 @@ fn malloc_spliced_by_trap_and_by_jmp_counts_every_call() {
     }
 }
 
-/// The `python3` interpreter itself (not a wrapper script that would exec it), or `None` when
-/// it is missing outside CI (with `CI=true` a missing one fails).
-fn python3() -> Option<PathBuf> {
-    let found = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if found.is_none() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "python3 is missing (.ci/install-deps installs it)");
-        eprintln!("skipped: python3 not installed");
-    }
-    found
-}
 
 #[test]
 fn python_with_faulthandler_keeps_running_with_a_spliced_libc_function() {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
-use common::{agent, cc, count_component, spec, Run};
+use common::{agent, cc, count_component, python3, spec, Run};
 
 struct Fixture {
     dir: PathBuf,
@@ -92,21 +92,6 @@ fn system_popen_and_posix_spawn_run_their_commands_with_libc_execve_close_or_dup
     );
 }
 
-/// The `python3` interpreter itself (not a wrapper script that would exec it without the
-/// agent), or `None` when it is missing outside CI.
-fn python3() -> Option<PathBuf> {
-    let found = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if found.is_none() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "python3 is missing (.ci/install-deps installs it)");
-        eprintln!("skipped: python3 not installed");
-    }
-    found
-}
 
 #[test]
 fn python_subprocess_run_runs_its_commands_with_libc_execve_close_or_dup2_spliced() {

@@ -104,3 +104,20 @@ impl Program {
         Run { out, stats, pid: Some(pid) }
     }
 }
+
+/// The `python3` interpreter itself (not a wrapper script, such as pyenv's shim, that would exec
+/// it without the agent), or `None` when it is missing outside CI (with `CI=true` a missing one
+/// fails).
+pub fn python3() -> Option<PathBuf> {
+    let found = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if found.is_none() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "python3 is missing (.ci/install-deps installs it)");
+        eprintln!("skipped: python3 not installed");
+    }
+    found
+}
