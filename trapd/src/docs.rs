@@ -78,7 +78,7 @@ mod tests {
         let script = String::from_utf8(out).unwrap();
         assert!(script.contains("complete -F _tool"), "{script}");
         assert!(script.contains("tool,list)") && script.contains("--json"), "{script}");
-        // clap_complete completes hidden commands too (README.md, "Packaging").
+        // clap_complete completes hidden commands too (docs/deployment.md).
         let mut out = Vec::new();
         completions(tool(), "tool", Shell::Fish, &mut out);
         let script = String::from_utf8(out).unwrap();

@@ -9,7 +9,7 @@
 //! (`Connection: close`), connections served one at a time with a 5 s timeout on each read
 //! and write, the request head limited to 8 KiB. Anything else gets a 4xx. No authentication:
 //! the exposition carries kernel addresses (splice sites), so bind it to loopback or a
-//! monitoring network only (README.md, "Prometheus metrics").
+//! monitoring network only (trapd/README.md, "Prometheus metrics").
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

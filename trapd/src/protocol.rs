@@ -1,7 +1,7 @@
 //! The socket protocol: one JSON object per line each way. A request names its operation in
 //! `op`; the reply is `{"ok": true, ...}` with the operation's fields, or
 //! `{"ok": false, "error": "..."}`. Unknown operations and unknown or missing fields are errors
-//! (the reply names them); see README.md, "trapd: the reconfiguration daemon", for every
+//! (the reply names them); see trapd/README.md for every
 //! operation with an example.
 
 use std::path::PathBuf;

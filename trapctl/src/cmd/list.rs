@@ -27,7 +27,7 @@ part of it, and any dispatch entry live in the module that no recorded state des
 --prometheus prints the Prometheus text exposition format (trapvec_splice_hits_total and
 trapvec_splice_missed_total per splice, labelled point, site, function, mechanism, action and
 handler; the numbers of splices and components), for node_exporter's textfile collector: write
-it to a temporary file and rename that into the collector's directory (README.md, \"Prometheus
+it to a temporary file and rename that into the collector's directory (trapd/README.md, \"Prometheus
 metrics\"). trapd serves the same families, and its own, on its `listen` address.")]
 pub struct Args {
     /// Print JSON instead of tables.
