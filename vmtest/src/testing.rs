@@ -21,8 +21,13 @@ pub const INSTALL_HINT: &str = "run .ci/install-deps";
 ///
 /// `what` names the test's kind in the message, e.g. `"VM test"` or `"kernel scenario"`.
 pub fn can_boot(what: &str) -> bool {
+    decide(what, &missing_for_boot())
+}
+
+/// [`boot_verdict`] acted on: true to run, false (printed) to skip, a panic under `CI=true`.
+fn decide(what: &str, missing: &[String]) -> bool {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    match boot_verdict(what, &missing_for_boot(), ci) {
+    match boot_verdict(what, missing, ci) {
         BootVerdict::Run => true,
         BootVerdict::Skip(why) => {
             eprintln!("{why}");
@@ -35,19 +40,11 @@ pub fn can_boot(what: &str) -> bool {
 /// [`can_boot`] for a test that boots a given kernel series (`"6.12"`), whatever
 /// [`host::GUEST_KERNEL_ENV`] says: with `CI=true` a missing kernel is a failure.
 pub fn can_boot_kernel(what: &str, series: &str) -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let mut missing = missing_for_boot();
     if let Err(e) = host::KernelInstall::choose(series) {
         missing.push(e.to_string());
     }
-    match boot_verdict(what, &missing, ci) {
-        BootVerdict::Run => true,
-        BootVerdict::Skip(why) => {
-            eprintln!("{why}");
-            false
-        }
-        BootVerdict::Fail(why) => panic!("{why}"),
-    }
+    decide(what, &missing)
 }
 
 /// Why this machine cannot boot a guest, one reason per missing piece (QEMU, the guest kernel
