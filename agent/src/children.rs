@@ -30,7 +30,10 @@ const AGENT_FILE: &str = "libtrapvec_agent.so";
 fn preload_without_agent(value: &str) -> String {
     value
         .split([':', ' '])
-        .filter(|e| !e.is_empty() && std::path::Path::new(e).file_name().and_then(|f| f.to_str()) != Some(AGENT_FILE))
+        .filter(|e| {
+            !e.is_empty()
+                && std::path::Path::new(e).file_name().and_then(|f| f.to_str()) != Some(AGENT_FILE)
+        })
         .collect::<Vec<_>>()
         .join(":")
 }
@@ -88,7 +91,8 @@ unsafe fn child_env(envp: Argv) -> Argv {
             if rest != v {
                 changed = true;
                 if !rest.is_empty() {
-                    let s = CString::new(format!("LD_PRELOAD={rest}")).expect("no NUL in an env entry");
+                    let s =
+                        CString::new(format!("LD_PRELOAD={rest}")).expect("no NUL in an env entry");
                     entries.push(s.into_raw().cast_const());
                 }
                 continue;
@@ -159,7 +163,9 @@ pub unsafe extern "C" fn posix_spawn(
     let envp = unsafe { child_env(envp) };
     if crate::spawn::active() {
         // SAFETY: the caller's arguments, the environment filtered.
-        if let Some(r) = unsafe { crate::spawn::posix_spawn(pid, path, actions, attr, argv, envp, false) } {
+        if let Some(r) =
+            unsafe { crate::spawn::posix_spawn(pid, path, actions, attr, argv, envp, false) }
+        {
             return r;
         }
     }
@@ -180,7 +186,9 @@ pub unsafe extern "C" fn posix_spawnp(
     let envp = unsafe { child_env(envp) };
     if crate::spawn::active() {
         // SAFETY: as in `posix_spawn`.
-        if let Some(r) = unsafe { crate::spawn::posix_spawn(pid, file, actions, attr, argv, envp, true) } {
+        if let Some(r) =
+            unsafe { crate::spawn::posix_spawn(pid, file, actions, attr, argv, envp, true) }
+        {
             return r;
         }
     }
@@ -201,7 +209,10 @@ pub unsafe extern "C" fn system(command: *const libc::c_char) -> libc::c_int {
 
 /// `popen`: the agent's ([`crate::spawn`]) once a spec is applied.
 #[no_mangle]
-pub unsafe extern "C" fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
+pub unsafe extern "C" fn popen(
+    command: *const libc::c_char,
+    mode: *const libc::c_char,
+) -> *mut libc::FILE {
     if crate::spawn::active() {
         // SAFETY: the caller's arguments.
         return unsafe { crate::spawn::popen(command, mode) };
@@ -276,9 +287,20 @@ execl_stub!(execle, EXECLE);
 ///
 /// # Safety
 /// Called only by the stubs above: `regs` holds 5 words, `stack` the caller's further arguments.
-unsafe extern "C" fn execl_impl(path: *const libc::c_char, regs: *const usize, stack: *const usize, kind: usize) -> libc::c_int {
+unsafe extern "C" fn execl_impl(
+    path: *const libc::c_char,
+    regs: *const usize,
+    stack: *const usize,
+    kind: usize,
+) -> libc::c_int {
     // SAFETY: argument `i` after `path` is in the registers' spill area, then on the stack.
-    let arg = |i: usize| unsafe { if i < 5 { *regs.add(i) } else { *stack.add(i - 5) } };
+    let arg = |i: usize| unsafe {
+        if i < 5 {
+            *regs.add(i)
+        } else {
+            *stack.add(i - 5)
+        }
+    };
     let mut argv: Vec<*const libc::c_char> = Vec::new();
     let mut i = 0;
     loop {

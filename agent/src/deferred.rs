@@ -95,7 +95,11 @@ impl Deferred {
 /// The objects loaded now, by the names the dynamic linker gives them (the executable, whose
 /// name is empty, and the vDSO are left out).
 pub(crate) fn loaded_objects() -> Vec<String> {
-    unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: `data` is the Vec passed below; `info` is valid during the callback and its
         // name, when not null, a C string.
         unsafe {
@@ -119,7 +123,9 @@ pub(crate) fn loaded_objects() -> Vec<String> {
 /// The object a point waits for: `Some` when it names an object that no loaded object matches.
 pub(crate) fn waits_for(point: &PointSpec, loaded: &[String]) -> Option<String> {
     match point {
-        PointSpec::Symbol { object: Some(o), .. } if !loaded.iter().any(|l| object_matches(l, o)) => Some(o.clone()),
+        PointSpec::Symbol {
+            object: Some(o), ..
+        } if !loaded.iter().any(|l| object_matches(l, o)) => Some(o.clone()),
         _ => None,
     }
 }
@@ -200,7 +206,10 @@ fn describe(file: *const c_char) -> String {
         return "dlopen(NULL)".into();
     }
     // SAFETY: a non-null `file` given to dlopen is a C string.
-    format!("dlopen({})", unsafe { CStr::from_ptr(file) }.to_string_lossy())
+    format!(
+        "dlopen({})",
+        unsafe { CStr::from_ptr(file) }.to_string_lossy()
+    )
 }
 
 /// Apply, as one batch, the deferred splices whose object is loaded and that wait for it
@@ -211,22 +220,37 @@ fn apply_ready(state: &mut crate::State, why: &str) {
         .deferred
         .iter()
         .enumerate()
-        .filter(|(_, d)| matches!(d.state, DState::Pending | DState::Removed) && loaded.iter().any(|l| object_matches(l, &d.object)))
+        .filter(|(_, d)| {
+            matches!(d.state, DState::Pending | DState::Removed)
+                && loaded.iter().any(|l| object_matches(l, &d.object))
+        })
         .map(|(i, _)| i)
         .collect();
     if ready.is_empty() {
         return;
     }
     let splicer = &mut state.splicer;
-    let requests: Vec<SpliceRequest> = ready.iter().map(|&i| state.deferred[i].request.clone()).collect();
+    let requests: Vec<SpliceRequest> = ready
+        .iter()
+        .map(|&i| state.deferred[i].request.clone())
+        .collect();
     log::debug!("{why}: applying {} deferred splices", requests.len());
-    let result = seccomp_refusal().map_or(Ok(()), Err).and_then(|()| splicer.target_mut().refresh_symbols().map_err(|e| trapvec::error_chain(&e)));
-    let result = result.and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| trapvec::error_chain(&e)));
+    let result = seccomp_refusal().map_or(Ok(()), Err).and_then(|()| {
+        splicer
+            .target_mut()
+            .refresh_symbols()
+            .map_err(|e| trapvec::error_chain(&e))
+    });
+    let result = result
+        .and_then(|()| ops::splice_batch(splicer, &requests).map_err(|e| trapvec::error_chain(&e)));
     match result {
         Ok((_, made)) => {
             let ids = made.splices;
             for (&i, id) in ready.iter().zip(ids) {
-                let origin = splicer.get(id).and_then(|s| s.point.function.origin.clone()).unwrap_or_default();
+                let origin = splicer
+                    .get(id)
+                    .and_then(|s| s.point.function.origin.clone())
+                    .unwrap_or_default();
                 let d = &mut state.deferred[i];
                 d.state = DState::Applied { id, origin };
                 d.loads += 1;
@@ -255,9 +279,15 @@ pub(crate) struct SeccompState {
 /// Parse the `Seccomp:` and `Seccomp_filters:` lines of a `/proc/<pid>/status` text.
 fn parse_seccomp(status: &str) -> Option<SeccompState> {
     let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':'))).and_then(|v| v.trim().parse::<u32>().ok())
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .and_then(|v| v.trim().parse::<u32>().ok())
     };
-    Some(SeccompState { mode: field("Seccomp")?, filters: field("Seccomp_filters") })
+    Some(SeccompState {
+        mode: field("Seccomp")?,
+        filters: field("Seccomp_filters"),
+    })
 }
 
 /// This process's seccomp state, read with `open`/`read`/`close` only (`None`: no `/proc`, or a
@@ -266,7 +296,10 @@ pub(crate) fn seccomp_state() -> Option<SeccompState> {
     let mut buf = vec![0u8; 8192];
     // SAFETY: a C string path; the descriptor is read into our buffer and closed.
     let text = unsafe {
-        let fd = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(
+            c"/proc/self/status".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
         if fd < 0 {
             return None;
         }
@@ -309,8 +342,14 @@ fn seccomp_refusal() -> Option<String> {
         return None;
     }
     let filters = |s: Option<SeccompState>| match s {
-        Some(SeccompState { mode, filters: Some(n) }) => format!("Seccomp: {mode}, Seccomp_filters: {n}"),
-        Some(SeccompState { mode, filters: None }) => format!("Seccomp: {mode}"),
+        Some(SeccompState {
+            mode,
+            filters: Some(n),
+        }) => format!("Seccomp: {mode}, Seccomp_filters: {n}"),
+        Some(SeccompState {
+            mode,
+            filters: None,
+        }) => format!("Seccomp: {mode}"),
         None => "unknown".into(),
     };
     Some(format!(
@@ -361,8 +400,18 @@ unsafe fn deps_of(m: *const LinkMap) -> ObjectDeps {
     // SAFETY: guaranteed by the caller; l_name is a C string (maybe empty).
     let (base, name, dynamic) = unsafe { ((*m).l_addr, (*m).l_name, (*m).l_ld) };
     // SAFETY: as above.
-    let name = if name.is_null() { String::new() } else { unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned() };
-    let mut out = ObjectDeps { name, soname: None, needed: Vec::new() };
+    let name = if name.is_null() {
+        String::new()
+    } else {
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut out = ObjectDeps {
+        name,
+        soname: None,
+        needed: Vec::new(),
+    };
     if dynamic.is_null() {
         return out;
     }
@@ -390,7 +439,9 @@ unsafe fn deps_of(m: *const LinkMap) -> ObjectDeps {
     }
     let string = |off: u64| {
         // SAFETY: offsets into the object's string table, which is mapped while it is loaded.
-        unsafe { CStr::from_ptr((strtab + off) as *const c_char) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr((strtab + off) as *const c_char) }
+            .to_string_lossy()
+            .into_owned()
     };
     out.soname = soname.map(string);
     out.needed = needed.into_iter().map(string).collect();
@@ -403,7 +454,15 @@ unsafe fn deps_of(m: *const LinkMap) -> ObjectDeps {
 fn closure(handle: *mut c_void) -> Option<Vec<String>> {
     let mut lm: *const LinkMap = std::ptr::null();
     // SAFETY: dlinfo writes a `struct link_map *` for RTLD_DI_LINKMAP; a bad handle gives -1.
-    if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&mut lm as *mut *const LinkMap).cast()) } != 0 || lm.is_null() {
+    if unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut lm as *mut *const LinkMap).cast(),
+        )
+    } != 0
+        || lm.is_null()
+    {
         return None;
     }
     let mut head = lm;
@@ -432,7 +491,9 @@ fn closure(handle: *mut c_void) -> Option<Vec<String>> {
     while let Some(i) = todo.pop() {
         for n in &all[i].needed {
             let file = |o: &ObjectDeps| o.name.rsplit('/').next().map(str::to_string);
-            if let Some(j) = all.iter().position(|o| o.soname.as_deref() == Some(n.as_str()) || file(o).as_deref() == Some(n.as_str())) {
+            if let Some(j) = all.iter().position(|o| {
+                o.soname.as_deref() == Some(n.as_str()) || file(o).as_deref() == Some(n.as_str())
+            }) {
                 if !seen[j] {
                     seen[j] = true;
                     todo.push(j);
@@ -440,7 +501,13 @@ fn closure(handle: *mut c_void) -> Option<Vec<String>> {
             }
         }
     }
-    Some(all.into_iter().zip(seen).filter(|(_, s)| *s).map(|(o, _)| o.name).collect())
+    Some(
+        all.into_iter()
+            .zip(seen)
+            .filter(|(_, s)| *s)
+            .map(|(o, _)| o.name)
+            .collect(),
+    )
 }
 
 /// `dlclose` with the deferred splices of the objects it may unload removed first.
@@ -455,7 +522,11 @@ fn close(handle: *mut c_void) -> c_int {
             .iter()
             .enumerate()
             .filter_map(|(i, d)| match &d.state {
-                DState::Applied { id, origin } if danger.as_ref().is_none_or(|names| names.contains(origin)) => Some((i, *id)),
+                DState::Applied { id, origin }
+                    if danger.as_ref().is_none_or(|names| names.contains(origin)) =>
+                {
+                    Some((i, *id))
+                }
                 _ => None,
             })
             .collect();
@@ -485,7 +556,11 @@ fn close(handle: *mut c_void) -> c_int {
         }
     });
     // SAFETY: libc's dlclose with the caller's handle.
-    let rc = if refused { 0 } else { unsafe { real::dlclose()(handle) } };
+    let rc = if refused {
+        0
+    } else {
+        unsafe { real::dlclose()(handle) }
+    };
     if !removed.is_empty() {
         // The objects still loaded (a reference remains) get their splices back.
         crate::with_state(|state| apply_ready(state, "dlclose"));
@@ -526,13 +601,20 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void
 
 /// `dlmopen`: as `dlopen`, in namespace `lmid`.
 #[no_mangle]
-pub unsafe extern "C" fn dlmopen(lmid: libc::Lmid_t, file: *const c_char, mode: c_int) -> *mut c_void {
+pub unsafe extern "C" fn dlmopen(
+    lmid: libc::Lmid_t,
+    file: *const c_char,
+    mode: c_int,
+) -> *mut c_void {
     if pass_through() {
         // SAFETY: libc's dlmopen with the caller's arguments.
         return unsafe { real::dlmopen()(lmid, file, mode) };
     }
     // SAFETY: as above.
-    load(&format!("dlm{}", describe(file).trim_start_matches("dl")), || unsafe { real::dlmopen()(lmid, file, mode) })
+    load(
+        &format!("dlm{}", describe(file).trim_start_matches("dl")),
+        || unsafe { real::dlmopen()(lmid, file, mode) },
+    )
 }
 
 /// `dlclose`: the deferred splices of what it may unload removed first.
@@ -552,17 +634,38 @@ mod tests {
     #[test]
     fn the_seccomp_mode_and_filter_count_are_read_from_a_status_text() {
         let text = "Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\nSpeculation_Store_Bypass:\tx\n";
-        assert_eq!(parse_seccomp(text), Some(SeccompState { mode: 2, filters: Some(3) }));
-        assert_eq!(parse_seccomp("Seccomp:\t0\n"), Some(SeccompState { mode: 0, filters: None }));
+        assert_eq!(
+            parse_seccomp(text),
+            Some(SeccompState {
+                mode: 2,
+                filters: Some(3)
+            })
+        );
+        assert_eq!(
+            parse_seccomp("Seccomp:\t0\n"),
+            Some(SeccompState {
+                mode: 0,
+                filters: None
+            })
+        );
         assert_eq!(parse_seccomp("Name:\tx\n"), None);
     }
 
     #[test]
     fn only_points_naming_an_object_that_is_not_loaded_wait() {
-        let loaded = vec!["/lib/x86_64-linux-gnu/libc.so.6".to_string(), "/tmp/x/libfoo.so.1".to_string()];
+        let loaded = vec![
+            "/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+            "/tmp/x/libfoo.so.1".to_string(),
+        ];
         let p = |s: &str| s.parse::<PointSpec>().unwrap();
-        assert_eq!(waits_for(&p("libbar.so.1:bar"), &loaded), Some("libbar.so.1".into()));
-        assert_eq!(waits_for(&p("/tmp/y/libfoo.so.1:foo+4"), &loaded), Some("/tmp/y/libfoo.so.1".into()));
+        assert_eq!(
+            waits_for(&p("libbar.so.1:bar"), &loaded),
+            Some("libbar.so.1".into())
+        );
+        assert_eq!(
+            waits_for(&p("/tmp/y/libfoo.so.1:foo+4"), &loaded),
+            Some("/tmp/y/libfoo.so.1".into())
+        );
         assert_eq!(waits_for(&p("libfoo:foo"), &loaded), None);
         assert_eq!(waits_for(&p("libc:getpid"), &loaded), None);
         assert_eq!(waits_for(&p("getpid"), &loaded), None);

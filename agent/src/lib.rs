@@ -90,8 +90,11 @@ static INIT: extern "C" fn() = trapvec_agent_init;
 
 extern "C" fn trapvec_agent_init() {
     spawn::prepare();
-    let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else { return };
-    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn")).try_init();
+    let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else {
+        return;
+    };
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn"))
+        .try_init();
     real::resolve_all();
     deferred::note_seccomp_at_start();
     children::forget_spec_for_exec();
@@ -109,7 +112,11 @@ extern "C" fn trapvec_agent_init() {
         for s in &spec.splices {
             // A spec's points parse (Spec::parse checked them); one that did not would be
             // refused with its reason by the splicer below.
-            match s.point().ok().and_then(|point| deferred::waits_for(&point, &loaded)) {
+            match s
+                .point()
+                .ok()
+                .and_then(|point| deferred::waits_for(&point, &loaded))
+            {
                 Some(object) => {
                     log::debug!("point `{}` waits for {object} to be loaded", s.at);
                     slots.push(Slot::Deferred(later.len()));
@@ -136,17 +143,29 @@ extern "C" fn trapvec_agent_init() {
         // of a loaded component (the process exits here on an error: nothing to undo).
         for d in &later {
             if let Some(h) = d.request.action.symbol() {
-                splicer.components().entry(h).map_err(|e| format!("{}: handler `{h}`: {}", d.request.at, error_chain(&e)))?;
+                splicer
+                    .components()
+                    .entry(h)
+                    .map_err(|e| format!("{}: handler `{h}`: {}", d.request.at, error_chain(&e)))?;
             }
         }
         for row in &applied {
             if let Some(s) = splicer.get(SpliceId(row.id)) {
-                if let Some(w) = spawn::taken_over_warning(&row.at, &s.point.function.name, s.point.function.origin.as_deref()) {
+                if let Some(w) = spawn::taken_over_warning(
+                    &row.at,
+                    &s.point.function.name,
+                    s.point.function.origin.as_deref(),
+                ) {
                     eprintln!("{w}");
                 }
             }
         }
-        Ok(State { splicer, applied, deferred: later, slots })
+        Ok(State {
+            splicer,
+            applied,
+            deferred: later,
+            slots,
+        })
     })();
     match result {
         Ok(state) => {
@@ -208,7 +227,9 @@ pub(crate) fn write_stats() {
         match STATE.try_lock() {
             Ok(g) => break g,
             Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
             Err(std::sync::TryLockError::WouldBlock) => {
                 eprintln!("trapvec: stats not written: the agent's state stayed locked");
                 return;
@@ -254,13 +275,22 @@ pub(crate) fn write_stats() {
 /// their return half), `active` (calls in progress) and, for a timer, `histogram` (count, mean,
 /// p50, p99, max and sum in ns, and the non-empty log2 buckets).
 /// A keyed count's: `by` and its table, `keys` (`key`, `count`, most hits first) and `overflow`.
-fn add_return_stats(v: &mut serde_json::Value, splicer: &instr_manager::splicer::Splicer<trapvec::process::ProcessTarget>, id: SpliceId) {
-    if let (Ok(Some(table)), Some(by)) = (splicer.key_counts(id), splicer.get(id).and_then(|s| s.request.options.by)) {
+fn add_return_stats(
+    v: &mut serde_json::Value,
+    splicer: &instr_manager::splicer::Splicer<trapvec::process::ProcessTarget>,
+    id: SpliceId,
+) {
+    if let (Ok(Some(table)), Some(by)) = (
+        splicer.key_counts(id),
+        splicer.get(id).and_then(|s| s.request.options.by),
+    ) {
         v["by"] = by.name().into();
         v["keys"] = serde_json::to_value(&table.keys).unwrap_or_default();
         v["overflow"] = table.overflow.into();
     }
-    let Ok(Some(st)) = splicer.return_stats(id) else { return };
+    let Ok(Some(st)) = splicer.return_stats(id) else {
+        return;
+    };
     v["when"] = "return".into();
     v["returns"] = st.returns.into();
     v["missed"] = st.missed.into();

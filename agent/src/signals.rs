@@ -53,7 +53,11 @@ unsafe fn change_mask(
     how: libc::c_int,
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
-    real: unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int,
+    real: unsafe extern "C" fn(
+        libc::c_int,
+        *const libc::sigset_t,
+        *mut libc::sigset_t,
+    ) -> libc::c_int,
 ) -> libc::c_int {
     if !chain::active() {
         // SAFETY: the caller's arguments, unchanged.
@@ -74,7 +78,9 @@ unsafe fn change_mask(
         };
         Some(copy)
     };
-    let set2 = copy.as_ref().map_or(std::ptr::null(), |c| c as *const libc::sigset_t);
+    let set2 = copy
+        .as_ref()
+        .map_or(std::ptr::null(), |c| c as *const libc::sigset_t);
     // SAFETY: `set2` is null or our valid copy; `old` is the caller's.
     let r = unsafe { real(how, set2, old) };
     if r == 0 {
@@ -92,19 +98,30 @@ unsafe fn change_mask(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+pub unsafe extern "C" fn sigprocmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
     // SAFETY: libc's contract, passed on.
     unsafe { change_mask(how, set, old, real::sigprocmask()) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+pub unsafe extern "C" fn pthread_sigmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
     // SAFETY: libc's contract, passed on.
     unsafe { change_mask(how, set, old, real::pthread_sigmask()) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pthread_attr_setsigmask_np(attr: *mut libc::pthread_attr_t, set: *const libc::sigset_t) -> libc::c_int {
+pub unsafe extern "C" fn pthread_attr_setsigmask_np(
+    attr: *mut libc::pthread_attr_t,
+    set: *const libc::sigset_t,
+) -> libc::c_int {
     if !chain::active() || set.is_null() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::pthread_attr_setsigmask_np()(attr, set) };
@@ -116,7 +133,11 @@ pub unsafe extern "C" fn pthread_attr_setsigmask_np(attr: *mut libc::pthread_att
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+pub unsafe extern "C" fn sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
     if !chain::active() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::sigaction()(sig, act, old) };
@@ -143,7 +164,12 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
 }
 
 /// `signal`-style setters on an owned signal: record `handler` with `flags` and `mask_self`.
-fn record_simple(sig: libc::c_int, handler: libc::sighandler_t, flags: libc::c_int, mask_self: bool) -> libc::sighandler_t {
+fn record_simple(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+    flags: libc::c_int,
+    mask_self: bool,
+) -> libc::sighandler_t {
     if handler == libc::SIG_ERR {
         set_errno(libc::EINVAL);
         return libc::SIG_ERR;
@@ -154,11 +180,23 @@ fn record_simple(sig: libc::c_int, handler: libc::sighandler_t, flags: libc::c_i
         // SAFETY: `mask` is valid; `sig` is a valid signal.
         unsafe { libc::sigaddset(&mut mask, sig) };
     }
-    chain::program_action(sig, Some(&Disposition { handler, flags, mask })).expect("owned").handler
+    chain::program_action(
+        sig,
+        Some(&Disposition {
+            handler,
+            flags,
+            mask,
+        }),
+    )
+    .expect("owned")
+    .handler
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C" fn signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if chain::owns(sig) {
         // glibc's `signal` is BSD's: SA_RESTART, the signal masked while its handler runs.
         return record_simple(sig, handler, libc::SA_RESTART, true);
@@ -168,7 +206,10 @@ pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn bsd_signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C" fn bsd_signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if chain::owns(sig) {
         return record_simple(sig, handler, libc::SA_RESTART, true);
     }
@@ -177,7 +218,10 @@ pub unsafe extern "C" fn bsd_signal(sig: libc::c_int, handler: libc::sighandler_
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sysv_signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C" fn sysv_signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if chain::owns(sig) {
         // SysV semantics: one-shot, not masked while it runs, no restart.
         return record_simple(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false);

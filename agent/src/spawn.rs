@@ -51,7 +51,11 @@
 // System-call arguments are register words: every integer is passed bit for bit as the kernel
 // reads it (x86-64 Linux only, where `usize`, `u64` and pointers are 64 bits), and results are
 // small counts, descriptors or negated errnos.
-#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -73,7 +77,10 @@ static VFORK_AS_FORK: AtomicBool = AtomicBool::new(false);
 /// First thing at start, spec or not: find glibc's `vfork`.
 pub(crate) fn prepare() {
     // SAFETY: dlsym with a NUL-terminated name; a null result is kept as 0 (the stub then forks).
-    REAL_VFORK.store(unsafe { libc::dlsym(libc::RTLD_NEXT, c"vfork".as_ptr()) } as usize, SeqCst);
+    REAL_VFORK.store(
+        unsafe { libc::dlsym(libc::RTLD_NEXT, c"vfork".as_ptr()) } as usize,
+        SeqCst,
+    );
 }
 
 /// Once the spec is applied: children are started by the agent.
@@ -88,12 +95,22 @@ pub(crate) fn activate() {
 }
 
 /// The libc functions the agent stands in for: a program's calls never reach them.
-const TAKEN_OVER: [&str; 7] = ["posix_spawn", "posix_spawnp", "system", "popen", "pclose", "vfork", "__vfork"];
+const TAKEN_OVER: [&str; 7] = [
+    "posix_spawn",
+    "posix_spawnp",
+    "system",
+    "popen",
+    "pclose",
+    "vfork",
+    "__vfork",
+];
 
 /// A warning for a splice in one of glibc's functions the agent stands in for (it would never be
 /// hit by the program's calls), naming the agent's function to splice instead.
 pub(crate) fn taken_over_warning(at: &str, function: &str, origin: Option<&str>) -> Option<String> {
-    let libc = origin.and_then(|o| std::path::Path::new(o).file_name()).is_some_and(|f| f.to_string_lossy().starts_with("libc.so"));
+    let libc = origin
+        .and_then(|o| std::path::Path::new(o).file_name())
+        .is_some_and(|f| f.to_string_lossy().starts_with("libc.so"));
     let name = TAKEN_OVER.iter().find(|&&n| n == function)?;
     let own = name.trim_start_matches("__");
     libc.then(|| {
@@ -136,7 +153,12 @@ fn sigmask(how: libc::c_int, set: Option<u64>, old: Option<&mut u64>) -> isize {
     let set_p = set.as_ref().map_or(0, |s| s as *const u64 as usize);
     let old_p = old.map_or(0, |o| o as *mut u64 as usize);
     // SAFETY: both pointers are null or point at a u64 alive for the call; sigsetsize 8.
-    unsafe { sys(libc::SYS_rt_sigprocmask, [how as usize, set_p, old_p, 8, 0, 0]) }
+    unsafe {
+        sys(
+            libc::SYS_rt_sigprocmask,
+            [how as usize, set_p, old_p, 8, 0, 0],
+        )
+    }
 }
 
 /// The kernel's 64-bit view of a glibc `sigset_t` (its first word holds signals 1 to 64).
@@ -190,7 +212,12 @@ const _: () = assert!(size_of::<RawAction>() == 32);
 enum Action {
     Close(libc::c_int),
     Dup2(libc::c_int, libc::c_int),
-    Open { fd: libc::c_int, path: *const libc::c_char, oflag: libc::c_int, mode: libc::mode_t },
+    Open {
+        fd: libc::c_int,
+        path: *const libc::c_char,
+        oflag: libc::c_int,
+        mode: libc::mode_t,
+    },
     Chdir(*const libc::c_char),
     Fchdir(libc::c_int),
     Closefrom(libc::c_int),
@@ -211,7 +238,9 @@ fn hi(w: u64) -> libc::c_int {
 ///
 /// # Safety
 /// `fa` is a `posix_spawn_file_actions_t` initialised by glibc.
-unsafe fn read_actions(fa: *const libc::posix_spawn_file_actions_t) -> Result<Vec<Action>, libc::c_int> {
+unsafe fn read_actions(
+    fa: *const libc::posix_spawn_file_actions_t,
+) -> Result<Vec<Action>, libc::c_int> {
     // SAFETY: the caller's initialised file actions, with the layout checked at start.
     let fa = unsafe { &*fa.cast::<FileActions>() };
     let n = usize::try_from(fa.used).unwrap_or(0);
@@ -226,7 +255,12 @@ unsafe fn read_actions(fa: *const libc::posix_spawn_file_actions_t) -> Result<Ve
             Ok(match a.tag {
                 0 => Action::Close(lo(a.w0)),
                 1 => Action::Dup2(lo(a.w0), hi(a.w0)),
-                2 => Action::Open { fd: lo(a.w0), path: a.w1 as *const libc::c_char, oflag: lo(a.w2), mode: hi(a.w2) as libc::mode_t },
+                2 => Action::Open {
+                    fd: lo(a.w0),
+                    path: a.w1 as *const libc::c_char,
+                    oflag: lo(a.w2),
+                    mode: hi(a.w2) as libc::mode_t,
+                },
                 3 => Action::Chdir(a.w0 as *const libc::c_char),
                 4 => Action::Fchdir(lo(a.w0)),
                 5 => Action::Closefrom(lo(a.w0)),
@@ -240,8 +274,12 @@ unsafe fn read_actions(fa: *const libc::posix_spawn_file_actions_t) -> Result<Ve
 /// Make file actions with glibc's functions and read them back: the layout is the one expected.
 fn file_actions_layout_ok() -> bool {
     let path = c"/trapvec/layout-probe";
-    type AddFd = unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, libc::c_int) -> libc::c_int;
-    type AddPath = unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, *const libc::c_char) -> libc::c_int;
+    type AddFd =
+        unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, libc::c_int) -> libc::c_int;
+    type AddPath = unsafe extern "C" fn(
+        *mut libc::posix_spawn_file_actions_t,
+        *const libc::c_char,
+    ) -> libc::c_int;
     let find = |name: &CStr| {
         // SAFETY: dlsym with a NUL-terminated name.
         let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
@@ -254,18 +292,45 @@ fn file_actions_layout_ok() -> bool {
         if libc::posix_spawn_file_actions_init(&mut fa) != 0 {
             return false;
         }
-        let mut want = vec![Action::Close(11), Action::Dup2(12, 13), Action::Open { fd: 14, path: path.as_ptr(), oflag: libc::O_RDONLY | libc::O_CLOEXEC, mode: 0o640 }];
+        let mut want = vec![
+            Action::Close(11),
+            Action::Dup2(12, 13),
+            Action::Open {
+                fd: 14,
+                path: path.as_ptr(),
+                oflag: libc::O_RDONLY | libc::O_CLOEXEC,
+                mode: 0o640,
+            },
+        ];
         libc::posix_spawn_file_actions_addclose(&mut fa, 11);
         libc::posix_spawn_file_actions_adddup2(&mut fa, 12, 13);
-        libc::posix_spawn_file_actions_addopen(&mut fa, 14, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0o640);
+        libc::posix_spawn_file_actions_addopen(
+            &mut fa,
+            14,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0o640,
+        );
         if let Some(f) = find(c"posix_spawn_file_actions_addchdir_np") {
             std::mem::transmute::<usize, AddPath>(f)(&mut fa, path.as_ptr());
             want.push(Action::Chdir(path.as_ptr()));
         }
         for (name, fd, make) in [
-            (c"posix_spawn_file_actions_addfchdir_np", 15, Action::Fchdir as fn(libc::c_int) -> Action),
-            (c"posix_spawn_file_actions_addclosefrom_np", 16, Action::Closefrom),
-            (c"posix_spawn_file_actions_addtcsetpgrp_np", 17, Action::Tcsetpgrp),
+            (
+                c"posix_spawn_file_actions_addfchdir_np",
+                15,
+                Action::Fchdir as fn(libc::c_int) -> Action,
+            ),
+            (
+                c"posix_spawn_file_actions_addclosefrom_np",
+                16,
+                Action::Closefrom,
+            ),
+            (
+                c"posix_spawn_file_actions_addtcsetpgrp_np",
+                17,
+                Action::Tcsetpgrp,
+            ),
         ] {
             if let Some(f) = find(name) {
                 std::mem::transmute::<usize, AddFd>(f)(&mut fa, fd);
@@ -275,13 +340,33 @@ fn file_actions_layout_ok() -> bool {
         // glibc copies the open and chdir paths: compare them by content.
         let got = read_actions(&fa);
         let same = |a: &Action, b: &Action| match (a, b) {
-            (Action::Open { fd, path: p, oflag, mode }, Action::Open { fd: f2, path: p2, oflag: o2, mode: m2 }) => {
-                fd == f2 && oflag == o2 && mode == m2 && !p2.is_null() && CStr::from_ptr(*p) == CStr::from_ptr(*p2)
+            (
+                Action::Open {
+                    fd,
+                    path: p,
+                    oflag,
+                    mode,
+                },
+                Action::Open {
+                    fd: f2,
+                    path: p2,
+                    oflag: o2,
+                    mode: m2,
+                },
+            ) => {
+                fd == f2
+                    && oflag == o2
+                    && mode == m2
+                    && !p2.is_null()
+                    && CStr::from_ptr(*p) == CStr::from_ptr(*p2)
             }
-            (Action::Chdir(p), Action::Chdir(p2)) => !p2.is_null() && CStr::from_ptr(*p) == CStr::from_ptr(*p2),
+            (Action::Chdir(p), Action::Chdir(p2)) => {
+                !p2.is_null() && CStr::from_ptr(*p) == CStr::from_ptr(*p2)
+            }
             _ => a == b,
         };
-        let ok = got.is_ok_and(|g| g.len() == want.len() && g.iter().zip(&want).all(|(a, b)| same(b, a)));
+        let ok = got
+            .is_ok_and(|g| g.len() == want.len() && g.iter().zip(&want).all(|(a, b)| same(b, a)));
         libc::posix_spawn_file_actions_destroy(&mut fa);
         ok
     }
@@ -319,11 +404,17 @@ fn candidates(file: &CStr, use_path: bool) -> (Vec<CString>, libc::c_int) {
     if !use_path || bytes.contains(&b'/') {
         return (vec![file.to_owned()], 0);
     }
-    let path = std::env::var_os("PATH").map(std::os::unix::ffi::OsStringExt::into_vec).unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
+    let path = std::env::var_os("PATH")
+        .map(std::os::unix::ffi::OsStringExt::into_vec)
+        .unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
     let list = path
         .split(|&b| b == b':')
         .map(|dir| {
-            let mut p = if dir.is_empty() { Vec::new() } else { [dir, b"/"].concat() };
+            let mut p = if dir.is_empty() {
+                Vec::new()
+            } else {
+                [dir, b"/"].concat()
+            };
             p.extend_from_slice(bytes);
             CString::new(p).expect("no NUL inside PATH or a C string")
         })
@@ -361,9 +452,20 @@ unsafe fn attributes(plan: &mut Plan, attr: *const libc::posix_spawnattr_t) {
 fn spawn(plan: &Plan) -> Result<libc::pid_t, libc::c_int> {
     // The child's error, in a page the child's own copy of memory still shares.
     // SAFETY: an anonymous shared mapping of one page, checked below.
-    let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
     if page == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM));
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOMEM));
     }
     let err = page.cast::<libc::c_int>();
     // Every signal blocked across the clone, so that none runs a handler in the child before it
@@ -372,7 +474,12 @@ fn spawn(plan: &Plan) -> Result<libc::pid_t, libc::c_int> {
     sigmask(libc::SIG_SETMASK, Some(!0), Some(&mut old));
     // SAFETY: clone without CLONE_VM and without a new stack: the child continues here on its
     // own copy of this stack, as after fork; the parent's thread waits until it execs or exits.
-    let pid = unsafe { sys(libc::SYS_clone, [(libc::CLONE_VFORK | libc::SIGCHLD) as usize, 0, 0, 0, 0, 0]) };
+    let pid = unsafe {
+        sys(
+            libc::SYS_clone,
+            [(libc::CLONE_VFORK | libc::SIGCHLD) as usize, 0, 0, 0, 0, 0],
+        )
+    };
     if pid == 0 {
         // SAFETY: `err` is the shared page, `plan` the parent's (copied), `old` its mask.
         unsafe { child(plan, old, err) }
@@ -390,7 +497,9 @@ fn spawn(plan: &Plan) -> Result<libc::pid_t, libc::c_int> {
         // The child failed before its exec and exited: reap it, as glibc does.
         let mut st = 0;
         // SAFETY: waiting for our own child.
-        while unsafe { libc::waitpid(pid, &mut st, 0) } < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {}
+        while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
         return Err(e);
     }
     Ok(pid)
@@ -413,7 +522,11 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
     };
     let check = |r: isize| if r < 0 { fail(r) } else { r };
     // trapvec's signals first: a trap in the child (in code the compiler calls) finds its handler.
-    sigmask(libc::SIG_UNBLOCK, Some(sigbit(libc::SIGSEGV) | sigbit(libc::SIGTRAP)), None);
+    sigmask(
+        libc::SIG_UNBLOCK,
+        Some(sigbit(libc::SIGSEGV) | sigbit(libc::SIGTRAP)),
+        None,
+    );
     // No handler of the parent may run in the child once the mask opens: every handled signal
     // goes back to SIG_DFL, and the ones POSIX_SPAWN_SETSIGDEF names too. trapvec's stay until
     // the exec (which resets them): they are what makes a trap in the child harmless.
@@ -423,20 +536,44 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
         }
         let mut cur = KSigaction::default();
         // SAFETY: a query into our struct, sigsetsize 8.
-        if unsafe { sys(libc::SYS_rt_sigaction, [sig as usize, 0, &mut cur as *mut KSigaction as usize, 8, 0, 0]) } < 0 {
+        if unsafe {
+            sys(
+                libc::SYS_rt_sigaction,
+                [
+                    sig as usize,
+                    0,
+                    &mut cur as *mut KSigaction as usize,
+                    8,
+                    0,
+                    0,
+                ],
+            )
+        } < 0
+        {
             continue;
         }
-        let listed = plan.flags & libc::POSIX_SPAWN_SETSIGDEF != 0 && plan.sigdefault & sigbit(sig) != 0;
+        let listed =
+            plan.flags & libc::POSIX_SPAWN_SETSIGDEF != 0 && plan.sigdefault & sigbit(sig) != 0;
         if listed || (cur.handler != libc::SIG_DFL && cur.handler != libc::SIG_IGN) {
             let dfl = KSigaction::default();
             // SAFETY: SIG_DFL with no flags, from our struct.
-            unsafe { sys(libc::SYS_rt_sigaction, [sig as usize, &dfl as *const KSigaction as usize, 0, 8, 0, 0]) };
+            unsafe {
+                sys(
+                    libc::SYS_rt_sigaction,
+                    [sig as usize, &dfl as *const KSigaction as usize, 0, 8, 0, 0],
+                )
+            };
         }
     }
     let param = &plan.param as *const libc::sched_param as usize;
     if plan.flags & libc::POSIX_SPAWN_SETSCHEDULER != 0 {
         // SAFETY: our sched_param.
-        check(unsafe { sys(libc::SYS_sched_setscheduler, [0, plan.policy as usize, param, 0, 0, 0]) });
+        check(unsafe {
+            sys(
+                libc::SYS_sched_setscheduler,
+                [0, plan.policy as usize, param, 0, 0, 0],
+            )
+        });
     } else if plan.flags & libc::POSIX_SPAWN_SETSCHEDPARAM != 0 {
         // SAFETY: as above.
         check(unsafe { sys(libc::SYS_sched_setparam, [0, param, 0, 0, 0, 0]) });
@@ -449,11 +586,20 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
         check(unsafe { sys(libc::SYS_setpgid, [0, plan.pgroup as usize, 0, 0, 0, 0]) });
     }
     if plan.flags & libc::POSIX_SPAWN_RESETIDS != 0 {
-        let (uid, gid) = (sys0(libc::SYS_getuid) as usize, sys0(libc::SYS_getgid) as usize);
+        let (uid, gid) = (
+            sys0(libc::SYS_getuid) as usize,
+            sys0(libc::SYS_getgid) as usize,
+        );
         // SAFETY: integers only (-1 leaves an id as it is).
         unsafe {
-            check(sys(libc::SYS_setresuid, [usize::MAX, uid, usize::MAX, 0, 0, 0]));
-            check(sys(libc::SYS_setresgid, [usize::MAX, gid, usize::MAX, 0, 0, 0]));
+            check(sys(
+                libc::SYS_setresuid,
+                [usize::MAX, uid, usize::MAX, 0, 0, 0],
+            ));
+            check(sys(
+                libc::SYS_setresgid,
+                [usize::MAX, gid, usize::MAX, 0, 0, 0],
+            ));
         }
     }
     for a in &plan.actions {
@@ -466,14 +612,42 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
                 }
                 Action::Dup2(fd, new) if fd == new => {
                     // A dup2 onto itself clears close-on-exec.
-                    let flags = check(sys(libc::SYS_fcntl, [fd as usize, libc::F_GETFD as usize, 0, 0, 0, 0]));
-                    check(sys(libc::SYS_fcntl, [fd as usize, libc::F_SETFD as usize, (flags as usize) & !(libc::FD_CLOEXEC as usize), 0, 0, 0]));
+                    let flags = check(sys(
+                        libc::SYS_fcntl,
+                        [fd as usize, libc::F_GETFD as usize, 0, 0, 0, 0],
+                    ));
+                    check(sys(
+                        libc::SYS_fcntl,
+                        [
+                            fd as usize,
+                            libc::F_SETFD as usize,
+                            (flags as usize) & !(libc::FD_CLOEXEC as usize),
+                            0,
+                            0,
+                            0,
+                        ],
+                    ));
                 }
                 Action::Dup2(fd, new) => {
                     check(sys(libc::SYS_dup2, [fd as usize, new as usize, 0, 0, 0, 0]));
                 }
-                Action::Open { fd, path, oflag, mode } => {
-                    let got = check(sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path as usize, oflag as usize, mode as usize, 0, 0]));
+                Action::Open {
+                    fd,
+                    path,
+                    oflag,
+                    mode,
+                } => {
+                    let got = check(sys(
+                        libc::SYS_openat,
+                        [
+                            libc::AT_FDCWD as usize,
+                            path as usize,
+                            oflag as usize,
+                            mode as usize,
+                            0,
+                            0,
+                        ],
+                    ));
                     if got != fd as isize {
                         check(sys(libc::SYS_dup2, [got as usize, fd as usize, 0, 0, 0, 0]));
                         sys(libc::SYS_close, [got as usize, 0, 0, 0, 0, 0]);
@@ -486,11 +660,25 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
                     check(sys(libc::SYS_fchdir, [fd as usize, 0, 0, 0, 0, 0]));
                 }
                 Action::Closefrom(from) => {
-                    check(sys(libc::SYS_close_range, [from as usize, u32::MAX as usize, 0, 0, 0, 0]));
+                    check(sys(
+                        libc::SYS_close_range,
+                        [from as usize, u32::MAX as usize, 0, 0, 0, 0],
+                    ));
                 }
                 Action::Tcsetpgrp(fd) => {
-                    let pgrp: libc::pid_t = libc::pid_t::try_from(sys0(libc::SYS_getpgrp)).unwrap_or(0);
-                    check(sys(libc::SYS_ioctl, [fd as usize, libc::TIOCSPGRP as usize, &pgrp as *const libc::pid_t as usize, 0, 0, 0]));
+                    let pgrp: libc::pid_t =
+                        libc::pid_t::try_from(sys0(libc::SYS_getpgrp)).unwrap_or(0);
+                    check(sys(
+                        libc::SYS_ioctl,
+                        [
+                            fd as usize,
+                            libc::TIOCSPGRP as usize,
+                            &pgrp as *const libc::pid_t as usize,
+                            0,
+                            0,
+                            0,
+                        ],
+                    ));
                 }
             }
         }
@@ -501,23 +689,51 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
     // SIG_IGN to the exec, nothing but system calls runs (a trap would now be fatal).
     let mut ignored = 0u64;
     for sig in (1..=64).filter(|&s| trapvec::process::chain::owns(s)) {
-        let listed = plan.flags & libc::POSIX_SPAWN_SETSIGDEF != 0 && plan.sigdefault & sigbit(sig) != 0;
-        if !listed && trapvec::process::chain::program_action(sig, None).is_some_and(|d| d.handler == libc::SIG_IGN) {
+        let listed =
+            plan.flags & libc::POSIX_SPAWN_SETSIGDEF != 0 && plan.sigdefault & sigbit(sig) != 0;
+        if !listed
+            && trapvec::process::chain::program_action(sig, None)
+                .is_some_and(|d| d.handler == libc::SIG_IGN)
+        {
             ignored |= sigbit(sig);
         }
     }
     for sig in (1..=64).filter(|&s| ignored & sigbit(s) != 0) {
-        let ign = KSigaction { handler: libc::SIG_IGN, ..KSigaction::default() };
+        let ign = KSigaction {
+            handler: libc::SIG_IGN,
+            ..KSigaction::default()
+        };
         // SAFETY: SIG_IGN from our struct.
-        unsafe { sys(libc::SYS_rt_sigaction, [sig as usize, &ign as *const KSigaction as usize, 0, 8, 0, 0]) };
+        unsafe {
+            sys(
+                libc::SYS_rt_sigaction,
+                [sig as usize, &ign as *const KSigaction as usize, 0, 8, 0, 0],
+            )
+        };
     }
     // The final mask may block SIGSEGV: nothing but system calls runs from here either.
-    sigmask(libc::SIG_SETMASK, Some(plan.sigmask.unwrap_or(parent_mask)), None);
+    sigmask(
+        libc::SIG_SETMASK,
+        Some(plan.sigmask.unwrap_or(parent_mask)),
+        None,
+    );
     let mut last = -(plan.no_candidate as isize);
     let mut eacces = false;
     for c in &plan.candidates {
         // SAFETY: a C string, the caller's argv and the (filtered) environment.
-        let r = unsafe { sys(libc::SYS_execve, [c.as_ptr() as usize, plan.argv as usize, plan.envp as usize, 0, 0, 0]) };
+        let r = unsafe {
+            sys(
+                libc::SYS_execve,
+                [
+                    c.as_ptr() as usize,
+                    plan.argv as usize,
+                    plan.envp as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
         let e = i32::try_from(-r).unwrap_or(libc::EINVAL);
         last = r;
         match e {
@@ -526,7 +742,17 @@ unsafe fn child(plan: &Plan, parent_mask: u64, err: *mut libc::c_int) -> ! {
             _ => break,
         }
     }
-    if eacces && plan.candidates.len() > 1 && [-libc::ENOENT, -libc::ENOTDIR, -libc::ESTALE, -libc::ENODEV, -libc::ETIMEDOUT].contains(&(last as i32)) {
+    if eacces
+        && plan.candidates.len() > 1
+        && [
+            -libc::ENOENT,
+            -libc::ENOTDIR,
+            -libc::ESTALE,
+            -libc::ENODEV,
+            -libc::ETIMEDOUT,
+        ]
+        .contains(&(last as i32))
+    {
         last = -(libc::EACCES as isize);
     }
     fail(last)
@@ -563,7 +789,19 @@ pub(crate) unsafe fn posix_spawn(
     // SAFETY: `file` is the caller's C string.
     let (candidates, no_candidate) = candidates(unsafe { CStr::from_ptr(file) }, use_path);
     // SAFETY: an all-zero sched_param is valid.
-    let mut plan = Plan { candidates, no_candidate, argv, envp, actions, flags: 0, pgroup: 0, sigdefault: 0, sigmask: None, policy: 0, param: unsafe { std::mem::zeroed() } };
+    let mut plan = Plan {
+        candidates,
+        no_candidate,
+        argv,
+        envp,
+        actions,
+        flags: 0,
+        pgroup: 0,
+        sigdefault: 0,
+        sigmask: None,
+        policy: 0,
+        param: unsafe { std::mem::zeroed() },
+    };
     // SAFETY: the caller's attributes.
     unsafe { attributes(&mut plan, attr) };
     Some(match spawn(&plan) {
@@ -590,8 +828,19 @@ fn environ() -> Argv {
 }
 
 /// `/bin/sh -c -- command` with `actions` and `attr`-like settings: the child's pid or the error.
-fn shell(command: &CStr, actions: Vec<Action>, sigdefault: u64, sigmask: Option<u64>) -> Result<libc::pid_t, libc::c_int> {
-    let argv: [*const libc::c_char; 5] = [c"sh".as_ptr(), c"-c".as_ptr(), c"--".as_ptr(), command.as_ptr(), std::ptr::null()];
+fn shell(
+    command: &CStr,
+    actions: Vec<Action>,
+    sigdefault: u64,
+    sigmask: Option<u64>,
+) -> Result<libc::pid_t, libc::c_int> {
+    let argv: [*const libc::c_char; 5] = [
+        c"sh".as_ptr(),
+        c"-c".as_ptr(),
+        c"--".as_ptr(),
+        command.as_ptr(),
+        std::ptr::null(),
+    ];
     let mut flags = libc::POSIX_SPAWN_SETSIGDEF;
     if sigmask.is_some() {
         flags |= libc::POSIX_SPAWN_SETSIGMASK;
@@ -641,7 +890,8 @@ pub(crate) unsafe fn system(command: *const libc::c_char) -> libc::c_int {
         return libc::c_int::from(unsafe { system(c"exit 0".as_ptr()) } == 0);
     }
     // SAFETY: all-zero sigaction values are valid; SIG_IGN with an empty mask.
-    let (mut ign, mut intr, mut quit): (libc::sigaction, libc::sigaction, libc::sigaction) = unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+    let (mut ign, mut intr, mut quit): (libc::sigaction, libc::sigaction, libc::sigaction) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
     ign.sa_sigaction = libc::SIG_IGN;
     {
         let mut g = SYSTEM.lock().unwrap_or_else(|e| e.into_inner());
@@ -667,7 +917,12 @@ pub(crate) unsafe fn system(command: *const libc::c_char) -> libc::c_int {
         }
     }
     // SAFETY: a C string.
-    let status = match shell(unsafe { CStr::from_ptr(command) }, Vec::new(), def, Some(old)) {
+    let status = match shell(
+        unsafe { CStr::from_ptr(command) },
+        Vec::new(),
+        def,
+        Some(old),
+    ) {
         Ok(pid) => wait_status(pid),
         Err(_) => 127 << 8,
     };
@@ -700,7 +955,10 @@ fn set_errno(e: libc::c_int) {
 ///
 /// # Safety
 /// `command` and `mode` are C strings.
-pub(crate) unsafe fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
+pub(crate) unsafe fn popen(
+    command: *const libc::c_char,
+    mode: *const libc::c_char,
+) -> *mut libc::FILE {
     // SAFETY: the caller's C strings.
     let (command, mode_s) = unsafe { (CStr::from_ptr(command), CStr::from_ptr(mode).to_bytes()) };
     let read = match mode_s.first() {
@@ -717,7 +975,11 @@ pub(crate) unsafe fn popen(command: *const libc::c_char, mode: *const libc::c_ch
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return std::ptr::null_mut();
     }
-    let (parent_end, child_end, child_fd) = if read { (fds[0], fds[1], 1) } else { (fds[1], fds[0], 0) };
+    let (parent_end, child_end, child_fd) = if read {
+        (fds[0], fds[1], 1)
+    } else {
+        (fds[1], fds[0], 0)
+    };
     let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
     // The child's end on its stdin or stdout (a dup2 onto itself clears its close-on-exec), and
     // the streams of earlier popen calls closed in the child, as POSIX asks.
@@ -743,7 +1005,9 @@ pub(crate) unsafe fn popen(command: *const libc::c_char, mode: *const libc::c_ch
         }
         let fp = libc::fdopen(parent_end, if read { c"r".as_ptr() } else { c"w".as_ptr() });
         if fp.is_null() {
-            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM);
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM);
             libc::close(parent_end);
             wait_status(pid);
             set_errno(e);

@@ -16,11 +16,25 @@ fn demo() -> Demo {
     let dir = tempfile::tempdir().unwrap().keep();
     let src = repo().join("components/demo");
     let program = dir.join("program");
-    cc(&["-O2", "-o", program.to_str().unwrap(), src.join("program.c").to_str().unwrap()]);
+    cc(&[
+        "-O2",
+        "-o",
+        program.to_str().unwrap(),
+        src.join("program.c").to_str().unwrap(),
+    ]);
     let inc = repo().join("components/include");
     let policy = dir.join("spec-dir/policy.o");
     std::fs::create_dir_all(policy.parent().unwrap()).unwrap();
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", policy.to_str().unwrap(), src.join("policy.c").to_str().unwrap()]);
+    cc(&[
+        "-c",
+        "-O2",
+        "-fPIC",
+        "-I",
+        inc.to_str().unwrap(),
+        "-o",
+        policy.to_str().unwrap(),
+        src.join("policy.c").to_str().unwrap(),
+    ]);
     Demo { dir, program }
 }
 
@@ -37,7 +51,9 @@ fn run(d: &Demo, spec: &str) -> (Output, Option<serde_json::Value>) {
         .env("TRAPVEC_STATS", &stats)
         .output()
         .unwrap();
-    let json = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
+    let json = std::fs::read_to_string(&stats)
+        .ok()
+        .map(|s| serde_json::from_str(&s).unwrap());
     (out, json)
 }
 
@@ -67,7 +83,10 @@ mechanism = "{mss_mech}"
 #[test]
 fn program_runs_unpatched_without_a_spec() {
     let d = demo();
-    let out = Command::new(&d.program).env("LD_PRELOAD", agent()).output().unwrap();
+    let out = Command::new(&d.program)
+        .env("LD_PRELOAD", agent())
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), UNPATCHED);
 }
@@ -75,9 +94,18 @@ fn program_runs_unpatched_without_a_spec() {
 #[test]
 fn agent_applies_the_spec_before_main_and_writes_exact_hit_counts() {
     let d = demo();
-    for (cm, mm) in [("trap", "trap"), ("jmp", "jmp"), ("trap", "jmp"), ("jmp", "trap")] {
+    for (cm, mm) in [
+        ("trap", "trap"),
+        ("jmp", "jmp"),
+        ("trap", "jmp"),
+        ("jmp", "trap"),
+    ] {
         let (out, stats) = run(&d, &spec(cm, mm));
-        assert!(out.status.success(), "{cm}/{mm}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{cm}/{mm}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         // compute() is unchanged by a call splice; sync_mss sees the MTU clamped to 1000.
         assert_eq!(
@@ -103,11 +131,28 @@ fn a_spec_component_brings_the_splices_it_declares_listed_after_the_specs_own() 
     let inc = repo().join("components/include");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/declaring.c");
     let obj = d.dir.join("spec-dir/declaring.o");
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", obj.to_str().unwrap(), src.to_str().unwrap()]);
+    cc(&[
+        "-c",
+        "-O2",
+        "-fPIC",
+        "-I",
+        inc.to_str().unwrap(),
+        "-o",
+        obj.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
     let spec = "[[component]]\npath = \"declaring.o\"\n\n[[splice]]\nat = \"sync_mss\"\naction = \"count\"\n";
     let (out, stats) = run(&d, spec);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), UNPATCHED, "counting changes no result");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        UNPATCHED,
+        "counting changes no result"
+    );
     assert_eq!(
         stats.expect("stats written"),
         serde_json::json!({"splices": [
@@ -121,18 +166,37 @@ fn a_spec_component_brings_the_splices_it_declares_listed_after_the_specs_own() 
 fn a_spec_that_cannot_be_applied_exits_86_before_main_with_the_reason() {
     let d = demo();
     let cases = [
-        (spec("trap", "jmp").replace("count_compute", "no_such_handler"), "no_such_handler"),
-        (spec("trap", "jmp").replace("compute+0", "compute+1"), "not an instruction boundary"),
-        (spec("trap", "jmp").replace("policy.o", "missing.o"), "missing.o"),
-        (spec("trap", "jmp").replace("sync_mss\"\naction", "no_such_function\"\naction"), "no_such_function"),
-        (spec("trap", "jmp").replace("mechanism = \"jmp\"", "mechanism = \"teleport\""), "teleport"),
+        (
+            spec("trap", "jmp").replace("count_compute", "no_such_handler"),
+            "no_such_handler",
+        ),
+        (
+            spec("trap", "jmp").replace("compute+0", "compute+1"),
+            "not an instruction boundary",
+        ),
+        (
+            spec("trap", "jmp").replace("policy.o", "missing.o"),
+            "missing.o",
+        ),
+        (
+            spec("trap", "jmp").replace("sync_mss\"\naction", "no_such_function\"\naction"),
+            "no_such_function",
+        ),
+        (
+            spec("trap", "jmp").replace("mechanism = \"jmp\"", "mechanism = \"teleport\""),
+            "teleport",
+        ),
     ];
     for (text, needle) in cases {
         let (out, stats) = run(&d, &text);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(86), "{needle}: {stderr}");
         assert!(stderr.contains(needle), "stderr lacks {needle:?}: {stderr}");
-        assert!(out.stdout.is_empty(), "main ran: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.stdout.is_empty(),
+            "main ran: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert!(stats.is_none(), "no stats for a failed spec");
     }
 }
@@ -149,8 +213,12 @@ fn demo_under_memfd_noexec(d: &Demo, level: u32, spec: &str) -> Option<Output> {
         spec_path.display(),
         d.program.display()
     );
-    let out = Command::new("unshare").args(["-pf", "--mount-proc", "sh", "-c", &script]).output().ok()?;
-    let sh_failed = out.status.code() == Some(99) || String::from_utf8_lossy(&out.stderr).contains("unshare:");
+    let out = Command::new("unshare")
+        .args(["-pf", "--mount-proc", "sh", "-c", &script])
+        .output()
+        .ok()?;
+    let sh_failed =
+        out.status.code() == Some(99) || String::from_utf8_lossy(&out.stderr).contains("unshare:");
     (!sh_failed).then_some(out)
 }
 
@@ -163,10 +231,20 @@ fn memfd_noexec_1_is_met_with_mfd_exec_and_2_is_refused_before_main_with_the_err
         eprintln!("skipped: cannot make a PID namespace with its own vm.memfd_noexec here (needs root and Linux >= 6.3)");
         return;
     };
-    assert!(ok.status.success(), "memfd_noexec=1: {:?} {}", ok.status, String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "memfd_noexec=1: {:?} {}",
+        ok.status,
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "  sync_mss(1500) = 948\n  sync_mss(9000) = 948\n  sync_mss(65536) = 948\n  sum of compute(0..999) = 1499500\n");
     let refused = demo_under_memfd_noexec(&d, 2, spec).unwrap();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(86), "{stderr}");
-    assert!(stderr.contains("memfd_create(MFD_EXEC)") && stderr.contains("os error 13") && stderr.contains("vm.memfd_noexec=2"), "{stderr}");
+    assert!(
+        stderr.contains("memfd_create(MFD_EXEC)")
+            && stderr.contains("os error 13")
+            && stderr.contains("vm.memfd_noexec=2"),
+        "{stderr}"
+    );
 }

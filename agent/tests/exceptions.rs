@@ -26,8 +26,11 @@ fn fixture() -> Program {
 fn landing_pad_offset(program: &Path, name: &str) -> u64 {
     let data = std::fs::read(program).unwrap();
     let file = object::File::parse(&*data).unwrap();
-    let regions: Vec<(u64, Vec<u8>)> =
-        file.sections().filter(|s| s.address() != 0).filter_map(|s| Some((s.address(), s.data().ok()?.to_vec()))).collect();
+    let regions: Vec<(u64, Vec<u8>)> = file
+        .sections()
+        .filter(|s| s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+        .collect();
     let read = |addr: u64, len: usize| {
         regions.iter().find_map(|(a, b)| {
             let off = usize::try_from(addr.checked_sub(*a)?).ok()?;
@@ -35,18 +38,36 @@ fn landing_pad_offset(program: &Path, name: &str) -> u64 {
         })
     };
     let h = file.section_by_name(".eh_frame_hdr").unwrap();
-    let table = HdrTable::read(&read, name, EhFrameHdr { addr: h.address(), len: h.size() }).unwrap();
+    let table = HdrTable::read(
+        &read,
+        name,
+        EhFrameHdr {
+            addr: h.address(),
+            len: h.size(),
+        },
+    )
+    .unwrap();
     let sym = file.symbols().find(|s| s.name() == Ok(name)).unwrap();
     let (lo, hi) = (sym.address(), sym.address() + sym.size());
-    let pads: Vec<u64> = landing_pads(&read, name, &table, lo, hi).unwrap().iter().map(|p| p.addr).filter(|&a| a >= lo && a < hi).collect();
+    let pads: Vec<u64> = landing_pads(&read, name, &table, lo, hi)
+        .unwrap()
+        .iter()
+        .map(|p| p.addr)
+        .filter(|&a| a >= lo && a < hi)
+        .collect();
     assert_eq!(pads.len(), 1, "{name}: {pads:x?}");
     pads[0] - lo
 }
 
 impl Run {
     fn hits(&self, i: usize) -> u64 {
-        let stats = self.stats.as_ref().unwrap_or_else(|| panic!("no stats written; stderr: {}", self.stderr()));
-        stats["splices"][i]["hits"].as_u64().unwrap_or_else(|| panic!("splice {i}: {stats}"))
+        let stats = self
+            .stats
+            .as_ref()
+            .unwrap_or_else(|| panic!("no stats written; stderr: {}", self.stderr()));
+        stats["splices"][i]["hits"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("splice {i}: {stats}"))
     }
 }
 
@@ -56,10 +77,17 @@ fn exceptions_thrown_through_splices_at_entries_and_landing_pads_land_and_count_
     let plain = f.run(None, &["30"]);
     assert!(plain.out.status.success(), "{}", plain.stderr());
     // 30 calls of each, the 10 multiples of three throw.
-    assert_eq!(plain.stdout(), "sum 620 caught 10 cleanups 30 padded 600 caught 10\n");
+    assert_eq!(
+        plain.stdout(),
+        "sum 620 caught 10 cleanups 30 padded 600 caught 10\n"
+    );
     let pad = |name: &str| format!("{name}+{:#x}", landing_pad_offset(&f.path, name));
-    let (cleanup_pad, catch_pad, padded_pad) = (pad("with_cleanup"), pad("catcher"), pad("padded_catch"));
-    assert_eq!(padded_pad, "padded_catch+0xf", "after sub, call, add, ret and the nop");
+    let (cleanup_pad, catch_pad, padded_pad) =
+        (pad("with_cleanup"), pad("catcher"), pad("padded_catch"));
+    assert_eq!(
+        padded_pad, "padded_catch+0xf",
+        "after sub, call, add, ret and the nop"
+    );
     for mech in ["trap", "jmp"] {
         let points = [
             ("with_cleanup", 30),
@@ -71,8 +99,17 @@ fn exceptions_thrown_through_splices_at_entries_and_landing_pads_land_and_count_
         ];
         let spec_text = spec(&points.iter().map(|&(at, _)| (at, mech)).collect::<Vec<_>>());
         let r = f.run(Some(&spec_text), &["30"]);
-        assert!(r.out.status.success(), "{mech}: {:?} {}", r.out.status, r.stderr());
-        assert_eq!(r.stdout(), plain.stdout(), "{mech}: the output of the unspliced run");
+        assert!(
+            r.out.status.success(),
+            "{mech}: {:?} {}",
+            r.out.status,
+            r.stderr()
+        );
+        assert_eq!(
+            r.stdout(),
+            plain.stdout(),
+            "{mech}: the output of the unspliced run"
+        );
         for (i, (at, hits)) in points.iter().enumerate() {
             assert_eq!(r.hits(i), *hits, "{mech}: {at}");
         }
@@ -88,7 +125,10 @@ fn a_splice_whose_window_covers_a_landing_pad_is_refused_naming_it() {
         let r = f.run(Some(&spec(&[("padded_catch+0xe", mech)])), &["30"]);
         assert_eq!(r.out.status.code(), Some(86), "{mech}: {}", r.stderr());
         let err = r.stderr();
-        assert!(err.contains("covers the exception landing pad at padded_catch+0xf"), "{mech}: {err}");
+        assert!(
+            err.contains("covers the exception landing pad at padded_catch+0xf"),
+            "{mech}: {err}"
+        );
         assert!(err.contains("from .gcc_except_table"), "{mech}: {err}");
         assert_eq!(r.stdout(), "", "{mech}: nothing ran");
     }

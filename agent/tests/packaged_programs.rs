@@ -47,19 +47,29 @@ fn data(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            if i % 3 == 0 { b'a' + u8::try_from((x >> 16) % 16).unwrap() } else { b"the quick brown fox "[i % 20] }
+            if i % 3 == 0 {
+                b'a' + u8::try_from((x >> 16) % 16).unwrap()
+            } else {
+                b"the quick brown fox "[i % 20]
+            }
         })
         .collect()
 }
 
 fn lib(name: &str) -> String {
-    std::fs::canonicalize(Path::new("/usr/lib/x86_64-linux-gnu").join(name)).unwrap().display().to_string()
+    std::fs::canonicalize(Path::new("/usr/lib/x86_64-linux-gnu").join(name))
+        .unwrap()
+        .display()
+        .to_string()
 }
 
 /// The file offset of `symbol`'s code in `file` (its default version, `sym@@VER`, as the
 /// dynamic linker binds it), as uprobes want it; read with binutils' `readelf`.
 fn file_offset(file: &str, symbol: &str) -> u64 {
-    let out = Command::new("readelf").args(["-W", "--dyn-syms", file]).output().expect("readelf (binutils) runs");
+    let out = Command::new("readelf")
+        .args(["-W", "--dyn-syms", file])
+        .output()
+        .expect("readelf (binutils) runs");
     let text = String::from_utf8_lossy(&out.stdout);
     let addr = text
         .lines()
@@ -67,7 +77,12 @@ fn file_offset(file: &str, symbol: &str) -> u64 {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND").then(|| (f[1], f[7]))
         })
-        .find(|(_, name)| *name == symbol || name.strip_prefix(symbol).is_some_and(|v| v.starts_with("@@")))
+        .find(|(_, name)| {
+            *name == symbol
+                || name
+                    .strip_prefix(symbol)
+                    .is_some_and(|v| v.starts_with("@@"))
+        })
         .map(|(a, _)| u64::from_str_radix(a, 16).unwrap())
         .unwrap_or_else(|| panic!("{file} exports no function {symbol}"));
     let bytes = std::fs::read(file).unwrap();
@@ -80,9 +95,16 @@ fn file_offset(file: &str, symbol: &str) -> u64 {
 }
 
 fn which(prog: &str) -> Option<String> {
-    let out = Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().ok()?;
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .ok()?;
     let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (!p.is_empty()).then(|| std::fs::canonicalize(&p).map(|p| p.display().to_string()).unwrap_or(p))
+    (!p.is_empty()).then(|| {
+        std::fs::canonicalize(&p)
+            .map(|p| p.display().to_string())
+            .unwrap_or(p)
+    })
 }
 
 struct Out {
@@ -94,13 +116,19 @@ struct Out {
 
 fn run(dir: &Path, c: &Case, agent_spec: Option<&str>) -> Out {
     let mut cmd = Command::new(&c.argv[0]);
-    cmd.args(&c.argv[1..]).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(&c.argv[1..])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let stats = dir.join("stats.json");
     let _ = std::fs::remove_file(&stats);
     if let Some(spec) = agent_spec {
         let spec_path = dir.join("spec.toml");
         std::fs::write(&spec_path, spec).unwrap();
-        cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec_path).env("TRAPVEC_STATS", &stats);
+        cmd.env("LD_PRELOAD", agent())
+            .env("TRAPVEC_SPEC", &spec_path)
+            .env("TRAPVEC_STATS", &stats);
     }
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
@@ -112,7 +140,12 @@ fn run(dir: &Path, c: &Case, agent_spec: Option<&str>) -> Out {
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
-    Out { stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), code: out.status.code(), pid }
+    Out {
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code(),
+        pid,
+    }
 }
 
 /// A uprobe on one file offset, counted per process in a tracing instance of its own.
@@ -129,17 +162,31 @@ impl Uprobe {
         let root = PathBuf::from(TRACEFS);
         let events = root.join("uprobe_events");
         if !events.exists() {
-            return Err(format!("{} does not exist (tracefs not mounted, or no CONFIG_UPROBE_EVENTS)", events.display()));
+            return Err(format!(
+                "{} does not exist (tracefs not mounted, or no CONFIG_UPROBE_EVENTS)",
+                events.display()
+            ));
         }
         let group = format!("trapvec_pp{}", std::process::id());
         let def = format!("p:{group}/hit {file}:{offset:#x}\n");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&events).map_err(|e| format!("{}: {e}", events.display()))?;
-        std::io::Write::write_all(&mut f, def.as_bytes()).map_err(|e| format!("adding {def:?} to {}: {e}", events.display()))?;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&events)
+            .map_err(|e| format!("{}: {e}", events.display()))?;
+        std::io::Write::write_all(&mut f, def.as_bytes())
+            .map_err(|e| format!("adding {def:?} to {}: {e}", events.display()))?;
         let u = Uprobe { root, group };
-        std::fs::create_dir(u.instance()).map_err(|e| format!("{}: {e}", u.instance().display()))?;
-        std::fs::write(u.instance().join("options/record-tgid"), "1").map_err(|e| format!("record-tgid: {e}"))?;
-        std::fs::write(u.instance().join("buffer_size_kb"), "16384").map_err(|e| format!("buffer_size_kb: {e}"))?;
-        std::fs::write(u.instance().join(format!("events/{}/hit/enable", u.group)), "1").map_err(|e| format!("enabling the uprobe: {e}"))?;
+        std::fs::create_dir(u.instance())
+            .map_err(|e| format!("{}: {e}", u.instance().display()))?;
+        std::fs::write(u.instance().join("options/record-tgid"), "1")
+            .map_err(|e| format!("record-tgid: {e}"))?;
+        std::fs::write(u.instance().join("buffer_size_kb"), "16384")
+            .map_err(|e| format!("buffer_size_kb: {e}"))?;
+        std::fs::write(
+            u.instance().join(format!("events/{}/hit/enable", u.group)),
+            "1",
+        )
+        .map_err(|e| format!("enabling the uprobe: {e}"))?;
         Ok(u)
     }
 
@@ -150,14 +197,33 @@ impl Uprobe {
     /// Hits by threads of process `tgid` since the last call (the buffer is cleared).
     fn take(&self, tgid: u32) -> u64 {
         let trace = std::fs::read_to_string(self.instance().join("trace")).unwrap();
-        let lost = trace.lines().find(|l| l.contains("entries-in-buffer")).map(str::to_string);
+        let lost = trace
+            .lines()
+            .find(|l| l.contains("entries-in-buffer"))
+            .map(str::to_string);
         std::fs::write(self.instance().join("trace"), "").unwrap();
         let tag = format!("({tgid:>7})");
-        let n = trace.lines().filter(|l| !l.starts_with('#') && l.contains(&tag) && l.contains(&format!("{}: (", "hit"))).count() as u64;
+        let n = trace
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#') && l.contains(&tag) && l.contains(&format!("{}: (", "hit"))
+            })
+            .count() as u64;
         // `entries-in-buffer/entries-written: a/b`: a < b means the buffer overflowed.
         if let Some(l) = lost {
-            let nums: Vec<&str> = l.split(':').nth(1).unwrap_or("").split_whitespace().next().unwrap_or("").split('/').collect();
-            assert!(nums.len() != 2 || nums[0] == nums[1], "the trace buffer lost events: {l}");
+            let nums: Vec<&str> = l
+                .split(':')
+                .nth(1)
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .split('/')
+                .collect();
+            assert!(
+                nums.len() != 2 || nums[0] == nums[1],
+                "the trace buffer lost events: {l}"
+            );
         }
         n
     }
@@ -165,9 +231,16 @@ impl Uprobe {
 
 impl Drop for Uprobe {
     fn drop(&mut self) {
-        let _ = std::fs::write(self.instance().join(format!("events/{}/hit/enable", self.group)), "0");
+        let _ = std::fs::write(
+            self.instance()
+                .join(format!("events/{}/hit/enable", self.group)),
+            "0",
+        );
         let _ = std::fs::remove_dir(self.instance());
-        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(self.root.join("uprobe_events")) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.root.join("uprobe_events"))
+        {
             let _ = std::io::Write::write_all(&mut f, format!("-:{}/hit\n", self.group).as_bytes());
         }
     }
@@ -191,7 +264,13 @@ fn cases(dir: &Path) -> Vec<Case> {
     if let Some(xz) = need("xz") {
         v.push(Case {
             name: "xz -T4",
-            argv: vec![xz, "-T4".into(), "--block-size=262144".into(), "-c".into(), input.clone()],
+            argv: vec![
+                xz,
+                "-T4".into(),
+                "--block-size=262144".into(),
+                "-c".into(),
+                input.clone(),
+            ],
             stdin: Vec::new(),
             // Once per block, in the worker threads (lzma_crc64 is called per chunk handed over
             // between threads, which depends on timing).
@@ -228,7 +307,11 @@ fn cases(dir: &Path) -> Vec<Case> {
     if let Some(dash) = need("dash") {
         v.push(Case {
             name: "dash (fork+exec)",
-            argv: vec![dash, "-c".into(), "i=0; while [ $i -lt 25 ]; do /bin/true; i=$((i+1)); done; echo $i | cat".into()],
+            argv: vec![
+                dash,
+                "-c".into(),
+                "i=0; while [ $i -lt 25 ]; do /bin/true; i=$((i+1)); done; echo $i | cat".into(),
+            ],
             stdin: Vec::new(),
             point: "libc:fork",
             file: lib("libc.so.6"),
@@ -239,7 +322,12 @@ fn cases(dir: &Path) -> Vec<Case> {
     if let Some(bash) = need("bash") {
         v.push(Case {
             name: "bash",
-            argv: vec![bash, "--norc".into(), "-c".into(), "for i in $(seq 1 40); do x=$(printf '%s' $i); done; echo $x".into()],
+            argv: vec![
+                bash,
+                "--norc".into(),
+                "-c".into(),
+                "for i in $(seq 1 40); do x=$(printf '%s' $i); done; echo $x".into(),
+            ],
             stdin: Vec::new(),
             point: "libc:fork",
             file: lib("libc.so.6"),
@@ -260,7 +348,13 @@ fn cases(dir: &Path) -> Vec<Case> {
         std::fs::write(&mk, text).unwrap();
         v.push(Case {
             name: "make (recipes)",
-            argv: vec![make, "-s".into(), "-j1".into(), "-f".into(), mk.display().to_string()],
+            argv: vec![
+                make,
+                "-s".into(),
+                "-j1".into(),
+                "-f".into(),
+                mk.display().to_string(),
+            ],
             stdin: Vec::new(),
             // make 4.3 starts its recipes with posix_spawn (not getenv: the agent calls that).
             // Under the agent the calls reach the agent's posix_spawn, which starts the child
@@ -304,11 +398,22 @@ fn packaged_programs_count_as_uprobes_do_and_their_output_does_not_change() {
             eprintln!("{}: uprobe comparison skipped: {why}", c.name);
         }
         let base = run(dir.path(), &c, None);
-        assert_eq!(base.code, Some(0), "{}: unspliced run failed: {}", c.name, base.stderr);
+        assert_eq!(
+            base.code,
+            Some(0),
+            "{}: unspliced run failed: {}",
+            c.name,
+            base.stderr
+        );
         let uprobe_hits = probe.as_ref().ok().map(|u| u.take(base.pid));
         drop(probe);
         if let Some(u) = uprobe_hits {
-            assert!(u > 0, "{}: the uprobe on {}:{offset:#x} did not fire", c.name, c.file);
+            assert!(
+                u > 0,
+                "{}: the uprobe on {}:{offset:#x} did not fire",
+                c.name,
+                c.file
+            );
         }
         for mech in ["trap", "jmp"] {
             let spec = format!(
@@ -317,13 +422,28 @@ fn packaged_programs_count_as_uprobes_do_and_their_output_does_not_change() {
             );
             let r = run(dir.path(), &c, Some(&spec));
             assert_eq!(r.code, Some(0), "{} by {mech}: {}", c.name, r.stderr);
-            let stats: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap_or_else(|e| panic!("{} by {mech}: no stats: {e}; {}", c.name, r.stderr))).unwrap();
+            let stats: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.path().join("stats.json")).unwrap_or_else(|e| {
+                    panic!("{} by {mech}: no stats: {e}; {}", c.name, r.stderr)
+                }),
+            )
+            .unwrap();
             let hits = stats["splices"][0]["hits"].as_u64().unwrap();
             let identical = r.stdout == base.stdout;
-            assert!(identical, "{} by {mech}: output differs from the unspliced run ({} vs {} bytes)", c.name, r.stdout.len(), base.stdout.len());
+            assert!(
+                identical,
+                "{} by {mech}: output differs from the unspliced run ({} vs {} bytes)",
+                c.name,
+                r.stdout.len(),
+                base.stdout.len()
+            );
             assert!(hits > 0, "{} by {mech}: no hits", c.name);
             if let Some(u) = uprobe_hits {
-                assert_eq!(hits, u, "{} by {mech}: {} hits, the uprobe counted {u}", c.name, c.point);
+                assert_eq!(
+                    hits, u,
+                    "{} by {mech}: {} hits, the uprobe counted {u}",
+                    c.name, c.point
+                );
             }
             if let Some(e) = c.expected {
                 assert_eq!(hits, e, "{} by {mech}", c.name);

@@ -12,18 +12,43 @@ fn return_points_on_setjmp_getcontext_and_vfork_are_refused_naming_the_function_
     let dir = tempfile::tempdir().unwrap().keep();
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spawn.c");
     let program = dir.join("spawn");
-    cc(&["-O2", "-o", program.to_str().unwrap(), src.to_str().unwrap()]);
+    cc(&[
+        "-O2",
+        "-o",
+        program.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
     let run = |at: &str, when: &str| {
         let spec = dir.join("spec.toml");
         std::fs::write(&spec, format!("[[splice]]\nat = \"libc.so.6:{at}\"\naction = \"count\"\nwhen = \"{when}\"\nmechanism = \"trap\"\n")).unwrap();
-        Command::new(&program).arg("vfork-exit").env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec).output().unwrap()
+        Command::new(&program)
+            .arg("vfork-exit")
+            .env("LD_PRELOAD", agent())
+            .env("TRAPVEC_SPEC", &spec)
+            .output()
+            .unwrap()
     };
     for (at, why) in [
-        ("setjmp", "it returns again at every longjmp to the context it saved"),
-        ("_setjmp", "it returns again at every longjmp to the context it saved"),
-        ("__sigsetjmp", "it returns again at every longjmp to the context it saved"),
-        ("getcontext", "it returns again at every setcontext to the context it saved"),
-        ("vfork", "its child returns through the parent's own stack frame before the parent does"),
+        (
+            "setjmp",
+            "it returns again at every longjmp to the context it saved",
+        ),
+        (
+            "_setjmp",
+            "it returns again at every longjmp to the context it saved",
+        ),
+        (
+            "__sigsetjmp",
+            "it returns again at every longjmp to the context it saved",
+        ),
+        (
+            "getcontext",
+            "it returns again at every setcontext to the context it saved",
+        ),
+        (
+            "vfork",
+            "its child returns through the parent's own stack frame before the parent does",
+        ),
     ] {
         let out = run(at, "return");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -34,6 +59,11 @@ fn return_points_on_setjmp_getcontext_and_vfork_are_refused_naming_the_function_
         );
         // The same function counted at its entry is fine.
         let out = run(at, "entry");
-        assert_eq!(out.status.code(), Some(0), "{at} at entry: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{at} at entry: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

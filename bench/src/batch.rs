@@ -67,17 +67,22 @@ pub fn measure(n: usize, mech: Mechanism) -> Result<BatchTiming, BatchError> {
     let requests: Vec<SpliceRequest> = (0..n)
         .map(|i| SpliceRequest {
             at: format!("f{i}"),
-            action: Action::Call { handler: "empty_handler".into(), cookie: 0 },
+            action: Action::Call {
+                handler: "empty_handler".into(),
+                cookie: 0,
+            },
             mechanism: mech,
             options: Default::default(),
         })
         .collect();
     let t0 = Instant::now();
-    let ids = session.with(|s| s.apply(&requests)).map_err(|e| BatchError::Splice {
-        what: "applying",
-        n,
-        source: Box::new(e),
-    })?;
+    let ids = session
+        .with(|s| s.apply(&requests))
+        .map_err(|e| BatchError::Splice {
+            what: "applying",
+            n,
+            source: Box::new(e),
+        })?;
     let apply = t0.elapsed();
     let f0 = handle.sym("f0")?;
     // SAFETY: `f0` has the C signature `int f0(int)` (fixtures::many_functions).
@@ -87,8 +92,19 @@ pub fn measure(n: usize, mech: Mechanism) -> Result<BatchTiming, BatchError> {
         return Err(BatchError::WrongResult { got });
     }
     let t1 = Instant::now();
-    session.with(|s| s.remove(&ids)).map_err(|e| BatchError::Splice { what: "removing", n, source: Box::new(e) })?;
+    session
+        .with(|s| s.remove(&ids))
+        .map_err(|e| BatchError::Splice {
+            what: "removing",
+            n,
+            source: Box::new(e),
+        })?;
     let remove = t1.elapsed();
     drop(comp);
-    Ok(BatchTiming { splices: n, mechanism: mech.to_string(), apply_ms: ms(apply), remove_ms: ms(remove) })
+    Ok(BatchTiming {
+        splices: n,
+        mechanism: mech.to_string(),
+        apply_ms: ms(apply),
+        remove_ms: ms(remove),
+    })
 }

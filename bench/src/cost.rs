@@ -92,7 +92,11 @@ impl CostTable {
 
     /// Overhead cycles of `key` over the unpatched call it replaces.
     pub fn overhead(&self, key: &str) -> f64 {
-        let base = if key == "jmp_springboard" { "short_unpatched" } else { "unpatched" };
+        let base = if key == "jmp_springboard" {
+            "short_unpatched"
+        } else {
+            "unpatched"
+        };
         self.median(key) - self.median(base)
     }
 
@@ -122,7 +126,8 @@ impl CostTable {
 
     /// uprobe overhead / trap splice overhead, when measured.
     pub fn uprobe_over_trap(&self) -> Option<f64> {
-        self.row("uprobe").map(|_| self.overhead("uprobe") / self.overhead("trap"))
+        self.row("uprobe")
+            .map(|_| self.overhead("uprobe") / self.overhead("trap"))
     }
 
     /// The text table.
@@ -135,10 +140,18 @@ impl CostTable {
             self.tsc_ghz, self.rounds
         );
         for r in &self.rows {
-            let _ = writeln!(s, "  {:<52} {:>9.0}   ({:.0}..{:.0})", r.name, r.median, r.p10, r.p90);
+            let _ = writeln!(
+                s,
+                "  {:<52} {:>9.0}   ({:.0}..{:.0})",
+                r.name, r.median, r.p10, r.p90
+            );
         }
         if let Some(why) = &self.uprobe_unavailable {
-            let _ = writeln!(s, "  {:<52} {:>9}   ({why})", "uprobe on the same function", "n/a");
+            let _ = writeln!(
+                s,
+                "  {:<52} {:>9}   ({why})",
+                "uprobe on the same function", "n/a"
+            );
         }
         let _ = writeln!(s);
         let _ = writeln!(
@@ -148,10 +161,16 @@ impl CostTable {
             self.overhead("jmp_springboard"),
             self.overhead("trap")
         );
-        let _ =
-            writeln!(s, "  jmp splice overhead:          {:.1} ns (issue 2 target <= 20 ns)", self.jmp_overhead_ns());
-        let _ =
-            writeln!(s, "  trap splice / C SIGSEGV floor: {:.2}x (issue 2 target <= 1.25x)", self.trap_over_floor());
+        let _ = writeln!(
+            s,
+            "  jmp splice overhead:          {:.1} ns (issue 2 target <= 20 ns)",
+            self.jmp_overhead_ns()
+        );
+        let _ = writeln!(
+            s,
+            "  trap splice / C SIGSEGV floor: {:.2}x (issue 2 target <= 1.25x)",
+            self.trap_over_floor()
+        );
         let _ = writeln!(s, "  trap / jmp:                    {:.0}x (the paper's Table 1: {PAPER_TRAP_CYCLES:.0}/{PAPER_JMP_CYCLES:.0} = {:.0}x)",
             self.trap_over_jmp(), PAPER_TRAP_CYCLES / PAPER_JMP_CYCLES);
         if let Some(u) = self.uprobe_over_trap() {
@@ -212,13 +231,17 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
     // SAFETY: as above.
     let int3_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("int3_trap")?) };
     // SAFETY: as above.
-    let floor_install: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("floor_install")?) };
+    let floor_install: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(fx.sym("floor_install")?) };
     // SAFETY: as above.
-    let floor_restore: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("floor_restore")?) };
+    let floor_restore: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(fx.sym("floor_restore")?) };
     // SAFETY: as above.
-    let int3_install: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("int3_install")?) };
+    let int3_install: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(fx.sym("int3_install")?) };
     // SAFETY: as above.
-    let int3_restore: extern "C" fn() -> i32 = unsafe { std::mem::transmute(fx.sym("int3_restore")?) };
+    let int3_restore: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(fx.sym("int3_restore")?) };
     let call = || {
         std::hint::black_box(f(std::hint::black_box(1)));
     };
@@ -246,10 +269,16 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
     let skipped = {
         let mut req = instr_manager::splicer::SpliceRequest::new(
             "bench_target",
-            instr_manager::splicer::Action::Call { handler: "empty_handler".into(), cookie: 0 },
+            instr_manager::splicer::Action::Call {
+                handler: "empty_handler".into(),
+                cookie: 0,
+            },
             Jmp,
         );
-        req.options.only = trapvec::predicate::Predicate { tid: Some(u32::MAX), ..Default::default() };
+        req.options.only = trapvec::predicate::Predicate {
+            tid: Some(u32::MAX),
+            ..Default::default()
+        };
         let _s = session.splice_request(req, Some(&comp))?;
         timing::measure(rounds, iters, call)
     };
@@ -269,7 +298,10 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         if rc == 0 {
             Ok(())
         } else {
-            Err(CostError::Signal { what, source: std::io::Error::last_os_error() })
+            Err(CostError::Signal {
+                what,
+                source: std::io::Error::last_os_error(),
+            })
         }
     };
     // SAFETY: `bench_target2` has the C signature `int bench_target2(int)` (FIXTURE_C).
@@ -279,7 +311,9 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
     };
     let mut uprobe_unavailable = None;
     let probe = if with_uprobe {
-        match uprobe::file_offset(&fx.so, "bench_target2").and_then(|o| uprobe::Probe::add(&fx.so, o)) {
+        match uprobe::file_offset(&fx.so, "bench_target2")
+            .and_then(|o| uprobe::Probe::add(&fx.so, o))
+        {
             Ok(p) => Some(p),
             Err(why) => {
                 uprobe_unavailable = Some(trapvec::error_chain(&why));
@@ -291,7 +325,8 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         None
     };
     let trap_splice = session.splice_call("bench_target", &comp, "empty_handler", Trap)?;
-    let (mut trap_r, mut floor_r, mut int3_r, mut uprobe_r) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut trap_r, mut floor_r, mut int3_r, mut uprobe_r) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut call_t, mut floor_t, mut int3_t) = (call, || floor_trap(), || int3_trap());
     for r in 0..=rounds {
         // Round 0 warms every path up and is not counted.
@@ -321,25 +356,66 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
 
     let mut rows = vec![
         row("unpatched", "unpatched call", plain),
-        row("jmp_rel32", "jmp splice hit (jmp rel32, call, empty handler)", jmp),
-        row("short_unpatched", "unpatched call of a 3-byte function", short_plain),
-        row("jmp_springboard", "jmp splice hit there (jmp rel8 + springboard)", springboard),
-        row("jmp_skip", "jmp splice hit by a thread its predicate excludes", skipped),
-        row("jmp_return", "return point hit by jmp (entry + stub)", returns),
-        row("jmp_timer", "timer hit by jmp (return point + 2 clocks)", timer),
-        row("trap", "trap splice hit (int 0xf5, call, empty handler)", timing::stats(trap_r)),
-        row("floor_sigsegv", "floor: minimal C SIGSEGV handler (RIP += 2)", timing::stats(floor_r)),
-        row("floor_int3", "floor: int3 + empty SIGTRAP handler", timing::stats(int3_r)),
+        row(
+            "jmp_rel32",
+            "jmp splice hit (jmp rel32, call, empty handler)",
+            jmp,
+        ),
+        row(
+            "short_unpatched",
+            "unpatched call of a 3-byte function",
+            short_plain,
+        ),
+        row(
+            "jmp_springboard",
+            "jmp splice hit there (jmp rel8 + springboard)",
+            springboard,
+        ),
+        row(
+            "jmp_skip",
+            "jmp splice hit by a thread its predicate excludes",
+            skipped,
+        ),
+        row(
+            "jmp_return",
+            "return point hit by jmp (entry + stub)",
+            returns,
+        ),
+        row(
+            "jmp_timer",
+            "timer hit by jmp (return point + 2 clocks)",
+            timer,
+        ),
+        row(
+            "trap",
+            "trap splice hit (int 0xf5, call, empty handler)",
+            timing::stats(trap_r),
+        ),
+        row(
+            "floor_sigsegv",
+            "floor: minimal C SIGSEGV handler (RIP += 2)",
+            timing::stats(floor_r),
+        ),
+        row(
+            "floor_int3",
+            "floor: int3 + empty SIGTRAP handler",
+            timing::stats(int3_r),
+        ),
     ];
     if let Some(p) = probe {
         let hits = p.hits();
         drop(p);
         log::debug!("uprobe hits in uprobe_profile: {hits:?}");
         match hits {
-            Some(h) if h > 0 => {
-                rows.push(row("uprobe", "uprobe on the same code (trace event on)", timing::stats(uprobe_r)))
+            Some(h) if h > 0 => rows.push(row(
+                "uprobe",
+                "uprobe on the same code (trace event on)",
+                timing::stats(uprobe_r),
+            )),
+            _ => {
+                uprobe_unavailable =
+                    Some("the uprobe was registered but uprobe_profile shows no hit".into())
             }
-            _ => uprobe_unavailable = Some("the uprobe was registered but uprobe_profile shows no hit".into()),
         }
     }
     drop(comp);
@@ -358,13 +434,27 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
 #[derive(Debug, Error)]
 pub enum LoadError {
     #[error("cannot read {path}")]
-    Read { path: std::path::PathBuf, #[source] source: std::io::Error },
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path} is not a cost table")]
-    Decode { path: std::path::PathBuf, #[source] source: serde_json::Error },
+    Decode {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// Read a table written by `bench cost --json` (or the report's `cost.json`).
 pub fn load(path: &Path) -> Result<CostTable, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text).map_err(|source| LoadError::Decode { path: path.to_path_buf(), source })
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| LoadError::Decode {
+        path: path.to_path_buf(),
+        source,
+    })
 }

@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use instr_manager::{analyze_function_with, AnalysisOptions, PlanInput, Refusal, SiteVerdict};
 use trapvec::TargetInfo;
 
-use instr_manager::image::CodeImage;
 use crate::sets::CodeSet;
+use instr_manager::image::CodeImage;
 
 /// Distances (bytes from the point to the patch buffer) of the curves: 1 KiB … 1 TiB, with
 /// points just inside and just outside rel32's ±2 GiB.
@@ -122,7 +122,10 @@ impl AtDistance {
             JmpKind::Rel32 => self.jmp_rel32 += 1,
             JmpKind::Rel8Springboard => self.jmp_springboard += 1,
             JmpKind::Impossible => {
-                *self.jmp_refusals.entry(a.jmp_refusal.unwrap_or("other").to_string()).or_default() += 1
+                *self
+                    .jmp_refusals
+                    .entry(a.jmp_refusal.unwrap_or("other").to_string())
+                    .or_default() += 1
             }
         }
         if a.trap.is_err() && a.jmp == JmpKind::Impossible {
@@ -176,8 +179,10 @@ impl AtDistance {
     /// Expected cycles per hit, jmp only, over the points it covers.
     pub fn jmp_cost(&self, c: &HitCosts) -> Option<f64> {
         let n = self.jmp_rel32 + self.jmp_springboard;
-        (n > 0)
-            .then(|| (self.jmp_rel32 as f64 * c.jmp_rel32 + self.jmp_springboard as f64 * c.jmp_springboard) / n as f64)
+        (n > 0).then(|| {
+            (self.jmp_rel32 as f64 * c.jmp_rel32 + self.jmp_springboard as f64 * c.jmp_springboard)
+                / n as f64
+        })
     }
 
     /// Expected cycles per hit when jmp is used where it can be and a trap elsewhere.
@@ -219,12 +224,22 @@ fn info_for(image: &CodeImage) -> TargetInfo {
 
 /// Ask the planner about every boundary of `func_idx` of `image`, at every distance of `dists`;
 /// `each` gets every boundary's answers.
-pub fn plan_function(image: &CodeImage, func_idx: usize, dists: &[u64], mut each: impl FnMut(PointAnswers)) -> bool {
+pub fn plan_function(
+    image: &CodeImage,
+    func_idx: usize,
+    dists: &[u64],
+    mut each: impl FnMut(PointAnswers),
+) -> bool {
     let fx = &image.functions[func_idx];
     let bytes = image.bytes_of(fx);
     let read = |a: u64, n: usize| image.read(a, n).map(<[u8]>::to_vec);
-    let opts = AnalysisOptions { read: Some(&read), lenient: true };
-    let Ok(func) = analyze_function_with(&fx.name, fx.start, bytes, &opts) else { return false };
+    let opts = AnalysisOptions {
+        read: Some(&read),
+        lenient: true,
+    };
+    let Ok(func) = analyze_function_with(&fx.name, fx.start, bytes, &opts) else {
+        return false;
+    };
     let info = info_for(image);
     let busy = |_: u64, _: u64| false;
     for insn in &func.insns {
@@ -243,7 +258,12 @@ pub fn plan_function(image: &CodeImage, func_idx: usize, dists: &[u64], mut each
                 answer(&input, site)
             })
             .collect();
-        each(PointAnswers { site, function: fx.name.clone(), insn_len: insn.len, at });
+        each(PointAnswers {
+            site,
+            function: fx.name.clone(),
+            insn_len: insn.len,
+            at,
+        });
     }
     func.undecodable_from.is_none()
 }
@@ -271,31 +291,58 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
         // 5-byte window's refusal (named as a window that does not fit when it is its shape).
         // Otherwise the 2-byte window failed too, and its refusal says why, unless the
         // trampoline was out of reach to begin with.
-        (Err(e32), Some(Err(Refusal::NoRoomForJmp { .. }))) if !matches!(e32, Refusal::OutOfReach { .. }) => (
-            JmpKind::Impossible,
-            Some(match e32 {
-                Refusal::FunctionTooShort { .. }
-                | Refusal::PastFunctionEnd { .. }
-                | Refusal::BranchTargetInWindow { .. }
-                | Refusal::LandingPadInWindow { .. }
-                | Refusal::WindowCrossesBlock { .. } => "5-byte window does not fit, no springboard padding",
-                other => refusal_kind(other),
-            }),
-        ),
+        (Err(e32), Some(Err(Refusal::NoRoomForJmp { .. })))
+            if !matches!(e32, Refusal::OutOfReach { .. }) =>
+        {
+            (
+                JmpKind::Impossible,
+                Some(match e32 {
+                    Refusal::FunctionTooShort { .. }
+                    | Refusal::PastFunctionEnd { .. }
+                    | Refusal::BranchTargetInWindow { .. }
+                    | Refusal::LandingPadInWindow { .. }
+                    | Refusal::WindowCrossesBlock { .. } => {
+                        "5-byte window does not fit, no springboard padding"
+                    }
+                    other => refusal_kind(other),
+                }),
+            )
+        }
         (Err(e32), Some(Err(e8))) => (
             JmpKind::Impossible,
-            Some(if matches!(e32, Refusal::OutOfReach { .. }) { refusal_kind(e32) } else { refusal_kind(e8) }),
+            Some(if matches!(e32, Refusal::OutOfReach { .. }) {
+                refusal_kind(e32)
+            } else {
+                refusal_kind(e8)
+            }),
         ),
     };
-    Answer { trap, jmp, jmp_refusal }
+    Answer {
+        trap,
+        jmp,
+        jmp_refusal,
+    }
 }
 
 /// Coverage of `set` at `dists`, on `threads` threads; `progress` is called with the number of
 /// functions done so far.
-pub fn coverage(set: &CodeSet, dists: &[u64], threads: usize, progress: &(dyn Fn(u64) + Sync)) -> Coverage {
+pub fn coverage(
+    set: &CodeSet,
+    dists: &[u64],
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Coverage {
     let threads = threads.max(1);
-    let chunks: Vec<Vec<usize>> =
-        (0..threads).map(|t| set.functions.iter().copied().skip(t).step_by(threads).collect()).collect();
+    let chunks: Vec<Vec<usize>> = (0..threads)
+        .map(|t| {
+            set.functions
+                .iter()
+                .copied()
+                .skip(t)
+                .step_by(threads)
+                .collect()
+        })
+        .collect();
     let done = std::sync::atomic::AtomicU64::new(0);
     let parts: Vec<(Vec<AtDistance>, Vec<u64>, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
@@ -303,8 +350,13 @@ pub fn coverage(set: &CodeSet, dists: &[u64], threads: usize, progress: &(dyn Fn
             .map(|chunk| {
                 let done = &done;
                 s.spawn(move || {
-                    let mut at: Vec<AtDistance> =
-                        dists.iter().map(|&d| AtDistance { distance: d, ..Default::default() }).collect();
+                    let mut at: Vec<AtDistance> = dists
+                        .iter()
+                        .map(|&d| AtDistance {
+                            distance: d,
+                            ..Default::default()
+                        })
+                        .collect();
                     let mut rescues = vec![0u64; dists.len()];
                     let mut undecodable = 0u64;
                     for &fi in chunk {
@@ -324,12 +376,21 @@ pub fn coverage(set: &CodeSet, dists: &[u64], threads: usize, progress: &(dyn Fn
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a planning thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a planning thread panicked"))
+            .collect()
     });
     let mut out = Coverage {
         set: set.name.clone(),
         functions: set.functions.len() as u64,
-        at: dists.iter().map(|&d| AtDistance { distance: d, ..Default::default() }).collect(),
+        at: dists
+            .iter()
+            .map(|&d| AtDistance {
+                distance: d,
+                ..Default::default()
+            })
+            .collect(),
         trap_rescues: vec![0; dists.len()],
         undecodable_functions: 0,
     };
@@ -379,7 +440,13 @@ impl Coverage {
 
 /// `1 KiB`, `2 GiB - 1 MiB`, ... for distances.
 pub fn human_distance(d: u64) -> String {
-    const UNITS: [(u64, &str); 5] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B")];
+    const UNITS: [(u64, &str); 5] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+        (1, "B"),
+    ];
     for &(u, name) in &UNITS {
         if d >= u && d.is_multiple_of(u) {
             return format!("{} {name}", d / u);

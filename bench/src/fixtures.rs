@@ -32,7 +32,10 @@ pub enum FixtureError {
 type Result<T> = std::result::Result<T, FixtureError>;
 
 fn write(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|source| FixtureError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, text).map_err(|source| FixtureError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn path_str(p: &Path) -> &str {
@@ -166,9 +169,15 @@ impl Library {
 }
 
 fn cc(args: &[&str], what: &'static str) -> Result<()> {
-    let out = Command::new("cc").args(args).output().map_err(FixtureError::NoCompiler)?;
+    let out = Command::new("cc")
+        .args(args)
+        .output()
+        .map_err(FixtureError::NoCompiler)?;
     if !out.status.success() {
-        return Err(FixtureError::Compile { what, stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+        return Err(FixtureError::Compile {
+            what,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
     }
     Ok(())
 }
@@ -185,14 +194,34 @@ impl Fixture {
         let c = dir.join("fixture.c");
         write(&c, FIXTURE_C)?;
         let so = dir.join("libbenchfix.so");
-        cc(&["-shared", "-fPIC", "-O2", "-o", path_str(&so), path_str(&c)], "fixture")?;
+        cc(
+            &["-shared", "-fPIC", "-O2", "-o", path_str(&so), path_str(&c)],
+            "fixture",
+        )?;
         let h = dir.join("handler.c");
         write(&h, HANDLER_C)?;
         let handler = dir.join("handler.o");
         let inc = repo_include();
-        cc(&["-c", "-O2", "-fPIC", "-I", path_str(&inc), "-o", path_str(&handler), path_str(&h)], "handler")?;
+        cc(
+            &[
+                "-c",
+                "-O2",
+                "-fPIC",
+                "-I",
+                path_str(&inc),
+                "-o",
+                path_str(&handler),
+                path_str(&h),
+            ],
+            "handler",
+        )?;
         let lib = dlopen(&so)?;
-        Ok(Fixture { _dir: tmp, handler, so, lib })
+        Ok(Fixture {
+            _dir: tmp,
+            handler,
+            so,
+            lib,
+        })
     }
 
     /// The address of one of the benchmark functions.
@@ -203,8 +232,12 @@ impl Fixture {
 
 /// Load a shared object (`RTLD_NOW`).
 pub fn dlopen(path: &Path) -> Result<Library> {
-    let bad = |reason: &str| FixtureError::Dlopen { path: path.to_path_buf(), reason: reason.to_string() };
-    let p = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| bad("NUL in the path"))?;
+    let bad = |reason: &str| FixtureError::Dlopen {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let p =
+        CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| bad("NUL in the path"))?;
     // SAFETY: `p` is a NUL-terminated path of a library this module just built; its
     // constructors are the compiler's.
     let h = unsafe { libc::dlopen(p.as_ptr(), libc::RTLD_NOW) };
@@ -219,7 +252,10 @@ fn temp_dir() -> Result<TempDir> {
     tempfile::Builder::new()
         .prefix("trapvec-bench-")
         .tempdir()
-        .map_err(|source| FixtureError::Io { path: std::env::temp_dir(), source })
+        .map_err(|source| FixtureError::Io {
+            path: std::env::temp_dir(),
+            source,
+        })
 }
 
 /// A shared object with `n` small functions `f0 .. f{n-1}` (`push rbp; mov rbp,rsp; lea eax,[rdi+1];
@@ -236,7 +272,10 @@ pub fn many_functions(n: usize) -> Result<(TempDir, Library)> {
     let src = dir.join("many.S");
     write(&src, &s)?;
     let so = dir.join("libmany.so");
-    cc(&["-shared", "-nostdlib", "-o", path_str(&so), path_str(&src)], "many functions")?;
+    cc(
+        &["-shared", "-nostdlib", "-o", path_str(&so), path_str(&src)],
+        "many functions",
+    )?;
     let h = dlopen(&so)?;
     Ok((tmp, h))
 }

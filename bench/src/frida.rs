@@ -117,7 +117,8 @@ impl FridaRows {
 
     /// Every figure, for the CSV.
     pub fn figures(&self) -> Vec<(String, f64)> {
-        let b = |f: fn(&BatchTiming) -> f64| median(&self.batches.iter().map(f).collect::<Vec<_>>());
+        let b =
+            |f: fn(&BatchTiming) -> f64| median(&self.batches.iter().map(f).collect::<Vec<_>>());
         vec![
             ("frida_plain_cycles".into(), median(&self.frida.plain)),
             ("frida_hooked_cycles".into(), median(&self.frida.hooked)),
@@ -126,7 +127,10 @@ impl FridaRows {
             ("jmp_hooked_cycles".into(), median(&self.jmp)),
             ("jmp_overhead_cycles".into(), self.jmp_overhead()),
             ("frida_attach_1000_ms".into(), median(&self.frida.attach_ms)),
-            ("frida_attach_1000_rpc_ms".into(), median(&self.frida.attach_rpc_ms)),
+            (
+                "frida_attach_1000_rpc_ms".into(),
+                median(&self.frida.attach_rpc_ms),
+            ),
             ("frida_detach_1000_ms".into(), median(&self.frida.detach_ms)),
             ("jmp_batch_apply_1000_ms".into(), b(|t| t.apply_ms)),
             ("jmp_batch_remove_1000_ms".into(), b(|t| t.remove_ms)),
@@ -135,25 +139,58 @@ impl FridaRows {
 
     pub fn render(&self) -> String {
         use std::fmt::Write;
-        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ");
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         let mut s = format!(
             "host rows (process backend vs Frida {}, cycles at {:.2} GHz, {} rounds of {} calls, medians)\n",
             self.frida.frida_version, self.tsc_ghz, self.rounds, self.iters
         );
-        let _ = writeln!(s, "  f0 unpatched (this process)               {:>8.0}   rounds: {}", median(&self.jmp_plain), list(&self.jmp_plain));
-        let _ = writeln!(s, "  f0 jmp splice hit, empty handler           {:>8.0}   rounds: {}", median(&self.jmp), list(&self.jmp));
-        let _ = writeln!(s, "  f0 unpatched (Frida's target)              {:>8.0}   rounds: {}", median(&self.frida.plain), list(&self.frida.plain));
-        let _ = writeln!(s, "  f0 Frida CModule onEnter (counts)          {:>8.0}   rounds: {}", median(&self.frida.hooked), list(&self.frida.hooked));
+        let _ = writeln!(
+            s,
+            "  f0 unpatched (this process)               {:>8.0}   rounds: {}",
+            median(&self.jmp_plain),
+            list(&self.jmp_plain)
+        );
+        let _ = writeln!(
+            s,
+            "  f0 jmp splice hit, empty handler           {:>8.0}   rounds: {}",
+            median(&self.jmp),
+            list(&self.jmp)
+        );
+        let _ = writeln!(
+            s,
+            "  f0 unpatched (Frida's target)              {:>8.0}   rounds: {}",
+            median(&self.frida.plain),
+            list(&self.frida.plain)
+        );
+        let _ = writeln!(
+            s,
+            "  f0 Frida CModule onEnter (counts)          {:>8.0}   rounds: {}",
+            median(&self.frida.hooked),
+            list(&self.frida.hooked)
+        );
         let _ = writeln!(
             s,
             "  overhead per hit: jmp {:.0}, Frida {:.0} cycles; Frida / jmp = {}",
             self.jmp_overhead(),
             self.frida_overhead(),
-            self.frida_over_jmp().map_or("n/a".into(), |r| format!("{r:.1}x"))
+            self.frida_over_jmp()
+                .map_or("n/a".into(), |r| format!("{r:.1}x"))
         );
-        let _ = writeln!(s, "  Frida onEnter ran {} times for {} calls", self.frida.hits, self.frida.expected_hits);
+        let _ = writeln!(
+            s,
+            "  Frida onEnter ran {} times for {} calls",
+            self.frida.hits, self.frida.expected_hits
+        );
         if let Some(why) = &self.frida.bench_target_refused {
-            let _ = writeln!(s, "  Frida on bench_target (bench cost's jmp row, 4 bytes): {why}");
+            let _ = writeln!(
+                s,
+                "  Frida on bench_target (bench cost's jmp row, 4 bytes): {why}"
+            );
         }
         let _ = writeln!(
             s,
@@ -169,7 +206,8 @@ impl FridaRows {
         let _ = writeln!(
             s,
             "  Frida attach / trapvec batch = {}",
-            self.attach_over_batch().map_or("n/a".into(), |r| format!("{r:.1}x"))
+            self.attach_over_batch()
+                .map_or("n/a".into(), |r| format!("{r:.1}x"))
         );
         s
     }
@@ -196,18 +234,27 @@ fn rounds_of(rounds: u32, iters: u32, mut f: impl FnMut()) -> Vec<f64> {
     for _ in 0..iters.min(100) {
         f();
     }
-    (0..rounds.max(1)).map(|_| timing::round(iters, &mut f)).collect()
+    (0..rounds.max(1))
+        .map(|_| timing::round(iters, &mut f))
+        .collect()
 }
 
 /// Measure the Frida rows and trapvec's beside them. `repo` locates the default Python.
-pub fn measure(repo: &Path, iters: u32, rounds: u32, attach_rounds: u32) -> Result<FridaRows, FridaError> {
+pub fn measure(
+    repo: &Path,
+    iters: u32,
+    rounds: u32,
+    attach_rounds: u32,
+) -> Result<FridaRows, FridaError> {
     let python = python(repo)?;
     timing::pin_to_one_cpu();
     let tsc_ghz = timing::tsc_ghz();
 
     // trapvec's batches first: each loads its own libmany.so, found by name while its file
     // exists, so no other copy may be on disk meanwhile.
-    let batches = (0..attach_rounds.max(1)).map(|_| batch::measure(MASS, Mechanism::Jmp)).collect::<Result<Vec<_>, _>>()?;
+    let batches = (0..attach_rounds.max(1))
+        .map(|_| batch::measure(MASS, Mechanism::Jmp))
+        .collect::<Result<Vec<_>, _>>()?;
 
     // trapvec on f0, in this process.
     let fx = Fixture::build()?;
@@ -229,12 +276,18 @@ pub fn measure(repo: &Path, iters: u32, rounds: u32, attach_rounds: u32) -> Resu
     drop(session);
 
     // Frida on the same bytes, in its target process.
-    let dir = tempfile::tempdir().map_err(|e| FridaError::Run { what: "a temporary directory", detail: e.to_string() })?;
+    let dir = tempfile::tempdir().map_err(|e| FridaError::Run {
+        what: "a temporary directory",
+        detail: e.to_string(),
+    })?;
     let src = dir.path().join("frida_target.c");
     let target = dir.path().join("frida_target");
     let script = dir.path().join("frida_peer.py");
     for (path, text) in [(&src, TARGET_C), (&script, PEER_PY)] {
-        std::fs::write(path, text).map_err(|e| FridaError::Run { what: "writing the Frida peer", detail: e.to_string() })?;
+        std::fs::write(path, text).map_err(|e| FridaError::Run {
+            what: "writing the Frida peer",
+            detail: e.to_string(),
+        })?;
     }
     let out = Command::new("cc")
         .args(["-O2", "-Wall", "-Wextra", "-o"])
@@ -242,9 +295,15 @@ pub fn measure(repo: &Path, iters: u32, rounds: u32, attach_rounds: u32) -> Resu
         .arg(&src)
         .arg("-ldl")
         .output()
-        .map_err(|e| FridaError::Run { what: "cc frida_target.c", detail: e.to_string() })?;
+        .map_err(|e| FridaError::Run {
+            what: "cc frida_target.c",
+            detail: e.to_string(),
+        })?;
     if !out.status.success() {
-        return Err(FridaError::Run { what: "cc frida_target.c", detail: String::from_utf8_lossy(&out.stderr).into_owned() });
+        return Err(FridaError::Run {
+            what: "cc frida_target.c",
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
     }
     let many_so = many_dir.path().join("libmany.so");
     let out = Command::new(&python)
@@ -252,18 +311,35 @@ pub fn measure(repo: &Path, iters: u32, rounds: u32, attach_rounds: u32) -> Resu
         .arg(&target)
         .arg(&fx.so)
         .arg(&many_so)
-        .args([MASS.to_string(), iters.to_string(), rounds.to_string(), attach_rounds.max(1).to_string()])
+        .args([
+            MASS.to_string(),
+            iters.to_string(),
+            rounds.to_string(),
+            attach_rounds.max(1).to_string(),
+        ])
         .output()
-        .map_err(|e| FridaError::Run { what: "running frida_peer.py", detail: e.to_string() })?;
+        .map_err(|e| FridaError::Run {
+            what: "running frida_peer.py",
+            detail: e.to_string(),
+        })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(3) {
-        return Err(FridaError::Unavailable(format!("{} cannot import frida: {}", python.display(), stderr.trim())));
+        return Err(FridaError::Unavailable(format!(
+            "{} cannot import frida: {}",
+            python.display(),
+            stderr.trim()
+        )));
     }
     if !out.status.success() {
-        return Err(FridaError::Run { what: "frida_peer.py", detail: format!("{}: {}", out.status, stderr.trim()) });
+        return Err(FridaError::Run {
+            what: "frida_peer.py",
+            detail: format!("{}: {}", out.status, stderr.trim()),
+        });
     }
-    let frida: FridaRun = serde_json::from_slice(&out.stdout)
-        .map_err(|e| FridaError::Run { what: "reading frida_peer.py's JSON", detail: e.to_string() })?;
+    let frida: FridaRun = serde_json::from_slice(&out.stdout).map_err(|e| FridaError::Run {
+        what: "reading frida_peer.py's JSON",
+        detail: e.to_string(),
+    })?;
     if frida.hits != frida.expected_hits || frida.mass_hits.iter().any(|&h| h != MASS as u64) {
         return Err(FridaError::Run {
             what: "Frida's onEnter",
@@ -273,5 +349,14 @@ pub fn measure(repo: &Path, iters: u32, rounds: u32, attach_rounds: u32) -> Resu
             ),
         });
     }
-    Ok(FridaRows { python: python.display().to_string(), tsc_ghz, iters, rounds, frida, jmp_plain, jmp, batches })
+    Ok(FridaRows {
+        python: python.display().to_string(),
+        tsc_ghz,
+        iters,
+        rounds,
+        frida,
+        jmp_plain,
+        jmp,
+        batches,
+    })
 }

@@ -25,19 +25,31 @@ pub enum GroupError {
 
 impl Group {
     pub fn new(name: &str, patterns: &[&str]) -> Group {
-        Group { name: name.to_string(), patterns: patterns.iter().map(ToString::to_string).collect() }
+        Group {
+            name: name.to_string(),
+            patterns: patterns.iter().map(ToString::to_string).collect(),
+        }
     }
 
     /// Parse `NAME=GLOB,GLOB`.
     pub fn parse(text: &str) -> Result<Group, GroupError> {
-        let syntax = || GroupError::Syntax { text: text.to_string() };
+        let syntax = || GroupError::Syntax {
+            text: text.to_string(),
+        };
         let (name, globs) = text.split_once('=').ok_or_else(syntax)?;
-        let patterns: Vec<String> =
-            globs.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
+        let patterns: Vec<String> = globs
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(String::from)
+            .collect();
         if name.trim().is_empty() || patterns.is_empty() {
             return Err(syntax());
         }
-        Ok(Group { name: name.trim().to_string(), patterns })
+        Ok(Group {
+            name: name.trim().to_string(),
+            patterns,
+        })
     }
 
     /// Whether a function name belongs to the group. Compiler suffixes (`.cold`, `.isra.0`,
@@ -281,7 +293,17 @@ pub fn default_groups() -> Vec<Group> {
         ),
         Group::new(
             "TCP",
-            &["tcp_*", "__tcp_*", "tcp4_*", "tcp6_*", "tcpv4_*", "tcpv6_*", "bictcp_*", "cubictcp_*", "do_tcp_*"],
+            &[
+                "tcp_*",
+                "__tcp_*",
+                "tcp4_*",
+                "tcp6_*",
+                "tcpv4_*",
+                "tcpv6_*",
+                "bictcp_*",
+                "cubictcp_*",
+                "do_tcp_*",
+            ],
         ),
     ]
 }
@@ -313,7 +335,13 @@ mod tests {
     #[test]
     fn default_groups_put_known_functions_where_they_belong() {
         let groups = default_groups();
-        let of = |f: &str| groups.iter().filter(|g| g.contains(f)).map(|g| g.name.as_str()).collect::<Vec<_>>();
+        let of = |f: &str| {
+            groups
+                .iter()
+                .filter(|g| g.contains(f))
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(of("__schedule"), ["scheduler"]);
         assert_eq!(of("enqueue_task_fair"), ["scheduler"]);
         assert_eq!(of("kmem_cache_alloc"), ["slab allocator"]);

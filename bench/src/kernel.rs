@@ -15,8 +15,8 @@ use std::time::Duration;
 use object::{Object, ObjectSection};
 use thiserror::Error;
 
-use instr_manager::image::{CodeImage, ImageError};
 use crate::vmlinux::{extract_vmlinux, Compression, ExtractError};
+use instr_manager::image::{CodeImage, ImageError};
 
 /// Markers around the kallsyms dump on the guest console.
 const BEGIN: &str = "BENCH-KALLSYMS-BEGIN";
@@ -38,17 +38,37 @@ pub enum KernelError {
     #[error(transparent)]
     Image(#[from] ImageError),
     #[error("kallsyms {source_name} does not belong to {image}: _etext - _text is {ksize:#x} bytes, the image's .text {esize:#x}")]
-    Mismatch { source_name: String, image: String, ksize: u64, esize: u64 },
+    Mismatch {
+        source_name: String,
+        image: String,
+        ksize: u64,
+        esize: u64,
+    },
     #[error("kallsyms {source_name} lacks `{symbol}`")]
-    MissingSymbol { source_name: String, symbol: &'static str },
+    MissingSymbol {
+        source_name: String,
+        symbol: &'static str,
+    },
     #[error("booting {version} in the VM for its kallsyms: writing the scenario")]
-    VmScenario { version: String, #[source] source: std::io::Error },
+    VmScenario {
+        version: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("booting {version} in the VM for its kallsyms")]
-    VmRun { version: String, #[source] source: Box<vmtest::runner::RunError> },
+    VmRun {
+        version: String,
+        #[source]
+        source: Box<vmtest::runner::RunError>,
+    },
     #[error("booting {version} in the VM for its kallsyms: {summary}")]
     VmFailed { version: String, summary: String },
     #[error("the kallsyms of {version} on the VM's console")]
-    VmDump { version: String, #[source] source: DumpError },
+    VmDump {
+        version: String,
+        #[source]
+        source: DumpError,
+    },
     #[error("{image} is not called vmlinuz-<version>: give its kallsyms with --kallsyms")]
     NeedKallsyms { image: PathBuf },
     #[error("no network driver `{name}` under {dir}")]
@@ -81,13 +101,20 @@ impl KernelImage {
             .and_then(|n| n.strip_prefix("vmlinuz-"))
             .filter(|v| !v.is_empty())
             .map(str::to_string);
-        let modules = Path::new(vmtest::host::MODULES_DIR).join(version.as_deref().unwrap_or("unknown"));
-        Ok(KernelImage { vmlinuz, version, modules })
+        let modules =
+            Path::new(vmtest::host::MODULES_DIR).join(version.as_deref().unwrap_or("unknown"));
+        Ok(KernelImage {
+            vmlinuz,
+            version,
+            modules,
+        })
     }
 
     /// The version, or the file name when the image is not called `vmlinuz-<version>`.
     pub fn label(&self) -> String {
-        self.version.clone().unwrap_or_else(|| self.vmlinuz.display().to_string())
+        self.version
+            .clone()
+            .unwrap_or_else(|| self.vmlinuz.display().to_string())
     }
 }
 
@@ -97,19 +124,31 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
-    std::fs::read(path).map_err(|source| KernelError::Io { path: path.to_path_buf(), source })
+    std::fs::read(path).map_err(|source| KernelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<(), KernelError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| KernelError::Io { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| KernelError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     }
-    std::fs::write(path, data).map_err(|source| KernelError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, data).map_err(|source| KernelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The extracted vmlinux of `k`, cached as `vmlinux-<version>` in `cache`; returns its path,
 /// bytes and the compression it was found in.
-pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Compression), KernelError> {
+pub fn vmlinux_of(
+    k: &KernelImage,
+    cache: &Path,
+) -> Result<(PathBuf, Vec<u8>, Compression), KernelError> {
     let Some(version) = &k.version else {
         // Not a `vmlinuz-<version>`: extract every time; keep a copy for objdump unless the file
         // is the ELF itself.
@@ -118,7 +157,10 @@ pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Co
         if x.compression == Compression::None {
             return Ok((k.vmlinuz.clone(), x.elf, x.compression));
         }
-        let name = k.vmlinuz.file_name().map_or_else(|| "image".into(), |n| n.to_string_lossy().into_owned());
+        let name = k
+            .vmlinuz
+            .file_name()
+            .map_or_else(|| "image".into(), |n| n.to_string_lossy().into_owned());
         let path = cache.join(format!("vmlinux-extracted-from-{name}"));
         write(&path, &x.elf)?;
         return Ok((path, x.elf, x.compression));
@@ -144,7 +186,12 @@ pub fn vmlinux_of(k: &KernelImage, cache: &Path) -> Result<(PathBuf, Vec<u8>, Co
 }
 
 /// Check that `kallsyms` (named `source_name`) describes `elf`.
-pub fn check_kallsyms(kallsyms: &str, elf: &[u8], source_name: &str, image: &str) -> Result<(), KernelError> {
+pub fn check_kallsyms(
+    kallsyms: &str,
+    elf: &[u8],
+    source_name: &str,
+    image: &str,
+) -> Result<(), KernelError> {
     let find = |name: &'static str| {
         kallsyms
             .lines()
@@ -152,13 +199,25 @@ pub fn check_kallsyms(kallsyms: &str, elf: &[u8], source_name: &str, image: &str
             .find_map(|l| {
                 let mut f = l.split_ascii_whitespace();
                 let (a, _, n) = (f.next()?, f.next()?, f.next()?);
-                (n == name).then(|| u64::from_str_radix(a, 16).ok()).flatten()
+                (n == name)
+                    .then(|| u64::from_str_radix(a, 16).ok())
+                    .flatten()
             })
-            .ok_or(KernelError::MissingSymbol { source_name: source_name.to_string(), symbol: name })
+            .ok_or(KernelError::MissingSymbol {
+                source_name: source_name.to_string(),
+                symbol: name,
+            })
     };
     let ksize = find("_etext")?.wrapping_sub(find("_text")?);
-    let file = object::File::parse(elf).map_err(|source| ImageError::Parse { file: image.to_string(), source })?;
-    let text = file.section_by_name(".text").ok_or_else(|| ImageError::NoText { file: image.to_string() })?;
+    let file = object::File::parse(elf).map_err(|source| ImageError::Parse {
+        file: image.to_string(),
+        source,
+    })?;
+    let text = file
+        .section_by_name(".text")
+        .ok_or_else(|| ImageError::NoText {
+            file: image.to_string(),
+        })?;
     // `_etext` may sit a little after .text's last byte (alignment); the same kernel agrees to
     // within a page.
     let esize = text.size();
@@ -185,15 +244,28 @@ pub fn kallsyms_of(
         let text = String::from_utf8_lossy(&read(p)?).into_owned();
         return Ok((text, p.display().to_string()));
     }
-    let Some(version) = &k.version else { return Err(KernelError::NeedKallsyms { image: k.vmlinuz.clone() }) };
+    let Some(version) = &k.version else {
+        return Err(KernelError::NeedKallsyms {
+            image: k.vmlinuz.clone(),
+        });
+    };
     let path = cache.join(format!("kallsyms-{version}"));
     if let Ok(text) = std::fs::read_to_string(&path) {
         log::debug!("kallsyms of {version} from the cache {}", path.display());
-        return Ok((text, format!("/proc/kallsyms of {version} in the VM (cached {})", path.display())));
+        return Ok((
+            text,
+            format!(
+                "/proc/kallsyms of {version} in the VM (cached {})",
+                path.display()
+            ),
+        ));
     }
     let text = kallsyms_from_vm(k, version, repo)?;
     write(&path, text.as_bytes())?;
-    Ok((text, format!("/proc/kallsyms of {version} in the VM (nokaslr)")))
+    Ok((
+        text,
+        format!("/proc/kallsyms of {version} in the VM (nokaslr)"),
+    ))
 }
 
 /// The scenario that prints the guest's kallsyms, gzip'd and base64'd, with its MD5.
@@ -219,7 +291,11 @@ pub fn parse_kallsyms_dump(console: &str) -> Result<String, DumpError> {
     use std::io::Read;
     let md5 = console
         .lines()
-        .find_map(|l| l.trim_end().split_once(MD5).map(|(_, m)| m.trim().to_string()))
+        .find_map(|l| {
+            l.trim_end()
+                .split_once(MD5)
+                .map(|(_, m)| m.trim().to_string())
+        })
         .ok_or(DumpError::NoMd5)?;
     let mut b64 = String::new();
     let mut inside = false;
@@ -235,7 +311,9 @@ pub fn parse_kallsyms_dump(console: &str) -> Result<String, DumpError> {
     }
     let gz = base64_decode(&b64).ok_or(DumpError::NotBase64)?;
     let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut text).map_err(DumpError::Gunzip)?;
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .map_err(DumpError::Gunzip)?;
     let got = md5_hex(text.as_bytes());
     if got != md5 {
         return Err(DumpError::Md5 { got, expected: md5 });
@@ -245,7 +323,10 @@ pub fn parse_kallsyms_dump(console: &str) -> Result<String, DumpError> {
 
 fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<String, KernelError> {
     let version = version.to_string();
-    let scenario_err = |source| KernelError::VmScenario { version: version.clone(), source };
+    let scenario_err = |source| KernelError::VmScenario {
+        version: version.clone(),
+        source,
+    };
     let dir = tempfile::tempdir().map_err(scenario_err)?;
     let scenario = dir.path().join("kallsyms.sh");
     std::fs::write(&scenario, kallsyms_scenario()).map_err(scenario_err)?;
@@ -264,12 +345,18 @@ fn kallsyms_from_vm(k: &KernelImage, version: &str, repo: &Path) -> Result<Strin
     };
     eprintln!("bench: booting {version} in the VM (vmtest) for its /proc/kallsyms ...");
     let mut console = Vec::new();
-    let report = vmtest::runner::run(&opts, &mut console)
-        .map_err(|e| KernelError::VmRun { version: version.clone(), source: Box::new(e) })?;
+    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| KernelError::VmRun {
+        version: version.clone(),
+        source: Box::new(e),
+    })?;
     if report.exit_code() != 0 {
-        return Err(KernelError::VmFailed { version, summary: report.summary(opts.timeout) });
+        return Err(KernelError::VmFailed {
+            version,
+            summary: report.summary(opts.timeout),
+        });
     }
-    parse_kallsyms_dump(&String::from_utf8_lossy(&console)).map_err(|source| KernelError::VmDump { version, source })
+    parse_kallsyms_dump(&String::from_utf8_lossy(&console))
+        .map_err(|source| KernelError::VmDump { version, source })
 }
 
 /// Build the vmlinux image: extract, get and check kallsyms, NOP the ftrace sites.
@@ -284,7 +371,15 @@ pub fn vmlinux_image(
     let name = format!("vmlinux {}", k.label());
     check_kallsyms(&ks, &elf, &ks_source, &name)?;
     let img = CodeImage::vmlinux(&elf, &ks, &name)?;
-    Ok((img, Sources { vmlinuz: k.vmlinuz.clone(), compression, vmlinux: path, kallsyms: ks_source }))
+    Ok((
+        img,
+        Sources {
+            vmlinuz: k.vmlinuz.clone(),
+            compression,
+            vmlinux: path,
+            kallsyms: ks_source,
+        },
+    ))
 }
 
 /// Where the vmlinux analysis came from, for the reports.
@@ -303,7 +398,10 @@ pub fn net_driver(k: &KernelImage, name: &str) -> Result<CodeImage, KernelError>
         PathBuf::from(name)
     } else {
         let dir = k.modules.join("kernel/drivers/net");
-        find_module(&dir, name).ok_or(KernelError::NoDriver { name: name.to_string(), dir })?
+        find_module(&dir, name).ok_or(KernelError::NoDriver {
+            name: name.to_string(),
+            dir,
+        })?
     };
     let data = read(&path)?;
     let data = crate::vmlinux::decompress_whole(&data).unwrap_or(data);
@@ -319,7 +417,9 @@ fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
             subdirs.push(p);
         } else if let Some(f) = p.file_name().and_then(|f| f.to_str()) {
             let stem = f.split(".ko").next().unwrap_or(f);
-            if f.contains(".ko") && (stem == name || stem.replace('-', "_") == name.replace('-', "_")) {
+            if f.contains(".ko")
+                && (stem == name || stem.replace('-', "_") == name.replace('-', "_"))
+            {
                 return Some(p);
             }
         }
@@ -360,14 +460,21 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
 /// it has.
 pub fn md5_hex(data: &[u8]) -> String {
     const S: [u32; 64] = [
-        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14,
-        20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6,
-        10, 15, 21,
+        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5,
+        9, 14, 20, 5, 9, 14, 20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10,
+        15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
     ];
     // K[i] = floor(|sin(i + 1)| * 2^32): always in [0, 2^32), so the cast is exact.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let k: Vec<u32> = (0..64).map(|i: i32| ((f64::from(i + 1)).sin().abs() * 4_294_967_296.0) as u32).collect();
-    let (mut a0, mut b0, mut c0, mut d0) = (0x6745_2301u32, 0xefcd_ab89u32, 0x98ba_dcfeu32, 0x1032_5476u32);
+    let k: Vec<u32> = (0..64)
+        .map(|i: i32| ((f64::from(i + 1)).sin().abs() * 4_294_967_296.0) as u32)
+        .collect();
+    let (mut a0, mut b0, mut c0, mut d0) = (
+        0x6745_2301u32,
+        0xefcd_ab89u32,
+        0x98ba_dcfeu32,
+        0x1032_5476u32,
+    );
     let mut msg = data.to_vec();
     let bit_len = (data.len() as u64).wrapping_mul(8);
     msg.push(0x80);
@@ -376,7 +483,10 @@ pub fn md5_hex(data: &[u8]) -> String {
     }
     msg.extend_from_slice(&bit_len.to_le_bytes());
     for chunk in msg.chunks_exact(64) {
-        let m: Vec<u32> = chunk.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+        let m: Vec<u32> = chunk
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
         let (mut a, mut b, mut c, mut d) = (a0, b0, c0, d0);
         for i in 0..64 {
             let (f, g) = match i / 16 {
@@ -414,7 +524,9 @@ mod tests {
         assert_eq!(md5_hex(b""), "d41d8cd98f00b204e9800998ecf8427e");
         assert_eq!(md5_hex(b"abc"), "900150983cd24fb0d6963f7d28e17f72");
         assert_eq!(
-            md5_hex(b"12345678901234567890123456789012345678901234567890123456789012345678901234567890"),
+            md5_hex(
+                b"12345678901234567890123456789012345678901234567890123456789012345678901234567890"
+            ),
             "57edf4a22be3c955ac49da2e2107b67a"
         );
     }
@@ -438,7 +550,9 @@ mod tests {
         );
         assert_eq!(parse_kallsyms_dump(&console).unwrap(), text);
         let bad = console.replace(&md5_hex(text.as_bytes()), "00");
-        assert!(matches!(parse_kallsyms_dump(&bad).unwrap_err(), DumpError::Md5 { got, .. } if got == md5_hex(text.as_bytes())));
+        assert!(
+            matches!(parse_kallsyms_dump(&bad).unwrap_err(), DumpError::Md5 { got, .. } if got == md5_hex(text.as_bytes()))
+        );
     }
 
     fn base64_encode_for_test(data: &[u8]) -> String {

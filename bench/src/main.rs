@@ -11,7 +11,10 @@ use bench::{batch, cost, peers, report, sizes, speed};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "bench", about = "jmp-vs-trap benchmarks and kernel-code analysis of trapvec")]
+#[command(
+    name = "bench",
+    about = "jmp-vs-trap benchmarks and kernel-code analysis of trapvec"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -177,7 +180,10 @@ impl CodeArgs {
             kernel: !self.no_kernel,
             image: self.image.clone(),
             kallsyms: self.kallsyms.clone(),
-            cache: self.cache.clone().unwrap_or_else(bench::kernel::default_cache_dir),
+            cache: self
+                .cache
+                .clone()
+                .unwrap_or_else(bench::kernel::default_cache_dir),
             repo: repo(),
             groups: self.groups.clone(),
             net_drivers: self.net_drivers.clone(),
@@ -231,8 +237,24 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", b.render());
             Ok(())
         }
-        Cmd::Peers { iters, rounds, attach_rounds, vm, ten_thousand, no_frida, json } => {
-            let p = peers::measure(&repo(), iters, rounds, attach_rounds, !no_frida, vm, ten_thousand)?;
+        Cmd::Peers {
+            iters,
+            rounds,
+            attach_rounds,
+            vm,
+            ten_thousand,
+            no_frida,
+            json,
+        } => {
+            let p = peers::measure(
+                &repo(),
+                iters,
+                rounds,
+                attach_rounds,
+                !no_frida,
+                vm,
+                ten_thousand,
+            )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {
@@ -242,9 +264,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Extract { image, output } => {
             let k = bench::kernel::KernelImage::find(image.as_deref())?;
-            let data = std::fs::read(&k.vmlinuz).with_context(|| format!("reading {}", k.vmlinuz.display()))?;
+            let data = std::fs::read(&k.vmlinuz)
+                .with_context(|| format!("reading {}", k.vmlinuz.display()))?;
             let x = bench::vmlinux::extract_vmlinux(&data, &k.vmlinuz.display().to_string())?;
-            std::fs::write(&output, &x.elf).with_context(|| format!("writing {}", output.display()))?;
+            std::fs::write(&output, &x.elf)
+                .with_context(|| format!("writing {}", output.display()))?;
             println!(
                 "{}: {} stream at {:#x}, {} bytes of ELF written to {}",
                 k.vmlinuz.display(),
@@ -262,13 +286,26 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 if let Some(s) = &loaded.sources {
-                    println!("vmlinux: {} ({}), symbols: {}", s.vmlinuz.display(), s.compression, s.kallsyms);
+                    println!(
+                        "vmlinux: {} ({}), symbols: {}",
+                        s.vmlinuz.display(),
+                        s.compression,
+                        s.kallsyms
+                    );
                 }
                 print!("{}", sizes::render(&rows));
             }
             Ok(())
         }
-        Cmd::Plan { code, functions, whole_kernel, points, costs, cost, json } => {
+        Cmd::Plan {
+            code,
+            functions,
+            whole_kernel,
+            points,
+            costs,
+            cost,
+            json,
+        } => {
             let loaded = sets::load(&code.options())?;
             let costs = match costs {
                 Some(p) => cost::load(&p)?.hit_costs(),
@@ -279,12 +316,23 @@ fn run(cli: Cli) -> Result<()> {
             };
             let mut all = Vec::new();
             let mut point_rows = String::new();
-            for set in loaded.sets.iter().filter(|s| whole_kernel || !s.whole_kernel) {
-                let set = if functions.is_empty() { set.clone() } else { set.only(&functions) };
+            for set in loaded
+                .sets
+                .iter()
+                .filter(|s| whole_kernel || !s.whole_kernel)
+            {
+                let set = if functions.is_empty() {
+                    set.clone()
+                } else {
+                    set.only(&functions)
+                };
                 if set.functions.is_empty() {
                     continue;
                 }
-                let bar = report::progress(set.functions.len() as u64, &format!("planning {}", set.name));
+                let bar = report::progress(
+                    set.functions.len() as u64,
+                    &format!("planning {}", set.name),
+                );
                 let c = coverage::coverage(&set, &DISTANCES, threads(), &|n| bar.set_position(n));
                 bar.finish_and_clear();
                 all.push(c);
@@ -297,9 +345,14 @@ fn run(cli: Cli) -> Result<()> {
                 std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
             }
             if json {
-                let v: Vec<_> =
-                    all.iter().map(|c| serde_json::json!({"coverage": c, "curve": c.curve(&costs)})).collect();
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"costs": costs, "sets": v}))?);
+                let v: Vec<_> = all
+                    .iter()
+                    .map(|c| serde_json::json!({"coverage": c, "curve": c.curve(&costs)}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"costs": costs, "sets": v}))?
+                );
             } else {
                 print!("{}", render_plan(&all, &costs));
             }
@@ -315,7 +368,14 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", s.render());
             Ok(())
         }
-        Cmd::Report { code, cost, out, no_objdump, no_batch, no_peers } => {
+        Cmd::Report {
+            code,
+            cost,
+            out,
+            no_objdump,
+            no_batch,
+            no_peers,
+        } => {
             let opts = report::ReportOptions {
                 sets: code.options(),
                 iters: cost.iters,
@@ -361,7 +421,10 @@ fn render_plan(all: &[coverage::Coverage], costs: &HitCosts) -> String {
             c.functions,
             near.points,
             if c.undecodable_functions > 0 {
-                format!(" ({} functions partly undecodable)", c.undecodable_functions)
+                format!(
+                    " ({} functions partly undecodable)",
+                    c.undecodable_functions
+                )
             } else {
                 String::new()
             }
@@ -370,8 +433,16 @@ fn render_plan(all: &[coverage::Coverage], costs: &HitCosts) -> String {
         let _ = writeln!(s, "  trap: {:.1}%   jmp rel32: {:.1}%   jmp rel8+springboard: {:.1}%   jmp impossible: {:.1}%   neither: {:.1}%   (patch buffer {} away)",
             pct(near.trap_ok), pct(near.jmp_rel32), pct(near.jmp_springboard),
             pct(near.points - near.jmp_rel32 - near.jmp_springboard), pct(near.neither), human_distance(near.distance));
-        let _ = writeln!(s, "  trap refused: {}", reasons(&near.trap_refusals, near.points));
-        let _ = writeln!(s, "  jmp refused:  {}", reasons(&near.jmp_refusals, near.points));
+        let _ = writeln!(
+            s,
+            "  trap refused: {}",
+            reasons(&near.trap_refusals, near.points)
+        );
+        let _ = writeln!(
+            s,
+            "  jmp refused:  {}",
+            reasons(&near.jmp_refusals, near.points)
+        );
         let _ = writeln!(
             s,
             "  {:>16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}",

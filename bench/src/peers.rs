@@ -71,25 +71,48 @@ fn numbers(text: &str) -> impl Iterator<Item = (&str, f64)> {
 impl VmPeers {
     /// Read the `PEERS_*` lines of a console log; an error names the first missing figure.
     pub fn parse(console: &str, kernel: &str) -> Result<VmPeers, String> {
-        let mut v = VmPeers { kernel: kernel.to_string(), ..VmPeers::default() };
+        let mut v = VmPeers {
+            kernel: kernel.to_string(),
+            ..VmPeers::default()
+        };
         for raw in console.lines() {
             let line = raw.trim_end_matches('\r');
-            let Some(at) = line.find("PEERS_") else { continue };
+            let Some(at) = line.find("PEERS_") else {
+                continue;
+            };
             let line = &line[at..];
             let (key, text) = match line.split_once(['=', ' ']) {
                 Some((k, t)) if line.as_bytes()[k.len()] == b'=' => (k, format!("{k}={t}")),
                 Some((k, t)) => (k, t.to_string()),
                 None => (line, String::new()),
             };
-            v.lines.push(Line { key: key.to_string(), text: text.clone() });
+            v.lines.push(Line {
+                key: key.to_string(),
+                text: text.clone(),
+            });
             if let Some(c) = key.strip_prefix("PEERS_NS_") {
-                let n = text.split_once('=').and_then(|(_, n)| n.trim().parse().ok());
-                v.hit_ns.insert(c.to_lowercase(), n.ok_or_else(|| format!("bad figure in `{line}`"))?);
+                let n = text
+                    .split_once('=')
+                    .and_then(|(_, n)| n.trim().parse().ok());
+                v.hit_ns.insert(
+                    c.to_lowercase(),
+                    n.ok_or_else(|| format!("bad figure in `{line}`"))?,
+                );
             } else if key == "PEERS_FENTRY_HITS" {
                 let rest = text.trim_start_matches("PEERS_FENTRY_HITS=");
-                let (h, e) = rest.split_once(" expected=").ok_or_else(|| format!("bad line `{line}`"))?;
-                v.fentry_hits = (h.parse().map_err(|_| format!("bad hits in `{line}`"))?, e.trim().parse().map_err(|_| format!("bad count in `{line}`"))?);
-            } else if let Some(n) = key.strip_prefix("PEERS_FTRACE_").and_then(|n| n.parse::<u32>().ok()) {
+                let (h, e) = rest
+                    .split_once(" expected=")
+                    .ok_or_else(|| format!("bad line `{line}`"))?;
+                v.fentry_hits = (
+                    h.parse().map_err(|_| format!("bad hits in `{line}`"))?,
+                    e.trim()
+                        .parse()
+                        .map_err(|_| format!("bad count in `{line}`"))?,
+                );
+            } else if let Some(n) = key
+                .strip_prefix("PEERS_FTRACE_")
+                .and_then(|n| n.parse::<u32>().ok())
+            {
                 let m = v.mass.entry(n).or_default();
                 m.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
             } else if key == "PEERS_TRAPVEC_REFUSED" {
@@ -97,29 +120,46 @@ impl VmPeers {
             } else if key == "PEERS_TRAPVEC_SKIPPED" {
                 v.skipped.push(text.clone());
             } else if let Some(rest) = key.strip_prefix("PEERS_TRAPVEC_") {
-                let Some((n, mech)) = rest.split_once('_') else { continue };
+                let Some((n, mech)) = rest.split_once('_') else {
+                    continue;
+                };
                 let Ok(n) = n.parse::<u32>() else { continue };
                 let m = v.mass.entry(n).or_default();
                 m.extend(numbers(&text).map(|(k, x)| (format!("{}_{k}", mech.to_lowercase()), x)));
             } else if key == "PEERS_LIVEPATCH" {
-                v.swap.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+                v.swap
+                    .extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
             } else if let Some(mech) = key.strip_prefix("PEERS_REPLACE_") {
                 if !mech.contains("ROUND") {
-                    v.swap.extend(numbers(&text).map(|(k, x)| (format!("{}_{k}", mech.to_lowercase()), x)));
+                    v.swap.extend(
+                        numbers(&text).map(|(k, x)| (format!("{}_{k}", mech.to_lowercase()), x)),
+                    );
                 }
             } else if key == "PEERS_CONN_NS" {
-                v.conn_ns.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+                v.conn_ns
+                    .extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
             } else if key == "PEERS_TRAPCTL_FIXED" {
-                v.fixed.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+                v.fixed
+                    .extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
             } else if key == "PEERS_CALL_NS" {
                 // Up to the parenthesis: the MSS after it is no figure.
                 let figures = text.split('(').next().unwrap_or_default();
-                v.call_ns.extend(numbers(figures).map(|(k, x)| (k.to_string(), x)));
+                v.call_ns
+                    .extend(numbers(figures).map(|(k, x)| (k.to_string(), x)));
             }
         }
-        for need in ["base", "jmp_empty", "trap_empty", "fentry_empty", "fentry_count"] {
+        for need in [
+            "base",
+            "jmp_empty",
+            "trap_empty",
+            "fentry_empty",
+            "fentry_count",
+        ] {
             if !v.hit_ns.contains_key(need) {
-                return Err(format!("the guest printed no PEERS_NS_{} line", need.to_uppercase()));
+                return Err(format!(
+                    "the guest printed no PEERS_NS_{} line",
+                    need.to_uppercase()
+                ));
             }
         }
         if !v.mass.contains_key(&1000) {
@@ -145,13 +185,21 @@ impl VmPeers {
 
     /// jmp `call` splice (empty handler) / fentry (empty program), overheads per hit.
     pub fn jmp_over_fentry(&self) -> Option<f64> {
-        Self::ratio(self.hit_overhead("jmp_empty"), self.hit_overhead("fentry_empty"))
+        Self::ratio(
+            self.hit_overhead("jmp_empty"),
+            self.hit_overhead("fentry_empty"),
+        )
     }
 
     /// The largest N with both ftrace's and trapvec's (`mech`) mass-attach figures.
     pub fn mass_n(&self, mech: &str) -> u32 {
         let key = format!("{mech}_commit_ms");
-        self.mass.iter().filter(|(_, m)| m.contains_key(&key) && m.contains_key("enable_ns")).map(|(n, _)| *n).max().unwrap_or(0)
+        self.mass
+            .iter()
+            .filter(|(_, m)| m.contains_key(&key) && m.contains_key("enable_ns"))
+            .map(|(n, _)| *n)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The Ns at which trapvec.ko refused the `mech` batch.
@@ -173,7 +221,10 @@ impl VmPeers {
         let mut ns: Vec<u32> = lines
             .iter()
             .filter(|r| r.contains(&format!("mechanism={mech}:")))
-            .filter_map(|r| r.split_whitespace().find_map(|w| w.strip_prefix("n=")?.parse::<u32>().ok()))
+            .filter_map(|r| {
+                r.split_whitespace()
+                    .find_map(|w| w.strip_prefix("n=")?.parse::<u32>().ok())
+            })
             .collect();
         ns.dedup();
         ns
@@ -182,7 +233,10 @@ impl VmPeers {
     /// trapvec's commit / ftrace's enable at N, for `mech`.
     pub fn commit_over_enable(&self, n: u32, mech: &str) -> Option<f64> {
         let m = self.mass.get(&n)?;
-        Self::ratio(m.get(&format!("{mech}_commit_ms")).map(|c| c * 1e6), m.get("enable_ns").copied())
+        Self::ratio(
+            m.get(&format!("{mech}_commit_ms")).map(|c| c * 1e6),
+            m.get("enable_ns").copied(),
+        )
     }
 
     /// trapvec's whole `apply` command / ftrace's filter + enable at N, for `mech`.
@@ -224,9 +278,19 @@ impl VmPeers {
     }
 
     pub fn render(&self) -> String {
-        let mut s = format!("\nguest rows, {} (EMULATED under QEMU TCG: compare ratios only)\n", self.kernel);
+        let mut s = format!(
+            "\nguest rows, {} (EMULATED under QEMU TCG: compare ratios only)\n",
+            self.kernel
+        );
         for l in &self.lines {
-            let _ = writeln!(s, "  {} {}", l.key, l.text.strip_prefix(&format!("{}=", l.key)).unwrap_or(&l.text));
+            let _ = writeln!(
+                s,
+                "  {} {}",
+                l.key,
+                l.text
+                    .strip_prefix(&format!("{}=", l.key))
+                    .unwrap_or(&l.text)
+            );
         }
         s
     }
@@ -234,7 +298,11 @@ impl VmPeers {
 
 /// Boot the newest cloud kernel (or `kernel`) with the module and the peers, run peers.sh.
 /// `ten_thousand` adds the N = 10,000 mass-attach rows (PEERS_10K=1).
-pub fn measure_vm(repo: &Path, kernel: Option<PathBuf>, ten_thousand: bool) -> Result<VmPeers, String> {
+pub fn measure_vm(
+    repo: &Path,
+    kernel: Option<PathBuf>,
+    ten_thousand: bool,
+) -> Result<VmPeers, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let scenario = dir.path().join("peers.sh");
     std::fs::write(&scenario, SCENARIO).map_err(|e| e.to_string())?;
@@ -256,7 +324,11 @@ pub fn measure_vm(repo: &Path, kernel: Option<PathBuf>, ten_thousand: bool) -> R
         load_module: true,
         kernel,
         keep_initramfs: None,
-        append: if ten_thousand { vec!["PEERS_10K=1".into()] } else { Vec::new() },
+        append: if ten_thousand {
+            vec!["PEERS_10K=1".into()]
+        } else {
+            Vec::new()
+        },
         qemu_args: Vec::new(),
         extra_modules: Vec::new(),
         memory_mib: 512,
@@ -265,9 +337,16 @@ pub fn measure_vm(repo: &Path, kernel: Option<PathBuf>, ten_thousand: bool) -> R
     let report = vmtest::runner::run(&opts, &mut console).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&console);
     if report.exit_code() != 0 {
-        let why: Vec<&str> =
-            text.lines().map(|l| l.trim_end_matches('\r')).filter(|l| l.starts_with("PEERS: ")).collect();
-        return Err(format!("{} {}", report.summary(opts.timeout), why.join("; ")));
+        let why: Vec<&str> = text
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .filter(|l| l.starts_with("PEERS: "))
+            .collect();
+        return Err(format!(
+            "{} {}",
+            report.summary(opts.timeout),
+            why.join("; ")
+        ));
     }
     VmPeers::parse(&text, &report.kernel_version)
 }
@@ -347,9 +426,19 @@ fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
                 Bound::AtLeast(t) => r >= t,
             };
             let margin = (margin.is_finite() && margin > 0.0).then_some(margin);
-            Goal { goal: goal.into(), measured: format!("{r:.2}x"), met: Some(met), margin }
+            Goal {
+                goal: goal.into(),
+                measured: format!("{r:.2}x"),
+                met: Some(met),
+                margin,
+            }
         }
-        None => Goal { goal: goal.into(), measured: missing.into(), met: None, margin: None },
+        None => Goal {
+            goal: goal.into(),
+            measured: missing.into(),
+            met: None,
+            margin: None,
+        },
     }
 }
 
@@ -361,22 +450,38 @@ impl Peers {
         let no_frida = self.frida_unavailable.as_deref().unwrap_or("no Frida run");
         // At 10,000 if measured; else at the largest N measured, saying why.
         let at = |mech: &str| -> (u32, String) {
-            let Some(v) = vm else { return (0, String::new()) };
+            let Some(v) = vm else {
+                return (0, String::new());
+            };
             let n = v.mass_n(mech);
             let refused = v.refused_ns(mech);
             let (skipped, skip_why) = v.skipped_ns(mech);
             let why = if !refused.is_empty() {
                 let list: Vec<String> = refused.iter().map(u32::to_string).collect();
-                format!("; N = {} refused by trapvec.ko: its code arena is full", list.join(", "))
+                format!(
+                    "; N = {} refused by trapvec.ko: its code arena is full",
+                    list.join(", ")
+                )
             } else if !skipped.is_empty() {
                 let list: Vec<String> = skipped.iter().map(u32::to_string).collect();
-                format!("; N = {} not run: {}", list.join(", "), skip_why.unwrap_or_default())
+                format!(
+                    "; N = {} not run: {}",
+                    list.join(", "),
+                    skip_why.unwrap_or_default()
+                )
             } else if n < 10_000 {
                 "; N = 10,000 needs PEERS_10K=1".to_string()
             } else {
                 String::new()
             };
-            (n, if n == 10_000 { String::new() } else { format!(" (measured at N = {n}{why})") })
+            (
+                n,
+                if n == 10_000 {
+                    String::new()
+                } else {
+                    format!(" (measured at N = {n}{why})")
+                },
+            )
         };
         let mut g = vec![
             goal(
@@ -428,7 +533,9 @@ impl Peers {
                 no_vm,
             ));
             g.push(goal(
-                &format!("ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000{at}"),
+                &format!(
+                    "ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000{at}"
+                ),
                 vm.and_then(|v| v.apply_over_ftrace(n, mech)),
                 Bound::AtMost(2.0),
                 no_vm,
@@ -555,23 +662,47 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
         assert_eq!(v.fentry_hits, (22002, 22002));
         assert_eq!(v.mass_n("jmp"), 1000);
         assert_eq!(v.commit_over_enable(1000, "jmp"), Some(0.25));
-        assert_eq!(v.apply_over_ftrace(1000, "trap").map(|r| (r * 1000.0).round()), Some(6242.0));
+        assert_eq!(
+            v.apply_over_ftrace(1000, "trap")
+                .map(|r| (r * 1000.0).round()),
+            Some(6242.0)
+        );
         assert_eq!(v.transition_over_swap("jmp", true), Some(1.5));
         assert_eq!(v.transition_over_swap("jmp", false), Some(100.0));
         assert_eq!(v.jmp_over_livepatch_per_connection(), Some(0.5));
         assert_eq!(v.fixed.get("list_ns"), Some(&9e8));
-        assert_eq!(v.call_ns.len(), 4, "the MSS in parentheses is no figure: {:?}", v.call_ns);
+        assert_eq!(
+            v.call_ns.len(),
+            4,
+            "the MSS in parentheses is no figure: {:?}",
+            v.call_ns
+        );
         assert_eq!(v.call_overhead("trap"), Some(350.0));
         assert_eq!(v.over_livepatch_per_call("jmp"), Some(0.5));
         assert_eq!(v.over_livepatch_per_call("trap"), Some(7.0));
         let mut noisy = v.clone();
         noisy.conn_ns.insert("jmp".into(), 900.0);
-        assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "jmp faster than nothing: noise");
+        assert_eq!(
+            noisy.jmp_over_livepatch_per_connection(),
+            None,
+            "jmp faster than nothing: noise"
+        );
         noisy.conn_ns.insert("jmp".into(), 1010.0);
         noisy.conn_ns.insert("livepatch".into(), 1020.0);
-        assert_eq!(noisy.jmp_over_livepatch_per_connection(), None, "livepatch within 5 %: noise");
-        assert_eq!(v.swap.get("jmp_splice_ns"), Some(&1e9), "the round line is not the median");
-        assert!(v.lines.iter().any(|l| l.key == "PEERS_HIT_ROUND"), "rounds are kept");
+        assert_eq!(
+            noisy.jmp_over_livepatch_per_connection(),
+            None,
+            "livepatch within 5 %: noise"
+        );
+        assert_eq!(
+            v.swap.get("jmp_splice_ns"),
+            Some(&1e9),
+            "the round line is not the median"
+        );
+        assert!(
+            v.lines.iter().any(|l| l.key == "PEERS_HIT_ROUND"),
+            "rounds are kept"
+        );
         assert!(v.render().contains("EMULATED"));
     }
 
@@ -583,10 +714,25 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
              PEERS_TRAPVEC_REFUSED n=10000 round=2 mechanism=trap: no repository memory (arena full)\n"
         );
         let v = VmPeers::parse(&console, "6.1.0").unwrap();
-        assert_eq!((v.mass_n("trap"), v.refused_ns("trap"), v.refused_ns("jmp")), (1000, vec![10_000], vec![]));
-        let peers = Peers { vm: Some(v), ..Peers::default() };
-        let goal = peers.goals().into_iter().find(|g| g.goal.starts_with("ftrace: trap batch commit")).unwrap();
-        assert!(goal.goal.contains("measured at N = 1000; N = 10000 refused by trapvec.ko"), "{}", goal.goal);
+        assert_eq!(
+            (v.mass_n("trap"), v.refused_ns("trap"), v.refused_ns("jmp")),
+            (1000, vec![10_000], vec![])
+        );
+        let peers = Peers {
+            vm: Some(v),
+            ..Peers::default()
+        };
+        let goal = peers
+            .goals()
+            .into_iter()
+            .find(|g| g.goal.starts_with("ftrace: trap batch commit"))
+            .unwrap();
+        assert!(
+            goal.goal
+                .contains("measured at N = 1000; N = 10000 refused by trapvec.ko"),
+            "{}",
+            goal.goal
+        );
         assert_eq!(goal.met, Some(true));
     }
 
@@ -599,13 +745,35 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
         );
         let v = VmPeers::parse(&console, "6.1.0").unwrap();
         assert_eq!((v.mass_n("trap"), v.mass_n("jmp")), (10_000, 1000));
-        assert_eq!(v.skipped_ns("jmp"), (vec![10_000], Some("stalls the guest".to_string())));
-        let peers = Peers { vm: Some(v), ..Peers::default() };
+        assert_eq!(
+            v.skipped_ns("jmp"),
+            (vec![10_000], Some("stalls the guest".to_string()))
+        );
+        let peers = Peers {
+            vm: Some(v),
+            ..Peers::default()
+        };
         let goals = peers.goals();
-        let jmp = goals.iter().find(|g| g.goal.starts_with("ftrace: jmp batch commit")).unwrap();
-        assert!(jmp.goal.contains("measured at N = 1000; N = 10000 not run: stalls the guest"), "{}", jmp.goal);
-        let trap = goals.iter().find(|g| g.goal.starts_with("ftrace: trap batch commit")).unwrap();
-        assert_eq!((trap.measured.as_str(), trap.met), ("2.00x", Some(false)), "{}", trap.goal);
+        let jmp = goals
+            .iter()
+            .find(|g| g.goal.starts_with("ftrace: jmp batch commit"))
+            .unwrap();
+        assert!(
+            jmp.goal
+                .contains("measured at N = 1000; N = 10000 not run: stalls the guest"),
+            "{}",
+            jmp.goal
+        );
+        let trap = goals
+            .iter()
+            .find(|g| g.goal.starts_with("ftrace: trap batch commit"))
+            .unwrap();
+        assert_eq!(
+            (trap.measured.as_str(), trap.met),
+            ("2.00x", Some(false)),
+            "{}",
+            trap.goal
+        );
     }
 
     #[test]
@@ -623,13 +791,33 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
         };
         let goals = peers.goals();
         let fentry = goals.iter().find(|g| g.goal.starts_with("fentry")).unwrap();
-        assert_eq!((fentry.measured.as_str(), fentry.met), ("0.75x", Some(true)));
-        assert_eq!(fentry.margin.map(|m| (m * 1000.0).round()), Some(1333.0), "1.0 / 0.75");
-        let per_call = goals.iter().find(|g| g.goal.contains("per tcp_sync_mss call")).unwrap();
-        assert_eq!((per_call.measured.as_str(), per_call.met), ("0.50x", Some(true)), "measured per call, not per connection");
-        let whole = goals.iter().find(|g| g.goal.contains("whole trapctl command")).unwrap();
+        assert_eq!(
+            (fentry.measured.as_str(), fentry.met),
+            ("0.75x", Some(true))
+        );
+        assert_eq!(
+            fentry.margin.map(|m| (m * 1000.0).round()),
+            Some(1333.0),
+            "1.0 / 0.75"
+        );
+        let per_call = goals
+            .iter()
+            .find(|g| g.goal.contains("per tcp_sync_mss call"))
+            .unwrap();
+        assert_eq!(
+            (per_call.measured.as_str(), per_call.met),
+            ("0.50x", Some(true)),
+            "measured per call, not per connection"
+        );
+        let whole = goals
+            .iter()
+            .find(|g| g.goal.contains("whole trapctl command"))
+            .unwrap();
         assert_eq!(whole.met, Some(false));
-        assert!(goals.iter().any(|g| g.goal.contains("N = 1000")), "the N measured is named");
+        assert!(
+            goals.iter().any(|g| g.goal.contains("N = 1000")),
+            "the N measured is named"
+        );
         let frida = goals.iter().find(|g| g.goal.starts_with("Frida")).unwrap();
         assert_eq!((frida.measured.as_str(), frida.met), ("no frida", None));
         assert!(peers.goals_markdown().contains("| not measured |"));

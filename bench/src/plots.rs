@@ -56,7 +56,10 @@ fn ensure_font() -> Result<(), PlotError> {
 }
 
 fn draw_err(file: &Path) -> impl Fn(String) -> PlotError + '_ {
-    move |reason| PlotError::Draw { file: file.to_path_buf(), reason }
+    move |reason| PlotError::Draw {
+        file: file.to_path_buf(),
+        reason,
+    }
 }
 
 /// Draw `f` into `stem.png` and `stem.svg`; returns both paths.
@@ -71,13 +74,15 @@ fn both(
     let svg = stem.with_extension("svg");
     {
         let root = BitMapBackend::new(&png, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| draw_err(&png)(e.to_string()))?;
+        root.fill(&WHITE)
+            .map_err(|e| draw_err(&png)(e.to_string()))?;
         f(&root).map_err(draw_err(&png))?;
         root.present().map_err(|e| draw_err(&png)(e.to_string()))?;
     }
     {
         let root = SVGBackend::new(&svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| draw_err(&svg)(e.to_string()))?;
+        root.fill(&WHITE)
+            .map_err(|e| draw_err(&svg)(e.to_string()))?;
         g(&root).map_err(draw_err(&svg))?;
         root.present().map_err(|e| draw_err(&svg)(e.to_string()))?;
     }
@@ -111,15 +116,24 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
     let max = rows.iter().map(|r| r.p90.max(r.median)).fold(1.0, f64::max) * 2.0;
     let mut chart = ChartBuilder::on(root)
         .caption(
-            format!("Table 1 today: cycles per call ({:.2} GHz TSC, medians, p10-p90 bars)", t.tsc_ghz),
+            format!(
+                "Table 1 today: cycles per call ({:.2} GHz TSC, medians, p10-p90 bars)",
+                t.tsc_ghz
+            ),
             ("sans-serif", 20),
         )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..rows.len().saturating_sub(1)).into_segmented(), (1.0..max).log_scale())
+        .build_cartesian_2d(
+            (0..rows.len().saturating_sub(1)).into_segmented(),
+            (1.0..max).log_scale(),
+        )
         .map_err(|e| e.to_string())?;
-    let names: Vec<String> = rows.iter().map(|r| short_name(&r.key).to_string()).collect();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| short_name(&r.key).to_string())
+        .collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -142,7 +156,10 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
                 RGBColor(0x7f, 0x7f, 0x7f)
             };
             let mut bar = Rectangle::new(
-                [(SegmentValue::Exact(i), 1.0), (SegmentValue::Exact(i + 1), r.median.max(1.0))],
+                [
+                    (SegmentValue::Exact(i), 1.0),
+                    (SegmentValue::Exact(i + 1), r.median.max(1.0)),
+                ],
                 colour.filled(),
             );
             bar.set_margin(0, 0, 8, 8);
@@ -152,7 +169,10 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
             PathElement::new(
-                vec![(SegmentValue::CenterOf(i), r.p10.max(1.0)), (SegmentValue::CenterOf(i), r.p90.max(1.0))],
+                vec![
+                    (SegmentValue::CenterOf(i), r.p10.max(1.0)),
+                    (SegmentValue::CenterOf(i), r.p90.max(1.0)),
+                ],
                 BLACK.stroke_width(2),
             )
         }))
@@ -162,7 +182,8 @@ fn table1<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &CostTable) -> R
             Text::new(
                 format!("{:.0}", r.median),
                 (SegmentValue::CenterOf(i), r.median.max(1.0) * 1.08),
-                TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)),
+                TextStyle::from(("sans-serif", 13).into_font())
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
             )
         }))
         .map_err(|e| e.to_string())?;
@@ -186,20 +207,38 @@ fn short_name(key: &str) -> &str {
 
 /// An axis label for a byte distance: the nearest binary unit, no decimals.
 fn approx_bytes(d: f64) -> String {
-    const UNITS: [(f64, &str); 5] =
-        [(1_099_511_627_776.0, "TiB"), (1_073_741_824.0, "GiB"), (1_048_576.0, "MiB"), (1024.0, "KiB"), (1.0, "B")];
-    let (u, name) = UNITS.iter().find(|(u, _)| d >= *u).copied().unwrap_or((1.0, "B"));
+    const UNITS: [(f64, &str); 5] = [
+        (1_099_511_627_776.0, "TiB"),
+        (1_073_741_824.0, "GiB"),
+        (1_048_576.0, "MiB"),
+        (1024.0, "KiB"),
+        (1.0, "B"),
+    ];
+    let (u, name) = UNITS
+        .iter()
+        .find(|(u, _)| d >= *u)
+        .copied()
+        .unwrap_or((1.0, "B"));
     format!("{:.0} {name}", d / u)
 }
 
-fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) -> Result<(), String> {
+fn fig4<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[SizesRow],
+) -> Result<(), String> {
     let (plot, legend) = root.split_horizontally(root.dim_in_pixel().0.saturating_sub(140));
     let mut chart = ChartBuilder::on(&plot)
-        .caption("Fig. 4 today: instruction lengths in kernel code", ("sans-serif", 20))
+        .caption(
+            "Fig. 4 today: instruction lengths in kernel code",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(60)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..rows.len().saturating_sub(1)).into_segmented(), 0.0..100.0)
+        .build_cartesian_2d(
+            (0..rows.len().saturating_sub(1)).into_segmented(),
+            0.0..100.0,
+        )
         .map_err(|e| e.to_string())?;
     let names: Vec<String> = rows.iter().map(|r| r.set.clone()).collect();
     chart
@@ -219,7 +258,10 @@ fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) ->
                 let below: f64 = (1..n).map(|k| 100.0 * r.histogram.share(k)).sum();
                 let top = below + 100.0 * r.histogram.share(n);
                 let mut bar = Rectangle::new(
-                    [(SegmentValue::Exact(i), below), (SegmentValue::Exact(i + 1), top)],
+                    [
+                        (SegmentValue::Exact(i), below),
+                        (SegmentValue::Exact(i + 1), top),
+                    ],
                     length_colour(n).filled(),
                 );
                 bar.set_margin(0, 0, 10, 10);
@@ -229,27 +271,56 @@ fn fig4<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[SizesRow]) ->
     }
     // The legend: one swatch per length, top = 1 byte.
     let mut y = 40;
-    legend.draw(&Text::new("length", (10, 20), ("sans-serif", 14))).map_err(|e| e.to_string())?;
+    legend
+        .draw(&Text::new("length", (10, 20), ("sans-serif", 14)))
+        .map_err(|e| e.to_string())?;
     for n in 1..=MAX_LEN {
-        legend.draw(&Rectangle::new([(10, y), (26, y + 14)], length_colour(n).filled())).map_err(|e| e.to_string())?;
         legend
-            .draw(&Text::new(format!("{n} byte{}", if n == 1 { "" } else { "s" }), (32, y), ("sans-serif", 13)))
+            .draw(&Rectangle::new(
+                [(10, y), (26, y + 14)],
+                length_colour(n).filled(),
+            ))
+            .map_err(|e| e.to_string())?;
+        legend
+            .draw(&Text::new(
+                format!("{n} byte{}", if n == 1 { "" } else { "s" }),
+                (32, y),
+                ("sans-serif", 13),
+            ))
             .map_err(|e| e.to_string())?;
         y += 20;
     }
-    legend.draw(&Text::new("5-byte jmp needs", (10, y + 10), ("sans-serif", 12))).map_err(|e| e.to_string())?;
-    legend.draw(&Text::new("a 5+ byte window", (10, y + 26), ("sans-serif", 12))).map_err(|e| e.to_string())?;
+    legend
+        .draw(&Text::new(
+            "5-byte jmp needs",
+            (10, y + 10),
+            ("sans-serif", 12),
+        ))
+        .map_err(|e| e.to_string())?;
+    legend
+        .draw(&Text::new(
+            "a 5+ byte window",
+            (10, y + 26),
+            ("sans-serif", 12),
+        ))
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
 /// Sum the coverage of several sets, distance by distance (they share [`crate::coverage::DISTANCES`]).
 pub fn total(all: &[Coverage]) -> Coverage {
-    let mut out = Coverage { set: "all planned sets".into(), ..Default::default() };
+    let mut out = Coverage {
+        set: "all planned sets".into(),
+        ..Default::default()
+    };
     for c in all {
         if out.at.is_empty() {
             out.at =
                 c.at.iter()
-                    .map(|a| crate::coverage::AtDistance { distance: a.distance, ..Default::default() })
+                    .map(|a| crate::coverage::AtDistance {
+                        distance: a.distance,
+                        ..Default::default()
+                    })
                     .collect();
             out.trap_rescues = vec![0; c.at.len()];
         }
@@ -265,15 +336,25 @@ pub fn total(all: &[Coverage]) -> Coverage {
     out
 }
 
-fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], costs: &HitCosts) -> Result<(), String> {
+fn fig5<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    all: &[Coverage],
+    costs: &HitCosts,
+) -> Result<(), String> {
     let tot = total(all);
     let curve = tot.curve(costs);
     if curve.is_empty() {
         return Err("no planned points".into());
     }
     let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 * 62 / 100);
-    let (lo, hi) = (curve[0].distance as f64, curve[curve.len() - 1].distance as f64);
-    let ymax = [costs.trap, costs.jmp_rel32, costs.jmp_springboard].into_iter().fold(10.0, f64::max) * 3.0;
+    let (lo, hi) = (
+        curve[0].distance as f64,
+        curve[curve.len() - 1].distance as f64,
+    );
+    let ymax = [costs.trap, costs.jmp_rel32, costs.jmp_springboard]
+        .into_iter()
+        .fold(10.0, f64::max)
+        * 3.0;
     let label = |d: &f64| approx_bytes(*d);
     let mut chart = ChartBuilder::on(&top)
         .caption(
@@ -298,17 +379,26 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
         (
             "trap only",
             RGBColor(0xd6, 0x27, 0x28),
-            curve.iter().filter_map(|p| Some((p.distance as f64, p.trap_cycles?))).collect::<Vec<_>>(),
+            curve
+                .iter()
+                .filter_map(|p| Some((p.distance as f64, p.trap_cycles?)))
+                .collect::<Vec<_>>(),
         ),
         (
             "jmp only (rel32 or rel8+springboard)",
             RGBColor(0x2c, 0xa0, 0x2c),
-            curve.iter().filter_map(|p| Some((p.distance as f64, p.jmp_cycles?))).collect(),
+            curve
+                .iter()
+                .filter_map(|p| Some((p.distance as f64, p.jmp_cycles?)))
+                .collect(),
         ),
         (
             "jmp where possible, else trap",
             RGBColor(0x1f, 0x77, 0xb4),
-            curve.iter().filter_map(|p| Some((p.distance as f64, p.hybrid_cycles?))).collect(),
+            curve
+                .iter()
+                .filter_map(|p| Some((p.distance as f64, p.hybrid_cycles?)))
+                .collect(),
         ),
     ];
     for (name, colour, pts) in series {
@@ -316,8 +406,12 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
             .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(|e| e.to_string())?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+            .map_err(|e| e.to_string())?;
     }
     chart
         .configure_series_labels()
@@ -328,7 +422,10 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
         .map_err(|e| e.to_string())?;
 
     let mut cov = ChartBuilder::on(&bottom)
-        .caption("share of instruction boundaries each mechanism can splice", ("sans-serif", 15))
+        .caption(
+            "share of instruction boundaries each mechanism can splice",
+            ("sans-serif", 15),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -344,19 +441,27 @@ fn fig5<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, all: &[Coverage], cos
         (
             "trap",
             RGBColor(0xd6, 0x27, 0x28),
-            curve.iter().map(|p| (p.distance as f64, 100.0 * p.trap_coverage)).collect::<Vec<_>>(),
+            curve
+                .iter()
+                .map(|p| (p.distance as f64, 100.0 * p.trap_coverage))
+                .collect::<Vec<_>>(),
         ),
         (
             "jmp",
             RGBColor(0x2c, 0xa0, 0x2c),
-            curve.iter().map(|p| (p.distance as f64, 100.0 * p.jmp_coverage)).collect(),
+            curve
+                .iter()
+                .map(|p| (p.distance as f64, 100.0 * p.jmp_coverage))
+                .collect(),
         ),
     ];
     for (name, colour, pts) in cseries {
         cov.draw_series(LineSeries::new(pts, colour.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
     }
     cov.configure_series_labels()
         .position(SeriesLabelPosition::LowerLeft)
@@ -378,8 +483,17 @@ pub fn draw_fig4(stem: &Path, rows: &[SizesRow]) -> Result<[PathBuf; 2], PlotErr
 }
 
 /// Fig. 5 as `stem.png` and `stem.svg`.
-pub fn draw_fig5(stem: &Path, all: &[Coverage], costs: &HitCosts) -> Result<[PathBuf; 2], PlotError> {
-    both(stem, (1000, 760), |r| fig5(r, all, costs), |r| fig5(r, all, costs))
+pub fn draw_fig5(
+    stem: &Path,
+    all: &[Coverage],
+    costs: &HitCosts,
+) -> Result<[PathBuf; 2], PlotError> {
+    both(
+        stem,
+        (1000, 760),
+        |r| fig5(r, all, costs),
+        |r| fig5(r, all, costs),
+    )
 }
 
 /// A goal's bar label: its text (at most 100 characters) with the N it was measured at, if not
@@ -388,20 +502,29 @@ fn goal_label(g: &Goal) -> String {
     let end = g.goal.find(" (measured").unwrap_or(g.goal.len());
     let mut label: String = g.goal[..end].trim().chars().take(100).collect();
     // Where the goal was measured at a smaller N, say which.
-    if let Some(n) = g.goal[end..].strip_prefix(" (measured at N = ").and_then(|r| r.split([';', ')']).next()) {
+    if let Some(n) = g.goal[end..]
+        .strip_prefix(" (measured at N = ")
+        .and_then(|r| r.split([';', ')']).next())
+    {
         label.push_str(&format!(" [measured at N = {n}]"));
     }
     label.push_str(&format!(": {}", g.measured));
     label
 }
 
-fn peers_goals<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, goals: &[Goal]) -> Result<(), String> {
+fn peers_goals<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    goals: &[Goal],
+) -> Result<(), String> {
     let rows: Vec<(&Goal, f64)> = goals.iter().filter_map(|g| Some((g, g.margin?))).collect();
     let lo = rows.iter().map(|r| r.1).fold(1.0, f64::min) / 2.0;
     let hi = rows.iter().map(|r| r.1).fold(1.0, f64::max) * 2.0;
     let n = rows.len().max(1);
     let mut chart = ChartBuilder::on(root)
-        .caption("Issue 13: trapvec beside its peers (margin over each goal; right of 1 is met)", ("sans-serif", 20))
+        .caption(
+            "Issue 13: trapvec beside its peers (margin over each goal; right of 1 is met)",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(10)
@@ -417,19 +540,27 @@ fn peers_goals<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, goals: &[Goal]
     chart
         .draw_series(rows.iter().enumerate().map(|(i, (_, m))| {
             let y = (n - 1 - i) as f64;
-            let colour = if *m >= 1.0 { RGBColor(0x2c, 0xa0, 0x2c) } else { RGBColor(0xd6, 0x27, 0x28) };
+            let colour = if *m >= 1.0 {
+                RGBColor(0x2c, 0xa0, 0x2c)
+            } else {
+                RGBColor(0xd6, 0x27, 0x28)
+            };
             Rectangle::new([(lo, y + 0.15), (*m, y + 0.85)], colour.mix(0.6).filled())
         }))
         .map_err(|e| e.to_string())?;
     chart
-        .draw_series(std::iter::once(PathElement::new(vec![(1.0, 0.0), (1.0, n as f64)], BLACK.stroke_width(2))))
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(1.0, 0.0), (1.0, n as f64)],
+            BLACK.stroke_width(2),
+        )))
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, (g, _))| {
             Text::new(
                 goal_label(g),
                 (lo * 1.05, (n - 1 - i) as f64 + 0.5),
-                TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+                TextStyle::from(("sans-serif", 13).into_font())
+                    .pos(Pos::new(HPos::Left, VPos::Center)),
             )
         }))
         .map_err(|e| e.to_string())?;
@@ -438,5 +569,10 @@ fn peers_goals<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, goals: &[Goal]
 
 /// Issue 13's goals (those measured) as `stem.png` and `stem.svg`.
 pub fn draw_peers(stem: &Path, goals: &[Goal]) -> Result<[PathBuf; 2], PlotError> {
-    both(stem, (1000, 560), |r| peers_goals(r, goals), |r| peers_goals(r, goals))
+    both(
+        stem,
+        (1000, 560),
+        |r| peers_goals(r, goals),
+        |r| peers_goals(r, goals),
+    )
 }

@@ -99,13 +99,22 @@ struct Writer {
 impl Writer {
     fn text(&mut self, name: &str, text: &str) -> Result<(), ReportError> {
         let path = self.out.join(name);
-        std::fs::write(&path, text).map_err(|source| ReportError::Io { path: path.clone(), source })?;
+        std::fs::write(&path, text).map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
         self.files.push(path);
         Ok(())
     }
 
-    fn json(&mut self, name: &str, what: &'static str, v: &impl serde::Serialize) -> Result<(), ReportError> {
-        let text = serde_json::to_string_pretty(v).map_err(|source| ReportError::Json { what, source })?;
+    fn json(
+        &mut self,
+        name: &str,
+        what: &'static str,
+        v: &impl serde::Serialize,
+    ) -> Result<(), ReportError> {
+        let text =
+            serde_json::to_string_pretty(v).map_err(|source| ReportError::Json { what, source })?;
         self.text(name, &text)
     }
 
@@ -118,7 +127,11 @@ impl Writer {
 pub fn cost_csv(t: &CostTable) -> String {
     let mut s = String::from("key,name,median_cycles,p10,p90,emulated\n");
     for r in &t.rows {
-        let _ = writeln!(s, "{},\"{}\",{:.1},{:.1},{:.1},{}", r.key, r.name, r.median, r.p10, r.p90, r.emulated);
+        let _ = writeln!(
+            s,
+            "{},\"{}\",{:.1},{:.1},{:.1},{}",
+            r.key, r.name, r.median, r.p10, r.p90, r.emulated
+        );
     }
     s
 }
@@ -172,8 +185,14 @@ pub fn plan_csv(all: &[Coverage], costs: &HitCosts) -> String {
 
 /// Run everything and write the results folder.
 pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
-    std::fs::create_dir_all(&opts.out).map_err(|source| ReportError::Io { path: opts.out.clone(), source })?;
-    let mut w = Writer { out: opts.out.clone(), files: Vec::new() };
+    std::fs::create_dir_all(&opts.out).map_err(|source| ReportError::Io {
+        path: opts.out.clone(),
+        source,
+    })?;
+    let mut w = Writer {
+        out: opts.out.clone(),
+        files: Vec::new(),
+    };
 
     let bar = spinner("bench cost: cycles per hit");
     let table = cost::measure(opts.iters, opts.rounds, opts.uprobe);
@@ -190,7 +209,10 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
 
     let mut batches = Vec::new();
     if opts.batch {
-        for mech in [instr_manager::Mechanism::Trap, instr_manager::Mechanism::Jmp] {
+        for mech in [
+            instr_manager::Mechanism::Trap,
+            instr_manager::Mechanism::Jmp,
+        ] {
             let bar = spinner(&format!("bench batch: 10,000 {mech} splices"));
             let b = batch::measure(10_000, mech);
             bar.finish_and_clear();
@@ -201,7 +223,15 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
 
     let peers = if opts.peers {
         let bar = spinner("bench peers: Frida here, fentry/ftrace/livepatch in the VM");
-        let p = peers::measure(&opts.sets.repo, opts.iters, opts.rounds, 5, true, opts.vm, false);
+        let p = peers::measure(
+            &opts.sets.repo,
+            opts.iters,
+            opts.rounds,
+            5,
+            true,
+            opts.vm,
+            false,
+        );
         bar.finish_and_clear();
         let p = p?;
         w.json("peers.json", "the peer rows", &p)?;
@@ -224,14 +254,23 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
     let costs = table.hit_costs();
     let mut all = Vec::new();
     for set in loaded.sets.iter().filter(|s| !s.whole_kernel) {
-        let bar = progress(set.functions.len() as u64, &format!("planning {}", set.name));
+        let bar = progress(
+            set.functions.len() as u64,
+            &format!("planning {}", set.name),
+        );
         let c = coverage::coverage(set, &DISTANCES, opts.threads, &|n| bar.set_position(n));
         bar.finish_and_clear();
         all.push(c);
     }
-    let plan_json: Vec<_> =
-        all.iter().map(|c| serde_json::json!({ "coverage": c, "curve": c.curve(&costs) })).collect();
-    w.json("plan.json", "the plan coverage", &serde_json::json!({ "costs": costs, "sets": plan_json }))?;
+    let plan_json: Vec<_> = all
+        .iter()
+        .map(|c| serde_json::json!({ "coverage": c, "curve": c.curve(&costs) }))
+        .collect();
+    w.json(
+        "plan.json",
+        "the plan coverage",
+        &serde_json::json!({ "costs": costs, "sets": plan_json }),
+    )?;
     w.text("plan.csv", &plan_csv(&all, &costs))?;
     if !all.is_empty() {
         w.plots(plots::draw_fig5(&opts.out.join("fig5"), &all, &costs)?);
@@ -246,17 +285,30 @@ pub fn run(opts: &ReportOptions) -> Result<Report, ReportError> {
         _ => None,
     };
 
-    let mut md = summary(&table, &batches, &rows, &all, &costs, speed.as_ref(), loaded.sources.as_ref());
+    let mut md = summary(
+        &table,
+        &batches,
+        &rows,
+        &all,
+        &costs,
+        speed.as_ref(),
+        loaded.sources.as_ref(),
+    );
     if let Some(p) = &peers {
         md.push_str(&peers_summary(p));
     }
     w.text("summary.md", &md)?;
-    Ok(Report { summary_path: opts.out.join("summary.md"), files: w.files })
+    Ok(Report {
+        summary_path: opts.out.join("summary.md"),
+        files: w.files,
+    })
 }
 
 /// The summary's section on the peers (issue 13): the goals, then every row as measured.
 pub fn peers_summary(p: &Peers) -> String {
-    let mut s = String::from("\n## Beside the peers: BPF fentry, ftrace, livepatch (VM, emulated) and Frida (host)\n\n");
+    let mut s = String::from(
+        "\n## Beside the peers: BPF fentry, ftrace, livepatch (VM, emulated) and Frida (host)\n\n",
+    );
     s.push_str(&p.goals_markdown());
     s.push_str("\nVM rows are emulated time under QEMU TCG (ratios within one guest only); host rows are cycles. Every round:\n\n```\n");
     s.push_str(&p.render());
@@ -308,18 +360,33 @@ pub fn summary(
         costs.jmp_rel32, costs.jmp_springboard, costs.trap, t.trap_over_jmp(), PAPER_TRAP_CYCLES / PAPER_JMP_CYCLES
     );
     if let Some(u) = t.uprobe_over_trap() {
-        let _ = writeln!(s, "The kernel's own uprobe (trace event on) costs {u:.2}x a trapvec trap splice hit.");
+        let _ = writeln!(
+            s,
+            "The kernel's own uprobe (trace event on) costs {u:.2}x a trapvec trap splice hit."
+        );
     }
     match (&t.vm, &t.vm_unavailable) {
         (Some(vm), _) => {
-            let _ = writeln!(s, "\n### Kernel rows, in the VM ({}, {}): emulated\n", vm.kernel, vm.point);
+            let _ = writeln!(
+                s,
+                "\n### Kernel rows, in the VM ({}, {}): emulated\n",
+                vm.kernel, vm.point
+            );
             s.push_str("Under QEMU TCG these are emulated nanoseconds: only the ratios between rows mean anything.\n\n| mechanism | emulated ns per call | overhead |\n|---|---:|---:|\n");
             for r in &vm.rows {
-                let _ =
-                    writeln!(s, "| {} (emulated) | {:.0} | {:.0} |", r.name, r.ns, vm.overhead(&r.key).unwrap_or(0.0));
+                let _ = writeln!(
+                    s,
+                    "| {} (emulated) | {:.0} | {:.0} |",
+                    r.name,
+                    r.ns,
+                    vm.overhead(&r.key).unwrap_or(0.0)
+                );
             }
             if let (Some(a), Some(b)) = (vm.trap_over_jmp(), vm.trap_over_kprobe()) {
-                let _ = writeln!(s, "\nIn the guest: trap / jmp = {a:.1}x, trap / kprobe = {b:.2}x.");
+                let _ = writeln!(
+                    s,
+                    "\nIn the guest: trap / jmp = {a:.1}x, trap / kprobe = {b:.2}x."
+                );
             }
             for n in &vm.notes {
                 let _ = writeln!(s, "\nNote: {n}.");
@@ -380,7 +447,12 @@ pub fn summary(
         for n in 1..=MAX_LEN {
             let _ = write!(s, " {:.1} |", 100.0 * h.share(n));
         }
-        let _ = writeln!(s, " {:.1} | {:.2} |", 100.0 * h.share_at_least(5), h.mean_len());
+        let _ = writeln!(
+            s,
+            " {:.1} | {:.2} |",
+            100.0 * h.share_at_least(5),
+            h.mean_len()
+        );
     }
     s.push_str("\nPercent of instructions by length. The `call __fentry__` at traced functions' entries is counted as the 5-byte NOP the running kernel has made of it; trailing int3/NOP fill is left out.\n");
 

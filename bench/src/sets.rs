@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::groups::Group;
-use instr_manager::image::{CodeImage, FuncExtent};
 use crate::kernel::{self, KernelError, KernelImage, Sources};
+use instr_manager::image::{CodeImage, FuncExtent};
 
 /// Functions of one image that are reported together.
 #[derive(Clone, Debug)]
@@ -27,7 +27,13 @@ impl CodeSet {
     /// Every function of `image`.
     pub fn whole(name: &str, source: &str, image: Arc<CodeImage>) -> CodeSet {
         let functions = (0..image.functions.len()).collect();
-        CodeSet { name: name.to_string(), whole_kernel: false, source: source.to_string(), image, functions }
+        CodeSet {
+            name: name.to_string(),
+            whole_kernel: false,
+            source: source.to_string(),
+            image,
+            functions,
+        }
     }
 
     /// The functions of `image` in `group`.
@@ -39,7 +45,13 @@ impl CodeSet {
             .filter(|(_, f)| f.names.iter().any(|n| group.contains(n)))
             .map(|(i, _)| i)
             .collect();
-        CodeSet { name: group.name.clone(), whole_kernel: false, source: source.to_string(), image, functions }
+        CodeSet {
+            name: group.name.clone(),
+            whole_kernel: false,
+            source: source.to_string(),
+            image,
+            functions,
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &FuncExtent> {
@@ -57,7 +69,10 @@ impl CodeSet {
                 names.iter().any(|n| f.names.contains(n))
             })
             .collect();
-        CodeSet { functions, ..self.clone() }
+        CodeSet {
+            functions,
+            ..self.clone()
+        }
     }
 }
 
@@ -96,17 +111,32 @@ pub fn load(opts: &SetOptions) -> Result<Loaded, KernelError> {
     let (mut vmlinux, mut sources) = (None, None);
     if opts.kernel {
         let k = KernelImage::find(opts.image.as_deref())?;
-        let (img, src) = kernel::vmlinux_image(&k, opts.kallsyms.as_deref(), &opts.cache, &opts.repo)?;
+        let (img, src) =
+            kernel::vmlinux_image(&k, opts.kallsyms.as_deref(), &opts.cache, &opts.repo)?;
         let img = Arc::new(img);
-        let desc = format!("{} ({}), symbols: {}", src.vmlinuz.display(), src.compression, src.kallsyms);
-        let groups = if opts.groups.is_empty() { crate::groups::default_groups() } else { opts.groups.clone() };
+        let desc = format!(
+            "{} ({}), symbols: {}",
+            src.vmlinuz.display(),
+            src.compression,
+            src.kallsyms
+        );
+        let groups = if opts.groups.is_empty() {
+            crate::groups::default_groups()
+        } else {
+            opts.groups.clone()
+        };
         for g in &groups {
             sets.push(CodeSet::group(g, &desc, img.clone()));
         }
-        sets.push(CodeSet { whole_kernel: true, ..CodeSet::whole("vmlinux (all)", &desc, img.clone()) });
+        sets.push(CodeSet {
+            whole_kernel: true,
+            ..CodeSet::whole("vmlinux (all)", &desc, img.clone())
+        });
         for d in &opts.net_drivers {
             let drv = Arc::new(kernel::net_driver(&k, d)?);
-            let name = Path::new(&drv.name).file_name().map_or(d.clone(), |n| n.to_string_lossy().into_owned());
+            let name = Path::new(&drv.name)
+                .file_name()
+                .map_or(d.clone(), |n| n.to_string_lossy().into_owned());
             let source = format!("network driver {}", drv.name);
             sets.push(CodeSet::whole(&format!("net driver {name}"), &source, drv));
         }
@@ -115,8 +145,15 @@ pub fn load(opts: &SetOptions) -> Result<Loaded, KernelError> {
     }
     for path in &opts.elfs {
         let img = Arc::new(CodeImage::from_path(path)?);
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         sets.push(CodeSet::whole(&name, &path.display().to_string(), img));
     }
-    Ok(Loaded { sets, vmlinux, sources })
+    Ok(Loaded {
+        sets,
+        vmlinux,
+        sources,
+    })
 }

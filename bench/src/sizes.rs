@@ -73,7 +73,9 @@ impl LengthHistogram {
             let pad = matches!(ins.mnemonic(), Mnemonic::Nop | Mnemonic::Int3);
             let stop = matches!(
                 ins.flow_control(),
-                FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+                FlowControl::Return
+                    | FlowControl::UnconditionalBranch
+                    | FlowControl::IndirectBranch
             );
             lens.push((u8::try_from(ins.len()).unwrap_or(u8::MAX), pad, stop));
         }
@@ -161,7 +163,12 @@ pub fn render(rows: &[SizesRow]) -> String {
         for n in 1..=MAX_LEN {
             let _ = write!(s, " {:>4.1}", 100.0 * h.share(n));
         }
-        let _ = writeln!(s, " {:>5.1} {:>5.2}", 100.0 * h.share_at_least(5), h.mean_len());
+        let _ = writeln!(
+            s,
+            " {:>5.1} {:>5.2}",
+            100.0 * h.share_at_least(5),
+            h.mean_len()
+        );
     }
     let _ = writeln!(s, "(percent of instructions by length in bytes; trailing padding left out; ftrace sites counted as the 5-byte NOPs the running kernel has)");
     s

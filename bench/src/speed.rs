@@ -18,7 +18,11 @@ pub enum SpeedError {
     #[error("objdump -d {file}: {reason}")]
     Objdump { file: String, reason: String },
     #[error("objdump -d {file}: cannot run objdump")]
-    Spawn { file: String, #[source] source: std::io::Error },
+    Spawn {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Counts of one full analysis.
@@ -65,8 +69,16 @@ impl Speed {
             t.blocks,
             if t.undecodable > 0 { format!(" ({} partly undecodable)", t.undecodable) } else { String::new() }
         );
-        let _ = writeln!(s, "  trapvec analysis, 1 thread:  {:.3} s (target < 2 s)", self.one_thread_s);
-        let _ = writeln!(s, "  trapvec analysis, {} threads: {:.3} s", self.threads, self.all_threads_s);
+        let _ = writeln!(
+            s,
+            "  trapvec analysis, 1 thread:  {:.3} s (target < 2 s)",
+            self.one_thread_s
+        );
+        let _ = writeln!(
+            s,
+            "  trapvec analysis, {} threads: {:.3} s",
+            self.threads, self.all_threads_s
+        );
         match (self.objdump_s, &self.objdump_note) {
             (Some(o), _) => {
                 let _ = writeln!(
@@ -98,7 +110,10 @@ pub fn analyse_all(img: &CodeImage, threads: usize) -> (Totals, Duration) {
             .map(|t| {
                 s.spawn(move || {
                     let read = |a: u64, n: usize| img.read(a, n).map(<[u8]>::to_vec);
-                    let opts = AnalysisOptions { read: Some(&read), lenient: true };
+                    let opts = AnalysisOptions {
+                        read: Some(&read),
+                        lenient: true,
+                    };
                     let mut tot = Totals::default();
                     for f in img.functions.iter().skip(t).step_by(threads) {
                         let bytes = img.bytes_of(f);
@@ -114,7 +129,9 @@ pub fn analyse_all(img: &CodeImage, threads: usize) -> (Totals, Duration) {
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("an analysis thread panicked")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("an analysis thread panicked"))
+            .collect()
     });
     let elapsed = t0.elapsed();
     let mut tot = Totals::default();
@@ -130,7 +147,10 @@ pub fn analyse_all(img: &CodeImage, threads: usize) -> (Totals, Duration) {
 
 /// Time `objdump -d file > /dev/null`.
 pub fn objdump(file: &Path) -> Result<Duration, SpeedError> {
-    let err = |reason: String| SpeedError::Objdump { file: file.display().to_string(), reason };
+    let err = |reason: String| SpeedError::Objdump {
+        file: file.display().to_string(),
+        reason,
+    };
     let t0 = Instant::now();
     let status = Command::new("objdump")
         .arg("-d")
@@ -138,7 +158,10 @@ pub fn objdump(file: &Path) -> Result<Duration, SpeedError> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .status()
-        .map_err(|source| SpeedError::Spawn { file: file.display().to_string(), source })?;
+        .map_err(|source| SpeedError::Spawn {
+            file: file.display().to_string(),
+            source,
+        })?;
     if !status.success() {
         return Err(err(format!("exited with {status}")));
     }
@@ -146,7 +169,12 @@ pub fn objdump(file: &Path) -> Result<Duration, SpeedError> {
 }
 
 /// The whole measurement: our analysis on one thread, on `threads`, and objdump when asked.
-pub fn measure(img: &CodeImage, file: &Path, threads: usize, with_objdump: bool) -> Result<Speed, SpeedError> {
+pub fn measure(
+    img: &CodeImage,
+    file: &Path,
+    threads: usize,
+    with_objdump: bool,
+) -> Result<Speed, SpeedError> {
     // Warm the caches once (the page cache already holds the file; this is the allocator).
     let _ = analyse_all(img, threads);
     let (totals, one) = analyse_all(img, 1);
@@ -159,9 +187,10 @@ pub fn measure(img: &CodeImage, file: &Path, threads: usize, with_objdump: bool)
         bar.finish_and_clear();
         match r {
             Ok(d) => (Some(d.as_secs_f64()), None),
-            Err(SpeedError::Objdump { reason, .. }) if reason.contains("No such file") => {
-                (None, Some("objdump is not installed (binutils)".to_string()))
-            }
+            Err(SpeedError::Objdump { reason, .. }) if reason.contains("No such file") => (
+                None,
+                Some("objdump is not installed (binutils)".to_string()),
+            ),
             Err(e) => return Err(e),
         }
     };

@@ -13,7 +13,9 @@ pub struct Stats {
 pub fn pin_to_one_cpu() {
     // SAFETY: plain libc calls with a zeroed, then filled, cpu set.
     unsafe {
-        let Ok(cpu) = usize::try_from(libc::sched_getcpu()) else { return };
+        let Ok(cpu) = usize::try_from(libc::sched_getcpu()) else {
+            return;
+        };
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
@@ -55,7 +57,11 @@ pub fn stats(mut per: Vec<f64>) -> Stats {
     per.sort_by(f64::total_cmp);
     // Nearest-rank percentile of `pct` (0..=100): an index in [0, len - 1].
     let at = |pct: usize| per[(per.len() - 1) * pct / 100];
-    Stats { median: at(50), p10: at(10), p90: at(90) }
+    Stats {
+        median: at(50),
+        p10: at(10),
+        p90: at(90),
+    }
 }
 
 /// TSC frequency in GHz, measured against the monotonic clock.

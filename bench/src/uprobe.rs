@@ -20,17 +20,38 @@ const GROUP: &str = "trapvec_bench";
 #[derive(Debug, thiserror::Error)]
 pub enum UprobeError {
     #[error("cannot read {path}")]
-    Read { path: PathBuf, #[source] source: std::io::Error },
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}")]
-    Parse { path: PathBuf, #[source] source: object::Error },
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: object::Error,
+    },
     #[error("no symbol `{symbol}` in {path}")]
     NoSymbol { symbol: String, path: PathBuf },
     #[error("`{symbol}` at {addr:#x} is in no segment of {path}")]
-    NoSegment { symbol: String, addr: u64, path: PathBuf },
+    NoSegment {
+        symbol: String,
+        addr: u64,
+        path: PathBuf,
+    },
     #[error("opening {path}")]
-    Open { path: PathBuf, #[source] source: std::io::Error },
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("writing `{line}` to {path}")]
-    Write { line: String, path: PathBuf, #[source] source: std::io::Error },
+    Write {
+        line: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("tracefs is not mounted and mounting it at {TRACEFS} failed")]
     Mount(#[source] std::io::Error),
     #[error("not root: uprobe_events needs root")]
@@ -41,13 +62,22 @@ pub enum UprobeError {
 
 /// The file offset of `symbol` in the ELF at `path` (what `uprobe_events` wants).
 pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, UprobeError> {
-    let data = std::fs::read(path).map_err(|source| UprobeError::Read { path: path.to_path_buf(), source })?;
-    let file = object::File::parse(&*data).map_err(|source| UprobeError::Parse { path: path.to_path_buf(), source })?;
+    let data = std::fs::read(path).map_err(|source| UprobeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = object::File::parse(&*data).map_err(|source| UprobeError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let sym = file
         .symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(symbol))
-        .ok_or_else(|| UprobeError::NoSymbol { symbol: symbol.to_string(), path: path.to_path_buf() })?;
+        .ok_or_else(|| UprobeError::NoSymbol {
+            symbol: symbol.to_string(),
+            path: path.to_path_buf(),
+        })?;
     let addr = sym.address();
     for seg in file.segments() {
         let (off, _) = seg.file_range();
@@ -55,7 +85,11 @@ pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, UprobeError> {
             return Ok(addr - seg.address() + off);
         }
     }
-    Err(UprobeError::NoSegment { symbol: symbol.to_string(), addr, path: path.to_path_buf() })
+    Err(UprobeError::NoSegment {
+        symbol: symbol.to_string(),
+        addr,
+        path: path.to_path_buf(),
+    })
 }
 
 /// A live uprobe with its trace event enabled.
@@ -66,13 +100,19 @@ pub struct Probe {
 }
 
 fn append(path: &Path, line: &str) -> Result<(), UprobeError> {
-    let mut f =
-        OpenOptions::new().append(true).open(path).map_err(|source| UprobeError::Open { path: path.to_path_buf(), source })?;
-    f.write_all(line.as_bytes()).map_err(|source| UprobeError::Write {
-        line: line.trim().to_string(),
-        path: path.to_path_buf(),
-        source,
-    })
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|source| UprobeError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    f.write_all(line.as_bytes())
+        .map_err(|source| UprobeError::Write {
+            line: line.trim().to_string(),
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 fn mount_tracefs() -> Result<(), UprobeError> {
@@ -80,7 +120,15 @@ fn mount_tracefs() -> Result<(), UprobeError> {
     debug_assert_eq!(target.to_bytes(), TRACEFS.as_bytes());
     let fstype = c"tracefs";
     // SAFETY: all three strings are NUL-terminated and outlive the call; data is null.
-    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if rc != 0 {
         return Err(UprobeError::Mount(std::io::Error::last_os_error()));
     }
@@ -109,20 +157,38 @@ impl Probe {
             PathBuf::from(TRACEFS)
         };
         let event = format!("target_{}", std::process::id());
-        let probe = Probe { dir, event, mounted };
+        let probe = Probe {
+            dir,
+            event,
+            mounted,
+        };
         append(
             &probe.dir.join("uprobe_events"),
             &format!("p:{GROUP}/{} {}:{offset:#x}\n", probe.event, path.display()),
         )?;
-        let enable = probe.dir.join("events").join(GROUP).join(&probe.event).join("enable");
+        let enable = probe
+            .dir
+            .join("events")
+            .join(GROUP)
+            .join(&probe.event)
+            .join("enable");
         append(&enable, "1\n")?;
-        log::debug!("uprobe {GROUP}/{} on {}:{offset:#x} enabled", probe.event, path.display());
+        log::debug!(
+            "uprobe {GROUP}/{} on {}:{offset:#x} enabled",
+            probe.event,
+            path.display()
+        );
         Ok(probe)
     }
 
     /// Turn the trace event (and so the probe) on or off.
     pub fn set_enabled(&self, on: bool) -> Result<(), UprobeError> {
-        let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
+        let enable = self
+            .dir
+            .join("events")
+            .join(GROUP)
+            .join(&self.event)
+            .join("enable");
         append(&enable, if on { "1\n" } else { "0\n" })
     }
 
@@ -149,11 +215,19 @@ fn unmount() {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        let enable = self.dir.join("events").join(GROUP).join(&self.event).join("enable");
+        let enable = self
+            .dir
+            .join("events")
+            .join(GROUP)
+            .join(&self.event)
+            .join("enable");
         if let Err(e) = append(&enable, "0\n") {
             log::warn!("disabling the uprobe: {}", trapvec::error_chain(&e));
         }
-        if let Err(e) = append(&self.dir.join("uprobe_events"), &format!("-:{GROUP}/{}\n", self.event)) {
+        if let Err(e) = append(
+            &self.dir.join("uprobe_events"),
+            &format!("-:{GROUP}/{}\n", self.event),
+        ) {
             log::warn!("removing the uprobe: {}", trapvec::error_chain(&e));
         }
         if self.mounted {

@@ -68,10 +68,18 @@ impl VmCost {
             if let Some(rest) = line.split_once("BENCH-VM-ROW ").map(|(_, r)| r) {
                 let mut f = rest.split_whitespace();
                 let (Some(key), Some(ns)) = (f.next(), f.next()) else {
-                    return Err(VmCostError::BadRow { line: line.to_string() });
+                    return Err(VmCostError::BadRow {
+                        line: line.to_string(),
+                    });
                 };
-                let ns: f64 = ns.parse().map_err(|_| VmCostError::BadTime { line: line.to_string() })?;
-                rows.push(VmRow { key: key.to_string(), name: name_of(key).to_string(), ns });
+                let ns: f64 = ns.parse().map_err(|_| VmCostError::BadTime {
+                    line: line.to_string(),
+                })?;
+                rows.push(VmRow {
+                    key: key.to_string(),
+                    name: name_of(key).to_string(),
+                    ns,
+                });
             } else if let Some(rest) = line.split_once("BENCH-VM-NOTE ").map(|(_, r)| r) {
                 notes.push(rest.to_string());
             }
@@ -81,7 +89,12 @@ impl VmCost {
                 return Err(VmCostError::MissingRow { row: need });
             }
         }
-        Ok(VmCost { kernel: kernel.to_string(), point: "__x64_sys_getppid+5".into(), rows, notes })
+        Ok(VmCost {
+            kernel: kernel.to_string(),
+            point: "__x64_sys_getppid+5".into(),
+            rows,
+            notes,
+        })
     }
 
     fn ns(&self, key: &str) -> Option<f64> {
@@ -144,9 +157,12 @@ pub fn measure(repo: &Path, kernel: Option<PathBuf>) -> Result<VmCost, VmCostErr
         memory_mib: 512,
     };
     let mut console = Vec::new();
-    let report = vmtest::runner::run(&opts, &mut console).map_err(|e| VmCostError::Run(Box::new(e)))?;
+    let report =
+        vmtest::runner::run(&opts, &mut console).map_err(|e| VmCostError::Run(Box::new(e)))?;
     if report.exit_code() != 0 {
-        return Err(VmCostError::Failed { summary: report.summary(opts.timeout) });
+        return Err(VmCostError::Failed {
+            summary: report.summary(opts.timeout),
+        });
     }
     VmCost::parse(&String::from_utf8_lossy(&console), &report.kernel_version)
 }
@@ -170,8 +186,12 @@ mod tests {
 
     #[test]
     fn a_missing_row_is_an_error_naming_it() {
-        let err = VmCost::parse("BENCH-VM-ROW unpatched 1\nBENCH-VM-ROW trap 2\n", "k").unwrap_err();
-        assert!(matches!(err, VmCostError::MissingRow { row: "jmp_rel32" }), "{err}");
+        let err =
+            VmCost::parse("BENCH-VM-ROW unpatched 1\nBENCH-VM-ROW trap 2\n", "k").unwrap_err();
+        assert!(
+            matches!(err, VmCostError::MissingRow { row: "jmp_rel32" }),
+            "{err}"
+        );
         assert_eq!(err.to_string(), "the guest printed no `jmp_rel32` row");
     }
 }

@@ -58,7 +58,13 @@ impl Compression {
 
 impl fmt::Debug for Extracted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Extracted {{ {} at {:#x}, {} bytes }}", self.compression, self.offset, self.elf.len())
+        write!(
+            f,
+            "Extracted {{ {} at {:#x}, {} bytes }}",
+            self.compression,
+            self.offset,
+            self.elf.len()
+        )
     }
 }
 
@@ -92,7 +98,11 @@ const MAX_OUTPUT: u64 = 1 << 30;
 #[derive(Debug, Error)]
 pub enum ExtractError {
     #[error("{what}: no ELF image found: tried {tried} candidate stream(s) of {formats} (the kernel's extract-vmlinux order)")]
-    NotFound { what: String, tried: usize, formats: String },
+    NotFound {
+        what: String,
+        tried: usize,
+        formats: String,
+    },
 }
 
 /// A vmlinux found in an image.
@@ -171,7 +181,9 @@ fn drain(mut r: impl Read) -> Result<Vec<u8>, Candidate> {
 
 /// Whether `data` is an ELF whose section header table lies inside it.
 pub fn is_whole_elf(data: &[u8]) -> bool {
-    let Ok(file) = object::read::elf::ElfFile64::<object::Endianness>::parse(data) else { return false };
+    let Ok(file) = object::read::elf::ElfFile64::<object::Endianness>::parse(data) else {
+        return false;
+    };
     use object::read::elf::FileHeader;
     let h = file.elf_header();
     let e = file.endian();
@@ -185,7 +197,8 @@ fn decompress(c: Compression, stream: &[u8]) -> Result<Vec<u8>, Candidate> {
         Compression::Gzip => drain(flate2::read::GzDecoder::new(stream))?,
         Compression::Bzip2 => drain(bzip2::read::BzDecoder::new(stream))?,
         Compression::Zstd => {
-            let d = ruzstd::decoding::StreamingDecoder::new(stream).map_err(|e| Candidate::Broken(e.to_string()))?;
+            let d = ruzstd::decoding::StreamingDecoder::new(stream)
+                .map_err(|e| Candidate::Broken(e.to_string()))?;
             drain(d)?
         }
         Compression::Xz => {
@@ -237,7 +250,9 @@ fn finish_lzma(r: Result<(), lzma_rs::error::Error>, sink: ElfSink) -> Result<Ve
 /// remaining input ends the frame (the kernel appends the uncompressed size after it), and so
 /// does a repeated magic.
 fn lz4_legacy(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
-    let mut rest = stream.strip_prefix(&LZ4_LEGACY_MAGIC[..]).ok_or(Candidate::NotElf)?;
+    let mut rest = stream
+        .strip_prefix(&LZ4_LEGACY_MAGIC[..])
+        .ok_or(Candidate::NotElf)?;
     let mut sink = ElfSink { out: Vec::new() };
     let mut block = vec![0u8; LZ4_LEGACY_BLOCK];
     while rest.len() >= 4 {
@@ -247,11 +262,18 @@ fn lz4_legacy(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
             continue;
         }
         let size = size as usize;
-        if size == 0 || size > rest.len() - 4 || size > lz4_flex::block::get_maximum_output_size(LZ4_LEGACY_BLOCK) {
+        if size == 0
+            || size > rest.len() - 4
+            || size > lz4_flex::block::get_maximum_output_size(LZ4_LEGACY_BLOCK)
+        {
             break;
         }
-        let n = lz4_flex::block::decompress_into(&rest[4..4 + size], &mut block)
-            .map_err(|e| Candidate::Broken(format!("lz4 block at {:#x}: {e}", stream.len() - rest.len())))?;
+        let n = lz4_flex::block::decompress_into(&rest[4..4 + size], &mut block).map_err(|e| {
+            Candidate::Broken(format!(
+                "lz4 block at {:#x}: {e}",
+                stream.len() - rest.len()
+            ))
+        })?;
         sink.write_all(&block[..n])?;
         rest = &rest[4 + size..];
     }
@@ -300,7 +322,10 @@ fn lzop(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
     if !stream.starts_with(&LZOP_MAGIC) {
         return Err(Candidate::NotElf);
     }
-    let mut c = Cursor { data: stream, pos: LZOP_MAGIC.len() };
+    let mut c = Cursor {
+        data: stream,
+        pos: LZOP_MAGIC.len(),
+    };
     let version = c.u16()?;
     let _lib_version = c.u16()?;
     if version >= 0x0940 {
@@ -337,8 +362,10 @@ fn lzop(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
             return Err(Candidate::Broken(format!("lzop: block of {dst_len} bytes")));
         }
         let src_len = c.u32()? as usize;
-        let checks_d = u32::from(flags & LZOP_ADLER32_D != 0) + u32::from(flags & LZOP_CRC32_D != 0);
-        let checks_c = u32::from(flags & LZOP_ADLER32_C != 0) + u32::from(flags & LZOP_CRC32_C != 0);
+        let checks_d =
+            u32::from(flags & LZOP_ADLER32_D != 0) + u32::from(flags & LZOP_CRC32_D != 0);
+        let checks_c =
+            u32::from(flags & LZOP_ADLER32_C != 0) + u32::from(flags & LZOP_CRC32_C != 0);
         c.take(4 * checks_d as usize)?;
         if src_len < dst_len {
             c.take(4 * checks_c as usize)?;
@@ -347,8 +374,9 @@ fn lzop(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
         if src_len == dst_len {
             sink.write_all(data)?;
         } else {
-            let out = lzokay_native::decompress_all(data, Some(dst_len))
-                .map_err(|e| Candidate::Broken(format!("lzo block at {:#x}: {e:?}", c.pos - src_len)))?;
+            let out = lzokay_native::decompress_all(data, Some(dst_len)).map_err(|e| {
+                Candidate::Broken(format!("lzo block at {:#x}: {e:?}", c.pos - src_len))
+            })?;
             sink.write_all(&out)?;
         }
     }
@@ -358,21 +386,32 @@ fn lzop(stream: &[u8]) -> Result<Vec<u8>, Candidate> {
 /// A whole compressed ELF file (a `.ko.xz`, `.ko.gz`, `.ko.zst`): decompressed when it starts
 /// with one of the magics, `None` otherwise.
 pub fn decompress_whole(data: &[u8]) -> Option<Vec<u8>> {
-    let c = Compression::ORDER.into_iter().find(|c| data.starts_with(c.magic()))?;
-    decompress(c, data).map_err(|e| log::debug!("{c} file: {e}")).ok()
+    let c = Compression::ORDER
+        .into_iter()
+        .find(|c| data.starts_with(c.magic()))?;
+    decompress(c, data)
+        .map_err(|e| log::debug!("{c} file: {e}"))
+        .ok()
 }
 
 /// Offsets of every occurrence of `needle` in `hay`.
 fn find_all<'a>(hay: &'a [u8], needle: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
     let first = needle[0];
-    hay.iter().enumerate().filter(move |&(i, &b)| b == first && hay[i..].starts_with(needle)).map(|(i, _)| i)
+    hay.iter()
+        .enumerate()
+        .filter(move |&(i, &b)| b == first && hay[i..].starts_with(needle))
+        .map(|(i, _)| i)
 }
 
 /// Extract the vmlinux ELF from `image` (a `vmlinuz` or an already uncompressed `vmlinux`);
 /// `what` names the image in errors.
 pub fn extract_vmlinux(image: &[u8], what: &str) -> Result<Extracted, ExtractError> {
     if image.starts_with(b"\x7fELF") && is_whole_elf(image) {
-        return Ok(Extracted { compression: Compression::None, offset: 0, elf: image.to_vec() });
+        return Ok(Extracted {
+            compression: Compression::None,
+            offset: 0,
+            elf: image.to_vec(),
+        });
     }
     let mut tried = 0;
     for c in Compression::ORDER {
@@ -380,15 +419,30 @@ pub fn extract_vmlinux(image: &[u8], what: &str) -> Result<Extracted, ExtractErr
             tried += 1;
             match decompress(c, &image[offset..]) {
                 Ok(elf) => {
-                    log::debug!("{what}: {c} stream at {offset:#x} holds a {} byte ELF", elf.len());
-                    return Ok(Extracted { compression: c, offset, elf });
+                    log::debug!(
+                        "{what}: {c} stream at {offset:#x} holds a {} byte ELF",
+                        elf.len()
+                    );
+                    return Ok(Extracted {
+                        compression: c,
+                        offset,
+                        elf,
+                    });
                 }
                 Err(e) => log::debug!("{what}: {c} candidate at {offset:#x}: {e}"),
             }
         }
     }
-    let formats = Compression::ORDER.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-    Err(ExtractError::NotFound { what: what.to_string(), tried, formats })
+    let formats = Compression::ORDER
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ExtractError::NotFound {
+        what: what.to_string(),
+        tried,
+        formats,
+    })
 }
 
 #[cfg(test)]
@@ -406,7 +460,12 @@ mod tests {
 
     /// Compress `data` with a command-line tool; `None` when the tool is not installed.
     fn compress(tool: &str, args: &[&str], data: &[u8]) -> Option<Vec<u8>> {
-        let mut child = Command::new(tool).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
+        let mut child = Command::new(tool)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
         let mut stdin = child.stdin.take().unwrap();
         let data = data.to_vec();
         let writer = std::thread::spawn(move || stdin.write_all(&data));
@@ -419,7 +478,9 @@ mod tests {
     /// Wrap a compressed stream as a bzImage does: code before it, the size after it.
     fn as_image(stream: &[u8], elf_len: usize) -> Vec<u8> {
         let mut img = vec![0x90u8; 0x1234];
-        img.extend_from_slice(b"HdrS\x0f\x02 setup code with a false lzma magic \x5d\x00\x00\x00\x12\x34");
+        img.extend_from_slice(
+            b"HdrS\x0f\x02 setup code with a false lzma magic \x5d\x00\x00\x00\x12\x34",
+        );
         img.extend_from_slice(stream);
         img.extend_from_slice(&u32::try_from(elf_len).unwrap().to_le_bytes());
         img.extend_from_slice(&[0u8; 64]);
@@ -429,14 +490,20 @@ mod tests {
     fn check(tool: &str, args: &[&str], expect: Compression) {
         let elf = small_elf();
         let Some(stream) = compress(tool, args, &elf) else {
-            assert!(std::env::var_os("CI").is_none(), "{tool} is not installed (CI installs it)");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{tool} is not installed (CI installs it)"
+            );
             eprintln!("skipping {expect}: {tool} not installed");
             return;
         };
         let img = as_image(&stream, elf.len());
         let x = extract_vmlinux(&img, "test image").unwrap_or_else(|e| panic!("{expect}: {e}"));
         assert_eq!(x.compression, expect);
-        assert!(x.elf == elf, "{expect}: the extracted ELF differs from the original");
+        assert!(
+            x.elf == elf,
+            "{expect}: the extracted ELF differs from the original"
+        );
         assert!(x.offset > 0x1234);
     }
 
@@ -488,7 +555,10 @@ mod tests {
         let img = as_image(b"\x1f\x8b\x08 not really gzip", 5);
         let err = extract_vmlinux(&img, "junk").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.starts_with("junk: no ELF image found: tried 2 candidate stream(s)"), "{msg}");
+        assert!(
+            msg.starts_with("junk: no ELF image found: tried 2 candidate stream(s)"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -16,14 +16,41 @@ fn frida_counts_every_hit_beside_trapvec_on_the_same_functions() {
         r => r.unwrap(),
     };
     println!("{}", rows.render());
-    assert_eq!(rows.frida.hits, rows.frida.expected_hits, "onEnter once per call");
-    assert_eq!(rows.frida.expected_hits, 5 * 500 + 100, "five rounds and the warm-up");
+    assert_eq!(
+        rows.frida.hits, rows.frida.expected_hits,
+        "onEnter once per call"
+    );
+    assert_eq!(
+        rows.frida.expected_hits,
+        5 * 500 + 100,
+        "five rounds and the warm-up"
+    );
     assert_eq!(rows.frida.functions, MASS);
-    assert_eq!(rows.frida.mass_hits, [MASS as u64, MASS as u64], "every function hooked, each round");
-    assert_eq!((rows.frida.plain.len(), rows.frida.hooked.len(), rows.jmp.len(), rows.jmp_plain.len()), (5, 5, 5, 5));
+    assert_eq!(
+        rows.frida.mass_hits,
+        [MASS as u64, MASS as u64],
+        "every function hooked, each round"
+    );
+    assert_eq!(
+        (
+            rows.frida.plain.len(),
+            rows.frida.hooked.len(),
+            rows.jmp.len(),
+            rows.jmp_plain.len()
+        ),
+        (5, 5, 5, 5)
+    );
     assert_eq!(rows.batches.len(), 2);
-    assert!(rows.batches.iter().all(|b| b.splices == MASS && b.mechanism == "jmp"));
-    assert!(rows.frida.hooked.iter().chain(&rows.jmp).all(|c| c.is_finite() && *c > 0.0));
+    assert!(rows
+        .batches
+        .iter()
+        .all(|b| b.splices == MASS && b.mechanism == "jmp"));
+    assert!(rows
+        .frida
+        .hooked
+        .iter()
+        .chain(&rows.jmp)
+        .all(|c| c.is_finite() && *c > 0.0));
     let figures = rows.figures();
     assert!(figures.iter().any(|(k, _)| k == "frida_attach_1000_ms"));
     assert!(rows.frida_over_jmp().is_some() || rows.jmp_overhead() <= 0.0);

@@ -41,12 +41,17 @@ fn plan_agrees_with_the_splicer_at_every_boundary_of_the_fixture() {
                 }
                 (Err(_), Err(SessionError::Splice(SpliceError::Refused { .. }))) => {}
                 (want, Ok(_)) => panic!("{at}: plan says trap {want:?}, the splicer spliced it"),
-                (want, Err(e)) => panic!("{at}: plan says trap {want:?}, the splicer: {}", trapvec::error_chain(&e)),
+                (want, Err(e)) => panic!(
+                    "{at}: plan says trap {want:?}, the splicer: {}",
+                    trapvec::error_chain(&e)
+                ),
             }
 
             let jmp = session.splice_call(&at, &comp, "empty_handler", Mechanism::Jmp);
             match (a.jmp, jmp) {
-                (JmpKind::Impossible, Err(SessionError::Splice(SpliceError::Refused { .. }))) => jmp_kinds[2] += 1,
+                (JmpKind::Impossible, Err(SessionError::Splice(SpliceError::Refused { .. }))) => {
+                    jmp_kinds[2] += 1
+                }
                 (JmpKind::Impossible, r) => panic!(
                     "{at}: plan says jmp is impossible ({:?}), the splicer: {:?}",
                     a.jmp_refusal,
@@ -54,14 +59,24 @@ fn plan_agrees_with_the_splicer_at_every_boundary_of_the_fixture() {
                 ),
                 (kind, Ok(h)) => {
                     let patch = session
-                        .with(|s| s.get(h.id()).map(|l| (l.plan.patch_len, l.plan.springboard.is_some())))
+                        .with(|s| {
+                            s.get(h.id())
+                                .map(|l| (l.plan.patch_len, l.plan.springboard.is_some()))
+                        })
                         .unwrap();
-                    let want = if kind == JmpKind::Rel32 { (5, false) } else { (2, true) };
+                    let want = if kind == JmpKind::Rel32 {
+                        (5, false)
+                    } else {
+                        (2, true)
+                    };
                     assert_eq!(patch, want, "{at}: plan says {kind:?}");
                     jmp_kinds[usize::from(kind == JmpKind::Rel8Springboard)] += 1;
                     drop(h);
                 }
-                (kind, Err(e)) => panic!("{at}: plan says {kind:?}, the splicer refused: {}", trapvec::error_chain(&e)),
+                (kind, Err(e)) => panic!(
+                    "{at}: plan says {kind:?}, the splicer refused: {}",
+                    trapvec::error_chain(&e)
+                ),
             }
             checked += 1;
         }
@@ -69,5 +84,8 @@ fn plan_agrees_with_the_splicer_at_every_boundary_of_the_fixture() {
     // f_lengths 8 + f_short 2 + f_loop 5 + f_end 1 boundaries.
     assert_eq!(checked, 16);
     assert_eq!(trap_ok, 12, "all but the three final 1-byte rets and f_end");
-    assert!(jmp_kinds[0] > 0 && jmp_kinds[1] > 0 && jmp_kinds[2] > 0, "every jmp outcome is exercised: {jmp_kinds:?}");
+    assert!(
+        jmp_kinds[0] > 0 && jmp_kinds[1] > 0 && jmp_kinds[2] > 0,
+        "every jmp outcome is exercised: {jmp_kinds:?}"
+    );
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use bench::cost::{CostRow, CostTable};
 use bench::coverage::{coverage, HitCosts, DISTANCES};
-use instr_manager::image::CodeImage;
 use bench::plots;
 use bench::sets::CodeSet;
 use bench::sizes;
+use instr_manager::image::CodeImage;
 
 fn table() -> CostTable {
     let row = |key: &str, median: f64| CostRow {
@@ -42,7 +42,11 @@ fn table() -> CostTable {
 fn png_size(bytes: &[u8]) -> (u32, u32) {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
     assert_eq!(&bytes[12..16], b"IHDR");
-    assert_eq!(&bytes[bytes.len() - 8..bytes.len() - 4], b"IEND", "the file ends with IEND");
+    assert_eq!(
+        &bytes[bytes.len() - 8..bytes.len() - 4],
+        b"IEND",
+        "the file ends with IEND"
+    );
     let be = |o: usize| u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
     (be(16), be(20))
 }
@@ -60,16 +64,37 @@ fn table1_fig4_and_fig5_are_valid_png_and_svg() {
     let set = CodeSet::whole("known.o", "fixture", img);
     let rows = sizes::sizes(std::slice::from_ref(&set));
     let cov = coverage(&set, &DISTANCES, 1, &|_| {});
-    let costs = HitCosts { trap: 9000.0, jmp_rel32: 125.0, jmp_springboard: 127.0 };
+    let costs = HitCosts {
+        trap: 9000.0,
+        jmp_rel32: 125.0,
+        jmp_springboard: 127.0,
+    };
     let out = tempfile::tempdir().unwrap();
 
     let files = [
-        (plots::draw_table1(&out.path().join("table1"), &table()).unwrap(), (1000, 620), "Table 1 today"),
-        (plots::draw_fig4(&out.path().join("fig4"), &rows).unwrap(), (1000, 600), "Fig. 4 today"),
-        (plots::draw_fig5(&out.path().join("fig5"), &[cov], &costs).unwrap(), (1000, 760), "Fig. 5 today"),
+        (
+            plots::draw_table1(&out.path().join("table1"), &table()).unwrap(),
+            (1000, 620),
+            "Table 1 today",
+        ),
+        (
+            plots::draw_fig4(&out.path().join("fig4"), &rows).unwrap(),
+            (1000, 600),
+            "Fig. 4 today",
+        ),
+        (
+            plots::draw_fig5(&out.path().join("fig5"), &[cov], &costs).unwrap(),
+            (1000, 760),
+            "Fig. 5 today",
+        ),
     ];
     for ([png, svg], size, title) in files {
-        assert_eq!(png_size(&std::fs::read(&png).unwrap()), size, "{}", png.display());
+        assert_eq!(
+            png_size(&std::fs::read(&png).unwrap()),
+            size,
+            "{}",
+            png.display()
+        );
         check_svg(&std::fs::read_to_string(&svg).unwrap(), title);
     }
 }
@@ -87,7 +112,10 @@ fn the_peers_goals_are_a_valid_png_and_svg() {
         ..Default::default()
     };
     let goals = peers.goals();
-    assert!(goals.iter().filter(|g| g.margin.is_some()).count() >= 4, "{goals:?}");
+    assert!(
+        goals.iter().filter(|g| g.margin.is_some()).count() >= 4,
+        "{goals:?}"
+    );
     let out = tempfile::tempdir().unwrap();
     let [png, svg] = plots::draw_peers(&out.path().join("peers"), &goals).unwrap();
     assert_eq!(png_size(&std::fs::read(&png).unwrap()), (1000, 560));

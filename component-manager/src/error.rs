@@ -21,25 +21,70 @@ use crate::validate::ValidateError;
 #[derive(Debug, Error)]
 pub enum ComponentError {
     #[error("component {path}: cannot read the file")]
-    Io { path: String, #[source] error: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        error: std::io::Error,
+    },
     #[error("component {component}")]
-    Parse { component: String, #[source] error: ParseError },
-    #[error("component {component}: CRC32 of the file is {actual:#010x}, expected {expected:#010x}")]
-    CrcMismatch { component: String, expected: u32, actual: u32 },
+    Parse {
+        component: String,
+        #[source]
+        error: ParseError,
+    },
+    #[error(
+        "component {component}: CRC32 of the file is {actual:#010x}, expected {expected:#010x}"
+    )]
+    CrcMismatch {
+        component: String,
+        expected: u32,
+        actual: u32,
+    },
     #[error("component {component}: a component named {name:?} is already loaded ({existing})")]
-    DuplicateName { component: String, name: String, existing: ComponentId },
-    #[error("component {component}: global symbol {symbol} is already defined by component {existing}")]
-    DuplicateSymbol { component: String, symbol: String, existing: String },
+    DuplicateName {
+        component: String,
+        name: String,
+        existing: ComponentId,
+    },
+    #[error(
+        "component {component}: global symbol {symbol} is already defined by component {existing}"
+    )]
+    DuplicateSymbol {
+        component: String,
+        symbol: String,
+        existing: String,
+    },
     #[error("component {component}")]
-    Validate { component: String, #[source] error: ValidateError },
+    Validate {
+        component: String,
+        #[source]
+        error: ValidateError,
+    },
     #[error("component {component}")]
-    Resolve { component: String, #[source] error: ResolveError },
+    Resolve {
+        component: String,
+        #[source]
+        error: ResolveError,
+    },
     #[error("component {component}")]
-    Layout { component: String, #[source] error: LayoutError },
+    Layout {
+        component: String,
+        #[source]
+        error: LayoutError,
+    },
     #[error("component {component}")]
-    Reloc { component: String, #[source] error: Box<RelocError> },
+    Reloc {
+        component: String,
+        #[source]
+        error: Box<RelocError>,
+    },
     #[error("component {component}: {what}")]
-    Target { component: String, what: String, #[source] error: TargetError },
+    Target {
+        component: String,
+        what: String,
+        #[source]
+        error: TargetError,
+    },
     #[error("no component {0} is loaded")]
     UnknownId(ComponentId),
     #[error("component {component} is in use by {refs} splice(s)")]
@@ -47,13 +92,33 @@ pub enum ComponentError {
     #[error("component {component} is not acquired: release without acquire")]
     NotAcquired { component: String },
     #[error("component {component} is imported by {}", importers.join(", "))]
-    Imported { component: String, importers: Vec<String> },
+    Imported {
+        component: String,
+        importers: Vec<String>,
+    },
     #[error("no loaded component exports {symbol}")]
     UnknownSymbol { symbol: String },
     #[error("component {component}: {symbol} at {addr:#x} cannot be executed: {reason}")]
-    NotAnEntry { component: String, symbol: String, addr: u64, reason: String },
+    NotAnEntry {
+        component: String,
+        symbol: String,
+        addr: u64,
+        reason: String,
+    },
     #[error("component {component}: {symbol} at {addr:#x} cannot be accessed as a {size}-byte variable: {reason}")]
-    NotAVariable { component: String, symbol: String, addr: u64, size: u64, reason: String },
+    NotAVariable {
+        component: String,
+        symbol: String,
+        addr: u64,
+        size: u64,
+        reason: String,
+    },
     #[error("component {component}: code at {addr:#x} ({len} bytes) has CRC32 {actual:#010x}, expected {expected:#010x} as written")]
-    CodeModified { component: String, addr: u64, len: usize, expected: u32, actual: u32 },
+    CodeModified {
+        component: String,
+        addr: u64,
+        len: usize,
+        expected: u32,
+        actual: u32,
+    },
 }

@@ -30,7 +30,11 @@ pub const MAX_BLOCK: usize = 1 << 30;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum LayoutError {
     #[error("{what} ({size:#x} bytes) makes the {kind:?} block larger than {MAX_BLOCK:#x} bytes")]
-    TooLarge { what: String, size: u64, kind: BlockKind },
+    TooLarge {
+        what: String,
+        size: u64,
+        kind: BlockKind,
+    },
 }
 
 /// Size and alignment of one block.
@@ -70,24 +74,46 @@ struct Cursor {
 
 impl Cursor {
     fn new(kind: BlockKind) -> Self {
-        Cursor { kind, next: 0, align: 1 }
+        Cursor {
+            kind,
+            next: 0,
+            align: 1,
+        }
     }
 
     /// Reserve `size` bytes at `align`; the offset, or the error naming `what`.
-    fn place(&mut self, what: impl Fn() -> String, size: u64, align: u64) -> Result<usize, LayoutError> {
-        let too_large = |what: String| LayoutError::TooLarge { what, size, kind: self.kind };
+    fn place(
+        &mut self,
+        what: impl Fn() -> String,
+        size: u64,
+        align: u64,
+    ) -> Result<usize, LayoutError> {
+        let too_large = |what: String| LayoutError::TooLarge {
+            what,
+            size,
+            kind: self.kind,
+        };
         let (Ok(size_us), Ok(align_us)) = (usize::try_from(size), usize::try_from(align)) else {
             return Err(too_large(what()));
         };
-        let start = self.next.checked_next_multiple_of(align_us).ok_or_else(|| too_large(what()))?;
-        let end = start.checked_add(size_us).filter(|&e| e <= MAX_BLOCK).ok_or_else(|| too_large(what()))?;
+        let start = self
+            .next
+            .checked_next_multiple_of(align_us)
+            .ok_or_else(|| too_large(what()))?;
+        let end = start
+            .checked_add(size_us)
+            .filter(|&e| e <= MAX_BLOCK)
+            .ok_or_else(|| too_large(what()))?;
         self.next = end;
         self.align = self.align.max(align);
         Ok(start)
     }
 
     fn finish(self) -> BlockPlan {
-        BlockPlan { size: self.next.max(1), align: self.align }
+        BlockPlan {
+            size: self.next.max(1),
+            align: self.align,
+        }
     }
 }
 
@@ -101,17 +127,33 @@ impl Layout {
 
 /// Lay out `obj`, with GOT slots for `got_symbols` and stubs for `stub_symbols` (every stub
 /// symbol also gets a slot: the stub jumps through it).
-pub fn plan(obj: &Object, got_symbols: &BTreeSet<usize>, stub_symbols: &BTreeSet<usize>) -> Result<Layout, LayoutError> {
+pub fn plan(
+    obj: &Object,
+    got_symbols: &BTreeSet<usize>,
+    stub_symbols: &BTreeSet<usize>,
+) -> Result<Layout, LayoutError> {
     let mut code = Cursor::new(BlockKind::Code);
     let mut data = Cursor::new(BlockKind::Data);
     let mut sections = vec![None; obj.sections.len()];
 
     for pass in [Placement::Code, Placement::Data, Placement::Bss] {
         for s in obj.sections.iter().filter(|s| s.placement == pass) {
-            let cursor = if pass == Placement::Code { &mut code } else { &mut data };
+            let cursor = if pass == Placement::Code {
+                &mut code
+            } else {
+                &mut data
+            };
             let offset = cursor.place(|| format!("section {}", s.name), s.size, s.align)?;
-            log::debug!("{} -> {:?} block +{offset:#x} ({:#x} bytes)", s.name, cursor.kind, s.size);
-            sections[s.index] = Some(Slot { kind: cursor.kind, offset });
+            log::debug!(
+                "{} -> {:?} block +{offset:#x} ({:#x} bytes)",
+                s.name,
+                cursor.kind,
+                s.size
+            );
+            sections[s.index] = Some(Slot {
+                kind: cursor.kind,
+                offset,
+            });
         }
     }
 
@@ -126,17 +168,32 @@ pub fn plan(obj: &Object, got_symbols: &BTreeSet<usize>, stub_symbols: &BTreeSet
 
     let mut got = BTreeMap::new();
     for &sym in got_symbols.union(stub_symbols) {
-        let offset = data.place(|| format!("GOT slot of {}", obj.symbol_name(sym)), SLOT_SIZE as u64, SLOT_SIZE as u64)?;
+        let offset = data.place(
+            || format!("GOT slot of {}", obj.symbol_name(sym)),
+            SLOT_SIZE as u64,
+            SLOT_SIZE as u64,
+        )?;
         got.insert(sym, offset);
     }
 
     let mut stubs = BTreeMap::new();
     for &sym in stub_symbols {
-        let offset = code.place(|| format!("call stub of {}", obj.symbol_name(sym)), STUB_SIZE as u64, 8)?;
+        let offset = code.place(
+            || format!("call stub of {}", obj.symbol_name(sym)),
+            STUB_SIZE as u64,
+            8,
+        )?;
         stubs.insert(sym, offset);
     }
 
-    Ok(Layout { code: code.finish(), data: data.finish(), sections, commons, got, stubs })
+    Ok(Layout {
+        code: code.finish(),
+        data: data.finish(),
+        sections,
+        commons,
+        got,
+        stubs,
+    })
 }
 
 #[cfg(test)]
@@ -145,8 +202,22 @@ mod tests {
     use crate::parse::{Binding, Section, Symbol, SymbolType};
 
     fn section(index: usize, name: &str, placement: Placement, size: u8, align: u64) -> Section {
-        let data = if placement == Placement::Bss { vec![] } else { vec![0; usize::from(size)] };
-        Section { index, name: name.into(), placement, size: u64::from(size), align, data, sh_type: 0, flags: 0, info: 0 }
+        let data = if placement == Placement::Bss {
+            vec![]
+        } else {
+            vec![0; usize::from(size)]
+        };
+        Section {
+            index,
+            name: name.into(),
+            placement,
+            size: u64::from(size),
+            align,
+            data,
+            sh_type: 0,
+            flags: 0,
+            info: 0,
+        }
     }
 
     fn object() -> Object {
@@ -160,9 +231,33 @@ mod tests {
                 section(5, ".comment", Placement::NotLoaded("not SHF_ALLOC"), 9, 1),
             ],
             symbols: vec![
-                Symbol { index: 0, name: String::new(), def: SymbolDef::Undefined, size: 0, ty: SymbolType::Other, binding: Binding::Local, hidden: false },
-                Symbol { index: 1, name: "shared".into(), def: SymbolDef::Common { align: 8 }, size: 12, ty: SymbolType::Object, binding: Binding::Global, hidden: false },
-                Symbol { index: 2, name: "puts".into(), def: SymbolDef::Undefined, size: 0, ty: SymbolType::Other, binding: Binding::Global, hidden: false },
+                Symbol {
+                    index: 0,
+                    name: String::new(),
+                    def: SymbolDef::Undefined,
+                    size: 0,
+                    ty: SymbolType::Other,
+                    binding: Binding::Local,
+                    hidden: false,
+                },
+                Symbol {
+                    index: 1,
+                    name: "shared".into(),
+                    def: SymbolDef::Common { align: 8 },
+                    size: 12,
+                    ty: SymbolType::Object,
+                    binding: Binding::Global,
+                    hidden: false,
+                },
+                Symbol {
+                    index: 2,
+                    name: "puts".into(),
+                    def: SymbolDef::Undefined,
+                    size: 0,
+                    ty: SymbolType::Other,
+                    binding: Binding::Global,
+                    hidden: false,
+                },
             ],
             relocations: vec![],
             declared_splices: vec![],
@@ -173,17 +268,42 @@ mod tests {
     fn sections_are_packed_by_kind_at_their_alignment_with_slots_and_stubs_last() {
         let obj = object();
         let layout = plan(&obj, &BTreeSet::from([1]), &BTreeSet::from([2])).unwrap();
-        let code = |offset| Some(Slot { kind: BlockKind::Code, offset });
-        let data = |offset| Some(Slot { kind: BlockKind::Data, offset });
+        let code = |offset| {
+            Some(Slot {
+                kind: BlockKind::Code,
+                offset,
+            })
+        };
+        let data = |offset| {
+            Some(Slot {
+                kind: BlockKind::Data,
+                offset,
+            })
+        };
         // .text at 0 (0x13 bytes), .text.hot at the next 16-byte boundary.
-        assert_eq!(layout.sections, vec![None, code(0), data(8), code(0x20), data(0), None]);
+        assert_eq!(
+            layout.sections,
+            vec![None, code(0), data(8), code(0x20), data(0), None]
+        );
         // .rodata 0..6, .bss 8..0xc, the common 0x10..0x1c, slots at 0x20 and 0x28.
         assert_eq!(layout.commons, BTreeMap::from([(1, 0x10)]));
         assert_eq!(layout.got, BTreeMap::from([(1, 0x20), (2, 0x28)]));
         // The stub follows .text.hot (0x20..0x25) at the next 8-byte boundary.
         assert_eq!(layout.stubs, BTreeMap::from([(2, 0x28)]));
-        assert_eq!(layout.code, BlockPlan { size: 0x30, align: 16 });
-        assert_eq!(layout.data, BlockPlan { size: 0x30, align: 32 });
+        assert_eq!(
+            layout.code,
+            BlockPlan {
+                size: 0x30,
+                align: 16
+            }
+        );
+        assert_eq!(
+            layout.data,
+            BlockPlan {
+                size: 0x30,
+                align: 32
+            }
+        );
     }
 
     #[test]
@@ -201,6 +321,13 @@ mod tests {
         let mut obj = object();
         obj.sections[2].size = 1 << 40;
         let err = plan(&obj, &BTreeSet::new(), &BTreeSet::new()).unwrap_err();
-        assert_eq!(err, LayoutError::TooLarge { what: "section .bss".into(), size: 1 << 40, kind: BlockKind::Data });
+        assert_eq!(
+            err,
+            LayoutError::TooLarge {
+                what: "section .bss".into(),
+                size: 1 << 40,
+                kind: BlockKind::Data
+            }
+        );
     }
 }

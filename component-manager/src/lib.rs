@@ -36,7 +36,9 @@ pub mod rethunk;
 pub mod validate;
 
 pub use error::ComponentError;
-pub use manager::{ComponentId, ComponentManager, ComponentSymbol, LoadOptions, LoadedComponent, SymbolPlace};
+pub use manager::{
+    ComponentId, ComponentManager, ComponentSymbol, LoadOptions, LoadedComponent, SymbolPlace,
+};
 pub use parse::{DeclaredSplice, Object};
 pub use reloc::RelocType;
 pub use resolve::{ExtraSymbols, NoExtra};

@@ -28,7 +28,9 @@ use crate::rethunk;
 use crate::validate::{self, Limits, ValidateError};
 
 /// Identifies a loaded component for as long as the manager lives (ids are never reused).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct ComponentId(pub u32);
 
 impl fmt::Display for ComponentId {
@@ -141,7 +143,10 @@ impl LoadedComponent {
     /// start, for state saved before the image's length was kept).
     pub fn in_data_image(&self, addr: u64, len: u64) -> bool {
         let data_len = match self.data_len {
-            0 => self.data.size.saturating_sub(usize::try_from(self.data_addr.saturating_sub(self.data.addr)).unwrap_or(usize::MAX)),
+            0 => self.data.size.saturating_sub(
+                usize::try_from(self.data_addr.saturating_sub(self.data.addr))
+                    .unwrap_or(usize::MAX),
+            ),
             n => n,
         };
         inside(addr, len, self.data_addr, data_len)
@@ -185,7 +190,10 @@ impl ComponentManager {
 
     /// A manager refusing components beyond `limits`.
     pub fn with_limits(limits: Limits) -> Self {
-        ComponentManager { limits, ..Self::default() }
+        ComponentManager {
+            limits,
+            ..Self::default()
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -205,7 +213,10 @@ impl ComponentManager {
         opts: &LoadOptions,
         extra: &mut dyn ExtraSymbols,
     ) -> Result<ComponentId, ComponentError> {
-        let io = |error| ComponentError::Io { path: path.display().to_string(), error };
+        let io = |error| ComponentError::Io {
+            path: path.display().to_string(),
+            error,
+        };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let map;
@@ -219,9 +230,25 @@ impl ComponentManager {
             map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
             &map
         };
-        let name = opts.name.clone().unwrap_or_else(|| path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned()));
-        let label = path.file_name().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
-        self.load(target, name, label, Some(path.to_path_buf()), bytes, opts, extra)
+        let name = opts.name.clone().unwrap_or_else(|| {
+            path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            )
+        });
+        let label = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        self.load(
+            target,
+            name,
+            label,
+            Some(path.to_path_buf()),
+            bytes,
+            opts,
+            extra,
+        )
     }
 
     /// Load a component from its bytes, registered as `name` (unless `opts.name` says otherwise).
@@ -257,37 +284,77 @@ impl ComponentManager {
         let file_crc32 = crc32fast::hash(bytes);
         if let Some(expected) = opts.expected_crc32 {
             if expected != file_crc32 {
-                return Err(ComponentError::CrcMismatch { component: label, expected, actual: file_crc32 });
+                return Err(ComponentError::CrcMismatch {
+                    component: label,
+                    expected,
+                    actual: file_crc32,
+                });
             }
         }
         if let Some(existing) = self.by_name(&name) {
-            return Err(ComponentError::DuplicateName { component: label, name, existing });
+            return Err(ComponentError::DuplicateName {
+                component: label,
+                name,
+                existing,
+            });
         }
-        let obj = parse::parse(bytes).map_err(|error| ComponentError::Parse { component: label.clone(), error })?;
-        let invalid = |error| ComponentError::Validate { component: label.clone(), error };
+        let obj = parse::parse(bytes).map_err(|error| ComponentError::Parse {
+            component: label.clone(),
+            error,
+        })?;
+        let invalid = |error| ComponentError::Validate {
+            component: label.clone(),
+            error,
+        };
         validate::validate(&obj, &self.limits).map_err(invalid)?;
         self.check_exports(&obj, &label)?;
-        let reloc_err = |error| ComponentError::Reloc { component: label.clone(), error: Box::new(error) };
+        let reloc_err = |error| ComponentError::Reloc {
+            component: label.clone(),
+            error: Box::new(error),
+        };
         reloc::check(&obj).map_err(reloc_err)?;
-        let resolve_err = |error| ComponentError::Resolve { component: label.clone(), error };
-        extra.make(target, &resolve::unexported_imports(&obj, &self.exports)).map_err(resolve_err)?;
-        let imports = resolve::resolve_imports(&obj, &self.exports, extra, target).map_err(resolve_err)?;
+        let resolve_err = |error| ComponentError::Resolve {
+            component: label.clone(),
+            error,
+        };
+        extra
+            .make(target, &resolve::unexported_imports(&obj, &self.exports))
+            .map_err(resolve_err)?;
+        let imports =
+            resolve::resolve_imports(&obj, &self.exports, extra, target).map_err(resolve_err)?;
         reloc::check_targets(&obj, &imports).map_err(reloc_err)?;
         let (got, stubs) = reloc::indirections(&obj, &imports);
-        let layout = layout::plan(&obj, &got, &stubs).map_err(|error| ComponentError::Layout { component: label.clone(), error })?;
+        let layout = layout::plan(&obj, &got, &stubs).map_err(|error| ComponentError::Layout {
+            component: label.clone(),
+            error,
+        })?;
         let size = layout.image_size();
         if size > u128::from(self.limits.max_image) {
-            return Err(invalid(ValidateError::ImageTooLarge { size, limit: self.limits.max_image }));
+            return Err(invalid(ValidateError::ImageTooLarge {
+                size,
+                limit: self.limits.max_image,
+            }));
         }
 
         let mut allocated = Vec::new();
-        let placed = Self::place(target, &label, &obj, &layout, &imports, opts.near, &mut allocated);
+        let placed = Self::place(
+            target,
+            &label,
+            &obj,
+            &layout,
+            &imports,
+            opts.near,
+            &mut allocated,
+        );
         let (code, data, images) = match placed {
             Ok(p) => p,
             Err(e) => {
                 for block in allocated.iter().rev() {
                     if let Err(fe) = target.free(block) {
-                        log::warn!("component {label}: freeing block at {:#x} after a failed load: {fe}", block.addr);
+                        log::warn!(
+                            "component {label}: freeing block at {:#x} after a failed load: {fe}",
+                            block.addr
+                        );
                     }
                 }
                 return Err(e);
@@ -296,11 +363,29 @@ impl ComponentManager {
 
         let id = ComponentId(self.next_id);
         self.next_id += 1;
-        let component = Self::record(id, name, label, path, file_crc32, &obj, &layout, &imports, code, data, &images);
-        for s in obj.symbols.iter().filter(|s| s.is_export() && section_loaded(&obj, s.def)) {
-            let Some(sym) = component.symbols.iter().find(|c| c.global && c.name == s.name) else { continue };
+        let component = Self::record(
+            id, name, label, path, file_crc32, &obj, &layout, &imports, code, data, &images,
+        );
+        for s in obj
+            .symbols
+            .iter()
+            .filter(|s| s.is_export() && section_loaded(&obj, s.def))
+        {
+            let Some(sym) = component
+                .symbols
+                .iter()
+                .find(|c| c.global && c.name == s.name)
+            else {
+                continue;
+            };
             let weak = s.binding == parse::Binding::Weak;
-            self.exports.entry(s.name.clone()).or_insert(Export { component: id, addr: sym.addr, kind: sym.kind, size: sym.size, weak });
+            self.exports.entry(s.name.clone()).or_insert(Export {
+                component: id,
+                addr: sym.addr,
+                kind: sym.kind,
+                size: sym.size,
+                weak,
+            });
         }
         log::debug!(
             "component {} loaded as {id}: code {:#x}+{:#x}, data {:#x}+{:#x}, {} imports, {} stubs",
@@ -318,13 +403,29 @@ impl ComponentManager {
 
     /// Refuse a component whose strong global definitions clash with a loaded component's.
     fn check_exports(&self, obj: &Object, label: &str) -> Result<(), ComponentError> {
-        for s in obj.symbols.iter().filter(|s| s.is_export() && section_loaded(obj, s.def)) {
-            let Some(existing) = self.exports.get(&s.name) else { continue };
+        for s in obj
+            .symbols
+            .iter()
+            .filter(|s| s.is_export() && section_loaded(obj, s.def))
+        {
+            let Some(existing) = self.exports.get(&s.name) else {
+                continue;
+            };
             if !existing.weak && s.binding != parse::Binding::Weak {
-                let existing = self.components.get(&existing.component).map_or_else(|| existing.component.to_string(), |c| c.label.clone());
-                return Err(ComponentError::DuplicateSymbol { component: label.to_string(), symbol: s.name.clone(), existing });
+                let existing = self
+                    .components
+                    .get(&existing.component)
+                    .map_or_else(|| existing.component.to_string(), |c| c.label.clone());
+                return Err(ComponentError::DuplicateSymbol {
+                    component: label.to_string(),
+                    symbol: s.name.clone(),
+                    existing,
+                });
             }
-            log::debug!("component {label}: weak clash on {}, the definition loaded first stays exported", s.name);
+            log::debug!(
+                "component {label}: weak clash on {}, the definition loaded first stays exported",
+                s.name
+            );
         }
         Ok(())
     }
@@ -340,21 +441,48 @@ impl ComponentManager {
         near: u64,
         allocated: &mut Vec<RepoBlock>,
     ) -> Result<(Placed, Placed, Images), ComponentError> {
-        let terr = |what: String| move |error| ComponentError::Target { component: label.to_string(), what, error };
-        let code = alloc_aligned(target, near, layout.code, BlockKind::Code, allocated)
-            .map_err(terr(format!("allocating the code block ({} bytes near {near:#x})", layout.code.size)))?;
+        let terr = |what: String| {
+            move |error| ComponentError::Target {
+                component: label.to_string(),
+                what,
+                error,
+            }
+        };
+        let code = alloc_aligned(target, near, layout.code, BlockKind::Code, allocated).map_err(
+            terr(format!(
+                "allocating the code block ({} bytes near {near:#x})",
+                layout.code.size
+            )),
+        )?;
         let data = alloc_aligned(target, code.base, layout.data, BlockKind::Data, allocated)
-            .map_err(terr(format!("allocating the data block ({} bytes near {:#x})", layout.data.size, code.base)))?;
-        let mut images = reloc::link(obj, layout, imports, code.base, data.base)
-            .map_err(|error| ComponentError::Reloc { component: label.to_string(), error: Box::new(error) })?;
-        rethunk::apply(obj, layout, rethunk::Returns::of(&*target), &mut images.code, code.base);
+            .map_err(terr(format!(
+                "allocating the data block ({} bytes near {:#x})",
+                layout.data.size, code.base
+            )))?;
+        let mut images =
+            reloc::link(obj, layout, imports, code.base, data.base).map_err(|error| {
+                ComponentError::Reloc {
+                    component: label.to_string(),
+                    error: Box::new(error),
+                }
+            })?;
+        rethunk::apply(
+            obj,
+            layout,
+            rethunk::Returns::of(&*target),
+            &mut images.code,
+            code.base,
+        );
         target
             .write(&code.block, code.offset(), &images.code)
             .map_err(terr(format!("writing the code block at {:#x}", code.base)))?;
         target
             .write(&data.block, data.offset(), &images.data)
             .map_err(terr(format!("writing the data block at {:#x}", data.base)))?;
-        target.seal(&code.block).map_err(terr(format!("sealing the code block at {:#x}", code.block.addr)))?;
+        target.seal(&code.block).map_err(terr(format!(
+            "sealing the code block at {:#x}",
+            code.block.addr
+        )))?;
         Ok((code, data, images))
     }
 
@@ -372,24 +500,32 @@ impl ComponentManager {
         data: Placed,
         images: &Images,
     ) -> LoadedComponent {
-        let base = |kind| if kind == BlockKind::Code { code.base } else { data.base };
+        let base = |kind| {
+            if kind == BlockKind::Code {
+                code.base
+            } else {
+                data.base
+            }
+        };
         let mut symbols = Vec::new();
         for s in &obj.symbols {
             if s.name.is_empty() || matches!(s.ty, SymbolType::Section | SymbolType::File) {
                 continue;
             }
             let (addr, place) = match s.def {
-                SymbolDef::Section { index, value } => match layout.sections.get(index).copied().flatten() {
-                    Some(slot) => {
-                        let place = match obj.sections[index].placement {
-                            Placement::Code => SymbolPlace::Code,
-                            Placement::Bss => SymbolPlace::Bss,
-                            _ => SymbolPlace::Data,
-                        };
-                        (base(slot.kind) + slot.offset as u64 + value, place)
+                SymbolDef::Section { index, value } => {
+                    match layout.sections.get(index).copied().flatten() {
+                        Some(slot) => {
+                            let place = match obj.sections[index].placement {
+                                Placement::Code => SymbolPlace::Code,
+                                Placement::Bss => SymbolPlace::Bss,
+                                _ => SymbolPlace::Data,
+                            };
+                            (base(slot.kind) + slot.offset as u64 + value, place)
+                        }
+                        None => continue,
                     }
-                    None => continue,
-                },
+                }
                 SymbolDef::Common { .. } => match layout.commons.get(&s.index) {
                     Some(&offset) => (data.base + offset as u64, SymbolPlace::Common),
                     None => continue,
@@ -401,7 +537,14 @@ impl ComponentManager {
                 SymbolType::Object => SymbolKind::Object,
                 _ => SymbolKind::Other,
             };
-            symbols.push(ComponentSymbol { name: s.name.clone(), addr, size: s.size, kind, global: s.is_export(), place });
+            symbols.push(ComponentSymbol {
+                name: s.name.clone(),
+                addr,
+                size: s.size,
+                kind,
+                global: s.is_export(),
+                place,
+            });
         }
         let mut depends_on = BTreeSet::new();
         let mut import_list = Vec::new();
@@ -411,7 +554,11 @@ impl ComponentManager {
             }
             import_list.push((import.name.clone(), import.addr));
         }
-        let stubs = images.stubs_used.iter().map(|&s| (obj.symbol_name(s), code.base + layout.stubs[&s] as u64)).collect();
+        let stubs = images
+            .stubs_used
+            .iter()
+            .map(|&s| (obj.symbol_name(s), code.base + layout.stubs[&s] as u64))
+            .collect();
         LoadedComponent {
             id,
             name,
@@ -438,24 +585,56 @@ impl ComponentManager {
     /// it; then waits for quiescence of both blocks and frees them. If quiescence fails the
     /// component stays loaded; once quiesced it is forgotten even if a free fails (the error
     /// names the block).
-    pub fn unload(&mut self, target: &mut dyn Target, id: ComponentId) -> Result<(), ComponentError> {
-        let c = self.components.get(&id).ok_or(ComponentError::UnknownId(id))?;
+    pub fn unload(
+        &mut self,
+        target: &mut dyn Target,
+        id: ComponentId,
+    ) -> Result<(), ComponentError> {
+        let c = self
+            .components
+            .get(&id)
+            .ok_or(ComponentError::UnknownId(id))?;
         if c.refs > 0 {
-            return Err(ComponentError::InUse { component: c.label.clone(), refs: c.refs });
+            return Err(ComponentError::InUse {
+                component: c.label.clone(),
+                refs: c.refs,
+            });
         }
-        let importers: Vec<String> = self.components.values().filter(|o| o.depends_on.contains(&id)).map(|o| o.label.clone()).collect();
+        let importers: Vec<String> = self
+            .components
+            .values()
+            .filter(|o| o.depends_on.contains(&id))
+            .map(|o| o.label.clone())
+            .collect();
         if !importers.is_empty() {
-            return Err(ComponentError::Imported { component: c.label.clone(), importers });
+            return Err(ComponentError::Imported {
+                component: c.label.clone(),
+                importers,
+            });
         }
-        let terr = |what: String, error| ComponentError::Target { component: c.label.clone(), what, error };
-        target.quiesce(&c.ranges()).map_err(|e| terr("waiting for quiescence before unloading".into(), e))?;
-        let c = self.components.remove(&id).ok_or(ComponentError::UnknownId(id))?;
+        let terr = |what: String, error| ComponentError::Target {
+            component: c.label.clone(),
+            what,
+            error,
+        };
+        target
+            .quiesce(&c.ranges())
+            .map_err(|e| terr("waiting for quiescence before unloading".into(), e))?;
+        let c = self
+            .components
+            .remove(&id)
+            .ok_or(ComponentError::UnknownId(id))?;
         self.exports.retain(|_, e| e.component != id);
         log::debug!("component {} ({id}) unloaded", c.label);
         let mut result = Ok(());
         for block in [&c.code, &c.data] {
             if let Err(error) = target.free(block) {
-                log::warn!("component {}: freeing {:?} block at {:#x}: {error}", c.label, block.kind, block.addr);
+                log::warn!(
+                    "component {}: freeing {:?} block at {:#x}: {error}",
+                    c.label,
+                    block.kind,
+                    block.addr
+                );
                 if result.is_ok() {
                     result = Err(ComponentError::Target {
                         component: c.label.clone(),
@@ -473,7 +652,10 @@ impl ComponentManager {
     }
 
     pub fn by_name(&self, name: &str) -> Option<ComponentId> {
-        self.components.values().find(|c| c.name == name).map(|c| c.id)
+        self.components
+            .values()
+            .find(|c| c.name == name)
+            .map(|c| c.id)
     }
 
     /// Loaded components in load order.
@@ -489,10 +671,16 @@ impl ComponentManager {
 
     /// The exported symbol `name` and its component.
     fn exported(&self, name: &str) -> Result<(&LoadedComponent, &ComponentSymbol), ComponentError> {
-        let unknown = || ComponentError::UnknownSymbol { symbol: name.to_string() };
+        let unknown = || ComponentError::UnknownSymbol {
+            symbol: name.to_string(),
+        };
         let e = self.exports.get(name).ok_or_else(unknown)?;
         let c = self.components.get(&e.component).ok_or_else(unknown)?;
-        let s = c.symbols.iter().find(|s| s.global && s.name == name && s.addr == e.addr).ok_or_else(unknown)?;
+        let s = c
+            .symbols
+            .iter()
+            .find(|s| s.global && s.name == name && s.addr == e.addr)
+            .ok_or_else(unknown)?;
         Ok((c, s))
     }
 
@@ -500,16 +688,27 @@ impl ComponentManager {
     /// assembly label) inside a code section of its component, inside the code image.
     pub fn entry(&self, name: &str) -> Result<(ComponentId, u64), ComponentError> {
         let (c, s) = self.exported(name)?;
-        let refuse = |reason: String| ComponentError::NotAnEntry { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, reason };
+        let refuse = |reason: String| ComponentError::NotAnEntry {
+            component: c.label.clone(),
+            symbol: name.to_string(),
+            addr: s.addr,
+            reason,
+        };
         // `Unknown`: state saved before places were kept; the address range decides below.
         if !matches!(s.place, SymbolPlace::Code | SymbolPlace::Unknown) {
-            return Err(refuse(format!("it lies in {:?} memory, not in a code section", s.place)));
+            return Err(refuse(format!(
+                "it lies in {:?} memory, not in a code section",
+                s.place
+            )));
         }
         if !matches!(s.kind, SymbolKind::Function | SymbolKind::Other) {
             return Err(refuse(format!("it is {:?}, not a function", s.kind)));
         }
         if !c.in_code_image(s.addr, s.size.max(1)) {
-            return Err(refuse(format!("it lies outside the code image {:#x}+{:#x}", c.code_addr, c.code_len)));
+            return Err(refuse(format!(
+                "it lies outside the code image {:#x}+{:#x}",
+                c.code_addr, c.code_len
+            )));
         }
         Ok((c.id, s.addr))
     }
@@ -518,9 +717,21 @@ impl ComponentManager {
     /// data, bss or common section, at least `size` bytes long, inside the data image.
     pub fn variable(&self, name: &str, size: u64) -> Result<(ComponentId, u64), ComponentError> {
         let (c, s) = self.exported(name)?;
-        let refuse = |reason: String| ComponentError::NotAVariable { component: c.label.clone(), symbol: name.to_string(), addr: s.addr, size, reason };
-        if !matches!(s.place, SymbolPlace::Data | SymbolPlace::Bss | SymbolPlace::Common | SymbolPlace::Unknown) {
-            return Err(refuse(format!("it lies in {:?} memory, not in a data or bss section", s.place)));
+        let refuse = |reason: String| ComponentError::NotAVariable {
+            component: c.label.clone(),
+            symbol: name.to_string(),
+            addr: s.addr,
+            size,
+            reason,
+        };
+        if !matches!(
+            s.place,
+            SymbolPlace::Data | SymbolPlace::Bss | SymbolPlace::Common | SymbolPlace::Unknown
+        ) {
+            return Err(refuse(format!(
+                "it lies in {:?} memory, not in a data or bss section",
+                s.place
+            )));
         }
         if s.kind == SymbolKind::Function {
             return Err(refuse("it is a function".to_string()));
@@ -529,39 +740,62 @@ impl ComponentManager {
             return Err(refuse(format!("it is {} bytes long", s.size)));
         }
         if !c.in_data_image(s.addr, size) {
-            return Err(refuse(format!("it lies outside the data image {:#x}+{:#x}", c.data_addr, c.data_len)));
+            return Err(refuse(format!(
+                "it lies outside the data image {:#x}+{:#x}",
+                c.data_addr, c.data_len
+            )));
         }
         Ok((c.id, s.addr))
     }
 
     /// The component whose code or data block contains `addr`.
     pub fn owner_of(&self, addr: u64) -> Option<ComponentId> {
-        self.components.values().find(|c| c.code.contains(addr) || c.data.contains(addr)).map(|c| c.id)
+        self.components
+            .values()
+            .find(|c| c.code.contains(addr) || c.data.contains(addr))
+            .map(|c| c.id)
     }
 
     /// Count one more user (a splice) of the component; returns the new count.
     pub fn acquire(&mut self, id: ComponentId) -> Result<usize, ComponentError> {
-        let c = self.components.get_mut(&id).ok_or(ComponentError::UnknownId(id))?;
+        let c = self
+            .components
+            .get_mut(&id)
+            .ok_or(ComponentError::UnknownId(id))?;
         c.refs += 1;
         Ok(c.refs)
     }
 
     /// Count one user less; returns the new count.
     pub fn release(&mut self, id: ComponentId) -> Result<usize, ComponentError> {
-        let c = self.components.get_mut(&id).ok_or(ComponentError::UnknownId(id))?;
-        c.refs = c.refs.checked_sub(1).ok_or_else(|| ComponentError::NotAcquired { component: c.label.clone() })?;
+        let c = self
+            .components
+            .get_mut(&id)
+            .ok_or(ComponentError::UnknownId(id))?;
+        c.refs = c
+            .refs
+            .checked_sub(1)
+            .ok_or_else(|| ComponentError::NotAcquired {
+                component: c.label.clone(),
+            })?;
         Ok(c.refs)
     }
 
     /// Re-read the component's code image from the target and compare its CRC32 with the one
     /// recorded when it was written (done before each apply).
     pub fn verify(&self, target: &dyn Target, id: ComponentId) -> Result<(), ComponentError> {
-        let c = self.components.get(&id).ok_or(ComponentError::UnknownId(id))?;
-        let bytes = target.read(c.code_addr, c.code_len).map_err(|error| ComponentError::Target {
-            component: c.label.clone(),
-            what: format!("reading back the code at {:#x}", c.code_addr),
-            error,
-        })?;
+        let c = self
+            .components
+            .get(&id)
+            .ok_or(ComponentError::UnknownId(id))?;
+        let bytes =
+            target
+                .read(c.code_addr, c.code_len)
+                .map_err(|error| ComponentError::Target {
+                    component: c.label.clone(),
+                    what: format!("reading back the code at {:#x}", c.code_addr),
+                    error,
+                })?;
         let actual = crc32fast::hash(&bytes);
         if actual != c.code_crc32 {
             return Err(ComponentError::CodeModified {
@@ -585,7 +819,10 @@ fn inside(addr: u64, len: u64, start: u64, size: usize) -> bool {
 /// Whether a symbol definition lies in memory the component owns.
 fn section_loaded(obj: &Object, def: SymbolDef) -> bool {
     match def {
-        SymbolDef::Section { index, .. } => obj.sections.get(index).is_some_and(|s| s.placement.is_loaded()),
+        SymbolDef::Section { index, .. } => obj
+            .sections
+            .get(index)
+            .is_some_and(|s| s.placement.is_loaded()),
         SymbolDef::Common { .. } => true,
         SymbolDef::Undefined | SymbolDef::Absolute(_) => false,
     }
@@ -604,20 +841,30 @@ fn alloc_aligned(
     let block = target.alloc(near, plan.size, kind)?;
     if block.addr % plan.align == 0 {
         allocated.push(block.clone());
-        return Ok(Placed { base: block.addr, block });
+        return Ok(Placed {
+            base: block.addr,
+            block,
+        });
     }
-    log::debug!("{kind:?} block at {:#x} is not {}-aligned: allocating a padded one", block.addr, plan.align);
+    log::debug!(
+        "{kind:?} block at {:#x} is not {}-aligned: allocating a padded one",
+        block.addr,
+        plan.align
+    );
     target.free(&block)?;
     let pad = usize::try_from(plan.align - 1).map_err(|_| TargetError::Alloc {
         near,
         size: plan.size,
         reason: format!("alignment {} cannot be padded", plan.align),
     })?;
-    let padded = plan.size.checked_add(pad).ok_or_else(|| TargetError::Alloc {
-        near,
-        size: plan.size,
-        reason: format!("alignment {} cannot be padded", plan.align),
-    })?;
+    let padded = plan
+        .size
+        .checked_add(pad)
+        .ok_or_else(|| TargetError::Alloc {
+            near,
+            size: plan.size,
+            reason: format!("alignment {} cannot be padded", plan.align),
+        })?;
     let block = target.alloc(near, padded, kind)?;
     allocated.push(block.clone());
     let base = block.addr.next_multiple_of(plan.align);

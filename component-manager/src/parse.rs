@@ -24,7 +24,9 @@
 use std::collections::BTreeMap;
 
 use object::elf;
-use object::read::elf::{FileHeader, Rela as _, SectionHeader as _, SectionTable, Sym as _, SymbolTable};
+use object::read::elf::{
+    FileHeader, Rela as _, SectionHeader as _, SectionTable, Sym as _, SymbolTable,
+};
 use object::LittleEndian as LE;
 use thiserror::Error;
 
@@ -56,17 +58,41 @@ pub enum ParseError {
     #[error("declared splice {record:?} in {SPLICES_SECTION}: {reason}")]
     Splice { record: String, reason: String },
     #[error("symbol {symbol} (#{index}) is defined in section index {shndx:#x}, which is not a section of this file ({sections} sections)")]
-    SymbolSection { symbol: String, index: usize, shndx: u32, sections: usize },
+    SymbolSection {
+        symbol: String,
+        index: usize,
+        shndx: u32,
+        sections: usize,
+    },
     #[error("relocation section {section} (#{index}) applies to section index {target}, which does not exist")]
-    RelocationTarget { section: String, index: usize, target: u32 },
+    RelocationTarget {
+        section: String,
+        index: usize,
+        target: u32,
+    },
     #[error("relocation section {section} (#{index}) links section {link} instead of the symbol table (section {symtab})")]
-    RelocationLink { section: String, index: usize, link: usize, symtab: usize },
+    RelocationLink {
+        section: String,
+        index: usize,
+        link: usize,
+        symtab: usize,
+    },
     #[error("relocation #{entry} of {section} (at {target}+{offset:#x}) names symbol index {symbol}, past the end of the symbol table ({symbols} symbols)")]
-    RelocationSymbol { section: String, entry: usize, target: String, offset: u64, symbol: u64, symbols: usize },
+    RelocationSymbol {
+        section: String,
+        entry: usize,
+        target: String,
+        offset: u64,
+        symbol: u64,
+        symbols: usize,
+    },
 }
 
 fn malformed(what: impl Into<String>, reason: impl ToString) -> ParseError {
-    ParseError::Malformed { what: what.into(), reason: reason.to_string() }
+    ParseError::Malformed {
+        what: what.into(),
+        reason: reason.to_string(),
+    }
 }
 
 /// Where a section goes.
@@ -201,10 +227,15 @@ impl DeclaredSplice {
     /// Parse one record: `at=...;action=...;handler=...;mechanism=...` (all four keys, each
     /// once, in any order), with any of [`SPLICE_OPTIONAL_KEYS`].
     pub fn parse(record: &str) -> Result<DeclaredSplice, ParseError> {
-        let err = |reason: String| ParseError::Splice { record: record.to_string(), reason };
+        let err = |reason: String| ParseError::Splice {
+            record: record.to_string(),
+            reason,
+        };
         let mut fields = BTreeMap::new();
         for field in record.split(';') {
-            let (key, value) = field.split_once('=').ok_or_else(|| err(format!("field {field:?} is not key=value")))?;
+            let (key, value) = field
+                .split_once('=')
+                .ok_or_else(|| err(format!("field {field:?} is not key=value")))?;
             if !SPLICE_KEYS.contains(&key) && !SPLICE_OPTIONAL_KEYS.contains(&key) {
                 return Err(err(format!("unknown key {key:?}")));
             }
@@ -256,7 +287,9 @@ pub struct Object {
 impl Object {
     /// Name of section `index` for messages (`"section 7"` when out of range).
     pub fn section_name(&self, index: usize) -> String {
-        self.sections.get(index).map_or_else(|| format!("section {index}"), |s| s.name.clone())
+        self.sections
+            .get(index)
+            .map_or_else(|| format!("section {index}"), |s| s.name.clone())
     }
 
     /// Name of symbol `index` for messages.
@@ -327,30 +360,46 @@ fn check_header(bytes: &[u8]) -> Result<&Header, ParseError> {
         return Err(ParseError::TooShort { len: bytes.len() });
     }
     if bytes[..4] != elf::ELFMAG {
-        return Err(ParseError::NotElf { found: trapvec::error::hex(&bytes[..4]) });
+        return Err(ParseError::NotElf {
+            found: trapvec::error::hex(&bytes[..4]),
+        });
     }
     let class = bytes[EI_CLASS];
     if class != elf::ELFCLASS64 {
-        return Err(ParseError::Class { name: class_name(class), value: class });
+        return Err(ParseError::Class {
+            name: class_name(class),
+            value: class,
+        });
     }
     let encoding = bytes[EI_DATA];
     if encoding != elf::ELFDATA2LSB {
-        return Err(ParseError::Encoding { name: encoding_name(encoding), value: encoding });
+        return Err(ParseError::Encoding {
+            name: encoding_name(encoding),
+            value: encoding,
+        });
     }
     let header = Header::parse(bytes).map_err(|e| malformed("the ELF header (64 bytes)", e))?;
     let e_type = header.e_type.get(LE);
     if e_type != elf::ET_REL {
-        return Err(ParseError::Type { name: type_name(e_type), value: e_type });
+        return Err(ParseError::Type {
+            name: type_name(e_type),
+            value: e_type,
+        });
     }
     let machine = header.e_machine.get(LE);
     if machine != elf::EM_X86_64 {
-        return Err(ParseError::Machine { name: machine_name(machine), value: machine });
+        return Err(ParseError::Machine {
+            name: machine_name(machine),
+            value: machine,
+        });
     }
     Ok(header)
 }
 
 fn utf8(bytes: &[u8], what: impl FnOnce() -> String) -> Result<String, ParseError> {
-    std::str::from_utf8(bytes).map(str::to_owned).map_err(|e| malformed(what(), e))
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|e| malformed(what(), e))
 }
 
 /// Decide where a section goes (see the module docs for the rules).
@@ -362,7 +411,9 @@ fn placement(name: &str, sh_type: u32, flags: u64) -> Result<Placement, String> 
         return Ok(Placement::NotLoaded("not SHF_ALLOC"));
     }
     if name == SPLICES_SECTION {
-        return Ok(Placement::NotLoaded("declared splices are parsed, not loaded"));
+        return Ok(Placement::NotLoaded(
+            "declared splices are parsed, not loaded",
+        ));
     }
     if name == ".eh_frame" || sh_type == elf::SHT_X86_64_UNWIND {
         return Ok(Placement::NotLoaded("unwind tables are dropped"));
@@ -371,12 +422,20 @@ fn placement(name: &str, sh_type: u32, flags: u64) -> Result<Placement, String> 
         return Ok(Placement::NotLoaded("notes are dropped"));
     }
     if flags & TLS != 0 {
-        return Ok(Placement::NotLoaded("thread-local storage is not supported"));
+        return Ok(Placement::NotLoaded(
+            "thread-local storage is not supported",
+        ));
     }
-    let ctor = matches!(sh_type, elf::SHT_INIT_ARRAY | elf::SHT_FINI_ARRAY | elf::SHT_PREINIT_ARRAY)
-        || [".ctors", ".dtors"].iter().any(|p| name == *p || name.starts_with(&format!("{p}.")));
+    let ctor = matches!(
+        sh_type,
+        elf::SHT_INIT_ARRAY | elf::SHT_FINI_ARRAY | elf::SHT_PREINIT_ARRAY
+    ) || [".ctors", ".dtors"]
+        .iter()
+        .any(|p| name == *p || name.starts_with(&format!("{p}.")));
     if ctor {
-        return Err("constructors and destructors are not supported (the loader runs none)".to_string());
+        return Err(
+            "constructors and destructors are not supported (the loader runs none)".to_string(),
+        );
     }
     if flags & EXEC != 0 {
         return Ok(Placement::Code);
@@ -387,35 +446,54 @@ fn placement(name: &str, sh_type: u32, flags: u64) -> Result<Placement, String> 
     Ok(Placement::Data)
 }
 
-
 /// Parse and check a component's bytes.
 pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
     let header = check_header(bytes)?;
-    let table = header.sections(LE, bytes).map_err(|e| malformed("the section headers", e))?;
-    let symtab = table.symbols(LE, bytes, elf::SHT_SYMTAB).map_err(|e| malformed("the symbol table", e))?;
+    let table = header
+        .sections(LE, bytes)
+        .map_err(|e| malformed("the section headers", e))?;
+    let symtab = table
+        .symbols(LE, bytes, elf::SHT_SYMTAB)
+        .map_err(|e| malformed("the symbol table", e))?;
 
     let mut sections = Vec::with_capacity(table.len());
     for (index, header) in table.enumerate() {
         let index = index.0;
-        let raw_name = table.section_name(LE, header).map_err(|e| malformed(format!("the name of section {index}"), e))?;
+        let raw_name = table
+            .section_name(LE, header)
+            .map_err(|e| malformed(format!("the name of section {index}"), e))?;
         let name = utf8(raw_name, || format!("the name of section {index}"))?;
         let sh_type = header.sh_type(LE);
         let flags = header.sh_flags(LE);
         let placement = if index == 0 || sh_type == elf::SHT_NULL {
             Placement::NotLoaded("null section")
         } else {
-            placement(&name, sh_type, flags).map_err(|reason| ParseError::Section { section: name.clone(), reason })?
+            placement(&name, sh_type, flags).map_err(|reason| ParseError::Section {
+                section: name.clone(),
+                reason,
+            })?
         };
         let align = header.sh_addralign(LE).max(1);
         let size = header.sh_size(LE);
         let data = match placement {
-            Placement::Code | Placement::Data => {
-                header.data(LE, bytes).map_err(|e| malformed(format!("the contents of section {name}"), e))?.to_vec()
-            }
+            Placement::Code | Placement::Data => header
+                .data(LE, bytes)
+                .map_err(|e| malformed(format!("the contents of section {name}"), e))?
+                .to_vec(),
             _ => Vec::new(),
         };
         log::debug!("section {index} {name}: {placement:?}, {size:#x} bytes, align {align}");
-        sections.push(Section { index, name, placement, size, align, data, sh_type, flags, info: header.sh_info(LE) });
+        sections.push(Section {
+            index,
+            name,
+            placement,
+            size,
+            align,
+            data,
+            sh_type,
+            flags,
+            info: header.sh_info(LE),
+        });
     }
 
     let symbols = parse_symbols(&symtab, &sections)?;
@@ -423,17 +501,29 @@ pub fn parse(bytes: &[u8]) -> Result<Object, ParseError> {
 
     let declared_splices = match sections.iter().find(|s| s.name == SPLICES_SECTION) {
         Some(s) => {
-            let header = table.section(object::SectionIndex(s.index)).map_err(|e| malformed(SPLICES_SECTION, e))?;
-            let data = header.data(LE, bytes).map_err(|e| malformed(format!("the contents of section {SPLICES_SECTION}"), e))?;
+            let header = table
+                .section(object::SectionIndex(s.index))
+                .map_err(|e| malformed(SPLICES_SECTION, e))?;
+            let data = header
+                .data(LE, bytes)
+                .map_err(|e| malformed(format!("the contents of section {SPLICES_SECTION}"), e))?;
             parse_splices(data)?
         }
         None => Vec::new(),
     };
 
-    Ok(Object { sections, symbols, relocations, declared_splices })
+    Ok(Object {
+        sections,
+        symbols,
+        relocations,
+        declared_splices,
+    })
 }
 
-fn parse_symbols(table: &SymbolTable<'_, Header>, sections: &[Section]) -> Result<Vec<Symbol>, ParseError> {
+fn parse_symbols(
+    table: &SymbolTable<'_, Header>,
+    sections: &[Section],
+) -> Result<Vec<Symbol>, ParseError> {
     let mut symbols = Vec::with_capacity(table.len());
     for (index, sym) in table.enumerate() {
         let index = index.0;
@@ -443,15 +533,28 @@ fn parse_symbols(table: &SymbolTable<'_, Header>, sections: &[Section]) -> Resul
         let def = match shndx {
             elf::SHN_UNDEF => SymbolDef::Undefined,
             elf::SHN_ABS => SymbolDef::Absolute(value),
-            elf::SHN_COMMON => SymbolDef::Common { align: value.max(1) },
+            elf::SHN_COMMON => SymbolDef::Common {
+                align: value.max(1),
+            },
             _ => {
                 let bad = |shndx: u32| {
-                    let symbol = table.symbol_name(LE, sym).ok().and_then(|n| std::str::from_utf8(n).ok()).filter(|n| !n.is_empty());
+                    let symbol = table
+                        .symbol_name(LE, sym)
+                        .ok()
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                        .filter(|n| !n.is_empty());
                     let symbol = symbol.map_or_else(what, str::to_owned);
-                    ParseError::SymbolSection { symbol, index, shndx, sections: sections.len() }
+                    ParseError::SymbolSection {
+                        symbol,
+                        index,
+                        shndx,
+                        sections: sections.len(),
+                    }
                 };
                 match table.symbol_section(LE, sym, object::SymbolIndex(index)) {
-                    Ok(Some(s)) if s.0 > 0 && s.0 < sections.len() => SymbolDef::Section { index: s.0, value },
+                    Ok(Some(s)) if s.0 > 0 && s.0 < sections.len() => {
+                        SymbolDef::Section { index: s.0, value }
+                    }
                     Ok(Some(s)) => return Err(bad(u32::try_from(s.0).unwrap_or(u32::MAX))),
                     Ok(None) => return Err(bad(u32::from(shndx))),
                     Err(e) => return Err(malformed(what(), e)),
@@ -473,10 +576,23 @@ fn parse_symbols(table: &SymbolTable<'_, Header>, sections: &[Section]) -> Resul
         };
         let name = match (ty, def) {
             (SymbolType::Section, SymbolDef::Section { index, .. }) => sections[index].name.clone(),
-            _ => utf8(table.symbol_name(LE, sym).map_err(|e| malformed(format!("the name of {}", what()), e))?, what)?,
+            _ => utf8(
+                table
+                    .symbol_name(LE, sym)
+                    .map_err(|e| malformed(format!("the name of {}", what()), e))?,
+                what,
+            )?,
         };
         let hidden = matches!(sym.st_visibility(), elf::STV_HIDDEN | elf::STV_INTERNAL);
-        symbols.push(Symbol { index, name, def, size: sym.st_size(LE), ty, binding, hidden });
+        symbols.push(Symbol {
+            index,
+            name,
+            def,
+            size: sym.st_size(LE),
+            ty,
+            binding,
+            hidden,
+        });
     }
     Ok(symbols)
 }
@@ -499,10 +615,18 @@ fn parse_relocations(
         let info = header.sh_info(LE);
         let target = usize::try_from(info).unwrap_or(usize::MAX);
         let Some(applies_to) = sections.get(target).filter(|_| target > 0) else {
-            return Err(ParseError::RelocationTarget { section: name.clone(), index, target: info });
+            return Err(ParseError::RelocationTarget {
+                section: name.clone(),
+                index,
+                target: info,
+            });
         };
         if !applies_to.placement.is_loaded() {
-            log::debug!("relocation section {name} dropped with {} ({:?})", applies_to.name, applies_to.placement);
+            log::debug!(
+                "relocation section {name} dropped with {} ({:?})",
+                applies_to.name,
+                applies_to.placement
+            );
             continue;
         }
         let (relas, link) = header
@@ -510,9 +634,16 @@ fn parse_relocations(
             .map_err(|e| malformed(format!("relocation section {name}"), e))?
             .ok_or_else(|| malformed(format!("relocation section {name}"), "not SHT_RELA"))?;
         if link != symtab {
-            return Err(ParseError::RelocationLink { section: name.clone(), index, link: link.0, symtab: symtab.0 });
+            return Err(ParseError::RelocationLink {
+                section: name.clone(),
+                index,
+                link: link.0,
+                symtab: symtab.0,
+            });
         }
-        relocations.try_reserve(relas.len()).map_err(|e| malformed(format!("relocation section {name}"), e))?;
+        relocations
+            .try_reserve(relas.len())
+            .map_err(|e| malformed(format!("relocation section {name}"), e))?;
         for (i, rela) in relas.iter().enumerate() {
             let raw_symbol = rela.r_sym(LE, false);
             let symbol = usize::try_from(raw_symbol).unwrap_or(usize::MAX);
@@ -543,8 +674,10 @@ fn parse_relocations(
 pub fn parse_splices(data: &[u8]) -> Result<Vec<DeclaredSplice>, ParseError> {
     let mut out = Vec::new();
     for raw in data.split(|&b| b == 0).filter(|r| !r.is_empty()) {
-        let record = std::str::from_utf8(raw)
-            .map_err(|_| ParseError::Splice { record: String::from_utf8_lossy(raw).into_owned(), reason: "not UTF-8".to_string() })?;
+        let record = std::str::from_utf8(raw).map_err(|_| ParseError::Splice {
+            record: String::from_utf8_lossy(raw).into_owned(),
+            reason: "not UTF-8".to_string(),
+        })?;
         out.push(DeclaredSplice::parse(record)?);
     }
     Ok(out)
@@ -561,20 +694,33 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                DeclaredSplice::parse("at=compute+0;action=call;handler=count;mechanism=trap").unwrap(),
+                DeclaredSplice::parse("at=compute+0;action=call;handler=count;mechanism=trap")
+                    .unwrap(),
                 DeclaredSplice::parse("mechanism=jmp;handler=g;action=replace;at=f").unwrap(),
             ]
         );
         let fields: Vec<(&str, &str)> = got[1].fields().collect();
-        assert_eq!(fields, [("action", "replace"), ("at", "f"), ("handler", "g"), ("mechanism", "jmp")]);
-        assert_eq!((got[0].at(), got[0].handler(), got[0].get("mechanism")), ("compute+0", "count", Some("trap")));
+        assert_eq!(
+            fields,
+            [
+                ("action", "replace"),
+                ("at", "f"),
+                ("handler", "g"),
+                ("mechanism", "jmp")
+            ]
+        );
+        assert_eq!(
+            (got[0].at(), got[0].handler(), got[0].get("mechanism")),
+            ("compute+0", "count", Some("trap"))
+        );
     }
 
     #[test]
     fn splice_record_missing_or_unknown_keys_is_an_error_naming_the_record() {
         let err = parse_splices(b"at=f;action=call;handler=h\0").unwrap_err();
         assert_eq!(err.to_string(), "declared splice \"at=f;action=call;handler=h\" in .trapvec.splices: key \"mechanism\" missing");
-        let err = parse_splices(b"at=f;action=call;handler=h;mechanism=trap;colour=red").unwrap_err();
+        let err =
+            parse_splices(b"at=f;action=call;handler=h;mechanism=trap;colour=red").unwrap_err();
         assert!(err.to_string().contains("unknown key \"colour\""), "{err}");
         let err = parse_splices(b"at=f;at=g;action=call;handler=h;mechanism=trap").unwrap_err();
         assert!(err.to_string().contains("key \"at\" given twice"), "{err}");
@@ -585,29 +731,70 @@ mod tests {
         let mut h = vec![0u8; 64];
         h[..4].copy_from_slice(&elf::ELFMAG);
         h[EI_CLASS] = elf::ELFCLASS32;
-        assert_eq!(check_header(&h).unwrap_err(), ParseError::Class { name: "ELFCLASS32", value: 1 });
+        assert_eq!(
+            check_header(&h).unwrap_err(),
+            ParseError::Class {
+                name: "ELFCLASS32",
+                value: 1
+            }
+        );
         h[EI_CLASS] = elf::ELFCLASS64;
         h[EI_DATA] = elf::ELFDATA2MSB;
-        assert!(check_header(&h).unwrap_err().to_string().starts_with("data encoding is ELFDATA2MSB (big endian) (2)"));
-        assert_eq!(check_header(&h[..10]).unwrap_err(), ParseError::TooShort { len: 10 });
-        assert_eq!(check_header(b"MZ\x90\0ffffffffffffffff").unwrap_err().to_string(), "not an ELF file (first bytes 4d 5a 90 00)");
+        assert!(check_header(&h)
+            .unwrap_err()
+            .to_string()
+            .starts_with("data encoding is ELFDATA2MSB (big endian) (2)"));
+        assert_eq!(
+            check_header(&h[..10]).unwrap_err(),
+            ParseError::TooShort { len: 10 }
+        );
+        assert_eq!(
+            check_header(b"MZ\x90\0ffffffffffffffff")
+                .unwrap_err()
+                .to_string(),
+            "not an ELF file (first bytes 4d 5a 90 00)"
+        );
     }
 
     #[test]
     fn placement_drops_unwind_notes_and_splices_and_refuses_constructors() {
         let alloc = u64::from(elf::SHF_ALLOC);
         let exec = u64::from(elf::SHF_EXECINSTR);
-        assert_eq!(placement(".text", elf::SHT_PROGBITS, alloc | exec), Ok(Placement::Code));
-        assert_eq!(placement(".rodata.str1.1", elf::SHT_PROGBITS, alloc), Ok(Placement::Data));
-        assert_eq!(placement(".bss", elf::SHT_NOBITS, alloc), Ok(Placement::Bss));
-        assert!(!placement(".eh_frame", elf::SHT_X86_64_UNWIND, alloc).unwrap().is_loaded());
-        assert!(!placement(".note.gnu.property", elf::SHT_NOTE, alloc).unwrap().is_loaded());
-        assert!(!placement(SPLICES_SECTION, elf::SHT_PROGBITS, alloc).unwrap().is_loaded());
-        assert!(!placement(".debug_info", elf::SHT_PROGBITS, 0).unwrap().is_loaded());
-        assert!(!placement(".tbss", elf::SHT_NOBITS, alloc | u64::from(elf::SHF_TLS)).unwrap().is_loaded());
+        assert_eq!(
+            placement(".text", elf::SHT_PROGBITS, alloc | exec),
+            Ok(Placement::Code)
+        );
+        assert_eq!(
+            placement(".rodata.str1.1", elf::SHT_PROGBITS, alloc),
+            Ok(Placement::Data)
+        );
+        assert_eq!(
+            placement(".bss", elf::SHT_NOBITS, alloc),
+            Ok(Placement::Bss)
+        );
+        assert!(!placement(".eh_frame", elf::SHT_X86_64_UNWIND, alloc)
+            .unwrap()
+            .is_loaded());
+        assert!(!placement(".note.gnu.property", elf::SHT_NOTE, alloc)
+            .unwrap()
+            .is_loaded());
+        assert!(!placement(SPLICES_SECTION, elf::SHT_PROGBITS, alloc)
+            .unwrap()
+            .is_loaded());
+        assert!(!placement(".debug_info", elf::SHT_PROGBITS, 0)
+            .unwrap()
+            .is_loaded());
+        assert!(
+            !placement(".tbss", elf::SHT_NOBITS, alloc | u64::from(elf::SHF_TLS))
+                .unwrap()
+                .is_loaded()
+        );
         assert!(placement(".init_array", elf::SHT_INIT_ARRAY, alloc).is_err());
         assert!(placement(".ctors.65535", elf::SHT_PROGBITS, alloc).is_err());
         // Kernel components keep `__init` code in `.init.text`: that is ordinary code.
-        assert_eq!(placement(".init.text", elf::SHT_PROGBITS, alloc | exec), Ok(Placement::Code));
+        assert_eq!(
+            placement(".init.text", elf::SHT_PROGBITS, alloc | exec),
+            Ok(Placement::Code)
+        );
     }
 }

@@ -101,7 +101,10 @@ impl RelocType {
     }
 
     fn uses_got(self) -> bool {
-        matches!(self.0, elf::R_X86_64_GOTPCREL | elf::R_X86_64_GOTPCRELX | elf::R_X86_64_REX_GOTPCRELX)
+        matches!(
+            self.0,
+            elf::R_X86_64_GOTPCREL | elf::R_X86_64_GOTPCRELX | elf::R_X86_64_REX_GOTPCRELX
+        )
     }
 }
 
@@ -118,27 +121,91 @@ impl fmt::Display for RelocType {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RelocError {
     #[error("relocation {kind} at {section}+{offset:#x} is not supported")]
-    Unsupported { kind: RelocType, section: String, offset: u64 },
-    #[error("relocation {kind} at {section}+{offset:#x} lies outside the section ({size:#x} bytes)")]
-    OutOfBounds { kind: RelocType, section: String, offset: u64, size: u64 },
+    Unsupported {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+    },
+    #[error(
+        "relocation {kind} at {section}+{offset:#x} lies outside the section ({size:#x} bytes)"
+    )]
+    OutOfBounds {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        size: u64,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} patches a section without contents")]
-    NoContents { kind: RelocType, section: String, offset: u64 },
+    NoContents {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} refers to {symbol} in section {symbol_section}, which is not loaded ({why})")]
-    NotLoaded { kind: RelocType, section: String, offset: u64, symbol: String, symbol_section: String, why: &'static str },
-    #[error("relocation {kind} at {section}+{offset:#x} refers to {symbol}, which has no definition")]
-    Undefined { kind: RelocType, section: String, offset: u64, symbol: String },
+    NotLoaded {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+        symbol_section: String,
+        why: &'static str,
+    },
+    #[error(
+        "relocation {kind} at {section}+{offset:#x} refers to {symbol}, which has no definition"
+    )]
+    Undefined {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} against {symbol}: value {value} does not fit in {width}")]
-    Overflow { kind: RelocType, section: String, offset: u64, symbol: String, value: String, width: &'static str },
+    Overflow {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+        value: String,
+        width: &'static str,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} against data symbol {symbol} at {target:#x}: out of rel32 reach of the place {place:#x}")]
-    FarData { kind: RelocType, section: String, offset: u64, symbol: String, target: u64, place: u64 },
+    FarData {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+        target: u64,
+        place: u64,
+    },
     #[error("call stub of {symbol} at {stub:#x} cannot reach its GOT slot at {slot:#x}")]
-    StubReach { symbol: String, stub: u64, slot: u64 },
+    StubReach {
+        symbol: String,
+        stub: u64,
+        slot: u64,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} against {symbol} with addend {addend}: the instruction would reach outside {bound}")]
-    TargetOutside { kind: RelocType, section: String, offset: u64, symbol: String, addend: i64, bound: String },
+    TargetOutside {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+        addend: i64,
+        bound: String,
+    },
     #[error("relocation {kind} at {section}+{offset:#x} is a call or jump to {symbol}, which is {what}, not code")]
-    CallToData { kind: RelocType, section: String, offset: u64, symbol: String, what: String },
+    CallToData {
+        kind: RelocType,
+        section: String,
+        offset: u64,
+        symbol: String,
+        what: String,
+    },
     #[error("cannot allocate the {kind:?} image ({size:#x} bytes): {reason}")]
-    NoMemory { kind: BlockKind, size: usize, reason: String },
+    NoMemory {
+        kind: BlockKind,
+        size: usize,
+        reason: String,
+    },
 }
 
 /// Bytes from a rel32 field to the end of its instruction: the field itself, then at most a
@@ -186,11 +253,19 @@ pub fn check_targets(obj: &Object, imports: &[Option<Import>]) -> Result<(), Rel
             }
             continue;
         }
-        let in_code = obj.sections.get(r.section).is_some_and(|s| s.placement == Placement::Code);
-        if !matches!(r.r_type, elf::R_X86_64_PC32 | elf::R_X86_64_PLT32) || !in_code || r.symbol == 0 {
+        let in_code = obj
+            .sections
+            .get(r.section)
+            .is_some_and(|s| s.placement == Placement::Code);
+        if !matches!(r.r_type, elf::R_X86_64_PC32 | elf::R_X86_64_PLT32)
+            || !in_code
+            || r.symbol == 0
+        {
             continue;
         }
-        let Some(sym) = obj.symbols.get(r.symbol) else { continue };
+        let Some(sym) = obj.symbols.get(r.symbol) else {
+            continue;
+        };
         if r.r_type == elf::R_X86_64_PLT32 {
             let data = match sym.def {
                 SymbolDef::Section { index, .. } => obj
@@ -207,27 +282,46 @@ pub fn check_targets(obj: &Object, imports: &[Option<Import>]) -> Result<(), Rel
                 SymbolDef::Absolute(_) => None,
             };
             if let Some(what) = data {
-                return Err(RelocError::CallToData { kind, section: obj.section_name(r.section), offset: r.offset, symbol: obj.symbol_name(r.symbol), what });
+                return Err(RelocError::CallToData {
+                    kind,
+                    section: obj.section_name(r.section),
+                    offset: r.offset,
+                    symbol: obj.symbol_name(r.symbol),
+                    what,
+                });
             }
         }
         match sym.def {
             SymbolDef::Section { index, value } => {
                 let size = obj.sections.get(index).map_or(0, |s| s.size);
                 if !reaches_inside(i128::from(value) + a, size) {
-                    return Err(outside(format!("section {} ({size:#x} bytes)", obj.section_name(index))));
+                    return Err(outside(format!(
+                        "section {} ({size:#x} bytes)",
+                        obj.section_name(index)
+                    )));
                 }
             }
             SymbolDef::Common { .. } => {
                 if !reaches_inside(a, sym.size) {
-                    return Err(outside(format!("common symbol {} ({:#x} bytes)", sym.name, sym.size)));
+                    return Err(outside(format!(
+                        "common symbol {} ({:#x} bytes)",
+                        sym.name, sym.size
+                    )));
                 }
             }
             SymbolDef::Undefined => match imports.get(r.symbol).and_then(Option::as_ref) {
                 Some(i) if i.kind == SymbolKind::Function && !exactly(a) => {
                     return Err(outside(format!("function {} at {:#x}", i.name, i.addr)));
                 }
-                Some(i) if i.kind != SymbolKind::Function && i.size > 0 && !reaches_inside(a, i.size) => {
-                    return Err(outside(format!("{} at {:#x} ({:#x} bytes)", i.name, i.addr, i.size)));
+                Some(i)
+                    if i.kind != SymbolKind::Function
+                        && i.size > 0
+                        && !reaches_inside(a, i.size) =>
+                {
+                    return Err(outside(format!(
+                        "{} at {:#x} ({:#x} bytes)",
+                        i.name, i.addr, i.size
+                    )));
                 }
                 _ => {}
             },
@@ -240,7 +334,11 @@ pub fn check_targets(obj: &Object, imports: &[Option<Import>]) -> Result<(), Rel
 /// A buffer of `len` bytes of `fill`, or an error if the memory cannot be had (never an abort).
 fn filled(kind: BlockKind, len: usize, fill: u8) -> Result<Vec<u8>, RelocError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|e| RelocError::NoMemory { kind, size: len, reason: e.to_string() })?;
+    v.try_reserve_exact(len).map_err(|e| RelocError::NoMemory {
+        kind,
+        size: len,
+        reason: e.to_string(),
+    })?;
     v.resize(len, fill);
     Ok(v)
 }
@@ -254,15 +352,28 @@ pub fn check(obj: &Object) -> Result<(), RelocError> {
         let at = || (section.name.clone(), r.offset);
         let Some(width) = kind.width() else {
             let (section, offset) = at();
-            return Err(RelocError::Unsupported { kind, section, offset });
+            return Err(RelocError::Unsupported {
+                kind,
+                section,
+                offset,
+            });
         };
         if section.placement == Placement::Bss {
             let (section, offset) = at();
-            return Err(RelocError::NoContents { kind, section, offset });
+            return Err(RelocError::NoContents {
+                kind,
+                section,
+                offset,
+            });
         }
         if !matches!(r.offset.checked_add(width), Some(end) if end <= section.size) {
             let (section_name, offset) = at();
-            return Err(RelocError::OutOfBounds { kind, section: section_name, offset, size: section.size });
+            return Err(RelocError::OutOfBounds {
+                kind,
+                section: section_name,
+                offset,
+                size: section.size,
+            });
         }
         if let SymbolDef::Section { index, .. } = obj.symbols[r.symbol].def {
             if let Placement::NotLoaded(why) = obj.sections[index].placement {
@@ -284,7 +395,10 @@ pub fn check(obj: &Object) -> Result<(), RelocError> {
 /// Symbols needing a GOT slot (GOT-relative relocations), and symbols for which a far-call stub
 /// is reserved (PLT32 targets, and PC32 targets that are functions, whose address is fixed
 /// before allocation: imports and absolute symbols).
-pub fn indirections(obj: &Object, imports: &[Option<Import>]) -> (BTreeSet<usize>, BTreeSet<usize>) {
+pub fn indirections(
+    obj: &Object,
+    imports: &[Option<Import>],
+) -> (BTreeSet<usize>, BTreeSet<usize>) {
     let mut got = BTreeSet::new();
     let mut stubs = BTreeSet::new();
     for r in obj.relocations.iter().filter(|r| r.symbol != 0) {
@@ -293,9 +407,14 @@ pub fn indirections(obj: &Object, imports: &[Option<Import>]) -> (BTreeSet<usize
             got.insert(r.symbol);
             continue;
         }
-        let fixed_function = match (&obj.symbols[r.symbol].def, imports.get(r.symbol).and_then(Option::as_ref)) {
+        let fixed_function = match (
+            &obj.symbols[r.symbol].def,
+            imports.get(r.symbol).and_then(Option::as_ref),
+        ) {
             (SymbolDef::Undefined, Some(import)) => Some(import.kind == SymbolKind::Function),
-            (SymbolDef::Absolute(_), _) => Some(obj.symbols[r.symbol].ty == crate::parse::SymbolType::Function),
+            (SymbolDef::Absolute(_), _) => {
+                Some(obj.symbols[r.symbol].ty == crate::parse::SymbolType::Function)
+            }
             _ => None,
         };
         match (r.r_type, fixed_function) {
@@ -384,7 +503,12 @@ impl Addresses<'_> {
 
     /// Address of section `index` (loaded sections only).
     fn section(&self, index: usize) -> Option<u64> {
-        self.layout.sections.get(index).copied().flatten().map(|s| self.at(s.kind, s.offset))
+        self.layout
+            .sections
+            .get(index)
+            .copied()
+            .flatten()
+            .map(|s| self.at(s.kind, s.offset))
     }
 
     /// `S` of symbol `index`; `None` for an undefined symbol without a resolution.
@@ -394,32 +518,62 @@ impl Addresses<'_> {
         }
         match self.obj.symbols.get(index)?.def {
             SymbolDef::Undefined => self.imports.get(index)?.as_ref().map(|i| i.addr),
-            SymbolDef::Section { index: s, value } => self.section(s).map(|a| a.wrapping_add(value)),
+            SymbolDef::Section { index: s, value } => {
+                self.section(s).map(|a| a.wrapping_add(value))
+            }
             SymbolDef::Absolute(v) => Some(v),
-            SymbolDef::Common { .. } => self.layout.commons.get(&index).map(|&o| self.at(BlockKind::Data, o)),
+            SymbolDef::Common { .. } => self
+                .layout
+                .commons
+                .get(&index)
+                .map(|&o| self.at(BlockKind::Data, o)),
         }
     }
 
     fn slot(&self, symbol: usize) -> Option<u64> {
-        self.layout.got.get(&symbol).map(|&o| self.at(BlockKind::Data, o))
+        self.layout
+            .got
+            .get(&symbol)
+            .map(|&o| self.at(BlockKind::Data, o))
     }
 
     fn stub(&self, symbol: usize) -> Option<u64> {
-        self.layout.stubs.get(&symbol).map(|&o| self.at(BlockKind::Code, o))
+        self.layout
+            .stubs
+            .get(&symbol)
+            .map(|&o| self.at(BlockKind::Code, o))
     }
 }
 
 /// Compute both images with every relocation applied, for blocks whose first bytes are at
 /// `code_base` and `data_base`. [`check`] must have accepted `obj` (and [`check_targets`] its
 /// imports); the images are allocated fallibly.
-pub fn link(obj: &Object, layout: &Layout, imports: &[Option<Import>], code_base: u64, data_base: u64) -> Result<Images, RelocError> {
-    let addrs = Addresses { obj, layout, imports, code_base, data_base };
+pub fn link(
+    obj: &Object,
+    layout: &Layout,
+    imports: &[Option<Import>],
+    code_base: u64,
+    data_base: u64,
+) -> Result<Images, RelocError> {
+    let addrs = Addresses {
+        obj,
+        layout,
+        imports,
+        code_base,
+        data_base,
+    };
     let mut code = filled(BlockKind::Code, layout.code.size, 0xCC)?;
     let mut data = filled(BlockKind::Data, layout.data.size, 0)?;
 
     for s in &obj.sections {
-        if let (Some(slot), Placement::Code | Placement::Data) = (layout.sections[s.index], s.placement) {
-            let image = if slot.kind == BlockKind::Code { &mut code } else { &mut data };
+        if let (Some(slot), Placement::Code | Placement::Data) =
+            (layout.sections[s.index], s.placement)
+        {
+            let image = if slot.kind == BlockKind::Code {
+                &mut code
+            } else {
+                &mut data
+            };
             if let Some(dst) = image.get_mut(slot.offset..slot.offset + s.data.len()) {
                 dst.copy_from_slice(&s.data);
             }
@@ -435,36 +589,67 @@ pub fn link(obj: &Object, layout: &Layout, imports: &[Option<Import>], code_base
 
     let mut stubs_used = BTreeSet::new();
     for r in &obj.relocations {
-        let Some(slot) = layout.sections[r.section] else { continue };
+        let Some(slot) = layout.sections[r.section] else {
+            continue;
+        };
         let place = addrs.at(slot.kind, slot.offset).wrapping_add(r.offset);
         let bytes = apply(&addrs, r, place, &mut stubs_used)?;
-        let image = if slot.kind == BlockKind::Code { &mut code } else { &mut data };
-        let start = usize::try_from(r.offset).ok().and_then(|o| o.checked_add(slot.offset));
+        let image = if slot.kind == BlockKind::Code {
+            &mut code
+        } else {
+            &mut data
+        };
+        let start = usize::try_from(r.offset)
+            .ok()
+            .and_then(|o| o.checked_add(slot.offset));
         if let Some(dst) = start.and_then(|s| image.get_mut(s..s + bytes.len())) {
             dst.copy_from_slice(&bytes);
         }
     }
 
     for &sym in &stubs_used {
-        let (Some(stub), Some(slot)) = (addrs.stub(sym), addrs.slot(sym)) else { continue };
-        let bytes = stub_bytes(stub, slot).ok_or_else(|| RelocError::StubReach { symbol: obj.symbol_name(sym), stub, slot })?;
+        let (Some(stub), Some(slot)) = (addrs.stub(sym), addrs.slot(sym)) else {
+            continue;
+        };
+        let bytes = stub_bytes(stub, slot).ok_or_else(|| RelocError::StubReach {
+            symbol: obj.symbol_name(sym),
+            stub,
+            slot,
+        })?;
         let offset = layout.stubs[&sym];
         code[offset..offset + STUB_SIZE].copy_from_slice(&bytes);
-        log::debug!("stub for {} at {stub:#x} through slot {slot:#x}", obj.symbol_name(sym));
+        log::debug!(
+            "stub for {} at {stub:#x} through slot {slot:#x}",
+            obj.symbol_name(sym)
+        );
     }
 
-    Ok(Images { code, data, stubs_used })
+    Ok(Images {
+        code,
+        data,
+        stubs_used,
+    })
 }
 
 /// The bytes one relocation writes at `place`.
-fn apply(addrs: &Addresses<'_>, r: &Relocation, place: u64, stubs_used: &mut BTreeSet<usize>) -> Result<Vec<u8>, RelocError> {
+fn apply(
+    addrs: &Addresses<'_>,
+    r: &Relocation,
+    place: u64,
+    stubs_used: &mut BTreeSet<usize>,
+) -> Result<Vec<u8>, RelocError> {
     let obj = addrs.obj;
     let kind = RelocType(r.r_type);
     let section = || obj.section_name(r.section);
     let symbol = || obj.symbol_name(r.symbol);
     let s = addrs
         .symbol(r.symbol)
-        .ok_or_else(|| RelocError::Undefined { kind, section: section(), offset: r.offset, symbol: symbol() })?;
+        .ok_or_else(|| RelocError::Undefined {
+            kind,
+            section: section(),
+            offset: r.offset,
+            symbol: symbol(),
+        })?;
     let (s, a, p) = (i128::from(s), i128::from(r.addend), i128::from(place));
     let overflow = |value: i128, width: &'static str| RelocError::Overflow {
         kind,
@@ -478,11 +663,20 @@ fn apply(addrs: &Addresses<'_>, r: &Relocation, place: u64, stubs_used: &mut BTr
         elf::R_X86_64_NONE => Ok(Vec::new()),
         elf::R_X86_64_64 => Ok(word64(s + a).to_vec()),
         elf::R_X86_64_PC64 => Ok(word64(s + a - p).to_vec()),
-        elf::R_X86_64_32 => unsigned32(s + a).map(|b| b.to_vec()).ok_or_else(|| overflow(s + a, "32 bits (zero-extended)")),
-        elf::R_X86_64_32S => signed32(s + a).map(|b| b.to_vec()).ok_or_else(|| overflow(s + a, "32 bits (sign-extended)")),
+        elf::R_X86_64_32 => unsigned32(s + a)
+            .map(|b| b.to_vec())
+            .ok_or_else(|| overflow(s + a, "32 bits (zero-extended)")),
+        elf::R_X86_64_32S => signed32(s + a)
+            .map(|b| b.to_vec())
+            .ok_or_else(|| overflow(s + a, "32 bits (sign-extended)")),
         elf::R_X86_64_GOTPCREL | elf::R_X86_64_GOTPCRELX | elf::R_X86_64_REX_GOTPCRELX => {
-            let g = addrs.slot(r.symbol).map(i128::from).ok_or_else(|| overflow(s, "a GOT slot (none was laid out)"))?;
-            signed32(g + a - p).map(|b| b.to_vec()).ok_or_else(|| overflow(g + a - p, "32 bits (signed, GOT slot)"))
+            let g = addrs
+                .slot(r.symbol)
+                .map(i128::from)
+                .ok_or_else(|| overflow(s, "a GOT slot (none was laid out)"))?;
+            signed32(g + a - p)
+                .map(|b| b.to_vec())
+                .ok_or_else(|| overflow(g + a - p, "32 bits (signed, GOT slot)"))
         }
         elf::R_X86_64_PC32 | elf::R_X86_64_PLT32 => {
             if let Some(b) = signed32(s + a - p) {
@@ -490,12 +684,23 @@ fn apply(addrs: &Addresses<'_>, r: &Relocation, place: u64, stubs_used: &mut BTr
             }
             if let Some(stub) = addrs.stub(r.symbol) {
                 let l = i128::from(stub);
-                log::debug!("{kind} at {}+{:#x}: {} is out of rel32 reach, going through its stub", section(), r.offset, symbol());
+                log::debug!(
+                    "{kind} at {}+{:#x}: {} is out of rel32 reach, going through its stub",
+                    section(),
+                    r.offset,
+                    symbol()
+                );
                 stubs_used.insert(r.symbol);
-                return signed32(l + a - p).map(|b| b.to_vec()).ok_or_else(|| overflow(l + a - p, "32 bits (signed, to the stub)"));
+                return signed32(l + a - p)
+                    .map(|b| b.to_vec())
+                    .ok_or_else(|| overflow(l + a - p, "32 bits (signed, to the stub)"));
             }
             let is_code = |sym: usize| match obj.symbols[sym].def {
-                SymbolDef::Undefined => addrs.imports.get(sym).and_then(Option::as_ref).is_some_and(|i| i.kind == SymbolKind::Function),
+                SymbolDef::Undefined => addrs
+                    .imports
+                    .get(sym)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|i| i.kind == SymbolKind::Function),
                 _ => obj.symbols[sym].ty == crate::parse::SymbolType::Function,
             };
             if r.r_type == elf::R_X86_64_PC32 && !is_code(r.symbol) {
@@ -510,7 +715,11 @@ fn apply(addrs: &Addresses<'_>, r: &Relocation, place: u64, stubs_used: &mut BTr
             }
             Err(overflow(s + a - p, "32 bits (signed)"))
         }
-        _ => Err(RelocError::Unsupported { kind, section: section(), offset: r.offset }),
+        _ => Err(RelocError::Unsupported {
+            kind,
+            section: section(),
+            offset: r.offset,
+        }),
     }
 }
 
@@ -528,11 +737,25 @@ mod tests {
     const FAR_VAR: u64 = 0x7fff_f7e0_0010;
 
     fn sym(index: usize, name: &str, def: SymbolDef, ty: SymbolType) -> Symbol {
-        Symbol { index, name: name.into(), def, size: 0, ty, binding: Binding::Global, hidden: false }
+        Symbol {
+            index,
+            name: name.into(),
+            def,
+            size: 0,
+            ty,
+            binding: Binding::Global,
+            hidden: false,
+        }
     }
 
     fn rela(offset: u64, r_type: u32, symbol: usize, addend: i64) -> Relocation {
-        Relocation { section: 1, offset, r_type, symbol, addend }
+        Relocation {
+            section: 1,
+            offset,
+            r_type,
+            symbol,
+            addend,
+        }
     }
 
     #[rustfmt::skip]
@@ -553,7 +776,11 @@ mod tests {
             size: data.len() as u64,
             align,
             data: data.to_vec(),
-            sh_type: if placement == Placement::NotLoaded("null section") { elf::SHT_NULL } else { elf::SHT_PROGBITS },
+            sh_type: if placement == Placement::NotLoaded("null section") {
+                elf::SHT_NULL
+            } else {
+                elf::SHT_PROGBITS
+            },
             flags: 0,
             info: 0,
         };
@@ -562,15 +789,31 @@ mod tests {
                 section(0, "", Placement::NotLoaded("null section"), &[], 1),
                 section(1, ".text", Placement::Code, TEXT, 16),
                 section(2, ".rodata", Placement::Data, b"hello\0", 8),
-                section(3, ".eh_frame", Placement::NotLoaded("unwind tables are dropped"), &[], 8),
+                section(
+                    3,
+                    ".eh_frame",
+                    Placement::NotLoaded("unwind tables are dropped"),
+                    &[],
+                    8,
+                ),
             ],
             symbols: vec![
                 sym(0, "", SymbolDef::Undefined, SymbolType::Other),
                 sym(1, "near_fn", SymbolDef::Undefined, SymbolType::Other),
                 sym(2, "far_fn", SymbolDef::Undefined, SymbolType::Other),
                 sym(3, "far_var", SymbolDef::Undefined, SymbolType::Other),
-                sym(4, ".rodata", SymbolDef::Section { index: 2, value: 0 }, SymbolType::Section),
-                sym(5, ".eh_frame", SymbolDef::Section { index: 3, value: 0 }, SymbolType::Section),
+                sym(
+                    4,
+                    ".rodata",
+                    SymbolDef::Section { index: 2, value: 0 },
+                    SymbolType::Section,
+                ),
+                sym(
+                    5,
+                    ".eh_frame",
+                    SymbolDef::Section { index: 3, value: 0 },
+                    SymbolType::Section,
+                ),
             ],
             relocations: vec![
                 rela(0x01, elf::R_X86_64_PLT32, 1, -4),
@@ -584,7 +827,15 @@ mod tests {
     }
 
     fn imports(obj: &Object) -> Vec<Option<Import>> {
-        let import = |name: &str, addr, kind| Some(Import { name: name.into(), addr, kind, size: 8, source: ImportSource::Target });
+        let import = |name: &str, addr, kind| {
+            Some(Import {
+                name: name.into(),
+                addr,
+                kind,
+                size: 8,
+                source: ImportSource::Target,
+            })
+        };
         let mut v = vec![None; obj.symbols.len()];
         v[1] = import("near_fn", NEAR_FN, SymbolKind::Function);
         v[2] = import("far_fn", FAR_FN, SymbolKind::Function);
@@ -619,12 +870,20 @@ mod tests {
         assert_eq!(rel32_target(code, 0x06), stub);
         let stub_off = layout.stubs[&2];
         assert_eq!(&code[stub_off..stub_off + 2], &[0xFF, 0x25]);
-        let slot = (stub + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(code[stub_off + 2..stub_off + 6].try_into().unwrap())));
+        let slot = (stub + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(
+            code[stub_off + 2..stub_off + 6].try_into().unwrap(),
+        )));
         assert_eq!(slot, DATA + layout.got[&2] as u64);
-        assert_eq!(&images.data[layout.got[&2]..layout.got[&2] + 8], &FAR_FN.to_le_bytes());
+        assert_eq!(
+            &images.data[layout.got[&2]..layout.got[&2] + 8],
+            &FAR_FN.to_le_bytes()
+        );
         // mov rax,[rip+slot]: far_var's slot holds FAR_VAR.
         assert_eq!(rel32_target(code, 0x0d), DATA + layout.got[&3] as u64);
-        assert_eq!(&images.data[layout.got[&3]..layout.got[&3] + 8], &FAR_VAR.to_le_bytes());
+        assert_eq!(
+            &images.data[layout.got[&3]..layout.got[&3] + 8],
+            &FAR_VAR.to_le_bytes()
+        );
         // lea rdi,[rip+.rodata+2] -> "llo".
         let rodata = DATA + layout.sections[2].unwrap().offset as u64;
         assert_eq!(rel32_target(code, 0x14), rodata + 2);
@@ -667,16 +926,28 @@ mod tests {
             format!("relocation R_X86_64_32 (10) at .text+0x1a against .rodata: value {rodata:#x} does not fit in 32 bits (zero-extended)")
         );
         obj.relocations[4].r_type = elf::R_X86_64_32S;
-        assert!(matches!(link_all(&obj).unwrap_err(), RelocError::Overflow { width: "32 bits (sign-extended)", .. }));
+        assert!(matches!(
+            link_all(&obj).unwrap_err(),
+            RelocError::Overflow {
+                width: "32 bits (sign-extended)",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn unsupported_types_are_named_with_number_section_and_offset() {
         let mut obj = object();
         obj.relocations[3].r_type = elf::R_X86_64_TPOFF32;
-        assert_eq!(check(&obj).unwrap_err().to_string(), "relocation R_X86_64_TPOFF32 (23) at .text+0x14 is not supported");
+        assert_eq!(
+            check(&obj).unwrap_err().to_string(),
+            "relocation R_X86_64_TPOFF32 (23) at .text+0x14 is not supported"
+        );
         obj.relocations[3].r_type = 200;
-        assert_eq!(check(&obj).unwrap_err().to_string(), "relocation of unknown type 200 at .text+0x14 is not supported");
+        assert_eq!(
+            check(&obj).unwrap_err().to_string(),
+            "relocation of unknown type 200 at .text+0x14 is not supported"
+        );
     }
 
     #[test]
@@ -689,12 +960,26 @@ mod tests {
         );
         let mut obj = object();
         obj.relocations[4].offset = 0x1f;
-        assert!(matches!(check(&obj).unwrap_err(), RelocError::OutOfBounds { offset: 0x1f, size: 0x23, .. }));
+        assert!(matches!(
+            check(&obj).unwrap_err(),
+            RelocError::OutOfBounds {
+                offset: 0x1f,
+                size: 0x23,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn image_buffers_of_an_impossible_size_are_an_error_not_an_abort() {
-        assert!(matches!(filled(BlockKind::Data, usize::MAX, 0), Err(RelocError::NoMemory { kind: BlockKind::Data, size: usize::MAX, .. })));
+        assert!(matches!(
+            filled(BlockKind::Data, usize::MAX, 0),
+            Err(RelocError::NoMemory {
+                kind: BlockKind::Data,
+                size: usize::MAX,
+                ..
+            })
+        ));
         assert_eq!(filled(BlockKind::Code, 3, 0xCC).unwrap(), vec![0xCC; 3]);
     }
 
@@ -702,7 +987,14 @@ mod tests {
     fn rel32_targets_may_reach_anywhere_from_the_start_to_the_end_of_their_object() {
         // `S + A` relative to a 16-byte object: -8 (`cmpl $imm32` at its start) to 12 (`call`
         // to its end, `&a[n]`).
-        for (t, inside) in [(-9, false), (-8, true), (-4, true), (0, true), (12, true), (13, false)] {
+        for (t, inside) in [
+            (-9, false),
+            (-8, true),
+            (-4, true),
+            (0, true),
+            (12, true),
+            (13, false),
+        ] {
             assert_eq!(reaches_inside(t, 16), inside, "{t}");
         }
         let mut obj = object();
@@ -715,7 +1007,9 @@ mod tests {
         );
         let mut obj = object();
         obj.relocations[0].addend = -12;
-        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { symbol, .. } if symbol == "near_fn"));
+        assert!(
+            matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { symbol, .. } if symbol == "near_fn")
+        );
         // A call into data: an object import, or the component's own data.
         let mut obj = object();
         obj.relocations[0].symbol = 3;
@@ -724,11 +1018,15 @@ mod tests {
             format!("relocation R_X86_64_PLT32 (4) at .text+0x1 is a call or jump to far_var, which is a data symbol at {FAR_VAR:#x}, not code")
         );
         obj.relocations[0].symbol = 4;
-        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::CallToData { what, .. } if what == "in section .rodata (#2)"));
+        assert!(
+            matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::CallToData { what, .. } if what == "in section .rodata (#2)")
+        );
         // far_var is an 8-byte import: a GOT load from it is refused with a shifted addend.
         let mut obj = object();
         obj.relocations[2].addend = 0;
-        assert!(matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { bound, .. } if bound == "its GOT slot"));
+        assert!(
+            matches!(check_targets(&obj, &imports(&obj)).unwrap_err(), RelocError::TargetOutside { bound, .. } if bound == "its GOT slot")
+        );
     }
 
     #[test]
@@ -736,14 +1034,20 @@ mod tests {
         assert_eq!(signed32(-1), Some([0xFF; 4]));
         assert_eq!(signed32(i128::from(i32::MAX) + 1), None);
         // A kernel address in the top 2 GiB is a sign-extended 32-bit value.
-        assert_eq!(signed32(0xffff_ffff_8100_0010), Some(0x8100_0010u32.to_le_bytes()));
+        assert_eq!(
+            signed32(0xffff_ffff_8100_0010),
+            Some(0x8100_0010u32.to_le_bytes())
+        );
         assert_eq!(signed32(0xffff_ffff_7fff_ffff), None);
         assert_eq!(unsigned32(i128::from(u32::MAX)), Some([0xFF; 4]));
         assert_eq!(unsigned32(-1), None);
         assert_eq!(unsigned32(0xffff_ffff_8100_0010), None);
         assert_eq!(word64(-1), [0xFF; 8]);
         assert_eq!(word64(1i128 << 64 | 5), 5u64.to_le_bytes());
-        assert_eq!(stub_bytes(0x1000, 0x2000), Some([0xFF, 0x25, 0xFA, 0x0F, 0, 0, 0xCC, 0xCC]));
+        assert_eq!(
+            stub_bytes(0x1000, 0x2000),
+            Some([0xFF, 0x25, 0xFA, 0x0F, 0, 0, 0xCC, 0xCC])
+        );
         assert_eq!(stub_bytes(0, 1 << 40), None);
     }
 }

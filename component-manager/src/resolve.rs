@@ -57,7 +57,12 @@ pub enum ResolveError {
     /// What the caller's hook makes for `symbol` (in [`ExtraSymbols::make`]) failed in the target
     /// (boxed: errors travel by value, and this is the largest).
     #[error("symbol {symbol}: making {what}")]
-    Make { symbol: String, what: String, #[source] source: Box<trapvec::TargetError> },
+    Make {
+        symbol: String,
+        what: String,
+        #[source]
+        source: Box<trapvec::TargetError>,
+    },
 }
 
 /// A global symbol exported by a loaded component.
@@ -101,7 +106,12 @@ pub fn unexported_imports<'a>(obj: &'a Object, exports: &BTreeMap<String, Export
     obj.symbols
         .iter()
         .skip(1)
-        .filter(|s| s.def == SymbolDef::Undefined && !s.name.is_empty() && s.name != GOT_SYMBOL && !exports.contains_key(&s.name))
+        .filter(|s| {
+            s.def == SymbolDef::Undefined
+                && !s.name.is_empty()
+                && s.name != GOT_SYMBOL
+                && !exports.contains_key(&s.name)
+        })
         .map(|s| s.name.as_str())
         .collect()
 }
@@ -136,7 +146,13 @@ pub fn resolve_imports(
         match found {
             Some((addr, kind, size, source)) => {
                 log::debug!("import {name} = {addr:#x} ({kind:?}, {size} bytes, from {source:?})");
-                imports[sym.index] = Some(Import { name: name.to_string(), addr, kind, size, source });
+                imports[sym.index] = Some(Import {
+                    name: name.to_string(),
+                    addr,
+                    kind,
+                    size,
+                    source,
+                });
             }
             None => unresolved.push(name.to_string()),
         }
@@ -144,6 +160,8 @@ pub fn resolve_imports(
     if unresolved.is_empty() {
         Ok(imports)
     } else {
-        Err(ResolveError::Unresolved { symbols: unresolved })
+        Err(ResolveError::Unresolved {
+            symbols: unresolved,
+        })
     }
 }

@@ -39,7 +39,9 @@ impl Returns {
     /// What `target`'s kernel does with its own return sites.
     pub fn of(target: &dyn Target) -> Returns {
         let symbols = target.symbols();
-        let (Some(default), Some(chosen)) = (symbols.lookup(RETURN_THUNK), symbols.lookup(CHOSEN_THUNK)) else {
+        let (Some(default), Some(chosen)) =
+            (symbols.lookup(RETURN_THUNK), symbols.lookup(CHOSEN_THUNK))
+        else {
             return Returns::AsCompiled;
         };
         match target.read(chosen.addr, 8) {
@@ -52,7 +54,10 @@ impl Returns {
                 }
             }
             Err(e) => {
-                log::warn!("cannot read {CHOSEN_THUNK} at {:#x} ({e}): component returns stay as compiled", chosen.addr);
+                log::warn!(
+                    "cannot read {CHOSEN_THUNK} at {:#x} ({e}): component returns stay as compiled",
+                    chosen.addr
+                );
                 Returns::AsCompiled
             }
         }
@@ -63,17 +68,33 @@ impl Returns {
 /// `jmp rel32` or `jcc rel32` whose `PC32`/`PLT32` relocation names [`RETURN_THUNK`]. Returns
 /// how many sites were rewritten. A relocation against the thunk elsewhere (a call, a data
 /// reference) is left as linked.
-pub fn apply(obj: &Object, layout: &Layout, returns: Returns, code: &mut [u8], code_base: u64) -> usize {
+pub fn apply(
+    obj: &Object,
+    layout: &Layout,
+    returns: Returns,
+    code: &mut [u8],
+    code_base: u64,
+) -> usize {
     if returns == Returns::AsCompiled {
         return 0;
     }
     let mut sites = 0;
     for r in &obj.relocations {
-        if !matches!(r.r_type, R_X86_64_PC32 | R_X86_64_PLT32) || obj.symbol_name(r.symbol) != RETURN_THUNK {
+        if !matches!(r.r_type, R_X86_64_PC32 | R_X86_64_PLT32)
+            || obj.symbol_name(r.symbol) != RETURN_THUNK
+        {
             continue;
         }
-        let Some(slot) = layout.sections[r.section].filter(|s| s.kind == trapvec::BlockKind::Code) else { continue };
-        let Some(disp) = usize::try_from(r.offset).ok().and_then(|o| o.checked_add(slot.offset)) else { continue };
+        let Some(slot) = layout.sections[r.section].filter(|s| s.kind == trapvec::BlockKind::Code)
+        else {
+            continue;
+        };
+        let Some(disp) = usize::try_from(r.offset)
+            .ok()
+            .and_then(|o| o.checked_add(slot.offset))
+        else {
+            continue;
+        };
         if rewrite_site(code, disp, returns, code_base) {
             sites += 1;
         }
@@ -97,7 +118,9 @@ fn rewrite_site(code: &mut [u8], disp: usize, returns: Returns, code_base: u64) 
     }
     match returns {
         Returns::AsCompiled => return false,
-        Returns::Plain if is_jmp => code[disp - 1..disp + 4].copy_from_slice(&[0xC3, 0xCC, 0xCC, 0xCC, 0xCC]),
+        Returns::Plain if is_jmp => {
+            code[disp - 1..disp + 4].copy_from_slice(&[0xC3, 0xCC, 0xCC, 0xCC, 0xCC])
+        }
         // jcc rel32 (6 bytes) -> j!cc over the rest; ret; int3 x3: taken, it returns; not
         // taken, it lands where the jcc's fall-through was.
         Returns::Plain => {
@@ -107,7 +130,9 @@ fn rewrite_site(code: &mut [u8], disp: usize, returns: Returns, code_base: u64) 
         Returns::Thunk(thunk) => {
             let insn_end = code_base + disp as u64 + 4;
             let Ok(rel) = i32::try_from(thunk.wrapping_sub(insn_end) as i64) else {
-                log::warn!("return thunk {thunk:#x} out of rel32 reach of {insn_end:#x}: left as linked");
+                log::warn!(
+                    "return thunk {thunk:#x} out of rel32 reach of {insn_end:#x}: left as linked"
+                );
                 return false;
             };
             code[disp..disp + 4].copy_from_slice(&rel.to_le_bytes());

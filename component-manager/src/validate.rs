@@ -50,7 +50,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_image: DEFAULT_MAX_IMAGE, max_align: DEFAULT_MAX_ALIGN }
+        Limits {
+            max_image: DEFAULT_MAX_IMAGE,
+            max_align: DEFAULT_MAX_ALIGN,
+        }
     }
 }
 
@@ -58,31 +61,91 @@ impl Default for Limits {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ValidateError {
     #[error("section {section} (#{index}) is SHF_ALLOC but of type {sh_type:#x}, which the loader does not know how to load")]
-    UnknownAllocType { section: String, index: usize, sh_type: u32 },
+    UnknownAllocType {
+        section: String,
+        index: usize,
+        sh_type: u32,
+    },
     #[error("section {section} (#{index}) is SHF_EXECINSTR but of type {sh_type:#x} ({what}), which would not be loaded as code")]
-    DroppedCode { section: String, index: usize, sh_type: u32, what: &'static str },
+    DroppedCode {
+        section: String,
+        index: usize,
+        sh_type: u32,
+        what: &'static str,
+    },
     #[error("section {section} (#{index}) is SHT_REL: implicit-addend relocations are not used on x86-64 and are not supported")]
     RelSection { section: String, index: usize },
     #[error("section {section} (#{index}) looks like the relocations of loaded section {target} ({why}) but is of type {sh_type:#x}, not SHT_RELA: they would not be applied")]
-    NotRelocations { section: String, index: usize, target: String, why: &'static str, sh_type: u32 },
+    NotRelocations {
+        section: String,
+        index: usize,
+        target: String,
+        why: &'static str,
+        sh_type: u32,
+    },
     #[error("relocation section {section} (#{index}) applies to section {target} (#{target_index}), not to the section its name says")]
-    RelocationTargetMismatch { section: String, index: usize, target: String, target_index: usize },
+    RelocationTargetMismatch {
+        section: String,
+        index: usize,
+        target: String,
+        target_index: usize,
+    },
     #[error("section {section} (#{index}) has alignment {align}, which is not a power of two")]
-    AlignmentNotPowerOfTwo { section: String, index: usize, align: u64 },
-    #[error("section {section} (#{index}) has alignment {align:#x}, more than the limit {limit:#x}")]
-    AlignmentTooLarge { section: String, index: usize, align: u64, limit: u64 },
-    #[error("section {section} (#{index}) is {size:#x} bytes, more than the image limit {limit:#x}")]
-    SectionTooLarge { section: String, index: usize, size: u64, limit: u64 },
+    AlignmentNotPowerOfTwo {
+        section: String,
+        index: usize,
+        align: u64,
+    },
+    #[error(
+        "section {section} (#{index}) has alignment {align:#x}, more than the limit {limit:#x}"
+    )]
+    AlignmentTooLarge {
+        section: String,
+        index: usize,
+        align: u64,
+        limit: u64,
+    },
+    #[error(
+        "section {section} (#{index}) is {size:#x} bytes, more than the image limit {limit:#x}"
+    )]
+    SectionTooLarge {
+        section: String,
+        index: usize,
+        size: u64,
+        limit: u64,
+    },
     #[error("section {section} (#{index}) is {size:#x} bytes in memory but has {in_file:#x} bytes of contents in the file")]
-    ContentsSize { section: String, index: usize, size: u64, in_file: u64 },
+    ContentsSize {
+        section: String,
+        index: usize,
+        size: u64,
+        in_file: u64,
+    },
     #[error("common symbol {symbol} (#{index}): {reason}")]
-    Common { symbol: String, index: usize, reason: String },
+    Common {
+        symbol: String,
+        index: usize,
+        reason: String,
+    },
     #[error("the component's image needs {size:#x} bytes, more than the limit {limit:#x}")]
     ImageTooLarge { size: u128, limit: u64 },
     #[error("symbol {symbol} (#{index}) at {section}+{value:#x} ({size:#x} bytes) lies outside its section #{section_index} ({section_size:#x} bytes)")]
-    SymbolOutside { symbol: String, index: usize, section: String, section_index: usize, value: u64, size: u64, section_size: u64 },
+    SymbolOutside {
+        symbol: String,
+        index: usize,
+        section: String,
+        section_index: usize,
+        value: u64,
+        size: u64,
+        section_size: u64,
+    },
     #[error("declared splice at {at}: handler {handler} (#{index}) {reason}")]
-    DeclaredHandler { at: String, handler: String, index: usize, reason: String },
+    DeclaredHandler {
+        at: String,
+        handler: String,
+        index: usize,
+        reason: String,
+    },
 }
 
 fn is_alloc(s: &Section) -> bool {
@@ -95,7 +158,9 @@ fn is_exec(s: &Section) -> bool {
 
 /// The section a relocation section's name designates: `.rela.text` -> `.text`.
 fn named_target(name: &str) -> Option<&str> {
-    name.strip_prefix(".rela").or_else(|| name.strip_prefix(".rel")).filter(|t| !t.is_empty())
+    name.strip_prefix(".rela")
+        .or_else(|| name.strip_prefix(".rel"))
+        .filter(|t| !t.is_empty())
 }
 
 /// Check everything about `obj` that does not need the target (see the module docs).
@@ -111,11 +176,20 @@ pub fn validate(obj: &Object, limits: &Limits) -> Result<(), ValidateError> {
         symbol_inside(obj, sym)?;
     }
     for d in &obj.declared_splices {
-        let Some(sym) = obj.symbols.iter().find(|s| s.name == d.handler() && !matches!(s.def, SymbolDef::Undefined)) else {
+        let Some(sym) = obj
+            .symbols
+            .iter()
+            .find(|s| s.name == d.handler() && !matches!(s.def, SymbolDef::Undefined))
+        else {
             continue; // defined elsewhere: the caller resolves it through `ComponentManager::entry`
         };
         if let Some(reason) = entry_problem(obj, sym) {
-            return Err(ValidateError::DeclaredHandler { at: d.at().to_string(), handler: d.handler().to_string(), index: sym.index, reason });
+            return Err(ValidateError::DeclaredHandler {
+                at: d.at().to_string(),
+                handler: d.handler().to_string(),
+                index: sym.index,
+                reason,
+            });
         }
     }
     Ok(())
@@ -130,26 +204,51 @@ fn section_type(s: &Section) -> Result<(), ValidateError> {
         return Ok(());
     }
     let dropped = match s.sh_type {
-        elf::SHT_PROGBITS | elf::SHT_NOBITS | elf::SHT_INIT_ARRAY | elf::SHT_FINI_ARRAY | elf::SHT_PREINIT_ARRAY => None,
+        elf::SHT_PROGBITS
+        | elf::SHT_NOBITS
+        | elf::SHT_INIT_ARRAY
+        | elf::SHT_FINI_ARRAY
+        | elf::SHT_PREINIT_ARRAY => None,
         elf::SHT_NOTE => Some("a note"),
         elf::SHT_X86_64_UNWIND => Some("unwind tables"),
-        _ => return Err(ValidateError::UnknownAllocType { section, index, sh_type }),
+        _ => {
+            return Err(ValidateError::UnknownAllocType {
+                section,
+                index,
+                sh_type,
+            })
+        }
     };
     // Code that the placement rules would drop (a note, unwind tables) or that has no contents.
     if is_exec(s) {
         if let Some(what) = dropped.or((s.sh_type == elf::SHT_NOBITS).then_some("no contents")) {
-            return Err(ValidateError::DroppedCode { section, index, sh_type, what });
+            return Err(ValidateError::DroppedCode {
+                section,
+                index,
+                sh_type,
+                what,
+            });
         }
     }
     Ok(())
 }
 
 fn relocation_section(obj: &Object, s: &Section) -> Result<(), ValidateError> {
-    let loaded = |i: usize| obj.sections.get(i).filter(|t| i > 0 && t.placement.is_loaded());
+    let loaded = |i: usize| {
+        obj.sections
+            .get(i)
+            .filter(|t| i > 0 && t.placement.is_loaded())
+    };
     if s.sh_type == elf::SHT_RELA {
         let target = usize::try_from(s.info).unwrap_or(usize::MAX);
         if let (Some(want), Some(t)) = (named_target(&s.name), obj.sections.get(target)) {
-            if t.name != want && (t.placement.is_loaded() || obj.sections.iter().any(|o| o.name == want && o.placement.is_loaded())) {
+            if t.name != want
+                && (t.placement.is_loaded()
+                    || obj
+                        .sections
+                        .iter()
+                        .any(|o| o.name == want && o.placement.is_loaded()))
+            {
                 return Err(ValidateError::RelocationTargetMismatch {
                     section: s.name.clone(),
                     index: s.index,
@@ -168,7 +267,11 @@ fn relocation_section(obj: &Object, s: &Section) -> Result<(), ValidateError> {
         sh_type: s.sh_type,
     };
     if let Some(want) = named_target(&s.name) {
-        if let Some(t) = obj.sections.iter().find(|t| t.name == want && t.placement.is_loaded()) {
+        if let Some(t) = obj
+            .sections
+            .iter()
+            .find(|t| t.name == want && t.placement.is_loaded())
+        {
             return Err(not_relocations(t, "by its name"));
         }
     }
@@ -188,38 +291,74 @@ fn sizes(obj: &Object, limits: &Limits) -> Result<(), ValidateError> {
     for s in obj.sections.iter().filter(|s| s.placement.is_loaded()) {
         let (section, index) = (s.name.clone(), s.index);
         if !s.align.is_power_of_two() {
-            return Err(ValidateError::AlignmentNotPowerOfTwo { section, index, align: s.align });
+            return Err(ValidateError::AlignmentNotPowerOfTwo {
+                section,
+                index,
+                align: s.align,
+            });
         }
         if s.align > limits.max_align {
-            return Err(ValidateError::AlignmentTooLarge { section, index, align: s.align, limit: limits.max_align });
+            return Err(ValidateError::AlignmentTooLarge {
+                section,
+                index,
+                align: s.align,
+                limit: limits.max_align,
+            });
         }
         if s.size > limits.max_image {
-            return Err(ValidateError::SectionTooLarge { section, index, size: s.size, limit: limits.max_image });
+            return Err(ValidateError::SectionTooLarge {
+                section,
+                index,
+                size: s.size,
+                limit: limits.max_image,
+            });
         }
         if s.placement != Placement::Bss && s.data.len() as u64 != s.size {
-            return Err(ValidateError::ContentsSize { section, index, size: s.size, in_file: s.data.len() as u64 });
+            return Err(ValidateError::ContentsSize {
+                section,
+                index,
+                size: s.size,
+                in_file: s.data.len() as u64,
+            });
         }
         add(s.size, s.align);
     }
     for sym in &obj.symbols {
-        let SymbolDef::Common { align } = sym.def else { continue };
-        let common = |reason: String| ValidateError::Common { symbol: sym.name.clone(), index: sym.index, reason };
+        let SymbolDef::Common { align } = sym.def else {
+            continue;
+        };
+        let common = |reason: String| ValidateError::Common {
+            symbol: sym.name.clone(),
+            index: sym.index,
+            reason,
+        };
         if !align.is_power_of_two() || align > limits.max_align {
-            return Err(common(format!("alignment {align:#x} is not a power of two at most {:#x}", limits.max_align)));
+            return Err(common(format!(
+                "alignment {align:#x} is not a power of two at most {:#x}",
+                limits.max_align
+            )));
         }
         if sym.size > limits.max_image {
-            return Err(common(format!("size {:#x} is more than the image limit {:#x}", sym.size, limits.max_image)));
+            return Err(common(format!(
+                "size {:#x} is more than the image limit {:#x}",
+                sym.size, limits.max_image
+            )));
         }
         add(sym.size, align);
     }
     if total > u128::from(limits.max_image) {
-        return Err(ValidateError::ImageTooLarge { size: total, limit: limits.max_image });
+        return Err(ValidateError::ImageTooLarge {
+            size: total,
+            limit: limits.max_image,
+        });
     }
     Ok(())
 }
 
 fn symbol_inside(obj: &Object, sym: &Symbol) -> Result<(), ValidateError> {
-    let SymbolDef::Section { index, value } = sym.def else { return Ok(()) };
+    let SymbolDef::Section { index, value } = sym.def else {
+        return Ok(());
+    };
     let Some(s) = obj.sections.get(index) else {
         // `parse` only makes section definitions with an index into the table.
         return Err(ValidateError::SymbolOutside {
@@ -259,10 +398,17 @@ pub fn entry_problem(obj: &Object, sym: &Symbol) -> Option<String> {
     };
     let s = obj.sections.get(index)?;
     if s.placement != Placement::Code {
-        return Some(format!("is in section {} (#{index}), which is not loaded as code", s.name));
+        return Some(format!(
+            "is in section {} (#{index}), which is not loaded as code",
+            s.name
+        ));
     }
     if sym.ty == SymbolType::Other {
-        log::debug!("entry point {} is STT_NOTYPE (an assembly label?), accepted in {}", sym.name, s.name);
+        log::debug!(
+            "entry point {} is STT_NOTYPE (an assembly label?), accepted in {}",
+            sym.name,
+            s.name
+        );
     }
     None
 }
@@ -282,6 +428,12 @@ mod tests {
 
     #[test]
     fn default_limits_are_a_16_mib_image_and_page_alignment() {
-        assert_eq!(Limits::default(), Limits { max_image: 16 << 20, max_align: 4096 });
+        assert_eq!(
+            Limits::default(),
+            Limits {
+                max_image: 16 << 20,
+                max_align: 4096
+            }
+        );
     }
 }

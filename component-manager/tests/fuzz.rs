@@ -33,18 +33,27 @@ fn target() -> FakeTarget {
         ("ext_fn", NEAR + 0x2000, SymbolKind::Function),
         ("ext_var", NEAR + 0x4000, SymbolKind::Object),
         ("puts", 0x7fff_f7a5_0e50, SymbolKind::Function),
-        ("__trapvec_orig_compute", NEAR + 0x3000, SymbolKind::Function),
+        (
+            "__trapvec_orig_compute",
+            NEAR + 0x3000,
+            SymbolKind::Function,
+        ),
     ])
 }
 
 /// Load `bytes`; on success unload again. Either way nothing may stay allocated.
 fn load_and_unload(bytes: &[u8]) -> Result<(), TestCaseError> {
     let (mut m, mut t) = (ComponentManager::new(), target());
-    let opts = LoadOptions { near: NEAR, ..LoadOptions::default() };
+    let opts = LoadOptions {
+        near: NEAR,
+        ..LoadOptions::default()
+    };
     match m.load_bytes(&mut t, "fuzz", bytes, &opts, &mut NoExtra) {
         Ok(id) => {
-            m.verify(&t, id).map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
-            m.unload(&mut t, id).map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
+            m.verify(&t, id)
+                .map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
+            m.unload(&mut t, id)
+                .map_err(|e| TestCaseError::fail(trapvec::error_chain(&e)))?;
         }
         Err(e) => prop_assert!(!trapvec::error_chain(&e).is_empty()),
     }
@@ -92,8 +101,13 @@ proptest! {
 fn every_seed_loads_unmutated() {
     for bytes in seeds() {
         let (mut m, mut t) = (ComponentManager::new(), target());
-        let opts = LoadOptions { near: NEAR, ..LoadOptions::default() };
-        let id = m.load_bytes(&mut t, "seed", bytes, &opts, &mut NoExtra).unwrap();
+        let opts = LoadOptions {
+            near: NEAR,
+            ..LoadOptions::default()
+        };
+        let id = m
+            .load_bytes(&mut t, "seed", bytes, &opts, &mut NoExtra)
+            .unwrap();
         m.unload(&mut t, id).unwrap();
     }
 }
@@ -132,7 +146,10 @@ fn flipped_bytes_of_a_two_function_component_link_inside_the_image_or_are_refuse
         }
         let outcome = std::panic::catch_unwind(|| {
             let (mut m, mut t) = (ComponentManager::new(), target());
-            let opts = LoadOptions { near: NEAR, ..LoadOptions::default() };
+            let opts = LoadOptions {
+                near: NEAR,
+                ..LoadOptions::default()
+            };
             let id = match m.load_bytes(&mut t, "two", &bytes, &opts, &mut NoExtra) {
                 Ok(id) => id,
                 Err(e) => {
@@ -147,15 +164,25 @@ fn flipped_bytes_of_a_two_function_component_link_inside_the_image_or_are_refuse
                     component_manager::SymbolPlace::Code => c.in_code_image(s.addr, s.size),
                     _ => c.in_data_image(s.addr, s.size),
                 };
-                assert!(inside, "symbol {} at {:#x} ({} bytes, {:?}) outside the image", s.name, s.addr, s.size, s.place);
+                assert!(
+                    inside,
+                    "symbol {} at {:#x} ({} bytes, {:?}) outside the image",
+                    s.name, s.addr, s.size, s.place
+                );
             }
             for name in ["handler", "helper"] {
                 if let Ok((_, addr)) = m.entry(name) {
-                    assert!(c.in_code_image(addr, 1), "entry {name} at {addr:#x} outside the code image");
+                    assert!(
+                        c.in_code_image(addr, 1),
+                        "entry {name} at {addr:#x} outside the code image"
+                    );
                 }
             }
             if let Ok((_, addr)) = m.variable("counter", 4) {
-                assert!(c.in_data_image(addr, 4), "counter at {addr:#x} outside the data image");
+                assert!(
+                    c.in_data_image(addr, 4),
+                    "counter at {addr:#x} outside the data image"
+                );
             }
             m.verify(&t, id).unwrap();
             m.unload(&mut t, id).unwrap();
@@ -170,5 +197,8 @@ fn flipped_bytes_of_a_two_function_component_link_inside_the_image_or_are_refuse
     }
     eprintln!("{loaded} loaded, {refused} refused");
     // Both outcomes occur: the property is not vacuous.
-    assert!(loaded > 50 && refused > 50, "{loaded} loaded, {refused} refused");
+    assert!(
+        loaded > 50 && refused > 50,
+        "{loaded} loaded, {refused} refused"
+    );
 }

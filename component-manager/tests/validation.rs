@@ -19,11 +19,17 @@ use trapvec::{error_chain, SymbolKind};
 const NEAR: u64 = 0x5555_5555_0000;
 
 fn target() -> FakeTarget {
-    FakeTarget::new(&[("target_fn", NEAR + 0x1000, SymbolKind::Function), ("ext_var", NEAR + 0x4000, SymbolKind::Object)])
+    FakeTarget::new(&[
+        ("target_fn", NEAR + 0x1000, SymbolKind::Function),
+        ("ext_var", NEAR + 0x4000, SymbolKind::Object),
+    ])
 }
 
 fn opts() -> LoadOptions {
-    LoadOptions { near: NEAR, ..LoadOptions::default() }
+    LoadOptions {
+        near: NEAR,
+        ..LoadOptions::default()
+    }
 }
 
 fn two() -> Vec<u8> {
@@ -57,7 +63,11 @@ impl Elf<'_> {
     }
 
     fn section_index(&self, name: &str) -> usize {
-        self.file().section_by_name(name).unwrap_or_else(|| panic!("no section {name}")).index().0
+        self.file()
+            .section_by_name(name)
+            .unwrap_or_else(|| panic!("no section {name}"))
+            .index()
+            .0
     }
 
     /// File offset of section `name`'s header.
@@ -69,7 +79,15 @@ impl Elf<'_> {
 
     /// File offset of section `name`'s contents.
     fn contents(&self, name: &str) -> usize {
-        usize::try_from(self.file().section_by_name(name).unwrap().file_range().unwrap().0).unwrap()
+        usize::try_from(
+            self.file()
+                .section_by_name(name)
+                .unwrap()
+                .file_range()
+                .unwrap()
+                .0,
+        )
+        .unwrap()
     }
 
     fn size(&self, name: &str) -> u64 {
@@ -78,12 +96,24 @@ impl Elf<'_> {
 
     /// File offset of symbol `name`'s `Elf64_Sym`.
     fn sym(&self, name: &str) -> usize {
-        let index = self.file().symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("no symbol {name}")).index().0;
+        let index = self
+            .file()
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("no symbol {name}"))
+            .index()
+            .0;
         self.contents(".symtab") + index * 24
     }
 
     fn symbol_index(&self, name: &str) -> u32 {
-        let index = self.file().symbols().find(|s| s.name() == Ok(name)).unwrap().index().0;
+        let index = self
+            .file()
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap()
+            .index()
+            .0;
         u32::try_from(index).unwrap()
     }
 
@@ -93,15 +123,28 @@ impl Elf<'_> {
         let n = usize::try_from(self.size(".rela.text")).unwrap() / 24;
         (0..n)
             .map(|i| start + i * 24)
-            .find(|&at| u32::from_le_bytes(self.bytes[at + R_INFO + 4..at + R_INFO + 8].try_into().unwrap()) == symbol)
+            .find(|&at| {
+                u32::from_le_bytes(
+                    self.bytes[at + R_INFO + 4..at + R_INFO + 8]
+                        .try_into()
+                        .unwrap(),
+                ) == symbol
+            })
             .unwrap_or_else(|| panic!("no relocation against symbol #{symbol}"))
     }
 
     fn section_symbol(&self, section: &str) -> u32 {
         let index = self.section_index(section);
         let file = self.file();
-        let s = file.symbols().find(|s| s.kind() == object::SymbolKind::Section && s.section_index().map(|i| i.0) == Some(index));
-        u32::try_from(s.unwrap_or_else(|| panic!("no section symbol for {section}")).index().0).unwrap()
+        let s = file.symbols().find(|s| {
+            s.kind() == object::SymbolKind::Section && s.section_index().map(|i| i.0) == Some(index)
+        });
+        u32::try_from(
+            s.unwrap_or_else(|| panic!("no section symbol for {section}"))
+                .index()
+                .0,
+        )
+        .unwrap()
     }
 }
 
@@ -113,7 +156,9 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 /// allocated at all.
 fn refuse_with(bytes: &[u8], limits: Limits) -> ComponentError {
     let (mut m, mut t) = (ComponentManager::with_limits(limits), target());
-    let err = m.load_bytes(&mut t, "two", bytes, &opts(), &mut NoExtra).expect_err("the load must fail");
+    let err = m
+        .load_bytes(&mut t, "two", bytes, &opts(), &mut NoExtra)
+        .expect_err("the load must fail");
     assert_eq!(t.allocs, 0, "{err}: refused before allocating");
     err
 }
@@ -140,8 +185,15 @@ fn reloc_error(err: &ComponentError) -> &RelocError {
 fn the_unpatched_seed_loads() {
     let bytes = two();
     let (mut m, mut t) = (ComponentManager::new(), target());
-    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra).unwrap();
-    assert_eq!(m.limits(), Limits { max_image: DEFAULT_MAX_IMAGE, max_align: 4096 });
+    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
+    assert_eq!(
+        m.limits(),
+        Limits {
+            max_image: DEFAULT_MAX_IMAGE,
+            max_align: 4096
+        }
+    );
 }
 
 // 1. Symbols inside their sections; bad section indices.
@@ -149,29 +201,68 @@ fn the_unpatched_seed_loads() {
 #[test]
 fn handler_whose_value_lies_beyond_text_is_refused_naming_symbol_and_section() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let text = elf.size(".text");
-    put(&mut bytes, elf.sym("handler") + ST_VALUE, &(text + 0x1000).to_le_bytes());
+    put(
+        &mut bytes,
+        elf.sym("handler") + ST_VALUE,
+        &(text + 0x1000).to_le_bytes(),
+    );
     let err = refuse(&bytes);
-    let ValidateError::SymbolOutside { symbol, section, section_index, value, section_size, .. } = validate_error(&err) else { panic!("{err}") };
-    assert_eq!((symbol.as_str(), section.as_str(), *section_index, *value, *section_size), ("handler", ".text", 1, text + 0x1000, text));
+    let ValidateError::SymbolOutside {
+        symbol,
+        section,
+        section_index,
+        value,
+        section_size,
+        ..
+    } = validate_error(&err)
+    else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        (
+            symbol.as_str(),
+            section.as_str(),
+            *section_index,
+            *value,
+            *section_size
+        ),
+        ("handler", ".text", 1, text + 0x1000, text)
+    );
     assert!(error_chain(&err).starts_with(&format!("component two: symbol handler (#7) at .text+{:#x} (0x38 bytes) lies outside its section #1", text + 0x1000)), "{err}");
 }
 
 #[test]
 fn symbol_whose_size_runs_past_its_section_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.sym("helper") + ST_SIZE, &u64::MAX.to_le_bytes());
-    assert!(matches!(validate_error(&refuse(&bytes)), ValidateError::SymbolOutside { symbol, size: u64::MAX, .. } if symbol == "helper"));
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.sym("helper") + ST_SIZE,
+        &u64::MAX.to_le_bytes(),
+    );
+    assert!(
+        matches!(validate_error(&refuse(&bytes)), ValidateError::SymbolOutside { symbol, size: u64::MAX, .. } if symbol == "helper")
+    );
 }
 
 #[test]
 fn variable_beyond_its_bss_is_refused_nobits_included() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let bss = elf.size(".bss");
-    put(&mut bytes, elf.sym("counter") + ST_VALUE, &bss.to_le_bytes());
+    put(
+        &mut bytes,
+        elf.sym("counter") + ST_VALUE,
+        &bss.to_le_bytes(),
+    );
     let err = refuse(&bytes);
     assert!(
         matches!(validate_error(&err), ValidateError::SymbolOutside { symbol, section, .. } if symbol == "counter" && section == ".bss"),
@@ -182,12 +273,33 @@ fn variable_beyond_its_bss_is_refused_nobits_included() {
 #[test]
 fn symbol_with_a_bad_section_index_is_refused_naming_it() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     for shndx in [0x50u16, 0xff10] {
-        put(&mut bytes, elf.sym("handler") + ST_SHNDX, &shndx.to_le_bytes());
+        put(
+            &mut bytes,
+            elf.sym("handler") + ST_SHNDX,
+            &shndx.to_le_bytes(),
+        );
         let err = refuse(&bytes);
-        let ComponentError::Parse { error: ParseError::SymbolSection { symbol, shndx: found, .. }, .. } = &err else { panic!("{err}") };
-        assert_eq!((symbol.as_str(), *found), ("handler", u32::from(shndx)), "{err}");
+        let ComponentError::Parse {
+            error:
+                ParseError::SymbolSection {
+                    symbol,
+                    shndx: found,
+                    ..
+                },
+            ..
+        } = &err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            (symbol.as_str(), *found),
+            ("handler", u32::from(shndx)),
+            "{err}"
+        );
     }
 }
 
@@ -196,53 +308,113 @@ fn symbol_with_a_bad_section_index_is_refused_naming_it() {
 #[test]
 fn huge_bss_is_refused_before_any_allocation_naming_the_section() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.shdr(".bss") + SH_SIZE, &1_400_000_000_000_000_000u64.to_le_bytes());
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.shdr(".bss") + SH_SIZE,
+        &1_400_000_000_000_000_000u64.to_le_bytes(),
+    );
     let err = refuse(&bytes);
     assert_eq!(
         *validate_error(&err),
-        ValidateError::SectionTooLarge { section: ".bss".into(), index: 4, size: 1_400_000_000_000_000_000, limit: DEFAULT_MAX_IMAGE }
+        ValidateError::SectionTooLarge {
+            section: ".bss".into(),
+            index: 4,
+            size: 1_400_000_000_000_000_000,
+            limit: DEFAULT_MAX_IMAGE
+        }
     );
     assert_eq!(
         error_chain(&err),
-        format!("component two: section .bss (#4) is {:#x} bytes, more than the image limit 0x1000000", 1_400_000_000_000_000_000u64)
+        format!(
+            "component two: section .bss (#4) is {:#x} bytes, more than the image limit 0x1000000",
+            1_400_000_000_000_000_000u64
+        )
     );
 }
 
 #[test]
 fn image_ceiling_is_the_managers_limit() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.shdr(".bss") + SH_SIZE, &(8u64 << 20).to_le_bytes());
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.shdr(".bss") + SH_SIZE,
+        &(8u64 << 20).to_le_bytes(),
+    );
     // 8 MiB of bss fits the default 16 MiB...
     let (mut m, mut t) = (ComponentManager::new(), target());
-    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
     // ...not a 4 MiB ceiling.
-    let limits = Limits { max_image: 4 << 20, ..Limits::default() };
-    assert!(matches!(validate_error(&refuse_with(&bytes, limits)), ValidateError::SectionTooLarge { limit, .. } if *limit == 4 << 20));
+    let limits = Limits {
+        max_image: 4 << 20,
+        ..Limits::default()
+    };
+    assert!(
+        matches!(validate_error(&refuse_with(&bytes, limits)), ValidateError::SectionTooLarge { limit, .. } if *limit == 4 << 20)
+    );
     // Sections that fit one by one but not together, and the GOT slots and stubs laid out after
     // them, count against the same ceiling.
-    let err = refuse_with(&two(), Limits { max_image: 0x60, ..Limits::default() });
-    assert!(matches!(validate_error(&err), ValidateError::ImageTooLarge { limit: 0x60, .. }), "{err}");
+    let err = refuse_with(
+        &two(),
+        Limits {
+            max_image: 0x60,
+            ..Limits::default()
+        },
+    );
+    assert!(
+        matches!(
+            validate_error(&err),
+            ValidateError::ImageTooLarge { limit: 0x60, .. }
+        ),
+        "{err}"
+    );
     let mut m = ComponentManager::new();
-    m.set_limits(Limits { max_image: 0x90, ..Limits::default() });
-    let err = m.load_bytes(&mut target(), "two", &two(), &opts(), &mut NoExtra).unwrap_err();
-    assert!(error_chain(&err).starts_with("component two: the component's image needs 0x"), "{err}");
+    m.set_limits(Limits {
+        max_image: 0x90,
+        ..Limits::default()
+    });
+    let err = m
+        .load_bytes(&mut target(), "two", &two(), &opts(), &mut NoExtra)
+        .unwrap_err();
+    assert!(
+        error_chain(&err).starts_with("component two: the component's image needs 0x"),
+        "{err}"
+    );
 }
 
 #[test]
 fn alignment_must_be_a_power_of_two_and_bounded() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.shdr(".text") + SH_ADDRALIGN;
     put(&mut bytes, at, &24u64.to_le_bytes());
-    assert_eq!(*validate_error(&refuse(&bytes)), ValidateError::AlignmentNotPowerOfTwo { section: ".text".into(), index: 1, align: 24 });
+    assert_eq!(
+        *validate_error(&refuse(&bytes)),
+        ValidateError::AlignmentNotPowerOfTwo {
+            section: ".text".into(),
+            index: 1,
+            align: 24
+        }
+    );
     put(&mut bytes, at, &(1u64 << 40).to_le_bytes());
     let err = refuse(&bytes);
-    assert_eq!(error_chain(&err), "component two: section .text (#1) has alignment 0x10000000000, more than the limit 0x1000");
+    assert_eq!(
+        error_chain(&err),
+        "component two: section .text (#1) has alignment 0x10000000000, more than the limit 0x1000"
+    );
     // 0 means none.
     put(&mut bytes, at, &0u64.to_le_bytes());
-    ComponentManager::new().load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    ComponentManager::new()
+        .load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
 }
 
 // 3. Section types.
@@ -250,37 +422,75 @@ fn alignment_must_be_a_power_of_two_and_bounded() {
 #[test]
 fn allocated_section_of_unknown_type_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.shdr(".rodata") + SH_TYPE, &0x6000_1234u32.to_le_bytes());
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.shdr(".rodata") + SH_TYPE,
+        &0x6000_1234u32.to_le_bytes(),
+    );
     assert_eq!(
         error_chain(&refuse(&bytes)),
         "component two: section .rodata (#5) is SHF_ALLOC but of type 0x60001234, which the loader does not know how to load"
     );
     // The same type on a section that is not allocated is ignored (it may be debug info).
     let mut bytes = two();
-    put(&mut bytes, elf.shdr(".comment") + SH_TYPE, &0x6000_1234u32.to_le_bytes());
-    ComponentManager::new().load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    put(
+        &mut bytes,
+        elf.shdr(".comment") + SH_TYPE,
+        &0x6000_1234u32.to_le_bytes(),
+    );
+    ComponentManager::new()
+        .load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
 }
 
 #[test]
 fn code_the_placement_would_drop_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     for (sh_type, what) in [(elf::SHT_NOBITS, "no contents"), (elf::SHT_NOTE, "a note")] {
-        put(&mut bytes, elf.shdr(".text") + SH_TYPE, &sh_type.to_le_bytes());
+        put(
+            &mut bytes,
+            elf.shdr(".text") + SH_TYPE,
+            &sh_type.to_le_bytes(),
+        );
         let err = refuse(&bytes);
-        assert!(matches!(validate_error(&err), ValidateError::DroppedCode { section, what: w, .. } if section == ".text" && *w == what), "{err}");
+        assert!(
+            matches!(validate_error(&err), ValidateError::DroppedCode { section, what: w, .. } if section == ".text" && *w == what),
+            "{err}"
+        );
     }
     // A null type with SHF_ALLOC is no known way to load a section either.
-    put(&mut bytes, elf.shdr(".text") + SH_TYPE, &elf::SHT_NULL.to_le_bytes());
-    assert!(matches!(validate_error(&refuse(&bytes)), ValidateError::UnknownAllocType { index: 1, sh_type: 0, .. }));
+    put(
+        &mut bytes,
+        elf.shdr(".text") + SH_TYPE,
+        &elf::SHT_NULL.to_le_bytes(),
+    );
+    assert!(matches!(
+        validate_error(&refuse(&bytes)),
+        ValidateError::UnknownAllocType {
+            index: 1,
+            sh_type: 0,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn relocation_section_whose_type_was_changed_is_refused_not_ignored() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.shdr(".rela.text") + SH_TYPE, &elf::SHT_PROGBITS.to_le_bytes());
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.shdr(".rela.text") + SH_TYPE,
+        &elf::SHT_PROGBITS.to_le_bytes(),
+    );
     let err = refuse(&bytes);
     assert_eq!(
         error_chain(&err),
@@ -291,7 +501,10 @@ fn relocation_section_whose_type_was_changed_is_refused_not_ignored() {
     let name_at = {
         let file = elf.file();
         let shstrtab = elf.contents(".shstrtab");
-        let header = file.elf_section_table().section(object::SectionIndex(2)).unwrap();
+        let header = file
+            .elf_section_table()
+            .section(object::SectionIndex(2))
+            .unwrap();
         shstrtab + usize::try_from(header.sh_name(LE)).unwrap()
     };
     assert_eq!(&bytes[name_at..name_at + 5], b".rela");
@@ -306,14 +519,22 @@ fn relocation_section_whose_type_was_changed_is_refused_not_ignored() {
     // loader without a checksum over the object: trapvec records a CRC32 for that).
     let flags = elf.shdr(".rela.text") + SH_FLAGS;
     put(&mut bytes, flags, &0u64.to_le_bytes());
-    ComponentManager::new().load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    ComponentManager::new()
+        .load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
 }
 
 #[test]
 fn rel_sections_are_refused_with_a_reason() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
-    put(&mut bytes, elf.shdr(".rela.eh_frame") + SH_TYPE, &elf::SHT_REL.to_le_bytes());
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
+    put(
+        &mut bytes,
+        elf.shdr(".rela.eh_frame") + SH_TYPE,
+        &elf::SHT_REL.to_le_bytes(),
+    );
     assert_eq!(
         error_chain(&refuse(&bytes)),
         "component two: section .rela.eh_frame (#9) is SHT_REL: implicit-addend relocations are not used on x86-64 and are not supported"
@@ -323,20 +544,37 @@ fn rel_sections_are_refused_with_a_reason() {
 #[test]
 fn relocations_sent_to_another_section_by_sh_info_are_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     // .rela.text applying to .comment would be dropped with it; to .rodata, patch the wrong bytes.
     for target in [".comment", ".rodata"] {
         let index = u32::try_from(elf.section_index(target)).unwrap();
-        put(&mut bytes, elf.shdr(".rela.text") + SH_INFO, &index.to_le_bytes());
+        put(
+            &mut bytes,
+            elf.shdr(".rela.text") + SH_INFO,
+            &index.to_le_bytes(),
+        );
         let err = refuse(&bytes);
         assert!(
             matches!(validate_error(&err), ValidateError::RelocationTargetMismatch { section, target: t, .. } if section == ".rela.text" && t == target),
             "{err}"
         );
     }
-    put(&mut bytes, elf.shdr(".rela.text") + SH_INFO, &77u32.to_le_bytes());
+    put(
+        &mut bytes,
+        elf.shdr(".rela.text") + SH_INFO,
+        &77u32.to_le_bytes(),
+    );
     let err = refuse(&bytes);
-    assert_eq!(*parse_err(&err), ParseError::RelocationTarget { section: ".rela.text".into(), index: 2, target: 77 });
+    assert_eq!(
+        *parse_err(&err),
+        ParseError::RelocationTarget {
+            section: ".rela.text".into(),
+            index: 2,
+            target: 77
+        }
+    );
 }
 
 fn parse_err(err: &ComponentError) -> &ParseError {
@@ -351,23 +589,38 @@ fn parse_err(err: &ComponentError) -> &ParseError {
 #[test]
 fn relocation_whose_field_runs_past_its_section_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let text = elf.size(".text");
     let at = elf.contents(".rela.text");
     put(&mut bytes, at + R_OFFSET, &(text - 2).to_le_bytes());
     let err = refuse(&bytes);
     assert_eq!(
         *reloc_error(&err),
-        RelocError::OutOfBounds { kind: RelocType(elf::R_X86_64_PC32), section: ".text".into(), offset: text - 2, size: text }
+        RelocError::OutOfBounds {
+            kind: RelocType(elf::R_X86_64_PC32),
+            section: ".text".into(),
+            offset: text - 2,
+            size: text
+        }
     );
     put(&mut bytes, at + R_OFFSET, &u64::MAX.to_le_bytes());
-    assert!(matches!(reloc_error(&refuse(&bytes)), RelocError::OutOfBounds { offset: u64::MAX, .. }));
+    assert!(matches!(
+        reloc_error(&refuse(&bytes)),
+        RelocError::OutOfBounds {
+            offset: u64::MAX,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn relocation_symbol_index_past_the_symbol_table_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.contents(".rela.text");
     put(&mut bytes, at + R_INFO + 4, &1000u32.to_le_bytes());
     let err = refuse(&bytes);
@@ -382,24 +635,43 @@ fn relocation_symbol_index_past_the_symbol_table_is_refused() {
 #[test]
 fn pc32_addend_leaving_its_section_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.rela_against(elf.section_symbol(".rodata"));
     for addend in [0x10_0000i64, -0x20] {
         put(&mut bytes, at + R_ADDEND, &addend.to_le_bytes());
         let err = refuse(&bytes);
-        let RelocError::TargetOutside { kind, section, symbol, addend: a, bound, .. } = reloc_error(&err) else { panic!("{err}") };
-        assert_eq!((kind.0, section.as_str(), symbol.as_str(), *a), (elf::R_X86_64_PC32, ".text", ".rodata", addend));
+        let RelocError::TargetOutside {
+            kind,
+            section,
+            symbol,
+            addend: a,
+            bound,
+            ..
+        } = reloc_error(&err)
+        else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            (kind.0, section.as_str(), symbol.as_str(), *a),
+            (elf::R_X86_64_PC32, ".text", ".rodata", addend)
+        );
         assert_eq!(bound, "section .rodata (0x10 bytes)");
     }
     // The last byte is still inside; one past the end (`&a[n]`) too.
     put(&mut bytes, at + R_ADDEND, &(0x10i64 - 4).to_le_bytes());
-    ComponentManager::new().load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    ComponentManager::new()
+        .load_bytes(&mut target(), "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
 }
 
 #[test]
 fn call_addend_away_from_an_imported_function_is_refused() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.rela_against(elf.symbol_index("target_fn"));
     put(&mut bytes, at + R_ADDEND, &0x100i64.to_le_bytes());
     let err = refuse(&bytes);
@@ -412,12 +684,20 @@ fn call_addend_away_from_an_imported_function_is_refused() {
 #[test]
 fn got_load_addend_away_from_its_slot_is_refused() {
     let mut bytes = compile("two.c", &["-fPIC"]);
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.rela_against(elf.symbol_index("counter"));
-    assert_eq!(u32::from_le_bytes(bytes[at + R_INFO..at + R_INFO + 4].try_into().unwrap()), elf::R_X86_64_REX_GOTPCRELX);
+    assert_eq!(
+        u32::from_le_bytes(bytes[at + R_INFO..at + R_INFO + 4].try_into().unwrap()),
+        elf::R_X86_64_REX_GOTPCRELX
+    );
     put(&mut bytes, at + R_ADDEND, &4i64.to_le_bytes());
     let err = refuse(&bytes);
-    assert!(matches!(reloc_error(&err), RelocError::TargetOutside { symbol, bound, .. } if symbol == "counter" && bound == "its GOT slot"), "{err}");
+    assert!(
+        matches!(reloc_error(&err), RelocError::TargetOutside { symbol, bound, .. } if symbol == "counter" && bound == "its GOT slot"),
+        "{err}"
+    );
 }
 
 // 6. Entry points and variables.
@@ -425,7 +705,9 @@ fn got_load_addend_away_from_its_slot_is_refused() {
 #[test]
 fn entries_are_functions_in_code_and_variables_are_objects_in_data_of_their_size() {
     let (mut m, mut t) = (ComponentManager::new(), target());
-    let id = m.load_bytes(&mut t, "two", &two(), &opts(), &mut NoExtra).unwrap();
+    let id = m
+        .load_bytes(&mut t, "two", &two(), &opts(), &mut NoExtra)
+        .unwrap();
     let c = m.get(id).unwrap();
     let (_, handler) = m.entry("handler").unwrap();
     assert!(c.in_code_image(handler, 0x38));
@@ -435,23 +717,33 @@ fn entries_are_functions_in_code_and_variables_are_objects_in_data_of_their_size
     assert_eq!(error_chain(&err), format!("component two: counter at {counter:#x} cannot be executed: it lies in Bss memory, not in a code section"));
     let err = m.variable("counter", 8).unwrap_err();
     assert_eq!(error_chain(&err), format!("component two: counter at {counter:#x} cannot be accessed as a 8-byte variable: it is 4 bytes long"));
-    assert!(matches!(m.variable("handler", 4).unwrap_err(), ComponentError::NotAVariable { symbol, .. } if symbol == "handler"));
-    assert!(matches!(m.entry("nothing").unwrap_err(), ComponentError::UnknownSymbol { symbol } if symbol == "nothing"));
+    assert!(
+        matches!(m.variable("handler", 4).unwrap_err(), ComponentError::NotAVariable { symbol, .. } if symbol == "handler")
+    );
+    assert!(
+        matches!(m.entry("nothing").unwrap_err(), ComponentError::UnknownSymbol { symbol } if symbol == "nothing")
+    );
 }
 
 #[test]
 fn handler_retyped_as_an_object_is_not_an_entry() {
     let mut bytes = two();
-    let elf = Elf { bytes: &bytes.clone() };
+    let elf = Elf {
+        bytes: &bytes.clone(),
+    };
     let at = elf.sym("handler") + ST_INFO;
     bytes[at] = (elf::STB_GLOBAL << 4) | elf::STT_OBJECT;
     let (mut m, mut t) = (ComponentManager::new(), target());
-    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra).unwrap();
-    assert!(matches!(m.entry("handler").unwrap_err(), ComponentError::NotAnEntry { reason, .. } if reason == "it is Object, not a function"));
+    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
+    assert!(
+        matches!(m.entry("handler").unwrap_err(), ComponentError::NotAnEntry { reason, .. } if reason == "it is Object, not a function")
+    );
     // An untyped label (what `as` makes of an assembly function without `.type`) is accepted.
     bytes[at] = (elf::STB_GLOBAL << 4) | elf::STT_NOTYPE;
     let (mut m, mut t) = (ComponentManager::new(), target());
-    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra).unwrap();
+    m.load_bytes(&mut t, "two", &bytes, &opts(), &mut NoExtra)
+        .unwrap();
     m.entry("handler").unwrap();
 }
 
@@ -466,13 +758,22 @@ fn declared_handler_that_is_not_code_is_refused_at_load() {
     .unwrap();
     let obj = dir.path().join("declared.o");
     let include = concat!(env!("CARGO_MANIFEST_DIR"), "/../components/include");
-    assert!(std::process::Command::new("cc").args(["-c", "-O2", "-I", include, "-o"]).arg(&obj).arg(&src).status().unwrap().success());
+    assert!(std::process::Command::new("cc")
+        .args(["-c", "-O2", "-I", include, "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
     let err = refuse(&std::fs::read(&obj).unwrap());
     assert!(
         matches!(validate_error(&err), ValidateError::DeclaredHandler { at, handler, .. } if at == "compute+0" && handler == "hits"),
         "{err}"
     );
-    assert!(error_chain(&err).ends_with("is not a function (its type is Object)"), "{err}");
+    assert!(
+        error_chain(&err).ends_with("is not a function (its type is Object)"),
+        "{err}"
+    );
 }
 
 /// The checks refuse nothing a compiler makes: the seeds compiled the ways components are
@@ -491,13 +792,23 @@ fn compiler_output_passes_validation_under_user_and_kernel_like_flags() {
         "-fno-asynchronous-unwind-tables",
         "-fpatchable-function-entry=16,16",
     ];
-    let sets: [(&[&str], u64); 4] = [(&[], NEAR), (&["-fPIC"], NEAR), (&["-O0", "-g"], NEAR), (kernel_flags, KERNEL)];
+    let sets: [(&[&str], u64); 4] = [
+        (&[], NEAR),
+        (&["-fPIC"], NEAR),
+        (&["-O0", "-g"], NEAR),
+        (kernel_flags, KERNEL),
+    ];
     for fixture in ["two.c", "basic.c"] {
         for (flags, near) in sets {
             let bytes = compile(fixture, flags);
             let mut t = FakeTarget::new(&[("target_fn", near + 0x1000, SymbolKind::Function)]);
-            let opts = LoadOptions { near, ..LoadOptions::default() };
-            if let Err(e) = ComponentManager::new().load_bytes(&mut t, "seed", &bytes, &opts, &mut NoExtra) {
+            let opts = LoadOptions {
+                near,
+                ..LoadOptions::default()
+            };
+            if let Err(e) =
+                ComponentManager::new().load_bytes(&mut t, "seed", &bytes, &opts, &mut NoExtra)
+            {
                 panic!("{fixture} with {flags:?}: {e}");
             }
         }

@@ -7,8 +7,13 @@
 //! trampoline's place is known), 8 bytes of address, a site byte, then the function's bytes.
 
 use iced_x86::{Decoder, DecoderOptions};
-use instr_manager::trampoline::{emit_call_trampoline, emit_replay, jmp_bytes, springboard_bytes, CallTrampoline};
-use instr_manager::{analyze_function_with, plan_splice, relocate, AnalysisOptions, Function, Mechanism, Plan, PlanInput};
+use instr_manager::trampoline::{
+    emit_call_trampoline, emit_replay, jmp_bytes, springboard_bytes, CallTrampoline,
+};
+use instr_manager::{
+    analyze_function_with, plan_splice, relocate, AnalysisOptions, Function, Mechanism, Plan,
+    PlanInput,
+};
 use trapvec::{Symbol, SymbolKind, SymbolTable, TargetInfo};
 
 use crate::{assert_sentence, Bytes};
@@ -48,11 +53,20 @@ pub fn run(data: &[u8]) {
         }
         Some(
             (addr..end)
-                .map(|a| if a >= start && a < fn_end { bytes[usize::try_from(a - start).expect("small")] } else { 0xCC })
+                .map(|a| {
+                    if a >= start && a < fn_end {
+                        bytes[usize::try_from(a - start).expect("small")]
+                    } else {
+                        0xCC
+                    }
+                })
                 .collect(),
         )
     };
-    let opts = AnalysisOptions { read: Some(&read), lenient };
+    let opts = AnalysisOptions {
+        read: Some(&read),
+        lenient,
+    };
     let func = match analyze_function_with("f", start, bytes, &opts) {
         Ok(f) => f,
         Err(e) => return assert_sentence("analysis", &trapvec::error_chain(&e)),
@@ -100,24 +114,50 @@ fn check_function(func: &Function, bytes: &[u8]) {
         at = i.end();
     }
     let stop = func.undecodable_from.unwrap_or(func.end);
-    assert_eq!(at, stop, "the instructions end at {at:#x}, not at {stop:#x}");
+    assert_eq!(
+        at, stop,
+        "the instructions end at {at:#x}, not at {stop:#x}"
+    );
     assert_eq!(func.bytes, bytes);
     for blk in &func.blocks {
-        assert!(blk.start < blk.end && blk.start >= func.start && blk.end <= func.end, "block [{:#x}, {:#x}) outside the function", blk.start, blk.end);
+        assert!(
+            blk.start < blk.end && blk.start >= func.start && blk.end <= func.end,
+            "block [{:#x}, {:#x}) outside the function",
+            blk.start,
+            blk.end
+        );
     }
 }
 
 fn check_plan(func: &Function, plan: &Plan, info: &TargetInfo, tramp: u64) {
     let site = plan.site;
-    assert!(!plan.displaced.is_empty(), "a plan at {site:#x} displaces nothing");
+    assert!(
+        !plan.displaced.is_empty(),
+        "a plan at {site:#x} displaces nothing"
+    );
     let mut at = site;
     for i in &plan.displaced {
-        assert_eq!(i.addr, at, "displaced instructions are not contiguous from the site {site:#x}");
+        assert_eq!(
+            i.addr, at,
+            "displaced instructions are not contiguous from the site {site:#x}"
+        );
         at = i.end();
     }
-    assert_eq!(at - site, plan.displaced_len as u64, "displaced_len does not match the displaced instructions");
-    assert!(plan.displaced_len >= plan.patch_len, "the plan at {site:#x} displaces {} bytes for a {}-byte patch", plan.displaced_len, plan.patch_len);
-    assert!(site >= func.start && plan.window_end() <= func.end, "the window of {site:#x} leaves the function");
+    assert_eq!(
+        at - site,
+        plan.displaced_len as u64,
+        "displaced_len does not match the displaced instructions"
+    );
+    assert!(
+        plan.displaced_len >= plan.patch_len,
+        "the plan at {site:#x} displaces {} bytes for a {}-byte patch",
+        plan.displaced_len,
+        plan.patch_len
+    );
+    assert!(
+        site >= func.start && plan.window_end() <= func.end,
+        "the window of {site:#x} leaves the function"
+    );
 
     // The displaced bytes re-decode to the displaced instructions.
     let off = usize::try_from(site - func.start).expect("inside the function");
@@ -126,13 +166,19 @@ fn check_plan(func: &Function, plan: &Plan, info: &TargetInfo, tramp: u64) {
     for want in &plan.displaced {
         let got = dec.decode();
         assert!(
-            !got.is_invalid() && got == want.instr && got.ip() == want.addr && got.len() == want.len,
+            !got.is_invalid()
+                && got == want.instr
+                && got.ip() == want.addr
+                && got.len() == want.len,
             "the displaced bytes at {:#x} re-decode to `{got}`, not `{}`",
             want.addr,
             want.instr
         );
     }
-    assert!(!dec.can_decode(), "the displaced bytes hold more than the displaced instructions");
+    assert!(
+        !dec.can_decode(),
+        "the displaced bytes hold more than the displaced instructions"
+    );
 
     let sentence_or = |what: &str, r: Result<Vec<u8>, instr_manager::Refusal>| match r {
         Ok(code) => assert!(!code.is_empty(), "{what} at {site:#x}: no code"),
@@ -140,11 +186,24 @@ fn check_plan(func: &Function, plan: &Plan, info: &TargetInfo, tramp: u64) {
     };
     sentence_or("relocate", relocate(&plan.displaced, tramp));
     sentence_or("replay", emit_replay(plan, tramp));
-    let t = CallTrampoline { addr: tramp, site, handler: tramp + 0x1000, cookie: 7, hits: tramp + 0x2000, inflight: tramp + 0x2008 };
+    let t = CallTrampoline {
+        addr: tramp,
+        site,
+        handler: tramp + 0x1000,
+        cookie: 7,
+        hits: tramp + 0x2000,
+        inflight: tramp + 0x2008,
+    };
     sentence_or("call trampoline", emit_call_trampoline(&t, plan, info));
     if plan.mechanism == Mechanism::Jmp {
         match jmp_bytes(plan, tramp) {
-            Ok(j) => assert_eq!(j.len(), plan.patch_len, "the jmp at {site:#x} is {} bytes, the plan patches {}", j.len(), plan.patch_len),
+            Ok(j) => assert_eq!(
+                j.len(),
+                plan.patch_len,
+                "the jmp at {site:#x} is {} bytes, the plan patches {}",
+                j.len(),
+                plan.patch_len
+            ),
             Err(e) => assert_sentence("jmp", &trapvec::error_chain(&e)),
         }
         if let Some(sb) = &plan.springboard {

@@ -8,17 +8,24 @@
 //!
 //! Every refusal is a sentence.
 
-use instr_manager::image::CodeImage;
 use bench::kernel::{check_kallsyms, parse_kallsyms_dump};
 use bench::vmlinux::{extract_vmlinux, is_whole_elf};
+use instr_manager::image::CodeImage;
 
 use crate::assert_sentence;
 
 pub fn run(data: &[u8]) {
-    let Some((&tag, rest)) = data.split_first() else { return };
+    let Some((&tag, rest)) = data.split_first() else {
+        return;
+    };
     match tag % 4 {
         0 => match extract_vmlinux(rest, "fuzz.img") {
-            Ok(x) => assert!(is_whole_elf(&x.elf), "extract_vmlinux returned a partial ELF ({} bytes, {})", x.elf.len(), x.compression),
+            Ok(x) => assert!(
+                is_whole_elf(&x.elf),
+                "extract_vmlinux returned a partial ELF ({} bytes, {})",
+                x.elf.len(),
+                x.compression
+            ),
             Err(e) => assert_sentence("extract_vmlinux", &trapvec::error_chain(&e)),
         },
         1 => {
@@ -40,15 +47,28 @@ pub fn run(data: &[u8]) {
             match CodeImage::vmlinux(elf, &text, "fuzz vmlinux") {
                 Ok(img) => {
                     for f in &img.functions {
-                        assert!(f.start < f.end, "function `{}` is empty or reversed: [{:#x}, {:#x})", f.name, f.start, f.end);
                         assert!(
-                            img.regions.iter().any(|r| f.start >= r.addr && f.end <= r.end()),
+                            f.start < f.end,
+                            "function `{}` is empty or reversed: [{:#x}, {:#x})",
+                            f.name,
+                            f.start,
+                            f.end
+                        );
+                        assert!(
+                            img.regions
+                                .iter()
+                                .any(|r| f.start >= r.addr && f.end <= r.end()),
                             "function `{}` [{:#x}, {:#x}) lies outside every region",
                             f.name,
                             f.start,
                             f.end
                         );
-                        assert_eq!(img.bytes_of(f).len() as u64, f.end - f.start, "function `{}`: its bytes are not all readable", f.name);
+                        assert_eq!(
+                            img.bytes_of(f).len() as u64,
+                            f.end - f.start,
+                            "function `{}`: its bytes are not all readable",
+                            f.name
+                        );
                     }
                 }
                 Err(e) => assert_sentence("CodeImage::vmlinux", &trapvec::error_chain(&e)),

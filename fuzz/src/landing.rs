@@ -24,7 +24,12 @@ pub fn run(data: &[u8]) {
     let bytes = b.rest();
     if mode % 2 == 0 {
         match parse_lsda(bytes, base, pc) {
-            Ok(l) => assert!(l.len <= bytes.len(), "an LSDA of {} bytes parsed from {}", l.len, bytes.len()),
+            Ok(l) => assert!(
+                l.len <= bytes.len(),
+                "an LSDA of {} bytes parsed from {}",
+                l.len,
+                bytes.len()
+            ),
             Err(e) => assert_sentence("parse_lsda", &trapvec::error_chain(&e)),
         }
         return;
@@ -33,12 +38,22 @@ pub fn run(data: &[u8]) {
         let off = usize::try_from(addr.checked_sub(base)?).ok()?;
         bytes.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
     };
-    let table = match HdrTable::read(&read, "f", EhFrameHdr { addr: base, len: hdr_len }) {
+    let table = match HdrTable::read(
+        &read,
+        "f",
+        EhFrameHdr {
+            addr: base,
+            len: hdr_len,
+        },
+    ) {
         Ok(t) => t,
         Err(e) => return assert_sentence("HdrTable::read", &trapvec::error_chain(&e)),
     };
     match landing_pads(&read, "f", &table, pc, pc.saturating_add(RANGE)) {
-        Ok(pads) => assert!(pads.windows(2).all(|w| w[0].addr < w[1].addr), "landing pads out of order: {pads:x?}"),
+        Ok(pads) => assert!(
+            pads.windows(2).all(|w| w[0].addr < w[1].addr),
+            "landing pads out of order: {pads:x?}"
+        ),
         Err(e) => assert_sentence("landing_pads", &trapvec::error_chain(&e)),
     }
 }

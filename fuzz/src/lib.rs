@@ -46,8 +46,15 @@ pub const HARNESSES: [Harness; 7] = [
 /// end: a message that merely starts with user text such as `E5(x: unknown action` is fine).
 pub fn assert_sentence(what: &str, msg: &str) {
     assert!(!msg.trim().is_empty(), "{what}: an empty error message");
-    assert_eq!(msg, msg.trim_end(), "{what}: the error message ends in white space: {msg:?}");
-    let head: String = msg.chars().take_while(char::is_ascii_alphanumeric).collect();
+    assert_eq!(
+        msg,
+        msg.trim_end(),
+        "{what}: the error message ends in white space: {msg:?}"
+    );
+    let head: String = msg
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
     let ident = head.chars().next().is_some_and(|c| c.is_ascii_uppercase());
     let rest = &msg[head.len()..];
     let tuple = rest.starts_with('(') && rest.ends_with(')') && {
@@ -65,8 +72,13 @@ pub fn assert_sentence(what: &str, msg: &str) {
     };
     let record = rest.starts_with(" { ")
         && rest.ends_with(" }")
-        && rest[3..].split_once(':').is_some_and(|(field, _)| !field.is_empty() && field.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
-    assert!(!(ident && (tuple || record)), "{what}: the error message is a Debug dump, not a sentence: {msg:?}");
+        && rest[3..].split_once(':').is_some_and(|(field, _)| {
+            !field.is_empty() && field.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        });
+    assert!(
+        !(ident && (tuple || record)),
+        "{what}: the error message is a Debug dump, not a sentence: {msg:?}"
+    );
 }
 
 /// A little-endian reader over the fuzzer's bytes; past the end it yields zeros.

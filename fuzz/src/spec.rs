@@ -11,29 +11,59 @@ use crate::assert_sentence;
 
 fn check_point(at: &str, point: &PointSpec) {
     let printed = point.to_string();
-    let again: PointSpec = printed.parse().unwrap_or_else(|e| panic!("point `{at}` prints as `{printed}`, which does not parse: {e}"));
-    assert_eq!(&again, point, "point `{at}` prints as `{printed}`, which parses to another point");
+    let again: PointSpec = printed.parse().unwrap_or_else(|e| {
+        panic!("point `{at}` prints as `{printed}`, which does not parse: {e}")
+    });
+    assert_eq!(
+        &again, point,
+        "point `{at}` prints as `{printed}`, which parses to another point"
+    );
 }
 
 pub fn run(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     match Spec::parse(text, Path::new("/specs"), Path::new("/specs/fuzz.toml")) {
         Ok(spec) => {
             for c in &spec.components {
-                assert!(c.path.is_absolute(), "component path {} is not resolved against the spec's folder", c.path.display());
+                assert!(
+                    c.path.is_absolute(),
+                    "component path {} is not resolved against the spec's folder",
+                    c.path.display()
+                );
             }
             for s in &spec.splices {
-                check_point(&s.at, &s.point().unwrap_or_else(|e| panic!("splice point `{}` was taken but does not parse: {e}", s.at)));
+                check_point(
+                    &s.at,
+                    &s.point().unwrap_or_else(|e| {
+                        panic!("splice point `{}` was taken but does not parse: {e}", s.at)
+                    }),
+                );
                 if let Some(h) = s.action.symbol() {
-                    assert!(!h.trim().is_empty(), "splice `{}` has an empty handler", s.at);
+                    assert!(
+                        !h.trim().is_empty(),
+                        "splice `{}` has an empty handler",
+                        s.at
+                    );
                 }
             }
             for s in &spec.sets {
                 // No size: the value is an 8-byte two's complement, fitted when written.
                 if let Some(size) = s.size {
-                    assert!(matches!(size, 1 | 2 | 4 | 8), "set `{}` has size {size}", s.symbol);
+                    assert!(
+                        matches!(size, 1 | 2 | 4 | 8),
+                        "set `{}` has size {size}",
+                        s.symbol
+                    );
                     if size < 8 {
-                        assert_eq!(s.value >> (8 * size), 0, "set `{}`: value {:#x} does not fit {size} bytes", s.symbol, s.value);
+                        assert_eq!(
+                            s.value >> (8 * size),
+                            0,
+                            "set `{}`: value {:#x} does not fit {size} bytes",
+                            s.symbol,
+                            s.value
+                        );
                     }
                 }
             }

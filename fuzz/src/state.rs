@@ -17,8 +17,14 @@ use crate::assert_sentence;
 pub fn prepared() -> (FakeKernel, Vec<u8>) {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
-    let count = |at: &str, mechanism| SpliceRequest { at: at.into(), action: Action::Count, mechanism, options: Default::default() };
-    sp.apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)]).expect("count splices on the fake kernel");
+    let count = |at: &str, mechanism| SpliceRequest {
+        at: at.into(),
+        action: Action::Count,
+        mechanism,
+        options: Default::default(),
+    };
+    sp.apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)])
+        .expect("count splices on the fake kernel");
     let blob = sp.export_state();
     (k, blob)
 }
@@ -44,11 +50,23 @@ pub fn run(data: &[u8]) {
     match Splicer::import_state(kernel.clone(), data) {
         Ok(s) => {
             let out = s.export_state();
-            let again = Splicer::import_state(kernel.clone(), &out)
-                .unwrap_or_else(|e| panic!("the export of a taken state is refused: {e}\n{}", String::from_utf8_lossy(&out)));
-            assert_eq!(again.export_state(), out, "a state exported, imported and exported again differs");
+            let again = Splicer::import_state(kernel.clone(), &out).unwrap_or_else(|e| {
+                panic!(
+                    "the export of a taken state is refused: {e}\n{}",
+                    String::from_utf8_lossy(&out)
+                )
+            });
+            assert_eq!(
+                again.export_state(),
+                out,
+                "a state exported, imported and exported again differs"
+            );
         }
         Err(e) => assert_sentence("state", &trapvec::error_chain(&e)),
     }
-    assert_eq!(snapshot(&kernel), before, "importing a state changed the target");
+    assert_eq!(
+        snapshot(&kernel),
+        before,
+        "importing a state changed the target"
+    );
 }

@@ -8,15 +8,24 @@ fn files(harness: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = Vec::new();
     for dir in ["corpus", "regressions"] {
-        let Ok(rd) = std::fs::read_dir(root.join(dir).join(harness)) else { continue };
-        out.extend(rd.map(|e| e.expect("reading a corpus folder").path()).filter(|p| p.is_file()));
+        let Ok(rd) = std::fs::read_dir(root.join(dir).join(harness)) else {
+            continue;
+        };
+        out.extend(
+            rd.map(|e| e.expect("reading a corpus folder").path())
+                .filter(|p| p.is_file()),
+        );
     }
     out.sort();
     out
 }
 
 fn replay(harness: &str) {
-    let run = trapvec_fuzz::HARNESSES.iter().find(|(n, _)| *n == harness).expect("a harness of that name").1;
+    let run = trapvec_fuzz::HARNESSES
+        .iter()
+        .find(|(n, _)| *n == harness)
+        .expect("a harness of that name")
+        .1;
     let files = files(harness);
     assert!(!files.is_empty(), "no corpus for harness `{harness}`");
     let mut failed = Vec::new();
@@ -26,7 +35,13 @@ fn replay(harness: &str) {
             failed.push(f.display().to_string());
         }
     }
-    assert!(failed.is_empty(), "{harness}: {} of {} inputs fail: {}", failed.len(), files.len(), failed.join(", "));
+    assert!(
+        failed.is_empty(),
+        "{harness}: {} of {} inputs fail: {}",
+        failed.len(),
+        files.len(),
+        failed.join(", ")
+    );
 }
 
 #[test]
@@ -62,8 +77,15 @@ fn analysis_corpus_replays() {
 #[test]
 fn debug_dumps_are_not_sentences_and_user_text_in_a_sentence_is_fine() {
     use trapvec_fuzz::assert_sentence;
-    assert!(std::panic::catch_unwind(|| assert_sentence("t", "Decode(Error(\"eof\", line: 1))")).is_err());
-    assert!(std::panic::catch_unwind(|| assert_sentence("t", "Truncated { func: \"f\", addr: 1 }")).is_err());
+    assert!(
+        std::panic::catch_unwind(|| assert_sentence("t", "Decode(Error(\"eof\", line: 1))"))
+            .is_err()
+    );
+    assert!(std::panic::catch_unwind(|| assert_sentence(
+        "t",
+        "Truncated { func: \"f\", addr: 1 }"
+    ))
+    .is_err());
     assert!(std::panic::catch_unwind(|| assert_sentence("t", "")).is_err());
     // Found by the protocol fuzzer: a point named `E5(x` starts a real sentence.
     assert_sentence("t", "E5(x: unknown action `y` (call, replace or count)");

@@ -37,8 +37,13 @@ fn functions(obj: &[u8]) -> Vec<(String, Vec<u8>)> {
     use object::{Object, ObjectSection, ObjectSymbol};
     let file = object::File::parse(obj).unwrap();
     let mut out = Vec::new();
-    for s in file.symbols().filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0) {
-        let Some(idx) = s.section_index() else { continue };
+    for s in file
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+    {
+        let Some(idx) = s.section_index() else {
+            continue;
+        };
         let sec = file.section_by_index(idx).unwrap();
         let data = sec.data().unwrap();
         let off = usize::try_from(s.address() - sec.address()).unwrap();
@@ -55,13 +60,18 @@ fn write_seeds() {
     let fixtures = root().join("../component-manager/tests/fixtures");
 
     // loader and analysis: the fixtures, plain and PIC.
-    let mut names: Vec<_> = std::fs::read_dir(&fixtures).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     names.sort();
     for src in names {
         let stem = src.file_stem().unwrap().to_str().unwrap().to_string();
         for (tag, extra) in [("", &["-c"][..]), ("-pic", &["-c", "-fPIC"][..])] {
             let out = tmp.path().join(format!("{stem}{tag}.o"));
-            let Ok(obj) = std::panic::catch_unwind(|| cc(&src, extra, &out)) else { continue };
+            let Ok(obj) = std::panic::catch_unwind(|| cc(&src, extra, &out)) else {
+                continue;
+            };
             put("loader", &format!("{stem}{tag}"), &obj);
             if tag.is_empty() {
                 for (i, (name, bytes)) in functions(&obj).into_iter().enumerate() {
@@ -78,7 +88,11 @@ fn write_seeds() {
     }
 
     // spec: the demo spec, a spec with sets and every key, a splice record.
-    put("spec", "demo.toml", &std::fs::read(root().join("../components/demo/spec.toml")).unwrap());
+    put(
+        "spec",
+        "demo.toml",
+        &std::fs::read(root().join("../components/demo/spec.toml")).unwrap(),
+    );
     put(
         "spec",
         "all.toml",
@@ -107,16 +121,38 @@ fn write_seeds() {
     }
 
     // state: the blob of the prepared fake kernel, and an empty one.
-    put("state", "two-splices.json", &trapvec_fuzz::state::prepared().1);
+    put(
+        "state",
+        "two-splices.json",
+        &trapvec_fuzz::state::prepared().1,
+    );
     put("state", "empty.json", br#"{"version":1,"next_splice":0,"components":{"components":{},"exports":{}},"splices":[],"orig":{}}"#);
 
     // bench: a small executable as the "vmlinux", gzip'd behind a header; its kallsyms.
     let src = tmp.path().join("k.c");
-    std::fs::write(&src, "int a(int x){return x+1;}\nint b(int x){return a(x)*2;}\nint main(void){return b(1);}\n").unwrap();
-    let elf = cc(&src, &["-nostdlib", "-static", "-Wl,-e,main", "-Wl,--build-id=none", "-s"], &tmp.path().join("k"));
+    std::fs::write(
+        &src,
+        "int a(int x){return x+1;}\nint b(int x){return a(x)*2;}\nint main(void){return b(1);}\n",
+    )
+    .unwrap();
+    let elf = cc(
+        &src,
+        &[
+            "-nostdlib",
+            "-static",
+            "-Wl,-e,main",
+            "-Wl,--build-id=none",
+            "-s",
+        ],
+        &tmp.path().join("k"),
+    );
     let text_addr = {
         use object::{Object, ObjectSection};
-        object::File::parse(&*elf).unwrap().section_by_name(".text").unwrap().address()
+        object::File::parse(&*elf)
+            .unwrap()
+            .section_by_name(".text")
+            .unwrap()
+            .address()
     };
     let kallsyms = format!(
         "{:016x} T _text\n{:016x} T a\n{:016x} T b\n{:016x} T _etext\n{:016x} t helper\t[mod]\n",
@@ -127,7 +163,12 @@ fn write_seeds() {
         0xffff_ffff_c000_0000u64
     );
     let gz = {
-        let mut child = Command::new("gzip").arg("-9c").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new("gzip")
+            .arg("-9c")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         use std::io::Write;
         child.stdin.take().unwrap().write_all(&elf).unwrap();
         child.wait_with_output().unwrap().stdout
@@ -146,12 +187,28 @@ fn write_seeds() {
     k2.extend(kallsyms.as_bytes());
     put("bench", "2-elf-kallsyms", &k2);
     let dump = {
-        let mut child = Command::new("gzip").arg("-9c").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new("gzip")
+            .arg("-9c")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(kallsyms.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(kallsyms.as_bytes())
+            .unwrap();
         child.wait_with_output().unwrap().stdout
     };
-    let b64 = Command::new("base64").arg("-w").arg("76").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let b64 = Command::new("base64")
+        .arg("-w")
+        .arg("76")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let b64 = {
         use std::io::Write;
         let mut b64 = b64;
@@ -175,14 +232,27 @@ fn write_landing_seeds() {
     let tmp = tempfile::tempdir().unwrap();
     let exe = tmp.path().join("eh");
     let fixtures = root().join("../agent/tests/fixtures");
-    let status = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(fixtures.join("eh.cc")).arg(fixtures.join("eh_pad.S")).status().expect("running g++");
+    let status = Command::new("g++")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(fixtures.join("eh.cc"))
+        .arg(fixtures.join("eh_pad.S"))
+        .status()
+        .expect("running g++");
     assert!(status.success());
     let data = std::fs::read(&exe).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let hdr = file.section_by_name(".eh_frame_hdr").unwrap();
     let except = file.section_by_name(".gcc_except_table").unwrap();
-    let (lo, hi) = (hdr.file_range().unwrap().0, except.file_range().map(|(o, n)| o + n).unwrap());
-    assert_eq!(hdr.file_range().unwrap().0, hdr.address(), "file offsets are addresses in that segment");
+    let (lo, hi) = (
+        hdr.file_range().unwrap().0,
+        except.file_range().map(|(o, n)| o + n).unwrap(),
+    );
+    assert_eq!(
+        hdr.file_range().unwrap().0,
+        hdr.address(),
+        "file offsets are addresses in that segment"
+    );
     let image = &data[usize::try_from(lo).unwrap()..usize::try_from(hi).unwrap()];
     for name in ["with_cleanup", "catcher", "padded_catch", "thrower.cold"] {
         let sym = file.symbols().find(|s| s.name() == Ok(name)).unwrap();
@@ -195,7 +265,12 @@ fn write_landing_seeds() {
     }
     // LSDAs start 4-byte aligned in .gcc_except_table; each one's first bytes, from its start.
     let table = except.data().unwrap();
-    for (i, off) in (0..table.len()).step_by(4).filter(|&o| table[o] == 0xff).take(6).enumerate() {
+    for (i, off) in (0..table.len())
+        .step_by(4)
+        .filter(|&o| table[o] == 0xff)
+        .take(6)
+        .enumerate()
+    {
         let mut input = vec![0u8];
         input.extend((except.address() + off as u64).to_le_bytes());
         input.extend(0x1000u64.to_le_bytes());

@@ -30,7 +30,10 @@ pub mod parts;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter, Mnemonic};
+use iced_x86::{
+    Decoder, DecoderError, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter,
+    Mnemonic,
+};
 use trapvec::error::hex;
 
 use crate::error::AnalysisError;
@@ -186,7 +189,9 @@ impl Function {
     /// The bytes of one instruction.
     pub fn insn_bytes(&self, insn: &Insn) -> &[u8] {
         let off = usize::try_from(insn.addr - self.start).unwrap_or(usize::MAX);
-        self.bytes.get(off..off.saturating_add(insn.len)).unwrap_or(&[])
+        self.bytes
+            .get(off..off.saturating_add(insn.len))
+            .unwrap_or(&[])
     }
 
     /// Indirect jumps whose targets are not known.
@@ -209,12 +214,20 @@ pub fn analyze_function_with(
     opts: &AnalysisOptions<'_>,
 ) -> Result<Function, AnalysisError> {
     if bytes.is_empty() {
-        return Err(AnalysisError::Empty { func: name.to_string(), start });
+        return Err(AnalysisError::Empty {
+            func: name.to_string(),
+            start,
+        });
     }
     // The end is exclusive, so it must itself be an address: a function may not reach 2^64.
-    let end = start
-        .checked_add(bytes.len() as u64)
-        .ok_or_else(|| AnalysisError::PastAddressSpace { func: name.to_string(), start, len: bytes.len() })?;
+    let end =
+        start
+            .checked_add(bytes.len() as u64)
+            .ok_or_else(|| AnalysisError::PastAddressSpace {
+                func: name.to_string(),
+                start,
+                len: bytes.len(),
+            })?;
     let (insns, undecodable) = decode(name, start, bytes);
 
     let mut branch_targets = BTreeSet::new();
@@ -224,7 +237,8 @@ pub fn analyze_function_with(
         let ins = &insn.instr;
         match ins.flow_control() {
             FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend
-                if ins.mnemonic() == Mnemonic::Xbegin || ins.flow_control() == FlowControl::ConditionalBranch =>
+                if ins.mnemonic() == Mnemonic::Xbegin
+                    || ins.flow_control() == FlowControl::ConditionalBranch =>
             {
                 let t = ins.near_branch_target();
                 if inside(t) {
@@ -243,7 +257,9 @@ pub fn analyze_function_with(
                 }
             }
             FlowControl::IndirectBranch => {
-                let table = opts.read.and_then(|read| jump_table::find(&insns, i, start, end, read));
+                let table = opts
+                    .read
+                    .and_then(|read| jump_table::find(&insns, i, start, end, read));
                 if let Some(t) = &table {
                     log::debug!(
                         "{name}: jump table at {:#x} for the indirect jmp at {:#x}: {} targets",
@@ -253,9 +269,15 @@ pub fn analyze_function_with(
                     );
                     branch_targets.extend(t.targets.iter().copied());
                 } else {
-                    log::debug!("{name}: indirect jmp at {:#x} with no recognised jump table", insn.addr);
+                    log::debug!(
+                        "{name}: indirect jmp at {:#x} with no recognised jump table",
+                        insn.addr
+                    );
                 }
-                indirect_jumps.push(IndirectJump { addr: insn.addr, table });
+                indirect_jumps.push(IndirectJump {
+                    addr: insn.addr,
+                    table,
+                });
             }
             _ => {}
         }
@@ -271,7 +293,9 @@ pub fn analyze_function_with(
             // Bytes that no instruction reaches (data or padding after a function's last `ret`,
             // in functions whose extent is a guess) are no reason to refuse the function.
             let at = undecodable_at(&err);
-            let falls_in = insns.last().is_some_and(|last| may_fall_through(&last.instr));
+            let falls_in = insns
+                .last()
+                .is_some_and(|last| may_fall_through(&last.instr));
             let jumped_to = branch_targets.range(at..).next().is_some();
             let unknown_jumps = indirect_jumps.iter().any(|j| j.table.is_none());
             if falls_in || jumped_to || unknown_jumps || insns.is_empty() {
@@ -310,14 +334,26 @@ fn decode(name: &str, start: u64, bytes: &[u8]) -> (Vec<Insn>, Option<AnalysisEr
         let addr = instr.ip();
         if instr.is_invalid() {
             let err = if decoder.last_error() == DecoderError::NoMoreBytes {
-                AnalysisError::Truncated { func: name.to_string(), addr, end }
+                AnalysisError::Truncated {
+                    func: name.to_string(),
+                    addr,
+                    end,
+                }
             } else {
                 let stop = bytes.len().min(offset + 15);
-                AnalysisError::InvalidInstruction { func: name.to_string(), addr, bytes: hex(&bytes[offset..stop]) }
+                AnalysisError::InvalidInstruction {
+                    func: name.to_string(),
+                    addr,
+                    bytes: hex(&bytes[offset..stop]),
+                }
             };
             return (insns, Some(err));
         }
-        insns.push(Insn { addr, len: instr.len(), instr });
+        insns.push(Insn {
+            addr,
+            len: instr.len(),
+            instr,
+        });
     }
     (insns, None)
 }
@@ -325,8 +361,12 @@ fn decode(name: &str, start: u64, bytes: &[u8]) -> (Vec<Insn>, Option<AnalysisEr
 /// The address of an undecodable instruction.
 fn undecodable_at(err: &AnalysisError) -> u64 {
     match err {
-        AnalysisError::InvalidInstruction { addr, .. } | AnalysisError::Truncated { addr, .. } => *addr,
-        AnalysisError::Empty { start, .. } | AnalysisError::PastAddressSpace { start, .. } => *start,
+        AnalysisError::InvalidInstruction { addr, .. } | AnalysisError::Truncated { addr, .. } => {
+            *addr
+        }
+        AnalysisError::Empty { start, .. } | AnalysisError::PastAddressSpace { start, .. } => {
+            *start
+        }
     }
 }
 
@@ -334,7 +374,9 @@ fn undecodable_at(err: &AnalysisError) -> u64 {
 /// (direct or indirect) and `int3`. A `ud2` counts as continuing: a kernel WARN's does.
 fn may_fall_through(instr: &Instruction) -> bool {
     match instr.flow_control() {
-        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => false,
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => {
+            false
+        }
         FlowControl::Interrupt => instr.mnemonic() != Mnemonic::Int3,
         _ => true,
     }
@@ -362,21 +404,32 @@ fn successors(insn: &Insn, indirect: &[IndirectJump], start: u64, end: u64) -> V
     let mut out = Vec::new();
     match ins.flow_control() {
         FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {
-            if ins.mnemonic() == Mnemonic::Xbegin || ins.flow_control() == FlowControl::ConditionalBranch {
+            if ins.mnemonic() == Mnemonic::Xbegin
+                || ins.flow_control() == FlowControl::ConditionalBranch
+            {
                 out.push(ins.near_branch_target());
             }
             out.push(fall);
         }
-        FlowControl::UnconditionalBranch if ins.is_jmp_short_or_near() => out.push(ins.near_branch_target()),
+        FlowControl::UnconditionalBranch if ins.is_jmp_short_or_near() => {
+            out.push(ins.near_branch_target())
+        }
         FlowControl::IndirectBranch => {
-            if let Some(t) = indirect.iter().find(|j| j.addr == insn.addr).and_then(|j| j.table.as_ref()) {
+            if let Some(t) = indirect
+                .iter()
+                .find(|j| j.addr == insn.addr)
+                .and_then(|j| j.table.as_ref())
+            {
                 out.extend(t.targets.iter().copied());
             }
         }
         // `int n` other than int3 returns to the next instruction; int3, ud2 and ret do not
         // continue (a kernel WARN's ud2 does, but its next instruction starts a block anyway).
         FlowControl::Interrupt if ins.mnemonic() != Mnemonic::Int3 => out.push(fall),
-        FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt | FlowControl::UnconditionalBranch => {}
+        FlowControl::Return
+        | FlowControl::Exception
+        | FlowControl::Interrupt
+        | FlowControl::UnconditionalBranch => {}
         _ => out.push(fall),
     }
     out.retain(|&a| inside(a));
@@ -393,7 +446,9 @@ fn build_blocks(
     end: u64,
 ) -> Vec<BasicBlock> {
     let mut blocks = Vec::new();
-    let Some(first) = insns.first() else { return blocks };
+    let Some(first) = insns.first() else {
+        return blocks;
+    };
     let mut block_start = first.addr;
     for (i, insn) in insns.iter().enumerate() {
         let next = insns.get(i + 1);
@@ -404,7 +459,11 @@ fn build_blocks(
             } else {
                 next.map(|n| vec![n.addr]).unwrap_or_default()
             };
-            blocks.push(BasicBlock { start: block_start, end: insn.end(), succs });
+            blocks.push(BasicBlock {
+                start: block_start,
+                end: insn.end(),
+                succs,
+            });
             if let Some(n) = next {
                 block_start = n.addr;
             }
@@ -439,8 +498,15 @@ mod tests {
         let t: Vec<u64> = f.branch_targets.iter().map(|a| a - BASE).collect();
         // jle -> 0x0e, its fall-through 0x06 (also the loop head), jne fall-through 0x0d.
         assert_eq!(t, vec![0x06, 0x0d, 0x0e]);
-        let blocks: Vec<(u64, u64)> = f.blocks.iter().map(|b| (b.start - BASE, b.end - BASE)).collect();
-        assert_eq!(blocks, vec![(0x0, 0x6), (0x6, 0xd), (0xd, 0xe), (0xe, 0xf), (0xf, 0x10)]);
+        let blocks: Vec<(u64, u64)> = f
+            .blocks
+            .iter()
+            .map(|b| (b.start - BASE, b.end - BASE))
+            .collect();
+        assert_eq!(
+            blocks,
+            vec![(0x0, 0x6), (0x6, 0xd), (0xd, 0xe), (0xe, 0xf), (0xf, 0x10)]
+        );
         assert_eq!(f.blocks[0].succs, vec![BASE + 0x6, BASE + 0xe]);
         assert_eq!(f.blocks[1].succs, vec![BASE + 0x6, BASE + 0xd]);
         assert_eq!(f.blocks[2].succs, vec![BASE + 0xe]);
@@ -463,13 +529,24 @@ mod tests {
             /*0008*/ 0xC3,                         // ret
         ];
         let f = analyze_function("selfcall", BASE, &bytes).unwrap();
-        assert_eq!(f.branch_targets.iter().copied().collect::<Vec<_>>(), vec![BASE + 6]);
+        assert_eq!(
+            f.branch_targets.iter().copied().collect::<Vec<_>>(),
+            vec![BASE + 6]
+        );
         // A call does not end a block: `call; ret` is one block, the callee another.
         assert_eq!(
             f.blocks,
             vec![
-                BasicBlock { start: BASE, end: BASE + 6, succs: vec![] },
-                BasicBlock { start: BASE + 6, end: BASE + 9, succs: vec![] },
+                BasicBlock {
+                    start: BASE,
+                    end: BASE + 6,
+                    succs: vec![]
+                },
+                BasicBlock {
+                    start: BASE + 6,
+                    end: BASE + 9,
+                    succs: vec![]
+                },
             ]
         );
     }
@@ -478,17 +555,40 @@ mod tests {
     fn invalid_opcode_is_an_error_naming_the_address() {
         let bytes = [0x90, 0x06, 0xC3]; // nop; (push es: invalid in 64-bit mode); ret
         let err = analyze_function("bad", BASE, &bytes).unwrap_err();
-        assert_eq!(err, AnalysisError::InvalidInstruction { func: "bad".into(), addr: BASE + 1, bytes: "06 c3".into() });
+        assert_eq!(
+            err,
+            AnalysisError::InvalidInstruction {
+                func: "bad".into(),
+                addr: BASE + 1,
+                bytes: "06 c3".into()
+            }
+        );
         assert!(err.to_string().contains("0x401001"), "{err}");
     }
 
     #[test]
     fn lenient_analysis_keeps_the_decodable_prefix() {
         let bytes = [0x55, 0x48, 0x89, 0xE5, 0x06, 0xC3];
-        let f = analyze_function_with("bad", BASE, &bytes, &AnalysisOptions { read: None, lenient: true }).unwrap();
+        let f = analyze_function_with(
+            "bad",
+            BASE,
+            &bytes,
+            &AnalysisOptions {
+                read: None,
+                lenient: true,
+            },
+        )
+        .unwrap();
         assert_eq!(f.insns.len(), 2);
         assert_eq!(f.undecodable_from, Some(BASE + 4));
-        assert_eq!(f.blocks, vec![BasicBlock { start: BASE, end: BASE + 4, succs: vec![] }]);
+        assert_eq!(
+            f.blocks,
+            vec![BasicBlock {
+                start: BASE,
+                end: BASE + 4,
+                succs: vec![]
+            }]
+        );
     }
 
     #[test]
@@ -501,9 +601,18 @@ mod tests {
         // The same bytes reached: by falling in after a call, by a branch over them, or
         // possibly by an indirect jmp whose table is unknown.
         let reached = [
-            (vec![0xE8, 0x00, 0x00, 0x00, 0x00, 0x06, 0xC3], "falls in after a call"),
-            (vec![0x74, 0x02, 0xC3, 0xC3, 0x06, 0xC3], "je over the rets to the bad byte"),
-            (vec![0x74, 0x01, 0xC3, 0xFF, 0xE0, 0x06], "jmp rax may land there"),
+            (
+                vec![0xE8, 0x00, 0x00, 0x00, 0x00, 0x06, 0xC3],
+                "falls in after a call",
+            ),
+            (
+                vec![0x74, 0x02, 0xC3, 0xC3, 0x06, 0xC3],
+                "je over the rets to the bad byte",
+            ),
+            (
+                vec![0x74, 0x01, 0xC3, 0xFF, 0xE0, 0x06],
+                "jmp rax may land there",
+            ),
         ];
         for (code, why) in reached {
             assert!(analyze_function("reached", BASE, &code).is_err(), "{why}");
@@ -514,20 +623,40 @@ mod tests {
     fn truncated_last_instruction_is_reported_as_truncated() {
         let bytes = [0x90, 0xE8, 0x00, 0x00];
         let err = analyze_function("cut", BASE, &bytes).unwrap_err();
-        assert_eq!(err, AnalysisError::Truncated { func: "cut".into(), addr: BASE + 1, end: BASE + 4 });
+        assert_eq!(
+            err,
+            AnalysisError::Truncated {
+                func: "cut".into(),
+                addr: BASE + 1,
+                end: BASE + 4
+            }
+        );
     }
 
     #[test]
     fn empty_function_is_an_error() {
-        assert!(matches!(analyze_function("e", BASE, &[]), Err(AnalysisError::Empty { .. })));
+        assert!(matches!(
+            analyze_function("e", BASE, &[]),
+            Err(AnalysisError::Empty { .. })
+        ));
     }
 
     #[test]
     fn function_running_past_the_end_of_the_address_space_is_refused() {
         // Found by the fuzzer (fuzz/regressions/analysis): the end overflowed.
         let err = analyze_function("top", u64::MAX - 2, &[0x90, 0x90, 0x90, 0xC3]).unwrap_err();
-        assert_eq!(err, AnalysisError::PastAddressSpace { func: "top".into(), start: u64::MAX - 2, len: 4 });
-        assert_eq!(err.to_string(), "function `top` at 0xfffffffffffffffd (4 bytes) runs past the end of the address space");
+        assert_eq!(
+            err,
+            AnalysisError::PastAddressSpace {
+                func: "top".into(),
+                start: u64::MAX - 2,
+                len: 4
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "function `top` at 0xfffffffffffffffd (4 bytes) runs past the end of the address space"
+        );
         // Ending exactly at 2^64 leaves no exclusive end either.
         assert!(analyze_function("top", u64::MAX - 3, &[0x90, 0x90, 0x90, 0xC3]).is_err());
         assert!(analyze_function("top", u64::MAX - 4, &[0x90, 0x90, 0x90, 0xC3]).is_ok());
@@ -537,7 +666,11 @@ mod tests {
     fn ud2_and_int3_end_blocks_without_successors() {
         let bytes = [0x0F, 0x0B, 0x90, 0xCC, 0x90, 0xC3];
         let f = analyze_function("u", BASE, &bytes).unwrap();
-        let b: Vec<(u64, u64, usize)> = f.blocks.iter().map(|b| (b.start - BASE, b.end - BASE, b.succs.len())).collect();
+        let b: Vec<(u64, u64, usize)> = f
+            .blocks
+            .iter()
+            .map(|b| (b.start - BASE, b.end - BASE, b.succs.len()))
+            .collect();
         assert_eq!(b, vec![(0, 2, 0), (2, 4, 0), (4, 6, 0)]);
     }
 

@@ -13,11 +13,21 @@ pub enum AnalysisError {
     #[error("function `{func}` at {start:#x} has no bytes to decode")]
     Empty { func: String, start: u64 },
     #[error("invalid instruction in `{func}` at {addr:#x} (bytes {bytes})")]
-    InvalidInstruction { func: String, addr: u64, bytes: String },
+    InvalidInstruction {
+        func: String,
+        addr: u64,
+        bytes: String,
+    },
     #[error("the instruction of `{func}` at {addr:#x} runs past the function's end at {end:#x}")]
     Truncated { func: String, addr: u64, end: u64 },
-    #[error("function `{func}` at {start:#x} ({len} bytes) runs past the end of the address space")]
-    PastAddressSpace { func: String, start: u64, len: usize },
+    #[error(
+        "function `{func}` at {start:#x} ({len} bytes) runs past the end of the address space"
+    )]
+    PastAddressSpace {
+        func: String,
+        start: u64,
+        len: usize,
+    },
 }
 
 /// Resolving a point (`sym`, `sym+off`, `0xADDR`) failed.
@@ -28,19 +38,50 @@ pub enum PlanError {
     #[error("point `{text}`: no symbol `{name}`")]
     UnknownSymbol { text: String, name: String },
     #[error("point `{text}`: `{name}` is defined, but not in an object matching `{object}` (it is in {found})")]
-    NotInObject { text: String, name: String, object: String, found: String },
+    NotInObject {
+        text: String,
+        name: String,
+        object: String,
+        found: String,
+    },
     #[error("point `{text}`: `{name}` has no version `{version}` (versions: {found})")]
-    NoSuchVersion { text: String, name: String, version: String, found: String },
+    NoSuchVersion {
+        text: String,
+        name: String,
+        version: String,
+        found: String,
+    },
     #[error("point `{text}`: `{name}` is ambiguous: {candidates}; qualify it as `object:{name}` or `{name}@VERSION`, or give an address")]
-    Ambiguous { text: String, name: String, candidates: String },
+    Ambiguous {
+        text: String,
+        name: String,
+        candidates: String,
+    },
     #[error("point `{text}`: `{name}` at {addr:#x} is an IFUNC whose implementation is chosen at load time; its address is the resolver's, so name the implementation instead")]
-    UnresolvedIfunc { text: String, name: String, addr: u64 },
+    UnresolvedIfunc {
+        text: String,
+        name: String,
+        addr: u64,
+    },
     #[error("point `{text}`: `{name}` at {addr:#x} is not a function")]
-    NotAFunction { text: String, name: String, addr: u64 },
+    NotAFunction {
+        text: String,
+        name: String,
+        addr: u64,
+    },
     #[error("point `{text}`: the extent of `{name}` at {addr:#x} is unknown (no size and no following function)")]
-    UnknownExtent { text: String, name: String, addr: u64 },
+    UnknownExtent {
+        text: String,
+        name: String,
+        addr: u64,
+    },
     #[error("point `{text}`: offset {offset:#x} is past the end of `{name}` ({size:#x} bytes)")]
-    OffsetPastEnd { text: String, name: String, offset: u64, size: u64 },
+    OffsetPastEnd {
+        text: String,
+        name: String,
+        offset: u64,
+        size: u64,
+    },
     #[error("point `{text}`: no function contains {addr:#x}")]
     NoFunctionAt { text: String, addr: u64 },
     #[error(transparent)]
@@ -56,35 +97,97 @@ pub enum PlanError {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum Refusal {
     #[error("{site:#x} is not inside function `{func}` [{start:#x}, {end:#x})")]
-    OutsideFunction { site: u64, func: String, start: u64, end: u64 },
+    OutsideFunction {
+        site: u64,
+        func: String,
+        start: u64,
+        end: u64,
+    },
     #[error("{site:#x} is not an instruction boundary of `{func}`: it falls inside `{insn}` at {nearest_before:#x}")]
-    NotInstructionBoundary { site: u64, func: String, nearest_before: u64, insn: String },
-    #[error("{site:#x} lies in the part of `{func}` that could not be decoded (from {from:#x} on)")]
+    NotInstructionBoundary {
+        site: u64,
+        func: String,
+        nearest_before: u64,
+        insn: String,
+    },
+    #[error(
+        "{site:#x} lies in the part of `{func}` that could not be decoded (from {from:#x} on)"
+    )]
     Undecodable { site: u64, func: String, from: u64 },
     #[error("function `{func}` is only {size} byte(s) long; {what} needs {needed} bytes")]
-    FunctionTooShort { func: String, size: u64, needed: usize, what: &'static str },
+    FunctionTooShort {
+        func: String,
+        size: u64,
+        needed: usize,
+        what: &'static str,
+    },
     #[error("the window [{site:#x}, {window_end:#x}) would run past the end of `{func}` at {func_end:#x}")]
-    PastFunctionEnd { site: u64, window_end: u64, func: String, func_end: u64 },
+    PastFunctionEnd {
+        site: u64,
+        window_end: u64,
+        func: String,
+        func_end: u64,
+    },
     #[error("the window [{site:#x}, {window_end:#x}) contains the branch target {target:#x}: a jump there would land inside the patched bytes")]
-    BranchTargetInWindow { site: u64, window_end: u64, target: u64 },
+    BranchTargetInWindow {
+        site: u64,
+        window_end: u64,
+        target: u64,
+    },
     #[error("the window [{site:#x}, {window_end:#x}) covers the exception landing pad at {func}+{offset:#x} ({pad:#x}, from .gcc_except_table): an exception caught or cleaned up there would land inside the patched bytes")]
-    LandingPadInWindow { site: u64, window_end: u64, func: String, offset: u64, pad: u64 },
+    LandingPadInWindow {
+        site: u64,
+        window_end: u64,
+        func: String,
+        offset: u64,
+        pad: u64,
+    },
     #[error("the window [{site:#x}, {window_end:#x}) crosses the end of its basic block [{block_start:#x}, {block_end:#x}) after `{last}`")]
-    WindowCrossesBlock { site: u64, window_end: u64, block_start: u64, block_end: u64, last: String },
+    WindowCrossesBlock {
+        site: u64,
+        window_end: u64,
+        block_start: u64,
+        block_end: u64,
+        last: String,
+    },
     #[error("`{insn}` at {addr:#x} (window at {site:#x}) cannot be relocated: {reason}")]
-    Unrelocatable { site: u64, addr: u64, insn: String, reason: String },
+    Unrelocatable {
+        site: u64,
+        addr: u64,
+        insn: String,
+        reason: String,
+    },
     #[error("the window at {site:#x} overlaps the entry [{entry:#x}, {fentry_end:#x}) of `{func}`: its ftrace site, which the kernel rewrites by itself, and its endbr64 if IBT is on, where indirect calls land")]
-    OverlapsFentry { site: u64, func: String, entry: u64, fentry_end: u64 },
+    OverlapsFentry {
+        site: u64,
+        func: String,
+        entry: u64,
+        fentry_end: u64,
+    },
     #[error("[{lo:#x}, {hi:#x}) (window at {site:#x}) overlaps text that is already patched or a springboard in use")]
     AlreadyPatched { site: u64, lo: u64, hi: u64 },
     #[error("`{insn}` at {call_addr:#x} would return to {ret:#x}, inside the window [{site:#x}, {window_end:#x}): a displaced call must be the last displaced instruction")]
-    CallReturnsIntoWindow { site: u64, call_addr: u64, insn: String, ret: u64, window_end: u64 },
+    CallReturnsIntoWindow {
+        site: u64,
+        call_addr: u64,
+        insn: String,
+        ret: u64,
+        window_end: u64,
+    },
     #[error("no jmp splice is possible at {site:#x}: {reason}")]
     NoRoomForJmp { site: u64, reason: String },
     #[error("{what} at {from:#x} cannot reach {to:#x} (more than ±2 GiB away)")]
-    OutOfReach { what: &'static str, from: u64, to: u64 },
+    OutOfReach {
+        what: &'static str,
+        from: u64,
+        to: u64,
+    },
     #[error("iced-x86 could not encode {what} at {addr:#x}: {reason}")]
-    Encode { what: &'static str, addr: u64, reason: String },
+    Encode {
+        what: &'static str,
+        addr: u64,
+        reason: String,
+    },
 }
 
 /// Reading a splice spec failed. `file` is the spec file; `key` names the entry and field, as
@@ -92,9 +195,17 @@ pub enum Refusal {
 #[derive(Debug, Error)]
 pub enum SpecError {
     #[error("cannot read spec {file}")]
-    Io { file: PathBuf, #[source] source: std::io::Error },
+    Io {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("spec {file}: {message}")]
     Parse { file: PathBuf, message: String },
     #[error("spec {file}: `{key}`: {reason}")]
-    Invalid { file: PathBuf, key: String, reason: String },
+    Invalid {
+        file: PathBuf,
+        key: String,
+        reason: String,
+    },
 }

@@ -22,8 +22,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use object::elf::{R_X86_64_GOTPCREL, R_X86_64_GOTPCRELX, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_REX_GOTPCRELX};
-use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget, SectionFlags, SectionIndex};
+use object::elf::{
+    R_X86_64_GOTPCREL, R_X86_64_GOTPCRELX, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_REX_GOTPCRELX,
+};
+use object::{
+    Object, ObjectKind, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget,
+    SectionFlags, SectionIndex,
+};
 use thiserror::Error;
 use trapvec::{Symbol, SymbolKind, SymbolTable};
 
@@ -73,7 +78,10 @@ pub enum ImageError {
         source: object::Error,
     },
     #[error("{file}: {machine:?} code, not x86-64")]
-    Machine { file: String, machine: object::Architecture },
+    Machine {
+        file: String,
+        machine: object::Architecture,
+    },
     #[error("{file}: unsupported ELF file kind {kind:?}")]
     Kind { file: String, kind: ObjectKind },
     #[error("{file}: cannot read section {section}")]
@@ -84,7 +92,12 @@ pub enum ImageError {
         source: object::Error,
     },
     #[error("{file}: relocation at {section}+{offset:#x}: {reason}")]
-    Relocation { file: String, section: String, offset: u64, reason: String },
+    Relocation {
+        file: String,
+        section: String,
+        offset: u64,
+        reason: String,
+    },
     #[error("{file}: no symbol `{symbol}` is defined in it")]
     NoSymbol { file: String, symbol: String },
     #[error("{file}: symbol `{symbol}` is not in an executable section")]
@@ -166,7 +179,10 @@ pub struct CodeImage {
 impl CodeImage {
     /// `len` bytes at `addr`, when they lie in one region.
     pub fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let i = self.regions.partition_point(|r| r.addr <= addr).checked_sub(1)?;
+        let i = self
+            .regions
+            .partition_point(|r| r.addr <= addr)
+            .checked_sub(1)?;
         let r = &self.regions[i];
         let off = usize::try_from(addr - r.addr).ok()?;
         r.bytes.get(off..off.checked_add(len)?)
@@ -174,21 +190,35 @@ impl CodeImage {
 
     /// The bytes of a function.
     pub fn bytes_of(&self, f: &FuncExtent) -> &[u8] {
-        usize::try_from(f.end - f.start).ok().and_then(|n| self.read(f.start, n)).unwrap_or(&[])
+        usize::try_from(f.end - f.start)
+            .ok()
+            .and_then(|n| self.read(f.start, n))
+            .unwrap_or(&[])
     }
 
     /// Total bytes of executable sections.
     pub fn code_bytes(&self) -> usize {
-        self.regions.iter().filter(|r| r.exec).map(|r| r.bytes.len()).sum()
+        self.regions
+            .iter()
+            .filter(|r| r.exec)
+            .map(|r| r.bytes.len())
+            .sum()
     }
 
     /// `vmlinux` (an ELF, symbols or not) with function symbols from `kallsyms` text. Module
     /// symbols (`[name]`) are ignored: their code is not in vmlinux.
     pub fn vmlinux(elf: &[u8], kallsyms: &str, name: &str) -> Result<CodeImage, ImageError> {
         let file = parse(elf, name)?;
-        let text = file.section_by_name(".text").ok_or_else(|| ImageError::NoText { file: name.to_string() })?;
+        let text = file
+            .section_by_name(".text")
+            .ok_or_else(|| ImageError::NoText {
+                file: name.to_string(),
+            })?;
         let syms = trapvec::kernel::kallsyms::parse(kallsyms)?;
-        let ktext = syms.iter().find(|s| s.name == "_text" && s.origin.is_none()).ok_or(ImageError::NoTextSymbol)?;
+        let ktext = syms
+            .iter()
+            .find(|s| s.name == "_text" && s.origin.is_none())
+            .ok_or(ImageError::NoTextSymbol)?;
         let bias = ktext.addr.wrapping_sub(text.address());
         log::debug!(
             "kallsyms: _text at {:#x}, the ELF's .text at {:#x}: KASLR offset {bias:#x}",
@@ -199,11 +229,16 @@ impl CodeImage {
         let symbols: Vec<Symbol> = syms
             .into_iter()
             .filter(|s| s.origin.is_none() && s.kind == SymbolKind::Function)
-            .map(|s| Symbol { addr: s.addr.wrapping_sub(bias), ..s })
+            .map(|s| Symbol {
+                addr: s.addr.wrapping_sub(bias),
+                ..s
+            })
             .collect();
         let mut img = CodeImage::assemble(name, ElfKind::Executable, regions, symbols, true);
         if img.functions.is_empty() {
-            return Err(ImageError::NoFunctions { file: name.to_string() });
+            return Err(ImageError::NoFunctions {
+                file: name.to_string(),
+            });
         }
         img.nop_calls_to_fentry();
         Ok(img)
@@ -217,22 +252,34 @@ impl CodeImage {
 
     /// [`CodeImage::elf_file`], except that a relocatable is laid out with the section holding
     /// `symbol` (when given) at 0 and the other executable sections after it.
-    pub fn elf_file_around(data: &[u8], name: &str, symbol: Option<&str>) -> Result<CodeImage, ImageError> {
+    pub fn elf_file_around(
+        data: &[u8],
+        name: &str,
+        symbol: Option<&str>,
+    ) -> Result<CodeImage, ImageError> {
         let file = parse(data, name)?;
         let kind = elf_kind(&file, name)?;
         let kernel = kind == ElfKind::KernelModule
             || file.symbols().any(|s| s.name() == Ok("__fentry__"))
-            || Path::new(name).file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinux"));
+            || Path::new(name)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinux"));
         log::debug!("{name}: {} (kernel code: {kernel})", kind.describe());
         if kind.is_relocatable() {
             return relocatable(&file, name, kind, kernel, symbol);
         }
         let regions = linked_regions(&file, name)?;
-        let symbols = trapvec::elfsyms::read_elf_symbols(data, 0, None)
-            .map_err(|source| ImageError::Parse { file: name.to_string(), source })?;
+        let symbols = trapvec::elfsyms::read_elf_symbols(data, 0, None).map_err(|source| {
+            ImageError::Parse {
+                file: name.to_string(),
+                source,
+            }
+        })?;
         let mut img = CodeImage::assemble(name, kind, regions, symbols, kernel);
-        img.eh_frame_hdr =
-            file.section_by_name(".eh_frame_hdr").map(|s| (s.address(), s.size())).filter(|&(a, n)| a != 0 && n != 0);
+        img.eh_frame_hdr = file
+            .section_by_name(".eh_frame_hdr")
+            .map(|s| (s.address(), s.size()))
+            .filter(|&(a, n)| a != 0 && n != 0);
         if kernel {
             img.nop_calls_to_fentry();
         }
@@ -246,13 +293,22 @@ impl CodeImage {
 
     /// Read a file and build its image ([`CodeImage::elf_file_around`]).
     pub fn from_path_around(path: &Path, symbol: Option<&str>) -> Result<CodeImage, ImageError> {
-        let data = std::fs::read(path).map_err(|source| ImageError::Io { path: path.display().to_string(), source })?;
+        let data = std::fs::read(path).map_err(|source| ImageError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         CodeImage::elf_file_around(&data, &path.display().to_string(), symbol)
     }
 
     /// Sort the regions and derive function extents: a function runs to its size when it has
     /// one, else to the next function start, and never past its region's end.
-    fn assemble(name: &str, kind: ElfKind, mut regions: Vec<Region>, symbols: Vec<Symbol>, kernel: bool) -> CodeImage {
+    fn assemble(
+        name: &str,
+        kind: ElfKind,
+        mut regions: Vec<Region>,
+        symbols: Vec<Symbol>,
+        kernel: bool,
+    ) -> CodeImage {
         regions.sort_by_key(|r| r.addr);
         // Sections of a linked file do not overlap; a malformed one that does is left out.
         let mut end = 0u64;
@@ -261,7 +317,11 @@ impl CodeImage {
             if keep {
                 end = r.end();
             } else {
-                log::debug!("{name}: section {} at {:#x} overlaps the one before it: left out", r.name, r.addr);
+                log::debug!(
+                    "{name}: section {} at {:#x} overlaps the one before it: left out",
+                    r.name,
+                    r.addr
+                );
             }
             keep
         });
@@ -286,10 +346,17 @@ impl CodeImage {
             let Some(r) = in_code(start) else { continue };
             let reg = &regions[r];
             let region_end = reg.end();
-            let next = starts.get(i + 1).map_or(region_end, |n| n.0).min(region_end);
-            let end = if size > 0 { start.saturating_add(size).min(region_end) } else { next };
-            let bytes = &reg.bytes
-                [usize::try_from(start - reg.addr).unwrap_or(0)..usize::try_from(end - reg.addr).unwrap_or(0)];
+            let next = starts
+                .get(i + 1)
+                .map_or(region_end, |n| n.0)
+                .min(region_end);
+            let end = if size > 0 {
+                start.saturating_add(size).min(region_end)
+            } else {
+                next
+            };
+            let bytes = &reg.bytes[usize::try_from(start - reg.addr).unwrap_or(0)
+                ..usize::try_from(end - reg.addr).unwrap_or(0)];
             // Marker symbols over alignment fill (`__kprobes_text_end` spans 2 MiB of int3) are
             // no functions.
             if bytes.iter().all(|&b| b == 0xCC) {
@@ -300,14 +367,29 @@ impl CodeImage {
                 continue;
             }
             if end > start {
-                let names = aliases.remove(&start).unwrap_or_else(|| vec![fname.to_string()]);
-                let name = names.iter().find(|n| !n.starts_with('_')).unwrap_or(&names[0]).clone();
-                functions.push(FuncExtent { name, names, start, end });
+                let names = aliases
+                    .remove(&start)
+                    .unwrap_or_else(|| vec![fname.to_string()]);
+                let name = names
+                    .iter()
+                    .find(|n| !n.starts_with('_'))
+                    .unwrap_or(&names[0])
+                    .clone();
+                functions.push(FuncExtent {
+                    name,
+                    names,
+                    start,
+                    end,
+                });
             }
         }
         log::debug!(
             "{name}: {} code bytes in {} sections, {} functions",
-            regions.iter().filter(|r| r.exec).map(|r| r.bytes.len()).sum::<usize>(),
+            regions
+                .iter()
+                .filter(|r| r.exec)
+                .map(|r| r.bytes.len())
+                .sum::<usize>(),
             regions.len(),
             functions.len()
         );
@@ -328,8 +410,15 @@ impl CodeImage {
     /// Where a function's ftrace site may be: its entry, or behind the `endbr64` that starts it
     /// where the kernel has IBT (6.12).
     fn fentry_slot(&self, entry: u64) -> u64 {
-        let endbr = self.read(entry, crate::point::ENDBR64.len()).is_some_and(crate::point::starts_with_endbr);
-        entry + if endbr { crate::point::ENDBR64.len() as u64 } else { 0 }
+        let endbr = self
+            .read(entry, crate::point::ENDBR64.len())
+            .is_some_and(crate::point::starts_with_endbr);
+        entry
+            + if endbr {
+                crate::point::ENDBR64.len() as u64
+            } else {
+                0
+            }
     }
 
     /// NOP the function entries that `call` the image's own `__fentry__` symbol.
@@ -342,7 +431,10 @@ impl CodeImage {
             .functions
             .iter()
             .map(|f| self.fentry_slot(f.start))
-            .filter(|&e| self.read(e, 5).is_some_and(|b| call_target(b, e) == Some(fentry)))
+            .filter(|&e| {
+                self.read(e, 5)
+                    .is_some_and(|b| call_target(b, e) == Some(fentry))
+            })
             .collect();
         self.nop_fentry_calls(&sites);
     }
@@ -359,22 +451,34 @@ impl CodeImage {
             }
         }
         self.fentry_nops = sites.len();
-        log::debug!("{}: {} `call __fentry__` sites turned into NOPs", self.name, sites.len());
+        log::debug!(
+            "{}: {} `call __fentry__` sites turned into NOPs",
+            self.name,
+            sites.len()
+        );
     }
 }
 
 /// Target of a `call rel32` (`E8 xx xx xx xx`) at `site`.
 fn call_target(bytes: &[u8], site: u64) -> Option<u64> {
     match *bytes {
-        [0xE8, a, b, c, d] => Some((site + 5).wrapping_add_signed(i64::from(i32::from_le_bytes([a, b, c, d])))),
+        [0xE8, a, b, c, d] => {
+            Some((site + 5).wrapping_add_signed(i64::from(i32::from_le_bytes([a, b, c, d]))))
+        }
         _ => None,
     }
 }
 
 fn parse<'d>(data: &'d [u8], name: &str) -> Result<object::File<'d>, ImageError> {
-    let file = object::File::parse(data).map_err(|source| ImageError::Parse { file: name.to_string(), source })?;
+    let file = object::File::parse(data).map_err(|source| ImageError::Parse {
+        file: name.to_string(),
+        source,
+    })?;
     if file.architecture() != object::Architecture::X86_64 {
-        return Err(ImageError::Machine { file: name.to_string(), machine: file.architecture() });
+        return Err(ImageError::Machine {
+            file: name.to_string(),
+            machine: file.architecture(),
+        });
     }
     Ok(file)
 }
@@ -394,7 +498,12 @@ fn elf_kind(file: &object::File<'_>, name: &str) -> Result<ElfKind, ImageError> 
         ObjectKind::Executable => ElfKind::Executable,
         ObjectKind::Dynamic if file.section_by_name(".interp").is_some() => ElfKind::PieExecutable,
         ObjectKind::Dynamic => ElfKind::SharedObject,
-        kind => return Err(ImageError::Kind { file: name.to_string(), kind }),
+        kind => {
+            return Err(ImageError::Kind {
+                file: name.to_string(),
+                kind,
+            })
+        }
     })
 }
 
@@ -412,10 +521,17 @@ fn is_exec(s: &object::Section<'_, '_>) -> bool {
 
 fn region(s: &object::Section<'_, '_>, name: &str) -> Result<Region, ImageError> {
     let sname = s.name().unwrap_or("?").to_string();
-    let bytes = s
-        .data()
-        .map_err(|source| ImageError::Section { file: name.to_string(), section: sname.clone(), source })?;
-    Ok(Region { name: sname, addr: s.address(), bytes: bytes.to_vec(), exec: is_exec(s) })
+    let bytes = s.data().map_err(|source| ImageError::Section {
+        file: name.to_string(),
+        section: sname.clone(),
+        source,
+    })?;
+    Ok(Region {
+        name: sname,
+        addr: s.address(),
+        bytes: bytes.to_vec(),
+        exec: is_exec(s),
+    })
 }
 
 /// The allocated sections with contents of a linked file, at their own addresses (sections at
@@ -459,10 +575,19 @@ fn relocatable(
         let sym = file
             .symbols()
             .find(|s| s.name() == Ok(symbol) && s.is_definition())
-            .ok_or_else(|| ImageError::NoSymbol { file: name.to_string(), symbol: symbol.to_string() })?;
-        let not_code = || ImageError::NotInCode { file: name.to_string(), symbol: symbol.to_string() };
+            .ok_or_else(|| ImageError::NoSymbol {
+                file: name.to_string(),
+                symbol: symbol.to_string(),
+            })?;
+        let not_code = || ImageError::NotInCode {
+            file: name.to_string(),
+            symbol: symbol.to_string(),
+        };
         let si = sym.section_index().ok_or_else(not_code)?;
-        let pos = sections.iter().position(|s| s.index() == si).ok_or_else(not_code)?;
+        let pos = sections
+            .iter()
+            .position(|s| s.index() == si)
+            .ok_or_else(not_code)?;
         let s = sections.remove(pos);
         anchored = Some(s.name().unwrap_or("?").to_string());
         sections.insert(0, s);
@@ -482,28 +607,42 @@ fn relocatable(
         let sbase = base[&s.index()];
         let sname = regions[ri].name.clone();
         for (offset, reloc) in s.relocations() {
-            let RelocationFlags::Elf { r_type } = reloc.flags() else { continue };
-            let got = matches!(r_type, R_X86_64_GOTPCREL | R_X86_64_GOTPCRELX | R_X86_64_REX_GOTPCRELX);
+            let RelocationFlags::Elf { r_type } = reloc.flags() else {
+                continue;
+            };
+            let got = matches!(
+                r_type,
+                R_X86_64_GOTPCREL | R_X86_64_GOTPCRELX | R_X86_64_REX_GOTPCRELX
+            );
             if !(got || matches!(r_type, R_X86_64_PC32 | R_X86_64_PLT32)) {
                 continue; // absolute relocations: the zeros stay, lengths are unchanged
             }
             let (target, is_fentry) = match reloc.target() {
                 _ if got => (EXTERNAL, false),
                 RelocationTarget::Symbol(i) => {
-                    let t = file.symbol_by_index(i).map_err(|e| err(&sname, offset, e.to_string()))?;
+                    let t = file
+                        .symbol_by_index(i)
+                        .map_err(|e| err(&sname, offset, e.to_string()))?;
                     let fentry = t.name() == Ok("__fentry__");
                     match t.section_index().and_then(|si| base.get(&si)) {
                         Some(b) => (b + t.address(), fentry),
                         None => (EXTERNAL, fentry),
                     }
                 }
-                RelocationTarget::Section(si) => (base.get(&si).copied().unwrap_or(EXTERNAL), false),
+                RelocationTarget::Section(si) => {
+                    (base.get(&si).copied().unwrap_or(EXTERNAL), false)
+                }
                 _ => (EXTERNAL, false),
             };
             let place = sbase + offset;
             let value = i128::from(target) + i128::from(reloc.addend()) - i128::from(place);
-            let value =
-                i32::try_from(value).map_err(|_| err(&sname, offset, format!("{value:#x} does not fit in 32 bits")))?;
+            let value = i32::try_from(value).map_err(|_| {
+                err(
+                    &sname,
+                    offset,
+                    format!("{value:#x} does not fit in 32 bits"),
+                )
+            })?;
             let off = usize::try_from(offset).map_err(|e| err(&sname, offset, e.to_string()))?;
             let bytes = &mut regions[ri].bytes;
             let slot = off
@@ -518,7 +657,9 @@ fn relocatable(
     }
     let mut symbols = Vec::new();
     for s in file.symbols() {
-        let (Some(si), Ok(sname)) = (s.section_index(), s.name()) else { continue };
+        let (Some(si), Ok(sname)) = (s.section_index(), s.name()) else {
+            continue;
+        };
         if s.kind() != object::SymbolKind::Text || sname.is_empty() || !s.is_definition() {
             continue;
         }
@@ -537,8 +678,12 @@ fn relocatable(
     img.section = anchored;
     img.has_except_table = file.section_by_name(".gcc_except_table").is_some();
     fentry_sites.sort_unstable();
-    let entries: Vec<u64> =
-        img.functions.iter().map(|f| img.fentry_slot(f.start)).filter(|e| fentry_sites.binary_search(e).is_ok()).collect();
+    let entries: Vec<u64> = img
+        .functions
+        .iter()
+        .map(|f| img.fentry_slot(f.start))
+        .filter(|e| fentry_sites.binary_search(e).is_ok())
+        .collect();
     img.nop_fentry_calls(&entries);
     Ok(img)
 }

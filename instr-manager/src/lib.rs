@@ -32,17 +32,23 @@ pub mod splice;
 pub mod splicer;
 pub mod trampoline;
 
-pub use analysis::{analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn};
+pub use analysis::{
+    analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn,
+};
 pub use error::{AnalysisError, PlanError, Refusal, SpecError};
 pub use plan::{
-    plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan, PlanInput, SiteVerdict, Springboard,
-    UnknownMechanism,
+    plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan,
+    PlanInput, SiteVerdict, Springboard, UnknownMechanism,
 };
-pub use point::{is_fentry_site, kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, ENDBR64, KERNEL_ENTRY_MAX};
+pub use point::{
+    is_fentry_site, kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, ENDBR64,
+    KERNEL_ENTRY_MAX,
+};
 pub use relocate::relocate;
 pub use spec::{ComponentSpec, SetSpec, Spec};
 pub use splice::{Action, SpliceFormError, SpliceOptions, SpliceRequest, When};
 pub use trampoline::{
-    emit_call_trampoline, emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline, emit_replay, jmp_bytes, springboard_bytes, trap_bytes, ReplaceTrampoline, REPLACE_STACK_WORDS,
-    CallTrampoline, TrampolineOptions,
+    emit_call_trampoline, emit_call_trampoline_with, emit_indirect_stub, emit_replace_trampoline,
+    emit_replay, jmp_bytes, springboard_bytes, trap_bytes, CallTrampoline, ReplaceTrampoline,
+    TrampolineOptions, REPLACE_STACK_WORDS,
 };

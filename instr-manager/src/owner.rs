@@ -34,14 +34,22 @@ impl Owner {
     /// This process, running `command`.
     pub fn current(command: impl Into<String>) -> Result<Owner, OwnerError> {
         let text = std::fs::read_to_string("/proc/self/stat").map_err(OwnerError::Read)?;
-        let (_, start) = parse_stat(&text).ok_or_else(|| OwnerError::Parse { text: text.trim().to_string() })?;
-        Ok(Owner { pid: std::process::id(), start, command: command.into() })
+        let (_, start) = parse_stat(&text).ok_or_else(|| OwnerError::Parse {
+            text: text.trim().to_string(),
+        })?;
+        Ok(Owner {
+            pid: std::process::id(),
+            start,
+            command: command.into(),
+        })
     }
 
     /// Whether the owner has ended: no process has its pid, the one that has it started at
     /// another time (a reused pid), or it is a zombie.
     pub fn is_gone(&self) -> bool {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else { return true };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return true;
+        };
         match parse_stat(&text) {
             Some((state, start)) => start != self.start || matches!(state, 'Z' | 'X'),
             None => true,
@@ -83,7 +91,18 @@ mod tests {
         let me = Owner::current("test").unwrap();
         assert_eq!(me.pid, std::process::id());
         assert!(!me.is_gone());
-        assert!(Owner { start: me.start + 1, ..me.clone() }.is_gone(), "a reused pid is another process");
-        assert!(Owner { pid: u32::MAX, ..me }.is_gone());
+        assert!(
+            Owner {
+                start: me.start + 1,
+                ..me.clone()
+            }
+            .is_gone(),
+            "a reused pid is another process"
+        );
+        assert!(Owner {
+            pid: u32::MAX,
+            ..me
+        }
+        .is_gone());
     }
 }

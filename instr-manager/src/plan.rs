@@ -66,7 +66,9 @@ impl FromStr for Mechanism {
         match s {
             "trap" => Ok(Mechanism::Trap),
             "jmp" => Ok(Mechanism::Jmp),
-            _ => Err(UnknownMechanism { text: s.to_string() }),
+            _ => Err(UnknownMechanism {
+                text: s.to_string(),
+            }),
         }
     }
 }
@@ -133,7 +135,9 @@ pub fn plan_splice(input: &PlanInput<'_>, site: u64, mech: Mechanism) -> Result<
             p.patch_len,
             p.displaced_text(),
             p.displaced_len,
-            p.springboard.as_ref().map_or(String::new(), |s| format!(", springboard at {:#x}", s.addr))
+            p.springboard
+                .as_ref()
+                .map_or(String::new(), |s| format!(", springboard at {:#x}", s.addr))
         ),
         Err(e) => log::debug!("{mech} splice at {site:#x} refused: {e}"),
     }
@@ -144,7 +148,14 @@ pub fn plan_splice(input: &PlanInput<'_>, site: u64, mech: Mechanism) -> Result<
 pub fn plan_trap(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal> {
     check_site(input.func, input.info, site)?;
     let (displaced, displaced_len) = check_window(input, site, TRAP_LEN, "a trap (int 0xF5)")?;
-    Ok(Plan { site, mechanism: Mechanism::Trap, displaced, displaced_len, patch_len: TRAP_LEN, springboard: None })
+    Ok(Plan {
+        site,
+        mechanism: Mechanism::Trap,
+        displaced,
+        displaced_len,
+        patch_len: TRAP_LEN,
+        springboard: None,
+    })
 }
 
 /// A jmp splice: `jmp rel32`, else `jmp rel8` to a springboard.
@@ -162,9 +173,10 @@ fn plan_jmp_after_rel32(input: &PlanInput<'_>, site: u64, e32: &Refusal) -> Resu
     log::debug!("jmp rel32 at {site:#x} impossible ({e32}); trying jmp rel8 to a springboard");
     match plan_jmp_springboard(input, site) {
         Ok(p) => Ok(p),
-        Err(Refusal::NoRoomForJmp { reason, .. }) => {
-            Err(Refusal::NoRoomForJmp { site, reason: format!("jmp rel32: {e32}; jmp rel8 to a springboard: {reason}") })
-        }
+        Err(Refusal::NoRoomForJmp { reason, .. }) => Err(Refusal::NoRoomForJmp {
+            site,
+            reason: format!("jmp rel32: {e32}; jmp rel8 to a springboard: {reason}"),
+        }),
         // The 2-byte window itself fails: the 5-byte one cannot do better.
         Err(e8) => Err(e8),
     }
@@ -186,8 +198,15 @@ impl SiteVerdict {
     pub fn judge(input: &PlanInput<'_>, site: u64) -> SiteVerdict {
         let trap = plan_trap(input, site);
         let jmp_rel32 = plan_jmp_rel32(input, site);
-        let jmp_springboard = jmp_rel32.as_ref().err().map(|e32| plan_jmp_after_rel32(input, site, e32));
-        SiteVerdict { trap, jmp_rel32, jmp_springboard }
+        let jmp_springboard = jmp_rel32
+            .as_ref()
+            .err()
+            .map(|e32| plan_jmp_after_rel32(input, site, e32));
+        SiteVerdict {
+            trap,
+            jmp_rel32,
+            jmp_springboard,
+        }
     }
 
     /// A jmp splice's plan or refusal (what [`plan_jmp`] answers).
@@ -206,10 +225,21 @@ pub fn plan_jmp_rel32(input: &PlanInput<'_>, site: u64) -> Result<Plan, Refusal>
     let (displaced, displaced_len) = check_window(input, site, JMP_REL32_LEN, "a jmp rel32")?;
     if let Some(t) = input.trampoline_near {
         if !reaches(site + JMP_REL32_LEN as u64, t, LAYOUT_MARGIN) {
-            return Err(Refusal::OutOfReach { what: "a jmp rel32", from: site, to: t });
+            return Err(Refusal::OutOfReach {
+                what: "a jmp rel32",
+                from: site,
+                to: t,
+            });
         }
     }
-    Ok(Plan { site, mechanism: Mechanism::Jmp, displaced, displaced_len, patch_len: JMP_REL32_LEN, springboard: None })
+    Ok(Plan {
+        site,
+        mechanism: Mechanism::Jmp,
+        displaced,
+        displaced_len,
+        patch_len: JMP_REL32_LEN,
+        springboard: None,
+    })
 }
 
 /// A 2-byte `jmp rel8` to a springboard only.
@@ -217,8 +247,16 @@ pub fn plan_jmp_springboard(input: &PlanInput<'_>, site: u64) -> Result<Plan, Re
     check_site(input.func, input.info, site)?;
     let (displaced, displaced_len) = check_window(input, site, JMP_REL8_LEN, "a jmp rel8")?;
     let window_end = site + displaced_len as u64;
-    let sb = springboard::find(input, site, window_end).map_err(|reason| Refusal::NoRoomForJmp { site, reason })?;
-    Ok(Plan { site, mechanism: Mechanism::Jmp, displaced, displaced_len, patch_len: JMP_REL8_LEN, springboard: Some(sb) })
+    let sb = springboard::find(input, site, window_end)
+        .map_err(|reason| Refusal::NoRoomForJmp { site, reason })?;
+    Ok(Plan {
+        site,
+        mechanism: Mechanism::Jmp,
+        displaced,
+        displaced_len,
+        patch_len: JMP_REL8_LEN,
+        springboard: Some(sb),
+    })
 }
 
 /// Whether the function starts with an ftrace site that the kernel rewrites (after its
@@ -238,11 +276,20 @@ pub fn kernel_entry(func: &Function, info: &TargetInfo) -> Option<(u64, u64)> {
     let mut insns = func.insns.iter().peekable();
     let mut end = func.start;
     let mut endbr = 0;
-    if let Some(i) = insns.next_if(|i| i.addr == end && i.len == 4 && starts_with_endbr(func.insn_bytes(i))) {
+    if let Some(i) =
+        insns.next_if(|i| i.addr == end && i.len == 4 && starts_with_endbr(func.insn_bytes(i)))
+    {
         endbr = i.len as u64;
         end += endbr;
     }
-    if insns.next_if(|i| i.addr == end && i.len as u64 == FENTRY_LEN && (i.instr.is_call_near() || func.insn_bytes(i) == NOP5)).is_some() {
+    if insns
+        .next_if(|i| {
+            i.addr == end
+                && i.len as u64 == FENTRY_LEN
+                && (i.instr.is_call_near() || func.insn_bytes(i) == NOP5)
+        })
+        .is_some()
+    {
         end += FENTRY_LEN;
     }
     (end > func.start).then_some((endbr, end))
@@ -251,10 +298,19 @@ pub fn kernel_entry(func: &Function, info: &TargetInfo) -> Option<(u64, u64)> {
 /// Checks that depend on the site only.
 fn check_site(func: &Function, info: &TargetInfo, site: u64) -> Result<(), Refusal> {
     if site < func.start || site >= func.end {
-        return Err(Refusal::OutsideFunction { site, func: func.name.clone(), start: func.start, end: func.end });
+        return Err(Refusal::OutsideFunction {
+            site,
+            func: func.name.clone(),
+            start: func.start,
+            end: func.end,
+        });
     }
     if let Some(from) = func.undecodable_from.filter(|&f| site >= f) {
-        return Err(Refusal::Undecodable { site, func: func.name.clone(), from });
+        return Err(Refusal::Undecodable {
+            site,
+            func: func.name.clone(),
+            from,
+        });
     }
     if func.insn_index(site).is_none() {
         let before = func.insn_containing(site);
@@ -266,7 +322,12 @@ fn check_site(func: &Function, info: &TargetInfo, site: u64) -> Result<(), Refus
         });
     }
     if let Some((_, end)) = kernel_entry(func, info).filter(|&(_, end)| site < end) {
-        return Err(Refusal::OverlapsFentry { site, func: func.name.clone(), entry: func.start, fentry_end: end });
+        return Err(Refusal::OverlapsFentry {
+            site,
+            func: func.name.clone(),
+            entry: func.start,
+            fentry_end: end,
+        });
     }
     Ok(())
 }
@@ -282,14 +343,21 @@ fn check_window(
     let func = input.func;
     let size = func.end - func.start;
     if size < patch_len as u64 {
-        return Err(Refusal::FunctionTooShort { func: func.name.clone(), size, needed: patch_len, what });
+        return Err(Refusal::FunctionTooShort {
+            func: func.name.clone(),
+            size,
+            needed: patch_len,
+            what,
+        });
     }
-    let first = func.insn_index(site).ok_or_else(|| Refusal::NotInstructionBoundary {
-        site,
-        func: func.name.clone(),
-        nearest_before: func.insn_containing(site).map_or(func.start, |i| i.addr),
-        insn: String::new(),
-    })?;
+    let first = func
+        .insn_index(site)
+        .ok_or_else(|| Refusal::NotInstructionBoundary {
+            site,
+            func: func.name.clone(),
+            nearest_before: func.insn_containing(site).map_or(func.start, |i| i.addr),
+            insn: String::new(),
+        })?;
     let mut len = 0usize;
     let mut last = first;
     while len < patch_len {
@@ -297,8 +365,17 @@ fn check_window(
             // Saturating: the function may end in the last bytes of the address space.
             let window_end = site.saturating_add(patch_len as u64);
             return Err(match func.undecodable_from {
-                Some(from) if from < window_end => Refusal::Undecodable { site, func: func.name.clone(), from },
-                _ => Refusal::PastFunctionEnd { site, window_end, func: func.name.clone(), func_end: func.end },
+                Some(from) if from < window_end => Refusal::Undecodable {
+                    site,
+                    func: func.name.clone(),
+                    from,
+                },
+                _ => Refusal::PastFunctionEnd {
+                    site,
+                    window_end,
+                    func: func.name.clone(),
+                    func_end: func.end,
+                },
             });
         };
         len += insn.len;
@@ -307,11 +384,24 @@ fn check_window(
     let window_end = site + len as u64;
     if let Some(&target) = func.branch_targets.range(site + 1..window_end).next() {
         if func.landing_pads.contains(&target) {
-            log::debug!("`{}`: the window at {site:#x} covers the landing pad at {target:#x}", func.name);
+            log::debug!(
+                "`{}`: the window at {site:#x} covers the landing pad at {target:#x}",
+                func.name
+            );
             let offset = target - func.start;
-            return Err(Refusal::LandingPadInWindow { site, window_end, func: func.name.clone(), offset, pad: target });
+            return Err(Refusal::LandingPadInWindow {
+                site,
+                window_end,
+                func: func.name.clone(),
+                offset,
+                pad: target,
+            });
         }
-        return Err(Refusal::BranchTargetInWindow { site, window_end, target });
+        return Err(Refusal::BranchTargetInWindow {
+            site,
+            window_end,
+            target,
+        });
     }
     let block = func.block_of(site).ok_or(Refusal::PastFunctionEnd {
         site,
@@ -320,7 +410,12 @@ fn check_window(
         func_end: func.end,
     })?;
     if window_end > block.end {
-        let last_insn = func.insns.iter().rev().find(|i| i.end() == block.end).map_or_else(String::new, Insn::intel);
+        let last_insn = func
+            .insns
+            .iter()
+            .rev()
+            .find(|i| i.end() == block.end)
+            .map_or_else(String::new, Insn::intel);
         return Err(Refusal::WindowCrossesBlock {
             site,
             window_end,
@@ -330,7 +425,11 @@ fn check_window(
         });
     }
     if (input.busy)(site, window_end) {
-        return Err(Refusal::AlreadyPatched { site, lo: site, hi: window_end });
+        return Err(Refusal::AlreadyPatched {
+            site,
+            lo: site,
+            hi: window_end,
+        });
     }
     let displaced = func.insns[first..last].to_vec();
     // Relocatability, where the trampoline will be (or at the site itself: same reach).

@@ -55,8 +55,17 @@ pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + FENTRY_LEN as usize;
 /// ftrace site, each optional (0, 4, 5 or 9). `bytes` starts at the entry (short reads give 0
 /// for what they do not hold).
 pub fn kernel_entry_len(bytes: &[u8]) -> u64 {
-    let endbr = if starts_with_endbr(bytes) { ENDBR64.len() } else { 0 };
-    endbr as u64 + if is_fentry_site(&bytes[endbr..]) { FENTRY_LEN } else { 0 }
+    let endbr = if starts_with_endbr(bytes) {
+        ENDBR64.len()
+    } else {
+        0
+    };
+    endbr as u64
+        + if is_fentry_site(&bytes[endbr..]) {
+            FENTRY_LEN
+        } else {
+            0
+        }
 }
 
 /// A point as written by the user.
@@ -79,7 +88,12 @@ pub enum PointSpec {
 impl fmt::Display for PointSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PointSpec::Symbol { name, offset, object, version } => {
+            PointSpec::Symbol {
+                name,
+                offset,
+                object,
+                version,
+            } => {
                 if let Some(o) = object {
                     write!(f, "{o}:")?;
                 }
@@ -111,14 +125,18 @@ impl FromStr for PointSpec {
     type Err = PlanError;
 
     fn from_str(text: &str) -> Result<Self, PlanError> {
-        let bad = |reason: &str| PlanError::BadPointSpec { text: text.to_string(), reason: reason.to_string() };
+        let bad = |reason: &str| PlanError::BadPointSpec {
+            text: text.to_string(),
+            reason: reason.to_string(),
+        };
         let t = text.trim();
         if t.is_empty() {
             return Err(bad("empty"));
         }
         let (name, offset) = match t.split_once('+') {
             Some((n, o)) => {
-                let off = parse_number(o.trim()).ok_or_else(|| bad(&format!("offset `{}` is not a number", o.trim())))?;
+                let off = parse_number(o.trim())
+                    .ok_or_else(|| bad(&format!("offset `{}` is not a number", o.trim())))?;
                 (n.trim(), Some(off))
             }
             None => (t, None),
@@ -130,11 +148,15 @@ impl FromStr for PointSpec {
             if offset.is_some() {
                 return Err(bad("an address takes no offset"));
             }
-            return parse_number(name).map(PointSpec::Address).ok_or_else(|| bad(&format!("`{name}` is not a hex address")));
+            return parse_number(name)
+                .map(PointSpec::Address)
+                .ok_or_else(|| bad(&format!("`{name}` is not a hex address")));
         }
         // Paths may hold `:` only before the last one; C and mangled C++ names hold none.
         let (object, name) = match name.rsplit_once(':') {
-            Some((o, n)) if o.trim().is_empty() => return Err(bad(&format!("no object before `:{n}`"))),
+            Some((o, n)) if o.trim().is_empty() => {
+                return Err(bad(&format!("no object before `:{n}`")))
+            }
             Some((o, n)) => (Some(o.trim().to_string()), n.trim()),
             None => (None, name),
         };
@@ -154,10 +176,18 @@ impl FromStr for PointSpec {
         if name.starts_with(|c: char| c.is_ascii_digit()) {
             return Err(bad("addresses are written in hex with `0x`"));
         }
-        if let Some(c) = name.chars().find(|c| c.is_whitespace() || matches!(c, '-' | '*' | '[' | ']' | ',' | ';' | '/')) {
+        if let Some(c) = name
+            .chars()
+            .find(|c| c.is_whitespace() || matches!(c, '-' | '*' | '[' | ']' | ',' | ';' | '/'))
+        {
             return Err(bad(&format!("`{c}` cannot appear in a symbol name")));
         }
-        Ok(PointSpec::Symbol { name: name.to_string(), offset: offset.unwrap_or(0), object, version })
+        Ok(PointSpec::Symbol {
+            name: name.to_string(),
+            offset: offset.unwrap_or(0),
+            object,
+            version,
+        })
     }
 }
 
@@ -177,7 +207,11 @@ pub struct ResolvedPoint {
 /// the same path, the same file name, or a file name starting with `object` and a dot.
 pub fn object_matches(origin: &str, object: &str) -> bool {
     let file = origin.rsplit('/').next().unwrap_or(origin);
-    origin == object || file == object || file.strip_prefix(object).is_some_and(|rest| rest.starts_with('.'))
+    origin == object
+        || file == object
+        || file
+            .strip_prefix(object)
+            .is_some_and(|rest| rest.starts_with('.'))
 }
 
 /// The symbol a name stands for, as a link would bind it. Candidates are every symbol called
@@ -194,7 +228,10 @@ pub fn choose<'a>(
 ) -> Result<&'a Symbol, PlanError> {
     let all = symbols.lookup_all(name);
     if all.is_empty() {
-        return Err(PlanError::UnknownSymbol { text: text.to_string(), name: name.to_string() });
+        return Err(PlanError::UnknownSymbol {
+            text: text.to_string(),
+            name: name.to_string(),
+        });
     }
     let listed = |syms: &[&Symbol], what: fn(&Symbol) -> String| {
         let mut v: Vec<String> = syms.iter().map(|s| what(s)).collect();
@@ -204,10 +241,21 @@ pub fn choose<'a>(
     };
     let mut cands = all.clone();
     if let Some(o) = object {
-        cands.retain(|s| s.origin.as_deref().is_some_and(|origin| object_matches(origin, o)));
+        cands.retain(|s| {
+            s.origin
+                .as_deref()
+                .is_some_and(|origin| object_matches(origin, o))
+        });
         if cands.is_empty() {
-            let found = listed(&all, |s| s.origin.clone().unwrap_or_else(|| "the main image".into()));
-            return Err(PlanError::NotInObject { text: text.into(), name: name.into(), object: o.into(), found });
+            let found = listed(&all, |s| {
+                s.origin.clone().unwrap_or_else(|| "the main image".into())
+            });
+            return Err(PlanError::NotInObject {
+                text: text.into(),
+                name: name.into(),
+                object: o.into(),
+                found,
+            });
         }
     }
     match version {
@@ -215,11 +263,20 @@ pub fn choose<'a>(
             let before = cands.clone();
             cands.retain(|s| s.version.as_deref().map(|sv| sv.trim_start_matches('@')) == Some(v));
             if cands.is_empty() {
-                let found = listed(&before, |s| s.version.clone().unwrap_or_else(|| "none".into()));
-                return Err(PlanError::NoSuchVersion { text: text.into(), name: name.into(), version: v.into(), found });
+                let found = listed(&before, |s| {
+                    s.version.clone().unwrap_or_else(|| "none".into())
+                });
+                return Err(PlanError::NoSuchVersion {
+                    text: text.into(),
+                    name: name.into(),
+                    version: v.into(),
+                    found,
+                });
             }
         }
-        None if cands.iter().any(|s| !s.is_hidden_version()) => cands.retain(|s| !s.is_hidden_version()),
+        None if cands.iter().any(|s| !s.is_hidden_version()) => {
+            cands.retain(|s| !s.is_hidden_version())
+        }
         None => {}
     }
     let distinct = |syms: &[&'a Symbol]| {
@@ -232,17 +289,36 @@ pub fn choose<'a>(
     if let [only] = distinct_all.as_slice() {
         return Ok(only);
     }
-    let main: Vec<&Symbol> = cands.iter().copied().filter(|s| s.origin.is_none()).collect();
+    let main: Vec<&Symbol> = cands
+        .iter()
+        .copied()
+        .filter(|s| s.origin.is_none())
+        .collect();
     if let [only] = distinct(&main).as_slice() {
-        log::debug!("`{name}`: the main image's definition at {:#x} wins over {} others", only.addr, distinct_all.len() - 1);
+        log::debug!(
+            "`{name}`: the main image's definition at {:#x} wins over {} others",
+            only.addr,
+            distinct_all.len() - 1
+        );
         return Ok(only);
     }
     let candidates = distinct_all
         .iter()
-        .map(|s| format!("{}:{} at {:#x}", s.origin.as_deref().unwrap_or("main"), s.versioned_name(), s.addr))
+        .map(|s| {
+            format!(
+                "{}:{} at {:#x}",
+                s.origin.as_deref().unwrap_or("main"),
+                s.versioned_name(),
+                s.addr
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
-    Err(PlanError::Ambiguous { text: text.into(), name: name.into(), candidates })
+    Err(PlanError::Ambiguous {
+        text: text.into(),
+        name: name.into(),
+        candidates,
+    })
 }
 
 /// Resolve `spec`. `entry_len(entry)` says how many bytes at the entry of the function starting
@@ -256,24 +332,61 @@ pub fn resolve_point(
 ) -> Result<ResolvedPoint, PlanError> {
     let text = spec.to_string();
     let (function, mut site) = match spec {
-        PointSpec::Symbol { name, offset, object, version } => {
+        PointSpec::Symbol {
+            name,
+            offset,
+            object,
+            version,
+        } => {
             let sym = choose(&text, name, object.as_deref(), version.as_deref(), symbols)?;
             match sym.kind {
                 SymbolKind::Function => {}
-                SymbolKind::Ifunc => return Err(PlanError::UnresolvedIfunc { text, name: name.clone(), addr: sym.addr }),
-                _ => return Err(PlanError::NotAFunction { text, name: name.clone(), addr: sym.addr }),
+                SymbolKind::Ifunc => {
+                    return Err(PlanError::UnresolvedIfunc {
+                        text,
+                        name: name.clone(),
+                        addr: sym.addr,
+                    })
+                }
+                _ => {
+                    return Err(PlanError::NotAFunction {
+                        text,
+                        name: name.clone(),
+                        addr: sym.addr,
+                    })
+                }
             }
             let size = symbols.function_extent(sym);
             if size == 0 {
-                return Err(PlanError::UnknownExtent { text, name: name.clone(), addr: sym.addr });
+                return Err(PlanError::UnknownExtent {
+                    text,
+                    name: name.clone(),
+                    addr: sym.addr,
+                });
             }
             if *offset >= size {
-                return Err(PlanError::OffsetPastEnd { text, name: name.clone(), offset: *offset, size });
+                return Err(PlanError::OffsetPastEnd {
+                    text,
+                    name: name.clone(),
+                    offset: *offset,
+                    size,
+                });
             }
-            (Symbol { size, ..sym.clone() }, sym.addr + offset)
+            (
+                Symbol {
+                    size,
+                    ..sym.clone()
+                },
+                sym.addr + offset,
+            )
         }
         PointSpec::Address(addr) => {
-            let sym = symbols.function_containing(*addr).ok_or(PlanError::NoFunctionAt { text: text.clone(), addr: *addr })?;
+            let sym = symbols
+                .function_containing(*addr)
+                .ok_or(PlanError::NoFunctionAt {
+                    text: text.clone(),
+                    addr: *addr,
+                })?;
             let size = symbols.function_extent(&sym);
             (Symbol { size, ..sym }, *addr)
         }
@@ -281,12 +394,25 @@ pub fn resolve_point(
     if info.has_fentry && site == function.addr {
         let skip = entry_len(site);
         if skip > 0 && function.size > skip {
-            log::debug!("point `{text}`: moved past the entry (endbr64, ftrace site) of `{}` to {:#x}", function.name, site + skip);
+            log::debug!(
+                "point `{text}`: moved past the entry (endbr64, ftrace site) of `{}` to {:#x}",
+                function.name,
+                site + skip
+            );
             site += skip;
         }
     }
-    log::debug!("point `{text}` resolved to {site:#x} in `{}` [{:#x}, {:#x})", function.name, function.addr, function.addr + function.size);
-    Ok(ResolvedPoint { spec_text: text, function, site })
+    log::debug!(
+        "point `{text}` resolved to {site:#x} in `{}` [{:#x}, {:#x})",
+        function.name,
+        function.addr,
+        function.addr + function.size
+    );
+    Ok(ResolvedPoint {
+        spec_text: text,
+        function,
+        site,
+    })
 }
 
 #[cfg(test)]
@@ -295,11 +421,22 @@ mod tests {
 
     fn info(has_fentry: bool) -> TargetInfo {
         // The dispatcher's part does not matter to points: only the fentry site does.
-        TargetInfo { dispatcher_runs_handlers: false, dispatcher_counts_hits: false, ..TargetInfo::for_code(has_fentry, "test") }
+        TargetInfo {
+            dispatcher_runs_handlers: false,
+            dispatcher_counts_hits: false,
+            ..TargetInfo::for_code(has_fentry, "test")
+        }
     }
 
     fn func(name: &str, addr: u64, size: u64) -> Symbol {
-        Symbol { name: name.into(), addr, size, kind: SymbolKind::Function, origin: None, version: None }
+        Symbol {
+            name: name.into(),
+            addr,
+            size,
+            kind: SymbolKind::Function,
+            origin: None,
+            version: None,
+        }
     }
 
     fn table() -> SymbolTable {
@@ -307,57 +444,143 @@ mod tests {
             func("compute", 0x1000, 0x40),
             func("tcp_sync_mss", 0x2000, 0), // kallsyms style: extent up to the next function
             func("next", 0x2100, 0x10),
-            Symbol { name: "counter".into(), addr: 0x3000, size: 8, kind: SymbolKind::Object, origin: None, version: None },
+            Symbol {
+                name: "counter".into(),
+                addr: 0x3000,
+                size: 8,
+                kind: SymbolKind::Object,
+                origin: None,
+                version: None,
+            },
         ])
     }
 
     #[test]
     fn parses_symbol_offset_and_address_forms() {
-        assert_eq!("compute".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
-        assert_eq!("compute+0x10".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16, object: None, version: None });
-        assert_eq!("compute+16".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "compute".into(), offset: 16, object: None, version: None });
-        assert_eq!("foo.isra.0+4".parse::<PointSpec>().unwrap(), PointSpec::Symbol { name: "foo.isra.0".into(), offset: 4, object: None, version: None });
-        assert_eq!("0xffffffff81000000".parse::<PointSpec>().unwrap(), PointSpec::Address(0xffff_ffff_8100_0000));
-        assert_eq!(PointSpec::Symbol { name: "f".into(), offset: 16, object: None, version: None }.to_string(), "f+0x10");
+        assert_eq!(
+            "compute".parse::<PointSpec>().unwrap(),
+            PointSpec::Symbol {
+                name: "compute".into(),
+                offset: 0,
+                object: None,
+                version: None
+            }
+        );
+        assert_eq!(
+            "compute+0x10".parse::<PointSpec>().unwrap(),
+            PointSpec::Symbol {
+                name: "compute".into(),
+                offset: 16,
+                object: None,
+                version: None
+            }
+        );
+        assert_eq!(
+            "compute+16".parse::<PointSpec>().unwrap(),
+            PointSpec::Symbol {
+                name: "compute".into(),
+                offset: 16,
+                object: None,
+                version: None
+            }
+        );
+        assert_eq!(
+            "foo.isra.0+4".parse::<PointSpec>().unwrap(),
+            PointSpec::Symbol {
+                name: "foo.isra.0".into(),
+                offset: 4,
+                object: None,
+                version: None
+            }
+        );
+        assert_eq!(
+            "0xffffffff81000000".parse::<PointSpec>().unwrap(),
+            PointSpec::Address(0xffff_ffff_8100_0000)
+        );
+        assert_eq!(
+            PointSpec::Symbol {
+                name: "f".into(),
+                offset: 16,
+                object: None,
+                version: None
+            }
+            .to_string(),
+            "f+0x10"
+        );
     }
 
     #[test]
     fn parse_errors_name_the_text() {
         for bad in ["", "+4", "f+x", "f+", "0xzz", "0x10+4", "1234", "a b"] {
             let err = bad.parse::<PointSpec>().unwrap_err();
-            assert!(matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad), "{bad}: {err:?}");
+            assert!(
+                matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+                "{bad}: {err:?}"
+            );
             assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
         }
     }
 
     #[test]
     fn resolves_symbol_offset_to_site_with_extent() {
-        let p = resolve_point(&"compute+0x10".parse().unwrap(), &table(), &info(false), |_| 5).unwrap();
+        let p = resolve_point(
+            &"compute+0x10".parse().unwrap(),
+            &table(),
+            &info(false),
+            |_| 5,
+        )
+        .unwrap();
         assert_eq!(p.site, 0x1010);
-        assert_eq!((p.function.name.as_str(), p.function.size), ("compute", 0x40));
+        assert_eq!(
+            (p.function.name.as_str(), p.function.size),
+            ("compute", 0x40)
+        );
         // kallsyms-style symbol: extent filled from the next function.
-        let p = resolve_point(&"tcp_sync_mss+4".parse().unwrap(), &table(), &info(false), |_| 5).unwrap();
+        let p = resolve_point(
+            &"tcp_sync_mss+4".parse().unwrap(),
+            &table(),
+            &info(false),
+            |_| 5,
+        )
+        .unwrap();
         assert_eq!(p.function.size, 0x100);
     }
 
     #[test]
     fn resolves_an_address_to_its_containing_function() {
         let p = resolve_point(&PointSpec::Address(0x2104), &table(), &info(false), |_| 5).unwrap();
-        assert_eq!((p.function.name.as_str(), p.site, p.function.size), ("next", 0x2104, 0x10));
-        let err = resolve_point(&PointSpec::Address(0x5000), &table(), &info(false), |_| 5).unwrap_err();
+        assert_eq!(
+            (p.function.name.as_str(), p.site, p.function.size),
+            ("next", 0x2104, 0x10)
+        );
+        let err =
+            resolve_point(&PointSpec::Address(0x5000), &table(), &info(false), |_| 5).unwrap_err();
         assert!(matches!(err, PlanError::NoFunctionAt { addr: 0x5000, .. }));
     }
 
     #[test]
     fn entry_point_moves_past_fentry_only_with_has_fentry_and_a_fentry_site() {
         let spec: PointSpec = "tcp_sync_mss".parse().unwrap();
-        let p = resolve_point(&spec, &table(), &info(true), |a| if a == 0x2000 { 5 } else { 0 }).unwrap();
+        let p = resolve_point(&spec, &table(), &info(true), |a| {
+            if a == 0x2000 {
+                5
+            } else {
+                0
+            }
+        })
+        .unwrap();
         assert_eq!(p.site, 0x2005);
         let p = resolve_point(&spec, &table(), &info(true), |_| 0).unwrap();
         assert_eq!(p.site, 0x2000, "no fentry call at the entry: stays");
         let p = resolve_point(&spec, &table(), &info(false), |_| 5).unwrap();
         assert_eq!(p.site, 0x2000, "user space has no fentry");
-        let p = resolve_point(&"tcp_sync_mss+1".parse().unwrap(), &table(), &info(true), |_| 5).unwrap();
+        let p = resolve_point(
+            &"tcp_sync_mss+1".parse().unwrap(),
+            &table(),
+            &info(true),
+            |_| 5,
+        )
+        .unwrap();
         assert_eq!(p.site, 0x2001, "only offset 0 moves");
     }
 
@@ -365,17 +588,37 @@ mod tests {
     fn resolution_errors_name_symbol_and_offset() {
         let t = table();
         let i = info(false);
-        assert!(matches!(resolve_point(&"nosuch".parse().unwrap(), &t, &i, |_| 0), Err(PlanError::UnknownSymbol { .. })));
-        assert!(matches!(resolve_point(&"counter".parse().unwrap(), &t, &i, |_| 0), Err(PlanError::NotAFunction { addr: 0x3000, .. })));
+        assert!(matches!(
+            resolve_point(&"nosuch".parse().unwrap(), &t, &i, |_| 0),
+            Err(PlanError::UnknownSymbol { .. })
+        ));
+        assert!(matches!(
+            resolve_point(&"counter".parse().unwrap(), &t, &i, |_| 0),
+            Err(PlanError::NotAFunction { addr: 0x3000, .. })
+        ));
         let err = resolve_point(&"compute+0x40".parse().unwrap(), &t, &i, |_| 0).unwrap_err();
-        assert!(matches!(err, PlanError::OffsetPastEnd { offset: 0x40, size: 0x40, .. }));
+        assert!(matches!(
+            err,
+            PlanError::OffsetPastEnd {
+                offset: 0x40,
+                size: 0x40,
+                ..
+            }
+        ));
         assert!(err.to_string().contains("compute"), "{err}");
         let lone = SymbolTable::new(vec![func("last", 0x9000, 0)]);
-        assert!(matches!(resolve_point(&"last".parse().unwrap(), &lone, &i, |_| 0), Err(PlanError::UnknownExtent { .. })));
+        assert!(matches!(
+            resolve_point(&"last".parse().unwrap(), &lone, &i, |_| 0),
+            Err(PlanError::UnknownExtent { .. })
+        ));
     }
 
     fn lib(name: &str, addr: u64, origin: &str, version: Option<&str>) -> Symbol {
-        Symbol { origin: Some(origin.into()), version: version.map(Into::into), ..func(name, addr, 0x20) }
+        Symbol {
+            origin: Some(origin.into()),
+            version: version.map(Into::into),
+            ..func(name, addr, 0x20)
+        }
     }
 
     /// A process as the loader sees it: the program, libc with a compatibility `memcpy`, two
@@ -383,14 +626,32 @@ mod tests {
     fn process_table() -> SymbolTable {
         SymbolTable::new(vec![
             func("log_msg", 0x1000, 0x20),
-            lib("memcpy", 0x7000, "/lib/x86_64-linux-gnu/libc.so.6", Some("@@GLIBC_2.14")),
-            lib("memcpy", 0x7100, "/lib/x86_64-linux-gnu/libc.so.6", Some("@GLIBC_2.2.5")),
+            lib(
+                "memcpy",
+                0x7000,
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                Some("@@GLIBC_2.14"),
+            ),
+            lib(
+                "memcpy",
+                0x7100,
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                Some("@GLIBC_2.2.5"),
+            ),
             lib("helper", 0x8000, "/usr/lib/libone.so.1", None),
             lib("helper", 0x9000, "/usr/lib/libtwo.so.2", None),
             lib("log_msg", 0x9100, "/usr/lib/libtwo.so.2", None),
             lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
             lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
-            Symbol { kind: SymbolKind::Ifunc, ..lib("strlen", 0x7200, "/lib/x86_64-linux-gnu/libc.so.6", Some("@@GLIBC_2.2.5")) },
+            Symbol {
+                kind: SymbolKind::Ifunc,
+                ..lib(
+                    "strlen",
+                    0x7200,
+                    "/lib/x86_64-linux-gnu/libc.so.6",
+                    Some("@@GLIBC_2.2.5"),
+                )
+            },
         ])
     }
 
@@ -400,27 +661,63 @@ mod tests {
 
     #[test]
     fn parses_object_and_version_qualifiers() {
-        let p: PointSpec = "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10".parse().unwrap();
+        let p: PointSpec = "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10"
+            .parse()
+            .unwrap();
         assert_eq!(
             p,
-            PointSpec::Symbol { name: "sqlite3_step".into(), offset: 16, object: Some("/usr/lib/libsqlite3.so.0".into()), version: None }
+            PointSpec::Symbol {
+                name: "sqlite3_step".into(),
+                offset: 16,
+                object: Some("/usr/lib/libsqlite3.so.0".into()),
+                version: None
+            }
         );
         assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
         let p: PointSpec = "pthread_cond_wait@GLIBC_2.3.2".parse().unwrap();
-        assert_eq!(p, PointSpec::Symbol { name: "pthread_cond_wait".into(), offset: 0, object: None, version: Some("GLIBC_2.3.2".into()) });
-        assert_eq!("memcpy@@GLIBC_2.14".parse::<PointSpec>().unwrap().to_string(), "memcpy@GLIBC_2.14");
+        assert_eq!(
+            p,
+            PointSpec::Symbol {
+                name: "pthread_cond_wait".into(),
+                offset: 0,
+                object: None,
+                version: Some("GLIBC_2.3.2".into())
+            }
+        );
+        assert_eq!(
+            "memcpy@@GLIBC_2.14"
+                .parse::<PointSpec>()
+                .unwrap()
+                .to_string(),
+            "memcpy@GLIBC_2.14"
+        );
         for bad in [":f", "lib:", "f@", "f@a@b", "lib:+4"] {
             let err = bad.parse::<PointSpec>().unwrap_err();
-            assert!(matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad), "{bad}: {err:?}");
+            assert!(
+                matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+                "{bad}: {err:?}"
+            );
         }
     }
 
     #[test]
     fn unqualified_names_bind_as_a_link_would() {
-        assert_eq!(site_of("memcpy").unwrap(), 0x7000, "the default version, not the hidden one");
+        assert_eq!(
+            site_of("memcpy").unwrap(),
+            0x7000,
+            "the default version, not the hidden one"
+        );
         assert_eq!(site_of("memcpy@GLIBC_2.2.5").unwrap(), 0x7100);
-        assert_eq!(site_of("log_msg").unwrap(), 0x1000, "the program's definition interposes");
-        assert_eq!(site_of("alias_a+4").unwrap(), 0x9204, "one address listed twice is one candidate");
+        assert_eq!(
+            site_of("log_msg").unwrap(),
+            0x1000,
+            "the program's definition interposes"
+        );
+        assert_eq!(
+            site_of("alias_a+4").unwrap(),
+            0x9204,
+            "one address listed twice is one candidate"
+        );
     }
 
     #[test]
@@ -428,9 +725,16 @@ mod tests {
         assert_eq!(site_of("libone.so.1:helper").unwrap(), 0x8000);
         assert_eq!(site_of("/usr/lib/libtwo.so.2:helper").unwrap(), 0x9000);
         assert_eq!(site_of("libtwo:helper").unwrap(), 0x9000);
-        assert_eq!(site_of("libtwo:log_msg").unwrap(), 0x9100, "a library's copy when asked for");
+        assert_eq!(
+            site_of("libtwo:log_msg").unwrap(),
+            0x9100,
+            "a library's copy when asked for"
+        );
         assert!(object_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc.so"));
-        assert!(!object_matches("/lib/x86_64-linux-gnu/libcrypt.so.1", "libc"));
+        assert!(!object_matches(
+            "/lib/x86_64-linux-gnu/libcrypt.so.1",
+            "libc"
+        ));
     }
 
     #[test]
@@ -438,7 +742,11 @@ mod tests {
         let err = site_of("helper").unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, PlanError::Ambiguous { .. }), "{err:?}");
-        assert!(msg.contains("/usr/lib/libone.so.1:helper at 0x8000") && msg.contains("/usr/lib/libtwo.so.2:helper at 0x9000"), "{msg}");
+        assert!(
+            msg.contains("/usr/lib/libone.so.1:helper at 0x8000")
+                && msg.contains("/usr/lib/libtwo.so.2:helper at 0x9000"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -450,7 +758,10 @@ mod tests {
         assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
         assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");
         let err = site_of("strlen").unwrap_err();
-        assert!(matches!(err, PlanError::UnresolvedIfunc { addr: 0x7200, .. }), "{err:?}");
+        assert!(
+            matches!(err, PlanError::UnresolvedIfunc { addr: 0x7200, .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -470,11 +781,23 @@ mod tests {
             /*09*/ 0x55,                           // push rbp
         ];
         assert_eq!(kernel_entry_len(&ibt), 9);
-        assert_eq!(kernel_entry_len(&ibt[..4]), 4, "endbr64 alone (an untraced function)");
+        assert_eq!(
+            kernel_entry_len(&ibt[..4]),
+            4,
+            "endbr64 alone (an untraced function)"
+        );
         assert_eq!(kernel_entry_len(&ibt[4..]), 5, "6.1: the ftrace site alone");
         assert_eq!(kernel_entry_len(&ibt[9..]), 0);
-        assert_eq!(kernel_entry_len(&[0xF3, 0x0F, 0x1E]), 0, "a short read holds no endbr64");
+        assert_eq!(
+            kernel_entry_len(&[0xF3, 0x0F, 0x1E]),
+            0,
+            "a short read holds no endbr64"
+        );
         let sealed = [0x66, 0x0F, 0x1F, 0x00, 0x0F, 0x1F, 0x44, 0x00, 0x00, 0x55];
-        assert_eq!(kernel_entry_len(&sealed), 9, "a sealed endbr64 (6.12's do_group_exit), then the ftrace site");
+        assert_eq!(
+            kernel_entry_len(&sealed),
+            9,
+            "a sealed endbr64 (6.12's do_group_exit), then the ftrace site"
+        );
     }
 }

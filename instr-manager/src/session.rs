@@ -73,7 +73,11 @@ struct ComponentInner {
 impl Drop for ComponentInner {
     fn drop(&mut self) {
         if let Err(e) = ops::unload_id(&mut lock(&self.session), self.id) {
-            log::error!("unloading component {}: {}", self.name, trapvec::error_chain(&e));
+            log::error!(
+                "unloading component {}: {}",
+                self.name,
+                trapvec::error_chain(&e)
+            );
         }
     }
 }
@@ -97,7 +101,10 @@ impl ComponentHandle {
     pub fn symbol(&self, name: &str) -> Option<u64> {
         let s = lock(&self.inner.session);
         let c = s.components().get(self.inner.id)?;
-        c.symbols.iter().find(|sym| sym.name == name).map(|sym| sym.addr)
+        c.symbols
+            .iter()
+            .find(|sym| sym.name == name)
+            .map(|sym| sym.addr)
     }
 }
 
@@ -133,7 +140,10 @@ impl SpliceHandle {
     /// Remove now, returning the final counters (dropping removes too, logging any error).
     pub fn remove(mut self) -> Result<Hits, SessionError> {
         self.removed = true;
-        Ok(lock(&self.session).remove(&[self.id])?.pop().unwrap_or_default())
+        Ok(lock(&self.session)
+            .remove(&[self.id])?
+            .pop()
+            .unwrap_or_default())
     }
 }
 
@@ -143,7 +153,11 @@ impl Drop for SpliceHandle {
             return;
         }
         if let Err(e) = lock(&self.session).remove(&[self.id]) {
-            log::error!("removing splice {}: {}", self.id.0, trapvec::error_chain(&e));
+            log::error!(
+                "removing splice {}: {}",
+                self.id.0,
+                trapvec::error_chain(&e)
+            );
         }
     }
 }
@@ -151,7 +165,9 @@ impl Drop for SpliceHandle {
 impl Session {
     /// Open the process backend (installs the trap handlers once per process).
     pub fn open() -> Result<Session, SessionError> {
-        Ok(Session { inner: Arc::new(Mutex::new(Splicer::new(ProcessTarget::new()?))) })
+        Ok(Session {
+            inner: Arc::new(Mutex::new(Splicer::new(ProcessTarget::new()?))),
+        })
     }
 
     /// Run `f` with the splicer (for what the handles do not cover).
@@ -170,32 +186,76 @@ impl Session {
     }
 
     /// Load with options (expected CRC32, placement: 0 for [`ops::near`]).
-    pub fn load_with(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<ComponentHandle, SessionError> {
+    pub fn load_with(
+        &self,
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+    ) -> Result<ComponentHandle, SessionError> {
         let (loaded, made) = ops::load(&mut lock(&self.inner), path.as_ref(), opts)?;
         let id = made.components[0];
-        Ok(ComponentHandle { inner: Arc::new(ComponentInner { session: self.inner.clone(), id, name: loaded.component.name }) })
+        Ok(ComponentHandle {
+            inner: Arc::new(ComponentInner {
+                session: self.inner.clone(),
+                id,
+                name: loaded.component.name,
+            }),
+        })
     }
 
     /// Make any splice `req` (its handler a symbol of `component`, which the handle keeps
     /// loaded): the general form of the methods below, for options they do not take (a task
     /// predicate, [`crate::splice::SpliceOptions::only`]).
-    pub fn splice_request(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
+    pub fn splice_request(
+        &self,
+        req: SpliceRequest,
+        component: Option<&ComponentHandle>,
+    ) -> Result<SpliceHandle, SessionError> {
         self.splice(req, component)
     }
 
-    fn splice(&self, req: SpliceRequest, component: Option<&ComponentHandle>) -> Result<SpliceHandle, SessionError> {
+    fn splice(
+        &self,
+        req: SpliceRequest,
+        component: Option<&ComponentHandle>,
+    ) -> Result<SpliceHandle, SessionError> {
         let (_, made) = ops::splice(&mut lock(&self.inner), &req)?;
-        Ok(SpliceHandle { session: self.inner.clone(), id: made.splices[0], removed: false, _component: component.cloned() })
+        Ok(SpliceHandle {
+            session: self.inner.clone(),
+            id: made.splices[0],
+            removed: false,
+            _component: component.cloned(),
+        })
     }
 
     /// Run `handler` (a symbol of `component`) at `at`, then the original code.
-    pub fn splice_call(&self, at: &str, component: &ComponentHandle, handler: &str, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+    pub fn splice_call(
+        &self,
+        at: &str,
+        component: &ComponentHandle,
+        handler: &str,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
         self.splice_call_cookie(at, component, handler, 0, mechanism)
     }
 
     /// As [`Session::splice_call`], passing `cookie` to the handler.
-    pub fn splice_call_cookie(&self, at: &str, component: &ComponentHandle, handler: &str, cookie: u64, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
-        let req = SpliceRequest { at: at.to_string(), action: Action::Call { handler: handler.to_string(), cookie }, mechanism, options: Default::default() };
+    pub fn splice_call_cookie(
+        &self,
+        at: &str,
+        component: &ComponentHandle,
+        handler: &str,
+        cookie: u64,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
+        let req = SpliceRequest {
+            at: at.to_string(),
+            action: Action::Call {
+                handler: handler.to_string(),
+                cookie,
+            },
+            mechanism,
+            options: Default::default(),
+        };
         self.splice(req, Some(component))
     }
 
@@ -210,33 +270,79 @@ impl Session {
         maxactive: Option<u32>,
         mechanism: Mechanism,
     ) -> Result<SpliceHandle, SessionError> {
-        let mut req = SpliceRequest::new(at, Action::Call { handler: handler.to_string(), cookie }, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive, ..SpliceOptions::default() };
+        let mut req = SpliceRequest::new(
+            at,
+            Action::Call {
+                handler: handler.to_string(),
+                cookie,
+            },
+            mechanism,
+        );
+        req.options = SpliceOptions {
+            when: When::Return,
+            maxactive,
+            ..SpliceOptions::default()
+        };
         self.splice(req, Some(component))
     }
 
     /// Count the returns of the function at `at` (a return point with no handler).
-    pub fn count_returns(&self, at: &str, maxactive: Option<u32>, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+    pub fn count_returns(
+        &self,
+        at: &str,
+        maxactive: Option<u32>,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Count, mechanism);
-        req.options = SpliceOptions { when: When::Return, maxactive, ..SpliceOptions::default() };
+        req.options = SpliceOptions {
+            when: When::Return,
+            maxactive,
+            ..SpliceOptions::default()
+        };
         self.splice(req, None)
     }
 
     /// Count the hits at `at` by `by` ([`SpliceHandle::key_counts`]).
-    pub fn count_by(&self, at: &str, by: KeyBy, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
+    pub fn count_by(
+        &self,
+        at: &str,
+        by: KeyBy,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
         let mut req = SpliceRequest::new(at, Action::Count, mechanism);
         req.options.by = Some(by);
         self.splice(req, None)
     }
 
     /// Time each call of the function at `at` with `clock` ([`SpliceHandle::return_stats`]).
-    pub fn time(&self, at: &str, clock: Clock, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
-        self.splice(SpliceRequest::new(at, Action::Time { clock }, mechanism), None)
+    pub fn time(
+        &self,
+        at: &str,
+        clock: Clock,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
+        self.splice(
+            SpliceRequest::new(at, Action::Time { clock }, mechanism),
+            None,
+        )
     }
 
     /// Send calls of the function at `at` to `with` (a symbol of `component`).
-    pub fn splice_replace(&self, at: &str, component: &ComponentHandle, with: &str, mechanism: Mechanism) -> Result<SpliceHandle, SessionError> {
-        let req = SpliceRequest { at: at.to_string(), action: Action::Replace { with: with.to_string() }, mechanism, options: Default::default() };
+    pub fn splice_replace(
+        &self,
+        at: &str,
+        component: &ComponentHandle,
+        with: &str,
+        mechanism: Mechanism,
+    ) -> Result<SpliceHandle, SessionError> {
+        let req = SpliceRequest {
+            at: at.to_string(),
+            action: Action::Replace {
+                with: with.to_string(),
+            },
+            mechanism,
+            options: Default::default(),
+        };
         self.splice(req, Some(component))
     }
 }

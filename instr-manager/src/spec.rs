@@ -108,40 +108,68 @@ fn fit(value: i64, size: u8) -> Result<u64, String> {
 impl Spec {
     /// Read and check a spec file; relative component paths are resolved against its directory.
     pub fn from_path(path: &Path) -> Result<Spec, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io { file: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Spec::parse(&text, base, path)
     }
 
     /// Parse spec text; `base` resolves relative paths, `file` names the spec in errors.
     pub fn parse(text: &str, base: &Path, file: &Path) -> Result<Spec, SpecError> {
-        let raw: RawSpec = toml::from_str(text)
-            .map_err(|e| SpecError::Parse { file: file.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
-        let invalid = |key: String, reason: String| SpecError::Invalid { file: file.to_path_buf(), key, reason };
+        let raw: RawSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
+            file: file.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let invalid = |key: String, reason: String| SpecError::Invalid {
+            file: file.to_path_buf(),
+            key,
+            reason,
+        };
 
         let mut components = Vec::with_capacity(raw.component.len());
         for (i, c) in raw.component.into_iter().enumerate() {
             if c.path.as_os_str().is_empty() {
                 return Err(invalid(format!("component[{i}].path"), "empty path".into()));
             }
-            let path = if c.path.is_absolute() { c.path } else { base.join(c.path) };
-            components.push(ComponentSpec { path, crc32: c.crc32 });
+            let path = if c.path.is_absolute() {
+                c.path
+            } else {
+                base.join(c.path)
+            };
+            components.push(ComponentSpec {
+                path,
+                crc32: c.crc32,
+            });
         }
 
         for (i, s) in raw.splice.iter().enumerate() {
-            s.at.parse::<PointSpec>().map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
+            s.at.parse::<PointSpec>()
+                .map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
         }
         let splices = raw.splice;
 
         let mut sets = Vec::with_capacity(raw.set.len());
         for (i, s) in raw.set.into_iter().enumerate() {
             if s.symbol.trim().is_empty() {
-                return Err(invalid(format!("set[{i}].symbol"), "empty symbol name".into()));
+                return Err(invalid(
+                    format!("set[{i}].symbol"),
+                    "empty symbol name".into(),
+                ));
             }
             let size = s.size.unwrap_or(8);
-            let key = if matches!(size, 1 | 2 | 4 | 8) { "value" } else { "size" };
+            let key = if matches!(size, 1 | 2 | 4 | 8) {
+                "value"
+            } else {
+                "size"
+            };
             let value = fit(s.value, size).map_err(|r| invalid(format!("set[{i}].{key}"), r))?;
-            sets.push(SetSpec { symbol: s.symbol, value, size: s.size.map(usize::from) });
+            sets.push(SetSpec {
+                symbol: s.symbol,
+                value,
+                size: s.size.map(usize::from),
+            });
         }
         log::debug!(
             "spec {}: {} component(s), {} splice(s), {} set(s)",
@@ -150,7 +178,11 @@ impl Spec {
             splices.len(),
             sets.len()
         );
-        Ok(Spec { components, splices, sets })
+        Ok(Spec {
+            components,
+            splices,
+            sets,
+        })
     }
 }
 
@@ -199,21 +231,63 @@ mod tests {
         assert_eq!(
             spec.components,
             vec![
-                ComponentSpec { path: PathBuf::from("/specs/handler.o"), crc32: Some(0x1234_abcd) },
-                ComponentSpec { path: PathBuf::from("/abs/other.o"), crc32: None },
+                ComponentSpec {
+                    path: PathBuf::from("/specs/handler.o"),
+                    crc32: Some(0x1234_abcd)
+                },
+                ComponentSpec {
+                    path: PathBuf::from("/abs/other.o"),
+                    crc32: None
+                },
             ]
         );
         let point = |i: usize| spec.splices[i].at.parse::<PointSpec>().unwrap();
-        assert_eq!(point(0), PointSpec::Symbol { name: "compute".into(), offset: 0, object: None, version: None });
+        assert_eq!(
+            point(0),
+            PointSpec::Symbol {
+                name: "compute".into(),
+                offset: 0,
+                object: None,
+                version: None
+            }
+        );
         assert_eq!(
             (&spec.splices[0].action, spec.splices[0].mechanism),
-            (&Action::Call { handler: "count_compute".into(), cookie: 0 }, Mechanism::Trap)
+            (
+                &Action::Call {
+                    handler: "count_compute".into(),
+                    cookie: 0
+                },
+                Mechanism::Trap
+            )
         );
         assert_eq!(point(1), PointSpec::Address(0xffff_ffff_8100_0000));
         // A cookie means nothing to `replace`.
-        assert_eq!((&spec.splices[1].action, spec.splices[1].mechanism), (&Action::Replace { with: "my_fn".into() }, Mechanism::Jmp));
-        assert_eq!(spec.sets[0], SetSpec { symbol: "mss_clamp_mtu".into(), value: 1000, size: Some(4) });
-        assert_eq!(spec.sets[1], SetSpec { symbol: "flag".into(), value: 0xFF, size: Some(1) });
+        assert_eq!(
+            (&spec.splices[1].action, spec.splices[1].mechanism),
+            (
+                &Action::Replace {
+                    with: "my_fn".into()
+                },
+                Mechanism::Jmp
+            )
+        );
+        assert_eq!(
+            spec.sets[0],
+            SetSpec {
+                symbol: "mss_clamp_mtu".into(),
+                value: 1000,
+                size: Some(4)
+            }
+        );
+        assert_eq!(
+            spec.sets[1],
+            SetSpec {
+                symbol: "flag".into(),
+                value: 0xFF,
+                size: Some(1)
+            }
+        );
     }
 
     #[test]
@@ -223,28 +297,51 @@ mod tests {
 
     #[test]
     fn unknown_key_is_refused_naming_file_and_key() {
-        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechansim = \"jmp\"\n").unwrap_err();
+        let err = parse(
+            "[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechansim = \"jmp\"\n",
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, SpecError::Parse { .. }));
-        assert!(msg.contains("/specs/demo.toml") && msg.contains("mechansim"), "{msg}");
+        assert!(
+            msg.contains("/specs/demo.toml") && msg.contains("mechansim"),
+            "{msg}"
+        );
         let err = parse("[[splices]]\nat = \"f\"\n").unwrap_err();
         assert!(err.to_string().contains("splices"), "{err}");
     }
 
     #[test]
     fn bad_values_name_the_entry_and_field() {
-        let err = parse("[[splice]]\nat = \"f+zz\"\naction = \"call\"\nhandler = \"h\"\n").unwrap_err();
-        assert!(matches!(&err, SpecError::Invalid { key, .. } if key == "splice[0].at"), "{err}");
-        let err = parse("[[splice]]\nat = \"f\"\naction = \"jump\"\nhandler = \"h\"\n").unwrap_err();
+        let err =
+            parse("[[splice]]\nat = \"f+zz\"\naction = \"call\"\nhandler = \"h\"\n").unwrap_err();
+        assert!(
+            matches!(&err, SpecError::Invalid { key, .. } if key == "splice[0].at"),
+            "{err}"
+        );
+        let err =
+            parse("[[splice]]\nat = \"f\"\naction = \"jump\"\nhandler = \"h\"\n").unwrap_err();
         assert!(err.to_string().contains("jump"), "{err}");
-        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechanism = \"int3\"\n").unwrap_err();
+        let err = parse(
+            "[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \"h\"\nmechanism = \"int3\"\n",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("int3"), "{err}");
         let err = parse("[[set]]\nsymbol = \"x\"\nvalue = 300\nsize = 1\n").unwrap_err();
-        assert!(matches!(&err, SpecError::Invalid { key, reason, .. } if key == "set[0].value" && reason.contains("300")), "{err}");
+        assert!(
+            matches!(&err, SpecError::Invalid { key, reason, .. } if key == "set[0].value" && reason.contains("300")),
+            "{err}"
+        );
         let err = parse("[[set]]\nsymbol = \"x\"\nvalue = 3\nsize = 3\n").unwrap_err();
-        assert!(matches!(&err, SpecError::Invalid { key, .. } if key == "set[0].size"), "{err}");
+        assert!(
+            matches!(&err, SpecError::Invalid { key, .. } if key == "set[0].size"),
+            "{err}"
+        );
         let err = parse("[[component]]\npath = \"a.o\"\ncrc32 = -1\n").unwrap_err();
-        assert!(err.to_string().contains("crc32") || err.to_string().contains("line 3"), "{err}");
+        assert!(
+            err.to_string().contains("crc32") || err.to_string().contains("line 3"),
+            "{err}"
+        );
         let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\n").unwrap_err();
         assert!(err.to_string().contains("handler"), "{err}");
     }
@@ -263,9 +360,23 @@ mod tests {
 
     #[test]
     fn count_splices_need_no_handler_and_empty_handlers_are_refused() {
-        let spec = parse("[[splice]]\nat = \"f\"\naction = \"count\"\nmechanism = \"jmp\"\n").unwrap();
-        assert_eq!(spec.splices[0], SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() });
-        let err = parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \" \"\n").unwrap_err();
-        assert!(err.to_string().contains("f: action `call` needs a `handler`"), "{err}");
+        let spec =
+            parse("[[splice]]\nat = \"f\"\naction = \"count\"\nmechanism = \"jmp\"\n").unwrap();
+        assert_eq!(
+            spec.splices[0],
+            SpliceRequest {
+                at: "f".into(),
+                action: Action::Count,
+                mechanism: Mechanism::Jmp,
+                options: Default::default()
+            }
+        );
+        let err =
+            parse("[[splice]]\nat = \"f\"\naction = \"call\"\nhandler = \" \"\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("f: action `call` needs a `handler`"),
+            "{err}"
+        );
     }
 }

@@ -153,7 +153,12 @@ impl SpliceRequest {
 
     /// A splice at its point (`when = entry`) with the default options.
     pub fn new(at: impl Into<String>, action: Action, mechanism: Mechanism) -> SpliceRequest {
-        SpliceRequest { at: at.into(), action, mechanism, options: SpliceOptions::default() }
+        SpliceRequest {
+            at: at.into(),
+            action,
+            mechanism,
+            options: SpliceOptions::default(),
+        }
     }
 
     /// Whether the action runs at the function's return (a return point: `when = return`, or a
@@ -163,9 +168,12 @@ impl SpliceRequest {
     }
 
     /// The splice a component declares in a `.trapvec.splices` record.
-    pub fn from_declared(d: &component_manager::DeclaredSplice) -> Result<SpliceRequest, SpliceFormError> {
+    pub fn from_declared(
+        d: &component_manager::DeclaredSplice,
+    ) -> Result<SpliceRequest, SpliceFormError> {
         // The record's fields are strings; a JSON value map hands them to serde as such.
-        let fields: serde_json::Map<String, serde_json::Value> = d.fields().map(|(k, v)| (k.to_string(), v.into())).collect();
+        let fields: serde_json::Map<String, serde_json::Value> =
+            d.fields().map(|(k, v)| (k.to_string(), v.into())).collect();
         SpliceRequest::deserialize(serde_json::Value::Object(fields))
             .map_err(SpliceFormError::Declared)
     }
@@ -235,7 +243,8 @@ impl<'de> Deserialize<'de> for ActionField {
                 Ok(ActionField::Name(v.to_string()))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ActionField, A::Error> {
-                Action::deserialize(de::value::MapAccessDeserializer::new(map)).map(ActionField::Nested)
+                Action::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(ActionField::Nested)
             }
         }
         d.deserialize_any(V)
@@ -254,11 +263,22 @@ impl TryFrom<Flat> for SpliceRequest {
         let action = match f.action {
             ActionField::Nested(a) => a,
             ActionField::Name(n) => match n.as_str() {
-                "call" => Action::Call { handler: handler("call")?, cookie: f.cookie },
-                "replace" => Action::Replace { with: handler("replace")? },
+                "call" => Action::Call {
+                    handler: handler("call")?,
+                    cookie: f.cookie,
+                },
+                "replace" => Action::Replace {
+                    with: handler("replace")?,
+                },
                 "count" => Action::Count,
-                "time" => Action::Time { clock: f.clock.unwrap_or_default() },
-                other => return Err(format!("{at}: unknown action `{other}` (call, replace, count or time)")),
+                "time" => Action::Time {
+                    clock: f.clock.unwrap_or_default(),
+                },
+                other => {
+                    return Err(format!(
+                        "{at}: unknown action `{other}` (call, replace, count or time)"
+                    ))
+                }
             },
         };
         let when = match (&action, f.when) {
@@ -272,21 +292,50 @@ impl TryFrom<Flat> for SpliceRequest {
             (_, w) => w.unwrap_or_default(),
         };
         if f.clock.is_some() && !matches!(action, Action::Time { .. }) {
-            return Err(format!("{at}: `clock` belongs to action `time`, not `{}`", action.name()));
+            return Err(format!(
+                "{at}: `clock` belongs to action `time`, not `{}`",
+                action.name()
+            ));
         }
         if f.maxactive.is_some() && when != When::Return {
-            return Err(format!("{at}: `maxactive` belongs to return points (`when = return` or action `time`)"));
+            return Err(format!(
+                "{at}: `maxactive` belongs to return points (`when = return` or action `time`)"
+            ));
         }
         if f.maxactive == Some(0) {
             return Err(format!("{at}: `maxactive` must be at least 1"));
         }
         if f.by.is_some() && (!matches!(action, Action::Count) || when != When::Entry) {
-            return Err(format!("{at}: `by` keys the hits of action `count` at the point (not `{}`{})", action.name(), if when == When::Return { " at the return" } else { "" }));
+            return Err(format!(
+                "{at}: `by` keys the hits of action `count` at the point (not `{}`{})",
+                action.name(),
+                if when == When::Return {
+                    " at the return"
+                } else {
+                    ""
+                }
+            ));
         }
-        let only = Predicate { tid: f.tid, pid: f.pid, tgid: f.tgid, comm: f.comm };
+        let only = Predicate {
+            tid: f.tid,
+            pid: f.pid,
+            tgid: f.tgid,
+            comm: f.comm,
+        };
         only.check().map_err(|e| format!("{at}: {e}"))?;
-        let options = SpliceOptions { when, maxactive: f.maxactive, by: f.by, only, owner: f.owner };
-        Ok(SpliceRequest { at, action, mechanism: f.mechanism.unwrap_or(Mechanism::Trap), options })
+        let options = SpliceOptions {
+            when,
+            maxactive: f.maxactive,
+            by: f.by,
+            only,
+            owner: f.owner,
+        };
+        Ok(SpliceRequest {
+            at,
+            action,
+            mechanism: f.mechanism.unwrap_or(Mechanism::Trap),
+            options,
+        })
     }
 }
 
@@ -300,8 +349,28 @@ impl From<SpliceRequest> for Flat {
             Action::Time { clock } => (None, 0, Some(clock)),
         };
         let when = (r.options.when == When::Return).then_some(When::Return);
-        let Predicate { tid, pid, tgid, comm } = r.options.only;
-        Flat { at: r.at, action: name, handler, mechanism: Some(r.mechanism), cookie, when, maxactive: r.options.maxactive, clock, by: r.options.by, tid, pid, tgid, comm, owner: r.options.owner }
+        let Predicate {
+            tid,
+            pid,
+            tgid,
+            comm,
+        } = r.options.only;
+        Flat {
+            at: r.at,
+            action: name,
+            handler,
+            mechanism: Some(r.mechanism),
+            cookie,
+            when,
+            maxactive: r.options.maxactive,
+            clock,
+            by: r.options.by,
+            tid,
+            pid,
+            tgid,
+            comm,
+            owner: r.options.owner,
+        }
     }
 }
 
@@ -311,15 +380,29 @@ mod tests {
 
     fn requests() -> [SpliceRequest; 3] {
         [
-            SpliceRequest::new("f", Action::Call { handler: "h".into(), cookie: 7 }, Mechanism::Jmp),
-            SpliceRequest::new("f+0x9", Action::Replace { with: "g".into() }, Mechanism::Trap),
+            SpliceRequest::new(
+                "f",
+                Action::Call {
+                    handler: "h".into(),
+                    cookie: 7,
+                },
+                Mechanism::Jmp,
+            ),
+            SpliceRequest::new(
+                "f+0x9",
+                Action::Replace { with: "g".into() },
+                Mechanism::Trap,
+            ),
             SpliceRequest::new("0xffffffff81000000", Action::Count, Mechanism::Trap),
         ]
     }
 
     #[test]
     fn splices_serialize_flat_and_read_back_the_same() {
-        let json: Vec<String> = requests().iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+        let json: Vec<String> = requests()
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
         assert_eq!(
             json,
             [
@@ -336,14 +419,25 @@ mod tests {
     #[test]
     fn the_flat_form_has_defaults_and_refusals_that_name_the_point() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
-        let r = read(r#"{"at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#).unwrap();
+        let r = read(r#"{"at":"f","action":"count","handler":null,"mechanism":null,"cookie":0}"#)
+            .unwrap();
         assert_eq!(r, SpliceRequest::new("f", Action::Count, Mechanism::Trap));
         let r = read(r#"{"at":"f","action":"call","handler":"h"}"#).unwrap();
-        assert_eq!(r.action, Action::Call { handler: "h".into(), cookie: 0 });
+        assert_eq!(
+            r.action,
+            Action::Call {
+                handler: "h".into(),
+                cookie: 0
+            }
+        );
         let e = |j: &str| read(j).unwrap_err().to_string();
-        assert!(e(r#"{"at":"f","action":"call"}"#).starts_with("f: action `call` needs a `handler`"));
-        assert!(e(r#"{"at":"f","action":"replace","handler":" "}"#).starts_with("f: action `replace` needs a `handler`"));
-        assert!(e(r#"{"at":"f","action":"jump"}"#).starts_with("f: unknown action `jump` (call, replace, count or time)"));
+        assert!(
+            e(r#"{"at":"f","action":"call"}"#).starts_with("f: action `call` needs a `handler`")
+        );
+        assert!(e(r#"{"at":"f","action":"replace","handler":" "}"#)
+            .starts_with("f: action `replace` needs a `handler`"));
+        assert!(e(r#"{"at":"f","action":"jump"}"#)
+            .starts_with("f: unknown action `jump` (call, replace, count or time)"));
         assert!(e(r#"{"at":"f","action":"count","colour":"red"}"#).contains("colour"));
         assert!(e(r#"{"at":"f","action":"count","mechanism":"int3"}"#).contains("int3"));
     }
@@ -351,30 +445,64 @@ mod tests {
     #[test]
     fn return_points_and_timers_have_a_flat_form_with_checked_options() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
-        let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#).unwrap();
-        assert_eq!(r.options, SpliceOptions { when: When::Return, maxactive: Some(8), by: None, only: Predicate::default(), owner: None });
+        let r = read(r#"{"at":"f","action":"call","handler":"h","when":"return","maxactive":8}"#)
+            .unwrap();
+        assert_eq!(
+            r.options,
+            SpliceOptions {
+                when: When::Return,
+                maxactive: Some(8),
+                by: None,
+                only: Predicate::default(),
+                owner: None
+            }
+        );
         assert!(r.at_return());
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
             r#"{"at":"f","action":"call","handler":"h","mechanism":"trap","cookie":0,"when":"return","maxactive":8}"#
         );
         let t = read(r#"{"at":"f","action":"time","clock":"cpu"}"#).unwrap();
-        assert_eq!((t.action.clone(), t.options.when), (Action::Time { clock: Clock::Cpu }, When::Return));
-        assert_eq!(serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(), t);
-        assert_eq!(read(r#"{"at":"f","action":"time"}"#).unwrap().action, Action::Time { clock: Clock::Wall });
+        assert_eq!(
+            (t.action.clone(), t.options.when),
+            (Action::Time { clock: Clock::Cpu }, When::Return)
+        );
+        assert_eq!(
+            serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(),
+            t
+        );
+        assert_eq!(
+            read(r#"{"at":"f","action":"time"}"#).unwrap().action,
+            Action::Time { clock: Clock::Wall }
+        );
         let c = read(r#"{"at":"f","action":"count","when":"return"}"#).unwrap();
         assert!(c.at_return() && c.action == Action::Count);
-        assert!(!read(r#"{"at":"f","action":"count","when":"entry"}"#).unwrap().at_return());
+        assert!(!read(r#"{"at":"f","action":"count","when":"entry"}"#)
+            .unwrap()
+            .at_return());
         let e = |j: &str| read(j).unwrap_err().to_string();
-        assert!(e(r#"{"at":"f","action":"time","when":"entry"}"#).starts_with("f: action `time` measures from the entry to the return"));
-        assert!(e(r#"{"at":"f","action":"replace","handler":"g","when":"return"}"#).starts_with("f: action `replace` has no `when = return`"));
-        assert!(e(r#"{"at":"f","action":"count","clock":"cpu"}"#).starts_with("f: `clock` belongs to action `time`"));
-        assert!(e(r#"{"at":"f","action":"count","maxactive":4}"#).starts_with("f: `maxactive` belongs to return points"));
-        assert!(e(r#"{"at":"f","action":"time","maxactive":0}"#).starts_with("f: `maxactive` must be at least 1"));
+        assert!(e(r#"{"at":"f","action":"time","when":"entry"}"#)
+            .starts_with("f: action `time` measures from the entry to the return"));
+        assert!(
+            e(r#"{"at":"f","action":"replace","handler":"g","when":"return"}"#)
+                .starts_with("f: action `replace` has no `when = return`")
+        );
+        assert!(e(r#"{"at":"f","action":"count","clock":"cpu"}"#)
+            .starts_with("f: `clock` belongs to action `time`"));
+        assert!(e(r#"{"at":"f","action":"count","maxactive":4}"#)
+            .starts_with("f: `maxactive` belongs to return points"));
+        assert!(e(r#"{"at":"f","action":"time","maxactive":0}"#)
+            .starts_with("f: `maxactive` must be at least 1"));
         assert!(e(r#"{"at":"f","action":"time","clock":"tsc"}"#).contains("tsc"));
         assert!(e(r#"{"at":"f","action":"count","when":"exit"}"#).contains("exit"));
-        let d = SpliceRequest::from_record("at=compute;action=call;handler=on_ret;mechanism=jmp;when=return").unwrap();
-        assert_eq!((d.options.when, d.mechanism), (When::Return, Mechanism::Jmp));
+        let d = SpliceRequest::from_record(
+            "at=compute;action=call;handler=on_ret;mechanism=jmp;when=return",
+        )
+        .unwrap();
+        assert_eq!(
+            (d.options.when, d.mechanism),
+            (When::Return, Mechanism::Jmp)
+        );
     }
 
     #[test]
@@ -382,10 +510,17 @@ mod tests {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"count","by":"tid"}"#).unwrap();
         assert_eq!(r.options.by, Some(KeyBy::Tid));
-        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"by":"tid"}"#);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"by":"tid"}"#
+        );
         let e = |j: &str| read(j).unwrap_err().to_string();
-        assert!(e(r#"{"at":"f","action":"call","handler":"h","by":"cpu"}"#).starts_with("f: `by` keys the hits of action `count` at the point (not `call`)"));
-        assert!(e(r#"{"at":"f","action":"count","when":"return","by":"cpu"}"#).contains("(not `count` at the return)"));
+        assert!(e(r#"{"at":"f","action":"call","handler":"h","by":"cpu"}"#)
+            .starts_with("f: `by` keys the hits of action `count` at the point (not `call`)"));
+        assert!(
+            e(r#"{"at":"f","action":"count","when":"return","by":"cpu"}"#)
+                .contains("(not `count` at the return)")
+        );
         assert!(e(r#"{"at":"f","action":"count","by":"uid"}"#).contains("uid"));
     }
 
@@ -393,35 +528,81 @@ mod tests {
     fn predicates_go_with_any_action_and_name_a_bad_comm() {
         let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
         let r = read(r#"{"at":"f","action":"count","pid":42,"comm":"nginx"}"#).unwrap();
-        assert_eq!(r.options.only, Predicate { pid: Some(42), comm: Some("nginx".into()), ..Predicate::default() });
+        assert_eq!(
+            r.options.only,
+            Predicate {
+                pid: Some(42),
+                comm: Some("nginx".into()),
+                ..Predicate::default()
+            }
+        );
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
             r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"pid":42,"comm":"nginx"}"#
         );
         let t = read(r#"{"at":"f","action":"time","tid":7,"tgid":8}"#).unwrap();
-        assert_eq!((t.options.only.tid, t.options.only.tgid), (Some(7), Some(8)));
-        assert_eq!(serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(), t);
-        let e = read(r#"{"at":"f","action":"count","comm":"systemd-journald"}"#).unwrap_err().to_string();
-        assert!(e.starts_with("f: comm `systemd-journald`: a task name has 1 to 15 bytes"), "{e}");
+        assert_eq!(
+            (t.options.only.tid, t.options.only.tgid),
+            (Some(7), Some(8))
+        );
+        assert_eq!(
+            serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(),
+            t
+        );
+        let e = read(r#"{"at":"f","action":"count","comm":"systemd-journald"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("f: comm `systemd-journald`: a task name has 1 to 15 bytes"),
+            "{e}"
+        );
         assert!(read(r#"{"at":"f","action":"count","pid":-1}"#).is_err());
     }
 
     #[test]
     fn states_saved_with_nested_actions_are_still_read() {
-        let r: SpliceRequest =
-            serde_json::from_str(r#"{"at":"f","action":{"call":{"handler":"h","cookie":7}},"mechanism":"jmp"}"#).unwrap();
+        let r: SpliceRequest = serde_json::from_str(
+            r#"{"at":"f","action":{"call":{"handler":"h","cookie":7}},"mechanism":"jmp"}"#,
+        )
+        .unwrap();
         assert_eq!(r, requests()[0]);
-        let r: SpliceRequest = serde_json::from_str(r#"{"at":"f+0x9","action":{"replace":{"with":"g"}},"mechanism":"trap"}"#).unwrap();
+        let r: SpliceRequest = serde_json::from_str(
+            r#"{"at":"f+0x9","action":{"replace":{"with":"g"}},"mechanism":"trap"}"#,
+        )
+        .unwrap();
         assert_eq!(r, requests()[1]);
     }
 
     #[test]
     fn section_records_parse_like_the_header_macros_write_them() {
-        let s = SpliceRequest::from_record("at=compute+0;action=call;handler=count_compute;mechanism=trap").unwrap();
+        let s = SpliceRequest::from_record(
+            "at=compute+0;action=call;handler=count_compute;mechanism=trap",
+        )
+        .unwrap();
         assert_eq!(s.at, "compute+0");
-        assert_eq!((s.action, s.mechanism), (Action::Call { handler: "count_compute".into(), cookie: 0 }, Mechanism::Trap));
-        let s = SpliceRequest::from_record("at=tcp_sync_mss;action=replace;handler=my_tcp_sync_mss;mechanism=jmp").unwrap();
-        assert_eq!((s.action, s.mechanism), (Action::Replace { with: "my_tcp_sync_mss".into() }, Mechanism::Jmp));
+        assert_eq!(
+            (s.action, s.mechanism),
+            (
+                Action::Call {
+                    handler: "count_compute".into(),
+                    cookie: 0
+                },
+                Mechanism::Trap
+            )
+        );
+        let s = SpliceRequest::from_record(
+            "at=tcp_sync_mss;action=replace;handler=my_tcp_sync_mss;mechanism=jmp",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.action, s.mechanism),
+            (
+                Action::Replace {
+                    with: "my_tcp_sync_mss".into()
+                },
+                Mechanism::Jmp
+            )
+        );
         for bad in [
             "action=call;handler=h;mechanism=trap",
             "at=f;action=call;handler=h;mechanism=trap;colour=red",
@@ -432,7 +613,9 @@ mod tests {
             let e = SpliceRequest::from_record(bad).unwrap_err().to_string();
             assert!(!e.is_empty(), "{bad}");
         }
-        let e = SpliceRequest::from_record("at=f;action=kill;handler=h;mechanism=trap").unwrap_err().to_string();
+        let e = SpliceRequest::from_record("at=f;action=kill;handler=h;mechanism=trap")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "f: unknown action `kill` (call, replace, count or time)");
     }
 }

@@ -54,9 +54,9 @@ use trapvec::TargetError;
 
 use crate::plan::Mechanism;
 use crate::point::ResolvedPoint;
+pub use crate::splice::{Action, SpliceRequest};
 use batch::read_words;
 use orig::OrigStub;
-pub use crate::splice::{Action, SpliceRequest};
 pub use orig::ORIG_PREFIX;
 pub use summary::{DisplacedText, PlanSummary};
 pub use switch::Handovers;
@@ -68,29 +68,64 @@ pub struct SpliceId(pub u64);
 #[derive(Debug, thiserror::Error)]
 pub enum SpliceError {
     #[error("{at}")]
-    Point { at: String, #[source] source: crate::PlanError },
+    Point {
+        at: String,
+        #[source]
+        source: crate::PlanError,
+    },
     #[error("{at}: cannot splice at {site:#x} by {mechanism}: {refusal}")]
-    Refused { at: String, site: u64, mechanism: Mechanism, refusal: crate::Refusal },
+    Refused {
+        at: String,
+        site: u64,
+        mechanism: Mechanism,
+        refusal: crate::Refusal,
+    },
     #[error("{at}: handler `{name}` is not a symbol of any loaded component")]
     UnknownHandler { at: String, name: String },
     #[error("{at}: replace needs the function's entry, but {site:#x} is {offset:#x} bytes into {function}")]
-    ReplaceNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    ReplaceNotAtEntry {
+        at: String,
+        site: u64,
+        function: String,
+        offset: u64,
+    },
     #[error("{at}: a return point needs the function's entry (the return address on top of the stack), but {site:#x} is {offset:#x} bytes into {function}")]
-    ReturnNotAtEntry { at: String, site: u64, function: String, offset: u64 },
+    ReturnNotAtEntry {
+        at: String,
+        site: u64,
+        function: String,
+        offset: u64,
+    },
     #[error("{at}: `{function}` returns twice ({why}): a return point keeps one return per call, so it cannot be placed there")]
-    ReturnsTwice { at: String, function: String, why: &'static str },
+    ReturnsTwice {
+        at: String,
+        function: String,
+        why: &'static str,
+    },
     #[error("{at}: {reason}")]
     BadPredicate { at: String, reason: String },
     #[error("{at}: the site {site:#x} is already spliced (by {other})")]
-    AlreadySpliced { at: String, site: u64, other: String },
+    AlreadySpliced {
+        at: String,
+        site: u64,
+        other: String,
+    },
     #[error("{at}")]
-    Target { at: String, #[source] source: TargetError },
+    Target {
+        at: String,
+        #[source]
+        source: TargetError,
+    },
     #[error("`{name}` is not a variable of any loaded component")]
     UnknownVariable { name: String },
     #[error("variable `{name}`: size must be 1, 2, 4 or 8 bytes, not {size}")]
     VariableSize { name: String, size: usize },
     #[error("variable `{name}` at {addr:#x}: {size} bytes do not lie inside its component's data")]
-    VariableOutside { name: String, addr: u64, size: usize },
+    VariableOutside {
+        name: String,
+        addr: u64,
+        size: usize,
+    },
     #[error("no live splice with id {0}")]
     UnknownSplice(u64),
     #[error("{at}: not removed yet: {reason}; the original bytes are back and the splice is retiring (`trapctl list`): run the unsplice (or unload) again once the task has left")]
@@ -285,20 +320,38 @@ impl<T: Target> Splicer<T> {
     /// Current hit counters of live splices `ids`, in order, read together (a listing of many
     /// splices costs a few target reads, not one each).
     pub fn hits_many(&self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
-        let splices = ids.iter().map(|id| self.live.get(id).map(|s| &**s).ok_or(SpliceError::UnknownSplice(id.0))).collect::<Result<Vec<_>, _>>()?;
+        let splices = ids
+            .iter()
+            .map(|id| {
+                self.live
+                    .get(id)
+                    .map(|s| &**s)
+                    .ok_or(SpliceError::UnknownSplice(id.0))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(self.hits_of(splices))
     }
 
     /// The figures of a live return point or timer (`None` for other splices).
-    pub fn return_stats(&self, id: SpliceId) -> Result<Option<trapvec::returns::ReturnStats>, SpliceError> {
+    pub fn return_stats(
+        &self,
+        id: SpliceId,
+    ) -> Result<Option<trapvec::returns::ReturnStats>, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(s.ret.as_ref().and_then(|slot| self.target.return_stats(slot)))
+        Ok(s.ret
+            .as_ref()
+            .and_then(|slot| self.target.return_stats(slot)))
     }
 
     /// The table of a live keyed count (`None` for other splices).
-    pub fn key_counts(&self, id: SpliceId) -> Result<Option<trapvec::keyed::KeyCounts>, SpliceError> {
+    pub fn key_counts(
+        &self,
+        id: SpliceId,
+    ) -> Result<Option<trapvec::keyed::KeyCounts>, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(s.keyed.as_ref().and_then(|slot| self.target.key_counts(slot)))
+        Ok(s.keyed
+            .as_ref()
+            .and_then(|slot| self.target.key_counts(slot)))
     }
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
@@ -309,9 +362,16 @@ impl<T: Target> Splicer<T> {
         let mut counted: Vec<(usize, u64)> = Vec::new();
         for (i, s) in splices.into_iter().enumerate() {
             out.push(Hits::default());
-            let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher).then(|| self.target.trap_hits(s.point.site)).flatten();
+            let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher)
+                .then(|| self.target.trap_hits(s.point.site))
+                .flatten();
             match dispatched {
-                Some(h) => out[i] = Hits { hits: h.hits, missed: h.missed },
+                Some(h) => {
+                    out[i] = Hits {
+                        hits: h.hits,
+                        missed: h.missed,
+                    }
+                }
                 None => counted.push((i, s.hits_addr())),
             }
         }

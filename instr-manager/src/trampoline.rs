@@ -145,22 +145,38 @@ fn rip_at(addr: u64) -> MemoryOperand {
 impl Asm {
     fn new(addr: u64, what: &'static str) -> Self {
         // Room for a relocated window and its jump back, or a stub.
-        Asm { instrs: Vec::with_capacity(16), addr, what, tail: None }
+        Asm {
+            instrs: Vec::with_capacity(16),
+            addr,
+            what,
+            tail: None,
+        }
     }
 
     fn push(&mut self, r: Result<Instruction, iced_x86::IcedError>) -> Result<(), Refusal> {
-        let i = r.map_err(|e| Refusal::Encode { what: self.what, addr: self.addr, reason: e.to_string() })?;
+        let i = r.map_err(|e| Refusal::Encode {
+            what: self.what,
+            addr: self.addr,
+            reason: e.to_string(),
+        })?;
         self.instrs.push(i);
         Ok(())
     }
 
     fn lea_rsp(&mut self, delta: i64) -> Result<(), Refusal> {
-        self.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_at(delta)))
+        self.push(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp_at(delta),
+        ))
     }
 
     fn locked(&mut self, code: Code, counter: u64) -> Result<(), Refusal> {
-        let mut i = Instruction::with1(code, rip_at(counter))
-            .map_err(|e| Refusal::Encode { what: self.what, addr: self.addr, reason: e.to_string() })?;
+        let mut i = Instruction::with1(code, rip_at(counter)).map_err(|e| Refusal::Encode {
+            what: self.what,
+            addr: self.addr,
+            reason: e.to_string(),
+        })?;
         i.set_has_lock_prefix(true);
         self.instrs.push(i);
         Ok(())
@@ -173,7 +189,8 @@ impl Asm {
     /// Append the displaced instructions relocated to this block.
     fn displaced(&mut self, plan: &Plan) -> Result<(), Refusal> {
         self.tail = Some(self.instrs.len());
-        self.instrs.extend(lower_displaced(&plan.displaced, self.addr)?);
+        self.instrs
+            .extend(lower_displaced(&plan.displaced, self.addr)?);
         Ok(())
     }
 
@@ -242,13 +259,22 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
         let fields = [
             m.code() as u64,
             u64::from(m.op_count()),
-            m.op0_register() as u64 | (m.op1_register() as u64) << 16 | (m.memory_base() as u64) << 32 | (m.memory_index() as u64) << 48,
+            m.op0_register() as u64
+                | (m.op1_register() as u64) << 16
+                | (m.memory_base() as u64) << 32
+                | (m.memory_index() as u64) << 48,
             m.memory_displacement64(),
             u64::from(m.immediate32()) | u64::from(m.has_lock_prefix()) << 32,
         ];
-        fields.iter().fold(h, |h, &f| (h ^ f).wrapping_mul(0x0100_0000_01b3))
+        fields
+            .iter()
+            .fold(h, |h, &f| (h ^ f).wrapping_mul(0x0100_0000_01b3))
     });
-    let cached = TEMPLATES.with(|t| t.borrow().get(&print).and_then(|b| b.iter().find(|(k, _)| *k == key).map(|(_, t)| t.clone())));
+    let cached = TEMPLATES.with(|t| {
+        t.borrow()
+            .get(&print)
+            .and_then(|b| b.iter().find(|(k, _)| *k == key).map(|(_, t)| t.clone()))
+    });
     let template = match cached {
         Some(t) => t,
         None => {
@@ -257,10 +283,17 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
             let mut ip = addr;
             for i in instrs {
                 let n = enc.encode(i, ip).ok()?;
-                layout.push((usize::try_from(ip - addr).ok()?, n, enc.get_constant_offsets()));
+                layout.push((
+                    usize::try_from(ip - addr).ok()?,
+                    n,
+                    enc.get_constant_offsets(),
+                ));
                 ip += n as u64;
             }
-            let t = std::rc::Rc::new(Template { bytes: enc.take_buffer(), layout });
+            let t = std::rc::Rc::new(Template {
+                bytes: enc.take_buffer(),
+                layout,
+            });
             TEMPLATES.with(|c| {
                 let mut c = c.borrow_mut();
                 if c.len() > 256 {
@@ -316,7 +349,12 @@ pub struct TrampolineOptions {
 impl TrampolineOptions {
     /// Everything, as the module docs show.
     pub fn full(info: &TargetInfo) -> Self {
-        TrampolineOptions { restore_flags: true, save_vector_regs: info.save_vector_regs, count_inflight: true, xsave_size: None }
+        TrampolineOptions {
+            restore_flags: true,
+            save_vector_regs: info.save_vector_regs,
+            count_inflight: true,
+            xsave_size: None,
+        }
     }
 }
 
@@ -332,7 +370,10 @@ pub fn host_xsave_size() -> Option<u32> {
             }
             // CPUID is available on every x86-64 CPU; leaf 0xD exists where XSAVE does.
             let leaf = std::arch::x86_64::__cpuid_count(0xD, 0);
-            log::debug!("xsave area: {} bytes for the features enabled in XCR0", leaf.ebx);
+            log::debug!(
+                "xsave area: {} bytes for the features enabled in XCR0",
+                leaf.ebx
+            );
             (leaf.ebx >= XSAVE_MIN).then_some(leaf.ebx)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -346,7 +387,11 @@ const XSAVE_MIN: u32 = 576;
 const XSAVE_HEADER: i64 = 512;
 
 /// The call trampoline of a `call` splice (see the module docs for the exact sequence).
-pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) -> Result<Vec<u8>, Refusal> {
+pub fn emit_call_trampoline(
+    t: &CallTrampoline,
+    plan: &Plan,
+    info: &TargetInfo,
+) -> Result<Vec<u8>, Refusal> {
     emit_call_trampoline_with(t, plan, info, &TrampolineOptions::full(info))
 }
 
@@ -358,19 +403,42 @@ pub fn emit_call_trampoline(t: &CallTrampoline, plan: &Plan, info: &TargetInfo) 
 /// Everything before the displaced instructions (the *prelude*) depends only on the options, the
 /// red zone and whether the handler is in rel32 reach: it is encoded once per thread for each
 /// such shape and copied with this trampoline's addresses and values written in.
-pub fn emit_call_trampoline_with(t: &CallTrampoline, plan: &Plan, info: &TargetInfo, opts: &TrampolineOptions) -> Result<Vec<u8>, Refusal> {
+pub fn emit_call_trampoline_with(
+    t: &CallTrampoline,
+    plan: &Plan,
+    info: &TargetInfo,
+    opts: &TrampolineOptions,
+) -> Result<Vec<u8>, Refusal> {
     let what = "the call trampoline";
-    for (counter, name) in [(t.hits, "the trampoline's hit counter"), (t.inflight, "the trampoline's in-flight counter")] {
+    for (counter, name) in [
+        (t.hits, "the trampoline's hit counter"),
+        (t.inflight, "the trampoline's in-flight counter"),
+    ] {
         if !reaches(t.addr, counter, LAYOUT_MARGIN) {
-            log::debug!("{name} at {counter:#x} is out of rip-relative reach of {:#x}", t.addr);
-            return Err(Refusal::OutOfReach { what: "a call trampoline's counter", from: t.addr, to: counter });
+            log::debug!(
+                "{name} at {counter:#x} is out of rip-relative reach of {:#x}",
+                t.addr
+            );
+            return Err(Refusal::OutOfReach {
+                what: "a call trampoline's counter",
+                from: t.addr,
+                to: counter,
+            });
         }
     }
     let far_handler = !reaches(t.addr, t.handler, LAYOUT_MARGIN);
     if far_handler {
-        log::debug!("handler {:#x} is out of rel32 reach of {:#x}: call through rax", t.handler, t.addr);
+        log::debug!(
+            "handler {:#x} is out of rel32 reach of {:#x}: call through rax",
+            t.handler,
+            t.addr
+        );
     }
-    let shape = PreludeShape { red_zone: info.red_zone, far_handler, opts: *opts };
+    let shape = PreludeShape {
+        red_zone: info.red_zone,
+        far_handler,
+        opts: *opts,
+    };
     let mut out = Prelude::of(shape, what)?.fill(t, what)?;
     let mut tail = Asm::new(t.addr + out.len() as u64, what);
     tail.displaced(plan)?;
@@ -446,17 +514,24 @@ impl Prelude {
     /// Encode the prelude of `shape` (the sequence in the module docs, up to the displaced
     /// instructions) at address 0, every slot's value 0, and note where the values go.
     fn encode(shape: PreludeShape, what: &'static str) -> Result<Prelude, Refusal> {
-        let encode_err = |e: iced_x86::IcedError| Refusal::Encode { what, addr: 0, reason: e.to_string() };
+        let encode_err = |e: iced_x86::IcedError| Refusal::Encode {
+            what,
+            addr: 0,
+            reason: e.to_string(),
+        };
         let rz = i64::from(shape.red_zone);
         let opts = shape.opts;
         // Each instruction with the slot its value comes from; 0 stands for every value (a rel32
         // to 0 from address 0 is in reach, and every form used has a fixed length).
         let mut instrs: Vec<(Instruction, Option<Slot>)> = Vec::with_capacity(80);
-        let mut push = |r: Result<Instruction, iced_x86::IcedError>, slot: Option<Slot>| -> Result<(), Refusal> {
+        let mut push = |r: Result<Instruction, iced_x86::IcedError>,
+                        slot: Option<Slot>|
+         -> Result<(), Refusal> {
             instrs.push((r.map_err(encode_err)?, slot));
             Ok(())
         };
-        let lea_rsp = |delta: i64| Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_at(delta));
+        let lea_rsp =
+            |delta: i64| Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_at(delta));
         let locked = |code: Code| {
             Instruction::with1(code, rip_at(0)).map(|mut i| {
                 i.set_has_lock_prefix(true);
@@ -475,60 +550,138 @@ impl Prelude {
         for r in PUSH_ORDER {
             push(Instruction::with1(Code::Push_r64, r), None)?;
         }
-        push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64), Some(Slot::Site))?;
-        push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RIP_SLOT), Register::RAX), None)?;
-        push(Instruction::with2(Code::Lea_r64_m, Register::RAX, rsp_at(FRAME + rz)), None)?;
-        push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX), None)?;
-        push(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP), None)?;
-        push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32), None)?;
+        push(
+            Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64),
+            Some(Slot::Site),
+        )?;
+        push(
+            Instruction::with2(Code::Mov_rm64_r64, rsp_at(RIP_SLOT), Register::RAX),
+            None,
+        )?;
+        push(
+            Instruction::with2(Code::Lea_r64_m, Register::RAX, rsp_at(FRAME + rz)),
+            None,
+        )?;
+        push(
+            Instruction::with2(Code::Mov_rm64_r64, rsp_at(RSP_SLOT), Register::RAX),
+            None,
+        )?;
+        push(
+            Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP),
+            None,
+        )?;
+        push(
+            Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32),
+            None,
+        )?;
         match (opts.save_vector_regs, opts.xsave_size) {
             (true, Some(size)) => {
                 // XRSTOR faults on a header whose reserved bytes are not 0, and XSAVE writes only
                 // XSTATE_BV: zero the header first. The flags are saved, rax too.
-                let area = i32::try_from(size.next_multiple_of(64))
-                    .map_err(|_| Refusal::Encode { what, addr: 0, reason: format!("an xsave area of {size} bytes") })?;
-                push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, area), None)?;
-                push(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -64i32), None)?;
-                push(Instruction::with2(Code::Xor_r32_rm32, Register::EAX, Register::EAX), None)?;
+                let area =
+                    i32::try_from(size.next_multiple_of(64)).map_err(|_| Refusal::Encode {
+                        what,
+                        addr: 0,
+                        reason: format!("an xsave area of {size} bytes"),
+                    })?;
+                push(
+                    Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, area),
+                    None,
+                )?;
+                push(
+                    Instruction::with2(Code::And_rm64_imm8, Register::RSP, -64i32),
+                    None,
+                )?;
+                push(
+                    Instruction::with2(Code::Xor_r32_rm32, Register::EAX, Register::EAX),
+                    None,
+                )?;
                 for i in 0..8 {
-                    push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(XSAVE_HEADER + 8 * i), Register::RAX), None)?;
+                    push(
+                        Instruction::with2(
+                            Code::Mov_rm64_r64,
+                            rsp_at(XSAVE_HEADER + 8 * i),
+                            Register::RAX,
+                        ),
+                        None,
+                    )?;
                 }
-                push(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX), None)?;
-                push(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX), None)?;
+                push(
+                    Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX),
+                    None,
+                )?;
+                push(
+                    Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX),
+                    None,
+                )?;
                 push(Instruction::with1(Code::Xsave64_mem, rsp_at(0)), None)?;
             }
             (true, None) => {
-                push(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, i32::try_from(XMM_AREA).unwrap_or(256)), None)?;
+                push(
+                    Instruction::with2(
+                        Code::Sub_rm64_imm32,
+                        Register::RSP,
+                        i32::try_from(XMM_AREA).unwrap_or(256),
+                    ),
+                    None,
+                )?;
                 for (i, x) in (0i64..).zip(XMM) {
-                    push(Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x), None)?;
+                    push(
+                        Instruction::with2(Code::Movdqa_xmmm128_xmm, rsp_at(16 * i), x),
+                        None,
+                    )?;
                 }
             }
             (false, _) => {}
         }
         // The SysV ABI wants DF clear at a call; the original DF comes back with the flags.
         push(Ok(Instruction::with(Code::Cld)), None)?;
-        push(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX), None)?;
-        push(Instruction::with2(Code::Mov_r64_imm64, Register::RSI, 0u64), Some(Slot::Cookie))?;
+        push(
+            Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RBX),
+            None,
+        )?;
+        push(
+            Instruction::with2(Code::Mov_r64_imm64, Register::RSI, 0u64),
+            Some(Slot::Cookie),
+        )?;
         if shape.far_handler {
-            push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64), Some(Slot::Handler))?;
+            push(
+                Instruction::with2(Code::Mov_r64_imm64, Register::RAX, 0u64),
+                Some(Slot::Handler),
+            )?;
             push(Instruction::with1(Code::Call_rm64, Register::RAX), None)?;
         } else {
-            push(Instruction::with_branch(Code::Call_rel32_64, 0), Some(Slot::Handler))?;
+            push(
+                Instruction::with_branch(Code::Call_rel32_64, 0),
+                Some(Slot::Handler),
+            )?;
         }
         match (opts.save_vector_regs, opts.xsave_size) {
             (true, Some(_)) => {
-                push(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX), None)?;
-                push(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX), None)?;
+                push(
+                    Instruction::with2(Code::Mov_r32_imm32, Register::EAX, u32::MAX),
+                    None,
+                )?;
+                push(
+                    Instruction::with2(Code::Mov_r32_imm32, Register::EDX, u32::MAX),
+                    None,
+                )?;
                 push(Instruction::with1(Code::Xrstor64_mem, rsp_at(0)), None)?;
             }
             (true, None) => {
                 for (i, x) in (0i64..).zip(XMM) {
-                    push(Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)), None)?;
+                    push(
+                        Instruction::with2(Code::Movdqa_xmm_xmmm128, x, rsp_at(16 * i)),
+                        None,
+                    )?;
                 }
             }
             (false, _) => {}
         }
-        push(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX), None)?;
+        push(
+            Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX),
+            None,
+        )?;
         for r in PUSH_ORDER.iter().rev() {
             push(Instruction::with1(Code::Pop_r64, *r), None)?;
         }
@@ -541,7 +694,14 @@ impl Prelude {
         } else {
             // The status flags are dead here but DF is not: set it again if it was set
             // (`test byte [rsp+1], 4` reads DF, bit 10, from the saved flags; `jz` over `std`).
-            push(Instruction::with2(Code::Test_rm8_imm8, MemoryOperand::with_base_displ(Register::RSP, 1), 4u32), None)?;
+            push(
+                Instruction::with2(
+                    Code::Test_rm8_imm8,
+                    MemoryOperand::with_base_displ(Register::RSP, 1),
+                    4u32,
+                ),
+                None,
+            )?;
             push(Ok(Instruction::with_declare_byte_3(0x74, 0x01, 0xFD)), None)?; // jz +1; std
             push(lea_rsp(8), None)?;
         }
@@ -557,14 +717,31 @@ impl Prelude {
             let next = at + len;
             match (slot, i.code()) {
                 (None, _) => {}
-                (Some(slot), Code::Call_rel32_64) => holes.push(Hole::Rel32 { slot: *slot, at: next - 4, next }),
-                (Some(slot), Code::Mov_r64_imm64) => holes.push(Hole::Imm64 { slot: *slot, at: at + co.immediate_offset() }),
-                (Some(slot), _) => holes.push(Hole::Rel32 { slot: *slot, at: at + co.displacement_offset(), next }),
+                (Some(slot), Code::Call_rel32_64) => holes.push(Hole::Rel32 {
+                    slot: *slot,
+                    at: next - 4,
+                    next,
+                }),
+                (Some(slot), Code::Mov_r64_imm64) => holes.push(Hole::Imm64 {
+                    slot: *slot,
+                    at: at + co.immediate_offset(),
+                }),
+                (Some(slot), _) => holes.push(Hole::Rel32 {
+                    slot: *slot,
+                    at: at + co.displacement_offset(),
+                    next,
+                }),
             }
             at = next;
         }
-        log::debug!("call trampoline prelude for {shape:?}: {at} bytes, {} holes", holes.len());
-        Ok(Prelude { bytes: enc.take_buffer(), holes })
+        log::debug!(
+            "call trampoline prelude for {shape:?}: {at} bytes, {} holes",
+            holes.len()
+        );
+        Ok(Prelude {
+            bytes: enc.take_buffer(),
+            holes,
+        })
     }
 
     /// The prelude of trampoline `t` at `t.addr`: the template's bytes with `t`'s values in.
@@ -576,11 +753,18 @@ impl Prelude {
                 Hole::Rel32 { slot, at, next } => {
                     let to = slot.of(t);
                     let from = t.addr + next as u64;
-                    let rel = i32::try_from(i128::from(to) - i128::from(from))
-                        .map_err(|_| Refusal::Encode { what, addr: t.addr, reason: format!("{to:#x} is out of rel32 reach of {from:#x}") })?;
+                    let rel = i32::try_from(i128::from(to) - i128::from(from)).map_err(|_| {
+                        Refusal::Encode {
+                            what,
+                            addr: t.addr,
+                            reason: format!("{to:#x} is out of rel32 reach of {from:#x}"),
+                        }
+                    })?;
                     out[at..at + 4].copy_from_slice(&rel.to_le_bytes());
                 }
-                Hole::Imm64 { slot, at } => out[at..at + 8].copy_from_slice(&slot.of(t).to_le_bytes()),
+                Hole::Imm64 { slot, at } => {
+                    out[at..at + 8].copy_from_slice(&slot.of(t).to_le_bytes())
+                }
             }
         }
         Ok(out)
@@ -638,9 +822,18 @@ fn count_at(a: &mut Asm, code: Code, counter: u64) -> Result<(), Refusal> {
     if reaches(a.addr, counter, LAYOUT_MARGIN) {
         return a.locked(code, counter);
     }
-    a.push(Instruction::with2(Code::Mov_r64_imm64, Register::R11, counter))?;
-    let mut i = Instruction::with1(code, MemoryOperand::with_base(Register::R11))
-        .map_err(|e| Refusal::Encode { what: a.what, addr: a.addr, reason: e.to_string() })?;
+    a.push(Instruction::with2(
+        Code::Mov_r64_imm64,
+        Register::R11,
+        counter,
+    ))?;
+    let mut i = Instruction::with1(code, MemoryOperand::with_base(Register::R11)).map_err(|e| {
+        Refusal::Encode {
+            what: a.what,
+            addr: a.addr,
+            reason: e.to_string(),
+        }
+    })?;
     i.set_has_lock_prefix(true);
     a.instrs.push(i);
     Ok(())
@@ -665,7 +858,10 @@ fn count_at(a: &mut Asm, code: Code, counter: u64) -> Result<(), Refusal> {
 /// computed before the push moves `rsp`. The flags the increments and decrement change are dead
 /// at a function's entry and return; `rax`/`rdx` (the return value) and the callee-saved
 /// registers pass through untouched, `r11` is clobbered only where the ABI lets it be.
-pub fn emit_replace_trampoline(t: &ReplaceTrampoline, stack_words: u32) -> Result<Vec<u8>, Refusal> {
+pub fn emit_replace_trampoline(
+    t: &ReplaceTrampoline,
+    stack_words: u32,
+) -> Result<Vec<u8>, Refusal> {
     let mut a = Asm::new(t.addr, "a replace trampoline");
     count_at(&mut a, Code::Inc_rm64, t.hits)?;
     count_at(&mut a, Code::Inc_rm64, t.inflight)?;
@@ -682,9 +878,17 @@ pub fn emit_replace_trampoline(t: &ReplaceTrampoline, stack_words: u32) -> Resul
     match t.exit {
         Some(exit) => {
             if reaches(t.addr, t.inflight, LAYOUT_MARGIN) {
-                a.push(Instruction::with2(Code::Lea_r64_m, Register::R11, rip_at(t.inflight)))?;
+                a.push(Instruction::with2(
+                    Code::Lea_r64_m,
+                    Register::R11,
+                    rip_at(t.inflight),
+                ))?;
             } else {
-                a.push(Instruction::with2(Code::Mov_r64_imm64, Register::R11, t.inflight))?;
+                a.push(Instruction::with2(
+                    Code::Mov_r64_imm64,
+                    Register::R11,
+                    t.inflight,
+                ))?;
             }
             a.jmp(exit)?;
         }
@@ -710,9 +914,21 @@ pub fn emit_indirect_stub(addr: u64, slot: u64) -> Vec<u8> {
             a.push(Instruction::with1(Code::Push_r64, Register::RAX))?; // [S-136] = rax
             a.push(Instruction::with1(Code::Push_r64, Register::RAX))?; // [S-144] = room for dest
             a.push(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, slot))?;
-            a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, MemoryOperand::with_base(Register::RAX)))?;
-            a.push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(0), Register::RAX))?;
-            a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp_at(8)))?;
+            a.push(Instruction::with2(
+                Code::Mov_r64_rm64,
+                Register::RAX,
+                MemoryOperand::with_base(Register::RAX),
+            ))?;
+            a.push(Instruction::with2(
+                Code::Mov_rm64_r64,
+                rsp_at(0),
+                Register::RAX,
+            ))?;
+            a.push(Instruction::with2(
+                Code::Mov_r64_rm64,
+                Register::RAX,
+                rsp_at(8),
+            ))?;
             a.push(Instruction::with1(Code::Retnq_imm16, 136u32))?; // pop dest, rsp += 136 -> S
         }
         a.encode()
@@ -736,7 +952,11 @@ fn rel32(from_end: u64, to: u64) -> Option<i32> {
 pub fn jmp_bytes(plan: &Plan, dest: u64) -> Result<Vec<u8>, Refusal> {
     if let Some(sb) = &plan.springboard {
         let rel = i8::try_from(i128::from(sb.addr) - i128::from(plan.site + JMP_REL8_LEN as u64))
-            .map_err(|_| Refusal::OutOfReach { what: "a jmp rel8 to its springboard", from: plan.site, to: sb.addr })?;
+            .map_err(|_| Refusal::OutOfReach {
+            what: "a jmp rel8 to its springboard",
+            from: plan.site,
+            to: sb.addr,
+        })?;
         return Ok(vec![0xEB, rel.to_le_bytes()[0]]);
     }
     if plan.displaced_len < JMP_REL32_LEN {
@@ -746,7 +966,11 @@ pub fn jmp_bytes(plan: &Plan, dest: u64) -> Result<Vec<u8>, Refusal> {
             reason: format!("the plan displaces only {} bytes", plan.displaced_len),
         });
     }
-    let rel = rel32(plan.site + JMP_REL32_LEN as u64, dest).ok_or(Refusal::OutOfReach { what: "a jmp rel32", from: plan.site, to: dest })?;
+    let rel = rel32(plan.site + JMP_REL32_LEN as u64, dest).ok_or(Refusal::OutOfReach {
+        what: "a jmp rel32",
+        from: plan.site,
+        to: dest,
+    })?;
     let mut out = vec![0xE9];
     out.extend(rel.to_le_bytes());
     Ok(out)
@@ -754,7 +978,11 @@ pub fn jmp_bytes(plan: &Plan, dest: u64) -> Result<Vec<u8>, Refusal> {
 
 /// The `jmp rel32` to `dest` written into a springboard.
 pub fn springboard_bytes(sb: &Springboard, dest: u64) -> Result<[u8; 5], Refusal> {
-    let rel = rel32(sb.addr + 5, dest).ok_or(Refusal::OutOfReach { what: "a springboard's jmp rel32", from: sb.addr, to: dest })?;
+    let rel = rel32(sb.addr + 5, dest).ok_or(Refusal::OutOfReach {
+        what: "a springboard's jmp rel32",
+        from: sb.addr,
+        to: dest,
+    })?;
     let r = rel.to_le_bytes();
     Ok([0xE9, r[0], r[1], r[2], r[3]])
 }

@@ -60,17 +60,24 @@ fn count_bare(at: &str, func: &str, x: i32, want: i32, mech: Mechanism) {
     let addr = dlsym(func);
     assert_ne!(addr, 0, "{func}");
     // SAFETY: the fixture functions have the C signature `int f(int)`.
-    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(addr).unwrap()) };
+    let f: extern "C" fn(i32) -> i32 =
+        unsafe { std::mem::transmute(usize::try_from(addr).unwrap()) };
     let original = s.with(|sp| sp.target().read(addr, 5).unwrap());
     let before = calls(&c);
-    let h = s.splice_call(at, &c, "count_calls", mech).unwrap_or_else(|e| panic!("{at} by {mech}: {e}"));
+    let h = s
+        .splice_call(at, &c, "count_calls", mech)
+        .unwrap_or_else(|e| panic!("{at} by {mech}: {e}"));
     for _ in 0..25 {
         assert_eq!(f(x), want, "{at} by {mech}");
     }
     assert_eq!(h.hits().unwrap(), 25, "{at} by {mech}");
     assert_eq!(calls(&c) - before, 25, "{at} by {mech}: handler runs");
     h.remove().unwrap();
-    assert_eq!(s.with(|sp| sp.target().read(addr, 5).unwrap()), original, "{at} by {mech}: restored");
+    assert_eq!(
+        s.with(|sp| sp.target().read(addr, 5).unwrap()),
+        original,
+        "{at} by {mech}: restored"
+    );
 }
 
 #[test]
@@ -87,10 +94,17 @@ fn assembly_without_type_or_size_is_spliced_by_trap_and_jmp() {
 fn sizeless_last_function_ends_with_its_section() {
     let _serial = serial();
     let (s, _c) = session();
-    let sym = s.with(|sp| sp.target().symbols().lookup("bare_last").cloned()).expect("bare_last");
+    let sym = s
+        .with(|sp| sp.target().symbols().lookup("bare_last").cloned())
+        .expect("bare_last");
     assert_eq!(sym.kind, SymbolKind::Function, "NOTYPE in .text");
-    assert_eq!(sym.size, 6, "push rbp; lea eax,[rdi+2]; pop rbp; ret, up to the end of .text");
-    let first = s.with(|sp| sp.target().symbols().lookup("bare_first").cloned()).unwrap();
+    assert_eq!(
+        sym.size, 6,
+        "push rbp; lea eax,[rdi+2]; pop rbp; ret, up to the end of .text"
+    );
+    let first = s
+        .with(|sp| sp.target().symbols().lookup("bare_first").cloned())
+        .unwrap();
     assert_eq!(first.size, 7, "up to bare_last, the stray byte included");
 }
 
@@ -98,13 +112,21 @@ fn sizeless_last_function_ends_with_its_section() {
 fn ifunc_resolves_to_the_implementation_the_linker_chose_and_is_spliced() {
     let _serial = serial();
     let (s, c) = session();
-    let sym = s.with(|sp| sp.target().symbols().lookup("wcslen").cloned()).expect("wcslen");
+    let sym = s
+        .with(|sp| sp.target().symbols().lookup("wcslen").cloned())
+        .expect("wcslen");
     assert_eq!(sym.kind, SymbolKind::Function);
-    assert_eq!(sym.addr, dlsym("wcslen"), "the implementation dlsym binds, not the resolver");
+    assert_eq!(
+        sym.addr,
+        dlsym("wcslen"),
+        "the implementation dlsym binds, not the resolver"
+    );
     let text: Vec<libc::wchar_t> = "trapvec\0".chars().map(|ch| ch as libc::wchar_t).collect();
     for (at, mech) in [("wcslen", Trap), ("libc.so.6:wcslen", Jmp)] {
         let before = calls(&c);
-        let h = s.splice_call(at, &c, "count_calls", mech).unwrap_or_else(|e| panic!("{at} by {mech}: {e}"));
+        let h = s
+            .splice_call(at, &c, "count_calls", mech)
+            .unwrap_or_else(|e| panic!("{at} by {mech}: {e}"));
         for _ in 0..25 {
             // SAFETY: a NUL-terminated wide string.
             assert_eq!(unsafe { libc::wcslen(text.as_ptr()) }, 7);
@@ -125,29 +147,49 @@ fn versions_and_ambiguity_resolve_as_the_dynamic_linker_binds() {
         unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) }
     };
     assert!(!libc_handle.is_null());
-    let (name, ver) = (CString::new("memcpy").unwrap(), CString::new("GLIBC_2.2.5").unwrap());
+    let (name, ver) = (
+        CString::new("memcpy").unwrap(),
+        CString::new("GLIBC_2.2.5").unwrap(),
+    );
     // SAFETY: a live handle and NUL-terminated strings.
     let old = unsafe { libc::dlvsym(libc_handle, name.as_ptr(), ver.as_ptr()) } as u64;
     s.with(|sp| {
         let t = sp.target();
-        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site);
+        let site = |text: &str| {
+            resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site)
+        };
         assert_eq!(site("memcpy@GLIBC_2.2.5").unwrap(), old);
-        assert_eq!(site("memcpy").unwrap(), dlsym("memcpy"), "unversioned: the default version");
+        assert_eq!(
+            site("memcpy").unwrap(),
+            dlsym("memcpy"),
+            "unversioned: the default version"
+        );
         let err = site("libnosuch:memcpy").unwrap_err().to_string();
         assert!(err.contains("libc.so.6"), "{err}");
     });
     // Two libraries define `dup_fn`, the program does not: which one is meant?
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("dup.S"), ".text\n.globl dup_fn\ndup_fn:\n  ret\n").unwrap();
+    std::fs::write(
+        dir.path().join("dup.S"),
+        ".text\n.globl dup_fn\ndup_fn:\n  ret\n",
+    )
+    .unwrap();
     for lib in ["libdupone.so", "libduptwo.so"] {
         load_shared_object(&dir.path().join("dup.S"), &dir.path().join(lib));
     }
     s.refresh_symbols().unwrap();
     s.with(|sp| {
         let t = sp.target();
-        let site = |text: &str| resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site);
+        let site = |text: &str| {
+            resolve_point(&text.parse().unwrap(), t.symbols(), t.info(), |_| 0).map(|p| p.site)
+        };
         let err = site("dup_fn").unwrap_err().to_string();
-        assert!(err.contains("ambiguous") && err.contains("libdupone.so:dup_fn at 0x") && err.contains("libduptwo.so:dup_fn at 0x"), "{err}");
+        assert!(
+            err.contains("ambiguous")
+                && err.contains("libdupone.so:dup_fn at 0x")
+                && err.contains("libduptwo.so:dup_fn at 0x"),
+            "{err}"
+        );
         assert!(site("libduptwo:dup_fn").is_ok());
     });
     // SAFETY: balances the dlopen above.

@@ -71,7 +71,9 @@ pub struct SecondsError {
 fn parse_seconds(text: &str) -> Result<f64, SecondsError> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
-        _ => Err(SecondsError { text: text.to_string() }),
+        _ => Err(SecondsError {
+            text: text.to_string(),
+        }),
     }
 }
 
@@ -86,7 +88,11 @@ impl Span {
     }
 
     fn command_text(&self) -> String {
-        self.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+        self.command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// How long it lasted, as the last line says it: the `--seconds` given when the time ran
@@ -150,8 +156,11 @@ impl Watch {
         }
         // SIGCHLD only wakes the wait when a command exits; it is never a reason to stop.
         watched.add(Signal::SIGCHLD);
-        watched.thread_block().context("blocking SIGINT, SIGTERM, SIGHUP and SIGCHLD")?;
-        let fd = SignalFd::with_flags(&watched, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).context("opening a signalfd")?;
+        watched
+            .thread_block()
+            .context("blocking SIGINT, SIGTERM, SIGHUP and SIGCHLD")?;
+        let fd = SignalFd::with_flags(&watched, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .context("opening a signalfd")?;
         Ok(Watch { fd })
     }
 
@@ -159,9 +168,15 @@ impl Watch {
     /// hangup, sent to the whole foreground process group) rather than a process.
     fn next(&self) -> Result<Option<(Signal, bool)>> {
         loop {
-            let Some(info) = self.fd.read_signal().context("reading the signalfd")? else { return Ok(None) };
-            let Ok(signo) = i32::try_from(info.ssi_signo) else { continue };
-            let Ok(signal) = Signal::try_from(signo) else { continue };
+            let Some(info) = self.fd.read_signal().context("reading the signalfd")? else {
+                return Ok(None);
+            };
+            let Ok(signo) = i32::try_from(info.ssi_signo) else {
+                continue;
+            };
+            let Ok(signal) = Signal::try_from(signo) else {
+                continue;
+            };
             if signal == Signal::SIGCHLD {
                 continue;
             }
@@ -176,17 +191,30 @@ impl Watch {
 
     /// Wait until `span` is over: the time is up, a signal came (with a command: and the
     /// command has exited), or the command exited.
-    pub fn wait(&self, span: &Span, mut child: Option<&mut Child>, start: Instant) -> Result<Ended> {
+    pub fn wait(
+        &self,
+        span: &Span,
+        mut child: Option<&mut Child>,
+        start: Instant,
+    ) -> Result<Ended> {
         let deadline = span.seconds.map(|s| start + Duration::from_secs_f64(s));
         let mut got: Option<Signal> = None;
         loop {
             while let Some((signal, from_kernel)) = self.next()? {
-                log::debug!("{signal} ({})", if from_kernel { "from the kernel" } else { "from a process" });
+                log::debug!(
+                    "{signal} ({})",
+                    if from_kernel {
+                        "from the kernel"
+                    } else {
+                        "from a process"
+                    }
+                );
                 got.get_or_insert(signal);
                 match child.as_deref() {
                     None => return Ok(Ended::Signal(signal)),
                     Some(c) if !from_kernel => {
-                        let pid = Pid::from_raw(i32::try_from(c.id()).context("the command's pid")?);
+                        let pid =
+                            Pid::from_raw(i32::try_from(c.id()).context("the command's pid")?);
                         // The command may have exited meanwhile (not reaped yet: the pid is still its).
                         if let Err(e) = nix::sys::signal::kill(pid, signal) {
                             log::debug!("forwarding {signal} to the command: {e}");
@@ -210,7 +238,10 @@ impl Watch {
             // Rounded up: woken a little early, the loop would only wait again.
             let ms = i32::try_from(wait.as_millis() + 1).unwrap_or(i32::MAX);
             let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+            match poll(
+                &mut fds,
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+            ) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => return Err(e).context("waiting on the signalfd"),
             }
@@ -229,16 +260,24 @@ impl Watch {
 
 /// Start `span`'s command, if it has one.
 pub fn spawn(span: &Span) -> Result<Option<Child>> {
-    let Some((program, args)) = span.command.split_first() else { return Ok(None) };
+    let Some((program, args)) = span.command.split_first() else {
+        return Ok(None);
+    };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
     // calls are allowed: it makes one, sigprocmask (pthread_sigmask), and neither allocates nor
     // locks (an empty SigSet is a value on the stack).
     unsafe {
-        cmd.pre_exec(|| SigSet::empty().thread_set_mask().map_err(std::io::Error::from));
+        cmd.pre_exec(|| {
+            SigSet::empty()
+                .thread_set_mask()
+                .map_err(std::io::Error::from)
+        });
     }
-    let child = cmd.spawn().with_context(|| format!("running `{}`", span.command_text()))?;
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("running `{}`", span.command_text()))?;
     Ok(Some(child))
 }
 
@@ -267,8 +306,14 @@ pub fn finish(watch: &Watch, ended: Ended) -> Result<()> {
 /// [`WATCHED`]; none if it cannot be read.
 fn inherited_ignored() -> SigSet {
     let mut set = SigSet::empty();
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return set };
-    let Some(mask) = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok()) else {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return set;
+    };
+    let Some(mask) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+    else {
         return set;
     };
     for s in WATCHED {
@@ -288,14 +333,37 @@ mod tests {
     fn seconds_must_be_a_finite_non_negative_number() {
         assert_eq!(parse_seconds("1.5").unwrap(), 1.5);
         for bad in ["-1", "inf", "NaN", "soon"] {
-            assert!(parse_seconds(bad).unwrap_err().to_string().contains(&format!("`{bad}`")), "{bad}");
+            assert!(
+                parse_seconds(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains(&format!("`{bad}`")),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn the_span_is_announced_as_it_was_given() {
-        assert_eq!(Span { seconds: Some(5.0), command: vec![] }.describe(), "for 5 s");
-        assert_eq!(Span::default().describe(), "until Ctrl-C (SIGINT, SIGTERM or SIGHUP)");
-        assert_eq!(Span { seconds: None, command: vec!["sleep".into(), "1".into()] }.describe(), "while `sleep 1` runs");
+        assert_eq!(
+            Span {
+                seconds: Some(5.0),
+                command: vec![]
+            }
+            .describe(),
+            "for 5 s"
+        );
+        assert_eq!(
+            Span::default().describe(),
+            "until Ctrl-C (SIGINT, SIGTERM or SIGHUP)"
+        );
+        assert_eq!(
+            Span {
+                seconds: None,
+                command: vec!["sleep".into(), "1".into()]
+            }
+            .describe(),
+            "while `sleep 1` runs"
+        );
     }
 }

@@ -12,9 +12,11 @@ use anyhow::{bail, Context, Result};
 use instr_manager::analysis::landing::{landing_pads, EhFrameHdr, HdrTable, LandingError};
 use instr_manager::analysis::parts::part_names;
 use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function};
-use instr_manager::plan::{has_fentry_site, kernel_entry};
 use instr_manager::image::{CodeImage, ElfKind, EXTERNAL};
-use instr_manager::{kernel_entry_len, resolve_point, Plan, PlanInput, PointSpec, Refusal, SiteVerdict};
+use instr_manager::plan::{has_fentry_site, kernel_entry};
+use instr_manager::{
+    kernel_entry_len, resolve_point, Plan, PlanInput, PointSpec, Refusal, SiteVerdict,
+};
 use serde::Serialize;
 use trapvec::error::hex;
 use trapvec::TargetInfo;
@@ -143,7 +145,14 @@ struct Report {
 }
 
 fn target_info(kernel: bool) -> TargetInfo {
-    TargetInfo::for_code(kernel, if kernel { "kernel code (inspection)" } else { "user code (inspection)" })
+    TargetInfo::for_code(
+        kernel,
+        if kernel {
+            "kernel code (inspection)"
+        } else {
+            "user code (inspection)"
+        },
+    )
 }
 
 fn site_report(input: &PlanInput<'_>, site: u64) -> SiteReport {
@@ -183,9 +192,20 @@ fn function_report(func: &Function, info: &TargetInfo) -> FunctionReport {
         end: format!("{:#x}", func.end),
         instructions: func.insns.len(),
         fentry_site: has_fentry_site(func, info),
-        indirect_jumps: func.indirect_jumps.iter().map(|j| format!("{:#x}", j.addr)).collect(),
-        unresolved_indirect_jumps: func.unresolved_indirect_jumps().map(|j| format!("{:#x}", j.addr)).collect(),
-        landing_pads: func.landing_pads.iter().map(|a| format!("{a:#x}")).collect(),
+        indirect_jumps: func
+            .indirect_jumps
+            .iter()
+            .map(|j| format!("{:#x}", j.addr))
+            .collect(),
+        unresolved_indirect_jumps: func
+            .unresolved_indirect_jumps()
+            .map(|j| format!("{:#x}", j.addr))
+            .collect(),
+        landing_pads: func
+            .landing_pads
+            .iter()
+            .map(|a| format!("{a:#x}"))
+            .collect(),
         undecodable_from: func.undecodable_from.map(|a| format!("{a:#x}")),
     }
 }
@@ -199,7 +219,10 @@ fn build(args: &Args) -> Result<Report> {
     };
     let image = CodeImage::from_path_around(&args.file, name)?;
     if image.kind.is_relocatable() && matches!(spec, PointSpec::Address(_)) {
-        bail!("{}: addresses mean nothing in a relocatable file; name the function (`symbol+offset`)", args.file.display());
+        bail!(
+            "{}: addresses mean nothing in a relocatable file; name the function (`symbol+offset`)",
+            args.file.display()
+        );
     }
     let kernel = match args.mode {
         Mode::Auto => image.kernel,
@@ -208,13 +231,29 @@ fn build(args: &Args) -> Result<Report> {
     };
     let info = target_info(kernel);
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
-    let point = resolve_point(&spec, &image.symbols, &info, |a| read(a, 9).map_or(0, |b| kernel_entry_len(&b)))
-        .with_context(|| format!("in {}", args.file.display()))?;
+    let point = resolve_point(&spec, &image.symbols, &info, |a| {
+        read(a, 9).map_or(0, |b| kernel_entry_len(&b))
+    })
+    .with_context(|| format!("in {}", args.file.display()))?;
     let sym = &point.function;
     let size = usize::try_from(sym.size)?;
-    let bytes = read(sym.addr, size)
-        .with_context(|| format!("the bytes of `{}` [{:#x}, {:#x}) are not in the file", sym.name, sym.addr, sym.addr + sym.size))?;
-    let mut func = analyze_function_with(&sym.name, sym.addr, &bytes, &AnalysisOptions { read: Some(&read), lenient: true })?;
+    let bytes = read(sym.addr, size).with_context(|| {
+        format!(
+            "the bytes of `{}` [{:#x}, {:#x}) are not in the file",
+            sym.name,
+            sym.addr,
+            sym.addr + sym.size
+        )
+    })?;
+    let mut func = analyze_function_with(
+        &sym.name,
+        sym.addr,
+        &bytes,
+        &AnalysisOptions {
+            read: Some(&read),
+            lenient: true,
+        },
+    )?;
 
     let mut notes = Vec::new();
     if let Some((addr, len)) = image.eh_frame_hdr {
@@ -222,7 +261,11 @@ fn build(args: &Args) -> Result<Report> {
             Ok(pads) => {
                 func.add_landing_pads(pads);
                 if !func.landing_pads.is_empty() {
-                    let list: Vec<String> = func.landing_pads.iter().map(|a| format!("{a:#x}")).collect();
+                    let list: Vec<String> = func
+                        .landing_pads
+                        .iter()
+                        .map(|a| format!("{a:#x}"))
+                        .collect();
                     notes.push(format!("exception landing pads (from .gcc_except_table; only the unwinder jumps there): {}", list.join(", ")));
                 }
             }
@@ -248,8 +291,14 @@ fn build(args: &Args) -> Result<Report> {
             }
         ));
     }
-    if single && point.site != func.start + spec_offset(&spec) && matches!(spec, PointSpec::Symbol { .. }) {
-        notes.push(format!("the point moved to {:#x}, past the ftrace site", point.site));
+    if single
+        && point.site != func.start + spec_offset(&spec)
+        && matches!(spec, PointSpec::Symbol { .. })
+    {
+        notes.push(format!(
+            "the point moved to {:#x}, past the ftrace site",
+            point.site
+        ));
     }
     for j in func.unresolved_indirect_jumps() {
         notes.push(format!(
@@ -258,21 +307,36 @@ fn build(args: &Args) -> Result<Report> {
         ));
     }
     if let Some(a) = func.undecodable_from {
-        notes.push(format!("warning: the function cannot be decoded from {a:#x} on"));
+        notes.push(format!(
+            "warning: the function cannot be decoded from {a:#x} on"
+        ));
     }
 
     let busy = |_: u64, _: u64| false;
-    let input = PlanInput { func: &func, info: &info, read: &read, symbols: &image.symbols, busy: &busy, trampoline_near: None };
+    let input = PlanInput {
+        func: &func,
+        info: &info,
+        read: &read,
+        symbols: &image.symbols,
+        busy: &busy,
+        trampoline_near: None,
+    };
     let sites: Vec<SiteReport> = if single {
         vec![site_report(&input, point.site)]
     } else {
-        func.insns.iter().map(|i| site_report(&input, i.addr)).collect()
+        func.insns
+            .iter()
+            .map(|i| site_report(&input, i.addr))
+            .collect()
     };
     Ok(Report {
         file: args.file.display().to_string(),
         kind: image.kind,
         kernel,
-        addresses: image.section.as_ref().map_or_else(|| "virtual".to_string(), |s| format!("offsets in {s}")),
+        addresses: image
+            .section
+            .as_ref()
+            .map_or_else(|| "virtual".to_string(), |s| format!("offsets in {s}")),
         point: args.point.clone(),
         site: single.then(|| format!("{:#x}", point.site)),
         notes,
@@ -292,7 +356,11 @@ fn build(args: &Args) -> Result<Report> {
 
 /// The landing pads inside `func` that the LSDAs of its FDEs, and of its cold parts' (found by
 /// name, as the splicer finds them), name.
-fn file_landing_pads(image: &CodeImage, func: &Function, hdr: EhFrameHdr) -> Result<Vec<u64>, LandingError> {
+fn file_landing_pads(
+    image: &CodeImage,
+    func: &Function,
+    hdr: EhFrameHdr,
+) -> Result<Vec<u64>, LandingError> {
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
     let table = HdrTable::read(&read, &func.name, hdr)?;
     let mut ranges = vec![(func.start, func.end)];
@@ -306,7 +374,11 @@ fn file_landing_pads(image: &CodeImage, func: &Function, hdr: EhFrameHdr) -> Res
     }
     let mut pads = Vec::new();
     for (lo, hi) in ranges {
-        pads.extend(landing_pads(&read, &func.name, &table, lo, hi)?.into_iter().map(|p| p.addr));
+        pads.extend(
+            landing_pads(&read, &func.name, &table, lo, hi)?
+                .into_iter()
+                .map(|p| p.addr),
+        );
     }
     Ok(pads)
 }
@@ -327,14 +399,22 @@ fn verdict_text(v: &Verdict) -> String {
         if let Some(sb) = &v.springboard {
             s.push_str(&format!(" at {sb}"));
         }
-        s.push_str(&format!(", displaces `{}` ({} bytes)", v.displaced.join("; "), v.displaced_len));
+        s.push_str(&format!(
+            ", displaces `{}` ({} bytes)",
+            v.displaced.join("; "),
+            v.displaced_len
+        ));
         if let Some(r) = &v.rel32_reason {
             s.push_str(&format!("; jmp rel32: no, {r}"));
         }
         s
     } else {
         let mut s = format!("no, {}", v.reason.as_deref().unwrap_or("?"));
-        if let Some(r) = v.rel32_reason.as_ref().filter(|r| !v.reason.as_deref().unwrap_or("").contains(r.as_str())) {
+        if let Some(r) = v
+            .rel32_reason
+            .as_ref()
+            .filter(|r| !v.reason.as_deref().unwrap_or("").contains(r.as_str()))
+        {
             s.push_str(&format!("; jmp rel32: no, {r}"));
         }
         s
@@ -349,8 +429,15 @@ fn render_text(r: &Report) -> String {
     // Writing to a String cannot fail: the `fmt::Result`s below are always Ok.
     let mut o = String::new();
     let f = &r.function;
-    let _ = writeln!(o, "{}: {}{}", r.file, r.kind.describe(), if r.kernel { ", kernel code" } else { "" });
-    let _ = writeln!(o, 
+    let _ = writeln!(
+        o,
+        "{}: {}{}",
+        r.file,
+        r.kind.describe(),
+        if r.kernel { ", kernel code" } else { "" }
+    );
+    let _ = writeln!(
+        o,
         "function `{}` [{}, {}): {}, {}; addresses are {}",
         f.name,
         f.start,
@@ -368,7 +455,11 @@ fn render_text(r: &Report) -> String {
     for s in &r.sites {
         if s.block_start {
             if let Some(b) = r.blocks.iter().find(|b| b.start == s.addr) {
-                let succ = if b.succs.is_empty() { "(no successor in the function)".to_string() } else { b.succs.join(", ") };
+                let succ = if b.succs.is_empty() {
+                    "(no successor in the function)".to_string()
+                } else {
+                    b.succs.join(", ")
+                };
                 let _ = writeln!(o, "block [{}, {}) -> {succ}", b.start, b.end);
             }
         }
@@ -386,10 +477,16 @@ fn render_text(r: &Report) -> String {
 /// Run `trapctl inspect`.
 pub fn run(args: &Args) -> Result<()> {
     let report = build(args)?;
-    let out = if args.json { serde_json::to_string_pretty(&report)? + "\n" } else { render_text(&report) };
+    let out = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        render_text(&report)
+    };
     match std::io::stdout().lock().write_all(out.as_bytes()) {
         // `trapctl inspect ... | head` is fine.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to stdout"),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to stdout")
+        }
         _ => Ok(()),
     }
 }

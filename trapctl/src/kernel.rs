@@ -7,8 +7,8 @@
 //! is left that the next trapctl would not know about.
 
 use anyhow::{Context, Result};
-use instr_manager::splicer::Splicer;
 use instr_manager::ops::{self, Made};
+use instr_manager::splicer::Splicer;
 use trapvec::kernel::KernelTarget;
 
 /// Appended to errors about a state that no longer matches the module.
@@ -28,10 +28,18 @@ impl Kernel {
         let target = KernelTarget::open()?;
         target.lock_exclusive()?;
         let blob = target.state()?;
-        log::debug!("state blob: {} bytes, generation {}", blob.bytes.len(), blob.generation);
-        let splicer = Splicer::import_state(target, &blob.bytes)
-            .with_context(|| format!("restoring trapctl's state kept in trapvec.ko ({RECOVERY_HINT})"))?;
-        Ok(Kernel { splicer, generation: blob.generation })
+        log::debug!(
+            "state blob: {} bytes, generation {}",
+            blob.bytes.len(),
+            blob.generation
+        );
+        let splicer = Splicer::import_state(target, &blob.bytes).with_context(|| {
+            format!("restoring trapctl's state kept in trapvec.ko ({RECOVERY_HINT})")
+        })?;
+        Ok(Kernel {
+            splicer,
+            generation: blob.generation,
+        })
     }
 
     pub fn target(&self) -> &KernelTarget {
@@ -41,7 +49,11 @@ impl Kernel {
     /// Store the splicer's state in the module for the next command.
     pub fn save(&mut self) -> Result<()> {
         let bytes = self.splicer.export_state();
-        self.generation = self.splicer.target().put_state(self.generation, &bytes).context("saving trapctl's state in trapvec.ko")?;
+        self.generation = self
+            .splicer
+            .target()
+            .put_state(self.generation, &bytes)
+            .context("saving trapctl's state in trapvec.ko")?;
         Ok(())
     }
 
@@ -51,11 +63,16 @@ impl Kernel {
     pub fn commit_or_undo(&mut self, made: &Made) -> Result<()> {
         let Err(e) = self.save() else { return Ok(()) };
         if made.is_empty() {
-            return Err(e.context(format!("the change stands but the saved state does not show it ({RECOVERY_HINT})")));
+            return Err(e.context(format!(
+                "the change stands but the saved state does not show it ({RECOVERY_HINT})"
+            )));
         }
         match ops::undo(&mut self.splicer, made) {
             Ok(()) => Err(e.context("the change was undone")),
-            Err(u) => Err(e.context(format!("undoing the change failed too: {}", trapvec::error_chain(&u)))),
+            Err(u) => Err(e.context(format!(
+                "undoing the change failed too: {}",
+                trapvec::error_chain(&u)
+            ))),
         }
     }
 }

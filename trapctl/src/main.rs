@@ -66,10 +66,14 @@ enum Command {
     /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell); hidden:
     /// the packages install the scripts (packaging/build-deb).
     #[command(hide = true)]
-    Completions { shell: trapd::docs::Shell },
+    Completions {
+        shell: trapd::docs::Shell,
+    },
     /// Write trapctl.1 and a trapctl-COMMAND.1 per command into DIR; hidden, as completions.
     #[command(hide = true)]
-    Man { dir: std::path::PathBuf },
+    Man {
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,7 +90,9 @@ fn main() -> ExitCode {
             trapd::docs::completions(Cli::command(), "trapctl", shell, &mut std::io::stdout());
             Ok(())
         }
-        Command::Man { dir } => trapd::docs::man_pages(Cli::command(), &dir).map(|_| ()).map_err(Into::into),
+        Command::Man { dir } => trapd::docs::man_pages(Cli::command(), &dir)
+            .map(|_| ())
+            .map_err(Into::into),
         Command::Inspect(args) => inspect::run(&args),
         Command::Load(args) => cmd::component::load(&args),
         Command::Unload(args) => cmd::component::unload(&args),

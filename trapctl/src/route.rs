@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
+use instr_manager::ops::{Made, OpError};
 use instr_manager::splicer::Splicer;
 use serde::de::DeserializeOwned;
 use trapd::client;
-use instr_manager::ops::{Made, OpError};
 use trapd::protocol::Request;
 use trapvec::kernel::KernelTarget;
 
@@ -50,7 +50,10 @@ pub fn change<R: DeserializeOwned>(
             // the text unlike the state and could not finish the removal.
             if k.splicer.retiring().map(|s| s.id.0).collect::<Vec<_>>() != retiring_before {
                 if let Err(s) = k.save() {
-                    return Err(anyhow::Error::new(e).context(format!("and saving the retiring splices failed: {}", trapvec::error_chain(s.as_ref()))));
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "and saving the retiring splices failed: {}",
+                        trapvec::error_chain(s.as_ref())
+                    )));
                 }
             }
             return Err(e.into());
@@ -61,7 +64,10 @@ pub fn change<R: DeserializeOwned>(
 }
 
 /// A read: answered by trapd if one listens, else by `direct` on the kernel.
-pub fn read<R: DeserializeOwned>(request: &Request, direct: impl FnOnce(&Splicer<KernelTarget>) -> Result<R, OpError>) -> Result<R> {
+pub fn read<R: DeserializeOwned>(
+    request: &Request,
+    direct: impl FnOnce(&Splicer<KernelTarget>) -> Result<R, OpError>,
+) -> Result<R> {
     if let Some(reply) = client::call(socket(), request) {
         return reply;
     }
@@ -71,8 +77,12 @@ pub fn read<R: DeserializeOwned>(request: &Request, direct: impl FnOnce(&Splicer
 
 /// A request only trapd can answer (profiles, its status).
 pub fn daemon_only<R: DeserializeOwned>(request: &Request) -> Result<R> {
-    client::call(socket(), request)
-        .with_context(|| format!("no trapd is listening on {} (start trapd, or give its --socket)", socket().display()))?
+    client::call(socket(), request).with_context(|| {
+        format!(
+            "no trapd is listening on {} (start trapd, or give its --socket)",
+            socket().display()
+        )
+    })?
 }
 
 /// For a command that only works on the module itself: refused while trapd runs (it holds

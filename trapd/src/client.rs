@@ -23,13 +23,19 @@ pub fn is_listening(path: &Path) -> bool {
 /// Send `request` to the daemon at `path` and read its reply as an `R` (the reply's fields;
 /// `"ok"` is not part of it); `None` when no daemon listens there, so the caller goes to the
 /// module itself. A reply with `"ok": false` is an error carrying the daemon's message.
-pub fn call<R: serde::de::DeserializeOwned>(path: &Path, request: &crate::protocol::Request) -> Option<anyhow::Result<R>> {
+pub fn call<R: serde::de::DeserializeOwned>(
+    path: &Path,
+    request: &crate::protocol::Request,
+) -> Option<anyhow::Result<R>> {
     let request = match serde_json::to_value(request) {
         Ok(r) => r,
         Err(e) => return Some(Err(e.into())),
     };
     let reply = try_daemon_at(path, &request)?;
-    Some(reply.and_then(|v| serde_json::from_value(v).map_err(|e| anyhow::anyhow!("trapd's reply to `{}`: {e}", request["op"]))))
+    Some(reply.and_then(|v| {
+        serde_json::from_value(v)
+            .map_err(|e| anyhow::anyhow!("trapd's reply to `{}`: {e}", request["op"]))
+    }))
 }
 
 /// Send `request` to the daemon at `path` and return its reply; `None` when no daemon is
@@ -38,18 +44,31 @@ pub fn call<R: serde::de::DeserializeOwned>(path: &Path, request: &crate::protoc
 pub fn try_daemon_at(path: &Path, request: &Value) -> Option<anyhow::Result<Value>> {
     let stream = match UnixStream::connect(path) {
         Ok(s) => s,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
             log::debug!("no trapd at {}: {e}", path.display());
             return None;
         }
-        Err(e) => return Some(Err(anyhow::anyhow!("connecting to trapd at {}: {e}", path.display()))),
+        Err(e) => {
+            return Some(Err(anyhow::anyhow!(
+                "connecting to trapd at {}: {e}",
+                path.display()
+            )))
+        }
     };
     log::debug!("going through trapd at {}", path.display());
     Some(exchange_one(stream, request).and_then(|reply| {
         if reply["ok"] == Value::Bool(true) {
             Ok(reply)
         } else {
-            Err(anyhow::anyhow!("trapd: {}", reply["error"].as_str().unwrap_or("request refused")))
+            Err(anyhow::anyhow!(
+                "trapd: {}",
+                reply["error"].as_str().unwrap_or("request refused")
+            ))
         }
     }))
 }
@@ -91,7 +110,9 @@ pub fn exchange(path: &Path, bytes: &[u8]) -> std::io::Result<Vec<String>> {
         log::debug!("sending to trapd: {e}");
     }
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    reader.join().map_err(|_| std::io::Error::other("reply reader panicked"))?
+    reader
+        .join()
+        .map_err(|_| std::io::Error::other("reply reader panicked"))?
 }
 
 #[cfg(test)]
@@ -129,12 +150,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.sock");
         let t = fake_daemon(&path, json!({"ok": true, "value": 1000}));
-        let reply = try_daemon_at(&path, &json!({"op": "get", "symbol": "mss_clamp_mtu"})).unwrap().unwrap();
+        let reply = try_daemon_at(&path, &json!({"op": "get", "symbol": "mss_clamp_mtu"}))
+            .unwrap()
+            .unwrap();
         assert_eq!(reply["value"], json!(1000));
-        assert_eq!(serde_json::from_str::<Value>(&t.join().unwrap()).unwrap(), json!({"op": "get", "symbol": "mss_clamp_mtu"}));
+        assert_eq!(
+            serde_json::from_str::<Value>(&t.join().unwrap()).unwrap(),
+            json!({"op": "get", "symbol": "mss_clamp_mtu"})
+        );
         let path = dir.path().join("b.sock");
-        let t = fake_daemon(&path, json!({"ok": false, "error": "no live splice at `f`"}));
-        let err = try_daemon_at(&path, &json!({"op": "unsplice", "at": "f"})).unwrap().unwrap_err();
+        let t = fake_daemon(
+            &path,
+            json!({"ok": false, "error": "no live splice at `f`"}),
+        );
+        let err = try_daemon_at(&path, &json!({"op": "unsplice", "at": "f"}))
+            .unwrap()
+            .unwrap_err();
         assert_eq!(err.to_string(), "trapd: no live splice at `f`");
         t.join().unwrap();
     }

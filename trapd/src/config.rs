@@ -70,9 +70,17 @@ pub struct ProfileSet {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}")]
-    Read { path: PathBuf, #[source] source: std::io::Error },
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}")]
-    Parse { path: PathBuf, #[source] source: toml::de::Error },
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
     #[error("{path}: {what}")]
     Invalid { path: PathBuf, what: String },
 }
@@ -86,9 +94,24 @@ impl Profile {
     /// The profile as the configuration `instr_manager::ops::switch` goes to.
     pub fn spec(&self) -> Spec {
         Spec {
-            components: self.components.iter().map(|path| ComponentSpec { path: path.clone(), crc32: None }).collect(),
+            components: self
+                .components
+                .iter()
+                .map(|path| ComponentSpec {
+                    path: path.clone(),
+                    crc32: None,
+                })
+                .collect(),
             splices: self.splices.clone(),
-            sets: self.sets.iter().map(|s| SetSpec { symbol: s.symbol.clone(), value: s.value, size: s.size }).collect(),
+            sets: self
+                .sets
+                .iter()
+                .map(|s| SetSpec {
+                    symbol: s.symbol.clone(),
+                    value: s.value,
+                    size: s.size,
+                })
+                .collect(),
         }
     }
 }
@@ -96,18 +119,30 @@ impl Profile {
 impl Config {
     /// Read and check `path`; relative component paths become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Config::parse(&text, path)
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let mut c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
-        let invalid = |what: String| ConfigError::Invalid { path: path.to_owned(), what };
+        let mut c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let invalid = |what: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            what,
+        };
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, p) in &mut c.profiles {
             for s in &p.sets {
                 if let Some(size) = s.size.filter(|z| ![1, 2, 4, 8].contains(z)) {
-                    return Err(invalid(format!("profile `{name}`: set {}: size {size} is not 1, 2, 4 or 8", s.symbol)));
+                    return Err(invalid(format!(
+                        "profile `{name}`: set {}: size {size} is not 1, 2, 4 or 8",
+                        s.symbol
+                    )));
                 }
             }
             for comp in &mut p.components {
@@ -118,11 +153,16 @@ impl Config {
         }
         if let Some(p) = &c.initial_profile {
             if !c.profiles.contains_key(p) {
-                return Err(invalid(format!("initial_profile `{p}` is not a [profile.*]")));
+                return Err(invalid(format!(
+                    "initial_profile `{p}` is not a [profile.*]"
+                )));
             }
         }
         if !c.min_dwell_s.is_finite() || c.min_dwell_s < 0.0 {
-            return Err(invalid(format!("min_dwell_s must be >= 0, not {}", c.min_dwell_s)));
+            return Err(invalid(format!(
+                "min_dwell_s must be >= 0, not {}",
+                c.min_dwell_s
+            )));
         }
         if c.interval_ms == Some(0) {
             return Err(invalid("interval_ms must be > 0".into()));
@@ -155,7 +195,12 @@ mod tests {
         let c = Config::load(&path).unwrap();
         assert_eq!(c.initial_profile.as_deref(), Some("clean"));
         let lossy = &c.profiles["lossy"];
-        assert_eq!(lossy.requests()[0].action, Action::Replace { with: "mss_clamp_tcp_sync_mss".into() });
+        assert_eq!(
+            lossy.requests()[0].action,
+            Action::Replace {
+                with: "mss_clamp_tcp_sync_mss".into()
+            }
+        );
         assert_eq!(lossy.sets[0].symbol, "mss_clamp_mtu");
         assert!(c.profiles["clean"].splices.is_empty());
         assert_eq!(c.rules.len(), 2);
@@ -164,18 +209,35 @@ mod tests {
 
     #[test]
     fn relative_component_paths_are_resolved_against_the_config_directory() {
-        let c = Config::parse("[profile.p]\ncomponents = [\"c/x.o\", \"/abs/y.o\"]\n", Path::new("/etc/trapd/trapd.toml")).unwrap();
-        assert_eq!(c.profiles["p"].components, vec![PathBuf::from("/etc/trapd/c/x.o"), PathBuf::from("/abs/y.o")]);
+        let c = Config::parse(
+            "[profile.p]\ncomponents = [\"c/x.o\", \"/abs/y.o\"]\n",
+            Path::new("/etc/trapd/trapd.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.profiles["p"].components,
+            vec![PathBuf::from("/etc/trapd/c/x.o"), PathBuf::from("/abs/y.o")]
+        );
     }
 
     #[test]
     fn bad_configs_name_what_is_wrong() {
-        let err = |t: &str| trapvec::error_chain(&Config::parse(t, Path::new("t.toml")).unwrap_err());
-        assert!(err("[profile.p]\nsplice = [{ at = \"f\", action = \"replace\" }]\n").contains("needs a `handler`"));
-        assert!(err("[profile.p]\nsplice = [{ at = \"f\", action = \"jump\" }]\n").contains("unknown action `jump`"));
+        let err =
+            |t: &str| trapvec::error_chain(&Config::parse(t, Path::new("t.toml")).unwrap_err());
+        assert!(
+            err("[profile.p]\nsplice = [{ at = \"f\", action = \"replace\" }]\n")
+                .contains("needs a `handler`")
+        );
+        assert!(
+            err("[profile.p]\nsplice = [{ at = \"f\", action = \"jump\" }]\n")
+                .contains("unknown action `jump`")
+        );
         assert!(err("initial_profile = \"nope\"\n").contains("initial_profile `nope`"));
         assert!(err("bogus = 1\n").contains("bogus"));
-        assert!(err("[profile.p]\nset = [{ symbol = \"v\", value = 1, size = 3 }]\n").contains("size 3"));
+        assert!(
+            err("[profile.p]\nset = [{ symbol = \"v\", value = 1, size = 3 }]\n")
+                .contains("size 3")
+        );
         assert!(err("listen = \"localhost-9464\"\n").contains("listen"));
     }
 

@@ -19,11 +19,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use component_manager::LoadOptions;
+use instr_manager::ops;
 use instr_manager::splicer::state::StateError;
 use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
 use instr_manager::Spec;
 use serde_json::{json, Value};
-use instr_manager::ops;
 use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::Config;
@@ -71,7 +71,11 @@ pub enum OpError {
     #[error("no profile named `{0}` in the configuration")]
     NoProfile(String),
     #[error("profile `{profile}`")]
-    Profile { profile: String, #[source] source: Box<OpError> },
+    Profile {
+        profile: String,
+        #[source]
+        source: Box<OpError>,
+    },
 }
 
 /// The daemon.
@@ -109,11 +113,20 @@ impl<T: Target + StateHome> Daemon<T> {
                 if let Some((_, Request::Activate { profile: p })) = &replayed.interrupted {
                     profile = Some(p.clone());
                 }
-                journal.append(&Record::Done { seq, time: journal::now_secs(), generation, profile: profile.clone() })?;
+                journal.append(&Record::Done {
+                    seq,
+                    time: journal::now_secs(),
+                    generation,
+                    profile: profile.clone(),
+                })?;
             }
             Outcome::NotStored { seq } => {
                 log::warn!("journal: change {seq} was interrupted before its state was stored: the module's state stands");
-                journal.append(&Record::Failed { seq, time: journal::now_secs(), error: "interrupted (daemon stopped)".into() })?;
+                journal.append(&Record::Failed {
+                    seq,
+                    time: journal::now_secs(),
+                    error: "interrupted (daemon stopped)".into(),
+                })?;
             }
         }
         // The journal's profile counts only if its splices are live: after the module was
@@ -133,9 +146,16 @@ impl<T: Target + StateHome> Daemon<T> {
                 }
             }
         }
-        let known: Vec<u64> = splicer.live().filter_map(|s| s.dispatch().map(|d| d.site)).collect();
+        let known: Vec<u64> = splicer
+            .live()
+            .filter_map(|s| s.dispatch().map(|d| d.site))
+            .collect();
         let unrecorded: Vec<DispatchEntry> = match splicer.target().dispatch_entries() {
-            Some(listed) => listed.map_err(DaemonError::List)?.into_iter().filter(|e| !known.contains(&e.site)).collect(),
+            Some(listed) => listed
+                .map_err(DaemonError::List)?
+                .into_iter()
+                .filter(|e| !known.contains(&e.site))
+                .collect(),
             None => Vec::new(),
         };
         for e in &unrecorded {
@@ -164,9 +184,13 @@ impl<T: Target + StateHome> Daemon<T> {
             metrics: BTreeMap::new(),
         };
         if let (None, Some(p)) = (&d.profile, initial) {
-            let reply = d.handle_with_cause(Request::Activate { profile: p.clone() }, "initial profile");
+            let reply =
+                d.handle_with_cause(Request::Activate { profile: p.clone() }, "initial profile");
             if reply["ok"] != json!(true) {
-                return Err(DaemonError::Initial { profile: p, error: reply["error"].as_str().unwrap_or_default().to_string() });
+                return Err(DaemonError::Initial {
+                    profile: p,
+                    error: reply["error"].as_str().unwrap_or_default().to_string(),
+                });
             }
         }
         Ok(d)
@@ -199,7 +223,11 @@ impl<T: Target + StateHome> Daemon<T> {
             };
         }
         let seq = self.journal.next_seq();
-        if let Err(e) = self.journal.append(&Record::Intent { seq, time: journal::now_secs(), request: req.clone() }) {
+        if let Err(e) = self.journal.append(&Record::Intent {
+            seq,
+            time: journal::now_secs(),
+            request: req.clone(),
+        }) {
             let e = trapvec::error_chain(&e);
             log::error!("{e}");
             return protocol::error(format!("nothing changed: {e}"));
@@ -212,14 +240,25 @@ impl<T: Target + StateHome> Daemon<T> {
                     let e = trapvec::error_chain(&e);
                     log::error!("storing the state in the module after change {seq}: {e}");
                     let msg = format!("the change was made in the kernel, but storing the daemon's state in the module failed: {e}");
-                    let _ = self.journal.append(&Record::Failed { seq, time, error: msg.clone() });
+                    let _ = self.journal.append(&Record::Failed {
+                        seq,
+                        time,
+                        error: msg.clone(),
+                    });
                     return protocol::error(msg);
                 }
-                let done = Record::Done { seq, time, generation: self.generation, profile: self.profile.clone() };
+                let done = Record::Done {
+                    seq,
+                    time,
+                    generation: self.generation,
+                    profile: self.profile.clone(),
+                };
                 if let Err(e) = self.journal.append(&done) {
                     let e = trapvec::error_chain(&e);
                     log::error!("{e}");
-                    return protocol::error(format!("the change was made and stored in the module, but not journaled: {e}"));
+                    return protocol::error(format!(
+                        "the change was made and stored in the module, but not journaled: {e}"
+                    ));
                 }
                 protocol::ok(v)
             }
@@ -231,7 +270,11 @@ impl<T: Target + StateHome> Daemon<T> {
                     log::error!("storing the state in the module after refused change {seq}: {se}");
                     why = format!("{why}; undoing it changed the kernel, and storing the daemon's state in the module failed: {se}");
                 }
-                if let Err(je) = self.journal.append(&Record::Failed { seq, time, error: why.clone() }) {
+                if let Err(je) = self.journal.append(&Record::Failed {
+                    seq,
+                    time,
+                    error: why.clone(),
+                }) {
                     log::error!("{}", trapvec::error_chain(&je));
                 }
                 protocol::error(why)
@@ -250,7 +293,10 @@ impl<T: Target + StateHome> Daemon<T> {
 
     /// Store the splicer's state in the module, after the generation it holds.
     fn store(&mut self) -> Result<(), TargetError> {
-        self.generation = self.splicer.target().store_state(self.generation, &self.splicer.export_state())?;
+        self.generation = self
+            .splicer
+            .target()
+            .store_state(self.generation, &self.splicer.export_state())?;
         self.stored = fingerprint(&self.splicer);
         Ok(())
     }
@@ -261,7 +307,12 @@ impl<T: Target + StateHome> Daemon<T> {
             Request::List => self.list()?,
             Request::Status => self.status(),
             Request::Get { symbol, size } => reply(ops::get(sp, symbol, *size)?),
-            Request::Apply { spec, check: true, .. } => reply(ops::check(sp, &Spec::from_path(spec).map_err(ops::OpError::from)?)),
+            Request::Apply {
+                spec, check: true, ..
+            } => reply(ops::check(
+                sp,
+                &Spec::from_path(spec).map_err(ops::OpError::from)?,
+            )),
             _ => unreachable!("only reads come here"),
         };
         Ok(v)
@@ -271,8 +322,20 @@ impl<T: Target + StateHome> Daemon<T> {
         let sp = &mut self.splicer;
         let v = match req {
             Request::Load { path, name } => {
-                let (loaded, _) = ops::load(sp, path, &LoadOptions { name: name.clone(), ..LoadOptions::default() })?;
-                log::info!("loaded component {} from {} ({} declared splice(s))", loaded.component.name, path.display(), loaded.spliced.len());
+                let (loaded, _) = ops::load(
+                    sp,
+                    path,
+                    &LoadOptions {
+                        name: name.clone(),
+                        ..LoadOptions::default()
+                    },
+                )?;
+                log::info!(
+                    "loaded component {} from {} ({} declared splice(s))",
+                    loaded.component.name,
+                    path.display(),
+                    loaded.spliced.len()
+                );
                 reply(loaded)
             }
             Request::Unload { name } => {
@@ -295,7 +358,9 @@ impl<T: Target + StateHome> Daemon<T> {
                 log::info!("unspliced all {} splice(s)", all.unspliced.len());
                 reply(all)
             }
-            Request::Apply { spec, best_effort, .. } => {
+            Request::Apply {
+                spec, best_effort, ..
+            } => {
                 let parsed = Spec::from_path(spec).map_err(ops::OpError::from)?;
                 let (report, _) = ops::apply(sp, &parsed, *best_effort)?;
                 log::info!(
@@ -307,21 +372,39 @@ impl<T: Target + StateHome> Daemon<T> {
                 );
                 reply(report)
             }
-            Request::Set { symbol, value, size } => {
+            Request::Set {
+                symbol,
+                value,
+                size,
+            } => {
                 let (var, _) = ops::set(sp, symbol, value, *size)?;
                 log::info!("set {symbol} = {}", var.value);
                 reply(var)
             }
-            Request::Activate { profile } => self.activate(profile, cause).map_err(|e| OpError::Profile { profile: profile.clone(), source: Box::new(e) })?,
-            Request::List | Request::Status | Request::Get { .. } => unreachable!("reads do not come here"),
+            Request::Activate { profile } => {
+                self.activate(profile, cause)
+                    .map_err(|e| OpError::Profile {
+                        profile: profile.clone(),
+                        source: Box::new(e),
+                    })?
+            }
+            Request::List | Request::Status | Request::Get { .. } => {
+                unreachable!("reads do not come here")
+            }
         };
         Ok(v)
     }
 
     /// The requests of profile `name` (none for no profile).
     fn requests_of(&self, name: Option<&str>) -> Result<Vec<SpliceRequest>, OpError> {
-        let Some(name) = name else { return Ok(Vec::new()) };
-        let p = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?;
+        let Some(name) = name else {
+            return Ok(Vec::new());
+        };
+        let p = self
+            .config
+            .profiles
+            .get(name)
+            .ok_or_else(|| OpError::NoProfile(name.to_string()))?;
         Ok(p.requests())
     }
 
@@ -330,9 +413,16 @@ impl<T: Target + StateHome> Daemon<T> {
     /// and adding those it adds, after a batch of its own for sites that change hands; all or
     /// nothing).
     fn activate(&mut self, name: &str, cause: &str) -> Result<Value, OpError> {
-        let profile = self.config.profiles.get(name).ok_or_else(|| OpError::NoProfile(name.to_string()))?.spec();
+        let profile = self
+            .config
+            .profiles
+            .get(name)
+            .ok_or_else(|| OpError::NoProfile(name.to_string()))?
+            .spec();
         // A profile that is no longer in the configuration owns nothing we can name.
-        let old = self.requests_of(self.profile.as_deref()).unwrap_or_default();
+        let old = self
+            .requests_of(self.profile.as_deref())
+            .unwrap_or_default();
         let switched = ops::switch(&mut self.splicer, &old, &profile)?;
         let previous = self.profile.replace(name.to_string());
         self.switched_at = Some(self.now());
@@ -359,7 +449,9 @@ impl<T: Target + StateHome> Daemon<T> {
     /// The listing of [`ops::listing`], with each splice's `in_profile`, the active profile and
     /// the unrecorded dispatch entries.
     fn list(&self) -> Result<Value, OpError> {
-        let active = self.requests_of(self.profile.as_deref()).unwrap_or_default();
+        let active = self
+            .requests_of(self.profile.as_deref())
+            .unwrap_or_default();
         let mut listing = ops::listing(&self.splicer)?;
         for row in &mut listing.splices {
             let live = self.splicer.get(SpliceId(row.id)).map(|s| &s.request);
@@ -370,7 +462,11 @@ impl<T: Target + StateHome> Daemon<T> {
             .iter()
             .map(|e| {
                 let h = self.splicer.target().trap_hits(e.site).unwrap_or_default();
-                ops::Unrecorded { site: format!("{:#x}", e.site), dest: format!("{:#x}", e.dest), hits: h.hits }
+                ops::Unrecorded {
+                    site: format!("{:#x}", e.site),
+                    dest: format!("{:#x}", e.dest),
+                    hits: h.hits,
+                }
             })
             .collect();
         let mut v = reply(listing);
@@ -398,7 +494,8 @@ impl<T: Target + StateHome> Daemon<T> {
 
 /// A report as a reply's fields.
 fn reply(report: impl serde::Serialize) -> Value {
-    serde_json::to_value(report).unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
+    serde_json::to_value(report)
+        .unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
 }
 
 /// What the stored state records, in brief: the ids of the live and retiring splices and of

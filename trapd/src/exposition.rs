@@ -64,9 +64,17 @@ pub struct RequestCount {
 /// The exposition of `listing`, and of `daemon` when trapd renders it.
 pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
     let mut out = Exposition::default();
-    out.family("trapvec_splice_hits_total", "counter", "Traps taken at a live splice (handler run, or counted).");
+    out.family(
+        "trapvec_splice_hits_total",
+        "counter",
+        "Traps taken at a live splice (handler run, or counted).",
+    );
     for s in &listing.splices {
-        out.sample("trapvec_splice_hits_total", &splice_labels(s), s.hits as f64);
+        out.sample(
+            "trapvec_splice_hits_total",
+            &splice_labels(s),
+            s.hits as f64,
+        );
     }
     out.family(
         "trapvec_splice_missed_total",
@@ -74,17 +82,33 @@ pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
         "Traps at a live splice taken while a handler already ran on that CPU (handler skipped).",
     );
     for s in &listing.splices {
-        out.sample("trapvec_splice_missed_total", &splice_labels(s), s.missed as f64);
+        out.sample(
+            "trapvec_splice_missed_total",
+            &splice_labels(s),
+            s.missed as f64,
+        );
     }
     out.family("trapvec_splices", "gauge", "Live splices.");
     out.sample("trapvec_splices", &[], listing.splices.len() as f64);
-    out.family("trapvec_splices_retiring", "gauge", "Splices whose removal waits for a task to leave their code.");
-    out.sample("trapvec_splices_retiring", &[], listing.retiring.len() as f64);
+    out.family(
+        "trapvec_splices_retiring",
+        "gauge",
+        "Splices whose removal waits for a task to leave their code.",
+    );
+    out.sample(
+        "trapvec_splices_retiring",
+        &[],
+        listing.retiring.len() as f64,
+    );
     out.family("trapvec_components", "gauge", "Loaded components.");
     out.sample("trapvec_components", &[], listing.components.len() as f64);
     let Some(d) = daemon else { return out.text };
 
-    out.family("trapd_profile_active", "gauge", "1 for trapd's active profile, 0 for each other configured profile.");
+    out.family(
+        "trapd_profile_active",
+        "gauge",
+        "1 for trapd's active profile, 0 for each other configured profile.",
+    );
     let mut profiles: Vec<&str> = d.profiles.iter().map(String::as_str).collect();
     // A journaled profile may have left the configuration; it is still the active one.
     if let Some(p) = d.profile.as_deref().filter(|p| !profiles.contains(p)) {
@@ -93,30 +117,58 @@ pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
     profiles.sort_unstable();
     for p in profiles {
         let active = d.profile.as_deref() == Some(p);
-        out.sample("trapd_profile_active", &[("profile", p)], if active { 1.0 } else { 0.0 });
+        out.sample(
+            "trapd_profile_active",
+            &[("profile", p)],
+            if active { 1.0 } else { 0.0 },
+        );
     }
-    out.family("trapd_profile_switches_total", "counter", "Profile switches since trapd started.");
+    out.family(
+        "trapd_profile_switches_total",
+        "counter",
+        "Profile switches since trapd started.",
+    );
     out.sample("trapd_profile_switches_total", &[], d.switches as f64);
-    out.family("trapd_metric_value", "gauge", "Last sampled value of each metric trapd's rules read.");
+    out.family(
+        "trapd_metric_value",
+        "gauge",
+        "Last sampled value of each metric trapd's rules read.",
+    );
     for (name, value) in &d.metrics {
         out.sample("trapd_metric_value", &[("metric", name)], *value);
     }
-    out.family("trapd_requests_total", "counter", "Requests answered on trapd's socket, by op (invalid: not a request).");
+    out.family(
+        "trapd_requests_total",
+        "counter",
+        "Requests answered on trapd's socket, by op (invalid: not a request).",
+    );
     for (op, n) in &d.requests {
         out.sample("trapd_requests_total", &[("op", op)], n.total as f64);
     }
-    out.family("trapd_request_errors_total", "counter", "Requests answered with an error, by op.");
+    out.family(
+        "trapd_request_errors_total",
+        "counter",
+        "Requests answered with an error, by op.",
+    );
     for (op, n) in &d.requests {
         out.sample("trapd_request_errors_total", &[("op", op)], n.errors as f64);
     }
-    out.family("trapd_uptime_seconds", "gauge", "Seconds since trapd started.");
+    out.family(
+        "trapd_uptime_seconds",
+        "gauge",
+        "Seconds since trapd started.",
+    );
     out.sample("trapd_uptime_seconds", &[], d.uptime_s as f64);
     out.family(
         "trapd_unrecorded_dispatch_entries",
         "gauge",
         "Dispatch entries live in the module that no stored state describes (rmmod trapvec reverts them).",
     );
-    out.sample("trapd_unrecorded_dispatch_entries", &[], d.unrecorded as f64);
+    out.sample(
+        "trapd_unrecorded_dispatch_entries",
+        &[],
+        d.unrecorded as f64,
+    );
     out.text
 }
 
@@ -176,7 +228,9 @@ fn number(v: f64) -> String {
 
 /// A label value: `\` → `\\`, `"` → `\"`, newline → `\n`.
 fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// A `# HELP` text: `\` → `\\`, newline → `\n`.
@@ -190,7 +244,15 @@ mod tests {
     use instr_manager::ops::ComponentRow;
     use prometheus_parse::{Sample, Scrape, Value};
 
-    fn row(id: u64, at: &str, mechanism: &str, action: &str, symbol: Option<&str>, hits: u64, missed: u64) -> SpliceRow {
+    fn row(
+        id: u64,
+        at: &str,
+        mechanism: &str,
+        action: &str,
+        symbol: Option<&str>,
+        hits: u64,
+        missed: u64,
+    ) -> SpliceRow {
         SpliceRow {
             id,
             at: at.into(),
@@ -215,8 +277,24 @@ mod tests {
     fn listing() -> Listing {
         Listing {
             splices: vec![
-                row(1, "tcp_sync_mss", "trap", "replace by mss_clamp_tcp_sync_mss", Some("mss_clamp_tcp_sync_mss"), 948, 0),
-                row(2, "tcp_v4_rcv+0x1f", "jmp", "call h (cookie 0x7)", Some("h"), 12, 3),
+                row(
+                    1,
+                    "tcp_sync_mss",
+                    "trap",
+                    "replace by mss_clamp_tcp_sync_mss",
+                    Some("mss_clamp_tcp_sync_mss"),
+                    948,
+                    0,
+                ),
+                row(
+                    2,
+                    "tcp_v4_rcv+0x1f",
+                    "jmp",
+                    "call h (cookie 0x7)",
+                    Some("h"),
+                    12,
+                    3,
+                ),
                 row(3, "do_sys_openat2", "trap", "count", None, 0, 0),
             ],
             components: vec![ComponentRow {
@@ -242,12 +320,33 @@ mod tests {
             switches: 4,
             uptime_s: 77,
             unrecorded: 0,
-            metrics: BTreeMap::from([("retrans".to_string(), 15.384_615), ("rate".to_string(), 0.0)]),
+            metrics: BTreeMap::from([
+                ("retrans".to_string(), 15.384_615),
+                ("rate".to_string(), 0.0),
+            ]),
             requests: BTreeMap::new(),
         };
-        d.requests.insert("list".into(), RequestCount { total: 10, errors: 0 });
-        d.requests.insert("activate".into(), RequestCount { total: 3, errors: 1 });
-        d.requests.insert("invalid".into(), RequestCount { total: 7, errors: 7 });
+        d.requests.insert(
+            "list".into(),
+            RequestCount {
+                total: 10,
+                errors: 0,
+            },
+        );
+        d.requests.insert(
+            "activate".into(),
+            RequestCount {
+                total: 3,
+                errors: 1,
+            },
+        );
+        d.requests.insert(
+            "invalid".into(),
+            RequestCount {
+                total: 7,
+                errors: 7,
+            },
+        );
         d
     }
 
@@ -255,9 +354,17 @@ mod tests {
     /// what it cannot read instead of failing).
     fn parse(text: &str) -> Scrape {
         let lines: Vec<std::io::Result<String>> = text.lines().map(|l| Ok(l.to_string())).collect();
-        let scrape = Scrape::parse(lines.into_iter()).expect("prometheus-parse reads the exposition");
-        let sample_lines = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
-        assert_eq!(scrape.samples.len(), sample_lines, "every sample line parsed:\n{text}");
+        let scrape =
+            Scrape::parse(lines.into_iter()).expect("prometheus-parse reads the exposition");
+        let sample_lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
+        assert_eq!(
+            scrape.samples.len(),
+            sample_lines,
+            "every sample line parsed:\n{text}"
+        );
         scrape
     }
 
@@ -272,7 +379,9 @@ mod tests {
         let found: Vec<&Sample> = scrape
             .samples
             .iter()
-            .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .filter(|s| {
+                s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+            })
             .collect();
         assert_eq!(found.len(), 1, "{metric}{labels:?}: {found:?}");
         found[0]
@@ -281,7 +390,11 @@ mod tests {
     #[test]
     fn splices_render_as_counters_with_point_mechanism_and_action_labels() {
         let scrape = parse(&render(&listing(), None));
-        let hits = find(&scrape, "trapvec_splice_hits_total", &[("point", "tcp_sync_mss")]);
+        let hits = find(
+            &scrape,
+            "trapvec_splice_hits_total",
+            &[("point", "tcp_sync_mss")],
+        );
         assert!(matches!(hits.value, Value::Counter(_)), "{hits:?}");
         assert_eq!(value(hits), 948.0);
         assert_eq!(hits.labels.get("mechanism"), Some("trap"));
@@ -289,34 +402,102 @@ mod tests {
         assert_eq!(hits.labels.get("handler"), Some("mss_clamp_tcp_sync_mss"));
         assert_eq!(hits.labels.get("function"), Some("tcp_sync_mss"));
         assert_eq!(hits.labels.get("site"), Some("0xffffffff81000010"));
-        let call = find(&scrape, "trapvec_splice_missed_total", &[("point", "tcp_v4_rcv+0x1f")]);
+        let call = find(
+            &scrape,
+            "trapvec_splice_missed_total",
+            &[("point", "tcp_v4_rcv+0x1f")],
+        );
         assert_eq!(value(call), 3.0);
         assert_eq!(call.labels.get("mechanism"), Some("jmp"));
         assert_eq!(call.labels.get("action"), Some("call"));
-        let count = find(&scrape, "trapvec_splice_hits_total", &[("point", "do_sys_openat2")]);
-        assert_eq!((value(count), count.labels.get("action"), count.labels.get("handler")), (0.0, Some("count"), Some("")));
+        let count = find(
+            &scrape,
+            "trapvec_splice_hits_total",
+            &[("point", "do_sys_openat2")],
+        );
+        assert_eq!(
+            (
+                value(count),
+                count.labels.get("action"),
+                count.labels.get("handler")
+            ),
+            (0.0, Some("count"), Some(""))
+        );
         assert_eq!(value(find(&scrape, "trapvec_splices", &[])), 3.0);
         assert_eq!(value(find(&scrape, "trapvec_splices_retiring", &[])), 1.0);
         assert_eq!(value(find(&scrape, "trapvec_components", &[])), 1.0);
         // Without a daemon there is nothing of trapd's.
-        assert!(scrape.samples.iter().all(|s| s.metric.starts_with("trapvec_")));
-        assert_eq!(scrape.docs["trapvec_splice_hits_total"], "Traps taken at a live splice (handler run, or counted).");
+        assert!(scrape
+            .samples
+            .iter()
+            .all(|s| s.metric.starts_with("trapvec_")));
+        assert_eq!(
+            scrape.docs["trapvec_splice_hits_total"],
+            "Traps taken at a live splice (handler run, or counted)."
+        );
     }
 
     #[test]
     fn daemon_stats_render_the_profile_switches_metrics_and_requests() {
         let scrape = parse(&render(&listing(), Some(&stats())));
-        assert_eq!(value(find(&scrape, "trapd_profile_active", &[("profile", "lossy")])), 1.0);
-        assert_eq!(value(find(&scrape, "trapd_profile_active", &[("profile", "clean")])), 0.0);
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_profile_active",
+                &[("profile", "lossy")]
+            )),
+            1.0
+        );
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_profile_active",
+                &[("profile", "clean")]
+            )),
+            0.0
+        );
         let switches = find(&scrape, "trapd_profile_switches_total", &[]);
-        assert!(matches!(switches.value, Value::Counter(4.0)), "{switches:?}");
-        assert_eq!(value(find(&scrape, "trapd_metric_value", &[("metric", "retrans")])), 15.384_615);
-        assert_eq!(value(find(&scrape, "trapd_metric_value", &[("metric", "rate")])), 0.0);
-        assert_eq!(value(find(&scrape, "trapd_requests_total", &[("op", "activate")])), 3.0);
-        assert_eq!(value(find(&scrape, "trapd_request_errors_total", &[("op", "activate")])), 1.0);
-        assert_eq!(value(find(&scrape, "trapd_request_errors_total", &[("op", "invalid")])), 7.0);
+        assert!(
+            matches!(switches.value, Value::Counter(4.0)),
+            "{switches:?}"
+        );
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_metric_value",
+                &[("metric", "retrans")]
+            )),
+            15.384_615
+        );
+        assert_eq!(
+            value(find(&scrape, "trapd_metric_value", &[("metric", "rate")])),
+            0.0
+        );
+        assert_eq!(
+            value(find(&scrape, "trapd_requests_total", &[("op", "activate")])),
+            3.0
+        );
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_request_errors_total",
+                &[("op", "activate")]
+            )),
+            1.0
+        );
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_request_errors_total",
+                &[("op", "invalid")]
+            )),
+            7.0
+        );
         assert_eq!(value(find(&scrape, "trapd_uptime_seconds", &[])), 77.0);
-        assert_eq!(value(find(&scrape, "trapd_unrecorded_dispatch_entries", &[])), 0.0);
+        assert_eq!(
+            value(find(&scrape, "trapd_unrecorded_dispatch_entries", &[])),
+            0.0
+        );
     }
 
     #[test]
@@ -324,11 +505,23 @@ mod tests {
         let mut d = stats();
         d.profile = None;
         let scrape = parse(&render(&Listing::default(), Some(&d)));
-        let active: Vec<f64> = scrape.samples.iter().filter(|s| s.metric == "trapd_profile_active").map(value).collect();
+        let active: Vec<f64> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "trapd_profile_active")
+            .map(value)
+            .collect();
         assert_eq!(active, vec![0.0, 0.0]);
         d.profile = Some("removed".into());
         let scrape = parse(&render(&Listing::default(), Some(&d)));
-        assert_eq!(value(find(&scrape, "trapd_profile_active", &[("profile", "removed")])), 1.0);
+        assert_eq!(
+            value(find(
+                &scrape,
+                "trapd_profile_active",
+                &[("profile", "removed")]
+            )),
+            1.0
+        );
     }
 
     #[test]
@@ -336,7 +529,8 @@ mod tests {
         assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
         assert_eq!(escape_help("x\\y\nz \"q\""), "x\\\\y\\nz \"q\"");
         let mut l = Listing::default();
-        l.splices.push(row(9, "we\"ird\\pt", "trap", "count", None, 1, 0));
+        l.splices
+            .push(row(9, "we\"ird\\pt", "trap", "count", None, 1, 0));
         let text = render(&l, None);
         assert!(text.contains(r#"point="we\"ird\\pt""#), "{text}");
     }
@@ -357,15 +551,29 @@ mod tests {
     #[test]
     fn promtool_checks_the_exposition_clean() {
         let text = render(&listing(), Some(&stats()));
-        let Some(out) = promtool_check(&text) else { return };
-        assert!(out.status.success(), "promtool check metrics: {}{}\n{text}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "lint findings: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let Some(out) = promtool_check(&text) else {
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "lint findings: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A value that promtool must refuse, to show the check above can fail.
     #[test]
     fn promtool_refuses_a_broken_exposition() {
-        let Some(out) = promtool_check("# TYPE x counter\nx{a=\"unterminated} 1\n") else { return };
+        let Some(out) = promtool_check("# TYPE x counter\nx{a=\"unterminated} 1\n") else {
+            return;
+        };
         assert!(!out.status.success(), "promtool accepted a broken line");
     }
 
@@ -385,7 +593,12 @@ mod tests {
                 return None;
             }
         };
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
         Some(child.wait_with_output().unwrap())
     }
 }

@@ -22,11 +22,25 @@ use super::protocol::Request;
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum Record {
     /// A compacted journal's first record: the state after everything before it.
-    Checkpoint { seq: u64, time: u64, generation: u64, profile: Option<String> },
+    Checkpoint {
+        seq: u64,
+        time: u64,
+        generation: u64,
+        profile: Option<String>,
+    },
     /// About to make this change.
-    Intent { seq: u64, time: u64, request: Request },
+    Intent {
+        seq: u64,
+        time: u64,
+        request: Request,
+    },
     /// The change of intent `seq` is made and stored (module state `generation`).
-    Done { seq: u64, time: u64, generation: u64, profile: Option<String> },
+    Done {
+        seq: u64,
+        time: u64,
+        generation: u64,
+        profile: Option<String>,
+    },
     /// The change of intent `seq` was refused; nothing changed.
     Failed { seq: u64, time: u64, error: String },
 }
@@ -34,7 +48,10 @@ pub enum Record {
 impl Record {
     pub fn seq(&self) -> u64 {
         match self {
-            Record::Checkpoint { seq, .. } | Record::Intent { seq, .. } | Record::Done { seq, .. } | Record::Failed { seq, .. } => *seq,
+            Record::Checkpoint { seq, .. }
+            | Record::Intent { seq, .. }
+            | Record::Done { seq, .. }
+            | Record::Failed { seq, .. } => *seq,
         }
     }
 }
@@ -42,7 +59,12 @@ impl Record {
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("journal {path}: {what}")]
-    Io { path: PathBuf, what: &'static str, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The open journal.
@@ -76,13 +98,22 @@ pub fn replay(text: &str) -> Replayed {
         };
         r.last_seq = r.last_seq.max(rec.seq());
         match rec {
-            Record::Checkpoint { generation, profile, .. } => {
+            Record::Checkpoint {
+                generation,
+                profile,
+                ..
+            } => {
                 r.generation = generation;
                 r.profile = profile;
                 r.interrupted = None;
             }
             Record::Intent { seq, request, .. } => r.interrupted = Some((seq, request)),
-            Record::Done { seq, generation, profile, .. } => {
+            Record::Done {
+                seq,
+                generation,
+                profile,
+                ..
+            } => {
                 if r.interrupted.as_ref().is_some_and(|(s, _)| *s == seq) {
                     r.interrupted = None;
                 }
@@ -115,19 +146,29 @@ pub enum Outcome {
 pub fn reconcile(replayed: &Replayed, module_generation: u64) -> Outcome {
     match &replayed.interrupted {
         None => Outcome::Clean,
-        Some((seq, _)) if module_generation != replayed.generation => Outcome::Completed { seq: *seq },
+        Some((seq, _)) if module_generation != replayed.generation => {
+            Outcome::Completed { seq: *seq }
+        }
         Some((seq, _)) => Outcome::NotStored { seq: *seq },
     }
 }
 
 pub fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Journal {
     /// Open (creating it and its directory) and read back `path`.
     pub fn open(path: &Path) -> Result<(Journal, Replayed), JournalError> {
-        let io = |what: &'static str| move |source| JournalError::Io { path: path.to_owned(), what, source };
+        let io = |what: &'static str| {
+            move |source| JournalError::Io {
+                path: path.to_owned(),
+                what,
+                source,
+            }
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
         }
@@ -138,10 +179,25 @@ impl Journal {
         };
         let replayed = replay(&text);
         if replayed.torn > 0 {
-            log::warn!("journal {}: {} torn line(s) skipped", path.display(), replayed.torn);
+            log::warn!(
+                "journal {}: {} torn line(s) skipped",
+                path.display(),
+                replayed.torn
+            );
         }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(io("opening"))?;
-        Ok((Journal { path: path.to_owned(), file, next_seq: replayed.last_seq + 1 }, replayed))
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io("opening"))?;
+        Ok((
+            Journal {
+                path: path.to_owned(),
+                file,
+                next_seq: replayed.last_seq + 1,
+            },
+            replayed,
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -171,7 +227,11 @@ impl Journal {
 
     /// Replace the journal by one checkpoint (written to a temporary file, synced, renamed over
     /// the journal, directory synced): a crash at any point leaves the old or the new journal.
-    pub fn compact(&mut self, generation: u64, profile: Option<String>) -> Result<(), JournalError> {
+    pub fn compact(
+        &mut self,
+        generation: u64,
+        profile: Option<String>,
+    ) -> Result<(), JournalError> {
         let path = self.path.clone();
         let io = |what: &'static str| {
             let path = path.clone();
@@ -179,17 +239,28 @@ impl Journal {
         };
         let tmp = self.path.with_extension("tmp");
         let seq = self.next_seq();
-        let rec = Record::Checkpoint { seq, time: now_secs(), generation, profile };
+        let rec = Record::Checkpoint {
+            seq,
+            time: now_secs(),
+            generation,
+            profile,
+        };
         let mut line = serde_json::to_vec(&rec).expect("journal records always serialize");
         line.push(b'\n');
         let mut f = File::create(&tmp).map_err(io("creating the compacted journal"))?;
-        f.write_all(&line).map_err(io("writing the compacted journal"))?;
+        f.write_all(&line)
+            .map_err(io("writing the compacted journal"))?;
         f.sync_all().map_err(io("fsync of the compacted journal"))?;
         std::fs::rename(&tmp, &self.path).map_err(io("renaming the compacted journal"))?;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io("fsync of its directory"))?;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("fsync of its directory"))?;
         }
-        self.file = OpenOptions::new().append(true).open(&self.path).map_err(io("reopening"))?;
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io("reopening"))?;
         Ok(())
     }
 }
@@ -199,7 +270,11 @@ impl Journal {
 pub fn read_records(path: &Path) -> std::io::Result<Vec<Record>> {
     use std::io::{BufRead, BufReader};
     let f = File::open(path)?;
-    Ok(BufReader::new(f).lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()).collect())
+    Ok(BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect())
 }
 
 #[cfg(test)]
@@ -217,14 +292,43 @@ mod tests {
         let (mut j, r) = Journal::open(&path).unwrap();
         assert_eq!(r, Replayed::default());
         let s = j.next_seq();
-        j.append(&Record::Intent { seq: s, time: 1, request: activate("lossy") }).unwrap();
-        j.append(&Record::Done { seq: s, time: 1, generation: 7, profile: Some("lossy".into()) }).unwrap();
+        j.append(&Record::Intent {
+            seq: s,
+            time: 1,
+            request: activate("lossy"),
+        })
+        .unwrap();
+        j.append(&Record::Done {
+            seq: s,
+            time: 1,
+            generation: 7,
+            profile: Some("lossy".into()),
+        })
+        .unwrap();
         let s = j.next_seq();
-        j.append(&Record::Intent { seq: s, time: 2, request: activate("nope") }).unwrap();
-        j.append(&Record::Failed { seq: s, time: 2, error: "no profile".into() }).unwrap();
+        j.append(&Record::Intent {
+            seq: s,
+            time: 2,
+            request: activate("nope"),
+        })
+        .unwrap();
+        j.append(&Record::Failed {
+            seq: s,
+            time: 2,
+            error: "no profile".into(),
+        })
+        .unwrap();
         drop(j);
         let (mut j, r) = Journal::open(&path).unwrap();
-        assert_eq!((r.generation, r.profile.as_deref(), r.interrupted, r.last_seq), (7, Some("lossy"), None, 2));
+        assert_eq!(
+            (
+                r.generation,
+                r.profile.as_deref(),
+                r.interrupted,
+                r.last_seq
+            ),
+            (7, Some("lossy"), None, 2)
+        );
         assert_eq!(j.next_seq(), 3);
     }
 
@@ -253,12 +357,28 @@ mod tests {
         let (mut j, _) = Journal::open(&path).unwrap();
         for g in 1..=5 {
             let s = j.next_seq();
-            j.append(&Record::Intent { seq: s, time: 0, request: activate("p") }).unwrap();
-            j.append(&Record::Done { seq: s, time: 0, generation: g, profile: Some("p".into()) }).unwrap();
+            j.append(&Record::Intent {
+                seq: s,
+                time: 0,
+                request: activate("p"),
+            })
+            .unwrap();
+            j.append(&Record::Done {
+                seq: s,
+                time: 0,
+                generation: g,
+                profile: Some("p".into()),
+            })
+            .unwrap();
         }
         j.compact(5, Some("p".into())).unwrap();
         let s = j.next_seq();
-        j.append(&Record::Intent { seq: s, time: 0, request: activate("q") }).unwrap();
+        j.append(&Record::Intent {
+            seq: s,
+            time: 0,
+            request: activate("q"),
+        })
+        .unwrap();
         let recs = read_records(&path).unwrap();
         assert_eq!(recs.len(), 2);
         assert!(matches!(recs[0], Record::Checkpoint { generation: 5, .. }));

@@ -54,13 +54,21 @@ pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> 
     let target = trapvec::kernel::KernelTarget::open()?;
     // Held for the daemon's life: a trapctl going straight to the module waits for us.
     target.lock_exclusive()?;
-    let listener = server::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
-    let metrics_listener = match listen {
-        Some(addr) => Some(prometheus::bind(addr).with_context(|| format!("listening for Prometheus scrapes on {addr} (`listen`)"))?),
-        None => None,
-    };
+    let listener =
+        server::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    let metrics_listener =
+        match listen {
+            Some(addr) => Some(prometheus::bind(addr).with_context(|| {
+                format!("listening for Prometheus scrapes on {addr} (`listen`)")
+            })?),
+            None => None,
+        };
     let daemon = Daemon::start(target, config, journal)?;
-    log::info!("listening on {} (journal {})", socket.display(), journal.display());
+    log::info!(
+        "listening on {} (journal {})",
+        socket.display(),
+        journal.display()
+    );
     let daemon = Arc::new(Mutex::new(daemon));
     if !engine.rules().is_empty() {
         let d = Arc::clone(&daemon);
@@ -68,7 +76,11 @@ pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> 
     }
     let counts = Arc::new(server::RequestCounts::default());
     if let Some(l) = metrics_listener {
-        log::info!("serving Prometheus metrics on http://{}/metrics", l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()));
+        log::info!(
+            "serving Prometheus metrics on http://{}/metrics",
+            l.local_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string())
+        );
         let (d, c) = (Arc::clone(&daemon), Arc::clone(&counts));
         std::thread::spawn(move || prometheus::serve(&l, &d, &c));
     }
@@ -83,7 +95,12 @@ impl<T: Target + StateHome + Send + 'static> server::Handler for Daemon<T> {
 }
 
 /// Sample the metrics every `interval`, feed the rules, and switch profiles when one fires.
-fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rules::Engine, mut metric_list: Vec<metrics::Metric>, interval: std::time::Duration) {
+fn rules_loop<T: Target + StateHome>(
+    daemon: &Mutex<Daemon<T>>,
+    mut engine: rules::Engine,
+    mut metric_list: Vec<metrics::Metric>,
+    interval: std::time::Duration,
+) {
     let mut failing: HashMap<String, String> = HashMap::new();
     // A switch that failed is not retried before this long (each try journals and logs).
     let retry_after = (interval * 10).max(std::time::Duration::from_secs(5));
@@ -112,10 +129,15 @@ fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rule
         let mut d = server::lock(daemon);
         d.metrics = values.iter().map(|(k, v)| (k.clone(), *v)).collect();
         log::debug!("metrics: {:?}", d.metrics);
-        let Some(decision) = engine.observe(now, &values, d.profile(), d.switched_at()) else { continue };
+        let Some(decision) = engine.observe(now, &values, d.profile(), d.switched_at()) else {
+            continue;
+        };
         if let Some((p, at)) = &failed_switch {
             if *p == decision.profile && now.saturating_sub(*at) < retry_after {
-                log::debug!("not retrying profile {p} yet: it failed {:?} ago", now.saturating_sub(*at));
+                log::debug!(
+                    "not retrying profile {p} yet: it failed {:?} ago",
+                    now.saturating_sub(*at)
+                );
                 continue;
             }
         }
@@ -129,11 +151,20 @@ fn rules_loop<T: Target + StateHome>(daemon: &Mutex<Daemon<T>>, mut engine: rule
             decision.held.as_secs_f64()
         );
         log::info!("switching to profile {}: {cause}", decision.profile);
-        let reply = d.handle_with_cause(Request::Activate { profile: decision.profile.clone() }, &cause);
+        let reply = d.handle_with_cause(
+            Request::Activate {
+                profile: decision.profile.clone(),
+            },
+            &cause,
+        );
         if reply["ok"] == serde_json::Value::Bool(true) {
             failed_switch = None;
         } else {
-            log::error!("switching to profile {} failed (next try in {retry_after:?} at the earliest): {}", decision.profile, reply["error"]);
+            log::error!(
+                "switching to profile {} failed (next try in {retry_after:?} at the earliest): {}",
+                decision.profile,
+                reply["error"]
+            );
             failed_switch = Some((decision.profile.clone(), now));
         }
     }

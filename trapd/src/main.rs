@@ -66,7 +66,9 @@ fn main() -> ExitCode {
             trapd::docs::completions(Cli::command(), "trapd", *shell, &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Man { dir }) => trapd::docs::man_pages(Cli::command(), dir).map(|_| ExitCode::SUCCESS).map_err(Into::into),
+        Some(Command::Man { dir }) => trapd::docs::man_pages(Cli::command(), dir)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
         None => run(&cli).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|e| {
@@ -81,10 +83,15 @@ fn send(cli: &Cli, requests: &[String]) -> anyhow::Result<ExitCode> {
     let path = cli.socket.clone().unwrap_or_else(client::socket_path);
     let bytes = if requests.is_empty() {
         let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).context("reading requests from stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .context("reading requests from stdin")?;
         b
     } else {
-        requests.iter().flat_map(|r| r.bytes().chain(std::iter::once(b'\n'))).collect()
+        requests
+            .iter()
+            .flat_map(|r| r.bytes().chain(std::iter::once(b'\n')))
+            .collect()
     };
     let replies = match client::exchange(&path, &bytes) {
         Ok(r) => r,
@@ -96,9 +103,14 @@ fn send(cli: &Cli, requests: &[String]) -> anyhow::Result<ExitCode> {
     let mut all_ok = true;
     for r in &replies {
         println!("{r}");
-        all_ok &= serde_json::from_str::<serde_json::Value>(r).is_ok_and(|v| v["ok"] == serde_json::Value::Bool(true));
+        all_ok &= serde_json::from_str::<serde_json::Value>(r)
+            .is_ok_and(|v| v["ok"] == serde_json::Value::Bool(true));
     }
-    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
@@ -109,7 +121,15 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     if cli.listen.is_some() {
         config.listen = cli.listen;
     }
-    let socket = cli.socket.clone().or_else(|| config.socket.clone()).unwrap_or_else(client::socket_path);
-    let journal = cli.journal.clone().or_else(|| config.journal.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/trapd/journal"));
+    let socket = cli
+        .socket
+        .clone()
+        .or_else(|| config.socket.clone())
+        .unwrap_or_else(client::socket_path);
+    let journal = cli
+        .journal
+        .clone()
+        .or_else(|| config.journal.clone())
+        .unwrap_or_else(|| PathBuf::from("/var/lib/trapd/journal"));
     trapd::run(config, &socket, &journal)
 }

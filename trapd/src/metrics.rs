@@ -48,9 +48,18 @@ pub enum Source {
 #[derive(Debug, thiserror::Error)]
 pub enum MetricError {
     #[error("metric `{metric}`: reading {path}")]
-    Read { metric: String, path: PathBuf, #[source] source: std::io::Error },
+    Read {
+        metric: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("metric `{metric}`: {path} has no counter `{counter}`")]
-    NoCounter { metric: String, path: PathBuf, counter: String },
+    NoCounter {
+        metric: String,
+        path: PathBuf,
+        counter: String,
+    },
     #[error("metric `{metric}`: {path} holds no number")]
     NoNumber { metric: String, path: PathBuf },
     #[error("metric `{metric}`: counter `{counter}` is not written `Proto:Field`")]
@@ -63,7 +72,11 @@ pub fn parse_snmp(text: &str) -> HashMap<String, i64> {
     let mut out = HashMap::new();
     let mut lines = text.lines();
     while let (Some(head), Some(vals)) = (lines.next(), lines.next()) {
-        let (Some((proto, names)), Some((proto2, values))) = (head.split_once(':'), vals.split_once(':')) else { continue };
+        let (Some((proto, names)), Some((proto2, values))) =
+            (head.split_once(':'), vals.split_once(':'))
+        else {
+            continue;
+        };
         if proto != proto2 {
             log::debug!("snmp: header `{proto}` followed by `{proto2}`; skipping the pair");
             continue;
@@ -90,7 +103,10 @@ impl Metric {
         if let Source::Snmp { counter, per, .. } = &config.source {
             for c in std::iter::once(counter).chain(per.iter()) {
                 if !c.contains(':') {
-                    return Err(MetricError::CounterName { metric: config.name.clone(), counter: c.clone() });
+                    return Err(MetricError::CounterName {
+                        metric: config.name.clone(),
+                        counter: c.clone(),
+                    });
                 }
             }
         }
@@ -104,13 +120,28 @@ impl Metric {
     /// Read the source at `now`; the metric's value, or `None` on the first sample of a delta.
     pub fn sample(&mut self, now: Duration) -> Result<Option<f64>, MetricError> {
         let name = &self.config.name;
-        let read = |path: &Path| std::fs::read_to_string(path).map_err(|source| MetricError::Read { metric: name.clone(), path: path.to_owned(), source });
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|source| MetricError::Read {
+                metric: name.clone(),
+                path: path.to_owned(),
+                source,
+            })
+        };
         match &self.config.source {
             Source::Snmp { counter, per, path } => {
-                let path = path.clone().unwrap_or_else(|| PathBuf::from("/proc/net/snmp"));
+                let path = path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("/proc/net/snmp"));
                 let counters = parse_snmp(&read(&path)?);
                 let get = |c: &String| {
-                    counters.get(c).copied().ok_or_else(|| MetricError::NoCounter { metric: name.clone(), path: path.clone(), counter: c.clone() })
+                    counters
+                        .get(c)
+                        .copied()
+                        .ok_or_else(|| MetricError::NoCounter {
+                            metric: name.clone(),
+                            path: path.clone(),
+                            counter: c.clone(),
+                        })
                 };
                 // Counters fit f64 exactly up to 2^53, beyond any interval's count.
                 #[allow(clippy::cast_precision_loss)]
@@ -121,7 +152,9 @@ impl Metric {
                     None => 0.0,
                 };
                 let prev = self.last.replace((now, num, den));
-                let Some((then, pnum, pden)) = prev else { return Ok(None) };
+                let Some((then, pnum, pden)) = prev else {
+                    return Ok(None);
+                };
                 let dn = num - pnum;
                 if per.is_none() {
                     return Ok(Some(per_second(dn, now.saturating_sub(then))));
@@ -134,7 +167,10 @@ impl Metric {
                 let v = text
                     .split_whitespace()
                     .find_map(|w| w.parse::<f64>().ok())
-                    .ok_or_else(|| MetricError::NoNumber { metric: name.clone(), path: path.clone() })?;
+                    .ok_or_else(|| MetricError::NoNumber {
+                        metric: name.clone(),
+                        path: path.clone(),
+                    })?;
                 if !delta {
                     return Ok(Some(v));
                 }
@@ -176,7 +212,11 @@ mod tests {
         std::fs::write(&path, SNMP_A).unwrap();
         let cfg = MetricConfig {
             name: "retrans".into(),
-            source: Source::Snmp { counter: "Tcp:RetransSegs".into(), per: Some("Tcp:OutSegs".into()), path: Some(path.clone()) },
+            source: Source::Snmp {
+                counter: "Tcp:RetransSegs".into(),
+                per: Some("Tcp:OutSegs".into()),
+                path: Some(path.clone()),
+            },
         };
         let mut m = Metric::new(cfg).unwrap();
         assert_eq!(m.sample(Duration::from_secs(0)).unwrap(), None);
@@ -192,7 +232,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("snmp");
         std::fs::write(&path, SNMP_A).unwrap();
-        let cfg = MetricConfig { name: "opens".into(), source: Source::Snmp { counter: "Tcp:ActiveOpens".into(), per: None, path: Some(path.clone()) } };
+        let cfg = MetricConfig {
+            name: "opens".into(),
+            source: Source::Snmp {
+                counter: "Tcp:ActiveOpens".into(),
+                per: None,
+                path: Some(path.clone()),
+            },
+        };
         let mut m = Metric::new(cfg).unwrap();
         m.sample(Duration::from_secs(10)).unwrap();
         std::fs::write(&path, SNMP_B).unwrap();
@@ -204,9 +251,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("snmp");
         std::fs::write(&path, SNMP_A).unwrap();
-        let cfg = MetricConfig { name: "x".into(), source: Source::Snmp { counter: "Tcp:Nope".into(), per: None, path: Some(path) } };
-        let err = trapvec::error_chain(&Metric::new(cfg).unwrap().sample(Duration::ZERO).unwrap_err());
-        assert!(err.contains("Tcp:Nope") && err.contains("metric `x`"), "{err}");
+        let cfg = MetricConfig {
+            name: "x".into(),
+            source: Source::Snmp {
+                counter: "Tcp:Nope".into(),
+                per: None,
+                path: Some(path),
+            },
+        };
+        let err = trapvec::error_chain(
+            &Metric::new(cfg)
+                .unwrap()
+                .sample(Duration::ZERO)
+                .unwrap_err(),
+        );
+        assert!(
+            err.contains("Tcp:Nope") && err.contains("metric `x`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -214,13 +276,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fer");
         std::fs::write(&path, "fer: 0.25\n").unwrap();
-        let mut plain = Metric::new(MetricConfig { name: "fer".into(), source: Source::File { path: path.clone(), delta: false } }).unwrap();
+        let mut plain = Metric::new(MetricConfig {
+            name: "fer".into(),
+            source: Source::File {
+                path: path.clone(),
+                delta: false,
+            },
+        })
+        .unwrap();
         assert_eq!(plain.sample(Duration::ZERO).unwrap(), Some(0.25));
-        let mut rate = Metric::new(MetricConfig { name: "r".into(), source: Source::File { path: path.clone(), delta: true } }).unwrap();
+        let mut rate = Metric::new(MetricConfig {
+            name: "r".into(),
+            source: Source::File {
+                path: path.clone(),
+                delta: true,
+            },
+        })
+        .unwrap();
         assert_eq!(rate.sample(Duration::ZERO).unwrap(), None);
         std::fs::write(&path, "4.25").unwrap();
         assert_eq!(rate.sample(Duration::from_secs(2)).unwrap(), Some(2.0));
         std::fs::write(&path, "none here").unwrap();
-        assert!(matches!(plain.sample(Duration::ZERO), Err(MetricError::NoNumber { .. })));
+        assert!(matches!(
+            plain.sample(Duration::ZERO),
+            Err(MetricError::NoNumber { .. })
+        ));
     }
 }

@@ -16,9 +16,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::Value;
-use instr_manager::ops::Listing;
 use crate::exposition::{self, DaemonStats};
+use instr_manager::ops::Listing;
+use serde_json::Value;
 
 use super::protocol::Request;
 use super::server::{self, Handler, RequestCounts};
@@ -33,11 +33,18 @@ pub enum ScrapeError {
     #[error("trapd's `{op}` failed: {error}")]
     Daemon { op: &'static str, error: String },
     #[error("trapd's `{op}` reply does not read as expected: {source}")]
-    Reply { op: &'static str, #[source] source: serde_json::Error },
+    Reply {
+        op: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// The exposition now: the daemon's `list` and `status`, and the requests counted so far.
-pub fn exposition<H: Handler>(handler: &Mutex<H>, counts: &RequestCounts) -> Result<String, ScrapeError> {
+pub fn exposition<H: Handler>(
+    handler: &Mutex<H>,
+    counts: &RequestCounts,
+) -> Result<String, ScrapeError> {
     let (list, status) = {
         let mut h = server::lock(handler);
         (h.handle(Request::List), h.handle(Request::Status))
@@ -50,7 +57,10 @@ pub fn exposition<H: Handler>(handler: &Mutex<H>, counts: &RequestCounts) -> Res
 
 fn reply<R: serde::de::DeserializeOwned>(op: &'static str, v: Value) -> Result<R, ScrapeError> {
     if v["ok"] != Value::Bool(true) {
-        return Err(ScrapeError::Daemon { op, error: v["error"].as_str().unwrap_or("no error given").to_string() });
+        return Err(ScrapeError::Daemon {
+            op,
+            error: v["error"].as_str().unwrap_or("no error given").to_string(),
+        });
     }
     serde_json::from_value(v).map_err(|source| ScrapeError::Reply { op, source })
 }
@@ -75,10 +85,16 @@ pub fn serve<H: Handler>(listener: &TcpListener, handler: &Mutex<H>, counts: &Re
 }
 
 /// Read one request head and answer it.
-fn answer<H: Handler>(mut stream: TcpStream, handler: &Mutex<H>, counts: &RequestCounts) -> std::io::Result<()> {
+fn answer<H: Handler>(
+    mut stream: TcpStream,
+    handler: &Mutex<H>,
+    counts: &RequestCounts,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
-    let peer = stream.peer_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
     let mut reader = BufReader::new((&stream).take(MAX_HEAD));
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
@@ -96,15 +112,30 @@ fn answer<H: Handler>(mut stream: TcpStream, handler: &Mutex<H>, counts: &Reques
         }
     }
     let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (method, target) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
     let path = target.split('?').next().unwrap_or_default();
     log::debug!("metrics request from {peer}: {}", request_line.trim_end());
     let (status, content_type, body) = if !complete {
-        ("400 Bad Request", "text/plain", "incomplete or oversized request head\n".to_string())
+        (
+            "400 Bad Request",
+            "text/plain",
+            "incomplete or oversized request head\n".to_string(),
+        )
     } else if method != "GET" {
-        ("405 Method Not Allowed", "text/plain", format!("{method}: only GET is served\n"))
+        (
+            "405 Method Not Allowed",
+            "text/plain",
+            format!("{method}: only GET is served\n"),
+        )
     } else if path != "/metrics" {
-        ("404 Not Found", "text/plain", format!("{path}: the metrics are at /metrics\n"))
+        (
+            "404 Not Found",
+            "text/plain",
+            format!("{path}: the metrics are at /metrics\n"),
+        )
     } else {
         match exposition(handler, counts) {
             Ok(text) => ("200 OK", exposition::CONTENT_TYPE, text),
@@ -114,7 +145,11 @@ fn answer<H: Handler>(mut stream: TcpStream, handler: &Mutex<H>, counts: &Reques
             }
         }
     };
-    let allow = if status.starts_with("405") { "Allow: GET\r\n" } else { "" };
+    let allow = if status.starts_with("405") {
+        "Allow: GET\r\n"
+    } else {
+        ""
+    };
     write!(
         stream,
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n{body}",

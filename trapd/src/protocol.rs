@@ -22,7 +22,11 @@ pub enum Request {
     List,
     /// Load a component object (a path on the daemon's machine) and apply the splices it
     /// declares.
-    Load { path: PathBuf, #[serde(default)] name: Option<String> },
+    Load {
+        path: PathBuf,
+        #[serde(default)]
+        name: Option<String>,
+    },
     /// Unload a component by name (its declared splices go with it).
     Unload { name: String },
     /// Make one splice: the splice's flat form (`at`, `action`, `handler`, `mechanism`,
@@ -46,9 +50,18 @@ pub enum Request {
     },
     /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8);
     /// `value` is a number or a string (decimal, `-decimal`, `0x` hex).
-    Set { symbol: String, value: instr_manager::ops::Value, #[serde(default)] size: Option<usize> },
+    Set {
+        symbol: String,
+        value: instr_manager::ops::Value,
+        #[serde(default)]
+        size: Option<usize>,
+    },
     /// Read a component variable (`size` as for `set`).
-    Get { symbol: String, #[serde(default)] size: Option<usize> },
+    Get {
+        symbol: String,
+        #[serde(default)]
+        size: Option<usize>,
+    },
     /// Switch to a profile of the configuration in one batch.
     Activate { profile: String },
 }
@@ -71,9 +84,19 @@ impl Request {
     pub fn parse(line: &str) -> Result<Request, BadRequest> {
         let req: Request = serde_json::from_str(line).map_err(BadRequest::Json)?;
         match &req {
-            Request::Unsplice { at: None, all: false } => Err(BadRequest::UnspliceWhat),
-            Request::Unsplice { at: Some(_), all: true } => Err(BadRequest::UnspliceBoth),
-            Request::Apply { best_effort: true, check: true, .. } => Err(BadRequest::ApplyBoth),
+            Request::Unsplice {
+                at: None,
+                all: false,
+            } => Err(BadRequest::UnspliceWhat),
+            Request::Unsplice {
+                at: Some(_),
+                all: true,
+            } => Err(BadRequest::UnspliceBoth),
+            Request::Apply {
+                best_effort: true,
+                check: true,
+                ..
+            } => Err(BadRequest::ApplyBoth),
             _ => Ok(req),
         }
     }
@@ -96,7 +119,13 @@ impl Request {
 
     /// Whether the request changes anything (and so is journaled).
     pub fn changes(&self) -> bool {
-        !matches!(self, Request::Status | Request::List | Request::Get { .. } | Request::Apply { check: true, .. })
+        !matches!(
+            self,
+            Request::Status
+                | Request::List
+                | Request::Get { .. }
+                | Request::Apply { check: true, .. }
+        )
     }
 }
 
@@ -124,18 +153,46 @@ mod tests {
     #[test]
     fn requests_parse_by_op_with_defaults() {
         assert_eq!(Request::parse(r#"{"op":"list"}"#).unwrap(), Request::List);
-        assert_eq!(Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(), Request::Get { symbol: "v".into(), size: None });
         assert_eq!(
-            Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#).unwrap(),
-            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Jmp, options: Default::default() })
+            Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(),
+            Request::Get {
+                symbol: "v".into(),
+                size: None
+            }
         );
-        assert_eq!(Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(), Request::Unsplice { at: None, all: true });
+        assert_eq!(
+            Request::parse(r#"{"op":"splice","at":"f","action":"count","mechanism":"jmp"}"#)
+                .unwrap(),
+            Request::Splice(SpliceRequest {
+                at: "f".into(),
+                action: Action::Count,
+                mechanism: Mechanism::Jmp,
+                options: Default::default()
+            })
+        );
+        assert_eq!(
+            Request::parse(r#"{"op":"unsplice","all":true}"#).unwrap(),
+            Request::Unsplice {
+                at: None,
+                all: true
+            }
+        );
         assert_eq!(
             Request::parse(r#"{"op":"set","symbol":"v","value":"-1"}"#).unwrap(),
-            Request::Set { symbol: "v".into(), value: instr_manager::ops::Value::Text("-1".into()), size: None }
+            Request::Set {
+                symbol: "v".into(),
+                value: instr_manager::ops::Value::Text("-1".into()),
+                size: None
+            }
         );
         // Journals written before `all`, `best_effort` and `check` existed still parse.
-        assert_eq!(Request::parse(r#"{"op":"unsplice","at":"f"}"#).unwrap(), Request::Unsplice { at: Some("f".into()), all: false });
+        assert_eq!(
+            Request::parse(r#"{"op":"unsplice","at":"f"}"#).unwrap(),
+            Request::Unsplice {
+                at: Some("f".into()),
+                all: false
+            }
+        );
     }
 
     #[test]
@@ -144,7 +201,10 @@ mod tests {
         assert!(e(r#"{"op":"frobnicate"}"#).contains("frobnicate"));
         assert!(e(r#"{"op":"unsplice"}"#).contains("needs `at`"));
         assert!(e(r#"{"op":"unsplice","at":"f","all":true}"#).contains("not both"));
-        assert!(e(r#"{"op":"apply","spec":"/s.toml","check":true,"best_effort":true}"#).contains("not both"));
+        assert!(
+            e(r#"{"op":"apply","spec":"/s.toml","check":true,"best_effort":true}"#)
+                .contains("not both")
+        );
         assert!(e(r#"{"op":"set","symbol":"v","value":[1]}"#).starts_with("bad request"));
         assert!(e(r#"{"op":"unsplice","at":"f","extra":1}"#).contains("extra"));
         assert!(e(r#"{"op":"set","symbol":"v","value":-1}"#).starts_with("bad request"));
@@ -156,17 +216,48 @@ mod tests {
     #[test]
     fn only_reads_are_not_changes() {
         assert!(!Request::List.changes() && !Request::Status.changes());
-        assert!(!Request::Apply { spec: "/s.toml".into(), best_effort: false, check: true }.changes());
-        assert!(Request::Apply { spec: "/s.toml".into(), best_effort: true, check: false }.changes());
-        assert!(Request::Activate { profile: "p".into() }.changes());
+        assert!(!Request::Apply {
+            spec: "/s.toml".into(),
+            best_effort: false,
+            check: true
+        }
+        .changes());
+        assert!(Request::Apply {
+            spec: "/s.toml".into(),
+            best_effort: true,
+            check: false
+        }
+        .changes());
+        assert!(Request::Activate {
+            profile: "p".into()
+        }
+        .changes());
     }
 
     #[test]
     fn splice_requests_and_their_protocol_form_map_both_ways() {
         let requests = [
-            SpliceRequest { at: "f".into(), action: Action::Call { handler: "h".into(), cookie: 7 }, mechanism: Mechanism::Jmp, options: Default::default() },
-            SpliceRequest { at: "f+0x9".into(), action: Action::Replace { with: "g".into() }, mechanism: Mechanism::Trap, options: Default::default() },
-            SpliceRequest { at: "0xffffffff81000000".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() },
+            SpliceRequest {
+                at: "f".into(),
+                action: Action::Call {
+                    handler: "h".into(),
+                    cookie: 7,
+                },
+                mechanism: Mechanism::Jmp,
+                options: Default::default(),
+            },
+            SpliceRequest {
+                at: "f+0x9".into(),
+                action: Action::Replace { with: "g".into() },
+                mechanism: Mechanism::Trap,
+                options: Default::default(),
+            },
+            SpliceRequest {
+                at: "0xffffffff81000000".into(),
+                action: Action::Count,
+                mechanism: Mechanism::Trap,
+                options: Default::default(),
+            },
         ];
         for r in requests {
             let line = serde_json::to_string(&Request::Splice(r.clone())).unwrap();
@@ -179,7 +270,8 @@ mod tests {
             Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() })
         );
         let e = |l: &str| trapvec::error_chain(&Request::parse(l).unwrap_err());
-        assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#).starts_with("bad request: f: action `call` needs a `handler`"));
+        assert!(e(r#"{"op":"splice","at":"f","action":"call"}"#)
+            .starts_with("bad request: f: action `call` needs a `handler`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"jump"}"#).contains("unknown action `jump`"));
         assert!(e(r#"{"op":"splice","at":"f","action":"count","extra":1}"#).contains("extra"));
     }
@@ -189,17 +281,45 @@ mod tests {
         let requests = [
             Request::Status,
             Request::List,
-            Request::Load { path: "/c.o".into(), name: None },
+            Request::Load {
+                path: "/c.o".into(),
+                name: None,
+            },
             Request::Unload { name: "c".into() },
-            Request::Splice(SpliceRequest { at: "f".into(), action: Action::Count, mechanism: Mechanism::Trap, options: Default::default() }),
-            Request::Unsplice { at: None, all: true },
-            Request::Apply { spec: "/s.toml".into(), best_effort: false, check: false },
-            Request::Set { symbol: "v".into(), value: instr_manager::ops::Value::Text("1".into()), size: None },
-            Request::Get { symbol: "v".into(), size: None },
-            Request::Activate { profile: "p".into() },
+            Request::Splice(SpliceRequest {
+                at: "f".into(),
+                action: Action::Count,
+                mechanism: Mechanism::Trap,
+                options: Default::default(),
+            }),
+            Request::Unsplice {
+                at: None,
+                all: true,
+            },
+            Request::Apply {
+                spec: "/s.toml".into(),
+                best_effort: false,
+                check: false,
+            },
+            Request::Set {
+                symbol: "v".into(),
+                value: instr_manager::ops::Value::Text("1".into()),
+                size: None,
+            },
+            Request::Get {
+                symbol: "v".into(),
+                size: None,
+            },
+            Request::Activate {
+                profile: "p".into(),
+            },
         ];
         for r in requests {
-            assert_eq!(serde_json::to_value(&r).unwrap()["op"], json!(r.op()), "{r:?}");
+            assert_eq!(
+                serde_json::to_value(&r).unwrap()["op"],
+                json!(r.op()),
+                "{r:?}"
+            );
         }
     }
 
@@ -208,7 +328,14 @@ mod tests {
         assert_eq!(ok(json!({"value": 3})), json!({"ok": true, "value": 3}));
         assert_eq!(error("no"), json!({"ok": false, "error": "no"}));
         let io = std::io::Error::other("disk on fire");
-        let e = instr_manager::ops::OpError::Spec(instr_manager::SpecError::Io { file: "s.toml".into(), source: io });
-        assert_eq!(error(e), json!({"ok": false, "error": "cannot read spec s.toml: disk on fire"}), "the reply carries the chain");
+        let e = instr_manager::ops::OpError::Spec(instr_manager::SpecError::Io {
+            file: "s.toml".into(),
+            source: io,
+        });
+        assert_eq!(
+            error(e),
+            json!({"ok": false, "error": "cannot read spec s.toml: disk on fire"}),
+            "the reply carries the chain"
+        );
     }
 }

@@ -42,11 +42,19 @@ pub enum RuleError {
     #[error("rule {index} (metric `{metric}`): give exactly one of `above` and `below`")]
     Condition { index: usize, metric: String },
     #[error("rule {index} (metric `{metric}`): `for_s` must be a finite number of seconds >= 0, not {for_s}")]
-    Dwell { index: usize, metric: String, for_s: f64 },
+    Dwell {
+        index: usize,
+        metric: String,
+        for_s: f64,
+    },
     #[error("rule {index}: no metric named `{metric}`")]
     UnknownMetric { index: usize, metric: String },
     #[error("rule {index} (metric `{metric}`): no profile named `{profile}`")]
-    UnknownProfile { index: usize, metric: String, profile: String },
+    UnknownProfile {
+        index: usize,
+        metric: String,
+        profile: String,
+    },
 }
 
 impl Rule {
@@ -70,10 +78,17 @@ impl Rule {
 
     fn validate(&self, index: usize) -> Result<(), RuleError> {
         if self.above.is_some() == self.below.is_some() {
-            return Err(RuleError::Condition { index, metric: self.metric.clone() });
+            return Err(RuleError::Condition {
+                index,
+                metric: self.metric.clone(),
+            });
         }
         if !self.for_s.is_finite() || self.for_s < 0.0 {
-            return Err(RuleError::Dwell { index, metric: self.metric.clone(), for_s: self.for_s });
+            return Err(RuleError::Dwell {
+                index,
+                metric: self.metric.clone(),
+                for_s: self.for_s,
+            });
         }
         Ok(())
     }
@@ -101,18 +116,34 @@ pub struct Engine {
 
 impl Engine {
     /// An engine over `rules`; each must name one of `metrics` and `profiles`.
-    pub fn new(rules: Vec<Rule>, min_dwell: Duration, metrics: &[&str], profiles: &[&str]) -> Result<Self, RuleError> {
+    pub fn new(
+        rules: Vec<Rule>,
+        min_dwell: Duration,
+        metrics: &[&str],
+        profiles: &[&str],
+    ) -> Result<Self, RuleError> {
         for (index, r) in rules.iter().enumerate() {
             r.validate(index)?;
             if !metrics.contains(&r.metric.as_str()) {
-                return Err(RuleError::UnknownMetric { index, metric: r.metric.clone() });
+                return Err(RuleError::UnknownMetric {
+                    index,
+                    metric: r.metric.clone(),
+                });
             }
             if !profiles.contains(&r.activate.as_str()) {
-                return Err(RuleError::UnknownProfile { index, metric: r.metric.clone(), profile: r.activate.clone() });
+                return Err(RuleError::UnknownProfile {
+                    index,
+                    metric: r.metric.clone(),
+                    profile: r.activate.clone(),
+                });
             }
         }
         let held_since = vec![None; rules.len()];
-        Ok(Engine { rules, min_dwell, held_since })
+        Ok(Engine {
+            rules,
+            min_dwell,
+            held_since,
+        })
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -140,23 +171,46 @@ impl Engine {
         }
         if let Some(at) = switched_at {
             if now.saturating_sub(at) < self.min_dwell {
-                log::trace!("rules: within the minimum dwell of {:?} since the last switch", self.min_dwell);
+                log::trace!(
+                    "rules: within the minimum dwell of {:?} since the last switch",
+                    self.min_dwell
+                );
                 return None;
             }
         }
         for (i, r) in self.rules.iter().enumerate() {
-            let Some(since) = self.held_since[i] else { continue };
+            let Some(since) = self.held_since[i] else {
+                continue;
+            };
             if active == Some(r.activate.as_str()) {
                 continue;
             }
             let held = now.saturating_sub(since);
             if held.as_secs_f64() + 1e-9 < r.for_s {
-                log::debug!("rule {i}: {} {} for {:?} of {} s", r.metric, r.condition(), held, r.for_s);
+                log::debug!(
+                    "rule {i}: {} {} for {:?} of {} s",
+                    r.metric,
+                    r.condition(),
+                    held,
+                    r.for_s
+                );
                 continue;
             }
             let value = values[&r.metric];
-            log::debug!("rule {i} fires: {} = {value} {} for {:?} -> {}", r.metric, r.condition(), held, r.activate);
-            return Some(Decision { profile: r.activate.clone(), rule: i, metric: r.metric.clone(), value, held });
+            log::debug!(
+                "rule {i} fires: {} = {value} {} for {:?} -> {}",
+                r.metric,
+                r.condition(),
+                held,
+                r.activate
+            );
+            return Some(Decision {
+                profile: r.activate.clone(),
+                rule: i,
+                metric: r.metric.clone(),
+                value,
+                held,
+            });
         }
         None
     }
@@ -166,14 +220,29 @@ impl Engine {
 mod tests {
     use super::*;
 
-    fn rule(metric: &str, above: Option<f64>, below: Option<f64>, for_s: f64, activate: &str) -> Rule {
-        Rule { metric: metric.into(), above, below, for_s, activate: activate.into() }
+    fn rule(
+        metric: &str,
+        above: Option<f64>,
+        below: Option<f64>,
+        for_s: f64,
+        activate: &str,
+    ) -> Rule {
+        Rule {
+            metric: metric.into(),
+            above,
+            below,
+            for_s,
+            activate: activate.into(),
+        }
     }
 
     /// above 5 → lossy at once; below 1 for 3 s → clean; no minimum dwell unless given.
     fn lossy_clean(min_dwell: u64) -> Engine {
         Engine::new(
-            vec![rule("retrans", Some(5.0), None, 0.0, "lossy"), rule("retrans", None, Some(1.0), 3.0, "clean")],
+            vec![
+                rule("retrans", Some(5.0), None, 0.0, "lossy"),
+                rule("retrans", None, Some(1.0), 3.0, "clean"),
+            ],
             Duration::from_secs(min_dwell),
             &["retrans"],
             &["lossy", "clean"],
@@ -203,14 +272,24 @@ mod tests {
     #[test]
     fn crossing_the_high_threshold_switches_at_once() {
         let mut e = lossy_clean(0);
-        assert_eq!(run(&mut e, "clean", &[0.0, 2.0, 7.5, 9.0]), vec![(2, "lossy".to_string())]);
+        assert_eq!(
+            run(&mut e, "clean", &[0.0, 2.0, 7.5, 9.0]),
+            vec![(2, "lossy".to_string())]
+        );
     }
 
     #[test]
     fn values_between_the_thresholds_keep_the_active_profile_either_way() {
         let mut e = lossy_clean(0);
         // Up into lossy, then hovering at 3 % (between 1 and 5) for a long time: no switch back.
-        assert_eq!(run(&mut e, "clean", &[6.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 4.9, 1.0]), vec![(0, "lossy".to_string())]);
+        assert_eq!(
+            run(
+                &mut e,
+                "clean",
+                &[6.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 4.9, 1.0]
+            ),
+            vec![(0, "lossy".to_string())]
+        );
         // From clean, 3 % never leaves clean.
         let mut e = lossy_clean(0);
         assert!(run(&mut e, "clean", &[3.0; 10]).is_empty());
@@ -221,22 +300,39 @@ mod tests {
         let mut e = lossy_clean(0);
         // lossy at 0; below 1 from t=1; broken at t=3 (value 2); below again from t=4, so the
         // 3 s are complete at t=7.
-        let got = run(&mut e, "clean", &[8.0, 0.5, 0.5, 2.0, 0.5, 0.5, 0.5, 0.5, 0.5]);
-        assert_eq!(got, vec![(0, "lossy".to_string()), (7, "clean".to_string())]);
+        let got = run(
+            &mut e,
+            "clean",
+            &[8.0, 0.5, 0.5, 2.0, 0.5, 0.5, 0.5, 0.5, 0.5],
+        );
+        assert_eq!(
+            got,
+            vec![(0, "lossy".to_string()), (7, "clean".to_string())]
+        );
     }
 
     #[test]
     fn minimum_dwell_delays_a_switch_back_even_when_the_rule_is_ready() {
         let mut e = Engine::new(
-            vec![rule("retrans", Some(5.0), None, 0.0, "lossy"), rule("retrans", None, Some(1.0), 0.0, "clean")],
+            vec![
+                rule("retrans", Some(5.0), None, 0.0, "lossy"),
+                rule("retrans", None, Some(1.0), 0.0, "clean"),
+            ],
             Duration::from_secs(5),
             &["retrans"],
             &["lossy", "clean"],
         )
         .unwrap();
-        let got = run(&mut e, "clean", &[9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 9.0]);
+        let got = run(
+            &mut e,
+            "clean",
+            &[9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 9.0],
+        );
         // lossy at 0; clean would be ready at 1 but waits for t=5; back to lossy needs t>=10.
-        assert_eq!(got, vec![(0, "lossy".to_string()), (5, "clean".to_string())]);
+        assert_eq!(
+            got,
+            vec![(0, "lossy".to_string()), (5, "clean".to_string())]
+        );
     }
 
     #[test]
@@ -245,11 +341,27 @@ mod tests {
         let mut active = "lossy".to_string();
         let below = HashMap::from([("retrans".to_string(), 0.0)]);
         let none = HashMap::new();
-        for (t, values) in [(0, &below), (1, &below), (2, &none), (3, &below), (4, &below), (5, &below)] {
-            assert!(e.observe(Duration::from_secs(t), values, Some(&active), None).is_none(), "t={t}");
+        for (t, values) in [
+            (0, &below),
+            (1, &below),
+            (2, &none),
+            (3, &below),
+            (4, &below),
+            (5, &below),
+        ] {
+            assert!(
+                e.observe(Duration::from_secs(t), values, Some(&active), None)
+                    .is_none(),
+                "t={t}"
+            );
         }
-        let d = e.observe(Duration::from_secs(6), &below, Some(&active), None).unwrap();
-        assert_eq!((d.profile.as_str(), d.held), ("clean", Duration::from_secs(3)));
+        let d = e
+            .observe(Duration::from_secs(6), &below, Some(&active), None)
+            .unwrap();
+        assert_eq!(
+            (d.profile.as_str(), d.held),
+            ("clean", Duration::from_secs(3))
+        );
         active = d.profile;
         assert_eq!(active, "clean");
     }
@@ -257,25 +369,56 @@ mod tests {
     #[test]
     fn first_ready_rule_in_order_wins() {
         let mut e = Engine::new(
-            vec![rule("a", Some(1.0), None, 0.0, "p"), rule("b", Some(1.0), None, 0.0, "q")],
+            vec![
+                rule("a", Some(1.0), None, 0.0, "p"),
+                rule("b", Some(1.0), None, 0.0, "q"),
+            ],
             Duration::ZERO,
             &["a", "b"],
             &["p", "q"],
         )
         .unwrap();
         let values = HashMap::from([("a".to_string(), 2.0), ("b".to_string(), 2.0)]);
-        assert_eq!(e.observe(Duration::ZERO, &values, None, None).unwrap().profile, "p");
+        assert_eq!(
+            e.observe(Duration::ZERO, &values, None, None)
+                .unwrap()
+                .profile,
+            "p"
+        );
         // With p active, the next ready rule is q's.
-        assert_eq!(e.observe(Duration::from_secs(1), &values, Some("p"), None).unwrap().rule, 1);
+        assert_eq!(
+            e.observe(Duration::from_secs(1), &values, Some("p"), None)
+                .unwrap()
+                .rule,
+            1
+        );
     }
 
     #[test]
     fn rules_naming_unknown_metrics_or_profiles_or_two_conditions_are_refused() {
         let bad = |r: Rule| Engine::new(vec![r], Duration::ZERO, &["m"], &["p"]).unwrap_err();
-        assert_eq!(bad(rule("x", Some(1.0), None, 0.0, "p")), RuleError::UnknownMetric { index: 0, metric: "x".into() });
-        assert!(matches!(bad(rule("m", Some(1.0), None, 0.0, "zz")), RuleError::UnknownProfile { .. }));
-        assert!(matches!(bad(rule("m", Some(1.0), Some(0.0), 0.0, "p")), RuleError::Condition { .. }));
-        assert!(matches!(bad(rule("m", None, None, 0.0, "p")), RuleError::Condition { .. }));
-        assert!(matches!(bad(rule("m", None, Some(1.0), -1.0, "p")), RuleError::Dwell { .. }));
+        assert_eq!(
+            bad(rule("x", Some(1.0), None, 0.0, "p")),
+            RuleError::UnknownMetric {
+                index: 0,
+                metric: "x".into()
+            }
+        );
+        assert!(matches!(
+            bad(rule("m", Some(1.0), None, 0.0, "zz")),
+            RuleError::UnknownProfile { .. }
+        ));
+        assert!(matches!(
+            bad(rule("m", Some(1.0), Some(0.0), 0.0, "p")),
+            RuleError::Condition { .. }
+        ));
+        assert!(matches!(
+            bad(rule("m", None, None, 0.0, "p")),
+            RuleError::Condition { .. }
+        ));
+        assert!(matches!(
+            bad(rule("m", None, Some(1.0), -1.0, "p")),
+            RuleError::Dwell { .. }
+        ));
     }
 }

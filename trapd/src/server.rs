@@ -42,7 +42,10 @@ impl RequestCounts {
 
     /// The counts now.
     pub fn snapshot(&self) -> BTreeMap<String, RequestCount> {
-        lock(&self.0).iter().map(|(k, v)| ((*k).to_string(), *v)).collect()
+        lock(&self.0)
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), *v))
+            .collect()
     }
 }
 
@@ -58,7 +61,11 @@ pub enum AccessError {
     #[error("allow_groups: no group named `{group}`")]
     NoGroup { group: String },
     #[error("allow_groups: looking up `{group}`")]
-    Lookup { group: String, #[source] source: nix::Error },
+    Lookup {
+        group: String,
+        #[source]
+        source: nix::Error,
+    },
 }
 
 impl Access {
@@ -73,7 +80,12 @@ impl Access {
             match nix::unistd::Group::from_name(g) {
                 Ok(Some(grp)) => gids.push(grp.gid.as_raw()),
                 Ok(None) => return Err(AccessError::NoGroup { group: g.clone() }),
-                Err(source) => return Err(AccessError::Lookup { group: g.clone(), source }),
+                Err(source) => {
+                    return Err(AccessError::Lookup {
+                        group: g.clone(),
+                        source,
+                    })
+                }
             }
         }
         Ok(Access { gids })
@@ -90,8 +102,14 @@ pub fn groups_of(pid: i32, primary: u32) -> Vec<u32> {
     let mut out = vec![primary];
     if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
         for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("Groups:").or_else(|| line.strip_prefix("Gid:")) {
-                out.extend(rest.split_whitespace().filter_map(|g| g.parse::<u32>().ok()));
+            if let Some(rest) = line
+                .strip_prefix("Groups:")
+                .or_else(|| line.strip_prefix("Gid:"))
+            {
+                out.extend(
+                    rest.split_whitespace()
+                        .filter_map(|g| g.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -116,10 +134,16 @@ pub fn lock<H>(m: &Mutex<H>) -> MutexGuard<'_, H> {
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(std::io::Error::other(format!("{} exists and is not a socket", path.display())));
+            return Err(std::io::Error::other(format!(
+                "{} exists and is not a socket",
+                path.display()
+            )));
         }
         if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::other(format!("another daemon is listening on {}", path.display())));
+            return Err(std::io::Error::other(format!(
+                "another daemon is listening on {}",
+                path.display()
+            )));
         }
         log::info!("removing the stale socket {}", path.display());
         std::fs::remove_file(path)?;
@@ -134,7 +158,12 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Accept connections for ever, one thread each.
-pub fn serve<H: Handler>(listener: UnixListener, handler: Arc<Mutex<H>>, access: Access, counts: Arc<RequestCounts>) {
+pub fn serve<H: Handler>(
+    listener: UnixListener,
+    handler: Arc<Mutex<H>>,
+    access: Access,
+    counts: Arc<RequestCounts>,
+) {
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {
@@ -158,7 +187,12 @@ fn close_after_reply(mut stream: UnixStream) {
 }
 
 /// Serve one connection until the client closes it.
-pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access: &Access, counts: &RequestCounts) {
+pub fn connection<H: Handler>(
+    mut stream: UnixStream,
+    handler: &Mutex<H>,
+    access: &Access,
+    counts: &RequestCounts,
+) {
     let cred = match getsockopt(&stream, PeerCredentials) {
         Ok(c) => c,
         Err(e) => {
@@ -168,15 +202,25 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
     };
     let groups = groups_of(cred.pid(), cred.gid());
     if !access.allows(cred.uid(), &groups) {
-        log::warn!("refused a client: pid {} uid {} gid {} is not root and not in an allowed group", cred.pid(), cred.uid(), cred.gid());
-        let reply = protocol::error(format!("permission denied: uid {} is not root and not in a group trapd allows", cred.uid()));
+        log::warn!(
+            "refused a client: pid {} uid {} gid {} is not root and not in an allowed group",
+            cred.pid(),
+            cred.uid(),
+            cred.gid()
+        );
+        let reply = protocol::error(format!(
+            "permission denied: uid {} is not root and not in a group trapd allows",
+            cred.uid()
+        ));
         counts.record("denied", false);
         let _ = writeln!(stream, "{reply}");
         close_after_reply(stream);
         return;
     }
     log::debug!("client pid {} uid {} connected", cred.pid(), cred.uid());
-    let Ok(read_half) = stream.try_clone() else { return };
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(read_half);
     let mut buf = Vec::new();
     loop {
@@ -195,10 +239,18 @@ pub fn connection<H: Handler>(mut stream: UnixStream, handler: &Mutex<H>, access
         if buf.last() != Some(&b'\n') {
             if buf.len() > MAX_LINE {
                 counts.record("invalid", false);
-                let _ = writeln!(stream, "{}", protocol::error(format!("request line longer than {MAX_LINE} bytes")));
+                let _ = writeln!(
+                    stream,
+                    "{}",
+                    protocol::error(format!("request line longer than {MAX_LINE} bytes"))
+                );
                 close_after_reply(stream);
             } else {
-                log::debug!("client pid {} closed mid-request ({} bytes); nothing done", cred.pid(), buf.len());
+                log::debug!(
+                    "client pid {} closed mid-request ({} bytes); nothing done",
+                    cred.pid(),
+                    buf.len()
+                );
             }
             return;
         }
@@ -251,19 +303,27 @@ mod tests {
         let mut out = String::new();
         client.read_to_string(&mut out).unwrap();
         t.join().unwrap();
-        let replies = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let replies = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         let reqs = std::mem::take(&mut lock(&h).0);
         (replies, reqs)
     }
 
     #[test]
     fn each_line_gets_one_reply_and_malformed_lines_do_not_reach_the_handler() {
-        let (replies, reqs) = exchange(b"{\"op\":\"list\"}\nnot json\n\xff\xfe\n{\"op\":\"nope\"}\n{\"op\":\"status\"}\n");
+        let (replies, reqs) = exchange(
+            b"{\"op\":\"list\"}\nnot json\n\xff\xfe\n{\"op\":\"nope\"}\n{\"op\":\"status\"}\n",
+        );
         assert_eq!(replies.len(), 5);
         assert_eq!(replies[0], json!({"ok": true, "n": 1}));
         for r in &replies[1..4] {
             assert_eq!(r["ok"], json!(false));
-            assert!(r["error"].as_str().unwrap().starts_with("bad request"), "{r}");
+            assert!(
+                r["error"].as_str().unwrap().starts_with("bad request"),
+                "{r}"
+            );
         }
         assert_eq!(replies[4], json!({"ok": true, "n": 2}));
         assert_eq!(reqs, vec![Request::List, Request::Status]);
@@ -274,18 +334,44 @@ mod tests {
         let counts = Arc::new(RequestCounts::default());
         exchange_counted(b"{\"op\":\"list\"}\nnot json\n{\"op\":\"list\"}\n{\"op\":\"nope\"}\n{\"op\":\"status\"}\n{\"op\":\"stat", &counts);
         let snap = counts.snapshot();
-        assert_eq!(snap["list"], RequestCount { total: 2, errors: 0 });
-        assert_eq!(snap["status"], RequestCount { total: 1, errors: 0 });
-        assert_eq!(snap["invalid"], RequestCount { total: 2, errors: 2 }, "the cut-off line is no answer");
+        assert_eq!(
+            snap["list"],
+            RequestCount {
+                total: 2,
+                errors: 0
+            }
+        );
+        assert_eq!(
+            snap["status"],
+            RequestCount {
+                total: 1,
+                errors: 0
+            }
+        );
+        assert_eq!(
+            snap["invalid"],
+            RequestCount {
+                total: 2,
+                errors: 2
+            },
+            "the cut-off line is no answer"
+        );
         assert_eq!(snap.len(), 3);
         // A reply with "ok": false from the handler is an error of its op.
         counts.record("activate", false);
-        assert_eq!(counts.snapshot()["activate"], RequestCount { total: 1, errors: 1 });
+        assert_eq!(
+            counts.snapshot()["activate"],
+            RequestCount {
+                total: 1,
+                errors: 1
+            }
+        );
     }
 
     #[test]
     fn a_request_cut_off_by_the_client_closing_is_never_handled() {
-        let (replies, reqs) = exchange(b"{\"op\":\"list\"}\n{\"op\":\"activate\",\"profile\":\"lossy\"}");
+        let (replies, reqs) =
+            exchange(b"{\"op\":\"list\"}\n{\"op\":\"activate\",\"profile\":\"lossy\"}");
         assert_eq!(replies.len(), 1);
         assert_eq!(reqs, vec![Request::List]);
     }
@@ -296,7 +382,10 @@ mod tests {
         input.extend_from_slice(b"\n{\"op\":\"list\"}\n");
         let (replies, reqs) = exchange(&input);
         assert_eq!(replies.len(), 1);
-        assert!(replies[0]["error"].as_str().unwrap().contains("longer than"));
+        assert!(replies[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("longer than"));
         assert!(reqs.is_empty());
     }
 
@@ -315,7 +404,10 @@ mod tests {
         close_after_reply(server);
         let mut out = String::new();
         client.read_to_string(&mut out).unwrap();
-        assert_eq!(out.trim_end(), r#"{"error":"permission denied","ok":false}"#);
+        assert_eq!(
+            out.trim_end(),
+            r#"{"error":"permission denied","ok":false}"#
+        );
         sender.join().unwrap();
     }
 
@@ -328,8 +420,14 @@ mod tests {
         assert!(!Access::default().allows(1000, &[1000]));
         assert_eq!(Access::from_groups(&["42".into()]).unwrap().gids, vec![42]);
         let e = Access::from_groups(&["no-such-group-trapd".into()]).unwrap_err();
-        assert!(matches!(&e, AccessError::NoGroup { group } if group == "no-such-group-trapd"), "{e}");
-        assert_eq!(e.to_string(), "allow_groups: no group named `no-such-group-trapd`");
+        assert!(
+            matches!(&e, AccessError::NoGroup { group } if group == "no-such-group-trapd"),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "allow_groups: no group named `no-such-group-trapd`"
+        );
     }
 
     #[test]

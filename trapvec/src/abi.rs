@@ -361,10 +361,14 @@ pub struct TrapvecTaskMatch {
 impl TrapvecTaskMatch {
     /// The ABI form of a predicate (all zero for none).
     pub fn of(m: Option<&crate::predicate::TaskMatch>) -> TrapvecTaskMatch {
-        let Some(m) = m else { return TrapvecTaskMatch::default() };
+        let Some(m) = m else {
+            return TrapvecTaskMatch::default();
+        };
         let bit = |present: bool, b: u32| if present { b } else { 0 };
         TrapvecTaskMatch {
-            r#match: bit(m.pid.is_some(), TRAPVEC_MATCH_PID) | bit(m.tgid.is_some(), TRAPVEC_MATCH_TGID) | bit(m.comm.is_some(), TRAPVEC_MATCH_COMM),
+            r#match: bit(m.pid.is_some(), TRAPVEC_MATCH_PID)
+                | bit(m.tgid.is_some(), TRAPVEC_MATCH_TGID)
+                | bit(m.comm.is_some(), TRAPVEC_MATCH_COMM),
             pid: m.pid.unwrap_or(0),
             tgid: m.tgid.unwrap_or(0),
             pad: 0,
@@ -691,7 +695,8 @@ pub const TRAPVEC_IOC_APPLY: u32 = iowr(7, core::mem::size_of::<TrapvecApply>())
 pub const TRAPVEC_IOC_DISPATCH_ADD: u32 = iowr(8, core::mem::size_of::<TrapvecDispatchAdd>());
 pub const TRAPVEC_IOC_DISPATCH_REMOVE: u32 = iowr(9, core::mem::size_of::<TrapvecDispatchRemove>());
 pub const TRAPVEC_IOC_HITS: u32 = iowr(10, core::mem::size_of::<TrapvecHits>());
-pub const TRAPVEC_IOC_DISPATCH_REPLACE: u32 = iowr(15, core::mem::size_of::<TrapvecDispatchReplace>());
+pub const TRAPVEC_IOC_DISPATCH_REPLACE: u32 =
+    iowr(15, core::mem::size_of::<TrapvecDispatchReplace>());
 pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
 pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());

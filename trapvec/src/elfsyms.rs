@@ -19,7 +19,11 @@ use crate::target::{Symbol, SymbolKind};
 ///
 /// For relocatable objects (`.o`, `.ko`) symbol values are section offsets, returned as they
 /// are (every section at address 0); callers analysing relocatables lay the sections out first.
-pub fn read_elf_symbols(data: &[u8], bias: u64, origin: Option<String>) -> Result<Vec<Symbol>, object::Error> {
+pub fn read_elf_symbols(
+    data: &[u8],
+    bias: u64,
+    origin: Option<String>,
+) -> Result<Vec<Symbol>, object::Error> {
     // x86-64 only: a 32-bit or non-ELF file is refused by the ELF64 parser with its reason.
     read::<elf::FileHeader64<Endianness>>(data, bias, origin)
 }
@@ -30,12 +34,24 @@ struct Raw {
     section: SectionIndex,
 }
 
-fn read<H: FileHeader<Endian = Endianness>>(data: &[u8], bias: u64, origin: Option<String>) -> Result<Vec<Symbol>, object::Error> {
+fn read<H: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    bias: u64,
+    origin: Option<String>,
+) -> Result<Vec<Symbol>, object::Error> {
     let file = ElfFile::<H>::parse(data)?;
     let endian = file.endian();
     let dynamic = file.elf_symbol_table().is_empty();
-    let table = if dynamic { file.elf_dynamic_symbol_table() } else { file.elf_symbol_table() };
-    let versions = if dynamic { file.elf_section_table().versions(endian, data)? } else { None };
+    let table = if dynamic {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    let versions = if dynamic {
+        file.elf_section_table().versions(endian, data)?
+    } else {
+        None
+    };
 
     let mut raw: Vec<Raw> = Vec::new();
     for (index, sym) in table.enumerate() {
@@ -43,8 +59,12 @@ fn read<H: FileHeader<Endian = Endianness>>(data: &[u8], bias: u64, origin: Opti
         if shndx == elf::SHN_UNDEF || shndx == elf::SHN_ABS || shndx == elf::SHN_COMMON {
             continue;
         }
-        let Some(section) = table.symbol_section(endian, sym, index)? else { continue };
-        let Ok(header) = file.elf_section_table().section(section) else { continue };
+        let Some(section) = table.symbol_section(endian, sym, index)? else {
+            continue;
+        };
+        let Ok(header) = file.elf_section_table().section(section) else {
+            continue;
+        };
         let executable = header.sh_flags(endian).into() & u64::from(elf::SHF_EXECINSTR) != 0;
         let kind = match sym.st_type() {
             elf::STT_FUNC => SymbolKind::Function,
@@ -65,7 +85,17 @@ fn read<H: FileHeader<Endian = Endianness>>(data: &[u8], bias: u64, origin: Opti
         };
         let addr = sym.st_value(endian).into().wrapping_add(bias);
         let size = sym.st_size(endian).into();
-        raw.push(Raw { symbol: Symbol { name, addr, size, kind, origin: origin.clone(), version }, section });
+        raw.push(Raw {
+            symbol: Symbol {
+                name,
+                addr,
+                size,
+                kind,
+                origin: origin.clone(),
+                version,
+            },
+            section,
+        });
     }
     complete_sizes(&mut raw, |section| {
         let s = file.section_by_index(section).ok()?;
@@ -81,9 +111,14 @@ fn dynamic_version(
     index: SymbolIndex,
 ) -> Result<Option<String>, object::Error> {
     let vi = versions.version_index(endian, index);
-    let Some(version) = versions.version(vi)? else { return Ok(None) };
+    let Some(version) = versions.version(vi)? else {
+        return Ok(None);
+    };
     let at = if vi.is_hidden() { "@" } else { "@@" };
-    Ok(Some(format!("{at}{}", String::from_utf8_lossy(version.name()))))
+    Ok(Some(format!(
+        "{at}{}",
+        String::from_utf8_lossy(version.name())
+    )))
 }
 
 /// Give each size-0 function the size up to the next symbol starting after it in its section, or
@@ -93,7 +128,8 @@ fn complete_sizes(raw: &mut [Raw], section_end: impl Fn(SectionIndex) -> Option<
     order.sort_by_key(|&i| (raw[i].section.0, raw[i].symbol.addr));
     for (k, &i) in order.iter().enumerate() {
         let r = &raw[i];
-        if r.symbol.size != 0 || !matches!(r.symbol.kind, SymbolKind::Function | SymbolKind::Ifunc) {
+        if r.symbol.size != 0 || !matches!(r.symbol.kind, SymbolKind::Function | SymbolKind::Ifunc)
+        {
             continue;
         }
         let next = order[k + 1..]
@@ -135,12 +171,18 @@ mod tests {
             .arg(&src)
             .output()
             .expect("running cc");
-        assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cc: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::read(&so).unwrap()
     }
 
     fn by<'a>(syms: &'a [Symbol], name: &str) -> &'a Symbol {
-        syms.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no symbol {name} in {syms:#?}"))
+        syms.iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no symbol {name} in {syms:#?}"))
     }
 
     #[test]
@@ -161,8 +203,15 @@ mod tests {
         assert_eq!(last.kind, SymbolKind::Function);
         let file = object::File::parse(&*data).unwrap();
         let text = file.section_by_name(".text").unwrap();
-        assert_eq!(last.addr + last.size, 0x1000_0000 + text.address() + text.size(), "up to the end of .text");
-        assert!(syms.iter().all(|s| s.name != "value"), "NOTYPE outside executable sections is no function");
+        assert_eq!(
+            last.addr + last.size,
+            0x1000_0000 + text.address() + text.size(),
+            "up to the end of .text"
+        );
+        assert!(
+            syms.iter().all(|s| s.name != "value"),
+            "NOTYPE outside executable sections is no function"
+        );
     }
 
     #[test]
@@ -179,16 +228,33 @@ mod tests {
         );
         let syms = read_elf_symbols(&data, 0, None).unwrap();
         assert_eq!(by(&syms, "pick").kind, SymbolKind::Ifunc);
-        let mut apis: Vec<_> = syms.iter().filter(|s| s.name == "api").map(|s| s.version.as_deref()).collect();
+        let mut apis: Vec<_> = syms
+            .iter()
+            .filter(|s| s.name == "api")
+            .map(|s| s.version.as_deref())
+            .collect();
         apis.sort();
         assert_eq!(apis, [Some("@@V2"), Some("@V1")], "{syms:#?}");
         assert_eq!(by(&syms, "impl").version, None);
         // The same through .dynsym and its version table once .symtab is gone.
         let stripped = dir.path().join("stripped.so");
-        let out = Command::new("strip").arg("-o").arg(&stripped).arg(dir.path().join("t.so")).output().expect("running strip");
-        assert!(out.status.success(), "strip: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(dir.path().join("t.so"))
+            .output()
+            .expect("running strip");
+        assert!(
+            out.status.success(),
+            "strip: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let syms = read_elf_symbols(&std::fs::read(&stripped).unwrap(), 0, None).unwrap();
-        let mut apis: Vec<_> = syms.iter().filter(|s| s.name == "api").map(|s| s.version.as_deref()).collect();
+        let mut apis: Vec<_> = syms
+            .iter()
+            .filter(|s| s.name == "api")
+            .map(|s| s.version.as_deref())
+            .collect();
         apis.sort();
         assert_eq!(apis, [Some("@@V2"), Some("@V1")], "{syms:#?}");
         assert_eq!(by(&syms, "pick").kind, SymbolKind::Ifunc);
@@ -203,9 +269,22 @@ mod tests {
         let syms = read_elf_symbols(&data, 0, Some(path.into())).unwrap();
         let memcpys: Vec<_> = syms.iter().filter(|s| s.name == "memcpy").collect();
         assert!(memcpys.len() >= 2, "{memcpys:#?}");
-        assert!(memcpys.iter().any(|s| s.version.as_deref() == Some("@@GLIBC_2.14")), "{memcpys:#?}");
-        assert!(memcpys.iter().any(|s| s.version.as_deref() == Some("@GLIBC_2.2.5")), "{memcpys:#?}");
-        let default = memcpys.iter().find(|s| s.version.as_deref() == Some("@@GLIBC_2.14")).unwrap();
+        assert!(
+            memcpys
+                .iter()
+                .any(|s| s.version.as_deref() == Some("@@GLIBC_2.14")),
+            "{memcpys:#?}"
+        );
+        assert!(
+            memcpys
+                .iter()
+                .any(|s| s.version.as_deref() == Some("@GLIBC_2.2.5")),
+            "{memcpys:#?}"
+        );
+        let default = memcpys
+            .iter()
+            .find(|s| s.version.as_deref() == Some("@@GLIBC_2.14"))
+            .unwrap();
         assert_eq!(default.kind, SymbolKind::Ifunc, "{default:#?}");
         assert_eq!(by(&syms, "getpid").kind, SymbolKind::Function);
     }

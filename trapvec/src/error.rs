@@ -10,17 +10,37 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum TargetError {
     #[error("cannot read {len} bytes at {addr:#x}: {reason}")]
-    Read { addr: u64, len: usize, reason: String },
+    Read {
+        addr: u64,
+        len: usize,
+        reason: String,
+    },
     #[error("no repository memory of {size} bytes within reach (±2 GiB) of {near:#x}: {reason}")]
-    Alloc { near: u64, size: usize, reason: String },
+    Alloc {
+        near: u64,
+        size: usize,
+        reason: String,
+    },
     #[error("repository block at {addr:#x} (+{offset:#x}, {len} bytes): {reason}")]
-    Block { addr: u64, offset: usize, len: usize, reason: String },
+    Block {
+        addr: u64,
+        offset: usize,
+        len: usize,
+        reason: String,
+    },
     #[error("text at {addr:#x} does not hold the expected bytes (expected {expected}, found {found}); batch not applied")]
-    TextMismatch { addr: u64, expected: String, found: String },
+    TextMismatch {
+        addr: u64,
+        expected: String,
+        found: String,
+    },
     #[error("text patch at {addr:#x}: {reason}")]
     Text { addr: u64, reason: String },
     #[error("the kernel refuses to patch {addr:#x}: {reason}")]
-    SiteRefused { addr: u64, reason: crate::kernel::SiteRefusal },
+    SiteRefused {
+        addr: u64,
+        reason: crate::kernel::SiteRefusal,
+    },
     #[error("dispatch entry for site {site:#x}: {reason}")]
     Dispatch { site: u64, reason: String },
     #[error("the state blob of trapvec.ko changed under us (read generation {expected}, now {current}): another trapctl ran meanwhile; run the command again")]
@@ -30,9 +50,17 @@ pub enum TargetError {
     #[error("installing trapvec's signal handlers")]
     Signals(#[from] crate::process::SignalError),
     #[error("kernel symbols from {path}")]
-    Kallsyms { path: &'static str, #[source] source: crate::kernel::kallsyms::KallsymsError },
+    Kallsyms {
+        path: &'static str,
+        #[source]
+        source: crate::kernel::kallsyms::KallsymsError,
+    },
     #[error("{what}")]
-    Os { what: String, #[source] source: std::io::Error },
+    Os {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("return point {what}: {reason}")]
     ReturnPoint { what: String, reason: String },
     #[error("predicate {predicate}: {reason}")]
@@ -48,7 +76,10 @@ pub enum TargetError {
 impl TargetError {
     /// Wrap an OS error with what was being done.
     pub fn os(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
-        TargetError::Os { what: what.into(), source: source.into() }
+        TargetError::Os {
+            what: what.into(),
+            source: source.into(),
+        }
     }
 }
 
@@ -95,14 +126,23 @@ mod tests {
     fn error_chain_prints_each_layer_once_outermost_first() {
         let io = std::io::Error::from_raw_os_error(libc::ENOENT);
         let root = io.to_string();
-        let e = Top { path: "c.o".into(), source: TargetError::os("opening /dev/trapvec", io) };
-        assert_eq!(error_chain(&e), format!("loading c.o: opening /dev/trapvec: {root}"));
+        let e = Top {
+            path: "c.o".into(),
+            source: TargetError::os("opening /dev/trapvec", io),
+        };
+        assert_eq!(
+            error_chain(&e),
+            format!("loading c.o: opening /dev/trapvec: {root}")
+        );
         assert_eq!(root.matches("No such file").count(), 1, "{root}");
         assert_eq!(error_chain(&e).matches("No such file").count(), 1);
     }
 
     #[test]
     fn error_chain_of_a_single_error_is_its_message() {
-        assert_eq!(error_chain(&TargetError::Quiesce("a task is inside".into())), "quiescence not reached: a task is inside");
+        assert_eq!(
+            error_chain(&TargetError::Quiesce("a task is inside".into())),
+            "quiescence not reached: a task is inside"
+        );
     }
 }

@@ -11,7 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::kernel::SiteRefusal;
-use crate::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits};
+use crate::{
+    BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError,
+    TargetInfo, TextPatch, TrapHits,
+};
 
 /// Where the fake kernel's text starts.
 pub const TEXT: u64 = 0xffff_ffff_8100_0000;
@@ -36,7 +39,10 @@ pub const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
 
 /// The address of function `name` (one of [`FUNCS`]).
 pub fn func_addr(name: &str) -> u64 {
-    let i = FUNCS.iter().position(|f| *f == name).unwrap_or_else(|| panic!("the fake kernel has no function `{name}`"));
+    let i = FUNCS
+        .iter()
+        .position(|f| *f == name)
+        .unwrap_or_else(|| panic!("the fake kernel has no function `{name}`"));
     TEXT + 32 * i as u64
 }
 
@@ -90,24 +96,47 @@ impl Default for FakeKernel {
 
 impl FakeKernel {
     pub fn new() -> Self {
-        let mut inner = FakeState { next_block: ARENA, ..Default::default() };
+        let mut inner = FakeState {
+            next_block: ARENA,
+            ..Default::default()
+        };
         let mut symbols = Vec::new();
         for name in FUNCS {
             let at = func_addr(name);
             for (i, b) in FUNC.iter().enumerate() {
                 inner.memory.insert(at + i as u64, *b);
             }
-            symbols.push(Symbol { name: name.into(), addr: at, size: 0, kind: SymbolKind::Function, origin: None, version: None });
+            symbols.push(Symbol {
+                name: name.into(),
+                addr: at,
+                size: 0,
+                kind: SymbolKind::Function,
+                origin: None,
+                version: None,
+            });
         }
         let end = TEXT + 32 * FUNCS.len() as u64;
-        symbols.push(Symbol { name: "_etext".into(), addr: end, size: 0, kind: SymbolKind::Function, origin: None, version: None });
+        symbols.push(Symbol {
+            name: "_etext".into(),
+            addr: end,
+            size: 0,
+            kind: SymbolKind::Function,
+            origin: None,
+            version: None,
+        });
         let info = TargetInfo::kernel("fake kernel", crate::abi::TRAP_VECTOR);
-        FakeKernel { info, symbols: SymbolTable::new(symbols), inner: Arc::new(Mutex::new(inner)) }
+        FakeKernel {
+            info,
+            symbols: SymbolTable::new(symbols),
+            inner: Arc::new(Mutex::new(inner)),
+        }
     }
 
     /// The machine's state (a test that panicked holding it does not poison the others' view).
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `len` bytes at `addr`, which must be mapped.
@@ -127,7 +156,9 @@ impl FakeKernel {
 
     /// Whether every function has its original bytes, and no dispatch entry or block is left.
     pub fn pristine(&self) -> bool {
-        FUNCS.iter().all(|f| self.text(func_addr(f), 32) == FUNC) && self.state().dispatch.is_empty() && self.state().blocks.is_empty()
+        FUNCS.iter().all(|f| self.text(func_addr(f), 32) == FUNC)
+            && self.state().dispatch.is_empty()
+            && self.state().blocks.is_empty()
     }
 
     /// The module's state blob and its generation.
@@ -140,7 +171,10 @@ impl FakeKernel {
     pub fn put_blob(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
         let mut inner = self.state();
         if inner.blob.0 != expected {
-            return Err(TargetError::StateStale { expected, current: inner.blob.0 });
+            return Err(TargetError::StateStale {
+                expected,
+                current: inner.blob.0,
+            });
         }
         inner.blob = (expected + 1, bytes.to_vec());
         Ok(expected + 1)
@@ -156,14 +190,27 @@ pub fn cc_component(dir: &std::path::Path, name: &str, source: &str) -> std::pat
     let o = dir.join(format!("{name}.o"));
     let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/include");
     let out = std::process::Command::new("cc")
-        .args(["-c", "-O2", "-fno-pic", "-mcmodel=kernel", "-ffreestanding", "-fno-asynchronous-unwind-tables", "-I"])
+        .args([
+            "-c",
+            "-O2",
+            "-fno-pic",
+            "-mcmodel=kernel",
+            "-ffreestanding",
+            "-fno-asynchronous-unwind-tables",
+            "-I",
+        ])
         .arg(&include)
         .arg("-o")
         .arg(&o)
         .arg(&c)
         .output()
         .unwrap_or_else(|e| panic!("running cc: {e}"));
-    assert!(out.status.success(), "cc {}: {}", c.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        c.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     o
 }
 
@@ -201,26 +248,52 @@ impl Target for FakeKernel {
         (0..len as u64)
             .map(|i| inner.memory.get(&(addr + i)).copied())
             .collect::<Option<Vec<u8>>>()
-            .ok_or(TargetError::Read { addr, len, reason: "unmapped".into() })
+            .ok_or(TargetError::Read {
+                addr,
+                len,
+                reason: "unmapped".into(),
+            })
     }
 
-    fn alloc(&mut self, _near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+    fn alloc(
+        &mut self,
+        _near: u64,
+        size: usize,
+        kind: BlockKind,
+    ) -> Result<RepoBlock, TargetError> {
         let mut inner = self.state();
         let addr = inner.next_block;
         inner.next_block += size.next_multiple_of(16) as u64;
         for i in 0..size as u64 {
             inner.memory.insert(addr + i, 0);
         }
-        let block = RepoBlock { id: addr, addr, size, kind };
+        let block = RepoBlock {
+            id: addr,
+            addr,
+            size,
+            kind,
+        };
         inner.blocks.insert(addr, block.clone());
         Ok(block)
     }
 
     fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
         let mut inner = self.state();
-        assert!(inner.blocks.contains_key(&block.id), "write to a freed block at {:#x}", block.addr);
-        assert!(!inner.sealed.contains(&block.id), "write to a sealed block at {:#x}", block.addr);
-        assert!(offset + bytes.len() <= block.size, "write past the block at {:#x}", block.addr);
+        assert!(
+            inner.blocks.contains_key(&block.id),
+            "write to a freed block at {:#x}",
+            block.addr
+        );
+        assert!(
+            !inner.sealed.contains(&block.id),
+            "write to a sealed block at {:#x}",
+            block.addr
+        );
+        assert!(
+            offset + bytes.len() <= block.size,
+            "write past the block at {:#x}",
+            block.addr
+        );
         for (i, b) in bytes.iter().enumerate() {
             inner.memory.insert(block.addr + (offset + i) as u64, *b);
         }
@@ -234,19 +307,30 @@ impl Target for FakeKernel {
 
     fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         let mut inner = self.state();
-        assert!(inner.blocks.remove(&block.id).is_some(), "double free of {:#x}", block.addr);
+        assert!(
+            inner.blocks.remove(&block.id).is_some(),
+            "double free of {:#x}",
+            block.addr
+        );
         inner.sealed.remove(&block.id);
         Ok(())
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
         if let Some(reason) = self.state().refuse_next_batch.take() {
-            return Err(TargetError::Text { addr: batch.first().map_or(0, |p| p.addr), reason });
+            return Err(TargetError::Text {
+                addr: batch.first().map_or(0, |p| p.addr),
+                reason,
+            });
         }
         for p in batch {
             let found = self.read(p.addr, p.old.len())?;
             if found != p.old {
-                return Err(TargetError::TextMismatch { addr: p.addr, expected: crate::error::hex(&p.old), found: crate::error::hex(&found) });
+                return Err(TargetError::TextMismatch {
+                    addr: p.addr,
+                    expected: crate::error::hex(&p.old),
+                    found: crate::error::hex(&found),
+                });
             }
         }
         let mut inner = self.state();
@@ -267,7 +351,11 @@ impl Target for FakeKernel {
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let mut inner = self.state();
         for e in entries {
-            assert!(inner.dispatch.insert(e.site, *e).is_none(), "site {:#x} twice: applied twice", e.site);
+            assert!(
+                inner.dispatch.insert(e.site, *e).is_none(),
+                "site {:#x} twice: applied twice",
+                e.site
+            );
         }
         Ok(())
     }
@@ -277,16 +365,29 @@ impl Target for FakeKernel {
     }
 
     /// The old entries' counts are [`FakeState::hits`] of their sites, which then hold `start`.
-    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+    fn replace_dispatch(
+        &mut self,
+        entries: &[DispatchEntry],
+        start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
         let mut inner = self.state();
-        if let Some(e) = entries.iter().find(|e| !inner.dispatch.contains_key(&e.site)) {
-            return Err(TargetError::Dispatch { site: e.site, reason: "no entry".into() });
+        if let Some(e) = entries
+            .iter()
+            .find(|e| !inner.dispatch.contains_key(&e.site))
+        {
+            return Err(TargetError::Dispatch {
+                site: e.site,
+                reason: "no entry".into(),
+            });
         }
         inner.replaced += 1;
         let mut old = Vec::with_capacity(entries.len());
         for (e, h) in entries.iter().zip(start) {
             inner.dispatch.insert(e.site, *e);
-            old.push(TrapHits { hits: inner.hits.insert(e.site, h.hits).unwrap_or(0), missed: 0 });
+            old.push(TrapHits {
+                hits: inner.hits.insert(e.site, h.hits).unwrap_or(0),
+                missed: 0,
+            });
         }
         Ok(old)
     }
@@ -294,7 +395,10 @@ impl Target for FakeKernel {
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
         let mut inner = self.state();
         for s in sites {
-            inner.dispatch.remove(s).ok_or(TargetError::Dispatch { site: *s, reason: "no entry".into() })?;
+            inner.dispatch.remove(s).ok_or(TargetError::Dispatch {
+                site: *s,
+                reason: "no entry".into(),
+            })?;
         }
         Ok(())
     }
@@ -308,18 +412,32 @@ impl Target for FakeKernel {
 
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {
         let inner = self.state();
-        inner.dispatch.contains_key(&site).then(|| TrapHits { hits: inner.hits.get(&site).copied().unwrap_or(0), missed: 0 })
+        inner.dispatch.contains_key(&site).then(|| TrapHits {
+            hits: inner.hits.get(&site).copied().unwrap_or(0),
+            missed: 0,
+        })
     }
 
     /// As the module: a window over text that a live patch changed is refused.
     fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
         let mut inner = self.state();
         inner.checked.push((addr, len));
-        if inner.patched.range(addr..addr + len as u64).next().is_some() {
-            return Err(TargetError::SiteRefused { addr, reason: SiteRefusal::LivePatch });
+        if inner
+            .patched
+            .range(addr..addr + len as u64)
+            .next()
+            .is_some()
+        {
+            return Err(TargetError::SiteRefused {
+                addr,
+                reason: SiteRefusal::LivePatch,
+            });
         }
         match inner.refuse.get(&addr) {
-            Some(reason) => Err(TargetError::SiteRefused { addr, reason: reason.clone() }),
+            Some(reason) => Err(TargetError::SiteRefused {
+                addr,
+                reason: reason.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -338,14 +456,24 @@ mod tests {
         let mut k = FakeKernel::new();
         let other = k.clone();
         let site = func_addr("f2") + 5;
-        let trap = TextPatch { addr: site, old: vec![0x55, 0x48], new: vec![0xCD, 0xF5] };
+        let trap = TextPatch {
+            addr: site,
+            old: vec![0x55, 0x48],
+            new: vec![0xCD, 0xF5],
+        };
         k.patch_text(std::slice::from_ref(&trap)).unwrap();
         assert!(other.trapped("f2") && !other.trapped("f1"));
         let e = k.patch_text(&[trap]).unwrap_err().to_string();
         assert!(e.contains(&format!("{site:#x}")), "{e}");
         assert!(!other.pristine());
         assert_eq!(other.put_blob(0, b"s").unwrap(), 1);
-        assert!(matches!(k.put_blob(0, b"t"), Err(TargetError::StateStale { expected: 0, current: 1 })));
+        assert!(matches!(
+            k.put_blob(0, b"t"),
+            Err(TargetError::StateStale {
+                expected: 0,
+                current: 1
+            })
+        ));
         assert_eq!(k.blob(), (1, b"s".to_vec()));
     }
 }

@@ -44,7 +44,9 @@ impl std::str::FromStr for KeyBy {
             "pid" => Ok(KeyBy::Pid),
             "comm" => Ok(KeyBy::Comm),
             "cpu" => Ok(KeyBy::Cpu),
-            other => Err(format!("unknown key `{other}` (tid, pid, tgid, comm or cpu)")),
+            other => Err(format!(
+                "unknown key `{other}` (tid, pid, tgid, comm or cpu)"
+            )),
         }
     }
 }
@@ -81,7 +83,8 @@ pub struct KeyCounts {
 impl KeyCounts {
     /// Sort as reports show the table: most hits first, then by key.
     pub fn sorted(mut self) -> KeyCounts {
-        self.keys.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        self.keys
+            .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
         self
     }
 

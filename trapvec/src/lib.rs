@@ -24,6 +24,6 @@ pub mod target;
 
 pub use error::{error_chain, TargetError};
 pub use target::{
-    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetInfo,
-    TextPatch, TrapHits,
+    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, Symbol, SymbolKind, SymbolTable, Target,
+    TargetInfo, TextPatch, TrapHits,
 };

@@ -27,16 +27,28 @@ pub const COMM_LEN: usize = 16;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Predicate {
     /// A thread of a process (its kernel thread id, `gettid()`).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub tid: Option<u32>,
     /// Kernel: `task->pid` (a thread).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub pid: Option<u32>,
     /// Kernel: `task->tgid` (a process).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub tgid: Option<u32>,
     /// Kernel: `task->comm`, the task's name (at most 15 bytes).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub comm: Option<String>,
 }
 
@@ -53,10 +65,15 @@ impl Predicate {
         let b = comm.as_bytes();
         if b.is_empty() || b.len() >= COMM_LEN || b.contains(&0) {
             let hint = match b.len() >= COMM_LEN {
-                true => format!(" (the kernel keeps the first 15: `{}`)", String::from_utf8_lossy(&b[..COMM_LEN - 1])),
+                true => format!(
+                    " (the kernel keeps the first 15: `{}`)",
+                    String::from_utf8_lossy(&b[..COMM_LEN - 1])
+                ),
                 false => String::new(),
             };
-            return Err(format!("comm `{comm}`: a task name has 1 to 15 bytes and no NUL{hint}"));
+            return Err(format!(
+                "comm `{comm}`: a task name has 1 to 15 bytes and no NUL{hint}"
+            ));
         }
         let mut out = [0u8; COMM_LEN];
         out[..b.len()].copy_from_slice(b);
@@ -128,9 +145,17 @@ pub struct TaskLayout {
 impl TaskLayout {
     /// The compares of `p` (a 4-byte compare per id, four per name), or the first field this
     /// target does not have, as a sentence naming it and `why`.
-    pub fn test(&self, p: &Predicate, why: impl Fn(&str) -> String) -> Result<PredicateTest, String> {
+    pub fn test(
+        &self,
+        p: &Predicate,
+        why: impl Fn(&str) -> String,
+    ) -> Result<PredicateTest, String> {
         let mut tests = Vec::with_capacity(6);
-        for (name, want, at) in [("tid", p.tid, self.tid), ("pid", p.pid, self.pid), ("tgid", p.tgid, self.tgid)] {
+        for (name, want, at) in [
+            ("tid", p.tid, self.tid),
+            ("pid", p.pid, self.pid),
+            ("tgid", p.tgid, self.tgid),
+        ] {
             if let Some(v) = want {
                 let offset = at.ok_or_else(|| why(name))?;
                 tests.push(FieldTest { offset, value: v });
@@ -140,10 +165,16 @@ impl TaskLayout {
             let offset = self.comm.ok_or_else(|| why("comm"))?;
             let bytes = Predicate::comm_bytes(c)?;
             for (i, w) in (0i32..).zip(bytes.chunks_exact(4)) {
-                tests.push(FieldTest { offset: offset + 4 * i, value: u32::from_le_bytes([w[0], w[1], w[2], w[3]]) });
+                tests.push(FieldTest {
+                    offset: offset + 4 * i,
+                    value: u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+                });
             }
         }
-        Ok(PredicateTest { base: self.base, tests })
+        Ok(PredicateTest {
+            base: self.base,
+            tests,
+        })
     }
 }
 
@@ -168,11 +199,18 @@ impl TaskMatch {
         }
         if let (Some(t), Some(pid)) = (p.tid, p.pid) {
             if t != pid {
-                return Err(format!("tid {t} and pid {pid}: in the kernel both name task->pid"));
+                return Err(format!(
+                    "tid {t} and pid {pid}: in the kernel both name task->pid"
+                ));
             }
         }
         let comm = p.comm.as_deref().map(Predicate::comm_bytes).transpose()?;
-        Ok(Some(TaskMatch { pid: p.pid.or(p.tid), tgid: p.tgid, comm, skip }))
+        Ok(Some(TaskMatch {
+            pid: p.pid.or(p.tid),
+            tgid: p.tgid,
+            comm,
+            skip,
+        }))
     }
 }
 
@@ -194,33 +232,116 @@ mod tests {
 
     #[test]
     fn a_layout_turns_a_predicate_into_dword_compares_or_names_the_missing_field() {
-        let kernel = TaskLayout { base: TaskBase::CurrentTask { per_cpu: 0x1fbc0 }, tid: Some(0x590), pid: Some(0x590), tgid: Some(0x594), comm: Some(0x738) };
-        let p = Predicate { pid: Some(42), comm: Some("sh".into()), ..Predicate::default() };
+        let kernel = TaskLayout {
+            base: TaskBase::CurrentTask { per_cpu: 0x1fbc0 },
+            tid: Some(0x590),
+            pid: Some(0x590),
+            tgid: Some(0x594),
+            comm: Some(0x738),
+        };
+        let p = Predicate {
+            pid: Some(42),
+            comm: Some("sh".into()),
+            ..Predicate::default()
+        };
         let t = kernel.test(&p, |f| f.to_string()).unwrap();
         assert_eq!(t.base, TaskBase::CurrentTask { per_cpu: 0x1fbc0 });
         assert_eq!(
             t.tests,
             [
-                FieldTest { offset: 0x590, value: 42 },
-                FieldTest { offset: 0x738, value: u32::from_le_bytes(*b"sh\0\0") },
-                FieldTest { offset: 0x73c, value: 0 },
-                FieldTest { offset: 0x740, value: 0 },
-                FieldTest { offset: 0x744, value: 0 },
+                FieldTest {
+                    offset: 0x590,
+                    value: 42
+                },
+                FieldTest {
+                    offset: 0x738,
+                    value: u32::from_le_bytes(*b"sh\0\0")
+                },
+                FieldTest {
+                    offset: 0x73c,
+                    value: 0
+                },
+                FieldTest {
+                    offset: 0x740,
+                    value: 0
+                },
+                FieldTest {
+                    offset: 0x744,
+                    value: 0
+                },
             ]
         );
-        let process = TaskLayout { base: TaskBase::ThreadPointer, tid: Some(0x2d0), pid: None, tgid: None, comm: None };
+        let process = TaskLayout {
+            base: TaskBase::ThreadPointer,
+            tid: Some(0x2d0),
+            pid: None,
+            tgid: None,
+            comm: None,
+        };
         let why = |f: &str| format!("`{f}` is a kernel field");
-        assert_eq!(process.test(&Predicate { tgid: Some(1), ..Predicate::default() }, why).unwrap_err(), "`tgid` is a kernel field");
-        let t = process.test(&Predicate { tid: Some(7), ..Predicate::default() }, why).unwrap();
-        assert_eq!((t.base, t.tests), (TaskBase::ThreadPointer, vec![FieldTest { offset: 0x2d0, value: 7 }]));
+        assert_eq!(
+            process
+                .test(
+                    &Predicate {
+                        tgid: Some(1),
+                        ..Predicate::default()
+                    },
+                    why
+                )
+                .unwrap_err(),
+            "`tgid` is a kernel field"
+        );
+        let t = process
+            .test(
+                &Predicate {
+                    tid: Some(7),
+                    ..Predicate::default()
+                },
+                why,
+            )
+            .unwrap();
+        assert_eq!(
+            (t.base, t.tests),
+            (
+                TaskBase::ThreadPointer,
+                vec![FieldTest {
+                    offset: 0x2d0,
+                    value: 7
+                }]
+            )
+        );
     }
 
     #[test]
     fn the_dispatcher_form_reads_tid_as_pid_and_refuses_two_different_threads() {
         assert_eq!(TaskMatch::of(&Predicate::default(), 9).unwrap(), None);
-        let m = TaskMatch::of(&Predicate { tid: Some(5), ..Predicate::default() }, 9).unwrap().unwrap();
+        let m = TaskMatch::of(
+            &Predicate {
+                tid: Some(5),
+                ..Predicate::default()
+            },
+            9,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!((m.pid, m.tgid, m.comm, m.skip), (Some(5), None, None, 9));
-        assert!(TaskMatch::of(&Predicate { tid: Some(5), pid: Some(6), ..Predicate::default() }, 9).is_err());
-        assert_eq!(Predicate { pid: Some(1), comm: Some("x".into()), ..Predicate::default() }.to_string(), "pid 1, comm x");
+        assert!(TaskMatch::of(
+            &Predicate {
+                tid: Some(5),
+                pid: Some(6),
+                ..Predicate::default()
+            },
+            9
+        )
+        .is_err());
+        assert_eq!(
+            Predicate {
+                pid: Some(1),
+                comm: Some("x".into()),
+                ..Predicate::default()
+            }
+            .to_string(),
+            "pid 1, comm x"
+        );
     }
 }

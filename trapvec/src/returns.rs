@@ -110,7 +110,11 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { buckets: vec![0; HISTOGRAM_BUCKETS], sum: 0, max: 0 }
+        Histogram {
+            buckets: vec![0; HISTOGRAM_BUCKETS],
+            sum: 0,
+            max: 0,
+        }
     }
 }
 
@@ -146,7 +150,11 @@ impl Histogram {
             return 0;
         }
         // The rank of the p-th percentile, 1-based (nearest rank).
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a rank between 1 and n, clamped")]
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a rank between 1 and n, clamped"
+        )]
         let rank = ((p / 100.0 * n as f64).ceil().max(1.0) as u64).clamp(1, n);
         let mut seen = 0;
         for (k, &c) in self.buckets.iter().enumerate() {
@@ -163,12 +171,20 @@ impl Histogram {
     pub fn render(&self) -> String {
         let first = self.buckets.iter().position(|&c| c > 0);
         let last = self.buckets.iter().rposition(|&c| c > 0);
-        let (Some(first), Some(last)) = (first, last) else { return String::from("(no calls)\n") };
+        let (Some(first), Some(last)) = (first, last) else {
+            return String::from("(no calls)\n");
+        };
         let top = self.buckets.iter().copied().max().unwrap_or(1).max(1);
         let mut out = String::new();
         for k in first..=last {
             let (lo, hi) = bucket_range(k);
-            let range = if k == 0 { "[0]".to_string() } else if k == 1 { "[1]".to_string() } else { format!("[{}, {})", human(lo), human(hi)) };
+            let range = if k == 0 {
+                "[0]".to_string()
+            } else if k == 1 {
+                "[1]".to_string()
+            } else {
+                format!("[{}, {})", human(lo), human(hi))
+            };
             let c = self.buckets[k];
             let bar = "@".repeat(usize::try_from((c * 52).div_ceil(top)).unwrap_or(52));
             out.push_str(&format!("{range:<18} {c:>9} |{bar:<52}|\n"));
@@ -212,7 +228,11 @@ impl Histogram {
                 .filter(|&k| self.buckets[k] > 0)
                 .map(|k| {
                     let (lo, hi) = bucket_range(k);
-                    SummaryBucket { lo, hi, count: self.buckets[k] }
+                    SummaryBucket {
+                        lo,
+                        hi,
+                        count: self.buckets[k],
+                    }
                 })
                 .collect(),
         }
@@ -243,7 +263,18 @@ mod tests {
         assert_eq!((bucket_of(2), bucket_of(3)), (2, 2));
         assert_eq!(bucket_of(1_000_000), 20);
         assert_eq!(bucket_of(u64::MAX), 64);
-        for v in [0u64, 1, 2, 3, 4, 1023, 1024, 999_999, 20_000_000, u64::MAX / 3] {
+        for v in [
+            0u64,
+            1,
+            2,
+            3,
+            4,
+            1023,
+            1024,
+            999_999,
+            20_000_000,
+            u64::MAX / 3,
+        ] {
             let (lo, hi) = bucket_range(bucket_of(v));
             assert!(lo <= v && (v < hi || hi == u64::MAX), "{v} in [{lo}, {hi})");
         }
@@ -272,7 +303,24 @@ mod tests {
         assert_eq!(text.lines().count(), 5, "{text}");
         assert_eq!(Histogram::default().render(), "(no calls)\n");
         let sum = h.summary();
-        assert_eq!((sum.count, sum.mean_ns, sum.max_ns), (100, 3_040_000, 20_500_000));
-        assert_eq!(sum.buckets, [SummaryBucket { lo: 1 << 20, hi: 1 << 21, count: 90 }, SummaryBucket { lo: 1 << 24, hi: 1 << 25, count: 10 }]);
+        assert_eq!(
+            (sum.count, sum.mean_ns, sum.max_ns),
+            (100, 3_040_000, 20_500_000)
+        );
+        assert_eq!(
+            sum.buckets,
+            [
+                SummaryBucket {
+                    lo: 1 << 20,
+                    hi: 1 << 21,
+                    count: 90
+                },
+                SummaryBucket {
+                    lo: 1 << 24,
+                    hi: 1 << 25,
+                    count: 10
+                }
+            ]
+        );
     }
 }

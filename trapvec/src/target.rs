@@ -41,7 +41,10 @@ pub struct Symbol {
     pub origin: Option<String>,
     /// The symbol version, spelled as `.symtab` does after the name: `@@VER` for the default
     /// version a link binds to, `@VER` for a hidden (compatibility) one; `None` when unversioned.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub version: Option<String>,
 }
 
@@ -49,7 +52,9 @@ impl Symbol {
     /// Whether the symbol has a hidden (compatibility) version, `name@VER`: a link never binds
     /// an unversioned reference to it.
     pub fn is_hidden_version(&self) -> bool {
-        self.version.as_deref().is_some_and(|v| !v.starts_with("@@"))
+        self.version
+            .as_deref()
+            .is_some_and(|v| !v.starts_with("@@"))
     }
 
     /// The name with its version, as `nm` prints it (`memcpy@@GLIBC_2.14`).
@@ -80,11 +85,17 @@ impl SymbolTable {
     pub fn new(mut symbols: Vec<Symbol>) -> Self {
         let mut order: Vec<usize> = (0..symbols.len()).collect();
         order.sort_by(|&a, &b| {
-            symbols[a].addr.cmp(&symbols[b].addr).then_with(|| symbols[a].name.cmp(&symbols[b].name))
+            symbols[a]
+                .addr
+                .cmp(&symbols[b].addr)
+                .then_with(|| symbols[a].name.cmp(&symbols[b].name))
         });
         permute_in_place(&mut symbols, &order);
         let by_name = NameIndex::build(&symbols, &order);
-        SymbolTable { by_addr: symbols, by_name }
+        SymbolTable {
+            by_addr: symbols,
+            by_name,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -101,25 +112,42 @@ impl SymbolTable {
 
     /// The first-listed symbol called `name`.
     pub fn lookup(&self, name: &str) -> Option<&Symbol> {
-        self.by_name.get(&self.by_addr, name).map(|i| &self.by_addr[i])
+        self.by_name
+            .get(&self.by_addr, name)
+            .map(|i| &self.by_addr[i])
     }
 
     /// Every symbol called `name` (any object, any version), in the order they were listed.
     pub fn lookup_all(&self, name: &str) -> Vec<&Symbol> {
-        self.by_name.get_all(&self.by_addr, name).into_iter().map(|i| &self.by_addr[i]).collect()
+        self.by_name
+            .get_all(&self.by_addr, name)
+            .into_iter()
+            .map(|i| &self.by_addr[i])
+            .collect()
     }
 
     /// The function containing `addr`: the last function symbol starting at or before `addr`
     /// whose extent (its size, or up to the next function when the size is 0) covers `addr`.
     pub fn function_containing(&self, addr: u64) -> Option<Symbol> {
         let end = self.by_addr.partition_point(|s| s.addr <= addr);
-        let cand = self.by_addr[..end].iter().rev().find(|s| s.kind == SymbolKind::Function && s.size > 0 && addr < s.addr + s.size);
+        let cand = self.by_addr[..end]
+            .iter()
+            .rev()
+            .find(|s| s.kind == SymbolKind::Function && s.size > 0 && addr < s.addr + s.size);
         if let Some(s) = cand {
             return Some(s.clone());
         }
-        let s = self.by_addr[..end].iter().rev().find(|s| s.kind == SymbolKind::Function)?;
-        let next = self.by_addr[end..].iter().find(|n| n.addr > s.addr && n.kind == SymbolKind::Function)?;
-        (s.size == 0 && addr < next.addr).then(|| Symbol { size: next.addr - s.addr, ..s.clone() })
+        let s = self.by_addr[..end]
+            .iter()
+            .rev()
+            .find(|s| s.kind == SymbolKind::Function)?;
+        let next = self.by_addr[end..]
+            .iter()
+            .find(|n| n.addr > s.addr && n.kind == SymbolKind::Function)?;
+        (s.size == 0 && addr < next.addr).then(|| Symbol {
+            size: next.addr - s.addr,
+            ..s.clone()
+        })
     }
 
     /// The extent of function `sym`: its size, or up to the next function symbol when its size is 0.
@@ -137,7 +165,10 @@ impl SymbolTable {
     /// Function symbols whose start lies in `[lo, hi)`, in address order.
     pub fn functions_in(&self, lo: u64, hi: u64) -> impl Iterator<Item = &Symbol> {
         let start = self.by_addr.partition_point(|s| s.addr < lo);
-        self.by_addr[start..].iter().take_while(move |s| s.addr < hi).filter(|s| s.kind == SymbolKind::Function)
+        self.by_addr[start..]
+            .iter()
+            .take_while(move |s| s.addr < hi)
+            .filter(|s| s.kind == SymbolKind::Function)
     }
 }
 
@@ -172,11 +203,20 @@ struct NameIndex {
 impl NameIndex {
     /// Index every name of `by_addr`; `rank[i]` is the position symbol `i` was given in.
     fn build(by_addr: &[Symbol], rank: &[usize]) -> Self {
-        assert!(u32::try_from(by_addr.len()).is_ok(), "{} symbols: a name index holds at most 2^32", by_addr.len());
+        assert!(
+            u32::try_from(by_addr.len()).is_ok(),
+            "{} symbols: a name index holds at most 2^32",
+            by_addr.len()
+        );
         let mut entries = hashbrown::HashTable::with_capacity(by_addr.len());
         for (i, sym) in by_addr.iter().enumerate() {
-            let entry = (u32::try_from(i).expect("checked above"), u32::try_from(rank[i]).expect("a permutation of by_addr"));
-            entries.insert_unique(name_hash(&sym.name), entry, |&(j, _)| name_hash(&by_addr[j as usize].name));
+            let entry = (
+                u32::try_from(i).expect("checked above"),
+                u32::try_from(rank[i]).expect("a permutation of by_addr"),
+            );
+            entries.insert_unique(name_hash(&sym.name), entry, |&(j, _)| {
+                name_hash(&by_addr[j as usize].name)
+            });
         }
         NameIndex { entries }
     }
@@ -184,8 +224,12 @@ impl NameIndex {
     /// The indices into `by_addr` (the table this was built from) of the symbols called `name`,
     /// in the order they were given.
     fn get_all(&self, by_addr: &[Symbol], name: &str) -> Vec<usize> {
-        let mut found: Vec<(u32, u32)> =
-            self.entries.iter_hash(name_hash(name)).filter(|&&(i, _)| by_addr[i as usize].name == name).copied().collect();
+        let mut found: Vec<(u32, u32)> = self
+            .entries
+            .iter_hash(name_hash(name))
+            .filter(|&&(i, _)| by_addr[i as usize].name == name)
+            .copied()
+            .collect();
         found.sort_unstable_by_key(|&(_, rank)| rank);
         found.into_iter().map(|(i, _)| i as usize).collect()
     }
@@ -202,7 +246,9 @@ impl NameIndex {
 
 impl std::fmt::Debug for NameIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NameIndex").field("entries", &self.entries.len()).finish_non_exhaustive()
+        f.debug_struct("NameIndex")
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -210,7 +256,8 @@ impl std::fmt::Debug for NameIndex {
 fn name_hash(name: &str) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    name.bytes().fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+    name.bytes()
+        .fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
 /// Memory kinds of the repository.
@@ -252,7 +299,11 @@ pub struct TextPatch {
 impl TextPatch {
     /// The patch that undoes this one.
     pub fn inverse(&self) -> TextPatch {
-        TextPatch { addr: self.addr, old: self.new.clone(), new: self.old.clone() }
+        TextPatch {
+            addr: self.addr,
+            old: self.new.clone(),
+            new: self.old.clone(),
+        }
     }
 }
 
@@ -399,7 +450,11 @@ pub trait Target {
     /// 1-byte `push`). Backends that cannot stop the world wait until no CPU is at one of them;
     /// an empty list says no CPU can be inside (the old bytes are a single instruction each).
     /// The default is the conservative `patch_text`.
-    fn patch_text_live(&mut self, batch: &[TextPatch], live_interior: &[u64]) -> Result<(), TargetError> {
+    fn patch_text_live(
+        &mut self,
+        batch: &[TextPatch],
+        live_interior: &[u64],
+    ) -> Result<(), TargetError> {
         let _ = live_interior;
         self.patch_text(batch)
     }
@@ -422,11 +477,18 @@ pub trait Target {
     /// dispatcher does not count), read once no trap can still be on its way through the old
     /// entries; what they sent the CPU to is the caller's to quiesce. Putting the old entries
     /// back with those counts undoes a replacement.
-    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+    fn replace_dispatch(
+        &mut self,
+        entries: &[DispatchEntry],
+        start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
         let _ = start;
         Err(TargetError::Dispatch {
             site: entries.first().map_or(0, |e| e.site),
-            reason: format!("{} cannot replace a dispatch entry in place", self.info().description),
+            reason: format!(
+                "{} cannot replace a dispatch entry in place",
+                self.info().description
+            ),
         })
     }
 
@@ -474,8 +536,14 @@ pub trait Target {
     /// A slot in the target's return runtime for a new return point ([`crate::returns`]): the
     /// splicer makes its entry half a call splice with the slot's `entry` and `cookie`. Targets
     /// without a return runtime refuse.
-    fn return_slot(&mut self, _cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
-        Err(TargetError::Unsupported { what: "return points and timers", target: self.info().description.clone() })
+    fn return_slot(
+        &mut self,
+        _cfg: &crate::returns::ReturnConfig,
+    ) -> Result<crate::returns::ReturnSlot, TargetError> {
+        Err(TargetError::Unsupported {
+            what: "return points and timers",
+            target: self.info().description.clone(),
+        })
     }
 
     /// Give a return point's slot back, once its entry half can no longer run (text restored,
@@ -487,14 +555,20 @@ pub trait Target {
     }
 
     /// The figures of a live return point.
-    fn return_stats(&self, _slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
+    fn return_stats(
+        &self,
+        _slot: &crate::returns::ReturnSlot,
+    ) -> Option<crate::returns::ReturnStats> {
         None
     }
 
     /// A slot in the target's runtime for a new keyed count ([`crate::keyed`]): the splicer
     /// makes the splice a call with the slot's `entry` and `cookie`. Targets without one refuse.
     fn key_slot(&mut self, _by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
-        Err(TargetError::Unsupported { what: "keyed counts", target: self.info().description.clone() })
+        Err(TargetError::Unsupported {
+            what: "keyed counts",
+            target: self.info().description.clone(),
+        })
     }
 
     /// Give a keyed count's slot back, once its splice is quiescent.
@@ -510,8 +584,17 @@ pub trait Target {
     /// How code tests predicate `p` on the task running it ([`crate::predicate`]): the guard
     /// the splicer puts in front of a trampoline. Refused (naming the field) where the target
     /// has no such field.
-    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
-        Err(TargetError::Predicate { predicate: p.to_string(), reason: format!("task predicates are not supported on {}", self.info().description) })
+    fn predicate_test(
+        &self,
+        p: &crate::predicate::Predicate,
+    ) -> Result<crate::predicate::PredicateTest, TargetError> {
+        Err(TargetError::Predicate {
+            predicate: p.to_string(),
+            reason: format!(
+                "task predicates are not supported on {}",
+                self.info().description
+            ),
+        })
     }
 }
 
@@ -550,20 +633,39 @@ mod tests {
 
     #[test]
     fn read_runs_join_neighbours_and_split_at_gaps_and_the_span_limit() {
-        let r = [(0x1000, 0x1010), (0x1010, 0x1020), (0x1800, 0x1808), (0x1808 + READ_GAP_MAX + 1, 0x3000)];
+        let r = [
+            (0x1000, 0x1010),
+            (0x1010, 0x1020),
+            (0x1800, 0x1808),
+            (0x1808 + READ_GAP_MAX + 1, 0x3000),
+        ];
         assert_eq!(read_runs(&r), vec![0..3, 3..4]);
         // Overlapping and nested ranges stay in one run.
-        assert_eq!(read_runs(&[(0x100, 0x200), (0x150, 0x160), (0x180, 0x300)]), vec![0..3]);
+        assert_eq!(
+            read_runs(&[(0x100, 0x200), (0x150, 0x160), (0x180, 0x300)]),
+            vec![0..3]
+        );
         // A run stops before passing READ_SPAN_MAX; one range longer than that is a run alone.
         let (s, g) = (READ_SPAN_MAX, READ_GAP_MAX);
         let big = [(0, s - 8), (s - 8, s), (s, s + 8), (s + 16, 3 * s)];
         assert_eq!(read_runs(&big), vec![0..2, 2..3, 3..4]);
-        assert_eq!(read_runs(&[(0, 8), (8 + g, 16 + g)]), vec![0..2], "a gap of exactly the limit is read over");
+        assert_eq!(
+            read_runs(&[(0, 8), (8 + g, 16 + g)]),
+            vec![0..2],
+            "a gap of exactly the limit is read over"
+        );
         assert!(read_runs(&[]).is_empty());
     }
 
     fn sym(name: &str, addr: u64, kind: SymbolKind, origin: Option<&str>) -> Symbol {
-        Symbol { name: name.into(), addr, size: 0, kind, origin: origin.map(Into::into), version: None }
+        Symbol {
+            name: name.into(),
+            addr,
+            size: 0,
+            kind,
+            origin: origin.map(Into::into),
+            version: None,
+        }
     }
 
     fn func(name: &str, addr: u64) -> Symbol {
@@ -573,11 +675,18 @@ mod tests {
     #[test]
     fn lookup_finds_each_of_ten_thousand_names_and_nothing_else() {
         // Names alike but for a counter, given in reverse address order.
-        let symbols: Vec<Symbol> = (0..10_000u64).rev().map(|i| func(&format!("fn_{i}"), 0x1000 + i * 16)).collect();
+        let symbols: Vec<Symbol> = (0..10_000u64)
+            .rev()
+            .map(|i| func(&format!("fn_{i}"), 0x1000 + i * 16))
+            .collect();
         let table = SymbolTable::new(symbols);
         assert_eq!(table.len(), 10_000);
         for i in 0..10_000u64 {
-            assert_eq!(table.lookup(&format!("fn_{i}")).map(|s| s.addr), Some(0x1000 + i * 16), "fn_{i}");
+            assert_eq!(
+                table.lookup(&format!("fn_{i}")).map(|s| s.addr),
+                Some(0x1000 + i * 16),
+                "fn_{i}"
+            );
         }
         for absent in ["fn_10000", "fn_", "", "fn_0 ", "Fn_1"] {
             assert!(table.lookup(absent).is_none(), "{absent:?}");
@@ -593,7 +702,10 @@ mod tests {
             func("other", 0x2000),
         ]);
         let dup = table.lookup("dup").unwrap();
-        assert_eq!((dup.addr, dup.kind, dup.origin.as_deref()), (0x3000, SymbolKind::Function, None));
+        assert_eq!(
+            (dup.addr, dup.kind, dup.origin.as_deref()),
+            (0x3000, SymbolKind::Function, None)
+        );
         assert_eq!(table.lookup("other").unwrap().addr, 0x2000);
     }
 
@@ -606,8 +718,10 @@ mod tests {
             sym("a", 0x20, SymbolKind::Object, Some("third")),
             func("a", 0x30),
         ]);
-        let got: Vec<(u64, &str, Option<&str>)> =
-            table.iter().map(|s| (s.addr, s.name.as_str(), s.origin.as_deref())).collect();
+        let got: Vec<(u64, &str, Option<&str>)> = table
+            .iter()
+            .map(|s| (s.addr, s.name.as_str(), s.origin.as_deref()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -618,7 +732,11 @@ mod tests {
                 (0x30, "a", None)
             ]
         );
-        assert_eq!(table.lookup("a").unwrap().origin.as_deref(), Some("second"), "given before `a` at 0x30");
+        assert_eq!(
+            table.lookup("a").unwrap().origin.as_deref(),
+            Some("second"),
+            "given before `a` at 0x30"
+        );
     }
 
     #[test]
@@ -638,9 +756,16 @@ mod tests {
     #[test]
     fn small_tables_answer_absent_names_too() {
         for n in 1..=8u64 {
-            let table = SymbolTable::new((0..n).map(|i| func(&format!("f{i}"), 0x1000 * (i + 1))).collect());
+            let table = SymbolTable::new(
+                (0..n)
+                    .map(|i| func(&format!("f{i}"), 0x1000 * (i + 1)))
+                    .collect(),
+            );
             assert!(table.lookup("absent").is_none(), "{n} symbols");
-            assert_eq!(table.lookup(&format!("f{}", n - 1)).map(|s| s.addr), Some(0x1000 * n));
+            assert_eq!(
+                table.lookup(&format!("f{}", n - 1)).map(|s| s.addr),
+                Some(0x1000 * n)
+            );
         }
     }
 
@@ -664,7 +789,16 @@ mod tests {
         assert_eq!(table.function_extent(f), 0x40);
         let containing = table.function_containing(0x1030).unwrap();
         assert_eq!((containing.name.as_str(), containing.size), ("f", 0x40));
-        assert!(table.function_containing(0x1040 + 1).is_none(), "g is last: nothing bounds it");
-        assert_eq!(table.functions_in(0x1000, 0x1041).map(|s| s.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
+        assert!(
+            table.function_containing(0x1040 + 1).is_none(),
+            "g is last: nothing bounds it"
+        );
+        assert_eq!(
+            table
+                .functions_in(0x1000, 0x1041)
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            ["f", "g"]
+        );
     }
 }

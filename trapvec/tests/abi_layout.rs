@@ -15,7 +15,10 @@ use std::process::Command;
 use trapvec::abi::*;
 
 /// Rows `(C struct, field, offset, size)` and sizes `(C struct, size)`.
-type RustLayout = (Vec<(&'static str, &'static str, u64, u64)>, Vec<(&'static str, u64)>);
+type RustLayout = (
+    Vec<(&'static str, &'static str, u64, u64)>,
+    Vec<(&'static str, u64)>,
+);
 
 /// One measured item: `("struct trapvec_info.vector", (offset, size))` or `("sizeof struct …", (0, size))`.
 type Layout = BTreeMap<String, (u64, u64)>;
@@ -80,43 +83,133 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_BATCH_MAX", u64::from(TRAPVEC_BATCH_MAX)),
         ("TRAPVEC_NO_INDEX", u64::from(TRAPVEC_NO_INDEX)),
         ("TRAPVEC_STATE_MAX", u64::from(TRAPVEC_STATE_MAX)),
-        ("TRAPVEC_CHECK_NO_KPROBE", u64::from(TRAPVEC_CHECK_NO_KPROBE)),
+        (
+            "TRAPVEC_CHECK_NO_KPROBE",
+            u64::from(TRAPVEC_CHECK_NO_KPROBE),
+        ),
         ("TRAPVEC_BLOCK_CODE", u64::from(TRAPVEC_BLOCK_CODE)),
         ("TRAPVEC_BLOCK_DATA", u64::from(TRAPVEC_BLOCK_DATA)),
         ("TRAPVEC_REASON_NONE", u64::from(TRAPVEC_REASON_NONE)),
-        ("TRAPVEC_REASON_BAD_LENGTH", u64::from(TRAPVEC_REASON_BAD_LENGTH)),
-        ("TRAPVEC_REASON_NOT_TEXT", u64::from(TRAPVEC_REASON_NOT_TEXT)),
-        ("TRAPVEC_REASON_OWN_MODULE", u64::from(TRAPVEC_REASON_OWN_MODULE)),
-        ("TRAPVEC_REASON_ENTRY_TEXT", u64::from(TRAPVEC_REASON_ENTRY_TEXT)),
-        ("TRAPVEC_REASON_NOINSTR_TEXT", u64::from(TRAPVEC_REASON_NOINSTR_TEXT)),
+        (
+            "TRAPVEC_REASON_BAD_LENGTH",
+            u64::from(TRAPVEC_REASON_BAD_LENGTH),
+        ),
+        (
+            "TRAPVEC_REASON_NOT_TEXT",
+            u64::from(TRAPVEC_REASON_NOT_TEXT),
+        ),
+        (
+            "TRAPVEC_REASON_OWN_MODULE",
+            u64::from(TRAPVEC_REASON_OWN_MODULE),
+        ),
+        (
+            "TRAPVEC_REASON_ENTRY_TEXT",
+            u64::from(TRAPVEC_REASON_ENTRY_TEXT),
+        ),
+        (
+            "TRAPVEC_REASON_NOINSTR_TEXT",
+            u64::from(TRAPVEC_REASON_NOINSTR_TEXT),
+        ),
         ("TRAPVEC_REASON_THUNK", u64::from(TRAPVEC_REASON_THUNK)),
-        ("TRAPVEC_REASON_KPROBE_BLACKLIST", u64::from(TRAPVEC_REASON_KPROBE_BLACKLIST)),
+        (
+            "TRAPVEC_REASON_KPROBE_BLACKLIST",
+            u64::from(TRAPVEC_REASON_KPROBE_BLACKLIST),
+        ),
         ("TRAPVEC_REASON_FTRACE", u64::from(TRAPVEC_REASON_FTRACE)),
-        ("TRAPVEC_REASON_JUMP_LABEL", u64::from(TRAPVEC_REASON_JUMP_LABEL)),
-        ("TRAPVEC_REASON_STATIC_CALL", u64::from(TRAPVEC_REASON_STATIC_CALL)),
-        ("TRAPVEC_REASON_BUG_ENTRY", u64::from(TRAPVEC_REASON_BUG_ENTRY)),
+        (
+            "TRAPVEC_REASON_JUMP_LABEL",
+            u64::from(TRAPVEC_REASON_JUMP_LABEL),
+        ),
+        (
+            "TRAPVEC_REASON_STATIC_CALL",
+            u64::from(TRAPVEC_REASON_STATIC_CALL),
+        ),
+        (
+            "TRAPVEC_REASON_BUG_ENTRY",
+            u64::from(TRAPVEC_REASON_BUG_ENTRY),
+        ),
         ("TRAPVEC_REASON_EXTABLE", u64::from(TRAPVEC_REASON_EXTABLE)),
-        ("TRAPVEC_REASON_NOT_BOUNDARY", u64::from(TRAPVEC_REASON_NOT_BOUNDARY)),
-        ("TRAPVEC_REASON_CROSSES_SYMBOL", u64::from(TRAPVEC_REASON_CROSSES_SYMBOL)),
-        ("TRAPVEC_REASON_KPROBE_REFUSED", u64::from(TRAPVEC_REASON_KPROBE_REFUSED)),
-        ("TRAPVEC_REASON_LIVE_PATCH", u64::from(TRAPVEC_REASON_LIVE_PATCH)),
-        ("TRAPVEC_REASON_MISMATCH", u64::from(TRAPVEC_REASON_MISMATCH)),
-        ("TRAPVEC_REASON_ALTERNATIVE", u64::from(TRAPVEC_REASON_ALTERNATIVE)),
+        (
+            "TRAPVEC_REASON_NOT_BOUNDARY",
+            u64::from(TRAPVEC_REASON_NOT_BOUNDARY),
+        ),
+        (
+            "TRAPVEC_REASON_CROSSES_SYMBOL",
+            u64::from(TRAPVEC_REASON_CROSSES_SYMBOL),
+        ),
+        (
+            "TRAPVEC_REASON_KPROBE_REFUSED",
+            u64::from(TRAPVEC_REASON_KPROBE_REFUSED),
+        ),
+        (
+            "TRAPVEC_REASON_LIVE_PATCH",
+            u64::from(TRAPVEC_REASON_LIVE_PATCH),
+        ),
+        (
+            "TRAPVEC_REASON_MISMATCH",
+            u64::from(TRAPVEC_REASON_MISMATCH),
+        ),
+        (
+            "TRAPVEC_REASON_ALTERNATIVE",
+            u64::from(TRAPVEC_REASON_ALTERNATIVE),
+        ),
         ("TRAPVEC_REASON_KPROBE", u64::from(TRAPVEC_REASON_KPROBE)),
-        ("TRAPVEC_REASON_CPUIDLE_TEXT", u64::from(TRAPVEC_REASON_CPUIDLE_TEXT)),
-        ("TRAPVEC_REASON_STATIC_CALL_TRAMP", u64::from(TRAPVEC_REASON_STATIC_CALL_TRAMP)),
-        ("TRAPVEC_REASON_KPROBE_SLOT", u64::from(TRAPVEC_REASON_KPROBE_SLOT)),
-        ("TRAPVEC_REASON_BPF_TEXT", u64::from(TRAPVEC_REASON_BPF_TEXT)),
-        ("TRAPVEC_REASON_FTRACE_TRAMPOLINE", u64::from(TRAPVEC_REASON_FTRACE_TRAMPOLINE)),
-        ("TRAPVEC_REASON_MODULE_INIT", u64::from(TRAPVEC_REASON_MODULE_INIT)),
-        ("TRAPVEC_REASON_LOCKDOWN", u64::from(TRAPVEC_REASON_LOCKDOWN)),
-        ("TRAPVEC_REASON_MODULES_DISABLED", u64::from(TRAPVEC_REASON_MODULES_DISABLED)),
-        ("TRAPVEC_REASON_NO_DISPATCH", u64::from(TRAPVEC_REASON_NO_DISPATCH)),
-        ("TRAPVEC_REASON_FOREIGN_TRAP", u64::from(TRAPVEC_REASON_FOREIGN_TRAP)),
-        ("TRAPVEC_REASON_RETURN_IN_WINDOW", u64::from(TRAPVEC_REASON_RETURN_IN_WINDOW)),
-        ("TRAPVEC_REASON_NOT_A_JUMP", u64::from(TRAPVEC_REASON_NOT_A_JUMP)),
-        ("TRAPVEC_REASON_JUMP_TARGET", u64::from(TRAPVEC_REASON_JUMP_TARGET)),
-        ("TRAPVEC_REASON_EXTABLE_FIXUP", u64::from(TRAPVEC_REASON_EXTABLE_FIXUP)),
+        (
+            "TRAPVEC_REASON_CPUIDLE_TEXT",
+            u64::from(TRAPVEC_REASON_CPUIDLE_TEXT),
+        ),
+        (
+            "TRAPVEC_REASON_STATIC_CALL_TRAMP",
+            u64::from(TRAPVEC_REASON_STATIC_CALL_TRAMP),
+        ),
+        (
+            "TRAPVEC_REASON_KPROBE_SLOT",
+            u64::from(TRAPVEC_REASON_KPROBE_SLOT),
+        ),
+        (
+            "TRAPVEC_REASON_BPF_TEXT",
+            u64::from(TRAPVEC_REASON_BPF_TEXT),
+        ),
+        (
+            "TRAPVEC_REASON_FTRACE_TRAMPOLINE",
+            u64::from(TRAPVEC_REASON_FTRACE_TRAMPOLINE),
+        ),
+        (
+            "TRAPVEC_REASON_MODULE_INIT",
+            u64::from(TRAPVEC_REASON_MODULE_INIT),
+        ),
+        (
+            "TRAPVEC_REASON_LOCKDOWN",
+            u64::from(TRAPVEC_REASON_LOCKDOWN),
+        ),
+        (
+            "TRAPVEC_REASON_MODULES_DISABLED",
+            u64::from(TRAPVEC_REASON_MODULES_DISABLED),
+        ),
+        (
+            "TRAPVEC_REASON_NO_DISPATCH",
+            u64::from(TRAPVEC_REASON_NO_DISPATCH),
+        ),
+        (
+            "TRAPVEC_REASON_FOREIGN_TRAP",
+            u64::from(TRAPVEC_REASON_FOREIGN_TRAP),
+        ),
+        (
+            "TRAPVEC_REASON_RETURN_IN_WINDOW",
+            u64::from(TRAPVEC_REASON_RETURN_IN_WINDOW),
+        ),
+        (
+            "TRAPVEC_REASON_NOT_A_JUMP",
+            u64::from(TRAPVEC_REASON_NOT_A_JUMP),
+        ),
+        (
+            "TRAPVEC_REASON_JUMP_TARGET",
+            u64::from(TRAPVEC_REASON_JUMP_TARGET),
+        ),
+        (
+            "TRAPVEC_REASON_EXTABLE_FIXUP",
+            u64::from(TRAPVEC_REASON_EXTABLE_FIXUP),
+        ),
         ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
         ("TRAPVEC_READ_ORIGINAL", u64::from(TRAPVEC_READ_ORIGINAL)),
         ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),
@@ -127,23 +220,41 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_FREE", u64::from(TRAPVEC_IOC_FREE)),
         ("TRAPVEC_IOC_CHECK", u64::from(TRAPVEC_IOC_CHECK)),
         ("TRAPVEC_IOC_APPLY", u64::from(TRAPVEC_IOC_APPLY)),
-        ("TRAPVEC_IOC_DISPATCH_REPLACE", u64::from(TRAPVEC_IOC_DISPATCH_REPLACE)),
-        ("TRAPVEC_IOC_DISPATCH_ADD", u64::from(TRAPVEC_IOC_DISPATCH_ADD)),
-        ("TRAPVEC_IOC_DISPATCH_REMOVE", u64::from(TRAPVEC_IOC_DISPATCH_REMOVE)),
+        (
+            "TRAPVEC_IOC_DISPATCH_REPLACE",
+            u64::from(TRAPVEC_IOC_DISPATCH_REPLACE),
+        ),
+        (
+            "TRAPVEC_IOC_DISPATCH_ADD",
+            u64::from(TRAPVEC_IOC_DISPATCH_ADD),
+        ),
+        (
+            "TRAPVEC_IOC_DISPATCH_REMOVE",
+            u64::from(TRAPVEC_IOC_DISPATCH_REMOVE),
+        ),
         ("TRAPVEC_IOC_HITS", u64::from(TRAPVEC_IOC_HITS)),
         ("TRAPVEC_IOC_LIST", u64::from(TRAPVEC_IOC_LIST)),
         ("TRAPVEC_IOC_QUIESCE", u64::from(TRAPVEC_IOC_QUIESCE)),
         ("TRAPVEC_IOC_STATE_GET", u64::from(TRAPVEC_IOC_STATE_GET)),
         ("TRAPVEC_IOC_STATE_PUT", u64::from(TRAPVEC_IOC_STATE_PUT)),
         ("TRAPVEC_RETURN_SLOTS", u64::from(TRAPVEC_RETURN_SLOTS)),
-        ("TRAPVEC_RETURN_INSTANCES", u64::from(TRAPVEC_RETURN_INSTANCES)),
+        (
+            "TRAPVEC_RETURN_INSTANCES",
+            u64::from(TRAPVEC_RETURN_INSTANCES),
+        ),
         ("TRAPVEC_RETURN_BUCKETS", TRAPVEC_RETURN_BUCKETS as u64),
         ("TRAPVEC_CLOCK_NONE", u64::from(TRAPVEC_CLOCK_NONE)),
         ("TRAPVEC_CLOCK_WALL", u64::from(TRAPVEC_CLOCK_WALL)),
         ("TRAPVEC_CLOCK_CPU", u64::from(TRAPVEC_CLOCK_CPU)),
         ("TRAPVEC_IOC_RETURN_ADD", u64::from(TRAPVEC_IOC_RETURN_ADD)),
-        ("TRAPVEC_IOC_RETURN_REMOVE", u64::from(TRAPVEC_IOC_RETURN_REMOVE)),
-        ("TRAPVEC_IOC_RETURN_STATS", u64::from(TRAPVEC_IOC_RETURN_STATS)),
+        (
+            "TRAPVEC_IOC_RETURN_REMOVE",
+            u64::from(TRAPVEC_IOC_RETURN_REMOVE),
+        ),
+        (
+            "TRAPVEC_IOC_RETURN_STATS",
+            u64::from(TRAPVEC_IOC_RETURN_STATS),
+        ),
         ("TRAPVEC_KEY_SLOTS", u64::from(TRAPVEC_KEY_SLOTS)),
         ("TRAPVEC_KEY_TABLE", u64::from(TRAPVEC_KEY_TABLE)),
         ("TRAPVEC_KEY_BYTES", TRAPVEC_KEY_BYTES as u64),
@@ -162,9 +273,14 @@ fn header_dir() -> PathBuf {
 }
 
 /// Compile and run the C side; parse `name offset size` lines.
-fn c_layout(rows: &[(&str, &str, u64, u64)], sizes: &[(&str, u64)], consts: &[(&str, u64)]) -> Layout {
-    let mut src =
-        String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"trapvec_abi.h\"\nint main(void)\n{\n");
+fn c_layout(
+    rows: &[(&str, &str, u64, u64)],
+    sizes: &[(&str, u64)],
+    consts: &[(&str, u64)],
+) -> Layout {
+    let mut src = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"trapvec_abi.h\"\nint main(void)\n{\n",
+    );
     for (s, f, _, _) in rows {
         writeln!(
             src,
@@ -173,10 +289,18 @@ fn c_layout(rows: &[(&str, &str, u64, u64)], sizes: &[(&str, u64)], consts: &[(&
         .unwrap();
     }
     for (s, _) in sizes {
-        writeln!(src, "\tprintf(\"sizeof struct {s} 0 %zu\\n\", sizeof(struct {s}));").unwrap();
+        writeln!(
+            src,
+            "\tprintf(\"sizeof struct {s} 0 %zu\\n\", sizeof(struct {s}));"
+        )
+        .unwrap();
     }
     for (name, _) in consts {
-        writeln!(src, "\tprintf(\"{name} 0 %llu\\n\", (unsigned long long)({name}));").unwrap();
+        writeln!(
+            src,
+            "\tprintf(\"{name} 0 %llu\\n\", (unsigned long long)({name}));"
+        )
+        .unwrap();
     }
     src.push_str("\treturn 0;\n}\n");
 
@@ -192,7 +316,11 @@ fn c_layout(rows: &[(&str, &str, u64, u64)], sizes: &[(&str, u64)], consts: &[(&
         .arg(&c)
         .output()
         .expect("running cc (the ABI test needs a C compiler)");
-    assert!(out.status.success(), "cc failed on kmod/trapvec_abi.h:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc failed on kmod/trapvec_abi.h:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new(&exe).output().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout)
@@ -228,7 +356,11 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
         .filter(|(k, v)| c.get(*k) != Some(v))
         .map(|(k, v)| format!("{k}: Rust (offset, size|value) {v:?}, C {:?}", c.get(k)))
         .collect();
-    assert!(mismatches.is_empty(), "layout differs from kmod/trapvec_abi.h:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "layout differs from kmod/trapvec_abi.h:\n{}",
+        mismatches.join("\n")
+    );
     assert_eq!(rust.len(), c.len());
     // Sanity: the comparison covered every struct and constant.
     assert_eq!(sizes.len(), 24);
@@ -238,13 +370,38 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
 #[test]
 fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
     // nix's own _IOWR encoding, independent of abi::iowr.
-    let nix = |nr: u8, size: usize| -> u64 { nix::request_code_readwrite!(TRAPVEC_IOC_MAGIC, nr, size) };
-    assert_eq!(u64::from(TRAPVEC_IOC_INFO), nix(0, size_of::<TrapvecInfo>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_APPLY), nix(7, size_of::<TrapvecApply>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_QUIESCE), nix(12, size_of::<TrapvecQuiesce>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_RETURN_STATS), nix(34, size_of::<TrapvecReturnStats>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_KEY_ADD), nix(35, size_of::<TrapvecKeyAdd>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_KEY_REMOVE), nix(36, size_of::<TrapvecKeyRemove>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_KEY_STATS), nix(37, size_of::<TrapvecKeyStats>()));
-    assert_eq!(u64::from(TRAPVEC_IOC_STATE_PUT), nix(14, size_of::<TrapvecState>()));
+    let nix =
+        |nr: u8, size: usize| -> u64 { nix::request_code_readwrite!(TRAPVEC_IOC_MAGIC, nr, size) };
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_INFO),
+        nix(0, size_of::<TrapvecInfo>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_APPLY),
+        nix(7, size_of::<TrapvecApply>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_QUIESCE),
+        nix(12, size_of::<TrapvecQuiesce>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_RETURN_STATS),
+        nix(34, size_of::<TrapvecReturnStats>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_KEY_ADD),
+        nix(35, size_of::<TrapvecKeyAdd>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_KEY_REMOVE),
+        nix(36, size_of::<TrapvecKeyRemove>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_KEY_STATS),
+        nix(37, size_of::<TrapvecKeyStats>())
+    );
+    assert_eq!(
+        u64::from(TRAPVEC_IOC_STATE_PUT),
+        nix(14, size_of::<TrapvecState>())
+    );
 }

@@ -23,7 +23,9 @@ fn target() -> Option<KernelTarget> {
 }
 
 fn rel32(from_next: u64, to: u64) -> [u8; 4] {
-    i32::try_from(i128::from(to) - i128::from(from_next)).expect("rel32 in reach").to_le_bytes()
+    i32::try_from(i128::from(to) - i128::from(from_next))
+        .expect("rel32 in reach")
+        .to_le_bytes()
 }
 
 fn getppid() -> i64 {
@@ -36,18 +38,30 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     let Some(mut t) = target() else { return };
     let info = t.module_info().unwrap();
     assert_eq!(info.vector, 0xf5);
-    assert_eq!(info.gate_handler, info.entry, "the module's gate is installed");
+    assert_eq!(
+        info.gate_handler, info.entry,
+        "the module's gate is installed"
+    );
 
-    let func = t.symbols().lookup("__x64_sys_getppid").expect("__x64_sys_getppid in kallsyms").addr;
+    let func = t
+        .symbols()
+        .lookup("__x64_sys_getppid")
+        .expect("__x64_sys_getppid in kallsyms")
+        .addr;
     let site = func + 5;
     let orig = t.read(func, 16).unwrap();
     assert_eq!(orig[5..7], [0x53, 0xe8], "push rbx; call rel32 at +5");
     // The call is at site + 1; its rel32 counts from site + 6.
-    let callee = (site + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(orig[7..11].try_into().unwrap())));
+    let callee = (site + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(
+        orig[7..11].try_into().unwrap(),
+    )));
 
     assert_eq!(t.check_site_with_kprobe(func, 2), Err(SiteRefusal::Ftrace));
     assert_eq!(t.check_site_with_kprobe(site, 2), Ok(()));
-    assert_eq!(t.check_site_with_kprobe(site + 2, 2), Err(SiteRefusal::NotBoundary));
+    assert_eq!(
+        t.check_site_with_kprobe(site + 2, 2),
+        Err(SiteRefusal::NotBoundary)
+    );
     assert_eq!(t.precheck_site(site, 2), Ok(()));
     assert_eq!(t.precheck_site(func + 1, 2), Err(SiteRefusal::Ftrace));
 
@@ -64,16 +78,32 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     assert!(err.to_string().contains("sealed"), "{err}");
 
     let ppid = getppid();
-    let entry = DispatchEntry { site, dest: block.addr, handler: 0, cookie: 0, only: None };
+    let entry = DispatchEntry {
+        site,
+        dest: block.addr,
+        handler: 0,
+        cookie: 0,
+        only: None,
+    };
     t.add_dispatch(&[entry]).unwrap();
-    let trap = TextPatch { addr: site, old: orig[5..7].to_vec(), new: TRAP_BYTES.to_vec() };
+    let trap = TextPatch {
+        addr: site,
+        old: orig[5..7].to_vec(),
+        new: TRAP_BYTES.to_vec(),
+    };
     t.patch_text(std::slice::from_ref(&trap)).unwrap();
     assert_eq!(t.read(site, 2).unwrap(), TRAP_BYTES);
 
     for _ in 0..CALLS {
         assert_eq!(getppid(), ppid);
     }
-    assert_eq!(t.trap_hits(site), Some(TrapHits { hits: CALLS, missed: 0 }));
+    assert_eq!(
+        t.trap_hits(site),
+        Some(TrapHits {
+            hits: CALLS,
+            missed: 0
+        })
+    );
     let listed = t.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].entry, entry);
@@ -100,13 +130,33 @@ fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
     let Some(mut t) = target() else { return };
     let func = t.symbols().lookup("__x64_sys_getppid").unwrap().addr;
     let before = t.read(func, 8).unwrap();
-    let patch = TextPatch { addr: func, old: before[..2].to_vec(), new: TRAP_BYTES.to_vec() };
+    let patch = TextPatch {
+        addr: func,
+        old: before[..2].to_vec(),
+        new: TRAP_BYTES.to_vec(),
+    };
     let err = t.patch_text(&[patch]).unwrap_err();
-    assert!(matches!(err, TargetError::SiteRefused { reason: SiteRefusal::Ftrace, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                reason: SiteRefusal::Ftrace,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // A jmp rel8 (never written): a trap would be refused first, for having no dispatch entry.
-    let wrong = TextPatch { addr: func + 5, old: vec![0x90, 0x90], new: vec![0xEB, 0x00] };
+    let wrong = TextPatch {
+        addr: func + 5,
+        old: vec![0x90, 0x90],
+        new: vec![0xEB, 0x00],
+    };
     let err = t.patch_text(&[wrong]).unwrap_err();
-    assert!(matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"), "{err}");
+    assert!(
+        matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"),
+        "{err}"
+    );
     assert_eq!(t.read(func, 8).unwrap(), before);
 }
 
@@ -115,16 +165,30 @@ fn kernel_target_keeps_a_state_blob_with_compare_and_swap() {
     let Some(t) = target() else { return };
     t.lock_exclusive().unwrap();
     let start = t.state().unwrap();
-    let blob: Vec<u8> = (0..300_000u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let blob: Vec<u8> = (0..300_000u32)
+        .map(|i| u8::try_from(i % 251).unwrap())
+        .collect();
     let next = t.put_state(start.generation, &blob).unwrap();
     assert_eq!(next, start.generation + 1);
-    assert_eq!(t.state().unwrap().bytes, blob, "300 kB through the module, byte for byte");
+    assert_eq!(
+        t.state().unwrap().bytes,
+        blob,
+        "300 kB through the module, byte for byte"
+    );
     let err = t.put_state(start.generation, b"late").unwrap_err();
-    assert!(matches!(err, TargetError::StateStale { current, .. } if current == next), "{err}");
+    assert!(
+        matches!(err, TargetError::StateStale { current, .. } if current == next),
+        "{err}"
+    );
     // A second opener waits for the lock: try it without blocking from another descriptor.
     let other = std::fs::File::open(DEVICE_PATH).unwrap();
     // SAFETY: flock() on a descriptor `other` keeps open.
-    let r = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&other), libc::LOCK_EX | libc::LOCK_NB) };
+    let r = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&other),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
     assert_eq!(r, -1, "the first target holds LOCK_EX");
     t.put_state(next, &start.bytes).unwrap();
 }

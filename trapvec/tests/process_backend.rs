@@ -14,8 +14,17 @@ fn load_asm(tag: &str, src: &str, names: &[&str]) -> Vec<u64> {
     let s = dir.join(format!("{tag}.S"));
     let so = dir.join(format!("lib{tag}.so"));
     std::fs::write(&s, src).unwrap();
-    let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(&so).arg(&s).output().expect("cc");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("cc")
+        .args(["-shared", "-nostdlib", "-o"])
+        .arg(&so)
+        .arg(&s)
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let path = CString::new(so.to_str().unwrap()).unwrap();
     // SAFETY: loading a library we just built; it has no constructors.
     let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
@@ -61,8 +70,19 @@ fn trap_redirects_through_dispatch_table_and_restores_bytes() {
     let before = t.read(f, 2).unwrap();
     assert_eq!(call(f), 42);
 
-    t.add_dispatch(&[DispatchEntry { site: f, dest: g, handler: 0, cookie: 0, only: None }]).unwrap();
-    let patch = TextPatch { addr: f, old: before.clone(), new: TRAP_BYTES.to_vec() };
+    t.add_dispatch(&[DispatchEntry {
+        site: f,
+        dest: g,
+        handler: 0,
+        cookie: 0,
+        only: None,
+    }])
+    .unwrap();
+    let patch = TextPatch {
+        addr: f,
+        old: before.clone(),
+        new: TRAP_BYTES.to_vec(),
+    };
     t.patch_text(std::slice::from_ref(&patch)).unwrap();
     assert_eq!(t.read(f, 2).unwrap(), TRAP_BYTES);
     let redirected = trapvec::process::trap_stats().redirected;
@@ -83,10 +103,21 @@ fn batch_with_one_stale_expectation_writes_nothing() {
     let mut t = ProcessTarget::new().unwrap();
     let a = t.read(fns[0], 2).unwrap();
     let b = t.read(fns[1], 2).unwrap();
-    let good = TextPatch { addr: fns[0], old: a.clone(), new: vec![0x90, 0x90] };
-    let bad = TextPatch { addr: fns[1], old: vec![0xAA, 0xBB], new: vec![0x90, 0x90] };
+    let good = TextPatch {
+        addr: fns[0],
+        old: a.clone(),
+        new: vec![0x90, 0x90],
+    };
+    let bad = TextPatch {
+        addr: fns[1],
+        old: vec![0xAA, 0xBB],
+        new: vec![0x90, 0x90],
+    };
     let err = t.patch_text(&[good, bad]).unwrap_err();
-    assert!(matches!(err, TargetError::TextMismatch { addr, .. } if addr == fns[1]), "{err}");
+    assert!(
+        matches!(err, TargetError::TextMismatch { addr, .. } if addr == fns[1]),
+        "{err}"
+    );
     assert!(err.to_string().contains("aa bb"), "{err}");
     assert_eq!(t.read(fns[0], 2).unwrap(), a);
     assert_eq!(t.read(fns[1], 2).unwrap(), b);

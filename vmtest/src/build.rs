@@ -292,7 +292,10 @@ pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<Path
         .arg(&fentry)
         .arg(src.join("fentry_count.c"))
         .args(["-lbpf", "-lelf", "-lz"]);
-    run(&mut cmd, "peer fentry_count (needs libbpf-dev, libelf-dev, zlib1g-dev)")?;
+    run(
+        &mut cmd,
+        "peer fentry_count (needs libbpf-dev, libelf-dev, zlib1g-dev)",
+    )?;
     let fentry = expect_output("peer fentry_count", fentry)?;
     let _lock = builder.lock()?;
     let livepatch = builder.external_module(&src.join("livepatch"), "tv_lp_mss")?;

@@ -89,7 +89,9 @@ pub fn parse(output: &str) -> Result<Vec<PathBuf>, MissingLibrary> {
             Some((name, rest)) => {
                 let rest = rest.trim();
                 if rest.starts_with("not found") {
-                    return Err(MissingLibrary { library: name.trim().to_owned() });
+                    return Err(MissingLibrary {
+                        library: name.trim().to_owned(),
+                    });
                 }
                 rest
             }
@@ -133,7 +135,12 @@ mod tests {
     fn parse_reports_a_missing_library_by_name() {
         let out =
             "\tlibfoo.so.3 => not found\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x1)\n";
-        assert_eq!(parse(out), Err(MissingLibrary { library: "libfoo.so.3".to_owned() }));
+        assert_eq!(
+            parse(out),
+            Err(MissingLibrary {
+                library: "libfoo.so.3".to_owned()
+            })
+        );
     }
 
     #[test]

@@ -35,7 +35,11 @@ const PROMPT: &[u8] = b"(qemu) ";
 /// Reads the vCPUs `samples` times, `gap` apart, from the monitor at `socket`. The whole
 /// exchange is bounded (a guest wedged inside QEMU must not wedge the caller): each read waits
 /// at most 5 s.
-pub fn sample(socket: &Path, samples: usize, gap: Duration) -> std::io::Result<Vec<Vec<VcpuState>>> {
+pub fn sample(
+    socket: &Path,
+    samples: usize,
+    gap: Duration,
+) -> std::io::Result<Vec<Vec<VcpuState>>> {
     let mut s = UnixStream::connect(socket)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -65,10 +69,18 @@ fn read_to_prompt(s: &mut UnixStream) -> std::io::Result<String> {
     let mut chunk = [0u8; 16384];
     while !buf.ends_with(PROMPT) {
         if Instant::now() > until {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the QEMU monitor did not answer within 10 s"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the QEMU monitor did not answer within 10 s",
+            ));
         }
         match s.read(&mut chunk)? {
-            0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the QEMU monitor closed")),
+            0 => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the QEMU monitor closed",
+                ))
+            }
             n => buf.extend_from_slice(&chunk[..n]),
         }
     }
@@ -83,19 +95,29 @@ pub fn parse_registers(text: &str) -> Vec<VcpuState> {
     let mut cur: Option<(u32, Option<u64>, u8, bool)> = None;
     let flush = |cur: &mut Option<(u32, Option<u64>, u8, bool)>, out: &mut Vec<VcpuState>| {
         if let Some((cpu, Some(rip), cpl, halted)) = cur.take() {
-            out.push(VcpuState { cpu, rip, cpl, halted });
+            out.push(VcpuState {
+                cpu,
+                rip,
+                cpl,
+                halted,
+            });
         }
     };
     for line in text.lines() {
         let line = line.trim();
-        if let Some(n) = line.strip_prefix("CPU#").and_then(|n| n.trim().parse().ok()) {
+        if let Some(n) = line
+            .strip_prefix("CPU#")
+            .and_then(|n| n.trim().parse().ok())
+        {
             flush(&mut cur, &mut out);
             cur = Some((n, None, 0, false));
             continue;
         }
         let Some(c) = cur.as_mut() else { continue };
         for field in line.split_whitespace() {
-            let Some((key, value)) = field.split_once('=') else { continue };
+            let Some((key, value)) = field.split_once('=') else {
+                continue;
+            };
             match key {
                 "RIP" | "EIP" => c.1 = u64::from_str_radix(value, 16).ok(),
                 "CPL" => c.2 = value.parse().unwrap_or(0),
@@ -124,8 +146,18 @@ RIP=000000000040112a RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\r\n(qem
         assert_eq!(
             parse_registers(LONG_MODE),
             [
-                VcpuState { cpu: 0, rip: 0xffff_ffff_81b5_c0ce, cpl: 0, halted: true },
-                VcpuState { cpu: 1, rip: 0x40_112a, cpl: 3, halted: false },
+                VcpuState {
+                    cpu: 0,
+                    rip: 0xffff_ffff_81b5_c0ce,
+                    cpl: 0,
+                    halted: true
+                },
+                VcpuState {
+                    cpu: 1,
+                    rip: 0x40_112a,
+                    cpl: 3,
+                    halted: false
+                },
             ]
         );
     }
@@ -133,7 +165,15 @@ RIP=000000000040112a RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\r\n(qem
     #[test]
     fn real_mode_eip_is_read_and_a_block_without_one_left_out() {
         let text = "CPU#0\nEAX=00000000\nEIP=0000b7b9 EFL=00000246 CPL=0 HLT=1\nCPU#1\nEAX=1\n";
-        assert_eq!(parse_registers(text), [VcpuState { cpu: 0, rip: 0xb7b9, cpl: 0, halted: true }]);
+        assert_eq!(
+            parse_registers(text),
+            [VcpuState {
+                cpu: 0,
+                rip: 0xb7b9,
+                cpl: 0,
+                halted: true
+            }]
+        );
         assert!(parse_registers("(qemu) unknown command").is_empty());
     }
 
@@ -147,7 +187,10 @@ RIP=000000000040112a RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\r\n(qem
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("monitor.sock");
         let mut child = std::process::Command::new(qemu)
-            .args(["-accel", "tcg", "-smp", "2", "-m", "64M", "-display", "none", "-serial", "null", "-nic", "none"])
+            .args([
+                "-accel", "tcg", "-smp", "2", "-m", "64M", "-display", "none", "-serial", "null",
+                "-nic", "none",
+            ])
             .arg("-monitor")
             .arg(format!("unix:{},server=on,wait=off", sock.display()))
             .stdout(std::process::Stdio::null())
@@ -162,6 +205,10 @@ RIP=000000000040112a RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\r\n(qem
         child.wait().unwrap();
         let got = got.unwrap();
         assert_eq!(got.len(), 2);
-        assert!(got.iter().all(|s| s.iter().map(|v| v.cpu).collect::<Vec<_>>() == [0, 1]), "{got:?}");
+        assert!(
+            got.iter()
+                .all(|s| s.iter().map(|v| v.cpu).collect::<Vec<_>>() == [0, 1]),
+            "{got:?}"
+        );
     }
 }

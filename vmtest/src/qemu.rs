@@ -147,7 +147,10 @@ impl QemuConfig {
 /// timeout passes.
 pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuError> {
     let start = Instant::now();
-    let monitor_dir = tempfile::Builder::new().prefix("vmtest-monitor-").tempdir().map_err(QemuError::Wait)?;
+    let monitor_dir = tempfile::Builder::new()
+        .prefix("vmtest-monitor-")
+        .tempdir()
+        .map_err(QemuError::Wait)?;
     let monitor_socket = monitor_dir.path().join("monitor.sock");
     let mut cmd = config.command(&monitor_socket);
     cmd.stdin(Stdio::null())
@@ -209,8 +212,12 @@ pub fn boot(config: &QemuConfig, console: &mut dyn Write) -> Result<Boot, QemuEr
 
     let timed_out = !ended_by_eof && scanner.exit_status().is_none();
     let vcpus = timed_out.then(|| {
-        monitor::sample(&monitor_socket, monitor::SAMPLES, monitor::SAMPLE_GAP)
-            .map_err(|e| format!("reading the vCPUs from QEMU's monitor {}: {e}", monitor_socket.display()))
+        monitor::sample(&monitor_socket, monitor::SAMPLES, monitor::SAMPLE_GAP).map_err(|e| {
+            format!(
+                "reading the vCPUs from QEMU's monitor {}: {e}",
+                monitor_socket.display()
+            )
+        })
     });
     let qemu_status = if ended_by_eof {
         wait_or_kill(&mut child, Duration::from_secs(10))?
@@ -295,9 +302,20 @@ mod tests {
 
     #[test]
     fn extra_qemu_args_come_last_in_order() {
-        let config = QemuConfig { qemu_args: vec!["-singlestep".into(), "-icount".into(), "shift=0".into()], ..config() };
-        let args: Vec<_> = config.command(Path::new("m")).get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert_eq!(args[args.len() - 3..], ["-singlestep", "-icount", "shift=0"], "{args:?}");
+        let config = QemuConfig {
+            qemu_args: vec!["-singlestep".into(), "-icount".into(), "shift=0".into()],
+            ..config()
+        };
+        let args: Vec<_> = config
+            .command(Path::new("m"))
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args[args.len() - 3..],
+            ["-singlestep", "-icount", "shift=0"],
+            "{args:?}"
+        );
     }
 
     #[test]
@@ -356,6 +374,10 @@ mod tests {
         assert!(boot.elapsed < Duration::from_secs(30), "{:?}", boot.elapsed);
         assert_eq!(boot.tail, ["started"]);
         // No monitor behind the fake: the reason is kept, not a panic or a hang.
-        assert!(matches!(&boot.vcpus, Some(Err(e)) if e.contains("monitor")), "{:?}", boot.vcpus);
+        assert!(
+            matches!(&boot.vcpus, Some(Err(e)) if e.contains("monitor")),
+            "{:?}",
+            boot.vcpus
+        );
     }
 }

@@ -203,7 +203,11 @@ pub fn run(options: &RunOptions, console: &mut dyn Write) -> Result<Report, RunE
 /// Runs a scenario in a guest whose PID 1 is systemd ([`crate::systemd`]): `/scenario.sh` is
 /// started by a unit once `multi-user.target` is reached. The module is not insmodded by init
 /// (whatever `options.load_module` says) but installed where DKMS puts it.
-pub fn run_systemd(options: &RunOptions, guest: &SystemdGuest, console: &mut dyn Write) -> Result<Report, RunError> {
+pub fn run_systemd(
+    options: &RunOptions,
+    guest: &SystemdGuest,
+    console: &mut dyn Write,
+) -> Result<Report, RunError> {
     run_guest(options, Some(guest), console, true)
 }
 
@@ -273,10 +277,17 @@ fn run_guest(
         memory_mib: options.memory_mib,
         cpus: 2,
         append: match systemd_guest {
-            Some(_) => systemd::CMDLINE.iter().map(|w| (*w).to_owned()).chain(options.append.iter().cloned()).collect(),
+            Some(_) => systemd::CMDLINE
+                .iter()
+                .map(|w| (*w).to_owned())
+                .chain(options.append.iter().cloned())
+                .collect(),
             None => options.append.clone(),
         },
-        qemu_args: guest_cpu_args(&kernel.version).into_iter().chain(options.qemu_args.iter().cloned()).collect(),
+        qemu_args: guest_cpu_args(&kernel.version)
+            .into_iter()
+            .chain(options.qemu_args.iter().cloned())
+            .collect(),
         timeout: options.timeout,
     };
     let boot = qemu::boot(&config, console)?;
@@ -284,12 +295,18 @@ fn run_guest(
         None => Vec::new(),
         Some(Err(why)) => vec![why.clone()],
         Some(Ok(samples)) => {
-            let kernel_rips: BTreeSet<u64> =
-                samples.iter().flatten().filter(|v| v.cpl == 0).map(|v| v.rip).collect();
+            let kernel_rips: BTreeSet<u64> = samples
+                .iter()
+                .flatten()
+                .filter(|v| v.cpl == 0)
+                .map(|v| v.rip)
+                .collect();
             let names = if !name_stalls || kernel_rips.is_empty() {
                 Ok(BTreeMap::new())
             } else {
-                eprintln!("vmtest: timed out; booting the kernel once more to name the vCPUs' addresses");
+                eprintln!(
+                    "vmtest: timed out; booting the kernel once more to name the vCPUs' addresses"
+                );
                 name_addresses(options, &kernel_rips)
             };
             let mut lines = describe_vcpus(samples, names.as_ref().unwrap_or(&BTreeMap::new()));
@@ -314,10 +331,14 @@ const SYMBOL_MARK: &str = "VMTEST-SYMBOL ";
 /// `nokaslr`, so the kernel's addresses are those of the stalled boot; a module's are those of
 /// this boot, the same as long as modules load in the same order (they do: the same init).
 /// Returns `sym+0xoff` (with ` [module]`) per address it could name.
-pub fn name_addresses(options: &RunOptions, addrs: &BTreeSet<u64>) -> Result<BTreeMap<u64, String>, String> {
+pub fn name_addresses(
+    options: &RunOptions,
+    addrs: &BTreeSet<u64>,
+) -> Result<BTreeMap<u64, String>, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let scenario = dir.path().join("name_addresses.sh");
-    std::fs::write(&scenario, name_addresses_scenario(addrs)).map_err(|e| format!("writing {}: {e}", scenario.display()))?;
+    std::fs::write(&scenario, name_addresses_scenario(addrs))
+        .map_err(|e| format!("writing {}: {e}", scenario.display()))?;
     let opts = RunOptions {
         scenario,
         files: Vec::new(),
@@ -327,7 +348,8 @@ pub fn name_addresses(options: &RunOptions, addrs: &BTreeSet<u64>) -> Result<BTr
         ..options.clone()
     };
     let mut console = Vec::new();
-    let report = run_guest(&opts, None, &mut console, false).map_err(|e| trapvec::error_chain(&e))?;
+    let report =
+        run_guest(&opts, None, &mut console, false).map_err(|e| trapvec::error_chain(&e))?;
     if report.exit_code() != 0 {
         return Err(report.summary(opts.timeout));
     }
@@ -337,7 +359,11 @@ pub fn name_addresses(options: &RunOptions, addrs: &BTreeSet<u64>) -> Result<BTr
 /// The guest side of [`name_addresses`]: one pass of busybox awk over `/proc/kallsyms`,
 /// comparing 16-digit hex addresses as strings (awk's numbers cannot hold 64 bits).
 fn name_addresses_scenario(addrs: &BTreeSet<u64>) -> String {
-    let want = addrs.iter().map(|a| format!("{a:016x}")).collect::<Vec<_>>().join(" ");
+    let want = addrs
+        .iter()
+        .map(|a| format!("{a:016x}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     format!(
         r#"awk -v want="{want}" 'BEGIN {{ n = split(want, w, " ") }}
 $2 ~ /^[tTwW]$/ {{ for (i = 1; i <= n; i++) if (("x" $1) <= ("x" w[i]) && ("x" $1) > ("x" best[i])) {{ best[i] = $1; name[i] = $3 ($4 == "" ? "" : " " $4) }} }}
@@ -350,12 +376,24 @@ END {{ for (i = 1; i <= n; i++) if (best[i] != "") print "{SYMBOL_MARK}" w[i] " 
 fn parse_named_addresses(console: &str) -> BTreeMap<u64, String> {
     let mut out = BTreeMap::new();
     for line in console.lines() {
-        let Some((_, rest)) = line.trim_end_matches('\r').split_once(SYMBOL_MARK) else { continue };
+        let Some((_, rest)) = line.trim_end_matches('\r').split_once(SYMBOL_MARK) else {
+            continue;
+        };
         let mut words = rest.splitn(3, ' ');
-        let (Some(want), Some(base), Some(name)) = (words.next(), words.next(), words.next()) else { continue };
-        let (Ok(want), Ok(base)) = (u64::from_str_radix(want, 16), u64::from_str_radix(base, 16)) else { continue };
+        let (Some(want), Some(base), Some(name)) = (words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let (Ok(want), Ok(base)) = (u64::from_str_radix(want, 16), u64::from_str_radix(base, 16))
+        else {
+            continue;
+        };
         let (sym, module) = name.split_once(' ').map_or((name, ""), |(s, m)| (s, m));
-        let module = if module.is_empty() { String::new() } else { format!(" {module}") };
+        let module = if module.is_empty() {
+            String::new()
+        } else {
+            format!(" {module}")
+        };
         out.insert(want, format!("{sym}+{:#x}{module}", want - base));
     }
     out
@@ -369,7 +407,10 @@ pub fn describe_vcpus(samples: &[Vec<VcpuState>], names: &BTreeMap<u64, String>)
         .map(|cpu| {
             let mut seen: Vec<(VcpuState, usize)> = Vec::new();
             for v in samples.iter().flatten().filter(|v| v.cpu == cpu) {
-                match seen.iter_mut().find(|(s, _)| (s.rip, s.cpl, s.halted) == (v.rip, v.cpl, v.halted)) {
+                match seen
+                    .iter_mut()
+                    .find(|(s, _)| (s.rip, s.cpl, s.halted) == (v.rip, v.cpl, v.halted))
+                {
                     Some((_, n)) => *n += 1,
                     None => seen.push((*v, 1)),
                 }
@@ -378,7 +419,11 @@ pub fn describe_vcpus(samples: &[Vec<VcpuState>], names: &BTreeMap<u64, String>)
                 .iter()
                 .map(|(v, n)| {
                     let at = if v.cpl == 0 {
-                        format!("{:016x} {}", v.rip, names.get(&v.rip).map_or("(not named)", String::as_str))
+                        format!(
+                            "{:016x} {}",
+                            v.rip,
+                            names.get(&v.rip).map_or("(not named)", String::as_str)
+                        )
                     } else {
                         format!("user {:x}", v.rip)
                     };
@@ -404,7 +449,11 @@ fn guest_tree(
     let module = match builder.module() {
         Ok(module) => Some(module),
         Err(err) if !options.load_module && systemd_guest.is_none() => {
-            eprintln!("vmtest: warning: {}; the guest has no {}", trapvec::error_chain(&err), paths::MODULE);
+            eprintln!(
+                "vmtest: warning: {}; the guest has no {}",
+                trapvec::error_chain(&err),
+                paths::MODULE
+            );
             None
         }
         Err(err) => return Err(err.into()),
@@ -444,7 +493,11 @@ fn guest_tree(
     });
     fs.bytes_file("/init", init, 0o755)?;
     fs.host_file(paths::SCENARIO, &options.scenario, 0o755)?;
-    fs.host_file(paths::SCENARIO_LIB, &options.repo.join("vmtest/scenarios/lib/scenario.sh"), 0o644)?;
+    fs.host_file(
+        paths::SCENARIO_LIB,
+        &options.repo.join("vmtest/scenarios/lib/scenario.sh"),
+        0o644,
+    )?;
 
     if let Some(module) = &module {
         fs.host_file(paths::MODULE, module, 0o644)?;
@@ -464,7 +517,9 @@ fn guest_tree(
     add_kernel_modules(&mut fs, kernel, &options.extra_modules)?;
     if let Some(guest) = systemd_guest {
         // `module` is Some: without the module a systemd guest is an error above.
-        let module = module.as_deref().expect("a systemd guest's module was built");
+        let module = module
+            .as_deref()
+            .expect("a systemd guest's module was built");
         systemd::add(&mut fs, guest, &kernel.version, module, &applet_overrides)?;
     }
     Ok(fs)
@@ -584,7 +639,10 @@ mod tests {
     #[test]
     fn only_kernels_after_6_1_boot_without_cmpxchg16b() {
         assert!(super::guest_cpu_args("6.1.0-56-cloud-amd64").is_empty());
-        assert_eq!(super::guest_cpu_args("6.12.95+deb12-cloud-amd64"), ["-cpu", "qemu64,-cx16"]);
+        assert_eq!(
+            super::guest_cpu_args("6.12.95+deb12-cloud-amd64"),
+            ["-cpu", "qemu64,-cx16"]
+        );
     }
 
     use super::*;
@@ -647,11 +705,25 @@ mod tests {
 
     #[test]
     fn vcpus_are_described_per_cpu_with_names_and_counts() {
-        let v = |cpu, rip, cpl, halted| VcpuState { cpu, rip, cpl, halted };
+        let v = |cpu, rip, cpl, halted| VcpuState {
+            cpu,
+            rip,
+            cpl,
+            halted,
+        };
         let samples = vec![
-            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0xffff_ffff_8120_0017, 0, false)],
-            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0x40_112a, 3, false)],
-            vec![v(0, 0xffff_ffff_8100_1000, 0, true), v(1, 0xffff_ffff_8120_0017, 0, false)],
+            vec![
+                v(0, 0xffff_ffff_8100_1000, 0, true),
+                v(1, 0xffff_ffff_8120_0017, 0, false),
+            ],
+            vec![
+                v(0, 0xffff_ffff_8100_1000, 0, true),
+                v(1, 0x40_112a, 3, false),
+            ],
+            vec![
+                v(0, 0xffff_ffff_8100_1000, 0, true),
+                v(1, 0xffff_ffff_8120_0017, 0, false),
+            ],
         ];
         let names = BTreeMap::from([(0xffff_ffff_8120_0017, "foo+0x17 [trapvec]".to_owned())]);
         assert_eq!(
@@ -664,13 +736,24 @@ mod tests {
         let mut r = report(Outcome::TimedOut, &[]);
         r.vcpus = describe_vcpus(&samples, &names);
         let summary = r.summary(Duration::from_secs(20));
-        assert!(summary.contains("the vCPUs before qemu was killed (5 samples 200 ms apart):\n  @ cpu0: 3×"), "{summary}");
+        assert!(
+            summary.contains(
+                "the vCPUs before qemu was killed (5 samples 200 ms apart):\n  @ cpu0: 3×"
+            ),
+            "{summary}"
+        );
     }
 
     #[test]
     fn named_addresses_are_read_from_the_console() {
-        let script = name_addresses_scenario(&BTreeSet::from([0xffff_ffff_8120_0017, 0xffff_ffff_c000_0042]));
-        assert!(script.contains(r#"want="ffffffff81200017 ffffffffc0000042""#), "{script}");
+        let script = name_addresses_scenario(&BTreeSet::from([
+            0xffff_ffff_8120_0017,
+            0xffff_ffff_c000_0042,
+        ]));
+        assert!(
+            script.contains(r#"want="ffffffff81200017 ffffffffc0000042""#),
+            "{script}"
+        );
         let console = "[ 1.0] noise\r\nVMTEST-SYMBOL ffffffff81200017 ffffffff81200000 do_idle\r\n\
                        VMTEST-SYMBOL ffffffffc0000042 ffffffffc0000040 tv_trap [trapvec]\r\nVMTEST-SYMBOL junk\n";
         assert_eq!(

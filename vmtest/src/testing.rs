@@ -81,7 +81,9 @@ pub fn boot_verdict(what: &str, missing: &[String], ci: bool) -> BootVerdict {
     }
     let why = missing.join("; ");
     if ci {
-        BootVerdict::Fail(format!("CI=true and the {what}s cannot run: {why} ({INSTALL_HINT})"))
+        BootVerdict::Fail(format!(
+            "CI=true and the {what}s cannot run: {why} ({INSTALL_HINT})"
+        ))
     } else {
         BootVerdict::Skip(format!("skipping {what}: {why} ({INSTALL_HINT})"))
     }
@@ -89,7 +91,10 @@ pub fn boot_verdict(what: &str, missing: &[String], ci: bool) -> BootVerdict {
 
 /// The workspace root that this crate was built from (the parent of `vmtest/`).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("vmtest/ lies in the workspace").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("vmtest/ lies in the workspace")
+        .to_owned()
 }
 
 /// Build the release trapd and return its path (from cargo's compiler-artifact message), for
@@ -97,11 +102,23 @@ pub fn repo_root() -> PathBuf {
 pub fn build_trapd() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "-p", "trapd", "--bin", "trapd", "--message-format=json"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "trapd",
+            "--bin",
+            "trapd",
+            "--message-format=json",
+        ])
         .current_dir(repo_root())
         .output()
         .unwrap();
-    assert!(out.status.success(), "building trapd: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "building trapd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -125,7 +142,11 @@ pub fn tvraw(dir: &Path) -> PathBuf {
         .arg(root.join("vmtest/tests/fixtures/tvraw.c"))
         .output()
         .expect("running cc");
-    assert!(cc.status.success(), "cc tvraw.c: {}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "cc tvraw.c: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     out
 }
 
@@ -133,7 +154,8 @@ pub fn tvraw(dir: &Path) -> PathBuf {
 /// kernel (the build lock held). Panics with the reason.
 pub fn guest_module(dir: &str, name: &str) -> PathBuf {
     let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder = crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
+    let builder =
+        crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
     let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
     builder
         .external_module(&repo_root().join("vmtest/kmods").join(dir), name)
@@ -144,7 +166,8 @@ pub fn guest_module(dir: &str, name: &str) -> PathBuf {
 /// ([`crate::build::peers`]): the paths to pass with `--file`. Panics with the reason.
 pub fn peers(dir: &Path) -> Vec<PathBuf> {
     let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    crate::build::peers(&repo_root(), &kernel, dir).unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+    crate::build::peers(&repo_root(), &kernel, dir)
+        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
 }
 
 /// A `vmtest run` to make: a scenario script, `--file`s to copy into the guest and other
@@ -165,15 +188,24 @@ impl Scenario {
 
     /// The script at `path`.
     pub fn at(path: impl Into<PathBuf>) -> Self {
-        Scenario { script: path.into(), args: Vec::new(), _dir: None }
+        Scenario {
+            script: path.into(),
+            args: Vec::new(),
+            _dir: None,
+        }
     }
 
     /// A script given as text (written to a temporary file).
     pub fn inline(text: &str) -> Self {
         let dir = tempfile::tempdir().expect("creating a directory for the inline scenario");
         let script = dir.path().join("scenario.sh");
-        std::fs::write(&script, text).unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
-        Scenario { script, args: Vec::new(), _dir: Some(dir) }
+        std::fs::write(&script, text)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
+        Scenario {
+            script,
+            args: Vec::new(),
+            _dir: Some(dir),
+        }
     }
 
     /// Copy `path` into the guest as `/files/<its name>`.
@@ -193,9 +225,15 @@ impl Scenario {
     /// to load instead (how a test shows what it catches on a module built without the fix).
     #[must_use]
     pub fn module_under_test(self, env: &str, param: &str) -> Self {
-        let Ok(path) = std::env::var(env) else { return self };
+        let Ok(path) = std::env::var(env) else {
+            return self;
+        };
         let path = PathBuf::from(path);
-        let name = path.file_name().expect("a module file name").to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .expect("a module file name")
+            .to_string_lossy()
+            .into_owned();
         self.file(&path).append(&format!("{param}.module={name}"))
     }
 
@@ -235,7 +273,12 @@ impl Scenario {
     /// The command `<vmtest> run --scenario <script> --repo <root> <args>`.
     pub fn command(&self, vmtest: impl AsRef<Path>) -> Command {
         let mut cmd = Command::new(vmtest.as_ref());
-        cmd.arg("run").arg("--scenario").arg(&self.script).arg("--repo").arg(repo_root()).args(&self.args);
+        cmd.arg("run")
+            .arg("--scenario")
+            .arg(&self.script)
+            .arg("--repo")
+            .arg(repo_root())
+            .args(&self.args);
         cmd
     }
 
@@ -249,7 +292,10 @@ impl Scenario {
     /// printed and appended, with the scenario and its console's last lines, to
     /// `target/vmtest/stalls.log`, so that a flaky hang of our own stays on record.
     pub fn run(&self, vmtest: impl AsRef<Path>) -> Run {
-        self.run_recording_stalls(vmtest.as_ref(), &repo_root().join("target/vmtest/stalls.log"))
+        self.run_recording_stalls(
+            vmtest.as_ref(),
+            &repo_root().join("target/vmtest/stalls.log"),
+        )
     }
 
     /// [`Scenario::run`], with its stalls appended to `log`.
@@ -258,19 +304,32 @@ impl Scenario {
         if run.status != Some(crate::runner::EXIT_TIMEOUT) {
             return run;
         }
-        let tail: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("  | ") || l.starts_with("  @ ")).collect();
+        let tail: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("  | ") || l.starts_with("  @ "))
+            .collect();
         let record = format!(
             "{} timed out (unix time {}); its console's last lines and its vCPUs:\n{}\n",
             self.script.display(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             tail.join("\n")
         );
         eprintln!("vmtest STALL: {record}vmtest: running it once more");
         println!("vmtest STALL: {record}vmtest: running it once more");
-        let appended = log.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
-            use std::io::Write;
-            std::fs::OpenOptions::new().create(true).append(true).open(log)?.write_all(record.as_bytes())
-        });
+        let appended = log
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)?
+                    .write_all(record.as_bytes())
+            });
         if let Err(e) = appended {
             eprintln!("vmtest: recording the stall in {}: {e}", log.display());
         }
@@ -283,7 +342,9 @@ impl Scenario {
         let vmtest = vmtest.as_ref();
         let mut cmd = self.command(vmtest);
         log::debug!("running {cmd:?}");
-        let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
         let run = Run {
             status: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -318,18 +379,27 @@ impl Run {
 
     /// [`Run::value`], which must be there.
     pub fn expect(&self, key: &str) -> &str {
-        self.value(key).unwrap_or_else(|| panic!("the scenario printed no {key}=...; see its output above"))
+        self.value(key)
+            .unwrap_or_else(|| panic!("the scenario printed no {key}=...; see its output above"))
     }
 
     /// [`Run::expect`]'s first word as a number.
     pub fn number(&self, key: &str) -> u64 {
         let v = self.expect(key);
-        v.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{key}={v} is not a number"))
+        v.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{key}={v} is not a number"))
     }
 
     /// The scenario ran to its end with status 0 and the kernel reported no problem.
     pub fn assert_passed(&self) {
-        assert_eq!(self.status, Some(0), "vmtest failed; stderr:\n{}", self.stderr);
+        assert_eq!(
+            self.status,
+            Some(0),
+            "vmtest failed; stderr:\n{}",
+            self.stderr
+        );
     }
 }
 
@@ -347,7 +417,8 @@ mod tests {
             c = count.display()
         );
         std::fs::write(&bin, script).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         bin
     }
 
@@ -355,19 +426,39 @@ mod tests {
     fn a_run_that_times_out_is_run_once_more_and_the_stall_is_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("logs/stalls.log");
-        let run = Scenario::inline("exit 0\n").run_recording_stalls(&stalling_vmtest(dir.path(), 0), &log);
-        assert_eq!((run.status, run.value("DONE")), (Some(0), Some("yes")), "the second run's result");
+        let run = Scenario::inline("exit 0\n")
+            .run_recording_stalls(&stalling_vmtest(dir.path(), 0), &log);
+        assert_eq!(
+            (run.status, run.value("DONE")),
+            (Some(0), Some("yes")),
+            "the second run's result"
+        );
         let recorded = std::fs::read_to_string(&log).unwrap();
-        assert!(recorded.contains("scenario.sh timed out") && recorded.contains("  | PEERS_MASS_CANDIDATES n=1000"), "{recorded}");
+        assert!(
+            recorded.contains("scenario.sh timed out")
+                && recorded.contains("  | PEERS_MASS_CANDIDATES n=1000"),
+            "{recorded}"
+        );
         // A second run that fails is the test's failure; one that times out again, too.
         let dir = tempfile::tempdir().unwrap();
-        let run = Scenario::inline("exit 0\n").run_recording_stalls(&stalling_vmtest(dir.path(), 124), &log);
+        let run = Scenario::inline("exit 0\n")
+            .run_recording_stalls(&stalling_vmtest(dir.path(), 124), &log);
         assert_eq!(run.status, Some(124));
-        assert_eq!(std::fs::read_to_string(&log).unwrap().matches("timed out").count(), 2);
+        assert_eq!(
+            std::fs::read_to_string(&log)
+                .unwrap()
+                .matches("timed out")
+                .count(),
+            2
+        );
     }
 
     fn run_with(stdout: &str) -> Run {
-        Run { status: Some(0), stdout: stdout.to_owned(), stderr: String::new() }
+        Run {
+            status: Some(0),
+            stdout: stdout.to_owned(),
+            stderr: String::new(),
+        }
     }
 
     #[test]
@@ -382,7 +473,8 @@ mod tests {
         assert_eq!(
             boot_verdict("kernel scenario", &missing, false),
             BootVerdict::Skip(
-                "skipping kernel scenario: qemu is not installed; no kernel (run .ci/install-deps)".into()
+                "skipping kernel scenario: qemu is not installed; no kernel (run .ci/install-deps)"
+                    .into()
             )
         );
     }
@@ -402,7 +494,11 @@ mod tests {
     fn repo_root_holds_the_workspace_and_this_crate() {
         let root = repo_root();
         assert!(root.join("Cargo.toml").is_file(), "{}", root.display());
-        assert!(root.join("vmtest/src/testing.rs").is_file(), "{}", root.display());
+        assert!(
+            root.join("vmtest/src/testing.rs").is_file(),
+            "{}",
+            root.display()
+        );
     }
 
     #[test]
@@ -410,7 +506,11 @@ mod tests {
         let run = run_with("boot noise\r\nMSS=948\r\nMSS_AFTER=32741\nMSS=1\n");
         assert_eq!(run.value("MSS"), Some("948"));
         assert_eq!(run.value("MSS_AFTER"), Some("32741"));
-        assert_eq!(run.value("MS"), None, "a key is matched whole, up to its `=`");
+        assert_eq!(
+            run.value("MS"),
+            None,
+            "a key is matched whole, up to its `=`"
+        );
         assert_eq!(run.value("boot noise"), None);
     }
 
@@ -424,14 +524,35 @@ mod tests {
 
     #[test]
     fn command_passes_script_repo_files_and_arguments_in_order() {
-        let scenario = Scenario::inline("exit 0\n").file("/tmp/data").timeout(40).arg("--no-load");
+        let scenario = Scenario::inline("exit 0\n")
+            .file("/tmp/data")
+            .timeout(40)
+            .arg("--no-load");
         let cmd = scenario.command("/bin/vmtest");
-        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(cmd.get_program(), "/bin/vmtest");
         assert_eq!(args[..2], ["run", "--scenario"]);
-        assert_eq!(std::fs::read_to_string(&args[2]).unwrap(), "exit 0\n", "the inline script is on disk");
+        assert_eq!(
+            std::fs::read_to_string(&args[2]).unwrap(),
+            "exit 0\n",
+            "the inline script is on disk"
+        );
         let root = repo_root().to_string_lossy().into_owned();
-        assert_eq!(args[3..], ["--repo", &root, "--file", "/tmp/data", "--timeout", "40", "--no-load"]);
+        assert_eq!(
+            args[3..],
+            [
+                "--repo",
+                &root,
+                "--file",
+                "/tmp/data",
+                "--timeout",
+                "40",
+                "--no-load"
+            ]
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@ const WHAT: &str = "VM test";
 
 /// Runs `vmtest run` on the script `text` with extra arguments.
 fn vmtest(text: &str, args: &[&str]) -> Run {
-    Scenario::inline(text).args(args).run(env!("CARGO_BIN_EXE_vmtest"))
+    Scenario::inline(text)
+        .args(args)
+        .run(env!("CARGO_BIN_EXE_vmtest"))
 }
 
 #[test]
@@ -68,7 +70,10 @@ echo "VETH=$(ls /sys/class/net | grep -c '^vmt0$')"
     assert_eq!(out.value("MSS_THREE"), Some("32741,32741,32741,"));
     assert_eq!(out.value("MSS_1000"), Some("948"));
     assert_eq!(out.value("MSS_1400"), Some("1348"));
-    let traffic: u64 = out.value("TRAFFIC").and_then(|v| v.parse().ok()).expect("TRAFFIC=<bytes>");
+    let traffic: u64 = out
+        .value("TRAFFIC")
+        .and_then(|v| v.parse().ok())
+        .expect("TRAFFIC=<bytes>");
     assert!(traffic > 0);
     assert_eq!(out.value("VETH"), Some("1"), "--with-module veth");
     assert_eq!(
@@ -105,13 +110,27 @@ fn scenario_running_past_timeout_is_killed_and_fails() {
     let stderr = &out.stderr;
     assert!(stderr.contains("timed out after 40 s"), "{stderr}");
     // Where the vCPUs were, the kernel's addresses named by a second boot's kallsyms.
-    assert!(stderr.contains("the vCPUs before qemu was killed (5 samples 200 ms apart):"), "{stderr}");
-    let vcpus: Vec<&str> = stderr.lines().filter_map(|l| l.strip_prefix("  @ ")).collect();
-    assert_eq!(vcpus.len(), 2, "{stderr}");
-    assert!(vcpus[0].starts_with("cpu0: ") && vcpus[1].starts_with("cpu1: "), "{vcpus:?}");
-    assert!(vcpus.iter().any(|l| l.contains(" user ")), "the shell's loop: {vcpus:?}");
     assert!(
-        vcpus.iter().any(|l| l.split(", ").any(|p| p.contains(" ffffffff8") && p.contains("+0x"))),
+        stderr.contains("the vCPUs before qemu was killed (5 samples 200 ms apart):"),
+        "{stderr}"
+    );
+    let vcpus: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("  @ "))
+        .collect();
+    assert_eq!(vcpus.len(), 2, "{stderr}");
+    assert!(
+        vcpus[0].starts_with("cpu0: ") && vcpus[1].starts_with("cpu1: "),
+        "{vcpus:?}"
+    );
+    assert!(
+        vcpus.iter().any(|l| l.contains(" user ")),
+        "the shell's loop: {vcpus:?}"
+    );
+    assert!(
+        vcpus.iter().any(|l| l
+            .split(", ")
+            .any(|p| p.contains(" ffffffff8") && p.contains("+0x"))),
         "dd in the kernel, named: {vcpus:?}"
     );
     // Building may take a while before the clock starts; the guest itself gets 40 s.

@@ -21,20 +21,42 @@ fn the_kernel_demo_runs_the_same_on_6_12() {
     if !can_boot_kernel("demo on 6.12", "6.12") {
         return;
     }
-    demo(Scenario::named("demo.sh").kernel("6.12"), "tcp_sync_mss+0x9");
+    demo(
+        Scenario::named("demo.sh").kernel("6.12"),
+        "tcp_sync_mss+0x9",
+    );
 }
 
 fn demo(scenario: Scenario, entry: &str) {
     let run = scenario.timeout(600).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
-    let lines: Vec<&str> = run.stdout.lines().map(|l| l.trim_end_matches('\r')).collect();
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .collect();
     let has = |prefix: &str| lines.iter().any(|l| l.starts_with(prefix));
-    assert!(has("tcp_sync_mss: 20 calls in 5 s"), "4 connections x 5 tcp_sync_mss calls");
+    assert!(
+        has("tcp_sync_mss: 20 calls in 5 s"),
+        "4 connections x 5 tcp_sync_mss calls"
+    );
     assert!(has("loaded mss_clamp (crc32 0x"));
     assert!(has("spliced tcp_sync_mss at 0x") && has("unspliced tcp_sync_mss at 0x"));
-    let spliced = lines.iter().find(|l| l.starts_with("spliced tcp_sync_mss at 0x")).unwrap();
-    assert!(spliced.contains(&format!("({entry}) by trap")), "the entry past the kernel's own bytes: {spliced}");
+    let spliced = lines
+        .iter()
+        .find(|l| l.starts_with("spliced tcp_sync_mss at 0x"))
+        .unwrap();
+    assert!(
+        spliced.contains(&format!("({entry}) by trap")),
+        "the entry past the kernel's own bytes: {spliced}"
+    );
     assert!(has("mss_clamp_mtu = 1400 (4 bytes)"));
-    assert!(has("=== MSS before 32741, during 948 (MTU ceiling 1000) and 1348 (1400), after 32741"));
-    assert_eq!(lines.iter().filter(|l| **l == "no splices").count(), 1, "only the last listing is empty");
+    assert!(has(
+        "=== MSS before 32741, during 948 (MTU ceiling 1000) and 1348 (1400), after 32741"
+    ));
+    assert_eq!(
+        lines.iter().filter(|l| **l == "no splices").count(),
+        1,
+        "only the last listing is empty"
+    );
 }

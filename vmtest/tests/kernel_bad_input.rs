@@ -16,7 +16,15 @@ fn kernel_component(dir: &Path, name: &str, source: &str) -> PathBuf {
     std::fs::write(&src, source).unwrap();
     let obj = dir.join(format!("{name}.o"));
     let out = Command::new("cc")
-        .args(["-c", "-O2", "-ffreestanding", "-fno-pic", "-mcmodel=kernel", "-mno-red-zone", "-fno-stack-protector"])
+        .args([
+            "-c",
+            "-O2",
+            "-ffreestanding",
+            "-fno-pic",
+            "-mcmodel=kernel",
+            "-mno-red-zone",
+            "-fno-stack-protector",
+        ])
         .args(["-fno-asynchronous-unwind-tables", "-I"])
         .arg(repo_root().join("components/include"))
         .arg("-o")
@@ -24,7 +32,11 @@ fn kernel_component(dir: &Path, name: &str, source: &str) -> PathBuf {
         .arg(&src)
         .output()
         .expect("running cc");
-    assert!(out.status.success(), "cc {name}.c: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc {name}.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     obj
 }
 
@@ -67,30 +79,75 @@ fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
 
     let err = |key: &str, words: &[&str]| {
         let msg = run.expect(key);
-        assert!(msg.starts_with("trapctl: "), "{key}: one trapctl error line, got `{msg}`");
+        assert!(
+            msg.starts_with("trapctl: "),
+            "{key}: one trapctl error line, got `{msg}`"
+        );
         for w in words {
             assert!(msg.contains(w), "{key}: `{msg}` lacks `{w}`");
         }
     };
     err("ERR_NONROOT", &["/dev/trapvec", "Permission denied"]);
     err("ERR_NONROOT_LIST", &["Permission denied"]);
-    err("ERR_BOUNDARY", &["tcp_sync_mss+7", "not an instruction boundary", "mov rdx, rdi"]);
+    err(
+        "ERR_BOUNDARY",
+        &[
+            "tcp_sync_mss+7",
+            "not an instruction boundary",
+            "mov rdx, rdi",
+        ],
+    );
     err("ERR_ENTRY", &["entry_SYSCALL_64", "entry text"]);
-    err("ERR_UNRESOLVED", &["unresolved.o", "trapvec_no_such_kernel_function"]);
+    err(
+        "ERR_UNRESOLVED",
+        &["unresolved.o", "trapvec_no_such_kernel_function"],
+    );
     let branch_point = run.expect("BRANCH_POINT");
-    assert!(branch_point.starts_with("tcp_sync_mss+"), "a point of tcp_sync_mss whose window holds a branch target");
+    assert!(
+        branch_point.starts_with("tcp_sync_mss+"),
+        "a point of tcp_sync_mss whose window holds a branch target"
+    );
     err("ERR_BRANCH", &[branch_point, "branch target"]);
-    assert!(run.number("CHECK_OK") > 10 && run.number("CHECK_REFUSED") > 10, "apply --check planned every offset");
-    assert_eq!(run.expect("UNCHANGED"), "yes", "bytes of tcp_sync_mss and entry_SYSCALL_64, and trapctl list, as before");
+    assert!(
+        run.number("CHECK_OK") > 10 && run.number("CHECK_REFUSED") > 10,
+        "apply --check planned every offset"
+    );
+    assert_eq!(
+        run.expect("UNCHANGED"),
+        "yes",
+        "bytes of tcp_sync_mss and entry_SYSCALL_64, and trapctl list, as before"
+    );
 
-    err("ERR_ALL_OR_NOTHING", &["entry_SYSCALL_64", "nothing was applied"]);
+    err(
+        "ERR_ALL_OR_NOTHING",
+        &["entry_SYSCALL_64", "nothing was applied"],
+    );
     assert_eq!(run.number("AFTER_ALL_OR_NOTHING"), 0);
-    assert_ne!(run.number("BEST_EFFORT_STATUS"), 0, "--best-effort exits non-zero when a splice was refused");
+    assert_ne!(
+        run.number("BEST_EFFORT_STATUS"),
+        0,
+        "--best-effort exits non-zero when a splice was refused"
+    );
     assert_eq!(run.number("BEST_EFFORT_APPLIED"), 1);
     assert_eq!(run.number("BEST_EFFORT_REFUSED"), 2);
 
-    assert_eq!(run.number("STATE_HITS"), 10, "the next trapctl sees the splice and its hits (2 connections x 5)");
-    assert_eq!(run.expect("LIST_WAITED"), "yes", "a second trapctl waits for the first");
-    assert!(run.number("DECLARED_HITS") >= 25, "load applied the component's own splice (getppid called 25 times and more)");
-    assert_eq!(run.expect("END_LIST"), "no splices no components ", "unload removed the declared splice with its component");
+    assert_eq!(
+        run.number("STATE_HITS"),
+        10,
+        "the next trapctl sees the splice and its hits (2 connections x 5)"
+    );
+    assert_eq!(
+        run.expect("LIST_WAITED"),
+        "yes",
+        "a second trapctl waits for the first"
+    );
+    assert!(
+        run.number("DECLARED_HITS") >= 25,
+        "load applied the component's own splice (getppid called 25 times and more)"
+    );
+    assert_eq!(
+        run.expect("END_LIST"),
+        "no splices no components ",
+        "unload removed the declared splice with its component"
+    );
 }

@@ -9,7 +9,9 @@ fn kernel_benchmark_prints_hit_costs_and_batch_times() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let run = Scenario::named("bench.sh").timeout(1200).run(env!("CARGO_BIN_EXE_vmtest"));
+    let run = Scenario::named("bench.sh")
+        .timeout(1200)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     for key in [
         "BENCH_BASE_NS",
@@ -27,8 +29,17 @@ fn kernel_benchmark_prints_hit_costs_and_batch_times() {
         assert!(run.number(key) > 0, "{key}");
     }
     assert_eq!(run.number("BENCH_BATCH_POINTS"), 1000);
-    for line in ["BENCH_HIT_NS", "BENCH_SKIP_HIT_NS", "BENCH_RET_HIT_NS", "BENCH_BATCH_TRAPVEC_MS", "BENCH_BATCH_KPROBES_MS"] {
-        assert!(run.stdout.lines().any(|l| l.starts_with(line)), "{line} printed");
+    for line in [
+        "BENCH_HIT_NS",
+        "BENCH_SKIP_HIT_NS",
+        "BENCH_RET_HIT_NS",
+        "BENCH_BATCH_TRAPVEC_MS",
+        "BENCH_BATCH_KPROBES_MS",
+    ] {
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with(line)),
+            "{line} printed"
+        );
     }
     for key in [
         "BENCH_RATIO_TRAP_TO_KPROBE",
@@ -36,7 +47,13 @@ fn kernel_benchmark_prints_hit_costs_and_batch_times() {
         "BENCH_RATIO_RET_TIME_TO_KRETPROBE",
         "BENCH_RATIO_KPROBES_ENABLE_TO_BATCH_COMMIT",
     ] {
-        let ratio: f64 = run.expect(key).split_whitespace().next().unwrap().parse().unwrap();
+        let ratio: f64 = run
+            .expect(key)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(ratio.is_finite() && ratio > 0.0, "{key}={ratio}");
     }
 }

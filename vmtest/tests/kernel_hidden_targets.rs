@@ -8,7 +8,9 @@ use vmtest::testing::{can_boot, tvraw, Scenario};
 
 /// `name+0xHEX`, as the kernel's `%pS` places an address in a symbol.
 fn is_place(s: &str) -> bool {
-    s.split_once("+0x").is_some_and(|(name, off)| !name.is_empty() && !off.is_empty() && off.chars().all(|c| c.is_ascii_hexdigit()))
+    s.split_once("+0x").is_some_and(|(name, off)| {
+        !name.is_empty() && !off.is_empty() && off.chars().all(|c| c.is_ascii_hexdigit())
+    })
 }
 
 #[test]
@@ -17,38 +19,92 @@ fn windows_over_jump_label_targets_and_exception_fixups_are_refused_naming_them(
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = Scenario::named("kernel_hidden_targets.sh").file(tvraw(dir.path())).timeout(300).run(env!("CARGO_BIN_EXE_vmtest"));
+    let run = Scenario::named("kernel_hidden_targets.sh")
+        .file(tvraw(dir.path()))
+        .timeout(300)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
     // Jump labels: thousands of targets in core text; some points before them pass the
     // planner (it sees a nop, or a jmp elsewhere) and only the module refuses them.
-    assert!(run.number("JUMP_TARGETS") > 1000, "the core kernel's jump table was read");
+    assert!(
+        run.number("JUMP_TARGETS") > 1000,
+        "the core kernel's jump table was read"
+    );
     assert!(run.number("JUMP_POINTS") > 1000);
-    assert!(run.number("JUMP_REFUSED") > 0, "windows over jump-label targets are refused");
+    assert!(
+        run.number("JUMP_REFUSED") > 0,
+        "windows over jump-label targets are refused"
+    );
     let point = run.expect("JUMP_POINT");
-    assert_ne!(point, "none", "a scheduler function with a jump-label target inside a jmp window");
+    assert_ne!(
+        point, "none",
+        "a scheduler function with a jump-label target inside a jmp window"
+    );
     let msg = run.expect("ERR_JUMP_TARGET");
-    assert!(msg.starts_with("trapctl: "), "trapctl refused the splice: {msg}");
-    let (_, rest) = msg.split_once("jump-label target of static key sched_feat_keys").unwrap_or_else(|| panic!("the key is named: {msg}"));
-    let at = rest.split_once(" at ").and_then(|(_, r)| r.strip_suffix(" inside the window")).unwrap_or_else(|| panic!("{msg}"));
-    assert!(is_place(at), "the target is placed as function+0xOFF: {msg}");
+    assert!(
+        msg.starts_with("trapctl: "),
+        "trapctl refused the splice: {msg}"
+    );
+    let (_, rest) = msg
+        .split_once("jump-label target of static key sched_feat_keys")
+        .unwrap_or_else(|| panic!("the key is named: {msg}"));
+    let at = rest
+        .split_once(" at ")
+        .and_then(|(_, r)| r.strip_suffix(" inside the window"))
+        .unwrap_or_else(|| panic!("{msg}"));
+    assert!(
+        is_place(at),
+        "the target is placed as function+0xOFF: {msg}"
+    );
     let function = point.split_once('+').map_or(point, |(f, _)| f);
-    assert!(at.starts_with(&format!("{function}+0x")), "the target is in the point's function: {msg}");
-    assert_eq!(run.expect("FLIPPED"), "yes", "the feature's key flipped: {}", run.expect("FEATURE"));
-    assert!(run.number("CALLED") > 0, "{function} ran while its key was flipped");
+    assert!(
+        at.starts_with(&format!("{function}+0x")),
+        "the target is in the point's function: {msg}"
+    );
+    assert_eq!(
+        run.expect("FLIPPED"),
+        "yes",
+        "the feature's key flipped: {}",
+        run.expect("FEATURE")
+    );
+    assert!(
+        run.number("CALLED") > 0,
+        "{function} ran while its key was flipped"
+    );
     assert_eq!(run.expect("RESTORED"), "yes");
     let at_target = run.expect("AT_TARGET");
-    let reason = at_target.split_whitespace().find_map(|w| w.strip_prefix("reason=")).unwrap_or("?");
-    assert!(reason != "32" && reason != "33", "a window starting at the target is not refused for it: {at_target}");
+    let reason = at_target
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("reason="))
+        .unwrap_or("?");
+    assert!(
+        reason != "32" && reason != "33",
+        "a window starting at the target is not refused for it: {at_target}"
+    );
 
     // Exception fix-ups.
-    assert!(run.number("FIXUP_TARGETS") > 100, "the core kernel's exception table was read");
-    assert!(run.number("FIXUP_REFUSED") > 0, "windows over exception fix-ups are refused");
+    assert!(
+        run.number("FIXUP_TARGETS") > 100,
+        "the core kernel's exception table was read"
+    );
+    assert!(
+        run.number("FIXUP_REFUSED") > 0,
+        "windows over exception fix-ups are refused"
+    );
     assert_ne!(run.expect("FIXUP_POINT"), "none");
     let msg = run.expect("ERR_FIXUP");
-    let (_, rest) = msg.split_once("exception fixup of ").unwrap_or_else(|| panic!("{msg}"));
-    let (insn, at) = rest.strip_suffix(" inside the window").and_then(|r| r.split_once(" at ")).unwrap_or_else(|| panic!("{msg}"));
-    assert!(is_place(insn) && is_place(at), "the faulting instruction and the fix-up are placed: {msg}");
+    let (_, rest) = msg
+        .split_once("exception fixup of ")
+        .unwrap_or_else(|| panic!("{msg}"));
+    let (insn, at) = rest
+        .strip_suffix(" inside the window")
+        .and_then(|r| r.split_once(" at "))
+        .unwrap_or_else(|| panic!("{msg}"));
+    assert!(
+        is_place(insn) && is_place(at),
+        "the faulting instruction and the fix-up are placed: {msg}"
+    );
 
     // Nothing was spliced, nothing oopsed.
     assert_eq!(run.number("LIVE_PATCHES"), 0);

@@ -10,7 +10,6 @@
 //! `TRAPVEC_HW_VECTOR_MODULE=/path/trapvec.ko` tests that module instead of the tree's: the
 //! dispatcher before this fix retried the IPI at ip - 2, leaving the vector in service.
 
-
 use vmtest::testing::{can_boot, guest_module, Scenario};
 
 #[test]
@@ -18,23 +17,69 @@ fn a_hardware_delivered_trap_vector_is_chained_to_the_old_gate_and_never_retried
     if !can_boot("kernel scenario") {
         return;
     }
-    let scenario = Scenario::named("kernel_hw_vector.sh").file(guest_module("selfipi", "tv_selfipi")).timeout(300).module_under_test("TRAPVEC_HW_VECTOR_MODULE", "tv_hw_vector");
+    let scenario = Scenario::named("kernel_hw_vector.sh")
+        .file(guest_module("selfipi", "tv_selfipi"))
+        .timeout(300)
+        .module_under_test("TRAPVEC_HW_VECTOR_MODULE", "tv_hw_vector");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();
-    assert!(run.stdout.contains("HW_VECTOR_DONE"), "the scenario ran to its end");
+    assert!(
+        run.stdout.contains("HW_VECTOR_DONE"),
+        "the scenario ran to its end"
+    );
     assert_eq!(run.number("CPUS"), 2);
-    assert!(run.expect("GATE").contains("gate -> trapvec_entry"), "trapvec's gate was installed: {}", run.expect("GATE"));
+    assert!(
+        run.expect("GATE").contains("gate -> trapvec_entry"),
+        "trapvec's gate was installed: {}",
+        run.expect("GATE")
+    );
     assert_eq!(run.expect("SELFIPI"), "yes");
-    assert!(run.expect("SELFIPI_LINE").contains("sent 3 self-IPI(s) of vector 0xf5"), "{}", run.expect("SELFIPI_LINE"));
-    assert_eq!(run.number("RETRIED_DELTA"), 0, "no interrupt was retried at ip - 2");
-    assert_eq!(run.number("UNKNOWN_DELTA"), 3, "each interrupt was chained as not ours");
-    assert_eq!(run.number("SPU_DELTA"), 3, "the spurious entry counted each");
-    assert_eq!(run.number("ACKED_DELTA"), 3, "... and acknowledged each (its dmesg line)");
-    assert_eq!(run.expect("SLEPT_ON_0"), "yes", "CPU 0 still takes timer interrupts");
-    assert_eq!(run.expect("SLEPT_ON_1"), "yes", "CPU 1 still takes timer interrupts");
+    assert!(
+        run.expect("SELFIPI_LINE")
+            .contains("sent 3 self-IPI(s) of vector 0xf5"),
+        "{}",
+        run.expect("SELFIPI_LINE")
+    );
+    assert_eq!(
+        run.number("RETRIED_DELTA"),
+        0,
+        "no interrupt was retried at ip - 2"
+    );
+    assert_eq!(
+        run.number("UNKNOWN_DELTA"),
+        3,
+        "each interrupt was chained as not ours"
+    );
+    assert_eq!(
+        run.number("SPU_DELTA"),
+        3,
+        "the spurious entry counted each"
+    );
+    assert_eq!(
+        run.number("ACKED_DELTA"),
+        3,
+        "... and acknowledged each (its dmesg line)"
+    );
+    assert_eq!(
+        run.expect("SLEPT_ON_0"),
+        "yes",
+        "CPU 0 still takes timer interrupts"
+    );
+    assert_eq!(
+        run.expect("SLEPT_ON_1"),
+        "yes",
+        "CPU 1 still takes timer interrupts"
+    );
     let hits = run.number("GETPPID_HITS");
-    assert!((1000..2000).contains(&hits), "the trap splice counted the 1000 getppid calls (and a few of the shell's): {hits}");
+    assert!(
+        (1000..2000).contains(&hits),
+        "the trap splice counted the 1000 getppid calls (and a few of the shell's): {hits}"
+    );
     assert_eq!(run.expect("UNSPLICED"), "yes");
-    assert_eq!(run.number("UNKNOWN_END"), 3, "the splice's traps were all found");
+    assert_eq!(
+        run.number("UNKNOWN_END"),
+        3,
+        "the splice's traps were all found"
+    );
 }

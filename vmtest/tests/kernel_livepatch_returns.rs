@@ -9,7 +9,6 @@
 //! the stubs marked end-of-stack, as before this fix, the transition completes within a second
 //! or two while the task still sleeps inside the old `common_nsleep()`).
 
-
 use vmtest::testing::{can_boot, guest_module, Scenario};
 
 #[test]
@@ -17,26 +16,50 @@ fn a_livepatch_transition_waits_for_a_task_sleeping_under_a_pending_return_point
     if !can_boot("kernel scenario") {
         return;
     }
-    let scenario = Scenario::named("kernel_livepatch_returns.sh").file(guest_module("lp_nsleep", "tv_lp_nsleep")).timeout(300).module_under_test("TRAPVEC_LP_RETURNS_MODULE", "tv_lp_returns");
+    let scenario = Scenario::named("kernel_livepatch_returns.sh")
+        .file(guest_module("lp_nsleep", "tv_lp_nsleep"))
+        .timeout(300)
+        .module_under_test("TRAPVEC_LP_RETURNS_MODULE", "tv_lp_returns");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();
-    assert!(run.stdout.contains("LP_RETURNS_DONE"), "the scenario ran to its end");
+    assert!(
+        run.stdout.contains("LP_RETURNS_DONE"),
+        "the scenario ran to its end"
+    );
     assert!(
         run.expect("STACK_TOP").contains("trapvec_rp_stubs"),
         "the sleeper's stack walk stops at the stub: {}",
         run.expect("STACK_TOP")
     );
-    assert_eq!(run.expect("SLEEPER_ALIVE"), "yes", "the sleeper slept throughout");
+    assert_eq!(
+        run.expect("SLEEPER_ALIVE"),
+        "yes",
+        "the sleeper slept throughout"
+    );
     assert_eq!(
         run.expect("TRANSITION_WHILE_SLEEPING"),
         "1111",
         "the transition waited for the sleeper every second (a 0: it switched a task inside the old common_nsleep)"
     );
-    assert_eq!(run.number("TRANSITION_AFTER"), 0, "the transition completed once the sleeper was gone");
+    assert_eq!(
+        run.number("TRANSITION_AFTER"),
+        0,
+        "the transition completed once the sleeper was gone"
+    );
     assert_eq!(run.number("ENABLED"), 1);
-    assert!(run.number("LP_CALLS") >= 1, "a sleep after the transition ran the new common_nsleep");
-    assert_eq!(run.expect("LP_RMMOD"), "yes", "the livepatch was disabled and removed");
-    assert!(run.number("RETURNS") >= 1, "the return point counted returns of do_nanosleep");
+    assert!(
+        run.number("LP_CALLS") >= 1,
+        "a sleep after the transition ran the new common_nsleep"
+    );
+    assert_eq!(
+        run.expect("LP_RMMOD"),
+        "yes",
+        "the livepatch was disabled and removed"
+    );
+    assert!(
+        run.number("RETURNS") >= 1,
+        "the return point counted returns of do_nanosleep"
+    );
     assert_eq!(run.expect("UNSPLICED"), "yes");
 }

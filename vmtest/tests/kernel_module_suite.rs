@@ -14,16 +14,32 @@ fn the_module_suite_passes_in_the_guest() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let out = Command::new("sh").arg(repo_root().join("kmod/tests/run.sh")).output().expect("running kmod/tests/run.sh");
+    let out = Command::new("sh")
+        .arg(repo_root().join("kmod/tests/run.sh"))
+        .output()
+        .expect("running kmod/tests/run.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("--- kmod/tests/run.sh stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
-    assert!(out.status.success(), "kmod/tests/run.sh: {}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "kmod/tests/run.sh: {}\n{stderr}",
+        out.status
+    );
     // The C suite runs twice (with a splice left live, then after rmmod and insmod), each
     // ending in a PASS line with its count; no check failed.
-    let passes: Vec<&str> = stdout.lines().filter(|l| l.contains("TRAPVEC-KMOD-TEST: PASS")).collect();
+    let passes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("TRAPVEC-KMOD-TEST: PASS"))
+        .collect();
     assert_eq!(passes.len(), 2, "{passes:?}");
-    assert!(!stdout.lines().any(|l| l.starts_with("not ok")), "a check failed");
-    assert!(stdout.contains("DISPATCH_REPLACE the live site's entry"), "the suite reached DISPATCH_REPLACE");
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("not ok")),
+        "a check failed"
+    );
+    assert!(
+        stdout.contains("DISPATCH_REPLACE the live site's entry"),
+        "the suite reached DISPATCH_REPLACE"
+    );
     assert!(stdout.contains("kmod scenario: passed"));
 }

@@ -27,68 +27,145 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
     }
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
-    assert!(run.stdout.contains("PEERS_DONE"), "the scenario ran to its end");
+    assert!(
+        run.stdout.contains("PEERS_DONE"),
+        "the scenario ran to its end"
+    );
 
     // 1. fentry ran once per getppid().
-    assert!(run.stdout.contains("FENTRY_ATTACHED __do_sys_getppid btf_id="), "fentry attached");
+    assert!(
+        run.stdout
+            .contains("FENTRY_ATTACHED __do_sys_getppid btf_id="),
+        "fentry attached"
+    );
     let hits = run.expect("PEERS_FENTRY_HITS");
-    let (got, expected) = hits.split_once(" expected=").expect("hits and the expected count");
+    let (got, expected) = hits
+        .split_once(" expected=")
+        .expect("hits and the expected count");
     assert_eq!(got, expected, "fentry hits");
-    for key in ["BASE", "JMP_EMPTY", "JMP_COUNT", "TRAP_EMPTY", "FENTRY_EMPTY", "FENTRY_COUNT"] {
+    for key in [
+        "BASE",
+        "JMP_EMPTY",
+        "JMP_COUNT",
+        "TRAP_EMPTY",
+        "FENTRY_EMPTY",
+        "FENTRY_COUNT",
+    ] {
         assert!(run.number(&format!("PEERS_NS_{key}")) > 0, "{key}");
     }
 
     // 2. ftrace took all 1000 names and the tracer enabled them; so did trapctl (checked by the
     // scenario, which fails otherwise); every round and figure is printed.
-    let sizes: &[u32] = if ten_thousand { &[1000, 5000, 10_000] } else { &[1000] };
+    let sizes: &[u32] = if ten_thousand {
+        &[1000, 5000, 10_000]
+    } else {
+        &[1000]
+    };
     for n in sizes {
         let round = format!("PEERS_FTRACE_ROUND n={n} ");
-        assert!(run.stdout.lines().any(|l| l.starts_with(&round) && l.contains(&format!(" filtered={n} "))), "ftrace at {n}");
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&round) && l.contains(&format!(" filtered={n} "))),
+            "ftrace at {n}"
+        );
         for m in ["TRAP", "JMP"] {
-            assert!(run.stdout.lines().any(|l| l.starts_with(&format!("PEERS_TRAPVEC_{n}_{m} apply_ns="))), "{m} batch of {n}");
+            assert!(
+                run.stdout
+                    .lines()
+                    .any(|l| l.starts_with(&format!("PEERS_TRAPVEC_{n}_{m} apply_ns="))),
+                "{m} batch of {n}"
+            );
             let mech = format!(" mechanism={} ", m.to_lowercase());
             let live = format!(" live={n}");
             assert!(
-                run.stdout.lines().any(|l| l.starts_with(&format!("PEERS_TRAPVEC_MASS_ROUND n={n} "))
+                run.stdout.lines().any(|l| l
+                    .starts_with(&format!("PEERS_TRAPVEC_MASS_ROUND n={n} "))
                     && l.contains(&mech)
                     && l.trim_end_matches('\r').ends_with(&live)),
                 "{m} batch of {n} live in full"
             );
         }
     }
-    assert!(!run.stdout.contains("PEERS_TRAPVEC_REFUSED"), "trapvec.ko took every batch");
+    assert!(
+        !run.stdout.contains("PEERS_TRAPVEC_REFUSED"),
+        "trapvec.ko took every batch"
+    );
 
     // 3. the livepatch transition ended, each swap clamped the MSS (checked by the scenario).
-    assert!(run.stdout.lines().any(|l| l.starts_with("PEERS_LIVEPATCH load_ns=")), "livepatch figures");
-    for key in ["PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY", "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_JMP_SPLICE",
-        "PEERS_RATIO_JMP_COMMIT_TO_FTRACE_ENABLE_1000"]
-    {
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("PEERS_LIVEPATCH load_ns=")),
+        "livepatch figures"
+    );
+    for key in [
+        "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY",
+        "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_JMP_SPLICE",
+        "PEERS_RATIO_JMP_COMMIT_TO_FTRACE_ENABLE_1000",
+    ] {
         // A number of any sign, or nan: under a loaded host an emulated overhead can come out
         // negative or zero.
-        let ratio = run.expect(key).split_whitespace().next().unwrap_or_default();
+        let ratio = run
+            .expect(key)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default();
         assert!(ratio.parse::<f64>().is_ok(), "{key}={ratio}");
     }
-    assert!(run.stdout.lines().any(|l| l.starts_with("PEERS_CONN_NS none=")), "per-connection figures");
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("PEERS_CONN_NS none=")),
+        "per-connection figures"
+    );
 
     // 4. tcp_sync_mss called in the kernel's loop under each configuration, every round: the
     // clamped MSS (948) under the three patches, the loopback one unpatched (the scenario also
     // checks that the trap replacement's hits cover the calls).
-    let rounds: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("PEERS_CALL_ROUND ")).collect();
+    let rounds: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PEERS_CALL_ROUND "))
+        .collect();
     assert!(!rounds.is_empty(), "per-call rounds");
     for r in &rounds {
         for c in ["livepatch", "trap", "jmp"] {
-            let word = r.split_whitespace().skip_while(|w| !w.starts_with(&format!("{c}="))).nth(1);
+            let word = r
+                .split_whitespace()
+                .skip_while(|w| !w.starts_with(&format!("{c}=")))
+                .nth(1);
             assert_eq!(word, Some("mss=948"), "{c} clamped the MSS in `{r}`");
         }
-        let none = r.split_whitespace().skip_while(|w| !w.starts_with("none=")).nth(1).unwrap_or_default();
-        assert!(none.starts_with("mss=") && none != "mss=948", "unpatched MSS in `{r}`");
+        let none = r
+            .split_whitespace()
+            .skip_while(|w| !w.starts_with("none="))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            none.starts_with("mss=") && none != "mss=948",
+            "unpatched MSS in `{r}`"
+        );
     }
-    let per_call = run.stdout.lines().find_map(|l| l.strip_prefix("PEERS_CALL_NS ")).expect("PEERS_CALL_NS line");
+    let per_call = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PEERS_CALL_NS "))
+        .expect("PEERS_CALL_NS line");
     for c in ["none=", "livepatch=", "trap=", "jmp="] {
-        let v = per_call.split_whitespace().find_map(|w| w.strip_prefix(c)).and_then(|v| v.parse::<f64>().ok());
-        assert!(v.is_some_and(|v| v > 0.0), "{c} in PEERS_CALL_NS={per_call}");
+        let v = per_call
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(c))
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(
+            v.is_some_and(|v| v > 0.0),
+            "{c} in PEERS_CALL_NS={per_call}"
+        );
     }
     let ratio = run.expect("PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL");
     let ratio = ratio.split_whitespace().next().unwrap_or_default();
-    assert!(ratio.parse::<f64>().is_ok(), "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL={ratio}");
+    assert!(
+        ratio.parse::<f64>().is_ok(),
+        "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL={ratio}"
+    );
 }

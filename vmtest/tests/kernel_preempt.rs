@@ -24,7 +24,9 @@ const CI_CYCLES: u64 = 100;
 
 fn cycles() -> u64 {
     match std::env::var("TRAPVEC_PREEMPT_CYCLES") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("TRAPVEC_PREEMPT_CYCLES={v} is not a number")),
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("TRAPVEC_PREEMPT_CYCLES={v} is not a number")),
         Err(_) => CI_CYCLES,
     }
 }
@@ -51,38 +53,71 @@ fn field(line: &str, key: &str) -> u64 {
 /// The stress: no oops (vmtest), every call counted by the kernel, the bytes restored.
 fn check_stress(run: &Run, cycles: u64) {
     run.assert_passed();
-    assert_eq!(run.expect("PREEMPT_MODEL"), "full", "the kernel runs with full preemption");
+    assert_eq!(
+        run.expect("PREEMPT_MODEL"),
+        "full",
+        "the kernel runs with full preemption"
+    );
     assert_eq!(run.expect("INT3_FIRST"), "Y", "the protocol is on");
 
     assert_eq!(run.number("CYCLES_DONE"), cycles);
-    assert_eq!(run.expect("LOOP_OK"), "yes", "every getppid() answered the parent's pid");
+    assert_eq!(
+        run.expect("LOOP_OK"),
+        "yes",
+        "every getppid() answered the parent's pid"
+    );
     let loop_line = run.expect("LOOP_CALLS");
-    let calls = loop_line.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).expect("LOOP_CALLS=N");
+    let calls = loop_line
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("LOOP_CALLS=N");
     assert_eq!(field(loop_line, "WRONG"), 0);
     assert!(calls > 10_000, "the callers ran during the cycles: {calls}");
-    assert_eq!(run.number("KPROBE_CALLS"), calls, "the kernel ran getppid() exactly as often as it was called");
+    assert_eq!(
+        run.number("KPROBE_CALLS"),
+        calls,
+        "the kernel ran getppid() exactly as often as it was called"
+    );
     let hits = run.number("SPLICE_HITS");
-    assert!(hits > 0 && hits <= calls, "the splices counted some of the calls, never more: {hits} of {calls}");
-    assert_eq!(run.expect("RESTORED"), "yes", "__x64_sys_getppid byte for byte after the cycles");
+    assert!(
+        hits > 0 && hits <= calls,
+        "the splices counted some of the calls, never more: {hits} of {calls}"
+    );
+    assert_eq!(
+        run.expect("RESTORED"),
+        "yes",
+        "__x64_sys_getppid byte for byte after the cycles"
+    );
 }
 
 /// A live splice of each mechanism counted exactly the calls made while it lived.
 fn check_exact(run: &Run) {
-
     for mech in ["trap", "jmp"] {
         let line = run.expect(&format!("EXACT_{mech}"));
         let mut words = line.split_whitespace();
-        let splice: u64 = words.next().and_then(|n| n.parse().ok()).expect("splice hits");
-        let kprobe: u64 = words.next().and_then(|n| n.parse().ok()).expect("kprobe hits");
+        let splice: u64 = words
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("splice hits");
+        let kprobe: u64 = words
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("kprobe hits");
         let made = field(line, "CALLS");
-        assert_eq!((splice, kprobe), (made, made), "{mech}: every call counted once by the splice and the kprobe");
+        assert_eq!(
+            (splice, kprobe),
+            (made, made),
+            "{mech}: every call counted once by the splice and the kprobe"
+        );
         assert_eq!(field(line, "WRONG"), 0, "{mech}: every answer right");
     }
     assert_eq!(run.expect("EXACT_RESTORED"), "yes");
 }
 
 #[test]
-fn preempt_full_at_boot_single_step_cycles_of_two_instruction_windows_never_oops_and_count_exactly() {
+fn preempt_full_at_boot_single_step_cycles_of_two_instruction_windows_never_oops_and_count_exactly()
+{
     if !can_boot("kernel scenario") {
         return;
     }
@@ -90,7 +125,10 @@ fn preempt_full_at_boot_single_step_cycles_of_two_instruction_windows_never_oops
     let run = run("preempt=full", cycles);
     check_stress(&run, cycles);
     check_exact(&run);
-    println!("kernel_preempt: {cycles} cycles in {} s", run.number("CYCLE_SECONDS"));
+    println!(
+        "kernel_preempt: {cycles} cycles in {} s",
+        run.number("CYCLE_SECONDS")
+    );
 }
 
 #[test]

@@ -11,7 +11,6 @@
 //! `TRAPVEC_RCU_IDLE_MODULE=/path/trapvec.ko` tests that module instead of the tree's (a module
 //! without the fix runs the handler with RCU not watching: UNWATCHED > 0).
 
-
 use vmtest::testing::{can_boot, guest_module, tvraw, Scenario};
 
 #[test]
@@ -20,25 +19,60 @@ fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_remov
         return;
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let scenario = Scenario::named("kernel_rcu_idle.sh").file(guest_module("idle_poll", "tv_idle_poll")).file(tvraw(dir.path())).timeout(400).module_under_test("TRAPVEC_RCU_IDLE_MODULE", "tv_rcu_idle");
+    let scenario = Scenario::named("kernel_rcu_idle.sh")
+        .file(guest_module("idle_poll", "tv_idle_poll"))
+        .file(tvraw(dir.path()))
+        .timeout(400)
+        .module_under_test("TRAPVEC_RCU_IDLE_MODULE", "tv_rcu_idle");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     println!("{}", run.stdout);
     run.assert_passed();
-    assert!(run.stdout.contains("RCU_IDLE_DONE"), "the scenario ran to its end");
-    assert_eq!(run.expect("DRIVER"), "tv_idle_poll", "the guest idles through cpuidle");
+    assert!(
+        run.stdout.contains("RCU_IDLE_DONE"),
+        "the scenario ran to its end"
+    );
+    assert_eq!(
+        run.expect("DRIVER"),
+        "tv_idle_poll",
+        "the guest idles through cpuidle"
+    );
     let hits = run.number("HITS");
-    assert!(hits > 100, "poll_idle called cpuidle_poll_time through the trap: {hits} hits");
-    assert_eq!(run.number("UNWATCHED"), 0, "the handler never ran with RCU not watching");
-    assert!(run.number("WATCHED") >= hits, "the handler ran for every hit");
+    assert!(
+        hits > 100,
+        "poll_idle called cpuidle_poll_time through the trap: {hits} hits"
+    );
+    assert_eq!(
+        run.number("UNWATCHED"),
+        0,
+        "the handler never ran with RCU not watching"
+    );
+    assert!(
+        run.number("WATCHED") >= hits,
+        "the handler ran for every hit"
+    );
     let rcu_idle = run.number("RCU_IDLE");
     assert!(rcu_idle >= hits, "the dispatcher counted {rcu_idle} traps taken in RCU-idle ({hits} hits): the case was covered");
-    assert_eq!(run.number("CYCLES_DONE"), 30, "every removal cycle completed");
+    assert_eq!(
+        run.number("CYCLES_DONE"),
+        30,
+        "every removal cycle completed"
+    );
     assert_eq!(run.number("UNWATCHED_END"), 0);
-    assert!(run.number("RCU_IDLE_END") > rcu_idle, "traps were taken in RCU-idle during the removal cycles");
+    assert!(
+        run.number("RCU_IDLE_END") > rcu_idle,
+        "traps were taken in RCU-idle during the removal cycles"
+    );
     assert_eq!(run.expect("UNSPLICED"), "yes");
     assert_eq!(run.expect("UNLOADED"), "yes");
-    assert!(run.expect("QUIESCE").starts_with("ret=0 "), "{}", run.expect("QUIESCE"));
+    assert!(
+        run.expect("QUIESCE").starts_with("ret=0 "),
+        "{}",
+        run.expect("QUIESCE")
+    );
     assert_eq!(run.number("RCU_COMPLAINTS"), 0, "no RCU complaint in dmesg");
     assert_eq!(run.expect("RMMOD"), "yes");
-    println!("kernel_rcu_idle: {hits} hits in 2 s of polling, 30 removal cycles in {} s", run.number("CYCLE_SECONDS"));
+    println!(
+        "kernel_rcu_idle: {hits} hits in 2 s of polling, 30 removal cycles in {} s",
+        run.number("CYCLE_SECONDS")
+    );
 }

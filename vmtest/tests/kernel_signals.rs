@@ -16,7 +16,10 @@ fn counts_and_timers_ended_by_signals_remove_their_splices_and_print_their_figur
         return;
     }
     let trapd = build_trapd();
-    let run = Scenario::named("kernel_signals.sh").file(&trapd).timeout(300).run(env!("CARGO_BIN_EXE_vmtest"));
+    let run = Scenario::named("kernel_signals.sh")
+        .file(&trapd)
+        .timeout(300)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("SIGNALS"), "done");
     let empty = "no splices|no components|";
@@ -25,31 +28,51 @@ fn counts_and_timers_ended_by_signals_remove_their_splices_and_print_their_figur
     // trapctl ended by the signal, nothing left.
     assert_eq!(run.expect("TERM_STATUS"), "143", "SIGTERM: 128 + 15");
     let out = run.expect("TERM_OUT");
-    assert!(out.contains("|__x64_sys_getppid: 101 calls in "), "the count's figures: {out}");
+    assert!(
+        out.contains("|__x64_sys_getppid: 101 calls in "),
+        "the count's figures: {out}"
+    );
     assert_eq!(run.expect("TERM_LIST"), empty);
 
-    assert_eq!(run.expect("INT_STATUS"), "130", "SIGINT: 128 + 2; stderr: {}", run.expect("INT_ERR"));
-    let timer: Value = serde_json::from_str(run.expect("INT_JSON")).unwrap_or_else(|e| panic!("INT_JSON: {e}: {}", run.expect("INT_JSON")));
+    assert_eq!(
+        run.expect("INT_STATUS"),
+        "130",
+        "SIGINT: 128 + 2; stderr: {}",
+        run.expect("INT_ERR")
+    );
+    let timer: Value = serde_json::from_str(run.expect("INT_JSON"))
+        .unwrap_or_else(|e| panic!("INT_JSON: {e}: {}", run.expect("INT_JSON")));
     assert_eq!(timer["count"], 51, "every ppidloop call timed: {timer}");
     assert_eq!(timer["ended"], "SIGINT", "{timer}");
     assert_eq!(run.expect("INT_LIST"), empty);
 
     assert_eq!(run.expect("HUP_STATUS"), "129", "SIGHUP: 128 + 1");
     let out = run.expect("HUP_OUT");
-    assert!(out.contains("@[ppidloop]: 21|"), "the keyed count's table: {out}");
+    assert!(
+        out.contains("@[ppidloop]: 21|"),
+        "the keyed count's table: {out}"
+    );
     assert!(out.contains("|__x64_sys_getppid: 21 calls in "), "{out}");
     assert_eq!(run.expect("HUP_LIST"), empty);
 
     assert_eq!(run.expect("CYCLE_STATUS"), "143");
     let out = run.expect("CYCLE_OUT");
-    assert!(out.contains(" cycles of trap at 0x") && out.contains("restored each time"), "the cycles made before SIGTERM: {out}");
+    assert!(
+        out.contains(" cycles of trap at 0x") && out.contains("restored each time"),
+        "the cycles made before SIGTERM: {out}"
+    );
     assert_eq!(run.expect("CYCLE_LIST"), empty);
 
     // 2. A command: counted while it runs, its status trapctl's.
     assert_eq!(run.expect("CMD_STATUS"), "0");
     let out = run.expect("CMD_OUT");
     assert!(out.starts_with("counting __x64_sys_getppid at 0x"), "{out}");
-    assert!(out.contains("while `/bin/ppidloop -n 30` runs|CALLS=31 WRONG=0|__x64_sys_getppid: 31 calls in "), "{out}");
+    assert!(
+        out.contains(
+            "while `/bin/ppidloop -n 30` runs|CALLS=31 WRONG=0|__x64_sys_getppid: 31 calls in "
+        ),
+        "{out}"
+    );
     assert_eq!(run.expect("CMD3_STATUS"), "3", "the command's exit status");
     assert_eq!(run.expect("CMD_LIST"), empty);
 
@@ -57,18 +80,39 @@ fn counts_and_timers_ended_by_signals_remove_their_splices_and_print_their_figur
     assert_eq!(run.expect("KILL_STATUS"), "137");
     let pid = run.expect("KILL_PID");
     let listed = run.expect("KILL_LIST");
-    assert!(listed.starts_with("POINT"), "the killed count's splice stays: {listed}");
-    assert!(listed.contains(&format!("|  orphaned: held by pid {pid} `trapctl count __x64_sys_getppid`, which is gone")), "{listed}");
+    assert!(
+        listed.starts_with("POINT"),
+        "the killed count's splice stays: {listed}"
+    );
+    assert!(
+        listed.contains(&format!(
+            "|  orphaned: held by pid {pid} `trapctl count __x64_sys_getppid`, which is gone"
+        )),
+        "{listed}"
+    );
     let removed = run.expect("ORPHANS");
-    assert!(removed.starts_with("unspliced orphan __x64_sys_getppid at 0x"), "{removed}");
-    assert!(removed.ends_with("|unspliced 1 orphaned splice(s)|"), "{removed}");
+    assert!(
+        removed.starts_with("unspliced orphan __x64_sys_getppid at 0x"),
+        "{removed}"
+    );
+    assert!(
+        removed.ends_with("|unspliced 1 orphaned splice(s)|"),
+        "{removed}"
+    );
     assert_eq!(run.expect("ORPHANS_LIST"), empty);
 
     // 4. Through trapd.
     assert_eq!(run.expect("TD_STATUS"), "143");
-    assert!(run.expect("TD_OUT").starts_with("__x64_sys_getppid: "), "the timer's last line: {}", run.expect("TD_OUT"));
+    assert!(
+        run.expect("TD_OUT").starts_with("__x64_sys_getppid: "),
+        "the timer's last line: {}",
+        run.expect("TD_OUT")
+    );
     let listed = run.expect("TD_LIST");
-    assert!(listed.contains("no splices|"), "trapd's listing is empty: {listed}");
+    assert!(
+        listed.contains("no splices|"),
+        "trapd's listing is empty: {listed}"
+    );
 
     // 5.
     assert_eq!(run.expect("BYTES"), "restored");

@@ -11,21 +11,56 @@ fn five_hundred_cycles_under_traffic_restore_every_byte_and_rmmod_reverts_live_s
     if !can_boot("kernel scenario") {
         return;
     }
-    let run = Scenario::named("kernel_stress.sh").timeout(1200).run(env!("CARGO_BIN_EXE_vmtest"));
+    let run = Scenario::named("kernel_stress.sh")
+        .timeout(1200)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
 
     assert_eq!(run.number("CYCLES_DONE"), 500);
-    assert!(run.number("CONNECTIONS") > 50, "connections were opened during the cycles");
+    assert!(
+        run.number("CONNECTIONS") > 50,
+        "connections were opened during the cycles"
+    );
     let seen: Vec<&str> = run.expect("MSS_SEEN").split_whitespace().collect();
-    assert!(seen.iter().all(|m| *m == "32741" || *m == "948"), "every connection got the kernel's or the clamped MSS: {seen:?}");
-    assert!(run.number("TRAFFIC_BYTES") > 0, "the stream went through with every byte checked");
-    assert_eq!(run.expect("STRESS_RESTORED"), "yes", "tcp_sync_mss byte for byte after 500 cycles");
+    assert!(
+        seen.iter().all(|m| *m == "32741" || *m == "948"),
+        "every connection got the kernel's or the clamped MSS: {seen:?}"
+    );
+    assert!(
+        run.number("TRAFFIC_BYTES") > 0,
+        "the stream went through with every byte checked"
+    );
+    assert_eq!(
+        run.expect("STRESS_RESTORED"),
+        "yes",
+        "tcp_sync_mss byte for byte after 500 cycles"
+    );
 
     assert_eq!(run.expect("LIVE_MSS"), "948");
     assert_eq!(run.expect("LIVE_PATCHED"), "yes");
-    assert_eq!(run.expect("RMMOD_MSS"), "32741", "rmmod reverted the live splices");
-    assert_eq!(run.expect("REINSMOD"), "yes", "insmod accepts the gate rmmod restored");
-    assert_eq!(run.number("STATE_AFTER_RELOAD"), 0, "the state went with the old module");
-    assert_eq!(run.expect("RELOAD_RESTORED"), "yes", "tcp_sync_mss and __x64_sys_getppid byte for byte");
-    assert_eq!(run.expect("RELOAD_MSS"), "948", "the reloaded module splices again");
+    assert_eq!(
+        run.expect("RMMOD_MSS"),
+        "32741",
+        "rmmod reverted the live splices"
+    );
+    assert_eq!(
+        run.expect("REINSMOD"),
+        "yes",
+        "insmod accepts the gate rmmod restored"
+    );
+    assert_eq!(
+        run.number("STATE_AFTER_RELOAD"),
+        0,
+        "the state went with the old module"
+    );
+    assert_eq!(
+        run.expect("RELOAD_RESTORED"),
+        "yes",
+        "tcp_sync_mss and __x64_sys_getppid byte for byte"
+    );
+    assert_eq!(
+        run.expect("RELOAD_MSS"),
+        "948",
+        "the reloaded module splices again"
+    );
 }

@@ -19,7 +19,6 @@
 //! oopsed within the first cycles: `invalid opcode` at `tv_victim+0x5` in an NMI that had
 //! interrupted the writer inside `trapvec_stop_cb()`.
 
-
 use vmtest::testing::{can_boot, guest_module, Run, Scenario};
 
 /// Cycles in CI.
@@ -29,7 +28,9 @@ const SOAK_CYCLES: u64 = 100_000;
 
 fn cycles() -> u64 {
     if let Ok(v) = std::env::var("TRAPVEC_TEXTWRITE_CYCLES") {
-        return v.parse().unwrap_or_else(|_| panic!("TRAPVEC_TEXTWRITE_CYCLES={v} is not a number"));
+        return v
+            .parse()
+            .unwrap_or_else(|_| panic!("TRAPVEC_TEXTWRITE_CYCLES={v} is not a number"));
     }
     if std::env::var("TRAPVEC_SOAK").is_ok_and(|v| v == "1") {
         SOAK_CYCLES
@@ -43,39 +44,74 @@ fn run(cycles: u64) -> Run {
         .file(guest_module("nmi_victim", "tv_nmi_victim"))
         .append(&format!("tv_textwrite.cycles={cycles}"))
         // 0.17 to 0.22 s a cycle under TCG, and the boot.
-        .timeout(600 + cycles / 2).module_under_test("TRAPVEC_TEXTWRITE_MODULE", "tv_textwrite");
+        .timeout(600 + cycles / 2)
+        .module_under_test("TRAPVEC_TEXTWRITE_MODULE", "tv_textwrite");
     scenario.run(env!("CARGO_BIN_EXE_vmtest"))
 }
 
 #[test]
-fn nmis_running_a_function_while_its_trap_and_jmp_windows_are_written_never_oops_and_count_exactly() {
+fn nmis_running_a_function_while_its_trap_and_jmp_windows_are_written_never_oops_and_count_exactly()
+{
     if !can_boot("kernel scenario") {
         return;
     }
     let cycles = cycles();
     let run = run(cycles);
     run.assert_passed();
-    assert!(run.stdout.contains("TEXTWRITE_DONE"), "the scenario ran to its end");
+    assert!(
+        run.stdout.contains("TEXTWRITE_DONE"),
+        "the scenario ran to its end"
+    );
     assert_eq!(run.number("CPUS"), 2);
     assert_eq!(run.number("CYCLES_DONE"), cycles);
-    assert_eq!(run.number("NMI_COMPLAINTS"), 0, "no unknown NMI, no spurious interrupt in dmesg");
+    assert_eq!(
+        run.number("NMI_COMPLAINTS"),
+        0,
+        "no unknown NMI, no spurious interrupt in dmesg"
+    );
 
     let nmis = run.number("VICTIM_nmis");
     let calls = run.number("VICTIM_calls");
-    assert_eq!(calls, nmis, "every NMI of the module called the victim once");
-    assert_eq!(run.number("VICTIM_wrong"), 0, "every call of the victim returned its constant");
-    assert!(nmis > cycles, "NMIs ran throughout the cycles: {nmis} for {cycles} cycles");
+    assert_eq!(
+        calls, nmis,
+        "every NMI of the module called the victim once"
+    );
+    assert_eq!(
+        run.number("VICTIM_wrong"),
+        0,
+        "every call of the victim returned its constant"
+    );
+    assert!(
+        nmis > cycles,
+        "NMIs ran throughout the cycles: {nmis} for {cycles} cycles"
+    );
 
     let hits = run.number("SPLICE_HITS");
     let marks = run.number("VICTIM_marks");
     let spliced = run.number("VICTIM_spliced");
-    assert_eq!(marks, spliced, "the handler ran only inside calls of the victim");
-    assert_eq!(hits, spliced, "the splices counted exactly the calls they ran in");
-    assert!(spliced > 0 && spliced < calls, "some calls spliced, some not: {spliced} of {calls}");
+    assert_eq!(
+        marks, spliced,
+        "the handler ran only inside calls of the victim"
+    );
+    assert_eq!(
+        hits, spliced,
+        "the splices counted exactly the calls they ran in"
+    );
+    assert!(
+        spliced > 0 && spliced < calls,
+        "some calls spliced, some not: {spliced} of {calls}"
+    );
 
     let redirects = run.number("REDIRECTS");
-    assert!(redirects > 0, "some NMI met a pending int3 of ours: the race was run");
-    assert_eq!(run.expect("RESTORED"), "yes", "tv_victim byte for byte after the cycles");
+    assert!(
+        redirects > 0,
+        "some NMI met a pending int3 of ours: the race was run"
+    );
+    assert_eq!(
+        run.expect("RESTORED"),
+        "yes",
+        "tv_victim byte for byte after the cycles"
+    );
     println!(
         "kernel_textwrite: {cycles} cycles in {} s; {nmis} NMIs, {spliced} spliced calls, {redirects} sent on from a pending int3",
         run.number("CYCLE_SECONDS")

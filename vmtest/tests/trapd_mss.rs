@@ -90,7 +90,11 @@ fn fuzz_lines() -> (Vec<u8>, usize) {
             2 => out.extend_from_slice(WRONG[rng.below(WRONG.len())].as_bytes()),
             _ => {
                 reads += 1;
-                out.extend_from_slice(if rng.below(2) == 0 { br#"{"op":"list"}"# } else { br#"{"op":"status"}"# });
+                out.extend_from_slice(if rng.below(2) == 0 {
+                    br#"{"op":"list"}"#
+                } else {
+                    br#"{"op":"status"}"#
+                });
             }
         }
         out.push(b'\n');
@@ -107,26 +111,59 @@ fn exposition(run: &vmtest::testing::Run, name: &str) -> String {
         .filter_map(|l| l.trim_end_matches('\r').strip_prefix(&prefix))
         .flat_map(|l| [l, "\n"])
         .collect();
-    assert_eq!(text.len().to_string(), run.expect(&format!("{name}_BYTES")).trim(), "{name} came through the console whole:\n{text}");
+    assert_eq!(
+        text.len().to_string(),
+        run.expect(&format!("{name}_BYTES")).trim(),
+        "{name} came through the console whole:\n{text}"
+    );
     text
 }
 
 /// `text` parsed by prometheus-parse, every sample line understood, and accepted by promtool
 /// (the Prometheus project's parser and linter) when it is installed (under CI it must be).
 fn parse(name: &str, text: &str) -> Scrape {
-    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let sample_lines = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
-    assert_eq!(scrape.samples.len(), sample_lines, "{name}: every sample line parsed:\n{text}");
-    match Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn() {
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let sample_lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    assert_eq!(
+        scrape.samples.len(),
+        sample_lines,
+        "{name}: every sample line parsed:\n{text}"
+    );
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
         Ok(mut child) => {
             use std::io::Write;
-            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
             let out = child.wait_with_output().unwrap();
-            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            assert!(out.status.success() && said.is_empty(), "{name}: promtool check metrics: {said}\n{text}");
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success() && said.is_empty(),
+                "{name}: promtool check metrics: {said}\n{text}"
+            );
         }
         Err(e) => {
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "promtool (Debian package prometheus) is missing under CI: {e}");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "promtool (Debian package prometheus) is missing under CI: {e}"
+            );
             eprintln!("{name}: promtool not found ({e}); checked with prometheus-parse only");
         }
     }
@@ -146,7 +183,14 @@ fn values(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> BTreeMap<St
                 ref other => panic!("{metric}: {other:?}"),
             };
             let sorted: BTreeMap<&String, &String> = s.labels.iter().collect();
-            (sorted.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","), v)
+            (
+                sorted
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                v,
+            )
         })
         .collect()
 }
@@ -186,37 +230,100 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
         .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert_eq!(run.expect("MSS_BEFORE"), "32741");
-    assert_eq!(run.expect("MSS_LOSSY"), "948", "lossy: tcp_sync_mss clamps the path MTU to 1000");
-    assert_eq!(run.expect("MSS_CLEAN"), "32741", "clean: the kernel's own policy is back");
-    assert_eq!(run.expect("MSS_ORPHANED"), "948", "kill -9 leaves the splice live in the kernel");
-    assert_eq!(run.expect("RESTART_PROFILE"), "lossy", "the journal names the active profile");
-    assert_eq!(run.expect("LIVE_SPLICES").trim(), r#""at":"tcp_sync_mss""#, "exactly the live splice");
-    assert_eq!(run.expect("UNRECORDED"), r#""unrecorded":[]"#, "nothing live is unknown to the restarted daemon");
+    assert_eq!(
+        run.expect("MSS_LOSSY"),
+        "948",
+        "lossy: tcp_sync_mss clamps the path MTU to 1000"
+    );
+    assert_eq!(
+        run.expect("MSS_CLEAN"),
+        "32741",
+        "clean: the kernel's own policy is back"
+    );
+    assert_eq!(
+        run.expect("MSS_ORPHANED"),
+        "948",
+        "kill -9 leaves the splice live in the kernel"
+    );
+    assert_eq!(
+        run.expect("RESTART_PROFILE"),
+        "lossy",
+        "the journal names the active profile"
+    );
+    assert_eq!(
+        run.expect("LIVE_SPLICES").trim(),
+        r#""at":"tcp_sync_mss""#,
+        "exactly the live splice"
+    );
+    assert_eq!(
+        run.expect("UNRECORDED"),
+        r#""unrecorded":[]"#,
+        "nothing live is unknown to the restarted daemon"
+    );
     assert_eq!(run.expect("MSS_AFTER_RESTART"), "32741");
     // trapctl while trapd holds /dev/trapvec: each command goes through the daemon.
     let count = run.expect("TRAPCTL_COUNT");
-    assert!(count.starts_with("tcp_sync_mss: 10 calls in 6 s"), "5 calls per loopback connection, 2 connections: {count}");
+    assert!(
+        count.starts_with("tcp_sync_mss: 10 calls in 6 s"),
+        "5 calls per loopback connection, 2 connections: {count}"
+    );
     assert_eq!(run.expect("TRAPCTL_GET"), "1400");
-    assert_eq!(run.expect("MSS_TRAPCTL"), "1348", "trapctl's splice and set, made by the daemon");
-    assert_eq!(run.expect("TRAPCTL_LIST_PROFILE"), "clean", "trapctl list is the daemon's listing");
+    assert_eq!(
+        run.expect("MSS_TRAPCTL"),
+        "1348",
+        "trapctl's splice and set, made by the daemon"
+    );
+    assert_eq!(
+        run.expect("TRAPCTL_LIST_PROFILE"),
+        "clean",
+        "trapctl list is the daemon's listing"
+    );
     assert_eq!(run.expect("TRAPCTL_LIST_SPLICES"), "1");
-    assert_eq!(run.expect("IN_PROFILE"), r#""in_profile":false"#, "the daemon knows trapctl's splice is not the profile's");
-    assert!(run.expect("TRAPCTL_UNSPLICE").starts_with("unspliced tcp_sync_mss at 0x"), "{}", run.expect("TRAPCTL_UNSPLICE"));
+    assert_eq!(
+        run.expect("IN_PROFILE"),
+        r#""in_profile":false"#,
+        "the daemon knows trapctl's splice is not the profile's"
+    );
+    assert!(
+        run.expect("TRAPCTL_UNSPLICE")
+            .starts_with("unspliced tcp_sync_mss at 0x"),
+        "{}",
+        run.expect("TRAPCTL_UNSPLICE")
+    );
     assert_eq!(run.expect("MSS_AFTER_TRAPCTL"), "32741");
     assert_eq!(run.expect("NOBODY_STATUS"), "1");
-    assert!(run.expect("NOBODY_REPLY").contains("permission denied"), "{}", run.expect("NOBODY_REPLY"));
+    assert!(
+        run.expect("NOBODY_REPLY").contains("permission denied"),
+        "{}",
+        run.expect("NOBODY_REPLY")
+    );
     assert_eq!(run.expect("PROFILE_AFTER_NOBODY"), "clean");
-    assert_eq!(run.expect("FUZZ_REPLIES").trim(), "10000", "one reply per line");
-    assert_eq!(run.expect("FUZZ_OK_REPLIES").trim(), reads.to_string(), "only the reads succeed");
+    assert_eq!(
+        run.expect("FUZZ_REPLIES").trim(),
+        "10000",
+        "one reply per line"
+    );
+    assert_eq!(
+        run.expect("FUZZ_OK_REPLIES").trim(),
+        reads.to_string(),
+        "only the reads succeed"
+    );
     assert_eq!(run.expect("FUZZ_KERNEL_UNCHANGED"), "yes");
     assert_eq!(run.expect("PROFILE_AFTER_FUZZ"), "clean");
     check_prometheus(&run, reads);
     // packaging/trapd.service's CapabilityBoundingSet=CAP_SYS_MODULE CAP_SYSLOG is enough, and
     // each of the two is needed: /proc/kallsyms hides addresses without CAP_SYSLOG, and every
     // /dev/trapvec ioctl checks CAP_SYS_MODULE.
-    assert_eq!(run.expect("CAPS_SERVICE"), "up ok=2", "trapd serves a splice and an unsplice with the service's capabilities");
+    assert_eq!(
+        run.expect("CAPS_SERVICE"),
+        "up ok=2",
+        "trapd serves a splice and an unsplice with the service's capabilities"
+    );
     let no_syslog = run.expect("CAPS_NO_SYSLOG");
-    assert!(no_syslog.starts_with("down: ") && no_syslog.contains("kallsyms"), "{no_syslog}");
+    assert!(
+        no_syslog.starts_with("down: ") && no_syslog.contains("kallsyms"),
+        "{no_syslog}"
+    );
     let no_module = run.expect("CAPS_NO_SYS_MODULE");
     assert!(no_module.starts_with("down: "), "{no_module}");
     assert_eq!(run.expect("SCENARIO_DONE"), "yes");
@@ -227,39 +334,101 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
 /// 10,000 lines.
 fn check_prometheus(run: &vmtest::testing::Run, reads: usize) {
     let spliced = parse("PROM_SPLICED", &exposition(run, "PROM_SPLICED"));
-    let splice = [("point", "tcp_sync_mss"), ("function", "tcp_sync_mss"), ("mechanism", "trap"), ("action", "replace"), ("handler", "mss_clamp_tcp_sync_mss")];
+    let splice = [
+        ("point", "tcp_sync_mss"),
+        ("function", "tcp_sync_mss"),
+        ("mechanism", "trap"),
+        ("action", "replace"),
+        ("handler", "mss_clamp_tcp_sync_mss"),
+    ];
     let hits = one(&spliced, "trapvec_splice_hits_total", &splice);
-    assert!(hits >= 5.0, "at least the 5 calls of the connection measured: {hits}");
-    assert_eq!(one(&spliced, "trapvec_splice_missed_total", &splice), 0.0, "a replacement is never skipped");
+    assert!(
+        hits >= 5.0,
+        "at least the 5 calls of the connection measured: {hits}"
+    );
+    assert_eq!(
+        one(&spliced, "trapvec_splice_missed_total", &splice),
+        0.0,
+        "a replacement is never skipped"
+    );
     assert_eq!(one(&spliced, "trapvec_splices", &[]), 1.0);
-    assert_eq!(one(&spliced, "trapd_profile_active", &[("profile", "clean")]), 1.0);
-    assert_eq!(one(&spliced, "trapd_profile_active", &[("profile", "lossy")]), 0.0);
-    assert_eq!(one(&spliced, "trapd_profile_switches_total", &[]), 1.0, "the restarted daemon's one switch: lossy -> clean");
+    assert_eq!(
+        one(&spliced, "trapd_profile_active", &[("profile", "clean")]),
+        1.0
+    );
+    assert_eq!(
+        one(&spliced, "trapd_profile_active", &[("profile", "lossy")]),
+        0.0
+    );
+    assert_eq!(
+        one(&spliced, "trapd_profile_switches_total", &[]),
+        1.0,
+        "the restarted daemon's one switch: lossy -> clean"
+    );
     // The metric has a value only for an interval in which segments were sent; a percentage
     // (between the rules' thresholds `clean` stays, so it may be anything below 5 and more).
     for (labels, v) in values(&spliced, "trapd_metric_value", &[]) {
         assert_eq!(labels, "metric=retrans");
         assert!((0.0..=100.0).contains(&v), "retrans {v} is a percentage");
     }
-    assert_eq!(one(&spliced, "trapd_requests_total", &[("op", "splice")]), 2.0, "trapctl count's, trapctl splice's");
+    assert_eq!(
+        one(&spliced, "trapd_requests_total", &[("op", "splice")]),
+        2.0,
+        "trapctl count's, trapctl splice's"
+    );
     assert_eq!(one(&spliced, "trapd_requests_total", &[("op", "set")]), 1.0);
-    assert_eq!(values(&spliced, "trapd_request_errors_total", &[]).values().sum::<f64>(), 0.0, "no request failed yet");
+    assert_eq!(
+        values(&spliced, "trapd_request_errors_total", &[])
+            .values()
+            .sum::<f64>(),
+        0.0,
+        "no request failed yet"
+    );
 
     // trapctl's textfile, a moment later: the same splice and no trapd family.
     let textfile = parse("PROM_TEXTFILE", &exposition(run, "PROM_TEXTFILE"));
-    assert!(one(&textfile, "trapvec_splice_hits_total", &splice) >= hits, "counters only grow");
-    assert!(textfile.samples.iter().all(|s| s.metric.starts_with("trapvec_")), "the textfile has only trapvec_* families");
-    let site = |s: &Scrape| values(s, "trapvec_splice_hits_total", &splice).into_keys().collect::<Vec<_>>();
-    assert_eq!(site(&textfile), site(&spliced), "the same labels (site included) from both renderers");
+    assert!(
+        one(&textfile, "trapvec_splice_hits_total", &splice) >= hits,
+        "counters only grow"
+    );
+    assert!(
+        textfile
+            .samples
+            .iter()
+            .all(|s| s.metric.starts_with("trapvec_")),
+        "the textfile has only trapvec_* families"
+    );
+    let site = |s: &Scrape| {
+        values(s, "trapvec_splice_hits_total", &splice)
+            .into_keys()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        site(&textfile),
+        site(&spliced),
+        "the same labels (site included) from both renderers"
+    );
 
     // After the 10,000 lines: each was answered and counted; only the reads succeeded.
     let after = parse("PROM_AFTER_FUZZ", &exposition(run, "PROM_AFTER_FUZZ"));
     let total: f64 = values(&after, "trapd_requests_total", &[]).values().sum();
     assert!(total >= 10_000.0, "{total}");
     let errors = values(&after, "trapd_request_errors_total", &[]);
-    assert_eq!(one(&after, "trapd_request_errors_total", &[("op", "denied")]), 1.0, "su nobody");
-    let wrong: f64 = errors.iter().filter(|(k, _)| k.as_str() != "op=denied").map(|(_, v)| v).sum();
-    assert_eq!(wrong, (10_000 - reads) as f64, "every fuzz line that is not a read is an error, nothing else failed: {errors:?}");
+    assert_eq!(
+        one(&after, "trapd_request_errors_total", &[("op", "denied")]),
+        1.0,
+        "su nobody"
+    );
+    let wrong: f64 = errors
+        .iter()
+        .filter(|(k, _)| k.as_str() != "op=denied")
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        wrong,
+        (10_000 - reads) as f64,
+        "every fuzz line that is not a read is an error, nothing else failed: {errors:?}"
+    );
     assert!(one(&after, "trapd_request_errors_total", &[("op", "invalid")]) > 0.0);
     assert_eq!(one(&after, "trapvec_splices", &[]), 0.0);
 }

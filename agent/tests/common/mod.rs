@@ -22,7 +22,11 @@ pub fn agent() -> PathBuf {
 /// Runs `cc` with `args`; a failure fails the test with the compiler's message.
 pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().unwrap();
-    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Compile the counting component (`fixtures/count.c`, handler `count`) to `dir/count.o`, the
@@ -31,7 +35,16 @@ pub fn count_component(dir: &Path) {
     let inc = repo().join("components/include");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/count.c");
     let out = dir.join("count.o");
-    cc(&["-c", "-O2", "-fPIC", "-I", inc.to_str().unwrap(), "-o", out.to_str().unwrap(), src.to_str().unwrap()]);
+    cc(&[
+        "-c",
+        "-O2",
+        "-fPIC",
+        "-I",
+        inc.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
 }
 
 /// A spec that counts the calls at each `(point, mechanism)` with `count.o`'s `count` handler.
@@ -80,7 +93,11 @@ pub fn gxx(name: &str, sources: &[&str]) -> Program {
         .args(sources.iter().map(|s| src.join(s)))
         .output()
         .expect("g++ is needed for this test (.ci/install-deps installs it)");
-    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "g++: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Program { dir, path }
 }
 
@@ -95,13 +112,25 @@ impl Program {
         if let Some(text) = spec {
             let spec_path = self.dir.join("spec.toml");
             std::fs::write(&spec_path, text).unwrap();
-            cmd.env("LD_PRELOAD", agent()).env("TRAPVEC_SPEC", &spec_path).env("TRAPVEC_STATS", &stats);
+            cmd.env("LD_PRELOAD", agent())
+                .env("TRAPVEC_SPEC", &spec_path)
+                .env("TRAPVEC_STATS", &stats);
         }
-        let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
-        let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
-        Run { out, stats, pid: Some(pid) }
+        let stats = std::fs::read_to_string(&stats)
+            .ok()
+            .map(|s| serde_json::from_str(&s).unwrap());
+        Run {
+            out,
+            stats,
+            pid: Some(pid),
+        }
     }
 }
 
@@ -116,7 +145,10 @@ pub fn python3() -> Option<PathBuf> {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
     if found.is_none() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "python3 is missing (.ci/install-deps installs it)");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "python3 is missing (.ci/install-deps installs it)"
+        );
         eprintln!("skipped: python3 not installed");
     }
     found

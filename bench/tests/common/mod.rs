@@ -10,7 +10,11 @@ pub fn fixture_source() -> PathBuf {
 /// Run `cc args`, panicking with its stderr on failure.
 pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().expect("running cc");
-    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub struct Built {

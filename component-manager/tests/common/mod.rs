@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use trapvec::{
-    BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch,
+    BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError,
+    TargetInfo, TextPatch,
 };
 
 const REACH: u64 = 1 << 31;
@@ -45,7 +46,14 @@ impl FakeTarget {
     pub fn new(symbols: &[(&str, u64, SymbolKind)]) -> Self {
         let symbols = symbols
             .iter()
-            .map(|&(name, addr, kind)| Symbol { name: name.into(), addr, size: 16, kind, origin: None, version: None })
+            .map(|&(name, addr, kind)| Symbol {
+                name: name.into(),
+                addr,
+                size: 16,
+                kind,
+                origin: None,
+                version: None,
+            })
             .collect();
         FakeTarget {
             info: TargetInfo::user("fake target"),
@@ -68,7 +76,9 @@ impl FakeTarget {
     }
 
     fn find(&self, addr: u64, len: usize) -> Option<&FakeBlock> {
-        self.blocks.values().find(|b| addr >= b.block.addr && addr + len as u64 <= b.block.addr + b.block.size as u64)
+        self.blocks.values().find(|b| {
+            addr >= b.block.addr && addr + len as u64 <= b.block.addr + b.block.size as u64
+        })
     }
 
     /// Bytes at `addr`, which must lie in a live block.
@@ -82,20 +92,31 @@ impl FakeTarget {
 
     /// Change bytes behind the target's back, sealed or not (to simulate corruption).
     pub fn poke(&mut self, addr: u64, bytes: &[u8]) {
-        let b = self.blocks.values_mut().find(|b| b.block.contains(addr)).expect("poke outside every block");
+        let b = self
+            .blocks
+            .values_mut()
+            .find(|b| b.block.contains(addr))
+            .expect("poke outside every block");
         let off = usize::try_from(addr - b.block.addr).unwrap();
         b.bytes[off..off + bytes.len()].copy_from_slice(bytes);
     }
 
     /// Whether the code block at `addr` has been sealed.
     pub fn is_sealed(&self, addr: u64) -> bool {
-        self.blocks.values().any(|b| b.block.contains(addr) && b.sealed)
+        self.blocks
+            .values()
+            .any(|b| b.block.contains(addr) && b.sealed)
     }
 
     fn live_block(&mut self, block: &RepoBlock) -> Result<&mut FakeBlock, TargetError> {
         match self.blocks.get_mut(&block.id) {
             Some(b) if b.block == *block => Ok(b),
-            _ => Err(TargetError::Block { addr: block.addr, offset: 0, len: 0, reason: "not a live block".into() }),
+            _ => Err(TargetError::Block {
+                addr: block.addr,
+                offset: 0,
+                len: 0,
+                reason: "not a live block".into(),
+            }),
         }
     }
 }
@@ -110,13 +131,21 @@ impl Target for FakeTarget {
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
-        let b = self.find(addr, len).ok_or(TargetError::Read { addr, len, reason: "not mapped".into() })?;
+        let b = self.find(addr, len).ok_or(TargetError::Read {
+            addr,
+            len,
+            reason: "not mapped".into(),
+        })?;
         let off = usize::try_from(addr - b.block.addr).unwrap();
         Ok(b.bytes[off..off + len].to_vec())
     }
 
     fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
-        let fail = |reason: &str| TargetError::Alloc { near, size, reason: reason.into() };
+        let fail = |reason: &str| TargetError::Alloc {
+            near,
+            size,
+            reason: reason.into(),
+        };
         if size == 0 {
             return Err(fail("empty block"));
         }
@@ -128,26 +157,48 @@ impl Target for FakeTarget {
         }
         // First page boundary 64 KiB past `near` that overlaps no live block.
         let mut addr = (near + 0x1_0000).next_multiple_of(0x1000) + self.misalign;
-        while let Some(b) = self.blocks.values().find(|b| addr < b.block.addr + b.block.size as u64 && b.block.addr < addr + size as u64) {
+        while let Some(b) = self.blocks.values().find(|b| {
+            addr < b.block.addr + b.block.size as u64 && b.block.addr < addr + size as u64
+        }) {
             addr = (b.block.addr + b.block.size as u64).next_multiple_of(0x1000) + self.misalign;
         }
         if addr + size as u64 - near > REACH {
             return Err(fail("out of reach"));
         }
-        let block = RepoBlock { id: self.next_id, addr, size, kind };
+        let block = RepoBlock {
+            id: self.next_id,
+            addr,
+            size,
+            kind,
+        };
         self.next_id += 1;
         self.allocs += 1;
-        self.blocks.insert(block.id, FakeBlock { block: block.clone(), bytes: vec![0xAA; size], sealed: false });
+        self.blocks.insert(
+            block.id,
+            FakeBlock {
+                block: block.clone(),
+                bytes: vec![0xAA; size],
+                sealed: false,
+            },
+        );
         Ok(block)
     }
 
     fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
         let b = self.live_block(block)?;
-        let err = |reason: &str| TargetError::Block { addr: block.addr, offset, len: bytes.len(), reason: reason.into() };
+        let err = |reason: &str| TargetError::Block {
+            addr: block.addr,
+            offset,
+            len: bytes.len(),
+            reason: reason.into(),
+        };
         if b.sealed {
             return Err(err("sealed"));
         }
-        let end = offset.checked_add(bytes.len()).filter(|&e| e <= b.bytes.len()).ok_or_else(|| err("past the end"))?;
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|&e| e <= b.bytes.len())
+            .ok_or_else(|| err("past the end"))?;
         b.bytes[offset..end].copy_from_slice(bytes);
         if b.bytes[offset..end] != *bytes {
             return Err(err("read back differs"));
@@ -158,7 +209,12 @@ impl Target for FakeTarget {
     fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         let b = self.live_block(block)?;
         if b.block.kind != BlockKind::Code || b.sealed {
-            return Err(TargetError::Block { addr: block.addr, offset: 0, len: 0, reason: "not an unsealed code block".into() });
+            return Err(TargetError::Block {
+                addr: block.addr,
+                offset: 0,
+                len: 0,
+                reason: "not an unsealed code block".into(),
+            });
         }
         b.sealed = true;
         self.seals += 1;
@@ -177,11 +233,15 @@ impl Target for FakeTarget {
     }
 
     fn add_dispatch(&mut self, _entries: &[DispatchEntry]) -> Result<(), TargetError> {
-        Err(TargetError::Other("the fake target has no dispatcher".into()))
+        Err(TargetError::Other(
+            "the fake target has no dispatcher".into(),
+        ))
     }
 
     fn remove_dispatch(&mut self, _sites: &[u64]) -> Result<(), TargetError> {
-        Err(TargetError::Other("the fake target has no dispatcher".into()))
+        Err(TargetError::Other(
+            "the fake target has no dispatcher".into(),
+        ))
     }
 
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {

@@ -50,17 +50,35 @@ pub struct JumpTable {
 fn writes(factory: &mut InstructionInfoFactory, instr: &Instruction, reg: Register) -> bool {
     factory.info(instr).used_registers().iter().any(|u| {
         u.register().full_register() == reg
-            && matches!(u.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
+            && matches!(
+                u.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            )
     })
 }
 
 /// Index of the last instruction in `[lo, hi)` that writes `reg`.
-fn last_writer(f: &mut InstructionInfoFactory, insns: &[Insn], lo: usize, hi: usize, reg: Register) -> Option<usize> {
+fn last_writer(
+    f: &mut InstructionInfoFactory,
+    insns: &[Insn],
+    lo: usize,
+    hi: usize,
+    reg: Register,
+) -> Option<usize> {
     (lo..hi).rev().find(|&k| writes(f, &insns[k].instr, reg))
 }
 
 /// Find the table of the indirect `jmp` at `insns[idx]`.
-pub(crate) fn find(insns: &[Insn], idx: usize, start: u64, end: u64, read: ReadFn<'_>) -> Option<JumpTable> {
+pub(crate) fn find(
+    insns: &[Insn],
+    idx: usize,
+    start: u64,
+    end: u64,
+    read: ReadFn<'_>,
+) -> Option<JumpTable> {
     let jmp = &insns[idx].instr;
     let lo = idx.saturating_sub(MAX_BACK);
     let mut f = InstructionInfoFactory::new();
@@ -78,7 +96,10 @@ pub(crate) fn find(insns: &[Insn], idx: usize, start: u64, end: u64, read: ReadF
             let r = jmp.op0_register().full_register();
             let add_i = last_writer(&mut f, insns, lo, idx, r)?;
             let add = &insns[add_i].instr;
-            if add.mnemonic() != Mnemonic::Add || add.op0_kind() != OpKind::Register || add.op1_kind() != OpKind::Register {
+            if add.mnemonic() != Mnemonic::Add
+                || add.op0_kind() != OpKind::Register
+                || add.op1_kind() != OpKind::Register
+            {
                 return None;
             }
             let s = add.op1_register().full_register();
@@ -86,9 +107,14 @@ pub(crate) fn find(insns: &[Insn], idx: usize, start: u64, end: u64, read: ReadF
                 return None;
             }
             // The entry load writes one of the two, the table base is the other.
-            let mov_i = (lo..add_i).rev().find(|&k| writes(&mut f, &insns[k].instr, r) || writes(&mut f, &insns[k].instr, s))?;
+            let mov_i = (lo..add_i).rev().find(|&k| {
+                writes(&mut f, &insns[k].instr, r) || writes(&mut f, &insns[k].instr, s)
+            })?;
             let mov = &insns[mov_i].instr;
-            if mov.mnemonic() != Mnemonic::Movsxd || mov.op1_kind() != OpKind::Memory || mov.memory_index_scale() != 4 {
+            if mov.mnemonic() != Mnemonic::Movsxd
+                || mov.op1_kind() != OpKind::Memory
+                || mov.memory_index_scale() != 4
+            {
                 return None;
             }
             let dst = mov.op0_register().full_register();
@@ -126,7 +152,14 @@ fn guard_count(insns: &[Insn], lo: usize, before: usize, idx: Register) -> Optio
         let is_guard = c.mnemonic() == Mnemonic::Cmp
             && c.op0_kind() == OpKind::Register
             && c.op0_register().full_register() == idx
-            && matches!(c.op1_kind(), OpKind::Immediate8to32 | OpKind::Immediate32 | OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8);
+            && matches!(
+                c.op1_kind(),
+                OpKind::Immediate8to32
+                    | OpKind::Immediate32
+                    | OpKind::Immediate8to64
+                    | OpKind::Immediate32to64
+                    | OpKind::Immediate8
+            );
         if !is_guard {
             return None;
         }
@@ -145,7 +178,8 @@ fn read_table(
     read: ReadFn<'_>,
 ) -> Option<JumpTable> {
     let es = usize::from(entry_size);
-    let valid = |t: u64| t >= start && t < end && insns.binary_search_by_key(&t, |i| i.addr).is_ok();
+    let valid =
+        |t: u64| t >= start && t < end && insns.binary_search_by_key(&t, |i| i.addr).is_ok();
     let decode = |chunk: &[u8]| -> u64 {
         if entry_size == 8 {
             let mut b = [0u8; 8];
@@ -178,7 +212,9 @@ fn read_table(
         None => {
             let mut n = 0;
             'outer: while n < MAX_UNGUARDED {
-                let Some(bytes) = read(table + (n * es) as u64, 64 * es) else { break };
+                let Some(bytes) = read(table + (n * es) as u64, 64 * es) else {
+                    break;
+                };
                 for chunk in bytes.chunks_exact(es) {
                     let t = decode(chunk);
                     if !valid(t) || n >= MAX_UNGUARDED {
@@ -199,7 +235,13 @@ fn read_table(
     }
     targets.sort_unstable();
     targets.dedup();
-    Some(JumpTable { table, entry_size, entries, guarded: count.is_some(), targets })
+    Some(JumpTable {
+        table,
+        entry_size,
+        entries,
+        guarded: count.is_some(),
+        targets,
+    })
 }
 
 #[cfg(test)]
@@ -226,7 +268,14 @@ mod tests {
     ];
 
     fn rel_table(targets: &[u64]) -> Vec<u8> {
-        targets.iter().flat_map(|t| i32::try_from(i128::from(*t) - i128::from(TABLE)).unwrap().to_le_bytes()).collect()
+        targets
+            .iter()
+            .flat_map(|t| {
+                i32::try_from(i128::from(*t) - i128::from(TABLE))
+                    .unwrap()
+                    .to_le_bytes()
+            })
+            .collect()
     }
 
     #[test]
@@ -237,10 +286,22 @@ mod tests {
             let off = usize::try_from(addr.checked_sub(TABLE)?).ok()?;
             table.get(off..off + len).map(<[u8]>::to_vec)
         };
-        let f = analyze_function_with("sw", BASE, PIC_SWITCH, &AnalysisOptions { read: Some(&read), lenient: false }).unwrap();
+        let f = analyze_function_with(
+            "sw",
+            BASE,
+            PIC_SWITCH,
+            &AnalysisOptions {
+                read: Some(&read),
+                lenient: false,
+            },
+        )
+        .unwrap();
         assert!(f.has_indirect_jumps);
         let t = f.indirect_jumps[0].table.as_ref().expect("table found");
-        assert_eq!((t.table, t.entry_size, t.entries, t.guarded), (TABLE, 4, 4, true));
+        assert_eq!(
+            (t.table, t.entry_size, t.entries, t.guarded),
+            (TABLE, 4, 4, true)
+        );
         assert_eq!(t.targets, vec![0x1015, 0x101b, 0x1020]);
         assert!(f.branch_targets.contains(&0x1015) && f.branch_targets.contains(&0x101b));
         assert!(!f.branch_targets.contains(&0x1022));
@@ -262,7 +323,16 @@ mod tests {
             let end = (off + len).min(table.len());
             table.get(off..end).map(<[u8]>::to_vec)
         };
-        let f = analyze_function_with("sw", BASE, &code, &AnalysisOptions { read: Some(&read), lenient: false }).unwrap();
+        let f = analyze_function_with(
+            "sw",
+            BASE,
+            &code,
+            &AnalysisOptions {
+                read: Some(&read),
+                lenient: false,
+            },
+        )
+        .unwrap();
         let t = f.indirect_jumps[0].table.as_ref().expect("table found");
         assert!(!t.guarded);
         assert_eq!(t.entries, 2);
@@ -280,9 +350,21 @@ mod tests {
             /*100e*/ 0xC3,                                     // ret
             /*100f*/ 0xC3,                                     // ret
         ];
-        let table: Vec<u8> = [0x100cu64, 0x100f].iter().flat_map(|t| t.to_le_bytes()).collect();
+        let table: Vec<u8> = [0x100cu64, 0x100f]
+            .iter()
+            .flat_map(|t| t.to_le_bytes())
+            .collect();
         let read = move |addr: u64, len: usize| (addr == TABLE && len == 16).then(|| table.clone());
-        let f = analyze_function_with("abs", BASE, &code, &AnalysisOptions { read: Some(&read), lenient: false }).unwrap();
+        let f = analyze_function_with(
+            "abs",
+            BASE,
+            &code,
+            &AnalysisOptions {
+                read: Some(&read),
+                lenient: false,
+            },
+        )
+        .unwrap();
         let t = f.indirect_jumps[0].table.as_ref().expect("table found");
         assert_eq!((t.entry_size, t.entries, t.guarded), (8, 2, true));
         assert_eq!(t.targets, vec![0x100c, 0x100f]);
@@ -292,7 +374,12 @@ mod tests {
     fn indirect_jump_without_reader_stays_unresolved() {
         let f = super::super::analyze_function("sw", BASE, PIC_SWITCH).unwrap();
         assert!(f.has_indirect_jumps);
-        assert_eq!(f.unresolved_indirect_jumps().map(|j| j.addr).collect::<Vec<_>>(), vec![0x1013]);
+        assert_eq!(
+            f.unresolved_indirect_jumps()
+                .map(|j| j.addr)
+                .collect::<Vec<_>>(),
+            vec![0x1013]
+        );
         assert!(f.block_of(0x1013).unwrap().succs.is_empty());
     }
 }

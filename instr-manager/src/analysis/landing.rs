@@ -18,7 +18,10 @@
 //! `.eh_frame_hdr`, or without an FDE for the function, or an FDE without an LSDA, the function
 //! has no landing pads (nor could the unwinder find any).
 
-use gimli::{BaseAddresses, EhFrame, EhFrameHdr as GimliHdr, EhFrameOffset, LittleEndian, Pointer, UnwindSection};
+use gimli::{
+    BaseAddresses, EhFrame, EhFrameHdr as GimliHdr, EhFrameOffset, LittleEndian, Pointer,
+    UnwindSection,
+};
 use thiserror::Error;
 
 use super::ReadFn;
@@ -76,12 +79,18 @@ pub enum LsdaError {
     #[error("it ends at offset {offset:#x}, inside its {what}")]
     Truncated { offset: usize, what: &'static str },
     #[error("its {what} encoding {enc:#04x} at offset {offset:#x} is not one an LSDA can use")]
-    BadEncoding { what: &'static str, enc: u8, offset: usize },
+    BadEncoding {
+        what: &'static str,
+        enc: u8,
+        offset: usize,
+    },
     #[error("its {what} at offset {offset:#x} does not fit in 64 bits")]
     Overflow { what: &'static str, offset: usize },
     #[error("its call-site table at offset {offset:#x} claims {len:#x} bytes (at most {MAX_TABLE:#x} are read)")]
     TableTooLarge { offset: usize, len: u64 },
-    #[error("its call-site entry at offset {offset:#x} runs past the table's end at offset {end:#x}")]
+    #[error(
+        "its call-site entry at offset {offset:#x} runs past the table's end at offset {end:#x}"
+    )]
     EntryPastTable { offset: usize, end: usize },
 }
 
@@ -102,14 +111,20 @@ struct Cursor<'a> {
 
 impl Cursor<'_> {
     fn u8(&mut self, what: &'static str) -> Result<u8, LsdaError> {
-        let b = *self.bytes.get(self.pos).ok_or(LsdaError::Truncated { offset: self.bytes.len(), what })?;
+        let b = *self.bytes.get(self.pos).ok_or(LsdaError::Truncated {
+            offset: self.bytes.len(),
+            what,
+        })?;
         self.pos += 1;
         Ok(b)
     }
 
     fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], LsdaError> {
         let end = self.pos.checked_add(N).filter(|&e| e <= self.bytes.len());
-        let end = end.ok_or(LsdaError::Truncated { offset: self.bytes.len(), what })?;
+        let end = end.ok_or(LsdaError::Truncated {
+            offset: self.bytes.len(),
+            what,
+        })?;
         let mut out = [0u8; N];
         out.copy_from_slice(&self.bytes[self.pos..end]);
         self.pos = end;
@@ -167,7 +182,13 @@ impl Cursor<'_> {
             0x0a => sign_extend(i64::from(i16::from_le_bytes(self.fixed::<2>(what)?))),
             0x0b => sign_extend(i64::from(i32::from_le_bytes(self.fixed::<4>(what)?))),
             0x0c => u64::from_le_bytes(self.fixed::<8>(what)?),
-            _ => return Err(LsdaError::BadEncoding { what, enc, offset: self.pos }),
+            _ => {
+                return Err(LsdaError::BadEncoding {
+                    what,
+                    enc,
+                    offset: self.pos,
+                })
+            }
         })
     }
 }
@@ -200,40 +221,67 @@ pub fn parse_lsda(bytes: &[u8], addr: u64, fragment_start: u64) -> Result<Lsda, 
     } else {
         let at = c.pos;
         if lp_enc & 0x80 != 0 || !known_format(lp_enc) {
-            return Err(LsdaError::BadEncoding { what: "LPStart", enc: lp_enc, offset: 0 });
+            return Err(LsdaError::BadEncoding {
+                what: "LPStart",
+                enc: lp_enc,
+                offset: 0,
+            });
         }
         let v = c.value(lp_enc, "LPStart")?;
         match lp_enc & 0x70 {
             0x00 => v,
             0x10 => addr.wrapping_add(at as u64).wrapping_add(v),
             0x40 => fragment_start.wrapping_add(v),
-            _ => return Err(LsdaError::BadEncoding { what: "LPStart", enc: lp_enc, offset: 0 }),
+            _ => {
+                return Err(LsdaError::BadEncoding {
+                    what: "LPStart",
+                    enc: lp_enc,
+                    offset: 0,
+                })
+            }
         }
     };
     let tt_at = c.pos;
     let tt_enc = c.u8("TType encoding")?;
     if tt_enc != OMIT {
         if !known_format(tt_enc) {
-            return Err(LsdaError::BadEncoding { what: "TType", enc: tt_enc, offset: tt_at });
+            return Err(LsdaError::BadEncoding {
+                what: "TType",
+                enc: tt_enc,
+                offset: tt_at,
+            });
         }
         c.uleb("TType offset")?;
     }
     let cs_at = c.pos;
     let cs_enc = c.u8("call-site encoding")?;
     if cs_enc & 0xf0 != 0 || !known_format(cs_enc) {
-        return Err(LsdaError::BadEncoding { what: "call-site", enc: cs_enc, offset: cs_at });
+        return Err(LsdaError::BadEncoding {
+            what: "call-site",
+            enc: cs_enc,
+            offset: cs_at,
+        });
     }
     let len_at = c.pos;
     let table_len = c.uleb("call-site table length")?;
     if table_len > MAX_TABLE {
-        return Err(LsdaError::TableTooLarge { offset: len_at, len: table_len });
+        return Err(LsdaError::TableTooLarge {
+            offset: len_at,
+            len: table_len,
+        });
     }
     let table_end = usize::try_from(table_len).map_or(usize::MAX, |n| c.pos.saturating_add(n));
     if table_end > bytes.len() {
-        return Err(LsdaError::Truncated { offset: bytes.len(), what: "call-site table" });
+        return Err(LsdaError::Truncated {
+            offset: bytes.len(),
+            what: "call-site table",
+        });
     }
     let mut call_sites = Vec::new();
-    let mut t = Cursor { bytes: &bytes[..table_end], pos: c.pos };
+    let mut t = Cursor {
+        bytes: &bytes[..table_end],
+        pos: c.pos,
+    };
     while t.pos < table_end {
         let at = t.pos;
         let entry = (|| -> Result<CallSite, LsdaError> {
@@ -250,16 +298,34 @@ pub fn parse_lsda(bytes: &[u8], addr: u64, fragment_start: u64) -> Result<Lsda, 
         })();
         match entry {
             Ok(e) => call_sites.push(e),
-            Err(LsdaError::Truncated { .. }) => return Err(LsdaError::EntryPastTable { offset: at, end: table_end }),
+            Err(LsdaError::Truncated { .. }) => {
+                return Err(LsdaError::EntryPastTable {
+                    offset: at,
+                    end: table_end,
+                })
+            }
             Err(e) => return Err(e),
         }
     }
-    Ok(Lsda { lp_start, call_sites, len: table_end })
+    Ok(Lsda {
+        lp_start,
+        call_sites,
+        len: table_end,
+    })
 }
 
 /// `len` bytes at `addr`, or the error sentence for `func`.
-fn read_exact(read: ReadFn<'_>, func: &str, addr: u64, len: u64, what: &str) -> Result<Vec<u8>, LandingError> {
-    let err = || LandingError { func: func.to_string(), what: format!("{what}: cannot read {len} byte(s) at {addr:#x}") };
+fn read_exact(
+    read: ReadFn<'_>,
+    func: &str,
+    addr: u64,
+    len: u64,
+    what: &str,
+) -> Result<Vec<u8>, LandingError> {
+    let err = || LandingError {
+        func: func.to_string(),
+        what: format!("{what}: cannot read {len} byte(s) at {addr:#x}"),
+    };
     let n = usize::try_from(len).map_err(|_| err())?;
     read(addr, n).filter(|b| b.len() == n).ok_or_else(err)
 }
@@ -272,7 +338,8 @@ fn read_prefix(read: ReadFn<'_>, addr: u64, want: usize) -> Vec<u8> {
     let mut out = Vec::new();
     let mut at = addr;
     while out.len() < want {
-        let mut chunk = usize::try_from((PAGE - at % PAGE).min((want - out.len()) as u64)).unwrap_or(1);
+        let mut chunk =
+            usize::try_from((PAGE - at % PAGE).min((want - out.len()) as u64)).unwrap_or(1);
         loop {
             match read(at, chunk) {
                 Some(b) if b.len() == chunk => {
@@ -305,13 +372,22 @@ struct Fde {
 /// an offset gimli only hands to the `get_cie` callback, which returns that CIE. Each copy's base
 /// address is its real address, so `pcrel` pointers come out exact.
 fn fde_at(read: ReadFn<'_>, func: &str, fde_addr: u64) -> Result<Fde, LandingError> {
-    let bad = |what: String| LandingError { func: func.to_string(), what };
+    let bad = |what: String| LandingError {
+        func: func.to_string(),
+        what,
+    };
     let (hdr_len, body_len) = entry_len(read, func, fde_addr, "FDE")?;
     // The CIE pointer: 4 bytes after a 4-byte length, 8 after a 64-bit one.
-    let (field_at, field_len) = if hdr_len == 12 { (12usize, 8usize) } else { (4, 4) };
+    let (field_at, field_len) = if hdr_len == 12 {
+        (12usize, 8usize)
+    } else {
+        (4, 4)
+    };
     let mut fde = read_exact(read, func, fde_addr, hdr_len + body_len, "the FDE")?;
     if body_len < field_len as u64 {
-        return Err(bad(format!("the FDE at {fde_addr:#x} (.eh_frame) has length {body_len:#x}")));
+        return Err(bad(format!(
+            "the FDE at {fde_addr:#x} (.eh_frame) has length {body_len:#x}"
+        )));
     }
     // In bounds: the FDE holds hdr_len + body_len >= field_at + field_len bytes.
     let field = &mut fde[field_at..field_at + field_len];
@@ -319,7 +395,11 @@ fn fde_at(read: ReadFn<'_>, func: &str, fde_addr: u64) -> Result<Fde, LandingErr
     // The read above succeeded: fde_addr + hdr_len is an address.
     let ptr_field = fde_addr.wrapping_add(hdr_len);
     let cie_addr = ptr_field.checked_sub(cie_ptr).filter(|_| cie_ptr != 0);
-    let cie_addr = cie_addr.ok_or_else(|| bad(format!("the FDE at {fde_addr:#x} (.eh_frame) has CIE pointer {cie_ptr:#x}")))?;
+    let cie_addr = cie_addr.ok_or_else(|| {
+        bad(format!(
+            "the FDE at {fde_addr:#x} (.eh_frame) has CIE pointer {cie_ptr:#x}"
+        ))
+    })?;
     for (i, b) in field.iter_mut().enumerate() {
         *b = hdr_len.to_le_bytes()[i];
     }
@@ -344,22 +424,43 @@ fn fde_at(read: ReadFn<'_>, func: &str, fde_addr: u64) -> Result<Fde, LandingErr
         }
     };
     let start = parsed.initial_address();
-    Ok(Fde { start, end: start.saturating_add(parsed.len()), lsda })
+    Ok(Fde {
+        start,
+        end: start.saturating_add(parsed.len()),
+        lsda,
+    })
 }
 
 /// The header length (4, or 12 for the 64-bit form) and the body length of the CIE or FDE at
 /// `addr`; a zero length (the terminator) or one past [`MAX_ENTRY`] is an error.
-fn entry_len(read: ReadFn<'_>, func: &str, addr: u64, kind: &str) -> Result<(u64, u64), LandingError> {
+fn entry_len(
+    read: ReadFn<'_>,
+    func: &str,
+    addr: u64,
+    kind: &str,
+) -> Result<(u64, u64), LandingError> {
     let head = read_exact(read, func, addr, 4, &format!("the {kind}'s length"))?;
     let len32 = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let (hdr_len, body_len) = if len32 == 0xffff_ffff {
-        let l = read_exact(read, func, addr.wrapping_add(4), 8, &format!("the {kind}'s 64-bit length"))?;
-        (12u64, l.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)))
+        let l = read_exact(
+            read,
+            func,
+            addr.wrapping_add(4),
+            8,
+            &format!("the {kind}'s 64-bit length"),
+        )?;
+        (
+            12u64,
+            l.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)),
+        )
     } else {
         (4u64, u64::from(len32))
     };
     if body_len == 0 || body_len > MAX_ENTRY {
-        return Err(LandingError { func: func.to_string(), what: format!("the {kind} at {addr:#x} (.eh_frame) has length {body_len:#x}") });
+        return Err(LandingError {
+            func: func.to_string(),
+            what: format!("the {kind} at {addr:#x} (.eh_frame) has length {body_len:#x}"),
+        });
     }
     Ok((hdr_len, body_len))
 }
@@ -374,7 +475,13 @@ impl HdrTable {
     /// Read the `.eh_frame_hdr` at `hdr` (and check it parses, with a search table).
     pub fn read(read: ReadFn<'_>, func: &str, hdr: EhFrameHdr) -> Result<HdrTable, LandingError> {
         if hdr.len > MAX_HDR {
-            return Err(LandingError { func: func.to_string(), what: format!("its .eh_frame_hdr at {:#x} is {:#x} bytes long", hdr.addr, hdr.len) });
+            return Err(LandingError {
+                func: func.to_string(),
+                what: format!(
+                    "its .eh_frame_hdr at {:#x} is {:#x} bytes long",
+                    hdr.addr, hdr.len
+                ),
+            });
         }
         let bytes = read_exact(read, func, hdr.addr, hdr.len, "the .eh_frame_hdr")?;
         let t = HdrTable { hdr, bytes };
@@ -386,17 +493,31 @@ impl HdrTable {
     /// search multiplies the entry count it is given, which must not be more than the bytes
     /// hold) and in ascending order (or the search would miss FDEs).
     fn check(&self, func: &str) -> Result<(), LandingError> {
-        let bad = |e: String| LandingError { func: func.to_string(), what: format!("its .eh_frame_hdr at {:#x}: {e}", self.hdr.addr) };
+        let bad = |e: String| LandingError {
+            func: func.to_string(),
+            what: format!("its .eh_frame_hdr at {:#x}: {e}", self.hdr.addr),
+        };
         let bases = BaseAddresses::default().set_eh_frame_hdr(self.hdr.addr);
-        let parsed = GimliHdr::new(&self.bytes, LittleEndian).parse(&bases, 8).map_err(|e| bad(e.to_string()))?;
-        let table = parsed.table().ok_or_else(|| bad("it has no search table".to_string()))?;
+        let parsed = GimliHdr::new(&self.bytes, LittleEndian)
+            .parse(&bases, 8)
+            .map_err(|e| bad(e.to_string()))?;
+        let table = parsed
+            .table()
+            .ok_or_else(|| bad("it has no search table".to_string()))?;
         let mut entries = table.iter(&bases);
         let mut last = None;
         let mut n = 0u64;
-        while let Some((start, _)) = entries.next().map_err(|e| bad(format!("its search table entry {n}: {e}")))? {
-            let start = start.direct().map_err(|e| bad(format!("its search table entry {n}: {e}")))?;
+        while let Some((start, _)) = entries
+            .next()
+            .map_err(|e| bad(format!("its search table entry {n}: {e}")))?
+        {
+            let start = start
+                .direct()
+                .map_err(|e| bad(format!("its search table entry {n}: {e}")))?;
             if last.is_some_and(|l| start < l) {
-                return Err(bad(format!("its search table is not sorted at entry {n} ({start:#x})")));
+                return Err(bad(format!(
+                    "its search table is not sorted at entry {n} ({start:#x})"
+                )));
             }
             last = Some(start);
             n += 1;
@@ -407,10 +528,17 @@ impl HdrTable {
     /// The address of the FDE whose start is the last at or before `pc` (`None` when every FDE
     /// starts after `pc`).
     fn fde_for(&self, func: &str, pc: u64) -> Result<Option<u64>, LandingError> {
-        let bad = |e: String| LandingError { func: func.to_string(), what: format!("its .eh_frame_hdr at {:#x}: {e}", self.hdr.addr) };
+        let bad = |e: String| LandingError {
+            func: func.to_string(),
+            what: format!("its .eh_frame_hdr at {:#x}: {e}", self.hdr.addr),
+        };
         let bases = BaseAddresses::default().set_eh_frame_hdr(self.hdr.addr);
-        let parsed = GimliHdr::new(&self.bytes, LittleEndian).parse(&bases, 8).map_err(|e| bad(e.to_string()))?;
-        let table = parsed.table().ok_or_else(|| bad("it has no search table".to_string()))?;
+        let parsed = GimliHdr::new(&self.bytes, LittleEndian)
+            .parse(&bases, 8)
+            .map_err(|e| bad(e.to_string()))?;
+        let table = parsed
+            .table()
+            .ok_or_else(|| bad("it has no search table".to_string()))?;
         // The first entry tells whether any FDE starts at or before `pc`.
         let first = table.iter(&bases).next().map_err(|e| bad(e.to_string()))?;
         match first {
@@ -424,14 +552,22 @@ impl HdrTable {
 
 /// The landing pads named by the LSDAs of the FDEs covering `[lo, hi)` (one code fragment of
 /// `func`: the function, or one of its cold parts), wherever they land.
-pub fn landing_pads(read: ReadFn<'_>, func: &str, table: &HdrTable, lo: u64, hi: u64) -> Result<Vec<LandingPad>, LandingError> {
+pub fn landing_pads(
+    read: ReadFn<'_>,
+    func: &str,
+    table: &HdrTable,
+    lo: u64,
+    hi: u64,
+) -> Result<Vec<LandingPad>, LandingError> {
     let mut out = Vec::new();
     let mut pc = lo;
     for _ in 0..MAX_FDES {
         if pc >= hi {
             break;
         }
-        let Some(fde_addr) = table.fde_for(func, pc)? else { break };
+        let Some(fde_addr) = table.fde_for(func, pc)? else {
+            break;
+        };
         let fde = fde_at(read, func, fde_addr)?;
         if !(fde.start <= pc && pc < fde.end) {
             // No FDE covers pc: no unwinding through here.
@@ -452,9 +588,18 @@ pub fn landing_pads(read: ReadFn<'_>, func: &str, table: &HdrTable, lo: u64, hi:
             };
             let parsed = parsed.map_err(|e| LandingError {
                 func: func.to_string(),
-                what: format!("the LSDA at {lsda:#x} (.gcc_except_table, of the FDE for [{:#x}, {:#x})): {e}", fde.start, fde.end),
+                what: format!(
+                    "the LSDA at {lsda:#x} (.gcc_except_table, of the FDE for [{:#x}, {:#x})): {e}",
+                    fde.start, fde.end
+                ),
             })?;
-            out.extend(parsed.call_sites.iter().filter_map(|c| c.landing_pad).map(|addr| LandingPad { addr, lsda }));
+            out.extend(
+                parsed
+                    .call_sites
+                    .iter()
+                    .filter_map(|c| c.landing_pad)
+                    .map(|addr| LandingPad { addr, lsda }),
+            );
         }
         pc = fde.end;
     }
@@ -465,7 +610,10 @@ pub fn landing_pads(read: ReadFn<'_>, func: &str, table: &HdrTable, lo: u64, hi:
 
 /// Where the call-site table of the LSDA whose first bytes are `head` ends, from its header.
 fn lsda_table_end(head: &[u8]) -> Option<usize> {
-    let mut c = Cursor { bytes: head, pos: 0 };
+    let mut c = Cursor {
+        bytes: head,
+        pos: 0,
+    };
     let lp_enc = c.u8("").ok()?;
     if lp_enc != OMIT {
         c.value(lp_enc, "").ok()?;
@@ -475,7 +623,10 @@ fn lsda_table_end(head: &[u8]) -> Option<usize> {
     }
     c.u8("").ok()?;
     let len = c.uleb("").ok()?;
-    usize::try_from(len).ok().filter(|_| len <= MAX_TABLE).map(|n| c.pos + n)
+    usize::try_from(len)
+        .ok()
+        .filter(|_| len <= MAX_TABLE)
+        .map(|n| c.pos + n)
 }
 
 #[cfg(test)]

@@ -15,14 +15,21 @@ use iced_x86::{FlowControl, InstructionInfoFactory, Register, RflagsBits};
 
 use crate::analysis::Function;
 
-const STATUS: u32 = RflagsBits::OF | RflagsBits::SF | RflagsBits::ZF | RflagsBits::AF | RflagsBits::CF | RflagsBits::PF;
+const STATUS: u32 = RflagsBits::OF
+    | RflagsBits::SF
+    | RflagsBits::ZF
+    | RflagsBits::AF
+    | RflagsBits::CF
+    | RflagsBits::PF;
 
 /// Instructions examined at most, over all paths.
 const BUDGET: usize = 256;
 
 /// Whether the status flags are dead at `site` (see the module docs).
 pub fn flags_dead_at(func: &Function, site: u64) -> bool {
-    let Some(start) = func.insn_index(site) else { return false };
+    let Some(start) = func.insn_index(site) else {
+        return false;
+    };
     // Work list of (instruction index, flags still undetermined on this path).
     let mut work = vec![(start, STATUS)];
     // Sorted; at most BUDGET entries, so a vector is the cheapest set.
@@ -38,7 +45,9 @@ pub fn flags_dead_at(func: &Function, site: u64) -> bool {
             if steps > BUDGET {
                 return false;
             }
-            let Some(insn) = func.insns.get(i) else { return false };
+            let Some(insn) = func.insns.get(i) else {
+                return false;
+            };
             let ins = &insn.instr;
             if ins.rflags_read() & open != 0 {
                 return false;
@@ -50,7 +59,8 @@ pub fn flags_dead_at(func: &Function, site: u64) -> bool {
             match ins.flow_control() {
                 FlowControl::Next => i += 1,
                 FlowControl::Return => break,
-                FlowControl::UnconditionalBranch => match func.insn_index(ins.near_branch_target()) {
+                FlowControl::UnconditionalBranch => match func.insn_index(ins.near_branch_target())
+                {
                     Some(t) => i = t,
                     None => return false,
                 },
@@ -87,7 +97,13 @@ pub fn is_lean_leaf(func: &Function) -> bool {
         flow_ok
             && factory.info(ins).used_registers().iter().all(|r| {
                 let reg: Register = r.register();
-                !(reg.is_xmm() || reg.is_ymm() || reg.is_zmm() || reg.is_mm() || reg.is_st() || reg.is_k() || reg.is_tr())
+                !(reg.is_xmm()
+                    || reg.is_ymm()
+                    || reg.is_zmm()
+                    || reg.is_mm()
+                    || reg.is_st()
+                    || reg.is_k()
+                    || reg.is_tr())
             })
     })
 }

@@ -19,7 +19,10 @@ pub fn is_padding_instr(instr: &Instruction) -> bool {
 
 /// Whether control never falls through past `instr`.
 fn stops_flow(instr: &Instruction) -> bool {
-    matches!(instr.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch)
+    matches!(
+        instr.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    )
 }
 
 impl Function {
@@ -106,7 +109,9 @@ mod tests {
 
     #[test]
     fn gap_padding_stops_at_the_first_real_instruction() {
-        let bytes = [0xCC, 0xCC, 0x66, 0x2E, 0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x55, 0xCC];
+        let bytes = [
+            0xCC, 0xCC, 0x66, 0x2E, 0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x55, 0xCC,
+        ];
         assert_eq!(gap_padding(0x200, &bytes), Some((0x200, 0x20c)));
         assert_eq!(gap_padding(0x200, &[0x55]), None);
     }

@@ -25,7 +25,11 @@ pub fn part_names(name: &str) -> Vec<String> {
     let mut out: Vec<String> = COLD_SUFFIXES.iter().map(|s| format!("{name}{s}")).collect();
     if let Some(i) = name.rfind(".cold") {
         let rest = &name[i + ".cold".len()..];
-        if rest.is_empty() || rest.strip_prefix('.').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+        if rest.is_empty()
+            || rest
+                .strip_prefix('.')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
             out.push(name[..i].to_string());
         }
     }
@@ -41,7 +45,10 @@ pub fn targets_into(part: &Function, start: u64, end: u64) -> Vec<u64> {
         .filter(|i| {
             matches!(
                 i.instr.flow_control(),
-                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call | FlowControl::XbeginXabortXend
+                FlowControl::ConditionalBranch
+                    | FlowControl::UnconditionalBranch
+                    | FlowControl::Call
+                    | FlowControl::XbeginXabortXend
             )
         })
         .filter_map(|i| {
@@ -62,10 +69,17 @@ impl Function {
     pub fn add_outside_targets(&mut self, targets: impl IntoIterator<Item = u64>) -> usize {
         let before = self.branch_targets.len();
         let (start, end) = (self.start, self.end);
-        self.branch_targets.extend(targets.into_iter().filter(|&t| t >= start && t < end));
+        self.branch_targets
+            .extend(targets.into_iter().filter(|&t| t >= start && t < end));
         let added = self.branch_targets.len() - before;
         if added > 0 {
-            self.blocks = build_blocks(&self.insns, &self.branch_targets, &self.indirect_jumps, self.start, self.end);
+            self.blocks = build_blocks(
+                &self.insns,
+                &self.branch_targets,
+                &self.indirect_jumps,
+                self.start,
+                self.end,
+            );
         }
         added
     }
@@ -74,7 +88,10 @@ impl Function {
     /// landing pads so that a refusal names them. Returns how many were new branch targets.
     pub fn add_landing_pads(&mut self, pads: impl IntoIterator<Item = u64>) -> usize {
         let (start, end) = (self.start, self.end);
-        let pads: Vec<u64> = pads.into_iter().filter(|&p| p >= start && p < end).collect();
+        let pads: Vec<u64> = pads
+            .into_iter()
+            .filter(|&p| p >= start && p < end)
+            .collect();
         self.landing_pads.extend(pads.iter().copied());
         self.add_outside_targets(pads)
     }
@@ -87,7 +104,10 @@ mod tests {
 
     #[test]
     fn part_names_go_both_ways() {
-        assert_eq!(part_names("foo")[..2], ["foo.cold".to_string(), "foo.cold.0".to_string()]);
+        assert_eq!(
+            part_names("foo")[..2],
+            ["foo.cold".to_string(), "foo.cold.0".to_string()]
+        );
         assert!(part_names("foo.cold").contains(&"foo".to_string()));
         assert!(part_names("foo.part.0.cold.1").contains(&"foo.part.0".to_string()));
         assert!(!part_names("foo.colder").contains(&"foo".to_string()));

@@ -27,7 +27,11 @@ fn load_components<T: Target>(
         if skip(sp, &c.path) {
             continue;
         }
-        let opts = LoadOptions { near: 0, expected_crc32: c.crc32, name: None };
+        let opts = LoadOptions {
+            near: 0,
+            expected_crc32: c.crc32,
+            name: None,
+        };
         match load_declaring(sp, &c.path, &opts) {
             Ok((id, requests)) => {
                 made.components.push(id);
@@ -65,14 +69,22 @@ fn with_declared(splices: &[SpliceRequest], declared: Vec<SpliceRequest>) -> Vec
 /// one batch, write its variables. All or nothing; with `best_effort` every splice that
 /// validates is made instead and each refused one is reported with its reason (components and
 /// variables are all or nothing either way).
-pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> Result<(ApplyReport, Made), OpError> {
+pub fn apply<T: Target>(
+    sp: &mut Splicer<T>,
+    spec: &Spec,
+    best_effort: bool,
+) -> Result<(ApplyReport, Made), OpError> {
     let mut made = Made::default();
     let declared = load_components(sp, spec, |_, _| false, &mut made)?;
     let requests = with_declared(&spec.splices, declared);
     let mut refused = Vec::new();
     let batch = if best_effort {
         sp.apply_best_effort(&requests).map(|r| {
-            refused = r.refused.iter().map(|(_, e)| trapvec::error_chain(e)).collect();
+            refused = r
+                .refused
+                .iter()
+                .map(|(_, e)| trapvec::error_chain(e))
+                .collect();
             r.applied.iter().map(|&(_, id)| id).collect()
         })
     } else {
@@ -83,11 +95,30 @@ pub fn apply<T: Target>(sp: &mut Splicer<T>, spec: &Spec, best_effort: bool) -> 
         Err(e) => return Err(undone(sp, &made, e.into())),
     }
     write_sets(sp, spec, &mut made)?;
-    let components = made.components.iter().filter_map(|&c| sp.components().get(c)).map(ComponentRow::of).collect();
+    let components = made
+        .components
+        .iter()
+        .filter_map(|&c| sp.components().get(c))
+        .map(ComponentRow::of)
+        .collect();
     let spliced = rows_of(sp, &made.splices)?;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let timings = sp.last_batch().map(|t| Timings { splices: t.splices, plan_ms: ms(t.plan), build_ms: ms(t.build), commit_ms: ms(t.commit) });
-    Ok((ApplyReport { components, spliced, refused, requested: spec.splices.len(), timings }, made))
+    let timings = sp.last_batch().map(|t| Timings {
+        splices: t.splices,
+        plan_ms: ms(t.plan),
+        build_ms: ms(t.build),
+        commit_ms: ms(t.commit),
+    });
+    Ok((
+        ApplyReport {
+            components,
+            spliced,
+            refused,
+            requested: spec.splices.len(),
+            timings,
+        },
+        made,
+    ))
 }
 
 /// Plan and check every splice of a spec, changing nothing.
@@ -143,19 +174,37 @@ pub struct Switched {
 /// quiescence (a thread stays inside a replacement), so they are retiring and their windows
 /// stay reserved until that removal finishes; the error ([`OpError::HandoverLost`]) then says
 /// which functions run unspliced.
-pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec) -> Result<Switched, OpError> {
-    let mut remove: Vec<SpliceId> = sp.live().filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request)).map(|s| s.id).collect();
+pub fn switch<T: Target>(
+    sp: &mut Splicer<T>,
+    from: &[SpliceRequest],
+    to: &Spec,
+) -> Result<Switched, OpError> {
+    let mut remove: Vec<SpliceId> = sp
+        .live()
+        .filter(|s| from.contains(&s.request) && !to.splices.contains(&s.request))
+        .map(|s| s.id)
+        .collect();
     let mut made = Made::default();
-    let present = |sp: &Splicer<T>, path: &std::path::Path| sp.components().iter().any(|c| c.path.as_deref() == Some(path));
+    let present = |sp: &Splicer<T>, path: &std::path::Path| {
+        sp.components()
+            .iter()
+            .any(|c| c.path.as_deref() == Some(path))
+    };
     let declared = load_components(sp, to, present, &mut made)?;
     write_sets(sp, to, &mut made)?;
-    let add: Vec<SpliceRequest> = with_declared(&to.splices, declared).into_iter().filter(|r| !sp.live().any(|s| s.request == *r)).collect();
+    let add: Vec<SpliceRequest> = with_declared(&to.splices, declared)
+        .into_iter()
+        .filter(|r| !sp.live().any(|s| s.request == *r))
+        .collect();
     let handovers = match sp.handovers(&remove, &add) {
         Ok(h) => h,
         Err(e) => return Err(undone(sp, &made, e.into())),
     };
     let handover = handovers.out_first;
-    let taken_out: Vec<(SpliceId, SpliceRequest)> = handover.iter().filter_map(|&id| sp.get(id).map(|s| (id, s.request.clone()))).collect();
+    let taken_out: Vec<(SpliceId, SpliceRequest)> = handover
+        .iter()
+        .filter_map(|&id| sp.get(id).map(|s| (id, s.request.clone())))
+        .collect();
     let mut removed_hits = 0;
     if !handover.is_empty() {
         match sp.remove(&handover) {
@@ -174,15 +223,29 @@ pub fn switch<T: Target>(sp: &mut Splicer<T>, from: &[SpliceRequest], to: &Spec)
             return Err(undone(sp, &made, e));
         }
     }
-    Ok(Switched { removed: remove.len() + handover.len(), added: add.len(), in_place: handovers.in_place.len(), handed_over: handover.len(), removed_hits })
+    Ok(Switched {
+        removed: remove.len() + handover.len(),
+        added: add.len(),
+        in_place: handovers.in_place.len(),
+        handed_over: handover.len(),
+        removed_hits,
+    })
 }
 
 /// After a switch was refused with `refused`: make again, in one batch, the splices of
 /// `taken_out` that are no longer live (their removal went through, or left them retiring:
 /// text restored, code kept until a later removal finishes it). The error to return:
 /// `refused`, or [`OpError::HandoverLost`] when they cannot be made again.
-fn make_again<T: Target>(sp: &mut Splicer<T>, taken_out: &[(SpliceId, SpliceRequest)], refused: SpliceError) -> OpError {
-    let gone: Vec<SpliceRequest> = taken_out.iter().filter(|(id, _)| sp.get(*id).is_none()).map(|(_, r)| r.clone()).collect();
+fn make_again<T: Target>(
+    sp: &mut Splicer<T>,
+    taken_out: &[(SpliceId, SpliceRequest)],
+    refused: SpliceError,
+) -> OpError {
+    let gone: Vec<SpliceRequest> = taken_out
+        .iter()
+        .filter(|(id, _)| sp.get(*id).is_none())
+        .map(|(_, r)| r.clone())
+        .collect();
     if gone.is_empty() {
         return refused.into();
     }

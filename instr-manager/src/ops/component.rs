@@ -16,37 +16,74 @@ use crate::splicer::{LiveSplice, SpliceId, Splicer};
 /// Load the component at `path` (placed by [`near`] when `opts.near` is 0) and read the splices
 /// it declares; a declaration that does not parse unloads it again. The declared splices are
 /// the caller's to apply (alone, or in a spec's batch).
-pub(super) fn load_declaring<T: Target>(sp: &mut Splicer<T>, path: &Path, opts: &LoadOptions) -> Result<(ComponentId, Vec<SpliceRequest>), OpError> {
+pub(super) fn load_declaring<T: Target>(
+    sp: &mut Splicer<T>,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<(ComponentId, Vec<SpliceRequest>), OpError> {
     let mut opts = opts.clone();
     if opts.near == 0 {
         opts.near = near(sp.target());
     }
-    let id = sp.load_component(path, &opts).map_err(|source| OpError::Load { path: path.display().to_string(), source })?;
+    let id = sp
+        .load_component(path, &opts)
+        .map_err(|source| OpError::Load {
+            path: path.display().to_string(),
+            source,
+        })?;
     match declared(sp, id) {
         Ok(requests) => Ok((id, requests)),
-        Err(e) => Err(undone(sp, &Made { components: vec![id], ..Made::default() }, e)),
+        Err(e) => Err(undone(
+            sp,
+            &Made {
+                components: vec![id],
+                ..Made::default()
+            },
+            e,
+        )),
     }
 }
 
 /// The splices component `id` declares.
 fn declared<T: Target>(sp: &Splicer<T>, id: ComponentId) -> Result<Vec<SpliceRequest>, OpError> {
-    let Some(c) = sp.components().get(id) else { return Ok(Vec::new()) };
+    let Some(c) = sp.components().get(id) else {
+        return Ok(Vec::new());
+    };
     c.declared_splices
         .iter()
         .map(SpliceRequest::from_declared)
         .collect::<Result<_, _>>()
-        .map_err(|source| OpError::DeclaredForm { component: c.label.clone(), source })
+        .map_err(|source| OpError::DeclaredForm {
+            component: c.label.clone(),
+            source,
+        })
 }
 
 /// Load a component and apply the splices it declares, in one batch; if that batch is refused
 /// the component is unloaded again.
-pub fn load<T: Target>(sp: &mut Splicer<T>, path: &Path, opts: &LoadOptions) -> Result<(Loaded, Made), OpError> {
+pub fn load<T: Target>(
+    sp: &mut Splicer<T>,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<(Loaded, Made), OpError> {
     let (id, requests) = load_declaring(sp, path, opts)?;
-    let mut made = Made { components: vec![id], ..Made::default() };
+    let mut made = Made {
+        components: vec![id],
+        ..Made::default()
+    };
     if !requests.is_empty() {
         match sp.apply(&requests) {
             Ok(ids) => made.splices = ids,
-            Err(source) => return Err(undone(sp, &made, OpError::Declared { path: path.display().to_string(), source })),
+            Err(source) => {
+                return Err(undone(
+                    sp,
+                    &made,
+                    OpError::Declared {
+                        path: path.display().to_string(),
+                        source,
+                    },
+                ))
+            }
         }
     }
     let component = ComponentRow::of(sp.components().get(id).expect("just loaded"));
@@ -58,21 +95,47 @@ pub fn load<T: Target>(sp: &mut Splicer<T>, path: &Path, opts: &LoadOptions) -> 
 /// splice uses it.
 pub fn unload<T: Target>(sp: &mut Splicer<T>, name: &str) -> Result<Unloaded, OpError> {
     let Some(id) = sp.components().by_name(name) else {
-        return Err(OpError::NoComponent { name: name.to_string(), loaded: sp.components().iter().map(|c| c.name.clone()).collect() });
+        return Err(OpError::NoComponent {
+            name: name.to_string(),
+            loaded: sp.components().iter().map(|c| c.name.clone()).collect(),
+        });
     };
     unload_id(sp, id)
 }
 
 /// [`unload`] by id (the session's handles hold ids).
-pub(crate) fn unload_id<T: Target>(sp: &mut Splicer<T>, id: ComponentId) -> Result<Unloaded, OpError> {
-    let name = sp.components().get(id).map(|c| c.name.clone()).unwrap_or_default();
+pub(crate) fn unload_id<T: Target>(
+    sp: &mut Splicer<T>,
+    id: ComponentId,
+) -> Result<Unloaded, OpError> {
+    let name = sp
+        .components()
+        .get(id)
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
     // Its retiring splices first: they hold references on it until they are gone.
-    let retiring: Vec<SpliceId> = sp.retiring().filter(|s| s.component == Some(id)).map(|s| s.id).collect();
+    let retiring: Vec<SpliceId> = sp
+        .retiring()
+        .filter(|s| s.component == Some(id))
+        .map(|s| s.id)
+        .collect();
     finish_retiring(sp, &retiring)?;
     let declared = declared(sp, id)?;
-    let is_declared = |s: &LiveSplice| declared.iter().any(|d| d.at == s.request.at && d.action == s.request.action);
-    let own: Vec<SpliceId> = sp.live().filter(|s| s.component == Some(id) && is_declared(s)).map(|s| s.id).collect();
-    let users: Vec<String> = sp.live().filter(|s| s.component == Some(id) && !own.contains(&s.id)).map(|s| s.request.at.clone()).collect();
+    let is_declared = |s: &LiveSplice| {
+        declared
+            .iter()
+            .any(|d| d.at == s.request.at && d.action == s.request.action)
+    };
+    let own: Vec<SpliceId> = sp
+        .live()
+        .filter(|s| s.component == Some(id) && is_declared(s))
+        .map(|s| s.id)
+        .collect();
+    let users: Vec<String> = sp
+        .live()
+        .filter(|s| s.component == Some(id) && !own.contains(&s.id))
+        .map(|s| s.request.at.clone())
+        .collect();
     if !users.is_empty() {
         return Err(OpError::InUse { name, users });
     }
@@ -80,5 +143,8 @@ pub(crate) fn unload_id<T: Target>(sp: &mut Splicer<T>, id: ComponentId) -> Resu
         sp.remove(&own)?;
     }
     sp.unload_component(id)?;
-    Ok(Unloaded { name, declared_removed: own.len() })
+    Ok(Unloaded {
+        name,
+        declared_removed: own.len(),
+    })
 }

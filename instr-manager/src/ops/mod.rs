@@ -45,9 +45,12 @@ use crate::splicer::{SpliceError, SpliceId, Splicer};
 use crate::SpecError;
 
 pub use apply::{apply, check, switch, Switched};
-pub use component::{load, unload};
 pub(crate) use component::unload_id;
-pub use report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var};
+pub use component::{load, unload};
+pub use report::{
+    ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, SpliceRow, Timings,
+    Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
+};
 pub use splice::{listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};
 pub use var::{get, parse_u64, parse_value, set, var_size, NumberError, Value};
 
@@ -59,11 +62,23 @@ pub enum OpError {
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error("loading {path}")]
-    Load { path: String, #[source] source: SpliceError },
+    Load {
+        path: String,
+        #[source]
+        source: SpliceError,
+    },
     #[error("{path}: a splice it declares was refused; nothing was loaded")]
-    Declared { path: String, #[source] source: SpliceError },
+    Declared {
+        path: String,
+        #[source]
+        source: SpliceError,
+    },
     #[error("component {component}: declared splice")]
-    DeclaredForm { component: String, #[source] source: SpliceFormError },
+    DeclaredForm {
+        component: String,
+        #[source]
+        source: SpliceFormError,
+    },
     #[error("no component named `{name}` is loaded ({})", loaded_list(.loaded))]
     NoComponent { name: String, loaded: Vec<String> },
     #[error("component `{name}` is used by the splice(s) at {}: unsplice them first", .users.join(", "))]
@@ -71,17 +86,29 @@ pub enum OpError {
     #[error("no splice at `{at}` ({})", live_list(.live))]
     NoSplice { at: String, live: Vec<String> },
     #[error("set {symbol}")]
-    Set { symbol: String, #[source] source: SpliceError },
+    Set {
+        symbol: String,
+        #[source]
+        source: SpliceError,
+    },
     #[error("size {0} is not 1, 2, 4 or 8")]
     Size(usize),
     #[error("`{symbol}` is {len} bytes long; size {size} would write past it")]
-    PastEnd { symbol: String, len: usize, size: usize },
+    PastEnd {
+        symbol: String,
+        len: usize,
+        size: usize,
+    },
     #[error(transparent)]
     Number(#[from] NumberError),
     /// A profile switch that had taken out the splices at the sites it hands over was refused,
     /// and they could not be made again: those functions run unspliced.
     #[error("{}; the splice(s) at {} that the switch had taken out could not be made again ({again}): they are no longer live", trapvec::error_chain(.refused), .lost.join(", "))]
-    HandoverLost { refused: Box<SpliceError>, lost: Vec<String>, again: String },
+    HandoverLost {
+        refused: Box<SpliceError>,
+        lost: Vec<String>,
+        again: String,
+    },
 }
 
 fn loaded_list(loaded: &[String]) -> String {
@@ -130,7 +157,11 @@ pub fn undo<T: Target>(sp: &mut Splicer<T>, made: &Made) -> Result<(), SpliceErr
     let mut first = None;
     if !made.splices.is_empty() {
         if let Err(e) = sp.remove(&made.splices) {
-            log::error!("undoing {} splice(s): {}", made.splices.len(), trapvec::error_chain(&e));
+            log::error!(
+                "undoing {} splice(s): {}",
+                made.splices.len(),
+                trapvec::error_chain(&e)
+            );
             first = Some(e);
         }
     }
@@ -165,7 +196,10 @@ pub fn near(t: &dyn Target) -> u64 {
     syms.lookup("_stext")
         .or_else(|| syms.lookup("_text"))
         .or_else(|| syms.lookup("main"))
-        .or_else(|| syms.iter().find(|s| s.kind == SymbolKind::Function && s.origin.is_none()))
+        .or_else(|| {
+            syms.iter()
+                .find(|s| s.kind == SymbolKind::Function && s.origin.is_none())
+        })
         .map_or(0, |s| s.addr)
 }
 

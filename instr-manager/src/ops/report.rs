@@ -70,7 +70,12 @@ impl SpliceRow {
             by: s.request.options.by,
             keys: None,
             owner: s.request.options.owner.clone(),
-            orphaned: s.request.options.owner.as_ref().is_some_and(crate::owner::Owner::is_gone),
+            orphaned: s
+                .request
+                .options
+                .owner
+                .as_ref()
+                .is_some_and(crate::owner::Owner::is_gone),
         }
     }
 }

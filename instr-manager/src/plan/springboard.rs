@@ -34,7 +34,10 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
 
     // Function extents that may matter: those starting up to MAX_NEIGHBOUR before `lo`.
     let mut fns: Vec<(u64, u64, Option<&Symbol>)> = vec![(func.start, func.end, None)];
-    for s in input.symbols.functions_in(lo.saturating_sub(MAX_NEIGHBOUR), hi) {
+    for s in input
+        .symbols
+        .functions_in(lo.saturating_sub(MAX_NEIGHBOUR), hi)
+    {
         if s.addr == func.start {
             continue;
         }
@@ -49,8 +52,14 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
         if let Some(sym) = sym {
             let extent = end - start;
             if end > lo && start < hi && extent > 0 && extent <= MAX_NEIGHBOUR {
-                if let Some(bytes) = usize::try_from(extent).ok().and_then(|n| (input.read)(start, n)) {
-                    let opts = AnalysisOptions { read: None, lenient: true };
+                if let Some(bytes) = usize::try_from(extent)
+                    .ok()
+                    .and_then(|n| (input.read)(start, n))
+                {
+                    let opts = AnalysisOptions {
+                        read: None,
+                        lenient: true,
+                    };
                     if let Ok(f) = analyze_function_with(&sym.name, start, &bytes, &opts) {
                         ranges.extend(f.padding_runs());
                     }
@@ -60,12 +69,20 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
         // The gap after it, up to the next function symbol.
         let next_start = match fns.get(i + 1) {
             Some(n) => Some(n.0),
-            None => input.symbols.functions_in(end, u64::MAX).find(|s| s.addr >= end).map(|s| s.addr),
+            None => input
+                .symbols
+                .functions_in(end, u64::MAX)
+                .find(|s| s.addr >= end)
+                .map(|s| s.addr),
         };
-        let Some(next_start) = next_start else { continue };
+        let Some(next_start) = next_start else {
+            continue;
+        };
         if end < next_start && end < hi && next_start > lo {
             let gap_end = next_start.min(hi);
-            let Ok(len) = usize::try_from(gap_end - end) else { continue };
+            let Ok(len) = usize::try_from(gap_end - end) else {
+                continue;
+            };
             if let Some(bytes) = (input.read)(end, len) {
                 if let Some(r) = gap_padding(end, &bytes) {
                     ranges.push(r);
@@ -91,7 +108,11 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
 
 /// Find a springboard for a `jmp rel8` at `site` whose displaced window ends at `window_end`;
 /// `Err` says why there is none.
-pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<Springboard, String> {
+pub(crate) fn find(
+    input: &PlanInput<'_>,
+    site: u64,
+    window_end: u64,
+) -> Result<Springboard, String> {
     // Saturating: a site in the last bytes of the address space has less reach above it, not
     // an overflow.
     let from = site.saturating_add(2);
@@ -99,7 +120,10 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
     let last_start = from.saturating_add(127);
     let hi = last_start.saturating_add(SPRINGBOARD_LEN);
     let ranges = padding_near(input, lo, hi);
-    if ranges.iter().all(|&(a, b)| b.saturating_sub(a.max(lo)) < SPRINGBOARD_LEN) {
+    if ranges
+        .iter()
+        .all(|&(a, b)| b.saturating_sub(a.max(lo)) < SPRINGBOARD_LEN)
+    {
         return Err(format!(
             "no 5 bytes of padding (int3/NOP runs outside any function or after a ret/jmp) within rel8 reach [{lo:#x}, {hi:#x})"
         ));
@@ -107,7 +131,9 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
     let mut best: Option<(u64, u64)> = None;
     let (mut busy, mut far) = (0usize, 0usize);
     for &(a, b) in &ranges {
-        let Some(bytes) = usize::try_from(b - a).ok().and_then(|n| (input.read)(a, n)) else { continue };
+        let Some(bytes) = usize::try_from(b - a).ok().and_then(|n| (input.read)(a, n)) else {
+            continue;
+        };
         let mut decoder = Decoder::with_ip(64, &bytes, a, DecoderOptions::NONE);
         let mut instr = Instruction::default();
         while decoder.can_decode() {
@@ -126,7 +152,10 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
             if !overlaps_window {
                 if (input.busy)(sb, sb + SPRINGBOARD_LEN) {
                     busy += 1;
-                } else if input.trampoline_near.is_some_and(|t| !reaches(sb + SPRINGBOARD_LEN, t, LAYOUT_MARGIN)) {
+                } else if input
+                    .trampoline_near
+                    .is_some_and(|t| !reaches(sb + SPRINGBOARD_LEN, t, LAYOUT_MARGIN))
+                {
                     far += 1;
                 } else {
                     let dist = sb.abs_diff(site);
@@ -146,7 +175,12 @@ pub(crate) fn find(input: &PlanInput<'_>, site: u64, window_end: u64) -> Result<
             format!("no 5 bytes of padding within rel8 reach [{lo:#x}, {hi:#x}) outside the displaced window")
         });
     };
-    let old = (input.read)(addr, 5).filter(|b| b.len() == 5).ok_or_else(|| format!("cannot read the padding at {addr:#x}"))?;
-    log::debug!("springboard for {site:#x} at {addr:#x} (padding {})", trapvec::error::hex(&old));
+    let old = (input.read)(addr, 5)
+        .filter(|b| b.len() == 5)
+        .ok_or_else(|| format!("cannot read the padding at {addr:#x}"))?;
+    log::debug!(
+        "springboard for {site:#x} at {addr:#x} (padding {})",
+        trapvec::error::hex(&old)
+    );
     Ok(Springboard { addr, old })
 }

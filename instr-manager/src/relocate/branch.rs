@@ -14,12 +14,20 @@ pub(crate) struct Branch;
 impl Fixup for Branch {
     fn claims(&self, insn: &Insn) -> bool {
         let i = &insn.instr;
-        i.is_jcc_short_or_near() || i.is_jmp_short_or_near() || i.is_loop() || i.is_loopcc() || i.is_jcx_short() || i.mnemonic() == Mnemonic::Xbegin
+        i.is_jcc_short_or_near()
+            || i.is_jmp_short_or_near()
+            || i.is_loop()
+            || i.is_loopcc()
+            || i.is_jcx_short()
+            || i.mnemonic() == Mnemonic::Xbegin
     }
 
     fn lower(&self, insn: &Insn, ctx: &Ctx<'_>, out: &mut Vec<Instruction>) -> Result<(), Refusal> {
         if insn.instr.op0_kind() != iced_x86::OpKind::NearBranch64 {
-            return Err(ctx.refuse(insn, "a branch with a 16- or 32-bit operand size truncates its target"));
+            return Err(ctx.refuse(
+                insn,
+                "a branch with a 16- or 32-bit operand size truncates its target",
+            ));
         }
         out.push(insn.instr);
         Ok(())

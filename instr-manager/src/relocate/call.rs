@@ -31,7 +31,10 @@ fn uses_rsp(instr: &Instruction) -> bool {
 }
 
 fn encode_err(insn: &Insn, ctx: &Ctx<'_>, e: &iced_x86::IcedError) -> Refusal {
-    ctx.refuse(insn, format!("building its push-and-jump replacement failed: {e}"))
+    ctx.refuse(
+        insn,
+        format!("building its push-and-jump replacement failed: {e}"),
+    )
 }
 
 impl Fixup for Call {
@@ -56,7 +59,10 @@ impl Fixup for Call {
             _ => return Err(ctx.refuse(insn, "only 64-bit near calls are relocated")),
         };
         if uses_rsp(&insn.instr) {
-            return Err(ctx.refuse(insn, "its target is read through rsp, which the pushed return address moves"));
+            return Err(ctx.refuse(
+                insn,
+                "its target is read through rsp, which the pushed return address moves",
+            ));
         }
         if insn.instr.is_ip_rel_memory_operand() {
             // `call [rip+x]`: the pointer must stay reachable, as for any RIP-relative operand.
@@ -66,9 +72,22 @@ impl Fixup for Call {
         let lo = u32::try_from(ret & 0xffff_ffff).unwrap_or_default();
         let hi = u32::try_from(ret >> 32).unwrap_or_default();
         let at = |disp: i64| MemoryOperand::with_base_displ(Register::RSP, disp);
-        out.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, at(-8)).map_err(|e| encode_err(insn, ctx, &e))?);
-        out.push(Instruction::with2(Code::Mov_rm32_imm32, MemoryOperand::with_base(Register::RSP), lo).map_err(|e| encode_err(insn, ctx, &e))?);
-        out.push(Instruction::with2(Code::Mov_rm32_imm32, at(4), hi).map_err(|e| encode_err(insn, ctx, &e))?);
+        out.push(
+            Instruction::with2(Code::Lea_r64_m, Register::RSP, at(-8))
+                .map_err(|e| encode_err(insn, ctx, &e))?,
+        );
+        out.push(
+            Instruction::with2(
+                Code::Mov_rm32_imm32,
+                MemoryOperand::with_base(Register::RSP),
+                lo,
+            )
+            .map_err(|e| encode_err(insn, ctx, &e))?,
+        );
+        out.push(
+            Instruction::with2(Code::Mov_rm32_imm32, at(4), hi)
+                .map_err(|e| encode_err(insn, ctx, &e))?,
+        );
         // Same operand (target, register or memory), jump instead of call.
         let mut jmp = insn.instr;
         jmp.set_code(jmp_code);

@@ -38,7 +38,15 @@ impl Fixup for Forbidden {
         reason(&insn.instr).is_some()
     }
 
-    fn lower(&self, insn: &Insn, ctx: &Ctx<'_>, _out: &mut Vec<Instruction>) -> Result<(), Refusal> {
-        Err(ctx.refuse(insn, reason(&insn.instr).unwrap_or("it must run at its own address")))
+    fn lower(
+        &self,
+        insn: &Insn,
+        ctx: &Ctx<'_>,
+        _out: &mut Vec<Instruction>,
+    ) -> Result<(), Refusal> {
+        Err(ctx.refuse(
+            insn,
+            reason(&insn.instr).unwrap_or("it must run at its own address"),
+        ))
     }
 }

@@ -58,7 +58,12 @@ impl Ctx<'_> {
 
     /// A refusal of `insn` with `reason`.
     pub fn refuse(&self, insn: &Insn, reason: impl Into<String>) -> Refusal {
-        Refusal::Unrelocatable { site: self.site(), addr: insn.addr, insn: insn.intel(), reason: reason.into() }
+        Refusal::Unrelocatable {
+            site: self.site(),
+            addr: insn.addr,
+            insn: insn.intel(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -71,17 +76,33 @@ pub(crate) trait Fixup: Sync {
 }
 
 /// In order: the first that claims an instruction lowers it.
-static FIXUPS: [&dyn Fixup; 5] =
-    [&forbidden::Forbidden, &call::Call, &branch::Branch, &rip_relative::RipRelative, &plain::Plain];
+static FIXUPS: [&dyn Fixup; 5] = [
+    &forbidden::Forbidden,
+    &call::Call,
+    &branch::Branch,
+    &rip_relative::RipRelative,
+    &plain::Plain,
+];
 
 /// Lower every displaced instruction for execution at `new_addr` (reach checks use a margin of
 /// [`LAYOUT_MARGIN`] bytes, so the result may be placed anywhere in `[new_addr, new_addr +
 /// LAYOUT_MARGIN)`).
-pub(crate) fn lower_displaced(displaced: &[Insn], new_addr: u64) -> Result<Vec<Instruction>, Refusal> {
+pub(crate) fn lower_displaced(
+    displaced: &[Insn],
+    new_addr: u64,
+) -> Result<Vec<Instruction>, Refusal> {
     let mut out = Vec::with_capacity(displaced.len() + 3);
     for (index, insn) in displaced.iter().enumerate() {
-        let ctx = Ctx { displaced, index, new_addr };
-        let fixup = FIXUPS.iter().find(|f| f.claims(insn)).copied().unwrap_or(&plain::Plain);
+        let ctx = Ctx {
+            displaced,
+            index,
+            new_addr,
+        };
+        let fixup = FIXUPS
+            .iter()
+            .find(|f| f.claims(insn))
+            .copied()
+            .unwrap_or(&plain::Plain);
         fixup.lower(insn, &ctx, &mut out)?;
     }
     Ok(out)
@@ -92,7 +113,8 @@ pub(crate) fn lower_displaced(displaced: &[Insn], new_addr: u64) -> Result<Vec<I
 /// [`crate::trampoline::emit_replay`]).
 pub fn relocate(displaced: &[Insn], new_addr: u64) -> Result<Vec<u8>, Refusal> {
     let mut instrs = lower_displaced(displaced, new_addr)?;
-    let bytes = encode_block(&mut instrs, new_addr, "the displaced instructions").map_err(|e| culprit(displaced, new_addr).unwrap_or(e))?;
+    let bytes = encode_block(&mut instrs, new_addr, "the displaced instructions")
+        .map_err(|e| culprit(displaced, new_addr).unwrap_or(e))?;
     log::debug!(
         "relocated {} instruction(s) from {:#x} to {new_addr:#x}: {} -> {} bytes",
         displaced.len(),
@@ -112,7 +134,13 @@ pub(crate) fn check_relocatable(displaced: &[Insn], new_addr: u64) -> Result<(),
     let mut enc = Encoder::new(64);
     let mut ip = new_addr;
     // Checked: code that would run past 2^64 is not "direct"; `relocate` then says why.
-    let direct = instrs.iter().all(|i| enc.encode(i, ip).ok().and_then(|n| ip.checked_add(n as u64)).map(|next| ip = next).is_some());
+    let direct = instrs.iter().all(|i| {
+        enc.encode(i, ip)
+            .ok()
+            .and_then(|n| ip.checked_add(n as u64))
+            .map(|next| ip = next)
+            .is_some()
+    });
     if direct {
         return Ok(());
     }
@@ -126,7 +154,11 @@ fn culprit(displaced: &[Insn], new_addr: u64) -> Option<Refusal> {
         let one = std::slice::from_ref(insn);
         let mut instrs = lower_displaced(one, new_addr).ok()?;
         let err = encode_block(&mut instrs, new_addr, "a displaced instruction").err()?;
-        let ctx = Ctx { displaced, index, new_addr };
+        let ctx = Ctx {
+            displaced,
+            index,
+            new_addr,
+        };
         let reason = match err {
             Refusal::Encode { reason, .. } => format!("iced-x86 cannot re-encode it: {reason}"),
             other => other.to_string(),
@@ -145,7 +177,9 @@ pub(crate) fn reaches(from: u64, to: u64, margin: u64) -> bool {
 
 fn branch_target(instr: &Instruction) -> Option<u64> {
     match instr.op0_kind() {
-        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(instr.near_branch_target()),
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+            Some(instr.near_branch_target())
+        }
         _ => None,
     }
 }
@@ -165,14 +199,33 @@ pub(crate) fn assign_ips(instrs: &mut [Instruction]) {
 }
 
 /// Encode `instrs` as one block at `addr` (IPs are reassigned, see [`assign_ips`]).
-pub(crate) fn encode_block(instrs: &mut [Instruction], addr: u64, what: &'static str) -> Result<Vec<u8>, Refusal> {
+pub(crate) fn encode_block(
+    instrs: &mut [Instruction],
+    addr: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, Refusal> {
     assign_ips(instrs);
-    let code = BlockEncoder::encode(64, InstructionBlock::new(instrs, addr), BlockEncoderOptions::NONE)
-        .map(|r| r.code_buffer)
-        .map_err(|e| Refusal::Encode { what, addr, reason: e.to_string() })?;
+    let code = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(instrs, addr),
+        BlockEncoderOptions::NONE,
+    )
+    .map(|r| r.code_buffer)
+    .map_err(|e| Refusal::Encode {
+        what,
+        addr,
+        reason: e.to_string(),
+    })?;
     // The encoder wraps IPs silently; code must end (exclusively) inside the address space.
     if addr.checked_add(code.len() as u64).is_none() {
-        return Err(Refusal::Encode { what, addr, reason: format!("its {} bytes would run past the end of the address space", code.len()) });
+        return Err(Refusal::Encode {
+            what,
+            addr,
+            reason: format!(
+                "its {} bytes would run past the end of the address space",
+                code.len()
+            ),
+        });
     }
     Ok(code)
 }

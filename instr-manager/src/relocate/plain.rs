@@ -13,7 +13,12 @@ impl Fixup for Plain {
         true
     }
 
-    fn lower(&self, insn: &Insn, _ctx: &Ctx<'_>, out: &mut Vec<Instruction>) -> Result<(), Refusal> {
+    fn lower(
+        &self,
+        insn: &Insn,
+        _ctx: &Ctx<'_>,
+        out: &mut Vec<Instruction>,
+    ) -> Result<(), Refusal> {
         out.push(insn.instr);
         Ok(())
     }

@@ -20,7 +20,10 @@ impl Fixup for RipRelative {
         if !reaches(ctx.new_addr, target, LAYOUT_MARGIN) {
             return Err(ctx.refuse(
                 insn,
-                format!("its memory operand {target:#x} is more than ±2 GiB from the new address {:#x}", ctx.new_addr),
+                format!(
+                    "its memory operand {target:#x} is more than ±2 GiB from the new address {:#x}",
+                    ctx.new_addr
+                ),
             ));
         }
         out.push(insn.instr);

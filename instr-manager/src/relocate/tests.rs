@@ -16,7 +16,11 @@ fn insns(bytes: &[u8], addr: u64) -> Vec<Insn> {
     while d.can_decode() {
         let i = d.decode();
         assert!(!i.is_invalid(), "test bytes must decode");
-        out.push(Insn { addr: i.ip(), len: i.len(), instr: i });
+        out.push(Insn {
+            addr: i.ip(),
+            len: i.len(),
+            instr: i,
+        });
     }
     out
 }
@@ -25,12 +29,25 @@ fn insns(bytes: &[u8], addr: u64) -> Vec<Insn> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Meaning {
     Plain(Vec<u8>),
-    RipMem { mnemonic: Mnemonic, addr: u64 },
-    Jcc { cc: ConditionCode, target: u64 },
-    Jmp { target: u64 },
-    JmpMem { addr: u64 },
+    RipMem {
+        mnemonic: Mnemonic,
+        addr: u64,
+    },
+    Jcc {
+        cc: ConditionCode,
+        target: u64,
+    },
+    Jmp {
+        target: u64,
+    },
+    JmpMem {
+        addr: u64,
+    },
     JmpReg(Register),
-    Loop { mnemonic: Mnemonic, target: u64 },
+    Loop {
+        mnemonic: Mnemonic,
+        target: u64,
+    },
     /// `lea rsp,[rsp-8]; mov dword [rsp], lo; mov dword [rsp+4], hi; jmp ...`
     PushRet(u64),
     Ret,
@@ -38,17 +55,30 @@ enum Meaning {
 
 fn meaning_of(i: &Instruction, bytes: &[u8]) -> Meaning {
     if i.is_jcc_short_or_near() {
-        Meaning::Jcc { cc: i.condition_code(), target: i.near_branch_target() }
+        Meaning::Jcc {
+            cc: i.condition_code(),
+            target: i.near_branch_target(),
+        }
     } else if i.is_jmp_short_or_near() {
-        Meaning::Jmp { target: i.near_branch_target() }
+        Meaning::Jmp {
+            target: i.near_branch_target(),
+        }
     } else if i.is_loop() || i.is_loopcc() || i.is_jcx_short() {
-        Meaning::Loop { mnemonic: i.mnemonic(), target: i.near_branch_target() }
+        Meaning::Loop {
+            mnemonic: i.mnemonic(),
+            target: i.near_branch_target(),
+        }
     } else if i.is_jmp_near_indirect() && i.op0_kind() == OpKind::Register {
         Meaning::JmpReg(i.op0_register())
     } else if i.is_jmp_near_indirect() && i.is_ip_rel_memory_operand() {
-        Meaning::JmpMem { addr: i.ip_rel_memory_address() }
+        Meaning::JmpMem {
+            addr: i.ip_rel_memory_address(),
+        }
     } else if i.is_ip_rel_memory_operand() {
-        Meaning::RipMem { mnemonic: i.mnemonic(), addr: i.ip_rel_memory_address() }
+        Meaning::RipMem {
+            mnemonic: i.mnemonic(),
+            addr: i.ip_rel_memory_address(),
+        }
     } else if i.mnemonic() == Mnemonic::Ret {
         Meaning::Ret
     } else {
@@ -73,11 +103,22 @@ fn meanings(bytes: &[u8], addr: u64, count: usize) -> Vec<Meaning> {
     let mut k = 0;
     while k < all.len() && out.len() < count {
         let (i, b) = &all[k];
-        if i.mnemonic() == Mnemonic::Lea && i.op0_register() == Register::RSP && i.memory_displacement64() == 8u64.wrapping_neg() {
+        if i.mnemonic() == Mnemonic::Lea
+            && i.op0_register() == Register::RSP
+            && i.memory_displacement64() == 8u64.wrapping_neg()
+        {
             let (lo, hi) = (&all[k + 1].0, &all[k + 2].0);
-            assert_eq!((lo.mnemonic(), lo.memory_base(), lo.memory_displacement64()), (Mnemonic::Mov, Register::RSP, 0));
-            assert_eq!((hi.mnemonic(), hi.memory_base(), hi.memory_displacement64()), (Mnemonic::Mov, Register::RSP, 4));
-            out.push(Meaning::PushRet(u64::from(lo.immediate32()) | (u64::from(hi.immediate32()) << 32)));
+            assert_eq!(
+                (lo.mnemonic(), lo.memory_base(), lo.memory_displacement64()),
+                (Mnemonic::Mov, Register::RSP, 0)
+            );
+            assert_eq!(
+                (hi.mnemonic(), hi.memory_base(), hi.memory_displacement64()),
+                (Mnemonic::Mov, Register::RSP, 4)
+            );
+            out.push(Meaning::PushRet(
+                u64::from(lo.immediate32()) | (u64::from(hi.immediate32()) << 32),
+            ));
             k += 3;
             continue;
         }
@@ -97,13 +138,17 @@ fn original_meanings(displaced: &[Insn], bytes: &[u8]) -> Vec<Meaning> {
         let i = &insn.instr;
         if i.is_call_near() {
             out.push(Meaning::PushRet(insn.end()));
-            out.push(Meaning::Jmp { target: i.near_branch_target() });
+            out.push(Meaning::Jmp {
+                target: i.near_branch_target(),
+            });
         } else if i.is_call_near_indirect() {
             out.push(Meaning::PushRet(insn.end()));
             out.push(if i.op0_kind() == OpKind::Register {
                 Meaning::JmpReg(i.op0_register())
             } else {
-                Meaning::JmpMem { addr: i.ip_rel_memory_address() }
+                Meaning::JmpMem {
+                    addr: i.ip_rel_memory_address(),
+                }
             });
         } else {
             out.push(meaning_of(i, b));
@@ -115,9 +160,14 @@ fn original_meanings(displaced: &[Insn], bytes: &[u8]) -> Vec<Meaning> {
 /// Relocate `bytes` (at [`ORIG`]) to `new_addr` and check that every meaning survives.
 fn check_relocation(bytes: &[u8], new_addr: u64) -> Vec<u8> {
     let displaced = insns(bytes, ORIG);
-    let out = relocate(&displaced, new_addr).unwrap_or_else(|e| panic!("relocation to {new_addr:#x} refused: {e}"));
+    let out = relocate(&displaced, new_addr)
+        .unwrap_or_else(|e| panic!("relocation to {new_addr:#x} refused: {e}"));
     let want = original_meanings(&displaced, bytes);
-    assert_eq!(meanings(&out, new_addr, want.len()), want, "relocated to {new_addr:#x}: {out:02x?}");
+    assert_eq!(
+        meanings(&out, new_addr, want.len()),
+        want,
+        "relocated to {new_addr:#x}: {out:02x?}"
+    );
     out
 }
 
@@ -152,7 +202,10 @@ fn byte_table_relocations_keep_targets_and_addresses() {
 #[test]
 fn position_independent_instructions_are_copied_byte_for_byte() {
     let bytes = [0x55, 0x48, 0x89, 0xE5, 0x41, 0x54];
-    assert_eq!(relocate(&insns(&bytes, ORIG), ORIG + 0x4000_0000).unwrap(), bytes);
+    assert_eq!(
+        relocate(&insns(&bytes, ORIG), ORIG + 0x4000_0000).unwrap(),
+        bytes
+    );
 }
 
 #[test]
@@ -179,7 +232,13 @@ fn branch_to_the_site_itself_stays_a_branch_to_the_site() {
     let new_addr = ORIG + 0x10_0000;
     let out = relocate(&insns(&bytes, ORIG), new_addr).unwrap();
     let m = meanings(&out, new_addr, 2);
-    assert_eq!(m[1], Meaning::Jcc { cc: ConditionCode::ne, target: ORIG });
+    assert_eq!(
+        m[1],
+        Meaning::Jcc {
+            cc: ConditionCode::ne,
+            target: ORIG
+        }
+    );
 }
 
 #[test]
@@ -191,7 +250,10 @@ fn loop_and_jrcxz_use_long_forms_when_far() {
         // loop/jrcxz short over a near jmp, or to a near jmp, to the original target.
         let m = meanings(&out, new_addr, 3);
         assert!(matches!(m[0], Meaning::Loop { .. }), "{m:?}");
-        assert!(m.contains(&Meaning::Jmp { target }), "{m:?} lacks jmp {target:#x}");
+        assert!(
+            m.contains(&Meaning::Jmp { target }),
+            "{m:?} lacks jmp {target:#x}"
+        );
     }
 }
 
@@ -202,7 +264,9 @@ fn jcc_out_of_rel32_reach_goes_through_a_pointer() {
     let out = relocate(&insns(&bytes, ORIG), new_addr).unwrap();
     let m = meanings(&out, new_addr, 2);
     // jcc (inverted) over `jmp qword [rip+x]`, with x holding the target.
-    let Meaning::JmpMem { addr } = m[1] else { panic!("{m:?}") };
+    let Meaning::JmpMem { addr } = m[1] else {
+        panic!("{m:?}")
+    };
     let off = usize::try_from(addr - new_addr).unwrap();
     let ptr = u64::from_le_bytes(out[off..off + 8].try_into().unwrap());
     assert_eq!(ptr, ORIG + 2 + 0x10);
@@ -237,7 +301,12 @@ fn forbidden_and_rsp_based_instructions_are_refused_with_reasons() {
     ];
     for (bytes, why) in cases {
         let err = relocate(&insns(bytes, ORIG), ORIG + 0x1000).unwrap_err();
-        let Refusal::Unrelocatable { site, addr, reason, .. } = &err else { panic!("{err:?}") };
+        let Refusal::Unrelocatable {
+            site, addr, reason, ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
         assert_eq!((*site, *addr), (ORIG, ORIG));
         assert!(reason.contains(why), "{bytes:02x?}: {err}");
     }
@@ -247,7 +316,10 @@ fn forbidden_and_rsp_based_instructions_are_refused_with_reasons() {
 fn rip_relative_operand_out_of_reach_is_refused() {
     let bytes = [0x48, 0x8B, 0x05, 0x00, 0x10, 0x00, 0x00];
     let err = relocate(&insns(&bytes, ORIG), ORIG + 0x2_0000_0000).unwrap_err();
-    assert!(matches!(&err, Refusal::Unrelocatable { reason, .. } if reason.contains("±2 GiB")), "{err}");
+    assert!(
+        matches!(&err, Refusal::Unrelocatable { reason, .. } if reason.contains("±2 GiB")),
+        "{err}"
+    );
 }
 
 #[derive(Clone, Debug)]
@@ -315,9 +387,18 @@ proptest! {
 fn an_instruction_iced_cannot_encode_is_named_as_the_culprit() {
     let mut displaced = insns(&[0x55], ORIG);
     // An instruction the encoder rejects (Code::INVALID), after a good one.
-    displaced.push(Insn { addr: ORIG + 1, len: 1, instr: Instruction::default() });
+    displaced.push(Insn {
+        addr: ORIG + 1,
+        len: 1,
+        instr: Instruction::default(),
+    });
     let err = relocate(&displaced, ORIG + 0x1000).unwrap_err();
-    let Refusal::Unrelocatable { site, addr, reason, .. } = &err else { panic!("{err:?}") };
+    let Refusal::Unrelocatable {
+        site, addr, reason, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
     assert_eq!((*site, *addr), (ORIG, ORIG + 1));
     assert!(reason.contains("cannot re-encode"), "{err}");
 }
@@ -330,6 +411,9 @@ fn relocation_running_past_the_top_of_the_address_space_is_refused() {
     let displaced = insns(&[0x48, 0x89, 0xF8, 0x48, 0x89, 0xF8], 0x40_1000);
     let new_addr = u64::MAX - 3;
     let err = super::check_relocatable(&displaced, new_addr).unwrap_err();
-    assert!(matches!(err, Refusal::Encode { addr, .. } if addr == new_addr), "{err}");
+    assert!(
+        matches!(err, Refusal::Encode { addr, .. } if addr == new_addr),
+        "{err}"
+    );
     assert!(relocate(&displaced, new_addr).is_err());
 }

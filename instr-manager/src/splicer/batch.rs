@@ -59,26 +59,54 @@ impl BatchCache {
     /// Read the code of `functions` ([`Target::read_code`], one per point of the batch) ahead,
     /// neighbours together (a span the target refuses is left out: its functions are read on
     /// their own later, and fail with their own error).
-    pub(super) fn prefetch<'a, T: Target>(&mut self, target: &T, functions: impl IntoIterator<Item = &'a Symbol>) {
+    pub(super) fn prefetch<'a, T: Target>(
+        &mut self,
+        target: &T,
+        functions: impl IntoIterator<Item = &'a Symbol>,
+    ) {
         let mut keys: Vec<(u64, u64)> = functions.into_iter().map(|f| (f.addr, f.size)).collect();
         keys.sort_unstable();
-        self.shared = keys.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        self.shared = keys
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
         keys.dedup();
-        let ranges: Vec<(u64, u64)> = keys.iter().map(|&(addr, size)| (addr, addr.saturating_add(size))).collect();
+        let ranges: Vec<(u64, u64)> = keys
+            .iter()
+            .map(|&(addr, size)| (addr, addr.saturating_add(size)))
+            .collect();
         for run in read_runs(&ranges) {
-            let (lo, hi) = (ranges[run.start].0, ranges[run.start..run.end].iter().map(|r| r.1).max().unwrap_or(0));
+            let (lo, hi) = (
+                ranges[run.start].0,
+                ranges[run.start..run.end]
+                    .iter()
+                    .map(|r| r.1)
+                    .max()
+                    .unwrap_or(0),
+            );
             match usize::try_from(hi - lo).map(|len| target.read_code(lo, len)) {
                 Ok(Ok(bytes)) => self.text.push((lo, bytes)),
-                Ok(Err(e)) => log::debug!("reading text [{lo:#x}, {hi:#x}) ahead: {}", trapvec::error_chain(&e)),
+                Ok(Err(e)) => log::debug!(
+                    "reading text [{lo:#x}, {hi:#x}) ahead: {}",
+                    trapvec::error_chain(&e)
+                ),
                 Err(_) => {}
             }
         }
-        log::debug!("text of {} function(s) read ahead in {} span(s)", ranges.len(), self.text.len());
+        log::debug!(
+            "text of {} function(s) read ahead in {} span(s)",
+            ranges.len(),
+            self.text.len()
+        );
     }
 
     /// `len` bytes at `addr` from the text read ahead, if it holds them.
     fn text_at(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let i = self.text.partition_point(|(start, _)| *start <= addr).checked_sub(1)?;
+        let i = self
+            .text
+            .partition_point(|(start, _)| *start <= addr)
+            .checked_sub(1)?;
         let (start, bytes) = &self.text[i];
         let off = usize::try_from(addr - start).ok()?;
         bytes.get(off..off.checked_add(len)?)
@@ -86,15 +114,26 @@ impl BatchCache {
 
     /// Analyse functions with `patches`' old bytes in place of their new ones (the live
     /// splices' site and springboard patches).
-    pub(super) fn set_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
-        self.originals = patches.into_iter().map(|p| (p.addr, p.old.clone())).chain(self.leaving.iter().cloned()).collect();
+    pub(super) fn set_originals<'a>(
+        &mut self,
+        patches: impl IntoIterator<Item = &'a trapvec::TextPatch>,
+    ) {
+        self.originals = patches
+            .into_iter()
+            .map(|p| (p.addr, p.old.clone()))
+            .chain(self.leaving.iter().cloned())
+            .collect();
         self.originals.sort_unstable_by_key(|(a, _)| *a);
     }
 
     /// Analyse functions with `patches`' old bytes in place too, whatever the live set is when
     /// [`BatchCache::set_originals`] runs (the patches of splices a switch takes out).
-    pub(super) fn keep_originals<'a>(&mut self, patches: impl IntoIterator<Item = &'a trapvec::TextPatch>) {
-        self.leaving.extend(patches.into_iter().map(|p| (p.addr, p.old.clone())));
+    pub(super) fn keep_originals<'a>(
+        &mut self,
+        patches: impl IntoIterator<Item = &'a trapvec::TextPatch>,
+    ) {
+        self.leaving
+            .extend(patches.into_iter().map(|p| (p.addr, p.old.clone())));
     }
 
     /// Note the windows of trap splices a switch takes out ([`BatchCache::leaving_trap`]).
@@ -112,8 +151,11 @@ impl BatchCache {
         let end = addr.saturating_add(bytes.len() as u64);
         // Patches are at most a few bytes long: one that overlaps starts less than 16 before.
         let first = self.originals.partition_point(|(a, _)| *a + 16 <= addr);
-        let overlapping: Vec<&(u64, Vec<u8>)> =
-            self.originals[first..].iter().take_while(|(a, _)| *a < end).filter(|(a, old)| *a + old.len() as u64 > addr).collect();
+        let overlapping: Vec<&(u64, Vec<u8>)> = self.originals[first..]
+            .iter()
+            .take_while(|(a, _)| *a < end)
+            .filter(|(a, old)| *a + old.len() as u64 > addr)
+            .collect();
         if overlapping.is_empty() {
             return None;
         }
@@ -133,7 +175,12 @@ impl BatchCache {
     /// target's bytes the first time the batch asks for it, as they were before the live
     /// splices patched them and without the probes of other tools ([`Target::read_code`]: an
     /// armed kprobe's int3 would end a basic block in the middle of the function).
-    pub(super) fn function<T: Target>(&mut self, target: &T, at: &str, f: &Symbol) -> Result<Rc<Function>, SpliceError> {
+    pub(super) fn function<T: Target>(
+        &mut self,
+        target: &T,
+        at: &str,
+        f: &Symbol,
+    ) -> Result<Rc<Function>, SpliceError> {
         let key = (f.addr, f.size);
         if let Some(func) = self.functions.get(&key) {
             return Ok(func.clone());
@@ -143,24 +190,49 @@ impl BatchCache {
         let bytes = match self.text_at(f.addr, size) {
             Some(b) => b,
             None => {
-                read = target.read_code(f.addr, size).map_err(|e| SpliceError::Target { at: at.to_string(), source: e })?;
+                read = target
+                    .read_code(f.addr, size)
+                    .map_err(|e| SpliceError::Target {
+                        at: at.to_string(),
+                        source: e,
+                    })?;
                 &read
             }
         };
         let unpatched = self.unpatched(f.addr, bytes);
         if unpatched.is_some() {
-            log::debug!("{at}: `{}` analysed with the original bytes of the live splices in it", f.name);
+            log::debug!(
+                "{at}: `{}` analysed with the original bytes of the live splices in it",
+                f.name
+            );
         }
         let bytes = unpatched.as_deref().unwrap_or(bytes);
         // Jump tables are read from the target: their entries are branch targets, which a jmp
         // window must not cover (`trapctl inspect` reads them the same way).
         let read = |a: u64, n: usize| target.read(a, n).ok();
-        let opts = AnalysisOptions { read: Some(&read), lenient: false };
-        let mut func = analyze_function_with(&f.name, f.addr, bytes, &opts).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+        let opts = AnalysisOptions {
+            read: Some(&read),
+            lenient: false,
+        };
+        let mut func = analyze_function_with(&f.name, f.addr, bytes, &opts).map_err(|e| {
+            SpliceError::Point {
+                at: at.to_string(),
+                source: e.into(),
+            }
+        })?;
         let parts = add_part_targets(target, &mut func);
-        self.add_landing_pads(target, &mut func, &parts).map_err(|e| SpliceError::Point { at: at.to_string(), source: e.into() })?;
+        self.add_landing_pads(target, &mut func, &parts)
+            .map_err(|e| SpliceError::Point {
+                at: at.to_string(),
+                source: e.into(),
+            })?;
         let func = Rc::new(func);
-        log::debug!("{at}: `{}` analysed: {} instructions, {} blocks", f.name, func.insns.len(), func.blocks.len());
+        log::debug!(
+            "{at}: `{}` analysed: {} instructions, {} blocks",
+            f.name,
+            func.insns.len(),
+            func.blocks.len()
+        );
         if self.shared.contains(&key) {
             self.functions.insert(key, func.clone());
         }
@@ -171,12 +243,20 @@ impl BatchCache {
     /// cold parts' (`parts`) name (see [`crate::analysis::landing`]). Code of an object with no
     /// `.eh_frame_hdr`, or with no FDE, has none; unwind data that cannot be read is an error,
     /// since the landing pads it may name are unknown.
-    fn add_landing_pads<T: Target>(&mut self, target: &T, func: &mut Function, parts: &[(u64, u64)]) -> Result<(), crate::analysis::landing::LandingError> {
+    fn add_landing_pads<T: Target>(
+        &mut self,
+        target: &T,
+        func: &mut Function,
+        parts: &[(u64, u64)],
+    ) -> Result<(), crate::analysis::landing::LandingError> {
         let read = |a: u64, n: usize| target.read(a, n).ok();
         let mut pads = Vec::new();
         for &(lo, hi) in std::iter::once(&(func.start, func.end)).chain(parts) {
             let Some((addr, len)) = target.eh_frame_hdr(lo) else {
-                log::debug!("`{}`: no .eh_frame_hdr holds {lo:#x}: no landing pads there", func.name);
+                log::debug!(
+                    "`{}`: no .eh_frame_hdr holds {lo:#x}: no landing pads there",
+                    func.name
+                );
                 continue;
             };
             let table = match self.eh_frame_hdrs.get(&addr) {
@@ -191,14 +271,23 @@ impl BatchCache {
         }
         let added = func.add_landing_pads(pads.iter().map(|p| p.addr));
         if !func.landing_pads.is_empty() {
-            log::debug!("`{}`: {} exception landing pad(s) {:x?} ({added} new branch targets)", func.name, func.landing_pads.len(), func.landing_pads);
+            log::debug!(
+                "`{}`: {} exception landing pad(s) {:x?} ({added} new branch targets)",
+                func.name,
+                func.landing_pads.len(),
+                func.landing_pads
+            );
         }
         Ok(())
     }
 
     /// Whether the handler at `handler` is a lean leaf (its code range if so), computed by
     /// `check` the first time the batch asks.
-    pub(super) fn lean_leaf(&mut self, handler: u64, check: impl FnOnce() -> Option<(u64, u64)>) -> Option<(u64, u64)> {
+    pub(super) fn lean_leaf(
+        &mut self,
+        handler: u64,
+        check: impl FnOnce() -> Option<(u64, u64)>,
+    ) -> Option<(u64, u64)> {
         *self.lean.entry(handler).or_insert_with(check)
     }
 }
@@ -218,15 +307,33 @@ fn add_part_targets<T: Target>(target: &T, func: &mut Function) -> Vec<(u64, u64
                 continue;
             }
             let size = symbols.function_extent(sym);
-            let Some(len) = usize::try_from(size).ok().filter(|&n| n > 0 && size <= MAX_PART_SIZE) else { continue };
+            let Some(len) = usize::try_from(size)
+                .ok()
+                .filter(|&n| n > 0 && size <= MAX_PART_SIZE)
+            else {
+                continue;
+            };
             parts.push((sym.addr, sym.addr + size));
-            let Ok(bytes) = target.read(sym.addr, len) else { continue };
-            let opts = AnalysisOptions { read: None, lenient: true };
-            let Ok(part) = analyze_function_with(&sym.name, sym.addr, &bytes, &opts) else { continue };
+            let Ok(bytes) = target.read(sym.addr, len) else {
+                continue;
+            };
+            let opts = AnalysisOptions {
+                read: None,
+                lenient: true,
+            };
+            let Ok(part) = analyze_function_with(&sym.name, sym.addr, &bytes, &opts) else {
+                continue;
+            };
             let targets = targets_into(&part, func.start, func.end);
             let added = func.add_outside_targets(targets.iter().copied());
             if !targets.is_empty() {
-                log::debug!("`{}`: {} branch target(s) from `{}` at {:#x} ({added} new)", func.name, targets.len(), sym.name, sym.addr);
+                log::debug!(
+                    "`{}`: {} branch target(s) from `{}` at {:#x} ({added} new)",
+                    func.name,
+                    targets.len(),
+                    sym.name,
+                    sym.addr
+                );
             }
         }
     }
@@ -240,7 +347,10 @@ pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
     let word = |b: &[u8]| b.try_into().map_or(0, u64::from_le_bytes);
     let mut order: Vec<usize> = (0..addrs.len()).collect();
     order.sort_unstable_by_key(|&i| addrs[i]);
-    let ranges: Vec<(u64, u64)> = order.iter().map(|&i| (addrs[i], addrs[i].saturating_add(8))).collect();
+    let ranges: Vec<(u64, u64)> = order
+        .iter()
+        .map(|&i| (addrs[i], addrs[i].saturating_add(8)))
+        .collect();
     let mut out = vec![0u64; addrs.len()];
     let groups = read_runs(&ranges);
     for run in &groups {
@@ -254,13 +364,20 @@ pub(super) fn read_words<T: Target>(target: &T, addrs: &[u64]) -> Vec<u64> {
                 }
             }
             Err(e) => {
-                log::debug!("reading counters [{lo:#x}, {hi:#x}) at once: {}; reading them one by one", trapvec::error_chain(&e));
+                log::debug!(
+                    "reading counters [{lo:#x}, {hi:#x}) at once: {}; reading them one by one",
+                    trapvec::error_chain(&e)
+                );
                 for &i in &order[run.clone()] {
                     out[i] = target.read(addrs[i], 8).map_or(0, |b| word(&b));
                 }
             }
         }
     }
-    log::debug!("read {} counter(s) in {} span(s)", addrs.len(), groups.len());
+    log::debug!(
+        "read {} counter(s) in {} span(s)",
+        addrs.len(),
+        groups.len()
+    );
     out
 }

@@ -9,9 +9,18 @@ use super::{SpliceError, Splicer};
 
 impl<T: Target> Splicer<T> {
     /// Load a component, answering `__trapvec_orig_*` imports with original trampolines.
-    pub fn load_component(&mut self, path: &std::path::Path, opts: &LoadOptions) -> Result<ComponentId, SpliceError> {
-        let mut extra = OrigStubs { orig: &mut self.orig, live: &self.live };
-        Ok(self.components.load_path(&mut self.target, path, opts, &mut extra)?)
+    pub fn load_component(
+        &mut self,
+        path: &std::path::Path,
+        opts: &LoadOptions,
+    ) -> Result<ComponentId, SpliceError> {
+        let mut extra = OrigStubs {
+            orig: &mut self.orig,
+            live: &self.live,
+        };
+        Ok(self
+            .components
+            .load_path(&mut self.target, path, opts, &mut extra)?)
     }
 
     /// Unload a component (refused while a splice uses it).

@@ -41,24 +41,37 @@ impl ExtraSymbols for OrigStubs<'_> {
     /// a missing one is refused by `resolve`).
     fn make(&mut self, target: &mut dyn Target, wanted: &[&str]) -> Result<(), ResolveError> {
         for name in wanted {
-            let Some(func) = name.strip_prefix(ORIG_PREFIX) else { continue };
+            let Some(func) = name.strip_prefix(ORIG_PREFIX) else {
+                continue;
+            };
             if self.orig.contains_key(func) {
                 continue;
             }
-            let Some(sym) = target.symbols().lookup(func).cloned() else { continue };
+            let Some(sym) = target.symbols().lookup(func).cloned() else {
+                continue;
+            };
             // While a replace splice of `func` is live, the slot points at its replay.
             let current = self
                 .live
                 .values()
-                .find(|s| s.point.function.addr == sym.addr && matches!(s.request.action, Action::Replace { .. }))
+                .find(|s| {
+                    s.point.function.addr == sym.addr
+                        && matches!(s.request.action, Action::Replace { .. })
+                })
                 .and_then(|s| s.replay)
                 .unwrap_or(sym.addr);
-            let stub = make_orig_stub(target, sym.addr, current).map_err(|(what, source)| ResolveError::Make {
-                symbol: name.to_string(),
-                what: format!("the original trampoline of `{func}`: {what}"),
-                source: Box::new(source),
+            let stub = make_orig_stub(target, sym.addr, current).map_err(|(what, source)| {
+                ResolveError::Make {
+                    symbol: name.to_string(),
+                    what: format!("the original trampoline of `{func}`: {what}"),
+                    source: Box::new(source),
+                }
             })?;
-            log::debug!("original trampoline of {func} at {:#x} (slot {:#x} = {current:#x})", stub.code.addr, stub.slot.addr);
+            log::debug!(
+                "original trampoline of {func} at {:#x} (slot {:#x} = {current:#x})",
+                stub.code.addr,
+                stub.slot.addr
+            );
             self.orig.insert(func.to_string(), stub);
         }
         Ok(())
@@ -66,10 +79,17 @@ impl ExtraSymbols for OrigStubs<'_> {
 
     fn resolve(&mut self, target: &dyn Target, name: &str) -> Option<Result<u64, ResolveError>> {
         let func = name.strip_prefix(ORIG_PREFIX)?;
-        let refuse = |reason: String| Err(ResolveError::Extra { symbol: name.to_string(), reason });
+        let refuse = |reason: String| {
+            Err(ResolveError::Extra {
+                symbol: name.to_string(),
+                reason,
+            })
+        };
         Some(match self.orig.get(func) {
             Some(s) => Ok(s.code.addr),
-            None if target.symbols().lookup(func).is_none() => refuse(format!("the target has no function `{func}`")),
+            None if target.symbols().lookup(func).is_none() => {
+                refuse(format!("the target has no function `{func}`"))
+            }
             None => refuse(format!("no original trampoline was made for `{func}`")),
         })
     }
@@ -77,8 +97,14 @@ impl ExtraSymbols for OrigStubs<'_> {
 
 /// Allocate, write and seal the stub of `function` with its slot holding `current`; on failure
 /// free what was allocated, and say which step failed.
-fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Result<OrigStub, (&'static str, TargetError)> {
-    let slot = target.alloc(function, 8, BlockKind::Data).map_err(|e| ("allocating its slot", e))?;
+fn make_orig_stub(
+    target: &mut dyn Target,
+    function: u64,
+    current: u64,
+) -> Result<OrigStub, (&'static str, TargetError)> {
+    let slot = target
+        .alloc(function, 8, BlockKind::Data)
+        .map_err(|e| ("allocating its slot", e))?;
     let code = match target.alloc(function, 16, BlockKind::Code) {
         Ok(c) => c,
         Err(e) => {
@@ -96,19 +122,33 @@ fn make_orig_stub(target: &mut dyn Target, function: u64, current: u64) -> Resul
         let _ = target.free(&slot);
         return Err(("writing and sealing it", e));
     }
-    Ok(OrigStub { function, code, slot })
+    Ok(OrigStub {
+        function,
+        code,
+        slot,
+    })
 }
 
 impl<T: Target> Splicer<T> {
     /// Point the original-trampoline slots of replaced functions at their replays (`on`), or back
     /// at the functions themselves.
-    pub(super) fn set_orig_slots<'a>(&mut self, splices: impl IntoIterator<Item = &'a LiveSplice>, on: bool) {
+    pub(super) fn set_orig_slots<'a>(
+        &mut self,
+        splices: impl IntoIterator<Item = &'a LiveSplice>,
+        on: bool,
+    ) {
         for s in splices {
-            let (Action::Replace { .. }, Some(replay)) = (&s.request.action, s.replay) else { continue };
+            let (Action::Replace { .. }, Some(replay)) = (&s.request.action, s.replay) else {
+                continue;
+            };
             if let Some(stub) = self.orig.get(&s.point.function.name) {
                 let v = if on { replay } else { stub.function };
                 if let Err(e) = self.target.write(&stub.slot, 0, &v.to_le_bytes()) {
-                    log::warn!("original trampoline slot of {}: {}", s.point.function.name, trapvec::error_chain(&e));
+                    log::warn!(
+                        "original trampoline slot of {}: {}",
+                        s.point.function.name,
+                        trapvec::error_chain(&e)
+                    );
                 }
             }
         }

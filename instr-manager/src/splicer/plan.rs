@@ -44,7 +44,10 @@ impl Claimed {
     }
 
     fn overlaps(&self, lo: u64, hi: u64) -> bool {
-        self.0.range(..hi).next_back().is_some_and(|(_, &end)| end > lo)
+        self.0
+            .range(..hi)
+            .next_back()
+            .is_some_and(|(_, &end)| end > lo)
     }
 
     fn starts_at(&self, addr: u64) -> bool {
@@ -55,10 +58,21 @@ impl Claimed {
 impl<T: Target> Splicer<T> {
     /// Resolve `at` (as [`SpliceRequest::at`] is written) to the site a splice there would use.
     pub fn resolve(&self, at: &str) -> Result<ResolvedPoint, SpliceError> {
-        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point { at: at.to_string(), source: e })?;
-        let entry_len = |entry: u64| self.target.read(entry, KERNEL_ENTRY_MAX).map_or(0, |b| kernel_entry_len(&b));
-        resolve_point(&spec, self.target.symbols(), self.target.info(), entry_len)
-            .map_err(|e| SpliceError::Point { at: at.to_string(), source: e })
+        let spec: PointSpec = at.parse().map_err(|e| SpliceError::Point {
+            at: at.to_string(),
+            source: e,
+        })?;
+        let entry_len = |entry: u64| {
+            self.target
+                .read(entry, KERNEL_ENTRY_MAX)
+                .map_or(0, |b| kernel_entry_len(&b))
+        };
+        resolve_point(&spec, self.target.symbols(), self.target.info(), entry_len).map_err(|e| {
+            SpliceError::Point {
+                at: at.to_string(),
+                source: e,
+            }
+        })
     }
 
     /// The live splice at `at`: the point exactly as it was written when spliced, else the
@@ -75,7 +89,11 @@ impl<T: Target> Splicer<T> {
 
     /// The splice of `splices` at `at`: the one requested with that text, else the one at the
     /// address `at` names or resolves to.
-    fn find_in<'a>(&self, splices: impl Iterator<Item = &'a LiveSplice> + Clone, at: &str) -> Option<SpliceId> {
+    fn find_in<'a>(
+        &self,
+        splices: impl Iterator<Item = &'a LiveSplice> + Clone,
+        at: &str,
+    ) -> Option<SpliceId> {
         if let Some(s) = splices.clone().find(|s| s.request.at == at) {
             return Some(s.id);
         }
@@ -83,55 +101,106 @@ impl<T: Target> Splicer<T> {
             Ok(PointSpec::Address(a)) if splices.clone().any(|s| s.point.site == a) => a,
             _ => self.resolve(at).ok()?.site,
         };
-        splices.into_iter().find(|s| s.point.site == site).map(|s| s.id)
+        splices
+            .into_iter()
+            .find(|s| s.point.site == site)
+            .map(|s| s.id)
     }
 
     /// Plan every request without changing anything; returns the plans or the first refusal.
-    pub fn plan(&self, requests: &[SpliceRequest]) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
+    pub fn plan(
+        &self,
+        requests: &[SpliceRequest],
+    ) -> Result<Vec<(ResolvedPoint, Plan)>, SpliceError> {
         let planned = self.plan_batch(requests, &mut BatchCache::default())?;
         Ok(planned.into_iter().map(|p| (p.point, p.plan)).collect())
     }
 
     /// [`Splicer::plan`], with what building needs to know of the text, through `cache`.
-    pub(super) fn plan_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Result<Vec<Planned>, SpliceError> {
+    pub(super) fn plan_batch(
+        &self,
+        requests: &[SpliceRequest],
+        cache: &mut BatchCache,
+    ) -> Result<Vec<Planned>, SpliceError> {
         let points = self.resolve_batch(requests, cache);
         let mut claimed = self.claimed();
         let mut out: Vec<Planned> = Vec::with_capacity(requests.len());
         for (r, point) in requests.iter().zip(points) {
-            let earlier = |site: u64| out.iter().find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            let earlier = |site: u64| {
+                out.iter()
+                    .find(|p| p.point.site == site)
+                    .map(|p| p.point.spec_text.clone())
+            };
             let planned = self.plan_one(r, point?, &earlier, &claimed, cache)?;
-            claimed.add(planned.plan.site, planned.plan.displaced_len, planned.plan.springboard.as_ref());
+            claimed.add(
+                planned.plan.site,
+                planned.plan.displaced_len,
+                planned.plan.springboard.as_ref(),
+            );
             out.push(planned);
         }
         Ok(out)
     }
 
     /// Resolve every request's point, and read the text of their functions ahead.
-    fn resolve_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<ResolvedPoint, SpliceError>> {
-        let points: Vec<Result<ResolvedPoint, SpliceError>> = requests.iter().map(|r| self.resolve(&r.at)).collect();
-        cache.set_originals(self.live.values().flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())));
-        cache.prefetch(&self.target, points.iter().filter_map(|p| p.as_ref().ok()).map(|p| &p.function));
+    fn resolve_batch(
+        &self,
+        requests: &[SpliceRequest],
+        cache: &mut BatchCache,
+    ) -> Vec<Result<ResolvedPoint, SpliceError>> {
+        let points: Vec<Result<ResolvedPoint, SpliceError>> =
+            requests.iter().map(|r| self.resolve(&r.at)).collect();
+        cache.set_originals(
+            self.live
+                .values()
+                .flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())),
+        );
+        cache.prefetch(
+            &self.target,
+            points
+                .iter()
+                .filter_map(|p| p.as_ref().ok())
+                .map(|p| &p.function),
+        );
         points
     }
 
     /// Plan each request on its own, against the live splices and the requests before it that
     /// planned: one result per request, in order. Changes nothing.
-    pub fn plan_each(&self, requests: &[SpliceRequest]) -> Vec<Result<(ResolvedPoint, Plan), SpliceError>> {
+    pub fn plan_each(
+        &self,
+        requests: &[SpliceRequest],
+    ) -> Vec<Result<(ResolvedPoint, Plan), SpliceError>> {
         let planned = self.plan_each_batch(requests, &mut BatchCache::default());
-        planned.into_iter().map(|p| p.map(|p| (p.point, p.plan))).collect()
+        planned
+            .into_iter()
+            .map(|p| p.map(|p| (p.point, p.plan)))
+            .collect()
     }
 
     /// [`Splicer::plan_each`], with what building needs to know of the text, through `cache`.
-    pub(super) fn plan_each_batch(&self, requests: &[SpliceRequest], cache: &mut BatchCache) -> Vec<Result<Planned, SpliceError>> {
+    pub(super) fn plan_each_batch(
+        &self,
+        requests: &[SpliceRequest],
+        cache: &mut BatchCache,
+    ) -> Vec<Result<Planned, SpliceError>> {
         let points = self.resolve_batch(requests, cache);
         let mut claimed = self.claimed();
         let mut out: Vec<Result<Planned, SpliceError>> = Vec::with_capacity(requests.len());
         for (r, point) in requests.iter().zip(points) {
-            let earlier =
-                |site: u64| out.iter().filter_map(|p| p.as_ref().ok()).find(|p| p.point.site == site).map(|p| p.point.spec_text.clone());
+            let earlier = |site: u64| {
+                out.iter()
+                    .filter_map(|p| p.as_ref().ok())
+                    .find(|p| p.point.site == site)
+                    .map(|p| p.point.spec_text.clone())
+            };
             match point.and_then(|point| self.plan_one(r, point, &earlier, &claimed, cache)) {
                 Ok(p) => {
-                    claimed.add(p.plan.site, p.plan.displaced_len, p.plan.springboard.as_ref());
+                    claimed.add(
+                        p.plan.site,
+                        p.plan.displaced_len,
+                        p.plan.springboard.as_ref(),
+                    );
                     out.push(Ok(p));
                 }
                 Err(e) => {
@@ -157,31 +226,61 @@ impl<T: Target> Splicer<T> {
         let at = r.at.as_str();
         let info = self.target.info();
         let read = |a: u64, n: usize| self.target.read(a, n).ok();
-        let entry_len = |entry: u64| read(entry, KERNEL_ENTRY_MAX).map_or(0, |b| kernel_entry_len(&b));
+        let entry_len =
+            |entry: u64| read(entry, KERNEL_ENTRY_MAX).map_or(0, |b| kernel_entry_len(&b));
         // A claim starting at the site is the only way it can be spliced already (the linear
         // searches for the message run only then: batches of thousands stay O(n log n)).
         if claimed.starts_at(point.site) {
             if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
-                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other: other.request.at.clone() });
+                return Err(SpliceError::AlreadySpliced {
+                    at: at.to_string(),
+                    site: point.site,
+                    other: other.request.at.clone(),
+                });
             }
             if let Some(other) = earlier(point.site) {
-                return Err(SpliceError::AlreadySpliced { at: at.to_string(), site: point.site, other });
+                return Err(SpliceError::AlreadySpliced {
+                    at: at.to_string(),
+                    site: point.site,
+                    other,
+                });
             }
         }
         // A predicate's fields are checked before anything is allocated (the spec's form checks
         // them too; a request built in code comes here unchecked).
-        r.options.only.check().map_err(|reason| SpliceError::BadPredicate { at: at.to_string(), reason })?;
+        r.options
+            .only
+            .check()
+            .map_err(|reason| SpliceError::BadPredicate {
+                at: at.to_string(),
+                reason,
+            })?;
         // A replacement takes over the whole call, and a return point takes the return address
         // from the top of the stack: both need the function's entry.
         if matches!(r.action, Action::Replace { .. }) || r.at_return() {
             let entry = point.function.addr;
             let past_entry = info.has_fentry && point.site == entry + entry_len(entry);
             if point.site != entry && !past_entry {
-                let (at, site, function, offset) = (at.to_string(), point.site, point.function.name.clone(), point.site - point.function.addr);
+                let (at, site, function, offset) = (
+                    at.to_string(),
+                    point.site,
+                    point.function.name.clone(),
+                    point.site - point.function.addr,
+                );
                 return Err(if r.at_return() {
-                    SpliceError::ReturnNotAtEntry { at, site, function, offset }
+                    SpliceError::ReturnNotAtEntry {
+                        at,
+                        site,
+                        function,
+                        offset,
+                    }
                 } else {
-                    SpliceError::ReplaceNotAtEntry { at, site, function, offset }
+                    SpliceError::ReplaceNotAtEntry {
+                        at,
+                        site,
+                        function,
+                        offset,
+                    }
                 });
             }
         }
@@ -193,26 +292,44 @@ impl<T: Target> Splicer<T> {
         // Text already claimed: the displaced windows and springboards of live splices and of
         // earlier splices of this batch.
         let busy = |lo: u64, hi: u64| claimed.overlaps(lo, hi);
-        let input = PlanInput { func, info, read: &read, symbols: self.target.symbols(), busy: &busy, trampoline_near: None };
-        let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| SpliceError::Refused {
-            at: at.to_string(),
-            site: point.site,
-            mechanism: r.mechanism,
-            refusal,
+        let input = PlanInput {
+            func,
+            info,
+            read: &read,
+            symbols: self.target.symbols(),
+            busy: &busy,
+            trampoline_near: None,
+        };
+        let plan = plan_splice(&input, point.site, r.mechanism).map_err(|refusal| {
+            SpliceError::Refused {
+                at: at.to_string(),
+                site: point.site,
+                mechanism: r.mechanism,
+                refusal,
+            }
         })?;
         // A trap on the window of a leaving trap takes the site over in place: no text is
         // written there, and the target's rules (which would see the leaving trap as a live
         // patch over the window) were put to the window when that trap was made.
-        if !(plan.mechanism == Mechanism::Trap && cache.leaving_trap(plan.site, plan.displaced_len)) {
+        if !(plan.mechanism == Mechanism::Trap && cache.leaving_trap(plan.site, plan.displaced_len))
+        {
             self.check_windows(at, &plan)?;
         }
         if let Some(name) = r.action.symbol() {
             self.resolve_dest(at, name)?;
         }
         let start = usize::try_from(plan.site - func.start).unwrap_or(usize::MAX);
-        let site_text = func.bytes.get(start..start.saturating_add(plan.patch_len)).map(<[u8]>::to_vec);
+        let site_text = func
+            .bytes
+            .get(start..start.saturating_add(plan.patch_len))
+            .map(<[u8]>::to_vec);
         let flags_dead = matches!(r.action, Action::Call { .. }) && flags_dead_at(func, plan.site);
-        Ok(Planned { point, plan, site_text, flags_dead })
+        Ok(Planned {
+            point,
+            plan,
+            site_text,
+            flags_dead,
+        })
     }
 
     /// Refuse a return point on a function that returns twice ([`super::returns_twice`]), by
@@ -223,7 +340,11 @@ impl<T: Target> Splicer<T> {
         for name in std::iter::once(f.name.as_str()).chain(aliases.map(|s| s.name.as_str())) {
             if let Some(why) = super::returns_twice::returns_twice(name) {
                 log::debug!("{at}: return point refused: `{name}` returns twice");
-                return Err(SpliceError::ReturnsTwice { at: at.to_string(), function: name.to_string(), why });
+                return Err(SpliceError::ReturnsTwice {
+                    at: at.to_string(),
+                    function: name.to_string(),
+                    why,
+                });
             }
         }
         Ok(())
@@ -232,16 +353,23 @@ impl<T: Target> Splicer<T> {
     /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
     /// instruction at a time when longer than a target checks at once) and the springboard.
     fn check_windows(&self, at: &str, plan: &Plan) -> Result<(), SpliceError> {
-        let terr = |source| SpliceError::Target { at: at.to_string(), source };
+        let terr = |source| SpliceError::Target {
+            at: at.to_string(),
+            source,
+        };
         if plan.displaced_len <= CHECK_WINDOW_MAX {
-            self.target.check_site(plan.site, plan.displaced_len).map_err(terr)?;
+            self.target
+                .check_site(plan.site, plan.displaced_len)
+                .map_err(terr)?;
         } else {
             for i in &plan.displaced {
                 self.target.check_site(i.addr, i.len).map_err(terr)?;
             }
         }
         if let Some(sb) = &plan.springboard {
-            self.target.check_site(sb.addr, sb.old.len()).map_err(terr)?;
+            self.target
+                .check_site(sb.addr, sb.old.len())
+                .map_err(terr)?;
         }
         Ok(())
     }
@@ -250,18 +378,33 @@ impl<T: Target> Splicer<T> {
     /// written; a new splice of their sites waits until they are gone).
     fn claimed(&self) -> Claimed {
         let mut claimed = Claimed::default();
-        for s in self.live.values().chain(self.retiring.values().map(|r| &r.splice)) {
-            claimed.add(s.plan.site, s.plan.displaced_len, s.plan.springboard.as_ref());
+        for s in self
+            .live
+            .values()
+            .chain(self.retiring.values().map(|r| &r.splice))
+        {
+            claimed.add(
+                s.plan.site,
+                s.plan.displaced_len,
+                s.plan.springboard.as_ref(),
+            );
         }
         claimed
     }
 
     /// Resolve a handler/replacement name: a loaded component's function, inside its code
     /// (a data symbol or one outside the component is refused with the reason).
-    pub(super) fn resolve_dest(&self, at: &str, name: &str) -> Result<(u64, Option<ComponentId>), SpliceError> {
+    pub(super) fn resolve_dest(
+        &self,
+        at: &str,
+        name: &str,
+    ) -> Result<(u64, Option<ComponentId>), SpliceError> {
         match self.components.entry(name) {
             Ok((id, addr)) => Ok((addr, Some(id))),
-            Err(ComponentError::UnknownSymbol { .. }) => Err(SpliceError::UnknownHandler { at: at.to_string(), name: name.to_string() }),
+            Err(ComponentError::UnknownSymbol { .. }) => Err(SpliceError::UnknownHandler {
+                at: at.to_string(),
+                name: name.to_string(),
+            }),
             Err(e) => Err(e.into()),
         }
     }
@@ -270,7 +413,9 @@ impl<T: Target> Splicer<T> {
     pub(super) fn verify_components(&self, requests: &[SpliceRequest]) -> Result<(), SpliceError> {
         let mut seen = Vec::new();
         for r in requests {
-            let Some((c, _)) = r.action.symbol().and_then(|n| self.components.lookup(n)) else { continue };
+            let Some((c, _)) = r.action.symbol().and_then(|n| self.components.lookup(n)) else {
+                continue;
+            };
             if !seen.contains(&c) {
                 self.components.verify(&self.target, c)?;
                 seen.push(c);

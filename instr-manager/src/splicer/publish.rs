@@ -29,7 +29,10 @@ impl<T: Target> Splicer<T> {
     /// Apply every request that can be applied, in one batch; report each other one with its
     /// reason. The batch itself is still all-or-nothing: if the target refuses it as a whole
     /// (an error no planning check foresaw) nothing is applied and that error is returned.
-    pub fn apply_best_effort(&mut self, requests: &[SpliceRequest]) -> Result<BestEffort, SpliceError> {
+    pub fn apply_best_effort(
+        &mut self,
+        requests: &[SpliceRequest],
+    ) -> Result<BestEffort, SpliceError> {
         let start = std::time::Instant::now();
         let mut cache = BatchCache::default();
         let planned = self.plan_each_batch(requests, &mut cache);
@@ -45,15 +48,42 @@ impl<T: Target> Splicer<T> {
         }
         let indices: Vec<usize> = built.iter().map(|(i, _)| *i).collect();
         let built_at = start.elapsed();
-        let (ids, _) = self.publish(built.into_iter().map(|(_, s)| s).collect(), &[], &BTreeSet::new())?;
+        let (ids, _) = self.publish(
+            built.into_iter().map(|(_, s)| s).collect(),
+            &[],
+            &BTreeSet::new(),
+        )?;
         self.record_batch(ids.len(), planned_at, built_at, start.elapsed());
-        log::debug!("best effort: {} applied, {} refused", ids.len(), refused.len());
-        Ok(BestEffort { applied: indices.into_iter().zip(ids).collect(), refused })
+        log::debug!(
+            "best effort: {} applied, {} refused",
+            ids.len(),
+            refused.len()
+        );
+        Ok(BestEffort {
+            applied: indices.into_iter().zip(ids).collect(),
+            refused,
+        })
     }
 
-    fn record_batch(&mut self, splices: usize, planned: std::time::Duration, built: std::time::Duration, done: std::time::Duration) {
-        let t = BatchTimings { splices, plan: planned, build: built - planned, commit: done - built };
-        log::debug!("batch of {splices} splices: planned in {:?}, built in {:?}, committed in {:?}", t.plan, t.build, t.commit);
+    fn record_batch(
+        &mut self,
+        splices: usize,
+        planned: std::time::Duration,
+        built: std::time::Duration,
+        done: std::time::Duration,
+    ) {
+        let t = BatchTimings {
+            splices,
+            plan: planned,
+            build: built - planned,
+            commit: done - built,
+        };
+        log::debug!(
+            "batch of {splices} splices: planned in {:?}, built in {:?}, committed in {:?}",
+            t.plan,
+            t.build,
+            t.commit
+        );
         self.last_batch = Some(t);
     }
 
@@ -68,7 +98,10 @@ impl<T: Target> Splicer<T> {
     /// change ([`Splicer::switch`]): their dispatch entries are replaced, each in one step, and
     /// their text is left out of the batch. Returns the new splices' ids and, by site, the
     /// final counts of the entries replaced; a refused batch puts those entries back with them.
-    #[allow(clippy::vec_box, reason = "the boxes move into the live map as they are")]
+    #[allow(
+        clippy::vec_box,
+        reason = "the boxes move into the live map as they are"
+    )]
     pub(super) fn publish(
         &mut self,
         built: Vec<Box<LiveSplice>>,
@@ -78,8 +111,10 @@ impl<T: Target> Splicer<T> {
         if built.is_empty() && leaving.is_empty() {
             return Ok((Vec::new(), BTreeMap::new()));
         }
-        let (swapped, entries): (Vec<DispatchEntry>, Vec<DispatchEntry>) =
-            built.iter().filter_map(|s| s.dispatch).partition(|d| in_place.contains(&d.site));
+        let (swapped, entries): (Vec<DispatchEntry>, Vec<DispatchEntry>) = built
+            .iter()
+            .filter_map(|s| s.dispatch)
+            .partition(|d| in_place.contains(&d.site));
         if !entries.is_empty() {
             if let Err(e) = self.target.add_dispatch(&entries) {
                 self.discard(&built);
@@ -89,7 +124,10 @@ impl<T: Target> Splicer<T> {
         let sites: Vec<u64> = entries.iter().map(|e| e.site).collect();
         let mut replaced = BTreeMap::new();
         if !swapped.is_empty() {
-            match self.target.replace_dispatch(&swapped, &vec![TrapHits::default(); swapped.len()]) {
+            match self
+                .target
+                .replace_dispatch(&swapped, &vec![TrapHits::default(); swapped.len()])
+            {
                 Ok(old) => replaced = swapped.iter().map(|d| d.site).zip(old).collect(),
                 Err(e) => {
                     if !sites.is_empty() {
@@ -102,7 +140,12 @@ impl<T: Target> Splicer<T> {
         }
         self.set_orig_slots(built.iter().map(|s| &**s), true);
         let mut batch: Vec<TextPatch> = Vec::with_capacity(leaving.len() + built.len());
-        batch.extend(leaving.iter().filter(|s| !in_place.contains(&s.point.site)).map(|s| s.site_patch.inverse()));
+        batch.extend(
+            leaving
+                .iter()
+                .filter(|s| !in_place.contains(&s.point.site))
+                .map(|s| s.site_patch.inverse()),
+        );
         for s in built.iter().filter(|s| !in_place.contains(&s.point.site)) {
             batch.extend(s.springboard_patch.iter().cloned());
             batch.push(s.site_patch.clone());
@@ -114,10 +157,18 @@ impl<T: Target> Splicer<T> {
             .filter(|s| !in_place.contains(&s.point.site))
             .flat_map(|s| {
                 let end = s.site_patch.addr + s.site_patch.new.len() as u64;
-                s.plan.displaced_addrs.iter().copied().filter(move |&a| a > s.site_patch.addr && a < end)
+                s.plan
+                    .displaced_addrs
+                    .iter()
+                    .copied()
+                    .filter(move |&a| a > s.site_patch.addr && a < end)
             })
             .collect();
-        let written = if batch.is_empty() { Ok(()) } else { self.target.patch_text_live(&batch, &interior) };
+        let written = if batch.is_empty() {
+            Ok(())
+        } else {
+            self.target.patch_text_live(&batch, &interior)
+        };
         if let Err(e) = written {
             self.set_orig_slots(built.iter().map(|s| &**s), false);
             // The leaving splices' replays take their slots back.
@@ -125,7 +176,11 @@ impl<T: Target> Splicer<T> {
             let mut still_sent = BTreeSet::new();
             if !replaced.is_empty() {
                 // The old entries back, counting on from where they were.
-                let old: Vec<DispatchEntry> = leaving.iter().filter_map(|s| s.dispatch).filter(|d| replaced.contains_key(&d.site)).collect();
+                let old: Vec<DispatchEntry> = leaving
+                    .iter()
+                    .filter_map(|s| s.dispatch)
+                    .filter(|d| replaced.contains_key(&d.site))
+                    .collect();
                 let counts: Vec<TrapHits> = old.iter().map(|d| replaced[&d.site]).collect();
                 if let Err(again) = self.target.replace_dispatch(&old, &counts) {
                     // Only memory running out in the target gets here (the old entries were
@@ -142,13 +197,22 @@ impl<T: Target> Splicer<T> {
             if !sites.is_empty() {
                 let _ = self.target.remove_dispatch(&sites);
             }
-            let freed: Vec<Box<LiveSplice>> = built.into_iter().filter(|s| !still_sent.contains(&s.point.site)).collect();
+            let freed: Vec<Box<LiveSplice>> = built
+                .into_iter()
+                .filter(|s| !still_sent.contains(&s.point.site))
+                .collect();
             self.discard(&freed);
             return Err(e.into());
         }
         let mut ids = Vec::with_capacity(built.len());
         for s in built {
-            log::debug!("spliced {} at {:#x} by {} (entry {:#x})", s.request.at, s.point.site, s.plan.mechanism, s.entry);
+            log::debug!(
+                "spliced {} at {:#x} by {} (entry {:#x})",
+                s.request.at,
+                s.point.site,
+                s.plan.mechanism,
+                s.entry
+            );
             if let Some(c) = s.component {
                 self.components.acquire(c)?;
             }

@@ -20,7 +20,10 @@ impl<T: Target> Splicer<T> {
             }
         }
         // The trap or jmp is one instruction: no thread can be inside it.
-        let batch: Vec<TextPatch> = ids.iter().map(|id| self.live[id].site_patch.inverse()).collect();
+        let batch: Vec<TextPatch> = ids
+            .iter()
+            .map(|id| self.live[id].site_patch.inverse())
+            .collect();
         self.target.patch_text_live(&batch, &[])?;
         self.retire(ids)
     }
@@ -44,8 +47,13 @@ impl<T: Target> Splicer<T> {
     /// [`Splicer::retire`] when some of the splices' dispatch entries were replaced in place
     /// ([`Splicer::switch`]): `replaced` holds, by site, those entries' final counts; such a
     /// site's entry now belongs to the new splice and stays.
-    pub(super) fn retire_replaced(&mut self, ids: &[SpliceId], replaced: &BTreeMap<u64, TrapHits>) -> Result<Vec<Hits>, SpliceError> {
-        let taken: Vec<Box<LiveSplice>> = ids.iter().filter_map(|id| self.live.remove(id)).collect();
+    pub(super) fn retire_replaced(
+        &mut self,
+        ids: &[SpliceId],
+        replaced: &BTreeMap<u64, TrapHits>,
+    ) -> Result<Vec<Hits>, SpliceError> {
+        let taken: Vec<Box<LiveSplice>> =
+            ids.iter().filter_map(|id| self.live.remove(id)).collect();
         // The dispatcher's counters go with the dispatch entries: read them now. No trap is
         // still on its way into the dispatcher: the text was written with every CPU stopped, and
         // a CPU is stopped only outside the dispatcher (it runs with interrupts off). The
@@ -53,25 +61,51 @@ impl<T: Target> Splicer<T> {
         // still on its way through a trampoline counts its hit after the text is restored.
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
         let swapped = |s: &LiveSplice| s.dispatch.is_some_and(|d| replaced.contains_key(&d.site));
-        let now: Vec<usize> = (0..taken.len()).filter(|&i| by_dispatcher && taken[i].dispatch.is_some() && !swapped(&taken[i])).collect();
+        let now: Vec<usize> = (0..taken.len())
+            .filter(|&i| by_dispatcher && taken[i].dispatch.is_some() && !swapped(&taken[i]))
+            .collect();
         let mut counted: Vec<Option<Hits>> = vec![None; taken.len()];
-        for (&i, h) in now.iter().zip(self.hits_of(now.iter().map(|&i| &*taken[i]))) {
+        for (&i, h) in now
+            .iter()
+            .zip(self.hits_of(now.iter().map(|&i| &*taken[i])))
+        {
             counted[i] = Some(h);
         }
         for (i, s) in taken.iter().enumerate() {
-            if let Some(h) = s.dispatch.and_then(|d| replaced.get(&d.site)).filter(|_| by_dispatcher) {
-                counted[i] = Some(Hits { hits: h.hits, missed: h.missed });
+            if let Some(h) = s
+                .dispatch
+                .and_then(|d| replaced.get(&d.site))
+                .filter(|_| by_dispatcher)
+            {
+                counted[i] = Some(Hits {
+                    hits: h.hits,
+                    missed: h.missed,
+                });
             }
         }
-        let sites: Vec<u64> = taken.iter().filter(|s| !swapped(s)).filter_map(|s| s.dispatch.map(|d| d.site)).collect();
+        let sites: Vec<u64> = taken
+            .iter()
+            .filter(|s| !swapped(s))
+            .filter_map(|s| s.dispatch.map(|d| d.site))
+            .collect();
         if !sites.is_empty() {
             self.target.remove_dispatch(&sites)?;
         }
         // A replaced function's original trampoline now goes to the function itself, unless a
         // new splice of the same function (set when it was built) holds the slot.
-        let still_replaced: HashSet<u64> =
-            self.live.values().filter(|s| matches!(s.request.action, Action::Replace { .. })).map(|s| s.point.function.addr).collect();
-        self.set_orig_slots(taken.iter().map(|s| &**s).filter(|s| !still_replaced.contains(&s.point.function.addr)), false);
+        let still_replaced: HashSet<u64> = self
+            .live
+            .values()
+            .filter(|s| matches!(s.request.action, Action::Replace { .. }))
+            .map(|s| s.point.function.addr)
+            .collect();
+        self.set_orig_slots(
+            taken
+                .iter()
+                .map(|s| &**s)
+                .filter(|s| !still_replaced.contains(&s.point.function.addr)),
+            false,
+        );
         self.finish_removal(taken, counted)
     }
 
@@ -83,9 +117,15 @@ impl<T: Target> Splicer<T> {
                 return Err(SpliceError::UnknownSplice(id.0));
             }
         }
-        let (taken, counted): (Vec<Box<LiveSplice>>, Vec<Option<Hits>>) =
-            ids.iter().filter_map(|id| self.retiring.remove(id)).map(|r| (r.splice, r.hits)).unzip();
-        log::debug!("finishing the removal of {} retiring splice(s)", taken.len());
+        let (taken, counted): (Vec<Box<LiveSplice>>, Vec<Option<Hits>>) = ids
+            .iter()
+            .filter_map(|id| self.retiring.remove(id))
+            .map(|r| (r.splice, r.hits))
+            .unzip();
+        log::debug!(
+            "finishing the removal of {} retiring splice(s)",
+            taken.len()
+        );
         self.finish_removal(taken, counted)
     }
 
@@ -95,16 +135,31 @@ impl<T: Target> Splicer<T> {
     /// splices become retiring and the error says so: running the removal again finishes it.
     // Boxed as in `live` and `retiring`: the splices move between them without copies.
     #[allow(clippy::vec_box)]
-    fn finish_removal(&mut self, taken: Vec<Box<LiveSplice>>, counted: Vec<Option<Hits>>) -> Result<Vec<Hits>, SpliceError> {
+    fn finish_removal(
+        &mut self,
+        taken: Vec<Box<LiveSplice>>,
+        counted: Vec<Option<Hits>>,
+    ) -> Result<Vec<Hits>, SpliceError> {
         let mut ranges = Vec::with_capacity(2 * taken.len());
         for s in &taken {
             s.add_ranges(&mut ranges);
         }
         if let Err(e) = self.wait_quiescent(&taken, &ranges) {
-            log::debug!("{} splice(s) left retiring: {}", taken.len(), trapvec::error_chain(&e));
+            log::debug!(
+                "{} splice(s) left retiring: {}",
+                taken.len(),
+                trapvec::error_chain(&e)
+            );
             let e = match e {
                 e @ SpliceError::Retiring { .. } => e,
-                e => SpliceError::Retiring { at: taken.iter().map(|s| s.request.at.as_str()).collect::<Vec<_>>().join(", "), reason: trapvec::error_chain(&e) },
+                e => SpliceError::Retiring {
+                    at: taken
+                        .iter()
+                        .map(|s| s.request.at.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    reason: trapvec::error_chain(&e),
+                },
             };
             for (splice, hits) in taken.into_iter().zip(counted) {
                 self.retiring.insert(splice.id, Retiring { splice, hits });
@@ -113,9 +168,17 @@ impl<T: Target> Splicer<T> {
         }
         // Return points: no thread can start their entry half any more; give their slots back,
         // which waits for threads in their return handlers (before the components go).
-        let drained = taken.iter().filter_map(|s| s.ret.as_ref().map(|slot| (s, slot))).try_for_each(|(s, slot)| {
-            self.target.free_return_slot(slot).map_err(|e| SpliceError::Retiring { at: s.request.at.clone(), reason: trapvec::error_chain(&e) })
-        });
+        let drained = taken
+            .iter()
+            .filter_map(|s| s.ret.as_ref().map(|slot| (s, slot)))
+            .try_for_each(|(s, slot)| {
+                self.target
+                    .free_return_slot(slot)
+                    .map_err(|e| SpliceError::Retiring {
+                        at: s.request.at.clone(),
+                        reason: trapvec::error_chain(&e),
+                    })
+            });
         if let Err(e) = drained {
             for (splice, hits) in taken.into_iter().zip(counted) {
                 self.retiring.insert(splice.id, Retiring { splice, hits });
@@ -124,10 +187,16 @@ impl<T: Target> Splicer<T> {
         }
         let later: Vec<usize> = (0..taken.len()).filter(|&i| counted[i].is_none()).collect();
         let mut hits: Vec<Hits> = counted.iter().map(|h| h.unwrap_or_default()).collect();
-        for (&i, h) in later.iter().zip(self.hits_of(later.iter().map(|&i| &*taken[i]))) {
+        for (&i, h) in later
+            .iter()
+            .zip(self.hits_of(later.iter().map(|&i| &*taken[i])))
+        {
             hits[i] = h;
         }
-        let springboards: Vec<TextPatch> = taken.iter().filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse)).collect();
+        let springboards: Vec<TextPatch> = taken
+            .iter()
+            .filter_map(|s| s.springboard_patch.as_ref().map(TextPatch::inverse))
+            .collect();
         if !springboards.is_empty() {
             self.target.patch_text_live(&springboards, &[])?;
         }
@@ -150,9 +219,16 @@ impl<T: Target> Splicer<T> {
     /// one scan of the ranges that finds no thread, that no thread was inside a handler and that
     /// no thread entered a trampoline (the entry counters did not move): a thread entering during
     /// the scan moves a counter; one in the trampoline's prefix or tail is seen by the scan.
-    fn wait_quiescent(&mut self, taken: &[Box<LiveSplice>], ranges: &[(u64, u64)]) -> Result<(), SpliceError> {
+    fn wait_quiescent(
+        &mut self,
+        taken: &[Box<LiveSplice>],
+        ranges: &[(u64, u64)],
+    ) -> Result<(), SpliceError> {
         // Per splice: its hit counter, then its in-flight counter.
-        let addrs: Vec<u64> = taken.iter().flat_map(|s| [s.hits_addr(), s.inflight_addr()]).collect();
+        let addrs: Vec<u64> = taken
+            .iter()
+            .flat_map(|s| [s.hits_addr(), s.inflight_addr()])
+            .collect();
         let start = std::time::Instant::now();
         loop {
             let before = read_words(&self.target, &addrs);
@@ -169,7 +245,10 @@ impl<T: Target> Splicer<T> {
                         ),
                         _ => format!("a thread is still inside the handler of {} (trampoline block at {:#x}) after {waited:?}", s.request.at, s.code.addr),
                     };
-                    return Err(SpliceError::Retiring { at: s.request.at.clone(), reason: msg });
+                    return Err(SpliceError::Retiring {
+                        at: s.request.at.clone(),
+                        reason: msg,
+                    });
                 }
                 std::thread::sleep(std::time::Duration::from_micros(100));
                 continue;

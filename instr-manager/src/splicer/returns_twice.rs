@@ -16,11 +16,20 @@
 pub(super) fn returns_twice(name: &str) -> Option<&'static str> {
     // A versioned name (`vfork@GLIBC_2.2.5`) is the function it names.
     let base = name.split('@').next().unwrap_or(name);
-    let bare = ["__x", "__", "_"].iter().find_map(|p| base.strip_prefix(p)).unwrap_or(base);
+    let bare = ["__x", "__", "_"]
+        .iter()
+        .find_map(|p| base.strip_prefix(p))
+        .unwrap_or(base);
     match bare {
-        "setjmp" | "sigsetjmp" | "qsetjmp" => Some("it returns again at every longjmp to the context it saved"),
-        "getcontext" | "savectx" => Some("it returns again at every setcontext to the context it saved"),
-        "vfork" => Some("its child returns through the parent's own stack frame before the parent does"),
+        "setjmp" | "sigsetjmp" | "qsetjmp" => {
+            Some("it returns again at every longjmp to the context it saved")
+        }
+        "getcontext" | "savectx" => {
+            Some("it returns again at every setcontext to the context it saved")
+        }
+        "vfork" => {
+            Some("its child returns through the parent's own stack frame before the parent does")
+        }
         _ => None,
     }
 }
@@ -31,10 +40,31 @@ mod tests {
 
     #[test]
     fn setjmp_getcontext_and_vfork_under_any_prefix_return_twice_and_their_neighbours_do_not() {
-        for n in ["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp", "getcontext", "vfork", "__vfork", "savectx", "__xsetjmp", "vfork@GLIBC_2.2.5"] {
+        for n in [
+            "setjmp",
+            "_setjmp",
+            "__sigsetjmp",
+            "sigsetjmp",
+            "getcontext",
+            "vfork",
+            "__vfork",
+            "savectx",
+            "__xsetjmp",
+            "vfork@GLIBC_2.2.5",
+        ] {
             assert!(returns_twice(n).is_some(), "{n}");
         }
-        for n in ["longjmp", "_longjmp", "siglongjmp", "setcontext", "swapcontext", "fork", "setjmp_helper", "my_vfork", "___setjmp"] {
+        for n in [
+            "longjmp",
+            "_longjmp",
+            "siglongjmp",
+            "setcontext",
+            "swapcontext",
+            "fork",
+            "setjmp_helper",
+            "my_vfork",
+            "___setjmp",
+        ] {
             assert_eq!(returns_twice(n), None, "{n}");
         }
     }

@@ -28,18 +28,42 @@ pub const STATE_VERSION: u32 = 1;
 pub enum StateError {
     #[error("the saved state is not a valid splicer state")]
     Decode(#[from] serde_json::Error),
-    #[error("the saved state has format version {found}; this program reads version {STATE_VERSION}")]
+    #[error(
+        "the saved state has format version {found}; this program reads version {STATE_VERSION}"
+    )]
     Version { found: u32 },
     #[error("saved splice `{at}` (site {site:#x}) has no dispatch entry in the target: the state does not describe this target")]
     MissingDispatch { at: String, site: u64 },
     #[error("saved splice `{at}` (site {site:#x}): the target's dispatch entry goes to {found_dest:#x} (handler {found_handler:#x}), the state says {dest:#x} (handler {handler:#x})")]
-    DispatchDiffers { at: String, site: u64, dest: u64, handler: u64, found_dest: u64, found_handler: u64 },
+    DispatchDiffers {
+        at: String,
+        site: u64,
+        dest: u64,
+        handler: u64,
+        found_dest: u64,
+        found_handler: u64,
+    },
     #[error("saved splice `{at}`: {what} at {addr:#x} holds {found}, not the patched bytes {expected}: the text was changed behind trapvec's back")]
-    TextDiffers { at: String, what: &'static str, addr: u64, expected: String, found: String },
+    TextDiffers {
+        at: String,
+        what: &'static str,
+        addr: u64,
+        expected: String,
+        found: String,
+    },
     #[error("saved retiring splice `{at}`: the site {addr:#x} holds {found}, not its original bytes {expected}: the text was changed behind trapvec's back")]
-    RetiringTextDiffers { at: String, addr: u64, expected: String, found: String },
+    RetiringTextDiffers {
+        at: String,
+        addr: u64,
+        expected: String,
+        found: String,
+    },
     #[error("saved component `{name}`")]
-    Component { name: String, #[source] source: Box<ComponentError> },
+    Component {
+        name: String,
+        #[source]
+        source: Box<ComponentError>,
+    },
     #[error("checking the saved state against the target")]
     Target(#[from] TargetError),
 }
@@ -93,12 +117,22 @@ impl<T: Target> Splicer<T> {
         }
         let saved: SavedState = serde_json::from_slice(state)?;
         if saved.version != STATE_VERSION {
-            return Err(StateError::Version { found: saved.version });
+            return Err(StateError::Version {
+                found: saved.version,
+            });
         }
         check_against_target(&target, &saved)?;
-        let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved.splices.into_iter().map(|s| (s.id, Box::new(s))).collect();
+        let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved
+            .splices
+            .into_iter()
+            .map(|s| (s.id, Box::new(s)))
+            .collect();
         let orig: HashMap<String, OrigStub> = saved.orig.into_iter().collect();
-        let retiring: BTreeMap<SpliceId, Retiring> = saved.retiring.into_iter().map(|r| (r.splice.id, r)).collect();
+        let retiring: BTreeMap<SpliceId, Retiring> = saved
+            .retiring
+            .into_iter()
+            .map(|r| (r.splice.id, r))
+            .collect();
         log::debug!(
             "state restored: {} component(s), {} splice(s), {} retiring, {} original trampoline(s)",
             saved.components.iter().count(),
@@ -122,13 +156,17 @@ impl<T: Target> Splicer<T> {
 /// The checks of [`Splicer::import_state`].
 fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(), StateError> {
     if let Some(listed) = target.dispatch_entries() {
-        let listed: HashMap<u64, DispatchEntry> = listed?.into_iter().map(|e| (e.site, e)).collect();
+        let listed: HashMap<u64, DispatchEntry> =
+            listed?.into_iter().map(|e| (e.site, e)).collect();
         let mut ours = HashSet::new();
         for s in &saved.splices {
             let Some(want) = s.dispatch else { continue };
             ours.insert(want.site);
             let at = s.request.at.clone();
-            let got = listed.get(&want.site).ok_or(StateError::MissingDispatch { at: at.clone(), site: want.site })?;
+            let got = listed.get(&want.site).ok_or(StateError::MissingDispatch {
+                at: at.clone(),
+                site: want.site,
+            })?;
             if *got != want {
                 return Err(StateError::DispatchDiffers {
                     at,
@@ -172,7 +210,8 @@ fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(),
         }
     }
     for s in &saved.splices {
-        let patches = std::iter::once(("the site", &s.site_patch)).chain(s.springboard_patch.as_ref().map(|p| ("the springboard", p)));
+        let patches = std::iter::once(("the site", &s.site_patch))
+            .chain(s.springboard_patch.as_ref().map(|p| ("the springboard", p)));
         for (what, p) in patches {
             let found = target.read(p.addr, p.new.len())?;
             if found != p.new {
@@ -187,7 +226,13 @@ fn check_against_target<T: Target>(target: &T, saved: &SavedState) -> Result<(),
         }
     }
     for c in saved.components.iter() {
-        saved.components.verify(target, c.id).map_err(|e| StateError::Component { name: c.name.clone(), source: Box::new(e) })?;
+        saved
+            .components
+            .verify(target, c.id)
+            .map_err(|e| StateError::Component {
+                name: c.name.clone(),
+                source: Box::new(e),
+            })?;
     }
     Ok(())
 }

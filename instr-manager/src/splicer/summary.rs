@@ -79,14 +79,20 @@ pub struct DisplacedText {
 impl DisplacedText {
     /// The (not yet formatted) text of `plan`'s displaced instructions.
     pub fn of(plan: &Plan) -> Self {
-        DisplacedText { instrs: plan.displaced.iter().map(|i| i.instr).collect(), text: OnceLock::new() }
+        DisplacedText {
+            instrs: plan.displaced.iter().map(|i| i.instr).collect(),
+            text: OnceLock::new(),
+        }
     }
 
     /// A copy (formatted or not, as this one is).
     pub fn duplicate(&self) -> Self {
         match self.text.get() {
             Some(t) => DisplacedText::from(t.clone()),
-            None => DisplacedText { instrs: self.instrs.clone(), text: OnceLock::new() },
+            None => DisplacedText {
+                instrs: self.instrs.clone(),
+                text: OnceLock::new(),
+            },
         }
     }
 
@@ -97,7 +103,10 @@ impl DisplacedText {
 
 impl From<String> for DisplacedText {
     fn from(text: String) -> Self {
-        DisplacedText { instrs: Vec::new(), text: OnceLock::from(text) }
+        DisplacedText {
+            instrs: Vec::new(),
+            text: OnceLock::from(text),
+        }
     }
 }
 
@@ -168,19 +177,37 @@ mod tests {
 
     fn summary() -> PlanSummary {
         // push rbp; mov rbp,rsp; lea eax,[rdi+1]; pop rbp; ret
-        let func = analyze_function("f", 0x1000, &[0x55, 0x48, 0x89, 0xE5, 0x8D, 0x47, 0x01, 0x5D, 0xC3]).unwrap();
+        let func = analyze_function(
+            "f",
+            0x1000,
+            &[0x55, 0x48, 0x89, 0xE5, 0x8D, 0x47, 0x01, 0x5D, 0xC3],
+        )
+        .unwrap();
         let info = crate::plan::tests::user();
         let read = |_: u64, _: usize| None;
-        let input = PlanInput { func: &func, info: &info, read: &read, symbols: &SymbolTable::default(), busy: &|_, _| false, trampoline_near: None };
+        let input = PlanInput {
+            func: &func,
+            info: &info,
+            read: &read,
+            symbols: &SymbolTable::default(),
+            busy: &|_, _| false,
+            trampoline_near: None,
+        };
         PlanSummary::of(&plan_trap(&input, 0x1000).unwrap())
     }
 
     #[test]
     fn displaced_text_is_formatted_on_first_read_as_the_plan_formats_it() {
         let s = summary();
-        assert!(s.displaced_text.text.get().is_none(), "nothing formatted while building the summary");
+        assert!(
+            s.displaced_text.text.get().is_none(),
+            "nothing formatted while building the summary"
+        );
         assert_eq!(s.displaced_text, "push rbp; mov rbp, rsp");
-        assert_eq!(s.displaced_text.text.get().map(String::as_str), Some("push rbp; mov rbp, rsp"));
+        assert_eq!(
+            s.displaced_text.text.get().map(String::as_str),
+            Some("push rbp; mov rbp, rsp")
+        );
     }
 
     #[test]
@@ -201,6 +228,9 @@ mod tests {
         assert_eq!(json["displaced_text"], "push rbp; mov rbp, rsp");
         let back: PlanSummary = serde_json::from_value(json).unwrap();
         assert_eq!(back, s);
-        assert_eq!(format!("{:?}", back.displaced_text), "\"push rbp; mov rbp, rsp\"");
+        assert_eq!(
+            format!("{:?}", back.displaced_text),
+            "\"push rbp; mov rbp, rsp\""
+        );
     }
 }

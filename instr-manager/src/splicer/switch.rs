@@ -40,29 +40,54 @@ impl<T: Target> Splicer<T> {
     /// ids (in the order of `add`) and the removed splices' final hit counts. A point of `add`
     /// whose site one of `remove`'s holds changes hands in place when both are traps (see the
     /// module docs); otherwise it is refused ([`SpliceError::AlreadySpliced`]).
-    pub fn switch(&mut self, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<(Vec<SpliceId>, Vec<Hits>), SpliceError> {
+    pub fn switch(
+        &mut self,
+        remove: &[SpliceId],
+        add: &[SpliceRequest],
+    ) -> Result<(Vec<SpliceId>, Vec<Hits>), SpliceError> {
         for id in remove {
             if !self.live.contains_key(id) {
                 return Err(SpliceError::UnknownSplice(id.0));
             }
         }
         if add.is_empty() {
-            let hits = if remove.is_empty() { Vec::new() } else { self.remove(remove)? };
+            let hits = if remove.is_empty() {
+                Vec::new()
+            } else {
+                self.remove(remove)?
+            };
             return Ok((Vec::new(), hits));
         }
         let changing = self.changing_hands(remove, add)?;
-        if let Some(&(i, old)) = changing.iter().find(|&&(i, old)| !self.in_place(&self.live[&old], &add[i])) {
+        if let Some(&(i, old)) = changing
+            .iter()
+            .find(|&&(i, old)| !self.in_place(&self.live[&old], &add[i]))
+        {
             let other = &self.live[&old];
-            return Err(SpliceError::AlreadySpliced { at: add[i].at.clone(), site: other.point.site, other: other.request.at.clone() });
+            return Err(SpliceError::AlreadySpliced {
+                at: add[i].at.clone(),
+                site: other.point.site,
+                other: other.request.at.clone(),
+            });
         }
         // Plan against the live set without the splices that go (their text is freed by the
         // same batch), their sites read as they were before them; then put them back whatever
         // planning said.
-        let leaving: Vec<Box<LiveSplice>> = remove.iter().map(|id| self.live.remove(id).expect("checked above")).collect();
+        let leaving: Vec<Box<LiveSplice>> = remove
+            .iter()
+            .map(|id| self.live.remove(id).expect("checked above"))
+            .collect();
         let mut cache = BatchCache::default();
-        cache.keep_originals(leaving.iter().flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())));
+        cache.keep_originals(
+            leaving
+                .iter()
+                .flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())),
+        );
         cache.keep_trap_windows(
-            leaving.iter().filter(|s| changing.iter().any(|&(_, old)| old == s.id)).map(|s| (s.plan.site, s.plan.displaced_len)),
+            leaving
+                .iter()
+                .filter(|s| changing.iter().any(|&(_, old)| old == s.id))
+                .map(|s| (s.plan.site, s.plan.displaced_len)),
         );
         let planned = self.plan_batch(add, &mut cache);
         for s in &leaving {
@@ -74,8 +99,13 @@ impl<T: Target> Splicer<T> {
         // In place means the same bytes at the site: the trap over the same original bytes.
         for &(i, old) in &changing {
             let (new, old) = (&built[i], &self.live[&old]);
-            if new.site_patch != old.site_patch || new.dispatch.is_none() || old.dispatch.is_none() {
-                let e = SpliceError::AlreadySpliced { at: new.request.at.clone(), site: old.point.site, other: old.request.at.clone() };
+            if new.site_patch != old.site_patch || new.dispatch.is_none() || old.dispatch.is_none()
+            {
+                let e = SpliceError::AlreadySpliced {
+                    at: new.request.at.clone(),
+                    site: old.point.site,
+                    other: old.request.at.clone(),
+                };
                 self.discard(&built);
                 return Err(e);
             }
@@ -83,7 +113,11 @@ impl<T: Target> Splicer<T> {
         let in_place: BTreeSet<u64> = changing.iter().map(|&(i, _)| built[i].point.site).collect();
         let n_built = built.len();
         let (ids, replaced) = self.publish(built, &leaving, &in_place)?;
-        log::debug!("switch: {} splice(s) out, {n_built} in ({} in place), one text batch", leaving.len(), in_place.len());
+        log::debug!(
+            "switch: {} splice(s) out, {n_built} in ({} in place), one text batch",
+            leaving.len(),
+            in_place.len()
+        );
         let hits = self.retire_replaced(remove, &replaced)?;
         Ok((ids, hits))
     }
@@ -91,7 +125,11 @@ impl<T: Target> Splicer<T> {
     /// Which splices of `remove` sit at a site a request of `add` takes over, and how each
     /// would change hands ([`Handovers`]). Resolves `add`'s points (the first that does not
     /// resolve is the error); changes nothing. With nothing to remove nothing is resolved.
-    pub fn handovers(&self, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<Handovers, SpliceError> {
+    pub fn handovers(
+        &self,
+        remove: &[SpliceId],
+        add: &[SpliceRequest],
+    ) -> Result<Handovers, SpliceError> {
         let mut out = Handovers::default();
         for (i, old) in self.changing_hands(remove, add)? {
             match self.in_place(&self.live[&old], &add[i]) {
@@ -104,8 +142,15 @@ impl<T: Target> Splicer<T> {
 
     /// `(index in add, splice of remove)` for each request of `add` at a site a splice of
     /// `remove` holds.
-    fn changing_hands(&self, remove: &[SpliceId], add: &[SpliceRequest]) -> Result<Vec<(usize, SpliceId)>, SpliceError> {
-        let leaving: Vec<&LiveSplice> = remove.iter().filter_map(|id| self.live.get(id).map(|s| &**s)).collect();
+    fn changing_hands(
+        &self,
+        remove: &[SpliceId],
+        add: &[SpliceRequest],
+    ) -> Result<Vec<(usize, SpliceId)>, SpliceError> {
+        let leaving: Vec<&LiveSplice> = remove
+            .iter()
+            .filter_map(|id| self.live.get(id).map(|s| &**s))
+            .collect();
         if leaving.is_empty() {
             return Ok(Vec::new());
         }
@@ -122,6 +167,9 @@ impl<T: Target> Splicer<T> {
     /// Can `new` take `old`'s site over in place: both traps with dispatch entries, on a target
     /// that swaps entries.
     fn in_place(&self, old: &LiveSplice, new: &SpliceRequest) -> bool {
-        self.target.replaces_dispatch() && old.plan.mechanism == Mechanism::Trap && old.dispatch.is_some() && new.mechanism == Mechanism::Trap
+        self.target.replaces_dispatch()
+            && old.plan.mechanism == Mechanism::Trap
+            && old.dispatch.is_some()
+            && new.mechanism == Mechanism::Trap
     }
 }

@@ -18,7 +18,10 @@ fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
 }
 
 fn mnemonics(bytes: &[u8], ip: u64) -> Vec<Mnemonic> {
-    Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).into_iter().map(|i| i.mnemonic()).collect()
+    Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE)
+        .into_iter()
+        .map(|i| i.mnemonic())
+        .collect()
 }
 
 #[test]
@@ -42,7 +45,10 @@ fn kernel_count_splice_is_a_handlerless_dispatch_entry_to_the_replay() {
     k.state().hits.insert(f + 5, 7);
     assert_eq!(sp.hits(id).unwrap().hits, 7, "the dispatcher's counter");
     let final_hits = sp.remove(&[id]).unwrap();
-    assert_eq!(final_hits[0].hits, 7, "read before the dispatch entry (and its counter) went away");
+    assert_eq!(
+        final_hits[0].hits, 7,
+        "read before the dispatch entry (and its counter) went away"
+    );
     assert_eq!(k.text(f, 32), FUNC);
     assert_eq!(k.live_blocks(), 0);
 }
@@ -57,7 +63,18 @@ fn jmp_count_splice_counts_between_pushfq_and_popfq_then_replays() {
     assert_eq!(k.text(f + 5, 1), [0xE9], "jmp rel32 over push/mov/mov");
     let code = k.text(entry, 32);
     let m = mnemonics(&code, entry);
-    assert_eq!(m[..7], [Mnemonic::Pushfq, Mnemonic::Inc, Mnemonic::Popfq, Mnemonic::Push, Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Jmp]);
+    assert_eq!(
+        m[..7],
+        [
+            Mnemonic::Pushfq,
+            Mnemonic::Inc,
+            Mnemonic::Popfq,
+            Mnemonic::Push,
+            Mnemonic::Mov,
+            Mnemonic::Mov,
+            Mnemonic::Jmp
+        ]
+    );
     assert_eq!(code[1], 0xF0, "the increment is locked");
     sp.remove(&[id]).unwrap();
     assert_eq!(k.text(f, 32), FUNC);
@@ -69,13 +86,22 @@ fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
     let f = func_addr("f3");
     k.state().refuse.insert(f + 5, SiteRefusal::Extable);
     let mut sp = Splicer::new(k.clone());
-    let err = sp.apply(&[count("f0", Mechanism::Trap), count("f3", Mechanism::Trap)]).unwrap_err();
+    let err = sp
+        .apply(&[count("f0", Mechanism::Trap), count("f3", Mechanism::Trap)])
+        .unwrap_err();
     let msg = trapvec::error_chain(&err);
     assert!(msg.starts_with("f3: "), "{msg}");
     assert!(msg.contains("exception-table"), "{msg}");
-    assert_eq!(k.live_blocks(), 0, "refused while planning: nothing allocated");
+    assert_eq!(
+        k.live_blocks(),
+        0,
+        "refused while planning: nothing allocated"
+    );
     assert_eq!(k.state().batches, 0);
-    assert!(k.state().checked.contains(&(f + 5, 4)), "the whole displaced window is checked");
+    assert!(
+        k.state().checked.contains(&(f + 5, 4)),
+        "the whole displaced window is checked"
+    );
 }
 
 #[test]
@@ -84,12 +110,25 @@ fn an_armed_kprobe_is_planned_through_and_refused_by_the_target_naming_it() {
     let f = func_addr("f1");
     // A kprobe's int3 over `push rbp` at f1+5, which the target's check refuses as the module does.
     k.state().probed.insert(f + 5);
-    k.state().refuse.insert(f + 5, SiteRefusal::Kprobe { at: f + 5, place: "f1+5".into() });
-    assert_eq!(k.read(f + 5, 1).unwrap(), [0xCC], "the live text shows the probe");
+    k.state().refuse.insert(
+        f + 5,
+        SiteRefusal::Kprobe {
+            at: f + 5,
+            place: "f1+5".into(),
+        },
+    );
+    assert_eq!(
+        k.read(f + 5, 1).unwrap(),
+        [0xCC],
+        "the live text shows the probe"
+    );
     let mut sp = Splicer::new(k.clone());
     let err = sp.apply(&[count("f1+5", Mechanism::Trap)]).unwrap_err();
     let msg = trapvec::error_chain(&err);
-    assert!(msg.contains("a kprobe is registered at f1+5: remove it first"), "{msg}");
+    assert!(
+        msg.contains("a kprobe is registered at f1+5: remove it first"),
+        "{msg}"
+    );
     // Behind the probe the boundaries are the function's own: f1+6 is `mov rbp, rsp`.
     let id = sp.apply(&[count("f1+6", Mechanism::Trap)]).unwrap()[0];
     assert_eq!(sp.get(id).unwrap().plan.displaced_text, "mov rbp, rsp");
@@ -99,7 +138,9 @@ fn an_armed_kprobe_is_planned_through_and_refused_by_the_target_naming_it() {
 #[test]
 fn best_effort_applies_what_validates_and_names_each_refusal() {
     let k = FakeKernel::new();
-    k.state().refuse.insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
+    k.state()
+        .refuse
+        .insert(func_addr("f1") + 5, SiteRefusal::NoinstrText);
     let mut sp = Splicer::new(k.clone());
     let requests = [
         count("f0", Mechanism::Trap),
@@ -108,17 +149,37 @@ fn best_effort_applies_what_validates_and_names_each_refusal() {
         count("f2+7", Mechanism::Trap),
         count("f2", Mechanism::Trap),
         count("f2", Mechanism::Trap),
-        SpliceRequest { at: "f3".into(), action: Action::Call { handler: "absent".into(), cookie: 0 }, mechanism: Mechanism::Trap, options: Default::default() },
+        SpliceRequest {
+            at: "f3".into(),
+            action: Action::Call {
+                handler: "absent".into(),
+                cookie: 0,
+            },
+            mechanism: Mechanism::Trap,
+            options: Default::default(),
+        },
     ];
     let r = sp.apply_best_effort(&requests).unwrap();
     let applied: Vec<usize> = r.applied.iter().map(|a| a.0).collect();
     assert_eq!(applied, [0, 4]);
-    let refused: BTreeMap<usize, String> = r.refused.iter().map(|(i, e)| (*i, trapvec::error_chain(e))).collect();
+    let refused: BTreeMap<usize, String> = r
+        .refused
+        .iter()
+        .map(|(i, e)| (*i, trapvec::error_chain(e)))
+        .collect();
     assert_eq!(refused.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 5, 6]);
     assert!(refused[&1].contains("noinstr"), "{}", refused[&1]);
     assert!(refused[&2].contains("nosuch"), "{}", refused[&2]);
-    assert!(refused[&3].contains("not an instruction boundary"), "{}", refused[&3]);
-    assert!(matches!(r.refused[3].1, SpliceError::AlreadySpliced { .. }), "{}", refused[&5]);
+    assert!(
+        refused[&3].contains("not an instruction boundary"),
+        "{}",
+        refused[&3]
+    );
+    assert!(
+        matches!(r.refused[3].1, SpliceError::AlreadySpliced { .. }),
+        "{}",
+        refused[&5]
+    );
     assert!(refused[&6].contains("absent"), "{}", refused[&6]);
     assert_eq!(k.state().batches, 1, "one batch for all that validated");
     assert_eq!(k.text(func_addr("f1"), 32), FUNC);
@@ -130,7 +191,11 @@ fn find_takes_the_point_as_written_the_function_or_the_site_address() {
     let mut sp = Splicer::new(k);
     let id = sp.apply(&[count("f1+0x5", Mechanism::Trap)]).unwrap()[0];
     assert_eq!(sp.find("f1+0x5"), Some(id));
-    assert_eq!(sp.find("f1"), Some(id), "the entry resolves past the ftrace NOP");
+    assert_eq!(
+        sp.find("f1"),
+        Some(id),
+        "the entry resolves past the ftrace NOP"
+    );
     assert_eq!(sp.find(&format!("{:#x}", func_addr("f1") + 5)), Some(id));
     assert_eq!(sp.find("f2"), None);
     assert_eq!(sp.find("f1+6"), None);
@@ -140,7 +205,9 @@ fn find_takes_the_point_as_written_the_function_or_the_site_address() {
 fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
     let k = FakeKernel::new();
     let mut first = Splicer::new(k.clone());
-    let ids = first.apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)]).unwrap();
+    let ids = first
+        .apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)])
+        .unwrap();
     let state = first.export_state();
     let json: serde_json::Value = serde_json::from_slice(&state).unwrap();
     assert_eq!(json["version"], 1);
@@ -150,7 +217,11 @@ fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
 
     let mut second = Splicer::import_state(k.clone(), &state).unwrap();
     assert_eq!(second.live().map(|s| s.id).collect::<Vec<_>>(), ids);
-    assert_eq!(second.export_state(), state, "export after import is the same state");
+    assert_eq!(
+        second.export_state(),
+        state,
+        "export after import is the same state"
+    );
     let more = second.apply(&[count("f3", Mechanism::Trap)]).unwrap();
     assert!(more[0] > ids[1], "splice ids are not reused");
     second.remove_all().unwrap();
@@ -165,11 +236,22 @@ fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
 fn removal_that_cannot_reach_quiescence_leaves_the_splice_retiring_and_a_later_one_finishes_it() {
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
-    let ids = sp.apply(&[count("f1", Mechanism::Trap), count("f2", Mechanism::Jmp)]).unwrap();
+    let ids = sp
+        .apply(&[count("f1", Mechanism::Trap), count("f2", Mechanism::Jmp)])
+        .unwrap();
     k.state().quiesce_busy = Some("a task is still inside".into());
     let err = sp.remove(&ids).unwrap_err();
-    assert!(matches!(&err, SpliceError::Retiring { at, .. } if at == "f1, f2"), "{err}");
-    assert!(err.to_string().contains("a task is still inside") && err.to_string().contains("run the unsplice (or unload) again"), "{err}");
+    assert!(
+        matches!(&err, SpliceError::Retiring { at, .. } if at == "f1, f2"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("a task is still inside")
+            && err
+                .to_string()
+                .contains("run the unsplice (or unload) again"),
+        "{err}"
+    );
     // The text is restored at once; the dispatch entries are gone; the blocks are kept.
     assert_eq!(k.text(func_addr("f1"), 32), FUNC);
     assert_eq!(k.text(func_addr("f2"), 32), FUNC);
@@ -182,8 +264,14 @@ fn removal_that_cannot_reach_quiescence_leaves_the_splice_retiring_and_a_later_o
     drop(sp);
     let mut later = Splicer::import_state(k.clone(), &state).unwrap();
     assert_eq!(later.find_retiring("f1"), Some(ids[0]));
-    assert_eq!(later.find_retiring(&format!("{:#x}", func_addr("f2") + 5)), Some(ids[1]));
-    assert!(later.finish_retiring(&ids).is_err(), "still busy: still retiring");
+    assert_eq!(
+        later.find_retiring(&format!("{:#x}", func_addr("f2") + 5)),
+        Some(ids[1])
+    );
+    assert!(
+        later.finish_retiring(&ids).is_err(),
+        "still busy: still retiring"
+    );
     assert_eq!(later.retiring().count(), 2);
     k.state().quiesce_busy = None;
     later.finish_retiring(&ids).unwrap();
@@ -202,7 +290,10 @@ fn retiring_splice_whose_site_changed_again_is_refused_in_the_state() {
     let site = func_addr("f1") + 5;
     k.state().memory.insert(site, 0xCD);
     let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(matches!(&err, StateError::RetiringTextDiffers { at, addr, .. } if at == "f1" && *addr == site), "{err}");
+    assert!(
+        matches!(&err, StateError::RetiringTextDiffers { at, addr, .. } if at == "f1" && *addr == site),
+        "{err}"
+    );
 }
 
 #[test]
@@ -222,8 +313,15 @@ fn state_whose_site_bytes_changed_is_refused_naming_the_splice() {
     k.state().memory.insert(site, 0x55);
     k.state().memory.insert(site + 1, 0x48);
     let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(matches!(&err, StateError::TextDiffers { at, addr, .. } if at == "f1" && *addr == site), "{err}");
-    assert!(err.to_string().contains("holds 55 48, not the patched bytes cd f5"), "{err}");
+    assert!(
+        matches!(&err, StateError::TextDiffers { at, addr, .. } if at == "f1" && *addr == site),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("holds 55 48, not the patched bytes cd f5"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -235,8 +333,17 @@ fn state_whose_dispatch_entry_is_gone_or_different_is_refused() {
     let site = func_addr("f1") + 5;
     let entry = k.state().dispatch.remove(&site).unwrap();
     let err = Splicer::import_state(k.clone(), &state).err().unwrap();
-    assert!(matches!(err, StateError::MissingDispatch { site: s, .. } if s == site), "{err}");
-    k.state().dispatch.insert(site, DispatchEntry { dest: entry.dest + 16, ..entry });
+    assert!(
+        matches!(err, StateError::MissingDispatch { site: s, .. } if s == site),
+        "{err}"
+    );
+    k.state().dispatch.insert(
+        site,
+        DispatchEntry {
+            dest: entry.dest + 16,
+            ..entry
+        },
+    );
     let err = Splicer::import_state(k, &state).err().unwrap();
     assert!(matches!(err, StateError::DispatchDiffers { .. }), "{err}");
 }
@@ -247,7 +354,9 @@ fn state_of_another_version_or_garbage_is_refused() {
     let sp = Splicer::new(k.clone());
     let mut json: serde_json::Value = serde_json::from_slice(&sp.export_state()).unwrap();
     json["version"] = 99.into();
-    let err = Splicer::import_state(k.clone(), json.to_string().as_bytes()).err().unwrap();
+    let err = Splicer::import_state(k.clone(), json.to_string().as_bytes())
+        .err()
+        .unwrap();
     assert!(matches!(err, StateError::Version { found: 99 }), "{err}");
     let err = Splicer::import_state(k, b"{not json").err().unwrap();
     assert!(matches!(err, StateError::Decode(_)), "{err}");
@@ -268,7 +377,11 @@ fn component(dir: &std::path::Path) -> std::path::PathBuf {
         .arg(&src)
         .output()
         .expect("running cc");
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     obj
 }
 
@@ -278,8 +391,18 @@ fn state_keeps_components_their_variables_and_references() {
     let obj = component(dir.path());
     let k = FakeKernel::new();
     let mut first = Splicer::new(k.clone());
-    first.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
-    let call = SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_hit".into(), cookie: 9 }, mechanism: Mechanism::Trap, options: Default::default() };
+    first
+        .load_component(&obj, &component_manager::LoadOptions::default())
+        .unwrap();
+    let call = SpliceRequest {
+        at: "f0".into(),
+        action: Action::Call {
+            handler: "probe_hit".into(),
+            cookie: 9,
+        },
+        mechanism: Mechanism::Trap,
+        options: Default::default(),
+    };
     let id = first.apply(&[call]).unwrap()[0];
     first.set_var("probe_limit", 1400, 8).unwrap();
     let state = first.export_state();
@@ -287,24 +410,42 @@ fn state_keeps_components_their_variables_and_references() {
 
     let mut second = Splicer::import_state(k.clone(), &state).unwrap();
     assert_eq!(second.get_var("probe_limit", 8).unwrap(), 1400);
-    let c = second.components().by_name("probe").expect("the component is known");
-    assert_eq!(second.components().get(c).unwrap().refs(), 1, "held by the splice");
+    let c = second
+        .components()
+        .by_name("probe")
+        .expect("the component is known");
+    assert_eq!(
+        second.components().get(c).unwrap().refs(),
+        1,
+        "held by the splice"
+    );
     let d = second.get(id).unwrap().dispatch().unwrap();
-    assert_eq!((d.handler, d.cookie), (second.components().lookup("probe_hit").unwrap().1, 9));
-    assert!(second.unload_component(c).is_err(), "in use by a live splice");
+    assert_eq!(
+        (d.handler, d.cookie),
+        (second.components().lookup("probe_hit").unwrap().1, 9)
+    );
+    assert!(
+        second.unload_component(c).is_err(),
+        "in use by a live splice"
+    );
     second.remove(&[id]).unwrap();
     second.unload_component(c).unwrap();
     assert_eq!(k.live_blocks(), 0);
 
     // A component whose code changed under the saved state is refused by name.
     let mut third = Splicer::new(k.clone());
-    let c = third.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
+    let c = third
+        .load_component(&obj, &component_manager::LoadOptions::default())
+        .unwrap();
     let code = third.components().get(c).unwrap().code_addr;
     let state = third.export_state();
     let byte = k.text(code, 1)[0];
     k.state().memory.insert(code, byte ^ 0xFF);
     let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(matches!(&err, StateError::Component { name, .. } if name == "probe"), "{err}");
+    assert!(
+        matches!(&err, StateError::Component { name, .. } if name == "probe"),
+        "{err}"
+    );
 }
 
 /// Tests of [`Splicer::switch`] over this fake kernel.
@@ -317,23 +458,47 @@ fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_on
     let sp = Splicer::new(k.clone());
     let (f0, f2) = (func_addr("f0"), func_addr("f2"));
     let mut cache = super::batch::BatchCache::default();
-    let requests = [count("f0", Mechanism::Trap), count("f0+0x9", Mechanism::Trap), count("f2", Mechanism::Trap)];
+    let requests = [
+        count("f0", Mechanism::Trap),
+        count("f0+0x9", Mechanism::Trap),
+        count("f2", Mechanism::Trap),
+    ];
     let planned = sp.plan_batch(&requests, &mut cache).unwrap();
     let sites: Vec<u64> = planned.iter().map(|p| p.plan.site).collect();
     assert_eq!(sites, [f0 + 5, f0 + 9, f2 + 5]);
-    assert_eq!(planned[0].site_text.as_deref(), Some(&FUNC[5..7]), "the bytes the trap replaces, as analysed");
+    assert_eq!(
+        planned[0].site_text.as_deref(),
+        Some(&FUNC[5..7]),
+        "the bytes the trap replaces, as analysed"
+    );
     // Besides the entry checks (endbr64 and ftrace site, 9 bytes) at each entry: one read of
     // f0..f2's text, nothing else.
     let entry = crate::point::KERNEL_ENTRY_MAX;
-    let text_reads: Vec<(u64, usize)> = k.state().reads.iter().copied().filter(|r| r.1 > entry).collect();
+    let text_reads: Vec<(u64, usize)> = k
+        .state()
+        .reads
+        .iter()
+        .copied()
+        .filter(|r| r.1 > entry)
+        .collect();
     assert_eq!(text_reads, [(f0, 3 * 32)]);
     // f0 has two points: its analysis is kept and shared; f2's is made anew when asked again.
     let f0_sym = &planned[0].point.function;
     let a = cache.function(&k, "f0", f0_sym).unwrap();
-    assert!(std::rc::Rc::ptr_eq(&a, &cache.function(&k, "f0+0x9", f0_sym).unwrap()));
+    assert!(std::rc::Rc::ptr_eq(
+        &a,
+        &cache.function(&k, "f0+0x9", f0_sym).unwrap()
+    ));
     let f2_sym = &planned[2].point.function;
-    assert!(!std::rc::Rc::ptr_eq(&cache.function(&k, "f2", f2_sym).unwrap(), &cache.function(&k, "f2", f2_sym).unwrap()));
-    assert_eq!(k.state().reads.iter().filter(|r| r.1 > entry).count(), 1, "still from the text read ahead");
+    assert!(!std::rc::Rc::ptr_eq(
+        &cache.function(&k, "f2", f2_sym).unwrap(),
+        &cache.function(&k, "f2", f2_sym).unwrap()
+    ));
+    assert_eq!(
+        k.state().reads.iter().filter(|r| r.1 > entry).count(),
+        1,
+        "still from the text read ahead"
+    );
 }
 
 #[test]
@@ -341,16 +506,25 @@ fn counters_are_read_in_spans_and_word_by_word_where_a_span_is_unreadable() {
     let mut k = FakeKernel::new();
     let a = k.alloc(0, 16, BlockKind::Data).unwrap();
     let b = k.alloc(0, 16, BlockKind::Data).unwrap();
-    k.write(&a, 0, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    k.write(&b, 0, &[3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    k.write(&a, 0, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    k.write(&b, 0, &[3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
     k.state().reads.clear();
     let words = super::batch::read_words(&k, &[b.addr + 8, a.addr, b.addr, a.addr + 8]);
     assert_eq!(words, [4, 1, 3, 2], "in the order asked");
-    assert_eq!(k.state().reads, [(a.addr, 32)], "one read for the four neighbours");
+    assert_eq!(
+        k.state().reads,
+        [(a.addr, 32)],
+        "one read for the four neighbours"
+    );
     // A span over unmapped memory falls back to single words; the unmapped one reads as 0.
     k.state().reads.clear();
     assert_eq!(super::batch::read_words(&k, &[a.addr - 8, a.addr]), [0, 1]);
-    assert_eq!(k.state().reads, [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]);
+    assert_eq!(
+        k.state().reads,
+        [(a.addr - 8, 16), (a.addr - 8, 8), (a.addr, 8)]
+    );
 }
 
 #[test]
@@ -359,16 +533,37 @@ fn handlers_must_be_code_and_variables_data_of_their_size() {
     let obj = component(dir.path());
     let k = FakeKernel::new();
     let mut sp = Splicer::new(k.clone());
-    sp.load_component(&obj, &component_manager::LoadOptions::default()).unwrap();
+    sp.load_component(&obj, &component_manager::LoadOptions::default())
+        .unwrap();
     let bytes_before = k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap();
-    let data_as_handler =
-        SpliceRequest { at: "f0".into(), action: Action::Call { handler: "probe_limit".into(), cookie: 0 }, mechanism: Mechanism::Trap, options: Default::default() };
+    let data_as_handler = SpliceRequest {
+        at: "f0".into(),
+        action: Action::Call {
+            handler: "probe_limit".into(),
+            cookie: 0,
+        },
+        mechanism: Mechanism::Trap,
+        options: Default::default(),
+    };
     let err = sp.apply(&[data_as_handler]).unwrap_err().to_string();
-    assert!(err.contains("probe_limit") && err.contains("not in a code section"), "{err}");
-    assert_eq!(k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap(), bytes_before, "nothing written");
+    assert!(
+        err.contains("probe_limit") && err.contains("not in a code section"),
+        "{err}"
+    );
+    assert_eq!(
+        k.read(k.symbols().lookup("f0").unwrap().addr, 16).unwrap(),
+        bytes_before,
+        "nothing written"
+    );
     let err = sp.set_var("probe_hit", 1, 8).unwrap_err().to_string();
-    assert!(err.contains("probe_hit") && err.contains("not in a data or bss section"), "{err}");
-    assert!(matches!(sp.get_var("no_such_variable", 8), Err(SpliceError::UnknownVariable { .. })));
+    assert!(
+        err.contains("probe_hit") && err.contains("not in a data or bss section"),
+        "{err}"
+    );
+    assert!(matches!(
+        sp.get_var("no_such_variable", 8),
+        Err(SpliceError::UnknownVariable { .. })
+    ));
 }
 
 #[test]
@@ -376,7 +571,9 @@ fn kernel_jmp_at_a_case_label_before_another_takes_a_springboard_not_a_rel32() {
     let k = FakeKernel::new();
     let f = func_addr("f0");
     let table = TEXT + 0x1000;
-    let disp = i32::try_from(i64::from_le_bytes(table.to_le_bytes())).unwrap().to_le_bytes();
+    let disp = i32::try_from(i64::from_le_bytes(table.to_le_bytes()))
+        .unwrap()
+        .to_le_bytes();
     #[rustfmt::skip]
     let code = [
         /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00,                         // nop5 (fentry)
@@ -393,20 +590,39 @@ fn kernel_jmp_at_a_case_label_before_another_takes_a_springboard_not_a_rel32() {
         for (i, b) in code.iter().enumerate() {
             st.memory.insert(f + i as u64, *b);
         }
-        for (i, b) in [f + 0x11, f + 0x13].iter().flat_map(|t| t.to_le_bytes()).enumerate() {
+        for (i, b) in [f + 0x11, f + 0x13]
+            .iter()
+            .flat_map(|t| t.to_le_bytes())
+            .enumerate()
+        {
             st.memory.insert(table + i as u64, b);
         }
     }
     let mut sp = Splicer::new(k.clone());
     // xor (2 bytes) + mov (5 bytes) would cover case 1: no jmp rel32 there, only a jmp rel8 to a
     // springboard in the int3 padding after the function, displacing the xor alone.
-    let ids = sp.apply(&[count("f0+0x11", Mechanism::Jmp), count("f0+0x13", Mechanism::Trap)]).unwrap();
+    let ids = sp
+        .apply(&[
+            count("f0+0x11", Mechanism::Jmp),
+            count("f0+0x13", Mechanism::Trap),
+        ])
+        .unwrap();
     let s = sp.get(ids[0]).unwrap();
-    assert_eq!((s.plan.displaced_text.as_str(), s.plan.displaced_len), ("xor eax, eax", 2));
+    assert_eq!(
+        (s.plan.displaced_text.as_str(), s.plan.displaced_len),
+        ("xor eax, eax", 2)
+    );
     let sb = s.plan.springboard.as_ref().expect("a springboard").addr;
-    assert!(sb >= f + 0x1a && sb + 5 <= f + 32, "springboard {sb:#x} in f0's padding");
+    assert!(
+        sb >= f + 0x1a && sb + 5 <= f + 32,
+        "springboard {sb:#x} in f0's padding"
+    );
     assert_eq!(k.text(f + 0x11, 1), [0xEB]);
-    assert_eq!(k.text(f + 0x13, 2), [0xCD, 0xF5], "a trap at case 1 itself fits");
+    assert_eq!(
+        k.text(f + 0x13, 2),
+        [0xCD, 0xF5],
+        "a trap at case 1 itself fits"
+    );
     sp.remove(&ids).unwrap();
     assert_eq!(k.text(f, code.len()), code);
     assert_eq!(k.live_blocks(), 0);
@@ -421,10 +637,18 @@ fn a_function_is_analysed_as_it_was_before_its_live_splices() {
     // the next instruction's first byte as `in eax, 0x48` and hides `mov rax,rdi` at +9.
     let first = sp.apply(&[count("f1+6", Mechanism::Trap)]).unwrap()[0];
     assert_eq!(k.text(f + 6, 3), [0xCD, 0xF5, 0xE5]);
-    let second = sp.apply(&[count("f1+9", Mechanism::Trap)]).expect("+9 is an instruction of the function as it was");
-    assert_eq!(sp.get(second[0]).unwrap().plan.displaced_text, "mov rax, rdi");
+    let second = sp
+        .apply(&[count("f1+9", Mechanism::Trap)])
+        .expect("+9 is an instruction of the function as it was");
+    assert_eq!(
+        sp.get(second[0]).unwrap().plan.displaced_text,
+        "mov rax, rdi"
+    );
     // The live window itself stays refused.
-    let e = sp.apply(&[count("f1+7", Mechanism::Trap)]).unwrap_err().to_string();
+    let e = sp
+        .apply(&[count("f1+7", Mechanism::Trap)])
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("f1+7"), "{e}");
     sp.remove(&[first, second[0]]).unwrap();
     assert_eq!(k.text(f, 32), FUNC);

@@ -13,36 +13,55 @@
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
 use trapvec::TargetInfo;
 
+use super::emit_replay;
 use crate::error::Refusal;
 use crate::plan::Plan;
-use super::emit_replay;
 
 const WHAT: &str = "the counting trampoline";
 
 /// The counting replay trampoline of `plan` at `addr`, counting into the 8 bytes at `hits`.
-pub(crate) fn emit_counting_replay(addr: u64, hits: u64, plan: &Plan, info: &TargetInfo) -> Result<Vec<u8>, Refusal> {
-    let encode_err = |e: iced_x86::IcedError| Refusal::Encode { what: WHAT, addr, reason: e.to_string() };
+pub(crate) fn emit_counting_replay(
+    addr: u64,
+    hits: u64,
+    plan: &Plan,
+    info: &TargetInfo,
+) -> Result<Vec<u8>, Refusal> {
+    let encode_err = |e: iced_x86::IcedError| Refusal::Encode {
+        what: WHAT,
+        addr,
+        reason: e.to_string(),
+    };
     let rz = i64::from(info.red_zone);
     let rsp_plus = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
     let mut prefix = Vec::with_capacity(5);
     if rz > 0 {
-        prefix.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_plus(-rz)).map_err(encode_err)?);
+        prefix.push(
+            Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_plus(-rz))
+                .map_err(encode_err)?,
+        );
     }
     prefix.push(Instruction::with(Code::Pushfq));
     // iced: with a RIP base the displacement is the absolute target.
-    let counter = MemoryOperand::with_base_displ(Register::RIP, i64::from_ne_bytes(hits.to_ne_bytes()));
+    let counter =
+        MemoryOperand::with_base_displ(Register::RIP, i64::from_ne_bytes(hits.to_ne_bytes()));
     let mut inc = Instruction::with1(Code::Inc_rm64, counter).map_err(encode_err)?;
     inc.set_has_lock_prefix(true);
     prefix.push(inc);
     prefix.push(Instruction::with(Code::Popfq));
     if rz > 0 {
-        prefix.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_plus(rz)).map_err(encode_err)?);
+        prefix.push(
+            Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp_plus(rz)).map_err(encode_err)?,
+        );
     }
     let mut enc = Encoder::new(64);
     let mut ip = addr;
     for i in &prefix {
         // The only operand that can fail is the counter's rel32: out of reach of `addr`.
-        ip += enc.encode(i, ip).map_err(|_| Refusal::OutOfReach { what: "a counting trampoline's counter", from: addr, to: hits })? as u64;
+        ip += enc.encode(i, ip).map_err(|_| Refusal::OutOfReach {
+            what: "a counting trampoline's counter",
+            from: addr,
+            to: hits,
+        })? as u64;
     }
     let mut out = enc.take_buffer();
     out.extend(emit_replay(plan, ip)?);
@@ -65,7 +84,14 @@ mod tests {
         let symbols = SymbolTable::default();
         let read = |_: u64, _: usize| None;
         let busy = |_: u64, _: u64| false;
-        let input = PlanInput { func: &func, info: &info, read: &read, symbols: &symbols, busy: &busy, trampoline_near: None };
+        let input = PlanInput {
+            func: &func,
+            info: &info,
+            read: &read,
+            symbols: &symbols,
+            busy: &busy,
+            trampoline_near: None,
+        };
         let plan = plan_trap(&input, TEXT + 5).unwrap();
         let at = ARENA;
         let hits = ARENA + 0x1000;

@@ -84,16 +84,27 @@ impl GuardShape<'_> {
             let disp = i64::try_from(per_cpu)
                 .ok()
                 .filter(|d| i32::try_from(*d).is_ok())
-                .ok_or(Refusal::Encode { what: WHAT, addr, reason: format!("current_task's per-CPU offset {per_cpu:#x} is not a 32-bit displacement") })?;
+                .ok_or(Refusal::Encode {
+                    what: WHAT,
+                    addr,
+                    reason: format!(
+                        "current_task's per-CPU offset {per_cpu:#x} is not a 32-bit displacement"
+                    ),
+                })?;
             let mut m = MemoryOperand::with_displ(u64::from_ne_bytes(disp.to_ne_bytes()), 4);
             m.segment_prefix = Register::GS;
             a.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, m))?;
         }
         for t in &self.test.tests {
             let mem = match self.test.base {
-                TaskBase::CurrentTask { .. } => MemoryOperand::with_base_displ(Register::RAX, i64::from(t.offset)),
+                TaskBase::CurrentTask { .. } => {
+                    MemoryOperand::with_base_displ(Register::RAX, i64::from(t.offset))
+                }
                 TaskBase::ThreadPointer => {
-                    let mut m = MemoryOperand::with_displ(u64::from_ne_bytes(i64::from(t.offset).to_ne_bytes()), 4);
+                    let mut m = MemoryOperand::with_displ(
+                        u64::from_ne_bytes(i64::from(t.offset).to_ne_bytes()),
+                        4,
+                    );
                     m.segment_prefix = Register::FS;
                     m
                 }
@@ -148,7 +159,14 @@ mod tests {
         let symbols = SymbolTable::default();
         let read = |_: u64, _: usize| None;
         let busy = |_: u64, _: u64| false;
-        let input = PlanInput { func: &func, info, read: &read, symbols: &symbols, busy: &busy, trampoline_near: None };
+        let input = PlanInput {
+            func: &func,
+            info,
+            read: &read,
+            symbols: &symbols,
+            busy: &busy,
+            trampoline_near: None,
+        };
         plan_trap(&input, TEXT + 5).unwrap()
     }
 
@@ -156,9 +174,22 @@ mod tests {
     fn a_kernel_guard_reads_current_through_gs_and_skips_to_an_uncounted_replay() {
         let test = PredicateTest {
             base: TaskBase::CurrentTask { per_cpu: 0x1fbc0 },
-            tests: vec![FieldTest { offset: 0x590, value: 42 }, FieldTest { offset: 0x738, value: 0x6873 }],
+            tests: vec![
+                FieldTest {
+                    offset: 0x590,
+                    value: 42,
+                },
+                FieldTest {
+                    offset: 0x738,
+                    value: 0x6873,
+                },
+            ],
         };
-        let g = GuardShape { test: &test, red_zone: 0, keep_flags: true };
+        let g = GuardShape {
+            test: &test,
+            red_zone: 0,
+            keep_flags: true,
+        };
         let skip = ARENA + 0x100;
         let bytes = g.emit(ARENA, skip).unwrap();
         assert_eq!(bytes.len(), g.len(ARENA + 0x40).unwrap());
@@ -184,19 +215,36 @@ mod tests {
 
     #[test]
     fn a_process_guard_compares_fs_directly_and_keeps_the_red_zone_only_when_it_pushes() {
-        let test = PredicateTest { base: TaskBase::ThreadPointer, tests: vec![FieldTest { offset: 0x2d0, value: 7 }] };
-        let live = GuardShape { test: &test, red_zone: 128, keep_flags: true };
+        let test = PredicateTest {
+            base: TaskBase::ThreadPointer,
+            tests: vec![FieldTest {
+                offset: 0x2d0,
+                value: 7,
+            }],
+        };
+        let live = GuardShape {
+            test: &test,
+            red_zone: 128,
+            keep_flags: true,
+        };
         let l = listing(&live.emit(ARENA, ARENA + 0x80).unwrap(), ARENA);
         assert_eq!(l[0], "lea rsp,[rsp-80h]");
         assert_eq!(l[1], "pushfq");
         assert_eq!(l[2], "cmp dword ptr fs:[2D0h],7");
         assert_eq!(&l[4..], ["popfq", "lea rsp,[rsp+80h]"]);
-        let dead = GuardShape { test: &test, red_zone: 128, keep_flags: false };
+        let dead = GuardShape {
+            test: &test,
+            red_zone: 128,
+            keep_flags: false,
+        };
         let l = listing(&dead.emit(ARENA, ARENA + 0x80).unwrap(), ARENA);
         assert_eq!(l.len(), 2, "{l:?}");
         assert_eq!(l[0], "cmp dword ptr fs:[2D0h],7");
         let info = TargetInfo::user("process");
-        let s = listing(&live.emit_skip(&plan(&info), ARENA + 0x80).unwrap(), ARENA + 0x80);
+        let s = listing(
+            &live.emit_skip(&plan(&info), ARENA + 0x80).unwrap(),
+            ARENA + 0x80,
+        );
         assert_eq!(&s[..3], ["popfq", "lea rsp,[rsp+80h]", "push rbp"]);
     }
 }

@@ -30,9 +30,23 @@ fn listing(bytes: &[u8], addr: u64) -> Vec<String> {
 }
 
 fn plan_for(bytes: &[u8], site: u64, patch_len: usize) -> Plan {
-    let displaced: Vec<Insn> = decode(bytes, site).into_iter().map(|i| Insn { addr: i.ip(), len: i.len(), instr: i }).collect();
+    let displaced: Vec<Insn> = decode(bytes, site)
+        .into_iter()
+        .map(|i| Insn {
+            addr: i.ip(),
+            len: i.len(),
+            instr: i,
+        })
+        .collect();
     let displaced_len = displaced.iter().map(|i| i.len).sum();
-    Plan { site, mechanism: Mechanism::Trap, displaced, displaced_len, patch_len, springboard: None }
+    Plan {
+        site,
+        mechanism: Mechanism::Trap,
+        displaced,
+        displaced_len,
+        patch_len,
+        springboard: None,
+    }
 }
 
 fn info(user: bool) -> TargetInfo {
@@ -40,7 +54,14 @@ fn info(user: bool) -> TargetInfo {
 }
 
 fn tramp() -> CallTrampoline {
-    CallTrampoline { addr: TRAMP, site: SITE, handler: HANDLER, cookie: COOKIE, hits: HITS, inflight: INFLIGHT }
+    CallTrampoline {
+        addr: TRAMP,
+        site: SITE,
+        handler: HANDLER,
+        cookie: COOKIE,
+        hits: HITS,
+        inflight: INFLIGHT,
+    }
 }
 
 /// The documented sequence, with `call` and the tail given.
@@ -53,7 +74,10 @@ fn expected(rz: u32, xmm: bool, call: &[String], tail: &[&str]) -> Vec<String> {
     v.push(format!("lock inc qword ptr [{HITS:#x}]"));
     v.push(format!("lock inc qword ptr [{INFLIGHT:#x}]"));
     v.push("lea rsp, [rsp-0x10]".into());
-    for r in ["rax", "rcx", "rdx", "rbx", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"] {
+    for r in [
+        "rax", "rcx", "rdx", "rbx", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+        "r14", "r15",
+    ] {
         v.push(format!("push {r}"));
     }
     v.push(format!("mov rax, {SITE:#x}"));
@@ -62,7 +86,13 @@ fn expected(rz: u32, xmm: bool, call: &[String], tail: &[&str]) -> Vec<String> {
     v.push("mov [rsp+0x78], rax".into());
     v.push("mov rbx, rsp".into());
     v.push("and rsp, 0xfffffffffffffff0".into());
-    let xmm_slot = |i: u32| if i == 0 { "[rsp]".to_string() } else { format!("[rsp+{:#x}]", 16 * i) };
+    let xmm_slot = |i: u32| {
+        if i == 0 {
+            "[rsp]".to_string()
+        } else {
+            format!("[rsp+{:#x}]", 16 * i)
+        }
+    };
     if xmm {
         v.push("sub rsp, 0x100".into());
         for i in 0..16 {
@@ -79,7 +109,10 @@ fn expected(rz: u32, xmm: bool, call: &[String], tail: &[&str]) -> Vec<String> {
         }
     }
     v.push("mov rsp, rbx".into());
-    for r in ["r15", "r14", "r13", "r12", "r11", "r10", "r9", "r8", "rdi", "rsi", "rbp", "rbx", "rdx", "rcx", "rax"] {
+    for r in [
+        "r15", "r14", "r13", "r12", "r11", "r10", "r9", "r8", "rdi", "rsi", "rbp", "rbx", "rdx",
+        "rcx", "rax",
+    ] {
         v.push(format!("pop {r}"));
     }
     v.push("lea rsp, [rsp+0x10]".into());
@@ -97,10 +130,19 @@ fn frame_offsets_match_struct_trapvec_regs() {
     use std::mem::offset_of;
     assert_eq!(offset_of!(TrapvecRegs, r15), 0);
     assert_eq!(offset_of!(TrapvecRegs, rax), 112);
-    assert_eq!(offset_of!(TrapvecRegs, rsp), usize::try_from(RSP_SLOT).unwrap());
-    assert_eq!(offset_of!(TrapvecRegs, rip), usize::try_from(RIP_SLOT).unwrap());
+    assert_eq!(
+        offset_of!(TrapvecRegs, rsp),
+        usize::try_from(RSP_SLOT).unwrap()
+    );
+    assert_eq!(
+        offset_of!(TrapvecRegs, rip),
+        usize::try_from(RIP_SLOT).unwrap()
+    );
     assert_eq!(offset_of!(TrapvecRegs, rflags), 136);
-    assert_eq!(std::mem::size_of::<TrapvecRegs>(), usize::try_from(FRAME).unwrap());
+    assert_eq!(
+        std::mem::size_of::<TrapvecRegs>(),
+        usize::try_from(FRAME).unwrap()
+    );
     assert_eq!(PUSH_ORDER.len() * 8, offset_of!(TrapvecRegs, rsp));
 }
 
@@ -109,16 +151,31 @@ fn user_space_call_trampoline_is_the_documented_sequence() {
     // push rbp; mov rbp, rsp displaced by a trap at SITE.
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
     let out = emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap();
-    let want = expected(128, true, &[format!("call {HANDLER:#x}")], &["push rbp", "mov rbp, rsp", "jmp 0x401004"]);
+    let want = expected(
+        128,
+        true,
+        &[format!("call {HANDLER:#x}")],
+        &["push rbp", "mov rbp, rsp", "jmp 0x401004"],
+    );
     assert_eq!(listing(&out, TRAMP), want);
     // imm64 forms for the site and the cookie, rel32 call and jmp.
     let d = decode(&out, TRAMP);
-    let imm64: Vec<u64> = d.iter().filter(|i| i.code() == Code::Mov_r64_imm64).map(Instruction::immediate64).collect();
+    let imm64: Vec<u64> = d
+        .iter()
+        .filter(|i| i.code() == Code::Mov_r64_imm64)
+        .map(Instruction::immediate64)
+        .collect();
     assert_eq!(imm64, vec![SITE, COOKIE]);
     let call = d.iter().find(|i| i.is_call_near()).unwrap();
-    assert_eq!((call.code(), call.near_branch_target()), (Code::Call_rel32_64, HANDLER));
+    assert_eq!(
+        (call.code(), call.near_branch_target()),
+        (Code::Call_rel32_64, HANDLER)
+    );
     let back = d.last().unwrap();
-    assert_eq!((back.code(), back.near_branch_target()), (Code::Jmp_rel32_64, SITE + 4));
+    assert_eq!(
+        (back.code(), back.near_branch_target()),
+        (Code::Jmp_rel32_64, SITE + 4)
+    );
 }
 
 #[test]
@@ -135,12 +192,30 @@ fn trampolines_sharing_a_prelude_template_each_get_their_own_values() {
     for t in [tramp(), second, tramp()] {
         let out = emit_call_trampoline(&t, &plan, &info(true)).unwrap();
         let d = decode(&out, t.addr);
-        let counters: Vec<u64> = d.iter().filter(|i| i.has_lock_prefix()).map(Instruction::ip_rel_memory_address).collect();
+        let counters: Vec<u64> = d
+            .iter()
+            .filter(|i| i.has_lock_prefix())
+            .map(Instruction::ip_rel_memory_address)
+            .collect();
         assert_eq!(counters, vec![t.hits, t.inflight, t.inflight]);
-        let imm64: Vec<u64> = d.iter().filter(|i| i.code() == Code::Mov_r64_imm64).map(Instruction::immediate64).collect();
+        let imm64: Vec<u64> = d
+            .iter()
+            .filter(|i| i.code() == Code::Mov_r64_imm64)
+            .map(Instruction::immediate64)
+            .collect();
         assert_eq!(imm64, vec![t.site, t.cookie]);
-        assert_eq!(d.iter().find(|i| i.is_call_near()).unwrap().near_branch_target(), t.handler);
-        assert_eq!(d.last().unwrap().near_branch_target(), SITE + 4, "the jmp back goes to the plan's window end");
+        assert_eq!(
+            d.iter()
+                .find(|i| i.is_call_near())
+                .unwrap()
+                .near_branch_target(),
+            t.handler
+        );
+        assert_eq!(
+            d.last().unwrap().near_branch_target(),
+            SITE + 4,
+            "the jmp back goes to the plan's window end"
+        );
     }
 }
 
@@ -168,19 +243,37 @@ fn kernel_call_trampoline_has_no_red_zone_step_and_no_vector_saves() {
 #[test]
 fn far_handler_is_called_through_rax() {
     let far = 0x7fff_0000_0000;
-    let t = CallTrampoline { handler: far, ..tramp() };
+    let t = CallTrampoline {
+        handler: far,
+        ..tramp()
+    };
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
     let out = emit_call_trampoline(&t, &plan, &info(false)).unwrap();
-    let want = expected(0, false, &[format!("mov rax, {far:#x}"), "call rax".into()], &["push rbp", "mov rbp, rsp", "jmp 0x401004"]);
+    let want = expected(
+        0,
+        false,
+        &[format!("mov rax, {far:#x}"), "call rax".into()],
+        &["push rbp", "mov rbp, rsp", "jmp 0x401004"],
+    );
     assert_eq!(listing(&out, TRAMP), want);
 }
 
 #[test]
 fn counters_out_of_rip_relative_reach_are_refused() {
-    let t = CallTrampoline { hits: TRAMP + 0x1_0000_0000, ..tramp() };
+    let t = CallTrampoline {
+        hits: TRAMP + 0x1_0000_0000,
+        ..tramp()
+    };
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
     let err = emit_call_trampoline(&t, &plan, &info(true)).unwrap_err();
-    assert_eq!(err, Refusal::OutOfReach { what: "a call trampoline's counter", from: TRAMP, to: TRAMP + 0x1_0000_0000 });
+    assert_eq!(
+        err,
+        Refusal::OutOfReach {
+            what: "a call trampoline's counter",
+            from: TRAMP,
+            to: TRAMP + 0x1_0000_0000
+        }
+    );
 }
 
 #[test]
@@ -188,14 +281,23 @@ fn replay_is_relocated_displaced_then_jump_back() {
     // mov rax, [rip+0x100] at SITE: the replay must still read SITE+7+0x100.
     let plan = plan_for(&[0x48, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00], SITE, 5);
     let out = emit_replay(&plan, TRAMP).unwrap();
-    assert_eq!(listing(&out, TRAMP), vec![format!("mov rax, [{:#x}]", SITE + 7 + 0x100), format!("jmp {:#x}", SITE + 7)]);
+    assert_eq!(
+        listing(&out, TRAMP),
+        vec![
+            format!("mov rax, [{:#x}]", SITE + 7 + 0x100),
+            format!("jmp {:#x}", SITE + 7)
+        ]
+    );
 }
 
 #[test]
 fn indirect_stub_near_and_far_slot() {
     let out = emit_indirect_stub(TRAMP, HITS);
     assert_eq!(out.len(), 6);
-    assert_eq!(listing(&out, TRAMP), vec![format!("jmp qword ptr [{HITS:#x}]")]);
+    assert_eq!(
+        listing(&out, TRAMP),
+        vec![format!("jmp qword ptr [{HITS:#x}]")]
+    );
     let far = 0x7fff_1234_0000;
     let out = emit_indirect_stub(TRAMP, far);
     assert_eq!(
@@ -216,17 +318,40 @@ fn indirect_stub_near_and_far_slot() {
 #[test]
 fn patch_bytes_are_exact() {
     assert_eq!(trap_bytes(0xF5), [0xCD, 0xF5]);
-    assert_eq!(trap_bytes(0xF3), [0xCD, 0xF3], "a module loaded with vector=0xf3");
+    assert_eq!(
+        trap_bytes(0xF3),
+        [0xCD, 0xF3],
+        "a module loaded with vector=0xf3"
+    );
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5, 0x90], SITE, 5);
     // E9 rel32 from SITE+5.
-    assert_eq!(jmp_bytes(&plan, SITE + 0x105).unwrap(), vec![0xE9, 0x00, 0x01, 0x00, 0x00]);
-    assert_eq!(jmp_bytes(&plan, SITE - 0x10).unwrap(), vec![0xE9, 0xEB, 0xFF, 0xFF, 0xFF]);
-    assert!(matches!(jmp_bytes(&plan, SITE + 0x1_0000_0000), Err(Refusal::OutOfReach { .. })));
+    assert_eq!(
+        jmp_bytes(&plan, SITE + 0x105).unwrap(),
+        vec![0xE9, 0x00, 0x01, 0x00, 0x00]
+    );
+    assert_eq!(
+        jmp_bytes(&plan, SITE - 0x10).unwrap(),
+        vec![0xE9, 0xEB, 0xFF, 0xFF, 0xFF]
+    );
+    assert!(matches!(
+        jmp_bytes(&plan, SITE + 0x1_0000_0000),
+        Err(Refusal::OutOfReach { .. })
+    ));
     // EB rel8 to a springboard 0x30 bytes after the site; the springboard jumps on.
-    let sb = Springboard { addr: SITE + 0x30, old: vec![0xCC; 5] };
-    let plan8 = Plan { springboard: Some(sb.clone()), patch_len: 2, ..plan_for(&[0x31, 0xC0], SITE, 2) };
+    let sb = Springboard {
+        addr: SITE + 0x30,
+        old: vec![0xCC; 5],
+    };
+    let plan8 = Plan {
+        springboard: Some(sb.clone()),
+        patch_len: 2,
+        ..plan_for(&[0x31, 0xC0], SITE, 2)
+    };
     assert_eq!(jmp_bytes(&plan8, 0).unwrap(), vec![0xEB, 0x2E]);
-    assert_eq!(springboard_bytes(&sb, SITE + 0x35 + 0x200).unwrap(), [0xE9, 0x00, 0x02, 0x00, 0x00]);
+    assert_eq!(
+        springboard_bytes(&sb, SITE + 0x35 + 0x200).unwrap(),
+        [0xE9, 0x00, 0x02, 0x00, 0x00]
+    );
     // A rel32 plan whose window is shorter than 5 bytes cannot take an E9.
     assert!(jmp_bytes(&plan_for(&[0x31, 0xC0], SITE, 2), SITE + 0x100).is_err());
 }
@@ -265,17 +390,43 @@ mod run {
         const PAGE: usize = 4096;
         // SAFETY: an anonymous private mapping; no existing memory is affected.
         let mem = unsafe {
-            libc::mmap(std::ptr::null_mut(), 2 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         assert_ne!(mem, libc::MAP_FAILED);
         let base = mem as u64;
-        let (func, tramp_addr, hits, inflight) = (base, base + 0x100, base + PAGE as u64, base + PAGE as u64 + 8);
+        let (func, tramp_addr, hits, inflight) = (
+            base,
+            base + 0x100,
+            base + PAGE as u64,
+            base + PAGE as u64 + 8,
+        );
         // int f(int x) { return x + 1; }  as  mov eax, edi; add eax, 1; ret
         let code = [0x89, 0xF8, 0x83, 0xC0, 0x01, 0xC3];
         let plan = plan_for(&code[..5], func, 5);
-        let t = CallTrampoline { addr: tramp_addr, site: func, handler: handler as extern "C" fn(*mut TrapvecRegs, u64) as usize as u64, cookie: 0x1234, hits, inflight };
+        let t = CallTrampoline {
+            addr: tramp_addr,
+            site: func,
+            handler: handler as extern "C" fn(*mut TrapvecRegs, u64) as usize as u64,
+            cookie: 0x1234,
+            hits,
+            inflight,
+        };
         let tbytes = emit_call_trampoline(&t, &plan, &info(true)).unwrap();
-        let jmp = jmp_bytes(&Plan { mechanism: Mechanism::Jmp, ..plan.clone() }, tramp_addr).unwrap();
+        let jmp = jmp_bytes(
+            &Plan {
+                mechanism: Mechanism::Jmp,
+                ..plan.clone()
+            },
+            tramp_addr,
+        )
+        .unwrap();
         // SAFETY: all writes stay inside the first page of the mapping made above (the function
         // is 6 bytes at offset 0, the trampoline is under 0x200 bytes at 0x100); nothing else
         // refers to it yet.
@@ -284,12 +435,16 @@ mod run {
             std::ptr::copy_nonoverlapping(code.as_ptr(), p, code.len());
             std::ptr::copy_nonoverlapping(jmp.as_ptr(), p, jmp.len());
             std::ptr::copy_nonoverlapping(tbytes.as_ptr(), p.add(0x100), tbytes.len());
-            assert_eq!(libc::mprotect(mem, PAGE, libc::PROT_READ | libc::PROT_EXEC), 0);
+            assert_eq!(
+                libc::mprotect(mem, PAGE, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
         }
         // SAFETY: the page now holds a complete function with the C ABI `int (int)`: a jmp to
         // the trampoline, which calls `handler`, replays `mov eax, edi; add eax, 1` and jumps
         // back to the `ret` at offset 5.
-        let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(usize::try_from(func).unwrap()) };
+        let f: extern "C" fn(i32) -> i32 =
+            unsafe { std::mem::transmute(usize::try_from(func).unwrap()) };
         assert_eq!(f(5), 16, "handler's rdi += 10 is seen by the replayed code");
         assert_eq!(f(-1), 10);
         assert_eq!(SEEN_RDI.load(Ordering::SeqCst) & 0xffff_ffff, 0xffff_ffff);
@@ -297,8 +452,15 @@ mod run {
         assert_eq!(SEEN_RIP.load(Ordering::SeqCst), func);
         // At the site, rsp points at the return address: 16-byte aligned + 8.
         assert_eq!(SEEN_RSP.load(Ordering::SeqCst) % 16, 8);
-        assert_ne!(SEEN_RFLAGS.load(Ordering::SeqCst) & 0x2, 0, "bit 1 of rflags is always set");
-        assert!(SEEN_ENTRY_RSP.load(Ordering::SeqCst) < SEEN_RSP.load(Ordering::SeqCst) - 128 - 144, "frame below the red zone");
+        assert_ne!(
+            SEEN_RFLAGS.load(Ordering::SeqCst) & 0x2,
+            0,
+            "bit 1 of rflags is always set"
+        );
+        assert!(
+            SEEN_ENTRY_RSP.load(Ordering::SeqCst) < SEEN_RSP.load(Ordering::SeqCst) - 128 - 144,
+            "frame below the red zone"
+        );
         // SAFETY: the counters are in the second, still writable page of the mapping.
         let (h, i) = unsafe { (*(hits as *const u64), *(inflight as *const u64)) };
         assert_eq!((h, i), (2, 0));
@@ -310,26 +472,59 @@ mod run {
 #[test]
 fn lean_call_trampoline_leaves_out_popfq_inflight_counter_and_vector_saves() {
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
-    let full = listing(&emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap(), TRAMP);
-    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false, xsave_size: None };
-    let lean = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let full = listing(
+        &emit_call_trampoline(&tramp(), &plan, &info(true)).unwrap(),
+        TRAMP,
+    );
+    let opts = TrampolineOptions {
+        restore_flags: false,
+        save_vector_regs: false,
+        count_inflight: false,
+        xsave_size: None,
+    };
+    let lean = listing(
+        &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
+        TRAMP,
+    );
     let count = |l: &[String], pat: &str| l.iter().filter(|s| s.contains(pat)).count();
     assert_eq!((count(&full, "popfq"), count(&lean, "popfq")), (1, 0));
     assert_eq!((count(&full, "movdqa"), count(&lean, "movdqa")), (32, 0));
-    assert_eq!((count(&full, "lock inc"), count(&lean, "lock inc")), (2, 1), "only the hit counter");
+    assert_eq!(
+        (count(&full, "lock inc"), count(&lean, "lock inc")),
+        (2, 1),
+        "only the hit counter"
+    );
     assert_eq!((count(&full, "lock dec"), count(&lean, "lock dec")), (1, 0));
     // The flags slot is still pushed (regs->rflags) and dropped without popfq: the stack balances.
     assert_eq!(count(&lean, "pushfq"), 1);
-    assert!(lean.iter().any(|s| s == "lea rsp, [rsp+0x8]" || s == "lea rsp, [rsp+8]"), "{lean:#?}");
-    assert_eq!(lean[lean.len() - 3..], full[full.len() - 3..], "same replay and jump back");
+    assert!(
+        lean.iter()
+            .any(|s| s == "lea rsp, [rsp+0x8]" || s == "lea rsp, [rsp+8]"),
+        "{lean:#?}"
+    );
+    assert_eq!(
+        lean[lean.len() - 3..],
+        full[full.len() - 3..],
+        "same replay and jump back"
+    );
 }
 
 #[test]
 fn xsave_trampoline_saves_the_whole_extended_state_in_an_aligned_area_with_a_zeroed_header() {
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
-    let opts = TrampolineOptions { xsave_size: Some(2696), ..TrampolineOptions::full(&info(true)) };
-    let l = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
-    let at = |s: &str| l.iter().position(|x| x == s).unwrap_or_else(|| panic!("no `{s}` in {l:#?}"));
+    let opts = TrampolineOptions {
+        xsave_size: Some(2696),
+        ..TrampolineOptions::full(&info(true))
+    };
+    let l = listing(
+        &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
+        TRAMP,
+    );
+    let at = |s: &str| {
+        l.iter()
+            .position(|x| x == s)
+            .unwrap_or_else(|| panic!("no `{s}` in {l:#?}"))
+    };
     let save = at("xsave64 [rsp]");
     #[rustfmt::skip]
     let before = [
@@ -340,32 +535,67 @@ fn xsave_trampoline_saves_the_whole_extended_state_in_an_aligned_area_with_a_zer
     ];
     assert_eq!(l[save - 14..save + 3], before);
     let call = l.iter().position(|x| x.starts_with("call ")).unwrap();
-    assert_eq!(l[call + 1..call + 5], ["mov eax, 0xffffffff", "mov edx, 0xffffffff", "xrstor64 [rsp]", "mov rsp, rbx"]);
+    assert_eq!(
+        l[call + 1..call + 5],
+        [
+            "mov eax, 0xffffffff",
+            "mov edx, 0xffffffff",
+            "xrstor64 [rsp]",
+            "mov rsp, rbx"
+        ]
+    );
     assert!(!l.iter().any(|x| x.contains("movdqa")), "no xmm-only saves");
 }
 
 #[test]
 fn without_popfq_df_is_set_again_from_the_saved_flags() {
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
-    let opts = TrampolineOptions { restore_flags: false, save_vector_regs: false, count_inflight: false, xsave_size: None };
-    let l = listing(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
-    let i = l.iter().position(|x| x == "test byte ptr [rsp+0x1], 0x4").unwrap_or_else(|| panic!("{l:#?}"));
+    let opts = TrampolineOptions {
+        restore_flags: false,
+        save_vector_regs: false,
+        count_inflight: false,
+        xsave_size: None,
+    };
+    let l = listing(
+        &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
+        TRAMP,
+    );
+    let i = l
+        .iter()
+        .position(|x| x == "test byte ptr [rsp+0x1], 0x4")
+        .unwrap_or_else(|| panic!("{l:#?}"));
     // jz over the std, then the flags slot dropped.
     assert!(l[i + 1].starts_with("je "), "{l:#?}");
     assert_eq!(l[i + 2..i + 4], ["std", "lea rsp, [rsp+0x8]"]);
-    let d = decode(&emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(), TRAMP);
+    let d = decode(
+        &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
+        TRAMP,
+    );
     let jz = d.iter().find(|x| x.code() == Code::Je_rel8_64).unwrap();
-    assert_eq!(jz.near_branch_target(), jz.next_ip() + 1, "jz skips exactly the std");
+    assert_eq!(
+        jz.near_branch_target(),
+        jz.next_ip() + 1,
+        "jz skips exactly the std"
+    );
     assert_eq!(l.iter().filter(|x| *x == "cld").count(), 1);
 }
 
 fn replace_tramp(exit: Option<u64>) -> ReplaceTrampoline {
-    ReplaceTrampoline { addr: TRAMP, hits: HITS, inflight: INFLIGHT, dest: HANDLER, exit }
+    ReplaceTrampoline {
+        addr: TRAMP,
+        hits: HITS,
+        inflight: INFLIGHT,
+        dest: HANDLER,
+        exit,
+    }
 }
 
 #[test]
 fn replace_trampoline_counts_the_task_in_calls_with_one_stack_word_and_counts_it_out() {
-    let l = listing(&emit_replace_trampoline(&replace_tramp(None), REPLACE_STACK_WORDS).unwrap(), TRAMP);
+    let l = listing(
+        &emit_replace_trampoline(&replace_tramp(None), REPLACE_STACK_WORDS).unwrap(),
+        TRAMP,
+    );
     #[rustfmt::skip]
     let want = vec![
         format!("lock inc qword ptr [{HITS:#x}]"),
@@ -382,39 +612,106 @@ fn replace_trampoline_counts_the_task_in_calls_with_one_stack_word_and_counts_it
 #[test]
 fn kernel_replace_trampoline_leaves_through_the_modules_exit_with_r11_at_its_counter() {
     let exit = TRAMP - 0x40_0000;
-    let l = listing(&emit_replace_trampoline(&replace_tramp(Some(exit)), 1).unwrap(), TRAMP);
-    assert_eq!(l[4..], [format!("lea rsp, [rsp+0x8]"), format!("lea r11, [{INFLIGHT:#x}]"), format!("jmp {exit:#x}")]);
-    assert!(!l.iter().any(|x| x.contains("dec") || x == "ret"), "nothing runs in the block after the call returns but the lea and jmp: {l:#?}");
+    let l = listing(
+        &emit_replace_trampoline(&replace_tramp(Some(exit)), 1).unwrap(),
+        TRAMP,
+    );
+    assert_eq!(
+        l[4..],
+        [
+            format!("lea rsp, [rsp+0x8]"),
+            format!("lea r11, [{INFLIGHT:#x}]"),
+            format!("jmp {exit:#x}")
+        ]
+    );
+    assert!(
+        !l.iter().any(|x| x.contains("dec") || x == "ret"),
+        "nothing runs in the block after the call returns but the lea and jmp: {l:#?}"
+    );
 }
 
 #[test]
 fn replace_trampoline_pads_an_even_number_of_copied_words_to_keep_the_call_aligned() {
-    let l = listing(&emit_replace_trampoline(&replace_tramp(None), 0).unwrap(), TRAMP);
-    assert_eq!(l[2..5], ["lea rsp, [rsp-0x8]".to_string(), format!("call {HANDLER:#x}"), "lea rsp, [rsp+0x8]".into()]);
+    let l = listing(
+        &emit_replace_trampoline(&replace_tramp(None), 0).unwrap(),
+        TRAMP,
+    );
+    assert_eq!(
+        l[2..5],
+        [
+            "lea rsp, [rsp-0x8]".to_string(),
+            format!("call {HANDLER:#x}"),
+            "lea rsp, [rsp+0x8]".into()
+        ]
+    );
     // Two words: pad, then [rsp+0x18] twice (the 8th argument word, then the 7th).
-    let l = listing(&emit_replace_trampoline(&replace_tramp(None), 2).unwrap(), TRAMP);
-    assert_eq!(l[2..6], ["lea rsp, [rsp-0x8]", "push qword ptr [rsp+0x18]", "push qword ptr [rsp+0x18]", &format!("call {HANDLER:#x}")]);
+    let l = listing(
+        &emit_replace_trampoline(&replace_tramp(None), 2).unwrap(),
+        TRAMP,
+    );
+    assert_eq!(
+        l[2..6],
+        [
+            "lea rsp, [rsp-0x8]",
+            "push qword ptr [rsp+0x18]",
+            "push qword ptr [rsp+0x18]",
+            &format!("call {HANDLER:#x}")
+        ]
+    );
     assert_eq!(l[6], "lea rsp, [rsp+0x18]");
     // Three words: no pad.
-    let l = listing(&emit_replace_trampoline(&replace_tramp(None), 3).unwrap(), TRAMP);
+    let l = listing(
+        &emit_replace_trampoline(&replace_tramp(None), 3).unwrap(),
+        TRAMP,
+    );
     assert_eq!(l[2..5], ["push qword ptr [rsp+0x18]"; 3]);
 }
 
 #[test]
 fn replace_trampoline_reaches_far_counters_through_r11_and_a_far_replacement_through_a_pointer() {
     let far = 0x7fff_1234_0000;
-    let t = ReplaceTrampoline { addr: TRAMP, hits: far, inflight: far + 8, dest: HANDLER, exit: None };
+    let t = ReplaceTrampoline {
+        addr: TRAMP,
+        hits: far,
+        inflight: far + 8,
+        dest: HANDLER,
+        exit: None,
+    };
     let l = listing(&emit_replace_trampoline(&t, 1).unwrap(), TRAMP);
-    assert_eq!(l[..4], [format!("mov r11, {far:#x}"), "lock inc qword ptr [r11]".into(), format!("mov r11, {:#x}", far + 8), "lock inc qword ptr [r11]".into()]);
-    assert_eq!(l[l.len() - 3..], [format!("mov r11, {:#x}", far + 8), "lock dec qword ptr [r11]".into(), "ret".into()]);
+    assert_eq!(
+        l[..4],
+        [
+            format!("mov r11, {far:#x}"),
+            "lock inc qword ptr [r11]".into(),
+            format!("mov r11, {:#x}", far + 8),
+            "lock inc qword ptr [r11]".into()
+        ]
+    );
+    assert_eq!(
+        l[l.len() - 3..],
+        [
+            format!("mov r11, {:#x}", far + 8),
+            "lock dec qword ptr [r11]".into(),
+            "ret".into()
+        ]
+    );
 
-    let t = ReplaceTrampoline { dest: far, ..replace_tramp(None) };
+    let t = ReplaceTrampoline {
+        dest: far,
+        ..replace_tramp(None)
+    };
     let out = emit_replace_trampoline(&t, 1).unwrap();
     let d = decode(&out, TRAMP);
-    let call = d.iter().find(|i| i.is_call_near_indirect()).unwrap_or_else(|| panic!("{:#?}", listing(&out, TRAMP)));
+    let call = d
+        .iter()
+        .find(|i| i.is_call_near_indirect())
+        .unwrap_or_else(|| panic!("{:#?}", listing(&out, TRAMP)));
     assert!(call.is_ip_rel_memory_operand());
     let off = usize::try_from(call.ip_rel_memory_address() - TRAMP).unwrap();
-    assert_eq!(u64::from_le_bytes(out[off..off + 8].try_into().unwrap()), far);
+    assert_eq!(
+        u64::from_le_bytes(out[off..off + 8].try_into().unwrap()),
+        far
+    );
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -445,35 +742,68 @@ mod run_replace {
         const PAGE: usize = 4096;
         // SAFETY: an anonymous private mapping; no existing memory is affected.
         let mem = unsafe {
-            libc::mmap(std::ptr::null_mut(), 2 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         assert_ne!(mem, libc::MAP_FAILED);
         let base = mem as u64;
         let (inline_at, kernel_at, exit_at) = (base, base + 0x100, base + 0x200);
         let (hits, inflight) = (base + PAGE as u64, base + PAGE as u64 + 8);
-        let dest = replacement as extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64 as usize as u64;
-        let t = ReplaceTrampoline { addr: inline_at, hits, inflight, dest, exit: None };
+        let dest =
+            replacement as extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64 as usize as u64;
+        let t = ReplaceTrampoline {
+            addr: inline_at,
+            hits,
+            inflight,
+            dest,
+            exit: None,
+        };
         let inline = emit_replace_trampoline(&t, REPLACE_STACK_WORDS).unwrap();
-        let t = ReplaceTrampoline { addr: kernel_at, exit: Some(exit_at), ..t };
+        let t = ReplaceTrampoline {
+            addr: kernel_at,
+            exit: Some(exit_at),
+            ..t
+        };
         let kernel = emit_replace_trampoline(&t, REPLACE_STACK_WORDS).unwrap();
         let exit = [0xF0, 0x49, 0xFF, 0x0B, 0xC3]; // lock dec qword [r11]; ret
-        // SAFETY: every write stays inside the first page of the mapping made above (each piece
-        // is under 0x100 bytes at its own 0x100 offset); nothing refers to it yet.
+                                                   // SAFETY: every write stays inside the first page of the mapping made above (each piece
+                                                   // is under 0x100 bytes at its own 0x100 offset); nothing refers to it yet.
         unsafe {
             let p = mem.cast::<u8>();
             std::ptr::copy_nonoverlapping(inline.as_ptr(), p, inline.len());
             std::ptr::copy_nonoverlapping(kernel.as_ptr(), p.add(0x100), kernel.len());
             std::ptr::copy_nonoverlapping(exit.as_ptr(), p.add(0x200), exit.len());
-            assert_eq!(libc::mprotect(mem, PAGE, libc::PROT_READ | libc::PROT_EXEC), 0);
+            assert_eq!(
+                libc::mprotect(mem, PAGE, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
         }
         COUNTER_ADDR.store(inflight, Ordering::SeqCst);
         for at in [inline_at, kernel_at] {
             // SAFETY: the page holds a trampoline that behaves as a function with the C ABI of
             // `replacement` (it calls it with the same registers and stack word).
-            let f: extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64 = unsafe { std::mem::transmute(usize::try_from(at).unwrap()) };
-            assert_eq!(f(1, 10, 100, 1000, 10_000, 100_000, 1_000_000), 1 + 20 + 300 + 4000 + 50_000 + 600_000 + 7_000_000);
-            assert_eq!(SEEN_INFLIGHT.load(Ordering::SeqCst), 1, "counted in while the replacement runs");
-            assert_eq!(SEEN_ALIGN.load(Ordering::SeqCst), 0, "a 16-aligned local: rsp was aligned at the call");
+            let f: extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64 =
+                unsafe { std::mem::transmute(usize::try_from(at).unwrap()) };
+            assert_eq!(
+                f(1, 10, 100, 1000, 10_000, 100_000, 1_000_000),
+                1 + 20 + 300 + 4000 + 50_000 + 600_000 + 7_000_000
+            );
+            assert_eq!(
+                SEEN_INFLIGHT.load(Ordering::SeqCst),
+                1,
+                "counted in while the replacement runs"
+            );
+            assert_eq!(
+                SEEN_ALIGN.load(Ordering::SeqCst),
+                0,
+                "a 16-aligned local: rsp was aligned at the call"
+            );
         }
         // SAFETY: the counters are in the second, still writable page of the mapping.
         let (h, i) = unsafe { (*(hits as *const u64), *(inflight as *const u64)) };

@@ -9,20 +9,34 @@ use instr_manager::session::{ComponentHandle, Session};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `instr-manager/tests/fixtures/<name>`.
 pub fn fixture_source(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 #[allow(dead_code, reason = "each test binary uses part of the common helpers")]
 /// Assemble `src` into the shared object `so` (no libc) and load it into this process for
 /// good, its symbols global.
 pub fn load_shared_object(src: &Path, so: &Path) {
-    let out = Command::new("cc").args(["-shared", "-nostdlib", "-o"]).arg(so).arg(src).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("cc")
+        .args(["-shared", "-nostdlib", "-o"])
+        .arg(so)
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let path = CString::new(so.to_str().unwrap()).unwrap();
     // SAFETY: loading a library we just built (no constructors); it stays loaded.
     let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
@@ -39,7 +53,11 @@ pub fn compile_component(src: &Path, obj: &Path) {
         .arg(src)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The tests of one binary splice the same functions and count exact hits: one at a time.

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use instr_manager::Spec;
 use instr_manager::ops::{self, ApplyReport, CheckReport};
+use instr_manager::Spec;
 use trapd::protocol::Request;
 
 use crate::route;
@@ -44,27 +44,41 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     // Parsed here too, so that a bad spec is reported the same way with or without trapd.
     let spec = Spec::from_path(&args.spec)?;
     let path = route::absolute(&args.spec)?;
-    let request = Request::Apply { spec: path, best_effort: args.best_effort, check: args.check };
+    let request = Request::Apply {
+        spec: path,
+        best_effort: args.best_effort,
+        check: args.check,
+    };
     if args.check {
         let report: CheckReport = route::read(&request, |sp| Ok(ops::check(sp, &spec)))?;
         for ok in &report.ok {
-            println!("ok {} at {} by {}: displaces `{}`", ok.at, ok.site, ok.mechanism, ok.displaced);
+            println!(
+                "ok {} at {} by {}: displaces `{}`",
+                ok.at, ok.site, ok.mechanism, ok.displaced
+            );
         }
         for e in &report.refused {
             eprintln!("refused: {e}");
         }
         if !report.refused.is_empty() {
-            bail!("{} of {} splices would be refused (nothing was changed)", report.refused.len(), spec.splices.len());
+            bail!(
+                "{} of {} splices would be refused (nothing was changed)",
+                report.refused.len(),
+                spec.splices.len()
+            );
         }
         return Ok(());
     }
-    let report: ApplyReport =
-        route::change(&request, |sp| ops::apply(sp, &spec, args.best_effort)).with_context(|| format!("{file}: nothing was applied"))?;
+    let report: ApplyReport = route::change(&request, |sp| ops::apply(sp, &spec, args.best_effort))
+        .with_context(|| format!("{file}: nothing was applied"))?;
     for c in &report.components {
         println!("loaded {} (crc32 {}) at {}", c.name, c.crc32, c.code);
     }
     for s in &report.spliced {
-        println!("spliced {} at {} by {}: {}", s.at, s.site, s.mechanism, s.action);
+        println!(
+            "spliced {} at {} by {}: {}",
+            s.at, s.site, s.mechanism, s.action
+        );
     }
     if let (true, Some(t)) = (args.timings, report.timings) {
         eprintln!(
@@ -76,7 +90,12 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         eprintln!("refused: {e}");
     }
     if !report.refused.is_empty() {
-        bail!("{} of {} splices refused ({} applied)", report.refused.len(), report.requested, report.spliced.len());
+        bail!(
+            "{} of {} splices refused ({} applied)",
+            report.refused.len(),
+            report.requested,
+            report.spliced.len()
+        );
     }
     Ok(())
 }

@@ -50,28 +50,49 @@ pub struct UnloadArgs {
 
 pub fn load(args: &LoadArgs) -> Result<()> {
     let path = route::absolute(&args.component)?;
-    let request = Request::Load { path: path.clone(), name: args.name.clone() };
-    let loaded: Loaded = route::change(&request, |sp| ops::load(sp, &path, &LoadOptions { name: args.name.clone(), ..LoadOptions::default() }))?;
+    let request = Request::Load {
+        path: path.clone(),
+        name: args.name.clone(),
+    };
+    let loaded: Loaded = route::change(&request, |sp| {
+        ops::load(
+            sp,
+            &path,
+            &LoadOptions {
+                name: args.name.clone(),
+                ..LoadOptions::default()
+            },
+        )
+    })?;
     let c = &loaded.component;
     println!(
         "loaded {} (crc32 {}): code {} ({} bytes), data {} ({} bytes), {} imports",
         c.name, c.crc32, c.code, c.code_len, c.data, c.data_len, c.imports
     );
     for s in &loaded.spliced {
-        println!("spliced {} at {} by {}: {}", s.at, s.site, s.mechanism, s.action);
+        println!(
+            "spliced {} at {} by {}: {}",
+            s.at, s.site, s.mechanism, s.action
+        );
     }
     Ok(())
 }
 
 pub fn unload(args: &UnloadArgs) -> Result<()> {
-    let request = Request::Unload { name: args.name.clone() };
+    let request = Request::Unload {
+        name: args.name.clone(),
+    };
     let u: Unloaded = route::change(&request, |sp| {
         if let Some(w) = args.wait {
             sp.set_quiesce_timeout(w);
         }
         Ok((ops::unload(sp, &args.name)?, Made::default()))
     })?;
-    let declared = if u.declared_removed == 0 { String::new() } else { format!(" and its {} declared splice(s)", u.declared_removed) };
+    let declared = if u.declared_removed == 0 {
+        String::new()
+    } else {
+        format!(" and its {} declared splice(s)", u.declared_removed)
+    };
     println!("unloaded {}{declared}", u.name);
     Ok(())
 }

@@ -99,18 +99,46 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(by) = args.by {
         return count_by(args, by);
     }
-    let options = SpliceOptions { only: args.only.predicate(), ..Default::default() };
-    let request = SpliceRequest { at: args.function.clone(), action: Action::Count, mechanism: args.mechanism, options };
+    let options = SpliceOptions {
+        only: args.only.predicate(),
+        ..Default::default()
+    };
+    let request = SpliceRequest {
+        at: args.function.clone(),
+        action: Action::Count,
+        mechanism: args.mechanism,
+        options,
+    };
     // The hits come with the removal: no figures to read before it.
-    let figures = super::splice::Figures { what: "the count", of_row: |_| Some(()), of_splice: |_, _| Ok(Some(())) };
-    let announce = |row: &SpliceRow| println!("counting {} at {} {}", args.function, row.site, args.span.describe());
+    let figures = super::splice::Figures {
+        what: "the count",
+        of_row: |_| Some(()),
+        of_splice: |_, _| Ok(Some(())),
+    };
+    let announce = |row: &SpliceRow| {
+        println!(
+            "counting {} at {} {}",
+            args.function,
+            row.site,
+            args.span.describe()
+        )
+    };
     super::splice::for_a_while(&request, &figures, &args.span, announce, |_, held| {
         let removed = &held.removed;
         let secs = held.elapsed.as_secs_f64();
         // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
         #[allow(clippy::cast_precision_loss)]
-        let rate = if secs > 0.0 { removed.hits as f64 / secs } else { 0.0 };
-        println!("{}: {} calls in {} s ({rate:.1}/s)", args.function, removed.hits, args.span.lasted(&held.ended, held.elapsed));
+        let rate = if secs > 0.0 {
+            removed.hits as f64 / secs
+        } else {
+            0.0
+        };
+        println!(
+            "{}: {} calls in {} s ({rate:.1}/s)",
+            args.function,
+            removed.hits,
+            args.span.lasted(&held.ended, held.elapsed)
+        );
         Ok(())
     })
 }
@@ -121,16 +149,39 @@ fn count_by(args: &Args, by: KeyBy) -> Result<()> {
         at: args.function.clone(),
         action: Action::Count,
         mechanism: args.mechanism,
-        options: SpliceOptions { by: Some(by), only: args.only.predicate(), ..Default::default() },
+        options: SpliceOptions {
+            by: Some(by),
+            only: args.only.predicate(),
+            ..Default::default()
+        },
     };
-    let figures = super::splice::Figures { what: "the keyed count", of_row: |r| r.keys.clone(), of_splice: |sp, id| sp.key_counts(id) };
-    let announce = |row: &SpliceRow| println!("counting {} at {} by {} {}", args.function, row.site, by.name(), args.span.describe());
-    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| keyed(args, by, row, held))
+    let figures = super::splice::Figures {
+        what: "the keyed count",
+        of_row: |r| r.keys.clone(),
+        of_splice: |sp, id| sp.key_counts(id),
+    };
+    let announce = |row: &SpliceRow| {
+        println!(
+            "counting {} at {} by {} {}",
+            args.function,
+            row.site,
+            by.name(),
+            args.span.describe()
+        )
+    };
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| {
+        keyed(args, by, row, held)
+    })
 }
 
 /// Print a keyed count's top keys.
 fn keyed(args: &Args, by: KeyBy, row: &SpliceRow, held: Held<KeyCounts>) -> Result<()> {
-    let Held { figures: counts, removed, ended, elapsed } = held;
+    let Held {
+        figures: counts,
+        removed,
+        ended,
+        elapsed,
+    } = held;
     let total = counts.total();
     if args.json {
         let shown = args.top.unwrap_or(usize::MAX).min(counts.keys.len());
@@ -166,7 +217,11 @@ fn keyed(args: &Args, by: KeyBy, row: &SpliceRow, held: Held<KeyCounts>) -> Resu
     );
     if removed.hits.saturating_sub(removed.missed) != total {
         // Calls made between the read and the removal: the table is the earlier of the two.
-        log::debug!("{} hits ({} missed) at removal, {total} in the table read before", removed.hits, removed.missed);
+        log::debug!(
+            "{} hits ({} missed) at removal, {total} in the table read before",
+            removed.hits,
+            removed.missed
+        );
     }
     Ok(())
 }
@@ -182,7 +237,11 @@ fn render(counts: &KeyCounts, top: usize) -> String {
     let rest = counts.keys.iter().skip(top);
     let (n, sum) = rest.fold((0usize, 0u64), |(n, s), k| (n + 1, s + k.count));
     if n > 0 {
-        let _ = writeln!(out, "@[...]: {sum} ({n} more key{})", if n == 1 { "" } else { "s" });
+        let _ = writeln!(
+            out,
+            "@[...]: {sum} ({n} more key{})",
+            if n == 1 { "" } else { "s" }
+        );
     }
     if counts.overflow > 0 {
         let _ = writeln!(out, "@[overflow]: {}", counts.overflow);
@@ -195,13 +254,30 @@ mod tests {
     use super::*;
 
     fn counts() -> KeyCounts {
-        let keys = [("getppid_b", 2000), ("getppid_a", 1000), ("sh", 4), ("init", 1)];
-        KeyCounts { keys: keys.iter().map(|&(k, c)| KeyCount { key: k.into(), count: c }).collect(), overflow: 3 }
+        let keys = [
+            ("getppid_b", 2000),
+            ("getppid_a", 1000),
+            ("sh", 4),
+            ("init", 1),
+        ];
+        KeyCounts {
+            keys: keys
+                .iter()
+                .map(|&(k, c)| KeyCount {
+                    key: k.into(),
+                    count: c,
+                })
+                .collect(),
+            overflow: 3,
+        }
     }
 
     #[test]
     fn render_prints_the_top_keys_most_first_then_the_rest_and_the_overflow() {
-        assert_eq!(render(&counts(), 2), "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[...]: 5 (2 more keys)\n@[overflow]: 3\n");
+        assert_eq!(
+            render(&counts(), 2),
+            "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[...]: 5 (2 more keys)\n@[overflow]: 3\n"
+        );
     }
 
     #[test]
@@ -211,7 +287,13 @@ mod tests {
 
     #[test]
     fn render_of_every_key_without_overflow_has_no_summary_lines() {
-        let c = KeyCounts { overflow: 0, ..counts() };
-        assert_eq!(render(&c, 10), "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[sh]: 4\n@[init]: 1\n");
+        let c = KeyCounts {
+            overflow: 0,
+            ..counts()
+        };
+        assert_eq!(
+            render(&c, 10),
+            "@[getppid_b]: 2000\n@[getppid_a]: 1000\n@[sh]: 4\n@[init]: 1\n"
+        );
     }
 }

@@ -42,7 +42,10 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let action = match (&args.call, &args.replace) {
-        (Some(h), None) => Action::Call { handler: h.clone(), cookie: 0 },
+        (Some(h), None) => Action::Call {
+            handler: h.clone(),
+            cookie: 0,
+        },
         (None, Some(f)) => Action::Replace { with: f.clone() },
         _ => Action::Count,
     };
@@ -67,12 +70,28 @@ pub fn run(args: &Args) -> Result<()> {
             break;
         }
         let mechanism = mechanisms[i as usize % mechanisms.len()];
-        let request = SpliceRequest { at: args.at.clone(), action: action.clone(), mechanism, options: Default::default() };
-        let id = k.splicer.apply(std::slice::from_ref(&request)).with_context(|| format!("cycle {i}: splicing by {mechanism}"))?[0];
-        hits += k.splicer.remove(&[id]).with_context(|| format!("cycle {i}: unsplicing"))?[0].hits;
+        let request = SpliceRequest {
+            at: args.at.clone(),
+            action: action.clone(),
+            mechanism,
+            options: Default::default(),
+        };
+        let id = k
+            .splicer
+            .apply(std::slice::from_ref(&request))
+            .with_context(|| format!("cycle {i}: splicing by {mechanism}"))?[0];
+        hits += k
+            .splicer
+            .remove(&[id])
+            .with_context(|| format!("cycle {i}: unsplicing"))?[0]
+            .hits;
         let now = k.target().read(function.addr, len)?;
         if now != original {
-            let at = now.iter().zip(&original).position(|(a, b)| a != b).unwrap_or(0);
+            let at = now
+                .iter()
+                .zip(&original)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
             bail!(
                 "cycle {i} ({mechanism}): {}+{at:#x} holds {} after the splice was removed, not {}",
                 function.name,

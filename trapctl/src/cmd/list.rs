@@ -1,8 +1,8 @@
 //! `trapctl list [--json | --prometheus]`: live splices with their counters, loaded components.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 use instr_manager::ops::{self, Listing, Unrecorded};
+use serde::{Deserialize, Serialize};
 use trapd::exposition;
 use trapd::protocol::Request;
 
@@ -50,11 +50,20 @@ struct Reply {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let mut r: Reply = route::read(&Request::List, |sp| Ok(Reply { listing: ops::listing(sp)?, profile: None, unrecorded: None }))?;
+    let mut r: Reply = route::read(&Request::List, |sp| {
+        Ok(Reply {
+            listing: ops::listing(sp)?,
+            profile: None,
+            unrecorded: None,
+        })
+    })?;
     // Whether an owner is gone is judged here, where its pid was taken (trapd may run in
     // another pid namespace than a trapctl that shares its socket).
     for s in &mut r.listing.splices {
-        s.orphaned = s.owner.as_ref().is_some_and(instr_manager::owner::Owner::is_gone);
+        s.orphaned = s
+            .owner
+            .as_ref()
+            .is_some_and(instr_manager::owner::Owner::is_gone);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -71,12 +80,21 @@ pub fn run(args: &Args) -> Result<()> {
     if l.splices.is_empty() {
         println!("no splices");
     } else {
-        println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", "POINT", "SITE", "MECH", "ACTION", "HITS", "MISSED");
+        println!(
+            "{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}",
+            "POINT", "SITE", "MECH", "ACTION", "HITS", "MISSED"
+        );
         for s in &l.splices {
-            println!("{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}", s.at, s.site, s.mechanism, s.action, s.hits, s.missed);
+            println!(
+                "{:<28} {:<18} {:<4} {:<44} {:>10} {:>7}",
+                s.at, s.site, s.mechanism, s.action, s.hits, s.missed
+            );
             if let Some(r) = &s.returns {
                 // The hits above are the entries; a return point's own figures below.
-                println!("  returns {}, missed {}, in progress {}", r.returns, r.missed, r.active);
+                println!(
+                    "  returns {}, missed {}, in progress {}",
+                    r.returns, r.missed, r.active
+                );
             }
             match (&s.owner, s.orphaned) {
                 (Some(o), true) => println!("  orphaned: held by {o}, which is gone; `trapctl unsplice --orphans` removes it"),
@@ -85,8 +103,18 @@ pub fn run(args: &Args) -> Result<()> {
             }
             if let (Some(by), Some(k)) = (s.by, &s.keys) {
                 // The table's size; `trapctl list --json` has every key.
-                let top = k.keys.first().map(|t| format!(", most @[{}]: {}", t.key, t.count)).unwrap_or_default();
-                println!("  by {}: {} keys{top}, overflow {}, total {}", by.name(), k.keys.len(), k.overflow, k.total());
+                let top = k
+                    .keys
+                    .first()
+                    .map(|t| format!(", most @[{}]: {}", t.key, t.count))
+                    .unwrap_or_default();
+                println!(
+                    "  by {}: {} keys{top}, overflow {}, total {}",
+                    by.name(),
+                    k.keys.len(),
+                    k.overflow,
+                    k.total()
+                );
             }
         }
     }
@@ -99,7 +127,10 @@ pub fn run(args: &Args) -> Result<()> {
     if l.components.is_empty() {
         println!("no components");
     } else {
-        println!("{:<20} {:<10} {:<24} {:<24} {:>4}", "COMPONENT", "CRC32", "CODE", "DATA", "REFS");
+        println!(
+            "{:<20} {:<10} {:<24} {:<24} {:>4}",
+            "COMPONENT", "CRC32", "CODE", "DATA", "REFS"
+        );
         for c in &l.components {
             println!(
                 "{:<20} {:<10} {:<24} {:<24} {:>4}",
@@ -112,7 +143,10 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     for u in r.unrecorded.iter().flatten() {
-        println!("unrecorded dispatch entry at {} (to {}): {} hits; `rmmod trapvec` reverts it", u.site, u.dest, u.hits);
+        println!(
+            "unrecorded dispatch entry at {} (to {}): {} hits; `rmmod trapvec` reverts it",
+            u.site, u.dest, u.hits
+        );
     }
     Ok(())
 }

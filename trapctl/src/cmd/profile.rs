@@ -42,30 +42,58 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    println!("trapd pid {}, up {} s, journal {}", text("pid"), text("uptime_s"), text("journal"));
-    println!("profile {} (of {}), {} switch(es)", text("profile"), text("profiles"), text("switches"));
-    println!("{} splice(s), {} component(s), state generation {}", text("splices"), text("components"), text("generation"));
+    println!(
+        "trapd pid {}, up {} s, journal {}",
+        text("pid"),
+        text("uptime_s"),
+        text("journal")
+    );
+    println!(
+        "profile {} (of {}), {} switch(es)",
+        text("profile"),
+        text("profiles"),
+        text("switches")
+    );
+    println!(
+        "{} splice(s), {} component(s), state generation {}",
+        text("splices"),
+        text("components"),
+        text("generation")
+    );
     if let Some(m) = v["metrics"].as_object() {
         for (name, value) in m {
             println!("metric {name} = {value}");
         }
     }
     if v["unrecorded"].as_u64().is_some_and(|n| n > 0) {
-        println!("{} unrecorded dispatch entr(ies): see `trapctl list`", text("unrecorded"));
+        println!(
+            "{} unrecorded dispatch entr(ies): see `trapctl list`",
+            text("unrecorded")
+        );
     }
     Ok(())
 }
 
 pub fn activate(args: &ActivateArgs) -> Result<()> {
-    let v: Value = route::daemon_only(&Request::Activate { profile: args.profile.clone() })?;
+    let v: Value = route::daemon_only(&Request::Activate {
+        profile: args.profile.clone(),
+    })?;
     let mut notes = Vec::new();
     if let Some(n) = v["in_place"].as_u64().filter(|&n| n > 0) {
-        notes.push(format!("{n} trap site(s) the new profile splices differently changed hands in place"));
+        notes.push(format!(
+            "{n} trap site(s) the new profile splices differently changed hands in place"
+        ));
     }
     if let Some(n) = v["handed_over"].as_u64().filter(|&n| n > 0) {
-        notes.push(format!("{n} site(s) changing mechanism were removed by a batch of their own first"));
+        notes.push(format!(
+            "{n} site(s) changing mechanism were removed by a batch of their own first"
+        ));
     }
-    let handed = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };
+    let handed = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
     println!(
         "profile {} -> {}: {} splice(s) removed, {} added{handed}",
         v["previous"].as_str().unwrap_or("(none)"),

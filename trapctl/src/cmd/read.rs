@@ -30,7 +30,10 @@ fn locate(target: &KernelTarget, at: &str) -> Result<(u64, Option<u64>)> {
         Some((n, o)) => (n, parse_u64(o)?),
         None => (at, 0),
     };
-    let sym = target.symbols().lookup(name).with_context(|| format!("no kernel symbol `{name}`"))?;
+    let sym = target
+        .symbols()
+        .lookup(name)
+        .with_context(|| format!("no kernel symbol `{name}`"))?;
     let extent = target.symbols().function_extent(sym);
     Ok((sym.addr + off, (extent > off).then(|| extent - off)))
 }
@@ -39,7 +42,11 @@ fn locate(target: &KernelTarget, at: &str) -> Result<(u64, Option<u64>)> {
 pub fn hex_dump(addr: u64, bytes: &[u8]) -> String {
     let mut out = String::new();
     for (i, line) in bytes.chunks(16).enumerate() {
-        out.push_str(&format!("{:016x}: {}\n", addr + 16 * i as u64, trapvec::error::hex(line)));
+        out.push_str(&format!(
+            "{:016x}: {}\n",
+            addr + 16 * i as u64,
+            trapvec::error::hex(line)
+        ));
     }
     out
 }
@@ -47,7 +54,10 @@ pub fn hex_dump(addr: u64, bytes: &[u8]) -> String {
 pub fn run(args: &Args) -> Result<()> {
     let target = KernelTarget::open()?;
     let (addr, extent) = locate(&target, &args.at)?;
-    let len = args.len.or(extent).with_context(|| format!("`{}`: give LEN (its extent is unknown)", args.at))?;
+    let len = args
+        .len
+        .or(extent)
+        .with_context(|| format!("`{}`: give LEN (its extent is unknown)", args.at))?;
     let len = usize::try_from(len).context("LEN")?;
     let bytes = target.read(addr, len)?;
     print!("{}", hex_dump(addr, &bytes));
@@ -62,7 +72,10 @@ mod tests {
         let d = super::hex_dump(0xffff_ffff_8100_0000, &bytes);
         let lines: Vec<&str> = d.lines().collect();
         assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0], "ffffffff81000000: 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f");
+        assert_eq!(
+            lines[0],
+            "ffffffff81000000: 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f"
+        );
         assert_eq!(lines[1], "ffffffff81000010: 10 11 12 13");
     }
 }

@@ -5,15 +5,15 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use instr_manager::ops::{self, parse_u64, Listing, Made, SpliceRow, Unspliced, UnsplicedAll};
 use instr_manager::owner::Owner;
 use instr_manager::splice::{SpliceOptions, When};
-use trapvec::predicate::Predicate;
-use instr_manager::splicer::{Action, SpliceRequest};
-use instr_manager::ops::{self, parse_u64, Listing, Made, SpliceRow, Unspliced, UnsplicedAll};
 use instr_manager::splicer::SpliceId;
-use trapd::client;
+use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::{Mechanism, UnknownMechanism};
+use trapd::client;
 use trapd::protocol::Request;
+use trapvec::predicate::Predicate;
 
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
@@ -109,7 +109,12 @@ pub struct OnlyArgs {
 
 impl OnlyArgs {
     pub fn predicate(&self) -> Predicate {
-        Predicate { tid: None, pid: self.pid, tgid: self.tgid, comm: self.comm.clone() }
+        Predicate {
+            tid: None,
+            pid: self.pid,
+            tgid: self.tgid,
+            comm: self.comm.clone(),
+        }
     }
 }
 
@@ -160,8 +165,12 @@ pub enum WaitError {
 
 /// `--wait SECONDS`: a non-negative number of seconds, fractions allowed.
 pub fn parse_wait(text: &str) -> Result<std::time::Duration, WaitError> {
-    let secs: f64 = text.parse().map_err(|_| WaitError::NotANumber { text: text.to_string() })?;
-    std::time::Duration::try_from_secs_f64(secs).map_err(|_| WaitError::OutOfRange { text: text.to_string() })
+    let secs: f64 = text.parse().map_err(|_| WaitError::NotANumber {
+        text: text.to_string(),
+    })?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| WaitError::OutOfRange {
+        text: text.to_string(),
+    })
 }
 
 pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
@@ -170,7 +179,9 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
 
 /// Make `request` (through trapd when one runs).
 pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
-    route::change(&Request::Splice(request.clone()), |sp| ops::splice(sp, request))
+    route::change(&Request::Splice(request.clone()), |sp| {
+        ops::splice(sp, request)
+    })
 }
 
 /// How a command that keeps a splice for a while (`trapctl count`, `trapctl time`) reads
@@ -179,7 +190,10 @@ pub struct Figures<R> {
     /// What the splice is, for messages: "the timer", "the keyed count".
     pub what: &'static str,
     pub of_row: fn(&SpliceRow) -> Option<R>,
-    pub of_splice: fn(&instr_manager::splicer::Splicer<trapvec::kernel::KernelTarget>, SpliceId) -> Result<Option<R>, instr_manager::splicer::SpliceError>,
+    pub of_splice: fn(
+        &instr_manager::splicer::Splicer<trapvec::kernel::KernelTarget>,
+        SpliceId,
+    ) -> Result<Option<R>, instr_manager::splicer::SpliceError>,
 }
 
 /// What a hold gives its report: the figures read just before the removal, the removal's
@@ -206,17 +220,30 @@ pub fn for_a_while<R>(
 ) -> Result<()> {
     let watch = hold::Watch::start()?;
     let mut request = request.clone();
-    let command: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let command: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     request.options.owner = Some(Owner::current(command.join(" "))?);
     let what = figures.what;
     if client::is_listening(route::socket()) {
         let row = make(&request)?;
         let read = |site: &str| -> Result<R> {
             let listing: Listing = route::daemon_only(&Request::List)?;
-            let row = listing.splices.iter().find(|r| r.site == site).with_context(|| format!("{what} at {site} is no longer listed"))?;
-            (figures.of_row)(row).with_context(|| format!("the splice at {site} is not {}", what.trim_start_matches("the ")))
+            let row = listing
+                .splices
+                .iter()
+                .find(|r| r.site == site)
+                .with_context(|| format!("{what} at {site} is no longer listed"))?;
+            (figures.of_row)(row).with_context(|| {
+                format!(
+                    "the splice at {site} is not {}",
+                    what.trim_start_matches("the ")
+                )
+            })
         };
-        let held = hold(&watch, span, &row, announce, &read, &mut |site: &str| remove(site))?;
+        let held = hold(&watch, span, &row, announce, &read, &mut |site: &str| {
+            remove(site)
+        })?;
         let ended = held.ended;
         report(&row, held)?;
         return hold::finish(&watch, ended);
@@ -267,7 +294,11 @@ fn hold<R>(
         Err(e) => {
             // By the site: the point as written could name a different splice made meanwhile.
             if let Err(r) = remove(&row.site) {
-                return Err(e.context(format!("and removing the splice at {} failed: {}", row.site, trapvec::error_chain(r.as_ref()))));
+                return Err(e.context(format!(
+                    "and removing the splice at {} failed: {}",
+                    row.site,
+                    trapvec::error_chain(r.as_ref())
+                )));
             }
             return Err(e);
         }
@@ -276,7 +307,12 @@ fn hold<R>(
     // Read before the removal: a removed return point or keyed count has no figures.
     let figures = read(&row.site);
     let removed = remove(&row.site)?;
-    Ok(Held { figures: figures?, removed, ended, elapsed })
+    Ok(Held {
+        figures: figures?,
+        removed,
+        ended,
+        elapsed,
+    })
 }
 
 /// Remove the orphaned splices: through trapd, those of its listing whose owner is gone, one
@@ -286,7 +322,12 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
         // Judged here, not by the daemon's flag: the owner's pid was taken in this machine's
         // view (a trapctl in a container shares the daemon's socket, not its pid namespace).
         let listing: Listing = route::daemon_only(&Request::List)?;
-        return listing.splices.iter().filter(|r| r.owner.as_ref().is_some_and(Owner::is_gone)).map(|r| remove(&r.site)).collect();
+        return listing
+            .splices
+            .iter()
+            .filter(|r| r.owner.as_ref().is_some_and(Owner::is_gone))
+            .map(|r| remove(&r.site))
+            .collect();
     }
     let mut k = Kernel::open()?;
     if let Some(w) = args.wait {
@@ -300,19 +341,46 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
 
 /// Remove the splice at `at` (through trapd when one runs).
 pub fn remove(at: &str) -> Result<Unspliced> {
-    route::change(&Request::Unsplice { at: Some(at.to_string()), all: false }, |sp| Ok((ops::unsplice(sp, at)?, Made::default())))
+    route::change(
+        &Request::Unsplice {
+            at: Some(at.to_string()),
+            all: false,
+        },
+        |sp| Ok((ops::unsplice(sp, at)?, Made::default())),
+    )
 }
 
 pub fn splice(args: &SpliceArgs) -> Result<()> {
     let action = match (&args.call, &args.replace, args.count) {
-        (Some(h), None, false) => Action::Call { handler: h.clone(), cookie: args.cookie.unwrap_or(0) },
+        (Some(h), None, false) => Action::Call {
+            handler: h.clone(),
+            cookie: args.cookie.unwrap_or(0),
+        },
         (None, Some(f), false) => Action::Replace { with: f.clone() },
         (None, None, true) => Action::Count,
         _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
     };
-    let options = SpliceOptions { when: if args.at_return { When::Return } else { When::Entry }, maxactive: args.maxactive, by: args.by, only: args.only.predicate(), owner: None };
-    let s = make(&SpliceRequest { at: args.at.clone(), action, mechanism: args.mechanism, options })?;
-    println!("spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`", s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced);
+    let options = SpliceOptions {
+        when: if args.at_return {
+            When::Return
+        } else {
+            When::Entry
+        },
+        maxactive: args.maxactive,
+        by: args.by,
+        only: args.only.predicate(),
+        owner: None,
+    };
+    let s = make(&SpliceRequest {
+        at: args.at.clone(),
+        action,
+        mechanism: args.mechanism,
+        options,
+    })?;
+    println!(
+        "spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`",
+        s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced
+    );
     Ok(())
 }
 
@@ -320,27 +388,45 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     if args.orphans {
         let removed = unsplice_orphans(args)?;
         for u in &removed {
-            println!("unspliced orphan {} at {}: {} hits, {} missed", u.at, u.site, u.hits, u.missed);
+            println!(
+                "unspliced orphan {} at {}: {} hits, {} missed",
+                u.at, u.site, u.hits, u.missed
+            );
         }
         println!("unspliced {} orphaned splice(s)", removed.len());
         return Ok(());
     }
     let Some(at) = &args.at else {
-        let all: UnsplicedAll = route::change(&Request::Unsplice { at: None, all: true }, |sp| {
-            if let Some(w) = args.wait {
-                sp.set_quiesce_timeout(w);
-            }
-            Ok((ops::unsplice_all(sp)?, Made::default()))
-        })?;
+        let all: UnsplicedAll = route::change(
+            &Request::Unsplice {
+                at: None,
+                all: true,
+            },
+            |sp| {
+                if let Some(w) = args.wait {
+                    sp.set_quiesce_timeout(w);
+                }
+                Ok((ops::unsplice_all(sp)?, Made::default()))
+            },
+        )?;
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let u: Unspliced = route::change(&Request::Unsplice { at: Some(at.to_string()), all: false }, |sp| {
-        if let Some(w) = args.wait {
-            sp.set_quiesce_timeout(w);
-        }
-        Ok((ops::unsplice(sp, at)?, Made::default()))
-    })?;
-    println!("unspliced {} at {}: {} hits, {} missed", u.at, u.site, u.hits, u.missed);
+    let u: Unspliced = route::change(
+        &Request::Unsplice {
+            at: Some(at.to_string()),
+            all: false,
+        },
+        |sp| {
+            if let Some(w) = args.wait {
+                sp.set_quiesce_timeout(w);
+            }
+            Ok((ops::unsplice(sp, at)?, Made::default()))
+        },
+    )?;
+    println!(
+        "unspliced {} at {}: {} hits, {} missed",
+        u.at, u.site, u.hits, u.missed
+    );
     Ok(())
 }

@@ -12,7 +12,6 @@ use trapvec::returns::{Clock, Histogram, ReturnStats};
 
 use super::splice::Held;
 
-
 /// Time a kernel function's calls for a while (N seconds, until Ctrl-C, or while a command runs).
 #[derive(clap::Args)]
 #[command(long_about = "\
@@ -88,11 +87,31 @@ pub fn run(args: &Args) -> Result<()> {
         at: args.function.clone(),
         action: Action::Time { clock: args.clock },
         mechanism: args.mechanism,
-        options: SpliceOptions { when: When::Return, maxactive: args.maxactive, by: None, only: args.only.predicate(), owner: None },
+        options: SpliceOptions {
+            when: When::Return,
+            maxactive: args.maxactive,
+            by: None,
+            only: args.only.predicate(),
+            owner: None,
+        },
     };
-    let figures = super::splice::Figures { what: "the timer", of_row: |r| r.returns.clone(), of_splice: |sp, id| sp.return_stats(id) };
-    let announce = |row: &SpliceRow| println!("timing {} at {} {} ({} clock)", args.function, row.site, args.span.describe(), args.clock.name());
-    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| report(args, row, held))
+    let figures = super::splice::Figures {
+        what: "the timer",
+        of_row: |r| r.returns.clone(),
+        of_splice: |sp, id| sp.return_stats(id),
+    };
+    let announce = |row: &SpliceRow| {
+        println!(
+            "timing {} at {} {} ({} clock)",
+            args.function,
+            row.site,
+            args.span.describe(),
+            args.clock.name()
+        )
+    };
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| {
+        report(args, row, held)
+    })
 }
 
 /// Print a timer's figures.

@@ -47,14 +47,21 @@ fn parse_size(text: &str) -> Result<usize, String> {
 
 pub fn set(args: &SetArgs) -> Result<()> {
     let value = Value::Text(args.value.trim().to_string());
-    let request = Request::Set { symbol: args.symbol.clone(), value: value.clone(), size: args.size };
+    let request = Request::Set {
+        symbol: args.symbol.clone(),
+        value: value.clone(),
+        size: args.size,
+    };
     let v: Var = route::change(&request, |sp| ops::set(sp, &args.symbol, &value, args.size))?;
     println!("{} = {} ({} bytes)", v.symbol, args.value.trim(), v.size);
     Ok(())
 }
 
 pub fn get(args: &GetArgs) -> Result<()> {
-    let request = Request::Get { symbol: args.symbol.clone(), size: args.size };
+    let request = Request::Get {
+        symbol: args.symbol.clone(),
+        size: args.size,
+    };
     let v: Var = route::read(&request, |sp| ops::get(sp, &args.symbol, args.size))?;
     println!("{}", v.value);
     Ok(())

@@ -11,14 +11,17 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use nix::errno::Errno;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry,
-    TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
-    TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_ALLOC, TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD,
-    TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO, TRAPVEC_IOC_LIST,
-    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
-    TRAPVEC_IOC_WRITE, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TRAPVEC_IOC_KEY_ADD,
-    TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd,
+    TrapvecDispatchEntry, TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo,
+    TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TrapvecList,
+    TrapvecListEntry, TrapvecPatch, TrapvecQuiesce, TrapvecRead, TrapvecReturnAdd,
+    TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite, TRAPVEC_IOC_ALLOC,
+    TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD, TRAPVEC_IOC_DISPATCH_REMOVE,
+    TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO,
+    TRAPVEC_IOC_KEY_ADD, TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS, TRAPVEC_IOC_LIST,
+    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE,
+    TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
+    TRAPVEC_IOC_WRITE,
 };
 
 /// One ioctl with its argument, and the memory its pointer fields name.
@@ -148,7 +151,11 @@ impl Request<'_> {
                 arg.sites = addr(sites.as_ptr());
                 arg.count = count(sites.len())?;
             }
-            Request::DispatchReplace { arg, entries, counts } => {
+            Request::DispatchReplace {
+                arg,
+                entries,
+                counts,
+            } => {
                 if entries.len() != counts.len() {
                     return Err(Errno::EINVAL);
                 }
@@ -197,17 +204,37 @@ nix::ioctl_readwrite_bad!(ioc_seal, TRAPVEC_IOC_SEAL, TrapvecBlock);
 nix::ioctl_readwrite_bad!(ioc_free, TRAPVEC_IOC_FREE, TrapvecBlock);
 nix::ioctl_readwrite_bad!(ioc_check, TRAPVEC_IOC_CHECK, TrapvecCheck);
 nix::ioctl_readwrite_bad!(ioc_apply, TRAPVEC_IOC_APPLY, TrapvecApply);
-nix::ioctl_readwrite_bad!(ioc_dispatch_add, TRAPVEC_IOC_DISPATCH_ADD, TrapvecDispatchAdd);
-nix::ioctl_readwrite_bad!(ioc_dispatch_remove, TRAPVEC_IOC_DISPATCH_REMOVE, TrapvecDispatchRemove);
-nix::ioctl_readwrite_bad!(ioc_dispatch_replace, TRAPVEC_IOC_DISPATCH_REPLACE, TrapvecDispatchReplace);
+nix::ioctl_readwrite_bad!(
+    ioc_dispatch_add,
+    TRAPVEC_IOC_DISPATCH_ADD,
+    TrapvecDispatchAdd
+);
+nix::ioctl_readwrite_bad!(
+    ioc_dispatch_remove,
+    TRAPVEC_IOC_DISPATCH_REMOVE,
+    TrapvecDispatchRemove
+);
+nix::ioctl_readwrite_bad!(
+    ioc_dispatch_replace,
+    TRAPVEC_IOC_DISPATCH_REPLACE,
+    TrapvecDispatchReplace
+);
 nix::ioctl_readwrite_bad!(ioc_hits, TRAPVEC_IOC_HITS, TrapvecHits);
 nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
 nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
 nix::ioctl_readwrite_bad!(ioc_state_get, TRAPVEC_IOC_STATE_GET, TrapvecState);
 nix::ioctl_readwrite_bad!(ioc_state_put, TRAPVEC_IOC_STATE_PUT, TrapvecState);
 nix::ioctl_readwrite_bad!(ioc_return_add, TRAPVEC_IOC_RETURN_ADD, TrapvecReturnAdd);
-nix::ioctl_readwrite_bad!(ioc_return_remove, TRAPVEC_IOC_RETURN_REMOVE, TrapvecReturnRemove);
-nix::ioctl_readwrite_bad!(ioc_return_stats, TRAPVEC_IOC_RETURN_STATS, TrapvecReturnStats);
+nix::ioctl_readwrite_bad!(
+    ioc_return_remove,
+    TRAPVEC_IOC_RETURN_REMOVE,
+    TrapvecReturnRemove
+);
+nix::ioctl_readwrite_bad!(
+    ioc_return_stats,
+    TRAPVEC_IOC_RETURN_STATS,
+    TrapvecReturnStats
+);
 nix::ioctl_readwrite_bad!(ioc_key_add, TRAPVEC_IOC_KEY_ADD, TrapvecKeyAdd);
 nix::ioctl_readwrite_bad!(ioc_key_remove, TRAPVEC_IOC_KEY_REMOVE, TrapvecKeyRemove);
 nix::ioctl_readwrite_bad!(ioc_key_stats, TRAPVEC_IOC_KEY_STATS, TrapvecKeyStats);
@@ -273,7 +300,9 @@ pub(crate) mod fake {
     }
 
     /// Every ioctl of this thread goes to `f` until the returned guard is dropped.
-    pub(crate) fn override_ioctl(f: impl for<'a> FnMut(&mut Request<'a>) -> Result<(), Errno> + 'static) -> Guard {
+    pub(crate) fn override_ioctl(
+        f: impl for<'a> FnMut(&mut Request<'a>) -> Result<(), Errno> + 'static,
+    ) -> Guard {
         OVERRIDE.with(|o| *o.borrow_mut() = Some(Box::new(f)));
         Guard
     }

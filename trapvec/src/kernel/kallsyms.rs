@@ -42,8 +42,17 @@ pub fn parse(text: &str) -> Result<Vec<Symbol>, KallsymsError> {
         if line.trim_ascii().is_empty() {
             continue;
         }
-        let Some(Line { addr, letter, name, module }) = Line::split(line) else {
-            return Err(KallsymsError::Malformed { line: i + 1, text: line.to_string() });
+        let Some(Line {
+            addr,
+            letter,
+            name,
+            module,
+        }) = Line::split(line)
+        else {
+            return Err(KallsymsError::Malformed {
+                line: i + 1,
+                text: line.to_string(),
+            });
         };
         any_address |= addr != 0;
         out.push(Symbol {
@@ -51,7 +60,8 @@ pub fn parse(text: &str) -> Result<Vec<Symbol>, KallsymsError> {
             addr,
             size: 0,
             kind: kind_of(letter),
-            origin: module.map(str::to_string), version: None,
+            origin: module.map(str::to_string),
+            version: None,
         });
     }
     if !out.is_empty() && !any_address {
@@ -82,14 +92,23 @@ impl<'a> Line<'a> {
     /// name is searched (for its end). This is the path every line of `/proc/kallsyms` takes.
     fn split_canonical(line: &'a str) -> Option<Self> {
         let bytes = line.as_bytes();
-        if bytes.len() < 20 || bytes[16] != b' ' || bytes[17].is_ascii_whitespace() || bytes[18] != b' ' {
+        if bytes.len() < 20
+            || bytes[16] != b' '
+            || bytes[17].is_ascii_whitespace()
+            || bytes[18] != b' '
+        {
             return None;
         }
         let addr = hex(&bytes[..16])?;
         let letter = char::from(bytes[17]);
         // Byte 18 is a space, so byte 19 starts a character.
         let (name, module) = split_module(line.get(19..)?)?;
-        Some(Line { addr, letter, name: plain_name(name.trim_ascii_end())?, module })
+        Some(Line {
+            addr,
+            letter,
+            name: plain_name(name.trim_ascii_end())?,
+            module,
+        })
     }
 
     /// Any spacing: fields separated by one or more spaces, space around the line.
@@ -101,14 +120,22 @@ impl<'a> Line<'a> {
         let (Some(letter), None) = (letters.next(), letters.next()) else {
             return None;
         };
-        Some(Line { addr: hex(addr.as_bytes())?, letter, name: plain_name(name.trim_ascii_start())?, module })
+        Some(Line {
+            addr: hex(addr.as_bytes())?,
+            letter,
+            name: plain_name(name.trim_ascii_start())?,
+            module,
+        })
     }
 }
 
 /// `text` and the module named after its first tab (`\t[MODULE]`, space allowed around it).
 fn split_module(text: &str) -> Option<(&str, Option<&str>)> {
     match text.split_once('\t') {
-        Some((main, module)) => Some((main, Some(module.trim_ascii().strip_prefix('[')?.strip_suffix(']')?))),
+        Some((main, module)) => Some((
+            main,
+            Some(module.trim_ascii().strip_prefix('[')?.strip_suffix(']')?),
+        )),
         None => Some((text, None)),
     }
 }
@@ -123,7 +150,9 @@ fn hex(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 16 {
         return None;
     }
-    digits.iter().try_fold(0u64, |n, &d| Some(n << 4 | u64::from(char::from(d).to_digit(16)?)))
+    digits.iter().try_fold(0u64, |n, &d| {
+        Some(n << 4 | u64::from(char::from(d).to_digit(16)?))
+    })
 }
 
 #[cfg(test)]
@@ -134,11 +163,21 @@ mod tests {
     fn canonical_lines_split_into_address_letter_name_and_module() {
         assert_eq!(
             Line::split("ffffffff810b0f90 T __x64_sys_getppid"),
-            Some(Line { addr: 0xffff_ffff_810b_0f90, letter: 'T', name: "__x64_sys_getppid", module: None })
+            Some(Line {
+                addr: 0xffff_ffff_810b_0f90,
+                letter: 'T',
+                name: "__x64_sys_getppid",
+                module: None
+            })
         );
         assert_eq!(
             Line::split("ffffffffc0201ef0 t trapvec_entry\t[trapvec]"),
-            Some(Line { addr: 0xffff_ffff_c020_1ef0, letter: 't', name: "trapvec_entry", module: Some("trapvec") })
+            Some(Line {
+                addr: 0xffff_ffff_c020_1ef0,
+                letter: 't',
+                name: "trapvec_entry",
+                module: Some("trapvec")
+            })
         );
     }
 
@@ -154,10 +193,12 @@ mod tests {
         }
         let text = "ffffffff81000000 T _stext\r\n\r\n   \nffffffff81000010 t f\t[m]\r\n";
         let syms = parse(text).unwrap();
-        assert_eq!(syms.iter().map(|s| (s.name.as_str(), s.origin.as_deref())).collect::<Vec<_>>(), [
-            ("_stext", None),
-            ("f", Some("m"))
-        ]);
+        assert_eq!(
+            syms.iter()
+                .map(|s| (s.name.as_str(), s.origin.as_deref()))
+                .collect::<Vec<_>>(),
+            [("_stext", None), ("f", Some("m"))]
+        );
     }
 
     /// Lines that parse, in the kernel's layout and spaced otherwise.
@@ -200,9 +241,20 @@ mod tests {
     fn short_addresses_and_extra_spaces_take_the_spaced_path() {
         assert_eq!(Line::split_canonical("81000000 T name"), None);
         let short = Line::split("81000000 T name");
-        assert_eq!(short, Some(Line { addr: 0x8100_0000, letter: 'T', name: "name", module: None }));
+        assert_eq!(
+            short,
+            Some(Line {
+                addr: 0x8100_0000,
+                letter: 'T',
+                name: "name",
+                module: None
+            })
+        );
         assert_eq!(Line::split_canonical("ffffffff81000000 T  name"), None);
-        assert_eq!(Line::split("ffffffff81000000 T  name").map(|l| l.name), Some("name"));
+        assert_eq!(
+            Line::split("ffffffff81000000 T  name").map(|l| l.name),
+            Some("name")
+        );
     }
 
     #[test]
@@ -214,6 +266,9 @@ mod tests {
                 assert_eq!(Some(fast), Line::split_spaced(line), "{line:?}");
             }
         }
-        assert_eq!(canonical, 4, "the kernel's own layout, with and without a module or space around it");
+        assert_eq!(
+            canonical, 4,
+            "the kernel's own layout, with and without a module or space around it"
+        );
     }
 }

@@ -30,25 +30,34 @@ use nix::errno::Errno;
 use thiserror::Error;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd, TrapvecDispatchEntry, TrapvecDispatchReplace, TrapvecTaskMatch,
-    TrapvecDispatchRemove, TrapvecHits, TrapvecInfo, TrapvecList, TrapvecListEntry, TrapvecPatch, TrapvecQuiesce,
-    TrapvecRead, TrapvecReturnAdd, TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite,
-    TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
-    TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_READ_ORIGINAL, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_REASON_ALTERNATIVE,
-    TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BUG_ENTRY, TRAPVEC_REASON_CROSSES_SYMBOL, TRAPVEC_REASON_ENTRY_TEXT,
-    TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_KPROBE_BLACKLIST,
-    TRAPVEC_REASON_KPROBE_REFUSED, TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_MISMATCH, TRAPVEC_REASON_NOINSTR_TEXT,
-    TRAPVEC_REASON_NONE, TRAPVEC_REASON_NOT_BOUNDARY, TRAPVEC_REASON_NOT_TEXT, TRAPVEC_REASON_OWN_MODULE,
-    TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_THUNK, TRAPVEC_STATE_MAX, TRAPVEC_XFER_MAX, TRAPVEC_REASON_KPROBE,
-    TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_STATIC_CALL_TRAMP, TRAPVEC_REASON_KPROBE_SLOT, TRAPVEC_REASON_BPF_TEXT,
-    TRAPVEC_REASON_FTRACE_TRAMPOLINE, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_LOCKDOWN,
-    TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_FOREIGN_TRAP,
-    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_NOT_A_JUMP, TRAPVEC_REASON_JUMP_TARGET, TRAPVEC_REASON_EXTABLE_FIXUP, TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove,
-    TrapvecKeyStats, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU, TRAPVEC_KEY_PID, TRAPVEC_KEY_SLOTS, TRAPVEC_KEY_TABLE,
-    TRAPVEC_KEY_TGID,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd,
+    TrapvecDispatchEntry, TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo,
+    TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TrapvecList,
+    TrapvecListEntry, TrapvecPatch, TrapvecQuiesce, TrapvecRead, TrapvecReturnAdd,
+    TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecTaskMatch, TrapvecWrite,
+    TRAPVEC_ABI_VERSION, TRAPVEC_BATCH_MAX, TRAPVEC_BLOCK_CODE, TRAPVEC_BLOCK_DATA,
+    TRAPVEC_CHECK_NO_KPROBE, TRAPVEC_CLOCK_CPU, TRAPVEC_CLOCK_NONE, TRAPVEC_CLOCK_WALL,
+    TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU, TRAPVEC_KEY_PID, TRAPVEC_KEY_SLOTS, TRAPVEC_KEY_TABLE,
+    TRAPVEC_KEY_TGID, TRAPVEC_NO_INDEX, TRAPVEC_PATCH_MAX, TRAPVEC_READ_ORIGINAL,
+    TRAPVEC_REASON_ALTERNATIVE, TRAPVEC_REASON_BAD_LENGTH, TRAPVEC_REASON_BPF_TEXT,
+    TRAPVEC_REASON_BUG_ENTRY, TRAPVEC_REASON_CPUIDLE_TEXT, TRAPVEC_REASON_CROSSES_SYMBOL,
+    TRAPVEC_REASON_ENTRY_TEXT, TRAPVEC_REASON_EXTABLE, TRAPVEC_REASON_EXTABLE_FIXUP,
+    TRAPVEC_REASON_FOREIGN_TRAP, TRAPVEC_REASON_FTRACE, TRAPVEC_REASON_FTRACE_TRAMPOLINE,
+    TRAPVEC_REASON_JUMP_LABEL, TRAPVEC_REASON_JUMP_TARGET, TRAPVEC_REASON_KPROBE,
+    TRAPVEC_REASON_KPROBE_BLACKLIST, TRAPVEC_REASON_KPROBE_REFUSED, TRAPVEC_REASON_KPROBE_SLOT,
+    TRAPVEC_REASON_LIVE_PATCH, TRAPVEC_REASON_LOCKDOWN, TRAPVEC_REASON_MISMATCH,
+    TRAPVEC_REASON_MODULES_DISABLED, TRAPVEC_REASON_MODULE_INIT, TRAPVEC_REASON_NOINSTR_TEXT,
+    TRAPVEC_REASON_NONE, TRAPVEC_REASON_NOT_A_JUMP, TRAPVEC_REASON_NOT_BOUNDARY,
+    TRAPVEC_REASON_NOT_TEXT, TRAPVEC_REASON_NO_DISPATCH, TRAPVEC_REASON_OWN_MODULE,
+    TRAPVEC_REASON_RETURN_IN_WINDOW, TRAPVEC_REASON_STATIC_CALL, TRAPVEC_REASON_STATIC_CALL_TRAMP,
+    TRAPVEC_REASON_THUNK, TRAPVEC_RETURN_INSTANCES, TRAPVEC_RETURN_SLOTS, TRAPVEC_STATE_MAX,
+    TRAPVEC_XFER_MAX,
 };
 use crate::error::{hex, TargetError};
-use crate::target::{BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
+use crate::target::{
+    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo,
+    TextPatch, TrapHits,
+};
 use ioctl::Request;
 
 /// The module's device.
@@ -109,7 +118,9 @@ pub enum SiteRefusal {
     StaticCall,
     #[error("overlaps a BUG()/WARN() trap instruction")]
     BugEntry,
-    #[error("an instruction with an exception-table entry (its fix-up would not follow it out of line)")]
+    #[error(
+        "an instruction with an exception-table entry (its fix-up would not follow it out of line)"
+    )]
     Extable,
     #[error("not an instruction boundary of its function")]
     NotBoundary,
@@ -143,7 +154,9 @@ pub enum SiteRefusal {
     Lockdown { mode: String },
     #[error("kernel.modules_disabled=1 forbids writing kernel text")]
     ModulesDisabled,
-    #[error("a trap with no dispatch entry for its site (it would be taken for a spurious interrupt)")]
+    #[error(
+        "a trap with no dispatch entry for its site (it would be taken for a spurious interrupt)"
+    )]
     NoDispatch,
     #[error("an int instruction of another vector than trapvec.ko's (the program and the module disagree on the vector)")]
     ForeignTrap,
@@ -184,25 +197,38 @@ impl SiteRefusal {
             TRAPVEC_REASON_EXTABLE => SiteRefusal::Extable,
             TRAPVEC_REASON_NOT_BOUNDARY => SiteRefusal::NotBoundary,
             TRAPVEC_REASON_CROSSES_SYMBOL => SiteRefusal::CrossesSymbol,
-            TRAPVEC_REASON_KPROBE_REFUSED => SiteRefusal::KprobeRefused { errno: Errno::from_raw(-error) },
+            TRAPVEC_REASON_KPROBE_REFUSED => SiteRefusal::KprobeRefused {
+                errno: Errno::from_raw(-error),
+            },
             TRAPVEC_REASON_LIVE_PATCH => SiteRefusal::LivePatch,
             TRAPVEC_REASON_MISMATCH => SiteRefusal::Mismatch,
             TRAPVEC_REASON_ALTERNATIVE => SiteRefusal::Alternative,
-            TRAPVEC_REASON_KPROBE => SiteRefusal::Kprobe { at: 0, place: "an address the module did not say".into() },
+            TRAPVEC_REASON_KPROBE => SiteRefusal::Kprobe {
+                at: 0,
+                place: "an address the module did not say".into(),
+            },
             TRAPVEC_REASON_CPUIDLE_TEXT => SiteRefusal::CpuidleText,
             TRAPVEC_REASON_STATIC_CALL_TRAMP => SiteRefusal::StaticCallTramp,
             TRAPVEC_REASON_KPROBE_SLOT => SiteRefusal::KprobeSlot,
             TRAPVEC_REASON_BPF_TEXT => SiteRefusal::BpfText,
             TRAPVEC_REASON_FTRACE_TRAMPOLINE => SiteRefusal::FtraceTrampoline,
             TRAPVEC_REASON_MODULE_INIT => SiteRefusal::ModuleInit,
-            TRAPVEC_REASON_LOCKDOWN => SiteRefusal::Lockdown { mode: lockdown_mode() },
+            TRAPVEC_REASON_LOCKDOWN => SiteRefusal::Lockdown {
+                mode: lockdown_mode(),
+            },
             TRAPVEC_REASON_MODULES_DISABLED => SiteRefusal::ModulesDisabled,
             TRAPVEC_REASON_NO_DISPATCH => SiteRefusal::NoDispatch,
             TRAPVEC_REASON_FOREIGN_TRAP => SiteRefusal::ForeignTrap,
             TRAPVEC_REASON_RETURN_IN_WINDOW => SiteRefusal::ReturnInWindow,
             TRAPVEC_REASON_NOT_A_JUMP => SiteRefusal::NotAJump,
-            TRAPVEC_REASON_JUMP_TARGET => SiteRefusal::JumpTarget { key: UNSAID.into(), at: UNSAID.into() },
-            TRAPVEC_REASON_EXTABLE_FIXUP => SiteRefusal::ExtableFixup { insn: UNSAID.into(), at: UNSAID.into() },
+            TRAPVEC_REASON_JUMP_TARGET => SiteRefusal::JumpTarget {
+                key: UNSAID.into(),
+                at: UNSAID.into(),
+            },
+            TRAPVEC_REASON_EXTABLE_FIXUP => SiteRefusal::ExtableFixup {
+                insn: UNSAID.into(),
+                at: UNSAID.into(),
+            },
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -262,7 +288,10 @@ fn lockdown_mode() -> String {
 
 /// Whether kernel lockdown is on (any mode forbids writing kernel memory).
 fn locked_down() -> bool {
-    std::fs::read_to_string(LOCKDOWN_PATH).is_ok_and(|t| t.split_whitespace().any(|w| w.starts_with('[') && w != "[none]"))
+    std::fs::read_to_string(LOCKDOWN_PATH).is_ok_and(|t| {
+        t.split_whitespace()
+            .any(|w| w.starts_with('[') && w != "[none]")
+    })
 }
 
 /// Whether lockdown or kernel.modules_disabled forbids the module to write kernel memory now.
@@ -273,7 +302,13 @@ fn writes_forbidden() -> bool {
 /// Why the module answered EPERM to ALLOC or WRITE (after the capability check, which INFO
 /// passed): lockdown, else kernel.modules_disabled (the order in which the module asks).
 fn write_forbidden(op: &str) -> TargetError {
-    let why = if locked_down() { SiteRefusal::Lockdown { mode: lockdown_mode() } } else { SiteRefusal::ModulesDisabled };
+    let why = if locked_down() {
+        SiteRefusal::Lockdown {
+            mode: lockdown_mode(),
+        }
+    } else {
+        SiteRefusal::ModulesDisabled
+    };
     TargetError::Other(format!("{why} ({op} of {DEVICE_PATH}: EPERM)"))
 }
 
@@ -362,9 +397,19 @@ impl KernelTarget {
 
     /// Open the module's device at `device` and read symbols from `kallsyms`.
     pub fn open_at(device: &Path, kallsyms: &Path) -> Result<Self, TargetError> {
-        let dev = OpenOptions::new().read(true).write(true).open(device).map_err(|e| {
-            TargetError::os(format!("opening {} (is trapvec.ko loaded, and are you root?)", device.display()), e)
-        })?;
+        let dev = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(device)
+            .map_err(|e| {
+                TargetError::os(
+                    format!(
+                        "opening {} (is trapvec.ko loaded, and are you root?)",
+                        device.display()
+                    ),
+                    e,
+                )
+            })?;
         let text = std::fs::read_to_string(kallsyms)
             .map_err(|e| TargetError::os(format!("reading {}", kallsyms.display()), e))?;
         Self::from_parts(dev.into(), &text)
@@ -373,23 +418,38 @@ impl KernelTarget {
     /// A target from an open device and the text of kallsyms: asks the module who it is.
     fn from_parts(dev: OwnedFd, kallsyms_text: &str) -> Result<Self, TargetError> {
         let mut raw = TrapvecInfo::default();
-        ioctl::ioctl(dev.as_fd(), Request::Info(&mut raw)).map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
+        ioctl::ioctl(dev.as_fd(), Request::Info(&mut raw))
+            .map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
         if raw.abi_version != TRAPVEC_ABI_VERSION {
             return Err(TargetError::Other(format!(
                 "trapvec.ko speaks ioctl ABI version {}, this program speaks {TRAPVEC_ABI_VERSION}: build both from the same tree",
                 raw.abi_version
             )));
         }
-        let symbols = kallsyms::parse(kallsyms_text)
-            .map_err(|source| TargetError::Kallsyms { path: KALLSYMS_PATH, source })?;
+        let symbols = kallsyms::parse(kallsyms_text).map_err(|source| TargetError::Kallsyms {
+            path: KALLSYMS_PATH,
+            source,
+        })?;
         // The module validates its parameter; a vector that is no system vector here means a
         // module this program does not understand.
-        let trap_vector = u8::try_from(raw.vector).ok().filter(|&v| v >= 0x20).ok_or_else(|| {
-            TargetError::Other(format!("trapvec.ko reports trap vector {:#x}, which is not a system vector", raw.vector))
-        })?;
+        let trap_vector = u8::try_from(raw.vector)
+            .ok()
+            .filter(|&v| v >= 0x20)
+            .ok_or_else(|| {
+                TargetError::Other(format!(
+                    "trapvec.ko reports trap vector {:#x}, which is not a system vector",
+                    raw.vector
+                ))
+            })?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let info =
-            TargetInfo::kernel(format!("kernel {} (trapvec.ko, vector {:#x})", release.trim(), raw.vector), trap_vector);
+        let info = TargetInfo::kernel(
+            format!(
+                "kernel {} (trapvec.ko, vector {:#x})",
+                release.trim(),
+                raw.vector
+            ),
+            trap_vector,
+        );
         log::debug!(
             "kernel target: {}, {} symbols, code arena {:#x}+{:#x}",
             info.description,
@@ -414,7 +474,9 @@ impl KernelTarget {
     fn task_layout(raw: &TrapvecInfo) -> crate::predicate::TaskLayout {
         let off = |o: u32| i32::try_from(o).ok();
         crate::predicate::TaskLayout {
-            base: crate::predicate::TaskBase::CurrentTask { per_cpu: raw.current_task },
+            base: crate::predicate::TaskBase::CurrentTask {
+                per_cpu: raw.current_task,
+            },
             tid: off(raw.task_pid),
             pid: off(raw.task_pid),
             tgid: off(raw.task_tgid),
@@ -427,8 +489,16 @@ impl KernelTarget {
         let mut out = vec![0u8; len];
         for (i, chunk) in out.chunks_mut(TRAPVEC_XFER_MAX as usize).enumerate() {
             let at = addr + (i * TRAPVEC_XFER_MAX as usize) as u64;
-            let mut arg = TrapvecRead { addr: at, flags, ..Default::default() };
-            self.call(Request::Read { arg: &mut arg, buf: chunk }).map_err(|e| TargetError::Read {
+            let mut arg = TrapvecRead {
+                addr: at,
+                flags,
+                ..Default::default()
+            };
+            self.call(Request::Read {
+                arg: &mut arg,
+                buf: chunk,
+            })
+            .map_err(|e| TargetError::Read {
                 addr: at,
                 len: chunk.len(),
                 reason: format!("READ: {e}"),
@@ -444,7 +514,8 @@ impl KernelTarget {
     /// What the module reports now.
     pub fn module_info(&self) -> Result<ModuleInfo, TargetError> {
         let mut raw = TrapvecInfo::default();
-        self.call(Request::Info(&mut raw)).map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
+        self.call(Request::Info(&mut raw))
+            .map_err(|e| TargetError::os("INFO of /dev/trapvec", e))?;
         Ok(ModuleInfo::from(&raw))
     }
 
@@ -463,8 +534,14 @@ impl KernelTarget {
 
     fn check(&self, addr: u64, len: usize, flags: u32) -> Result<(), SiteRefusal> {
         let len = u32::try_from(len).map_err(|_| SiteRefusal::BadLength)?;
-        let mut arg = TrapvecCheck { addr, len, flags, ..Default::default() };
-        self.call(Request::Check(&mut arg)).map_err(|errno| SiteRefusal::CheckFailed { errno })?;
+        let mut arg = TrapvecCheck {
+            addr,
+            len,
+            flags,
+            ..Default::default()
+        };
+        self.call(Request::Check(&mut arg))
+            .map_err(|errno| SiteRefusal::CheckFailed { errno })?;
         match SiteRefusal::from_abi(arg.reason, arg.error).map(|r| self.placed(r, arg.culprit)) {
             None => Ok(()),
             Some(refusal) => {
@@ -479,29 +556,39 @@ impl KernelTarget {
     /// from the table entry the module points at.
     fn placed(&self, refusal: SiteRefusal, culprit: u64) -> SiteRefusal {
         match refusal {
-            SiteRefusal::Kprobe { .. } => SiteRefusal::Kprobe { at: culprit, place: self.place(culprit) },
-            SiteRefusal::JumpTarget { .. } if culprit != 0 => match self.read(culprit, JUMP_ENTRY_SIZE) {
-                Ok(e) => {
-                    let target = relative(culprit + 4, &e[4..8]);
-                    // The key's low two bits are the entry's flags (branch type, linked).
-                    let key = relative64(culprit + 8, &e[8..16]) & !3;
-                    SiteRefusal::JumpTarget { key: self.place_any(key), at: self.place_hex(target) }
-                }
-                Err(e) => {
-                    log::debug!("reading the jump entry at {culprit:#x}: {e}");
-                    refusal
-                }
+            SiteRefusal::Kprobe { .. } => SiteRefusal::Kprobe {
+                at: culprit,
+                place: self.place(culprit),
             },
-            SiteRefusal::ExtableFixup { .. } if culprit != 0 => match self.read(culprit, EXTABLE_ENTRY_SIZE) {
-                Ok(e) => SiteRefusal::ExtableFixup {
-                    insn: self.place_hex(relative(culprit, &e[0..4])),
-                    at: self.place_hex(relative(culprit + 4, &e[4..8])),
-                },
-                Err(e) => {
-                    log::debug!("reading the exception-table entry at {culprit:#x}: {e}");
-                    refusal
+            SiteRefusal::JumpTarget { .. } if culprit != 0 => {
+                match self.read(culprit, JUMP_ENTRY_SIZE) {
+                    Ok(e) => {
+                        let target = relative(culprit + 4, &e[4..8]);
+                        // The key's low two bits are the entry's flags (branch type, linked).
+                        let key = relative64(culprit + 8, &e[8..16]) & !3;
+                        SiteRefusal::JumpTarget {
+                            key: self.place_any(key),
+                            at: self.place_hex(target),
+                        }
+                    }
+                    Err(e) => {
+                        log::debug!("reading the jump entry at {culprit:#x}: {e}");
+                        refusal
+                    }
                 }
-            },
+            }
+            SiteRefusal::ExtableFixup { .. } if culprit != 0 => {
+                match self.read(culprit, EXTABLE_ENTRY_SIZE) {
+                    Ok(e) => SiteRefusal::ExtableFixup {
+                        insn: self.place_hex(relative(culprit, &e[0..4])),
+                        at: self.place_hex(relative(culprit + 4, &e[4..8])),
+                    },
+                    Err(e) => {
+                        log::debug!("reading the exception-table entry at {culprit:#x}: {e}");
+                        refusal
+                    }
+                }
+            }
             other => other,
         }
     }
@@ -545,9 +632,15 @@ impl KernelTarget {
                 let start = all.len();
                 let want = total.map_or(0, |t: usize| (t - start).min(page));
                 let mut out = vec![TrapvecListEntry::default(); want];
-                let mut arg = TrapvecList { start: start as u64, ..Default::default() };
-                self.call(Request::List { arg: &mut arg, out: &mut out })
-                    .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
+                let mut arg = TrapvecList {
+                    start: start as u64,
+                    ..Default::default()
+                };
+                self.call(Request::List {
+                    arg: &mut arg,
+                    out: &mut out,
+                })
+                .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
                 let count = arg.count as usize;
                 match total {
                     // The first call only asks how many there are.
@@ -564,8 +657,17 @@ impl KernelTarget {
             return Ok(all
                 .iter()
                 .map(|e| ListedEntry {
-                    entry: DispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: e.only.to_match() },
-                    hits: TrapHits { hits: e.hits, missed: e.missed },
+                    entry: DispatchEntry {
+                        site: e.site,
+                        dest: e.dest,
+                        handler: e.handler,
+                        cookie: e.cookie,
+                        only: e.only.to_match(),
+                    },
+                    hits: TrapHits {
+                        hits: e.hits,
+                        missed: e.missed,
+                    },
                 })
                 .collect());
         }
@@ -583,7 +685,10 @@ impl KernelTarget {
         }
         let err = std::io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(TargetError::os(format!("flock(LOCK_EX) of {DEVICE_PATH}"), err));
+            return Err(TargetError::os(
+                format!("flock(LOCK_EX) of {DEVICE_PATH}"),
+                err,
+            ));
         }
         log::info!("another trapctl holds {DEVICE_PATH}: waiting for it");
         loop {
@@ -593,7 +698,10 @@ impl KernelTarget {
             }
             let err = std::io::Error::last_os_error();
             if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(TargetError::os(format!("flock(LOCK_EX) of {DEVICE_PATH}"), err));
+                return Err(TargetError::os(
+                    format!("flock(LOCK_EX) of {DEVICE_PATH}"),
+                    err,
+                ));
             }
         }
     }
@@ -604,15 +712,25 @@ impl KernelTarget {
         loop {
             let mut bytes = vec![0u8; capacity];
             let mut arg = TrapvecState::default();
-            match self.call(Request::StateGet { arg: &mut arg, buf: &mut bytes }) {
+            match self.call(Request::StateGet {
+                arg: &mut arg,
+                buf: &mut bytes,
+            }) {
                 Ok(()) => {
-                    let size = usize::try_from(arg.size).unwrap_or(usize::MAX).min(capacity);
+                    let size = usize::try_from(arg.size)
+                        .unwrap_or(usize::MAX)
+                        .min(capacity);
                     bytes.truncate(size);
-                    return Ok(StateBlob { generation: arg.generation, bytes });
+                    return Ok(StateBlob {
+                        generation: arg.generation,
+                        bytes,
+                    });
                 }
                 // Another PUT may have grown it between two calls: ask again with room for it.
                 Err(Errno::ENOSPC) if arg.size <= u64::from(TRAPVEC_STATE_MAX) => {
-                    capacity = usize::try_from(arg.size).unwrap_or(usize::MAX).max(capacity + 1);
+                    capacity = usize::try_from(arg.size)
+                        .unwrap_or(usize::MAX)
+                        .max(capacity + 1);
                 }
                 Err(e) => return Err(TargetError::os("STATE_GET of /dev/trapvec", e)),
             }
@@ -628,18 +746,37 @@ impl KernelTarget {
                 bytes.len()
             )));
         }
-        let mut arg = TrapvecState { generation: expected, ..Default::default() };
-        match self.call(Request::StatePut { arg: &mut arg, bytes }) {
+        let mut arg = TrapvecState {
+            generation: expected,
+            ..Default::default()
+        };
+        match self.call(Request::StatePut {
+            arg: &mut arg,
+            bytes,
+        }) {
             Ok(()) => {
-                log::debug!("state blob: {} bytes, generation {expected} -> {}", bytes.len(), arg.generation);
+                log::debug!(
+                    "state blob: {} bytes, generation {expected} -> {}",
+                    bytes.len(),
+                    arg.generation
+                );
                 Ok(arg.generation)
             }
-            Err(Errno::ESTALE) => Err(TargetError::StateStale { expected, current: arg.generation }),
+            Err(Errno::ESTALE) => Err(TargetError::StateStale {
+                expected,
+                current: arg.generation,
+            }),
             Err(e) => Err(TargetError::os("STATE_PUT of /dev/trapvec", e)),
         }
     }
 
-    fn block_error(block: &RepoBlock, offset: usize, len: usize, op: &str, errno: Errno) -> TargetError {
+    fn block_error(
+        block: &RepoBlock,
+        offset: usize,
+        len: usize,
+        op: &str,
+        errno: Errno,
+    ) -> TargetError {
         let why = match errno {
             Errno::ENOENT => "not a live block of the arena",
             Errno::EPERM => "the block is sealed",
@@ -648,24 +785,45 @@ impl KernelTarget {
             Errno::EBUSY => "a dispatch entry still sends CPUs into it",
             _ => "",
         };
-        let reason = if why.is_empty() { format!("{op}: {errno}") } else { format!("{op}: {why} ({errno})") };
-        TargetError::Block { addr: block.addr, offset, len, reason }
+        let reason = if why.is_empty() {
+            format!("{op}: {errno}")
+        } else {
+            format!("{op}: {why} ({errno})")
+        };
+        TargetError::Block {
+            addr: block.addr,
+            offset,
+            len,
+            reason,
+        }
     }
 
     fn dispatch_error(site: u64, op: &str, errno: Errno) -> TargetError {
         let why = match errno {
             Errno::EEXIST => "the site already has a dispatch entry (or is given twice)",
-            Errno::EFAULT => "the destination or the handler is not in a sealed code block of the arena",
+            Errno::EFAULT => {
+                "the destination or the handler is not in a sealed code block of the arena"
+            }
             Errno::EINVAL => "the site is not kernel or module text outside trapvec.ko",
             Errno::ENOENT => "no dispatch entry for this site (or it is named twice)",
             _ => "",
         };
-        let reason = if why.is_empty() { format!("{op}: {errno}") } else { format!("{op}: {why} ({errno})") };
+        let reason = if why.is_empty() {
+            format!("{op}: {errno}")
+        } else {
+            format!("{op}: {why} ({errno})")
+        };
         TargetError::Dispatch { site, reason }
     }
 
     fn to_abi_entry(e: &DispatchEntry) -> TrapvecDispatchEntry {
-        TrapvecDispatchEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, only: TrapvecTaskMatch::of(e.only.as_ref()) }
+        TrapvecDispatchEntry {
+            site: e.site,
+            dest: e.dest,
+            handler: e.handler,
+            cookie: e.cookie,
+            only: TrapvecTaskMatch::of(e.only.as_ref()),
+        }
     }
 
     fn to_abi_patch(p: &TextPatch) -> Result<TrapvecPatch, TargetError> {
@@ -678,8 +836,15 @@ impl KernelTarget {
         let len = u32::try_from(p.old.len())
             .ok()
             .filter(|&l| l >= 1 && l as usize <= TRAPVEC_PATCH_MAX)
-            .ok_or(TargetError::SiteRefused { addr: p.addr, reason: SiteRefusal::BadLength })?;
-        let mut out = TrapvecPatch { addr: p.addr, len, ..Default::default() };
+            .ok_or(TargetError::SiteRefused {
+                addr: p.addr,
+                reason: SiteRefusal::BadLength,
+            })?;
+        let mut out = TrapvecPatch {
+            addr: p.addr,
+            len,
+            ..Default::default()
+        };
         out.old_bytes[..p.old.len()].copy_from_slice(&p.old);
         out.new_bytes[..p.new.len()].copy_from_slice(&p.new);
         Ok(out)
@@ -687,8 +852,14 @@ impl KernelTarget {
 
     /// The error of a failed APPLY of `batch`, from the module's answer in `arg`.
     fn apply_error(&self, batch: &[TextPatch], arg: &TrapvecApply, errno: Errno) -> TargetError {
-        let Some(p) = batch.get(arg.failed_index as usize).filter(|_| arg.failed_index != TRAPVEC_NO_INDEX) else {
-            return TargetError::os(format!("APPLY of a batch of {} patches", batch.len()), errno);
+        let Some(p) = batch
+            .get(arg.failed_index as usize)
+            .filter(|_| arg.failed_index != TRAPVEC_NO_INDEX)
+        else {
+            return TargetError::os(
+                format!("APPLY of a batch of {} patches", batch.len()),
+                errno,
+            );
         };
         match SiteRefusal::from_abi(arg.reason, arg.error).map(|r| self.placed(r, arg.culprit)) {
             Some(SiteRefusal::Mismatch) => TargetError::TextMismatch {
@@ -696,8 +867,14 @@ impl KernelTarget {
                 expected: hex(&p.old),
                 found: hex(&arg.found[..p.old.len().min(TRAPVEC_PATCH_MAX)]),
             },
-            Some(reason) => TargetError::SiteRefused { addr: p.addr, reason },
-            None => TargetError::Text { addr: p.addr, reason: format!("APPLY: {errno}") },
+            Some(reason) => TargetError::SiteRefused {
+                addr: p.addr,
+                reason,
+            },
+            None => TargetError::Text {
+                addr: p.addr,
+                reason: format!("APPLY: {errno}"),
+            },
         }
     }
 }
@@ -733,32 +910,68 @@ impl Target for KernelTarget {
         };
         self.call(Request::Alloc(&mut arg)).map_err(|e| match e {
             Errno::EPERM => write_forbidden("ALLOC"),
-            Errno::ENOSPC => TargetError::Alloc { near, size, reason: format!("the {kind:?} arena of trapvec.ko is full ({e})") },
-            _ => TargetError::Alloc { near, size, reason: format!("ALLOC: {e}") },
+            Errno::ENOSPC => TargetError::Alloc {
+                near,
+                size,
+                reason: format!("the {kind:?} arena of trapvec.ko is full ({e})"),
+            },
+            _ => TargetError::Alloc {
+                near,
+                size,
+                reason: format!("ALLOC: {e}"),
+            },
         })?;
-        let block = RepoBlock { id: arg.id, addr: arg.addr, size, kind };
-        let far = arg.addr.abs_diff(near).max((arg.addr + size as u64).abs_diff(near));
+        let block = RepoBlock {
+            id: arg.id,
+            addr: arg.addr,
+            size,
+            kind,
+        };
+        let far = arg
+            .addr
+            .abs_diff(near)
+            .max((arg.addr + size as u64).abs_diff(near));
         if far > REACH {
             // The block is unused: give it back before reporting.
             let mut free = TrapvecBlock { id: arg.id };
             if let Err(e) = self.call(Request::Free(&mut free)) {
-                log::warn!("freeing out-of-reach block {} at {:#x}: {}", arg.id, arg.addr, crate::error_chain(&e));
+                log::warn!(
+                    "freeing out-of-reach block {} at {:#x}: {}",
+                    arg.id,
+                    arg.addr,
+                    crate::error_chain(&e)
+                );
             }
             return Err(TargetError::Alloc {
                 near,
                 size,
-                reason: format!("the arena block at {:#x} is {far:#x} bytes away, out of rel32 reach", arg.addr),
+                reason: format!(
+                    "the arena block at {:#x} is {far:#x} bytes away, out of rel32 reach",
+                    arg.addr
+                ),
             });
         }
-        log::debug!("allocated {kind:?} block {} at {:#x} ({size} bytes) near {near:#x}", block.id, block.addr);
+        log::debug!(
+            "allocated {kind:?} block {} at {:#x} ({size} bytes) near {near:#x}",
+            block.id,
+            block.addr
+        );
         Ok(block)
     }
 
     fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
         for (i, chunk) in bytes.chunks(TRAPVEC_XFER_MAX as usize).enumerate() {
             let at = offset + i * TRAPVEC_XFER_MAX as usize;
-            let mut arg = TrapvecWrite { id: block.id, offset: at as u64, ..Default::default() };
-            self.call(Request::Write { arg: &mut arg, bytes: chunk }).map_err(|e| match e {
+            let mut arg = TrapvecWrite {
+                id: block.id,
+                offset: at as u64,
+                ..Default::default()
+            };
+            self.call(Request::Write {
+                arg: &mut arg,
+                bytes: chunk,
+            })
+            .map_err(|e| match e {
                 // EPERM is also the answer for a sealed block: ask the kernel which it is.
                 Errno::EPERM if writes_forbidden() => write_forbidden("WRITE"),
                 _ => Self::block_error(block, at, chunk.len(), "WRITE", e),
@@ -769,12 +982,14 @@ impl Target for KernelTarget {
 
     fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         let mut arg = TrapvecBlock { id: block.id };
-        self.call(Request::Seal(&mut arg)).map_err(|e| Self::block_error(block, 0, block.size, "SEAL", e))
+        self.call(Request::Seal(&mut arg))
+            .map_err(|e| Self::block_error(block, 0, block.size, "SEAL", e))
     }
 
     fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         let mut arg = TrapvecBlock { id: block.id };
-        self.call(Request::Free(&mut arg)).map_err(|e| Self::block_error(block, 0, block.size, "FREE", e))
+        self.call(Request::Free(&mut arg))
+            .map_err(|e| Self::block_error(block, 0, block.size, "FREE", e))
     }
 
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
@@ -784,19 +999,32 @@ impl Target for KernelTarget {
         if let Some(p) = batch.get(TRAPVEC_BATCH_MAX as usize) {
             return Err(TargetError::Text {
                 addr: p.addr,
-                reason: format!("a batch holds at most {TRAPVEC_BATCH_MAX} patches; this one has {}", batch.len()),
+                reason: format!(
+                    "a batch holds at most {TRAPVEC_BATCH_MAX} patches; this one has {}",
+                    batch.len()
+                ),
             });
         }
-        let patches = batch.iter().map(Self::to_abi_patch).collect::<Result<Vec<_>, _>>()?;
+        let patches = batch
+            .iter()
+            .map(Self::to_abi_patch)
+            .collect::<Result<Vec<_>, _>>()?;
         let mut arg = TrapvecApply::default();
-        match self.call(Request::Apply { arg: &mut arg, patches: &patches }) {
+        match self.call(Request::Apply {
+            arg: &mut arg,
+            patches: &patches,
+        }) {
             Ok(()) => {
                 log::debug!("applied a batch of {} text patches", batch.len());
                 Ok(())
             }
             Err(errno) => {
                 let err = self.apply_error(batch, &arg, errno);
-                log::debug!("batch of {} refused: {}", batch.len(), crate::error_chain(&err));
+                log::debug!(
+                    "batch of {} refused: {}",
+                    batch.len(),
+                    crate::error_chain(&err)
+                );
                 Err(err)
             }
         }
@@ -805,7 +1033,11 @@ impl Target for KernelTarget {
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
         let mut arg = TrapvecDispatchAdd::default();
-        self.call(Request::DispatchAdd { arg: &mut arg, entries: &abi }).map_err(|errno| {
+        self.call(Request::DispatchAdd {
+            arg: &mut arg,
+            entries: &abi,
+        })
+        .map_err(|errno| {
             let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
             Self::dispatch_error(site, "DISPATCH_ADD", errno)
         })
@@ -817,24 +1049,53 @@ impl Target for KernelTarget {
 
     /// DISPATCH_REPLACE: `hlist_replace_rcu()` per site, then a grace period before the old
     /// entries' counters are read and the entries freed.
-    fn replace_dispatch(&mut self, entries: &[DispatchEntry], start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+    fn replace_dispatch(
+        &mut self,
+        entries: &[DispatchEntry],
+        start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
         if start.len() != entries.len() {
-            return Err(TargetError::Dispatch { site: entries.first().map_or(0, |e| e.site), reason: "DISPATCH_REPLACE: a start count per entry".into() });
+            return Err(TargetError::Dispatch {
+                site: entries.first().map_or(0, |e| e.site),
+                reason: "DISPATCH_REPLACE: a start count per entry".into(),
+            });
         }
         let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
-        let mut counts: Vec<TrapvecHits> =
-            entries.iter().zip(start).map(|(e, h)| TrapvecHits { site: e.site, hits: h.hits, missed: h.missed }).collect();
+        let mut counts: Vec<TrapvecHits> = entries
+            .iter()
+            .zip(start)
+            .map(|(e, h)| TrapvecHits {
+                site: e.site,
+                hits: h.hits,
+                missed: h.missed,
+            })
+            .collect();
         let mut arg = TrapvecDispatchReplace::default();
-        self.call(Request::DispatchReplace { arg: &mut arg, entries: &abi, counts: &mut counts }).map_err(|errno| {
+        self.call(Request::DispatchReplace {
+            arg: &mut arg,
+            entries: &abi,
+            counts: &mut counts,
+        })
+        .map_err(|errno| {
             let site = entries.get(arg.failed_index as usize).map_or(0, |e| e.site);
             Self::dispatch_error(site, "DISPATCH_REPLACE", errno)
         })?;
-        Ok(counts.iter().map(|c| TrapHits { hits: c.hits, missed: c.missed }).collect())
+        Ok(counts
+            .iter()
+            .map(|c| TrapHits {
+                hits: c.hits,
+                missed: c.missed,
+            })
+            .collect())
     }
 
     fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
         let mut arg = TrapvecDispatchRemove::default();
-        self.call(Request::DispatchRemove { arg: &mut arg, sites }).map_err(|errno| {
+        self.call(Request::DispatchRemove {
+            arg: &mut arg,
+            sites,
+        })
+        .map_err(|errno| {
             let site = sites.get(arg.failed_index as usize).copied().unwrap_or(0);
             Self::dispatch_error(site, "DISPATCH_REMOVE", errno)
         })
@@ -853,42 +1114,70 @@ impl Target for KernelTarget {
             )),
             e => TargetError::Quiesce(format!("QUIESCE: {e}")),
         })?;
-        log::debug!("quiesced; reclaimed {} blocks ({} bytes)", arg.reclaimed_blocks, arg.reclaimed_bytes);
+        log::debug!(
+            "quiesced; reclaimed {} blocks ({} bytes)",
+            arg.reclaimed_blocks,
+            arg.reclaimed_bytes
+        );
         Ok(())
     }
 
     /// The module's counter of the code block (one per 16-byte granule of the arena).
     fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
-        if self.inflight_base == 0 || code.addr < self.code_base || code.addr >= self.code_base + self.code_size {
+        if self.inflight_base == 0
+            || code.addr < self.code_base
+            || code.addr >= self.code_base + self.code_size
+        {
             return None;
         }
         let granule = (code.addr - self.code_base) / INFLIGHT_GRAIN;
-        Some(ReplaceCounter { counter: self.inflight_base + 8 * granule, exit: self.replace_ret })
+        Some(ReplaceCounter {
+            counter: self.inflight_base + 8 * granule,
+            exit: self.replace_ret,
+        })
     }
 
     /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe
     /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
     fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
-        self.precheck_site(addr, len).map_err(|reason| TargetError::SiteRefused { addr, reason })
+        self.precheck_site(addr, len)
+            .map_err(|reason| TargetError::SiteRefused { addr, reason })
     }
 
     /// A guard reads `gs:[current_task]` and compares the task's fields.
-    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
+    fn predicate_test(
+        &self,
+        p: &crate::predicate::Predicate,
+    ) -> Result<crate::predicate::PredicateTest, TargetError> {
         if let (Some(t), Some(pid)) = (p.tid, p.pid) {
             if t != pid {
-                return Err(TargetError::Predicate { predicate: p.to_string(), reason: "in the kernel tid and pid both name task->pid".into() });
+                return Err(TargetError::Predicate {
+                    predicate: p.to_string(),
+                    reason: "in the kernel tid and pid both name task->pid".into(),
+                });
             }
         }
-        self.task.test(p, |f| format!("trapvec.ko gives no offset of `{f}`")).map_err(|reason| TargetError::Predicate { predicate: p.to_string(), reason })
+        self.task
+            .test(p, |f| format!("trapvec.ko gives no offset of `{f}`"))
+            .map_err(|reason| TargetError::Predicate {
+                predicate: p.to_string(),
+                reason,
+            })
     }
 
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
-        Some(self.list().map(|l| l.into_iter().map(|e| e.entry).collect()))
+        Some(
+            self.list()
+                .map(|l| l.into_iter().map(|e| e.entry).collect()),
+        )
     }
 
     /// RETURN_ADD: a slot of the module's return runtime (`kmod/returns.c`); the entry half is
     /// a call of the module's entry routine with the slot's cookie.
-    fn return_slot(&mut self, cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
+    fn return_slot(
+        &mut self,
+        cfg: &crate::returns::ReturnConfig,
+    ) -> Result<crate::returns::ReturnSlot, TargetError> {
         let mut arg = TrapvecReturnAdd {
             handler: cfg.handler,
             cookie: cfg.cookie,
@@ -901,23 +1190,48 @@ impl Target for KernelTarget {
             ..Default::default()
         };
         let what = || format!("with handler {:#x}", cfg.handler);
-        self.call(Request::ReturnAdd(&mut arg)).map_err(|errno| TargetError::ReturnPoint {
-            what: what(),
-            reason: match errno {
-                Errno::ENOSPC => format!("all {TRAPVEC_RETURN_SLOTS} return-point slots of trapvec.ko are in use"),
-                Errno::EINVAL => format!("maxactive {} is outside 1..={TRAPVEC_RETURN_INSTANCES}", cfg.maxactive),
-                Errno::EFAULT => format!("the handler {:#x} is not in a sealed code block of the arena", cfg.handler),
-                Errno::ENOTTY => "trapvec.ko has no RETURN_ADD (an older module): rebuild it from this tree".into(),
-                e => format!("RETURN_ADD: {e}"),
-            },
-        })?;
-        log::debug!("return slot {} (generation {}): entry {:#x}", arg.slot, arg.generation, arg.entry);
-        Ok(crate::returns::ReturnSlot { index: arg.slot, entry: arg.entry, cookie: arg.entry_cookie })
+        self.call(Request::ReturnAdd(&mut arg))
+            .map_err(|errno| TargetError::ReturnPoint {
+                what: what(),
+                reason: match errno {
+                    Errno::ENOSPC => format!(
+                        "all {TRAPVEC_RETURN_SLOTS} return-point slots of trapvec.ko are in use"
+                    ),
+                    Errno::EINVAL => format!(
+                        "maxactive {} is outside 1..={TRAPVEC_RETURN_INSTANCES}",
+                        cfg.maxactive
+                    ),
+                    Errno::EFAULT => format!(
+                        "the handler {:#x} is not in a sealed code block of the arena",
+                        cfg.handler
+                    ),
+                    Errno::ENOTTY => {
+                        "trapvec.ko has no RETURN_ADD (an older module): rebuild it from this tree"
+                            .into()
+                    }
+                    e => format!("RETURN_ADD: {e}"),
+                },
+            })?;
+        log::debug!(
+            "return slot {} (generation {}): entry {:#x}",
+            arg.slot,
+            arg.generation,
+            arg.entry
+        );
+        Ok(crate::returns::ReturnSlot {
+            index: arg.slot,
+            entry: arg.entry,
+            cookie: arg.entry_cookie,
+        })
     }
 
     /// RETURN_REMOVE: waits in the module (bounded) for CPUs in the slot's return half.
     fn free_return_slot(&mut self, slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
-        let mut arg = TrapvecReturnRemove { slot: slot.index, generation: (slot.cookie >> 32) as u32, busy: 0 };
+        let mut arg = TrapvecReturnRemove {
+            slot: slot.index,
+            generation: (slot.cookie >> 32) as u32,
+            busy: 0,
+        };
         match self.call(Request::ReturnRemove(&mut arg)) {
             Ok(()) => Ok(()),
             // Already given back (a retry after a failure that did go through).
@@ -926,17 +1240,31 @@ impl Target for KernelTarget {
                 "{} CPU(s) still in the return handler of return-point slot {}; try again",
                 arg.busy, slot.index
             ))),
-            Err(e) => Err(TargetError::ReturnPoint { what: format!("slot {}", slot.index), reason: format!("RETURN_REMOVE: {e}") }),
+            Err(e) => Err(TargetError::ReturnPoint {
+                what: format!("slot {}", slot.index),
+                reason: format!("RETURN_REMOVE: {e}"),
+            }),
         }
     }
 
-    fn return_stats(&self, slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
-        let mut arg = TrapvecReturnStats { slot: slot.index, generation: (slot.cookie >> 32) as u32, ..Default::default() };
+    fn return_stats(
+        &self,
+        slot: &crate::returns::ReturnSlot,
+    ) -> Option<crate::returns::ReturnStats> {
+        let mut arg = TrapvecReturnStats {
+            slot: slot.index,
+            generation: (slot.cookie >> 32) as u32,
+            ..Default::default()
+        };
         match self.call(Request::ReturnStats(&mut arg)) {
             Ok(()) => Some(return_stats_of(&arg)),
             Err(Errno::ENOENT) => None,
             Err(e) => {
-                log::warn!("RETURN_STATS of slot {}: {}", slot.index, crate::error_chain(&e));
+                log::warn!(
+                    "RETURN_STATS of slot {}: {}",
+                    slot.index,
+                    crate::error_chain(&e)
+                );
                 None
             }
         }
@@ -946,31 +1274,64 @@ impl Target for KernelTarget {
     /// the module's counting routine with the slot's cookie. In the kernel `tid` is the task's
     /// `pid` (the kernel's thread id), so both count by `current->pid`.
     fn key_slot(&mut self, by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
-        let mut arg = TrapvecKeyAdd { by: key_code(by), ..Default::default() };
-        self.call(Request::KeyAdd(&mut arg)).map_err(|errno| TargetError::KeyedCount {
-            what: format!("by {}", by.name()),
-            reason: match errno {
-                Errno::ENOSPC => format!("all {TRAPVEC_KEY_SLOTS} keyed-count slots of trapvec.ko are in use"),
-                Errno::EINVAL => format!("trapvec.ko does not count by {} (key code {})", by.name(), arg.by),
-                Errno::ENOTTY => "trapvec.ko has no KEY_ADD (an older module): rebuild it from this tree".into(),
-                e => format!("KEY_ADD: {e}"),
-            },
-        })?;
-        log::debug!("key slot {} (generation {}) by {}: entry {:#x}", arg.slot, arg.generation, by.name(), arg.entry);
-        Ok(crate::keyed::KeySlot { index: arg.slot, entry: arg.entry, cookie: arg.entry_cookie })
+        let mut arg = TrapvecKeyAdd {
+            by: key_code(by),
+            ..Default::default()
+        };
+        self.call(Request::KeyAdd(&mut arg))
+            .map_err(|errno| TargetError::KeyedCount {
+                what: format!("by {}", by.name()),
+                reason: match errno {
+                    Errno::ENOSPC => format!(
+                        "all {TRAPVEC_KEY_SLOTS} keyed-count slots of trapvec.ko are in use"
+                    ),
+                    Errno::EINVAL => format!(
+                        "trapvec.ko does not count by {} (key code {})",
+                        by.name(),
+                        arg.by
+                    ),
+                    Errno::ENOTTY => {
+                        "trapvec.ko has no KEY_ADD (an older module): rebuild it from this tree"
+                            .into()
+                    }
+                    e => format!("KEY_ADD: {e}"),
+                },
+            })?;
+        log::debug!(
+            "key slot {} (generation {}) by {}: entry {:#x}",
+            arg.slot,
+            arg.generation,
+            by.name(),
+            arg.entry
+        );
+        Ok(crate::keyed::KeySlot {
+            index: arg.slot,
+            entry: arg.entry,
+            cookie: arg.entry_cookie,
+        })
     }
 
     /// KEY_REMOVE: the module waits for an RCU grace period (CPUs still in the routine).
     fn free_key_slot(&mut self, slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
-        let mut arg = TrapvecKeyRemove { slot: slot.index, generation: (slot.cookie >> 32) as u32 };
+        let mut arg = TrapvecKeyRemove {
+            slot: slot.index,
+            generation: (slot.cookie >> 32) as u32,
+        };
         match self.call(Request::KeyRemove(&mut arg)) {
             Ok(()) => Ok(()),
             // Already given back (a retry after a failure that did go through).
             Err(Errno::ENOENT) => {
-                log::debug!("key slot {} (generation {}) was already free", slot.index, arg.generation);
+                log::debug!(
+                    "key slot {} (generation {}) was already free",
+                    slot.index,
+                    arg.generation
+                );
                 Ok(())
             }
-            Err(e) => Err(TargetError::KeyedCount { what: format!("slot {}", slot.index), reason: format!("KEY_REMOVE: {e}") }),
+            Err(e) => Err(TargetError::KeyedCount {
+                what: format!("slot {}", slot.index),
+                reason: format!("KEY_REMOVE: {e}"),
+            }),
         }
     }
 
@@ -980,16 +1341,31 @@ impl Target for KernelTarget {
         let mut room = TRAPVEC_KEY_TABLE as usize;
         loop {
             let mut out = vec![TrapvecKeyEntry::default(); room];
-            let mut arg = TrapvecKeyStats { slot: slot.index, generation, ..Default::default() };
-            match self.call(Request::KeyStats { arg: &mut arg, out: &mut out }) {
+            let mut arg = TrapvecKeyStats {
+                slot: slot.index,
+                generation,
+                ..Default::default()
+            };
+            match self.call(Request::KeyStats {
+                arg: &mut arg,
+                out: &mut out,
+            }) {
                 Ok(()) if arg.count as usize > room => {
-                    log::debug!("key slot {}: {} keys, room for {room}: asking again", slot.index, arg.count);
+                    log::debug!(
+                        "key slot {}: {} keys, room for {room}: asking again",
+                        slot.index,
+                        arg.count
+                    );
                     room = arg.count as usize + TRAPVEC_KEY_TABLE as usize;
                 }
                 Ok(()) => return Some(key_counts_of(&arg, &out[..arg.count as usize])),
                 Err(Errno::ENOENT) => return None,
                 Err(e) => {
-                    log::warn!("KEY_STATS of slot {}: {}", slot.index, crate::error_chain(&e));
+                    log::warn!(
+                        "KEY_STATS of slot {}: {}",
+                        slot.index,
+                        crate::error_chain(&e)
+                    );
                     return None;
                 }
             }
@@ -997,9 +1373,15 @@ impl Target for KernelTarget {
     }
 
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {
-        let mut arg = TrapvecHits { site, ..Default::default() };
+        let mut arg = TrapvecHits {
+            site,
+            ..Default::default()
+        };
         match self.call(Request::Hits(&mut arg)) {
-            Ok(()) => Some(TrapHits { hits: arg.hits, missed: arg.missed }),
+            Ok(()) => Some(TrapHits {
+                hits: arg.hits,
+                missed: arg.missed,
+            }),
             Err(Errno::ENOENT) => None,
             Err(e) => {
                 log::warn!("HITS of site {site:#x}: {}", crate::error_chain(&e));
@@ -1033,12 +1415,23 @@ fn key_counts_of(a: &TrapvecKeyStats, entries: &[TrapvecKeyEntry]) -> crate::key
                 n.copy_from_slice(&e.key[..8]);
                 u64::from_ne_bytes(n).to_string()
             };
-            crate::keyed::KeyCount { key, count: e.count }
+            crate::keyed::KeyCount {
+                key,
+                count: e.count,
+            }
         })
         .collect();
-    let counts = crate::keyed::KeyCounts { keys, overflow: a.overflow }.sorted();
+    let counts = crate::keyed::KeyCounts {
+        keys,
+        overflow: a.overflow,
+    }
+    .sorted();
     // Read in one pass by the module: they add up, whatever ran meanwhile.
-    debug_assert_eq!(counts.total(), a.hits, "KEY_STATS: entries and overflow differ from hits");
+    debug_assert_eq!(
+        counts.total(),
+        a.hits,
+        "KEY_STATS: entries and overflow differ from hits"
+    );
     counts
 }
 
@@ -1048,6 +1441,10 @@ fn return_stats_of(a: &TrapvecReturnStats) -> crate::returns::ReturnStats {
         returns: a.returns,
         missed: a.missed,
         active: a.active,
-        histogram: (a.clock != TRAPVEC_CLOCK_NONE).then(|| crate::returns::Histogram { buckets: a.buckets.to_vec(), sum: a.sum, max: a.max }),
+        histogram: (a.clock != TRAPVEC_CLOCK_NONE).then(|| crate::returns::Histogram {
+            buckets: a.buckets.to_vec(),
+            sum: a.sum,
+            max: a.max,
+        }),
     }
 }

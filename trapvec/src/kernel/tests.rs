@@ -118,13 +118,18 @@ impl FakeModule {
             }
             Request::Read { arg, buf } => {
                 assert_eq!(arg.len as usize, buf.len());
-                assert!(buf.len() <= TRAPVEC_XFER_MAX as usize, "a READ larger than the module takes");
+                assert!(
+                    buf.len() <= TRAPVEC_XFER_MAX as usize,
+                    "a READ larger than the module takes"
+                );
                 self.read_flags.push(arg.flags);
                 for (i, b) in buf.iter_mut().enumerate() {
                     let at = arg.addr + i as u64;
                     *b = match self.memory.get(&at) {
                         Some(&v) => v,
-                        None if self.pattern.contains(&at) => u8::try_from((at - self.pattern.start) % 251).unwrap(),
+                        None if self.pattern.contains(&at) => {
+                            u8::try_from((at - self.pattern.start) % 251).unwrap()
+                        }
                         None => return Err(Errno::EFAULT),
                     };
                 }
@@ -155,7 +160,11 @@ impl FakeModule {
                 assert_eq!(arg.count as usize, patches.len());
                 self.applied.push(patches.to_vec());
                 if let Some((errno, answer)) = self.apply_failure.take() {
-                    **arg = TrapvecApply { patches: arg.patches, count: arg.count, ..answer };
+                    **arg = TrapvecApply {
+                        patches: arg.patches,
+                        count: arg.count,
+                        ..answer
+                    };
                     return Err(errno);
                 }
             }
@@ -176,16 +185,38 @@ impl FakeModule {
                     self.dispatch.remove(s);
                 }
             }
-            Request::DispatchReplace { arg, entries, counts } => {
-                assert_eq!((arg.count as usize, counts.len()), (entries.len(), entries.len()));
-                if let Some(i) = entries.iter().position(|e| !self.dispatch.contains_key(&e.site)) {
+            Request::DispatchReplace {
+                arg,
+                entries,
+                counts,
+            } => {
+                assert_eq!(
+                    (arg.count as usize, counts.len()),
+                    (entries.len(), entries.len())
+                );
+                if let Some(i) = entries
+                    .iter()
+                    .position(|e| !self.dispatch.contains_key(&e.site))
+                {
                     arg.failed_index = u32::try_from(i).unwrap();
                     return Err(Errno::ENOENT);
                 }
                 for (e, c) in entries.iter().zip(counts.iter_mut()) {
-                    let new = TrapvecListEntry { site: e.site, dest: e.dest, handler: e.handler, cookie: e.cookie, hits: c.hits, missed: c.missed, ..Default::default() };
+                    let new = TrapvecListEntry {
+                        site: e.site,
+                        dest: e.dest,
+                        handler: e.handler,
+                        cookie: e.cookie,
+                        hits: c.hits,
+                        missed: c.missed,
+                        ..Default::default()
+                    };
                     let old = self.dispatch.insert(e.site, new).expect("checked above");
-                    *c = TrapvecHits { site: e.site, hits: old.hits, missed: old.missed };
+                    *c = TrapvecHits {
+                        site: e.site,
+                        hits: old.hits,
+                        missed: old.missed,
+                    };
                 }
             }
             Request::Hits(h) => {
@@ -197,14 +228,24 @@ impl FakeModule {
                     // Entries arrive between this call and the caller's next one.
                     for k in 0..self.list_grows_by as u64 {
                         let site = TEXT + 0x1000 + k;
-                        self.dispatch.insert(site, TrapvecListEntry { site, hits: k, ..Default::default() });
+                        self.dispatch.insert(
+                            site,
+                            TrapvecListEntry {
+                                site,
+                                hits: k,
+                                ..Default::default()
+                            },
+                        );
                     }
                 }
                 arg.count = u32::try_from(self.dispatch.len()).unwrap();
                 // As the module: from the start-th entry, at most TRAPVEC_BATCH_MAX of them.
                 let skip = usize::try_from(arg.start).unwrap();
                 let room = out.len().min(TRAPVEC_BATCH_MAX as usize);
-                for (slot, e) in out[..room].iter_mut().zip(self.dispatch.values().skip(skip)) {
+                for (slot, e) in out[..room]
+                    .iter_mut()
+                    .zip(self.dispatch.values().skip(skip))
+                {
                     *slot = *e;
                 }
             }
@@ -249,12 +290,23 @@ impl FakeModule {
                 self.returns.push((**a, false));
             }
             Request::ReturnRemove(r) => {
-                let slot = self.returns.get_mut(r.slot as usize).filter(|s| !s.1 && r.generation == 7).ok_or(Errno::ENOENT)?;
+                let slot = self
+                    .returns
+                    .get_mut(r.slot as usize)
+                    .filter(|s| !s.1 && r.generation == 7)
+                    .ok_or(Errno::ENOENT)?;
                 slot.1 = true;
             }
             Request::ReturnStats(st) => {
-                self.returns.get(st.slot as usize).filter(|s| !s.1 && st.generation == 7).ok_or(Errno::ENOENT)?;
-                **st = TrapvecReturnStats { slot: st.slot, generation: st.generation, ..self.return_stats };
+                self.returns
+                    .get(st.slot as usize)
+                    .filter(|s| !s.1 && st.generation == 7)
+                    .ok_or(Errno::ENOENT)?;
+                **st = TrapvecReturnStats {
+                    slot: st.slot,
+                    generation: st.generation,
+                    ..self.return_stats
+                };
             }
             Request::KeyAdd(a) => {
                 a.slot = u32::try_from(self.keys.len()).unwrap();
@@ -264,11 +316,19 @@ impl FakeModule {
                 self.keys.push((**a, false));
             }
             Request::KeyRemove(r) => {
-                let slot = self.keys.get_mut(r.slot as usize).filter(|s| !s.1 && r.generation == 5).ok_or(Errno::ENOENT)?;
+                let slot = self
+                    .keys
+                    .get_mut(r.slot as usize)
+                    .filter(|s| !s.1 && r.generation == 5)
+                    .ok_or(Errno::ENOENT)?;
                 slot.1 = true;
             }
             Request::KeyStats { arg, out } => {
-                let (add, _) = self.keys.get(arg.slot as usize).filter(|s| !s.1 && arg.generation == 5).ok_or(Errno::ENOENT)?;
+                let (add, _) = self
+                    .keys
+                    .get(arg.slot as usize)
+                    .filter(|s| !s.1 && arg.generation == 5)
+                    .ok_or(Errno::ENOENT)?;
                 assert_eq!(arg.capacity as usize, out.len());
                 self.key_capacities.push(arg.capacity);
                 let n = self.key_table.len().min(out.len());
@@ -299,7 +359,11 @@ fn target_with(setup: impl FnOnce(&mut FakeModule)) -> (KernelTarget, Shared, fa
 }
 
 fn trap_patch(addr: u64, old: [u8; 2]) -> TextPatch {
-    TextPatch { addr, old: old.to_vec(), new: TRAP_BYTES.to_vec() }
+    TextPatch {
+        addr,
+        old: old.to_vec(),
+        new: TRAP_BYTES.to_vec(),
+    }
 }
 
 #[test]
@@ -308,7 +372,11 @@ fn kallsyms_lines_become_functions_objects_and_module_symbols() {
     let by = |name: &str| syms.iter().find(|s| s.name == name).unwrap().clone();
     assert_eq!(by("__x64_sys_getppid").kind, SymbolKind::Function);
     assert_eq!(by("do_getppid_helper").kind, SymbolKind::Function);
-    assert_eq!(by("memcpy").kind, SymbolKind::Function, "weak text (W) is a function");
+    assert_eq!(
+        by("memcpy").kind,
+        SymbolKind::Function,
+        "weak text (W) is a function"
+    );
     assert_eq!(by("text_mutex").kind, SymbolKind::Object);
     assert_eq!(by("idt_table").kind, SymbolKind::Object);
     assert_eq!(by("__start_rodata").kind, SymbolKind::Object);
@@ -322,7 +390,10 @@ fn kallsyms_lines_become_functions_objects_and_module_symbols() {
 #[test]
 fn kallsyms_function_extent_runs_to_the_next_function() {
     let (target, _m, _g) = target_with(|_| {});
-    let f = target.symbols().function_containing(0xffff_ffff_810b_0fa0).unwrap();
+    let f = target
+        .symbols()
+        .function_containing(0xffff_ffff_810b_0fa0)
+        .unwrap();
     assert_eq!(f.name, "__x64_sys_getppid");
     assert_eq!(f.size, 0x40, "bounded by do_getppid_helper at +0x40");
 }
@@ -330,7 +401,10 @@ fn kallsyms_function_extent_runs_to_the_next_function() {
 #[test]
 fn kallsyms_with_every_address_zero_is_an_error_not_an_empty_table() {
     let hidden = "0000000000000000 T _stext\n0000000000000000 t foo\t[bar]\n";
-    assert_eq!(kallsyms::parse(hidden).unwrap_err(), KallsymsError::AddressesHidden);
+    assert_eq!(
+        kallsyms::parse(hidden).unwrap_err(),
+        KallsymsError::AddressesHidden
+    );
 }
 
 #[test]
@@ -338,10 +412,16 @@ fn kallsyms_malformed_line_is_named_by_number() {
     let bad = "ffffffff81000000 T _stext\nffffffff81000010 T\n";
     assert_eq!(
         kallsyms::parse(bad).unwrap_err(),
-        KallsymsError::Malformed { line: 2, text: "ffffffff81000010 T".into() }
+        KallsymsError::Malformed {
+            line: 2,
+            text: "ffffffff81000010 T".into()
+        }
     );
     let bad_module = "ffffffff81000000 t f\ttrapvec\n";
-    assert!(matches!(kallsyms::parse(bad_module), Err(KallsymsError::Malformed { line: 1, .. })));
+    assert!(matches!(
+        kallsyms::parse(bad_module),
+        Err(KallsymsError::Malformed { line: 1, .. })
+    ));
 }
 
 #[test]
@@ -353,7 +433,11 @@ fn target_info_describes_kernel_code_generation() {
     assert!(info.dispatcher_runs_handlers);
     assert!(info.dispatcher_counts_hits);
     assert!(info.has_fentry);
-    assert!(info.description.contains("vector 0xf5"), "{}", info.description);
+    assert!(
+        info.description.contains("vector 0xf5"),
+        "{}",
+        info.description
+    );
 }
 
 #[test]
@@ -361,27 +445,48 @@ fn the_trap_written_is_the_module_vector() {
     let (target, _m, _g) = target_with(|_| {});
     assert_eq!(target.info().trap_vector, 0xf5);
     let (target, _m, _g) = target_with(|m| m.vector = 0xf3);
-    assert_eq!(target.info().trap_vector, 0xf3, "a module loaded with vector=0xf3");
-    assert!(target.info().description.contains("vector 0xf3"), "{}", target.info().description);
+    assert_eq!(
+        target.info().trap_vector,
+        0xf3,
+        "a module loaded with vector=0xf3"
+    );
+    assert!(
+        target.info().description.contains("vector 0xf3"),
+        "{}",
+        target.info().description
+    );
     for bad in [0x1f, 0x1f5] {
-        let module: Shared =
-            Rc::new(RefCell::new(FakeModule { abi_version: TRAPVEC_ABI_VERSION, vector: bad, ..Default::default() }));
+        let module: Shared = Rc::new(RefCell::new(FakeModule {
+            abi_version: TRAPVEC_ABI_VERSION,
+            vector: bad,
+            ..Default::default()
+        }));
         let m = module.clone();
         let _g = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
         let dev = std::fs::File::open("/dev/null").unwrap().into();
         let err = KernelTarget::from_parts(dev, KALLSYMS).err().unwrap();
-        assert!(err.to_string().contains("not a system vector"), "{bad:#x}: {err}");
+        assert!(
+            err.to_string().contains("not a system vector"),
+            "{bad:#x}: {err}"
+        );
     }
 }
 
 #[test]
 fn a_module_speaking_another_abi_version_is_refused_at_open() {
-    let module: Shared = Rc::new(RefCell::new(FakeModule { abi_version: TRAPVEC_ABI_VERSION + 1, ..Default::default() }));
+    let module: Shared = Rc::new(RefCell::new(FakeModule {
+        abi_version: TRAPVEC_ABI_VERSION + 1,
+        ..Default::default()
+    }));
     let m = module.clone();
     let _g = fake::override_ioctl(move |req| m.borrow_mut().serve(req));
     let dev = std::fs::File::open("/dev/null").unwrap().into();
     let err = KernelTarget::from_parts(dev, KALLSYMS).err().unwrap();
-    assert!(err.to_string().contains(&format!("ABI version {}", TRAPVEC_ABI_VERSION + 1)), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("ABI version {}", TRAPVEC_ABI_VERSION + 1)),
+        "{err}"
+    );
 }
 
 #[test]
@@ -389,7 +494,11 @@ fn text_batch_is_one_apply_with_zero_padded_bytes() {
     let (mut target, m, _g) = target_with(|_| {});
     let batch = [
         trap_patch(TEXT + 0x95, [0x53, 0xe8]),
-        TextPatch { addr: TEXT + 0x200, old: vec![0x0f, 0x1f, 0x44, 0x00, 0x00], new: vec![0xe9, 1, 2, 3, 4] },
+        TextPatch {
+            addr: TEXT + 0x200,
+            old: vec![0x0f, 0x1f, 0x44, 0x00, 0x00],
+            new: vec![0xe9, 1, 2, 3, 4],
+        },
     ];
     target.patch_text(&batch).unwrap();
     let m = m.borrow();
@@ -417,13 +526,25 @@ fn apply_mismatch_names_the_failing_patch_and_the_bytes_found() {
     let (mut target, _m, _g) = target_with(|m| {
         m.apply_failure = Some((
             Errno::ESTALE,
-            TrapvecApply { failed_index: 1, reason: TRAPVEC_REASON_MISMATCH, found, ..Default::default() },
+            TrapvecApply {
+                failed_index: 1,
+                reason: TRAPVEC_REASON_MISMATCH,
+                found,
+                ..Default::default()
+            },
         ));
     });
-    let batch = [trap_patch(TEXT + 0x10, [0x55, 0x48]), trap_patch(TEXT + 0x95, [0x53, 0xe8])];
+    let batch = [
+        trap_patch(TEXT + 0x10, [0x55, 0x48]),
+        trap_patch(TEXT + 0x95, [0x53, 0xe8]),
+    ];
     let err = target.patch_text(&batch).unwrap_err();
     match err {
-        TargetError::TextMismatch { addr, expected, found } => {
+        TargetError::TextMismatch {
+            addr,
+            expected,
+            found,
+        } => {
             assert_eq!(addr, TEXT + 0x95);
             assert_eq!(expected, "53 e8");
             assert_eq!(found, "cc e8");
@@ -437,11 +558,26 @@ fn apply_refusal_becomes_site_refused_with_the_kernel_reason() {
     let (mut target, _m, _g) = target_with(|m| {
         m.apply_failure = Some((
             Errno::EINVAL,
-            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_FTRACE, ..Default::default() },
+            TrapvecApply {
+                failed_index: 0,
+                reason: TRAPVEC_REASON_FTRACE,
+                ..Default::default()
+            },
         ));
     });
-    let err = target.patch_text(&[trap_patch(TEXT, [0x0f, 0x1f])]).unwrap_err();
-    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::Ftrace }), "{err}");
+    let err = target
+        .patch_text(&[trap_patch(TEXT, [0x0f, 0x1f])])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                addr: TEXT,
+                reason: SiteRefusal::Ftrace
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("0xffffffff81000000"), "{err}");
     assert!(err.to_string().contains("__fentry__"), "{err}");
 }
@@ -452,18 +588,32 @@ fn a_kprobe_in_the_window_is_named_as_symbol_plus_offset() {
     let (mut target, _m, _g) = target_with(|m| {
         m.apply_failure = Some((
             Errno::EINVAL,
-            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_KPROBE, culprit: getppid + 5, ..Default::default() },
+            TrapvecApply {
+                failed_index: 0,
+                reason: TRAPVEC_REASON_KPROBE,
+                culprit: getppid + 5,
+                ..Default::default()
+            },
         ));
         m.checks.insert(getppid + 4, (TRAPVEC_REASON_KPROBE, 0));
     });
-    let err = target.patch_text(&[trap_patch(getppid + 5, [0x53, 0xe8])]).unwrap_err();
+    let err = target
+        .patch_text(&[trap_patch(getppid + 5, [0x53, 0xe8])])
+        .unwrap_err();
     assert!(
         matches!(&err, TargetError::SiteRefused { reason: SiteRefusal::Kprobe { at, .. }, .. } if *at == getppid + 5),
         "{err}"
     );
-    assert!(err.to_string().contains("a kprobe is registered at __x64_sys_getppid+5: remove it first"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("a kprobe is registered at __x64_sys_getppid+5: remove it first"),
+        "{err}"
+    );
     let refusal = target.precheck_site(getppid + 4, 2).unwrap_err();
-    assert_eq!(refusal.to_string(), "a kprobe is registered at __x64_sys_getppid+6: remove it first");
+    assert_eq!(
+        refusal.to_string(),
+        "a kprobe is registered at __x64_sys_getppid+6: remove it first"
+    );
 }
 
 /// Put `bytes` into the fake module's memory at `addr`.
@@ -475,7 +625,9 @@ fn poke(m: &mut FakeModule, addr: u64, bytes: &[u8]) {
 
 /// `field + rel` as the kernel's relative table fields hold it.
 fn rel32(field: u64, to: u64) -> [u8; 4] {
-    i32::try_from(i64::from_le_bytes(to.wrapping_sub(field).to_le_bytes())).unwrap().to_le_bytes()
+    i32::try_from(i64::from_le_bytes(to.wrapping_sub(field).to_le_bytes()))
+        .unwrap()
+        .to_le_bytes()
 }
 
 #[test]
@@ -484,12 +636,13 @@ fn a_jump_label_target_in_the_window_names_its_static_key_and_place() {
     let entry: u64 = 0xffff_ffff_8290_0000; // in __jump_table
     let key: u64 = 0xffff_ffff_82a5_9548; // text_mutex+0x8, standing in for a static key
     let (target, _m, _g) = target_with(|m| {
-        m.checks.insert(getppid + 9, (TRAPVEC_REASON_JUMP_TARGET, 0));
+        m.checks
+            .insert(getppid + 9, (TRAPVEC_REASON_JUMP_TARGET, 0));
         m.culprits.insert(getppid + 9, entry);
         let mut e = Vec::new();
         e.extend(rel32(entry, getppid + 4)); // code
         e.extend(rel32(entry + 4, getppid + 0x1c)); // target
-        // The key with the branch-type flag (bit 0) set, as the kernel keeps it.
+                                                    // The key with the branch-type flag (bit 0) set, as the kernel keeps it.
         e.extend(key.wrapping_sub(entry + 8).wrapping_add(1).to_le_bytes());
         poke(m, entry, &e);
     });
@@ -503,7 +656,8 @@ fn an_exception_fixup_in_the_window_names_its_faulting_instruction() {
     let getppid = 0xffff_ffff_810b_0f90;
     let entry: u64 = 0xffff_ffff_8280_0010; // in __ex_table
     let (target, _m, _g) = target_with(|m| {
-        m.checks.insert(getppid + 0x20, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
+        m.checks
+            .insert(getppid + 0x20, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
         m.culprits.insert(getppid + 0x20, entry);
         let mut e = Vec::new();
         e.extend(rel32(entry, getppid + 0x11)); // insn
@@ -511,13 +665,22 @@ fn an_exception_fixup_in_the_window_names_its_faulting_instruction() {
         e.extend(0x3u32.to_le_bytes()); // data
         poke(m, entry, &e);
         // An entry that cannot be read: the refusal still says what it is.
-        m.checks.insert(getppid + 0x30, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
+        m.checks
+            .insert(getppid + 0x30, (TRAPVEC_REASON_EXTABLE_FIXUP, 0));
         m.culprits.insert(getppid + 0x30, 0xffff_ffff_8280_1000);
     });
     let refusal = target.precheck_site(getppid + 0x20, 2).unwrap_err();
-    assert_eq!(refusal.to_string(), "exception fixup of __x64_sys_getppid+0x11 at __x64_sys_getppid+0x21 inside the window");
+    assert_eq!(
+        refusal.to_string(),
+        "exception fixup of __x64_sys_getppid+0x11 at __x64_sys_getppid+0x21 inside the window"
+    );
     let unread = target.precheck_site(getppid + 0x30, 2).unwrap_err();
-    assert!(unread.to_string().starts_with("exception fixup of an address the module did not say"), "{unread}");
+    assert!(
+        unread
+            .to_string()
+            .starts_with("exception fixup of an address the module did not say"),
+        "{unread}"
+    );
 }
 
 #[test]
@@ -533,14 +696,24 @@ fn lockdown_and_modules_disabled_refusals_say_what_forbids_the_write() {
     let (mut target, _m, _g) = target_with(|m| {
         m.apply_failure = Some((
             Errno::EPERM,
-            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_LOCKDOWN, error: -1, ..Default::default() },
+            TrapvecApply {
+                failed_index: 0,
+                reason: TRAPVEC_REASON_LOCKDOWN,
+                error: -1,
+                ..Default::default()
+            },
         ));
     });
     let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
     assert!(err.to_string().contains("kernel lockdown ("), "{err}");
-    assert!(err.to_string().contains(") forbids writing kernel text"), "{err}");
+    assert!(
+        err.to_string().contains(") forbids writing kernel text"),
+        "{err}"
+    );
     assert_eq!(
-        SiteRefusal::from_abi(TRAPVEC_REASON_MODULES_DISABLED, -1).unwrap().to_string(),
+        SiteRefusal::from_abi(TRAPVEC_REASON_MODULES_DISABLED, -1)
+            .unwrap()
+            .to_string(),
         "kernel.modules_disabled=1 forbids writing kernel text"
     );
 }
@@ -551,7 +724,11 @@ fn eperm_from_alloc_is_a_forbidden_write_not_a_full_arena() {
         m.fail.insert("ALLOC", (Errno::EPERM, 0));
     });
     let err = target.alloc(TEXT, 64, BlockKind::Code).unwrap_err();
-    assert!(err.to_string().contains("forbids writing kernel text (ALLOC of /dev/trapvec: EPERM)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("forbids writing kernel text (ALLOC of /dev/trapvec: EPERM)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -559,13 +736,27 @@ fn list_reads_a_table_larger_than_one_batch_page_by_page() {
     let n = TRAPVEC_BATCH_MAX as u64 + 4464;
     let (target, m, _g) = target_with(|m| {
         for k in 0..n {
-            m.dispatch.insert(TEXT + k, TrapvecListEntry { site: TEXT + k, hits: k, ..Default::default() });
+            m.dispatch.insert(
+                TEXT + k,
+                TrapvecListEntry {
+                    site: TEXT + k,
+                    hits: k,
+                    ..Default::default()
+                },
+            );
         }
     });
     let listed = target.list().unwrap();
     assert_eq!(listed.len() as u64, n);
-    assert!(listed.iter().enumerate().all(|(k, e)| e.entry.site == TEXT + k as u64 && e.hits.hits == k as u64));
-    assert_eq!(m.borrow().calls.iter().filter(|c| **c == "LIST").count(), 3, "a count, then two pages");
+    assert!(listed
+        .iter()
+        .enumerate()
+        .all(|(k, e)| e.entry.site == TEXT + k as u64 && e.hits.hits == k as u64));
+    assert_eq!(
+        m.borrow().calls.iter().filter(|c| **c == "LIST").count(),
+        3,
+        "a count, then two pages"
+    );
 }
 
 #[test]
@@ -573,12 +764,25 @@ fn apply_kprobe_refusal_carries_the_errno() {
     let (mut target, _m, _g) = target_with(|m| {
         m.apply_failure = Some((
             Errno::EINVAL,
-            TrapvecApply { failed_index: 0, reason: TRAPVEC_REASON_KPROBE_REFUSED, error: -22, ..Default::default() },
+            TrapvecApply {
+                failed_index: 0,
+                reason: TRAPVEC_REASON_KPROBE_REFUSED,
+                error: -22,
+                ..Default::default()
+            },
         ));
     });
     let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
     assert!(
-        matches!(err, TargetError::SiteRefused { reason: SiteRefusal::KprobeRefused { errno: Errno::EINVAL }, .. }),
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                reason: SiteRefusal::KprobeRefused {
+                    errno: Errno::EINVAL
+                },
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -586,7 +790,13 @@ fn apply_kprobe_refusal_carries_the_errno() {
 #[test]
 fn apply_failure_without_an_index_is_an_os_error() {
     let (mut target, _m, _g) = target_with(|m| {
-        m.apply_failure = Some((Errno::ENOMEM, TrapvecApply { failed_index: TRAPVEC_NO_INDEX, ..Default::default() }));
+        m.apply_failure = Some((
+            Errno::ENOMEM,
+            TrapvecApply {
+                failed_index: TRAPVEC_NO_INDEX,
+                ..Default::default()
+            },
+        ));
     });
     let err = target.patch_text(&[trap_patch(TEXT, [1, 2])]).unwrap_err();
     assert!(matches!(err, TargetError::Os { .. }), "{err}");
@@ -595,12 +805,32 @@ fn apply_failure_without_an_index_is_an_os_error() {
 #[test]
 fn malformed_patches_are_refused_before_any_ioctl() {
     let (mut target, m, _g) = target_with(|_| {});
-    let long = TextPatch { addr: TEXT, old: vec![0x90; 17], new: vec![0xcc; 17] };
+    let long = TextPatch {
+        addr: TEXT,
+        old: vec![0x90; 17],
+        new: vec![0xcc; 17],
+    };
     let err = target.patch_text(&[long]).unwrap_err();
-    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::BadLength }), "{err}");
-    let uneven = TextPatch { addr: TEXT + 4, old: vec![0x90; 2], new: vec![0xcc; 3] };
+    assert!(
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                addr: TEXT,
+                reason: SiteRefusal::BadLength
+            }
+        ),
+        "{err}"
+    );
+    let uneven = TextPatch {
+        addr: TEXT + 4,
+        old: vec![0x90; 2],
+        new: vec![0xcc; 3],
+    };
     let err = target.patch_text(&[uneven]).unwrap_err();
-    assert!(matches!(err, TargetError::Text { addr, .. } if addr == TEXT + 4), "{err}");
+    assert!(
+        matches!(err, TargetError::Text { addr, .. } if addr == TEXT + 4),
+        "{err}"
+    );
     assert_eq!(m.borrow().calls, ["INFO"]);
 }
 
@@ -612,7 +842,10 @@ fn a_read_larger_than_the_module_takes_is_split_into_chunks() {
     });
     let bytes = target.read(TEXT, len).unwrap();
     assert_eq!(bytes.len(), len);
-    assert!(bytes.iter().enumerate().all(|(i, &b)| usize::from(b) == i % 251));
+    assert!(bytes
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| usize::from(b) == i % 251));
     assert_eq!(m.borrow().calls.iter().filter(|c| **c == "READ").count(), 3);
 }
 
@@ -622,7 +855,17 @@ fn a_read_that_faults_names_the_address() {
         m.memory.insert(TEXT, 0x90);
     });
     let err = target.read(TEXT, 2).unwrap_err();
-    assert!(matches!(err, TargetError::Read { addr: TEXT, len: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TargetError::Read {
+                addr: TEXT,
+                len: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -630,8 +873,14 @@ fn alloc_sends_the_kind_and_returns_the_block() {
     let (mut target, m, _g) = target_with(|_| {});
     let code = target.alloc(TEXT, 40, BlockKind::Code).unwrap();
     let data = target.alloc(TEXT, 8, BlockKind::Data).unwrap();
-    assert_eq!((code.id, code.addr, code.size, code.kind), (1, CODE_ARENA, 40, BlockKind::Code));
-    assert_eq!((data.id, data.addr, data.kind), (2, CODE_ARENA + 48, BlockKind::Data));
+    assert_eq!(
+        (code.id, code.addr, code.size, code.kind),
+        (1, CODE_ARENA, 40, BlockKind::Code)
+    );
+    assert_eq!(
+        (data.id, data.addr, data.kind),
+        (2, CODE_ARENA + 48, BlockKind::Data)
+    );
     assert_eq!(m.borrow().calls, ["INFO", "ALLOC", "ALLOC"]);
 }
 
@@ -640,7 +889,10 @@ fn a_block_out_of_rel32_reach_is_freed_and_reported() {
     let (mut target, m, _g) = target_with(|_| {});
     let near = CODE_ARENA - (3 << 30);
     let err = target.alloc(near, 64, BlockKind::Code).unwrap_err();
-    assert!(matches!(err, TargetError::Alloc { near: n, size: 64, .. } if n == near), "{err}");
+    assert!(
+        matches!(err, TargetError::Alloc { near: n, size: 64, .. } if n == near),
+        "{err}"
+    );
     assert!(err.to_string().contains("out of rel32 reach"), "{err}");
     assert_eq!(m.borrow().freed, [1]);
 }
@@ -651,20 +903,34 @@ fn a_full_arena_is_reported_as_such() {
         m.fail.insert("ALLOC", (Errno::ENOSPC, 0));
     });
     let err = target.alloc(TEXT, 1 << 19, BlockKind::Data).unwrap_err();
-    assert!(err.to_string().contains("Data arena of trapvec.ko is full"), "{err}");
+    assert!(
+        err.to_string().contains("Data arena of trapvec.ko is full"),
+        "{err}"
+    );
 }
 
 #[test]
 fn writes_are_chunked_and_carry_the_block_id_and_offsets() {
     let (mut target, m, _g) = target_with(|_| {});
     let block = target.alloc(TEXT, 3 << 20, BlockKind::Code).unwrap();
-    let bytes: Vec<u8> = (0..(TRAPVEC_XFER_MAX as usize + 10)).map(|i| u8::try_from(i % 7).unwrap()).collect();
+    let bytes: Vec<u8> = (0..(TRAPVEC_XFER_MAX as usize + 10))
+        .map(|i| u8::try_from(i % 7).unwrap())
+        .collect();
     target.write(&block, 16, &bytes).unwrap();
     let m = m.borrow();
     assert_eq!(m.writes.len(), 2);
-    assert_eq!((m.writes[0].0, m.writes[0].1, m.writes[0].2.len()), (block.id, 16, TRAPVEC_XFER_MAX as usize));
-    assert_eq!((m.writes[1].1, m.writes[1].2.len()), (16 + u64::from(TRAPVEC_XFER_MAX), 10));
-    assert_eq!([m.writes[0].2.clone(), m.writes[1].2.clone()].concat(), bytes);
+    assert_eq!(
+        (m.writes[0].0, m.writes[0].1, m.writes[0].2.len()),
+        (block.id, 16, TRAPVEC_XFER_MAX as usize)
+    );
+    assert_eq!(
+        (m.writes[1].1, m.writes[1].2.len()),
+        (16 + u64::from(TRAPVEC_XFER_MAX), 10)
+    );
+    assert_eq!(
+        [m.writes[0].2.clone(), m.writes[1].2.clone()].concat(),
+        bytes
+    );
 }
 
 #[test]
@@ -675,7 +941,12 @@ fn a_write_to_a_sealed_block_says_so() {
     let block = target.alloc(TEXT, 32, BlockKind::Code).unwrap();
     let err = target.write(&block, 4, &[0xc3]).unwrap_err();
     match &err {
-        TargetError::Block { addr, offset: 4, len: 1, reason } => {
+        TargetError::Block {
+            addr,
+            offset: 4,
+            len: 1,
+            reason,
+        } => {
             assert_eq!(*addr, block.addr);
             assert!(reason.contains("sealed"), "{reason}");
         }
@@ -699,8 +970,20 @@ fn a_dispatch_error_names_the_failing_site() {
         m.fail.insert("DISPATCH_ADD", (Errno::EEXIST, 1));
     });
     let entries = [
-        DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0, only: None },
-        DispatchEntry { site: TEXT + 9, dest: CODE_ARENA, handler: 0, cookie: 0, only: None },
+        DispatchEntry {
+            site: TEXT + 5,
+            dest: CODE_ARENA,
+            handler: 0,
+            cookie: 0,
+            only: None,
+        },
+        DispatchEntry {
+            site: TEXT + 9,
+            dest: CODE_ARENA,
+            handler: 0,
+            cookie: 0,
+            only: None,
+        },
     ];
     let err = target.add_dispatch(&entries).unwrap_err();
     assert!(
@@ -727,15 +1010,47 @@ fn removing_an_unknown_site_names_it() {
 fn replacing_dispatch_entries_returns_the_old_counts_and_names_a_site_without_one() {
     let (mut target, m, _g) = target_with(|_| {});
     assert!(target.replaces_dispatch());
-    let old = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 0, only: None };
+    let old = DispatchEntry {
+        site: TEXT + 5,
+        dest: CODE_ARENA,
+        handler: 0,
+        cookie: 0,
+        only: None,
+    };
     target.add_dispatch(&[old]).unwrap();
     m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().hits = 41;
-    let new = DispatchEntry { dest: CODE_ARENA + 64, ..old };
-    let counts = target.replace_dispatch(&[new], &[TrapHits { hits: 7, missed: 1 }]).unwrap();
-    assert_eq!(counts, [TrapHits { hits: 41, missed: 0 }]);
-    assert_eq!(target.trap_hits(TEXT + 5), Some(TrapHits { hits: 7, missed: 1 }), "the new entry starts from the counts given");
+    let new = DispatchEntry {
+        dest: CODE_ARENA + 64,
+        ..old
+    };
+    let counts = target
+        .replace_dispatch(&[new], &[TrapHits { hits: 7, missed: 1 }])
+        .unwrap();
+    assert_eq!(
+        counts,
+        [TrapHits {
+            hits: 41,
+            missed: 0
+        }]
+    );
+    assert_eq!(
+        target.trap_hits(TEXT + 5),
+        Some(TrapHits { hits: 7, missed: 1 }),
+        "the new entry starts from the counts given"
+    );
     assert_eq!(m.borrow().dispatch[&(TEXT + 5)].dest, CODE_ARENA + 64);
-    let err = target.replace_dispatch(&[new, DispatchEntry { site: TEXT + 9, ..new }], &[TrapHits::default(); 2]).unwrap_err();
+    let err = target
+        .replace_dispatch(
+            &[
+                new,
+                DispatchEntry {
+                    site: TEXT + 9,
+                    ..new
+                },
+            ],
+            &[TrapHits::default(); 2],
+        )
+        .unwrap_err();
     assert!(
         matches!(&err, TargetError::Dispatch { site, reason } if *site == TEXT + 9 && reason.contains("DISPATCH_REPLACE: no dispatch entry")),
         "{err}"
@@ -745,22 +1060,46 @@ fn replacing_dispatch_entries_returns_the_old_counts_and_names_a_site_without_on
 #[test]
 fn trap_hits_reads_counters_and_none_for_a_site_without_entry() {
     let (mut target, m, _g) = target_with(|_| {});
-    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: CODE_ARENA + 32, cookie: 7, only: None };
+    let entry = DispatchEntry {
+        site: TEXT + 5,
+        dest: CODE_ARENA,
+        handler: CODE_ARENA + 32,
+        cookie: 7,
+        only: None,
+    };
     target.add_dispatch(&[entry]).unwrap();
     m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().hits = 1200;
     m.borrow_mut().dispatch.get_mut(&(TEXT + 5)).unwrap().missed = 100;
-    assert_eq!(target.trap_hits(TEXT + 5), Some(TrapHits { hits: 1200, missed: 100 }));
+    assert_eq!(
+        target.trap_hits(TEXT + 5),
+        Some(TrapHits {
+            hits: 1200,
+            missed: 100
+        })
+    );
     assert_eq!(target.trap_hits(TEXT + 6), None);
 }
 
 #[test]
 fn list_asks_again_when_entries_were_added_meanwhile() {
     let (mut target, m, _g) = target_with(|m| m.list_grows_by = 3);
-    let entry = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 9, only: None };
+    let entry = DispatchEntry {
+        site: TEXT + 5,
+        dest: CODE_ARENA,
+        handler: 0,
+        cookie: 9,
+        only: None,
+    };
     target.add_dispatch(&[entry]).unwrap();
     let listed = target.list().unwrap();
     assert_eq!(listed.len(), 4);
-    assert_eq!(listed[0], ListedEntry { entry, hits: TrapHits::default() });
+    assert_eq!(
+        listed[0],
+        ListedEntry {
+            entry,
+            hits: TrapHits::default()
+        }
+    );
     assert_eq!(listed[3].hits.hits, 2);
     assert_eq!(m.borrow().calls.iter().filter(|c| **c == "LIST").count(), 2);
 }
@@ -769,18 +1108,33 @@ fn list_asks_again_when_entries_were_added_meanwhile() {
 fn check_site_maps_every_reason_code_and_back() {
     for code in 1..=TRAPVEC_REASON_MAX {
         let refusal = SiteRefusal::from_abi(code, -22).unwrap();
-        assert!(!matches!(refusal, SiteRefusal::Unknown { .. }), "code {code} is known");
+        assert!(
+            !matches!(refusal, SiteRefusal::Unknown { .. }),
+            "code {code} is known"
+        );
         assert_eq!(refusal.code(), Some(code));
     }
     assert_eq!(SiteRefusal::from_abi(TRAPVEC_REASON_NONE, 0), None);
-    assert_eq!(SiteRefusal::from_abi(99, 0), Some(SiteRefusal::Unknown { code: 99 }));
+    assert_eq!(
+        SiteRefusal::from_abi(99, 0),
+        Some(SiteRefusal::Unknown { code: 99 })
+    );
 
     let (target, _m, _g) = target_with(|m| {
         m.checks.insert(TEXT, (TRAPVEC_REASON_ENTRY_TEXT, 0));
-        m.checks.insert(TEXT + 8, (TRAPVEC_REASON_KPROBE_REFUSED, -16));
+        m.checks
+            .insert(TEXT + 8, (TRAPVEC_REASON_KPROBE_REFUSED, -16));
     });
-    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::EntryText));
-    assert_eq!(target.check_site_with_kprobe(TEXT + 8, 2), Err(SiteRefusal::KprobeRefused { errno: Errno::EBUSY }));
+    assert_eq!(
+        target.check_site_with_kprobe(TEXT, 2),
+        Err(SiteRefusal::EntryText)
+    );
+    assert_eq!(
+        target.check_site_with_kprobe(TEXT + 8, 2),
+        Err(SiteRefusal::KprobeRefused {
+            errno: Errno::EBUSY
+        })
+    );
     assert_eq!(target.check_site_with_kprobe(TEXT + 16, 2), Ok(()));
 }
 
@@ -790,7 +1144,10 @@ fn precheck_skips_only_the_kprobe_cross_check() {
         m.checks.insert(TEXT, (TRAPVEC_REASON_JUMP_LABEL, 0));
     });
     assert_eq!(target.precheck_site(TEXT, 2), Err(SiteRefusal::JumpLabel));
-    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::JumpLabel));
+    assert_eq!(
+        target.check_site_with_kprobe(TEXT, 2),
+        Err(SiteRefusal::JumpLabel)
+    );
     assert_eq!(m.borrow().check_flags, [TRAPVEC_CHECK_NO_KPROBE, 0]);
 }
 
@@ -799,13 +1156,20 @@ fn check_site_that_cannot_ask_the_module_says_so() {
     let (target, _m, _g) = target_with(|m| {
         m.fail.insert("CHECK", (Errno::EPERM, 0));
     });
-    assert_eq!(target.check_site_with_kprobe(TEXT, 2), Err(SiteRefusal::CheckFailed { errno: Errno::EPERM }));
+    assert_eq!(
+        target.check_site_with_kprobe(TEXT, 2),
+        Err(SiteRefusal::CheckFailed {
+            errno: Errno::EPERM
+        })
+    );
 }
 
 #[test]
 fn quiesce_is_one_ioctl_for_all_ranges() {
     let (mut target, m, _g) = target_with(|_| {});
-    target.quiesce(&[(CODE_ARENA, CODE_ARENA + 64), (TEXT, TEXT + 2)]).unwrap();
+    target
+        .quiesce(&[(CODE_ARENA, CODE_ARENA + 64), (TEXT, TEXT + 2)])
+        .unwrap();
     assert_eq!(m.borrow().quiesced, 1);
 }
 
@@ -814,19 +1178,40 @@ fn quiesce_refused_while_a_task_sleeps_in_a_freed_replacement_names_the_trampoli
     let (mut target, m, _g) = target_with(|_| {});
     m.borrow_mut().quiesce_busy = Some((CODE_ARENA + 0x40, 1));
     let e = target.quiesce(&[]).unwrap_err().to_string();
-    assert!(e.contains("1 task(s) still inside the replacement called by the trampoline at 0x"), "{e}");
-    assert!(e.contains(&format!("{:#x}", CODE_ARENA + 0x40)) && e.contains("try again"), "{e}");
+    assert!(
+        e.contains("1 task(s) still inside the replacement called by the trampoline at 0x"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("{:#x}", CODE_ARENA + 0x40)) && e.contains("try again"),
+        "{e}"
+    );
 }
 
 #[test]
 fn replace_counter_of_a_code_block_is_its_granules_word_and_the_exit_is_replace_ret() {
     let (target, _m, _g) = target_with(|_| {});
-    let block = |addr| RepoBlock { id: 1, addr, size: 512, kind: BlockKind::Code };
+    let block = |addr| RepoBlock {
+        id: 1,
+        addr,
+        size: 512,
+        kind: BlockKind::Code,
+    };
     let c = target.replace_counter(&block(CODE_ARENA)).unwrap();
     assert_eq!((c.counter, c.exit), (INFLIGHT, REPLACE_RET));
     // The block at code_base + 16 * 0x31 counts at inflight_base + 8 * 0x31.
-    assert_eq!(target.replace_counter(&block(CODE_ARENA + 0x310)).unwrap().counter, INFLIGHT + 0x188);
-    assert_eq!(target.replace_counter(&block(CODE_ARENA + (1 << 20))), None, "outside the code arena");
+    assert_eq!(
+        target
+            .replace_counter(&block(CODE_ARENA + 0x310))
+            .unwrap()
+            .counter,
+        INFLIGHT + 0x188
+    );
+    assert_eq!(
+        target.replace_counter(&block(CODE_ARENA + (1 << 20))),
+        None,
+        "outside the code arena"
+    );
     assert_eq!(target.replace_counter(&block(CODE_ARENA - 16)), None);
 }
 
@@ -841,11 +1226,24 @@ fn module_info_converts_bases_and_sizes_to_ranges() {
 #[test]
 fn state_blob_round_trips_and_reports_its_generation() {
     let (target, m, _g) = target_with(|_| {});
-    assert_eq!(target.state().unwrap(), super::StateBlob { generation: 0, bytes: Vec::new() });
+    assert_eq!(
+        target.state().unwrap(),
+        super::StateBlob {
+            generation: 0,
+            bytes: Vec::new()
+        }
+    );
     assert_eq!(target.put_state(0, b"{\"splices\":[]}").unwrap(), 1);
     let blob = target.state().unwrap();
-    assert_eq!((blob.generation, blob.bytes.as_slice()), (1, &b"{\"splices\":[]}"[..]));
-    assert_eq!(target.put_state(1, b"").unwrap(), 2, "an empty blob is a write too");
+    assert_eq!(
+        (blob.generation, blob.bytes.as_slice()),
+        (1, &b"{\"splices\":[]}"[..])
+    );
+    assert_eq!(
+        target.put_state(1, b"").unwrap(),
+        2,
+        "an empty blob is a write too"
+    );
     assert!(target.state().unwrap().bytes.is_empty());
     assert_eq!(m.borrow().generation, 2);
 }
@@ -857,7 +1255,16 @@ fn state_put_with_an_old_generation_is_stale_and_changes_nothing() {
         m.generation = 7;
     });
     let err = target.put_state(6, b"mine").unwrap_err();
-    assert!(matches!(err, TargetError::StateStale { expected: 6, current: 7 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TargetError::StateStale {
+                expected: 6,
+                current: 7
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("another trapctl"), "{err}");
     assert_eq!(m.borrow().state, b"theirs");
 }
@@ -869,8 +1276,15 @@ fn state_get_asks_again_when_the_blob_grew_between_two_calls() {
         m.state_grows_after = Some(2);
     });
     let blob = target.state().unwrap();
-    assert_eq!((blob.generation, blob.bytes.as_slice()), (1, &b"blob and more"[..]));
-    assert_eq!(m.borrow().state_gets, 3, "capacity 0, then 4 (grew meanwhile), then 13");
+    assert_eq!(
+        (blob.generation, blob.bytes.as_slice()),
+        (1, &b"blob and more"[..])
+    );
+    assert_eq!(
+        m.borrow().state_gets,
+        3,
+        "capacity 0, then 4 (grew meanwhile), then 13"
+    );
 }
 
 #[test]
@@ -888,16 +1302,35 @@ fn target_check_site_is_the_precheck_with_the_refusal_and_address() {
         m.checks.insert(TEXT, (TRAPVEC_REASON_EXTABLE, 0));
     });
     let err = Target::check_site(&target, TEXT, 3).unwrap_err();
-    assert!(matches!(err, TargetError::SiteRefused { addr: TEXT, reason: SiteRefusal::Extable }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                addr: TEXT,
+                reason: SiteRefusal::Extable
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("exception-table"), "{err}");
     Target::check_site(&target, TEXT + 4, 2).unwrap();
-    assert_eq!(m.borrow().check_flags, [TRAPVEC_CHECK_NO_KPROBE; 2], "never the slow kprobe cross-check");
+    assert_eq!(
+        m.borrow().check_flags,
+        [TRAPVEC_CHECK_NO_KPROBE; 2],
+        "never the slow kprobe cross-check"
+    );
 }
 
 #[test]
 fn dispatch_entries_are_the_modules_list() {
     let (mut target, _m, _g) = target_with(|_| {});
-    let e = DispatchEntry { site: TEXT + 5, dest: CODE_ARENA, handler: 0, cookie: 3, only: None };
+    let e = DispatchEntry {
+        site: TEXT + 5,
+        dest: CODE_ARENA,
+        handler: 0,
+        cookie: 3,
+        only: None,
+    };
     target.add_dispatch(&[e]).unwrap();
     assert_eq!(target.dispatch_entries().unwrap().unwrap(), vec![e]);
 }
@@ -908,21 +1341,47 @@ const RP_ENTRY: u64 = 0xffff_ffff_c020_4000;
 fn a_return_slot_is_the_modules_entry_routine_with_its_cookie_and_its_stats_come_back_summed() {
     use crate::returns::{Clock, ReturnConfig};
     let (mut target, module, _g) = target_with(|m| {
-        m.return_stats = TrapvecReturnStats { returns: 12, missed: 3, active: 1, clock: TRAPVEC_CLOCK_WALL, sum: 12_000, max: 1500, ..Default::default() };
+        m.return_stats = TrapvecReturnStats {
+            returns: 12,
+            missed: 3,
+            active: 1,
+            clock: TRAPVEC_CLOCK_WALL,
+            sum: 12_000,
+            max: 1500,
+            ..Default::default()
+        };
         m.return_stats.buckets[11] = 12;
     });
-    let cfg = ReturnConfig { handler: CODE_ARENA + 0x40, cookie: 99, maxactive: 16, clock: Some(Clock::Wall) };
+    let cfg = ReturnConfig {
+        handler: CODE_ARENA + 0x40,
+        cookie: 99,
+        maxactive: 16,
+        clock: Some(Clock::Wall),
+    };
     let slot = target.return_slot(&cfg).unwrap();
-    assert_eq!((slot.index, slot.entry, slot.cookie), (0, RP_ENTRY, 7 << 32));
+    assert_eq!(
+        (slot.index, slot.entry, slot.cookie),
+        (0, RP_ENTRY, 7 << 32)
+    );
     let (sent, _) = module.borrow().returns[0];
-    assert_eq!((sent.handler, sent.cookie, sent.maxactive, sent.clock), (CODE_ARENA + 0x40, 99, 16, TRAPVEC_CLOCK_WALL));
+    assert_eq!(
+        (sent.handler, sent.cookie, sent.maxactive, sent.clock),
+        (CODE_ARENA + 0x40, 99, 16, TRAPVEC_CLOCK_WALL)
+    );
     let st = target.return_stats(&slot).unwrap();
     assert_eq!((st.returns, st.missed, st.active), (12, 3, 1));
     let h = st.histogram.unwrap();
-    assert_eq!((h.count(), h.sum, h.max, h.buckets.len()), (12, 12_000, 1500, 65));
+    assert_eq!(
+        (h.count(), h.sum, h.max, h.buckets.len()),
+        (12, 12_000, 1500, 65)
+    );
     target.free_return_slot(&slot).unwrap();
     assert!(module.borrow().returns[0].1);
-    assert_eq!(target.return_stats(&slot), None, "a removed slot has no figures");
+    assert_eq!(
+        target.return_stats(&slot),
+        None,
+        "a removed slot has no figures"
+    );
     // Giving it back twice is not an error (a retry after a reply that was lost).
     target.free_return_slot(&slot).unwrap();
 }
@@ -930,8 +1389,17 @@ fn a_return_slot_is_the_modules_entry_routine_with_its_cookie_and_its_stats_come
 #[test]
 fn return_slot_refusals_name_the_cause() {
     use crate::returns::ReturnConfig;
-    let cfg = ReturnConfig { handler: 0x1234, cookie: 0, maxactive: 5000, clock: None };
-    for (errno, words) in [(Errno::EINVAL, "maxactive 5000 is outside 1..=4096"), (Errno::ENOSPC, "all 256 return-point slots"), (Errno::EFAULT, "0x1234 is not in a sealed code block")] {
+    let cfg = ReturnConfig {
+        handler: 0x1234,
+        cookie: 0,
+        maxactive: 5000,
+        clock: None,
+    };
+    for (errno, words) in [
+        (Errno::EINVAL, "maxactive 5000 is outside 1..=4096"),
+        (Errno::ENOSPC, "all 256 return-point slots"),
+        (Errno::EFAULT, "0x1234 is not in a sealed code block"),
+    ] {
         let (mut target, _m, _g) = target_with(|m| {
             m.fail.insert("RETURN_ADD", (errno, 0));
         });
@@ -941,9 +1409,16 @@ fn return_slot_refusals_name_the_cause() {
     let (mut target, _m, _g) = target_with(|m| {
         m.fail.insert("RETURN_REMOVE", (Errno::EBUSY, 0));
     });
-    let slot = crate::returns::ReturnSlot { index: 3, entry: RP_ENTRY, cookie: 7 << 32 | 3 };
+    let slot = crate::returns::ReturnSlot {
+        index: 3,
+        entry: RP_ENTRY,
+        cookie: 7 << 32 | 3,
+    };
     let e = crate::error_chain(&target.free_return_slot(&slot).unwrap_err());
-    assert!(e.contains("still in the return handler of return-point slot 3"), "{e}");
+    assert!(
+        e.contains("still in the return handler of return-point slot 3"),
+        "{e}"
+    );
 }
 
 const KEY_ENTRY: u64 = 0xffff_ffff_c020_4800;
@@ -969,10 +1444,22 @@ fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() 
     let mut sent = Vec::new();
     for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu]) {
         let slot = target.key_slot(by).unwrap();
-        assert_eq!((slot.index, slot.entry, slot.cookie), (i, KEY_ENTRY, 5 << 32 | u64::from(i)));
+        assert_eq!(
+            (slot.index, slot.entry, slot.cookie),
+            (i, KEY_ENTRY, 5 << 32 | u64::from(i))
+        );
         sent.push(module.borrow().keys[i as usize].0.by);
     }
-    assert_eq!(sent, [TRAPVEC_KEY_PID, TRAPVEC_KEY_PID, TRAPVEC_KEY_TGID, TRAPVEC_KEY_COMM, TRAPVEC_KEY_CPU]);
+    assert_eq!(
+        sent,
+        [
+            TRAPVEC_KEY_PID,
+            TRAPVEC_KEY_PID,
+            TRAPVEC_KEY_TGID,
+            TRAPVEC_KEY_COMM,
+            TRAPVEC_KEY_CPU
+        ]
+    );
 }
 
 #[test]
@@ -980,22 +1467,51 @@ fn comm_counts_come_back_as_names_most_hits_first_and_add_up_to_the_hits() {
     use crate::keyed::{KeyBy, KeyCount};
     let (mut target, module, _g) = target_with(|m| {
         // As the module answers: ordered by key bytes, one entry per key.
-        m.key_table = vec![comm_key("bash", 3), comm_key("getppid_a", 1000), comm_key("getppid_b", 2000), comm_key("0123456789abcdef", 7)];
+        m.key_table = vec![
+            comm_key("bash", 3),
+            comm_key("getppid_a", 1000),
+            comm_key("getppid_b", 2000),
+            comm_key("0123456789abcdef", 7),
+        ];
         m.key_overflow = 4;
     });
     let slot = target.key_slot(KeyBy::Comm).unwrap();
     let counts = target.key_counts(&slot).unwrap();
-    let rows: Vec<(&str, u64)> = counts.keys.iter().map(|k: &KeyCount| (k.key.as_str(), k.count)).collect();
+    let rows: Vec<(&str, u64)> = counts
+        .keys
+        .iter()
+        .map(|k: &KeyCount| (k.key.as_str(), k.count))
+        .collect();
     // A 16-byte name without a NUL is whole.
-    assert_eq!(rows, [("getppid_b", 2000), ("getppid_a", 1000), ("0123456789abcdef", 7), ("bash", 3)]);
+    assert_eq!(
+        rows,
+        [
+            ("getppid_b", 2000),
+            ("getppid_a", 1000),
+            ("0123456789abcdef", 7),
+            ("bash", 3)
+        ]
+    );
     assert_eq!((counts.overflow, counts.total()), (4, 3014));
     assert_eq!(module.borrow().key_capacities, [TRAPVEC_KEY_TABLE]);
     target.free_key_slot(&slot).unwrap();
     assert!(module.borrow().keys[0].1);
-    assert_eq!(target.key_counts(&slot), None, "a removed slot has no table");
+    assert_eq!(
+        target.key_counts(&slot),
+        None,
+        "a removed slot has no table"
+    );
     // Giving it back twice is not an error (a retry after a reply that was lost).
     target.free_key_slot(&slot).unwrap();
-    assert_eq!(module.borrow().calls.iter().filter(|&&c| c == "KEY_REMOVE").count(), 2);
+    assert_eq!(
+        module
+            .borrow()
+            .calls
+            .iter()
+            .filter(|&&c| c == "KEY_REMOVE")
+            .count(),
+        2
+    );
 }
 
 #[test]
@@ -1003,14 +1519,24 @@ fn number_keys_are_decimal_and_a_table_larger_than_the_buffer_is_asked_again() {
     use crate::keyed::KeyBy;
     // Two CPUs' worth of distinct pids: more keys than one CPU's table.
     let (mut target, module, _g) = target_with(|m| {
-        m.key_table = (0..300u64).map(|pid| number_key(1000 + pid, 1 + pid % 3)).collect();
+        m.key_table = (0..300u64)
+            .map(|pid| number_key(1000 + pid, 1 + pid % 3))
+            .collect();
         m.key_overflow = 0;
     });
     let slot = target.key_slot(KeyBy::Pid).unwrap();
     let counts = target.key_counts(&slot).unwrap();
     assert_eq!(counts.keys.len(), 300);
-    assert_eq!(module.borrow().key_capacities, [256, 300 + 256], "asked again with room for every key");
-    assert_eq!((counts.keys[0].key.as_str(), counts.keys[0].count), ("1002", 3), "most hits first, ties by key");
+    assert_eq!(
+        module.borrow().key_capacities,
+        [256, 300 + 256],
+        "asked again with room for every key"
+    );
+    assert_eq!(
+        (counts.keys[0].key.as_str(), counts.keys[0].count),
+        ("1002", 3),
+        "most hits first, ties by key"
+    );
     assert_eq!(counts.total(), (0..300u64).map(|p| 1 + p % 3).sum::<u64>());
 }
 
@@ -1018,7 +1544,10 @@ fn number_keys_are_decimal_and_a_table_larger_than_the_buffer_is_asked_again() {
 fn key_slot_refusals_name_the_cause() {
     use crate::keyed::{KeyBy, KeySlot};
     for (errno, words) in [
-        (Errno::ENOSPC, "keyed count by comm: all 64 keyed-count slots of trapvec.ko are in use"),
+        (
+            Errno::ENOSPC,
+            "keyed count by comm: all 64 keyed-count slots of trapvec.ko are in use",
+        ),
         (Errno::EINVAL, "does not count by comm (key code 3)"),
         (Errno::ENOTTY, "no KEY_ADD (an older module)"),
     ] {
@@ -1031,7 +1560,11 @@ fn key_slot_refusals_name_the_cause() {
     let (mut target, _m, _g) = target_with(|m| {
         m.fail.insert("KEY_REMOVE", (Errno::EIO, 0));
     });
-    let slot = KeySlot { index: 9, entry: KEY_ENTRY, cookie: 5 << 32 | 9 };
+    let slot = KeySlot {
+        index: 9,
+        entry: KEY_ENTRY,
+        cookie: 5 << 32 | 9,
+    };
     let e = crate::error_chain(&target.free_key_slot(&slot).unwrap_err());
     assert!(e.contains("keyed count slot 9: KEY_REMOVE"), "{e}");
 }

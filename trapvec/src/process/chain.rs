@@ -38,7 +38,9 @@ pub struct Disposition {
 
 impl Disposition {
     fn same(&self, other: &Disposition) -> bool {
-        self.handler == other.handler && self.flags == other.flags && mask_bytes(&self.mask) == mask_bytes(&other.mask)
+        self.handler == other.handler
+            && self.flags == other.flags
+            && mask_bytes(&self.mask) == mask_bytes(&other.mask)
     }
 
     /// The disposition as a `struct sigaction` for the program (`sa_restorer` null).
@@ -53,13 +55,22 @@ impl Disposition {
 
     /// The disposition a `struct sigaction` asks for.
     pub fn from_sigaction(sa: &libc::sigaction) -> Disposition {
-        Disposition { handler: sa.sa_sigaction, flags: sa.sa_flags, mask: sa.sa_mask }
+        Disposition {
+            handler: sa.sa_sigaction,
+            flags: sa.sa_flags,
+            mask: sa.sa_mask,
+        }
     }
 }
 
 fn mask_bytes(m: &libc::sigset_t) -> &[u8] {
     // SAFETY: sigset_t is plain data; the slice covers exactly its bytes.
-    unsafe { std::slice::from_raw_parts((m as *const libc::sigset_t).cast::<u8>(), size_of::<libc::sigset_t>()) }
+    unsafe {
+        std::slice::from_raw_parts(
+            (m as *const libc::sigset_t).cast::<u8>(),
+            size_of::<libc::sigset_t>(),
+        )
+    }
 }
 
 /// The kernel's 64-bit view of a glibc `sigset_t` (its first word).
@@ -80,7 +91,12 @@ struct Slot {
 // afterwards it is only read.
 unsafe impl Sync for Slot {}
 
-static SLOTS: [Slot; POOL] = [const { Slot { ready: AtomicBool::new(false), val: UnsafeCell::new(MaybeUninit::uninit()) } }; POOL];
+static SLOTS: [Slot; POOL] = [const {
+    Slot {
+        ready: AtomicBool::new(false),
+        val: UnsafeCell::new(MaybeUninit::uninit()),
+    }
+}; POOL];
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 
 /// Current record of SIGSEGV, SIGTRAP, the scan signal; null is `SIG_DFL`.
@@ -201,7 +217,11 @@ pub(crate) fn shares_the_owners_memory() -> bool {
 fn read(p: *const Disposition) -> Disposition {
     if p.is_null() {
         // SAFETY: all-zero is SIG_DFL with no flags and an empty mask.
-        return Disposition { handler: libc::SIG_DFL, flags: 0, mask: unsafe { std::mem::zeroed() } };
+        return Disposition {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            mask: unsafe { std::mem::zeroed() },
+        };
     }
     // SAFETY: non-null records are interned or leaked, never freed.
     unsafe { *p }
@@ -220,7 +240,8 @@ pub(crate) fn record_previous(sig: libc::c_int, old: &libc::sigaction) {
 }
 
 type SigActionFn = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-type RealSigaction = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+type RealSigaction =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
 static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 
@@ -274,7 +295,8 @@ pub(crate) unsafe fn deliver(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
                 f(sig, info, ctx);
             } else {
                 // SAFETY: the program installed `h` as a plain handler.
-                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h) };
+                let f: extern "C" fn(libc::c_int) =
+                    unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h) };
                 f(sig);
             }
             sys::sigprocmask(libc::SIG_SETMASK, Some(old), None);

@@ -79,7 +79,10 @@ impl<T> EpochCell<T> {
     }
 
     /// Serialise read-modify-write updates: `f` gets the current value and returns the new one.
-    pub(crate) fn update<E>(&self, f: impl FnOnce(Option<&T>) -> Result<Option<T>, E>) -> Result<(), E>
+    pub(crate) fn update<E>(
+        &self,
+        f: impl FnOnce(Option<&T>) -> Result<Option<T>, E>,
+    ) -> Result<(), E>
     where
         T: Clone,
     {

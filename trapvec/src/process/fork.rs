@@ -49,9 +49,17 @@ pub(crate) fn register() {
 
 extern "C" fn prepare() {
     let writer = super::WRITER.lock().unwrap_or_else(|e| e.into_inner());
-    let scanner = super::scan::SCANNER.lock().unwrap_or_else(|e| e.into_inner());
-    let arenas = memory::CODE_ARENAS.lock().unwrap_or_else(|e| e.into_inner());
-    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Held { _writer: writer, _scanner: scanner, arenas });
+    let scanner = super::scan::SCANNER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let arenas = memory::CODE_ARENAS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Held {
+        _writer: writer,
+        _scanner: scanner,
+        arenas,
+    });
 }
 
 extern "C" fn parent() {

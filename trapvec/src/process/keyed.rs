@@ -65,8 +65,14 @@ fn cpu() -> u64 {
 
 /// The counting routine, a call handler: `cookie` is the slot's index.
 extern "C" fn kc_hit(_regs: *mut TrapvecRegs, cookie: u64) {
-    let Some(s) = SLOT.get(cookie as usize) else { return };
-    let key = if s.by.load(Relaxed) == 1 { cpu() } else { tid() };
+    let Some(s) = SLOT.get(cookie as usize) else {
+        return;
+    };
+    let key = if s.by.load(Relaxed) == 1 {
+        cpu()
+    } else {
+        tid()
+    };
     let tag = key.wrapping_add(1);
     // Fibonacci hashing into the table, then linear probing over all of it.
     let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % TABLE;
@@ -100,16 +106,21 @@ pub(crate) fn alloc_slot(by: KeyBy) -> Result<KeySlot, TargetError> {
         KeyBy::Tid => 0,
         KeyBy::Cpu => 1,
         other => {
-            return Err(TargetError::Unsupported { what: match other {
-                KeyBy::Pid => "counts by pid (a kernel key; in a process count by tid)",
-                KeyBy::Tgid => "counts by tgid (a kernel key; a process is one tgid)",
-                _ => "counts by comm (a kernel key)",
-            }, target: "a process".into() })
+            return Err(TargetError::Unsupported {
+                what: match other {
+                    KeyBy::Pid => "counts by pid (a kernel key; in a process count by tid)",
+                    KeyBy::Tgid => "counts by tgid (a kernel key; a process is one tgid)",
+                    _ => "counts by comm (a kernel key)",
+                },
+                target: "a process".into(),
+            })
         }
     };
     let _l = SLOTS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(i) = SLOT.iter().position(|s| !s.live.load(Relaxed)) else {
-        return Err(TargetError::Other(format!("all {SLOTS} keyed-count slots of the process are in use")));
+        return Err(TargetError::Other(format!(
+            "all {SLOTS} keyed-count slots of the process are in use"
+        )));
     };
     let s = &SLOT[i];
     for (k, c) in s.keys.iter().zip(&s.counts) {
@@ -119,7 +130,11 @@ pub(crate) fn alloc_slot(by: KeyBy) -> Result<KeySlot, TargetError> {
     s.overflow.store(0, Relaxed);
     s.by.store(code, Relaxed);
     s.live.store(true, Release);
-    Ok(KeySlot { index: i as u32, entry: kc_hit as *const () as u64, cookie: i as u64 })
+    Ok(KeySlot {
+        index: i as u32,
+        entry: kc_hit as *const () as u64,
+        cookie: i as u64,
+    })
 }
 
 /// Give a slot back once no thread can be in its counting routine (the splice is quiescent).
@@ -142,8 +157,17 @@ pub(crate) fn counts(slot: &KeySlot) -> Option<KeyCounts> {
         .zip(&s.counts)
         .filter_map(|(k, c)| {
             let tag = k.load(Acquire);
-            (tag != 0).then(|| KeyCount { key: (tag - 1).to_string(), count: c.load(Relaxed) })
+            (tag != 0).then(|| KeyCount {
+                key: (tag - 1).to_string(),
+                count: c.load(Relaxed),
+            })
         })
         .collect();
-    Some(KeyCounts { keys, overflow: s.overflow.load(Relaxed) }.sorted())
+    Some(
+        KeyCounts {
+            keys,
+            overflow: s.overflow.load(Relaxed),
+        }
+        .sorted(),
+    )
 }

@@ -78,7 +78,14 @@ pub(crate) fn make_private(a: &CodeArena) -> bool {
         let mut done = 0u64;
         while done < a.size {
             // SAFETY: the alias view is readable for `size` bytes.
-            let n = unsafe { libc::pwrite(fd, (a.alias + done) as *const libc::c_void, (a.size - done) as usize, done as libc::off_t) };
+            let n = unsafe {
+                libc::pwrite(
+                    fd,
+                    (a.alias + done) as *const libc::c_void,
+                    (a.size - done) as usize,
+                    done as libc::off_t,
+                )
+            };
             if n <= 0 {
                 return false;
             }
@@ -87,11 +94,25 @@ pub(crate) fn make_private(a: &CodeArena) -> bool {
         // SAFETY: MAP_FIXED over our own views of the arena, same size, same contents; the child
         // has one thread, which is in this handler and not executing in the arena.
         unsafe {
-            let p = libc::mmap(a.alias as *mut libc::c_void, a.size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+            let p = libc::mmap(
+                a.alias as *mut libc::c_void,
+                a.size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                0,
+            );
             if p as u64 != a.alias {
                 return false;
             }
-            let p = libc::mmap(a.base as *mut libc::c_void, a.size as usize, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+            let p = libc::mmap(
+                a.base as *mut libc::c_void,
+                a.size as usize,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                0,
+            );
             p as u64 == a.base
         }
     })();
@@ -131,12 +152,16 @@ fn within(addr: u64, near: u64) -> bool {
 
 /// Free gaps of the address space `[start, end)`, from /proc/self/maps.
 fn gaps() -> Result<Vec<(u64, u64)>, TargetError> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| TargetError::os("reading /proc/self/maps", e))?;
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| TargetError::os("reading /proc/self/maps", e))?;
     let mut used: Vec<(u64, u64)> = maps
         .lines()
         .filter_map(|l| {
             let (a, b) = l.split_whitespace().next()?.split_once('-')?;
-            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
         })
         .collect();
     used.sort_unstable();
@@ -168,7 +193,13 @@ fn candidates(near: u64, size: u64) -> Result<Vec<u64>, TargetError> {
             continue;
         }
         // Closest placement in this gap: just above `near` or just below it.
-        let want = if near < a { a } else if near > b - size { b - size } else { (near + 0x1000) & !0xfff };
+        let want = if near < a {
+            a
+        } else if near > b - size {
+            b - size
+        } else {
+            (near + 0x1000) & !0xfff
+        };
         let want = want.clamp(a, b - size) & !0xfff;
         if want >= a && want + size <= b && want >= lo_limit && want + size <= hi_limit {
             c.push(want);
@@ -186,7 +217,8 @@ const MFD_EXEC: libc::c_uint = 0x10;
 /// answers EINVAL, and all its memfds are executable). A refusal names the errno and the sysctl.
 fn code_memfd() -> Result<libc::c_int, String> {
     // SAFETY: memfd_create with a static NUL-terminated name.
-    let mut fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC | MFD_EXEC) };
+    let mut fd =
+        unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC | MFD_EXEC) };
     if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
         // SAFETY: as above.
         fd = unsafe { libc::memfd_create(c"trapvec-repository".as_ptr(), libc::MFD_CLOEXEC) };
@@ -199,13 +231,21 @@ fn code_memfd() -> Result<libc::c_int, String> {
             }
             _ => "",
         };
-        return Err(format!("memfd_create(MFD_EXEC) for the code repository: {e}{hint}"));
+        return Err(format!(
+            "memfd_create(MFD_EXEC) for the code repository: {e}{hint}"
+        ));
     }
     Ok(fd)
 }
 
 /// As [`map_fixed`], but a refusal by policy (EACCES, EPERM) is an error, not a taken address.
-fn map_fixed_or_refused(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> Result<Option<u64>, std::io::Error> {
+fn map_fixed_or_refused(
+    addr: u64,
+    size: u64,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: libc::c_int,
+) -> Result<Option<u64>, std::io::Error> {
     match map_fixed(addr, size, prot, flags, fd) {
         Some(a) => Ok(Some(a)),
         None => {
@@ -218,9 +258,24 @@ fn map_fixed_or_refused(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_
     }
 }
 
-fn map_fixed(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> Option<u64> {
+fn map_fixed(
+    addr: u64,
+    size: u64,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: libc::c_int,
+) -> Option<u64> {
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the result is checked.
-    let p = unsafe { libc::mmap(addr as *mut libc::c_void, size as usize, prot, flags | libc::MAP_FIXED_NOREPLACE, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            size as usize,
+            prot,
+            flags | libc::MAP_FIXED_NOREPLACE,
+            fd,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return None;
     }
@@ -236,12 +291,24 @@ fn map_fixed(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: li
 impl Repository {
     fn new_arena(&mut self, near: u64, size: u64, kind: BlockKind) -> Result<usize, TargetError> {
         let size = size.max(ARENA_SIZE).next_multiple_of(0x1000);
-        let fail = |reason: String| TargetError::Alloc { near, size: size as usize, reason };
+        let fail = |reason: String| TargetError::Alloc {
+            near,
+            size: size as usize,
+            reason,
+        };
         let (base, alias) = match kind {
             BlockKind::Data => {
                 let base = candidates(near, size)?
                     .into_iter()
-                    .find_map(|a| map_fixed(a, size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1))
+                    .find_map(|a| {
+                        map_fixed(
+                            a,
+                            size,
+                            libc::PROT_READ | libc::PROT_WRITE,
+                            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                            -1,
+                        )
+                    })
                     .ok_or_else(|| fail("no free address range within reach".into()))?;
                 (base, base)
             }
@@ -261,7 +328,13 @@ impl Repository {
                     if refused.is_some() {
                         return None;
                     }
-                    match map_fixed_or_refused(a, size, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED, fd) {
+                    match map_fixed_or_refused(
+                        a,
+                        size,
+                        libc::PROT_READ | libc::PROT_EXEC,
+                        libc::MAP_SHARED,
+                        fd,
+                    ) {
                         Ok(found) => found,
                         Err(e) => {
                             refused = Some(e);
@@ -279,7 +352,14 @@ impl Repository {
                 }
                 // SAFETY: mapping the memfd read+write at an address the kernel chooses.
                 let alias = unsafe {
-                    libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        size as usize,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd,
+                        0,
+                    )
                 };
                 // SAFETY: the mappings keep the memory alive; the fd is no longer needed.
                 unsafe { libc::close(fd) };
@@ -293,21 +373,38 @@ impl Repository {
                 if alias == libc::MAP_FAILED {
                     // SAFETY: unmapping the executable view we just mapped.
                     unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
-                    return Err(fail(format!("mmap of the writable alias: {}", std::io::Error::last_os_error())));
+                    return Err(fail(format!(
+                        "mmap of the writable alias: {}",
+                        std::io::Error::last_os_error()
+                    )));
                 }
                 (base, alias as u64)
             }
         };
         if kind == BlockKind::Code {
             super::fork::register();
-            CODE_ARENAS.lock().unwrap_or_else(|e| e.into_inner()).push(CodeArena { base, alias, size });
+            CODE_ARENAS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(CodeArena { base, alias, size });
         }
         log::debug!("new {kind:?} arena at {base:#x} ({size:#x} bytes) for code near {near:#x}");
-        self.arenas.push(Arena { kind, base, alias, size, free: vec![(0, size)] });
+        self.arenas.push(Arena {
+            kind,
+            base,
+            alias,
+            size,
+            free: vec![(0, size)],
+        });
         Ok(self.arenas.len() - 1)
     }
 
-    pub(crate) fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
+    pub(crate) fn alloc(
+        &mut self,
+        near: u64,
+        size: usize,
+        kind: BlockKind,
+    ) -> Result<RepoBlock, TargetError> {
         shared_with_parent(near, size)?;
         let want = (size.max(1) as u64).next_multiple_of(GRANULE);
         let mut found = None;
@@ -324,27 +421,58 @@ impl Repository {
             Some(f) => f,
             None => {
                 let i = self.new_arena(near, want, kind)?;
-                let off = self.arenas[i].take(want).expect("a new arena fits the request");
+                let off = self.arenas[i]
+                    .take(want)
+                    .expect("a new arena fits the request");
                 (i, off)
             }
         };
         self.next_id += 1;
         let id = self.next_id;
         let addr = self.arenas[arena].base + offset;
-        self.live.insert(id, Live { arena, offset, size: want, sealed: false });
-        Ok(RepoBlock { id, addr, size: want as usize, kind })
-    }
-
-    fn live(&self, block: &RepoBlock) -> Result<&Live, TargetError> {
-        self.live.get(&block.id).filter(|l| self.arenas[l.arena].base + l.offset == block.addr).ok_or_else(|| {
-            TargetError::Block { addr: block.addr, offset: 0, len: block.size, reason: "not a live block of this repository".into() }
+        self.live.insert(
+            id,
+            Live {
+                arena,
+                offset,
+                size: want,
+                sealed: false,
+            },
+        );
+        Ok(RepoBlock {
+            id,
+            addr,
+            size: want as usize,
+            kind,
         })
     }
 
-    pub(crate) fn write(&mut self, block: &RepoBlock, offset: usize, bytes: &[u8]) -> Result<(), TargetError> {
+    fn live(&self, block: &RepoBlock) -> Result<&Live, TargetError> {
+        self.live
+            .get(&block.id)
+            .filter(|l| self.arenas[l.arena].base + l.offset == block.addr)
+            .ok_or_else(|| TargetError::Block {
+                addr: block.addr,
+                offset: 0,
+                len: block.size,
+                reason: "not a live block of this repository".into(),
+            })
+    }
+
+    pub(crate) fn write(
+        &mut self,
+        block: &RepoBlock,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<(), TargetError> {
         shared_with_parent(block.addr, block.size)?;
         let l = self.live(block)?;
-        let err = |reason: &str| TargetError::Block { addr: block.addr, offset, len: bytes.len(), reason: reason.into() };
+        let err = |reason: &str| TargetError::Block {
+            addr: block.addr,
+            offset,
+            len: bytes.len(),
+            reason: reason.into(),
+        };
         if offset as u64 + bytes.len() as u64 > l.size {
             return Err(err("write past the end of the block"));
         }
@@ -357,7 +485,10 @@ impl Repository {
             // One store: user code may be reading this slot (indirection slots, variables).
             let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
             // SAFETY: `dst` is 8-aligned, inside a live block of a mapping we own.
-            unsafe { (*(dst as *const std::sync::atomic::AtomicU64)).store(v, std::sync::atomic::Ordering::SeqCst) };
+            unsafe {
+                (*(dst as *const std::sync::atomic::AtomicU64))
+                    .store(v, std::sync::atomic::Ordering::SeqCst)
+            };
         } else {
             // SAFETY: `dst..dst+len` lies inside a live block of a writable mapping we own.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
@@ -375,7 +506,12 @@ impl Repository {
     pub(crate) fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
         self.live(block)?;
         if block.kind != BlockKind::Code {
-            return Err(TargetError::Block { addr: block.addr, offset: 0, len: block.size, reason: "only code blocks are sealed".into() });
+            return Err(TargetError::Block {
+                addr: block.addr,
+                offset: 0,
+                len: block.size,
+                reason: "only code blocks are sealed".into(),
+            });
         }
         self.live.get_mut(&block.id).expect("checked").sealed = true;
         Ok(())

@@ -20,7 +20,11 @@
 
 // This backend exists only on x86-64 Linux: `usize` is 64 bits, so `u64`/`usize` casts are exact,
 // and the saved registers (`i64` greg slots) hold addresses reinterpreted bit for bit.
-#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 pub mod chain;
 mod epoch;
@@ -42,7 +46,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::TargetError;
-use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits};
+use crate::target::{
+    BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits,
+};
 
 /// Serialises text batches and dispatch changes across all targets of the process.
 pub(crate) static WRITER: Mutex<()> = Mutex::new(());
@@ -65,7 +71,10 @@ pub struct TrapStats {
 
 /// Process-wide trap statistics.
 pub fn trap_stats() -> TrapStats {
-    TrapStats { redirected: signal::TRAPS_REDIRECTED.load(SeqCst), retried: signal::TRAPS_RETRIED.load(SeqCst) }
+    TrapStats {
+        redirected: signal::TRAPS_REDIRECTED.load(SeqCst),
+        retried: signal::TRAPS_RETRIED.load(SeqCst),
+    }
 }
 
 impl ProcessTarget {
@@ -76,7 +85,9 @@ impl ProcessTarget {
         fork::register();
         text::register_membarrier()?;
         let symbols = symbols::process_symbols()?;
-        let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+        let exe = std::fs::read_link("/proc/self/exe")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         Ok(ProcessTarget {
             info: TargetInfo::user(format!("process {} ({exe})", std::process::id())),
             symbols,
@@ -125,7 +136,10 @@ impl Target for ProcessTarget {
         self.repo.free(block)
     }
 
-    fn return_slot(&mut self, cfg: &crate::returns::ReturnConfig) -> Result<crate::returns::ReturnSlot, TargetError> {
+    fn return_slot(
+        &mut self,
+        cfg: &crate::returns::ReturnConfig,
+    ) -> Result<crate::returns::ReturnSlot, TargetError> {
         returns::alloc_slot(cfg)
     }
 
@@ -133,7 +147,10 @@ impl Target for ProcessTarget {
         returns::free_slot(slot)
     }
 
-    fn return_stats(&self, slot: &crate::returns::ReturnSlot) -> Option<crate::returns::ReturnStats> {
+    fn return_stats(
+        &self,
+        slot: &crate::returns::ReturnSlot,
+    ) -> Option<crate::returns::ReturnStats> {
         returns::stats(slot)
     }
 
@@ -151,8 +168,14 @@ impl Target for ProcessTarget {
     }
 
     /// `tid` only: the guard compares `dword fs:[offset]` (the control block's thread id).
-    fn predicate_test(&self, p: &crate::predicate::Predicate) -> Result<crate::predicate::PredicateTest, TargetError> {
-        let err = |reason: String| TargetError::Predicate { predicate: p.to_string(), reason };
+    fn predicate_test(
+        &self,
+        p: &crate::predicate::Predicate,
+    ) -> Result<crate::predicate::PredicateTest, TargetError> {
+        let err = |reason: String| TargetError::Predicate {
+            predicate: p.to_string(),
+            reason,
+        };
         let layout = tcb::layout().map_err(err)?;
         layout
             .test(p, |f| format!("`{f}` names a kernel task's field; in a process a predicate names a thread with `tid`"))
@@ -164,7 +187,11 @@ impl Target for ProcessTarget {
         text::patch_batch(batch, None)
     }
 
-    fn patch_text_live(&mut self, batch: &[TextPatch], live_interior: &[u64]) -> Result<(), TargetError> {
+    fn patch_text_live(
+        &mut self,
+        batch: &[TextPatch],
+        live_interior: &[u64],
+    ) -> Result<(), TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
         text::patch_batch(batch, Some(live_interior))
     }
@@ -172,23 +199,44 @@ impl Target for ProcessTarget {
     fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
         signal::DISPATCH.update(|cur| {
-            let mut pairs: Vec<(u64, u64)> = cur.map(|t| t.sites.iter().copied().zip(t.dests.iter().copied()).collect()).unwrap_or_default();
+            let mut pairs: Vec<(u64, u64)> = cur
+                .map(|t| {
+                    t.sites
+                        .iter()
+                        .copied()
+                        .zip(t.dests.iter().copied())
+                        .collect()
+                })
+                .unwrap_or_default();
             // The current table's sites are sorted: a batch of n entries costs O(n log n).
             let existing = cur.map_or(&[][..], |t| t.sites.as_slice());
             for e in entries {
                 if e.handler != 0 {
-                    return Err(TargetError::Dispatch { site: e.site, reason: "the process dispatcher does not run handlers; use a trampoline".into() });
+                    return Err(TargetError::Dispatch {
+                        site: e.site,
+                        reason: "the process dispatcher does not run handlers; use a trampoline"
+                            .into(),
+                    });
                 }
                 if existing.binary_search(&e.site).is_ok() {
-                    return Err(TargetError::Dispatch { site: e.site, reason: "site already has a dispatch entry".into() });
+                    return Err(TargetError::Dispatch {
+                        site: e.site,
+                        reason: "site already has a dispatch entry".into(),
+                    });
                 }
                 pairs.push((e.site, e.dest));
             }
             pairs.sort_unstable();
             if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(TargetError::Dispatch { site: w[0].0, reason: "given twice in one batch".into() });
+                return Err(TargetError::Dispatch {
+                    site: w[0].0,
+                    reason: "given twice in one batch".into(),
+                });
             }
-            Ok(Some(signal::DispatchTable { sites: pairs.iter().map(|p| p.0).collect(), dests: pairs.iter().map(|p| p.1).collect() }))
+            Ok(Some(signal::DispatchTable {
+                sites: pairs.iter().map(|p| p.0).collect(),
+                dests: pairs.iter().map(|p| p.1).collect(),
+            }))
         })
     }
 
@@ -199,21 +247,37 @@ impl Target for ProcessTarget {
     /// One new table with the sites' new destinations, published as every table is: a thread
     /// in the SIGSEGV handler reads the old table or the new. The trampolines count the hits,
     /// so the old counts returned are zero.
-    fn replace_dispatch(&mut self, entries: &[DispatchEntry], _start: &[TrapHits]) -> Result<Vec<TrapHits>, TargetError> {
+    fn replace_dispatch(
+        &mut self,
+        entries: &[DispatchEntry],
+        _start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
         signal::DISPATCH.update(|cur| {
             let mut t = cur.cloned().unwrap_or_default();
             let mut seen = std::collections::HashSet::new();
             for e in entries {
                 if e.handler != 0 {
-                    return Err(TargetError::Dispatch { site: e.site, reason: "the process dispatcher does not run handlers; use a trampoline".into() });
+                    return Err(TargetError::Dispatch {
+                        site: e.site,
+                        reason: "the process dispatcher does not run handlers; use a trampoline"
+                            .into(),
+                    });
                 }
                 if !seen.insert(e.site) {
-                    return Err(TargetError::Dispatch { site: e.site, reason: "given twice in one batch".into() });
+                    return Err(TargetError::Dispatch {
+                        site: e.site,
+                        reason: "given twice in one batch".into(),
+                    });
                 }
                 match t.sites.binary_search(&e.site) {
                     Ok(i) => t.dests[i] = e.dest,
-                    Err(_) => return Err(TargetError::Dispatch { site: e.site, reason: "no dispatch entry for this site".into() }),
+                    Err(_) => {
+                        return Err(TargetError::Dispatch {
+                            site: e.site,
+                            reason: "no dispatch entry for this site".into(),
+                        })
+                    }
                 }
             }
             Ok(Some(t))
@@ -227,14 +291,29 @@ impl Target for ProcessTarget {
             let t = cur.cloned().unwrap_or_default();
             for s in sites {
                 if t.sites.binary_search(s).is_err() {
-                    return Err(TargetError::Dispatch { site: *s, reason: "no dispatch entry for this site".into() });
+                    return Err(TargetError::Dispatch {
+                        site: *s,
+                        reason: "no dispatch entry for this site".into(),
+                    });
                 }
             }
             let mut gone = sites.to_vec();
             gone.sort_unstable();
-            let (sites2, dests2): (Vec<u64>, Vec<u64>) =
-                t.sites.iter().zip(&t.dests).filter(|(s, _)| gone.binary_search(s).is_err()).map(|(s, d)| (*s, *d)).unzip();
-            Ok(if sites2.is_empty() { None } else { Some(signal::DispatchTable { sites: sites2, dests: dests2 }) })
+            let (sites2, dests2): (Vec<u64>, Vec<u64>) = t
+                .sites
+                .iter()
+                .zip(&t.dests)
+                .filter(|(s, _)| gone.binary_search(s).is_err())
+                .map(|(s, d)| (*s, *d))
+                .unzip();
+            Ok(if sites2.is_empty() {
+                None
+            } else {
+                Some(signal::DispatchTable {
+                    sites: sites2,
+                    dests: dests2,
+                })
+            })
         })
     }
 

@@ -44,7 +44,9 @@ use std::sync::{Mutex, Once};
 
 use crate::abi::{TrapvecCall, TrapvecRegs};
 use crate::error::TargetError;
-use crate::returns::{bucket_of, Clock, Histogram, ReturnConfig, ReturnSlot, ReturnStats, HISTOGRAM_BUCKETS};
+use crate::returns::{
+    bucket_of, Clock, Histogram, ReturnConfig, ReturnSlot, ReturnStats, HISTOGRAM_BUCKETS,
+};
 
 /// Instances in the whole process: calls with a pending return, in all threads and splices.
 pub const INSTANCES: usize = 4096;
@@ -262,16 +264,27 @@ fn stubs() -> u64 {
 fn thread_key() -> u64 {
     let t: u64;
     // SAFETY: on x86-64 Linux %fs:0 holds the thread control block's own address (glibc, musl).
-    unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) t, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) t, options(nostack, readonly, preserves_flags))
+    };
     t
 }
 
 fn now(clock: u32) -> u64 {
-    let id = if clock == 2 { libc::CLOCK_THREAD_CPUTIME_ID } else { libc::CLOCK_MONOTONIC };
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let id = if clock == 2 {
+        libc::CLOCK_THREAD_CPUTIME_ID
+    } else {
+        libc::CLOCK_MONOTONIC
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime is async-signal-safe and writes only ts.
     unsafe { libc::clock_gettime(id, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 fn take_instance() -> Option<usize> {
@@ -314,7 +327,8 @@ fn give_instance(i: usize) {
 fn slot_of(i: usize) -> Option<&'static Slot> {
     let inst = &INST[i];
     let slot = SLOT.get(inst.slot.load(Relaxed) as usize)?;
-    (slot.state.load(SeqCst) == SLOT_LIVE && slot.gen.load(SeqCst) == inst.gen.load(Relaxed)).then_some(slot)
+    (slot.state.load(SeqCst) == SLOT_LIVE && slot.gen.load(SeqCst) == inst.gen.load(Relaxed))
+        .then_some(slot)
 }
 
 /// The entry half, a call handler: `cookie` is `(generation << 32) | slot`.
@@ -352,11 +366,16 @@ extern "C" fn rp_entry(regs: *mut TrapvecRegs, cookie: u64) {
     inst.ret.store(ret, Relaxed);
     inst.sp.store(r.rsp, Relaxed);
     inst.thread.store(thread_key(), Relaxed);
-    for (a, v) in inst.args.iter().zip([r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9]) {
+    for (a, v) in inst
+        .args
+        .iter()
+        .zip([r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9])
+    {
         a.store(v, Relaxed);
     }
     let clock = slot.clock.load(Relaxed);
-    inst.t0.store(if clock != 0 { now(clock) } else { 0 }, Relaxed);
+    inst.t0
+        .store(if clock != 0 { now(clock) } else { 0 }, Relaxed);
     inst.slot.store(si as u32, Relaxed);
     inst.gen.store(gen, Relaxed);
     inst.state.store(LIVE, Relaxed);
@@ -400,8 +419,14 @@ fn drop_dead_above(sp: u64) {
 /// A word of this process's memory that may be unmapped (a stack that is gone), without faulting.
 fn read_word(addr: u64) -> Option<u64> {
     let mut v = 0u64;
-    let local = libc::iovec { iov_base: std::ptr::addr_of_mut!(v).cast(), iov_len: 8 };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
+    let local = libc::iovec {
+        iov_base: std::ptr::addr_of_mut!(v).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 8,
+    };
     // SAFETY: reads 8 bytes of our own address space into v through the kernel, which reports an
     // unmapped address as an error instead of a fault; async-signal-safe (a system call).
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
@@ -465,7 +490,9 @@ fn run_return(i: usize, r: &mut TrapvecRegs, ret: u64) {
     if inst.state.load(Relaxed) != LIVE {
         return;
     }
-    let Some(any) = SLOT.get(inst.slot.load(Relaxed) as usize) else { return };
+    let Some(any) = SLOT.get(inst.slot.load(Relaxed) as usize) else {
+        return;
+    };
     // Counted before the slot's state is read: giving the slot back waits for this count to
     // drop, so the handler's component is never unloaded under a thread that runs it.
     any.in_return.fetch_add(1, SeqCst);
@@ -477,7 +504,11 @@ fn run_return(i: usize, r: &mut TrapvecRegs, ret: u64) {
 
 fn run_live(slot: &Slot, inst: &Instance, r: &mut TrapvecRegs, ret: u64) {
     let clock = slot.clock.load(Relaxed);
-    let elapsed = if clock != 0 { now(clock).saturating_sub(inst.t0.load(Relaxed)) } else { 0 };
+    let elapsed = if clock != 0 {
+        now(clock).saturating_sub(inst.t0.load(Relaxed))
+    } else {
+        0
+    };
     if clock != 0 {
         slot.buckets[bucket_of(elapsed)].fetch_add(1, Relaxed);
         slot.sum.fetch_add(elapsed, Relaxed);
@@ -494,7 +525,8 @@ fn run_live(slot: &Slot, inst: &Instance, r: &mut TrapvecRegs, ret: u64) {
         };
         // SAFETY: the handler is a component function with this signature (the splicer resolved
         // it), kept loaded while its splice lives; the slot is live, so the splice is.
-        let h: extern "C" fn(*mut TrapvecRegs, *mut TrapvecCall) = unsafe { std::mem::transmute(handler) };
+        let h: extern "C" fn(*mut TrapvecRegs, *mut TrapvecCall) =
+            unsafe { std::mem::transmute(handler) };
         h(r, &mut call);
     }
     slot.returns.fetch_add(1, Relaxed);
@@ -515,7 +547,9 @@ fn stub_eh_frame(stubs: u64, inst: impl Fn(usize) -> u64, n: usize) -> Vec<u8> {
     // CIE: id 0, version 1, "zR", code align 1, data align -8, return address column 16,
     // augmentation data: the FDE pointer encoding (absptr); DW_CFA_def_cfa rsp, 1;
     // DW_CFA_val_expression rsp, 2 bytes: DW_OP_lit1 DW_OP_minus (the CFA is pushed first).
-    let cie: &[u8] = &[0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x00, 0x0c, 7, 1, 0x16, 7, 2, 0x31, 0x1c];
+    let cie: &[u8] = &[
+        0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x00, 0x0c, 7, 1, 0x16, 7, 2, 0x31, 0x1c,
+    ];
     let mut cie_body = cie.to_vec();
     while !(cie_body.len() + 4).is_multiple_of(8) {
         cie_body.push(0); // DW_CFA_nop
@@ -530,7 +564,7 @@ fn stub_eh_frame(stubs: u64, inst: impl Fn(usize) -> u64, n: usize) -> Vec<u8> {
         body.extend((stubs + k as u64 * STUB_SIZE).to_le_bytes());
         body.extend(STUB_SIZE.to_le_bytes());
         body.push(0); // augmentation data length
-        // DW_CFA_expression r16 (the return address), 9 bytes: DW_OP_addr <&INST[k].ret>.
+                      // DW_CFA_expression r16 (the return address), 9 bytes: DW_OP_addr <&INST[k].ret>.
         body.extend([0x10, 16, 9, 0x03]);
         body.extend(inst(k).to_le_bytes());
         while !(body.len() + 4).is_multiple_of(8) {
@@ -568,35 +602,51 @@ fn start() {
         log::warn!("return points: no __register_frame in this process (yet): an exception thrown through a call with a pending return point would not find its handler");
         return;
     }
-    let table = stub_eh_frame(stubs(), |k| std::ptr::addr_of!(INST[k].ret) as u64, INSTANCES).leak();
+    let table = stub_eh_frame(
+        stubs(),
+        |k| std::ptr::addr_of!(INST[k].ret) as u64,
+        INSTANCES,
+    )
+    .leak();
     // SAFETY: libgcc's `void __register_frame(void *begin)`, given a complete .eh_frame image
     // (terminated) that stays alive for the process's life (leaked above).
     let f: extern "C" fn(*const u8) = unsafe { std::mem::transmute(reg) };
     f(table.as_ptr());
     REGISTERED.store(true, Release);
-    log::debug!("return points: {INSTANCES} stubs at {:#x} registered with the unwinder", stubs());
+    log::debug!(
+        "return points: {INSTANCES} stubs at {:#x} registered with the unwinder",
+        stubs()
+    );
 }
 
 /// Take a slot for a new return point.
 pub(crate) fn alloc_slot(cfg: &ReturnConfig) -> Result<ReturnSlot, TargetError> {
     start();
     if cfg.maxactive == 0 || cfg.maxactive as usize > INSTANCES {
-        return Err(TargetError::Other(format!("maxactive {} is outside 1..={INSTANCES}", cfg.maxactive)));
+        return Err(TargetError::Other(format!(
+            "maxactive {} is outside 1..={INSTANCES}",
+            cfg.maxactive
+        )));
     }
     let _l = SLOTS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(si) = SLOT.iter().position(|s| s.state.load(Relaxed) == SLOT_FREE) else {
-        return Err(TargetError::Other(format!("all {SLOTS} return-point slots of the process are in use")));
+        return Err(TargetError::Other(format!(
+            "all {SLOTS} return-point slots of the process are in use"
+        )));
     };
     let s = &SLOT[si];
     let gen = s.gen.load(Relaxed).wrapping_add(1);
     s.gen.store(gen, Relaxed);
     s.maxactive.store(cfg.maxactive, Relaxed);
     s.active.store(0, Relaxed);
-    s.clock.store(match cfg.clock {
-        None => 0,
-        Some(Clock::Wall) => 1,
-        Some(Clock::Cpu) => 2,
-    }, Relaxed);
+    s.clock.store(
+        match cfg.clock {
+            None => 0,
+            Some(Clock::Wall) => 1,
+            Some(Clock::Cpu) => 2,
+        },
+        Relaxed,
+    );
     s.handler.store(cfg.handler, Relaxed);
     s.cookie.store(cfg.cookie, Relaxed);
     s.returns.store(0, Relaxed);
@@ -608,8 +658,16 @@ pub(crate) fn alloc_slot(cfg: &ReturnConfig) -> Result<ReturnSlot, TargetError> 
     s.max.store(0, Relaxed);
     s.in_return.store(0, Relaxed);
     s.state.store(SLOT_LIVE, SeqCst);
-    log::debug!("return point slot {si} (generation {gen}) taken: handler {:#x}, maxactive {}", cfg.handler, cfg.maxactive);
-    Ok(ReturnSlot { index: si as u32, entry: rp_entry as *const () as u64, cookie: (u64::from(gen) << 32) | si as u64 })
+    log::debug!(
+        "return point slot {si} (generation {gen}) taken: handler {:#x}, maxactive {}",
+        cfg.handler,
+        cfg.maxactive
+    );
+    Ok(ReturnSlot {
+        index: si as u32,
+        entry: rp_entry as *const () as u64,
+        cookie: (u64::from(gen) << 32) | si as u64,
+    })
 }
 
 /// Give a slot back once its entry half can no longer run (its splice's text is restored and
@@ -618,7 +676,9 @@ pub(crate) fn alloc_slot(cfg: &ReturnConfig) -> Result<ReturnSlot, TargetError> 
 /// that stays in the handler longer than [`DRAIN_TIMEOUT`] makes it fail, the slot left
 /// draining: calling it again waits again.
 pub(crate) fn free_slot(slot: &ReturnSlot) -> Result<(), TargetError> {
-    let Some(s) = SLOT.get(slot.index as usize) else { return Ok(()) };
+    let Some(s) = SLOT.get(slot.index as usize) else {
+        return Ok(());
+    };
     let gen = (slot.cookie >> 32) as u32;
     {
         let _l = SLOTS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -681,7 +741,8 @@ mod tests {
         assert_eq!(hi - lo, INSTANCES as u64 * STUB_SIZE);
         for k in [0usize, 1, 127, 128, 4095] {
             // SAFETY: reading our own text.
-            let b = unsafe { std::slice::from_raw_parts((lo + k as u64 * STUB_SIZE) as *const u8, 8) };
+            let b =
+                unsafe { std::slice::from_raw_parts((lo + k as u64 * STUB_SIZE) as *const u8, 8) };
             assert_eq!(b[0], 0x90, "stub {k}");
             let pushed = match b[1] {
                 0x6a => u64::from(b[2]),
@@ -705,7 +766,10 @@ mod tests {
             let begin = u64::from_le_bytes(t[at + 8..at + 16].try_into().unwrap());
             assert_eq!(begin, 0x1000 + 16 * k);
             assert_eq!(&t[at + 25..at + 29], &[0x10, 16, 9, 0x03]);
-            assert_eq!(u64::from_le_bytes(t[at + 29..at + 37].try_into().unwrap()), 0x9000 + 0x60 * k);
+            assert_eq!(
+                u64::from_le_bytes(t[at + 29..at + 37].try_into().unwrap()),
+                0x9000 + 0x60 * k
+            );
             at += 4 + len;
         }
         assert_eq!(&t[at..], &[0, 0, 0, 0]);

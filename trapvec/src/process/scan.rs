@@ -12,7 +12,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::error::TargetError;
-use crate::process::signal::{scan_signal, scan_value, SCAN_ACKS, SCAN_GEN, SCAN_HIT, SCAN_HIT_RIP, SCAN_RANGES};
+use crate::process::signal::{
+    scan_signal, scan_value, SCAN_ACKS, SCAN_GEN, SCAN_HIT, SCAN_HIT_RIP, SCAN_RANGES,
+};
 use crate::process::sys;
 
 pub(crate) static SCANNER: Mutex<()> = Mutex::new(());
@@ -69,10 +71,17 @@ impl Scan {
                 _ => merged.push((s, e)),
             }
         }
-        let threads = std::fs::read_dir("/proc/self/task").map_err(|e| TargetError::os("listing /proc/self/task", e))?.count();
+        let threads = std::fs::read_dir("/proc/self/task")
+            .map_err(|e| TargetError::os("listing /proc/self/task", e))?
+            .count();
         let room = threads * 4 + 1024;
         SCAN_RANGES.replace(Some(merged));
-        Ok(Some(Scan { _one: one, tids: Vec::with_capacity(room), sent: Vec::with_capacity(room), dirbuf: vec![0; 32 << 10] }))
+        Ok(Some(Scan {
+            _one: one,
+            tids: Vec::with_capacity(room),
+            sent: Vec::with_capacity(room),
+            dirbuf: vec![0; 32 << 10],
+        }))
     }
 
     /// The thread ids of this process, into the reserved list, by raw `openat`/`getdents64`.
@@ -82,7 +91,14 @@ impl Scan {
         let fd = unsafe {
             sys::syscall6(
                 libc::SYS_openat,
-                [libc::AT_FDCWD as u64, c"/proc/self/task".as_ptr() as u64, (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64, 0, 0, 0],
+                [
+                    libc::AT_FDCWD as u64,
+                    c"/proc/self/task".as_ptr() as u64,
+                    (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+                    0,
+                    0,
+                    0,
+                ],
             )
         };
         if fd < 0 {
@@ -90,7 +106,19 @@ impl Scan {
         }
         let result = loop {
             // SAFETY: `dirbuf` is writable for its length.
-            let n = unsafe { sys::syscall6(libc::SYS_getdents64, [fd as u64, self.dirbuf.as_mut_ptr() as u64, self.dirbuf.len() as u64, 0, 0, 0]) };
+            let n = unsafe {
+                sys::syscall6(
+                    libc::SYS_getdents64,
+                    [
+                        fd as u64,
+                        self.dirbuf.as_mut_ptr() as u64,
+                        self.dirbuf.len() as u64,
+                        0,
+                        0,
+                        0,
+                    ],
+                )
+            };
             if n < 0 {
                 break Err(Stuck::TaskList(-n));
             }
@@ -100,7 +128,8 @@ impl Scan {
             let mut off = 0usize;
             while off < n as usize {
                 // linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name[].
-                let reclen = u16::from_ne_bytes([self.dirbuf[off + 16], self.dirbuf[off + 17]]) as usize;
+                let reclen =
+                    u16::from_ne_bytes([self.dirbuf[off + 16], self.dirbuf[off + 17]]) as usize;
                 let mut tid: i64 = 0;
                 let mut digits = 0;
                 for &b in &self.dirbuf[off + 19..off + reclen] {
@@ -150,7 +179,19 @@ impl Scan {
                 continue;
             }
             // SAFETY: a valid 128-byte siginfo.
-            let r = unsafe { sys::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, scan_signal() as u64, si.as_ptr() as u64, 0, 0]) };
+            let r = unsafe {
+                sys::syscall6(
+                    libc::SYS_rt_tgsigqueueinfo,
+                    [
+                        pid as u64,
+                        tid as u64,
+                        scan_signal() as u64,
+                        si.as_ptr() as u64,
+                        0,
+                        0,
+                    ],
+                )
+            };
             if r == 0 {
                 self.sent.push(tid);
             }
@@ -162,7 +203,10 @@ impl Scan {
                 // Threads that exited will never answer.
                 self.sent.retain(|&t| sys::tgkill(t, 0) == 0);
                 if sys::monotonic_ns() > deadline_ns && SCAN_ACKS.load(SeqCst) < self.sent.len() {
-                    return Err(Stuck::Unanswered { tid: self.sent.first().copied().unwrap_or(0), count: self.sent.len() });
+                    return Err(Stuck::Unanswered {
+                        tid: self.sent.first().copied().unwrap_or(0),
+                        count: self.sent.len(),
+                    });
                 }
             }
             if spins < 200 {
@@ -203,7 +247,10 @@ impl Drop for Scan {
 
 /// Wait until no other thread's RIP lies in `ranges` (`[start, end)`), re-scanning with short
 /// sleeps; give up after `timeout` with an error naming the address a thread was stuck at.
-pub(crate) fn wait_until_outside(ranges: &[(u64, u64)], timeout: Duration) -> Result<(), TargetError> {
+pub(crate) fn wait_until_outside(
+    ranges: &[(u64, u64)],
+    timeout: Duration,
+) -> Result<(), TargetError> {
     match Scan::new(ranges)? {
         None => Ok(()),
         Some(mut scan) => scan.wait(timeout).map_err(|s| s.into_error(timeout)),

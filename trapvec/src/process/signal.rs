@@ -18,7 +18,9 @@
 //!   the program's disposition. It is blocked while the SIGSEGV handler runs, so a thread that was
 //!   just redirected is scanned only once its RIP already holds the destination.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst,
+};
 use std::sync::OnceLock;
 
 use crate::abi::{TRAP_BYTES, USER_TRAP_ERROR_CODE};
@@ -106,7 +108,11 @@ pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, SignalError> {
         if rest.is_empty() {
             Some(0)
         } else {
-            rest.get(1..)?.parse::<i32>().ok().filter(|_| rest.starts_with(if sign > 0 { '+' } else { '-' })).map(|n| n * sign)
+            rest.get(1..)?
+                .parse::<i32>()
+                .ok()
+                .filter(|_| rest.starts_with(if sign > 0 { '+' } else { '-' }))
+                .map(|n| n * sign)
         }
     };
     let sig = if let Ok(n) = u.parse::<i32>() {
@@ -123,9 +129,19 @@ pub fn parse_scan_signal(text: &str) -> Result<libc::c_int, SignalError> {
         None
     };
     match sig {
-        Some(s) if (1..=libc::SIGRTMAX()).contains(&s) && ![libc::SIGSEGV, libc::SIGTRAP, libc::SIGKILL, libc::SIGSTOP].contains(&s) => Ok(s),
-        Some(signal) => Err(SignalError::Reserved { text: text.to_string(), signal }),
-        None => Err(SignalError::NotASignal { text: text.to_string() }),
+        Some(s)
+            if (1..=libc::SIGRTMAX()).contains(&s)
+                && ![libc::SIGSEGV, libc::SIGTRAP, libc::SIGKILL, libc::SIGSTOP].contains(&s) =>
+        {
+            Ok(s)
+        }
+        Some(signal) => Err(SignalError::Reserved {
+            text: text.to_string(),
+            signal,
+        }),
+        None => Err(SignalError::NotASignal {
+            text: text.to_string(),
+        }),
     }
 }
 
@@ -151,8 +167,16 @@ pub(crate) fn install() -> Result<(), TargetError> {
             // SAFETY: each call passes valid pointers to initialised `sigaction` structs; the
             // handlers installed are `extern "C"` functions with the SA_SIGINFO signature.
             unsafe {
-                set_handler(libc::SIGSEGV, on_segv as SigActionFn as usize, &[scan_signal()])?;
-                set_handler(libc::SIGTRAP, on_trap as SigActionFn as usize, &[scan_signal()])?;
+                set_handler(
+                    libc::SIGSEGV,
+                    on_segv as SigActionFn as usize,
+                    &[scan_signal()],
+                )?;
+                set_handler(
+                    libc::SIGTRAP,
+                    on_trap as SigActionFn as usize,
+                    &[scan_signal()],
+                )?;
                 set_handler(scan_signal(), on_scan as SigActionFn as usize, &[])?;
             }
             Ok(())
@@ -163,7 +187,11 @@ pub(crate) fn install() -> Result<(), TargetError> {
 
 /// # Safety
 /// `handler` must be the address of an `extern "C" fn(c_int, *mut siginfo_t, *mut c_void)`.
-unsafe fn set_handler(sig: libc::c_int, handler: usize, block: &[libc::c_int]) -> Result<libc::sigaction, SignalError> {
+unsafe fn set_handler(
+    sig: libc::c_int,
+    handler: usize,
+    block: &[libc::c_int],
+) -> Result<libc::sigaction, SignalError> {
     // SAFETY: zeroed `sigaction` is a valid starting value (empty mask, no flags).
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = handler;
@@ -243,7 +271,11 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         if ours {
             if WRITER_TID.load(SeqCst) == sys::gettid() {
                 // The writer itself met its own transient CC: it would retry for ever.
-                report(b"trapvec: the text writer executed the site it is writing at ", at, b"; aborting\n");
+                report(
+                    b"trapvec: the text writer executed the site it is writing at ",
+                    at,
+                    b"; aborting\n",
+                );
                 sys::tgkill(sys::gettid(), libc::SIGKILL);
             }
             // Retry: either the CC is still there (we trap again) or the write completed.
@@ -270,12 +302,17 @@ pub(crate) static TEXT_SEQ: AtomicU64 = AtomicU64::new(0);
 /// # Safety
 /// `at` must be readable (an int3 was just executed there).
 unsafe fn met_transient_cc(at: u64) -> bool {
-    let listed = |cell: &EpochCell<Vec<u64>>| cell.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()));
+    let listed =
+        |cell: &EpochCell<Vec<u64>>| cell.read(|t| t.is_some_and(|t| t.binary_search(&at).is_ok()));
     loop {
         let seq = TEXT_SEQ.load(SeqCst);
         // SAFETY: guaranteed by the caller; atomic, so the loads stay ordered with `TEXT_SEQ`'s.
         let cc = unsafe { (*(at as *const AtomicU8)).load(SeqCst) } == crate::abi::INT3;
-        let ours = if cc { seq & 1 == 1 && listed(&TRANSIENT) } else { listed(&WRITTEN) };
+        let ours = if cc {
+            seq & 1 == 1 && listed(&TRANSIENT)
+        } else {
+            listed(&WRITTEN)
+        };
         if TEXT_SEQ.load(SeqCst) == seq {
             return ours;
         }
@@ -309,7 +346,10 @@ extern "C" fn on_scan(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // SAFETY: as in `on_segv`; `si_value` is valid for a queued signal (si_code SI_QUEUE).
     unsafe {
         let value = (*info).si_value().sival_ptr as u64;
-        if (*info).si_code != libc::SI_QUEUE || (*info).si_pid() != sys::getpid() || value & !((1 << 48) - 1) != SCAN_TAG {
+        if (*info).si_code != libc::SI_QUEUE
+            || (*info).si_pid() != sys::getpid()
+            || value & !((1 << 48) - 1) != SCAN_TAG
+        {
             chain::deliver(sig, info, ctx);
             return;
         }
@@ -342,9 +382,24 @@ mod tests {
         assert_eq!(parse_scan_signal("SIGRTMIN"), Ok(libc::SIGRTMIN()));
         assert_eq!(parse_scan_signal("SIGUSR2"), Ok(libc::SIGUSR2));
         assert_eq!(parse_scan_signal(" 40 "), Ok(40));
-        for bad in ["SIGSEGV", "11", "5", "9", "19", "0", "65", "SIGRTMAX+1", "RTMIN-2", "SIGFOO", ""] {
+        for bad in [
+            "SIGSEGV",
+            "11",
+            "5",
+            "9",
+            "19",
+            "0",
+            "65",
+            "SIGRTMAX+1",
+            "RTMIN-2",
+            "SIGFOO",
+            "",
+        ] {
             let e = parse_scan_signal(bad).expect_err(bad).to_string();
-            assert!(e.starts_with(&format!("TRAPVEC_SIGNAL={bad}: ")), "{bad}: {e}");
+            assert!(
+                e.starts_with(&format!("TRAPVEC_SIGNAL={bad}: ")),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -14,13 +14,24 @@ struct Object {
     bias: u64,
 }
 
-unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
+unsafe extern "C" fn collect(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
     // SAFETY: `data` is the `Vec<Object>` passed to dl_iterate_phdr below; `info` is valid for
     // the duration of the callback.
     unsafe {
         let out = &mut *data.cast::<Vec<Object>>();
-        let name = if (*info).dlpi_name.is_null() { "" } else { CStr::from_ptr((*info).dlpi_name).to_str().unwrap_or("") };
-        out.push(Object { path: name.to_string(), bias: (*info).dlpi_addr });
+        let name = if (*info).dlpi_name.is_null() {
+            ""
+        } else {
+            CStr::from_ptr((*info).dlpi_name).to_str().unwrap_or("")
+        };
+        out.push(Object {
+            path: name.to_string(),
+            bias: (*info).dlpi_addr,
+        });
     }
     0
 }
@@ -75,7 +86,11 @@ struct EhQuery {
     found: Option<(u64, u64)>,
 }
 
-unsafe extern "C" fn find_eh_frame_hdr(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
+unsafe extern "C" fn find_eh_frame_hdr(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
     // SAFETY: `data` is the `EhQuery` passed to dl_iterate_phdr in `eh_frame_hdr`; `info` and
     // its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
     unsafe {
@@ -88,12 +103,18 @@ unsafe extern "C" fn find_eh_frame_hdr(info: *mut libc::dl_phdr_info, _size: lib
         let bias = info.dlpi_addr;
         let holds = phdrs.iter().any(|p| {
             let lo = bias.wrapping_add(p.p_vaddr);
-            p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0 && q.addr >= lo && q.addr - lo < p.p_memsz
+            p.p_type == libc::PT_LOAD
+                && p.p_flags & libc::PF_X != 0
+                && q.addr >= lo
+                && q.addr - lo < p.p_memsz
         });
         if !holds {
             return 0;
         }
-        q.found = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME).map(|p| (bias.wrapping_add(p.p_vaddr), p.p_memsz));
+        q.found = phdrs
+            .iter()
+            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
+            .map(|p| (bias.wrapping_add(p.p_vaddr), p.p_memsz));
         1
     }
 }
@@ -125,16 +146,31 @@ fn resolve_ifuncs(syms: &mut [crate::target::Symbol], path: Option<&str>) {
     // constructors); the path is a NUL-terminated string that outlives the call, or NULL for the
     // executable.
     let handle = unsafe {
-        libc::dlopen(cpath.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+        libc::dlopen(
+            cpath.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
     };
     if handle.is_null() {
-        log::debug!("IFUNCs of {}: not open to dlopen; left unresolved", path.unwrap_or("the executable"));
+        log::debug!(
+            "IFUNCs of {}: not open to dlopen; left unresolved",
+            path.unwrap_or("the executable")
+        );
         return;
     }
-    let sized: Vec<(u64, u64)> = syms.iter().filter(|s| s.kind == SymbolKind::Function && s.size > 0).map(|s| (s.addr, s.size)).collect();
+    let sized: Vec<(u64, u64)> = syms
+        .iter()
+        .filter(|s| s.kind == SymbolKind::Function && s.size > 0)
+        .map(|s| (s.addr, s.size))
+        .collect();
     for sym in syms.iter_mut().filter(|s| s.kind == SymbolKind::Ifunc) {
-        let Ok(name) = CString::new(sym.name.as_str()) else { continue };
-        let version = sym.version.as_deref().map(|v| CString::new(v.trim_start_matches('@')));
+        let Ok(name) = CString::new(sym.name.as_str()) else {
+            continue;
+        };
+        let version = sym
+            .version
+            .as_deref()
+            .map(|v| CString::new(v.trim_start_matches('@')));
         // SAFETY: `handle` is a live handle from dlopen above; name and version are
         // NUL-terminated and outlive the calls. dlsym runs the IFUNC's resolver, which the
         // dynamic linker already ran for this object's relocations.
@@ -146,12 +182,23 @@ fn resolve_ifuncs(syms: &mut [crate::target::Symbol], path: Option<&str>) {
             }
         } as u64;
         if addr == 0 {
-            log::debug!("IFUNC `{}` of {}: dlsym gives nothing; left unresolved", sym.versioned_name(), path.unwrap_or("the executable"));
+            log::debug!(
+                "IFUNC `{}` of {}: dlsym gives nothing; left unresolved",
+                sym.versioned_name(),
+                path.unwrap_or("the executable")
+            );
             continue;
         }
-        log::debug!("IFUNC `{}` at {:#x} resolves to {addr:#x}", sym.versioned_name(), sym.addr);
+        log::debug!(
+            "IFUNC `{}` at {:#x} resolves to {addr:#x}",
+            sym.versioned_name(),
+            sym.addr
+        );
         sym.kind = SymbolKind::Function;
-        sym.size = sized.iter().find(|&&(a, _)| a == addr).map_or(0, |&(_, size)| size);
+        sym.size = sized
+            .iter()
+            .find(|&&(a, _)| a == addr)
+            .map_or(0, |&(_, size)| size);
         sym.addr = addr;
     }
     // SAFETY: balances the dlopen above; the object stays loaded (it was loaded before).

@@ -32,27 +32,60 @@ pub(crate) fn sigprocmask(how: i32, set: Option<u64>, old: Option<&mut u64>) -> 
     let set_ptr = set.as_ref().map_or(0, |s| s as *const u64 as u64);
     let old_ptr = old.map_or(0, |o| o as *mut u64 as u64);
     // SAFETY: both pointers are null or point at 8 bytes, the size passed.
-    unsafe { syscall6(libc::SYS_rt_sigprocmask, [how as u64, set_ptr, old_ptr, 8, 0, 0]) }
+    unsafe {
+        syscall6(
+            libc::SYS_rt_sigprocmask,
+            [how as u64, set_ptr, old_ptr, 8, 0, 0],
+        )
+    }
 }
 
 /// Send `sig` to thread `tid` of this process.
 pub(crate) fn tgkill(tid: i32, sig: i32) -> i64 {
     // SAFETY: integer arguments only.
-    unsafe { syscall6(libc::SYS_tgkill, [getpid() as u64, tid as u64, sig as u64, 0, 0, 0]) }
+    unsafe {
+        syscall6(
+            libc::SYS_tgkill,
+            [getpid() as u64, tid as u64, sig as u64, 0, 0, 0],
+        )
+    }
 }
 
 /// `nanosleep` for `micros` microseconds.
 pub(crate) fn sleep_us(micros: u64) {
-    let ts = libc::timespec { tv_sec: (micros / 1_000_000) as i64, tv_nsec: ((micros % 1_000_000) * 1000) as i64 };
+    let ts = libc::timespec {
+        tv_sec: (micros / 1_000_000) as i64,
+        tv_nsec: ((micros % 1_000_000) * 1000) as i64,
+    };
     // SAFETY: `ts` is a valid timespec; no remainder requested.
-    unsafe { syscall6(libc::SYS_nanosleep, [&ts as *const libc::timespec as u64, 0, 0, 0, 0, 0]) };
+    unsafe {
+        syscall6(
+            libc::SYS_nanosleep,
+            [&ts as *const libc::timespec as u64, 0, 0, 0, 0, 0],
+        )
+    };
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, through the system call (not the vDSO wrapper in libc).
 pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is writable.
-    unsafe { syscall6(libc::SYS_clock_gettime, [libc::CLOCK_MONOTONIC as u64, &mut ts as *mut libc::timespec as u64, 0, 0, 0, 0]) };
+    unsafe {
+        syscall6(
+            libc::SYS_clock_gettime,
+            [
+                libc::CLOCK_MONOTONIC as u64,
+                &mut ts as *mut libc::timespec as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

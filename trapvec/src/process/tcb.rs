@@ -22,7 +22,9 @@ fn candidates() -> Vec<i32> {
     let tp: usize;
     // SAFETY: on x86-64 Linux with any C library, fs:0 holds the control block's own address
     // (the TLS ABI's self pointer); reading it has no side effect.
-    unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
     // SAFETY: gettid has no arguments and cannot fail.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     (0..SCAN / 4)
@@ -47,7 +49,9 @@ fn find_tid_offset() -> Result<i32, String> {
         .join()
         .map_err(|_| "the thread finding the thread id's place panicked".to_string())?;
     let both: Vec<i32> = here.iter().copied().filter(|o| there.contains(o)).collect();
-    log::debug!("thread id in the control block: candidates {here:?} and {there:?}, common {both:?}");
+    log::debug!(
+        "thread id in the control block: candidates {here:?} and {there:?}, common {both:?}"
+    );
     match both.as_slice() {
         [one] => Ok(*one),
         [] => Err(format!("no word of the first {SCAN} bytes at fs:0 holds the thread id in two threads (an unknown C library)")),
@@ -59,7 +63,13 @@ fn find_tid_offset() -> Result<i32, String> {
 pub(crate) fn layout() -> Result<TaskLayout, String> {
     static OFFSET: OnceLock<Result<i32, String>> = OnceLock::new();
     let tid = OFFSET.get_or_init(find_tid_offset).clone()?;
-    Ok(TaskLayout { base: TaskBase::ThreadPointer, tid: Some(tid), pid: None, tgid: None, comm: None })
+    Ok(TaskLayout {
+        base: TaskBase::ThreadPointer,
+        tid: Some(tid),
+        pid: None,
+        tgid: None,
+        comm: None,
+    })
 }
 
 #[cfg(test)]
@@ -73,7 +83,9 @@ mod tests {
         let read = move || {
             let v: u32;
             // SAFETY: off was found inside the control block at fs:0.
-            unsafe { std::arch::asm!("mov {:e}, fs:[{}]", out(reg) v, in(reg) i64::from(off), options(nostack, readonly, preserves_flags)) };
+            unsafe {
+                std::arch::asm!("mov {:e}, fs:[{}]", out(reg) v, in(reg) i64::from(off), options(nostack, readonly, preserves_flags))
+            };
             // SAFETY: gettid cannot fail.
             (v, unsafe { libc::syscall(libc::SYS_gettid) } as u32)
         };

@@ -30,7 +30,14 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_int = 1 << 6;
 
 pub(crate) fn register_membarrier() -> Result<(), TargetError> {
     // SAFETY: membarrier takes integer arguments only.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        )
+    };
     if r != 0 {
         return Err(TargetError::os(
             "membarrier(REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) (needs Linux >= 4.16)",
@@ -44,7 +51,19 @@ pub(crate) fn register_membarrier() -> Result<(), TargetError> {
 /// membarrier failed. A raw system call: this runs while transient CCs may sit in libc's `syscall`.
 fn sync_raw() -> bool {
     // SAFETY: integer arguments only; registration was done in `register_membarrier`.
-    unsafe { sys::syscall6(libc::SYS_membarrier, [MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as u64, 0, 0, 0, 0, 0]) == 0 }
+    unsafe {
+        sys::syscall6(
+            libc::SYS_membarrier,
+            [
+                MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as u64,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ],
+        ) == 0
+    }
 }
 
 fn page_size() -> u64 {
@@ -54,13 +73,20 @@ fn page_size() -> u64 {
 
 /// Protection of every mapping, from /proc/self/maps: `(start, end, PROT_*)`.
 fn mappings() -> Result<Vec<(u64, u64, libc::c_int)>, TargetError> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| TargetError::os("reading /proc/self/maps", e))?;
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| TargetError::os("reading /proc/self/maps", e))?;
     let mut out = Vec::new();
     for line in maps.lines() {
         let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
-        let Some((a, b)) = range.split_once('-') else { continue };
-        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
         let p = perms.as_bytes();
         let mut prot = 0;
         if p.first() == Some(&b'r') {
@@ -80,8 +106,14 @@ fn mappings() -> Result<Vec<(u64, u64, libc::c_int)>, TargetError> {
 /// Read `len` bytes of our own memory, failing cleanly on unmapped addresses.
 pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError> {
     let mut buf = vec![0u8; len];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
     // SAFETY: process_vm_readv on our own pid with valid iovecs; it reports unmapped memory as
     // an error instead of faulting.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
@@ -89,7 +121,11 @@ pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError>
         return Err(TargetError::Read {
             addr,
             len,
-            reason: if n < 0 { std::io::Error::last_os_error().to_string() } else { format!("only {n} bytes readable") },
+            reason: if n < 0 {
+                std::io::Error::last_os_error().to_string()
+            } else {
+                format!("only {n} bytes readable")
+            },
         });
     }
     Ok(buf)
@@ -98,7 +134,10 @@ pub(crate) fn read_memory(addr: u64, len: usize) -> Result<Vec<u8>, TargetError>
 /// Check that every patch of `order` (sorted by address, disjoint) finds its `old` bytes, reading
 /// neighbouring patches' text together (a batch of thousands of patches in a few reads).
 fn check_expected(order: &[&TextPatch]) -> Result<(), TargetError> {
-    let ranges: Vec<(u64, u64)> = order.iter().map(|p| (p.addr, p.addr + p.old.len() as u64)).collect();
+    let ranges: Vec<(u64, u64)> = order
+        .iter()
+        .map(|p| (p.addr, p.addr + p.old.len() as u64))
+        .collect();
     for run in read_runs(&ranges) {
         let (lo, hi) = (ranges[run.start].0, ranges[run.end - 1].1);
         let run = &order[run];
@@ -115,7 +154,11 @@ fn check_expected(order: &[&TextPatch]) -> Result<(), TargetError> {
                 }
             };
             if cur != p.old {
-                return Err(TargetError::TextMismatch { addr: p.addr, expected: hex(&p.old), found: hex(cur) });
+                return Err(TargetError::TextMismatch {
+                    addr: p.addr,
+                    expected: hex(&p.old),
+                    found: hex(cur),
+                });
             }
         }
     }
@@ -134,17 +177,30 @@ unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
 /// Apply `batch` all-or-nothing (see the module docs). `live_interior`: the instruction
 /// boundaries strictly inside patches where a thread may be (step 4 waits for those only), or
 /// `None` to wait for every byte after each patch's first.
-pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) -> Result<(), TargetError> {
+pub(crate) fn patch_batch(
+    batch: &[TextPatch],
+    live_interior: Option<&[u64]>,
+) -> Result<(), TargetError> {
     for p in batch {
         if p.old.len() != p.new.len() || p.new.is_empty() {
-            return Err(TargetError::Text { addr: p.addr, reason: format!("old ({} bytes) and new ({} bytes) differ in length", p.old.len(), p.new.len()) });
+            return Err(TargetError::Text {
+                addr: p.addr,
+                reason: format!(
+                    "old ({} bytes) and new ({} bytes) differ in length",
+                    p.old.len(),
+                    p.new.len()
+                ),
+            });
         }
     }
     let mut order: Vec<&TextPatch> = batch.iter().filter(|p| p.old != p.new).collect();
     order.sort_by_key(|p| p.addr);
     for w in order.windows(2) {
         if w[0].addr + w[0].old.len() as u64 > w[1].addr {
-            return Err(TargetError::Text { addr: w[1].addr, reason: format!("overlaps the patch at {:#x} in the same batch", w[0].addr) });
+            return Err(TargetError::Text {
+                addr: w[1].addr,
+                reason: format!("overlaps the patch at {:#x} in the same batch", w[0].addr),
+            });
         }
     }
     check_expected(&order)?;
@@ -177,10 +233,19 @@ pub(crate) fn patch_batch(batch: &[TextPatch], live_interior: Option<&[u64]>) ->
                 Err(_) => "the batch was not written".to_string(),
             };
             match pages.protect() {
-                Ok(()) => Err(TargetError::Text { addr: e.addr, reason: format!("{}; {undone}, protections restored at the second try", e.reason) }),
+                Ok(()) => Err(TargetError::Text {
+                    addr: e.addr,
+                    reason: format!(
+                        "{}; {undone}, protections restored at the second try",
+                        e.reason
+                    ),
+                }),
                 Err(again) => Err(TargetError::Text {
                     addr: again.addr,
-                    reason: format!("{}; {undone}; pages {} stay writable and executable", again.reason, again.pages_left),
+                    reason: format!(
+                        "{}; {undone}; pages {} stay writable and executable",
+                        again.reason, again.pages_left
+                    ),
                 }),
             }
         }
@@ -231,7 +296,10 @@ impl Pages {
                 .iter()
                 .find(|(a, b, _)| *a <= pg && pg < *b)
                 .map(|m| m.2)
-                .ok_or_else(|| TargetError::Text { addr: pg, reason: "page is not mapped".into() })?;
+                .ok_or_else(|| TargetError::Text {
+                    addr: pg,
+                    reason: "page is not mapped".into(),
+                })?;
             pages.push((pg, prot));
         }
         Ok(Pages { size, pages })
@@ -249,11 +317,20 @@ impl Pages {
         for (i, &(pg, prot)) in self.pages.iter().enumerate() {
             if let Err(e) = self.set(pg, prot | libc::PROT_WRITE | libc::PROT_READ) {
                 log::debug!("mprotect of {pg:#x} writable failed ({e}); putting back {i} pages");
-                let left: Vec<String> =
-                    self.pages[..i].iter().filter(|&&(p, old)| self.set(p, old).is_err()).map(|(p, _)| format!("{p:#x}")).collect();
-                let mut reason = format!("making the page writable to patch text: mprotect: {e}{}", refusal_hint(&e));
+                let left: Vec<String> = self.pages[..i]
+                    .iter()
+                    .filter(|&&(p, old)| self.set(p, old).is_err())
+                    .map(|(p, _)| format!("{p:#x}"))
+                    .collect();
+                let mut reason = format!(
+                    "making the page writable to patch text: mprotect: {e}{}",
+                    refusal_hint(&e)
+                );
                 if !left.is_empty() {
-                    reason.push_str(&format!("; pages {} could not be put back and stay writable and executable", left.join(", ")));
+                    reason.push_str(&format!(
+                        "; pages {} could not be put back and stay writable and executable",
+                        left.join(", ")
+                    ));
                 }
                 return Err(TargetError::Text { addr: pg, reason });
             }
@@ -275,7 +352,10 @@ impl Pages {
             None => Ok(()),
             Some((addr, e)) => Err(ProtError {
                 addr,
-                reason: format!("restoring the protection of patched text: mprotect: {e}{}", refusal_hint(&e)),
+                reason: format!(
+                    "restoring the protection of patched text: mprotect: {e}{}",
+                    refusal_hint(&e)
+                ),
                 pages_left: left.join(", "),
             }),
         }
@@ -295,7 +375,11 @@ fn publish(order: &[&TextPatch], live_interior: Option<&[u64]>) -> Result<(), Ta
     TRANSIENT.replace(Some(transient));
     let interiors: Vec<(u64, u64)> = match live_interior {
         Some(points) => points.iter().map(|&b| (b, b + 1)).collect(),
-        None => order.iter().filter(|p| p.old.len() > 1).map(|p| (p.addr + 1, p.addr + p.old.len() as u64)).collect(),
+        None => order
+            .iter()
+            .filter(|p| p.old.len() > 1)
+            .map(|p| (p.addr + 1, p.addr + p.old.len() as u64))
+            .collect(),
     };
     const WINDOW_WAIT: Duration = Duration::from_secs(2);
     let mut scan = match Scan::new(&interiors) {
@@ -353,7 +437,10 @@ fn publish(order: &[&TextPatch], live_interior: Option<&[u64]>) -> Result<(), Ta
     drop(scan);
     let result = result.map_err(|stuck| match stuck {
         Some(s) => s.into_error(WINDOW_WAIT),
-        None => TargetError::Text { addr: order[0].addr, reason: "membarrier(PRIVATE_EXPEDITED_SYNC_CORE) failed".into() },
+        None => TargetError::Text {
+            addr: order[0].addr,
+            reason: "membarrier(PRIVATE_EXPEDITED_SYNC_CORE) failed".into(),
+        },
     });
 
     TRANSIENT.replace(None);
@@ -371,10 +458,20 @@ mod tests {
         // SAFETY: a fresh anonymous mapping, then written through while writable and sealed
         // read+execute; nothing else refers to it.
         unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), 3 * ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                3 * ps,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
             assert_ne!(p, libc::MAP_FAILED);
             std::ptr::write_bytes(p.cast::<u8>(), 0x90, 3 * ps);
-            assert_eq!(libc::mprotect(p, 3 * ps, libc::PROT_READ | libc::PROT_EXEC), 0);
+            assert_eq!(
+                libc::mprotect(p, 3 * ps, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
             p as u64
         }
     }
@@ -390,7 +487,10 @@ mod tests {
             let (range, perm) = (f.next().unwrap(), f.next().unwrap());
             rwx |= perm.starts_with("rwx");
             let (a, b) = range.split_once('-').unwrap();
-            let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(b, 16).unwrap(),
+            );
             if a < hi && lo < b {
                 ours.push(perm.to_string());
             }
@@ -404,12 +504,23 @@ mod tests {
         let ps = page_size();
         let base = text_pages();
         let batch = [
-            TextPatch { addr: base + 16, old: vec![0x90, 0x90], new: vec![0xcd, 0xf5] },
-            TextPatch { addr: base + 2 * ps + 32, old: vec![0x90; 5], new: vec![0xe9, 1, 2, 3, 4] },
+            TextPatch {
+                addr: base + 16,
+                old: vec![0x90, 0x90],
+                new: vec![0xcd, 0xf5],
+            },
+            TextPatch {
+                addr: base + 2 * ps + 32,
+                old: vec![0x90; 5],
+                new: vec![0xe9, 1, 2, 3, 4],
+            },
         ];
         let before = read_memory(base, 3 * ps as usize).unwrap();
         let before_perms = perms(base, base + 3 * ps);
-        assert!(before_perms.0.iter().all(|p| p.starts_with("r-x")), "{before_perms:?}");
+        assert!(
+            before_perms.0.iter().all(|p| p.starts_with("r-x")),
+            "{before_perms:?}"
+        );
         // A successful batch makes 4 calls: 2 pages made writable, 2 put back.
         let calls = {
             let _g = fake_mprotect::fail_call(0, 0);
@@ -432,12 +543,22 @@ mod tests {
             };
             let msg = err.to_string();
             let os = std::io::Error::from_raw_os_error(errno).to_string();
-            assert!(msg.contains("mprotect") && msg.contains(&os) && msg.contains(needle), "call {k}: {msg}");
+            assert!(
+                msg.contains("mprotect") && msg.contains(&os) && msg.contains(needle),
+                "call {k}: {msg}"
+            );
             if k >= 3 {
-                assert!(msg.contains("taken back") && msg.contains("restored"), "call {k}: {msg}");
+                assert!(
+                    msg.contains("taken back") && msg.contains("restored"),
+                    "call {k}: {msg}"
+                );
             }
             // State after = state before, byte for byte; no page writable and executable.
-            assert_eq!(read_memory(base, 3 * ps as usize).unwrap(), before, "call {k}: the text changed");
+            assert_eq!(
+                read_memory(base, 3 * ps as usize).unwrap(),
+                before,
+                "call {k}: the text changed"
+            );
             let (now, rwx) = perms(base, base + 3 * ps);
             assert_eq!(now, before_perms.0, "call {k}");
             assert!(!rwx, "call {k}: a mapping is writable and executable");
