@@ -4,10 +4,11 @@ CARGO ?= cargo
 
 .PHONY: test deps build demo deb
 
-## Everything CI checks: dependencies, the release build, the documentation's links and length
-## (.ci/check-docs), then every test: the workspace's,
+## Everything CI checks: dependencies, the release build, rustfmt, the documentation's links and
+## length (.ci/check-docs), then every test: the workspace's,
 ## then the packages' (packaging/test-packages: build, dkms build, lintian, install, remove).
 test: build
+	$(CARGO) fmt --all --check
 	.ci/check-docs
 	$(CARGO) test --release --workspace
 	packaging/test-packages
