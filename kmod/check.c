@@ -112,7 +112,13 @@ static u32 trapvec_check_text(unsigned long addr, u32 len)
 		reason = TRAPVEC_REASON_MODULE_INIT;
 		goto out;
 	}
-	if (mod->state != MODULE_STATE_LIVE || !within_module_core(addr, mod)) {
+	/*
+	 * A COMING module (its init not run yet) only while the module watch holds its load
+	 * for the watcher, who is arming it (modwatch.c; text.c then takes no reference).
+	 */
+	if ((mod->state != MODULE_STATE_LIVE &&
+	     !(mod->state == MODULE_STATE_COMING && trapvec_modwatch_arming(mod))) ||
+	    !within_module_core(addr, mod)) {
 		reason = TRAPVEC_REASON_NOT_TEXT;
 		goto out;
 	}

@@ -71,6 +71,11 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_key_entry) != 24);
 	BUILD_BUG_ON(sizeof(struct trapvec_key_stats) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_call) != 10 * 8);
+	/* Module watch (ABI 10). */
+	BUILD_BUG_ON(sizeof(struct trapvec_watch) != 8);
+	BUILD_BUG_ON(sizeof(struct trapvec_modevent) != 88);
+	BUILD_BUG_ON(sizeof(struct trapvec_modack) != 16);
+	BUILD_BUG_ON(TRAPVEC_MODNAME_LEN != MODULE_NAME_LEN);
 }
 
 static long trapvec_ioc_info(void __user *uarg)
@@ -506,13 +511,27 @@ static long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return trapvec_ioc_keys_remove(uarg);
 	case TRAPVEC_IOC_KEY_STATS:
 		return trapvec_ioc_keys_stats(uarg);
+	/* The module watch (modwatch.c): it knows its watcher by the file. */
+	case TRAPVEC_IOC_WATCH:
+		return trapvec_modwatch_watch(file, uarg);
+	case TRAPVEC_IOC_MODEVENT:
+		return trapvec_modwatch_event(file, uarg);
+	case TRAPVEC_IOC_MODACK:
+		return trapvec_modwatch_ack(file, uarg);
 	default:
 		return -ENOTTY;
 	}
 }
 
+static int trapvec_release(struct inode *inode, struct file *file)
+{
+	trapvec_modwatch_release(file);
+	return 0;
+}
+
 static const struct file_operations trapvec_fops = {
 	.owner = THIS_MODULE,
+	.release = trapvec_release,
 	.unlocked_ioctl = trapvec_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
@@ -546,12 +565,17 @@ static int __init trapvec_init(void)
 	ret = trapvec_text_init();
 	if (ret)
 		goto out_gate;
-	ret = misc_register(&trapvec_misc);
+	ret = trapvec_modwatch_init();
 	if (ret)
 		goto out_text;
+	ret = misc_register(&trapvec_misc);
+	if (ret)
+		goto out_modwatch;
 	pr_info("ready: /dev/%s, vector %#x\n", TRAPVEC_DEVICE_NAME, trapvec_vector);
 	return 0;
 
+out_modwatch:
+	trapvec_modwatch_exit();
 out_text:
 	trapvec_text_exit();
 out_gate:
@@ -568,6 +592,8 @@ static void __exit trapvec_exit(void)
 
 	/* No new ioctl can start; none is running (an open file holds the module). */
 	misc_deregister(&trapvec_misc);
+	/* No watcher is left (its file held the module); notifiers still running finish. */
+	trapvec_modwatch_exit();
 	/*
 	 * No return point lives and no call has a pending return (the module holds itself
 	 * while one does); the release work may be finishing after its module_put().

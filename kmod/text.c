@@ -603,8 +603,13 @@ void trapvec_text_put_parked(void)
 		pr_debug("dropped the module references of %u reverted patches\n", n);
 }
 
-/* Take a reference on the module owning [addr, addr + len); 0 for kernel text. */
-static int trapvec_get_owner(struct trapvec_live_patch *r)
+/*
+ * Take a reference on the module owning [addr, addr + len); 0 for kernel text. A deferred
+ * patch (TRAPVEC_APPLY_DEFERRED) takes none: the module stays removable, and the module
+ * watch (modwatch.c) reverts the patch when it goes. A module that is still COMING takes
+ * deferred patches only.
+ */
+static int trapvec_get_owner(struct trapvec_live_patch *r, bool deferred)
 {
 	struct module *mod;
 	int ret = 0;
@@ -613,7 +618,9 @@ static int trapvec_get_owner(struct trapvec_live_patch *r)
 		return 0;
 	preempt_disable();
 	mod = trapvec_ksyms.module_text_address(r->addr);
-	if (mod && try_module_get(mod))
+	if (mod && deferred)
+		ret = 0;
+	else if (mod && mod->state != MODULE_STATE_COMING && try_module_get(mod))
 		r->mod = mod;
 	else
 		ret = -ENOENT;
@@ -1127,7 +1134,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	trapvec_fail(req, TRAPVEC_NO_INDEX, TRAPVEC_REASON_NONE, 0);
 	memset(req->found, 0, sizeof(req->found));
 	req->culprit = 0;
-	if (req->flags)
+	if (req->flags & ~TRAPVEC_APPLY_DEFERRED)
 		return -EINVAL;
 	if (!n)
 		return 0;
@@ -1212,7 +1219,8 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 		ops[i].int3_first = insns > 1 && trapvec_int3_first;
-		ret = trapvec_get_owner(ops[i].rec) ?: trapvec_map_alias(ops[i].rec);
+		ret = trapvec_get_owner(ops[i].rec, req->flags & TRAPVEC_APPLY_DEFERRED) ?:
+		      trapvec_map_alias(ops[i].rec);
 		if (ret) {
 			trapvec_fail(req, i, TRAPVEC_REASON_NOT_TEXT, ret);
 			ret = -EINVAL;
@@ -1366,6 +1374,66 @@ void trapvec_text_revert_all(void)
 	}
 	mutex_unlock(trapvec_ksyms.kprobe_mutex);
 	trapvec_live_count = 0;
+}
+
+/*
+ * The module watch (modwatch.c), for a module whose text is about to be freed (its exit has
+ * run, or its load is refused before its init): revert every live patch in [start, end) in
+ * one stop_machine(), int3 first with the sites pending, and forget them. Springboards need
+ * no second pass: whatever jumps onto one lies in the same text, reverted in the same write.
+ * Returns how many were reverted.
+ */
+u32 trapvec_text_revert_within(unsigned long start, unsigned long end)
+{
+	struct trapvec_stop_ctx ctx = {};
+	struct trapvec_live_patch *r, *tmp;
+	struct trapvec_pending *pend;
+	struct trapvec_text_op *ops;
+	u32 n = 0, i;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_for_each_entry(r, &trapvec_live, node)
+		n += r->addr >= start && r->addr < end;
+	if (!n)
+		return 0;
+	ops = trapvec_unload_alloc(TRAPVEC_MEM_SCRATCH, n * sizeof(*ops));
+	memset(ops, 0, n * sizeof(*ops));
+	i = 0;
+	list_for_each_entry(r, &trapvec_live, node) {
+		if (r->addr < start || r->addr >= end)
+			continue;
+		ops[i].rec = r;
+		ops[i].undo = true;
+		i++;
+	}
+	while (!(pend = trapvec_pending_publish(ops, n, GFP_KERNEL))) {
+		pr_warn_ratelimited("waiting for memory to publish %u pending sites\n", n);
+		msleep(100);
+	}
+	ctx.ops = ops;
+	ctx.count = n;
+	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+	trapvec_pending_withdraw(pend);
+	if (ctx.skipped)
+		pr_err("%u live patches in a module's text were changed by someone else; forgotten all the same (the text goes)\n",
+		       ctx.skipped);
+	mutex_lock(trapvec_ksyms.kprobe_mutex);
+	for (i = 0; i < n; i++) {
+		r = ops[i].rec;
+		if (r->lands_on)
+			r->lands_on->jumpers--;
+	}
+	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
+		if (r->addr < start || r->addr >= end)
+			continue;
+		list_del(&r->node);
+		trapvec_live_count--;
+		trapvec_live_unlist(r);
+		trapvec_live_retire(r);
+	}
+	mutex_unlock(trapvec_ksyms.kprobe_mutex);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
+	return n;
 }
 
 u64 trapvec_text_live_count(void)

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	9
+#define TRAPVEC_ABI_VERSION	10
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -522,5 +522,58 @@ struct trapvec_key_stats {
 #define TRAPVEC_IOC_KEY_ADD		_IOWR(TRAPVEC_IOC_MAGIC, 35, struct trapvec_key_add)
 #define TRAPVEC_IOC_KEY_REMOVE		_IOWR(TRAPVEC_IOC_MAGIC, 36, struct trapvec_key_remove)
 #define TRAPVEC_IOC_KEY_STATS		_IOWR(TRAPVEC_IOC_MAGIC, 37, struct trapvec_key_stats)
+
+/*
+ * Module watch (ABI 10): points in modules that are not loaded yet. One open file of
+ * /dev/trapvec at a time may be the watcher (WATCH; -EBUSY while another is). From then on
+ * the module's module notifier queues an event for every module that is COMING (its symbols
+ * are in /proc/kallsyms, its init has not run) or GOING (its exit has run, its text is not
+ * freed yet) and waits until the watcher acknowledges it (MODACK), at most the module
+ * parameter watch_timeout_ms; closing the watcher's file releases every waiter. While a
+ * COMING event is delivered and not acknowledged, APPLY with TRAPVEC_APPLY_DEFERRED may patch
+ * that module's core text; such patches take no reference on the module (it stays
+ * removable). After the wait, whether acknowledged or not, the notifier itself reverts every
+ * patch of ours still live in a GOING module's text (or in a COMING one it refuses) and
+ * removes the dispatch entries there, so nothing points into freed text.
+ */
+#define TRAPVEC_APPLY_DEFERRED	1U	/* trapvec_apply.flags */
+
+#define TRAPVEC_MODEVENT_COMING	1
+#define TRAPVEC_MODEVENT_GOING	2
+#define TRAPVEC_MODNAME_LEN	56	/* the kernel's MODULE_NAME_LEN on 64-bit */
+
+/* WATCH: make this file the watcher. flags must be 0. */
+struct trapvec_watch {
+	__u32 flags;
+	__u32 pad;
+};
+
+/*
+ * MODEVENT: the next event not yet delivered, waiting up to timeout_ms for one (-EAGAIN if
+ * none came, -EINTR on a signal, -EPERM if this file is not the watcher).
+ */
+struct trapvec_modevent {
+	__u64 seq;		/* out: the event's number, for MODACK */
+	__u32 state;		/* out: TRAPVEC_MODEVENT_* */
+	__u32 timeout_ms;	/* in */
+	__u64 text_base;	/* out: the module's core text */
+	__u64 text_size;	/* out */
+	char name[TRAPVEC_MODNAME_LEN];	/* out: NUL-terminated */
+};
+
+/*
+ * MODACK: the watcher is done with event seq. error 0, or (COMING only) a negative errno
+ * that the notifier returns, refusing the module. -ENOENT if seq is not waiting (its wait
+ * timed out), -EINVAL for an error out of range.
+ */
+struct trapvec_modack {
+	__u64 seq;
+	__s32 error;
+	__u32 pad;
+};
+
+#define TRAPVEC_IOC_WATCH		_IOWR(TRAPVEC_IOC_MAGIC, 48, struct trapvec_watch)
+#define TRAPVEC_IOC_MODEVENT		_IOWR(TRAPVEC_IOC_MAGIC, 49, struct trapvec_modevent)
+#define TRAPVEC_IOC_MODACK		_IOWR(TRAPVEC_IOC_MAGIC, 50, struct trapvec_modack)
 
 #endif /* _TRAPVEC_ABI_H */

@@ -15,6 +15,7 @@
  *   mem.c       the count of every allocation the module holds
  *   returns.c   return points and timers (return_stubs.S holds their stubs)
  *   keyed.c     keyed counts (hits by pid, tgid, comm or CPU)
+ *   modwatch.c  the module notifier and its watcher (points in modules loaded later)
  */
 #ifndef _TRAPVEC_INTERNAL_H
 #define _TRAPVEC_INTERNAL_H
@@ -166,6 +167,7 @@ bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len);
 int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len);
 bool trapvec_text_trap_live(unsigned long site);
 unsigned long trapvec_text_jmp_into(unsigned long start, unsigned long end);
+u32 trapvec_text_revert_within(unsigned long start, unsigned long end);
 
 /* state.c: has its own mutex; never called with trapvec_mutex held. */
 int trapvec_state_get(struct trapvec_state *req);
@@ -217,6 +219,16 @@ int trapvec_keys_add(struct trapvec_key_add *req);
 int trapvec_keys_remove(struct trapvec_key_remove *req);
 int trapvec_keys_stats(struct trapvec_key_stats *req);
 void trapvec_keys_exit(void);
+
+/* modwatch.c */
+struct file;
+int trapvec_modwatch_init(void);
+void trapvec_modwatch_exit(void);
+int trapvec_modwatch_watch(struct file *file, void __user *uarg);
+int trapvec_modwatch_event(struct file *file, void __user *uarg);
+int trapvec_modwatch_ack(struct file *file, void __user *uarg);
+void trapvec_modwatch_release(struct file *file);
+bool trapvec_modwatch_arming(const struct module *mod);
 
 /* Per-CPU sync_core(), for on_each_cpu() and the stop_machine() callback. */
 void trapvec_sync_core(void *unused);

@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 9;
+pub const TRAPVEC_ABI_VERSION: u32 = 10;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -673,6 +673,72 @@ const _: () = assert!(core::mem::size_of::<TrapvecKeyRemove>() == 8);
 const _: () = assert!(core::mem::size_of::<TrapvecKeyEntry>() == 24);
 const _: () = assert!(core::mem::size_of::<TrapvecKeyStats>() == 48);
 
+// Module watch (ABI 10): `kmod/modwatch.c`.
+
+/// `trapvec_apply.flags`: patches for a module that is COMING (its load held for the watcher)
+/// or live, taking no reference on it; the module's going reverts them.
+pub const TRAPVEC_APPLY_DEFERRED: u32 = 1;
+/// A module is coming: its symbols are listed, its init has not run.
+pub const TRAPVEC_MODEVENT_COMING: u32 = 1;
+/// A module is going: its exit has run, its text is not freed yet.
+pub const TRAPVEC_MODEVENT_GOING: u32 = 2;
+/// Bytes of a module name (`MODULE_NAME_LEN` on 64-bit), NUL included.
+pub const TRAPVEC_MODNAME_LEN: usize = 56;
+
+/// `struct trapvec_watch`: make this file the watcher.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecWatch {
+    /// Must be 0.
+    pub flags: u32,
+    pub pad: u32,
+}
+
+/// `struct trapvec_modevent`: the next module event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrapvecModevent {
+    /// Out: the event's number, for MODACK.
+    pub seq: u64,
+    /// Out: `TRAPVEC_MODEVENT_*`.
+    pub state: u32,
+    /// In: how long to wait for an event.
+    pub timeout_ms: u32,
+    /// Out: the module's core text.
+    pub text_base: u64,
+    /// Out.
+    pub text_size: u64,
+    /// Out: the module's name, NUL-terminated.
+    pub name: [u8; TRAPVEC_MODNAME_LEN],
+}
+
+impl Default for TrapvecModevent {
+    fn default() -> Self {
+        TrapvecModevent {
+            seq: 0,
+            state: 0,
+            timeout_ms: 0,
+            text_base: 0,
+            text_size: 0,
+            name: [0; TRAPVEC_MODNAME_LEN],
+        }
+    }
+}
+
+/// `struct trapvec_modack`: the watcher is done with an event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecModack {
+    pub seq: u64,
+    /// 0, or (COMING only) a negative errno that refuses the module.
+    pub error: i32,
+    pub pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<TrapvecWatch>() == 8);
+const _: () = assert!(core::mem::size_of::<TrapvecModevent>() == 88);
+const _: () = assert!(core::mem::size_of::<TrapvecModack>() == 16);
+
 /// `_IOWR(TRAPVEC_IOC_MAGIC, nr, T)` for an argument of `size` bytes (Linux asm-generic
 /// encoding: direction in bits 30–31, size in 16–29, type in 8–15, number in 0–7).
 const fn iowr(nr: u8, size: usize) -> u32 {
@@ -707,3 +773,6 @@ pub const TRAPVEC_IOC_RETURN_STATS: u32 = iowr(34, core::mem::size_of::<TrapvecR
 pub const TRAPVEC_IOC_KEY_ADD: u32 = iowr(35, core::mem::size_of::<TrapvecKeyAdd>());
 pub const TRAPVEC_IOC_KEY_REMOVE: u32 = iowr(36, core::mem::size_of::<TrapvecKeyRemove>());
 pub const TRAPVEC_IOC_KEY_STATS: u32 = iowr(37, core::mem::size_of::<TrapvecKeyStats>());
+pub const TRAPVEC_IOC_WATCH: u32 = iowr(48, core::mem::size_of::<TrapvecWatch>());
+pub const TRAPVEC_IOC_MODEVENT: u32 = iowr(49, core::mem::size_of::<TrapvecModevent>());
+pub const TRAPVEC_IOC_MODACK: u32 = iowr(50, core::mem::size_of::<TrapvecModack>());

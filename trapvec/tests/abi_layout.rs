@@ -70,6 +70,9 @@ fn rust_layout() -> RustLayout {
         TrapvecKeyRemove => "trapvec_key_remove" { slot, generation }
         TrapvecKeyEntry => "trapvec_key_entry" { key, count }
         TrapvecKeyStats => "trapvec_key_stats" { slot, generation, entries, capacity, count, by, pad, overflow, hits }
+        TrapvecWatch => "trapvec_watch" { flags, pad }
+        TrapvecModevent => "trapvec_modevent" { seq, state, timeout_ms, text_base, text_size, name }
+        TrapvecModack => "trapvec_modack" { seq, error, pad }
     }
 }
 
@@ -265,6 +268,16 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_KEY_ADD", u64::from(TRAPVEC_IOC_KEY_ADD)),
         ("TRAPVEC_IOC_KEY_REMOVE", u64::from(TRAPVEC_IOC_KEY_REMOVE)),
         ("TRAPVEC_IOC_KEY_STATS", u64::from(TRAPVEC_IOC_KEY_STATS)),
+        ("TRAPVEC_APPLY_DEFERRED", u64::from(TRAPVEC_APPLY_DEFERRED)),
+        (
+            "TRAPVEC_MODEVENT_COMING",
+            u64::from(TRAPVEC_MODEVENT_COMING),
+        ),
+        ("TRAPVEC_MODEVENT_GOING", u64::from(TRAPVEC_MODEVENT_GOING)),
+        ("TRAPVEC_MODNAME_LEN", TRAPVEC_MODNAME_LEN as u64),
+        ("TRAPVEC_IOC_WATCH", u64::from(TRAPVEC_IOC_WATCH)),
+        ("TRAPVEC_IOC_MODEVENT", u64::from(TRAPVEC_IOC_MODEVENT)),
+        ("TRAPVEC_IOC_MODACK", u64::from(TRAPVEC_IOC_MODACK)),
     ]
 }
 
