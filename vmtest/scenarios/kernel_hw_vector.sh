@@ -13,6 +13,7 @@
 # Prints KEY=value lines that vmtest/tests/kernel_hw_vector.rs checks; vmtest fails the run on
 # any oops, BUG or WARNING.
 set -u
+. /lib/scenario.sh
 
 module=$(sed -n 's/.*tv_hw_vector\.module=\([^ ]*\).*/\1/p' /proc/cmdline)
 if [ -n "$module" ]; then
@@ -46,9 +47,10 @@ done
 
 # The trap path still works: a count splice on getppid sees every call.
 trapctl load /components/empty.o > /dev/null || exit 11
-trapctl splice __x64_sys_getppid+5 --call empty_handler > /dev/null || exit 12
+site=$(past_entry __x64_sys_getppid 0)
+trapctl splice "$site" --call empty_handler > /dev/null || exit 12
 sysbench -n 1000 getppid > /dev/null || exit 13
-echo "GETPPID_HITS=$(trapctl list | awk '$1 == "__x64_sys_getppid+5" { print $(NF-1) }')"
+echo "GETPPID_HITS=$(trapctl list | awk -v s="$site" '$1 == s { print $(NF-1) }')"
 trapctl unsplice --all > /dev/null && echo "UNSPLICED=yes"
 echo "UNKNOWN_END=$(( $(traps unknown) - unknown0 ))"
 echo "HW_VECTOR_DONE"

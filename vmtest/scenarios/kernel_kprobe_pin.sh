@@ -10,6 +10,7 @@
 # the packed one.
 # Prints KEY=value lines that vmtest/tests/kernel_kprobe_pin.rs checks.
 set -eu
+. /lib/scenario.sh
 T=/sys/kernel/tracing
 M=/sys/module/trapvec
 
@@ -23,18 +24,31 @@ echo "BLACKLIST_KNOB=$(cat $M/parameters/kprobe_blacklist)"
 echo 0 > /proc/sys/debug/kprobes-optimization
 
 # tcp_sync_mss runs only with TCP traffic: nothing calls it here, so the probe never runs the
-# trap it copied.
-trapctl splice --count tcp_sync_mss+5
+# trap it copied. The point is the first instruction past the entry's kernel-owned bytes
+# (tcp_sync_mss+5 on 6.1, +9 on 6.12), printed for the test.
+mss_site=$(past_entry tcp_sync_mss 0)
+echo "MSS_SITE=$mss_site"
+trapctl splice --count "$mss_site"
 echo "REFCNT_BEFORE=$(cat $M/refcnt)"
-echo 'p:tvpin/mss tcp_sync_mss+5' >> $T/kprobe_events
+# 6.12's can_probe() refuses a kprobe on an `int n` instruction (EILSEQ): there no kprobe can
+# land on a live trap, only on a jmp splice's `jmp rel32`, so the pin is shown on one of those.
+if echo "p:tvpin/mss $mss_site" >> $T/kprobe_events 2> /tmp/kp.err; then
+	echo "KPROBE_ON_TRAP=accepted"
+else
+	echo "KPROBE_ON_TRAP=refused: $(cat /tmp/kp.err)"
+	trapctl unsplice "$mss_site"
+	trapctl splice --count --mechanism jmp "$mss_site"
+	echo "p:tvpin/mss $mss_site" >> $T/kprobe_events
+fi
 echo 1 > $T/events/tvpin/mss/enable
 echo "PROBES=$(grep -c tcp_sync_mss /sys/kernel/debug/kprobes/list)"
 
 # trapctl itself would now refuse to start: the state it restores says the site holds our
 # trap, and it holds the probe's int3. The raw helper (tvraw) makes the requests instead.
-# Any APPLY looks: an identity patch of one byte elsewhere (push rbx at __x64_sys_getppid+5).
-ppid=$(awk '$3 == "__x64_sys_getppid" { print $1 }' /proc/kallsyms)
-echo "TOUCH=$(/files/tvraw touch "$(printf '%x' $((0x$ppid + 5)))" 1)"
+# Any APPLY looks: an identity patch of one byte elsewhere (push rbx past __x64_sys_getppid's
+# entry).
+ppid=$(addr __x64_sys_getppid)
+echo "TOUCH=$(/files/tvraw touch "$(printf '%x' $((0x$ppid + $(entry_len __x64_sys_getppid))))" 1)"
 echo "REFCNT_PINNED=$(cat $M/refcnt)"
 dmesg | grep 'is armed on the live patch' | tail -n 1 | sed 's/^\[[^]]*\] */PIN_LINE=/'
 # And QUIESCE, which names the probe again.

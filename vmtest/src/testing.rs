@@ -162,6 +162,19 @@ pub fn guest_module(dir: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
 }
 
+/// [`guest_module`] built against the kernel `kernel` (a series such as `"6.12"`, or a vmlinuz
+/// path) whatever [`host::GUEST_KERNEL_ENV`] says: for a test that boots that kernel with
+/// [`Scenario::kernel`]. Panics with the reason.
+pub fn guest_module_for(kernel: &str, dir: &str, name: &str) -> PathBuf {
+    let kernel = host::KernelInstall::choose(kernel).unwrap_or_else(|e| panic!("{e}"));
+    let builder =
+        crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
+    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
+    builder
+        .external_module(&repo_root().join("vmtest/kmods").join(dir), name)
+        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+}
+
 /// The benchmark peers of `vmtest/peers/` for `vmtest/scenarios/peers.sh`, built into `dir`
 /// ([`crate::build::peers`]): the paths to pass with `--file`. Panics with the reason.
 pub fn peers(dir: &Path) -> Vec<PathBuf> {

@@ -10,15 +10,31 @@
 //! `TRAPVEC_HW_VECTOR_MODULE=/path/trapvec.ko` tests that module instead of the tree's: the
 //! dispatcher before this fix retried the IPI at ip - 2, leaving the vector in service.
 
-use vmtest::testing::{can_boot, guest_module, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, guest_module, guest_module_for, Scenario};
 
 #[test]
 fn a_hardware_delivered_trap_vector_is_chained_to_the_old_gate_and_never_retried() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let scenario = Scenario::named("kernel_hw_vector.sh")
-        .file(guest_module("selfipi", "tv_selfipi"))
+    hw_vector(Scenario::named("kernel_hw_vector.sh").file(guest_module("selfipi", "tv_selfipi")));
+}
+
+/// The same on Debian 13's kernel (the splice past its endbr64 and ftrace site, at +9).
+#[test]
+fn a_hardware_delivered_trap_vector_is_chained_to_the_old_gate_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    hw_vector(
+        Scenario::named("kernel_hw_vector.sh")
+            .kernel("6.12")
+            .file(guest_module_for("6.12", "selfipi", "tv_selfipi")),
+    );
+}
+
+fn hw_vector(scenario: Scenario) {
+    let scenario = scenario
         .timeout(300)
         .module_under_test("TRAPVEC_HW_VECTOR_MODULE", "tv_hw_vector");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));

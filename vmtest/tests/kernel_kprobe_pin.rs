@@ -7,15 +7,35 @@
 //! reference and `rmmod` reverts the live patches. `TRAPVEC_KPROBE_PIN_MODULE=/path/trapvec.ko`
 //! tests that module instead of the tree's (how the module without the pin was shown to fail).
 
-use vmtest::testing::{can_boot, tvraw, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, tvraw, Scenario};
 
 #[test]
 fn a_kprobe_on_a_live_patch_refuses_unload_naming_the_site_until_it_is_removed() {
     if !can_boot("kernel scenario") {
         return;
     }
+    kprobe_pin(Scenario::named("kernel_kprobe_pin.sh"), true);
+}
+
+/// The same on Debian 13's kernel, at tcp_sync_mss+0x9 (past endbr64 and the ftrace site).
+/// There `can_probe()` refuses a kprobe on an `int n` instruction, so no kprobe can land on a
+/// live trap: the scenario shows that and pins the module with a kprobe on a jmp splice.
+#[test]
+fn a_kprobe_on_a_live_patch_pins_the_module_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    kprobe_pin(
+        Scenario::named("kernel_kprobe_pin.sh").kernel("6.12"),
+        false,
+    );
+}
+
+/// `probe_on_trap`: whether the kernel lets a kprobe onto the live trap (6.1) or refuses it
+/// (6.12), in which case the probe goes onto a jmp splice of the same point.
+fn kprobe_pin(scenario: Scenario, probe_on_trap: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = Scenario::named("kernel_kprobe_pin.sh")
+    let scenario = scenario
         .file(tvraw(dir.path()))
         .timeout(600)
         .module_under_test("TRAPVEC_KPROBE_PIN_MODULE", "tv_kprobe_pin");
@@ -26,6 +46,15 @@ fn a_kprobe_on_a_live_patch_refuses_unload_naming_the_site_until_it_is_removed()
         "the scenario ran to its end"
     );
     assert_eq!(run.expect("BLACKLIST_KNOB"), "N");
+    let on_trap = run.expect("KPROBE_ON_TRAP");
+    if probe_on_trap {
+        assert_eq!(on_trap, "accepted", "a kprobe lands on the live trap");
+    } else {
+        assert!(
+            on_trap.starts_with("refused: "),
+            "the kernel refuses a kprobe on `int 0xf5`: {on_trap}"
+        );
+    }
     assert_eq!(
         run.number("PROBES"),
         1,
@@ -38,10 +67,18 @@ fn a_kprobe_on_a_live_patch_refuses_unload_naming_the_site_until_it_is_removed()
         1,
         "the module holds itself while the probe exists"
     );
+    // The first instruction past the entry (tcp_sync_mss+5 on 6.1, +9 on 6.12), as the
+    // kernel's %pS names it.
+    let at: u64 = run
+        .expect("MSS_SITE")
+        .strip_prefix("tcp_sync_mss+")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("MSS_SITE={}", run.expect("MSS_SITE")));
+    let site = format!("tcp_sync_mss+{at:#x}");
     let pin = run.expect("PIN_LINE");
     assert!(
-        pin.contains("kprobe at tcp_sync_mss+0x5/")
-            && pin.contains("armed on the live patch at tcp_sync_mss+0x5/"),
+        pin.contains(&format!("kprobe at {site}/"))
+            && pin.contains(&format!("armed on the live patch at {site}/")),
         "dmesg names the probe and the site: {pin}"
     );
     assert!(

@@ -9,15 +9,34 @@
 //! the stubs marked end-of-stack, as before this fix, the transition completes within a second
 //! or two while the task still sleeps inside the old `common_nsleep()`).
 
-use vmtest::testing::{can_boot, guest_module, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, guest_module, guest_module_for, Scenario};
 
 #[test]
 fn a_livepatch_transition_waits_for_a_task_sleeping_under_a_pending_return_point() {
     if !can_boot("kernel scenario") {
         return;
     }
-    let scenario = Scenario::named("kernel_livepatch_returns.sh")
-        .file(guest_module("lp_nsleep", "tv_lp_nsleep"))
+    livepatch_returns(
+        Scenario::named("kernel_livepatch_returns.sh")
+            .file(guest_module("lp_nsleep", "tv_lp_nsleep")),
+    );
+}
+
+/// The same on Debian 13's kernel (the livepatch built against its headers).
+#[test]
+fn a_livepatch_transition_waits_for_a_task_under_a_return_point_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    livepatch_returns(
+        Scenario::named("kernel_livepatch_returns.sh")
+            .kernel("6.12")
+            .file(guest_module_for("6.12", "lp_nsleep", "tv_lp_nsleep")),
+    );
+}
+
+fn livepatch_returns(scenario: Scenario) {
+    let scenario = scenario
         .timeout(300)
         .module_under_test("TRAPVEC_LP_RETURNS_MODULE", "tv_lp_returns");
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));

@@ -7,7 +7,7 @@
 //! hand the site over, and a refused switch leaves the old profile's splice live and recorded.
 
 use serde_json::Value;
-use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
+use vmtest::testing::{build_trapd, can_boot, can_boot_kernel, Run, Scenario};
 
 /// The one live splice of a squashed `trapctl list --json`.
 fn row(run: &Run, key: &str) -> Value {
@@ -38,8 +38,21 @@ fn predicates_let_only_the_named_task_in_by_trap_and_by_jmp() {
     if !can_boot("kernel scenario") {
         return;
     }
+    predicates(Scenario::named("kernel_predicates.sh"));
+}
+
+/// The same on Debian 13's kernel.
+#[test]
+fn predicates_let_only_the_named_task_in_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    predicates(Scenario::named("kernel_predicates.sh").kernel("6.12"));
+}
+
+fn predicates(scenario: Scenario) {
     let trapd = build_trapd();
-    let run = Scenario::named("kernel_predicates.sh")
+    let run = scenario
         .file(&trapd)
         .timeout(600)
         .run(env!("CARGO_BIN_EXE_vmtest"));

@@ -8,15 +8,28 @@
 //! its request; the function's bytes come back (vmtest fails the run on any oops or WARNING).
 
 use serde_json::Value;
-use vmtest::testing::{build_trapd, can_boot, Scenario};
+use vmtest::testing::{build_trapd, can_boot, can_boot_kernel, Scenario};
 
 #[test]
 fn counts_and_timers_ended_by_signals_remove_their_splices_and_print_their_figures() {
     if !can_boot("kernel scenario") {
         return;
     }
+    signals(Scenario::named("kernel_signals.sh"));
+}
+
+/// The same on Debian 13's kernel.
+#[test]
+fn counts_and_timers_ended_by_signals_remove_their_splices_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    signals(Scenario::named("kernel_signals.sh").kernel("6.12"));
+}
+
+fn signals(scenario: Scenario) {
     let trapd = build_trapd();
-    let run = Scenario::named("kernel_signals.sh")
+    let run = scenario
         .file(&trapd)
         .timeout(300)
         .run(env!("CARGO_BIN_EXE_vmtest"));

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use vmtest::testing::{can_boot, repo_root, Scenario, INSTALL_HINT};
+use vmtest::testing::{can_boot, can_boot_kernel, repo_root, Scenario, INSTALL_HINT};
 
 /// `make deb`'s script with its output in `out`: the trapvec-tools package's path.
 fn build_tools_deb(out: &Path) -> PathBuf {
@@ -67,6 +67,19 @@ fn trapd_service_runs_hardened_under_systemd_and_does_real_work() {
     if !can_boot("VM test") {
         return;
     }
+    trapd_systemd(Scenario::named("trapd_systemd.sh"));
+}
+
+/// The same on Debian 13's kernel (the module built for it, in its `updates/dkms`).
+#[test]
+fn trapd_service_runs_hardened_under_systemd_on_6_12_too() {
+    if !can_boot_kernel("VM test on 6.12", "6.12") {
+        return;
+    }
+    trapd_systemd(Scenario::named("trapd_systemd.sh").kernel("6.12"));
+}
+
+fn trapd_systemd(scenario: Scenario) {
     let missing = missing_tools();
     if !missing.is_empty() {
         assert!(
@@ -93,7 +106,7 @@ fn trapd_service_runs_hardened_under_systemd_and_does_real_work() {
         "the package holds the repository's unit unchanged"
     );
 
-    let run = Scenario::named("trapd_systemd.sh")
+    let run = scenario
         .arg("--systemd")
         .arg("--tree")
         .arg(&root)

@@ -55,3 +55,26 @@ start_trapd() {
 		usleep 100000
 	done
 }
+
+# `entry_len SYMBOL`: how many bytes at SYMBOL's start the kernel owns, read from its live text:
+# an endbr64 (or 6.12's sealed 4-byte NOP over one) and then the 5-byte ftrace site (its NOP or
+# its call), as the planner's point resolution skips them: 5 on 6.1, 9 on 6.12 where IBT puts
+# endbr64 first. Offsets in the scenarios are written past it (`past_entry`), so that the same
+# instruction is named on both kernels.
+entry_len() {
+	b=$(trapctl read "$1" 9 | awk '{ for (i = 2; i <= NF; i++) printf "%s", $i }')
+	n=0
+	case $b in
+	f30f1efa* | 660f1f00*) n=4 b=${b#????????} ;;
+	esac
+	case $b in
+	0f1f440000* | e8*) n=$((n + 5)) ;;
+	esac
+	echo "$n"
+}
+
+# `past_entry SYMBOL DELTA`: the point `SYMBOL+N`, N being DELTA bytes past its entry_len
+# (`past_entry __x64_sys_getppid 0` is `__x64_sys_getppid+5` on 6.1, `+9` on 6.12).
+past_entry() {
+	echo "$1+$(($(entry_len "$1") + $2))"
+}
