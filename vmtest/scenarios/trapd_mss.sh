@@ -4,6 +4,9 @@
 # capability bounding set (capbound). Needs --file trapd (the daemon)
 # and --file trapd_fuzz.txt (the lines); run by vmtest/tests/trapd_mss.rs.
 set -e
+# 6.12's tc asks the kernel for the module alias net-sch-netem, which the guest's modprobe
+# cannot resolve (no modules.alias): load netem by name first (6.1 asks for sch_netem itself).
+modprobe sch_netem
 cp /files/trapd /bin/trapd
 chmod 755 /bin/trapd
 mkdir -p /run /var/lib/trapd

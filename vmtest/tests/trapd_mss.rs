@@ -16,7 +16,7 @@ use std::process::Command;
 
 use prometheus_parse::{Scrape, Value};
 
-use vmtest::testing::{build_trapd, can_boot, Scenario};
+use vmtest::testing::{build_trapd, can_boot, can_boot_kernel, Scenario};
 
 /// xorshift64: the same lines on every run.
 struct Rng(u64);
@@ -218,12 +218,25 @@ fn trapd_adapts_mss_to_loss_survives_kill_9_refuses_nobody_and_malformed_lines()
     if !can_boot("VM test") {
         return;
     }
+    trapd_mss(Scenario::named("trapd_mss.sh"));
+}
+
+/// The same on Debian 13's kernel (the clamp spliced at tcp_sync_mss+0x9).
+#[test]
+fn trapd_adapts_mss_to_loss_on_6_12_too() {
+    if !can_boot_kernel("VM test on 6.12", "6.12") {
+        return;
+    }
+    trapd_mss(Scenario::named("trapd_mss.sh").kernel("6.12"));
+}
+
+fn trapd_mss(scenario: Scenario) {
     let trapd = build_trapd();
     let dir = tempfile::tempdir().unwrap();
     let (fuzz, reads) = fuzz_lines();
     let fuzz_path = dir.path().join("trapd_fuzz.txt");
     std::fs::write(&fuzz_path, fuzz).unwrap();
-    let run = Scenario::named("trapd_mss.sh")
+    let run = scenario
         .timeout(900)
         .file(&trapd)
         .file(&fuzz_path)
