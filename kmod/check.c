@@ -55,6 +55,7 @@
 #include <asm/text-patching.h>
 
 #include "trapvec_internal.h"
+#include "trapvec_idle.h"
 
 static bool trapvec_overlaps(unsigned long addr, unsigned long len, unsigned long start,
 			     unsigned long end)
@@ -420,6 +421,10 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 	if (trapvec_text_overlaps_live(addr, len))
 		return TRAPVEC_REASON_LIVE_PATCH;
 	reason = trapvec_check_sections(addr, len);
+	if (reason)
+		return reason;
+	/* The CPU-offline path after rcu_report_dead() (reserved.c says why). */
+	reason = trapvec_dead_cpu_check(addr, len, culprit);
 	if (reason)
 		return reason;
 	reason = trapvec_check_text(addr, len);

@@ -20,6 +20,7 @@
 
 #include "trapvec_arena.h"
 #include "trapvec_internal.h"
+#include "trapvec_idle.h"
 
 struct trapvec_ksyms trapvec_ksyms;
 
@@ -42,6 +43,15 @@ static trapvec_lookup_name_t trapvec_find_lookup_name(void)
 	fn = (trapvec_lookup_name_t)kp.addr;
 	unregister_kprobe(&kp);
 	return fn;
+}
+
+/* Kept for lookups after load (trapvec_ksym()). */
+static trapvec_lookup_name_t trapvec_lookup_name;
+
+/* A kernel symbol's address by name, 0 if absent (reserved.c's lists of functions). */
+unsigned long trapvec_ksym(const char *name)
+{
+	return trapvec_lookup_name ? trapvec_lookup_name(name) : 0;
 }
 
 struct trapvec_ksym_ref {
@@ -124,6 +134,7 @@ int trapvec_ksyms_init(void)
 	lookup = trapvec_find_lookup_name();
 	if (!lookup)
 		return -ENOENT;
+	trapvec_lookup_name = lookup;
 
 	for (i = 0; i < ARRAY_SIZE(refs); i++) {
 		unsigned long addr = lookup(refs[i].name);

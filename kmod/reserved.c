@@ -29,6 +29,7 @@
 #include <asm/text-patching.h>
 
 #include "trapvec_internal.h"
+#include "trapvec_idle.h"
 
 /* One reserved range [start, start + len) and why it is reserved. */
 struct trapvec_reserved {
@@ -165,6 +166,7 @@ int trapvec_reserved_init(void)
 		trapvec_reserved_exit();
 		return -ENOMEM;
 	}
+	trapvec_dead_cpu_init();
 	return 0;
 }
 
@@ -298,4 +300,71 @@ u32 trapvec_hidden_check(unsigned long addr, u32 len, u64 *culprit)
 			 reason == TRAPVEC_REASON_JUMP_TARGET ? "jump-label target" : "exception fix-up",
 			 (void *)at);
 	return reason;
+}
+
+/*
+ * The CPU-offline path after rcu_report_dead(). The dying CPU's idle task calls
+ * cpuhp_report_idle_dead() (do_idle(), kernel/sched/idle.c), which removes the CPU from RCU's
+ * masks (rcu_report_dead() in 6.1, rcutree_report_cpu_dead() in 6.12), then
+ * arch_cpu_idle_dead() -> native_play_dead() -> play_dead_common() (idle_task_exit(), the
+ * "dead" report: cpu_report_death() in 6.1, cpuhp_ap_report_dead() in 6.12), tboot_shutdown(),
+ * mwait_play_dead(), cpuidle_play_dead() (a driver's ->enter_dead: acpi_idle_play_dead()) or
+ * hlt_play_dead(), and loops there until it is brought up again (arch/x86/kernel/smpboot.c).
+ * From rcu_report_dead() on, no RCU grace period (nor an RCU-tasks or rude one: they wait for
+ * online CPUs) waits for that CPU; once it has reported itself dead, the hotplug lock that
+ * keeps stop_machine() (text.c: cpus_read_lock()) out of the offline is released while the CPU
+ * still runs the rest, then loops in hlt/mwait forever, outside every stop_machine() and its
+ * sync_core(). So a site there could be freed under the dead CPU or rewritten while it
+ * executes it. These functions run nowhere else (tboot_shutdown() also at reboot), so they are
+ * refused whole; what they call that other code shares (smp_call_function_single(),
+ * switch_mm_irqs_off() in idle_task_exit()) runs before the dead report, under the hotplug
+ * lock, and is left alone. Names not in this kernel (inlined, or of the other version) are
+ * skipped.
+ */
+static const char * const trapvec_dead_cpu_names[] = {
+	"rcu_report_dead", "rcutree_report_cpu_dead", "cpuhp_report_idle_dead",
+	"arch_cpu_idle_dead", "native_play_dead", "play_dead_common", "idle_task_exit",
+	"cpu_report_death", "cpuhp_ap_report_dead", "cpuhp_ap_update_sync_state",
+	"tboot_shutdown", "mwait_play_dead", "cpuidle_play_dead", "acpi_idle_play_dead",
+	"hlt_play_dead", "cond_wakeup_cpu0",
+};
+
+static struct {
+	unsigned long start, end;
+} trapvec_dead_cpu[ARRAY_SIZE(trapvec_dead_cpu_names)];
+static unsigned int trapvec_dead_cpu_count;
+
+void trapvec_dead_cpu_init(void)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long addr, size, offset;
+	unsigned int i;
+
+	trapvec_dead_cpu_count = 0;
+	for (i = 0; i < ARRAY_SIZE(trapvec_dead_cpu_names); i++) {
+		addr = trapvec_ksym(trapvec_dead_cpu_names[i]);
+		if (!addr || !k->kallsyms_lookup_size_offset(addr, &size, &offset) || offset)
+			continue;
+		trapvec_dead_cpu[trapvec_dead_cpu_count].start = addr;
+		trapvec_dead_cpu[trapvec_dead_cpu_count].end = addr + size;
+		trapvec_dead_cpu_count++;
+	}
+	pr_debug("%u functions of the CPU-offline path after rcu_report_dead()\n",
+		 trapvec_dead_cpu_count);
+}
+
+/* A window in one of them: TRAPVEC_REASON_DEAD_CPU, culprit the function's start. */
+u32 trapvec_dead_cpu_check(unsigned long addr, u32 len, u64 *culprit)
+{
+	unsigned int i;
+
+	for (i = 0; i < trapvec_dead_cpu_count; i++) {
+		if (addr < trapvec_dead_cpu[i].end && trapvec_dead_cpu[i].start < addr + len) {
+			*culprit = trapvec_dead_cpu[i].start;
+			pr_debug("%pS: in %ps, which a CPU going offline runs after rcu_report_dead()\n",
+				 (void *)addr, (void *)trapvec_dead_cpu[i].start);
+			return TRAPVEC_REASON_DEAD_CPU;
+		}
+	}
+	return TRAPVEC_REASON_NONE;
 }

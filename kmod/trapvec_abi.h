@@ -88,7 +88,13 @@
  * s32 insn, s32 fixup, s32 data, insn and fixup relative to their own fields).
  */
 #define TRAPVEC_REASON_EXTABLE_FIXUP	33
-#define TRAPVEC_REASON_MAX		33
+/*
+ * A function a CPU going offline runs after rcu_report_dead() (RCU no longer waits for that
+ * CPU, and a dead CPU loops in the last of them outside stop_machine()); culprit: the
+ * function's start.
+ */
+#define TRAPVEC_REASON_DEAD_CPU		34
+#define TRAPVEC_REASON_MAX		34
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {

@@ -33,6 +33,17 @@
 //! jmp site+displaced_len
 //! ```
 //!
+//! With [`TrampolineOptions::rcu_watch`] (kernel code, a module that provides the two calls),
+//! the handler's call is wrapped so that it runs with RCU watching wherever the site is (the
+//! idle loop after `ct_idle_enter()` runs ordinary text: `kmod/jmp_rcu.c` says why):
+//!
+//! ```text
+//! call enter                       ; rel32: 0 where RCU watches, else 1 after ct_nmi_enter()
+//! mov r12, rax                     ; callee-saved: survives the handler (its value is in the frame)
+//! cld ; mov rdi, rbx ; mov rsi, cookie ; call handler
+//! test r12, r12 ; jz +5 ; call exit ; rel32: ct_nmi_exit()
+//! ```
+//!
 //! `cld` comes right before the call (the SysV ABI wants DF clear there); `popfq` brings the
 //! original DF back. Where the status flags are dead and `popfq` is left out, DF is set again
 //! from the saved flags (`test byte [rsp+1], 4; jz +1; std`).
@@ -344,6 +355,42 @@ pub struct TrampolineOptions {
     /// k0–7, x87, MXCSR) with `xsave64`/`xrstor64` into a 64-byte-aligned area of this many
     /// bytes (CPUID leaf 0xD, see [`host_xsave_size`]) instead of xmm0–15 alone.
     pub xsave_size: Option<u32>,
+    /// Wrap the handler's call in the target's RCU entry and exit (see the module docs):
+    /// kernel trampolines, whose site may be in text the idle loop runs with RCU not watching.
+    pub rcu_watch: Option<RcuWatch>,
+}
+
+/// The kernel module's calls that make RCU watch around a trampoline's handler
+/// (`trapvec_jmp_rcu_enter` returns 1 when it entered RCU, and then `trapvec_jmp_rcu_exit`
+/// must be called after the handler), found by name in the target's symbols.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RcuWatch {
+    pub enter: u64,
+    pub exit: u64,
+}
+
+impl RcuWatch {
+    /// The module's symbol names.
+    pub const ENTER: &'static str = "trapvec_jmp_rcu_enter";
+    pub const EXIT: &'static str = "trapvec_jmp_rcu_exit";
+    /// The module that defines them (the symbols' origin in kallsyms).
+    pub const MODULE: &'static str = "trapvec";
+
+    /// Both calls in `symbols`, defined by the kernel module; `None` in a process, or with a
+    /// module that predates them.
+    pub fn find(symbols: &trapvec::SymbolTable) -> Option<RcuWatch> {
+        let of_module = |name: &str| {
+            symbols
+                .lookup_all(name)
+                .into_iter()
+                .find(|s| s.origin.as_deref() == Some(Self::MODULE))
+                .map(|s| s.addr)
+        };
+        Some(RcuWatch {
+            enter: of_module(Self::ENTER)?,
+            exit: of_module(Self::EXIT)?,
+        })
+    }
 }
 
 impl TrampolineOptions {
@@ -354,6 +401,7 @@ impl TrampolineOptions {
             save_vector_regs: info.save_vector_regs,
             count_inflight: true,
             xsave_size: None,
+            rcu_watch: None,
         }
     }
 }
@@ -426,6 +474,18 @@ pub fn emit_call_trampoline_with(
             });
         }
     }
+    if let Some(rcu) = opts.rcu_watch {
+        for (to, name) in [(rcu.enter, RcuWatch::ENTER), (rcu.exit, RcuWatch::EXIT)] {
+            if !reaches(t.addr, to, LAYOUT_MARGIN) {
+                log::debug!("{name} at {to:#x} is out of rel32 reach of {:#x}", t.addr);
+                return Err(Refusal::OutOfReach {
+                    what: "a call trampoline's RCU entry or exit",
+                    from: t.addr,
+                    to,
+                });
+            }
+        }
+    }
     let far_handler = !reaches(t.addr, t.handler, LAYOUT_MARGIN);
     if far_handler {
         log::debug!(
@@ -439,7 +499,7 @@ pub fn emit_call_trampoline_with(
         far_handler,
         opts: *opts,
     };
-    let mut out = Prelude::of(shape, what)?.fill(t, what)?;
+    let mut out = Prelude::of(shape, what)?.fill(t, opts.rcu_watch, what)?;
     let mut tail = Asm::new(t.addr + out.len() as u64, what);
     tail.displaced(plan)?;
     tail.jmp(plan.window_end())?;
@@ -455,16 +515,21 @@ enum Slot {
     Site,
     Cookie,
     Handler,
+    RcuEnter,
+    RcuExit,
 }
 
 impl Slot {
-    fn of(self, t: &CallTrampoline) -> u64 {
+    fn of(self, t: &CallTrampoline, rcu: Option<RcuWatch>) -> u64 {
         match self {
             Slot::Hits => t.hits,
             Slot::Inflight => t.inflight,
             Slot::Site => t.site,
             Slot::Cookie => t.cookie,
             Slot::Handler => t.handler,
+            // Only in a prelude whose shape has `rcu_watch`.
+            Slot::RcuEnter => rcu.map_or(0, |r| r.enter),
+            Slot::RcuExit => rcu.map_or(0, |r| r.exit),
         }
     }
 }
@@ -634,6 +699,17 @@ impl Prelude {
             }
             (false, _) => {}
         }
+        if opts.rcu_watch.is_some() {
+            // rsp is 16-aligned here, as at the handler's call.
+            push(
+                Instruction::with_branch(Code::Call_rel32_64, 0),
+                Some(Slot::RcuEnter),
+            )?;
+            push(
+                Instruction::with2(Code::Mov_r64_rm64, Register::R12, Register::RAX),
+                None,
+            )?;
+        }
         // The SysV ABI wants DF clear at a call; the original DF comes back with the flags.
         push(Ok(Instruction::with(Code::Cld)), None)?;
         push(
@@ -654,6 +730,18 @@ impl Prelude {
             push(
                 Instruction::with_branch(Code::Call_rel32_64, 0),
                 Some(Slot::Handler),
+            )?;
+        }
+        if opts.rcu_watch.is_some() {
+            push(
+                Instruction::with2(Code::Test_rm64_r64, Register::R12, Register::R12),
+                None,
+            )?;
+            // jz over the 5-byte call.
+            push(Ok(Instruction::with_declare_byte_2(0x74, 0x05)), None)?;
+            push(
+                Instruction::with_branch(Code::Call_rel32_64, 0),
+                Some(Slot::RcuExit),
             )?;
         }
         match (opts.save_vector_regs, opts.xsave_size) {
@@ -745,13 +833,18 @@ impl Prelude {
     }
 
     /// The prelude of trampoline `t` at `t.addr`: the template's bytes with `t`'s values in.
-    fn fill(&self, t: &CallTrampoline, what: &'static str) -> Result<Vec<u8>, Refusal> {
+    fn fill(
+        &self,
+        t: &CallTrampoline,
+        rcu: Option<RcuWatch>,
+        what: &'static str,
+    ) -> Result<Vec<u8>, Refusal> {
         let mut out = Vec::with_capacity(self.bytes.len() + 64);
         out.extend_from_slice(&self.bytes);
         for hole in &self.holes {
             match *hole {
                 Hole::Rel32 { slot, at, next } => {
-                    let to = slot.of(t);
+                    let to = slot.of(t, rcu);
                     let from = t.addr + next as u64;
                     let rel = i32::try_from(i128::from(to) - i128::from(from)).map_err(|_| {
                         Refusal::Encode {
@@ -763,7 +856,7 @@ impl Prelude {
                     out[at..at + 4].copy_from_slice(&rel.to_le_bytes());
                 }
                 Hole::Imm64 { slot, at } => {
-                    out[at..at + 8].copy_from_slice(&slot.of(t).to_le_bytes())
+                    out[at..at + 8].copy_from_slice(&slot.of(t, rcu).to_le_bytes())
                 }
             }
         }

@@ -170,8 +170,10 @@ pub const TRAPVEC_REASON_JUMP_TARGET: u32 = 32;
 /// `struct exception_table_entry` (12 bytes: `s32 insn`, `s32 fixup`, `s32 data`, the first two
 /// relative to their own fields).
 pub const TRAPVEC_REASON_EXTABLE_FIXUP: u32 = 33;
+/// A function a CPU going offline runs after `rcu_report_dead()`; `culprit` is its start.
+pub const TRAPVEC_REASON_DEAD_CPU: u32 = 34;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 33;
+pub const TRAPVEC_REASON_MAX: u32 = 34;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]

@@ -4,7 +4,7 @@
 //! and the place; the scheduler feature whose key it is flips both ways while the scheduler runs
 //! the function, without an oops; a window that starts at a target is not refused for it.
 
-use vmtest::testing::{can_boot, tvraw, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, tvraw, Scenario};
 
 /// `name+0xHEX`, as the kernel's `%pS` places an address in a symbol.
 fn is_place(s: &str) -> bool {
@@ -18,8 +18,21 @@ fn windows_over_jump_label_targets_and_exception_fixups_are_refused_naming_them(
     if !can_boot("kernel scenario") {
         return;
     }
+    hidden_targets(Scenario::named("kernel_hidden_targets.sh"));
+}
+
+/// The same on Debian 13's kernel.
+#[test]
+fn windows_over_jump_label_targets_and_exception_fixups_are_refused_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    hidden_targets(Scenario::named("kernel_hidden_targets.sh").kernel("6.12"));
+}
+
+fn hidden_targets(scenario: Scenario) {
     let dir = tempfile::tempdir().unwrap();
-    let run = Scenario::named("kernel_hidden_targets.sh")
+    let run = scenario
         .file(tvraw(dir.path()))
         .timeout(300)
         .run(env!("CARGO_BIN_EXE_vmtest"));

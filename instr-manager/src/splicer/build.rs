@@ -471,6 +471,8 @@ impl<T: Target> Splicer<T> {
             } else {
                 None
             },
+            // Kernel handlers run with RCU watching even in idle text (kmod/jmp_rcu.c).
+            rcu_watch: crate::trampoline::RcuWatch::find(self.target.symbols()),
         };
         (opts, lean)
     }

@@ -481,6 +481,7 @@ fn lean_call_trampoline_leaves_out_popfq_inflight_counter_and_vector_saves() {
         save_vector_regs: false,
         count_inflight: false,
         xsave_size: None,
+        rcu_watch: None,
     };
     let lean = listing(
         &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
@@ -514,6 +515,7 @@ fn xsave_trampoline_saves_the_whole_extended_state_in_an_aligned_area_with_a_zer
     let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
     let opts = TrampolineOptions {
         xsave_size: Some(2696),
+        rcu_watch: None,
         ..TrampolineOptions::full(&info(true))
     };
     let l = listing(
@@ -555,6 +557,7 @@ fn without_popfq_df_is_set_again_from_the_saved_flags() {
         save_vector_regs: false,
         count_inflight: false,
         xsave_size: None,
+        rcu_watch: None,
     };
     let l = listing(
         &emit_call_trampoline_with(&tramp(), &plan, &info(true), &opts).unwrap(),
@@ -811,4 +814,84 @@ mod run_replace {
         // SAFETY: the mapping is ours and no longer used.
         unsafe { libc::munmap(mem, 2 * PAGE) };
     }
+}
+
+/// A kernel trampoline with the module's RCU calls: the handler's call is wrapped in them
+/// (`kmod/jmp_rcu.c`), everything else is the documented sequence.
+#[test]
+fn kernel_call_trampoline_with_rcu_watch_wraps_the_handler_in_the_rcu_entry_and_exit() {
+    let plan = plan_for(&[0x55, 0x48, 0x89, 0xE5], SITE, 2);
+    let rcu = RcuWatch {
+        enter: TRAMP + 0x20_0000,
+        exit: TRAMP + 0x20_0040,
+    };
+    let opts = TrampolineOptions {
+        rcu_watch: Some(rcu),
+        ..TrampolineOptions::full(&info(false))
+    };
+    let out = emit_call_trampoline_with(&tramp(), &plan, &info(false), &opts).unwrap();
+    let got = listing(&out, TRAMP);
+    let mut want = expected(
+        0,
+        false,
+        &[
+            format!("call {HANDLER:#x}"),
+            "test r12, r12".into(),
+            // jz over the call: the bytes are the point, the listing shows the target.
+        ],
+        &["push rbp", "mov rbp, rsp", "jmp 0x401004"],
+    );
+    let cld = want.iter().position(|s| s == "cld").unwrap();
+    want.insert(cld, "mov r12, rax".into());
+    want.insert(cld, format!("call {:#x}", rcu.enter));
+    let test = want.iter().position(|s| s == "test r12, r12").unwrap();
+    let jz_at = got.iter().position(|s| s.starts_with("je ")).unwrap();
+    want.insert(test + 1, got[jz_at].clone());
+    want.insert(test + 2, format!("call {:#x}", rcu.exit));
+    assert_eq!(got, want);
+    // The jz skips exactly the exit's call: its target is the instruction after that call.
+    let after_exit = got.iter().position(|s| s == "mov rsp, rbx").unwrap();
+    assert_eq!(after_exit, jz_at + 2);
+    let bytes = out
+        .windows(7)
+        .position(|w| w[0] == 0x74 && w[1] == 0x05 && w[2] == 0xE8);
+    assert!(bytes.is_some(), "jz +5 right before the exit's call rel32");
+    // Without it, no call but the handler's.
+    let plain = listing(
+        &emit_call_trampoline(&tramp(), &plan, &info(false)).unwrap(),
+        TRAMP,
+    );
+    assert_eq!(plain.iter().filter(|s| s.starts_with("call ")).count(), 1);
+}
+
+/// The module's calls are found by name among its own symbols only.
+#[test]
+fn rcu_watch_is_found_only_among_the_trapvec_modules_symbols() {
+    use trapvec::{Symbol, SymbolKind, SymbolTable};
+    let sym = |name: &str, addr: u64, origin: Option<&str>| Symbol {
+        name: name.into(),
+        addr,
+        size: 0,
+        kind: SymbolKind::Function,
+        origin: origin.map(Into::into),
+        version: None,
+    };
+    let kernel = SymbolTable::new(vec![
+        sym(RcuWatch::ENTER, 0x1000, Some("trapvec")),
+        sym(RcuWatch::EXIT, 0x1040, Some("trapvec")),
+    ]);
+    assert_eq!(
+        RcuWatch::find(&kernel),
+        Some(RcuWatch {
+            enter: 0x1000,
+            exit: 0x1040
+        })
+    );
+    let elsewhere = SymbolTable::new(vec![
+        sym(RcuWatch::ENTER, 0x1000, None),
+        sym(RcuWatch::EXIT, 0x1040, Some("libfoo.so")),
+    ]);
+    assert_eq!(RcuWatch::find(&elsewhere), None);
+    let old_module = SymbolTable::new(vec![sym("trapvec_rp_entry", 0x1000, Some("trapvec"))]);
+    assert_eq!(RcuWatch::find(&old_module), None);
 }

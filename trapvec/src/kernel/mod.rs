@@ -171,6 +171,9 @@ pub enum SiteRefusal {
     /// A fault at `insn` (`function+0x..`) resumes at the fix-up `at`.
     #[error("exception fixup of {insn} at {at} inside the window")]
     ExtableFixup { insn: String, at: String },
+    /// In `function`, which a CPU going offline runs after `rcu_report_dead()`.
+    #[error("in {function}, which a CPU going offline runs after rcu_report_dead(): no RCU grace period waits for that CPU, and a dead CPU loops there outside the writer's stop_machine()")]
+    DeadCpu { function: String },
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
     #[error("the site could not be checked: CHECK failed with {errno}")]
@@ -229,6 +232,9 @@ impl SiteRefusal {
                 insn: UNSAID.into(),
                 at: UNSAID.into(),
             },
+            crate::abi::TRAPVEC_REASON_DEAD_CPU => SiteRefusal::DeadCpu {
+                function: UNSAID.into(),
+            },
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -269,6 +275,7 @@ impl SiteRefusal {
             SiteRefusal::NotAJump => TRAPVEC_REASON_NOT_A_JUMP,
             SiteRefusal::JumpTarget { .. } => TRAPVEC_REASON_JUMP_TARGET,
             SiteRefusal::ExtableFixup { .. } => TRAPVEC_REASON_EXTABLE_FIXUP,
+            SiteRefusal::DeadCpu { .. } => crate::abi::TRAPVEC_REASON_DEAD_CPU,
             SiteRefusal::Unknown { code } => *code,
             SiteRefusal::CheckFailed { .. } => return None,
         })
@@ -589,6 +596,9 @@ impl KernelTarget {
                     }
                 }
             }
+            SiteRefusal::DeadCpu { .. } if culprit != 0 => SiteRefusal::DeadCpu {
+                function: self.place_hex(culprit),
+            },
             other => other,
         }
     }
