@@ -11,16 +11,39 @@
 //! `TRAPVEC_RCU_IDLE_MODULE=/path/trapvec.ko` tests that module instead of the tree's (a module
 //! without the fix runs the handler with RCU not watching: UNWATCHED > 0).
 
-use vmtest::testing::{can_boot, guest_module, tvraw, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, guest_module, guest_module_for, tvraw, Scenario};
 
 #[test]
 fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_removal_loops() {
     if !can_boot("kernel scenario") {
         return;
     }
+    rcu_idle(
+        Scenario::named("kernel_rcu_idle.sh").file(guest_module("idle_poll", "tv_idle_poll")),
+        "cpuidle_poll_time",
+    );
+}
+
+/// The same on Debian 13's kernel, where `poll_idle()` and `cpuidle_poll_time()` are noinstr
+/// (refused, naming it): the trap goes into the helper module's own poll loop,
+/// `tv_idle_spin()`, which cpuidle also runs with RCU not watching.
+#[test]
+fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    rcu_idle(
+        Scenario::named("kernel_rcu_idle.sh")
+            .kernel("6.12")
+            .file(guest_module_for("6.12", "idle_poll", "tv_idle_poll")),
+        "tv_idle_spin",
+    );
+}
+
+/// `point`: the function the scenario's trap went into.
+fn rcu_idle(scenario: Scenario, point: &str) {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let scenario = Scenario::named("kernel_rcu_idle.sh")
-        .file(guest_module("idle_poll", "tv_idle_poll"))
+    let scenario = scenario
         .file(tvraw(dir.path()))
         .timeout(400)
         .module_under_test("TRAPVEC_RCU_IDLE_MODULE", "tv_rcu_idle");
@@ -36,10 +59,19 @@ fn traps_taken_in_rcu_idle_run_their_handler_with_rcu_watching_and_survive_remov
         "tv_idle_poll",
         "the guest idles through cpuidle"
     );
+    assert_eq!(run.expect("POINT"), point);
+    if point != "cpuidle_poll_time" {
+        assert!(
+            run.expect("NOINSTR").contains("cpuidle_poll_time")
+                && run.expect("NOINSTR").contains("in noinstr text"),
+            "the kernel's poll loop is refused as noinstr: {}",
+            run.expect("NOINSTR")
+        );
+    }
     let hits = run.number("HITS");
     assert!(
         hits > 100,
-        "poll_idle called cpuidle_poll_time through the trap: {hits} hits"
+        "the poll loop called {point} through the trap: {hits} hits"
     );
     assert_eq!(
         run.number("UNWATCHED"),

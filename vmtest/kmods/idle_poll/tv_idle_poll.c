@@ -13,6 +13,11 @@
  * traceable kernel functions with RCU not watching (cpuidle_poll_time(), local_clock()), which
  * is what vmtest/scenarios/kernel_rcu_idle.sh places a trap in. Writing 1 to
  * /sys/devices/system/cpu/cpuN/cpuidle/state1/disable leaves the poll state alone in use.
+ *
+ * From 6.3 on the kernel's own code on that path is noinstr (poll_idle(), cpuidle_poll_time()),
+ * where trapvec refuses a trap, while a driver's ->enter() still runs with RCU not watching.
+ * State 2, off until its disable file gets 0, is a poll loop of this module that calls the
+ * ordinary function tv_idle_spin() on every round: the scenario's trap site on such kernels.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -25,6 +30,35 @@ static int __cpuidle tv_idle_halt(struct cpuidle_device *dev, struct cpuidle_dri
 				  int index)
 {
 	raw_safe_halt();
+	raw_local_irq_disable();
+	return index;
+}
+
+/*
+ * Called on every round of state 2's poll loop, with RCU not watching (cpuidle_enter_state()
+ * called ct_cpuidle_enter() before ->enter()). Deliberately ordinary, traceable text: the
+ * function a trap may be put in. Counting keeps it from being an empty function whose first
+ * instruction past the entry would be its ret.
+ */
+static unsigned long tv_idle_spins;
+
+static noinline void tv_idle_spin(void)
+{
+	WRITE_ONCE(tv_idle_spins, READ_ONCE(tv_idle_spins) + 1);
+}
+
+/*
+ * State 2: poll until a task is runnable. Interrupts are on, so the wake-up IPI (the task is
+ * not marked polling) and the timer end the loop; the interrupt entry makes RCU watch for the
+ * handler as it does for any interrupt of an idle CPU.
+ */
+static int tv_idle_modpoll(struct cpuidle_device *dev, struct cpuidle_driver *drv, int index)
+{
+	raw_local_irq_enable();
+	while (!need_resched()) {
+		tv_idle_spin();
+		cpu_relax();
+	}
 	raw_local_irq_disable();
 	return index;
 }
@@ -42,9 +76,19 @@ static struct cpuidle_driver tv_idle_driver = {
 			.name = "halt",
 			.desc = "tv_idle_poll halt",
 		},
+		{
+			.enter = tv_idle_modpoll,
+			.exit_latency = 0,
+			.target_residency = 0,
+			.power_usage = -1,
+			/* Off until the scenario enables it: 6.1's run keeps two states. */
+			.flags = CPUIDLE_FLAG_OFF,
+			.name = "modpoll",
+			.desc = "tv_idle_poll modpoll",
+		},
 	},
 	.safe_state_index = 0,
-	.state_count = 2,
+	.state_count = 3,
 };
 
 static int __init tv_idle_poll_init(void)
@@ -57,7 +101,7 @@ static int __init tv_idle_poll_init(void)
 		pr_err("cpuidle_register: %d (another cpuidle driver is registered?)\n", ret);
 		return ret;
 	}
-	pr_info("registered: poll and halt states\n");
+	pr_info("registered: poll, halt and modpoll (off) states\n");
 	return 0;
 }
 
