@@ -20,6 +20,7 @@
 
 pub mod analysis;
 pub mod error;
+pub mod glob;
 pub mod image;
 pub mod ops;
 pub mod owner;

@@ -48,6 +48,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Inspect(inspect::Args),
+    Points(cmd::points::Args),
     Load(cmd::component::LoadArgs),
     Unload(cmd::component::UnloadArgs),
     Splice(cmd::splice::SpliceArgs),
@@ -94,6 +95,7 @@ fn main() -> ExitCode {
             .map(|_| ())
             .map_err(Into::into),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Points(args) => cmd::points::run(&args),
         Command::Load(args) => cmd::component::load(&args),
         Command::Unload(args) => cmd::component::unload(&args),
         Command::Splice(args) => cmd::splice::splice(&args),

@@ -2,9 +2,13 @@
 //! executable (`cc -O2`), a relocatable object (`cc -c -O2`) and a kernel-style object
 //! (`-pg -mfentry -fno-pic`, so every function starts with `call __fentry__`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
+
+use common::{cc, trapctl};
 
 use serde_json::Value;
 
@@ -13,19 +17,6 @@ struct Fixture {
     exe: PathBuf,
     obj: PathBuf,
     kobj: PathBuf,
-}
-
-fn cc(args: &[&str], out: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inspect.c");
-    let status = Command::new("cc")
-        .args(["-O2", "-fcf-protection=none"])
-        .args(args)
-        .arg(&src)
-        .arg("-o")
-        .arg(out)
-        .status()
-        .expect("a C compiler (`cc`) is needed for these tests");
-    assert!(status.success(), "cc {args:?} failed");
 }
 
 fn fixture() -> &'static Fixture {
@@ -45,13 +36,6 @@ fn fixture() -> &'static Fixture {
             kobj,
         }
     })
-}
-
-fn trapctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn text(file: &Path, point: &str) -> String {

@@ -9,6 +9,7 @@ pub mod component;
 pub mod count;
 pub mod cycle;
 pub mod list;
+pub mod points;
 pub mod profile;
 pub mod read;
 pub mod splice;
