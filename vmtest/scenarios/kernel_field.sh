@@ -45,13 +45,24 @@ probe_hits() {
 }
 
 trapctl load /components/empty.o || exit 10
-getppid_site=$(at __x64_sys_getppid 5)
+# Points are written past each function's entry (5 bytes on 6.1; 9 on 6.12, endbr64 first):
+# G0 is __x64_sys_getppid's `push rbx`, G1 the call after it; M0, M1 tcp_sync_mss's `push rbp`
+# and `mov rdx, rdi`; the entry lengths GE and ME are printed for the test.
+GE=$(entry_len __x64_sys_getppid)
+ME=$(entry_len tcp_sync_mss)
+echo "ENTRY_GETPPID=$GE"
+echo "ENTRY_MSS=$ME"
+G0=__x64_sys_getppid+$GE
+G1=__x64_sys_getppid+$((GE + 1))
+M0=tcp_sync_mss+$ME
+M1=tcp_sync_mss+$((ME + 1))
+getppid_site=$(at __x64_sys_getppid "$GE")
 
 # --- 1b: a splice first; kprobes on its window are refused, one at the entry works beside it.
-trapctl splice __x64_sys_getppid+5 --call empty_handler || exit 11
+trapctl splice $G0 --call empty_handler || exit 11
 grep -q "^0x0*$getppid_site-" /sys/kernel/debug/kprobes/blacklist && echo "BL_LIVE=yes" || echo "BL_LIVE=no"
-echo "KP_ON_SPLICE=$(kprobe 'p:myp __x64_sys_getppid+5')"
-echo "KP_IN_SPLICE=$(kprobe 'p:myp6 __x64_sys_getppid+6')"
+echo "KP_ON_SPLICE=$(kprobe "p:myp $G0")"
+echo "KP_IN_SPLICE=$(kprobe "p:myp6 $G1")"
 dmesg | grep -q -e 'BUG:' -e 'Oops' -e 'Call Trace' && echo "OOPS=yes" || echo "OOPS=no"
 echo "KP_ENTRY=$(kprobe 'p:e __x64_sys_getppid')"
 echo 1 > $T/events/kprobes/e/enable
@@ -68,13 +79,13 @@ echo "SPLICE_DELTA=$((s1 - s0))"
 echo "PROBE_DELTA=$((p1 - p0))"
 echo 0 > $T/events/kprobes/e/enable
 echo '-:e' >> $T/kprobe_events
-trapctl unsplice __x64_sys_getppid+5
+trapctl unsplice $G0
 grep -q "^0x0*$getppid_site-" /sys/kernel/debug/kprobes/blacklist && echo "BL_AFTER=present" || echo "BL_AFTER=gone"
-echo "KP_AFTER_UNSPLICE=$(kprobe 'p:myp __x64_sys_getppid+5')"
+echo "KP_AFTER_UNSPLICE=$(kprobe "p:myp $G0")"
 
 # --- 1a: a kprobe first; a splice over it is refused and names it.
 snapshot /tmp/before
-refuse ERR_KPROBE trapctl splice __x64_sys_getppid+5 --call empty_handler
+refuse ERR_KPROBE trapctl splice $G0 --call empty_handler
 $TV check "$getppid_site" 2 > /tmp/tv
 echo "CHECK_KPROBE=$(cat /tmp/tv)"
 echo '-:myp' >> $T/kprobe_events
@@ -83,23 +94,23 @@ echo '-:myp' >> $T/kprobe_events
 verdicts() {
 	off=32
 	while [ "$off" -lt 64 ]; do
-		$TV check "$(at tcp_sync_mss $off)" 2 > /tmp/tv
+		$TV check "$(at tcp_sync_mss $((off + ME - 5)))" 2 > /tmp/tv
 		printf '%s ' "$(reason)"
 		off=$((off + 1))
 	done
 }
 before_probe=$(verdicts)
-echo "KP_MSS=$(kprobe 'p:mss tcp_sync_mss+6')"
+echo "KP_MSS=$(kprobe "p:mss $M1")"
 echo 1 > $T/events/kprobes/mss/enable
 sleep 1
 grep tcp_sync_mss /sys/kernel/debug/kprobes/list
 trapctl read tcp_sync_mss 16
-refuse ERR_KPROBE_MSS trapctl splice tcp_sync_mss+6 --call empty_handler
+refuse ERR_KPROBE_MSS trapctl splice $M1 --call empty_handler
 with_probe=$(verdicts)
 echo "VERDICTS_BEFORE=$before_probe"
 echo "VERDICTS_WITH_PROBE=$with_probe"
 [ "$before_probe" = "$with_probe" ] && echo "THROUGH_PROBE=same" || echo "THROUGH_PROBE=differs"
-$TV check "$(at tcp_sync_mss 9)" 2 > /tmp/tv
+$TV check "$(at tcp_sync_mss $((ME + 4)))" 2 > /tmp/tv
 echo "UNDER_OPTPROBE=$(cat /tmp/tv)"
 # Kprobe slots exist now (the mss probe's copy of its instruction).
 slot=$(awk '$3 == "kprobe_insn_page" { print $1; exit }' /proc/kallsyms)
@@ -115,18 +126,18 @@ cmp -s /tmp/before /tmp/after && echo "KPROBE_UNCHANGED=yes" || { echo "KPROBE_U
 # probe, and not for a block that seems to end at the int3. Behind it, +6 (the call) is still
 # an instruction boundary: spliced, it counts every call the probe counts.
 echo 0 > /proc/sys/debug/kprobes-optimization
-echo 'p:armed __x64_sys_getppid+5' >> $T/kprobe_events
+echo "p:armed $G0" >> $T/kprobe_events
 echo 1 > $T/events/kprobes/armed/enable
-echo "ARMED_BYTE=$(trapctl read __x64_sys_getppid+5 1 | awk '{ print $2 }')"
+echo "ARMED_BYTE=$(trapctl read $G0 1 | awk '{ print $2 }')"
 grep __x64_sys_getppid /sys/kernel/debug/kprobes/list
-refuse ERR_ARMED_KPROBE trapctl splice __x64_sys_getppid+5 --call empty_handler
+refuse ERR_ARMED_KPROBE trapctl splice $G0 --call empty_handler
 a0=$(probe_hits armed)
-trapctl splice __x64_sys_getppid+6 --count > /tmp/out 2>&1
+trapctl splice $G1 --count > /tmp/out 2>&1
 echo "ARMED_NEIGHBOUR=$(cat /tmp/out)"
 echo "ARMED_$(ppidloop -n 500)"
 echo "ARMED_HITS=$(splice_hits)"
 echo "ARMED_PROBE_DELTA=$(($(probe_hits armed) - a0))"
-trapctl unsplice __x64_sys_getppid+6 > /dev/null
+trapctl unsplice $G1 > /dev/null
 echo 0 > $T/events/kprobes/armed/enable
 echo '-:armed' >> $T/kprobe_events
 echo 1 > /proc/sys/debug/kprobes-optimization
@@ -143,6 +154,16 @@ rcheck() {
 	echo "$1=$(reason)"
 }
 rcheck R_CPUIDLE default_idle
+# From 6.3 on the linker script puts .cpuidle.text inside the noinstr text: the module then
+# names that (its first rule) for default_idle.
+cs=$(addr __cpuidle_text_start)
+ns=$(addr __noinstr_text_start)
+ne=$(addr __noinstr_text_end)
+if [ -n "$cs" ] && [ -n "$ns" ] && [ -n "$ne" ] && [ $((0x$cs >= 0x$ns && 0x$cs < 0x$ne)) = 1 ]; then
+	echo "CPUIDLE_IN_NOINSTR=yes"
+else
+	echo "CPUIDLE_IN_NOINSTR=no"
+fi
 rcheck R_SCT __SCT__cond_resched
 rcheck R_RETURN_THUNK __x86_return_thunk
 for s in srso_alias_safe_ret srso_safe_ret srso_alias_untrain_ret srso_untrain_ret; do
@@ -150,23 +171,26 @@ for s in srso_alias_safe_ret srso_safe_ret srso_alias_untrain_ret srso_untrain_r
 done
 $TV bpfcheck > /tmp/tv
 echo "R_BPF=$(reason)"
-refuse ERR_CPUIDLE trapctl splice default_idle+5 --call empty_handler
-$TV check "$(addr tcp_sync_mss)" 2 > /tmp/tv
+idle_point=$(past_entry default_idle 0)
+echo "CPUIDLE_POINT=$idle_point"
+refuse ERR_CPUIDLE trapctl splice "$idle_point" --call empty_handler
+# The ftrace site: the function's first bytes on 6.1, after its endbr64 on 6.12.
+$TV check "$(at tcp_sync_mss $((ME - 5)))" 2 > /tmp/tv
 echo "R_FTRACE=$(reason)"
 
 # --- 4: invariants between text and dispatch table.
-$TV apply "$(at tcp_sync_mss 5)" cdf5 > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" cdf5 > /tmp/tv
 echo "APPLY_NO_ENTRY=$(cat /tmp/tv)"
-$TV apply "$(at tcp_sync_mss 5)" cdf6 > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" cdf6 > /tmp/tv
 echo "APPLY_FOREIGN=$(cat /tmp/tv)"
 snapshot /tmp/after
 cmp -s /tmp/before /tmp/after && echo "TEXT_UNCHANGED=yes" || { echo "TEXT_UNCHANGED=no"; diff /tmp/before /tmp/after; }
-trapctl splice __x64_sys_getppid+5 --call empty_handler || exit 12
+trapctl splice $G0 --call empty_handler || exit 12
 $TV remove "$getppid_site" > /tmp/tv
 echo "REMOVE_LIVE=$(cat /tmp/tv)"
 sysbench -n 50 > /dev/null
 echo "HITS_AFTER_REMOVE=$(splice_hits)"
-trapctl unsplice __x64_sys_getppid+5
+trapctl unsplice $G0
 $TV info > /tmp/tv
 echo "UNKNOWN_TRAPS=$(sed -n 's/.*unknown=\([0-9]*\).*/\1/p' /tmp/tv)"
 
@@ -187,7 +211,10 @@ text_diff() {
 	awk 'NR == FNR { a[NR] = $1; next } a[FNR] != $1 { printf "%d:%s>%s ", FNR - 129, a[FNR], $1 }' \
 		/tmp/a.bytes /tmp/b.bytes
 }
-sid_site=$(at __x64_sys_getsid 16)
+# 11 bytes past the entry: __x64_sys_getsid+16 on 6.1, +20 on 6.12.
+SID=$(past_entry __x64_sys_getsid 11)
+echo "SB_POINT=$SID"
+sid_site=$(at __x64_sys_getsid "${SID#*+}")
 around=$(printf '0x%x' $((0x$sid_site - 128)))
 # The kprobe first: enabling it turns the function's ftrace NOP into a call, which is not ours.
 echo 'p:sid __x64_sys_getsid' >> $T/kprobe_events
@@ -195,12 +222,12 @@ echo 1 > $T/events/kprobes/sid/enable
 trapctl read "$around" 272 > /tmp/sid_before
 echo 'module trapvec +p' > /sys/kernel/debug/dynamic_debug/control
 k0=$(probe_hits sid)
-trapctl splice __x64_sys_getsid+16 --count --mechanism jmp > /tmp/out 2>&1 || { cat /tmp/out; exit 15; }
+trapctl splice $SID --count --mechanism jmp > /tmp/out 2>&1 || { cat /tmp/out; exit 15; }
 echo "SB_SPLICE=$(cat /tmp/out)"
 trapctl read "$around" 272 > /tmp/sid_live
 echo "SB_LIVE_DIFF=$(text_diff /tmp/sid_before /tmp/sid_live)"
 echo "SB_$(ppidloop -s -t 2 -n 3000)"
-trapctl unsplice __x64_sys_getsid+16 > /tmp/out 2>&1
+trapctl unsplice $SID > /tmp/out 2>&1
 echo "SB_UNSPLICE=$(cat /tmp/out)"
 k1=$(probe_hits sid)
 echo "SB_KPROBE=$((k1 - k0))"
@@ -227,13 +254,13 @@ done
 echo "OTHER_VECTOR=$vec"
 $TV info > /tmp/tv
 echo "OTHER_INFO=$(cat /tmp/tv)"
-$TV apply "$(at tcp_sync_mss 5)" "cd$(printf '%02x' $((vec)))" > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" "cd$(printf '%02x' $((vec)))" > /tmp/tv
 echo "OTHER_NO_ENTRY=$(cat /tmp/tv)"
-$TV apply "$(at tcp_sync_mss 5)" cdf5 > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" cdf5 > /tmp/tv
 echo "OTHER_F5=$(cat /tmp/tv)"
 trapctl load /components/empty.o > /dev/null
 trapctl splice tcp_sync_mss --call empty_handler > /dev/null 2> /tmp/err || echo "ERR_OTHER_VECTOR=$(head -n 1 /tmp/err)"
-echo "OTHER_SITE_BYTES=$(trapctl read tcp_sync_mss+5 2 | tr -d ' \n' | tail -c 4)"
+echo "OTHER_SITE_BYTES=$(trapctl read $M0 2 | tr -d ' \n' | tail -c 4)"
 tcpmss > /dev/null
 tcpmss > /dev/null
 echo "OTHER_HITS=$(trapctl list | awk '$1 == "tcp_sync_mss" { print $(NF-1) }')"
@@ -264,14 +291,14 @@ echo "DIE_CHAIN_$(cat /tmp/die.out)"
 snapshot /tmp/before
 echo 1 > /proc/sys/kernel/modules_disabled
 refuse ERR_MODULES_DISABLED trapctl splice tcp_sync_mss --call empty_handler
-$TV apply "$(at tcp_sync_mss 5)" cdf5 > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" cdf5 > /tmp/tv
 echo "APPLY_MODULES_DISABLED=$(cat /tmp/tv)"
 mount -t securityfs securityfs /sys/kernel/security 2> /dev/null
 echo "LOCKDOWN_MODES=$(cat /sys/kernel/security/lockdown)"
 echo integrity > /sys/kernel/security/lockdown
 echo "LOCKDOWN_NOW=$(cat /sys/kernel/security/lockdown)"
 refuse ERR_LOCKDOWN trapctl splice tcp_sync_mss --call empty_handler
-$TV apply "$(at tcp_sync_mss 5)" cdf5 > /tmp/tv
+$TV apply "$(at tcp_sync_mss "$ME")" cdf5 > /tmp/tv
 echo "APPLY_LOCKDOWN=$(cat /tmp/tv)"
 snapshot /tmp/after
 cmp -s /tmp/before /tmp/after && echo "LOCKDOWN_UNCHANGED=yes" || { echo "LOCKDOWN_UNCHANGED=no"; diff /tmp/before /tmp/after; }
