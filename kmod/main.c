@@ -624,7 +624,11 @@ static void __exit trapvec_exit(void)
 	 * decrement and the ret of trapvec_replace_ret().
 	 */
 	trapvec_arena_wait_inflight(true, 0, &ignored);
-	synchronize_rcu_tasks();
+	/*
+	 * An idle CPU (a replacement in the idle path) interrupted between the decrement and
+	 * the ret is not waited for by RCU-tasks: the rude half waits for it too.
+	 */
+	trapvec_sync_tasks();
 	trapvec_text_put_parked();
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();

@@ -72,9 +72,11 @@
  *     nothing), then write CC on the first byte of each such window; sync every CPU.
  *     Before that, the sites of the batch and where they lead are published for the die
  *     notifier (trapvec_pending, RCU).
- *  2. synchronize_rcu_tasks(): no task enters an original window any more (its first byte
+ *  2. trapvec_sync_tasks(): no task enters an original window any more (its first byte
  *     is CC, and no branch lands inside a window); one preempted inside it has not made a
- *     voluntary switch since, so it holds the grace period until it has run out of it.
+ *     voluntary switch since, so it holds the grace period until it has run out of it. The
+ *     rude half covers the idle tasks, which RCU-tasks skips (every wait of this file
+ *     does: the springboards' deferred reverts and unload's too).
  *  3. FINISH, one stop_machine(): compare again (CC and the original tail at each such
  *     window, the expected bytes everywhere else), then write every op in the rounds above
  *     (those windows have their CC already); single-instruction windows and reverts are
@@ -991,9 +993,11 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 		/*
 		 * Every CPU has executed sync_core() after the CCs: no task enters an original
 		 * window any more. One preempted inside one (after its first instruction) has not
-		 * passed a voluntary switch; this waits until each such task has left it.
+		 * passed a voluntary switch; this waits until each such task has left it, and
+		 * (the rude half of trapvec_sync_tasks()) until every idle task, which RCU-tasks
+		 * ignores, has been back to schedule_idle(), out of any window.
 		 */
-		synchronize_rcu_tasks();
+		trapvec_sync_tasks();
 	}
 	ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_FINISH);
 	if (ret && int3_first) {
@@ -1006,8 +1010,11 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	}
 	if (ret || !deferred)
 		goto out_withdraw;
-	/* No task can still be on a springboard: nothing lands on it any more. */
-	synchronize_rcu_tasks();
+	/*
+	 * No task can still be on a springboard: nothing lands on it any more. Idle tasks
+	 * included (trapvec_sync_tasks()): RCU-tasks alone skips them.
+	 */
+	trapvec_sync_tasks();
 	trapvec_stop_run(ctx, TRAPVEC_STAGE_DEFERRED);
 	if (ctx->skipped)
 		pr_err("%u springboards were changed by someone else and are left alone\n",
@@ -1357,7 +1364,8 @@ void trapvec_text_revert_all(void)
 	skipped = trapvec_revert_pass(false);
 	list_for_each_entry(r, &trapvec_live, node) {
 		if (r->springboard) {
-			synchronize_rcu_tasks();
+			/* Idle tasks too, as in trapvec_write_batch(). */
+			trapvec_sync_tasks();
 			skipped += trapvec_revert_pass(true);
 			break;
 		}
