@@ -19,14 +19,17 @@
 //! oopsed within the first cycles: `invalid opcode` at `tv_victim+0x5` in an NMI that had
 //! interrupted the writer inside `trapvec_stop_cb()`.
 
-use vmtest::testing::{can_boot, guest_module, Run, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, guest_module, guest_module_for, Run, Scenario};
 
 /// Cycles in CI.
 const CI_CYCLES: u64 = 800;
+/// Cycles in CI on 6.12, beside 6.1's [`CI_CYCLES`]: the same race in a quarter of the time
+/// (`TRAPVEC_TEXTWRITE_CYCLES` sets both).
+const CI_CYCLES_6_12: u64 = 200;
 /// Cycles of the soak (`TRAPVEC_SOAK=1`), as issue 24 asks.
 const SOAK_CYCLES: u64 = 100_000;
 
-fn cycles() -> u64 {
+fn cycles(ci: u64) -> u64 {
     if let Ok(v) = std::env::var("TRAPVEC_TEXTWRITE_CYCLES") {
         return v
             .parse()
@@ -35,13 +38,22 @@ fn cycles() -> u64 {
     if std::env::var("TRAPVEC_SOAK").is_ok_and(|v| v == "1") {
         SOAK_CYCLES
     } else {
-        CI_CYCLES
+        ci
     }
 }
 
-fn run(cycles: u64) -> Run {
-    let scenario = Scenario::named("kernel_textwrite.sh")
-        .file(guest_module("nmi_victim", "tv_nmi_victim"))
+/// The scenario on `kernel` (`None`: the default one).
+fn run(cycles: u64, kernel: Option<&str>) -> Run {
+    let victim = match kernel {
+        Some(k) => guest_module_for(k, "nmi_victim", "tv_nmi_victim"),
+        None => guest_module("nmi_victim", "tv_nmi_victim"),
+    };
+    let mut scenario = Scenario::named("kernel_textwrite.sh");
+    if let Some(k) = kernel {
+        scenario = scenario.kernel(k);
+    }
+    let scenario = scenario
+        .file(victim)
         .append(&format!("tv_textwrite.cycles={cycles}"))
         // 0.17 to 0.22 s a cycle under TCG, and the boot.
         .timeout(600 + cycles / 2)
@@ -55,8 +67,25 @@ fn nmis_running_a_function_while_its_trap_and_jmp_windows_are_written_never_oops
     if !can_boot("kernel scenario") {
         return;
     }
-    let cycles = cycles();
-    let run = run(cycles);
+    textwrite(cycles(CI_CYCLES), None);
+}
+
+/// The same on Debian 13's kernel (its text_poke and NMI paths), for [`CI_CYCLES_6_12`] cycles.
+/// Ignored in CI until the module's writer is fixed there: one of the first runs on 6.12 oopsed
+/// in its first cycles with `Oops: int3` at `tv_victim+0xa` in an NMI (our pending CC met and
+/// not sent on by `trapvec_int3_notify()`); the others passed (200 cycles in 53 s, 885 NMIs sent
+/// on). `cargo test --release -p vmtest --test kernel_textwrite -- --ignored` runs it.
+#[test]
+#[ignore = "6.12: an NMI met a CC of the int3-first writer that the die notifier did not send on (Oops: int3), in one run of the first on 6.12"]
+fn nmis_running_a_function_while_its_windows_are_written_never_oops_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    textwrite(cycles(CI_CYCLES_6_12), Some("6.12"));
+}
+
+fn textwrite(cycles: u64, kernel: Option<&str>) {
+    let run = run(cycles, kernel);
     run.assert_passed();
     assert!(
         run.stdout.contains("TEXTWRITE_DONE"),
