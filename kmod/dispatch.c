@@ -139,11 +139,32 @@ static __always_inline bool trapvec_task_matches(const struct trapvec_task_match
 	return true;
 }
 
+/*
+ * Does site still hold our trap (CD vector)? Plain loads of text this CPU has just executed
+ * (inline: the trap path calls nothing a site could be in).
+ */
+static __always_inline bool trapvec_trap_still_at(unsigned long site)
+{
+	const u8 *b = (const u8 *)site;
+
+	return READ_ONCE(b[0]) == 0xcd && READ_ONCE(b[1]) == trapvec_vector;
+}
+
 enum trapvec_found {
 	TRAPVEC_FOUND_NONE,	/* no entry: not one of our sites */
 	TRAPVEC_FOUND_LIVE,	/* regs->ip is set */
 	TRAPVEC_FOUND_GONE,	/* an entry DISPATCH_REMOVE is taking away: nothing done */
 };
+
+/*
+ * A claimed trap always moves the CPU on. An entry marked gone is retried at its site only
+ * once the site no longer holds our trap (its revert is written): sending a CPU back to a
+ * `CD vector` that is still there would take the same trap again, with interrupts off when
+ * the interrupted code had them off (the idle task in __schedule()), for ever. While the trap
+ * is there the gone entry still says where it leads (it is freed two grace periods after it
+ * is unlinked, and this CPU is a reader), so it is dispatched as a live one. DISPATCH_REMOVE
+ * refuses a site whose trap is live, so this is a guard, not a path the ioctls take.
+ */
 
 /*
  * A CPU at site: count the hit, run the handler, set regs->ip to the destination, when site has
@@ -157,7 +178,7 @@ static __always_inline enum trapvec_found trapvec_dispatch_lookup(struct pt_regs
 
 	rcu_read_lock_sched_notrace();
 	e = trapvec_lookup_rcu(site);
-	if (e && READ_ONCE(e->gone)) {
+	if (e && READ_ONCE(e->gone) && !trapvec_trap_still_at(site)) {
 		found = TRAPVEC_FOUND_GONE;
 	} else if (e && e->only.match && !trapvec_task_matches(&e->only)) {
 		/* Another task: straight to the displaced instructions, not counted. */

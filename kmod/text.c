@@ -760,6 +760,17 @@ static u32 trapvec_patch_dest(const struct trapvec_patch *p, unsigned long *dest
 	} else {
 		return TRAPVEC_REASON_NOT_A_JUMP;
 	}
+	/*
+	 * A jmp into its own window (jmp $, EB FE) never leaves it: the die notifier would send
+	 * a CPU that meets its CC back to that CC, with interrupts off for ever where they were
+	 * off. A claimed int3 must move the CPU on, so the new bytes are no jump out.
+	 */
+	if (*dest >= p->addr && *dest < p->addr + p->len) {
+		pr_debug("jmp at %pS lands at %pS, inside its own window\n", (void *)p->addr,
+			 (void *)*dest);
+		*dest = 0;
+		return TRAPVEC_REASON_NOT_A_JUMP;
+	}
 	*jmp = true;
 	return TRAPVEC_REASON_NONE;
 }
@@ -916,6 +927,22 @@ static struct trapvec_live_patch *trapvec_rec_at(unsigned long addr,
 	return NULL;
 }
 
+/* A live jmp (or new one of ops[0..n)) that lands on addr; NULL if none. */
+static struct trapvec_live_patch *trapvec_jmp_onto(unsigned long addr,
+						   const struct trapvec_text_op *ops, u32 n)
+{
+	struct trapvec_live_patch *r;
+	u32 i;
+
+	list_for_each_entry(r, &trapvec_live, node)
+		if (r->jmp && r->dest == addr)
+			return r;
+	for (i = 0; i < n; i++)
+		if (ops[i].rec && !ops[i].undo && ops[i].rec->jmp && ops[i].rec->dest == addr)
+			return ops[i].rec;
+	return NULL;
+}
+
 /*
  * Springboards: a jmp (rel8) that lands on another patch of ours (a jmp rel32 in padding).
  * A task may be preempted on the springboard's first byte, having taken the jmp to it: the
@@ -943,6 +970,34 @@ static int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 			}
 		}
 		r->lands_on = to;
+	}
+	/*
+	 * One hop at most: a new jmp may land on a patch only if that patch does not land on
+	 * one itself, and not while a jmp lands on the new one's own site. A springboard jumps
+	 * into the arena; a chain of patches could close into a cycle (A lands on B, B on A,
+	 * also when A went in before B existed), which the die notifier would follow from CC to
+	 * CC without end while both are pending, and the finished text for ever.
+	 */
+	for (i = 0; i < n; i++) {
+		r = ops[i].rec;
+		if (ops[i].undo || !r->jmp || !r->lands_on)
+			continue;
+		to = r->lands_on->jmp ? trapvec_rec_at(r->lands_on->dest, ops, n) : NULL;
+		if (to) {
+			pr_debug("jmp at %pS lands on the patch at %pS, which lands on %pS\n",
+				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
+			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
+			req->culprit = r->lands_on->addr;
+			return -EBUSY;
+		}
+		to = trapvec_jmp_onto(r->addr, ops, n);
+		if (to) {
+			pr_debug("jmp at %pS lands on the patch at %pS, and the jmp at %pS on it\n",
+				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
+			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
+			req->culprit = to->addr;
+			return -EBUSY;
+		}
 	}
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
