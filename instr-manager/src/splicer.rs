@@ -30,6 +30,7 @@
 //! A splicer's bookkeeping can be saved and restored ([`state`]): a one-shot tool (trapctl)
 //! keeps it in the kernel module between commands, checked against the module on every restore.
 
+mod actions;
 mod batch;
 mod build;
 mod components;
@@ -172,6 +173,23 @@ pub struct LiveSplice {
 }
 
 impl LiveSplice {
+    /// The splice's slot in the target's runtime ([`trapvec::slots`]), if its action has one.
+    /// (Saved states keep it under the field of its kind: `ret` or `keyed`.)
+    pub(crate) fn slot(&self) -> Option<trapvec::slots::Slot> {
+        use trapvec::slots::Slot;
+        self.ret.map(Slot::Return).or(self.keyed.map(Slot::Keyed))
+    }
+
+    /// Keep `slot` under the field of its kind.
+    pub(crate) fn set_slot(&mut self, slot: Option<trapvec::slots::Slot>) {
+        use trapvec::slots::Slot;
+        (self.ret, self.keyed) = match slot {
+            None => (None, None),
+            Some(Slot::Return(s)) => (Some(s), None),
+            Some(Slot::Keyed(s)) => (None, Some(s)),
+        };
+    }
+
     /// The text patch at the site (its `new` bytes are in the text while the splice lives).
     pub fn site_patch(&self) -> &TextPatch {
         &self.site_patch
@@ -338,9 +356,10 @@ impl<T: Target> Splicer<T> {
         id: SpliceId,
     ) -> Result<Option<trapvec::returns::ReturnStats>, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(s.ret
-            .as_ref()
-            .and_then(|slot| self.target.return_stats(slot)))
+        Ok(s.slot()
+            .filter(|slot| slot.as_return().is_some())
+            .and_then(|slot| self.target.read_slot(&slot))
+            .and_then(trapvec::slots::SlotReading::into_return_stats))
     }
 
     /// The table of a live keyed count (`None` for other splices).
@@ -349,9 +368,10 @@ impl<T: Target> Splicer<T> {
         id: SpliceId,
     ) -> Result<Option<trapvec::keyed::KeyCounts>, SpliceError> {
         let s = self.live.get(&id).ok_or(SpliceError::UnknownSplice(id.0))?;
-        Ok(s.keyed
-            .as_ref()
-            .and_then(|slot| self.target.key_counts(slot)))
+        Ok(s.slot()
+            .filter(|slot| slot.as_keyed().is_some())
+            .and_then(|slot| self.target.read_slot(&slot))
+            .and_then(trapvec::slots::SlotReading::into_key_counts))
     }
 
     /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the

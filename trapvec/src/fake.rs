@@ -1,7 +1,9 @@
 //! A fake kernel for the tests of the crates above trapvec (feature `fake`): four traced
 //! functions `f0`..`f3` in "kernel text", an arena for repository blocks, a dispatch table with
 //! per-site hit counters, site refusals as the module's checks would give them, and the state
-//! blob the module keeps. Clones share one machine (two splicers, or a daemon and its restart,
+//! blob the module keeps, and (when asked for: [`FakeState::runtime_slots`]) runtime slots
+//! ([`crate::slots`]) as bookkeeping only (their routines are addresses below the arena, never
+//! run). Clones share one machine (two splicers, or a daemon and its restart,
 //! over one kernel), as the real module outlives the programs that use it.
 //!
 //! Misuse a real target would not survive fails loudly: writing a freed or sealed block, freeing
@@ -11,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::kernel::SiteRefusal;
+use crate::slots::{Slot, SlotReading, SlotSpec};
 use crate::{
     BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError,
     TargetInfo, TextPatch, TrapHits,
@@ -33,6 +36,9 @@ pub const FUNC: [u8; 32] = [
     /*0d*/ 0xC3,                         // ret
     0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC, 0xCC,
 ];
+
+/// The routine of runtime slot `i` ([`Target::alloc_slot`]): `SLOT_ENTRY + 16 * i`.
+pub const SLOT_ENTRY: u64 = ARENA - 0x1000;
 
 /// The functions, 32 bytes apart from [`TEXT`].
 pub const FUNCS: [&str; 4] = ["f0", "f1", "f2", "f3"];
@@ -78,6 +84,16 @@ pub struct FakeState {
     /// Armed kprobes of another tool: [`Target::read`] shows an `int3` (`CC`) at each of these
     /// addresses, [`Target::read_code`] the byte the probe saved (as the module's READ_ORIGINAL).
     pub probed: BTreeSet<u64>,
+    /// Set: the fake has a runtime and takes slots; unset (the default), it refuses them as a
+    /// target without one does.
+    pub runtime_slots: bool,
+    /// Runtime slots taken and not given back, by index.
+    pub slots: BTreeMap<u32, SlotSpec>,
+    /// Every slot given back, in order (one given back twice is here twice).
+    pub slots_freed: Vec<Slot>,
+    /// Set: giving back a return point's slot fails with this (a thread still in its return
+    /// handler, as RETURN_REMOVE's EBUSY) and the slot stays taken, until cleared.
+    pub return_slot_busy: Option<String>,
 }
 
 /// A kernel-like target; clones share the same machine.
@@ -444,6 +460,56 @@ impl Target for FakeKernel {
 
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
         Some(Ok(self.state().dispatch.values().copied().collect()))
+    }
+
+    /// The lowest free index; the cookie is `index + 1` (never 0, like the module's).
+    fn alloc_slot(&mut self, spec: &SlotSpec) -> Result<Slot, TargetError> {
+        let mut inner = self.state();
+        if !inner.runtime_slots {
+            return Err(TargetError::Unsupported {
+                what: spec.what(),
+                target: self.info.description.clone(),
+            });
+        }
+        let index = (0..).find(|i| !inner.slots.contains_key(i)).unwrap_or(0);
+        inner.slots.insert(index, *spec);
+        let (entry, cookie) = (SLOT_ENTRY + 16 * u64::from(index), u64::from(index) + 1);
+        Ok(match spec {
+            SlotSpec::Return(_) => Slot::Return(crate::returns::ReturnSlot {
+                index,
+                entry,
+                cookie,
+            }),
+            SlotSpec::Keyed(_) => Slot::Keyed(crate::keyed::KeySlot {
+                index,
+                entry,
+                cookie,
+            }),
+        })
+    }
+
+    /// As the module: giving back a slot that is not taken (any more) is not an error.
+    fn free_slot(&mut self, slot: &Slot) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        if let (Slot::Return(s), Some(why)) = (slot, &inner.return_slot_busy) {
+            return Err(TargetError::Quiesce(format!(
+                "return-point slot {}: {why}",
+                s.index
+            )));
+        }
+        inner.slots_freed.push(*slot);
+        inner.slots.remove(&slot.index());
+        Ok(())
+    }
+
+    /// Nothing counted: an empty table, figures of no calls.
+    fn read_slot(&self, slot: &Slot) -> Option<SlotReading> {
+        let inner = self.state();
+        inner.slots.get(&slot.index())?;
+        Some(match slot {
+            Slot::Return(_) => SlotReading::Return(crate::returns::ReturnStats::default()),
+            Slot::Keyed(_) => SlotReading::Keyed(crate::keyed::KeyCounts::default()),
+        })
     }
 }
 

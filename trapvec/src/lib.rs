@@ -20,6 +20,7 @@ pub mod keyed;
 pub mod predicate;
 pub mod process;
 pub mod returns;
+pub mod slots;
 pub mod target;
 
 pub use error::{error_chain, TargetError};

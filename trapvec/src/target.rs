@@ -533,51 +533,31 @@ pub trait Target {
         None
     }
 
-    /// A slot in the target's return runtime for a new return point ([`crate::returns`]): the
-    /// splicer makes its entry half a call splice with the slot's `entry` and `cookie`. Targets
-    /// without a return runtime refuse.
-    fn return_slot(
+    /// A slot of kind `spec` in the target's runtime ([`crate::slots`]): the splicer makes the
+    /// splice a call of the slot's `entry` with its `cookie`. Targets without that kind of
+    /// runtime refuse, naming it.
+    fn alloc_slot(
         &mut self,
-        _cfg: &crate::returns::ReturnConfig,
-    ) -> Result<crate::returns::ReturnSlot, TargetError> {
+        spec: &crate::slots::SlotSpec,
+    ) -> Result<crate::slots::Slot, TargetError> {
         Err(TargetError::Unsupported {
-            what: "return points and timers",
+            what: spec.what(),
             target: self.info().description.clone(),
         })
     }
 
-    /// Give a return point's slot back, once its entry half can no longer run (text restored,
-    /// quiescence reached), and wait until no thread runs its return handler (then its
-    /// component may go). Calls still inside the function return safely without the handler.
-    /// An error leaves the slot draining; calling again waits again.
-    fn free_return_slot(&mut self, _slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
+    /// Give a slot back once its splice can no longer reach it (text restored, quiescence
+    /// reached). A return point's slot also waits until no thread runs its return handler
+    /// (then its component may go); calls still inside the function return safely without the
+    /// handler, and an error leaves the slot draining: calling again waits again. A slot
+    /// already given back is not an error.
+    fn free_slot(&mut self, _slot: &crate::slots::Slot) -> Result<(), TargetError> {
         Ok(())
     }
 
-    /// The figures of a live return point.
-    fn return_stats(
-        &self,
-        _slot: &crate::returns::ReturnSlot,
-    ) -> Option<crate::returns::ReturnStats> {
-        None
-    }
-
-    /// A slot in the target's runtime for a new keyed count ([`crate::keyed`]): the splicer
-    /// makes the splice a call with the slot's `entry` and `cookie`. Targets without one refuse.
-    fn key_slot(&mut self, _by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
-        Err(TargetError::Unsupported {
-            what: "keyed counts",
-            target: self.info().description.clone(),
-        })
-    }
-
-    /// Give a keyed count's slot back, once its splice is quiescent.
-    fn free_key_slot(&mut self, _slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
-        Ok(())
-    }
-
-    /// The table of a live keyed count.
-    fn key_counts(&self, _slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
+    /// What a live slot holds now (a return point's figures, a keyed count's table); `None`
+    /// when the target has no such slot (any more).
+    fn read_slot(&self, _slot: &crate::slots::Slot) -> Option<crate::slots::SlotReading> {
         None
     }
 

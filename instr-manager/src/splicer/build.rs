@@ -1,40 +1,31 @@
-//! Step 2 of a splice's life, building: allocate a data block (hit counter, in-flight counter)
-//! and a code block near the site, generate the trampoline ([`crate::trampoline`]: the call
-//! trampoline, the counting or bare replay, or the replace trampoline and its replay), write and
-//! seal it, and make the text patches (site, springboard). Nothing built is visible to running
-//! code until it is published ([`super::publish`]); a failure frees what this step allocated.
+//! Step 2 of a splice's life, building: allocate a data block (hit counter, in-flight counter),
+//! a code block near the site and the runtime slot its action needs, write the trampoline (an
+//! optional task guard, then the body its kind of action makes: [`super::actions`]), seal it,
+//! and make the text patches (site, springboard). Nothing built is visible to running code
+//! until it is published ([`super::publish`]); a failure gives back everything this step took,
+//! by one unwind ([`Held`]).
 
 use component_manager::ComponentId;
-use trapvec::keyed::KeySlot;
 use trapvec::predicate::TaskMatch;
-use trapvec::returns::{ReturnConfig, ReturnSlot, DEFAULT_MAXACTIVE};
-use trapvec::target::{BlockKind, DispatchEntry, RepoBlock, Target, TextPatch};
+use trapvec::slots::Slot;
+use trapvec::target::{BlockKind, RepoBlock, Target, TextPatch};
 use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
 use crate::analysis::liveness::is_lean_leaf;
 use crate::plan::Mechanism;
-use crate::trampoline::{
-    emit_call_trampoline_with, emit_counting_replay, emit_replace_trampoline, emit_replay,
-    jmp_bytes, springboard_bytes, trap_bytes, CallTrampoline, GuardShape, ReplaceTrampoline,
-    TrampolineOptions, REPLACE_STACK_WORDS,
-};
+use crate::trampoline::{jmp_bytes, springboard_bytes, trap_bytes, GuardShape, TrampolineOptions};
 
+use super::actions::{self, Body, BodyCx, SpliceAction};
 use super::batch::BatchCache;
 use super::plan::Planned;
-use super::{Action, LiveSplice, PlanSummary, SpliceError, SpliceId, SpliceRequest, Splicer};
+use super::{LiveSplice, PlanSummary, SpliceError, SpliceId, SpliceRequest, Splicer};
 
-/// The repository side of a splice being built: its blocks and where its action goes.
-struct Blocks {
-    code: RepoBlock,
-    data: RepoBlock,
-    /// Handler or replacement address (0 for a count).
-    dest_fn: u64,
-    component: Option<ComponentId>,
-    /// A return point's slot.
-    ret: Option<ReturnSlot>,
-    /// A keyed count's slot.
-    keyed: Option<KeySlot>,
+/// Something a splice being built took from the target: given back, last taken first, if the
+/// splice is never published.
+enum Held {
+    Block(RepoBlock),
+    Slot(Slot),
 }
 
 /// What [`Splicer::fill`] made of a splice's blocks.
@@ -43,7 +34,7 @@ struct Filled {
     springboard_patch: Option<TextPatch>,
     entry: u64,
     replay: Option<u64>,
-    dispatch: Option<DispatchEntry>,
+    dispatch: Option<trapvec::target::DispatchEntry>,
     handler_range: Option<(u64, u64)>,
     inflight: Option<u64>,
 }
@@ -74,13 +65,31 @@ impl<T: Target> Splicer<T> {
         Ok(built)
     }
 
-    /// Allocate and fill the repository side of one splice (nothing visible to running code yet).
+    /// Allocate and fill the repository side of one splice (nothing visible to running code
+    /// yet); on failure give back what was taken.
     pub(super) fn build(
+        &mut self,
+        r: &SpliceRequest,
+        planned: Planned,
+        cache: &mut BatchCache,
+    ) -> Result<Box<LiveSplice>, SpliceError> {
+        let mut held = Vec::new();
+        let built = self.build_holding(r, planned, cache, &mut held);
+        if built.is_err() {
+            self.give_back(held);
+        }
+        built
+    }
+
+    /// [`Splicer::build`], recording in `held` what it takes as it takes it.
+    fn build_holding(
         &mut self,
         r: &SpliceRequest,
         mut planned: Planned,
         cache: &mut BatchCache,
+        held: &mut Vec<Held>,
     ) -> Result<Box<LiveSplice>, SpliceError> {
+        let action = actions::kind_of(r);
         let (dest_fn, component) = match r.action.symbol() {
             Some(name) => self.resolve_dest(&r.at, name)?,
             None => (0, None),
@@ -91,70 +100,33 @@ impl<T: Target> Splicer<T> {
         };
         let site = planned.point.site;
         let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
-        let code = match self.target.alloc(site, 512, BlockKind::Code) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.target.free(&data);
-                return Err(terr(e));
+        held.push(Held::Block(data.clone()));
+        let code = self
+            .target
+            .alloc(site, 512, BlockKind::Code)
+            .map_err(terr)?;
+        held.push(Held::Block(code.clone()));
+        // A return point's entry half, a keyed count: a call of the slot's routine.
+        let slot = match action.slot(r, dest_fn) {
+            Some(spec) => {
+                let slot = self.target.alloc_slot(&spec).map_err(terr)?;
+                held.push(Held::Slot(slot));
+                log::debug!("{}: {} slot {}", r.at, action.name(), slot.index());
+                Some(slot)
             }
-        };
-        // A return point's entry half is a call of the target's entry routine with its slot.
-        let ret = match r.at_return() {
-            true => {
-                let cfg = ReturnConfig {
-                    handler: dest_fn,
-                    cookie: match r.action {
-                        Action::Call { cookie, .. } => cookie,
-                        _ => 0,
-                    },
-                    maxactive: r.options.maxactive.unwrap_or(DEFAULT_MAXACTIVE),
-                    clock: match r.action {
-                        Action::Time { clock } => Some(clock),
-                        _ => None,
-                    },
-                };
-                match self.target.return_slot(&cfg) {
-                    Ok(slot) => Some(slot),
-                    Err(e) => {
-                        let _ = self.target.free(&code);
-                        let _ = self.target.free(&data);
-                        return Err(terr(e));
-                    }
-                }
-            }
-            false => None,
-        };
-        // A keyed count is a call of the target's counting routine with its slot.
-        let keyed = match r.options.by {
-            Some(by) => match self.target.key_slot(by) {
-                Ok(slot) => Some(slot),
-                Err(e) => {
-                    self.free_blocks(&code, &data, ret.as_ref());
-                    return Err(terr(e));
-                }
-            },
             None => None,
         };
-        let blocks = Blocks {
-            code,
-            data,
+        let parts = Parts {
+            action,
+            code: &code,
+            data: &data,
             dest_fn,
             component,
-            ret,
-            keyed,
+            slot: slot.as_ref(),
         };
-        let filled = match self.fill(r, &mut planned, &blocks, cache) {
-            Ok(f) => f,
-            Err(e) => {
-                self.free_blocks(&blocks.code, &blocks.data, blocks.ret.as_ref());
-                if let Some(slot) = &blocks.keyed {
-                    let _ = self.target.free_key_slot(slot);
-                }
-                return Err(e);
-            }
-        };
+        let filled = self.fill(r, &mut planned, &parts, cache)?;
         self.next += 1;
-        Ok(Box::new(LiveSplice {
+        let mut live = Box::new(LiveSplice {
             id: SpliceId(self.next),
             request: r.clone(),
             plan: PlanSummary::of(&planned.plan),
@@ -163,25 +135,28 @@ impl<T: Target> Splicer<T> {
             component,
             site_patch: filled.site_patch,
             springboard_patch: filled.springboard_patch,
-            code: blocks.code,
-            data: blocks.data,
+            code,
+            data,
             entry: filled.entry,
             replay: filled.replay,
             dispatch: filled.dispatch,
             handler_range: filled.handler_range,
             inflight: filled.inflight,
-            ret: blocks.ret,
-            keyed: blocks.keyed,
-        }))
+            ret: None,
+            keyed: None,
+        });
+        live.set_slot(slot);
+        Ok(live)
     }
 
     /// Write the trampoline of one splice into its freshly allocated blocks and make its text
-    /// patches (taking the site's bytes from `planned`); the caller frees the blocks if this fails.
+    /// patches (taking the site's bytes from `planned`); the caller gives the blocks back if
+    /// this fails.
     fn fill(
         &mut self,
         r: &SpliceRequest,
         planned: &mut Planned,
-        blocks: &Blocks,
+        parts: &Parts<'_>,
         cache: &mut BatchCache,
     ) -> Result<Filled, SpliceError> {
         let site_text = planned.site_text.take();
@@ -193,7 +168,7 @@ impl<T: Target> Splicer<T> {
         } = &*planned;
         let at = &r.at;
         let site = point.site;
-        let (code, data, dest_fn) = (&blocks.code, &blocks.data, blocks.dest_fn);
+        let (code, data) = (parts.code, parts.data);
         let terr = |e: TargetError| SpliceError::Target {
             at: at.clone(),
             source: e,
@@ -207,29 +182,6 @@ impl<T: Target> Splicer<T> {
         self.target.write(data, 0, &[0u8; 16]).map_err(terr)?;
         let info = self.target.info();
         let trap = plan.mechanism == Mechanism::Trap;
-        let mut handler_range = None;
-        let mut inflight = None;
-        // What the call at the site runs: the action's handler, or a return point's entry half
-        // (the target's routine, never a lean leaf of a component).
-        let (action, call_fn, call_component) = match (&blocks.ret, &blocks.keyed, &r.action) {
-            (Some(slot), _, _) => (
-                Action::Call {
-                    handler: String::new(),
-                    cookie: slot.cookie,
-                },
-                slot.entry,
-                None,
-            ),
-            (None, Some(slot), _) => (
-                Action::Call {
-                    handler: String::new(),
-                    cookie: slot.cookie,
-                },
-                slot.entry,
-                None,
-            ),
-            (None, None, a) => (a.clone(), dest_fn, blocks.component),
-        };
         // A task predicate: tested by the kernel's dispatcher for the traps it handles (a
         // non-matching trap goes to the replay), else by a guard in front of the trampoline.
         let only = &r.options.only;
@@ -247,109 +199,31 @@ impl<T: Target> Splicer<T> {
             Some(g) => code.addr + g.len(code.addr).map_err(refused)? as u64,
             None => code.addr,
         };
-        let (mut bytes, replay, mut dispatch) = match &action {
-            Action::Call { cookie, .. } if trap && info.dispatcher_runs_handlers => {
-                let replay = emit_replay(plan, base).map_err(refused)?;
-                let d = DispatchEntry {
-                    site,
-                    dest: base,
-                    handler: call_fn,
-                    cookie: *cookie,
-                    only: None,
-                };
-                (replay, Some(base), Some(d))
-            }
-            Action::Call { cookie, .. } => {
-                let t = CallTrampoline {
-                    addr: base,
-                    site,
-                    handler: call_fn,
-                    cookie: *cookie,
-                    hits: data.addr,
-                    inflight: data.addr + 8,
-                };
-                let (opts, lean) = self.trampoline_options(
-                    point.site,
-                    *flags_dead && blocks.ret.is_none(),
-                    call_fn,
-                    call_component,
-                    cache,
-                );
-                handler_range = lean;
-                let bytes = emit_call_trampoline_with(&t, plan, info, &opts).map_err(refused)?;
-                (
-                    bytes,
-                    None,
-                    trap.then_some(DispatchEntry {
-                        site,
-                        dest: code.addr,
-                        handler: 0,
-                        cookie: 0,
-                        only: None,
-                    }),
-                )
-            }
-            Action::Count if trap && info.dispatcher_counts_hits => {
-                let replay = emit_replay(plan, base).map_err(refused)?;
-                (
-                    replay,
-                    Some(base),
-                    Some(DispatchEntry {
-                        site,
-                        dest: base,
-                        handler: 0,
-                        cookie: 0,
-                        only: None,
-                    }),
-                )
-            }
-            Action::Count => {
-                let bytes = emit_counting_replay(base, data.addr, plan, info).map_err(refused)?;
-                (
-                    bytes,
-                    None,
-                    trap.then_some(DispatchEntry {
-                        site,
-                        dest: code.addr,
-                        handler: 0,
-                        cookie: 0,
-                        only: None,
-                    }),
-                )
-            }
-            Action::Time { .. } => {
-                unreachable!("a timer is a return point: its site runs the entry half")
-            }
-            Action::Replace { .. } => {
-                // The replacement may sleep: count the tasks inside it (see REPLACE_STACK_WORDS
-                // for the arguments), in the target's counter where it keeps one.
-                let owned = self.target.replace_counter(code);
-                inflight = owned.map(|c| c.counter);
-                let t = ReplaceTrampoline {
-                    addr: base,
-                    hits: data.addr,
-                    inflight: owned.map_or(data.addr + 8, |c| c.counter),
-                    dest: dest_fn,
-                    exit: owned.map(|c| c.exit),
-                };
-                let mut bytes =
-                    emit_replace_trampoline(&t, REPLACE_STACK_WORDS).map_err(refused)?;
-                bytes.resize(bytes.len().next_multiple_of(16), 0xCC);
-                let replay_at = base + bytes.len() as u64;
-                bytes.extend(emit_replay(plan, replay_at).map_err(refused)?);
-                (
-                    bytes,
-                    Some(replay_at),
-                    trap.then_some(DispatchEntry {
-                        site,
-                        dest: code.addr,
-                        handler: 0,
-                        cookie: 0,
-                        only: None,
-                    }),
-                )
-            }
+        let this = &*self;
+        let mut options = |handler, component, flags_dead| {
+            this.trampoline_options(site, flags_dead, handler, component, cache)
         };
+        let mut cx = BodyCx {
+            r,
+            plan,
+            info,
+            code,
+            data,
+            base,
+            dest_fn: parts.dest_fn,
+            component: parts.component,
+            slot: parts.slot,
+            flags_dead: *flags_dead,
+            replace_counter: this.target.replace_counter(code),
+            trampoline_options: &mut options,
+        };
+        let Body {
+            mut bytes,
+            replay,
+            mut dispatch,
+            handler_range,
+            inflight,
+        } = parts.action.body(&mut cx).map_err(refused)?;
         if let Some(g) = &guard {
             let skip_at = base + bytes.len() as u64;
             let mut all = g.emit(code.addr, skip_at).map_err(refused)?;
@@ -480,19 +354,37 @@ impl<T: Target> Splicer<T> {
     /// Free the repository side of splices that never became visible.
     pub(super) fn discard(&mut self, built: &[Box<LiveSplice>]) {
         for s in built {
-            self.free_blocks(&s.code, &s.data, s.ret.as_ref());
-            if let Some(slot) = &s.keyed {
-                let _ = self.target.free_key_slot(slot);
-            }
+            let mut held = vec![Held::Block(s.data.clone()), Held::Block(s.code.clone())];
+            held.extend(s.slot().map(Held::Slot));
+            self.give_back(held);
         }
     }
 
-    /// Free a splice's blocks and return slot, none of which running code has seen.
-    fn free_blocks(&mut self, code: &RepoBlock, data: &RepoBlock, ret: Option<&ReturnSlot>) {
-        let _ = self.target.free(code);
-        let _ = self.target.free(data);
-        if let Some(slot) = ret {
-            let _ = self.target.free_return_slot(slot);
+    /// Give back what a splice that never became visible took, last taken first. Nothing has
+    /// run it, so nothing waits; a failure to give something back leaves it taken (logged).
+    fn give_back(&mut self, held: Vec<Held>) {
+        for h in held.into_iter().rev() {
+            let given = match &h {
+                Held::Block(b) => self.target.free(b),
+                Held::Slot(s) => self.target.free_slot(s),
+            };
+            if let Err(e) = given {
+                log::debug!(
+                    "giving back an unused block or slot: {}",
+                    trapvec::error_chain(&e)
+                );
+            }
         }
     }
+}
+
+/// What [`Splicer::fill`] builds a splice from besides its request and plan.
+struct Parts<'a> {
+    action: &'static dyn SpliceAction,
+    code: &'a RepoBlock,
+    data: &'a RepoBlock,
+    /// The handler or the replacement (0 for none) and its component.
+    dest_fn: u64,
+    component: Option<ComponentId>,
+    slot: Option<&'a Slot>,
 }

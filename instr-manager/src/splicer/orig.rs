@@ -17,7 +17,7 @@ use trapvec::TargetError;
 
 use crate::trampoline::emit_indirect_stub;
 
-use super::{Action, LiveSplice, SpliceId, Splicer};
+use super::{LiveSplice, SpliceId, Splicer};
 
 /// Prefix of the symbols through which components call a replaced function's original.
 pub const ORIG_PREFIX: &str = "__trapvec_orig_";
@@ -56,7 +56,7 @@ impl ExtraSymbols for OrigStubs<'_> {
                 .values()
                 .find(|s| {
                     s.point.function.addr == sym.addr
-                        && matches!(s.request.action, Action::Replace { .. })
+                        && super::actions::kind_of(&s.request).replaces_function()
                 })
                 .and_then(|s| s.replay)
                 .unwrap_or(sym.addr);
@@ -138,7 +138,10 @@ impl<T: Target> Splicer<T> {
         on: bool,
     ) {
         for s in splices {
-            let (Action::Replace { .. }, Some(replay)) = (&s.request.action, s.replay) else {
+            let Some(replay) = s
+                .replay
+                .filter(|_| super::actions::kind_of(&s.request).replaces_function())
+            else {
                 continue;
             };
             if let Some(stub) = self.orig.get(&s.point.function.name) {

@@ -14,7 +14,7 @@ use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, KERNEL_ENTRY_MAX};
 
 use super::batch::BatchCache;
-use super::{Action, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
+use super::{LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
 
 /// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
 /// longest patch); longer windows are checked one displaced instruction at a time.
@@ -257,7 +257,7 @@ impl<T: Target> Splicer<T> {
             })?;
         // A replacement takes over the whole call, and a return point takes the return address
         // from the top of the stack: both need the function's entry.
-        if matches!(r.action, Action::Replace { .. }) || r.at_return() {
+        if super::actions::kind_of(r).needs_entry() {
             let entry = point.function.addr;
             let past_entry = info.has_fentry && point.site == entry + entry_len(entry);
             if point.site != entry && !past_entry {
@@ -323,7 +323,7 @@ impl<T: Target> Splicer<T> {
             .bytes
             .get(start..start.saturating_add(plan.patch_len))
             .map(<[u8]>::to_vec);
-        let flags_dead = matches!(r.action, Action::Call { .. }) && flags_dead_at(func, plan.site);
+        let flags_dead = super::actions::kind_of(r).asks_flags(r) && flags_dead_at(func, plan.site);
         Ok(Planned {
             point,
             plan,

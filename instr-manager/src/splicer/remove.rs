@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use trapvec::target::{Target, TextPatch, TrapHits};
 
 use super::batch::read_words;
-use super::{Action, Hits, LiveSplice, Retiring, SpliceError, SpliceId, Splicer};
+use super::{Hits, LiveSplice, Retiring, SpliceError, SpliceId, Splicer};
 
 impl<T: Target> Splicer<T> {
     /// Remove splices in one batch; returns their final hit counts.
@@ -96,7 +96,7 @@ impl<T: Target> Splicer<T> {
         let still_replaced: HashSet<u64> = self
             .live
             .values()
-            .filter(|s| matches!(s.request.action, Action::Replace { .. }))
+            .filter(|s| super::actions::kind_of(&s.request).replaces_function())
             .map(|s| s.point.function.addr)
             .collect();
         self.set_orig_slots(
@@ -137,7 +137,7 @@ impl<T: Target> Splicer<T> {
     #[allow(clippy::vec_box)]
     fn finish_removal(
         &mut self,
-        taken: Vec<Box<LiveSplice>>,
+        mut taken: Vec<Box<LiveSplice>>,
         counted: Vec<Option<Hits>>,
     ) -> Result<Vec<Hits>, SpliceError> {
         let mut ranges = Vec::with_capacity(2 * taken.len());
@@ -166,19 +166,23 @@ impl<T: Target> Splicer<T> {
             }
             return Err(e);
         }
-        // Return points: no thread can start their entry half any more; give their slots back,
-        // which waits for threads in their return handlers (before the components go).
-        let drained = taken
-            .iter()
-            .filter_map(|s| s.ret.as_ref().map(|slot| (s, slot)))
-            .try_for_each(|(s, slot)| {
-                self.target
-                    .free_return_slot(slot)
-                    .map_err(|e| SpliceError::Retiring {
-                        at: s.request.at.clone(),
-                        reason: trapvec::error_chain(&e),
-                    })
-            });
+        // Quiescent: no thread can start a slot's routine any more (the entry half of a return
+        // point, a keyed count's counting routine); give the slots back, which for a return
+        // point waits for threads in its return handler (before the components go).
+        // A slot given back is forgotten at once, so that a removal finished later (after a
+        // slot that would not drain) does not give it back twice.
+        let mut drained = Ok(());
+        for s in taken.iter_mut() {
+            let Some(slot) = s.slot() else { continue };
+            if let Err(e) = self.target.free_slot(&slot) {
+                drained = Err(SpliceError::Retiring {
+                    at: s.request.at.clone(),
+                    reason: trapvec::error_chain(&e),
+                });
+                break;
+            }
+            s.set_slot(None);
+        }
         if let Err(e) = drained {
             for (splice, hits) in taken.into_iter().zip(counted) {
                 self.retiring.insert(splice.id, Retiring { splice, hits });
@@ -201,10 +205,6 @@ impl<T: Target> Splicer<T> {
             self.target.patch_text_live(&springboards, &[])?;
         }
         for s in &taken {
-            // Quiescent: no thread is in the trampoline, so none is in its counting routine.
-            if let Some(slot) = &s.keyed {
-                self.target.free_key_slot(slot)?;
-            }
             if let Some(c) = s.component {
                 self.components.release(c)?;
             }
@@ -236,15 +236,11 @@ impl<T: Target> Splicer<T> {
                 if start.elapsed() > self.quiesce_timeout {
                     let s = &taken[i];
                     let waited = self.quiesce_timeout;
-                    let msg = match &s.request.action {
-                        Action::Replace { with } => format!(
-                            "{} task(s) still inside the replacement {with} of {} (trampoline block at {:#x}) after {waited:?}",
-                            before[2 * i + 1],
-                            s.point.function.name,
-                            s.code.addr
-                        ),
-                        _ => format!("a thread is still inside the handler of {} (trampoline block at {:#x}) after {waited:?}", s.request.at, s.code.addr),
-                    };
+                    let msg = super::actions::kind_of(&s.request).still_inside(
+                        s,
+                        before[2 * i + 1],
+                        waited,
+                    );
                     return Err(SpliceError::Retiring {
                         at: s.request.at.clone(),
                         reason: msg,

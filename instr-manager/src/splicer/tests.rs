@@ -653,3 +653,55 @@ fn a_function_is_analysed_as_it_was_before_its_live_splices() {
     sp.remove(&[first, second[0]]).unwrap();
     assert_eq!(k.text(f, 32), FUNC);
 }
+
+#[test]
+fn each_runtime_slot_is_given_back_once_even_when_a_return_slot_holds_the_removal_up() {
+    use trapvec::fake::SLOT_ENTRY;
+    use trapvec::keyed::KeyBy;
+    use trapvec::returns::Clock;
+    use trapvec::slots::Slot;
+    let k = FakeKernel::new();
+    k.state().runtime_slots = true;
+    let mut sp = Splicer::new(k.clone());
+    let mut by_tid = count("f1", Mechanism::Trap);
+    by_tid.options.by = Some(KeyBy::Tid);
+    let timer = SpliceRequest::new("f2", Action::Time { clock: Clock::Wall }, Mechanism::Trap);
+    let ids = sp.apply(&[by_tid, timer]).unwrap();
+    // Each is a call of its slot's routine with the slot's cookie, run by the dispatcher.
+    let calls: Vec<(u64, u64)> = ids
+        .iter()
+        .map(|&id| {
+            let d = sp.get(id).unwrap().dispatch().unwrap();
+            (d.handler, d.cookie)
+        })
+        .collect();
+    assert_eq!(calls, [(SLOT_ENTRY, 1), (SLOT_ENTRY + 16, 2)]);
+    assert_eq!(k.state().slots.len(), 2);
+    assert!(sp.key_counts(ids[0]).unwrap().is_some());
+    assert!(
+        sp.key_counts(ids[1]).unwrap().is_none(),
+        "a timer has no table"
+    );
+    assert!(sp.return_stats(ids[1]).unwrap().is_some());
+    // The keyed count's slot goes back, the timer's does not: both splices stay retiring.
+    k.state().return_slot_busy = Some("a thread is in the return handler".into());
+    let err = sp.remove(&ids).unwrap_err();
+    assert!(
+        matches!(&err, SpliceError::Retiring { at, .. } if at == "f2")
+            && err
+                .to_string()
+                .contains("a thread is in the return handler"),
+        "{err}"
+    );
+    assert_eq!(sp.retiring().count(), 2);
+    k.state().return_slot_busy = None;
+    sp.finish_retiring(&ids).unwrap();
+    let freed: Vec<u32> = k.state().slots_freed.iter().map(Slot::index).collect();
+    assert_eq!(
+        freed,
+        [0, 1],
+        "each slot given back once, the keyed count's first"
+    );
+    assert!(k.state().slots.is_empty());
+    assert!(k.pristine(), "every block freed");
+}

@@ -13,6 +13,7 @@ use super::kallsyms::{self, KallsymsError};
 use super::{KernelTarget, ListedEntry, SiteRefusal};
 use crate::abi::*;
 use crate::error::TargetError;
+use crate::slots::{Slot, SlotReading, SlotSpec};
 use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolKind, Target, TextPatch, TrapHits};
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
@@ -1358,9 +1359,9 @@ fn a_return_slot_is_the_modules_entry_routine_with_its_cookie_and_its_stats_come
         maxactive: 16,
         clock: Some(Clock::Wall),
     };
-    let slot = target.return_slot(&cfg).unwrap();
+    let slot = target.alloc_slot(&SlotSpec::Return(cfg)).unwrap();
     assert_eq!(
-        (slot.index, slot.entry, slot.cookie),
+        (slot.index(), slot.entry(), slot.cookie()),
         (0, RP_ENTRY, 7 << 32)
     );
     let (sent, _) = module.borrow().returns[0];
@@ -1368,22 +1369,27 @@ fn a_return_slot_is_the_modules_entry_routine_with_its_cookie_and_its_stats_come
         (sent.handler, sent.cookie, sent.maxactive, sent.clock),
         (CODE_ARENA + 0x40, 99, 16, TRAPVEC_CLOCK_WALL)
     );
-    let st = target.return_stats(&slot).unwrap();
+    let st = target
+        .read_slot(&slot)
+        .and_then(SlotReading::into_return_stats)
+        .unwrap();
     assert_eq!((st.returns, st.missed, st.active), (12, 3, 1));
     let h = st.histogram.unwrap();
     assert_eq!(
         (h.count(), h.sum, h.max, h.buckets.len()),
         (12, 12_000, 1500, 65)
     );
-    target.free_return_slot(&slot).unwrap();
+    target.free_slot(&slot).unwrap();
     assert!(module.borrow().returns[0].1);
     assert_eq!(
-        target.return_stats(&slot),
+        target
+            .read_slot(&slot)
+            .and_then(SlotReading::into_return_stats),
         None,
         "a removed slot has no figures"
     );
     // Giving it back twice is not an error (a retry after a reply that was lost).
-    target.free_return_slot(&slot).unwrap();
+    target.free_slot(&slot).unwrap();
 }
 
 #[test]
@@ -1403,18 +1409,18 @@ fn return_slot_refusals_name_the_cause() {
         let (mut target, _m, _g) = target_with(|m| {
             m.fail.insert("RETURN_ADD", (errno, 0));
         });
-        let e = crate::error_chain(&target.return_slot(&cfg).unwrap_err());
+        let e = crate::error_chain(&target.alloc_slot(&SlotSpec::Return(cfg)).unwrap_err());
         assert!(e.contains(words), "{errno}: {e}");
     }
     let (mut target, _m, _g) = target_with(|m| {
         m.fail.insert("RETURN_REMOVE", (Errno::EBUSY, 0));
     });
-    let slot = crate::returns::ReturnSlot {
+    let slot = Slot::Return(crate::returns::ReturnSlot {
         index: 3,
         entry: RP_ENTRY,
         cookie: 7 << 32 | 3,
-    };
-    let e = crate::error_chain(&target.free_return_slot(&slot).unwrap_err());
+    });
+    let e = crate::error_chain(&target.free_slot(&slot).unwrap_err());
     assert!(
         e.contains("still in the return handler of return-point slot 3"),
         "{e}"
@@ -1443,9 +1449,9 @@ fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() 
     let (mut target, module, _g) = target_with(|_| {});
     let mut sent = Vec::new();
     for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu]) {
-        let slot = target.key_slot(by).unwrap();
+        let slot = target.alloc_slot(&SlotSpec::Keyed(by)).unwrap();
         assert_eq!(
-            (slot.index, slot.entry, slot.cookie),
+            (slot.index(), slot.entry(), slot.cookie()),
             (i, KEY_ENTRY, 5 << 32 | u64::from(i))
         );
         sent.push(module.borrow().keys[i as usize].0.by);
@@ -1475,8 +1481,11 @@ fn comm_counts_come_back_as_names_most_hits_first_and_add_up_to_the_hits() {
         ];
         m.key_overflow = 4;
     });
-    let slot = target.key_slot(KeyBy::Comm).unwrap();
-    let counts = target.key_counts(&slot).unwrap();
+    let slot = target.alloc_slot(&SlotSpec::Keyed(KeyBy::Comm)).unwrap();
+    let counts = target
+        .read_slot(&slot)
+        .and_then(SlotReading::into_key_counts)
+        .unwrap();
     let rows: Vec<(&str, u64)> = counts
         .keys
         .iter()
@@ -1494,15 +1503,17 @@ fn comm_counts_come_back_as_names_most_hits_first_and_add_up_to_the_hits() {
     );
     assert_eq!((counts.overflow, counts.total()), (4, 3014));
     assert_eq!(module.borrow().key_capacities, [TRAPVEC_KEY_TABLE]);
-    target.free_key_slot(&slot).unwrap();
+    target.free_slot(&slot).unwrap();
     assert!(module.borrow().keys[0].1);
     assert_eq!(
-        target.key_counts(&slot),
+        target
+            .read_slot(&slot)
+            .and_then(SlotReading::into_key_counts),
         None,
         "a removed slot has no table"
     );
     // Giving it back twice is not an error (a retry after a reply that was lost).
-    target.free_key_slot(&slot).unwrap();
+    target.free_slot(&slot).unwrap();
     assert_eq!(
         module
             .borrow()
@@ -1524,8 +1535,11 @@ fn number_keys_are_decimal_and_a_table_larger_than_the_buffer_is_asked_again() {
             .collect();
         m.key_overflow = 0;
     });
-    let slot = target.key_slot(KeyBy::Pid).unwrap();
-    let counts = target.key_counts(&slot).unwrap();
+    let slot = target.alloc_slot(&SlotSpec::Keyed(KeyBy::Pid)).unwrap();
+    let counts = target
+        .read_slot(&slot)
+        .and_then(SlotReading::into_key_counts)
+        .unwrap();
     assert_eq!(counts.keys.len(), 300);
     assert_eq!(
         module.borrow().key_capacities,
@@ -1554,17 +1568,21 @@ fn key_slot_refusals_name_the_cause() {
         let (mut target, _m, _g) = target_with(|m| {
             m.fail.insert("KEY_ADD", (errno, 0));
         });
-        let e = crate::error_chain(&target.key_slot(KeyBy::Comm).unwrap_err());
+        let e = crate::error_chain(
+            &target
+                .alloc_slot(&SlotSpec::Keyed(KeyBy::Comm))
+                .unwrap_err(),
+        );
         assert!(e.contains(words), "{errno}: {e}");
     }
     let (mut target, _m, _g) = target_with(|m| {
         m.fail.insert("KEY_REMOVE", (Errno::EIO, 0));
     });
-    let slot = KeySlot {
+    let slot = Slot::Keyed(KeySlot {
         index: 9,
         entry: KEY_ENTRY,
         cookie: 5 << 32 | 9,
-    };
-    let e = crate::error_chain(&target.free_key_slot(&slot).unwrap_err());
+    });
+    let e = crate::error_chain(&target.free_slot(&slot).unwrap_err());
     assert!(e.contains("keyed count slot 9: KEY_REMOVE"), "{e}");
 }

@@ -136,35 +136,35 @@ impl Target for ProcessTarget {
         self.repo.free(block)
     }
 
-    fn return_slot(
+    /// Both kinds live in this process's runtimes: [`returns`] and [`keyed`].
+    fn alloc_slot(
         &mut self,
-        cfg: &crate::returns::ReturnConfig,
-    ) -> Result<crate::returns::ReturnSlot, TargetError> {
-        returns::alloc_slot(cfg)
+        spec: &crate::slots::SlotSpec,
+    ) -> Result<crate::slots::Slot, TargetError> {
+        use crate::slots::{Slot, SlotSpec};
+        match spec {
+            SlotSpec::Return(cfg) => returns::alloc_slot(cfg).map(Slot::Return),
+            SlotSpec::Keyed(by) => keyed::alloc_slot(*by).map(Slot::Keyed),
+        }
     }
 
-    fn free_return_slot(&mut self, slot: &crate::returns::ReturnSlot) -> Result<(), TargetError> {
-        returns::free_slot(slot)
+    fn free_slot(&mut self, slot: &crate::slots::Slot) -> Result<(), TargetError> {
+        use crate::slots::Slot;
+        match slot {
+            Slot::Return(s) => returns::free_slot(s),
+            Slot::Keyed(s) => {
+                keyed::free_slot(s);
+                Ok(())
+            }
+        }
     }
 
-    fn return_stats(
-        &self,
-        slot: &crate::returns::ReturnSlot,
-    ) -> Option<crate::returns::ReturnStats> {
-        returns::stats(slot)
-    }
-
-    fn key_slot(&mut self, by: crate::keyed::KeyBy) -> Result<crate::keyed::KeySlot, TargetError> {
-        keyed::alloc_slot(by)
-    }
-
-    fn free_key_slot(&mut self, slot: &crate::keyed::KeySlot) -> Result<(), TargetError> {
-        keyed::free_slot(slot);
-        Ok(())
-    }
-
-    fn key_counts(&self, slot: &crate::keyed::KeySlot) -> Option<crate::keyed::KeyCounts> {
-        keyed::counts(slot)
+    fn read_slot(&self, slot: &crate::slots::Slot) -> Option<crate::slots::SlotReading> {
+        use crate::slots::{Slot, SlotReading};
+        match slot {
+            Slot::Return(s) => returns::stats(s).map(SlotReading::Return),
+            Slot::Keyed(s) => keyed::counts(s).map(SlotReading::Keyed),
+        }
     }
 
     /// `tid` only: the guard compares `dword fs:[offset]` (the control block's thread id).
