@@ -58,6 +58,11 @@ pub struct VmPeers {
     /// Mass-attach batches the scenario did not run: `n=… round=… mechanism=…: why`.
     #[serde(default)]
     pub skipped: Vec<String>,
+    /// The counting kprobe_multi program's hits in its check run and the getppid() calls made,
+    /// where the kernel has kprobe_multi (6.12; its per-N attach and detach go into `mass` as
+    /// `kmulti_<empty|count>_attach_ns` and `_detach_ns`, its hit costs into `hit_ns`).
+    #[serde(default)]
+    pub kmulti_hits: Option<(u64, u64)>,
 }
 
 /// `name=value` words of `text` whose value is a number.
@@ -97,6 +102,26 @@ impl VmPeers {
                 v.hit_ns.insert(
                     c.to_lowercase(),
                     n.ok_or_else(|| format!("bad figure in `{line}`"))?,
+                );
+            } else if key == "PEERS_KMULTI_HITS" {
+                let rest = text.trim_start_matches("PEERS_KMULTI_HITS=");
+                let (h, e) = rest
+                    .split_once(" expected=")
+                    .ok_or_else(|| format!("bad line `{line}`"))?;
+                v.kmulti_hits = Some((
+                    h.parse().map_err(|_| format!("bad hits in `{line}`"))?,
+                    e.trim()
+                        .parse()
+                        .map_err(|_| format!("bad count in `{line}`"))?,
+                ));
+            } else if let Some((n, prog)) = key
+                .strip_prefix("PEERS_KMULTI_")
+                .and_then(|rest| rest.split_once('_'))
+                .and_then(|(n, prog)| Some((n.parse::<u32>().ok()?, prog)))
+            {
+                let m = v.mass.entry(n).or_default();
+                m.extend(
+                    numbers(&text).map(|(k, x)| (format!("kmulti_{}_{k}", prog.to_lowercase()), x)),
                 );
             } else if key == "PEERS_FENTRY_HITS" {
                 let rest = text.trim_start_matches("PEERS_FENTRY_HITS=");
@@ -704,6 +729,34 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
             "rounds are kept"
         );
         assert!(v.render().contains("EMULATED"));
+    }
+
+    #[test]
+    fn kprobe_multi_rows_of_a_6_12_guest_are_read_beside_the_others() {
+        let console = format!(
+            "{CONSOLE}PEERS_KMULTI=yes\n\
+PEERS_NS_KMULTI_EMPTY=1400\nPEERS_NS_KMULTI_COUNT=1500\n\
+PEERS_KMULTI_HITS=22001 expected=22002\n\
+PEERS_KMULTI_MASS_ROUND n=1000 round=1 program=empty attach_ns=9 detach_ns=9 attached=1000\n\
+PEERS_KMULTI_1000_EMPTY attach_ns=300000000 detach_ns=200000000 (medians of 3)\n\
+PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n"
+        );
+        let v = VmPeers::parse(&console, "6.12.95").unwrap();
+        assert_eq!(v.hit_overhead("kmulti_count"), Some(900.0));
+        assert_eq!(v.kmulti_hits, Some((22001, 22002)));
+        let m = &v.mass[&1000];
+        assert_eq!(m.get("kmulti_empty_attach_ns"), Some(&3e8));
+        assert_eq!(m.get("kmulti_count_detach_ns"), Some(&2.1e8));
+        assert_eq!(
+            m.keys().filter(|k| k.starts_with("kmulti_")).count(),
+            4,
+            "the round line is not a median: {m:?}"
+        );
+        assert!(v
+            .render()
+            .contains("PEERS_KMULTI_1000_COUNT attach_ns=310000000"));
+        let v = VmPeers::parse(CONSOLE, "6.1.0").unwrap();
+        assert_eq!(v.kmulti_hits, None, "6.1 has no kprobe_multi");
     }
 
     #[test]

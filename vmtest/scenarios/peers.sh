@@ -29,6 +29,12 @@
 #     unpatched, livepatched, and replaced by trap and by jmp. Each run's last MSS says which
 #     tcp_sync_mss it measured (948 clamped); the trap replacement's hits are the calls made.
 #
+#  5. BPF kprobe_multi (/files/kmulti_count, vmtest/peers/kmulti_count.c), where the kernel has
+#     CONFIG_FPROBE (6.12; 6.1 has not: PEERS_KMULTI=unsupported): an empty and a counting
+#     program beside the rows of 1 (hit cost on __x64_sys_getppid, and the counting program's
+#     hits checked against the calls made) and of 2 (attach and detach of one program on the
+#     same N functions as trapvec's batch, the bpf_link_create() and the close() of its link).
+#
 #   cargo test --release -p vmtest --test kernel_peers   (builds the peers and runs this)
 #
 # Output: PEERS_* lines (KEY=value ...). Every step that cannot run says why and fails the
@@ -44,16 +50,18 @@ swaps=${PEERS_SWAPS:-3}
 conns=${PEERS_CONNECTIONS:-300}
 sizes=1000
 [ "${PEERS_10K:-0}" = 1 ] && sizes="1000 5000 10000"
-point=__x64_sys_getppid+5
+# The first instruction past the entry: +5 on 6.1, +9 on 6.12 (endbr64 first).
+point=$(past_entry __x64_sys_getppid 0)
 # __x64_sys_getppid is an alias of __do_sys_getppid (SYSCALL_DEFINE0 on x86), and the kernel's
 # BTF has the function only under that name: fentry attaches to the same code (checked below).
 fn=__do_sys_getppid
 tracing=/sys/kernel/tracing
 fentry=/files/fentry_count
+kmulti=/files/kmulti_count
 lp_ko=/files/tv_lp_mss.ko
 bench_ko=/files/tv_mss_bench.ko
 
-for f in $fentry $lp_ko $bench_ko; do
+for f in $fentry $kmulti $lp_ko $bench_ko; do
 	[ -e "$f" ] || { echo "PEERS: $f is missing (the test passes it with --file)"; exit 1; }
 done
 [ -e $tracing/available_filter_functions ] || mount -t tracefs nodev $tracing
@@ -90,6 +98,8 @@ measure() {
 		;;
 	fentry_empty) $fentry --empty $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
 	fentry_count) $fentry $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
+	kmulti_empty) $kmulti --empty __x64_sys_getppid sh /tmp/best.sh 2> /tmp/kmulti.err || { cat /tmp/kmulti.err >&2; exit 1; } ;;
+	kmulti_count) $kmulti __x64_sys_getppid sh /tmp/best.sh 2> /tmp/kmulti.err || { cat /tmp/kmulti.err >&2; exit 1; } ;;
 	esac
 }
 
@@ -102,7 +112,16 @@ trapctl load /components/empty.o > /dev/null
 trapctl load /components/mss_clamp.o > /dev/null
 echo 0 > $tracing/tracing_on
 
-fastest_rounds PEERS_HIT_ROUND "base jmp_empty jmp_count trap_empty fentry_empty fentry_count"
+# kprobe_multi needs CONFIG_FPROBE: 6.12 has it, 6.1 has not (the link is refused).
+kconfigs=
+if $kmulti --empty __x64_sys_getppid true 2> /tmp/kmulti.err; then
+	kconfigs="kmulti_empty kmulti_count"
+	echo "PEERS_KMULTI=yes"
+else
+	echo "PEERS_KMULTI=unsupported: $(grep '^kmulti_count:' /tmp/kmulti.err | head -n 1)"
+fi
+
+fastest_rounds PEERS_HIT_ROUND "base jmp_empty jmp_count trap_empty fentry_empty fentry_count $kconfigs"
 cat /tmp/fentry.err
 echo "PEERS_HIT_CONFIG point=$point calls=$calls runs_per_round=$runs rounds=$rounds figure=fastest run of all rounds"
 for c in $configs; do
@@ -117,6 +136,21 @@ $fentry $fn sysbench -n $check > /dev/null 2> /tmp/fentry.err
 cat /tmp/fentry.err
 hits=$(sed -n 's/^FENTRY_HITS=//p' /tmp/fentry.err)
 echo "PEERS_FENTRY_HITS=$hits expected=$((check + check / 10 + 2))"
+
+if [ -n "$kconfigs" ]; then
+	$kmulti __x64_sys_getppid sysbench -n $check > /dev/null 2> /tmp/kmulti.err
+	cat /tmp/kmulti.err
+	echo "PEERS_KMULTI_HITS=$(sed -n 's/^KMULTI_HITS=//p' /tmp/kmulti.err) expected=$((check + check / 10 + 2))"
+	awk -v b="$min_base" -v ke="$min_kmulti_empty" -v kc="$min_kmulti_count" \
+		-v fe="$min_fentry_empty" -v je="$min_jmp_empty" -v jc="$min_jmp_count" '
+	function ratio(a, d) { return d == 0 ? "nan" : sprintf("%.2f", a / d) }
+	BEGIN {
+		printf "PEERS_KMULTI_HIT_NS kmulti_empty=%d kmulti_count=%d\n", ke - b, kc - b
+		printf "PEERS_RATIO_JMP_EMPTY_TO_KMULTI_EMPTY=%s\n", ratio(je - b, ke - b)
+		printf "PEERS_RATIO_JMP_COUNT_TO_KMULTI_COUNT=%s\n", ratio(jc - b, kc - b)
+		printf "PEERS_RATIO_KMULTI_EMPTY_TO_FENTRY_EMPTY=%s\n", ratio(ke - b, fe - b)
+	}'
+fi
 
 awk -v b="$min_base" -v je="$min_jmp_empty" -v jc="$min_jmp_count" -v te="$min_trap_empty" \
 	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" '
@@ -222,11 +256,31 @@ for n in $sizes; do
 			echo "$remove_ns" >> /tmp/tv_remove_${m}_$n
 			[ "$live" -eq "$n" ] || { echo "PEERS: trapctl list shows $live of $n splices"; exit 1; }
 		done
+
+		# kprobe_multi: one program on the same n functions, attached and detached.
+		[ -n "$kconfigs" ] || continue
+		for k in empty count; do
+			opt=
+			[ $k = empty ] && opt=--empty
+			$kmulti $opt --syms /tmp/names_$n true 2> /tmp/km.err ||
+				{ echo "PEERS: kprobe_multi on $n functions failed:"; cat /tmp/km.err; exit 1; }
+			attached=$(sed -n 's/^KMULTI_ATTACHED n=\([0-9]*\) .*/\1/p' /tmp/km.err)
+			attach_ns=$(sed -n 's/^KMULTI_ATTACHED .* attach_ns=\([0-9]*\)/\1/p' /tmp/km.err)
+			detach_ns=$(sed -n 's/^KMULTI_DETACH_NS=//p' /tmp/km.err)
+			echo "PEERS_KMULTI_MASS_ROUND n=$n round=$r program=$k attach_ns=$attach_ns detach_ns=$detach_ns attached=$attached"
+			[ "$attached" -eq "$n" ] || { echo "PEERS: kprobe_multi attached $attached of $n"; exit 1; }
+			echo "$attach_ns" >> /tmp/km_attach_${k}_$n
+			echo "$detach_ns" >> /tmp/km_detach_${k}_$n
+		done
 	done
 	ff=$(median < /tmp/ft_filter_$n)
 	fe=$(median < /tmp/ft_enable_$n)
 	fd=$(median < /tmp/ft_disable_$n)
 	echo "PEERS_FTRACE_$n filter_ns=$ff enable_ns=$fe disable_ns=$fd (medians of $mass_rounds)"
+	for k in empty count; do
+		[ -s /tmp/km_attach_${k}_$n ] || continue
+		echo "PEERS_KMULTI_${n}_$(echo $k | tr a-z A-Z) attach_ns=$(median < /tmp/km_attach_${k}_$n) detach_ns=$(median < /tmp/km_detach_${k}_$n) (medians of $mass_rounds)"
+	done
 	for m in trap jmp; do
 		[ -s /tmp/tv_apply_${m}_$n ] || continue
 		ta=$(median < /tmp/tv_apply_${m}_$n)
@@ -239,6 +293,15 @@ for n in $sizes; do
 			printf "PEERS_RATIO_%s_COMMIT_TO_FTRACE_ENABLE_%d=%.2f (goal <= 1.0 at 10000)\n", toupper(m), n, tc * 1e6 / fe
 			printf "PEERS_RATIO_%s_APPLY_TO_FTRACE_FILTER_ENABLE_%d=%.2f (goal <= 2.0 at 10000)\n", toupper(m), n, ta / (ff + fe)
 		}'
+		if [ -s /tmp/km_attach_count_$n ]; then
+			ka=$(median < /tmp/km_attach_count_$n)
+			kd=$(median < /tmp/km_detach_count_$n)
+			awk -v ka="$ka" -v kd="$kd" -v ta="$ta" -v tc="$tc" -v tr="$tr" -v n="$n" -v m="$m" 'BEGIN {
+				printf "PEERS_RATIO_%s_COMMIT_TO_KMULTI_ATTACH_%d=%.2f\n", toupper(m), n, tc * 1e6 / ka
+				printf "PEERS_RATIO_%s_APPLY_TO_KMULTI_ATTACH_%d=%.2f\n", toupper(m), n, ta / ka
+				printf "PEERS_RATIO_%s_REMOVE_TO_KMULTI_DETACH_%d=%.2f\n", toupper(m), n, tr / kd
+			}'
+		fi
 	done
 done
 stopwatch true 2> /tmp/sw

@@ -278,10 +278,10 @@ impl<'k> Builder<'k> {
 }
 
 /// Builds the benchmark peers of `<repo>/vmtest/peers/` that `vmtest/scenarios/peers.sh` takes
-/// with `--file`: `fentry_count` (static, with libbpf, libelf and zlib: libbpf-dev, libelf-dev,
-/// zlib1g-dev) into `out`, the livepatch module `tv_lp_mss.ko` and the per-call bench module
+/// with `--file`: `fentry_count` and `kmulti_count` (static, with libbpf, libelf and zlib:
+/// libbpf-dev, libelf-dev, zlib1g-dev) into `out`, the livepatch module `tv_lp_mss.ko` and the per-call bench module
 /// `tv_mss_bench.ko` (Kbuild against `kernel`'s headers, each in its own directory, under
-/// vmtest's build lock). Returns their paths.
+/// vmtest's build lock, then copied into `out`). Returns their paths.
 pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<PathBuf>, BuildError> {
     let builder = Builder::new(repo, kernel)?;
     let src = builder.repo.join("vmtest").join("peers");
@@ -297,10 +297,49 @@ pub fn peers(repo: &Path, kernel: &KernelInstall, out: &Path) -> Result<Vec<Path
         "peer fentry_count (needs libbpf-dev, libelf-dev, zlib1g-dev)",
     )?;
     let fentry = expect_output("peer fentry_count", fentry)?;
+    // The kprobe_multi loader, the same way (it runs only where the kernel has CONFIG_FPROBE).
+    let kmulti = out.join("kmulti_count");
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-static", "-O2", "-Wall", "-Wextra", "-o"])
+        .arg(&kmulti)
+        .arg(src.join("kmulti_count.c"))
+        .args(["-lbpf", "-lelf", "-lz"]);
+    run(
+        &mut cmd,
+        "peer kmulti_count (needs libbpf-dev, libelf-dev, zlib1g-dev)",
+    )?;
+    let kmulti = expect_output("peer kmulti_count", kmulti)?;
     let _lock = builder.lock()?;
     let livepatch = builder.external_module(&src.join("livepatch"), "tv_lp_mss")?;
+    let livepatch = copy_into(&livepatch, out)?;
     let mss_bench = builder.external_module(&src.join("mssbench"), "tv_mss_bench")?;
-    Ok(vec![fentry, livepatch, mss_bench])
+    let mss_bench = copy_into(&mss_bench, out)?;
+    Ok(vec![fentry, kmulti, livepatch, mss_bench])
+}
+
+/// Copies `file` into the directory `out` (same name), written aside and renamed into place,
+/// and returns the copy. A module's Kbuild directory is shared by every kernel: a test that
+/// boots one kernel takes the copy made under the build lock, which a build for the other
+/// kernel (the 6.1 and 6.12 tests of one binary run in parallel) cannot overwrite.
+pub fn copy_into(file: &Path, out: &Path) -> Result<PathBuf, BuildError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BuildError::Io { path, source }
+    };
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let name = file.file_name().ok_or_else(|| BuildError::Io {
+        path: file.to_owned(),
+        source: std::io::Error::other("no file name"),
+    })?;
+    let dest = out.join(name);
+    let aside = out.join(format!(
+        ".{}.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::copy(file, &aside).map_err(io(file))?;
+    std::fs::rename(&aside, &dest).map_err(io(&dest))?;
+    Ok(dest)
 }
 
 fn cargo() -> Command {

@@ -151,34 +151,43 @@ pub fn tvraw(dir: &Path) -> PathBuf {
 }
 
 /// A helper kernel module of the tests, `vmtest/kmods/<dir>/<name>.ko`, built against the guest
-/// kernel (the build lock held). Panics with the reason.
+/// kernel ([`guest_module_for`] the kernel [`host::GUEST_KERNEL_ENV`] names). Panics with the
+/// reason.
 pub fn guest_module(dir: &str, name: &str) -> PathBuf {
-    let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
-    let builder =
-        crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
-    let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
-        .external_module(&repo_root().join("vmtest/kmods").join(dir), name)
-        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+    guest_module_for(&host::guest_kernel(), dir, name)
 }
 
 /// [`guest_module`] built against the kernel `kernel` (a series such as `"6.12"`, or a vmlinuz
-/// path) whatever [`host::GUEST_KERNEL_ENV`] says: for a test that boots that kernel with
-/// [`Scenario::kernel`]. Panics with the reason.
+/// path), for a test that boots that kernel with [`Scenario::kernel`]: built under the build
+/// lock and copied, before the lock is let go, to `target/vmtest/kmods/<version>/`, so that a
+/// test of the other kernel running beside it (both tests of one binary run in parallel) cannot
+/// overwrite the file this test packs. Panics with the reason.
 pub fn guest_module_for(kernel: &str, dir: &str, name: &str) -> PathBuf {
     let kernel = host::KernelInstall::choose(kernel).unwrap_or_else(|e| panic!("{e}"));
     let builder =
         crate::build::Builder::new(&repo_root(), &kernel).unwrap_or_else(|e| panic!("{e}"));
     let _lock = builder.lock().unwrap_or_else(|e| panic!("{e}"));
-    builder
+    let built = builder
         .external_module(&repo_root().join("vmtest/kmods").join(dir), name)
-        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"));
+    let out = repo_root()
+        .join("target/vmtest/kmods")
+        .join(&kernel.version);
+    crate::build::copy_into(&built, &out).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The benchmark peers of `vmtest/peers/` for `vmtest/scenarios/peers.sh`, built into `dir`
 /// ([`crate::build::peers`]): the paths to pass with `--file`. Panics with the reason.
 pub fn peers(dir: &Path) -> Vec<PathBuf> {
     let kernel = host::KernelInstall::newest().unwrap_or_else(|e| panic!("{e}"));
+    crate::build::peers(&repo_root(), &kernel, dir)
+        .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
+}
+
+/// [`peers`] built against the kernel `kernel` (a series such as `"6.12"`, or a vmlinuz path),
+/// for a test that boots it with [`Scenario::kernel`]. Panics with the reason.
+pub fn peers_for(kernel: &str, dir: &Path) -> Vec<PathBuf> {
+    let kernel = host::KernelInstall::choose(kernel).unwrap_or_else(|e| panic!("{e}"));
     crate::build::peers(&repo_root(), &kernel, dir)
         .unwrap_or_else(|e| panic!("{e} ({INSTALL_HINT})"))
 }

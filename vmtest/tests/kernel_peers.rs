@@ -6,7 +6,7 @@
 //! in the kernel's loop under each of them) and that every figure is printed. `PEERS_10K=1` adds
 //! the 5,000- and 10,000-function rows (beyond CI's budget), which must then be live in full.
 
-use vmtest::testing::{can_boot, peers, Scenario};
+use vmtest::testing::{can_boot, can_boot_kernel, peers, peers_for, Scenario};
 
 #[test]
 fn peers_run_beside_trapvec_and_print_every_figure() {
@@ -14,15 +14,40 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    peers_beside(Scenario::named("peers.sh"), peers(dir.path()), false);
+}
+
+/// The same on Debian 13's kernel (the peers built against its headers; trapvec at
+/// __x64_sys_getppid+9), with BPF kprobe_multi (CONFIG_FPROBE) beside them: its empty and
+/// counting programs' hit cost, the counting one's hits equal to the calls made, and its attach
+/// and detach on the same 1,000 functions as trapvec's batch.
+///
+/// Ignored in CI until the module's batch writer is fixed on 6.12: both boots of the first run
+/// stalled in the 1,000-function batch, both CPUs taking the same int3 of ours at
+/// `sched_balance_softirq+0x9` over and over (exc_int3, trapvec_int3_notify, iret), 600 s.
+/// `cargo test --release -p vmtest --test kernel_peers -- --ignored` runs it.
+#[test]
+#[ignore = "6.12: the 1,000-function trapvec batch stalled the guest in an int3 loop at a pending site (open)"]
+fn peers_run_beside_trapvec_on_6_12_too() {
+    if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let files = peers_for("6.12", dir.path());
+    peers_beside(Scenario::named("peers.sh").kernel("6.12"), files, true);
+}
+
+/// `kprobe_multi`: whether the kernel has it (6.12), or refuses the link (6.1).
+fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi: bool) {
     let ten_thousand = std::env::var("PEERS_10K").is_ok_and(|v| v == "1");
     // About 2 minutes in CI; a stall is run once more (Scenario::run), so the limit is not
     // much more than a slow run needs.
-    let mut scenario = Scenario::named("peers.sh").timeout(if ten_thousand { 1800 } else { 600 });
+    let mut scenario = scenario.timeout(if ten_thousand { 1800 } else { 600 });
     // The kernel hands unknown `NAME=value` words of its command line to init as environment.
     if ten_thousand {
         scenario = scenario.append("PEERS_10K=1");
     }
-    for file in peers(dir.path()) {
+    for file in files {
         scenario = scenario.file(file);
     }
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
@@ -43,6 +68,29 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
         .split_once(" expected=")
         .expect("hits and the expected count");
     assert_eq!(got, expected, "fentry hits");
+    let kmulti = run.expect("PEERS_KMULTI");
+    if kprobe_multi {
+        assert_eq!(kmulti, "yes", "kprobe_multi attached");
+        let hits = run.expect("PEERS_KMULTI_HITS");
+        let (got, expected) = hits
+            .split_once(" expected=")
+            .expect("hits and the expected count");
+        assert_eq!(got, expected, "kprobe_multi hits: one per getppid()");
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with("PEERS_KMULTI_HIT_NS kmulti_empty=")),
+            "the kprobe_multi hit costs"
+        );
+        for key in ["KMULTI_EMPTY", "KMULTI_COUNT"] {
+            assert!(run.number(&format!("PEERS_NS_{key}")) > 0, "{key}");
+        }
+    } else {
+        assert!(
+            kmulti.starts_with("unsupported: "),
+            "no CONFIG_FPROBE here: {kmulti}"
+        );
+    }
     for key in [
         "BASE",
         "JMP_EMPTY",
@@ -62,6 +110,16 @@ fn peers_run_beside_trapvec_and_print_every_figure() {
         &[1000]
     };
     for n in sizes {
+        if kprobe_multi {
+            for k in ["EMPTY", "COUNT"] {
+                assert!(
+                    run.stdout
+                        .lines()
+                        .any(|l| l.starts_with(&format!("PEERS_KMULTI_{n}_{k} attach_ns="))),
+                    "kprobe_multi {k} program on {n} functions"
+                );
+            }
+        }
         let round = format!("PEERS_FTRACE_ROUND n={n} ");
         assert!(
             run.stdout

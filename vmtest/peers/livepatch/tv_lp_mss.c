@@ -24,6 +24,24 @@ static unsigned int mtu = 1000;
 module_param(mtu, uint, 0644);
 MODULE_PARM_DESC(mtu, "path MTU ceiling in bytes");
 
+/*
+ * tcp_mtu_to_mss() of net/ipv4/tcp_output.c (the same in 6.1 and 6.12), written out here:
+ * 6.12 exports it for the IPv6 module only (EXPORT_IPV6_MOD), so a livepatch cannot link to it.
+ * The MSS without options (the path MTU less the network and TCP headers, at most the peer's
+ * clamp, less the extension headers, at least tcp_min_snd_mss), less the TCP options but SACK.
+ */
+static int tv_lp_mtu_to_mss(struct sock *sk, int pmtu)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	const struct inet_connection_sock *icsk = inet_csk(sk);
+	int mss = pmtu - icsk->icsk_af_ops->net_header_len - sizeof(struct tcphdr);
+
+	mss = min_t(int, mss, tp->rx_opt.mss_clamp);
+	mss -= icsk->icsk_ext_hdr_len;
+	mss = max_t(int, mss, READ_ONCE(sock_net(sk)->ipv4.sysctl_tcp_min_snd_mss));
+	return mss - (tp->tcp_header_len - sizeof(struct tcphdr));
+}
+
 /* Called wherever tcp_sync_mss() is, in process or softirq context, with the socket locked. */
 static unsigned int tv_lp_tcp_sync_mss(struct sock *sk, u32 pmtu)
 {
@@ -36,12 +54,12 @@ static unsigned int tv_lp_tcp_sync_mss(struct sock *sk, u32 pmtu)
 	if (icsk->icsk_mtup.search_high > pmtu)
 		icsk->icsk_mtup.search_high = pmtu;
 
-	mss_now = tcp_mtu_to_mss(sk, pmtu);
+	mss_now = tv_lp_mtu_to_mss(sk, pmtu);
 	mss_now = tcp_bound_to_half_wnd(tp, mss_now);
 
 	icsk->icsk_pmtu_cookie = pmtu;
 	if (icsk->icsk_mtup.enabled)
-		mss_now = min(mss_now, tcp_mtu_to_mss(sk, icsk->icsk_mtup.search_low));
+		mss_now = min(mss_now, tv_lp_mtu_to_mss(sk, icsk->icsk_mtup.search_low));
 	tp->mss_cache = mss_now;
 
 	return mss_now;

@@ -7,7 +7,7 @@
  * A loopback connection calls tcp_sync_mss() a handful of times, too few to see the cost of
  * one call beside the rest of the connection. This module makes one connected loopback TCP
  * socket at load (kernel sockets: listen on 127.0.0.1, connect, accept) and, on request,
- * calls tcp_sync_mss() (exported) on it in a loop, as the stack does: with the socket locked,
+ * calls tcp_sync_mss() on it in a loop, as the stack does: with the socket locked,
  * with the path MTU the connection started with (the socket's icsk_pmtu_cookie right after
  * connect; not its current value, which a clamped call leaves at the clamp).
  *
@@ -18,11 +18,18 @@
  * ns is ktime_get_ns() around the whole loop; mss is what the last call returned (948 while
  * the MTU clamp of 1000 is in place, the loopback MSS otherwise), so a run also says which
  * tcp_sync_mss() it measured.
+ *
+ * 6.1 exports tcp_sync_mss(); Debian's 6.12 exports it to the IPv6 module only
+ * (EXPORT_IPV6_MOD). So the module finds it at load, on every kernel, through a kprobe
+ * registered on it and removed at once (the exported way to resolve a name), and calls it
+ * through that pointer: the same indirect call in every configuration measured.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/in.h>
+#include <linux/kallsyms.h>
 #include <linux/kernel.h>
+#include <linux/kprobes.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -36,6 +43,9 @@
 #define TV_BENCH_MAX_CALLS	1000000U
 
 static struct socket *tv_listener, *tv_client, *tv_server;
+
+/* tcp_sync_mss(), found at load (tv_find_sync_mss()). */
+static unsigned int (*tv_sync_mss)(struct sock *sk, u32 pmtu);
 
 /* The connection's path MTU at connect: every call is asked for this one. */
 static u32 tv_pmtu;
@@ -61,7 +71,7 @@ static int tv_bench_run(const char *val, const struct kernel_param *kp)
 	lock_sock(sk);
 	start = ktime_get_ns();
 	for (i = 0; i < calls; i++)
-		mss = tcp_sync_mss(sk, tv_pmtu);
+		mss = tv_sync_mss(sk, tv_pmtu);
 	end = ktime_get_ns();
 	release_sock(sk);
 
@@ -97,6 +107,36 @@ static void tv_bench_release(void)
 	tv_listener = NULL;
 }
 
+/*
+ * The address of tcp_sync_mss(): a kprobe's address, taken back to the function's start (on
+ * IBT kernels register_kprobe() moves a probe at an entry past its endbr64), which
+ * sprint_symbol() names as tcp_sync_mss+OFFSET/SIZE.
+ */
+static int __init tv_find_sync_mss(void)
+{
+	struct kprobe kp = { .symbol_name = "tcp_sync_mss" };
+	char name[KSYM_SYMBOL_LEN], *plus;
+	unsigned long addr, off;
+	int ret;
+
+	ret = register_kprobe(&kp);
+	if (ret) {
+		pr_err("no kprobe on tcp_sync_mss to find it: %d\n", ret);
+		return ret;
+	}
+	addr = (unsigned long)kp.addr;
+	unregister_kprobe(&kp);
+	sprint_symbol(name, addr);
+	plus = strchr(name, '+');
+	if (!plus || strncmp(name, "tcp_sync_mss+", plus + 1 - name) ||
+	    sscanf(plus + 1, "%lx", &off) != 1 || off > 16) {
+		pr_err("the kprobe on tcp_sync_mss is at %s\n", name);
+		return -ENOENT;
+	}
+	tv_sync_mss = (void *)(addr - off);
+	return 0;
+}
+
 static int __init tv_bench_init(void)
 {
 	struct sockaddr_in addr = {
@@ -105,6 +145,9 @@ static int __init tv_bench_init(void)
 	};
 	int ret;
 
+	ret = tv_find_sync_mss();
+	if (ret)
+		return ret;
 	ret = sock_create_kern(&init_net, AF_INET, SOCK_STREAM, IPPROTO_TCP, &tv_listener);
 	if (ret)
 		goto out;
