@@ -12,6 +12,8 @@
  *  - not entry text, noinstr text or .cpuidle.text (RCU may not be watching; the trap stub
  *    assumes it is), nor the retpoline/return thunks and SRSO thunks (the trap path itself
  *    runs through them), nor static call trampolines (__SCT__*, rewritten by the kernel);
+ *  - not in the functions a CPU going offline runs after rcu_report_dead() (reserved.c: no
+ *    grace period waits for that CPU, and it loops in the last of them outside stop_machine());
  *  - not on the kprobes blacklist (code the kernel's own trap handling depends on);
  *  - no overlap with text the kernel rewrites by itself: ftrace __fentry__ sites, jump
  *    labels, static calls, SMP lock prefixes (alternatives); and no BUG/WARN ud2 or
