@@ -317,7 +317,10 @@ static void trapvec_site_free(struct trapvec_site *e)
 	trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
 }
 
-/* A site is text of the kernel or of a live module, outside this module. */
+/*
+ * A site is text of the kernel or of a live module, outside this module; or of a COMING
+ * module whose load the module watch holds for the watcher arming it (modwatch.c).
+ */
 static bool trapvec_site_plausible(unsigned long site)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
@@ -330,7 +333,8 @@ static bool trapvec_site_plausible(unsigned long site)
 		return true;
 	preempt_disable();
 	mod = k->module_text_address(site);
-	ok = mod && mod->state == MODULE_STATE_LIVE;
+	ok = mod && (mod->state == MODULE_STATE_LIVE ||
+		     (mod->state == MODULE_STATE_COMING && trapvec_modwatch_arming(mod)));
 	preempt_enable();
 	return ok;
 }
