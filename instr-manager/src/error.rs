@@ -37,6 +37,9 @@ pub enum PlanError {
     BadPointSpec { text: String, reason: String },
     #[error("point `{text}`: no symbol `{name}`")]
     UnknownSymbol { text: String, name: String },
+    /// A kernel module (or library) that is not loaded: nothing there to resolve yet.
+    #[error("point `{text}`: no loaded object matches `{object}` (if it is a kernel module that is not loaded yet, the point can only wait for it as a pending point, which trapd holds: send it through trapd)")]
+    ObjectNotLoaded { text: String, object: String },
     #[error("point `{text}`: `{name}` is defined, but not in an object matching `{object}` (it is in {found})")]
     NotInObject {
         text: String,

@@ -214,6 +214,16 @@ pub fn object_matches(origin: &str, object: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('.'))
 }
 
+/// Whether any symbol of `symbols` lies in an object matching `object` (a kernel module:
+/// whether it is loaded, as far as the table knows).
+pub fn object_loaded(symbols: &SymbolTable, object: &str) -> bool {
+    symbols.iter().any(|s| {
+        s.origin
+            .as_deref()
+            .is_some_and(|g| object_matches(g, object))
+    })
+}
+
 /// The symbol a name stands for, as a link would bind it. Candidates are every symbol called
 /// `name`, kept if they lie in `object` and carry `version` when those are given; without a
 /// version, hidden versions (`name@VER`) drop out while another candidate remains. Aliases (one
@@ -227,6 +237,17 @@ pub fn choose<'a>(
     symbols: &'a SymbolTable,
 ) -> Result<&'a Symbol, PlanError> {
     let all = symbols.lookup_all(name);
+    let in_object = |o: &str| {
+        all.iter()
+            .any(|s| s.origin.as_deref().is_some_and(|g| object_matches(g, o)))
+    };
+    // Nothing of the object at all (a pass over the table, on the way to an error only).
+    if let Some(o) = object.filter(|&o| !in_object(o) && !object_loaded(symbols, o)) {
+        return Err(PlanError::ObjectNotLoaded {
+            text: text.to_string(),
+            object: o.to_string(),
+        });
+    }
     if all.is_empty() {
         return Err(PlanError::UnknownSymbol {
             text: text.to_string(),
@@ -751,9 +772,19 @@ mod tests {
 
     #[test]
     fn qualifiers_that_match_nothing_say_what_exists() {
-        let err = site_of("libthree:helper").unwrap_err();
+        // libone is loaded, without log_msg: say where log_msg is.
+        let err = site_of("libone:log_msg").unwrap_err();
         assert!(matches!(err, PlanError::NotInObject { .. }), "{err:?}");
-        assert!(err.to_string().contains("libone.so.1"), "{err}");
+        assert!(err.to_string().contains("libtwo.so.2"), "{err}");
+        // Nothing of libthree is loaded: a pending point, which only trapd holds.
+        for text in ["libthree:helper", "libthree:no_such_name"] {
+            let err = site_of(text).unwrap_err();
+            assert!(
+                matches!(&err, PlanError::ObjectNotLoaded { object, .. } if object == "libthree"),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("trapd"), "{err}");
+        }
         let err = site_of("memcpy@GLIBC_9").unwrap_err();
         assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
         assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");

@@ -91,6 +91,9 @@ pub(crate) enum Request<'a> {
         arg: &'a mut TrapvecKeyStats,
         out: &'a mut [TrapvecKeyEntry],
     },
+    Watch(&'a mut crate::abi::TrapvecWatch),
+    Modevent(&'a mut crate::abi::TrapvecModevent),
+    Modack(&'a mut crate::abi::TrapvecModack),
 }
 
 impl Request<'_> {
@@ -119,6 +122,9 @@ impl Request<'_> {
             Request::KeyAdd(_) => "KEY_ADD",
             Request::KeyRemove(_) => "KEY_REMOVE",
             Request::KeyStats { .. } => "KEY_STATS",
+            Request::Watch(_) => "WATCH",
+            Request::Modevent(_) => "MODEVENT",
+            Request::Modack(_) => "MODACK",
         }
     }
 
@@ -190,7 +196,10 @@ impl Request<'_> {
             | Request::ReturnRemove(_)
             | Request::ReturnStats(_)
             | Request::KeyAdd(_)
-            | Request::KeyRemove(_) => {}
+            | Request::KeyRemove(_)
+            | Request::Watch(_)
+            | Request::Modevent(_)
+            | Request::Modack(_) => {}
         }
         Ok(())
     }
@@ -238,6 +247,21 @@ nix::ioctl_readwrite_bad!(
 nix::ioctl_readwrite_bad!(ioc_key_add, TRAPVEC_IOC_KEY_ADD, TrapvecKeyAdd);
 nix::ioctl_readwrite_bad!(ioc_key_remove, TRAPVEC_IOC_KEY_REMOVE, TrapvecKeyRemove);
 nix::ioctl_readwrite_bad!(ioc_key_stats, TRAPVEC_IOC_KEY_STATS, TrapvecKeyStats);
+nix::ioctl_readwrite_bad!(
+    ioc_watch,
+    crate::abi::TRAPVEC_IOC_WATCH,
+    crate::abi::TrapvecWatch
+);
+nix::ioctl_readwrite_bad!(
+    ioc_modevent,
+    crate::abi::TRAPVEC_IOC_MODEVENT,
+    crate::abi::TrapvecModevent
+);
+nix::ioctl_readwrite_bad!(
+    ioc_modack,
+    crate::abi::TRAPVEC_IOC_MODACK,
+    crate::abi::TrapvecModack
+);
 
 /// Send `req` to the module behind `dev`. Returns the errno of a failed call; output fields of
 /// the argument are filled in either way (the module reports failure details with the error).
@@ -279,6 +303,9 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::KeyAdd(a) => ioc_key_add(fd, a),
             Request::KeyRemove(a) => ioc_key_remove(fd, a),
             Request::KeyStats { arg, .. } => ioc_key_stats(fd, arg),
+            Request::Watch(a) => ioc_watch(fd, a),
+            Request::Modevent(a) => ioc_modevent(fd, a),
+            Request::Modack(a) => ioc_modack(fd, a),
         }
     };
     res.map(drop)

@@ -17,6 +17,7 @@
 
 pub(crate) mod ioctl;
 pub mod kallsyms;
+pub mod modwatch;
 mod slots;
 
 #[cfg(test)]
@@ -395,6 +396,8 @@ pub struct KernelTarget {
     replace_ret: u64,
     /// Where code finds the running task's fields (INFO's `current_task` and offsets).
     task: crate::predicate::TaskLayout,
+    /// Text batches are APPLYed with `TRAPVEC_APPLY_DEFERRED` ([`KernelTarget::set_deferred`]).
+    deferred: bool,
 }
 
 impl KernelTarget {
@@ -474,6 +477,7 @@ impl KernelTarget {
             inflight_base: raw.inflight_base,
             replace_ret: raw.replace_ret,
             task: Self::task_layout(&raw),
+            deferred: false,
         })
     }
 
@@ -517,6 +521,28 @@ impl KernelTarget {
 
     fn call(&self, req: Request<'_>) -> Result<(), Errno> {
         ioctl::ioctl(self.dev.as_fd(), req)
+    }
+
+    /// From now on, text batches are deferred patches (`TRAPVEC_APPLY_DEFERRED`): allowed in a
+    /// module whose load the module watch holds for its watcher ([`modwatch`]), taking no
+    /// reference on the module, reverted by the kernel itself if the module goes with them.
+    /// The watcher sets this while it arms a coming module and clears it after.
+    pub fn set_deferred(&mut self, on: bool) {
+        self.deferred = on;
+    }
+
+    /// Read `/proc/kallsyms` again: a module that came (or went) since the target was opened
+    /// has its symbols listed (or no more).
+    pub fn refresh_symbols(&mut self) -> Result<(), TargetError> {
+        let text = std::fs::read_to_string(KALLSYMS_PATH)
+            .map_err(|e| TargetError::os(format!("reading {KALLSYMS_PATH}"), e))?;
+        let symbols = kallsyms::parse(&text).map_err(|source| TargetError::Kallsyms {
+            path: KALLSYMS_PATH,
+            source,
+        })?;
+        log::debug!("kernel target: {} symbols after a refresh", symbols.len());
+        self.symbols = SymbolTable::new(symbols);
+        Ok(())
     }
 
     /// What the module reports now.
@@ -1020,7 +1046,14 @@ impl Target for KernelTarget {
             .iter()
             .map(Self::to_abi_patch)
             .collect::<Result<Vec<_>, _>>()?;
-        let mut arg = TrapvecApply::default();
+        let mut arg = TrapvecApply {
+            flags: if self.deferred {
+                crate::abi::TRAPVEC_APPLY_DEFERRED
+            } else {
+                0
+            },
+            ..TrapvecApply::default()
+        };
         match self.call(Request::Apply {
             arg: &mut arg,
             patches: &patches,

@@ -339,6 +339,10 @@ impl FakeModule {
                 arg.overflow = self.key_overflow;
                 arg.hits = self.key_table.iter().map(|e| e.count).sum::<u64>() + self.key_overflow;
             }
+            // The module watch has its own file (kernel/modwatch.rs); no target sends these.
+            Request::Watch(_) | Request::Modevent(_) | Request::Modack(_) => {
+                return Err(Errno::ENOTTY)
+            }
         }
         Ok(())
     }
