@@ -28,6 +28,7 @@ use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::Config;
 use super::journal::{self, Journal, JournalError, Outcome, Record};
+use super::pending::{self, Arm, ModuleEvents, Pending};
 use super::protocol::{self, Request};
 
 /// Where a target keeps the splicer's state between daemon runs (the kernel module's blob).
@@ -36,6 +37,12 @@ pub trait StateHome {
     fn load_state(&self) -> Result<(u64, Vec<u8>), TargetError>;
     /// Store `bytes` if the generation is still `expected`; returns the new generation.
     fn store_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError>;
+    /// Read the target's symbols again (modules came or went); pending points need it.
+    fn refresh_symbols(&mut self) -> Result<(), TargetError> {
+        Ok(())
+    }
+    /// Make text batches deferred patches (a coming module's pending points) or not.
+    fn set_deferred(&mut self, _on: bool) {}
 }
 
 impl StateHome for trapvec::kernel::KernelTarget {
@@ -46,6 +53,14 @@ impl StateHome for trapvec::kernel::KernelTarget {
 
     fn store_state(&self, expected: u64, bytes: &[u8]) -> Result<u64, TargetError> {
         self.put_state(expected, bytes)
+    }
+
+    fn refresh_symbols(&mut self) -> Result<(), TargetError> {
+        trapvec::kernel::KernelTarget::refresh_symbols(self)
+    }
+
+    fn set_deferred(&mut self, on: bool) {
+        trapvec::kernel::KernelTarget::set_deferred(self, on)
     }
 }
 
@@ -96,6 +111,8 @@ pub struct Daemon<T: Target + StateHome> {
     unrecorded: Vec<DispatchEntry>,
     /// The metrics' last values, for `status`.
     pub metrics: BTreeMap<String, f64>,
+    /// Points in kernel modules that are not loaded ([`pending`]).
+    pending: Pending,
 }
 
 impl<T: Target + StateHome> Daemon<T> {
@@ -182,6 +199,7 @@ impl<T: Target + StateHome> Daemon<T> {
             switches: 0,
             unrecorded,
             metrics: BTreeMap::new(),
+            pending: Pending::default(),
         };
         if let (None, Some(p)) = (&d.profile, initial) {
             let reply =
@@ -319,6 +337,9 @@ impl<T: Target + StateHome> Daemon<T> {
     }
 
     fn change(&mut self, req: &Request, cause: &str) -> Result<Value, OpError> {
+        if let Some(v) = self.change_pending(req) {
+            return Ok(v);
+        }
         let sp = &mut self.splicer;
         let v = match req {
             Request::Load { path, name } => {
@@ -387,6 +408,11 @@ impl<T: Target + StateHome> Daemon<T> {
                         profile: profile.clone(),
                         source: Box::new(e),
                     })?
+            }
+            Request::Require { module } => {
+                self.pending.require(module);
+                log::info!("module {module} is required: its load is refused if a pending point in it cannot be made");
+                json!({ "require": module })
             }
             Request::List | Request::Status | Request::Get { .. } => {
                 unreachable!("reads do not come here")
@@ -472,7 +498,76 @@ impl<T: Target + StateHome> Daemon<T> {
         let mut v = reply(listing);
         v["profile"] = json!(self.profile);
         v["unrecorded"] = json!(unrecorded);
+        if !self.pending.is_empty() {
+            let sp = &self.splicer;
+            let rows = self.pending.rows(|at| {
+                sp.find(at)
+                    .and_then(|id| sp.get(id))
+                    .and_then(|s| s.dispatch())
+                    .and_then(|d| sp.target().trap_hits(d.site))
+                    .map_or(0, |h| h.hits)
+            });
+            v["pending"] = json!(rows);
+        }
         Ok(v)
+    }
+
+    /// A splice at `MOD:sym` whose module is not loaded is made pending; unsplicing a pending
+    /// point forgets it (and removes its splice if armed). `None`: not a pending matter.
+    fn change_pending(&mut self, req: &Request) -> Option<Value> {
+        match req {
+            Request::Splice(r) => {
+                let module = pending::module_of(r)?;
+                let sp = &mut self.splicer;
+                if let Err(e) = sp.target_mut().refresh_symbols() {
+                    log::warn!("refreshing the symbols: {}", trapvec::error_chain(&e));
+                }
+                if instr_manager::point::object_loaded(sp.target().symbols(), &module) {
+                    return None;
+                }
+                log::info!(
+                    "{} ({}) is pending: module {module} is not loaded",
+                    r.at,
+                    r.action
+                );
+                self.pending.add(r.clone(), module.clone());
+                Some(json!({ "pending": true, "at": r.at, "module": module }))
+            }
+            Request::Unsplice { at: Some(at), .. } => {
+                let p = self.pending.remove(at)?;
+                let mut hits = p.hits;
+                if p.arm == Arm::Armed {
+                    match ops::unsplice(&mut self.splicer, at) {
+                        Ok(u) => hits += u.hits,
+                        Err(e) => log::warn!("{at}: {}", trapvec::error_chain(&e)),
+                    }
+                }
+                log::info!("forgot pending point {at} after {hits} hit(s)");
+                Some(json!({ "at": at, "pending": true, "hits": hits }))
+            }
+            _ => None,
+        }
+    }
+
+    /// Journal a pending point that its module's arrival showed invalid, as a refused splice.
+    fn journal_invalid(&mut self, request: &instr_manager::SpliceRequest, why: &str) {
+        let seq = self.journal.next_seq();
+        let time = journal::now_secs();
+        let intent = Record::Intent {
+            seq,
+            time,
+            request: Request::Splice(request.clone()),
+        };
+        let failed = Record::Failed {
+            seq,
+            time,
+            error: format!("pending point: {why}"),
+        };
+        for rec in [intent, failed] {
+            if let Err(e) = self.journal.append(&rec) {
+                log::error!("{}", trapvec::error_chain(&e));
+            }
+        }
     }
 
     fn status(&self) -> Value {
@@ -511,4 +606,104 @@ fn fingerprint<T: Target>(sp: &Splicer<T>) -> u64 {
     u64::MAX.hash(&mut h);
     sp.components().iter().for_each(|c| c.id.hash(&mut h));
     h.finish()
+}
+
+impl<T: Target + StateHome> ModuleEvents for Daemon<T> {
+    /// Make the module's pending points (deferred patches), before its init runs.
+    fn module_coming(&mut self, name: &str) -> Result<(), String> {
+        if !self.pending.has(name) {
+            return Ok(());
+        }
+        let sp = &mut self.splicer;
+        if let Err(e) = sp.target_mut().refresh_symbols() {
+            log::warn!("refreshing the symbols: {}", trapvec::error_chain(&e));
+        }
+        sp.target_mut().set_deferred(true);
+        let mut invalid = Vec::new();
+        for p in self.pending.of_module_mut(name) {
+            match ops::splice(sp, &p.request) {
+                Ok(_) => {
+                    p.arm = Arm::Armed;
+                    p.loads += 1;
+                }
+                Err(e) => {
+                    let why = trapvec::error_chain(&e);
+                    p.arm = Arm::Invalid(why.clone());
+                    invalid.push((p.request.clone(), why));
+                }
+            }
+        }
+        sp.target_mut().set_deferred(false);
+        for (r, why) in &invalid {
+            log::warn!(
+                "pending point {} cannot be made in module {name}: {why}",
+                r.at
+            );
+            pending::kmsg(&format!(
+                "pending point {} cannot be made in module {name}: {why}",
+                r.at
+            ));
+            self.journal_invalid(r, why);
+        }
+        let refuse = !invalid.is_empty() && self.pending.required(name);
+        if refuse {
+            self.module_going(name);
+        } else if let Err(e) = self.store_if_changed() {
+            log::error!(
+                "storing the state after arming {name}: {}",
+                trapvec::error_chain(&e)
+            );
+        }
+        let armed = self
+            .pending
+            .of_module_mut(name)
+            .filter(|p| p.arm == Arm::Armed)
+            .count();
+        log::info!(
+            "module {name} came: {armed} pending point(s) armed, {} invalid",
+            invalid.len()
+        );
+        match refuse {
+            true => Err(format!(
+                "{} pending point(s) cannot be made (first: {}: {})",
+                invalid.len(),
+                invalid[0].0.at,
+                invalid[0].1
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// Take the module's armed points out (its exit has run), keeping their hits: pending again.
+    fn module_going(&mut self, name: &str) {
+        if !self.pending.has(name) {
+            return;
+        }
+        let sp = &mut self.splicer;
+        let mut removed = 0;
+        for p in self.pending.of_module_mut(name) {
+            if p.arm == Arm::Armed {
+                match ops::unsplice(sp, &p.request.at) {
+                    Ok(u) => {
+                        p.hits += u.hits;
+                        removed += 1;
+                    }
+                    // The kernel removes what is left in the module's text after our answer.
+                    Err(e) => log::error!(
+                        "removing pending point {} from module {name}: {}",
+                        p.request.at,
+                        trapvec::error_chain(&e)
+                    ),
+                }
+            }
+            p.arm = Arm::Waiting;
+        }
+        if let Err(e) = self.store_if_changed() {
+            log::error!(
+                "storing the state after {name} went: {}",
+                trapvec::error_chain(&e)
+            );
+        }
+        log::info!("module {name} went: {removed} pending point(s) back to pending");
+    }
 }

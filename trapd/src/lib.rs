@@ -16,6 +16,7 @@ pub mod docs;
 pub mod exposition;
 pub mod journal;
 pub mod metrics;
+pub mod pending;
 pub mod prometheus;
 pub mod protocol;
 pub mod rules;
@@ -83,6 +84,10 @@ pub fn run(config: Config, socket: &Path, journal: &Path) -> anyhow::Result<()> 
         );
         let (d, c) = (Arc::clone(&daemon), Arc::clone(&counts));
         std::thread::spawn(move || prometheus::serve(&l, &d, &c));
+    }
+    {
+        let d = Arc::clone(&daemon);
+        std::thread::spawn(move || pending::watch_loop(&d));
     }
     server::serve(listener, daemon, access, counts);
     Ok(())

@@ -64,6 +64,10 @@ pub enum Request {
     },
     /// Switch to a profile of the configuration in one batch.
     Activate { profile: String },
+    /// Refuse the load of kernel module `module` when a pending point in it cannot be made
+    /// there (as livepatch refuses a module it cannot patch); by default such a point is
+    /// reported and the module loads.
+    Require { module: String },
 }
 
 /// Why a request line is not a request; its [`trapvec::error_chain`] is the reply's message.
@@ -114,6 +118,7 @@ impl Request {
             Request::Set { .. } => "set",
             Request::Get { .. } => "get",
             Request::Activate { .. } => "activate",
+            Request::Require { .. } => "require",
         }
     }
 
@@ -313,6 +318,7 @@ mod tests {
             Request::Activate {
                 profile: "p".into(),
             },
+            Request::Require { module: "m".into() },
         ];
         for r in requests {
             assert_eq!(

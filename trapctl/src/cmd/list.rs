@@ -47,6 +47,9 @@ struct Reply {
     profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unrecorded: Option<Vec<Unrecorded>>,
+    /// trapd's points in kernel modules that are not loaded (or were armed when one came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending: Option<Vec<trapd::pending::PendingRow>>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -55,6 +58,7 @@ pub fn run(args: &Args) -> Result<()> {
             listing: ops::listing(sp)?,
             profile: None,
             unrecorded: None,
+            pending: None,
         })
     })?;
     // Whether an owner is gone is judged here, where its pid was taken (trapd may run in
@@ -146,6 +150,12 @@ pub fn run(args: &Args) -> Result<()> {
         println!(
             "unrecorded dispatch entry at {} (to {}): {} hits; `rmmod trapvec` reverts it",
             u.site, u.dest, u.hits
+        );
+    }
+    for p in r.pending.iter().flatten() {
+        println!(
+            "pending point {} ({}): {}; {} hits over {} load(s)",
+            p.at, p.action, p.state, p.hits, p.loads
         );
     }
     Ok(())
