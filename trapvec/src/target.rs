@@ -144,13 +144,12 @@ impl SymbolTable {
         let next = self.by_addr[end..]
             .iter()
             .find(|n| n.addr > s.addr && n.kind == SymbolKind::Function)?;
-        (s.size == 0 && addr < next.addr).then(|| Symbol {
-            size: next.addr - s.addr,
-            ..s.clone()
-        })
+        let size = (next.addr - s.addr).min(UNSIZED_EXTENT_MAX);
+        (s.size == 0 && addr < s.addr + size).then(|| Symbol { size, ..s.clone() })
     }
 
-    /// The extent of function `sym`: its size, or up to the next function symbol when its size is 0.
+    /// The extent of function `sym`: its size, or up to the next function symbol when its size is
+    /// 0, at most [`UNSIZED_EXTENT_MAX`].
     pub fn function_extent(&self, sym: &Symbol) -> u64 {
         if sym.size > 0 {
             return sym.size;
@@ -159,7 +158,7 @@ impl SymbolTable {
         self.by_addr[end..]
             .iter()
             .find(|n| n.kind == SymbolKind::Function)
-            .map_or(0, |n| n.addr - sym.addr)
+            .map_or(0, |n| (n.addr - sym.addr).min(UNSIZED_EXTENT_MAX))
     }
 
     /// Function symbols whose start lies in `[lo, hi)`, in address order.
@@ -578,6 +577,12 @@ pub trait Target {
     }
 }
 
+/// The most a symbol without a size (kallsyms gives none) is taken to extend towards the next
+/// function symbol. Markers such as `_etext` or `_einittext` are followed by gaps of megabytes to
+/// a gigabyte (the init text, the module area): read whole, one would exhaust a small machine's
+/// memory. No kernel function comes near 1 MiB (the largest are tens of KiB).
+pub const UNSIZED_EXTENT_MAX: u64 = 1 << 20;
+
 /// Largest gap between two ranges that one read covers rather than reading them apart.
 pub const READ_GAP_MAX: u64 = 4096;
 /// Largest span read at once.
@@ -780,5 +785,23 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["f", "g"]
         );
+    }
+
+    #[test]
+    fn a_sizeless_marker_before_a_gigabyte_gap_extends_one_mib_at_most() {
+        // `_einittext` and the module area: kallsyms puts 1 GiB between them.
+        let table = SymbolTable::new(vec![func("_einittext", 0x1000), func("far", 0x4000_1000)]);
+        let e = table.lookup("_einittext").unwrap();
+        assert_eq!(table.function_extent(e), UNSIZED_EXTENT_MAX);
+        let c = table
+            .function_containing(0x1000 + UNSIZED_EXTENT_MAX - 1)
+            .unwrap();
+        assert_eq!(
+            (c.name.as_str(), c.size),
+            ("_einittext", UNSIZED_EXTENT_MAX)
+        );
+        assert!(table
+            .function_containing(0x1000 + UNSIZED_EXTENT_MAX)
+            .is_none());
     }
 }

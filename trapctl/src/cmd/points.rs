@@ -315,7 +315,18 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
             } else {
                 0
             };
-        wanted.push((i, entry, f.name.clone()));
+        // A name kallsyms repeats (static functions of different files) resolves to its first
+        // address only: the others are written as their site's address.
+        let unique = target.symbols().lookup(&f.name).map(|s| s.addr) == Some(f.addr);
+        wanted.push((
+            i,
+            entry,
+            if unique {
+                f.name.clone()
+            } else {
+                format!("{entry:#x}")
+            },
+        ));
         if blocks {
             let size = target.symbols().function_extent(f);
             let Ok(bytes) = target.read_code(f.addr, usize::try_from(size)?) else {
@@ -341,36 +352,27 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
         }
     }
     let splicer = Splicer::new(target);
-    let requests = |mechanism| -> Vec<SpliceRequest> {
-        wanted
-            .iter()
-            .map(|(_, site, _)| SpliceRequest::new(format!("{site:#x}"), Action::Count, mechanism))
-            .collect()
+    // Each site on its own, on a splicer with nothing live (two points of one batch would claim
+    // each other's text), and each verdict kept as a row at once: 46,000 plans of the whole
+    // kernel are never held together.
+    let alone = |site: u64, mechanism| {
+        let r = SpliceRequest::new(format!("{site:#x}"), Action::Count, mechanism);
+        from_splice(
+            &splicer
+                .plan_each(std::slice::from_ref(&r))
+                .pop()
+                .expect("one result per request"),
+        )
     };
-    // Each site on its own: a splicer with nothing live, and each request planned alone (two
-    // points of one batch would otherwise claim each other's text).
-    let plan_alone = |reqs: Vec<SpliceRequest>| {
-        reqs.into_iter()
-            .map(|r| {
-                splicer
-                    .plan_each(std::slice::from_ref(&r))
-                    .pop()
-                    .expect("one result per request")
-            })
-            .collect::<Vec<_>>()
-    };
-    let traps = plan_alone(requests(Mechanism::Trap));
-    let jmps = plan_alone(requests(Mechanism::Jmp));
     let sites = wanted
         .iter()
-        .zip(traps.iter().zip(&jmps))
-        .map(|((i, site, point), (t, j))| Site {
+        .map(|(i, site, point)| Site {
             function: funcs[*i].name.clone(),
             object: funcs[*i].origin.clone(),
             point: point.clone(),
             addr: format!("{site:#x}"),
-            trap: from_splice(t),
-            jmp: from_splice(j),
+            trap: alone(*site, Mechanism::Trap),
+            jmp: alone(*site, Mechanism::Jmp),
         })
         .collect();
     Ok((sites, funcs.len()))
