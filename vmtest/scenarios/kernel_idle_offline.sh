@@ -16,16 +16,16 @@
 #
 # Files (vmtest --file): tv_idle_poll.ko, tv_hidden.ko; optionally another trapvec.ko to test
 # instead of the packed one (tv_idle_offline.module=NAME on the kernel command line).
-# Knobs: tv_idle_offline.cycles=N removal cycles (default 20), .hotplug=N offline/online
-# rounds (default 10). Prints KEY=value lines.
+# Knobs: tv_idle_offline.cycles=N removal cycles (default 6), .hotplug=N offline/online
+# rounds (default 4). Prints KEY=value lines.
 set -u
 
 knob() { sed -n "s/.*tv_idle_offline\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 module=$(knob module)
 cycles=$(knob cycles)
-cycles=${cycles:-20}
+cycles=${cycles:-6}
 rounds=$(knob hotplug)
-rounds=${rounds:-10}
+rounds=${rounds:-4}
 if [ -n "$module" ]; then
 	rmmod trapvec
 	insmod "/files/$module" || exit 10

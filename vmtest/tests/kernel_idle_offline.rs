@@ -16,8 +16,8 @@
 
 use vmtest::testing::{can_boot, guest_module, Scenario};
 
-const CYCLES: u64 = 20;
-const ROUNDS: u64 = 10;
+const CYCLES: u64 = 6;
+const ROUNDS: u64 = 4;
 
 #[test]
 fn jmp_handlers_in_idle_text_watch_rcu_the_offline_path_is_refused_and_module_targets_are_named() {
