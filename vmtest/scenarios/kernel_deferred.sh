@@ -29,10 +29,11 @@ echo "CALLS=$calls"
 squash() { tr -d '\n '; }
 # What must come back to its baseline: INFO's counts and the allocations but the state blob
 # (trapd stores its state) and one-ioctl scratch.
+# One line: INFO's counts, " | ", the allocations (after a QUIESCE: freed blocks reclaimed).
 counters() {
 	/files/tvraw quiesce > /dev/null
-	/files/tvraw info | sed 's/ unknown=.*//'
-	grep -v -e '^state ' -e '^scratch ' /sys/module/trapvec/parameters/allocations | tr '\n' ';'
+	printf '%s | %s\n' "$(/files/tvraw info | sed 's/ unknown=.*//')" \
+		"$(grep -v -e '^state ' -e '^scratch ' /sys/module/trapvec/parameters/allocations | tr '\n' ';')"
 }
 # `hits AT`: the pending point AT's hits over every load, from trapd's list.
 hits() {
@@ -66,6 +67,7 @@ while [ "$i" -le "$cycles" ]; do
 	t3=$(cut -d' ' -f1 /proc/uptime)
 	if [ "$i" -le 3 ]; then
 		echo "TIMES_$i=insmod $t0..$t1 rmmod $t2..$t3"
+		[ "$i" = 1 ] && echo "FIRST=$(counters)"
 
 		echo "CYCLE_$i=$(hits "$work") $(hits "$timed")"
 	fi
