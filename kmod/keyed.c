@@ -3,7 +3,7 @@
  * Keyed counts: a splice's hits counted by pid, tgid, comm or CPU (bpftrace's
  * @[comm] = count(), see trapvec_abi.h).
  *
- * TRAPVEC_KEY_SLOTS slots, one per keyed count: what it counts by, a generation, and a table of
+ * TRAPVEC_KEY_SLOTS slots (slots.c), one per keyed count: what it counts by and a table of
  * TRAPVEC_KEY_TABLE entries per CPU (allocated, zeroed, by KEY_ADD; freed by KEY_REMOVE once
  * no CPU can be counting into it).
  *
@@ -43,13 +43,11 @@
 #include <asm/local64.h>
 
 #include "trapvec_internal.h"
+#include "trapvec_slots.h"
 
 #define KEY_FREE	0
 #define KEY_CLAIMING	1
 #define KEY_READY	2
-
-#define SLOT_FREE	0
-#define SLOT_LIVE	1
 
 #define KEY_HASH_BITS	8
 static_assert(TRAPVEC_KEY_TABLE == 1 << KEY_HASH_BITS);
@@ -68,13 +66,14 @@ struct trapvec_key_pcpu {
 };
 
 struct trapvec_key_slot {
-	u32 state;			/* SLOT_*, written under trapvec_mutex */
-	u32 gen;
+	struct trapvec_slot slot;	/* first: see TRAPVEC_SLOT_TABLE() */
 	u32 by;				/* TRAPVEC_KEY_* */
 	struct trapvec_key_pcpu __percpu *pcpu;
 };
 
 static struct trapvec_key_slot trapvec_key_slots[TRAPVEC_KEY_SLOTS];
+static const struct trapvec_slot_table trapvec_key_table =
+	TRAPVEC_SLOT_TABLE("keys", trapvec_key_slots, slot);
 /* Live slots; the module holds a reference on itself while there is one (under trapvec_mutex). */
 static u32 trapvec_key_live;
 
@@ -119,20 +118,18 @@ static __always_inline bool trapvec_key_count_at(struct trapvec_key_ent *e, cons
  */
 notrace void trapvec_key_entry(struct trapvec_regs *regs, void *cookie)
 {
-	u64 c = (unsigned long)cookie;
-	u32 si = (u32)c, gen = c >> 32;
 	struct trapvec_key_slot *s;
+	struct trapvec_slot *live;
 	struct trapvec_key_pcpu *p;
 	u64 key[2];
 	u32 h, k;
 
-	if (si >= TRAPVEC_KEY_SLOTS)
-		return;
-	s = &trapvec_key_slots[si];
 	preempt_disable_notrace();
-	/* Acquire: the slot's fields (KEY_ADD wrote them before its release) after the state. */
-	if (smp_load_acquire(&s->state) != SLOT_LIVE || READ_ONCE(s->gen) != gen)
+	/* Acquire: the slot's fields (KEY_ADD wrote them before it was published). */
+	live = trapvec_slot_live(&trapvec_key_table, (unsigned long)cookie);
+	if (!live)
 		goto out;
+	s = container_of(live, struct trapvec_key_slot, slot);
 	trapvec_key_read(READ_ONCE(s->by), key);
 	p = this_cpu_ptr(s->pcpu);
 	h = hash_64(key[0] ^ hash_64(key[1], 64), KEY_HASH_BITS);
@@ -172,37 +169,31 @@ bool trapvec_keys_is_entry(unsigned long addr)
 
 int trapvec_keys_add(struct trapvec_key_add *req)
 {
-	struct trapvec_key_slot *s = NULL;
-	u32 i;
+	struct trapvec_key_slot *s;
+	int i;
 
 	lockdep_assert_held(&trapvec_mutex);
 	if (req->by < TRAPVEC_KEY_PID || req->by > TRAPVEC_KEY_CPU)
 		return -EINVAL;
-	for (i = 0; i < TRAPVEC_KEY_SLOTS; i++) {
-		if (trapvec_key_slots[i].state == SLOT_FREE) {
-			s = &trapvec_key_slots[i];
-			break;
-		}
-	}
-	if (!s)
-		return -ENOSPC;
+	i = trapvec_slot_take(&trapvec_key_table);
+	if (i < 0)
+		return i;
+	s = &trapvec_key_slots[i];
 	/* Zeroed: every entry FREE, every count 0. */
 	s->pcpu = alloc_percpu(struct trapvec_key_pcpu);
 	if (!s->pcpu)
 		return -ENOMEM;
 	trapvec_mem_got(TRAPVEC_MEM_ENTRY, sizeof(struct trapvec_key_pcpu) * num_possible_cpus());
-	s->gen++;
 	s->by = req->by;
-	/* The fields above before a CPU may see the slot live. */
-	smp_store_release(&s->state, SLOT_LIVE);
+	trapvec_slot_publish(&s->slot);
 	if (!trapvec_key_live++)
 		__module_get(THIS_MODULE);
 	req->slot = i;
-	req->generation = s->gen;
+	req->generation = s->slot.gen;
 	req->pad = 0;
 	req->entry = (unsigned long)trapvec_key_entry;
-	req->entry_cookie = ((u64)s->gen << 32) | i;
-	pr_debug("keys: slot %u generation %u by %u\n", i, s->gen, req->by);
+	req->entry_cookie = trapvec_slot_cookie(&trapvec_key_table, i);
+	pr_debug("keys: slot %d generation %u by %u\n", i, s->slot.gen, req->by);
 	return 0;
 }
 
@@ -217,12 +208,9 @@ static void trapvec_key_free_table(struct trapvec_key_slot *s)
 
 static struct trapvec_key_slot *trapvec_key_slot_of(u32 slot, u32 gen)
 {
-	struct trapvec_key_slot *s;
+	struct trapvec_slot *s = trapvec_slot_find(&trapvec_key_table, slot, gen, false);
 
-	if (slot >= TRAPVEC_KEY_SLOTS)
-		return NULL;
-	s = &trapvec_key_slots[slot];
-	return s->state == SLOT_LIVE && s->gen == gen ? s : NULL;
+	return s ? container_of(s, struct trapvec_key_slot, slot) : NULL;
 }
 
 int trapvec_keys_remove(struct trapvec_key_remove *req)
@@ -233,10 +221,8 @@ int trapvec_keys_remove(struct trapvec_key_remove *req)
 	s = trapvec_key_slot_of(req->slot, req->generation);
 	if (!s)
 		return -ENOENT;
-	/* New generation: a routine that still holds the old cookie counts nothing. */
-	WRITE_ONCE(s->gen, s->gen + 1);
-	/* Release: the generation before the state, for a CPU that reads the state first. */
-	smp_store_release(&s->state, SLOT_FREE);
+	/* A routine that still holds the old cookie counts nothing. */
+	trapvec_slot_give_back(&s->slot);
 	/* No CPU is still in the routine for this slot (it runs with preemption off). */
 	synchronize_rcu();
 	trapvec_key_free_table(s);
@@ -312,10 +298,11 @@ void trapvec_keys_exit(void)
 {
 	u32 i;
 
+	trapvec_slots_exit(&trapvec_key_table);
 	for (i = 0; i < TRAPVEC_KEY_SLOTS; i++) {
 		struct trapvec_key_slot *s = &trapvec_key_slots[i];
 
-		WARN_ON_ONCE(s->state != SLOT_FREE || s->pcpu);
+		WARN_ON_ONCE(s->pcpu);
 		trapvec_key_free_table(s);
 	}
 }

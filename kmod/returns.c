@@ -8,8 +8,8 @@
  *   that returns through stub i is the call of instance i, whatever happened meanwhile
  *   (sleeps, migrations, recursion, tail calls). Free instances are a lock-free stack
  *   (Treiber, with a tag against ABA).
- * - TRAPVEC_RETURN_SLOTS slots, one per return point: handler, cookie, maxactive, clock, a
- *   generation, and per-CPU counters and log2 histograms (allocated when a slot is first
+ * - TRAPVEC_RETURN_SLOTS slots (slots.c), one per return point: handler, cookie, maxactive,
+ *   clock, and per-CPU counters and log2 histograms (allocated when a slot is first
  *   used and kept until unload, so that no stray reader can meet freed counters).
  *
  * Contexts. trapvec_rp_entry() is a call handler: the dispatcher runs it with interrupts off
@@ -54,16 +54,13 @@
 #include "../components/include/trapvec.h"
 #include "trapvec_internal.h"
 #include "trapvec_returns.h"
+#include "trapvec_slots.h"
 
 /* return_stubs.S */
 extern u8 trapvec_rp_stubs[];
 
 #define RP_FREE		0
 #define RP_LIVE		1
-
-#define SLOT_FREE	0
-#define SLOT_LIVE	1
-#define SLOT_DRAINING	2
 
 struct trapvec_rp_inst {
 	unsigned long ret;		/* the real return address */
@@ -85,8 +82,7 @@ struct trapvec_rp_pcpu {
 };
 
 struct trapvec_rp_slot {
-	u32 state;			/* SLOT_*, written under trapvec_mutex */
-	u32 gen;
+	struct trapvec_slot slot;	/* first: see TRAPVEC_SLOT_TABLE() */
 	u32 maxactive;
 	u32 clock;
 	atomic_t active;		/* instances in use */
@@ -98,6 +94,8 @@ struct trapvec_rp_slot {
 
 static struct trapvec_rp_inst trapvec_rp_inst[TRAPVEC_RP_INSTANCES];
 static struct trapvec_rp_slot trapvec_rp_slots[TRAPVEC_RETURN_SLOTS];
+static const struct trapvec_slot_table trapvec_rp_table =
+	TRAPVEC_SLOT_TABLE("returns", trapvec_rp_slots, slot);
 /* Top of the free stack: (tag << 32) | (index + 1); 0: empty. */
 static atomic64_t trapvec_rp_free_top;
 static DEFINE_PER_CPU(bool, trapvec_rp_busy);
@@ -165,22 +163,21 @@ static __always_inline u32 trapvec_rp_bucket(u64 v)
 notrace void trapvec_rp_entry(struct trapvec_regs *regs, void *cookie)
 {
 	u64 c = (unsigned long)cookie;
-	u32 si = (u32)c, gen = c >> 32;
 	struct trapvec_rp_slot *s;
 	struct trapvec_rp_inst *in;
+	struct trapvec_slot *live;
 	unsigned long *ra;
 	int i;
 
-	if (si >= TRAPVEC_RETURN_SLOTS)
-		return;
-	s = &trapvec_rp_slots[si];
 	preempt_disable_notrace();
 	/*
 	 * A slot being removed: its splice is on the way out (RETURN_REMOVE waits for us).
-	 * Acquire: the slot's fields (RETURN_ADD wrote them before its release) after the state.
+	 * Acquire: the slot's fields (RETURN_ADD wrote them before it was published).
 	 */
-	if (smp_load_acquire(&s->state) != SLOT_LIVE || READ_ONCE(s->gen) != gen)
+	live = trapvec_slot_live(&trapvec_rp_table, c);
+	if (!live)
 		goto out;
+	s = container_of(live, struct trapvec_rp_slot, slot);
 	if (__this_cpu_read(trapvec_rp_busy)) {
 		this_cpu_inc(s->pcpu->missed);
 		goto out;
@@ -210,8 +207,8 @@ notrace void trapvec_rp_entry(struct trapvec_regs *regs, void *cookie)
 	in->args[4] = regs->r8;
 	in->args[5] = regs->r9;
 	in->t0 = s->clock ? trapvec_rp_now(s->clock) : 0;
-	in->slot = si;
-	in->gen = gen;
+	in->slot = (u32)c;
+	in->gen = c >> 32;
 	/* The release work and the exit scan read state; everything above first. */
 	smp_store_release(&in->state, RP_LIVE);
 	/* From here the function returns into stub i. */
@@ -287,7 +284,7 @@ __visible notrace unsigned long trapvec_rp_return(struct trapvec_regs *regs, uns
 	 */
 	atomic_inc(&s->in_return);
 	smp_mb__after_atomic();
-	if (smp_load_acquire(&s->state) == SLOT_LIVE && READ_ONCE(s->gen) == in->gen) {
+	if (trapvec_slot_is_live(&s->slot, in->gen)) {
 		if (__this_cpu_read(trapvec_rp_busy)) {
 			this_cpu_inc(s->pcpu->missed);
 		} else {
@@ -342,6 +339,14 @@ static bool trapvec_rp_task_gone(struct task_struct *t)
 #endif
 }
 
+/* The slot @slot of generation @gen if it is live (or draining, with @draining_too). */
+static struct trapvec_rp_slot *trapvec_rp_slot_of(u32 slot, u32 gen, bool draining_too)
+{
+	struct trapvec_slot *s = trapvec_slot_find(&trapvec_rp_table, slot, gen, draining_too);
+
+	return s ? container_of(s, struct trapvec_rp_slot, slot) : NULL;
+}
+
 /*
  * Instances of tasks that are gone (they exited inside the function): they can never return.
  * Counted as missed and freed.
@@ -379,8 +384,8 @@ static void trapvec_rp_reclaim_dead(void)
 		rcu_read_unlock();
 		if (!gone)
 			continue;
-		s = &trapvec_rp_slots[in->slot];
-		if (s->state != SLOT_FREE && s->gen == in->gen) {
+		s = trapvec_rp_slot_of(in->slot, in->gen, true);
+		if (s) {
 			this_cpu_inc(s->pcpu->missed);
 			atomic_dec(&s->active);
 		}
@@ -394,9 +399,8 @@ static bool trapvec_rp_idle(void)
 {
 	u32 i;
 
-	for (i = 0; i < TRAPVEC_RETURN_SLOTS; i++)
-		if (trapvec_rp_slots[i].state != SLOT_FREE)
-			return false;
+	if (!trapvec_slots_idle(&trapvec_rp_table))
+		return false;
 	for (i = 0; i < TRAPVEC_RP_INSTANCES; i++)
 		if (smp_load_acquire(&trapvec_rp_inst[i].state) != RP_FREE)
 			return false;
@@ -436,8 +440,8 @@ static void trapvec_rp_release_work(struct work_struct *work)
 
 int trapvec_returns_add(struct trapvec_return_add *req)
 {
-	struct trapvec_rp_slot *s = NULL;
-	u32 i;
+	struct trapvec_rp_slot *s;
+	int i;
 
 	lockdep_assert_held(&trapvec_mutex);
 	if (!req->maxactive || req->maxactive > TRAPVEC_RETURN_INSTANCES)
@@ -447,14 +451,10 @@ int trapvec_returns_add(struct trapvec_return_add *req)
 	if (req->handler && !trapvec_arena_in_sealed_code(req->handler))
 		return -EFAULT;
 	trapvec_rp_reclaim_dead();
-	for (i = 0; i < TRAPVEC_RETURN_SLOTS; i++) {
-		if (trapvec_rp_slots[i].state == SLOT_FREE) {
-			s = &trapvec_rp_slots[i];
-			break;
-		}
-	}
-	if (!s)
-		return -ENOSPC;
+	i = trapvec_slot_take(&trapvec_rp_table);
+	if (i < 0)
+		return i;
+	s = &trapvec_rp_slots[i];
 	if (!s->pcpu) {
 		s->pcpu = alloc_percpu(struct trapvec_rp_pcpu);
 		if (!s->pcpu)
@@ -467,35 +467,23 @@ int trapvec_returns_add(struct trapvec_return_add *req)
 		for_each_possible_cpu(cpu)
 			memset(per_cpu_ptr(s->pcpu, cpu), 0, sizeof(struct trapvec_rp_pcpu));
 	}
-	s->gen++;
 	s->maxactive = req->maxactive;
 	s->clock = req->clock;
 	s->handler = (trapvec_return_handler_t *)(unsigned long)req->handler;
 	s->cookie = req->cookie;
 	atomic_set(&s->active, 0);
-	/* The fields above before a CPU may see the slot live. */
-	smp_store_release(&s->state, SLOT_LIVE);
+	trapvec_slot_publish(&s->slot);
 	if (!trapvec_rp_pinned) {
 		__module_get(THIS_MODULE);
 		trapvec_rp_pinned = true;
 	}
 	req->slot = i;
-	req->generation = s->gen;
+	req->generation = s->slot.gen;
 	req->entry = (unsigned long)trapvec_rp_entry;
-	req->entry_cookie = ((u64)s->gen << 32) | i;
-	pr_debug("returns: slot %u generation %u: handler %llx, maxactive %u, clock %u\n",
-		 i, s->gen, req->handler, req->maxactive, req->clock);
+	req->entry_cookie = trapvec_slot_cookie(&trapvec_rp_table, i);
+	pr_debug("returns: slot %d generation %u: handler %llx, maxactive %u, clock %u\n",
+		 i, s->slot.gen, req->handler, req->maxactive, req->clock);
 	return 0;
-}
-
-static struct trapvec_rp_slot *trapvec_rp_slot_of(u32 slot, u32 gen)
-{
-	struct trapvec_rp_slot *s;
-
-	if (slot >= TRAPVEC_RETURN_SLOTS)
-		return NULL;
-	s = &trapvec_rp_slots[slot];
-	return s->state != SLOT_FREE && s->gen == gen ? s : NULL;
 }
 
 int trapvec_returns_remove(struct trapvec_return_remove *req)
@@ -504,10 +492,10 @@ int trapvec_returns_remove(struct trapvec_return_remove *req)
 	unsigned long deadline;
 
 	lockdep_assert_held(&trapvec_mutex);
-	s = trapvec_rp_slot_of(req->slot, req->generation);
+	s = trapvec_rp_slot_of(req->slot, req->generation, true);
 	if (!s)
 		return -ENOENT;
-	WRITE_ONCE(s->state, SLOT_DRAINING);
+	trapvec_slot_drain(&s->slot);
 	/* No CPU is still in the entry half with the slot live (it runs preemption off). */
 	synchronize_rcu();
 	deadline = jiffies + msecs_to_jiffies(TRAPVEC_QUIESCE_WAIT_MS);
@@ -519,9 +507,8 @@ int trapvec_returns_remove(struct trapvec_return_remove *req)
 		msleep(1);
 	}
 	/* New generation: instances still out return without the handler. */
-	s->gen++;
 	s->handler = NULL;
-	smp_store_release(&s->state, SLOT_FREE);
+	trapvec_slot_give_back(&s->slot);
 	trapvec_rp_reclaim_dead();
 	if (trapvec_rp_pinned)
 		schedule_delayed_work(&trapvec_rp_release, 0);
@@ -536,8 +523,8 @@ int trapvec_returns_stats(struct trapvec_return_stats *req)
 
 	lockdep_assert_held(&trapvec_mutex);
 	trapvec_rp_reclaim_dead();
-	s = trapvec_rp_slot_of(req->slot, req->generation);
-	if (!s || s->state != SLOT_LIVE)
+	s = trapvec_rp_slot_of(req->slot, req->generation, false);
+	if (!s)
 		return -ENOENT;
 	req->returns = req->missed = req->sum = req->max = 0;
 	memset(req->buckets, 0, sizeof(req->buckets));
@@ -581,10 +568,10 @@ void trapvec_returns_exit(void)
 {
 	u32 i;
 
+	trapvec_slots_exit(&trapvec_rp_table);
 	for (i = 0; i < TRAPVEC_RETURN_SLOTS; i++) {
 		struct trapvec_rp_slot *s = &trapvec_rp_slots[i];
 
-		WARN_ON_ONCE(s->state != SLOT_FREE);
 		if (s->pcpu) {
 			free_percpu(s->pcpu);
 			trapvec_mem_put(TRAPVEC_MEM_ENTRY,
@@ -607,7 +594,7 @@ int trapvec_returns_handler_in(unsigned long start, unsigned long end)
 		const struct trapvec_rp_slot *s = &trapvec_rp_slots[i];
 		unsigned long h = (unsigned long)s->handler;
 
-		if (s->state != SLOT_FREE && h >= start && h < end)
+		if (s->slot.state != TRAPVEC_SLOT_FREE && h >= start && h < end)
 			return i;
 	}
 	return -1;
