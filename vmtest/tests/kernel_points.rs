@@ -11,7 +11,7 @@ fn points_lists_a_globs_functions_and_its_verdicts_are_what_splice_does() {
         return;
     }
     let run = Scenario::named("kernel_points.sh")
-        .timeout(900)
+        .timeout(600)
         .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert!(
