@@ -5,7 +5,6 @@
 //! patched and the trampoline assumed within reach.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -482,11 +481,5 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         render_text(&report)
     };
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        // `trapctl inspect ... | head` is fine.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(e).context("cannot write to stdout")
-        }
-        _ => Ok(()),
-    }
+    crate::print(&out)
 }

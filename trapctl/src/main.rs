@@ -77,6 +77,19 @@ enum Command {
     },
 }
 
+/// Write a command's whole output to stdout; a reader that went away (`trapctl ... | head`) is
+/// no error.
+pub(crate) fn print(out: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to stdout")
+        }
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let level = match cli.verbose {

@@ -10,11 +10,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use instr_manager::analysis::{analyze_function_with, AnalysisOptions};
+use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function, ReadFn};
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
 use instr_manager::splicer::{SpliceError, Splicer};
@@ -283,13 +282,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         render_text(&report, args.summary)
     };
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        // `trapctl points | head` is fine.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(e).context("cannot write to stdout")
-        }
-        _ => Ok(()),
-    }
+    crate::print(&out)
 }
 
 /// The running kernel's sites, planned by the splicer.
@@ -328,26 +321,13 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
             },
         ));
         if blocks {
-            let size = target.symbols().function_extent(f);
-            let Ok(bytes) = target.read_code(f.addr, usize::try_from(size)?) else {
-                continue;
-            };
             let read = |a: u64, n: usize| target.read_code(a, n).ok();
-            let Ok(func) = analyze_function_with(
-                &f.name,
-                f.addr,
-                &bytes,
-                &AnalysisOptions {
-                    read: Some(&read),
-                    lenient: true,
-                },
-            ) else {
-                continue;
-            };
-            for b in &func.blocks {
-                if b.start > entry {
-                    wanted.push((i, b.start, format!("{}+{:#x}", f.name, b.start - f.addr)));
-                }
+            if let Some((_, func)) = analyzed(f, target.symbols().function_extent(f), &read) {
+                wanted.extend(
+                    block_points(&func, entry)
+                        .into_iter()
+                        .map(|(site, point)| (i, site, point)),
+                );
             }
         }
     }
@@ -415,19 +395,7 @@ fn file_sites(
     let busy = |_: u64, _: u64| false;
     let mut sites = Vec::new();
     for f in &funcs {
-        let size = image.symbols.function_extent(f);
-        let Some(bytes) = usize::try_from(size).ok().and_then(|n| read(f.addr, n)) else {
-            continue;
-        };
-        let Ok(func) = analyze_function_with(
-            &f.name,
-            f.addr,
-            &bytes,
-            &AnalysisOptions {
-                read: Some(&read),
-                lenient: true,
-            },
-        ) else {
+        let Some((bytes, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
             continue;
         };
         let entry = f.addr
@@ -446,12 +414,7 @@ fn file_sites(
         };
         let mut at = vec![(entry, f.name.clone())];
         if blocks {
-            at.extend(
-                func.blocks
-                    .iter()
-                    .filter(|b| b.start > entry)
-                    .map(|b| (b.start, format!("{}+{:#x}", f.name, b.start - f.addr))),
-            );
+            at.extend(block_points(&func, entry));
         }
         for (site, point) in at {
             let v = SiteVerdict::judge(&input, site);
@@ -470,6 +433,38 @@ fn file_sites(
         }
     }
     Ok((sites, funcs.len()))
+}
+
+/// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
+/// cannot be decoded), or `None` when either cannot be had.
+fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
+    let bytes = read(sym.addr, usize::try_from(extent).ok()?)?;
+    let func = analyze_function_with(
+        &sym.name,
+        sym.addr,
+        &bytes,
+        &AnalysisOptions {
+            read: Some(read),
+            lenient: true,
+        },
+    )
+    .ok()?;
+    Some((bytes, func))
+}
+
+/// The first instruction of every basic block of `func` after its point `entry`, as a site
+/// and its point's text (`f+0x1c`).
+fn block_points(func: &Function, entry: u64) -> Vec<(u64, String)> {
+    func.blocks
+        .iter()
+        .filter(|b| b.start > entry)
+        .map(|b| {
+            (
+                b.start,
+                format!("{}+{:#x}", func.name, b.start - func.start),
+            )
+        })
+        .collect()
 }
 
 /// The ELF objects a process maps executable, from `/proc/PID/maps`, each once.
