@@ -10,7 +10,7 @@ CARGO ?= cargo
 test: build
 	$(CARGO) fmt --all --check
 	.ci/check-docs
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --no-fail-fast
 	packaging/test-packages
 
 ## Install missing system packages (QEMU, the Debian cloud kernels 6.1 and 6.12 with their headers,

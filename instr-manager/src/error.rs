@@ -37,9 +37,14 @@ pub enum PlanError {
     BadPointSpec { text: String, reason: String },
     #[error("point `{text}`: no symbol `{name}`")]
     UnknownSymbol { text: String, name: String },
-    /// A kernel module (or library) that is not loaded: nothing there to resolve yet.
-    #[error("point `{text}`: no loaded object matches `{object}` (if it is a kernel module that is not loaded yet, the point can only wait for it as a pending point, which trapd holds: send it through trapd)")]
-    ObjectNotLoaded { text: String, object: String },
+    /// A kernel module (or library) that is not loaded: nothing there to resolve yet. `found`
+    /// says where the name is defined, when it is (`; \`memcpy\` is in libc.so.6`).
+    #[error("point `{text}`: no loaded object matches `{object}`{found} (if it is a kernel module that is not loaded yet, the point can only wait for it as a pending point, which trapd holds: send it through trapd)")]
+    ObjectNotLoaded {
+        text: String,
+        object: String,
+        found: String,
+    },
     #[error("point `{text}`: `{name}` is defined, but not in an object matching `{object}` (it is in {found})")]
     NotInObject {
         text: String,

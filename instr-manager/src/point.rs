@@ -241,11 +241,23 @@ pub fn choose<'a>(
         all.iter()
             .any(|s| s.origin.as_deref().is_some_and(|g| object_matches(g, o)))
     };
+    let listed = |syms: &[&Symbol], what: fn(&Symbol) -> String| {
+        let mut v: Vec<String> = syms.iter().map(|s| what(s)).collect();
+        v.sort();
+        v.dedup();
+        v.join(", ")
+    };
+    let origin = |s: &Symbol| s.origin.clone().unwrap_or_else(|| "the main image".into());
     // Nothing of the object at all (a pass over the table, on the way to an error only).
     if let Some(o) = object.filter(|&o| !in_object(o) && !object_loaded(symbols, o)) {
         return Err(PlanError::ObjectNotLoaded {
             text: text.to_string(),
             object: o.to_string(),
+            found: if all.is_empty() {
+                String::new()
+            } else {
+                format!("; `{name}` is in {}", listed(&all, origin))
+            },
         });
     }
     if all.is_empty() {
@@ -254,12 +266,6 @@ pub fn choose<'a>(
             name: name.to_string(),
         });
     }
-    let listed = |syms: &[&Symbol], what: fn(&Symbol) -> String| {
-        let mut v: Vec<String> = syms.iter().map(|s| what(s)).collect();
-        v.sort();
-        v.dedup();
-        v.join(", ")
-    };
     let mut cands = all.clone();
     if let Some(o) = object {
         cands.retain(|s| {
@@ -268,9 +274,7 @@ pub fn choose<'a>(
                 .is_some_and(|origin| object_matches(origin, o))
         });
         if cands.is_empty() {
-            let found = listed(&all, |s| {
-                s.origin.clone().unwrap_or_else(|| "the main image".into())
-            });
+            let found = listed(&all, origin);
             return Err(PlanError::NotInObject {
                 text: text.into(),
                 name: name.into(),
@@ -785,6 +789,9 @@ mod tests {
             );
             assert!(err.to_string().contains("trapd"), "{err}");
         }
+        // A name defined elsewhere: say where, as for an object that is loaded.
+        let err = site_of("libthree:log_msg").unwrap_err().to_string();
+        assert!(err.contains("`log_msg` is in /usr/lib/libtwo.so.2"), "{err}");
         let err = site_of("memcpy@GLIBC_9").unwrap_err();
         assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
         assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");
