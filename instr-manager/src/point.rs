@@ -791,7 +791,10 @@ mod tests {
         }
         // A name defined elsewhere: say where, as for an object that is loaded.
         let err = site_of("libthree:log_msg").unwrap_err().to_string();
-        assert!(err.contains("`log_msg` is in /usr/lib/libtwo.so.2"), "{err}");
+        assert!(
+            err.contains("`log_msg` is in /usr/lib/libtwo.so.2"),
+            "{err}"
+        );
         let err = site_of("memcpy@GLIBC_9").unwrap_err();
         assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
         assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");
