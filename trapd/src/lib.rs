@@ -5,24 +5,21 @@
 //! ([`metrics`], [`rules`], [`config`]); [`prometheus`] serves what it holds to Prometheus when
 //! the configuration says where. [`daemon`] owns the state and the order of effects; [`run`]
 //! puts them together. What a request does is `instr_manager::ops`, the operations `trapctl`
-//! also runs. The library also holds what `trapctl` uses of the daemon: [`client`] (the other
-//! end of the socket), [`exposition`] (the Prometheus text both render: trapd's `GET /metrics`,
-//! `trapctl list --prometheus`) and [`docs`] (completions and man pages of both CLIs).
+//! also runs. What `trapctl` shares with the daemon (the [`protocol`], the [`client`], the
+//! [`exposition`], the [`docs`]) is the `trapvec-proto` crate's, re-exported here.
 
-pub mod client;
 pub mod config;
 pub mod daemon;
-pub mod docs;
-pub mod exposition;
 pub mod journal;
 pub mod metrics;
 pub mod pending;
 pub mod prometheus;
-pub mod protocol;
 pub mod rules;
 pub mod server;
 #[cfg(test)]
 mod tests;
+
+pub use trapvec_proto::{client, docs, exposition, protocol};
 
 use std::collections::HashMap;
 use std::path::Path;

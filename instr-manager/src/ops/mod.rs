@@ -34,6 +34,7 @@
 mod apply;
 mod component;
 mod report;
+pub mod request;
 mod splice;
 mod var;
 

@@ -1,17 +1,17 @@
-//! The socket protocol: one JSON object per line each way. A request names its operation in
-//! `op`; the reply is `{"ok": true, ...}` with the operation's fields, or
-//! `{"ok": false, "error": "..."}`. Unknown operations and unknown or missing fields are errors
-//! (the reply names them); see trapd/README.md for every
-//! operation with an example.
+//! What a front end asks of a running system: one [`Request`] per operation, as trapd's socket
+//! protocol writes it (one JSON object, its operation named in `op`; see trapd/README.md for
+//! every operation with an example). Unknown operations and unknown or missing fields are
+//! errors that name them ([`BadRequest`]).
+//!
+//! The type lives here, in the operations layer, because its fields are this crate's types
+//! ([`SpliceRequest`], [`super::Value`]) and because the one executor runs it; the
+//! `trapvec-proto` crate re-exports it beside the wire format's other half (the reply
+//! envelope, the client).
 
 use std::path::PathBuf;
 
-use instr_manager::SpliceRequest;
+use crate::splicer::SpliceRequest;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-
-/// The longest request line accepted (a longer one is answered with an error and dropped).
-pub const MAX_LINE: usize = 64 * 1024;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
@@ -52,7 +52,7 @@ pub enum Request {
     /// `value` is a number or a string (decimal, `-decimal`, `0x` hex).
     Set {
         symbol: String,
-        value: instr_manager::ops::Value,
+        value: super::Value,
         #[serde(default)]
         size: Option<usize>,
     },
@@ -70,7 +70,7 @@ pub enum Request {
     Require { module: String },
 }
 
-/// Why a request line is not a request; its [`trapvec::error_chain`] is the reply's message.
+/// Why a request line is not a request; its `trapvec::error_chain` is the reply's message.
 #[derive(Debug, thiserror::Error)]
 pub enum BadRequest {
     #[error("bad request")]
@@ -134,26 +134,11 @@ impl Request {
     }
 }
 
-/// A successful reply with `fields` (an object) merged after `"ok": true`.
-pub fn ok(fields: Value) -> Value {
-    let mut m = Map::new();
-    m.insert("ok".into(), Value::Bool(true));
-    if let Value::Object(f) = fields {
-        m.extend(f);
-    }
-    Value::Object(m)
-}
-
-/// An error reply: a sentence (`&str`, `String`), or an error, whose whole
-/// [`trapvec::error_chain`] is the message (so the reply names the culprit and the cause).
-pub fn error<'a>(message: impl Into<Box<dyn std::error::Error + 'a>>) -> Value {
-    json!({ "ok": false, "error": trapvec::error_chain(&*message.into()) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use instr_manager::{Action, Mechanism};
+    use crate::{Action, Mechanism};
+    use serde_json::json;
 
     #[test]
     fn requests_parse_by_op_with_defaults() {
@@ -186,7 +171,7 @@ mod tests {
             Request::parse(r#"{"op":"set","symbol":"v","value":"-1"}"#).unwrap(),
             Request::Set {
                 symbol: "v".into(),
-                value: instr_manager::ops::Value::Text("-1".into()),
+                value: super::super::Value::Text("-1".into()),
                 size: None
             }
         );
@@ -308,7 +293,7 @@ mod tests {
             },
             Request::Set {
                 symbol: "v".into(),
-                value: instr_manager::ops::Value::Text("1".into()),
+                value: super::super::Value::Text("1".into()),
                 size: None,
             },
             Request::Get {
@@ -327,21 +312,5 @@ mod tests {
                 "{r:?}"
             );
         }
-    }
-
-    #[test]
-    fn replies_carry_ok_and_the_fields_or_the_error_message() {
-        assert_eq!(ok(json!({"value": 3})), json!({"ok": true, "value": 3}));
-        assert_eq!(error("no"), json!({"ok": false, "error": "no"}));
-        let io = std::io::Error::other("disk on fire");
-        let e = instr_manager::ops::OpError::Spec(instr_manager::SpecError::Io {
-            file: "s.toml".into(),
-            source: io,
-        });
-        assert_eq!(
-            error(e),
-            json!({"ok": false, "error": "cannot read spec s.toml: disk on fire"}),
-            "the reply carries the chain"
-        );
     }
 }
