@@ -11,13 +11,15 @@
  * still does (no out-of-line copy of the original instruction exists to run instead): its
  * trampoline replays that instruction and jumps back behind the window, which is right
  * until the revert completes, and the trap's dispatch entry cannot be removed meanwhile
- * (trapvec_mutex is held). A call a jmp sends to a springboard that is still
- * pending meets that one's CC and is sent on the same way. A call in the window is refused
+ * (trapvec_mutex is held). A jmp of the batch that lands on a springboard of the same batch
+ * is sent straight to the springboard's target (trapvec_pending_publish()): the springboard
+ * is written in FINISH only, and until then its bytes are padding. A call in the window is refused
  * unless it is the window's last instruction (check.c): its return address would point into
  * the new bytes, and a task sleeping in the callee is quiescent for RCU-tasks.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/bsearch.h>
 #include <linux/kdebug.h>
 #include <linux/kprobes.h>
 #include <linux/module.h>
@@ -83,6 +85,8 @@ static int trapvec_cmp_pending(const void *a, const void *b)
 struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *ops, u32 n,
 					       gfp_t gfp)
 {
+	struct trapvec_pending_site key = {};
+	const struct trapvec_pending_site *to;
 	struct trapvec_pending *pend;
 	u32 i;
 
@@ -95,6 +99,25 @@ struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *op
 		pend->sites[i].dest = ops[i].rec->jmp ? ops[i].rec->dest : 0;
 	}
 	sort(pend->sites, pend->count, sizeof(pend->sites[0]), trapvec_cmp_pending, NULL);
+	/*
+	 * A jmp that lands on a springboard of the same batch (a jmp rel8 onto a jmp rel32 in
+	 * padding) is sent to the springboard's target. ARM writes the CC of the jmp's window
+	 * but not the springboard's, which FINISH writes after an RCU-tasks grace period: sent to
+	 * the springboard meanwhile, a CPU would run its original bytes, padding that falls
+	 * through into the function, to our CC again, for ever (both CPUs of a 6.12 guest at
+	 * sched_balance_softirq+9, in a tick's softirq while FINISH's stop_machine() waited for
+	 * them). Once written, the springboard leads to the same target. One hop: a springboard
+	 * does not land on another patch (trapvec_link_springboards()).
+	 */
+	for (i = 0; i < n; i++) {
+		if (!pend->sites[i].dest)
+			continue;
+		key.addr = pend->sites[i].dest;
+		to = bsearch(&key, pend->sites, pend->count, sizeof(pend->sites[0]),
+			     trapvec_cmp_pending);
+		if (to && to->dest)
+			pend->sites[i].dest = to->dest;
+	}
 	/* Orders the array's contents before the pointer; stop_machine() then orders it
 	 * before the first CC.
 	 */
@@ -149,7 +172,7 @@ static int trapvec_int3_notify(struct notifier_block *nb, unsigned long val, voi
 	if (lo == pend->count || pend->sites[lo].addr != site)
 		goto out;
 	if (pend->sites[lo].dest) {
-		/* A jmp: its target (a trampoline, or a springboard, itself pending or written). */
+		/* A jmp: its target (a trampoline, or a springboard written by an earlier batch). */
 		regs->ip = pend->sites[lo].dest;
 		ret = NOTIFY_STOP;
 	} else if (trapvec_dispatch_site(regs, site)) {
