@@ -19,6 +19,7 @@
 //! splicer's job, and nothing here may write to a target.
 
 pub mod analysis;
+pub mod cover;
 pub mod error;
 pub mod glob;
 pub mod image;

@@ -58,6 +58,7 @@ enum Command {
     Set(cmd::var::SetArgs),
     Get(cmd::var::GetArgs),
     Count(cmd::count::Args),
+    Cover(cmd::cover::Args),
     Time(cmd::time::Args),
     Read(cmd::read::Args),
     Status(cmd::profile::StatusArgs),
@@ -68,7 +69,7 @@ enum Command {
     /// the packages install the scripts (packaging/build-deb).
     #[command(hide = true)]
     Completions {
-        shell: trapd::docs::Shell,
+        shell: trapvec_proto::docs::Shell,
     },
     /// Write trapctl.1 and a trapctl-COMMAND.1 per command into DIR; hidden, as completions.
     #[command(hide = true)]
@@ -101,10 +102,15 @@ fn main() -> ExitCode {
     route::set_socket(cli.socket);
     let result = match cli.command {
         Command::Completions { shell } => {
-            trapd::docs::completions(Cli::command(), "trapctl", shell, &mut std::io::stdout());
+            trapvec_proto::docs::completions(
+                Cli::command(),
+                "trapctl",
+                shell,
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
-        Command::Man { dir } => trapd::docs::man_pages(Cli::command(), &dir)
+        Command::Man { dir } => trapvec_proto::docs::man_pages(Cli::command(), &dir)
             .map(|_| ())
             .map_err(Into::into),
         Command::Inspect(args) => inspect::run(&args),
@@ -118,6 +124,7 @@ fn main() -> ExitCode {
         Command::Set(args) => cmd::var::set(&args),
         Command::Get(args) => cmd::var::get(&args),
         Command::Count(args) => cmd::count::run(&args),
+        Command::Cover(args) => cmd::cover::run(&args),
         Command::Time(args) => cmd::time::run(&args),
         Command::Read(args) => cmd::read::run(&args),
         Command::Status(args) => cmd::profile::status(&args),

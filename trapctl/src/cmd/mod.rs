@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod component;
 pub mod count;
+pub mod cover;
 pub mod cycle;
 pub mod list;
 pub mod points;

@@ -1,0 +1,487 @@
+//! Block coverage (`trapctl cover`): every basic block of the functions a glob names, each with
+//! the site a counting splice would take at its first instruction (or why none can), the lines
+//! of source a block's addresses cover (DWARF line tables, read with gimli), and the lcov
+//! tracefile written from the blocks' hits.
+//!
+//! A line is executed when a block whose address range covers one of the line's address ranges
+//! (a row of the line table up to the next row) was hit.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use object::{Object as _, ObjectSection as _};
+use thiserror::Error;
+use trapvec::{Symbol, SymbolKind, TargetInfo};
+
+use crate::analysis::{analyze_function_with, AnalysisOptions, Function, ReadFn};
+use crate::glob::FunctionGlob;
+use crate::image::CodeImage;
+use crate::plan::{PlanInput, SiteVerdict};
+use crate::Mechanism;
+
+/// Why a block gets no site: a kind for grouping (`no room for jmp`) and the whole sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRefusal {
+    pub kind: String,
+    pub reason: String,
+}
+
+/// One basic block of a covered function.
+#[derive(Clone, Debug)]
+pub struct CoverBlock {
+    pub function: String,
+    /// The function's address (file addresses throughout).
+    pub func_addr: u64,
+    pub start: u64,
+    /// Exclusive.
+    pub end: u64,
+    /// The mechanism of its counting splice, or why it has none.
+    pub site: Result<Mechanism, BlockRefusal>,
+}
+
+impl CoverBlock {
+    /// `function+0xOFF`, the block's first instruction as a point (the entry block: `function+0`).
+    pub fn point(&self) -> String {
+        format!("{}+{:#x}", self.function, self.start - self.func_addr)
+    }
+}
+
+/// The functions of one object that `globs` name, with their blocks.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectBlocks {
+    pub functions: usize,
+    pub blocks: Vec<CoverBlock>,
+}
+
+/// `Debug`'s variant name in words (`NoRoomForJmp { .. }` -> `no room for jmp`), a refusal's kind.
+fn kind_of(x: &impl std::fmt::Debug) -> String {
+    let d = format!("{x:?}");
+    let end = d.find([' ', '{', '(']).unwrap_or(d.len());
+    let mut out = String::new();
+    for (i, c) in d[..end].chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push(' ');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// Whether `glob` has an object part (`OBJECT:NAME`), as [`FunctionGlob::new`] splits it.
+pub fn glob_names_object(glob: &FunctionGlob) -> bool {
+    glob.text().contains(':')
+}
+
+/// Every basic block of every function of `image` (the file `origin`) that one of `globs`
+/// names, each judged as a process splice would be: a jmp rel32 where one fits (cheaper per
+/// hit), else a trap, else a jmp by springboard, else refused with the planner's reason. `main_program`: globs without an
+/// object part name the main program's functions (and only them). A name the program defines
+/// at several addresses is refused: a point names a function by its name.
+pub fn object_blocks(
+    image: &CodeImage,
+    origin: &str,
+    globs: &[FunctionGlob],
+    main_program: bool,
+) -> ObjectBlocks {
+    let wanted = |s: &Symbol| {
+        globs.iter().any(|g| {
+            if glob_names_object(g) {
+                g.matches(&s.name, Some(origin))
+            } else {
+                main_program && g.matches(&s.name, None)
+            }
+        })
+    };
+    let mut by_name: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for s in image.symbols.iter() {
+        if s.kind == SymbolKind::Function {
+            by_name.entry(&s.name).or_default().insert(s.addr);
+        }
+    }
+    let mut funcs: Vec<&Symbol> = image
+        .symbols
+        .iter()
+        .filter(|s| s.kind == SymbolKind::Function && wanted(s))
+        .collect();
+    funcs.sort_by_key(|s| s.addr);
+    funcs.dedup_by_key(|s| s.addr);
+    let info = TargetInfo::for_code(image.kernel, "coverage");
+    let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
+    let busy = |_: u64, _: u64| false;
+    let mut out = ObjectBlocks {
+        functions: funcs.len(),
+        blocks: Vec::new(),
+    };
+    for f in funcs {
+        let Some(func) = analyzed(f, image.symbols.function_extent(f), &read) else {
+            continue;
+        };
+        let ambiguous = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
+        let input = PlanInput {
+            func: &func,
+            info: &info,
+            read: &read,
+            symbols: &image.symbols,
+            busy: &busy,
+            trampoline_near: None,
+        };
+        for b in &func.blocks {
+            let site = if ambiguous {
+                Err(BlockRefusal {
+                    kind: "ambiguous name".into(),
+                    reason: format!(
+                        "`{}` names {} functions of {origin}: a point cannot say which",
+                        f.name,
+                        by_name[f.name.as_str()].len()
+                    ),
+                })
+            } else {
+                // A jmp rel32 first (cheap per hit, takes nothing shared), then a trap, then a
+                // jmp by springboard: springboards share the padding nearby, which a batch of
+                // every block soon uses up.
+                let v = SiteVerdict::judge(&input, b.start);
+                match (&v.jmp_rel32, &v.trap, v.jmp()) {
+                    (Ok(_), _, _) => Ok(Mechanism::Jmp),
+                    (_, Ok(_), _) => Ok(Mechanism::Trap),
+                    (_, _, Ok(_)) => Ok(Mechanism::Jmp),
+                    (_, Err(e), Err(_)) => Err(BlockRefusal {
+                        kind: kind_of(e),
+                        reason: e.to_string(),
+                    }),
+                }
+            };
+            out.blocks.push(CoverBlock {
+                function: f.name.clone(),
+                func_addr: f.addr,
+                start: b.start,
+                end: b.end,
+                site,
+            });
+        }
+    }
+    out
+}
+
+/// `sym`'s decoded function over `extent` bytes, leniently (a listing goes on past what cannot
+/// be decoded), or `None` when it cannot be had.
+pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<Function> {
+    let bytes = read(sym.addr, usize::try_from(extent).ok()?)?;
+    analyze_function_with(
+        &sym.name,
+        sym.addr,
+        &bytes,
+        &AnalysisOptions {
+            read: Some(read),
+            lenient: true,
+        },
+    )
+    .ok()
+}
+
+/// Why a file's line table cannot be read.
+#[derive(Debug, Error)]
+pub enum DebugInfoError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not an ELF file: {source}")]
+    Elf {
+        path: PathBuf,
+        source: object::read::Error,
+    },
+    #[error("{path} has no DWARF line table (no .debug_line section: build it with -g, or give --debuginfo)")]
+    NoLines { path: PathBuf },
+    /// gimli's error (without its `std` feature, not a `std::error::Error`), as text.
+    #[error("{path}: malformed DWARF: {reason}")]
+    Dwarf { path: PathBuf, reason: String },
+}
+
+/// One row of a line table, up to the next row: `[start, end)` is code of `line` of `files[file]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineRange {
+    pub start: u64,
+    pub end: u64,
+    pub file: usize,
+    pub line: u32,
+}
+
+/// A file's line tables, flattened.
+#[derive(Clone, Debug, Default)]
+pub struct LineTable {
+    /// Source paths (absolute where the compilation directory says so).
+    pub files: Vec<String>,
+    /// Sorted by start.
+    pub ranges: Vec<LineRange>,
+}
+
+impl LineTable {
+    /// Read the line tables of the ELF file at `path` (the program built with `-g`, or its
+    /// separate debug file).
+    pub fn read(path: &Path) -> Result<LineTable, DebugInfoError> {
+        let data = std::fs::read(path).map_err(|source| DebugInfoError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let file = object::File::parse(&*data).map_err(|source| DebugInfoError::Elf {
+            path: path.into(),
+            source,
+        })?;
+        if file.section_by_name(".debug_line").is_none() {
+            return Err(DebugInfoError::NoLines { path: path.into() });
+        }
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
+            Ok(file
+                .section_by_name(id.name())
+                .and_then(|s| s.uncompressed_data().ok())
+                .unwrap_or(Cow::Borrowed(&[])))
+        };
+        let dwarf_err = |e: gimli::Error| DebugInfoError::Dwarf {
+            path: path.into(),
+            reason: e.to_string(),
+        };
+        let sections = gimli::DwarfSections::load(load).map_err(dwarf_err)?;
+        let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
+        Self::from_dwarf(&dwarf).map_err(dwarf_err)
+    }
+
+    fn from_dwarf(
+        dwarf: &gimli::Dwarf<gimli::EndianSlice<'_, gimli::RunTimeEndian>>,
+    ) -> Result<LineTable, gimli::Error> {
+        let mut table = LineTable::default();
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next()? {
+            let unit = dwarf.unit(header)?;
+            let Some(program) = unit.line_program.clone() else {
+                continue;
+            };
+            let comp_dir = unit
+                .comp_dir
+                .map(|d| d.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut rows = program.rows();
+            // The row before, whose range ends at this row's address.
+            let mut open: Option<(u64, usize, u32)> = None;
+            while let Some((header, row)) = rows.next_row()? {
+                if let Some((start, file, line)) = open.take() {
+                    if row.address() > start && line > 0 {
+                        table.ranges.push(LineRange {
+                            start,
+                            end: row.address(),
+                            file,
+                            line,
+                        });
+                    }
+                }
+                if row.end_sequence() {
+                    continue;
+                }
+                let Some(entry) = row.file(header) else {
+                    continue;
+                };
+                let name = dwarf
+                    .attr_string(&unit, entry.path_name())?
+                    .to_string_lossy()
+                    .into_owned();
+                let dir = match entry.directory(header) {
+                    Some(d) => dwarf.attr_string(&unit, d)?.to_string_lossy().into_owned(),
+                    None => String::new(),
+                };
+                let mut path = PathBuf::from(&comp_dir);
+                path.push(dir);
+                path.push(name);
+                let path = path.to_string_lossy().into_owned();
+                let next = table.files.len();
+                let file = *index.entry(path.clone()).or_insert(next);
+                if file == next {
+                    table.files.push(path);
+                }
+                let line = row
+                    .line()
+                    .map_or(0, |l| u32::try_from(l.get()).unwrap_or(0));
+                open = Some((row.address(), file, line));
+            }
+        }
+        table.ranges.sort_by_key(|r| (r.start, r.end));
+        Ok(table)
+    }
+
+    /// The ranges overlapping `[start, end)`.
+    pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &LineRange> {
+        // Ranges are short: the ones that can overlap start within the longest range before.
+        let first = self.ranges.partition_point(|r| r.start < start);
+        let back = self.ranges[..first]
+            .iter()
+            .rev()
+            .take_while(move |r| r.end > start || r.start + 4096 > start);
+        back.chain(
+            self.ranges[first..]
+                .iter()
+                .take_while(move |r| r.start < end),
+        )
+        .filter(move |r| r.start < end && r.end > start)
+    }
+}
+
+/// A block and what the run said of it: `None` for a block without a site.
+pub struct BlockHits<'a> {
+    pub block: &'a CoverBlock,
+    pub hits: Option<u64>,
+}
+
+/// The lcov tracefile of one object's blocks: per source file, `FN`/`FNDA` for each covered
+/// function whose entry has a line, `DA` for every line a block of theirs covers (its count:
+/// the most hits of a block over it), `LF`/`LH`, `FNF`/`FNH`. Blocks without a site count as
+/// not executed.
+pub fn lcov(test_name: &str, blocks: &[BlockHits<'_>], lines: &LineTable) -> String {
+    // file -> line -> hits; file -> function -> (line, entry hits)
+    let mut da: BTreeMap<usize, BTreeMap<u32, u64>> = BTreeMap::new();
+    let mut fns: BTreeMap<usize, BTreeMap<String, (u32, u64)>> = BTreeMap::new();
+    for b in blocks {
+        let hits = b.hits.unwrap_or(0);
+        for r in lines.overlapping(b.block.start, b.block.end) {
+            let e = da.entry(r.file).or_default().entry(r.line).or_insert(0);
+            *e = (*e).max(hits);
+        }
+        if b.block.start == b.block.func_addr {
+            if let Some(r) = lines.overlapping(b.block.start, b.block.start + 1).next() {
+                fns.entry(r.file)
+                    .or_default()
+                    .insert(b.block.function.clone(), (r.line, hits));
+            }
+        }
+    }
+    let mut o = String::new();
+    for (file, lines_hit) in &da {
+        let _ = writeln!(o, "TN:{test_name}");
+        let _ = writeln!(o, "SF:{}", lines.files[*file]);
+        let f = fns.get(file).cloned().unwrap_or_default();
+        for (name, (line, _)) in &f {
+            let _ = writeln!(o, "FN:{line},{name}");
+        }
+        for (name, (_, hits)) in &f {
+            let _ = writeln!(o, "FNDA:{hits},{name}");
+        }
+        let _ = writeln!(o, "FNF:{}", f.len());
+        let _ = writeln!(o, "FNH:{}", f.values().filter(|(_, h)| *h > 0).count());
+        for (line, hits) in lines_hit {
+            let _ = writeln!(o, "DA:{line},{hits}");
+        }
+        let _ = writeln!(o, "LF:{}", lines_hit.len());
+        let _ = writeln!(o, "LH:{}", lines_hit.values().filter(|h| **h > 0).count());
+        let _ = writeln!(o, "end_of_record");
+    }
+    o
+}
+
+/// Symbol+offset records for an object without a line table: one `# BLOCK` comment line per
+/// block (`function+0xOFF length hits`), after a `#` line saying `why`. lcov's tools skip them;
+/// they are for reading.
+pub fn symbol_records(object: &str, why: &str, blocks: &[BlockHits<'_>]) -> String {
+    let mut o = format!("# {object}: no source lines: {why}\n");
+    for b in blocks {
+        let _ = writeln!(
+            o,
+            "# BLOCK {} {} {}",
+            b.block.point(),
+            b.block.end - b.block.start,
+            b.hits.map_or("-".to_string(), |h| h.to_string())
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(f: &str, fa: u64, s: u64, e: u64) -> CoverBlock {
+        CoverBlock {
+            function: f.into(),
+            func_addr: fa,
+            start: s,
+            end: e,
+            site: Ok(Mechanism::Jmp),
+        }
+    }
+
+    #[test]
+    fn lcov_marks_a_line_executed_when_a_hit_block_covers_it() {
+        let lines = LineTable {
+            files: vec!["/src/a.c".into()],
+            ranges: vec![
+                LineRange {
+                    start: 0x10,
+                    end: 0x14,
+                    file: 0,
+                    line: 3,
+                },
+                LineRange {
+                    start: 0x14,
+                    end: 0x20,
+                    file: 0,
+                    line: 4,
+                },
+                LineRange {
+                    start: 0x20,
+                    end: 0x28,
+                    file: 0,
+                    line: 6,
+                },
+            ],
+        };
+        let a = block("f", 0x10, 0x10, 0x18);
+        let b = block("f", 0x10, 0x18, 0x28);
+        let out = lcov(
+            "t",
+            &[
+                BlockHits {
+                    block: &a,
+                    hits: Some(5),
+                },
+                BlockHits {
+                    block: &b,
+                    hits: Some(0),
+                },
+            ],
+            &lines,
+        );
+        assert_eq!(
+            out,
+            "TN:t\nSF:/src/a.c\nFN:3,f\nFNDA:5,f\nFNF:1\nFNH:1\nDA:3,5\nDA:4,5\nDA:6,0\nLF:3\nLH:2\nend_of_record\n"
+        );
+    }
+
+    #[test]
+    fn overlapping_finds_a_range_that_starts_before_the_block() {
+        let lines = LineTable {
+            files: vec!["a".into()],
+            ranges: vec![LineRange {
+                start: 0x10,
+                end: 0x30,
+                file: 0,
+                line: 1,
+            }],
+        };
+        assert_eq!(lines.overlapping(0x20, 0x22).count(), 1);
+        assert_eq!(lines.overlapping(0x30, 0x32).count(), 0);
+    }
+
+    #[test]
+    fn refusal_kinds_are_the_variant_in_words() {
+        let r = crate::Refusal::NoRoomForJmp {
+            site: 1,
+            reason: "x".into(),
+        };
+        assert_eq!(kind_of(&r), "no room for jmp");
+    }
+}

@@ -1,0 +1,626 @@
+//! `trapctl cover --process GLOB... -- COMMAND ARGS...`: block coverage of a program, live.
+//!
+//! Every basic block of every function the globs name gets a counting splice at its first
+//! instruction (a jmp where one fits, else a trap; [`instr_manager::cover::object_blocks`]),
+//! written as a spec for the LD_PRELOAD agent; COMMAND runs under the agent, whose stats file
+//! (read when the program exits) gives each block's hits. A block that cannot take a site is
+//! listed with its reason, never fatal; one the agent refuses at start (it exits 86 before
+//! `main`, with nothing applied and nothing of the program run) is marked refused with the
+//! agent's sentence and the command is started again without it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use instr_manager::cover::{
+    glob_names_object, lcov, object_blocks, symbol_records, BlockHits, BlockRefusal, CoverBlock,
+    LineTable,
+};
+use instr_manager::glob::FunctionGlob;
+use instr_manager::image::CodeImage;
+use instr_manager::Mechanism;
+use serde::Serialize;
+
+/// The version of `--json`'s layout.
+pub const SCHEMA: u32 = 1;
+
+/// The agent's exit status when a spec cannot be applied (`agent::EXIT_SPEC_FAILED`).
+const SPEC_FAILED: i32 = 86;
+
+/// How many blocks the agent may refuse, one start each, before giving up.
+const MAX_RESTARTS: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Keep counting: exact hits per block.
+    Count,
+    /// Disarm a site at its first hit (not yet: the agent cannot disarm a hit site).
+    Once,
+}
+
+/// Block coverage of a program, without a rebuild.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Run COMMAND with a counting splice at the first instruction of every basic block of every
+function GLOB names, then print per-function block coverage (blocks, covered, percent; most
+covered first) and a total.
+
+--process is required for now: the kernel's coverage is not implemented yet. GLOB is a shell glob
+over function names of the program (`'*'`, `'parse_*'`); `OBJECT:GLOB` names a library the
+program links (`'libfoo.so.1:foo_*'`, found as ldd finds it). Quote globs from the shell.
+
+A block gets a jmp splice where one fits (cheap), else a trap; a block that can take neither is
+listed with the reason and counted as not covered, never fatal. COMMAND runs under the LD_PRELOAD
+agent (--agent, else $TRAPVEC_AGENT, else libtrapvec_agent.so next to trapctl or in
+/usr/lib/<multiarch>/trapvec/). trapctl exits with COMMAND's exit status (128+N when a signal N
+killed it).
+
+--mode count (the default for now) keeps every site armed and counts every hit. `once` (disarm a
+site at its first hit) needs agent support that does not exist yet and is refused.
+
+--lcov FILE writes an lcov tracefile for genhtml: a line is executed when a hit block covers it
+(the program's DWARF line table: build it with -g, or give --debuginfo). Without debug info the
+file holds symbol+offset records and says why.")]
+pub struct Args {
+    /// Cover a program (required for now).
+    #[arg(long)]
+    pub process: bool,
+    /// Function globs (`'*'`, `'parse_*'`, `'libfoo.so.1:foo_*'`).
+    #[arg(required = true)]
+    pub globs: Vec<String>,
+    /// `count`: exact hits per block (the default); `once`: not yet supported.
+    #[arg(long, value_enum, default_value = "count")]
+    pub mode: Mode,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an lcov tracefile.
+    #[arg(long, value_name = "FILE")]
+    pub lcov: Option<PathBuf>,
+    /// The program's debug information (a separate debug file), for --lcov.
+    #[arg(long, value_name = "FILE")]
+    pub debuginfo: Option<PathBuf>,
+    /// Write the report (text or JSON) to FILE instead of stdout, which the command shares.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The agent to preload [default: $TRAPVEC_AGENT, else found next to trapctl].
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+    /// The command to run, and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// One object's blocks.
+struct Object {
+    path: PathBuf,
+    /// How a point names it: `None` for the main program (a point in it is unqualified).
+    qualifier: Option<String>,
+    functions: usize,
+    blocks: Vec<CoverBlock>,
+}
+
+#[derive(Serialize)]
+struct BlockRow {
+    object: String,
+    function: String,
+    offset: u64,
+    address: String,
+    length: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mechanism: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hits: Option<u64>,
+    hit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+#[derive(Serialize, Clone)]
+struct FunctionRow {
+    object: String,
+    function: String,
+    blocks: usize,
+    covered: usize,
+    refused: usize,
+    percent: f64,
+}
+
+#[derive(Serialize)]
+struct Total {
+    functions: usize,
+    blocks: usize,
+    covered: usize,
+    refused: usize,
+    percent: f64,
+    refusals: BTreeMap<String, usize>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    schema: u32,
+    command: Vec<String>,
+    mode: &'static str,
+    /// The command's exit status (128+N for a signal N).
+    exit: i32,
+    functions: Vec<FunctionRow>,
+    blocks: Vec<BlockRow>,
+    total: Total,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+fn percent(covered: usize, blocks: usize) -> f64 {
+    if blocks == 0 {
+        0.0
+    } else {
+        (covered as f64 * 1000.0 / blocks as f64).round() / 10.0
+    }
+}
+
+/// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
+fn find_command(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("`{name}` is not found on $PATH"))
+}
+
+/// The agent: `--agent`, `$TRAPVEC_AGENT`, next to trapctl's executable, or the package's.
+fn find_agent(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(a) = arg {
+        return Ok(a.to_path_buf());
+    }
+    if let Some(a) = std::env::var_os("TRAPVEC_AGENT") {
+        return Ok(a.into());
+    }
+    let mut tried = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        tried.push(dir.join("libtrapvec_agent.so"));
+    }
+    for lib in ["/usr/lib/x86_64-linux-gnu/trapvec", "/usr/lib/trapvec"] {
+        tried.push(Path::new(lib).join("libtrapvec_agent.so"));
+    }
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    bail!(
+        "libtrapvec_agent.so not found (tried {}): give --agent PATH or set TRAPVEC_AGENT",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The shared libraries `program` loads at start, as `ldd` lists them.
+fn linked_libraries(program: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(program)
+        .output()
+        .context("running ldd to find the program's libraries")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(" => ").map(|(_, r)| r))
+        .filter_map(|r| r.split_whitespace().next())
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// The objects the globs name and their blocks: the main program for globs without an object
+/// part, a linked library for each one whose file name or path an object part matches.
+fn objects(program: &Path, globs: &[FunctionGlob]) -> Result<Vec<Object>> {
+    let mut out = Vec::new();
+    let image = CodeImage::from_path(program).with_context(|| program.display().to_string())?;
+    let origin = program.display().to_string();
+    let b = object_blocks(&image, &origin, globs, true);
+    out.push(Object {
+        path: program.to_path_buf(),
+        qualifier: None,
+        functions: b.functions,
+        blocks: b.blocks,
+    });
+    if globs.iter().any(glob_names_object) {
+        for lib in linked_libraries(program)? {
+            let Ok(image) = CodeImage::from_path(&lib) else {
+                log::warn!("{}: not readable as ELF, left out", lib.display());
+                continue;
+            };
+            let origin = lib.display().to_string();
+            let b = object_blocks(&image, &origin, globs, false);
+            if b.functions > 0 {
+                out.push(Object {
+                    qualifier: lib.file_name().map(|f| f.to_string_lossy().into_owned()),
+                    path: lib,
+                    functions: b.functions,
+                    blocks: b.blocks,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A block's point as the agent takes it: unqualified in the main program (the agent binds an
+/// unqualified name to the program's own definition first), `FILE:` in a library.
+fn spec_point(o: &Object, b: &CoverBlock) -> String {
+    match &o.qualifier {
+        Some(q) => format!("{q}:{}", b.point()),
+        None => b.point(),
+    }
+}
+
+/// The spec: one count splice per block with a site, in (object, block) order.
+fn spec(objects: &[Object]) -> (String, Vec<(usize, usize)>) {
+    let mut s = String::new();
+    let mut order = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        for (j, b) in o.blocks.iter().enumerate() {
+            if let Ok(m) = &b.site {
+                let _ = write!(
+                    s,
+                    "[[splice]]\nat = \"{}\"\naction = \"count\"\nmechanism = \"{}\"\n\n",
+                    spec_point(o, b),
+                    match m {
+                        Mechanism::Trap => "trap",
+                        Mechanism::Jmp => "jmp",
+                    }
+                );
+                order.push((i, j));
+            }
+        }
+    }
+    (s, order)
+}
+
+/// A run of the command: its exit status, the agent's refusal sentence if it exited 86 with
+/// one, and the stats file's contents if written.
+struct Run {
+    exit: i32,
+    refused: Option<String>,
+    stats: Option<String>,
+}
+
+fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &str) -> Result<Run> {
+    let spec_path = dir.join("cover.toml");
+    let stats_path = dir.join("stats.json");
+    std::fs::write(&spec_path, spec_text)
+        .with_context(|| format!("writing {}", spec_path.display()))?;
+    let _ = std::fs::remove_file(&stats_path);
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(p) if !p.is_empty() => format!("{} {p}", agent.display()),
+        _ => agent.display().to_string(),
+    };
+    let mut child = Command::new(program)
+        .arg0(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env("TRAPVEC_SPEC", &spec_path)
+        .env("TRAPVEC_STATS", &stats_path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    // The command's stderr goes on to ours as it comes; the agent's refusal is kept.
+    let mut refused = None;
+    let prefix = format!("trapvec: cannot apply {}: ", spec_path.display());
+    if let Some(err) = child.stderr.take() {
+        let mut reader = std::io::BufReader::new(err);
+        let mut line = Vec::new();
+        let mut stderr = std::io::stderr();
+        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+            let _ = stderr.write_all(&line);
+            let text = String::from_utf8_lossy(&line);
+            if let Some(rest) = text.strip_prefix(&prefix) {
+                refused = Some(rest.trim_end().to_string());
+            }
+            line.clear();
+        }
+    }
+    let status = child.wait().context("waiting for the command")?;
+    use std::os::unix::process::ExitStatusExt as _;
+    let exit = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let stats = std::fs::read_to_string(&stats_path).ok();
+    Ok(Run {
+        exit,
+        refused: refused.filter(|_| exit == SPEC_FAILED),
+        stats,
+    })
+}
+
+use std::os::unix::process::CommandExt as _;
+
+/// Run `trapctl cover`.
+pub fn run(args: &Args) -> Result<()> {
+    if !args.process {
+        bail!("kernel coverage is not implemented yet: give --process and a command after `--`");
+    }
+    if args.mode == Mode::Once {
+        bail!("--mode once is not supported yet (the agent cannot disarm a hit site); use --mode count");
+    }
+    let globs = args
+        .globs
+        .iter()
+        .map(|g| FunctionGlob::new(g))
+        .collect::<Result<Vec<_>, _>>()?;
+    let program = find_command(&args.command[0])?;
+    let agent = find_agent(args.agent.as_deref())?;
+    let mut objects = objects(&program, &globs)?;
+    if objects.iter().all(|o| o.functions == 0) {
+        bail!(
+            "no function of {} (or of a library it links) matches {}",
+            program.display(),
+            args.globs.join(" ")
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("trapctl-cover.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = run_until_applied(args, &program, &agent, &dir, &mut objects);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (exit, hits) = result?;
+    let mut notes = Vec::new();
+    let report = report(args, &objects, &hits, exit, &mut notes);
+    if let Some(path) = &args.lcov {
+        let text = lcov_text(args, &objects, &hits, &mut notes);
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let report = Report { notes, ..report };
+    let out = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        render_text(&report)
+    };
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => crate::print(&out)?,
+    }
+    if exit != 0 {
+        let _ = std::io::stdout().flush();
+        std::process::exit(exit);
+    }
+    Ok(())
+}
+
+/// Hits per (object, block), `None` for a block without a site.
+type Hits = Vec<Vec<Option<u64>>>;
+
+/// Run the command until the agent applies the spec (each start it refuses, one block is marked
+/// refused with its sentence), then read the stats.
+fn run_until_applied(
+    args: &Args,
+    program: &Path,
+    agent: &Path,
+    dir: &Path,
+    objects: &mut [Object],
+) -> Result<(i32, Hits)> {
+    for _ in 0..=MAX_RESTARTS {
+        let (spec_text, order) = spec(objects);
+        let run = run_once(args, program, agent, dir, &spec_text)?;
+        if let Some(sentence) = run.refused {
+            // `POINT: reason`: the point has no `: ` of its own.
+            let point = sentence.split(": ").next().unwrap_or("");
+            let found = order
+                .iter()
+                .find(|(i, j)| spec_point(&objects[*i], &objects[*i].blocks[*j]) == point);
+            let Some(&(i, j)) = found else {
+                bail!("the agent refused the coverage spec: {sentence}");
+            };
+            // A jmp the file's planner allowed can fail in the batch (its springboard's padding
+            // taken by a neighbour's): a trap is tried next, then the block is refused.
+            if objects[i].blocks[j].site == Ok(Mechanism::Jmp) {
+                log::info!("{sentence}; trying a trap there");
+                objects[i].blocks[j].site = Ok(Mechanism::Trap);
+                continue;
+            }
+            objects[i].blocks[j].site = Err(BlockRefusal {
+                kind: "refused by the agent".into(),
+                reason: sentence,
+            });
+            continue;
+        }
+        let Some(stats) = run.stats else {
+            bail!(
+                "{} exited with status {} without the agent's stats (killed by a signal, or ended by a raw exit_group): no coverage to report",
+                args.command[0],
+                run.exit
+            );
+        };
+        let v: serde_json::Value = serde_json::from_str(&stats).context("the agent's stats")?;
+        let splices = v["splices"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if splices.len() != order.len() {
+            bail!(
+                "the agent's stats list {} splices, the spec {}",
+                splices.len(),
+                order.len()
+            );
+        }
+        let mut hits: Hits = objects.iter().map(|o| vec![None; o.blocks.len()]).collect();
+        for ((i, j), s) in order.iter().zip(splices) {
+            hits[*i][*j] = Some(s["hits"].as_u64().unwrap_or(0));
+        }
+        return Ok((run.exit, hits));
+    }
+    bail!("the agent refused {MAX_RESTARTS} blocks one after another; giving up")
+}
+
+fn report(
+    args: &Args,
+    objects: &[Object],
+    hits: &Hits,
+    exit: i32,
+    _notes: &mut [String],
+) -> Report {
+    let mut blocks = Vec::new();
+    let mut functions: Vec<FunctionRow> = Vec::new();
+    let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
+    for (o, h) in objects.iter().zip(hits) {
+        let object = o.path.display().to_string();
+        let mut per: BTreeMap<(u64, &str), FunctionRow> = BTreeMap::new();
+        for (b, hits) in o.blocks.iter().zip(h) {
+            let row = per
+                .entry((b.func_addr, &b.function))
+                .or_insert_with(|| FunctionRow {
+                    object: object.clone(),
+                    function: b.function.clone(),
+                    blocks: 0,
+                    covered: 0,
+                    refused: 0,
+                    percent: 0.0,
+                });
+            row.blocks += 1;
+            let hit = hits.is_some_and(|n| n > 0);
+            row.covered += usize::from(hit);
+            if let Err(r) = &b.site {
+                row.refused += 1;
+                *refusals.entry(r.kind.clone()).or_default() += 1;
+            }
+            blocks.push(BlockRow {
+                object: object.clone(),
+                function: b.function.clone(),
+                offset: b.start - b.func_addr,
+                address: format!("{:#x}", b.start),
+                length: b.end - b.start,
+                mechanism: b.site.as_ref().ok().map(|m| match m {
+                    Mechanism::Trap => "trap",
+                    Mechanism::Jmp => "jmp",
+                }),
+                hits: *hits,
+                hit,
+                refusal: b.site.as_ref().err().map(|r| r.kind.clone()),
+                reason: b.site.as_ref().err().map(|r| r.reason.clone()),
+            });
+        }
+        functions.extend(per.into_values().map(|mut r| {
+            r.percent = percent(r.covered, r.blocks);
+            r
+        }));
+    }
+    functions.sort_by(|a, b| {
+        b.percent
+            .total_cmp(&a.percent)
+            .then_with(|| a.object.cmp(&b.object))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    let nblocks = blocks.len();
+    let covered = blocks.iter().filter(|b| b.hit).count();
+    Report {
+        schema: SCHEMA,
+        command: args.command.clone(),
+        mode: "count",
+        exit,
+        total: Total {
+            functions: objects.iter().map(|o| o.functions).sum(),
+            blocks: nblocks,
+            covered,
+            refused: refusals.values().sum(),
+            percent: percent(covered, nblocks),
+            refusals,
+        },
+        functions,
+        blocks,
+        notes: Vec::new(),
+    }
+}
+
+/// The lcov file: source lines for each object with a line table (the main program's may come
+/// from --debuginfo), symbol+offset records for the others, with a note saying why.
+fn lcov_text(args: &Args, objects: &[Object], hits: &Hits, notes: &mut Vec<String>) -> String {
+    let mut out = String::new();
+    for (o, h) in objects.iter().zip(hits) {
+        let blocks: Vec<BlockHits<'_>> = o
+            .blocks
+            .iter()
+            .zip(h)
+            .map(|(block, hits)| BlockHits { block, hits: *hits })
+            .collect();
+        let debug = match (&o.qualifier, &args.debuginfo) {
+            (None, Some(d)) => d.clone(),
+            _ => o.path.clone(),
+        };
+        match LineTable::read(&debug) {
+            Ok(lines) => out.push_str(&lcov("trapctl_cover", &blocks, &lines)),
+            Err(e) => {
+                let why = trapvec::error_chain(&e);
+                notes.push(format!(
+                    "{}: symbol+offset records in the lcov file: {why}",
+                    o.path.display()
+                ));
+                out.push_str(&symbol_records(
+                    &o.path.display().to_string(),
+                    &why,
+                    &blocks,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn render_text(r: &Report) -> String {
+    let mut o = String::new();
+    let width = r
+        .functions
+        .iter()
+        .map(|f| f.function.len())
+        .max()
+        .unwrap_or(8)
+        .clamp(8, 48);
+    let _ = writeln!(
+        o,
+        "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
+        "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
+    );
+    for f in &r.functions {
+        let _ = writeln!(
+            o,
+            "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
+            f.function, f.blocks, f.covered, f.percent, f.refused
+        );
+    }
+    let t = &r.total;
+    let _ = writeln!(
+        o,
+        "total: {} function(s), {} block(s), {} covered ({:.1}%), {} refused; {} exited with status {}",
+        t.functions,
+        t.blocks,
+        t.covered,
+        t.percent,
+        t.refused,
+        r.command.first().map_or("", String::as_str),
+        r.exit
+    );
+    for b in r.blocks.iter().filter(|b| b.refusal.is_some()) {
+        let _ = writeln!(
+            o,
+            "  refused: {}+{:#x} ({}): {}",
+            b.function,
+            b.offset,
+            b.address,
+            b.reason.as_deref().unwrap_or("")
+        );
+    }
+    for (kind, n) in &t.refusals {
+        let _ = writeln!(o, "  refused at {n} block(s): {kind}");
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}
