@@ -13,9 +13,9 @@ use anyhow::{Context, Result};
 use instr_manager::ops::{Made, OpError};
 use instr_manager::splicer::Splicer;
 use serde::de::DeserializeOwned;
-use trapd::client;
-use trapd::protocol::Request;
 use trapvec::kernel::KernelTarget;
+use trapvec_proto::client;
+use trapvec_proto::Request;
 
 use crate::kernel::Kernel;
 

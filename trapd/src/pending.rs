@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use instr_manager::point::PointSpec;
 use instr_manager::SpliceRequest;
-use serde::{Deserialize, Serialize};
+
+pub use instr_manager::ops::PendingRow;
 
 /// Where a pending point stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,20 +41,6 @@ pub struct PendingPoint {
     /// Hits of the loads that went (the live splice's hits come on top while armed).
     pub hits: u64,
     /// Times its module came and it was made there.
-    pub loads: u64,
-}
-
-/// A pending point as `list` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingRow {
-    pub at: String,
-    pub module: String,
-    /// `count`, `call`, `replace`, `time`.
-    pub action: String,
-    /// `pending (module MOD not loaded)`, `armed`, or `invalid: why`.
-    pub state: String,
-    /// Hits of every load so far, the live one included.
-    pub hits: u64,
     pub loads: u64,
 }
 

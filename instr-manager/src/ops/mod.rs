@@ -49,8 +49,8 @@ pub use apply::{apply, check, switch, Switched};
 pub(crate) use component::unload_id;
 pub use component::{load, unload};
 pub use report::{
-    ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, SpliceRow, Timings,
-    Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
+    ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, PendingRow, SpliceRow,
+    Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
 };
 pub use splice::{listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};
 pub use var::{get, parse_u64, parse_value, set, var_size, NumberError, Value};

@@ -208,3 +208,17 @@ pub struct Var {
     pub value: u64,
     pub size: usize,
 }
+
+/// A pending point (trapd's: a splice in a kernel module that is not loaded) as `list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRow {
+    pub at: String,
+    pub module: String,
+    /// `count`, `call`, `replace`, `time`.
+    pub action: String,
+    /// `pending (module MOD not loaded)`, `armed`, or `invalid: why`.
+    pub state: String,
+    /// Hits of every load so far, the live one included.
+    pub hits: u64,
+    pub loads: u64,
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use instr_manager::ops::{self, ApplyReport, CheckReport};
 use instr_manager::Spec;
-use trapd::protocol::Request;
+use trapvec_proto::Request;
 
 use crate::route;
 

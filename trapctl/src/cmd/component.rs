@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use component_manager::LoadOptions;
 use instr_manager::ops::{self, Loaded, Made, Unloaded};
-use trapd::protocol::Request;
+use trapvec_proto::Request;
 
 use crate::route;
 

@@ -3,8 +3,8 @@
 use anyhow::Result;
 use instr_manager::ops::{self, Listing, Unrecorded};
 use serde::{Deserialize, Serialize};
-use trapd::exposition;
-use trapd::protocol::Request;
+use trapvec_proto::exposition;
+use trapvec_proto::Request;
 
 use crate::route;
 
@@ -49,7 +49,7 @@ struct Reply {
     unrecorded: Option<Vec<Unrecorded>>,
     /// trapd's points in kernel modules that are not loaded (or were armed when one came).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pending: Option<Vec<trapd::pending::PendingRow>>,
+    pending: Option<Vec<ops::PendingRow>>,
 }
 
 pub fn run(args: &Args) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use trapd::protocol::Request;
+use trapvec_proto::Request;
 
 use crate::route;
 

@@ -11,9 +11,9 @@ use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::SpliceId;
 use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::{Mechanism, UnknownMechanism};
-use trapd::client;
-use trapd::protocol::Request;
 use trapvec::predicate::Predicate;
+use trapvec_proto::client;
+use trapvec_proto::Request;
 
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use instr_manager::ops::{self, Value, Var};
-use trapd::protocol::Request;
+use trapvec_proto::Request;
 
 use crate::route;
 
