@@ -63,6 +63,27 @@ pub struct VmPeers {
     /// `kmulti_<empty|count>_attach_ns` and `_detach_ns`, its hit costs into `hit_ns`).
     #[serde(default)]
     pub kmulti_hits: Option<(u64, u64)>,
+    /// Per trapvec configuration of the hit-cost rows (`jmp_empty`, `jmp_count`, `trap_empty`):
+    /// its splice's hits (`trapctl list`) in a check run, and the getppid() calls made.
+    #[serde(default)]
+    pub trapvec_hits: BTreeMap<String, (u64, u64)>,
+}
+
+/// `hits=N expected=M` (or `N expected=M`) of a hit-count line, whose text starts with `key=`.
+fn hits_of(line: &str, text: &str, key: &str) -> Result<(u64, u64), String> {
+    let rest = text.trim_start_matches(&format!("{key}="));
+    let rest = rest.trim_start_matches("hits=");
+    let (h, e) = rest
+        .split_once(" expected=")
+        .ok_or_else(|| format!("bad line `{line}`"))?;
+    Ok((
+        h.trim()
+            .parse()
+            .map_err(|_| format!("bad hits in `{line}`"))?,
+        e.trim()
+            .parse()
+            .map_err(|_| format!("bad count in `{line}`"))?,
+    ))
 }
 
 /// `name=value` words of `text` whose value is a number.
@@ -104,16 +125,15 @@ impl VmPeers {
                     n.ok_or_else(|| format!("bad figure in `{line}`"))?,
                 );
             } else if key == "PEERS_KMULTI_HITS" {
-                let rest = text.trim_start_matches("PEERS_KMULTI_HITS=");
-                let (h, e) = rest
-                    .split_once(" expected=")
+                v.kmulti_hits = Some(hits_of(line, &text, key)?);
+            } else if key == "PEERS_TRAPVEC_HITS" {
+                // `config=jmp_empty hits=22002 expected=22002`
+                let (config, rest) = text
+                    .strip_prefix("config=")
+                    .and_then(|t| t.split_once(' '))
                     .ok_or_else(|| format!("bad line `{line}`"))?;
-                v.kmulti_hits = Some((
-                    h.parse().map_err(|_| format!("bad hits in `{line}`"))?,
-                    e.trim()
-                        .parse()
-                        .map_err(|_| format!("bad count in `{line}`"))?,
-                ));
+                v.trapvec_hits
+                    .insert(config.to_string(), hits_of(line, rest, key)?);
             } else if let Some((n, prog)) = key
                 .strip_prefix("PEERS_KMULTI_")
                 .and_then(|rest| rest.split_once('_'))
@@ -124,16 +144,7 @@ impl VmPeers {
                     numbers(&text).map(|(k, x)| (format!("kmulti_{}_{k}", prog.to_lowercase()), x)),
                 );
             } else if key == "PEERS_FENTRY_HITS" {
-                let rest = text.trim_start_matches("PEERS_FENTRY_HITS=");
-                let (h, e) = rest
-                    .split_once(" expected=")
-                    .ok_or_else(|| format!("bad line `{line}`"))?;
-                v.fentry_hits = (
-                    h.parse().map_err(|_| format!("bad hits in `{line}`"))?,
-                    e.trim()
-                        .parse()
-                        .map_err(|_| format!("bad count in `{line}`"))?,
-                );
+                v.fentry_hits = hits_of(line, &text, key)?;
             } else if let Some(n) = key
                 .strip_prefix("PEERS_FTRACE_")
                 .and_then(|n| n.parse::<u32>().ok())
@@ -196,6 +207,31 @@ impl VmPeers {
         Ok(v)
     }
 
+    /// Why the hit cost of configuration `config` (a `hit_ns` key) is no figure: the hits its
+    /// check run counted differ from the getppid() calls made, or were never counted. `None`:
+    /// counted and equal (or `base`, which runs nothing). The empty fentry and kprobe_multi
+    /// programs count nothing: they share their attachment with the counting program, whose
+    /// check stands for both.
+    pub fn invalid_hits(&self, config: &str) -> Option<String> {
+        let (what, hits) = match config {
+            "base" => return None,
+            "fentry_empty" | "fentry_count" => ("the counting fentry program", {
+                Some(self.fentry_hits).filter(|&(h, e)| (h, e) != (0, 0))
+            }),
+            "kmulti_empty" | "kmulti_count" => {
+                ("the counting kprobe_multi program", self.kmulti_hits)
+            }
+            c => ("trapvec's splice", self.trapvec_hits.get(c).copied()),
+        };
+        match hits {
+            None => Some(format!("{config}: {what} reported no hit count")),
+            Some((h, e)) if h != e => {
+                Some(format!("{config}: {what} counted {h} hits for {e} calls"))
+            }
+            Some(_) => None,
+        }
+    }
+
     /// Emulated overhead per getppid() of configuration `key` over the bare call.
     pub fn hit_overhead(&self, key: &str) -> Option<f64> {
         Some(self.hit_ns.get(key)? - self.hit_ns.get("base")?)
@@ -214,6 +250,19 @@ impl VmPeers {
             self.hit_overhead("jmp_empty"),
             self.hit_overhead("fentry_empty"),
         )
+    }
+
+    /// [`Self::jmp_over_fentry`], or why its figures are invalid (hits not the calls made).
+    pub fn jmp_over_fentry_checked(&self) -> Result<Option<f64>, String> {
+        let invalid: Vec<String> = ["jmp_empty", "fentry_empty"]
+            .iter()
+            .filter_map(|c| self.invalid_hits(c))
+            .collect();
+        if invalid.is_empty() {
+            Ok(self.jmp_over_fentry())
+        } else {
+            Err(format!("invalid: {}", invalid.join("; ")))
+        }
     }
 
     /// The largest N with both ftrace's and trapvec's (`mech`) mass-attach figures.
@@ -307,6 +356,11 @@ impl VmPeers {
             "\nguest rows, {} (EMULATED under QEMU TCG: compare ratios only)\n",
             self.kernel
         );
+        for c in self.hit_ns.keys() {
+            if let Some(why) = self.invalid_hits(c) {
+                let _ = writeln!(s, "  INVALID hit cost {why}");
+            }
+        }
         for l in &self.lines {
             let _ = writeln!(
                 s,
@@ -441,6 +495,14 @@ enum Bound {
 
 fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
     match ratio {
+        // Every goal is a ratio of two costs: one that is not a positive number (an overhead
+        // that came out negative or zero under emulation's noise) meets no goal either way.
+        Some(r) if !(r.is_finite() && r > 0.0) => Goal {
+            goal: goal.into(),
+            measured: format!("not resolvable: {r:.2}x is not a positive ratio"),
+            met: None,
+            margin: None,
+        },
         Some(r) => {
             let margin = match bound {
                 Bound::AtMost(t) => t / r,
@@ -450,7 +512,7 @@ fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
                 Bound::AtMost(t) => r <= t,
                 Bound::AtLeast(t) => r >= t,
             };
-            let margin = (margin.is_finite() && margin > 0.0).then_some(margin);
+            let margin = margin.is_finite().then_some(margin);
             Goal {
                 goal: goal.into(),
                 measured: format!("{r:.2}x"),
@@ -467,16 +529,28 @@ fn goal(goal: &str, ratio: Option<f64>, bound: Bound, missing: &str) -> Goal {
     }
 }
 
+/// A goal whose figures exist but are not to be trusted (`why`), reported without a ratio.
+fn invalid(goal: &str, why: String) -> Goal {
+    Goal {
+        goal: goal.into(),
+        measured: why,
+        met: None,
+        margin: None,
+    }
+}
+
 impl Peers {
     /// The issue's goals, each with its measured ratio and verdict.
     pub fn goals(&self) -> Vec<Goal> {
         let vm = self.vm.as_ref();
         let no_vm = self.vm_unavailable.as_deref().unwrap_or("no guest run");
         let no_frida = self.frida_unavailable.as_deref().unwrap_or("no Frida run");
-        // At 10,000 if measured; else at the largest N measured, saying why.
-        let at = |mech: &str| -> (u32, String) {
+        // Why a goal "at 10,000" has no figure at 10,000 for `mech`: refused, skipped or not asked
+        // for; then what the largest N measured gave, for information only (a goal at N is
+        // judged at N).
+        let not_at_10k = |mech: &str, ratio: fn(&VmPeers, u32, &str) -> Option<f64>| -> String {
             let Some(v) = vm else {
-                return (0, String::new());
+                return no_vm.to_string();
             };
             let n = v.mass_n(mech);
             let refused = v.refused_ns(mech);
@@ -484,29 +558,30 @@ impl Peers {
             let why = if !refused.is_empty() {
                 let list: Vec<String> = refused.iter().map(u32::to_string).collect();
                 format!(
-                    "; N = {} refused by trapvec.ko: its code arena is full",
+                    "N = {} refused by trapvec.ko: its code arena is full",
                     list.join(", ")
                 )
             } else if !skipped.is_empty() {
                 let list: Vec<String> = skipped.iter().map(u32::to_string).collect();
                 format!(
-                    "; N = {} not run: {}",
+                    "N = {} not run: {}",
                     list.join(", "),
                     skip_why.unwrap_or_default()
                 )
-            } else if n < 10_000 {
-                "; N = 10,000 needs PEERS_10K=1".to_string()
             } else {
-                String::new()
+                "N = 10,000 needs PEERS_10K=1".to_string()
             };
-            (
-                n,
-                if n == 10_000 {
-                    String::new()
-                } else {
-                    format!(" (measured at N = {n}{why})")
-                },
-            )
+            match ratio(v, n, mech) {
+                Some(r) => format!("not measured at N = 10,000 ({why}); {r:.2}x at N = {n}"),
+                None => format!("not measured at N = 10,000 ({why})"),
+            }
+        };
+        let measured_at = |n: u32, mech: &str| -> bool {
+            vm.is_some_and(|v| {
+                v.mass.get(&n).is_some_and(|m| {
+                    m.contains_key(&format!("{mech}_commit_ms")) && m.contains_key("enable_ns")
+                })
+            })
         };
         let mut g = vec![
             goal(
@@ -543,28 +618,35 @@ impl Peers {
             ),
             None => goal("livepatch: jmp replacement per call <= 1.0x livepatch's", None, Bound::AtMost(1.0), no_vm),
         });
-        g.push(goal(
-            "fentry: jmp `call` splice hit (empty handler) <= 1.0x a fentry hit (empty program)",
-            vm.and_then(VmPeers::jmp_over_fentry),
-            Bound::AtMost(1.0),
-            no_vm,
-        ));
+        let fentry =
+            "fentry: jmp `call` splice hit (empty handler) <= 1.0x a fentry hit (empty program)";
+        g.push(match vm.map(VmPeers::jmp_over_fentry_checked) {
+            Some(Err(why)) => invalid(fentry, why),
+            Some(Ok(r)) => goal(fentry, r, Bound::AtMost(1.0), "not resolvable"),
+            None => goal(fentry, None, Bound::AtMost(1.0), no_vm),
+        });
         for mech in ["trap", "jmp"] {
-            let (n, at) = at(mech);
-            g.push(goal(
-                &format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000{at}"),
-                vm.and_then(|v| v.commit_over_enable(n, mech)),
-                Bound::AtMost(1.0),
-                no_vm,
-            ));
-            g.push(goal(
-                &format!(
-                    "ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000{at}"
+            let rows: [(String, fn(&VmPeers, u32, &str) -> Option<f64>, Bound); 2] = [
+                (
+                    format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000"),
+                    VmPeers::commit_over_enable,
+                    Bound::AtMost(1.0),
                 ),
-                vm.and_then(|v| v.apply_over_ftrace(n, mech)),
-                Bound::AtMost(2.0),
-                no_vm,
-            ));
+                (
+                    format!(
+                        "ftrace: whole `trapctl apply` ({mech}) <= 2.0x filter + enable at 10,000"
+                    ),
+                    VmPeers::apply_over_ftrace,
+                    Bound::AtMost(2.0),
+                ),
+            ];
+            for (text, ratio, bound) in rows {
+                g.push(if measured_at(10_000, mech) {
+                    goal(&text, vm.and_then(|v| ratio(v, 10_000, mech)), bound, no_vm)
+                } else {
+                    goal(&text, None, bound, &not_at_10k(mech, ratio))
+                });
+            }
         }
         let f = self.frida.as_ref();
         g.push(goal(
@@ -667,6 +749,9 @@ PEERS_HIT_ROUND 1: base=600 jmp_empty=900 jmp_count=800 trap_empty=2000 fentry_e
 PEERS_NS_BASE=600\r\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_JMP_COUNT=800\nPEERS_NS_TRAP_EMPTY=2000\n\
 PEERS_NS_FENTRY_EMPTY=1000\nPEERS_NS_FENTRY_COUNT=1100\n\
 PEERS_FENTRY_HITS=22002 expected=22002\n\
+PEERS_TRAPVEC_HITS config=jmp_empty hits=22002 expected=22002\n\
+PEERS_TRAPVEC_HITS config=jmp_count hits=22002 expected=22002\n\
+PEERS_TRAPVEC_HITS config=trap_empty hits=22002 expected=22002\n\
 PEERS_TRAPCTL_FIXED kallsyms_ns=300000000 list_ns=900000000 symbols=130000 (medians of 3)\n\
 PEERS_FTRACE_1000 filter_ns=1000000 enable_ns=800000000 disable_ns=500000000 (medians of 3)\n\
 PEERS_TRAPVEC_1000_TRAP apply_ns=5000000000 commit_ms=400 remove_ns=3000000000 (medians of 3)\n\
@@ -685,6 +770,11 @@ PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_m
         assert_eq!(v.hit_overhead("jmp_empty"), Some(300.0));
         assert_eq!(v.jmp_over_fentry(), Some(0.75));
         assert_eq!(v.fentry_hits, (22002, 22002));
+        assert_eq!(v.trapvec_hits.get("jmp_empty"), Some(&(22002, 22002)));
+        assert_eq!(v.trapvec_hits.len(), 3);
+        for c in v.hit_ns.keys() {
+            assert_eq!(v.invalid_hits(c), None, "{c}: hits equal the calls");
+        }
         assert_eq!(v.mass_n("jmp"), 1000);
         assert_eq!(v.commit_over_enable(1000, "jmp"), Some(0.25));
         assert_eq!(
@@ -760,7 +850,7 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
     }
 
     #[test]
-    fn a_refused_batch_moves_the_goal_to_the_largest_n_measured_and_says_why() {
+    fn a_refused_batch_leaves_the_goal_at_10000_unmeasured_and_says_why() {
         let console = format!(
             "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
              PEERS_TRAPVEC_REFUSED n=10000 round=1 mechanism=trap: no repository memory (arena full)\n\
@@ -780,17 +870,132 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
             .into_iter()
             .find(|g| g.goal.starts_with("ftrace: trap batch commit"))
             .unwrap();
-        assert!(
-            goal.goal
-                .contains("measured at N = 1000; N = 10000 refused by trapvec.ko"),
-            "{}",
-            goal.goal
+        assert_eq!(
+            (goal.measured.as_str(), goal.met),
+            (
+                "not measured at N = 10,000 (N = 10000 refused by trapvec.ko: its code arena is \
+                 full); 0.50x at N = 1000",
+                None
+            ),
+            "a goal at 10,000 is not judged at 1,000"
         );
-        assert_eq!(goal.met, Some(true));
     }
 
     #[test]
-    fn a_skipped_batch_moves_the_goal_to_the_largest_n_measured_and_gives_the_reason() {
+    fn a_goal_at_10000_is_judged_at_10000_and_not_measured_without_it() {
+        // Met at 1,000 (0.25x), not met at 10,000 (2.00x): the verdict is 10,000's.
+        let console = format!(
+            "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_10000_JMP apply_ns=9000000000 commit_ms=1800 remove_ns=1 (medians of 3)\n"
+        );
+        let peers = Peers {
+            vm: Some(VmPeers::parse(&console, "6.1.0").unwrap()),
+            ..Peers::default()
+        };
+        let goals = peers.goals();
+        let jmp = goals
+            .iter()
+            .find(|g| g.goal.starts_with("ftrace: jmp batch commit"))
+            .unwrap();
+        assert_eq!((jmp.measured.as_str(), jmp.met), ("2.00x", Some(false)));
+        // Without a 10,000 row (CONSOLE has 1,000 only), no verdict.
+        let peers = Peers {
+            vm: Some(VmPeers::parse(CONSOLE, "6.1.0").unwrap()),
+            ..Peers::default()
+        };
+        for g in peers
+            .goals()
+            .iter()
+            .filter(|g| g.goal.contains("at 10,000"))
+        {
+            assert_eq!(g.met, None, "{}: {}", g.goal, g.measured);
+            assert!(
+                g.measured
+                    .starts_with("not measured at N = 10,000 (N = 10,000 needs PEERS_10K=1); "),
+                "{}",
+                g.measured
+            );
+        }
+    }
+
+    #[test]
+    fn an_at_most_goal_is_not_met_by_a_negative_or_zero_ratio() {
+        let mut v = VmPeers::parse(CONSOLE, "6.1.0").unwrap();
+        // The jmp splice came out 100 ns *faster* than the bare call: noise, not a win.
+        v.hit_ns.insert("jmp_empty".into(), 500.0);
+        assert_eq!(v.jmp_over_fentry(), Some(-0.25));
+        let fentry = |v: VmPeers| {
+            Peers {
+                vm: Some(v),
+                ..Peers::default()
+            }
+            .goals()
+            .into_iter()
+            .find(|g| g.goal.starts_with("fentry"))
+            .unwrap()
+        };
+        let g = fentry(v.clone());
+        assert_eq!(g.met, None, "{}", g.measured);
+        assert_eq!(g.measured, "not resolvable: -0.25x is not a positive ratio");
+        v.hit_ns.insert("jmp_empty".into(), 600.0);
+        let g = fentry(v);
+        assert_eq!((g.met, g.margin), (None, None), "{}", g.measured);
+        let g = goal("x", Some(f64::NAN), Bound::AtLeast(1.0), "");
+        assert_eq!(g.met, None, "nan meets nothing");
+    }
+
+    #[test]
+    fn a_figure_whose_hits_are_not_the_calls_made_is_invalid_not_a_ratio() {
+        let fentry = |console: &str| {
+            Peers {
+                vm: Some(VmPeers::parse(console, "6.1.0").unwrap()),
+                ..Peers::default()
+            }
+            .goals()
+            .into_iter()
+            .find(|g| g.goal.starts_with("fentry"))
+            .unwrap()
+        };
+        let console = CONSOLE.replace("config=jmp_empty hits=22002", "config=jmp_empty hits=0");
+        let g = fentry(&console);
+        assert_eq!(
+            (g.measured.as_str(), g.met),
+            (
+                "invalid: jmp_empty: trapvec's splice counted 0 hits for 22002 calls",
+                None
+            )
+        );
+        let console = CONSOLE.replace("PEERS_FENTRY_HITS=22002", "PEERS_FENTRY_HITS=11001");
+        let g = fentry(&console);
+        assert_eq!(
+            g.measured,
+            "invalid: fentry_empty: the counting fentry program counted 11001 hits for 22002 calls"
+        );
+        let v = VmPeers::parse(&console, "6.1.0").unwrap();
+        assert!(v.render().contains(
+            "INVALID hit cost fentry_count: the counting fentry program counted 11001 hits"
+        ));
+        // No hit count at all is no better.
+        let console: String = CONSOLE
+            .lines()
+            .filter(|l| !l.starts_with("PEERS_TRAPVEC_HITS config=jmp_empty"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let g = fentry(&console);
+        assert_eq!(
+            g.measured,
+            "invalid: jmp_empty: trapvec's splice reported no hit count"
+        );
+        let v = VmPeers::parse(&console, "6.1.0").unwrap();
+        assert_eq!(
+            v.invalid_hits("kmulti_count"),
+            Some("kmulti_count: the counting kprobe_multi program reported no hit count".into())
+        );
+        assert_eq!(v.invalid_hits("trap_empty"), None);
+    }
+
+    #[test]
+    fn a_skipped_batch_leaves_the_goal_at_10000_unmeasured_and_gives_the_reason() {
         let console = format!(
             "{CONSOLE}PEERS_FTRACE_10000 filter_ns=1 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
              PEERS_TRAPVEC_10000_TRAP apply_ns=9000000000 plan_ms=1 build_ms=1 commit_ms=1800 remove_ns=1 (medians of 3)\n\
@@ -811,11 +1016,12 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
             .iter()
             .find(|g| g.goal.starts_with("ftrace: jmp batch commit"))
             .unwrap();
-        assert!(
-            jmp.goal
-                .contains("measured at N = 1000; N = 10000 not run: stalls the guest"),
-            "{}",
-            jmp.goal
+        assert_eq!(
+            (jmp.measured.as_str(), jmp.met),
+            (
+                "not measured at N = 10,000 (N = 10000 not run: stalls the guest); 0.25x at N = 1000",
+                None
+            )
         );
         let trap = goals
             .iter()
@@ -868,7 +1074,7 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
             .unwrap();
         assert_eq!(whole.met, Some(false));
         assert!(
-            goals.iter().any(|g| g.goal.contains("N = 1000")),
+            goals.iter().any(|g| g.measured.contains("at N = 1000")),
             "the N measured is named"
         );
         let frida = goals.iter().find(|g| g.goal.starts_with("Frida")).unwrap();
