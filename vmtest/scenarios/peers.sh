@@ -9,7 +9,8 @@
 #     every configuration in turn; the figure is the fastest round): nothing attached; a jmp
 #     `call` splice with an empty handler; a jmp splice that only counts; a trap splice with the
 #     empty handler; a BPF fentry program that only returns 0; one that counts into an array map.
-#     One more run under the counting fentry program checks that it ran once per getppid().
+#     One more run under the counting fentry program checks that it ran once per getppid(), and
+#     one under each trapvec splice that its hits (trapctl list) are the getppid() calls made.
 #  2. Mass attach vs ftrace: N functions (unique names that ftrace can trace and trapctl can
 #     splice), the function tracer with set_ftrace_filter = those N (write the filter, then
 #     `function` > current_tracer; tracing_on 0 so no event is recorded) vs `trapctl apply` of N
@@ -136,6 +137,19 @@ $fentry $fn sysbench -n $check > /dev/null 2> /tmp/fentry.err
 cat /tmp/fentry.err
 hits=$(sed -n 's/^FENTRY_HITS=//p' /tmp/fentry.err)
 echo "PEERS_FENTRY_HITS=$hits expected=$((check + check / 10 + 2))"
+
+# The same check for each of trapvec's timed splices: its hits (trapctl list) for the calls made.
+for c in jmp_empty jmp_count trap_empty; do
+	case $c in
+	jmp_empty) trapctl splice "$point" --call empty_handler --mechanism jmp > /dev/null ;;
+	jmp_count) trapctl splice "$point" --count --mechanism jmp > /dev/null ;;
+	trap_empty) trapctl splice "$point" --call empty_handler > /dev/null ;;
+	esac
+	sysbench -n $check > /dev/null
+	hits=$(trapctl list --json | sed -n 's/.*"hits": *\([0-9]*\).*/\1/p' | head -n 1)
+	trapctl unsplice "$point" > /dev/null
+	echo "PEERS_TRAPVEC_HITS config=$c hits=${hits:-none} expected=$((check + check / 10 + 2))"
+done
 
 if [ -n "$kconfigs" ]; then
 	$kmulti __x64_sys_getppid sysbench -n $check > /dev/null 2> /tmp/kmulti.err

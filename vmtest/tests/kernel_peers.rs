@@ -68,6 +68,20 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
         .split_once(" expected=")
         .expect("hits and the expected count");
     assert_eq!(got, expected, "fentry hits");
+    // 1b. each of trapvec's timed splices counted the calls made.
+    for c in ["jmp_empty", "jmp_count", "trap_empty"] {
+        let line = run
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("PEERS_TRAPVEC_HITS config={c} ")))
+            .unwrap_or_else(|| panic!("no PEERS_TRAPVEC_HITS line for {c}"));
+        let (got, expected) = line
+            .trim_end_matches('\r')
+            .strip_prefix("hits=")
+            .and_then(|l| l.split_once(" expected="))
+            .unwrap_or_else(|| panic!("bad PEERS_TRAPVEC_HITS line for {c}: {line}"));
+        assert_eq!(got, expected, "{c}: trapvec's hits for the calls made");
+    }
     let kmulti = run.expect("PEERS_KMULTI");
     if kprobe_multi {
         assert_eq!(kmulti, "yes", "kprobe_multi attached");
@@ -162,14 +176,10 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
         "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_JMP_SPLICE",
         "PEERS_RATIO_JMP_COMMIT_TO_FTRACE_ENABLE_1000",
     ] {
-        // A number of any sign, or nan: under a loaded host an emulated overhead can come out
-        // negative or zero.
-        let ratio = run
-            .expect(key)
-            .split_whitespace()
-            .next()
-            .unwrap_or_default();
-        assert!(ratio.parse::<f64>().is_ok(), "{key}={ratio}");
+        // A finite number of any sign (under a loaded host an emulated overhead can come out
+        // negative), never nan or inf: those are no figure.
+        let ratio = run.expect(key);
+        assert!(finite_ratio(&ratio).is_some(), "{key}={ratio}");
     }
     assert!(
         run.stdout
@@ -221,9 +231,31 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
         );
     }
     let ratio = run.expect("PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL");
-    let ratio = ratio.split_whitespace().next().unwrap_or_default();
     assert!(
-        ratio.parse::<f64>().is_ok(),
+        finite_ratio(&ratio).is_some(),
         "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL={ratio}"
     );
+}
+
+/// The ratio at the head of a `PEERS_RATIO_*` value (`0.84 (goal <= 1.0)`), if it is a finite
+/// number: Rust parses `nan` and `inf`, which are no figure.
+fn finite_ratio(value: &str) -> Option<f64> {
+    let r: f64 = value.split_whitespace().next()?.parse().ok()?;
+    r.is_finite().then_some(r)
+}
+
+#[test]
+fn a_ratio_is_a_finite_number() {
+    assert_eq!(finite_ratio("0.84 (goal <= 1.0)"), Some(0.84));
+    assert_eq!(finite_ratio("-0.25"), Some(-0.25), "noise, but a figure");
+    for bad in [
+        "nan",
+        "NaN (overheads within the noise)",
+        "inf",
+        "-inf",
+        "",
+        "x",
+    ] {
+        assert_eq!(finite_ratio(bad), None, "`{bad}` is no figure");
+    }
 }
