@@ -162,8 +162,8 @@ pub unsafe extern "C" fn posix_spawn(
     // SAFETY: the caller's null-terminated environment (or null).
     let envp = unsafe { child_env(envp) };
     if crate::spawn::active() {
-        // SAFETY: the caller's arguments, the environment filtered.
         if let Some(r) =
+            // SAFETY: the caller's arguments, the environment filtered.
             unsafe { crate::spawn::posix_spawn(pid, path, actions, attr, argv, envp, false) }
         {
             return r;
@@ -185,8 +185,8 @@ pub unsafe extern "C" fn posix_spawnp(
     // SAFETY: as in `posix_spawn`.
     let envp = unsafe { child_env(envp) };
     if crate::spawn::active() {
-        // SAFETY: as in `posix_spawn`.
         if let Some(r) =
+            // SAFETY: as in `posix_spawn`.
             unsafe { crate::spawn::posix_spawn(pid, file, actions, attr, argv, envp, true) }
         {
             return r;

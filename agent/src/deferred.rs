@@ -205,9 +205,9 @@ fn describe(file: *const c_char) -> String {
     if file.is_null() {
         return "dlopen(NULL)".into();
     }
-    // SAFETY: a non-null `file` given to dlopen is a C string.
     format!(
         "dlopen({})",
+        // SAFETY: a non-null `file` given to dlopen is a C string.
         unsafe { CStr::from_ptr(file) }.to_string_lossy()
     )
 }
@@ -399,10 +399,10 @@ struct ObjectDeps {
 unsafe fn deps_of(m: *const LinkMap) -> ObjectDeps {
     // SAFETY: guaranteed by the caller; l_name is a C string (maybe empty).
     let (base, name, dynamic) = unsafe { ((*m).l_addr, (*m).l_name, (*m).l_ld) };
-    // SAFETY: as above.
     let name = if name.is_null() {
         String::new()
     } else {
+        // SAFETY: as above.
         unsafe { CStr::from_ptr(name) }
             .to_string_lossy()
             .into_owned()
@@ -555,10 +555,10 @@ fn close(handle: *mut c_void) -> c_int {
             }
         }
     });
-    // SAFETY: libc's dlclose with the caller's handle.
     let rc = if refused {
         0
     } else {
+        // SAFETY: libc's dlclose with the caller's handle.
         unsafe { real::dlclose()(handle) }
     };
     if !removed.is_empty() {

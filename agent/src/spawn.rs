@@ -800,6 +800,7 @@ pub(crate) unsafe fn posix_spawn(
         sigdefault: 0,
         sigmask: None,
         policy: 0,
+        // SAFETY: sched_param is plain integers; all-zero is priority 0.
         param: unsafe { std::mem::zeroed() },
     };
     // SAFETY: the caller's attributes.
@@ -857,6 +858,7 @@ fn shell(
         sigmask,
         policy: 0,
         // SAFETY: an all-zero sched_param is valid.
+        // SAFETY: sched_param is plain integers; all-zero is priority 0.
         param: unsafe { std::mem::zeroed() },
     };
     spawn(&plan)

@@ -129,7 +129,7 @@ fn rewrite_site(code: &mut [u8], disp: usize, returns: Returns, code_base: u64) 
         }
         Returns::Thunk(thunk) => {
             let insn_end = code_base + disp as u64 + 4;
-            let Ok(rel) = i32::try_from(thunk.wrapping_sub(insn_end) as i64) else {
+            let Ok(rel) = i32::try_from(thunk.wrapping_sub(insn_end).cast_signed()) else {
                 log::warn!(
                     "return thunk {thunk:#x} out of rel32 reach of {insn_end:#x}: left as linked"
                 );

@@ -48,7 +48,7 @@ impl FunctionGlob {
             return Err(bad("a glob names functions; it takes no `+offset`"));
         }
         let (object, name) = match t.rsplit_once(':') {
-            Some((o, _)) if o.is_empty() => return Err(bad("no object before `:`")),
+            Some(("", _)) => return Err(bad("no object before `:`")),
             Some((o, n)) => (Some(o), n),
             None => (None, t),
         };

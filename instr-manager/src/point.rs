@@ -49,7 +49,8 @@ pub fn starts_with_endbr(bytes: &[u8]) -> bool {
 }
 
 /// How many bytes [`kernel_entry_len`] needs from a function's entry.
-pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + FENTRY_LEN as usize;
+pub const KERNEL_ENTRY_MAX: usize = ENDBR64.len() + 5;
+const _: () = assert!(KERNEL_ENTRY_MAX as u64 == ENDBR64.len() as u64 + FENTRY_LEN);
 
 /// How many bytes at a kernel function's entry belong to the kernel: an `endbr64`, then an
 /// ftrace site, each optional (0, 4, 5 or 9). `bytes` starts at the entry (short reads give 0

@@ -131,10 +131,18 @@ pub enum SpliceError {
     UnknownSplice(u64),
     #[error("{at}: not removed yet: {reason}; the original bytes are back and the splice is retiring (`trapctl list`): run the unsplice (or unload) again once the task has left")]
     Retiring { at: String, reason: String },
+    /// Boxed: a component's error is the largest payload, and every `Result` of the splicer
+    /// would otherwise carry its size.
     #[error(transparent)]
-    Component(#[from] ComponentError),
+    Component(Box<ComponentError>),
     #[error(transparent)]
     TargetOp(#[from] TargetError),
+}
+
+impl From<ComponentError> for SpliceError {
+    fn from(e: ComponentError) -> Self {
+        SpliceError::Component(Box::new(e))
+    }
 }
 
 /// A splice that is in the text right now.

@@ -958,7 +958,7 @@ pub fn emit_replace_trampoline(
     let mut a = Asm::new(t.addr, "a replace trampoline");
     count_at(&mut a, Code::Inc_rm64, t.hits)?;
     count_at(&mut a, Code::Inc_rm64, t.inflight)?;
-    let pad = i64::from(stack_words % 2 == 0);
+    let pad = i64::from(stack_words.is_multiple_of(2));
     let words = i64::from(stack_words) + pad;
     if pad == 1 {
         a.lea_rsp(-8)?;

@@ -213,7 +213,7 @@ fn recursion_in_four_threads_sees_every_return_exactly() {
         assert_eq!(h.hits().unwrap(), n);
         assert_eq!(
             (var(&c, "calls"), var(&c, "bad")),
-            (n as i64, 0),
+            (i64::try_from(n).unwrap(), 0),
             "{mech}: each return value is fib of its argument"
         );
     }
@@ -234,7 +234,10 @@ fn calls_beyond_maxactive_are_counted_missed_and_still_return_right() {
     assert_eq!(st.returns + st.missed, fib_calls(10));
     assert!(st.missed > 0 && st.returns >= 4, "{st:?}");
     assert_eq!(st.active, 0);
-    assert_eq!((var(&c, "calls") as u64, var(&c, "bad")), (st.returns, 0));
+    assert_eq!(
+        (u64::try_from(var(&c, "calls")).unwrap(), var(&c, "bad")),
+        (st.returns, 0)
+    );
 }
 
 #[test]
@@ -433,11 +436,11 @@ fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
         let threads: Vec<_> = (1..=4u64)
             .map(|k| {
                 std::thread::spawn(move || {
-                    for x in 0..(k * 100) as i32 {
+                    for x in 0..i32::try_from(k * 100).unwrap() {
                         assert_eq!(f(x), multi(x));
                     }
-                    // SAFETY: gettid takes no arguments.
                     (
+                        // SAFETY: gettid takes no arguments.
                         unsafe { libc::syscall(libc::SYS_gettid) }.to_string(),
                         k * 100,
                     )
@@ -445,7 +448,7 @@ fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
             })
             .collect();
         let mut want: Vec<(String, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        want.sort_by(|a, b| b.1.cmp(&a.1));
+        want.sort_by_key(|w| std::cmp::Reverse(w.1));
         let table = by_tid.key_counts().unwrap().unwrap();
         let got: Vec<(String, u64)> = table
             .keys

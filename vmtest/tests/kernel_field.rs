@@ -393,7 +393,7 @@ fn check_springboard(run: &Run) {
     );
     assert_eq!(sb[0].2, 0xe9, "the springboard is a jmp rel32: {live:?}");
     assert!(
-        landing < 0 || landing >= 2,
+        !(0..2).contains(&landing),
         "the springboard lies outside the window: {live:?}"
     );
     assert_eq!(

@@ -303,7 +303,7 @@ fn return_points(scenario: Scenario) {
     assert_eq!(bytes.len(), 24);
     let tail = (5..bytes.len() - 4).find(|&i| {
         let rel = i32::from_le_bytes(bytes[i + 1..i + 5].try_into().unwrap());
-        bytes[i] == 0xe9 && (at + i as u64 + 5).wrapping_add(i64::from(rel) as u64) == target
+        bytes[i] == 0xe9 && (at + i as u64 + 5).wrapping_add_signed(i64::from(rel)) == target
     });
     assert!(
         tail.is_some(),

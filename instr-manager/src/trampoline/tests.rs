@@ -622,7 +622,7 @@ fn kernel_replace_trampoline_leaves_through_the_modules_exit_with_r11_at_its_cou
     assert_eq!(
         l[4..],
         [
-            format!("lea rsp, [rsp+0x8]"),
+            "lea rsp, [rsp+0x8]".to_string(),
             format!("lea r11, [{INFLIGHT:#x}]"),
             format!("jmp {exit:#x}")
         ]

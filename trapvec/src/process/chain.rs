@@ -216,10 +216,10 @@ pub(crate) fn shares_the_owners_memory() -> bool {
 
 fn read(p: *const Disposition) -> Disposition {
     if p.is_null() {
-        // SAFETY: all-zero is SIG_DFL with no flags and an empty mask.
         return Disposition {
             handler: libc::SIG_DFL,
             flags: 0,
+            // SAFETY: all-zero sigset_t is the empty mask.
             mask: unsafe { std::mem::zeroed() },
         };
     }
