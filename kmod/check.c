@@ -59,6 +59,20 @@
 #include "trapvec_internal.h"
 #include "trapvec_idle.h"
 
+/* The reasons' names, from the header's one list: dmesg says which reason refused a site. */
+static const char *const trapvec_reason_names[] = {
+#define TRAPVEC_REASON_NAME(n, name, meaning) [(n)] = #name,
+	TRAPVEC_REASONS(TRAPVEC_REASON_NAME)
+#undef TRAPVEC_REASON_NAME
+};
+
+const char *trapvec_reason_name(u32 reason)
+{
+	/* Numbered from 0 without a gap or a repeat (a repeat is a warning with W=1 too). */
+	BUILD_BUG_ON(ARRAY_SIZE(trapvec_reason_names) != TRAPVEC_REASON_MAX + 1);
+	return reason < ARRAY_SIZE(trapvec_reason_names) ? trapvec_reason_names[reason] : "?";
+}
+
 static bool trapvec_overlaps(unsigned long addr, unsigned long len, unsigned long start,
 			     unsigned long end)
 {

@@ -197,14 +197,11 @@ static struct notifier_block trapvec_module_nb = {
 	.priority = INT_MIN,
 };
 
-int trapvec_modwatch_watch(struct file *file, void __user *uarg)
+int trapvec_modwatch_watch(struct file *file, const struct trapvec_watch *req)
 {
-	struct trapvec_watch req;
 	int ret = 0;
 
-	if (copy_from_user(&req, uarg, sizeof(req)))
-		return -EFAULT;
-	if (req.flags || req.pad)
+	if (req->flags || req->pad)
 		return -EINVAL;
 	spin_lock(&trapvec_modwatch_lock);
 	if (trapvec_watcher && trapvec_watcher != file)
@@ -248,35 +245,28 @@ out:
 	return found;
 }
 
-int trapvec_modwatch_event(struct file *file, void __user *uarg)
+/* MODEVENT: req goes back to the watcher when this returns 0 (ioctl.c). */
+int trapvec_modwatch_event(struct file *file, struct trapvec_modevent *req)
 {
-	struct trapvec_modevent req;
 	int err = -EAGAIN;
 	long left;
 
-	if (copy_from_user(&req, uarg, sizeof(req)))
-		return -EFAULT;
-	memset(req.name, 0, sizeof(req.name));
+	memset(req->name, 0, sizeof(req->name));
 	left = wait_event_interruptible_timeout(trapvec_modwatch_events,
-						trapvec_modwatch_next(file, &req, &err),
-						msecs_to_jiffies(min(req.timeout_ms,
+						trapvec_modwatch_next(file, req, &err),
+						msecs_to_jiffies(min(req->timeout_ms,
 								     TRAPVEC_WATCH_TIMEOUT_MAX_MS)));
 	if (left < 0)
 		return left;	/* -ERESTARTSYS: a signal */
-	if (err)
-		return err;
-	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
+	return err;
 }
 
-int trapvec_modwatch_ack(struct file *file, void __user *uarg)
+int trapvec_modwatch_ack(struct file *file, const struct trapvec_modack *req)
 {
 	struct trapvec_modwatch_event *ev;
-	struct trapvec_modack req;
 	int ret = -ENOENT;
 
-	if (copy_from_user(&req, uarg, sizeof(req)))
-		return -EFAULT;
-	if (req.error > 0 || req.error < -MAX_ERRNO || req.pad)
+	if (req->error > 0 || req->error < -MAX_ERRNO || req->pad)
 		return -EINVAL;
 	spin_lock(&trapvec_modwatch_lock);
 	if (trapvec_watcher != file) {
@@ -284,13 +274,13 @@ int trapvec_modwatch_ack(struct file *file, void __user *uarg)
 		goto out;
 	}
 	list_for_each_entry(ev, &trapvec_modwatch_queue, node) {
-		if (ev->seq != req.seq || !ev->delivered || ev->done)
+		if (ev->seq != req->seq || !ev->delivered || ev->done)
 			continue;
-		if (req.error && ev->state != TRAPVEC_MODEVENT_COMING) {
+		if (req->error && ev->state != TRAPVEC_MODEVENT_COMING) {
 			ret = -EINVAL;	/* a module's removal cannot be refused */
 			break;
 		}
-		ev->error = req.error;
+		ev->error = req->error;
 		WRITE_ONCE(ev->done, true);
 		ret = 0;
 		break;

@@ -129,7 +129,8 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 	if (!reason)
 		reason = trapvec_check_trap(p);
 	if (reason) {
-		pr_debug("patch %u at %pS refused: reason %u\n", i, (void *)p->addr, reason);
+		pr_debug("patch %u at %pS refused: reason %u (%s)\n", i, (void *)p->addr, reason,
+			 trapvec_reason_name(reason));
 		trapvec_fail(req, i, reason, 0);
 		return -EINVAL;
 	}

@@ -42,59 +42,71 @@
 /*
  * Why a site was refused (trapvec_check.reason, trapvec_apply.reason). A site is the range
  * [addr, addr + len) that a text patch would overwrite.
+ *
+ * TRAPVEC_REASONS() is the one list of the reasons: X(number, NAME, "meaning") per reason,
+ * numbered from 0 without a gap. It makes the TRAPVEC_REASON_* values below and the module's
+ * names of them (trapvec_reason_name(), check.c); trapvec/tests/abi_layout.rs expands it too
+ * and fails, naming the reason, where trapvec/src/abi.rs or SiteRefusal (trapvec/src/kernel)
+ * differs from it. A new reason: one line here, its constant in abi.rs, its SiteRefusal
+ * variant (kmod/README.md says why those stay written in Rust).
+ *
+ * More on three of them:
+ *  - JUMP_TARGET: the kernel jumps there when the key flips, with no branch a decoder sees;
+ *    culprit: the struct jump_entry (16 bytes: s32 code, s32 target, s64 key, each relative
+ *    to its own field; the key's low 2 bits are flags), in the core kernel's __jump_table or
+ *    a module's.
+ *  - EXTABLE_FIXUP: a faulting instruction elsewhere resumes there; culprit: the struct
+ *    exception_table_entry (12 bytes: s32 insn, s32 fixup, s32 data, insn and fixup relative
+ *    to their own fields).
+ *  - DEAD_CPU: RCU no longer waits for that CPU, and a dead CPU loops in the last of them
+ *    outside stop_machine(); culprit: the function's start.
  */
-#define TRAPVEC_REASON_NONE		0  /* accepted */
-#define TRAPVEC_REASON_BAD_LENGTH	1  /* len is 0 or above TRAPVEC_PATCH_MAX */
-#define TRAPVEC_REASON_NOT_TEXT		2  /* not core kernel text nor a live module's core text */
-#define TRAPVEC_REASON_OWN_MODULE	3  /* inside trapvec.ko itself (its code or its arena) */
-#define TRAPVEC_REASON_ENTRY_TEXT	4  /* overlaps __entry_text_start..__entry_text_end */
-#define TRAPVEC_REASON_NOINSTR_TEXT	5  /* overlaps noinstr text (kernel or module) */
-#define TRAPVEC_REASON_THUNK		6  /* overlaps the retpoline/return thunks */
-#define TRAPVEC_REASON_KPROBE_BLACKLIST	7  /* a function on the kprobes blacklist */
-#define TRAPVEC_REASON_FTRACE		8  /* overlaps an ftrace __fentry__ site */
-#define TRAPVEC_REASON_JUMP_LABEL	9  /* overlaps a jump label (static key) site */
-#define TRAPVEC_REASON_STATIC_CALL	10 /* overlaps a static call site */
-#define TRAPVEC_REASON_BUG_ENTRY	11 /* overlaps a BUG()/WARN() ud2 */
-#define TRAPVEC_REASON_EXTABLE		12 /* an instruction with an exception-table entry */
-#define TRAPVEC_REASON_NOT_BOUNDARY	13 /* addr is not an instruction boundary */
-#define TRAPVEC_REASON_CROSSES_SYMBOL	14 /* the range runs into the next symbol */
-#define TRAPVEC_REASON_KPROBE_REFUSED	15 /* register_kprobe() refused it; errno in .error */
-#define TRAPVEC_REASON_LIVE_PATCH	16 /* overlaps a live patch (or another in the batch) */
-#define TRAPVEC_REASON_MISMATCH		17 /* current bytes differ from old_bytes */
-#define TRAPVEC_REASON_ALTERNATIVE	18 /* overlaps an SMP lock prefix the kernel rewrites */
-#define TRAPVEC_REASON_KPROBE		19 /* a kprobe is registered there; culprit: its address */
-#define TRAPVEC_REASON_CPUIDLE_TEXT	20 /* overlaps .cpuidle.text (RCU may not be watching) */
-#define TRAPVEC_REASON_STATIC_CALL_TRAMP 21 /* a static call trampoline (__SCT__*) */
-#define TRAPVEC_REASON_KPROBE_SLOT	22 /* a kprobe instruction slot */
-#define TRAPVEC_REASON_BPF_TEXT		23 /* a BPF JIT image or dispatcher */
-#define TRAPVEC_REASON_FTRACE_TRAMPOLINE 24 /* an ftrace trampoline */
-#define TRAPVEC_REASON_MODULE_INIT	25 /* a module's init text */
-#define TRAPVEC_REASON_LOCKDOWN		26 /* kernel lockdown forbids writing kernel memory */
-#define TRAPVEC_REASON_MODULES_DISABLED	27 /* kernel.modules_disabled=1 forbids it */
-#define TRAPVEC_REASON_NO_DISPATCH	28 /* a trap (CD vector) at a site with no dispatch entry */
-#define TRAPVEC_REASON_FOREIGN_TRAP	29 /* an int of another vector than the module's */
-#define TRAPVEC_REASON_RETURN_IN_WINDOW	30 /* a call before the window's last instruction */
-#define TRAPVEC_REASON_NOT_A_JUMP	31 /* over several instructions, new bytes not a trap/jmp */
-/*
- * A jump-label target lies inside the range past its first byte (the kernel jumps there when
- * the key flips, with no branch a decoder sees); culprit: the struct jump_entry (16 bytes:
- * s32 code, s32 target, s64 key, each relative to its own field; the key's low 2 bits are
- * flags), in the core kernel's __jump_table or a module's.
- */
-#define TRAPVEC_REASON_JUMP_TARGET	32
-/*
- * An exception fix-up address lies inside the range past its first byte (a faulting
- * instruction elsewhere resumes there); culprit: the struct exception_table_entry (12 bytes:
- * s32 insn, s32 fixup, s32 data, insn and fixup relative to their own fields).
- */
-#define TRAPVEC_REASON_EXTABLE_FIXUP	33
-/*
- * A function a CPU going offline runs after rcu_report_dead() (RCU no longer waits for that
- * CPU, and a dead CPU loops in the last of them outside stop_machine()); culprit: the
- * function's start.
- */
-#define TRAPVEC_REASON_DEAD_CPU		34
-#define TRAPVEC_REASON_MAX		34
+#define TRAPVEC_REASONS(X) \
+	X(0, NONE, "accepted")                                                                   \
+	X(1, BAD_LENGTH, "len is 0 or above TRAPVEC_PATCH_MAX")                                  \
+	X(2, NOT_TEXT, "not core kernel text nor a live module's core text")                     \
+	X(3, OWN_MODULE, "inside trapvec.ko itself (its code or its arena)")                     \
+	X(4, ENTRY_TEXT, "overlaps __entry_text_start..__entry_text_end")                        \
+	X(5, NOINSTR_TEXT, "overlaps noinstr text (kernel or module)")                           \
+	X(6, THUNK, "overlaps the retpoline/return thunks")                                      \
+	X(7, KPROBE_BLACKLIST, "a function on the kprobes blacklist")                            \
+	X(8, FTRACE, "overlaps an ftrace __fentry__ site")                                       \
+	X(9, JUMP_LABEL, "overlaps a jump label (static key) site")                              \
+	X(10, STATIC_CALL, "overlaps a static call site")                                        \
+	X(11, BUG_ENTRY, "overlaps a BUG()/WARN() ud2")                                          \
+	X(12, EXTABLE, "an instruction with an exception-table entry")                           \
+	X(13, NOT_BOUNDARY, "addr is not an instruction boundary")                               \
+	X(14, CROSSES_SYMBOL, "the range runs into the next symbol")                             \
+	X(15, KPROBE_REFUSED, "register_kprobe() refused it; errno in .error")                   \
+	X(16, LIVE_PATCH, "overlaps a live patch (or another in the batch)")                     \
+	X(17, MISMATCH, "current bytes differ from old_bytes")                                   \
+	X(18, ALTERNATIVE, "overlaps an SMP lock prefix the kernel rewrites")                    \
+	X(19, KPROBE, "a kprobe is registered there; culprit: its address")                      \
+	X(20, CPUIDLE_TEXT, "overlaps .cpuidle.text (RCU may not be watching)")                  \
+	X(21, STATIC_CALL_TRAMP, "a static call trampoline (__SCT__*)")                          \
+	X(22, KPROBE_SLOT, "a kprobe instruction slot")                                          \
+	X(23, BPF_TEXT, "a BPF JIT image or dispatcher")                                         \
+	X(24, FTRACE_TRAMPOLINE, "an ftrace trampoline")                                         \
+	X(25, MODULE_INIT, "a module's init text")                                               \
+	X(26, LOCKDOWN, "kernel lockdown forbids writing kernel memory")                         \
+	X(27, MODULES_DISABLED, "kernel.modules_disabled=1 forbids it")                          \
+	X(28, NO_DISPATCH, "a trap (CD vector) at a site with no dispatch entry")                \
+	X(29, FOREIGN_TRAP, "an int of another vector than the module's")                        \
+	X(30, RETURN_IN_WINDOW, "a call before the window's last instruction")                   \
+	X(31, NOT_A_JUMP, "over several instructions, new bytes not a trap/jmp")                 \
+	X(32, JUMP_TARGET, "a jump-label target inside the range past its first byte")           \
+	X(33, EXTABLE_FIXUP, "an exception fix-up address inside the range past its first byte") \
+	X(34, DEAD_CPU, "a function a CPU going offline runs after rcu_report_dead()")
+
+enum {
+#define TRAPVEC_REASON_VALUE(n, name, meaning) TRAPVEC_REASON_##name = (n),
+	TRAPVEC_REASONS(TRAPVEC_REASON_VALUE)
+#undef TRAPVEC_REASON_VALUE
+#define TRAPVEC_REASON_COUNT_ONE(n, name, meaning) + 1
+	/* The highest reason (the list is numbered from 0 without a gap). */
+	TRAPVEC_REASON_MAX = (0 TRAPVEC_REASONS(TRAPVEC_REASON_COUNT_ONE)) - 1,
+#undef TRAPVEC_REASON_COUNT_ONE
+};
 
 /* INFO: what the module is and where its memory lies. */
 struct trapvec_info {

@@ -144,6 +144,7 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
 u32 trapvec_may_write(void);
+const char *trapvec_reason_name(u32 reason);
 int trapvec_read_unpatched(unsigned long addr, u8 *buf, size_t len);
 bool trapvec_may_read(void);
 
@@ -153,7 +154,10 @@ void trapvec_reserved_exit(void);
 u32 trapvec_reserved_check(unsigned long addr, u32 len);
 u32 trapvec_hidden_check(unsigned long addr, u32 len, u64 *culprit);
 
-/* text.c */
+/* ioctl.c: every ioctl of /dev/trapvec, one table. */
+long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+
+/* text.c and text_*.c */
 int trapvec_text_init(void);
 void trapvec_text_exit(void);
 void trapvec_text_cancel_work(void);
@@ -224,9 +228,9 @@ void trapvec_keys_exit(void);
 struct file;
 int trapvec_modwatch_init(void);
 void trapvec_modwatch_exit(void);
-int trapvec_modwatch_watch(struct file *file, void __user *uarg);
-int trapvec_modwatch_event(struct file *file, void __user *uarg);
-int trapvec_modwatch_ack(struct file *file, void __user *uarg);
+int trapvec_modwatch_watch(struct file *file, const struct trapvec_watch *req);
+int trapvec_modwatch_event(struct file *file, struct trapvec_modevent *req);
+int trapvec_modwatch_ack(struct file *file, const struct trapvec_modack *req);
 void trapvec_modwatch_release(struct file *file);
 bool trapvec_modwatch_arming(const struct module *mod);
 

@@ -97,6 +97,10 @@ pub const TRAPVEC_BLOCK_CODE: u32 = 1;
 /// Data block: writable at any time; never executable.
 pub const TRAPVEC_BLOCK_DATA: u32 = 2;
 
+// The refusal reasons: the header's `TRAPVEC_REASONS()` list is their one source;
+// tests/abi_layout.rs fails, naming the reason, where these constants (or `SiteRefusal`)
+// differ from it. Why they are written here rather than generated: kmod/README.md.
+
 /// Site accepted.
 pub const TRAPVEC_REASON_NONE: u32 = 0;
 /// Length 0 or above `TRAPVEC_PATCH_MAX`.

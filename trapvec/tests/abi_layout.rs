@@ -289,6 +289,30 @@ fn header_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kmod")
 }
 
+/// Compile `src` (a C program that includes the header) with `cc`, run it, return its output.
+fn run_c(src: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("abi.c");
+    let exe = dir.path().join("abi");
+    std::fs::write(&c, src).unwrap();
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(header_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("running cc (the ABI test needs a C compiler)");
+    assert!(
+        out.status.success(),
+        "cc failed on kmod/trapvec_abi.h:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Compile and run the C side; parse `name offset size` lines.
 fn c_layout(
     rows: &[(&str, &str, u64, u64)],
@@ -321,27 +345,7 @@ fn c_layout(
     }
     src.push_str("\treturn 0;\n}\n");
 
-    let dir = tempfile::tempdir().unwrap();
-    let c = dir.path().join("abi.c");
-    let exe = dir.path().join("abi");
-    std::fs::write(&c, src).unwrap();
-    let out = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Werror", "-I"])
-        .arg(header_dir())
-        .arg("-o")
-        .arg(&exe)
-        .arg(&c)
-        .output()
-        .expect("running cc (the ABI test needs a C compiler)");
-    assert!(
-        out.status.success(),
-        "cc failed on kmod/trapvec_abi.h:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
+    run_c(&src)
         .lines()
         .map(|l| {
             let mut w = l.rsplitn(3, ' ');
@@ -420,5 +424,144 @@ fn ioctl_numbers_agree_with_nix_request_code_readwrite() {
     assert_eq!(
         u64::from(TRAPVEC_IOC_STATE_PUT),
         nix(14, size_of::<TrapvecState>())
+    );
+}
+
+/// The header's one list of refusal reasons, `(number, NAME)`, as `cc` expands `TRAPVEC_REASONS()`.
+fn c_reasons() -> Vec<(u32, String)> {
+    let src = "#include <stdio.h>\n#include \"trapvec_abi.h\"\n\
+               #define ROW(n, name, meaning) printf(\"%d %s\\n\", (n), #name);\n\
+               int main(void)\n{\n\tTRAPVEC_REASONS(ROW)\n\treturn 0;\n}\n";
+    run_c(src)
+        .lines()
+        .map(|l| {
+            let (n, name) = l.split_once(' ').unwrap();
+            (n.parse().unwrap(), name.to_string())
+        })
+        .collect()
+}
+
+/// `pub const TRAPVEC_REASON_<NAME>: u32 = <n>;` in `trapvec/src/abi.rs`, as written there.
+fn rust_reason_constants() -> BTreeMap<String, u32> {
+    include_str!("../src/abi.rs")
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("pub const TRAPVEC_REASON_")?;
+            let (name, value) = rest.split_once(": u32 = ")?;
+            Some((name.to_string(), value.trim_end_matches(';').parse().ok()?))
+        })
+        .filter(|(name, _)| name != "MAX")
+        .collect()
+}
+
+/// The variants of `SiteRefusal` (`trapvec/src/kernel/mod.rs`), in the header's spelling
+/// (`KprobeRefused` -> `KPROBE_REFUSED`), but for the two that are no verdict of the module.
+fn site_refusal_variants() -> Vec<String> {
+    let src = include_str!("../src/kernel/mod.rs");
+    let start = src
+        .find("pub enum SiteRefusal {")
+        .expect("SiteRefusal in kernel/mod.rs");
+    let body = &src[start..src[start..].find("\n}\n").unwrap() + start];
+    body.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let l = l.strip_prefix("    ")?;
+            if !l.starts_with(|c: char| c.is_ascii_uppercase()) {
+                return None;
+            }
+            let name: String = l.chars().take_while(char::is_ascii_alphanumeric).collect();
+            (name != "Unknown" && name != "CheckFailed").then(|| screaming(&name))
+        })
+        .collect()
+}
+
+/// `NotAJump` -> `NOT_A_JUMP`.
+fn screaming(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if i > 0 && c.is_ascii_uppercase() {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// The header's `TRAPVEC_REASONS()` list is the one source of the refusal reasons; the Rust side
+/// (the constants in `abi.rs`, `SiteRefusal` and its two conversions) is checked against it here,
+/// reason by reason, in both directions.
+#[test]
+fn refusal_reasons_match_the_headers_list() {
+    let c = c_reasons();
+    let consts = rust_reason_constants();
+    let variants = site_refusal_variants();
+    let mut wrong = Vec::new();
+
+    for (i, (n, name)) in c.iter().enumerate() {
+        if *n as usize != i {
+            wrong.push(format!(
+                "{name}: number {n} in the header's list, at position {i}"
+            ));
+        }
+        match consts.get(name) {
+            Some(v) if v == n => {}
+            Some(v) => wrong.push(format!("{name}: {n} in the header, {v} in abi.rs")),
+            None => wrong.push(format!("{name} ({n}): no TRAPVEC_REASON_{name} in abi.rs")),
+        }
+        if *n == TRAPVEC_REASON_NONE {
+            if let Some(r) = trapvec::kernel::SiteRefusal::from_abi(*n, 0) {
+                wrong.push(format!("{name} ({n}): SiteRefusal::from_abi gives {r:?}"));
+            }
+            continue;
+        }
+        let Some(r) = trapvec::kernel::SiteRefusal::from_abi(*n, -1) else {
+            wrong.push(format!("{name} ({n}): SiteRefusal::from_abi gives None"));
+            continue;
+        };
+        let debug = format!("{r:?}");
+        let variant: String = debug
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+            .collect();
+        if screaming(&variant) != *name {
+            wrong.push(format!("{name} ({n}): SiteRefusal::from_abi gives {debug}"));
+        }
+        if r.code() != Some(*n) {
+            wrong.push(format!(
+                "{name} ({n}): SiteRefusal::{variant}.code() is {:?}",
+                r.code()
+            ));
+        }
+    }
+    for (name, v) in &consts {
+        if !c.iter().any(|(_, n)| n == name) {
+            wrong.push(format!("{name} ({v}): in abi.rs, not in the header's list"));
+        }
+    }
+    for v in &variants {
+        if !c.iter().any(|(_, n)| n == v) {
+            wrong.push(format!(
+                "{v}: a SiteRefusal variant with no reason in the header's list"
+            ));
+        }
+    }
+    if let Some((max, _)) = c.last() {
+        if *max != TRAPVEC_REASON_MAX {
+            wrong.push(format!(
+                "MAX: the header's list ends at {max}, abi.rs says {TRAPVEC_REASON_MAX}"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "refusal reasons differ from kmod/trapvec_abi.h's TRAPVEC_REASONS():\n{}",
+        wrong.join("\n")
+    );
+    // Sanity: the comparison saw the whole list and every variant.
+    assert!(c.len() > 30, "the header's list has {} reasons", c.len());
+    assert_eq!(
+        variants.len(),
+        c.len() - 1,
+        "one SiteRefusal variant per reason but NONE"
     );
 }

@@ -96,6 +96,11 @@ pub const MODULES_DISABLED_PATH: &str = "/proc/sys/kernel/modules_disabled";
 const UNSAID: &str = "an address the module did not say";
 
 /// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
+///
+/// One variant per reason of the header's `TRAPVEC_REASONS()` list but `NONE`, named as the
+/// reason is (`KPROBE_REFUSED` -> `KprobeRefused`), plus `Unknown` and `CheckFailed`, which are
+/// no verdict of the module; tests/abi_layout.rs holds the variants, [`SiteRefusal::from_abi`]
+/// and [`SiteRefusal::code`] to that list.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum SiteRefusal {
     #[error("a patch must be 1 to {TRAPVEC_PATCH_MAX} bytes long")]
