@@ -1,0 +1,283 @@
+//! `trapctl cover --process`, with gcov as the oracle: `fixtures/cover/prog.c` built once with
+//! `gcc -O0 --coverage` (gcov's executed lines) and once with `gcc -O0 -g` (run under
+//! `trapctl cover`, its lcov file's executed lines); the two sets must be equal but for one named
+//! class of lines (below). Needs gcc, gcov, genhtml (lcov) and the built agent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/prog.c")
+}
+
+/// `libtrapvec_agent.so` of this test's profile (target/<profile>/, beside trapctl).
+fn agent() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
+    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
+    assert!(
+        so.exists(),
+        "{} not built (cargo build --release -p agent)",
+        so.display()
+    );
+    so
+}
+
+fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A temporary directory holding `prog.c`, built as `prog` with `gcc -O0 FLAGS`.
+fn build(flags: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture(), dir.path().join("prog.c")).unwrap();
+    let mut args = vec!["-O0"];
+    args.extend(flags);
+    args.extend(["-o", "prog", "prog.c"]);
+    run(dir.path(), "gcc", &args);
+    dir
+}
+
+fn trapctl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .arg("cover")
+        .arg("--agent")
+        .arg(agent())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// gcov's verdict per line of `prog.c`: its count, `0` for `#####` (never executed); lines
+/// without code are absent.
+fn gcov_lines(dir: &Path) -> BTreeMap<u32, u64> {
+    let text = std::fs::read_to_string(dir.join("prog.c.gcov")).unwrap();
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        let mut f = l.splitn(3, ':');
+        let (count, line) = (f.next().unwrap().trim(), f.next().unwrap().trim());
+        let line: u32 = line.parse().unwrap();
+        if line == 0 || count == "-" {
+            continue;
+        }
+        let n = if count.starts_with('#') || count.starts_with('=') {
+            0
+        } else {
+            count.trim_end_matches('*').parse().unwrap()
+        };
+        out.insert(line, n);
+    }
+    out
+}
+
+/// The `DA:` lines of `prog.c`'s record in an lcov file.
+fn lcov_lines(info: &str) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    let mut ours = false;
+    for l in info.lines() {
+        if let Some(sf) = l.strip_prefix("SF:") {
+            ours = sf.ends_with("/prog.c");
+        } else if let (true, Some(da)) = (ours, l.strip_prefix("DA:")) {
+            let (line, n) = da.split_once(',').unwrap();
+            out.insert(line.parse().unwrap(), n.parse().unwrap());
+        }
+    }
+    out
+}
+
+/// The named class gcov and the line table disagree on: a line holding only the `}` that closes
+/// a function. The function's epilogue (`leave; ret`, or `pop rbp; ret`) is on it in the line
+/// table, so trapvec marks it; gcov gives it no count.
+fn closing_braces(source: &str) -> BTreeSet<u32> {
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "}")
+        .map(|(i, _)| i as u32 + 1)
+        .collect()
+}
+
+#[test]
+fn gcov_and_cover_find_the_same_lines_executed() {
+    let gcov_dir = build(&["--coverage"]);
+    run(gcov_dir.path(), "./prog", &["7"]);
+    run(gcov_dir.path(), "gcov", &["prog.c"]);
+    let gcov = gcov_lines(gcov_dir.path());
+
+    let dir = build(&["-g"]);
+    let out = trapctl(
+        dir.path(),
+        &[
+            "--process",
+            "*",
+            "--lcov",
+            "prog.info",
+            "--json",
+            "-o",
+            "report.json",
+            "--",
+            "./prog",
+            "7",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The program's own output is untouched.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "7 91\n");
+    let info = std::fs::read_to_string(dir.path().join("prog.info")).unwrap();
+    let ours = lcov_lines(&info);
+    assert!(!ours.is_empty(), "no DA line for prog.c in:\n{info}");
+
+    let braces = closing_braces(&std::fs::read_to_string(fixture()).unwrap());
+    let without = |m: &BTreeMap<u32, u64>, executed: bool| -> BTreeSet<u32> {
+        m.iter()
+            .filter(|(l, n)| (**n > 0) == executed && !braces.contains(l))
+            .map(|(l, _)| *l)
+            .collect()
+    };
+    assert_eq!(
+        without(&ours, true),
+        without(&gcov, true),
+        "executed lines: trapctl cover's (left) against gcov's (right)\n{info}"
+    );
+    assert_eq!(
+        without(&ours, false),
+        without(&gcov, false),
+        "lines never executed: trapctl cover's (left) against gcov's (right)\n{info}"
+    );
+    // The named class is there, and only on lines of code trapvec saw: one `}` per C function.
+    let ours_braces: BTreeSet<u32> = ours
+        .keys()
+        .copied()
+        .filter(|l| braces.contains(l))
+        .collect();
+    assert_eq!(ours_braces, braces);
+    assert!(braces.iter().all(|l| !gcov.contains_key(l)));
+    // Counts: every executed line's count (the most hits of a block over it) is gcov's.
+    for (line, n) in &gcov {
+        if *n > 0 {
+            assert_eq!(ours.get(line), Some(n), "line {line}'s count\n{info}");
+        }
+    }
+
+    // Per block: the loop of sum_squares(7) tests its condition 8 times and runs its body 7.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["schema"], 1);
+    assert_eq!(report["exit"], 0);
+    let hits = |f: &str| -> Vec<u64> {
+        let mut v: Vec<u64> = report["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["function"] == f)
+            .map(|b| b["hits"].as_u64().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(hits("sum_squares"), [1, 1, 7, 8]);
+    assert_eq!(hits("square"), [7]);
+    assert!(hits("never_called").iter().all(|h| *h == 0));
+    assert!(!hits("never_called").is_empty());
+
+    // genhtml takes the file.
+    let html = Command::new("genhtml")
+        .args(["-q", "-o", "html", "prog.info"])
+        .current_dir(dir.path())
+        .output()
+        .expect("genhtml (Debian package lcov, installed by .ci/install-deps) is needed");
+    assert!(
+        html.status.success(),
+        "genhtml: {}",
+        String::from_utf8_lossy(&html.stderr)
+    );
+    assert!(dir.path().join("html/index.html").exists());
+}
+
+#[test]
+fn a_refused_block_is_listed_and_the_command_runs_with_its_exit_status() {
+    let dir = build(&["-g"]);
+    // `prog 3 x` returns never_called(3) = 3.
+    let out = trapctl(
+        dir.path(),
+        &[
+            "--process",
+            "tiny",
+            "never_called",
+            "--",
+            "./prog",
+            "3",
+            "x",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    // The program's output, then the report.
+    assert!(stdout.starts_with("3 5\n"), "{stdout}");
+    // tiny's `ret` at +6 is one byte before the branch target at +7.
+    assert!(
+        stdout.contains("  refused: tiny+0x6 ("),
+        "no refused block listed:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("contains the branch target"),
+        "no reason:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("refused at 1 block(s): branch target in window"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("total: 2 function(s), 8 block(s), 7 covered (87.5%), 1 refused; ./prog exited with status 3"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn without_debug_info_the_lcov_file_has_symbol_records_and_says_why() {
+    let dir = build(&[]);
+    let out = trapctl(
+        dir.path(),
+        &["--process", "square", "--lcov", "p.info", "--", "./prog"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("symbol+offset records in the lcov file")
+            && stdout.contains("no DWARF line table"),
+        "{stdout}"
+    );
+    let info = std::fs::read_to_string(dir.path().join("p.info")).unwrap();
+    assert!(info.contains("# BLOCK square+0x0 15 7\n"), "{info}");
+}
+
+#[test]
+fn once_mode_and_the_kernel_are_refused_with_the_reason() {
+    let dir = build(&["-g"]);
+    let out = trapctl(
+        dir.path(),
+        &["--process", "--mode", "once", "main", "--", "./prog"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--mode once is not supported yet"));
+    let out = trapctl(dir.path(), &["main", "--", "./prog"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kernel coverage is not implemented yet"));
+}
