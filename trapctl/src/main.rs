@@ -63,6 +63,7 @@ enum Command {
     Read(cmd::read::Args),
     Status(cmd::profile::StatusArgs),
     Activate(cmd::profile::ActivateArgs),
+    Doctor(cmd::doctor::Args),
     #[command(hide = true)]
     Cycle(cmd::cycle::Args),
     /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell); hidden:
@@ -129,6 +130,7 @@ fn main() -> ExitCode {
         Command::Read(args) => cmd::read::run(&args),
         Command::Status(args) => cmd::profile::status(&args),
         Command::Activate(args) => cmd::profile::activate(&args),
+        Command::Doctor(args) => cmd::doctor::run(&args),
         Command::Cycle(args) => cmd::cycle::run(&args),
     };
     match result {

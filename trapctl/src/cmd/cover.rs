@@ -176,7 +176,7 @@ fn find_command(name: &str) -> Result<PathBuf> {
 }
 
 /// The agent: `--agent`, `$TRAPVEC_AGENT`, next to trapctl's executable, or the package's.
-fn find_agent(arg: Option<&Path>) -> Result<PathBuf> {
+pub(crate) fn find_agent(arg: Option<&Path>) -> Result<PathBuf> {
     if let Some(a) = arg {
         return Ok(a.to_path_buf());
     }

@@ -9,6 +9,7 @@ pub mod component;
 pub mod count;
 pub mod cover;
 pub mod cycle;
+pub mod doctor;
 pub mod list;
 pub mod points;
 pub mod profile;
