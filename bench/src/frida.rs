@@ -115,6 +115,66 @@ impl FridaRows {
         (b > 0.0 && !self.frida.attach_ms.is_empty()).then(|| median(&self.frida.attach_ms) / b)
     }
 
+    /// Whether these rows can stand as figures: Frida's onEnter ran once per call and once per
+    /// function, every round is there, every cost is a positive number, and both overheads are
+    /// positive (a hook that costs nothing did not run). The error names the first that is not.
+    pub fn check(&self) -> Result<(), String> {
+        let f = &self.frida;
+        if f.hits != f.expected_hits {
+            return Err(format!(
+                "Frida's onEnter ran {} times for {} calls",
+                f.hits, f.expected_hits
+            ));
+        }
+        if f.mass_hits.len() != self.batches.len()
+            || f.mass_hits.iter().any(|&h| h != f.functions as u64)
+        {
+            return Err(format!(
+                "Frida's onEnter ran {:?} times for {} functions, in {} rounds",
+                f.mass_hits,
+                f.functions,
+                self.batches.len()
+            ));
+        }
+        let rounds = self.rounds as usize;
+        for (what, v) in [
+            ("Frida's unhooked", &f.plain),
+            ("Frida's hooked", &f.hooked),
+            ("trapvec's unspliced", &self.jmp_plain),
+            ("trapvec's jmp", &self.jmp),
+        ] {
+            if v.len() != rounds {
+                return Err(format!("{what} rounds: {} of {rounds}", v.len()));
+            }
+            if let Some(c) = v.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+                return Err(format!("{what} cycles per call: {c}"));
+            }
+        }
+        // Attach (1,000 functions) takes milliseconds; detach may read 0 on Date.now()'s clock.
+        for (what, v, least) in [
+            ("Frida's attach", &f.attach_ms, f64::MIN_POSITIVE),
+            ("Frida's detach", &f.detach_ms, 0.0),
+        ] {
+            if v.len() != self.batches.len() || v.iter().any(|x| !(x.is_finite() && *x >= least)) {
+                return Err(format!("{what} ms per round: {v:?}"));
+            }
+        }
+        if let Some(b) = self
+            .batches
+            .iter()
+            .find(|b| b.splices != f.functions || !(b.apply_ms > 0.0 && b.remove_ms > 0.0))
+        {
+            return Err(format!("trapvec's batch: {}", b.render()));
+        }
+        let (frida, jmp) = (self.frida_overhead(), self.jmp_overhead());
+        if !(frida > 0.0 && jmp > 0.0) {
+            return Err(format!(
+                "overheads per hit not positive: Frida {frida:.1}, jmp {jmp:.1} cycles"
+            ));
+        }
+        Ok(())
+    }
+
     /// Every figure, for the CSV.
     pub fn figures(&self) -> Vec<(String, f64)> {
         let b =
@@ -359,4 +419,81 @@ pub fn measure(
         jmp,
         batches,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> FridaRows {
+        let batch = BatchTiming {
+            splices: MASS,
+            mechanism: "jmp".into(),
+            apply_ms: 2.0,
+            remove_ms: 1.5,
+        };
+        FridaRows {
+            python: "python3".into(),
+            tsc_ghz: 2.0,
+            iters: 500,
+            rounds: 3,
+            frida: FridaRun {
+                frida_version: "16".into(),
+                plain: vec![10.0, 11.0, 10.0],
+                hooked: vec![300.0, 310.0, 305.0],
+                bench_target_refused: None,
+                hits: 1600,
+                expected_hits: 1600,
+                functions: MASS,
+                attach_ms: vec![40.0, 41.0],
+                attach_rpc_ms: vec![42.0, 43.0],
+                detach_ms: vec![20.0, 21.0],
+                mass_hits: vec![MASS as u64, MASS as u64],
+            },
+            jmp_plain: vec![10.0, 10.0, 11.0],
+            jmp: vec![30.0, 31.0, 30.0],
+            batches: vec![batch.clone(), batch],
+        }
+    }
+
+    #[test]
+    fn rows_that_hold_up_pass_the_check() {
+        let r = rows();
+        assert_eq!(r.check(), Ok(()));
+        assert_eq!(r.frida_over_jmp().map(|x| x.round()), Some(15.0));
+    }
+
+    #[test]
+    fn each_wrong_figure_fails_the_check_naming_it() {
+        let cases: [(&str, fn(&mut FridaRows)); 8] = [
+            ("ran 1599 times for 1600 calls", |r| r.frida.hits = 1599),
+            ("ran [1000, 999] times", |r| r.frida.mass_hits[1] = 999),
+            ("trapvec's jmp rounds: 2 of 3", |r| {
+                r.jmp.pop();
+            }),
+            ("Frida's hooked cycles per call: NaN", |r| {
+                r.frida.hooked[0] = f64::NAN
+            }),
+            // The jmp splice cost nothing: it did not run.
+            (
+                "overheads per hit not positive: Frida 295.0, jmp 0.0",
+                |r| r.jmp = r.jmp_plain.clone(),
+            ),
+            ("overheads per hit not positive: Frida -1.0", |r| {
+                r.frida.hooked = vec![9.0; 3]
+            }),
+            ("Frida's attach ms per round", |r| {
+                r.frida.attach_ms = vec![]
+            }),
+            ("trapvec's batch: 999 jmp splices", |r| {
+                r.batches[0].splices = 999
+            }),
+        ];
+        for (why, spoil) in cases {
+            let mut r = rows();
+            spoil(&mut r);
+            let err = r.check().unwrap_err();
+            assert!(err.contains(why), "`{err}` should say `{why}`");
+        }
+    }
 }
