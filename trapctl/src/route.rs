@@ -1,8 +1,8 @@
 //! Where a command goes: through trapd when one is listening on its socket (`--socket`, else
 //! `$TRAPD_SOCKET`, else `/run/trapd.sock`), else straight to `/dev/trapvec` ([`Kernel`]).
 //!
-//! Both ways run the same [`instr_manager::ops`] operation and give back the same report, so a
-//! command prints the same either way. The daemon holds the module's lock while it runs, so
+//! Both ways run the same request through [`instr_manager::ops::execute`] and give back the
+//! same typed [`Reply`], so a command prints the same either way. The daemon holds the module's lock while it runs, so
 //! going through it is the only way a command can act then; and the daemon journals the change
 //! and keeps its `list` right.
 
@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
-use instr_manager::ops::{Made, OpError};
+use instr_manager::ops::{self, Made, Reply, WrongReply};
 use instr_manager::splicer::Splicer;
-use serde::de::DeserializeOwned;
 use trapvec::kernel::KernelTarget;
 use trapvec_proto::client;
 use trapvec_proto::Request;
@@ -31,18 +30,20 @@ pub fn socket() -> &'static Path {
     SOCKET.get_or_init(client::socket_path)
 }
 
-/// A change: sent to trapd if one listens, else `direct` on the kernel, whose change is then
-/// saved in the module (or undone if it cannot be).
-pub fn change<R: DeserializeOwned>(
+/// A change: sent to trapd if one listens, else [`ops::execute`]d on the kernel (after
+/// `setup`, e.g. a quiescence timeout), whose change is then saved in the module (or undone if
+/// it cannot be). The reply is the part `R` of it the request answers with.
+pub fn change<R: TryFrom<Reply, Error = WrongReply>>(
     request: &Request,
-    direct: impl FnOnce(&mut Splicer<KernelTarget>) -> Result<(R, Made), OpError>,
+    setup: impl FnOnce(&mut Splicer<KernelTarget>),
 ) -> Result<R> {
-    if let Some(reply) = client::call(socket(), request) {
-        return reply;
+    if let Some(reply) = client::ask(socket(), request) {
+        return Ok(R::try_from(reply?)?);
     }
     let mut k = Kernel::open()?;
+    setup(&mut k.splicer);
     let retiring_before: Vec<u64> = k.splicer.retiring().map(|s| s.id.0).collect();
-    let (report, made) = match direct(&mut k.splicer) {
+    let (reply, made) = match ops::execute(&mut k.splicer, request) {
         Ok(r) => r,
         Err(e) => {
             // A removal that could not reach quiescence has restored the text and left its
@@ -60,29 +61,38 @@ pub fn change<R: DeserializeOwned>(
         }
     };
     k.commit_or_undo(&made)?;
-    Ok(report)
+    Ok(R::try_from(reply)?)
 }
 
-/// A read: answered by trapd if one listens, else by `direct` on the kernel.
-pub fn read<R: DeserializeOwned>(
-    request: &Request,
-    direct: impl FnOnce(&Splicer<KernelTarget>) -> Result<R, OpError>,
-) -> Result<R> {
-    if let Some(reply) = client::call(socket(), request) {
-        return reply;
+/// A read: answered by trapd if one listens, else [`ops::execute`]d on the kernel.
+pub fn read<R: TryFrom<Reply, Error = WrongReply>>(request: &Request) -> Result<R> {
+    if let Some(reply) = client::ask(socket(), request) {
+        return Ok(R::try_from(reply?)?);
     }
-    let k = Kernel::open()?;
-    Ok(direct(&k.splicer)?)
+    let mut k = Kernel::open()?;
+    let (reply, _) = ops::execute(&mut k.splicer, request)?;
+    Ok(R::try_from(reply)?)
+}
+
+/// Execute `request` on `k`, the module held open by a command across several requests (a
+/// hold): the reply part `R` and what it made, which the caller saves or undoes.
+pub fn execute<R: TryFrom<Reply, Error = WrongReply>>(
+    k: &mut Kernel,
+    request: &Request,
+) -> Result<(R, Made)> {
+    let (reply, made) = ops::execute(&mut k.splicer, request)?;
+    Ok((R::try_from(reply)?, made))
 }
 
 /// A request only trapd can answer (profiles, its status).
-pub fn daemon_only<R: DeserializeOwned>(request: &Request) -> Result<R> {
-    client::call(socket(), request).with_context(|| {
+pub fn daemon_only<R: TryFrom<Reply, Error = WrongReply>>(request: &Request) -> Result<R> {
+    let reply = client::ask(socket(), request).with_context(|| {
         format!(
             "no trapd is listening on {} (start trapd, or give its --socket)",
             socket().display()
         )
-    })?
+    })??;
+    Ok(R::try_from(reply)?)
 }
 
 /// For a command that only works on the module itself: refused while trapd runs (it holds

@@ -18,12 +18,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use component_manager::LoadOptions;
-use instr_manager::ops;
+use instr_manager::ops::{self, Activated, DaemonListing, ForgotPending, ListReply};
+use instr_manager::ops::{PendingSplice, Reply, Required, SpliceReply, Status, UnspliceReply};
 use instr_manager::splicer::state::StateError;
 use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
-use instr_manager::Spec;
-use serde_json::{json, Value};
+use serde_json::Value;
 use trapvec::{DispatchEntry, Target, TargetError};
 
 use super::config::Config;
@@ -202,13 +201,10 @@ impl<T: Target + StateHome> Daemon<T> {
             pending: Pending::default(),
         };
         if let (None, Some(p)) = (&d.profile, initial) {
-            let reply =
-                d.handle_with_cause(Request::Activate { profile: p.clone() }, "initial profile");
-            if reply["ok"] != json!(true) {
-                return Err(DaemonError::Initial {
-                    profile: p,
-                    error: reply["error"].as_str().unwrap_or_default().to_string(),
-                });
+            if let Err(error) =
+                d.answer(Request::Activate { profile: p.clone() }, "initial profile")
+            {
+                return Err(DaemonError::Initial { profile: p, error });
             }
         }
         Ok(d)
@@ -234,11 +230,17 @@ impl<T: Target + StateHome> Daemon<T> {
 
     /// As [`Daemon::handle`], with the reason logged for a profile switch.
     pub fn handle_with_cause(&mut self, req: Request, cause: &str) -> Value {
+        match self.answer(req, cause) {
+            Ok(reply) => protocol::ok(reply.to_fields()),
+            Err(message) => protocol::error(message),
+        }
+    }
+
+    /// Answer one request, typed: the reply, or the error reply's message (see the module
+    /// docs for the order of effects). In-process callers (the rules) use this.
+    pub fn answer(&mut self, req: Request, cause: &str) -> Result<Reply, String> {
         if !req.changes() {
-            return match self.read(&req) {
-                Ok(v) => protocol::ok(v),
-                Err(e) => protocol::error(e),
-            };
+            return self.read(&req).map_err(|e| trapvec::error_chain(&e));
         }
         let seq = self.journal.next_seq();
         if let Err(e) = self.journal.append(&Record::Intent {
@@ -248,7 +250,7 @@ impl<T: Target + StateHome> Daemon<T> {
         }) {
             let e = trapvec::error_chain(&e);
             log::error!("{e}");
-            return protocol::error(format!("nothing changed: {e}"));
+            return Err(format!("nothing changed: {e}"));
         }
         let result = self.change(&req, cause);
         let time = journal::now_secs();
@@ -263,7 +265,7 @@ impl<T: Target + StateHome> Daemon<T> {
                         time,
                         error: msg.clone(),
                     });
-                    return protocol::error(msg);
+                    return Err(msg);
                 }
                 let done = Record::Done {
                     seq,
@@ -274,11 +276,11 @@ impl<T: Target + StateHome> Daemon<T> {
                 if let Err(e) = self.journal.append(&done) {
                     let e = trapvec::error_chain(&e);
                     log::error!("{e}");
-                    return protocol::error(format!(
+                    return Err(format!(
                         "the change was made and stored in the module, but not journaled: {e}"
                     ));
                 }
-                protocol::ok(v)
+                Ok(v)
             }
             Err(e) => {
                 let mut why = trapvec::error_chain(&e);
@@ -295,7 +297,7 @@ impl<T: Target + StateHome> Daemon<T> {
                 }) {
                     log::error!("{}", trapvec::error_chain(&je));
                 }
-                protocol::error(why)
+                Err(why)
             }
         }
     }
@@ -319,106 +321,44 @@ impl<T: Target + StateHome> Daemon<T> {
         Ok(())
     }
 
-    fn read(&self, req: &Request) -> Result<Value, OpError> {
-        let sp = &self.splicer;
-        let v = match req {
-            Request::List => self.list()?,
-            Request::Status => self.status(),
-            Request::Get { symbol, size } => reply(ops::get(sp, symbol, *size)?),
-            Request::Apply {
-                spec, check: true, ..
-            } => reply(ops::check(
-                sp,
-                &Spec::from_path(spec).map_err(ops::OpError::from)?,
-            )),
-            _ => unreachable!("only reads come here"),
-        };
-        Ok(v)
+    /// A request that changes nothing: the daemon's own reads, else [`ops::execute`].
+    fn read(&mut self, req: &Request) -> Result<Reply, OpError> {
+        Ok(match req {
+            Request::List => Reply::List(self.list()?),
+            Request::Status => Reply::Status(self.status()),
+            _ => ops::execute(&mut self.splicer, req)?.0,
+        })
     }
 
-    fn change(&mut self, req: &Request, cause: &str) -> Result<Value, OpError> {
+    /// A change: pending points, profiles and required modules are the daemon's own; every
+    /// other request is [`ops::execute`]'s.
+    fn change(&mut self, req: &Request, cause: &str) -> Result<Reply, OpError> {
         if let Some(v) = self.change_pending(req) {
             return Ok(v);
         }
-        let sp = &mut self.splicer;
-        let v = match req {
-            Request::Load { path, name } => {
-                let (loaded, _) = ops::load(
-                    sp,
-                    path,
-                    &LoadOptions {
-                        name: name.clone(),
-                        ..LoadOptions::default()
-                    },
-                )?;
-                log::info!(
-                    "loaded component {} from {} ({} declared splice(s))",
-                    loaded.component.name,
-                    path.display(),
-                    loaded.spliced.len()
-                );
-                reply(loaded)
-            }
-            Request::Unload { name } => {
-                let unloaded = ops::unload(sp, name)?;
-                log::info!("unloaded component {name}");
-                reply(unloaded)
-            }
-            Request::Splice(r) => {
-                let (row, _) = ops::splice(sp, r)?;
-                log::info!("spliced {} ({}) at {}", r.at, row.action, row.site);
-                reply(row)
-            }
-            Request::Unsplice { at: Some(at), .. } => {
-                let u = ops::unsplice(sp, at)?;
-                log::info!("unspliced {at} after {} hit(s)", u.hits);
-                reply(u)
-            }
-            Request::Unsplice { at: None, .. } => {
-                let all = ops::unsplice_all(sp)?;
-                log::info!("unspliced all {} splice(s)", all.unspliced.len());
-                reply(all)
-            }
-            Request::Apply {
-                spec, best_effort, ..
-            } => {
-                let parsed = Spec::from_path(spec).map_err(ops::OpError::from)?;
-                let (report, _) = ops::apply(sp, &parsed, *best_effort)?;
-                log::info!(
-                    "applied {}: {} component(s), {} splice(s), {} refused",
-                    spec.display(),
-                    report.components.len(),
-                    report.spliced.len(),
-                    report.refused.len()
-                );
-                reply(report)
-            }
-            Request::Set {
-                symbol,
-                value,
-                size,
-            } => {
-                let (var, _) = ops::set(sp, symbol, value, *size)?;
-                log::info!("set {symbol} = {}", var.value);
-                reply(var)
-            }
+        match req {
             Request::Activate { profile } => {
-                self.activate(profile, cause)
+                let a = self
+                    .activate(profile, cause)
                     .map_err(|e| OpError::Profile {
                         profile: profile.clone(),
                         source: Box::new(e),
-                    })?
+                    })?;
+                Ok(Reply::Activate(a))
             }
             Request::Require { module } => {
                 self.pending.require(module);
                 log::info!("module {module} is required: its load is refused if a pending point in it cannot be made");
-                json!({ "require": module })
+                Ok(Reply::Require(Required {
+                    require: module.clone(),
+                }))
             }
-            Request::List | Request::Status | Request::Get { .. } => {
-                unreachable!("reads do not come here")
+            _ => {
+                let (reply, _) = ops::execute(&mut self.splicer, req)?;
+                log_change(req, &reply);
+                Ok(reply)
             }
-        };
-        Ok(v)
+        }
     }
 
     /// The requests of profile `name` (none for no profile).
@@ -438,7 +378,7 @@ impl<T: Target + StateHome> Daemon<T> {
     /// written, then one batch removing the active profile's splices that `name` does not have
     /// and adding those it adds, after a batch of its own for sites that change hands; all or
     /// nothing).
-    fn activate(&mut self, name: &str, cause: &str) -> Result<Value, OpError> {
+    fn activate(&mut self, name: &str, cause: &str) -> Result<Activated, OpError> {
         let profile = self
             .config
             .profiles
@@ -461,20 +401,16 @@ impl<T: Target + StateHome> Daemon<T> {
             switched.in_place,
             switched.handed_over
         );
-        Ok(json!({
-            "profile": name,
-            "previous": previous,
-            "removed": switched.removed,
-            "added": switched.added,
-            "in_place": switched.in_place,
-            "handed_over": switched.handed_over,
-            "removed_hits": switched.removed_hits,
-        }))
+        Ok(Activated {
+            profile: name.to_string(),
+            previous,
+            switched,
+        })
     }
 
     /// The listing of [`ops::listing`], with each splice's `in_profile`, the active profile and
     /// the unrecorded dispatch entries.
-    fn list(&self) -> Result<Value, OpError> {
+    fn list(&self) -> Result<ListReply, OpError> {
         let active = self
             .requests_of(self.profile.as_deref())
             .unwrap_or_default();
@@ -495,9 +431,11 @@ impl<T: Target + StateHome> Daemon<T> {
                 }
             })
             .collect();
-        let mut v = reply(listing);
-        v["profile"] = json!(self.profile);
-        v["unrecorded"] = json!(unrecorded);
+        let mut daemon = DaemonListing {
+            profile: self.profile.clone(),
+            unrecorded,
+            pending: None,
+        };
         if !self.pending.is_empty() {
             let sp = &self.splicer;
             let rows = self.pending.rows(|at| {
@@ -507,14 +445,17 @@ impl<T: Target + StateHome> Daemon<T> {
                     .and_then(|d| sp.target().trap_hits(d.site))
                     .map_or(0, |h| h.hits)
             });
-            v["pending"] = json!(rows);
+            daemon.pending = Some(rows);
         }
-        Ok(v)
+        Ok(ListReply {
+            listing,
+            daemon: Some(daemon),
+        })
     }
 
     /// A splice at `MOD:sym` whose module is not loaded is made pending; unsplicing a pending
     /// point forgets it (and removes its splice if armed). `None`: not a pending matter.
-    fn change_pending(&mut self, req: &Request) -> Option<Value> {
+    fn change_pending(&mut self, req: &Request) -> Option<Reply> {
         match req {
             Request::Splice(r) => {
                 let module = pending::module_of(r)?;
@@ -531,7 +472,11 @@ impl<T: Target + StateHome> Daemon<T> {
                     r.action
                 );
                 self.pending.add(r.clone(), module.clone());
-                Some(json!({ "pending": true, "at": r.at, "module": module }))
+                Some(Reply::Splice(SpliceReply::Pending(PendingSplice {
+                    pending: true,
+                    at: r.at.clone(),
+                    module,
+                })))
             }
             Request::Unsplice { at: Some(at), .. } => {
                 let p = self.pending.remove(at)?;
@@ -543,7 +488,11 @@ impl<T: Target + StateHome> Daemon<T> {
                     }
                 }
                 log::info!("forgot pending point {at} after {hits} hit(s)");
-                Some(json!({ "at": at, "pending": true, "hits": hits }))
+                Some(Reply::Unsplice(UnspliceReply::Pending(ForgotPending {
+                    at: at.clone(),
+                    pending: true,
+                    hits,
+                })))
             }
             _ => None,
         }
@@ -570,27 +519,54 @@ impl<T: Target + StateHome> Daemon<T> {
         }
     }
 
-    fn status(&self) -> Value {
-        json!({
-            "pid": std::process::id(),
-            "uptime_s": self.now().as_secs(),
-            "profile": self.profile,
-            "profiles": self.config.profiles.keys().collect::<Vec<_>>(),
-            "switches": self.switches,
-            "splices": self.splicer.live().count(),
-            "components": self.splicer.components().iter().count(),
-            "generation": self.generation,
-            "journal": self.journal.path(),
-            "unrecorded": self.unrecorded.len(),
-            "metrics": self.metrics,
-        })
+    fn status(&self) -> Status {
+        Status {
+            pid: std::process::id(),
+            uptime_s: self.now().as_secs(),
+            profile: self.profile.clone(),
+            profiles: self.config.profiles.keys().cloned().collect(),
+            switches: self.switches,
+            splices: self.splicer.live().count(),
+            components: self.splicer.components().iter().count(),
+            generation: self.generation,
+            journal: self.journal.path().to_path_buf(),
+            unrecorded: self.unrecorded.len(),
+            metrics: self.metrics.clone(),
+        }
     }
 }
 
-/// A report as a reply's fields.
-fn reply(report: impl serde::Serialize) -> Value {
-    serde_json::to_value(report)
-        .unwrap_or_else(|e| json!({ "report": format!("unserializable: {e}") }))
+/// Say what a change [`ops::execute`] made did, in the daemon's log.
+fn log_change(req: &Request, reply: &Reply) {
+    match (req, reply) {
+        (Request::Load { path, .. }, Reply::Load(loaded)) => log::info!(
+            "loaded component {} from {} ({} declared splice(s))",
+            loaded.component.name,
+            path.display(),
+            loaded.spliced.len()
+        ),
+        (Request::Unload { name }, _) => log::info!("unloaded component {name}"),
+        (Request::Splice(r), Reply::Splice(SpliceReply::Made(row))) => {
+            log::info!("spliced {} ({}) at {}", r.at, row.action, row.site)
+        }
+        (Request::Unsplice { at: Some(at), .. }, Reply::Unsplice(UnspliceReply::One(u))) => {
+            log::info!("unspliced {at} after {} hit(s)", u.hits)
+        }
+        (_, Reply::Unsplice(UnspliceReply::All(all))) => {
+            log::info!("unspliced all {} splice(s)", all.unspliced.len())
+        }
+        (Request::Apply { spec, .. }, Reply::Apply(report)) => log::info!(
+            "applied {}: {} component(s), {} splice(s), {} refused",
+            spec.display(),
+            report.components.len(),
+            report.spliced.len(),
+            report.refused.len()
+        ),
+        (Request::Set { symbol, .. }, Reply::Set(var)) => {
+            log::info!("set {symbol} = {}", var.value)
+        }
+        _ => {}
+    }
 }
 
 /// What the stored state records, in brief: the ids of the live and retiring splices and of

@@ -153,21 +153,19 @@ fn rules_loop<T: Target + StateHome>(
             decision.held.as_secs_f64()
         );
         log::info!("switching to profile {}: {cause}", decision.profile);
-        let reply = d.handle_with_cause(
-            Request::Activate {
-                profile: decision.profile.clone(),
-            },
-            &cause,
-        );
-        if reply["ok"] == serde_json::Value::Bool(true) {
-            failed_switch = None;
-        } else {
-            log::error!(
-                "switching to profile {} failed (next try in {retry_after:?} at the earliest): {}",
-                decision.profile,
-                reply["error"]
-            );
-            failed_switch = Some((decision.profile.clone(), now));
+        let request = Request::Activate {
+            profile: decision.profile.clone(),
+        };
+        match d.answer(request, &cause) {
+            Ok(_) => failed_switch = None,
+            Err(error) => {
+                log::error!(
+                    "switching to profile {} failed (next try in {retry_after:?} at the earliest): {:?}",
+                    decision.profile,
+                    error
+                );
+                failed_switch = Some((decision.profile.clone(), now));
+            }
         }
     }
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::protocol::{Reply, Request};
+
 /// The socket trapd listens on unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/trapd.sock";
 
@@ -25,7 +27,7 @@ pub fn is_listening(path: &Path) -> bool {
 /// module itself. A reply with `"ok": false` is an error carrying the daemon's message.
 pub fn call<R: serde::de::DeserializeOwned>(
     path: &Path,
-    request: &crate::protocol::Request,
+    request: &Request,
 ) -> Option<anyhow::Result<R>> {
     let request = match serde_json::to_value(request) {
         Ok(r) => r,
@@ -35,6 +37,20 @@ pub fn call<R: serde::de::DeserializeOwned>(
     Some(reply.and_then(|v| {
         serde_json::from_value(v)
             .map_err(|e| anyhow::anyhow!("trapd's reply to `{}`: {e}", request["op"]))
+    }))
+}
+
+/// Send `request` to the daemon at `path` and read its reply back as the [`Reply`] to that
+/// request; `None` when no daemon listens there. A reply with `"ok": false` is an error
+/// carrying the daemon's message.
+pub fn ask(path: &Path, request: &Request) -> Option<anyhow::Result<Reply>> {
+    let reply = call::<Value>(path, request)?;
+    Some(reply.and_then(|mut fields| {
+        if let Value::Object(m) = &mut fields {
+            m.remove("ok");
+        }
+        Reply::from_fields(request, fields)
+            .map_err(|e| anyhow::anyhow!("trapd's reply to `{}`: {e}", request.op()))
     }))
 }
 

@@ -16,4 +16,4 @@ pub mod docs;
 pub mod exposition;
 pub mod protocol;
 
-pub use protocol::{BadRequest, Request};
+pub use protocol::{BadRequest, Reply, Request};

@@ -1,10 +1,12 @@
 //! The wire format of trapd's socket: one JSON object per line each way. A request
 //! ([`Request`], defined in `instr_manager::ops::request`) names its operation in `op`; the reply
-//! is `{"ok": true, ...}` with the operation's fields, or `{"ok": false, "error": "..."}`.
+//! is `{"ok": true, ...}` with the fields of its typed [`Reply`] ([`Reply::to_fields`], read back
+//! by [`Reply::from_fields`]), or `{"ok": false, "error": "..."}`.
 
 use serde_json::{json, Map, Value};
 
 pub use instr_manager::ops::request::{BadRequest, Request};
+pub use instr_manager::ops::Reply;
 
 /// The longest request line accepted (a longer one is answered with an error and dropped).
 pub const MAX_LINE: usize = 64 * 1024;

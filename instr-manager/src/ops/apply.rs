@@ -139,7 +139,7 @@ pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
 }
 
 /// What a [`switch`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Switched {
     pub removed: usize,
     pub added: usize,

@@ -13,6 +13,10 @@
 //! | [`set`], [`get`] | write or read a component variable at its size |
 //! | [`listing`] | live splices with their counters, components, retiring splices |
 //!
+//! A front end's [`Request`] is executed by one function, [`execute`], which calls the
+//! operation above and answers with a typed [`Reply`] (trapd sends its fields; trapctl prints
+//! them, or reads them back from trapd with [`Reply::from_fields`]).
+//!
 //! The front ends are thin: `trapctl` (straight to `/dev/trapvec`, its state kept in the
 //! module), `trapd` (the same operations on its socket and for its rules), the agent (a spec
 //! before `main`, deferred splices at `dlopen`) and [`crate::session`] (RAII handles for a
@@ -33,6 +37,8 @@
 
 mod apply;
 mod component;
+mod execute;
+pub mod reply;
 mod report;
 pub mod request;
 mod splice;
@@ -48,10 +54,16 @@ use crate::SpecError;
 pub use apply::{apply, check, switch, Switched};
 pub(crate) use component::unload_id;
 pub use component::{load, unload};
+pub use execute::execute;
+pub use reply::{
+    Activated, DaemonListing, ForgotPending, ListReply, PendingSplice, Reply, Required,
+    SpliceReply, Status, UnspliceReply, WrongReply,
+};
 pub use report::{
     ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, PendingRow, SpliceRow,
     Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
 };
+pub use request::{BadRequest, Request};
 pub use splice::{listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};
 pub use var::{get, parse_u64, parse_value, set, var_size, NumberError, Value};
 
@@ -110,6 +122,8 @@ pub enum OpError {
         lost: Vec<String>,
         again: String,
     },
+    #[error("`{op}` is answered by trapd only")]
+    DaemonOnly { op: &'static str },
 }
 
 fn loaded_list(loaded: &[String]) -> String {

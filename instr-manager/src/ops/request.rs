@@ -4,7 +4,7 @@
 //! errors that name them ([`BadRequest`]).
 //!
 //! The type lives here, in the operations layer, because its fields are this crate's types
-//! ([`SpliceRequest`], [`super::Value`]) and because the one executor runs it; the
+//! ([`SpliceRequest`], [`super::Value`]) and because [`super::execute`] runs it; the
 //! `trapvec-proto` crate re-exports it beside the wire format's other half (the reply
 //! envelope, the client).
 

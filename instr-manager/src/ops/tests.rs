@@ -505,3 +505,69 @@ fn orphans_are_the_splices_whose_owner_is_gone_and_only_they_are_removed() {
         "nothing more is orphaned"
     );
 }
+
+#[test]
+fn execute_runs_each_request_and_returns_what_a_change_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let path = knob_component(dir.path());
+    let (reply, made) = execute(
+        &mut sp,
+        &Request::Load {
+            path: path.clone(),
+            name: None,
+        },
+    )
+    .unwrap();
+    let Reply::Load(loaded) = reply else {
+        panic!("a load answered {reply:?}")
+    };
+    assert_eq!(loaded.spliced[0].at, "f3", "its declared splice went live");
+    assert_eq!(made.components.len(), 1);
+    assert_eq!(made.splices.len(), 1);
+
+    let (reply, made) = execute(&mut sp, &Request::Splice(count("f1"))).unwrap();
+    assert!(matches!(&reply, Reply::Splice(SpliceReply::Made(r)) if r.at == "f1"));
+    assert_eq!(made.splices.len(), 1);
+    assert!(k.trapped("f1"));
+
+    let (reply, made) = execute(&mut sp, &Request::List).unwrap();
+    let ListReply { listing, daemon } = ListReply::try_from(reply).unwrap();
+    assert_eq!(listing.splices.len(), 2);
+    assert!(daemon.is_none() && made.is_empty(), "a read makes nothing");
+
+    let set = Request::Set {
+        symbol: "knob".into(),
+        value: Value::Text("9".into()),
+        size: None,
+    };
+    let (reply, made) = execute(&mut sp, &set).unwrap();
+    assert_eq!(Var::try_from(reply).unwrap().value, 9);
+    assert_eq!(made.vars[0].before, 7, "the old value, for undo");
+
+    let (reply, _) = execute(
+        &mut sp,
+        &Request::Unsplice {
+            at: Some("f1".into()),
+            all: false,
+        },
+    )
+    .unwrap();
+    assert!(matches!(reply, Reply::Unsplice(UnspliceReply::One(u)) if u.at == "f1"));
+    assert!(!k.trapped("f1"));
+
+    for daemons in [
+        Request::Status,
+        Request::Activate {
+            profile: "p".into(),
+        },
+        Request::Require { module: "m".into() },
+    ] {
+        let e = execute(&mut sp, &daemons).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("`{}` is answered by trapd only", daemons.op())
+        );
+    }
+}

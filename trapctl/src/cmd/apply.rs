@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use instr_manager::ops::{self, ApplyReport, CheckReport};
+use instr_manager::ops::{ApplyReport, CheckReport};
 use instr_manager::Spec;
 use trapvec_proto::Request;
 
@@ -50,7 +50,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         check: args.check,
     };
     if args.check {
-        let report: CheckReport = route::read(&request, |sp| Ok(ops::check(sp, &spec)))?;
+        let report: CheckReport = route::read(&request)?;
         for ok in &report.ok {
             println!(
                 "ok {} at {} by {}: displaces `{}`",
@@ -69,8 +69,8 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let report: ApplyReport = route::change(&request, |sp| ops::apply(sp, &spec, args.best_effort))
-        .with_context(|| format!("{file}: nothing was applied"))?;
+    let report: ApplyReport =
+        route::change(&request, |_| {}).with_context(|| format!("{file}: nothing was applied"))?;
     for c in &report.components {
         println!("loaded {} (crc32 {}) at {}", c.name, c.crc32, c.code);
     }

@@ -8,8 +8,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use component_manager::LoadOptions;
-use instr_manager::ops::{self, Loaded, Made, Unloaded};
+use instr_manager::ops::{Loaded, Unloaded};
 use trapvec_proto::Request;
 
 use crate::route;
@@ -54,16 +53,7 @@ pub fn load(args: &LoadArgs) -> Result<()> {
         path: path.clone(),
         name: args.name.clone(),
     };
-    let loaded: Loaded = route::change(&request, |sp| {
-        ops::load(
-            sp,
-            &path,
-            &LoadOptions {
-                name: args.name.clone(),
-                ..LoadOptions::default()
-            },
-        )
-    })?;
+    let loaded: Loaded = route::change(&request, |_| {})?;
     let c = &loaded.component;
     println!(
         "loaded {} (crc32 {}): code {} ({} bytes), data {} ({} bytes), {} imports",
@@ -86,7 +76,6 @@ pub fn unload(args: &UnloadArgs) -> Result<()> {
         if let Some(w) = args.wait {
             sp.set_quiesce_timeout(w);
         }
-        Ok((ops::unload(sp, &args.name)?, Made::default()))
     })?;
     let declared = if u.declared_removed == 0 {
         String::new()

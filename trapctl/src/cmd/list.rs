@@ -1,8 +1,7 @@
 //! `trapctl list [--json | --prometheus]`: live splices with their counters, loaded components.
 
 use anyhow::Result;
-use instr_manager::ops::{self, Listing, Unrecorded};
-use serde::{Deserialize, Serialize};
+use instr_manager::ops::ListReply;
 use trapvec_proto::exposition;
 use trapvec_proto::Request;
 
@@ -38,29 +37,8 @@ pub struct Args {
     pub prometheus: bool,
 }
 
-/// The listing, and what trapd adds to it when it answers.
-#[derive(Serialize, Deserialize)]
-struct Reply {
-    #[serde(flatten)]
-    listing: Listing,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    profile: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    unrecorded: Option<Vec<Unrecorded>>,
-    /// trapd's points in kernel modules that are not loaded (or were armed when one came).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pending: Option<Vec<ops::PendingRow>>,
-}
-
 pub fn run(args: &Args) -> Result<()> {
-    let mut r: Reply = route::read(&Request::List, |sp| {
-        Ok(Reply {
-            listing: ops::listing(sp)?,
-            profile: None,
-            unrecorded: None,
-            pending: None,
-        })
-    })?;
+    let mut r: ListReply = route::read(&Request::List)?;
     // Whether an owner is gone is judged here, where its pid was taken (trapd may run in
     // another pid namespace than a trapctl that shares its socket).
     for s in &mut r.listing.splices {
@@ -78,7 +56,8 @@ pub fn run(args: &Args) -> Result<()> {
         return Ok(());
     }
     let l = &r.listing;
-    if let Some(p) = &r.profile {
+    let daemon = r.daemon.as_ref();
+    if let Some(p) = daemon.and_then(|d| d.profile.as_ref()) {
         println!("trapd profile: {p}");
     }
     if l.splices.is_empty() {
@@ -146,13 +125,13 @@ pub fn run(args: &Args) -> Result<()> {
             );
         }
     }
-    for u in r.unrecorded.iter().flatten() {
+    for u in daemon.iter().flat_map(|d| &d.unrecorded) {
         println!(
             "unrecorded dispatch entry at {} (to {}): {} hits; `rmmod trapvec` reverts it",
             u.site, u.dest, u.hits
         );
     }
-    for p in r.pending.iter().flatten() {
+    for p in daemon.iter().flat_map(|d| d.pending.iter().flatten()) {
         println!(
             "pending point {} ({}): {}; {} hits over {} load(s)",
             p.at, p.action, p.state, p.hits, p.loads

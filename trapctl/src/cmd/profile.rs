@@ -1,7 +1,7 @@
 //! `trapctl status` and `trapctl activate PROFILE`: what only a running trapd knows and does.
 
 use anyhow::Result;
-use serde_json::Value;
+use instr_manager::ops::{Activated, Status};
 use trapvec_proto::Request;
 
 use crate::route;
@@ -32,61 +32,56 @@ pub struct ActivateArgs {
 }
 
 pub fn status(args: &StatusArgs) -> Result<()> {
-    let v: Value = route::daemon_only(&Request::Status)?;
+    let s: Status = route::daemon_only(&Request::Status)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    let text = |k: &str| match &v[k] {
-        Value::Null => "(none)".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
     println!(
         "trapd pid {}, up {} s, journal {}",
-        text("pid"),
-        text("uptime_s"),
-        text("journal")
+        s.pid,
+        s.uptime_s,
+        s.journal.display()
     );
     println!(
         "profile {} (of {}), {} switch(es)",
-        text("profile"),
-        text("profiles"),
-        text("switches")
+        s.profile.as_deref().unwrap_or("(none)"),
+        serde_json::to_string(&s.profiles)?,
+        s.switches
     );
     println!(
         "{} splice(s), {} component(s), state generation {}",
-        text("splices"),
-        text("components"),
-        text("generation")
+        s.splices, s.components, s.generation
     );
-    if let Some(m) = v["metrics"].as_object() {
-        for (name, value) in m {
-            println!("metric {name} = {value}");
-        }
+    for (name, value) in &s.metrics {
+        // As JSON writes it (3.0, not 3), as this line always read.
+        println!("metric {name} = {}", serde_json::Value::from(*value));
     }
-    if v["unrecorded"].as_u64().is_some_and(|n| n > 0) {
+    if s.unrecorded > 0 {
         println!(
             "{} unrecorded dispatch entr(ies): see `trapctl list`",
-            text("unrecorded")
+            s.unrecorded
         );
     }
     Ok(())
 }
 
 pub fn activate(args: &ActivateArgs) -> Result<()> {
-    let v: Value = route::daemon_only(&Request::Activate {
+    let a: Activated = route::daemon_only(&Request::Activate {
         profile: args.profile.clone(),
     })?;
+    let sw = &a.switched;
     let mut notes = Vec::new();
-    if let Some(n) = v["in_place"].as_u64().filter(|&n| n > 0) {
+    if sw.in_place > 0 {
         notes.push(format!(
-            "{n} trap site(s) the new profile splices differently changed hands in place"
+            "{} trap site(s) the new profile splices differently changed hands in place",
+            sw.in_place
         ));
     }
-    if let Some(n) = v["handed_over"].as_u64().filter(|&n| n > 0) {
+    if sw.handed_over > 0 {
         notes.push(format!(
-            "{n} site(s) changing mechanism were removed by a batch of their own first"
+            "{} site(s) changing mechanism were removed by a batch of their own first",
+            sw.handed_over
         ));
     }
     let handed = if notes.is_empty() {
@@ -96,10 +91,10 @@ pub fn activate(args: &ActivateArgs) -> Result<()> {
     };
     println!(
         "profile {} -> {}: {} splice(s) removed, {} added{handed}",
-        v["previous"].as_str().unwrap_or("(none)"),
+        a.previous.as_deref().unwrap_or("(none)"),
         args.profile,
-        v["removed"],
-        v["added"]
+        sw.removed,
+        sw.added
     );
     Ok(())
 }

@@ -5,7 +5,9 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use instr_manager::ops::{self, parse_u64, Listing, Made, SpliceRow, Unspliced, UnsplicedAll};
+use instr_manager::ops::{
+    self, parse_u64, ListReply, SpliceReply, SpliceRow, UnspliceReply, Unspliced,
+};
 use instr_manager::owner::Owner;
 use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::SpliceId;
@@ -177,11 +179,27 @@ pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
     text.parse()
 }
 
-/// Make `request` (through trapd when one runs).
-pub fn make(request: &SpliceRequest) -> Result<SpliceRow> {
-    route::change(&Request::Splice(request.clone()), |sp| {
-        ops::splice(sp, request)
-    })
+/// Make `request` (through trapd when one runs): the splice, or the pending point trapd
+/// holds for a module that is not loaded.
+pub fn make(request: &SpliceRequest) -> Result<SpliceReply> {
+    route::change(&Request::Splice(request.clone()), |_| {})
+}
+
+/// Make `request`, which must be made now (a pending point is refused).
+fn make_now(request: &SpliceRequest) -> Result<SpliceRow> {
+    match make(request)? {
+        SpliceReply::Made(row) => Ok(row),
+        SpliceReply::Pending(p) => {
+            if let Err(e) = remove(&p.at) {
+                log::warn!("{}: {}", p.at, trapvec::error_chain(e.as_ref()));
+            }
+            bail!(
+                "{}: module {} is not loaded, so the splice could only be pending",
+                p.at,
+                p.module
+            )
+        }
+    }
 }
 
 /// How a command that keeps a splice for a while (`trapctl count`, `trapctl time`) reads
@@ -226,9 +244,9 @@ pub fn for_a_while<R>(
     request.options.owner = Some(Owner::current(command.join(" "))?);
     let what = figures.what;
     if client::is_listening(route::socket()) {
-        let row = make(&request)?;
+        let row = make_now(&request)?;
         let read = |site: &str| -> Result<R> {
-            let listing: Listing = route::daemon_only(&Request::List)?;
+            let listing = route::daemon_only::<ListReply>(&Request::List)?.listing;
             let row = listing
                 .splices
                 .iter()
@@ -249,8 +267,14 @@ pub fn for_a_while<R>(
         return hold::finish(&watch, ended);
     }
     let mut k = Kernel::open()?;
-    let (row, made) = ops::splice(&mut k.splicer, &request)?;
+    let (reply, made) = route::execute(&mut k, &Request::Splice(request.clone()))?;
     k.commit_or_undo(&made)?;
+    let SpliceReply::Made(row) = reply else {
+        bail!(
+            "{}: the module's splice was answered as pending",
+            request.at
+        );
+    };
     let id = SpliceId(row.id);
     let k = std::cell::RefCell::new(k);
     let read = |site: &str| -> Result<R> {
@@ -259,9 +283,16 @@ pub fn for_a_while<R>(
     };
     let mut remove = |site: &str| -> Result<Unspliced> {
         let mut k = k.borrow_mut();
-        let removed = ops::unsplice(&mut k.splicer, site)?;
+        let unsplice = Request::Unsplice {
+            at: Some(site.to_string()),
+            all: false,
+        };
+        let (removed, _) = route::execute::<UnspliceReply>(&mut k, &unsplice)?;
         k.save()?;
-        Ok(removed)
+        match removed {
+            UnspliceReply::One(u) => Ok(u),
+            other => bail!("the removal of {site} was answered with {other:?}"),
+        }
     };
     let held = hold(&watch, span, &row, announce, &read, &mut remove)?;
     let ended = held.ended;
@@ -321,7 +352,7 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
     if client::is_listening(route::socket()) {
         // Judged here, not by the daemon's flag: the owner's pid was taken in this machine's
         // view (a trapctl in a container shares the daemon's socket, not its pid namespace).
-        let listing: Listing = route::daemon_only(&Request::List)?;
+        let listing = route::daemon_only::<ListReply>(&Request::List)?.listing;
         return listing
             .splices
             .iter()
@@ -341,12 +372,24 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
 
 /// Remove the splice at `at` (through trapd when one runs).
 pub fn remove(at: &str) -> Result<Unspliced> {
+    match unsplice_one(at, None)? {
+        UnspliceReply::One(u) => Ok(u),
+        other => bail!("trapd answered the removal of {at} with {other:?}"),
+    }
+}
+
+/// Remove the splice (or trapd's pending point) at `at`, waiting `wait` for quiescence.
+fn unsplice_one(at: &str, wait: Option<Duration>) -> Result<UnspliceReply> {
     route::change(
         &Request::Unsplice {
             at: Some(at.to_string()),
             all: false,
         },
-        |sp| Ok((ops::unsplice(sp, at)?, Made::default())),
+        |sp| {
+            if let Some(w) = wait {
+                sp.set_quiesce_timeout(w);
+            }
+        },
     )
 }
 
@@ -371,12 +414,21 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         only: args.only.predicate(),
         owner: None,
     };
-    let s = make(&SpliceRequest {
+    let s = match make(&SpliceRequest {
         at: args.at.clone(),
         action,
         mechanism: args.mechanism,
         options,
-    })?;
+    })? {
+        SpliceReply::Made(s) => s,
+        SpliceReply::Pending(p) => {
+            println!(
+                "pending {}: trapd makes it when module {} loads",
+                p.at, p.module
+            );
+            return Ok(());
+        }
+    };
     println!(
         "spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`",
         s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced
@@ -397,7 +449,7 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
         return Ok(());
     }
     let Some(at) = &args.at else {
-        let all: UnsplicedAll = route::change(
+        let reply = route::change(
             &Request::Unsplice {
                 at: None,
                 all: true,
@@ -406,24 +458,22 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
                 if let Some(w) = args.wait {
                     sp.set_quiesce_timeout(w);
                 }
-                Ok((ops::unsplice_all(sp)?, Made::default()))
             },
         )?;
+        let UnspliceReply::All(all) = reply else {
+            bail!("trapd answered `unsplice --all` with {reply:?}");
+        };
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let u: Unspliced = route::change(
-        &Request::Unsplice {
-            at: Some(at.to_string()),
-            all: false,
-        },
-        |sp| {
-            if let Some(w) = args.wait {
-                sp.set_quiesce_timeout(w);
-            }
-            Ok((ops::unsplice(sp, at)?, Made::default()))
-        },
-    )?;
+    let u = match unsplice_one(at, args.wait)? {
+        UnspliceReply::One(u) => u,
+        UnspliceReply::Pending(p) => {
+            println!("forgot pending point {} after {} hits", p.at, p.hits);
+            return Ok(());
+        }
+        UnspliceReply::All(all) => bail!("trapd answered `unsplice {at}` with {all:?}"),
+    };
     println!(
         "unspliced {} at {}: {} hits, {} missed",
         u.at, u.site, u.hits, u.missed

@@ -2,7 +2,7 @@
 //! variable, written or read in place (KAPI's memcopy), e.g. to tune a policy live.
 
 use anyhow::Result;
-use instr_manager::ops::{self, Value, Var};
+use instr_manager::ops::{Value, Var};
 use trapvec_proto::Request;
 
 use crate::route;
@@ -52,7 +52,7 @@ pub fn set(args: &SetArgs) -> Result<()> {
         value: value.clone(),
         size: args.size,
     };
-    let v: Var = route::change(&request, |sp| ops::set(sp, &args.symbol, &value, args.size))?;
+    let v: Var = route::change(&request, |_| {})?;
     println!("{} = {} ({} bytes)", v.symbol, args.value.trim(), v.size);
     Ok(())
 }
@@ -62,7 +62,7 @@ pub fn get(args: &GetArgs) -> Result<()> {
         symbol: args.symbol.clone(),
         size: args.size,
     };
-    let v: Var = route::read(&request, |sp| ops::get(sp, &args.symbol, args.size))?;
+    let v: Var = route::read(&request)?;
     println!("{}", v.value);
     Ok(())
 }
