@@ -281,3 +281,83 @@ fn once_mode_and_the_kernel_are_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("kernel coverage is not implemented yet"));
 }
+
+#[test]
+fn a_library_glob_covers_the_library_with_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for f in ["libfoo.c", "uselib.c"] {
+        std::fs::copy(fixture().with_file_name(f), d.join(f)).unwrap();
+    }
+    run(
+        d,
+        "gcc",
+        &[
+            "-O0",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libfoo.so.1",
+            "-o",
+            "libfoo.so.1",
+            "libfoo.c",
+        ],
+    );
+    let rpath = format!("-Wl,-rpath,{}", d.display());
+    run(
+        d,
+        "gcc",
+        &[
+            "-O0",
+            "-g",
+            "-o",
+            "uselib",
+            "uselib.c",
+            "-L.",
+            "-l:libfoo.so.1",
+            &rpath,
+        ],
+    );
+    let out = trapctl(
+        d,
+        &[
+            "--process",
+            "libfoo.so.1:foo_*",
+            "--lcov",
+            "u.info",
+            "--",
+            "./uselib",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // foo_add: entry, `return 0` (never), `return a + b`, the epilogue; foo_unused never runs.
+    let row = |f: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("libfoo.so.1:{f} ")))
+            .unwrap_or_else(|| panic!("no row for {f}:\n{stdout}"))
+            .split_whitespace()
+            .skip(1)
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(row("foo_add"), ["4", "3", "75.0%", "0"], "{stdout}");
+    assert_eq!(row("foo_unused"), ["1", "0", "0.0%", "0"], "{stdout}");
+    let info = std::fs::read_to_string(d.join("u.info")).unwrap();
+    assert!(
+        info.contains(
+            "/libfoo.c\nFN:2,foo_add\nFN:8,foo_unused\nFNDA:5,foo_add\nFNDA:0,foo_unused\n"
+        ),
+        "{info}"
+    );
+    assert!(info.contains("DA:3,5\nDA:4,0\nDA:5,5\n"), "{info}");
+    assert!(
+        !info.contains("uselib.c"),
+        "the program was not asked for:\n{info}"
+    );
+}

@@ -145,6 +145,8 @@ struct Total {
 struct Report {
     schema: u32,
     command: Vec<String>,
+    /// The program's path (a block's `object` is this or a library's).
+    program: String,
     mode: &'static str,
     /// The command's exit status (128+N for a signal N).
     exit: i32,
@@ -523,6 +525,7 @@ fn report(
     Report {
         schema: SCHEMA,
         command: args.command.clone(),
+        program: objects[0].path.display().to_string(),
         mode: "count",
         exit,
         total: Total {
@@ -578,7 +581,7 @@ fn render_text(r: &Report) -> String {
     let width = r
         .functions
         .iter()
-        .map(|f| f.function.len())
+        .map(|f| f.function.len() + if f.object == r.program { 0 } else { 20 })
         .max()
         .unwrap_or(8)
         .clamp(8, 48);
@@ -587,11 +590,23 @@ fn render_text(r: &Report) -> String {
         "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
         "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
     );
+    // A library's function is written `FILE:function`, as a glob names it.
+    let name = |object: &str, function: &str| {
+        if object == r.program {
+            function.to_string()
+        } else {
+            format!("{}:{function}", object.rsplit('/').next().unwrap_or(object))
+        }
+    };
     for f in &r.functions {
         let _ = writeln!(
             o,
             "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
-            f.function, f.blocks, f.covered, f.percent, f.refused
+            name(&f.object, &f.function),
+            f.blocks,
+            f.covered,
+            f.percent,
+            f.refused
         );
     }
     let t = &r.total;
@@ -610,7 +625,7 @@ fn render_text(r: &Report) -> String {
         let _ = writeln!(
             o,
             "  refused: {}+{:#x} ({}): {}",
-            b.function,
+            name(&b.object, &b.function),
             b.offset,
             b.address,
             b.reason.as_deref().unwrap_or("")
