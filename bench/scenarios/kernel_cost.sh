@@ -4,8 +4,11 @@
 # anything. One point, __x64_sys_getppid+5 (`push rbx; call ...`, past the ftrace NOP), hit by
 # `sysbench` (getppid() in a loop, ns per call, median of three runs):
 #   unpatched; jmp splice calling an empty handler; trap splice calling it (run by the module's
-#   dispatcher); a kprobe from kprobe_events with its trace event on (int3; jump optimisation off);
-#   the same kprobe jump-optimised (the kernel's own jmp-based probe), when the kernel allows it.
+#   dispatcher); a kprobe from kprobe_events with its trace event on (int3; jump optimisation off),
+#   once with tracing_on=1 (a ring-buffer write per hit) and once with tracing_on=0 (the kprobe and
+#   its event handler, which finds the buffer off and writes nothing: the nearest to trapvec's
+#   empty handler a kprobe_events probe gets); the same kprobe jump-optimised (the kernel's own
+#   jmp-based probe, tracing on), when the kernel allows it.
 # Output: `BENCH-VM-ROW KEY NS` lines, `BENCH-VM-NOTE TEXT` for what could not be measured.
 set -eu
 
@@ -36,7 +39,11 @@ opt=/proc/sys/debug/kprobes-optimization
 [ -w "$opt" ] && echo 0 > "$opt"
 echo "p:trapvec_bench/getppid $point" > $tracing/kprobe_events
 echo 1 > $tracing/events/trapvec_bench/enable
+echo 1 > $tracing/tracing_on
 row kprobe "$(ns_per_call)"
+echo 0 > $tracing/tracing_on
+row kprobe_quiet "$(ns_per_call)"
+echo 1 > $tracing/tracing_on
 if [ -w "$opt" ]; then
 	echo 1 > "$opt"
 	sleep 1

@@ -385,7 +385,7 @@ pub fn summary(
             if let (Some(a), Some(b)) = (vm.trap_over_jmp(), vm.trap_over_kprobe()) {
                 let _ = writeln!(
                     s,
-                    "\nIn the guest: trap / jmp = {a:.1}x, trap / kprobe = {b:.2}x."
+                    "\nIn the guest: trap / jmp = {a:.1}x, trap / kprobe = {b:.2}x (kprobe with tracing_on=0)."
                 );
             }
             for n in &vm.notes {

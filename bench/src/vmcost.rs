@@ -13,7 +13,7 @@ pub const SCENARIO: &str = include_str!("../scenarios/kernel_cost.sh");
 /// One emulated row.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VmRow {
-    /// `unpatched`, `jmp_rel32`, `trap`, `kprobe`, `kprobe_optimized`.
+    /// `unpatched`, `jmp_rel32`, `trap`, `kprobe`, `kprobe_quiet`, `kprobe_optimized`.
     pub key: String,
     pub name: String,
     /// Emulated nanoseconds per call.
@@ -35,7 +35,8 @@ fn name_of(key: &str) -> &'static str {
         "unpatched" => "getppid(), unpatched",
         "jmp_rel32" => "jmp splice hit (call, empty handler)",
         "trap" => "trap splice hit (int 0xf5, call, empty handler)",
-        "kprobe" => "kprobe (int3, trace event on)",
+        "kprobe" => "kprobe (int3, trace event on, tracing_on=1: a ring-buffer write per hit)",
+        "kprobe_quiet" => "kprobe (int3, trace event on, tracing_on=0: no ring-buffer write)",
         "kprobe_optimized" => "kprobe, jump-optimised (trace event on)",
         _ => "other",
     }
@@ -84,7 +85,7 @@ impl VmCost {
                 notes.push(rest.to_string());
             }
         }
-        for need in ["unpatched", "jmp_rel32", "trap", "kprobe"] {
+        for need in ["unpatched", "jmp_rel32", "trap", "kprobe", "kprobe_quiet"] {
             if !rows.iter().any(|r| r.key == need) {
                 return Err(VmCostError::MissingRow { row: need });
             }
@@ -111,8 +112,14 @@ impl VmCost {
         Some(self.overhead("trap")? / self.overhead("jmp_rel32")?.max(1e-3))
     }
 
-    /// trap / kprobe overhead in the guest.
+    /// trap / kprobe overhead in the guest, like with like: the kprobe with tracing off (no
+    /// ring-buffer write per hit) against trapvec's empty handler.
     pub fn trap_over_kprobe(&self) -> Option<f64> {
+        Some(self.overhead("trap")? / self.overhead("kprobe_quiet")?)
+    }
+
+    /// trap / kprobe overhead with the kprobe's event written to the ring buffer on every hit.
+    pub fn trap_over_kprobe_tracing(&self) -> Option<f64> {
         Some(self.overhead("trap")? / self.overhead("kprobe")?)
     }
 
@@ -132,7 +139,16 @@ impl VmCost {
             let _ = writeln!(s, "  trap / jmp overhead in the guest:    {r:.1}x");
         }
         if let Some(r) = self.trap_over_kprobe() {
-            let _ = writeln!(s, "  trap / kprobe overhead in the guest: {r:.2}x");
+            let _ = writeln!(
+                s,
+                "  trap / kprobe overhead in the guest: {r:.2}x (kprobe with tracing_on=0)"
+            );
+        }
+        if let Some(r) = self.trap_over_kprobe_tracing() {
+            let _ = writeln!(
+                s,
+                "  trap / kprobe overhead in the guest: {r:.2}x (kprobe with tracing_on=1, a ring-buffer write per hit)"
+            );
         }
         s
     }
@@ -173,15 +189,28 @@ mod tests {
 
     #[test]
     fn rows_and_notes_are_read_from_a_console_with_noise() {
-        let console = "[ 2.1] trapvec: loaded\r\nBENCH-VM-ROW unpatched 900\r\nBENCH-VM-ROW jmp_rel32 1000\n\
-            BENCH-VM-ROW trap 3900\nBENCH-VM-ROW kprobe 6900\nBENCH-VM-NOTE the kprobe was not jump-optimised\n";
+        let console =
+            "[ 2.1] trapvec: loaded\r\nBENCH-VM-ROW unpatched 900\r\nBENCH-VM-ROW jmp_rel32 1000\n\
+            BENCH-VM-ROW trap 3900\nBENCH-VM-ROW kprobe 6900\nBENCH-VM-ROW kprobe_quiet 4900\n\
+            BENCH-VM-NOTE the kprobe was not jump-optimised\n";
         let v = VmCost::parse(console, "6.1.0").unwrap();
-        assert_eq!(v.rows.len(), 4);
+        assert_eq!(v.rows.len(), 5);
         assert_eq!(v.overhead("trap"), Some(3000.0));
         assert_eq!(v.trap_over_jmp(), Some(30.0));
-        assert_eq!(v.trap_over_kprobe(), Some(0.5));
+        // Like with like: the kprobe that writes no event (4000 ns over), not the one that does.
+        assert_eq!(v.trap_over_kprobe(), Some(0.75));
+        assert_eq!(v.trap_over_kprobe_tracing(), Some(0.5));
+        assert!(v.render().contains("0.75x (kprobe with tracing_on=0)"));
         assert_eq!(v.notes, ["the kprobe was not jump-optimised"]);
         assert!(v.render().contains("EMULATED"));
+    }
+
+    #[test]
+    fn the_kprobe_without_its_ring_buffer_write_is_a_required_row() {
+        let console = "BENCH-VM-ROW unpatched 900\nBENCH-VM-ROW jmp_rel32 1000\n\
+            BENCH-VM-ROW trap 3900\nBENCH-VM-ROW kprobe 6900\n";
+        let err = VmCost::parse(console, "6.1.0").unwrap_err();
+        assert_eq!(err.to_string(), "the guest printed no `kprobe_quiet` row");
     }
 
     #[test]
