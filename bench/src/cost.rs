@@ -119,6 +119,13 @@ impl CostTable {
         self.overhead("trap") / self.overhead("floor_sigsegv")
     }
 
+    /// The 2-byte `int $3` (CD 03, SIGTRAP) floor / the `int $0xf5` (#GP, SIGSEGV) floor, when
+    /// measured (issue 26, item 7).
+    pub fn cd03_over_sigsegv(&self) -> Option<f64> {
+        self.row("floor_int3_cd03")
+            .map(|_| self.overhead("floor_int3_cd03") / self.overhead("floor_sigsegv"))
+    }
+
     /// Trap overhead / jmp overhead (the paper: 19).
     pub fn trap_over_jmp(&self) -> f64 {
         self.overhead("trap") / self.overhead("jmp_rel32").max(1.0)
@@ -171,6 +178,12 @@ impl CostTable {
             "  trap splice / C SIGSEGV floor: {:.2}x (issue 2 target <= 1.25x)",
             self.trap_over_floor()
         );
+        if let Some(r) = self.cd03_over_sigsegv() {
+            let _ = writeln!(
+                s,
+                "  CD 03 floor / 0xF5 floor:      {r:.2}x (int $3 -> SIGTRAP vs int $0xf5 -> #GP -> SIGSEGV)"
+            );
+        }
         let _ = writeln!(s, "  trap / jmp:                    {:.0}x (the paper's Table 1: {PAPER_TRAP_CYCLES:.0}/{PAPER_JMP_CYCLES:.0} = {:.0}x)",
             self.trap_over_jmp(), PAPER_TRAP_CYCLES / PAPER_JMP_CYCLES);
         if let Some(u) = self.uprobe_over_trap() {
@@ -230,6 +243,11 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
     let floor_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("floor_trap")?) };
     // SAFETY: as above.
     let int3_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("int3_trap")?) };
+    // SAFETY: as above (`void int3_long_trap(void)`, the 2-byte `int $3`, CD 03).
+    let int3_long_trap: extern "C" fn() = unsafe { std::mem::transmute(fx.sym("int3_long_trap")?) };
+    // SAFETY: `int3_long_strays` is an `unsigned long` of the fixture, written only by its
+    // SIGTRAP handler on this thread; it is read here after the rounds, with no handler running.
+    let strays = fx.sym("int3_long_strays")? as *const u64;
     // SAFETY: as above.
     let floor_install: extern "C" fn() -> i32 =
         unsafe { std::mem::transmute(fx.sym("floor_install")?) };
@@ -325,9 +343,10 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         None
     };
     let trap_splice = session.splice_call("bench_target", &comp, "empty_handler", Trap)?;
-    let (mut trap_r, mut floor_r, mut int3_r, mut uprobe_r) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut call_t, mut floor_t, mut int3_t) = (call, || floor_trap(), || int3_trap());
+    let (mut trap_r, mut floor_r, mut int3_r, mut cd03_r, mut uprobe_r) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut call_t, mut floor_t, mut int3_t, mut cd03_t) =
+        (call, || floor_trap(), || int3_trap(), || int3_long_trap());
     for r in 0..=rounds {
         // Round 0 warms every path up and is not counted.
         let keep = r > 0;
@@ -337,6 +356,7 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
         check(floor_restore(), "restoring the SIGSEGV handler")?;
         check(int3_install(), "installing the SIGTRAP handler")?;
         let i3 = timing::round(slow, &mut int3_t);
+        let cd = timing::round(slow, &mut cd03_t);
         check(int3_restore(), "restoring the SIGTRAP handler")?;
         if let Some(p) = &probe {
             p.set_enabled(true).map_err(CostError::Uprobe)?;
@@ -350,9 +370,23 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
             trap_r.push(t);
             floor_r.push(fl);
             int3_r.push(i3);
+            cd03_r.push(cd);
         }
     }
     drop(trap_splice);
+    // SAFETY: see `strays` above; the handler is restored, nothing writes it now.
+    let strays = unsafe { strays.read_volatile() };
+    // Every CC trap counts as a stray (its byte before RIP is the caller's): only the CD 03
+    // traps must match. int3_trap ran `(rounds + 1) * slow` times.
+    let cc_traps = u64::from(rounds + 1) * u64::from(slow);
+    if strays != cc_traps {
+        return Err(CostError::Signal {
+            what: "telling CD 03 from CC by the bytes before RIP",
+            source: std::io::Error::other(format!(
+                "{strays} traps not CD 03 for {cc_traps} int3 (CC) traps"
+            )),
+        });
+    }
 
     let mut rows = vec![
         row("unpatched", "unpatched call", plain),
@@ -400,6 +434,11 @@ pub fn measure(iters: u32, rounds: u32, with_uprobe: bool) -> Result<CostTable, 
             "floor_int3",
             "floor: int3 + empty SIGTRAP handler",
             timing::stats(int3_r),
+        ),
+        row(
+            "floor_int3_cd03",
+            "floor: int $3 (CD 03, 2 bytes) + SIGTRAP handler",
+            timing::stats(cd03_r),
         ),
     ];
     if let Some(p) = probe {

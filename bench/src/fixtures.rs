@@ -114,9 +114,25 @@ __attribute__((noinline)) void int3_trap(void)
 	__asm__ volatile("int3" ::: "memory");
 }
 
+/* `int $3` in its 2-byte form (CD 03; gas writes `int $3` as CC): #BP like int3, so SIGTRAP,
+ * with RIP after both bytes. */
+__attribute__((noinline)) void int3_long_trap(void)
+{
+	__asm__ volatile(".byte 0xcd, 0x03" ::: "memory");
+}
+
+/* Traps the SIGTRAP handler saw whose two bytes before RIP were not CD 03. */
+unsigned long int3_long_strays;
+
 static void int3_handler(int sig, siginfo_t *si, void *ctx)
 {
-	(void)sig; (void)si; (void)ctx;
+	ucontext_t *uc = ctx;
+	const unsigned char *ip = (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
+	(void)sig; (void)si;
+	/* What an agent using CD 03 must do to tell its own trap from a debugger's CC: read the
+	 * bytes before RIP (the same work for both floors, so their rows compare). */
+	if (ip[-2] != 0xcd || ip[-1] != 0x03)
+		int3_long_strays++;
 }
 
 static struct sigaction int3_old;

@@ -409,7 +409,9 @@ fn render_plan(all: &[coverage::Coverage], costs: &HitCosts) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "cycle costs per hit: trap {:.0}, jmp rel32 {:.0}, jmp rel8+springboard {:.0}",
+        "cycle costs per hit, the PROCESS backend's (bench cost: trap = int 0xf5 -> #GP -> SIGSEGV; \
+         the kernel's trap, handled in the kernel, is far cheaper relative to jmp): \
+         trap {:.0}, jmp rel32 {:.0}, jmp rel8+springboard {:.0}",
         costs.trap, costs.jmp_rel32, costs.jmp_springboard
     );
     for c in all {

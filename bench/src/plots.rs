@@ -200,6 +200,7 @@ fn short_name(key: &str) -> &str {
         "trap" => "trap (int 0xf5)",
         "floor_sigsegv" => "C SIGSEGV floor",
         "floor_int3" => "int3 floor",
+        "floor_int3_cd03" => "int $3 (CD 03) floor",
         "uprobe" => "uprobe",
         other => other,
     }
@@ -359,7 +360,7 @@ fn fig5<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(&top)
         .caption(
             format!(
-                "Fig. 5 today: expected cycles per hit vs distance to the patch buffer ({} points)",
+                "Fig. 5 today: expected cycles per hit vs distance to the patch buffer ({} points; hit costs: the process backend's)",
                 tot.at[0].points
             ),
             ("sans-serif", 18),
