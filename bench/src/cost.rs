@@ -54,7 +54,7 @@ impl From<SessionError> for CostError {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostRow {
     /// Stable key: `unpatched`, `jmp_rel32`, `short_unpatched`, `jmp_springboard`, `trap`,
-    /// `floor_sigsegv`, `floor_int3`, `uprobe`.
+    /// `floor_sigsegv`, `floor_int3`, `floor_int3_cd03`, `uprobe`.
     pub key: String,
     pub name: String,
     pub median: f64,
