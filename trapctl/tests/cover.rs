@@ -105,7 +105,7 @@ fn closing_braces(source: &str) -> BTreeSet<u32> {
         .lines()
         .enumerate()
         .filter(|(_, l)| *l == "}")
-        .map(|(i, _)| i as u32 + 1)
+        .map(|(i, _)| u32::try_from(i + 1).unwrap())
         .collect()
 }
 
