@@ -104,6 +104,10 @@ fn the_peers_goals_are_a_valid_png_and_svg() {
     let console = "PEERS_NS_BASE=600\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_TRAP_EMPTY=2000\nPEERS_NS_FENTRY_EMPTY=1000\n\
         PEERS_NS_FENTRY_COUNT=1100\nPEERS_FTRACE_1000 filter_ns=1000000 enable_ns=800000000 disable_ns=1\n\
         PEERS_TRAPVEC_1000_JMP apply_ns=3000000000 commit_ms=200 remove_ns=1\n\
+        PEERS_FTRACE_10000 filter_ns=1000000 enable_ns=900000000 disable_ns=1\n\
+        PEERS_TRAPVEC_10000_JMP apply_ns=4000000000 commit_ms=700 remove_ns=1\n\
+        PEERS_FENTRY_HITS=22002 expected=22002\n\
+        PEERS_TRAPVEC_HITS config=jmp_empty hits=22002 expected=22002\n\
         PEERS_LIVEPATCH load_ns=1 transition_ns=1500000000 disable_ns=1 unload_ns=1\n\
         PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1\n";
     let peers = bench::peers::Peers {
