@@ -180,6 +180,29 @@ fn lockdown_secure_boot_and_a_missing_module_each_name_their_fix() {
 }
 
 #[test]
+fn lockdown_unknown_without_securityfs_and_absent_without_the_lsm() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    good(root);
+    fs::remove_file(root.join("sys/kernel/security/lockdown")).unwrap();
+    // securityfs not mounted: an empty directory.
+    let v = checks(&doctor(root, true));
+    assert_eq!(check(&v, "lockdown")["state"], "note", "{v}");
+    assert!(check(&v, "lockdown")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("mount -t securityfs"));
+    // Mounted, without the lockdown LSM.
+    fs::write(root.join("sys/kernel/security/lsm"), "capability,yama\n").unwrap();
+    let v = checks(&doctor(root, true));
+    assert_eq!(check(&v, "lockdown")["state"], "ok", "{v}");
+    assert!(check(&v, "lockdown")["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("no lockdown LSM"));
+}
+
+#[test]
 fn modules_disabled_no_kprobes_and_no_device_are_missing() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

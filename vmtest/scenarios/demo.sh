@@ -12,6 +12,10 @@ mss() { printf 'new loopback connection: TCP_MAXSEG = %s\n' "$(tcpmss)"; }
 say "trapvec kernel demo on Linux $(uname -r) ($(nproc) CPUs, QEMU TCG)"
 dmesg | grep 'trapvec: ready' | sed 's/^\[[^]]*\] /kernel: /'
 
+say "0. What this machine allows (exit status 1 if something the kernel commands need is missing)"
+mount -t securityfs securityfs /sys/kernel/security 2>/dev/null || true  # as systemd mounts it
+run trapctl doctor
+
 say "1. Count tcp_sync_mss calls while 4 loopback connections are opened"
 trapctl count tcp_sync_mss --seconds 5 > /tmp/count.out &
 count=$!

@@ -27,6 +27,15 @@ fn the_kernel_demo_runs_the_same_on_6_12() {
     );
 }
 
+/// The guest's release, from the demo's first line ("trapvec kernel demo on Linux RELEASE (...").
+fn entry_release<'a>(lines: &[&'a str]) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix("=== trapvec kernel demo on Linux "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the demo's title line")
+}
+
 fn demo(scenario: Scenario, entry: &str) {
     let run = scenario.timeout(600).run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
@@ -36,6 +45,19 @@ fn demo(scenario: Scenario, entry: &str) {
         .map(|l| l.trim_end_matches('\r'))
         .collect();
     let has = |prefix: &str| lines.iter().any(|l| l.starts_with(prefix));
+    // `trapctl doctor` on a real kernel: the series CI boots, lockdown none, the module's ABI.
+    let release = entry_release(&lines);
+    assert!(
+        has(&format!(
+            "ok       kernel           {release}: the series of"
+        )),
+        "doctor knows the guest's kernel: {lines:?}"
+    );
+    assert!(has(
+        "ok       lockdown         none: kernel text may be written"
+    ));
+    assert!(has("ok       module           loaded, ioctl ABI "));
+    assert!(has("ready: the kernel commands can run here"));
     assert!(
         has("tcp_sync_mss: 20 calls in 5 s"),
         "4 connections x 5 tcp_sync_mss calls"

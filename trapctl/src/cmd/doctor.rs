@@ -208,6 +208,16 @@ running text and refuses what it cannot prove, but this kernel is untested"
 
     fn lockdown(&self) -> Check {
         let Some(text) = self.read("sys/kernel/security/lockdown") else {
+            let mounted = std::fs::read_dir(self.path("sys/kernel/security"))
+                .is_ok_and(|mut d| d.next().is_some());
+            if !mounted {
+                return Check::new(
+                    "lockdown",
+                    State::Note,
+                    "securityfs is not mounted, so the lockdown mode cannot be read (trapvec.ko refuses to write text itself when lockdown forbids it)",
+                )
+                .fix("mount -t securityfs securityfs /sys/kernel/security");
+            }
             return Check::new(
                 "lockdown",
                 State::Ok,
