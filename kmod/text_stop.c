@@ -19,10 +19,19 @@
  * stop_machine_cpuslocked() is not exported. The other writers of kernel text (ftrace,
  * jump labels, static calls, alternatives, kprobes) write ranges that check.c keeps apart
  * from ours, and the second comparison inside stop_machine() catches the rest.
+ *
+ * How long every CPU is held is measured per stop (stop_stats, a read-only module parameter):
+ * "held" from the moment the last CPU has arrived in trapvec_stop_cb() to the moment the
+ * writer releases them, and "call" the whole stop_machine() as trapvec_stop_run() sees it
+ * (waking the stoppers, their arrival, the release and the return included). A batch is the
+ * stops made on one trapvec_stop_ctx (ARM, FINISH, DISARM, DEFERRED, or one UNLOAD).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/atomic.h>
+#include <linux/moduleparam.h>
+#include <linux/sysfs.h>
+#include <linux/timekeeping.h>
 #include <linux/stop_machine.h>
 #include <linux/string.h>
 #include <asm/sync_core.h>
@@ -220,6 +229,71 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 	}
 }
 
+/*
+ * The writer's two stamps of the stop in progress. One writer at a time: stop_machine() calls
+ * are serialized, and every caller holds trapvec_mutex.
+ */
+static u64 trapvec_stop_arrived_ns, trapvec_stop_released_ns;
+
+/*
+ * The clock read inside the stop: ktime_get_mono_fast_ns() is notrace and NMI-safe (its
+ * latch never makes a reader wait for the timekeeper, which cannot run while every CPU is
+ * held). ktime_get_ns() is neither: it is traceable text that a site may be placed in, and
+ * it spins on the timekeeper's seqcount. The writer reads it only before its first store and
+ * after its last sync, when no site holds a mix of old and new bytes.
+ */
+static u64 trapvec_stop_clock(void)
+{
+	return ktime_get_mono_fast_ns();
+}
+
+/* Under trapvec_mutex (the only writer); read by trapvec_stop_stats_get() with READ_ONCE. */
+static struct {
+	u64 stops;
+	u64 held_max, held_total;
+	u64 call_max, call_total;
+	u64 last_held, last_call;
+	u64 batch_stops, batch_held, batch_call;
+} trapvec_stop_stats;
+
+static void trapvec_stop_account(bool new_batch, u64 held, u64 call)
+{
+	typeof(trapvec_stop_stats) *st = &trapvec_stop_stats;
+
+	lockdep_assert_held(&trapvec_mutex);
+	WRITE_ONCE(st->stops, st->stops + 1);
+	WRITE_ONCE(st->held_max, max(st->held_max, held));
+	WRITE_ONCE(st->held_total, st->held_total + held);
+	WRITE_ONCE(st->call_max, max(st->call_max, call));
+	WRITE_ONCE(st->call_total, st->call_total + call);
+	WRITE_ONCE(st->last_held, held);
+	WRITE_ONCE(st->last_call, call);
+	WRITE_ONCE(st->batch_stops, new_batch ? 1 : st->batch_stops + 1);
+	WRITE_ONCE(st->batch_held, new_batch ? held : st->batch_held + held);
+	WRITE_ONCE(st->batch_call, new_batch ? call : st->batch_call + call);
+}
+
+/* Figures of a batch in progress may be read half updated: they are statistics, not state. */
+static int trapvec_stop_stats_get(char *buf, const struct kernel_param *kp)
+{
+	typeof(trapvec_stop_stats) *st = &trapvec_stop_stats;
+
+	return sysfs_emit(buf,
+			  "stops=%llu held_max_ns=%llu held_total_ns=%llu call_max_ns=%llu call_total_ns=%llu last_held_ns=%llu last_call_ns=%llu last_batch_stops=%llu last_batch_held_ns=%llu last_batch_call_ns=%llu\n",
+			  READ_ONCE(st->stops), READ_ONCE(st->held_max),
+			  READ_ONCE(st->held_total), READ_ONCE(st->call_max),
+			  READ_ONCE(st->call_total), READ_ONCE(st->last_held),
+			  READ_ONCE(st->last_call), READ_ONCE(st->batch_stops),
+			  READ_ONCE(st->batch_held), READ_ONCE(st->batch_call));
+}
+
+static const struct kernel_param_ops trapvec_stop_stats_ops = {
+	.get = trapvec_stop_stats_get,
+};
+module_param_cb(stop_stats, &trapvec_stop_stats_ops, NULL, 0444);
+MODULE_PARM_DESC(stop_stats,
+		 "stop_machine() calls of the text writer: how long every CPU was held and each call took, in ns (read only)");
+
 static int trapvec_stop_cb(void *data)
 {
 	struct trapvec_stop_ctx *ctx = data;
@@ -229,7 +303,9 @@ static int trapvec_stop_cb(void *data)
 	if (atomic_inc_return(&ctx->arrived) == 1) {
 		while (atomic_read(&ctx->arrived) < num_online_cpus())
 			cpu_relax();
+		trapvec_stop_arrived_ns = trapvec_stop_clock();
 		trapvec_stop_write(ctx);
+		trapvec_stop_released_ns = trapvec_stop_clock();
 		/* Pairs with the acquire below: the others see every byte written. */
 		smp_store_release(&ctx->done, 1);
 	} else {
@@ -252,6 +328,9 @@ static int trapvec_stop_cb(void *data)
 
 int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
 {
+	/* A zeroed ctx has had no stop yet: its first stop starts a batch. */
+	bool new_batch = atomic_read(&ctx->arrived) == 0;
+	u64 start, call;
 	int ret;
 
 	ctx->stage = stage;
@@ -262,6 +341,12 @@ int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
 	ctx->result = 0;
 	ctx->failed = TRAPVEC_NO_INDEX;
 	ctx->skipped = 0;
+	trapvec_stop_arrived_ns = 0;
+	trapvec_stop_released_ns = 0;
+	start = trapvec_stop_clock();
 	ret = stop_machine(trapvec_stop_cb, ctx, cpu_online_mask);
+	call = trapvec_stop_clock() - start;
+	/* Both stamps stay 0 when the callback did not run (held 0). */
+	trapvec_stop_account(new_batch, trapvec_stop_released_ns - trapvec_stop_arrived_ns, call);
 	return ret ?: ctx->result;
 }
