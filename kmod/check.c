@@ -278,6 +278,17 @@ static u32 trapvec_check_boundary(unsigned long addr, u32 len, u32 *insns)
 			continue;
 		}
 		(*insns)++;
+		/*
+		 * With IBT (6.12's CONFIG_X86_KERNEL_IBT) an indirect call or jmp must land on an
+		 * endbr64, or the CPU raises #CP: the function's own entry stays as it is. The
+		 * sealed form (a nop where nothing branches indirectly) may go.
+		 */
+		if (insn.length == 4 && !memcmp(text + at, "\xf3\x0f\x1e\xfa", 4)) {
+			pr_debug("%pS: the window covers the endbr64 at %pS\n", (void *)addr,
+				 (void *)(addr - offset + at));
+			reason = TRAPVEC_REASON_ENDBR;
+			goto out;
+		}
 		if (at + insn.length < offset + len && trapvec_insn_is_call(&insn)) {
 			pr_debug("%pS: the call at %pS returns inside the window\n", (void *)addr,
 				 (void *)(addr - offset + at));

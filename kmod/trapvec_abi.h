@@ -96,7 +96,8 @@
 	X(31, NOT_A_JUMP, "over several instructions, new bytes not a trap/jmp")                 \
 	X(32, JUMP_TARGET, "a jump-label target inside the range past its first byte")           \
 	X(33, EXTABLE_FIXUP, "an exception fix-up address inside the range past its first byte") \
-	X(34, DEAD_CPU, "a function a CPU going offline runs after rcu_report_dead()")
+	X(34, DEAD_CPU, "a function a CPU going offline runs after rcu_report_dead()")          \
+	X(35, ENDBR, "an endbr64 inside the range: with IBT an indirect branch must land on it")
 
 enum {
 #define TRAPVEC_REASON_VALUE(n, name, meaning) TRAPVEC_REASON_##name = (n),

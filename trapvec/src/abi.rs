@@ -176,8 +176,10 @@ pub const TRAPVEC_REASON_JUMP_TARGET: u32 = 32;
 pub const TRAPVEC_REASON_EXTABLE_FIXUP: u32 = 33;
 /// A function a CPU going offline runs after `rcu_report_dead()`; `culprit` is its start.
 pub const TRAPVEC_REASON_DEAD_CPU: u32 = 34;
+/// An `endbr64` lies inside the window: with IBT an indirect branch must land on it.
+pub const TRAPVEC_REASON_ENDBR: u32 = 35;
 /// Highest reason code.
-pub const TRAPVEC_REASON_MAX: u32 = 34;
+pub const TRAPVEC_REASON_MAX: u32 = 35;
 
 /// `struct trapvec_info`: what the module is and where its memory lies.
 #[repr(C)]

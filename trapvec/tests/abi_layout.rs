@@ -217,6 +217,10 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
             "TRAPVEC_REASON_DEAD_CPU",
             u64::from(trapvec::abi::TRAPVEC_REASON_DEAD_CPU),
         ),
+        (
+            "TRAPVEC_REASON_ENDBR",
+            u64::from(trapvec::abi::TRAPVEC_REASON_ENDBR),
+        ),
         ("TRAPVEC_REASON_MAX", u64::from(TRAPVEC_REASON_MAX)),
         ("TRAPVEC_READ_ORIGINAL", u64::from(TRAPVEC_READ_ORIGINAL)),
         ("TRAPVEC_IOC_INFO", u64::from(TRAPVEC_IOC_INFO)),

@@ -2,7 +2,8 @@
 //! 3), in one boot: a window over a jump-label target or an exception fix-up past its first
 //! byte is refused by the module, the refusal names the static key or the faulting instruction
 //! and the place; the scheduler feature whose key it is flips both ways while the scheduler runs
-//! the function, without an oops; a window that starts at a target is not refused for it.
+//! the function, without an oops; a window that starts at a target is not refused for it. And
+//! a window over an endbr64 (6.12, IBT) is refused by the module itself (reason ENDBR).
 
 use vmtest::testing::{can_boot, can_boot_kernel, tvraw, Scenario};
 
@@ -18,7 +19,7 @@ fn windows_over_jump_label_targets_and_exception_fixups_are_refused_naming_them(
     if !can_boot("kernel scenario") {
         return;
     }
-    hidden_targets(Scenario::named("kernel_hidden_targets.sh"));
+    hidden_targets(Scenario::named("kernel_hidden_targets.sh"), false);
 }
 
 /// The same on Debian 13's kernel.
@@ -27,10 +28,14 @@ fn windows_over_jump_label_targets_and_exception_fixups_are_refused_on_6_12_too(
     if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
         return;
     }
-    hidden_targets(Scenario::named("kernel_hidden_targets.sh").kernel("6.12"));
+    hidden_targets(
+        Scenario::named("kernel_hidden_targets.sh").kernel("6.12"),
+        true,
+    );
 }
 
-fn hidden_targets(scenario: Scenario) {
+/// `ibt`: the kernel is built with CONFIG_X86_KERNEL_IBT (6.12), so its functions start with endbr64.
+fn hidden_targets(scenario: Scenario, ibt: bool) {
     let dir = tempfile::tempdir().unwrap();
     let run = scenario
         .file(tvraw(dir.path()))
@@ -117,6 +122,14 @@ fn hidden_targets(scenario: Scenario) {
     assert!(
         is_place(insn) && is_place(at),
         "the faulting instruction and the fix-up are placed: {msg}"
+    );
+
+    // A window over the entry: the endbr64 with IBT (35, ENDBR), the ftrace nop without (8).
+    let entry = run.expect("ENTRY_CHECK");
+    let want = if ibt { "reason=35" } else { "reason=8" };
+    assert!(
+        entry.split_whitespace().any(|w| w == want),
+        "CHECK of tcp_sync_mss+0, 2 bytes: {entry}, want {want}"
     );
 
     // Nothing was spliced, nothing oopsed.

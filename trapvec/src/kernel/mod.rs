@@ -181,6 +181,8 @@ pub enum SiteRefusal {
     /// In `function`, which a CPU going offline runs after `rcu_report_dead()`.
     #[error("in {function}, which a CPU going offline runs after rcu_report_dead(): no RCU grace period waits for that CPU, and a dead CPU loops there outside the writer's stop_machine()")]
     DeadCpu { function: String },
+    #[error("the window covers an endbr64: with indirect branch tracking (IBT) every indirect call or jmp must land on it, so it stays where it is (a point past it, such as the function's entry past endbr64 and its ftrace nop, is accepted)")]
+    Endbr,
     #[error("refused for reason {code}, which this version of trapvec does not know")]
     Unknown { code: u32 },
     #[error("the site could not be checked: CHECK failed with {errno}")]
@@ -242,6 +244,7 @@ impl SiteRefusal {
             crate::abi::TRAPVEC_REASON_DEAD_CPU => SiteRefusal::DeadCpu {
                 function: UNSAID.into(),
             },
+            crate::abi::TRAPVEC_REASON_ENDBR => SiteRefusal::Endbr,
             code => SiteRefusal::Unknown { code },
         })
     }
@@ -283,6 +286,7 @@ impl SiteRefusal {
             SiteRefusal::JumpTarget { .. } => TRAPVEC_REASON_JUMP_TARGET,
             SiteRefusal::ExtableFixup { .. } => TRAPVEC_REASON_EXTABLE_FIXUP,
             SiteRefusal::DeadCpu { .. } => crate::abi::TRAPVEC_REASON_DEAD_CPU,
+            SiteRefusal::Endbr => crate::abi::TRAPVEC_REASON_ENDBR,
             SiteRefusal::Unknown { code } => *code,
             SiteRefusal::CheckFailed { .. } => return None,
         })
