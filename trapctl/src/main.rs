@@ -32,7 +32,12 @@ mod route;
     propagate_version = true,
     after_help = "The kernel commands go through trapd when one listens on its socket (--socket, else \
 $TRAPD_SOCKET, else /run/trapd.sock), and straight to /dev/trapvec otherwise; they print the same \
-either way."
+either way.
+
+Exit status: 0 done; 1 an error (named on stderr; nothing was changed); 2 usage (a bad option or \
+argument); 3 partly applied (`apply --best-effort` with refusals: the rest stays applied). `cover` \
+exits with its command's status; a program run under the agent exits 86 when its spec cannot be \
+applied."
 )]
 struct Cli {
     /// trapd's socket [default: $TRAPD_SOCKET, else /run/trapd.sock].
@@ -66,18 +71,86 @@ enum Command {
     Doctor(cmd::doctor::Args),
     #[command(hide = true)]
     Cycle(cmd::cycle::Args),
-    /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell); hidden:
-    /// the packages install the scripts (packaging/build-deb).
-    #[command(hide = true)]
+    /// Print the completion script for SHELL (the packages install them; from a checkout:
+    /// `trapctl completions bash > /etc/bash_completion.d/trapctl`).
     Completions {
+        #[arg(value_enum)]
         shell: trapvec_proto::docs::Shell,
     },
-    /// Write trapctl.1 and a trapctl-COMMAND.1 per command into DIR; hidden, as completions.
-    #[command(hide = true)]
+    /// Write trapctl.1 and a trapctl-COMMAND.1 per command, with EXAMPLES and EXIT STATUS,
+    /// into DIR (then `man -l DIR/trapctl.1`).
     Man {
         dir: std::path::PathBuf,
     },
 }
+
+/// A command that changed part of what it was asked and left the rest, by request
+/// (`apply --best-effort`): exit status 3, so that a script can tell it from a failure (1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct PartlyApplied(pub String);
+
+impl PartlyApplied {
+    const STATUS: u8 = 3;
+}
+
+/// The man pages' EXIT STATUS and EXAMPLES.
+const MAN: trapvec_proto::docs::ManExtras = trapvec_proto::docs::ManExtras {
+    exit_status: &[
+        ("0", "done"),
+        ("1", "an error, named on stderr with its culprit; nothing was changed"),
+        ("2", "usage: a bad option or argument"),
+        ("3", "partly applied: apply --best-effort refused some splices and applied the rest"),
+        ("86", "(a program run under the agent) its spec could not be applied; main never ran"),
+    ],
+    examples: &[
+        (
+            "trapctl",
+            &[
+                ("trapctl doctor", "what this machine allows, each missing piece with its fix"),
+                ("trapctl count tcp_sync_mss --seconds 10", "how often the kernel calls tcp_sync_mss"),
+                ("trapctl points 'tcp_*' --summary", "how many tcp_ functions can take a trap or a jmp, and why not the rest"),
+            ],
+        ),
+        ("trapctl-doctor", &[("trapctl doctor --json", "the same checks as one JSON object")]),
+        (
+            "trapctl-points",
+            &[
+                ("trapctl points 'tcp_v4_*'", "each tcp_v4_ function of the running kernel: trap, jmp, springboard, or why not"),
+                ("trapctl points --blocks --process /usr/bin/python3 'Py*Call*'", "the basic blocks of python3's Py*Call* functions"),
+            ],
+        ),
+        (
+            "trapctl-count",
+            &[
+                ("trapctl count tcp_sync_mss --seconds 10", "count calls for ten seconds"),
+                ("trapctl count tcp_v4_connect -- curl -s http://127.0.0.1/", "count calls while a command runs"),
+            ],
+        ),
+        ("trapctl-time", &[("trapctl time do_sys_openat2 --seconds 5", "a latency histogram of openat(2) for five seconds")]),
+        (
+            "trapctl-splice",
+            &[
+                ("trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss", "replace the function with a loaded component's"),
+                ("trapctl splice tcp_sync_mss --count --mechanism jmp", "count calls by a jmp splice until unspliced"),
+            ],
+        ),
+        ("trapctl-unsplice", &[("trapctl unsplice tcp_sync_mss", "remove the splice at tcp_sync_mss")]),
+        ("trapctl-load", &[("trapctl load components/mss_clamp.o", "load a component into the kernel's repository")]),
+        (
+            "trapctl-apply",
+            &[
+                ("trapctl apply --check spec.toml", "plan and check every splice of the spec, change nothing"),
+                ("trapctl apply --best-effort spec.toml", "apply what validates; exit status 3 if anything was refused"),
+            ],
+        ),
+        ("trapctl-list", &[("trapctl list --json", "live splices and loaded components with their hits")]),
+        (
+            "trapctl-cover",
+            &[("trapctl cover --process 'prog:*' --lcov prog.info -- ./prog", "basic-block coverage of prog's functions while it runs, as lcov")],
+        ),
+    ],
+};
 
 /// Write a command's whole output to stdout; a reader that went away (`trapctl ... | head`) is
 /// no error.
@@ -111,7 +184,7 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
-        Command::Man { dir } => trapvec_proto::docs::man_pages(Cli::command(), &dir)
+        Command::Man { dir } => trapvec_proto::docs::man_pages(Cli::command(), &dir, &MAN)
             .map(|_| ())
             .map_err(Into::into),
         Command::Inspect(args) => inspect::run(&args),
@@ -137,7 +210,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("trapctl: {}", trapvec::error_chain(e.as_ref()));
-            ExitCode::FAILURE
+            if e.downcast_ref::<PartlyApplied>().is_some() {
+                ExitCode::from(PartlyApplied::STATUS)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -52,6 +52,46 @@ enum Command {
     Man { dir: PathBuf },
 }
 
+/// The man pages' EXAMPLES and EXIT STATUS.
+const MAN: trapd::docs::ManExtras = trapd::docs::ManExtras {
+    exit_status: &[
+        (
+            "0",
+            "the daemon stopped cleanly (SIGTERM, SIGINT); for send: every reply was ok",
+        ),
+        (
+            "1",
+            "an error, named on stderr and in the journal; for send: a reply was not ok",
+        ),
+        (
+            "2",
+            "usage (a bad option or argument); for send: no daemon could be reached",
+        ),
+    ],
+    examples: &[
+        (
+            "trapd",
+            &[
+                (
+                    "trapd --config /etc/trapvec/trapd.toml",
+                    "run the daemon as the package's systemd unit does",
+                ),
+                (
+                    "trapd send '{\"op\":\"list\"}'",
+                    "ask a running trapd for its live splices",
+                ),
+            ],
+        ),
+        (
+            "trapd-send",
+            &[(
+                "trapd send '{\"op\":\"activate\",\"profile\":\"clamp\"}'",
+                "switch to the profile named clamp",
+            )],
+        ),
+    ],
+};
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let level = match cli.verbose {
@@ -66,7 +106,7 @@ fn main() -> ExitCode {
             trapd::docs::completions(Cli::command(), "trapd", *shell, &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Man { dir }) => trapd::docs::man_pages(Cli::command(), dir)
+        Some(Command::Man { dir }) => trapd::docs::man_pages(Cli::command(), dir, &MAN)
             .map(|_| ExitCode::SUCCESS)
             .map_err(Into::into),
         None => run(&cli).map(|()| ExitCode::SUCCESS),

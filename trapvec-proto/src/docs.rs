@@ -1,6 +1,6 @@
 //! Shell completions and man pages generated from a command's clap definition: what the
-//! hidden `completions SHELL` and `man DIR` subcommands of `trapctl` and `trapd` print and
-//! write. The Debian packages run them at build time (`packaging/build-deb`), so what is
+//! `completions SHELL` and `man DIR` subcommands of `trapctl` and `trapd` print and
+//! write; each page also gets the EXAMPLES and EXIT STATUS sections its tool gives ([`ManExtras`]). The Debian packages run them at build time (`packaging/build-deb`), so what is
 //! installed always matches the binaries' real options.
 
 use std::io::Write;
@@ -22,19 +22,75 @@ pub fn completions(mut cmd: clap::Command, bin: &str, shell: Shell, out: &mut dy
     clap_complete::generate(shell, &mut cmd, bin, out);
 }
 
+/// What a tool's man pages say beyond its options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ManExtras<'a> {
+    /// EXIT STATUS, on every page: (status, meaning).
+    pub exit_status: &'a [(&'a str, &'a str)],
+    /// EXAMPLES, by page (`trapctl`, `trapctl-count`, ...): command lines, each followed by
+    /// what it does.
+    pub examples: &'a [(&'a str, &'a [(&'a str, &'a str)])],
+}
+
+/// `text` for roff: backslashes and hyphens escaped, a leading `.` or `'` defused.
+fn roff(text: &str) -> String {
+    let s = text.replace('\\', "\\\\").replace('-', "\\-");
+    if s.starts_with(['.', '\'']) {
+        format!("\\&{s}")
+    } else {
+        s
+    }
+}
+
+impl ManExtras<'_> {
+    /// The sections for the page named `page`.
+    fn sections(&self, page: &str) -> String {
+        let mut out = String::new();
+        if let Some((_, examples)) = self.examples.iter().find(|(p, _)| *p == page) {
+            out.push_str(".SH EXAMPLES\n");
+            for (line, what) in *examples {
+                out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(line), roff(what)));
+            }
+        }
+        if !self.exit_status.is_empty() {
+            out.push_str(".SH \"EXIT STATUS\"\n");
+            for (status, what) in self.exit_status {
+                out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(status), roff(what)));
+            }
+        }
+        out
+    }
+}
+
 /// Write `cmd`'s man page (`NAME.1`) and one per visible subcommand (`NAME-SUB.1`) into
-/// `dir` (created if missing); hidden subcommands get none. Returns the files written, in
-/// order: the command's own page first.
-pub fn man_pages(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, ManError> {
-    fn write(cmd: clap::Command, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// `dir` (created if missing), each with `extras`' sections; hidden subcommands get none.
+/// Returns the files written, in order: the command's own page first.
+pub fn man_pages(
+    cmd: clap::Command,
+    dir: &Path,
+    extras: &ManExtras,
+) -> Result<Vec<PathBuf>, ManError> {
+    fn write(
+        cmd: clap::Command,
+        dir: &Path,
+        extras: &ManExtras,
+        out: &mut Vec<PathBuf>,
+    ) -> std::io::Result<()> {
         let subs: Vec<clap::Command> = cmd
             .get_subcommands()
             .filter(|s| !s.is_hide_set())
             .cloned()
             .collect();
-        out.push(clap_mangen::Man::new(cmd).generate_to(dir)?);
+        let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+        let page = clap_mangen::Man::new(cmd).generate_to(dir)?;
+        let extra = extras.sections(&name);
+        if !extra.is_empty() {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&page)?;
+            f.write_all(extra.as_bytes())?;
+        }
+        out.push(page);
         for s in subs {
-            write(s, dir, out)?;
+            write(s, dir, extras, out)?;
         }
         Ok(())
     }
@@ -48,7 +104,7 @@ pub fn man_pages(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, ManErro
     let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     let mut out = Vec::new();
-    write(cmd, dir, &mut out).map_err(err)?;
+    write(cmd, dir, extras, &mut out).map_err(err)?;
     Ok(out)
 }
 
@@ -73,7 +129,11 @@ mod tests {
     #[test]
     fn man_pages_are_one_per_visible_command_and_none_for_hidden_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let pages = man_pages(tool(), &dir.path().join("man1")).unwrap();
+        let extras = ManExtras {
+            exit_status: &[("0", "done"), ("3", "partly applied")],
+            examples: &[("tool-list", &[("tool list --json", "lists, as JSON")])],
+        };
+        let pages = man_pages(tool(), &dir.path().join("man1"), &extras).unwrap();
         let names: Vec<String> = pages
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -82,12 +142,26 @@ mod tests {
         let list = std::fs::read_to_string(&pages[1]).unwrap();
         assert!(list.contains(".TH tool-list 1"), "{list}");
         assert!(list.contains("\\-\\-json"), "{list}");
+        assert!(
+            list.contains(".SH EXAMPLES\n.TP\n\\fBtool list \\-\\-json\\fR\nlists, as JSON\n"),
+            "{list}"
+        );
+        assert!(
+            list.contains(
+                ".SH \"EXIT STATUS\"\n.TP\n\\fB0\\fR\ndone\n.TP\n\\fB3\\fR\npartly applied\n"
+            ),
+            "{list}"
+        );
         let main = std::fs::read_to_string(&pages[0]).unwrap();
         assert!(
             main.contains("tool\\-list(1)"),
             "the main page names its subcommands' pages: {main}"
         );
         assert!(!main.contains("secret"), "hidden commands stay out: {main}");
+        assert!(
+            !main.contains("EXAMPLES") && main.contains("EXIT STATUS"),
+            "examples only where given, exit statuses everywhere: {main}"
+        );
     }
 
     #[test]
@@ -115,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("not-a-dir");
         std::fs::write(&file, "x").unwrap();
-        let e = man_pages(tool(), &file.join("man1")).unwrap_err();
+        let e = man_pages(tool(), &file.join("man1"), &ManExtras::default()).unwrap_err();
         assert!(
             e.to_string().starts_with(&format!(
                 "writing man pages to {}",

@@ -49,7 +49,7 @@ refuse ERR_BRANCH trapctl splice "$target_point" --call empty_handler
 snapshot /tmp/after
 cmp -s /tmp/before /tmp/after && echo "UNCHANGED=yes" || { echo "UNCHANGED=no"; diff /tmp/before /tmp/after; }
 
-# --best-effort: the good point is applied, each bad one reported, the exit status is non-zero.
+# --best-effort: the good point is applied, each bad one reported, the exit status is 3.
 cat > /tmp/mixed.toml <<'TOML'
 [[splice]]
 at = "tcp_sync_mss"

@@ -20,7 +20,7 @@ get their old values) and the error names the culprit.
 
 --best-effort applies every splice that validates and reports each refused one with its reason
 (`refused: AT: why`, on stderr); components and variables are still all or nothing. The exit
-status is then non-zero when any splice was refused, although the others stay applied.
+status is then 3 when any splice was refused (the others stay applied), 1 when nothing could be.
 
 --check only plans: every splice is resolved, planned and put to the module's checks, each
 refusal is reported as with --best-effort, and nothing is loaded or changed (the spec's
@@ -28,7 +28,7 @@ components must already be loaded for their handlers to resolve).")]
 pub struct ApplyArgs {
     /// The spec file; component paths are relative to it.
     pub spec: PathBuf,
-    /// Apply what validates, report the rest, exit non-zero if anything was refused.
+    /// Apply what validates, report the rest, exit 3 if anything was refused.
     #[arg(long, conflicts_with = "check")]
     pub best_effort: bool,
     /// Plan and check only; change nothing.
@@ -90,12 +90,14 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         eprintln!("refused: {e}");
     }
     if !report.refused.is_empty() {
-        bail!(
+        // Exit status 3: what validated stays applied.
+        return Err(crate::PartlyApplied(format!(
             "{} of {} splices refused ({} applied)",
             report.refused.len(),
             report.requested,
             report.spliced.len()
-        );
+        ))
+        .into());
     }
     Ok(())
 }
