@@ -4,11 +4,13 @@ CARGO ?= cargo
 
 .PHONY: test deps build demo deb
 
-## Everything CI checks: dependencies, the release build, rustfmt, the documentation's links and
-## length (.ci/check-docs), then every test: the workspace's,
+## Everything CI checks: dependencies, the release build, rustfmt, clippy with warnings as errors
+## (the workspace's lints in Cargo.toml, clippy.toml), the documentation's links and length
+## (.ci/check-docs), then every test: the workspace's,
 ## then the packages' (packaging/test-packages: build, dkms build, lintian, install, remove).
 test: build
 	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	.ci/check-docs
 	$(CARGO) test --release --workspace --no-fail-fast
 	packaging/test-packages

@@ -465,7 +465,8 @@ mod tests {
 
     #[test]
     fn each_wrong_figure_fails_the_check_naming_it() {
-        let cases: [(&str, fn(&mut FridaRows)); 8] = [
+        type Spoil = fn(&mut FridaRows);
+        let cases: [(&str, Spoil); 8] = [
             ("ran 1599 times for 1600 calls", |r| r.frida.hits = 1599),
             ("ran [1000, 999] times", |r| r.frida.mass_hits[1] = 999),
             ("trapvec's jmp rounds: 2 of 3", |r| {

@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use crate::frida::{FridaError, FridaRows};
 
+/// A ratio of the guest's figures at N for a mechanism (`VmPeers::commit_over_enable`, ...).
+type RatioAt = fn(&VmPeers, u32, &str) -> Option<f64>;
+
 /// The guest scenario (shared with `vmtest/tests/kernel_peers.rs`).
 pub const SCENARIO: &str = include_str!("../../vmtest/scenarios/peers.sh");
 
@@ -626,7 +629,7 @@ impl Peers {
             None => goal(fentry, None, Bound::AtMost(1.0), no_vm),
         });
         for mech in ["trap", "jmp"] {
-            let rows: [(String, fn(&VmPeers, u32, &str) -> Option<f64>, Bound); 2] = [
+            let rows: [(String, RatioAt, Bound); 2] = [
                 (
                     format!("ftrace: {mech} batch commit <= 1.0x ftrace's enable at 10,000"),
                     VmPeers::commit_over_enable,

@@ -178,7 +178,7 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
         // A finite number of any sign (under a loaded host an emulated overhead can come out
         // negative), never nan or inf: those are no figure.
         let ratio = run.expect(key);
-        assert!(finite_ratio(&ratio).is_some(), "{key}={ratio}");
+        assert!(finite_ratio(ratio).is_some(), "{key}={ratio}");
     }
     assert!(
         run.stdout
@@ -231,7 +231,7 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
     }
     let ratio = run.expect("PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL");
     assert!(
-        finite_ratio(&ratio).is_some(),
+        finite_ratio(ratio).is_some(),
         "PEERS_RATIO_JMP_TO_LIVEPATCH_PER_CALL={ratio}"
     );
 }

@@ -51,7 +51,7 @@ pub fn execute<T: Target>(
         Request::Unload { name } => (Reply::Unload(super::unload(sp, name)?), nothing),
         Request::Splice(r) => {
             let (row, made) = super::splice(sp, r)?;
-            (Reply::Splice(SpliceReply::Made(row)), made)
+            (Reply::Splice(SpliceReply::Made(Box::new(row))), made)
         }
         Request::Unsplice { at: Some(at), .. } => (
             Reply::Unsplice(UnspliceReply::One(super::unsplice(sp, at)?)),

@@ -37,7 +37,8 @@ pub enum Reply {
 #[serde(untagged)]
 pub enum SpliceReply {
     Pending(PendingSplice),
-    Made(SpliceRow),
+    /// Boxed: a row is several times a pending point's size.
+    Made(Box<SpliceRow>),
 }
 
 /// A splice trapd holds until its module loads.

@@ -188,7 +188,7 @@ pub fn make(request: &SpliceRequest) -> Result<SpliceReply> {
 /// Make `request`, which must be made now (a pending point is refused).
 fn make_now(request: &SpliceRequest) -> Result<SpliceRow> {
     match make(request)? {
-        SpliceReply::Made(row) => Ok(row),
+        SpliceReply::Made(row) => Ok(*row),
         SpliceReply::Pending(p) => {
             if let Err(e) = remove(&p.at) {
                 log::warn!("{}: {}", p.at, trapvec::error_chain(e.as_ref()));
@@ -420,7 +420,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         mechanism: args.mechanism,
         options,
     })? {
-        SpliceReply::Made(s) => s,
+        SpliceReply::Made(s) => *s,
         SpliceReply::Pending(p) => {
             println!(
                 "pending {}: trapd makes it when module {} loads",
