@@ -109,7 +109,6 @@ pub fn object_blocks(
     funcs.dedup_by_key(|s| s.addr);
     let info = TargetInfo::for_code(image.kernel, "coverage");
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
-    let busy = |_: u64, _: u64| false;
     let mut out = ObjectBlocks {
         functions: funcs.len(),
         blocks: Vec::new(),
@@ -119,14 +118,7 @@ pub fn object_blocks(
             continue;
         };
         let ambiguous = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
-        let input = PlanInput {
-            func: &func,
-            info: &info,
-            read: &read,
-            symbols: &image.symbols,
-            busy: &busy,
-            trampoline_near: None,
-        };
+        let input = PlanInput::unspliced(&func, &info, &read, &image.symbols);
         for b in &func.blocks {
             let site = if ambiguous {
                 Err(BlockRefusal {

@@ -122,6 +122,27 @@ pub struct PlanInput<'a> {
     pub trampoline_near: Option<u64>,
 }
 
+impl<'a> PlanInput<'a> {
+    /// Planning over an object's own bytes with nothing spliced in it yet (what `trapctl
+    /// inspect`, `points` and `cover` judge): no range is busy, the trampoline is taken to be in
+    /// reach.
+    pub fn unspliced(
+        func: &'a Function,
+        info: &'a TargetInfo,
+        read: ReadFn<'a>,
+        symbols: &'a SymbolTable,
+    ) -> PlanInput<'a> {
+        PlanInput {
+            func,
+            info,
+            read,
+            symbols,
+            busy: &|_, _| false,
+            trampoline_near: None,
+        }
+    }
+}
+
 /// Plan a splice of `mech` at `site`.
 pub fn plan_splice(input: &PlanInput<'_>, site: u64, mech: Mechanism) -> Result<Plan, Refusal> {
     let plan = match mech {

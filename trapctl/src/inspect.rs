@@ -311,15 +311,7 @@ fn build(args: &Args) -> Result<Report> {
         ));
     }
 
-    let busy = |_: u64, _: u64| false;
-    let input = PlanInput {
-        func: &func,
-        info: &info,
-        read: &read,
-        symbols: &image.symbols,
-        busy: &busy,
-        trampoline_near: None,
-    };
+    let input = PlanInput::unspliced(&func, &info, &read, &image.symbols);
     let sites: Vec<SiteReport> = if single {
         vec![site_report(&input, point.site)]
     } else {

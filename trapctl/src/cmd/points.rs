@@ -392,7 +392,6 @@ fn file_sites(
     funcs.dedup_by_key(|s| s.addr);
     let info = TargetInfo::for_code(image.kernel, "points (inspection)");
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
-    let busy = |_: u64, _: u64| false;
     let mut sites = Vec::new();
     for f in &funcs {
         let Some((bytes, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
@@ -404,14 +403,7 @@ fn file_sites(
             } else {
                 0
             };
-        let input = PlanInput {
-            func: &func,
-            info: &info,
-            read: &read,
-            symbols: &image.symbols,
-            busy: &busy,
-            trampoline_near: None,
-        };
+        let input = PlanInput::unspliced(&func, &info, &read, &image.symbols);
         let mut at = vec![(entry, f.name.clone())];
         if blocks {
             at.extend(block_points(&func, entry));
