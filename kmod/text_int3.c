@@ -4,8 +4,8 @@
  * CCs where the site leads.
  *
  * Meanwhile a CPU that meets one of our CCs takes #BP: exc_int3 tries text_poke_bp()'s
- * handler, then kprobe_int3_handler() (which backs the CPU up if the int3 is gone by then),
- * then the die chain, where trapvec_int3_notify() finds the site pending and sends the CPU
+ * handler, then kprobe_int3_handler() (6.1's backs the CPU up if the int3 is gone by then;
+ * 6.12's has no such check), then the die chain, where trapvec_int3_notify() finds the site pending and sends the CPU
  * where the finished patch would: a trap through the dispatcher's own code (handler run,
  * hit counted once), a jmp to its target. A revert's site sends it where the live patch
  * still does (no out-of-line copy of the original instruction exists to run instead): its
@@ -137,8 +137,11 @@ void trapvec_pending_withdraw(struct trapvec_pending *pend)
 /*
  * DIE_INT3, after kprobe_int3_handler() (do_int3(); poke_int3_handler() came before it):
  * a kernel CPU stopped at one of our pending CCs is sent where the finished patch sends it.
- * A CC that is already gone again never gets here: kprobe_int3_handler() finds no int3 at
- * the address and backs the CPU up to run what is there now.
+ * A CC of ours that is gone again by the time this runs (the writer put the site's first byte
+ * in between) is still found: the set is withdrawn only after synchronize_rcu(), and this CPU
+ * has had interrupts off since it took the int3, so it is a reader that began before. That is
+ * what 6.12 relies on: its kprobe_int3_handler() no longer backs up a CPU whose int3 is gone
+ * (6.1's does, and then this never runs for it).
  *
  * Context: exc_int3 from kernel mode, irqentry_nmi_enter(), interrupts off, possibly inside
  * an NMI. No lock, no allocation, no call of a function a site could be placed in (the
