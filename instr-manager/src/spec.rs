@@ -7,7 +7,8 @@
 //! crc32 = 0x1234abcd          # optional: refuse to load if the file's CRC32 differs
 //!
 //! [[splice]]
-//! at = "compute+0"            # symbol, symbol+offset, or 0xADDRESS
+//! at = "compute+0"            # symbol, symbol+offset, or 0xADDRESS; or a glob ("tcp_v4_*",
+//!                             # "MOD:nf_*"): the entry of every matching function, one batch
 //! action = "call"             # "call", "replace" or "count"
 //! handler = "count_compute"   # a symbol of a loaded component (call, replace)
 //! mechanism = "trap"          # "trap" (default) or "jmp"
@@ -145,8 +146,18 @@ impl Spec {
         }
 
         for (i, s) in raw.splice.iter().enumerate() {
-            s.at.parse::<PointSpec>()
-                .map_err(|e| invalid(format!("splice[{i}].at"), e.to_string()))?;
+            // A glob stands for the entries of the functions it matches, expanded when the
+            // spec is applied (ops::expand).
+            let checked = if crate::glob::is_glob(&s.at) {
+                crate::glob::FunctionGlob::new(&s.at)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else {
+                s.at.parse::<PointSpec>()
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            };
+            checked.map_err(|e| invalid(format!("splice[{i}].at"), e))?;
         }
         let splices = raw.splice;
 

@@ -6,6 +6,7 @@ use component_manager::LoadOptions;
 use trapvec::Target;
 
 use super::component::load_declaring;
+use super::expand::{expand, summarize, ExpandError, FIRST_REFUSALS};
 use super::report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Timings};
 use super::splice::rows_of;
 use super::var::{fit_signed, var_size, write};
@@ -76,15 +77,24 @@ pub fn apply<T: Target>(
 ) -> Result<(ApplyReport, Made), OpError> {
     let mut made = Made::default();
     let declared = load_components(sp, spec, |_, _| false, &mut made)?;
-    let requests = with_declared(&spec.splices, declared);
+    let (own, globbed) = match expand(sp, &spec.splices) {
+        Ok(x) => x,
+        Err(e) => return Err(undone(sp, &made, e.into())),
+    };
+    let requests = with_declared(&own, declared);
     let mut refused = Vec::new();
+    let mut refusals = Vec::new();
     let batch = if best_effort {
         sp.apply_best_effort(&requests).map(|r| {
-            refused = r
+            let pairs: Vec<(String, String)> = r
                 .refused
                 .iter()
-                .map(|(_, e)| trapvec::error_chain(e))
+                .map(|(i, e)| (requests[*i].at.clone(), trapvec::error_chain(e)))
                 .collect();
+            if globbed {
+                refusals = summarize(&pairs);
+            }
+            refused = pairs.into_iter().map(|(_, e)| e).collect();
             r.applied.iter().map(|&(_, id)| id).collect()
         })
     } else {
@@ -92,6 +102,10 @@ pub fn apply<T: Target>(
     };
     match batch {
         Ok(ids) => made.splices = ids,
+        Err(e) if globbed => {
+            let e = all_refusals(sp, &requests).unwrap_or_else(|| e.into());
+            return Err(undone(sp, &made, e));
+        }
         Err(e) => return Err(undone(sp, &made, e.into())),
     }
     write_sets(sp, spec, &mut made)?;
@@ -114,17 +128,49 @@ pub fn apply<T: Target>(
             components,
             spliced,
             refused,
-            requested: spec.splices.len(),
+            refusals,
+            requested: own.len(),
             timings,
         },
         made,
     ))
 }
 
-/// Plan and check every splice of a spec, changing nothing.
+/// After an all-or-nothing batch with globs was refused: every refusal planning finds, as one
+/// error naming the first few and their count (`None` if planning refuses none of them: the
+/// batch's own error then stands).
+fn all_refusals<T: Target>(sp: &Splicer<T>, requests: &[SpliceRequest]) -> Option<OpError> {
+    let refused: Vec<String> = sp
+        .plan_each(requests)
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|e| trapvec::error_chain(&e))
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    Some(
+        ExpandError::Refused {
+            count: refused.len(),
+            total: requests.len(),
+            first: refused.into_iter().take(FIRST_REFUSALS).collect(),
+        }
+        .into(),
+    )
+}
+
+/// Plan and check every splice of a spec (each glob as the functions it matches), changing
+/// nothing. A glob that is not one or matches nothing is one refusal.
 pub fn check<T: Target>(sp: &Splicer<T>, spec: &Spec) -> CheckReport {
     let mut report = CheckReport::default();
-    for (r, res) in spec.splices.iter().zip(sp.plan_each(&spec.splices)) {
+    let splices = match expand(sp, &spec.splices) {
+        Ok((s, _)) => s,
+        Err(e) => {
+            report.refused.push(trapvec::error_chain(&e));
+            return report;
+        }
+    };
+    for (r, res) in splices.iter().zip(sp.plan_each(&splices)) {
         match res {
             Ok((p, plan)) => report.ok.push(CheckRow {
                 at: r.at.clone(),

@@ -38,6 +38,7 @@
 mod apply;
 mod component;
 mod execute;
+pub mod expand;
 pub mod reply;
 mod report;
 pub mod request;
@@ -122,6 +123,8 @@ pub enum OpError {
         lost: Vec<String>,
         again: String,
     },
+    #[error(transparent)]
+    Glob(#[from] expand::ExpandError),
     #[error("`{op}` is answered by trapd only")]
     DaemonOnly { op: &'static str },
 }

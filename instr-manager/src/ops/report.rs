@@ -180,7 +180,10 @@ pub struct ApplyReport {
     /// The spec's splices in spec order, then those its components declare.
     pub spliced: Vec<SpliceRow>,
     pub refused: Vec<String>,
-    /// How many splices the spec has.
+    /// `refused` grouped by reason, one line each (specs with globs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<super::expand::RefusalGroup>,
+    /// How many splices the spec has (a glob counts as every function it matches).
     pub requested: usize,
     pub timings: Option<Timings>,
 }

@@ -18,8 +18,13 @@ splices and those its components declare (.trapvec.splices, as `trapctl load` do
 write its variables. All or nothing: on any error, everything it did is undone (variables it wrote
 get their old values) and the error names the culprit.
 
+An `at` may be a glob (`tcp_v4_*`, `nf_*:nf_ct_*`): it stands for the entry of every matching
+function (where `at = \"FUNC\"` would go), all in the same batch; a glob matching nothing is an
+error. All or nothing, a refusal names the first three refused points and the count.
+
 --best-effort applies every splice that validates and reports each refused one with its reason
-(`refused: AT: why`, on stderr); components and variables are still all or nothing. The exit
+(`refused: AT: why`, on stderr; with globs, one line per reason: `refused 12: why (at f, g, h,
+...)`); components and variables are still all or nothing. The exit
 status is then 3 when any splice was refused (the others stay applied), 1 when nothing could be.
 
 --check only plans: every splice is resolved, planned and put to the module's checks, each
@@ -86,8 +91,15 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
             t.splices, t.plan_ms, t.build_ms, t.commit_ms
         );
     }
-    for e in &report.refused {
-        eprintln!("refused: {e}");
+    if report.refusals.is_empty() {
+        for e in &report.refused {
+            eprintln!("refused: {e}");
+        }
+    } else {
+        // A spec with globs: one line per reason, with its count and first points.
+        for g in &report.refusals {
+            eprintln!("{g}");
+        }
     }
     if !report.refused.is_empty() {
         // Exit status 3: what validated stays applied.
