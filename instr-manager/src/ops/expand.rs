@@ -63,6 +63,16 @@ pub fn expand<T: Target>(
     Ok((out, globbed))
 }
 
+/// A spec of `splices` alone, as TOML text ([`crate::Spec::parse`] reads it back): how a front
+/// end sends a glob of its command line as an `apply` of its own.
+pub fn spec_text(splices: &[SpliceRequest]) -> Result<String, toml::ser::Error> {
+    #[derive(Serialize)]
+    struct Splices<'a> {
+        splice: &'a [SpliceRequest],
+    }
+    toml::to_string(&Splices { splice: splices })
+}
+
 /// The refusals of a best-effort batch, one line per reason.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalGroup {
@@ -260,6 +270,16 @@ mod tests {
         assert_eq!(at, ["f1", "f2"]);
         let report = check(&sp, &spec(vec![count("x?")]));
         assert_eq!(report.refused, ["the glob `x?` matches no function"]);
+    }
+
+    #[test]
+    fn a_generated_spec_reads_back_as_its_splices() {
+        let mut r = count("tcp_v4_*");
+        r.mechanism = Mechanism::Jmp;
+        r.options.by = Some(trapvec::keyed::KeyBy::Cpu);
+        let text = spec_text(std::slice::from_ref(&r)).unwrap();
+        let spec = Spec::parse(&text, Path::new("/"), Path::new("gen.toml")).unwrap();
+        assert_eq!(spec.splices, [r]);
     }
 
     #[test]

@@ -28,7 +28,9 @@ use crate::route;
 Splice one point of the running kernel. AT is `function`, `function+offset` (decimal or 0x hex)
 or `0xADDRESS`. A point at a traced function's entry moves past its 5-byte ftrace site (the
 `call __fentry__` NOP): the kernel rewrites those bytes itself; the function's arguments are still
-in their registers there.
+in their registers there. AT may be a glob ('tcp_v4_*', 'MOD:nf_*'; quote it from the shell): the
+entry of every matching function, in one batch, all or nothing; --best-effort splices what
+validates, prints one line per refusal reason and exits 3 if any was refused.
 
   --call SYM      run the component function SYM(struct trapvec_regs *regs, void *cookie) at the
                   point (in the trap dispatcher, interrupts off, like a kprobe pre-handler; it may
@@ -65,7 +67,7 @@ before anything changes: an instruction boundary, no branch target inside the di
 relocatable instructions, and the module's rules (not entry or noinstr text, not on the kprobes
 blacklist, no exception-table instruction, no jump label, static call or ftrace site).")]
 pub struct SpliceArgs {
-    /// `function`, `function+offset` or `0xADDRESS`.
+    /// `function`, `function+offset`, `0xADDRESS`, or a glob (`'tcp_v4_*'`).
     pub at: String,
     /// Run this component function at the point, then the original code.
     #[arg(long, value_name = "SYM")]
@@ -91,6 +93,9 @@ pub struct SpliceArgs {
     /// With --count: count by pid (= tid), tgid, comm or cpu (`trapctl list` shows the table).
     #[arg(long, value_name = "KEY", conflicts_with_all = ["call", "replace", "at_return"])]
     pub by: Option<trapvec::keyed::KeyBy>,
+    /// With a glob AT: apply what validates, one line per refusal reason, exit 3 if any.
+    #[arg(long)]
+    pub best_effort: bool,
     #[command(flatten)]
     pub only: OnlyArgs,
 }
@@ -414,12 +419,22 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         only: args.only.predicate(),
         owner: None,
     };
-    let s = match make(&SpliceRequest {
+    let request = SpliceRequest {
         at: args.at.clone(),
         action,
         mechanism: args.mechanism,
         options,
-    })? {
+    };
+    if instr_manager::glob::is_glob(&args.at) {
+        return splice_glob(&request, args.best_effort);
+    }
+    if args.best_effort {
+        bail!(
+            "--best-effort is for a glob (`'tcp_v4_*'`); `{}` is one point",
+            args.at
+        );
+    }
+    let s = match make(&request)? {
         SpliceReply::Made(s) => *s,
         SpliceReply::Pending(p) => {
             println!(
@@ -433,6 +448,53 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         "spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`",
         s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced
     );
+    Ok(())
+}
+
+/// `trapctl splice 'GLOB'`: the splice at the entry of every matching function, in one batch,
+/// sent as an `apply` of a spec of that one (glob) splice, so that trapd and the direct path
+/// expand it the same way.
+fn splice_glob(glob: &SpliceRequest, best_effort: bool) -> Result<()> {
+    let text = ops::expand::spec_text(std::slice::from_ref(glob))?;
+    let path = std::env::temp_dir().join(format!("trapctl-glob-{}.toml", std::process::id()));
+    // create_new: never through a file (or link) someone else put there.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    let request = Request::Apply {
+        spec: path.clone(),
+        best_effort,
+        check: false,
+    };
+    let report: Result<ops::ApplyReport> = route::change(&request, |_| {});
+    let _ = std::fs::remove_file(&path);
+    let report = report.with_context(|| format!("{}: nothing was spliced", glob.at))?;
+    for s in &report.spliced {
+        println!(
+            "spliced {} at {} by {}: {}",
+            s.at, s.site, s.mechanism, s.action
+        );
+    }
+    for g in &report.refusals {
+        eprintln!("{g}");
+    }
+    println!(
+        "spliced {} of {} functions",
+        report.spliced.len(),
+        report.requested
+    );
+    if !report.refused.is_empty() {
+        return Err(crate::PartlyApplied(format!(
+            "{} of {} functions refused ({} spliced)",
+            report.refused.len(),
+            report.requested,
+            report.spliced.len()
+        ))
+        .into());
+    }
     Ok(())
 }
 
