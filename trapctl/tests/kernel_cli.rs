@@ -144,7 +144,12 @@ fn help_explains_each_kernel_command() {
         ),
         (
             "apply",
-            &["--best-effort", "non-zero", "all or nothing", "--check"],
+            &[
+                "--best-effort",
+                "status is then 3",
+                "all or nothing",
+                "--check",
+            ],
         ),
         (
             "count",
@@ -270,8 +275,8 @@ fn with_trapd_listening_the_kernel_commands_go_to_it_and_print_its_reports() {
     let (code, out, err) = run(&["apply", "--best-effort", "spec.toml"]);
     assert_eq!(
         code,
-        Some(1),
-        "a refused splice makes the exit status non-zero"
+        Some(3),
+        "a refused splice makes the exit status 3 (partly applied)"
     );
     assert_eq!(
         out,
