@@ -114,7 +114,7 @@ pub fn object_blocks(
         blocks: Vec::new(),
     };
     for f in funcs {
-        let Some(func) = analyzed(f, image.symbols.function_extent(f), &read) else {
+        let Some((_, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
             continue;
         };
         let ambiguous = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
@@ -156,11 +156,11 @@ pub fn object_blocks(
     out
 }
 
-/// `sym`'s decoded function over `extent` bytes, leniently (a listing goes on past what cannot
-/// be decoded), or `None` when it cannot be had.
-pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<Function> {
+/// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
+/// cannot be decoded), or `None` when either cannot be had. `trapctl points` lists with it too.
+pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
     let bytes = read(sym.addr, usize::try_from(extent).ok()?)?;
-    analyze_function_with(
+    let func = analyze_function_with(
         &sym.name,
         sym.addr,
         &bytes,
@@ -169,7 +169,8 @@ pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<Function>
             lenient: true,
         },
     )
-    .ok()
+    .ok()?;
+    Some((bytes, func))
 }
 
 /// Why a file's line table cannot be read.

@@ -13,7 +13,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use instr_manager::analysis::{analyze_function_with, AnalysisOptions, Function, ReadFn};
+use instr_manager::analysis::Function;
+use instr_manager::cover::analyzed;
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
 use instr_manager::splicer::{SpliceError, Splicer};
@@ -425,23 +426,6 @@ fn file_sites(
         }
     }
     Ok((sites, funcs.len()))
-}
-
-/// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
-/// cannot be decoded), or `None` when either cannot be had.
-fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
-    let bytes = read(sym.addr, usize::try_from(extent).ok()?)?;
-    let func = analyze_function_with(
-        &sym.name,
-        sym.addr,
-        &bytes,
-        &AnalysisOptions {
-            read: Some(read),
-            lenient: true,
-        },
-    )
-    .ok()?;
-    Some((bytes, func))
 }
 
 /// The first instruction of every basic block of `func` after its point `entry`, as a site
