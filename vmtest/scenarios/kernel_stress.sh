@@ -1,11 +1,13 @@
 #!/bin/sh
-# 500 splice/unsplice cycles of the mss_clamp replacement of tcp_sync_mss, alternating trap and
-# jmp, while loopback TCP connections are opened and data streams; then `rmmod trapvec` with a
-# trap and a jmp splice live, and `insmod` again. Prints KEY=value lines that
+# Splice/unsplice cycles (trapvec_stress.cycles=N on the kernel command line, default 500; CI
+# runs 200) of the mss_clamp replacement of tcp_sync_mss, alternating trap and jmp, while
+# loopback TCP connections are opened and data streams; then `rmmod trapvec` with a trap and a
+# jmp splice live, and `insmod` again. Prints KEY=value lines that
 # vmtest/tests/kernel_stress.rs checks (vmtest itself fails the run on any kernel warning).
 set -eu
 
-cycles=${CYCLES:-500}
+cycles=$(sed -n 's/.*trapvec_stress\.cycles=\([0-9]*\).*/\1/p' /proc/cmdline)
+cycles=${cycles:-500}
 
 trapctl read tcp_sync_mss > /tmp/mss_before.hex
 trapctl read __x64_sys_getppid > /tmp/getppid_before.hex
