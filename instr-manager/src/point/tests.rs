@@ -1,0 +1,399 @@
+use super::*;
+
+fn info(has_fentry: bool) -> TargetInfo {
+    // The dispatcher's part does not matter to points: only the fentry site does.
+    TargetInfo {
+        dispatcher_runs_handlers: false,
+        dispatcher_counts_hits: false,
+        ..TargetInfo::for_code(has_fentry, "test")
+    }
+}
+
+fn func(name: &str, addr: u64, size: u64) -> Symbol {
+    Symbol {
+        name: name.into(),
+        addr,
+        size,
+        kind: SymbolKind::Function,
+        origin: None,
+        version: None,
+    }
+}
+
+fn table() -> SymbolTable {
+    SymbolTable::new(vec![
+        func("compute", 0x1000, 0x40),
+        func("tcp_sync_mss", 0x2000, 0), // kallsyms style: extent up to the next function
+        func("next", 0x2100, 0x10),
+        Symbol {
+            name: "counter".into(),
+            addr: 0x3000,
+            size: 8,
+            kind: SymbolKind::Object,
+            origin: None,
+            version: None,
+        },
+    ])
+}
+
+#[test]
+fn parses_symbol_offset_and_address_forms() {
+    assert_eq!(
+        "compute".parse::<PointSpec>().unwrap(),
+        PointSpec::Symbol {
+            name: "compute".into(),
+            offset: 0,
+            object: None,
+            version: None
+        }
+    );
+    assert_eq!(
+        "compute+0x10".parse::<PointSpec>().unwrap(),
+        PointSpec::Symbol {
+            name: "compute".into(),
+            offset: 16,
+            object: None,
+            version: None
+        }
+    );
+    assert_eq!(
+        "compute+16".parse::<PointSpec>().unwrap(),
+        PointSpec::Symbol {
+            name: "compute".into(),
+            offset: 16,
+            object: None,
+            version: None
+        }
+    );
+    assert_eq!(
+        "foo.isra.0+4".parse::<PointSpec>().unwrap(),
+        PointSpec::Symbol {
+            name: "foo.isra.0".into(),
+            offset: 4,
+            object: None,
+            version: None
+        }
+    );
+    assert_eq!(
+        "0xffffffff81000000".parse::<PointSpec>().unwrap(),
+        PointSpec::Address(0xffff_ffff_8100_0000)
+    );
+    assert_eq!(
+        PointSpec::Symbol {
+            name: "f".into(),
+            offset: 16,
+            object: None,
+            version: None
+        }
+        .to_string(),
+        "f+0x10"
+    );
+}
+
+#[test]
+fn parse_errors_name_the_text() {
+    for bad in ["", "+4", "f+x", "f+", "0xzz", "0x10+4", "1234", "a b"] {
+        let err = bad.parse::<PointSpec>().unwrap_err();
+        assert!(
+            matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+            "{bad}: {err:?}"
+        );
+        assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
+    }
+}
+
+#[test]
+fn resolves_symbol_offset_to_site_with_extent() {
+    let p = resolve_point(
+        &"compute+0x10".parse().unwrap(),
+        &table(),
+        &info(false),
+        |_| 5,
+    )
+    .unwrap();
+    assert_eq!(p.site, 0x1010);
+    assert_eq!(
+        (p.function.name.as_str(), p.function.size),
+        ("compute", 0x40)
+    );
+    // kallsyms-style symbol: extent filled from the next function.
+    let p = resolve_point(
+        &"tcp_sync_mss+4".parse().unwrap(),
+        &table(),
+        &info(false),
+        |_| 5,
+    )
+    .unwrap();
+    assert_eq!(p.function.size, 0x100);
+}
+
+#[test]
+fn resolves_an_address_to_its_containing_function() {
+    let p = resolve_point(&PointSpec::Address(0x2104), &table(), &info(false), |_| 5).unwrap();
+    assert_eq!(
+        (p.function.name.as_str(), p.site, p.function.size),
+        ("next", 0x2104, 0x10)
+    );
+    let err =
+        resolve_point(&PointSpec::Address(0x5000), &table(), &info(false), |_| 5).unwrap_err();
+    assert!(matches!(err, PlanError::NoFunctionAt { addr: 0x5000, .. }));
+}
+
+#[test]
+fn entry_point_moves_past_fentry_only_with_has_fentry_and_a_fentry_site() {
+    let spec: PointSpec = "tcp_sync_mss".parse().unwrap();
+    let p = resolve_point(&spec, &table(), &info(true), |a| {
+        if a == 0x2000 {
+            5
+        } else {
+            0
+        }
+    })
+    .unwrap();
+    assert_eq!(p.site, 0x2005);
+    let p = resolve_point(&spec, &table(), &info(true), |_| 0).unwrap();
+    assert_eq!(p.site, 0x2000, "no fentry call at the entry: stays");
+    let p = resolve_point(&spec, &table(), &info(false), |_| 5).unwrap();
+    assert_eq!(p.site, 0x2000, "user space has no fentry");
+    let p = resolve_point(
+        &"tcp_sync_mss+1".parse().unwrap(),
+        &table(),
+        &info(true),
+        |_| 5,
+    )
+    .unwrap();
+    assert_eq!(p.site, 0x2001, "only offset 0 moves");
+}
+
+#[test]
+fn resolution_errors_name_symbol_and_offset() {
+    let t = table();
+    let i = info(false);
+    assert!(matches!(
+        resolve_point(&"nosuch".parse().unwrap(), &t, &i, |_| 0),
+        Err(PlanError::UnknownSymbol { .. })
+    ));
+    assert!(matches!(
+        resolve_point(&"counter".parse().unwrap(), &t, &i, |_| 0),
+        Err(PlanError::NotAFunction { addr: 0x3000, .. })
+    ));
+    let err = resolve_point(&"compute+0x40".parse().unwrap(), &t, &i, |_| 0).unwrap_err();
+    assert!(matches!(
+        err,
+        PlanError::OffsetPastEnd {
+            offset: 0x40,
+            size: 0x40,
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("compute"), "{err}");
+    let lone = SymbolTable::new(vec![func("last", 0x9000, 0)]);
+    assert!(matches!(
+        resolve_point(&"last".parse().unwrap(), &lone, &i, |_| 0),
+        Err(PlanError::UnknownExtent { .. })
+    ));
+}
+
+fn lib(name: &str, addr: u64, origin: &str, version: Option<&str>) -> Symbol {
+    Symbol {
+        origin: Some(origin.into()),
+        version: version.map(Into::into),
+        ..func(name, addr, 0x20)
+    }
+}
+
+/// A process as the loader sees it: the program, libc with a compatibility `memcpy`, two
+/// libraries both defining `helper`, the program and a library both defining `log_msg`.
+fn process_table() -> SymbolTable {
+    SymbolTable::new(vec![
+        func("log_msg", 0x1000, 0x20),
+        lib(
+            "memcpy",
+            0x7000,
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            Some("@@GLIBC_2.14"),
+        ),
+        lib(
+            "memcpy",
+            0x7100,
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            Some("@GLIBC_2.2.5"),
+        ),
+        lib("helper", 0x8000, "/usr/lib/libone.so.1", None),
+        lib("helper", 0x9000, "/usr/lib/libtwo.so.2", None),
+        lib("log_msg", 0x9100, "/usr/lib/libtwo.so.2", None),
+        lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
+        lib("alias_a", 0x9200, "/usr/lib/libtwo.so.2", None),
+        Symbol {
+            kind: SymbolKind::Ifunc,
+            ..lib(
+                "strlen",
+                0x7200,
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                Some("@@GLIBC_2.2.5"),
+            )
+        },
+    ])
+}
+
+fn site_of(text: &str) -> Result<u64, PlanError> {
+    resolve_point(&text.parse()?, &process_table(), &info(false), |_| 0).map(|p| p.site)
+}
+
+#[test]
+fn parses_object_and_version_qualifiers() {
+    let p: PointSpec = "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10"
+        .parse()
+        .unwrap();
+    assert_eq!(
+        p,
+        PointSpec::Symbol {
+            name: "sqlite3_step".into(),
+            offset: 16,
+            object: Some("/usr/lib/libsqlite3.so.0".into()),
+            version: None
+        }
+    );
+    assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
+    let p: PointSpec = "pthread_cond_wait@GLIBC_2.3.2".parse().unwrap();
+    assert_eq!(
+        p,
+        PointSpec::Symbol {
+            name: "pthread_cond_wait".into(),
+            offset: 0,
+            object: None,
+            version: Some("GLIBC_2.3.2".into())
+        }
+    );
+    assert_eq!(
+        "memcpy@@GLIBC_2.14"
+            .parse::<PointSpec>()
+            .unwrap()
+            .to_string(),
+        "memcpy@GLIBC_2.14"
+    );
+    for bad in [":f", "lib:", "f@", "f@a@b", "lib:+4"] {
+        let err = bad.parse::<PointSpec>().unwrap_err();
+        assert!(
+            matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+            "{bad}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn unqualified_names_bind_as_a_link_would() {
+    assert_eq!(
+        site_of("memcpy").unwrap(),
+        0x7000,
+        "the default version, not the hidden one"
+    );
+    assert_eq!(site_of("memcpy@GLIBC_2.2.5").unwrap(), 0x7100);
+    assert_eq!(
+        site_of("log_msg").unwrap(),
+        0x1000,
+        "the program's definition interposes"
+    );
+    assert_eq!(
+        site_of("alias_a+4").unwrap(),
+        0x9204,
+        "one address listed twice is one candidate"
+    );
+}
+
+#[test]
+fn qualified_names_pick_the_object_by_path_file_or_file_stem() {
+    assert_eq!(site_of("libone.so.1:helper").unwrap(), 0x8000);
+    assert_eq!(site_of("/usr/lib/libtwo.so.2:helper").unwrap(), 0x9000);
+    assert_eq!(site_of("libtwo:helper").unwrap(), 0x9000);
+    assert_eq!(
+        site_of("libtwo:log_msg").unwrap(),
+        0x9100,
+        "a library's copy when asked for"
+    );
+    assert!(object_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc.so"));
+    assert!(!object_matches(
+        "/lib/x86_64-linux-gnu/libcrypt.so.1",
+        "libc"
+    ));
+}
+
+#[test]
+fn ambiguous_names_are_refused_with_every_candidate() {
+    let err = site_of("helper").unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, PlanError::Ambiguous { .. }), "{err:?}");
+    assert!(
+        msg.contains("/usr/lib/libone.so.1:helper at 0x8000")
+            && msg.contains("/usr/lib/libtwo.so.2:helper at 0x9000"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn qualifiers_that_match_nothing_say_what_exists() {
+    // libone is loaded, without log_msg: say where log_msg is.
+    let err = site_of("libone:log_msg").unwrap_err();
+    assert!(matches!(err, PlanError::NotInObject { .. }), "{err:?}");
+    assert!(err.to_string().contains("libtwo.so.2"), "{err}");
+    // Nothing of libthree is loaded: a pending point, which only trapd holds.
+    for text in ["libthree:helper", "libthree:no_such_name"] {
+        let err = site_of(text).unwrap_err();
+        assert!(
+            matches!(&err, PlanError::ObjectNotLoaded { object, .. } if object == "libthree"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("trapd"), "{err}");
+    }
+    // A name defined elsewhere: say where, as for an object that is loaded.
+    let err = site_of("libthree:log_msg").unwrap_err().to_string();
+    assert!(
+        err.contains("`log_msg` is in /usr/lib/libtwo.so.2"),
+        "{err}"
+    );
+    let err = site_of("memcpy@GLIBC_9").unwrap_err();
+    assert!(matches!(err, PlanError::NoSuchVersion { .. }), "{err:?}");
+    assert!(err.to_string().contains("@@GLIBC_2.14"), "{err}");
+    let err = site_of("strlen").unwrap_err();
+    assert!(
+        matches!(err, PlanError::UnresolvedIfunc { addr: 0x7200, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn fentry_site_detection_accepts_call_and_nop5_only() {
+    assert!(is_fentry_site(&[0xE8, 0, 0, 0, 0, 0x55]));
+    assert!(is_fentry_site(&NOP5));
+    assert!(!is_fentry_site(&[0x55, 0x48, 0x89, 0xE5, 0x90]));
+    assert!(!is_fentry_site(&[0xE8, 0]));
+}
+
+#[test]
+fn kernel_entry_is_endbr64_then_the_ftrace_site_each_optional() {
+    #[rustfmt::skip]
+    let ibt = [
+        /*00*/ 0xF3, 0x0F, 0x1E, 0xFA,         // endbr64
+        /*04*/ 0x0F, 0x1F, 0x44, 0x00, 0x00,   // nop5 (fentry)
+        /*09*/ 0x55,                           // push rbp
+    ];
+    assert_eq!(kernel_entry_len(&ibt), 9);
+    assert_eq!(
+        kernel_entry_len(&ibt[..4]),
+        4,
+        "endbr64 alone (an untraced function)"
+    );
+    assert_eq!(kernel_entry_len(&ibt[4..]), 5, "6.1: the ftrace site alone");
+    assert_eq!(kernel_entry_len(&ibt[9..]), 0);
+    assert_eq!(
+        kernel_entry_len(&[0xF3, 0x0F, 0x1E]),
+        0,
+        "a short read holds no endbr64"
+    );
+    let sealed = [0x66, 0x0F, 0x1F, 0x00, 0x0F, 0x1F, 0x44, 0x00, 0x00, 0x55];
+    assert_eq!(
+        kernel_entry_len(&sealed),
+        9,
+        "a sealed endbr64 (6.12's do_group_exit), then the ftrace site"
+    );
+}
