@@ -27,6 +27,7 @@
 #![allow(clippy::missing_safety_doc)] // the interposers have libc's contracts, documented there.
 
 mod children;
+mod control;
 mod deferred;
 mod real;
 mod signals;
@@ -76,6 +77,34 @@ fn with_state(f: impl FnOnce(&mut State)) {
     });
 }
 
+/// Run `f` on the agent's splicer, making the state (an empty one, with a new process
+/// backend) first when there is none and `create` (a request of the control channel).
+pub(crate) fn with_state_or_new<R>(
+    f: impl FnOnce(Option<&mut Splicer<ProcessTarget>>) -> R,
+    create: bool,
+) -> R {
+    deferred::as_agent(|| {
+        let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() && create {
+            match ProcessTarget::new() {
+                Ok(target) => {
+                    *guard = Some(State {
+                        splicer: Splicer::new(target),
+                        applied: Vec::new(),
+                        deferred: Vec::new(),
+                        slots: Vec::new(),
+                    })
+                }
+                Err(e) => log::warn!(
+                    "trapvec: cannot start the process backend: {}",
+                    error_chain(&e)
+                ),
+            }
+        }
+        f(guard.as_mut().map(|s| &mut s.splicer))
+    })
+}
+
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// `TRAPVEC_STATS` as given (before `%p` expansion).
 static STATS: OnceLock<String> = OnceLock::new();
@@ -91,6 +120,7 @@ static INIT: extern "C" fn() = trapvec_agent_init;
 extern "C" fn trapvec_agent_init() {
     spawn::prepare();
     let Some(spec_path) = std::env::var_os("TRAPVEC_SPEC") else {
+        start_control_if_asked();
         return;
     };
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn"))
@@ -185,6 +215,7 @@ extern "C" fn trapvec_agent_init() {
             }
             INIT_PID.store(std::process::id(), SeqCst);
             spawn::activate();
+            start_control_if_asked();
             // SAFETY: registering plain extern "C" functions with no arguments.
             unsafe {
                 libc::atexit(trapvec_agent_exit);
@@ -195,6 +226,39 @@ extern "C" fn trapvec_agent_init() {
             eprintln!("trapvec: cannot apply {}: {e}", spec_path.display());
             // SAFETY: leaving before main, without running the program's destructors.
             unsafe { libc::_exit(EXIT_SPEC_FAILED) };
+        }
+    }
+}
+
+/// `TRAPVEC_CONTROL=1`: serve the control channel ([`control`]) from the start, so that
+/// `trapctl -p PID list` reads the live figures of a program started under `LD_PRELOAD`.
+fn start_control_if_asked() {
+    if std::env::var_os("TRAPVEC_CONTROL").is_some_and(|v| v == "1") {
+        let _ =
+            env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn"))
+                .try_init();
+        if let Err(e) = control::start() {
+            eprintln!("trapvec: control channel: {e}");
+        }
+    }
+}
+
+/// Entry point of an agent loaded into a running process (`trapctl -p PID attach` calls it in
+/// one of the process's threads, the others stopped): start the control channel and return at
+/// once; everything else happens on the channel's thread. 0 when the channel runs (now or
+/// already), -1 when it cannot start (the reason is logged on the process's stderr).
+///
+/// An agent loaded this way does not interpose libc (it was not preloaded): its `sigaction`,
+/// `dlopen`, `posix_spawn`... are not the program's, see docs/process.md.
+#[no_mangle]
+pub extern "C" fn trapvec_agent_attach() -> libc::c_int {
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn"))
+        .try_init();
+    match control::start() {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("trapvec: control channel: {e}");
+            -1
         }
     }
 }

@@ -18,6 +18,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod attach;
+// `trapctl -p PID VERB`: declared here, beside the -p option it serves.
+#[path = "cmd/attach.rs"]
+mod attach_cmd;
 mod cmd;
 mod hold;
 mod inspect;
@@ -46,6 +50,10 @@ struct Cli {
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Act on the running process PID (before the command: `trapctl -p PID apply SPEC`):
+    /// attach, apply, list, unsplice, detach; the first attaches (docs/process.md).
+    #[arg(short = 'p', long = "process", value_name = "PID")]
+    process: Option<i32>,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,6 +77,8 @@ enum Command {
     Status(cmd::profile::StatusArgs),
     Activate(cmd::profile::ActivateArgs),
     Doctor(cmd::doctor::Args),
+    Attach(attach_cmd::AttachArgs),
+    Detach(attach_cmd::DetachArgs),
     #[command(hide = true)]
     Cycle(cmd::cycle::Args),
     /// Print the completion script for SHELL (the packages install them; from a checkout:
@@ -174,7 +184,56 @@ fn main() -> ExitCode {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     route::set_socket(cli.socket);
-    let result = match cli.command {
+    let result = match (cli.process, cli.command) {
+        (Some(pid), command) => on_process(pid, command, cli.verbose > 0),
+        (None, Command::Attach(_) | Command::Detach(_)) => Err(anyhow::anyhow!(
+            "attach and detach act on a running process: give it first, `trapctl -p PID attach`"
+        )),
+        (None, command) => on_kernel(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("trapctl: {}", trapvec::error_chain(e.as_ref()));
+            if e.downcast_ref::<PartlyApplied>().is_some() {
+                ExitCode::from(PartlyApplied::STATUS)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// `trapctl -p PID VERB`: the verbs that act on a running process, through its agent.
+fn on_process(pid: i32, command: Command, verbose: bool) -> anyhow::Result<()> {
+    match command {
+        Command::Attach(args) => attach_cmd::attach(pid, &args, verbose),
+        Command::Detach(_) => attach_cmd::detach(pid),
+        Command::Apply(args) => attach_cmd::apply(pid, &args, verbose),
+        Command::List(args) => attach_cmd::list(pid, args.json, verbose),
+        Command::Unsplice(args) => attach_cmd::unsplice(pid, args.at.as_deref(), args.all, verbose),
+        Command::Inspect(_) => attach_cmd::unsupported(pid, "inspect"),
+        Command::Points(_) => attach_cmd::unsupported(pid, "points"),
+        Command::Load(_) => attach_cmd::unsupported(pid, "load"),
+        Command::Unload(_) => attach_cmd::unsupported(pid, "unload"),
+        Command::Splice(_) => attach_cmd::unsupported(pid, "splice"),
+        Command::Set(_) => attach_cmd::unsupported(pid, "set"),
+        Command::Get(_) => attach_cmd::unsupported(pid, "get"),
+        Command::Count(_) => attach_cmd::unsupported(pid, "count"),
+        Command::Cover(_) => attach_cmd::unsupported(pid, "cover"),
+        Command::Time(_) => attach_cmd::unsupported(pid, "time"),
+        Command::Read(_) => attach_cmd::unsupported(pid, "read"),
+        Command::Status(_) => attach_cmd::unsupported(pid, "status"),
+        Command::Activate(_) => attach_cmd::unsupported(pid, "activate"),
+        Command::Doctor(_) => attach_cmd::unsupported(pid, "doctor"),
+        Command::Cycle(_) => attach_cmd::unsupported(pid, "cycle"),
+        Command::Completions { .. } | Command::Man { .. } => on_kernel(command),
+    }
+}
+
+/// The commands without -p.
+fn on_kernel(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Completions { shell } => {
             trapvec_proto::docs::completions(
                 Cli::command(),
@@ -205,16 +264,8 @@ fn main() -> ExitCode {
         Command::Activate(args) => cmd::profile::activate(&args),
         Command::Doctor(args) => cmd::doctor::run(&args),
         Command::Cycle(args) => cmd::cycle::run(&args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trapctl: {}", trapvec::error_chain(e.as_ref()));
-            if e.downcast_ref::<PartlyApplied>().is_some() {
-                ExitCode::from(PartlyApplied::STATUS)
-            } else {
-                ExitCode::FAILURE
-            }
+        Command::Attach(_) | Command::Detach(_) => {
+            anyhow::bail!("attach and detach need -p PID")
         }
     }
 }

@@ -1,0 +1,277 @@
+//! The agent's control channel: a Unix stream socket at `$XDG_RUNTIME_DIR/trapvec/agent-PID.sock`
+//! (else `/tmp/trapvec-UID/agent-PID.sock`; the directory is made 0700 and must be the process's
+//! own), served by one thread of the agent.
+//!
+//! It speaks trapd's wire format (`trapvec_proto`): one JSON request per line, an
+//! [`instr_manager::ops::Request`] run by the one executor [`ops::execute`] on the agent's
+//! splicer, answered with `{"ok": true, ...}` and the typed reply's fields, or
+//! `{"ok": false, "error": "..."}`. So `list` gives the live figures (hits, keyed counts,
+//! timers) while the program runs, `apply` applies a spec file all or nothing, `unsplice` removes
+//! one splice or all. One request is the agent's own: `{"op": "detach"}` removes every splice
+//! (the splicer's removal waits until no thread is in a trampoline or component), answers, then
+//! stops the channel and removes the socket.
+//!
+//! Only a peer of the process's own uid, or root, is served (`SO_PEERCRED`); another is
+//! answered with an error and logged. The channel is started by [`crate::trapvec_agent_attach`]
+//! (`trapctl -p PID attach`) or, under `LD_PRELOAD`, by `TRAPVEC_CONTROL=1`.
+
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+use instr_manager::ops::request::Request;
+use instr_manager::ops::{self, ListReply, Reply};
+use instr_manager::splicer::Splicer;
+use serde_json::{json, Value};
+use trapvec::process::ProcessTarget;
+
+/// Whether the channel's thread runs.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// The longest request line served.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Why the channel could not start.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    Dir(PathBuf, std::io::Error),
+    NotOurs(PathBuf, u32),
+    Bind(PathBuf, std::io::Error),
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Dir(p, e) => write!(f, "cannot make {}: {e}", p.display()),
+            StartError::NotOurs(p, uid) => write!(
+                f,
+                "{} belongs to uid {uid} or is open to others: not used",
+                p.display()
+            ),
+            StartError::Bind(p, e) => write!(f, "cannot listen on {}: {e}", p.display()),
+            StartError::Thread(e) => write!(f, "cannot start the channel's thread: {e}"),
+        }
+    }
+}
+
+/// The directory of the agents' sockets for this process's environment and uid.
+fn socket_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => Path::new(&d).join("trapvec"),
+        // SAFETY: geteuid has no preconditions.
+        None => PathBuf::from(format!("/tmp/trapvec-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+/// The socket of this process's agent.
+pub(crate) fn socket_path() -> PathBuf {
+    socket_dir().join(format!("agent-{}.sock", std::process::id()))
+}
+
+/// Start the channel's thread, unless it runs already.
+pub(crate) fn start() -> Result<PathBuf, StartError> {
+    let path = socket_path();
+    if RUNNING.swap(true, SeqCst) {
+        return Ok(path);
+    }
+    let r = listen(&path).and_then(|listener| {
+        std::thread::Builder::new()
+            .name("trapvec-control".into())
+            .spawn(move || serve(listener))
+            .map_err(StartError::Thread)
+    });
+    match r {
+        Ok(_) => {
+            log::info!("trapvec: control channel on {}", path.display());
+            Ok(path)
+        }
+        Err(e) => {
+            RUNNING.store(false, SeqCst);
+            Err(e)
+        }
+    }
+}
+
+/// Make the directory (0700, ours) and bind the socket (a stale one of an earlier agent of
+/// this pid is replaced).
+fn listen(path: &Path) -> Result<UnixListener, StartError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(StartError::Dir(dir.into(), e)),
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| StartError::Dir(dir.into(), e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
+        return Err(StartError::NotOurs(dir.into(), meta.uid()));
+    }
+    if path.exists() && UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    UnixListener::bind(path).map_err(|e| StartError::Bind(path.into(), e))
+}
+
+/// The peer's uid, from `SO_PEERCRED`.
+fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd as _;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of a ucred and a socklen_t; the fd is open.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(cred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// The channel's thread: one connection at a time, each served line by line until it closes
+/// or a `detach` ends the channel.
+fn serve(listener: UnixListener) {
+    let path = socket_path();
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        match peer_uid(&conn) {
+            Ok(uid) if uid == me || uid == 0 => {}
+            Ok(uid) => {
+                log::warn!("trapvec: control channel: refused a peer of uid {uid} (the process's is {me}, or root)");
+                let _ = writeln!(
+                    conn,
+                    "{}",
+                    json!({"ok": false, "error": format!("refused: uid {uid} is not the process's ({me}) nor root")})
+                );
+                continue;
+            }
+            Err(e) => {
+                log::warn!("trapvec: control channel: refused a peer whose credentials cannot be read: {e}");
+                continue;
+            }
+        }
+        if serve_connection(conn) {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    RUNNING.store(false, SeqCst);
+    log::info!("trapvec: control channel on {} closed", path.display());
+}
+
+/// Serve one connection; true when it asked to detach.
+fn serve_connection(conn: UnixStream) -> bool {
+    let Ok(mut out) = conn.try_clone() else {
+        return false;
+    };
+    let mut reader = BufReader::new(conn);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE as u64).read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        if !line.ends_with('\n') && line.len() >= MAX_LINE {
+            let _ = writeln!(
+                out,
+                "{}",
+                json!({"ok": false, "error": "request line too long"})
+            );
+            return false;
+        }
+        let (reply, detach) = answer(line.trim());
+        if writeln!(out, "{reply}").is_err() {
+            return detach;
+        }
+        if detach {
+            return true;
+        }
+    }
+}
+
+/// The reply to one request line, and whether it was a successful `detach`.
+pub(crate) fn answer(line: &str) -> (Value, bool) {
+    let op = serde_json::from_str::<Value>(line)
+        .ok()
+        .and_then(|v| v.get("op").and_then(Value::as_str).map(str::to_string));
+    if op.as_deref() == Some("detach") {
+        return match detach() {
+            Ok(n) => (json!({"ok": true, "unspliced": n}), true),
+            Err(e) => (json!({"ok": false, "error": e}), false),
+        };
+    }
+    let request = match Request::parse(line) {
+        Ok(r) => r,
+        Err(e) => return (error(&e), false),
+    };
+    (run(&request), false)
+}
+
+fn error(e: &dyn std::error::Error) -> Value {
+    json!({"ok": false, "error": trapvec::error_chain(e)})
+}
+
+fn ok(reply: &Reply) -> Value {
+    let mut v = reply.to_fields();
+    if let Value::Object(m) = &mut v {
+        m.insert("ok".into(), Value::Bool(true));
+    }
+    v
+}
+
+/// Run `request` on the agent's splicer (made on the first request that needs one).
+fn run(request: &Request) -> Value {
+    crate::with_state_or_new(
+        |state| match state {
+            None => match request {
+                // Nothing applied yet: an empty listing, without installing anything.
+                Request::List => ok(&Reply::List(ListReply::default())),
+                _ => {
+                    json!({"ok": false, "error": "the agent has no splicer (cannot start the process backend)"})
+                }
+            },
+            Some(splicer) => match ops::execute(splicer, request) {
+                Ok((reply, _made)) => ok(&reply),
+                Err(e) => error(&e),
+            },
+        },
+        !matches!(request, Request::List),
+    )
+}
+
+/// Remove every splice (quiescence: the splicer's removal waits for the threads to leave);
+/// how many were removed.
+fn detach() -> Result<usize, String> {
+    crate::with_state_or_new(
+        |state| match state {
+            None => Ok(0),
+            Some(splicer) => live_unsplice_all(splicer),
+        },
+        false,
+    )
+}
+
+fn live_unsplice_all(splicer: &mut Splicer<ProcessTarget>) -> Result<usize, String> {
+    if splicer.live().next().is_none() && splicer.retiring().next().is_none() {
+        return Ok(0);
+    }
+    ops::unsplice_all(splicer)
+        .map(|u| u.unspliced.len())
+        .map_err(|e| trapvec::error_chain(&e))
+}

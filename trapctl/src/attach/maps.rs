@@ -1,0 +1,139 @@
+//! Another process's objects: where libc and the agent are mapped (`/proc/PID/maps`), and the
+//! address of a public symbol of theirs (the file's `.dynsym`, read with `object`).
+
+use std::path::{Path, PathBuf};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MapsError {
+    #[error("cannot read /proc/{pid}/maps: {source}")]
+    Read { pid: i32, source: std::io::Error },
+    #[error("process {pid} has no libc.so.6 mapped (a static binary, or another C library): trapvec's agent can only be loaded by glibc's dlopen")]
+    NoLibc { pid: i32 },
+    #[error("{object} is not mapped in process {pid} after its dlopen")]
+    NotMapped { pid: i32, object: String },
+    #[error("cannot read {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not an ELF object: {source}")]
+    Elf {
+        path: PathBuf,
+        source: object::Error,
+    },
+    #[error("{path} exports no `{name}`")]
+    NoSymbol { path: PathBuf, name: String },
+}
+
+/// An object mapped in the process.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pid: i32,
+    /// Its path as the maps name it.
+    pub path: PathBuf,
+    /// Load bias: where its first mapping (file offset 0) starts.
+    pub base: u64,
+    /// The start of its first executable mapping.
+    pub exec_start: u64,
+}
+
+/// One line of `/proc/PID/maps`: start, permissions, file offset, path.
+fn lines(pid: i32) -> Result<Vec<(u64, String, u64, String)>, MapsError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|source| MapsError::Read { pid, source })?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?.to_string();
+            let off = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.collect::<Vec<_>>().join(" ");
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            Some((start, perms, off, path))
+        })
+        .collect())
+}
+
+fn mapping_where(pid: i32, is: impl Fn(&str) -> bool) -> Result<Option<Mapping>, MapsError> {
+    let all = lines(pid)?;
+    let Some((base, _, _, path)) = all.iter().find(|(_, _, off, p)| *off == 0 && is(p)) else {
+        return Ok(None);
+    };
+    let exec_start = all
+        .iter()
+        .find(|(_, perms, _, p)| p == path && perms.contains('x'))
+        .map_or(*base, |m| m.0);
+    Ok(Some(Mapping {
+        pid,
+        path: PathBuf::from(path),
+        base: *base,
+        exec_start,
+    }))
+}
+
+/// Whether the process has glibc mapped.
+pub fn has_libc(pid: i32) -> Result<bool, MapsError> {
+    Ok(mapping_where(pid, is_libc)?.is_some())
+}
+
+fn is_libc(p: &str) -> bool {
+    Path::new(p).file_name().is_some_and(|n| n == "libc.so.6")
+}
+
+/// glibc as mapped in `pid`.
+pub fn libc_of(pid: i32) -> Result<Mapping, MapsError> {
+    mapping_where(pid, is_libc)?.ok_or(MapsError::NoLibc { pid })
+}
+
+/// The object at `path` as mapped in `pid`.
+pub fn object_of(pid: i32, path: &Path) -> Result<Mapping, MapsError> {
+    mapping_where(pid, |p| Path::new(p) == path)?.ok_or_else(|| MapsError::NotMapped {
+        pid,
+        object: path.display().to_string(),
+    })
+}
+
+/// The address in the process of the public function `name` of `m`.
+pub fn symbol(m: &Mapping, name: &str) -> Result<u64, MapsError> {
+    // Through the process's root, so that a process in another mount namespace is read right.
+    let path = PathBuf::from(format!("/proc/{}/root", m.pid))
+        .join(m.path.strip_prefix("/").unwrap_or(m.path.as_path()));
+    let data = std::fs::read(&path).map_err(|source| MapsError::File {
+        path: path.clone(),
+        source,
+    })?;
+    let file = object::File::parse(&*data).map_err(|source| MapsError::Elf {
+        path: m.path.clone(),
+        source,
+    })?;
+    // The load bias: the first segment's address is where file offset 0 was mapped.
+    let first = file
+        .segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0);
+    file.dynamic_symbols()
+        .find(|s| s.is_definition() && s.name() == Ok(name))
+        .map(|s| m.base + s.address() - first)
+        .ok_or_else(|| MapsError::NoSymbol {
+            path: m.path.clone(),
+            name: name.to_string(),
+        })
+}
+
+/// The `Seccomp:` mode of `/proc/PID/status` (0 none, 1 strict, 2 filter).
+pub fn seccomp_mode(pid: i32) -> Option<u32> {
+    status_field(pid, "Seccomp")?.trim().parse().ok()
+}
+
+/// A field of `/proc/PID/status`.
+pub fn status_field(pid: i32, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(str::to_string))
+}
