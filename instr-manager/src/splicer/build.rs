@@ -101,9 +101,17 @@ impl<T: Target> Splicer<T> {
         let site = planned.point.site;
         let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
         held.push(Held::Block(data.clone()));
+        let code_size = compact_code_size(action, r, &planned, self.target.info(), data.addr)
+            .map_err(|refusal| SpliceError::Refused {
+                at: r.at.clone(),
+                site,
+                mechanism: planned.plan.mechanism,
+                refusal,
+            })?
+            .unwrap_or(TRAMPOLINE_BLOCK);
         let code = self
             .target
-            .alloc(site, 512, BlockKind::Code)
+            .alloc(site, code_size, BlockKind::Code)
             .map_err(terr)?;
         held.push(Held::Block(code.clone()));
         // A return point's entry half, a keyed count: a call of the slot's routine.
@@ -378,6 +386,41 @@ impl<T: Target> Splicer<T> {
     }
 }
 
+/// The code block of a splice whose trampoline is not sized in advance: room for the longest
+/// (a call trampoline with the full extended-state save, a guard in front).
+const TRAMPOLINE_BLOCK: usize = 512;
+
+/// The code block a plain `count` splice (no task predicate) needs, rounded up to the arena's
+/// 16-byte grain: its whole trampoline is the replay (where the dispatcher counts) or the
+/// counting replay, emitted here once at a trial address to measure it. The trial address is
+/// the splice's data block (allocated first, as near the site as the code block will be), so
+/// every rel32 in it takes its 4-byte form as at the real address: the length does not change
+/// when [`Splicer::fill`] emits it again there (and `fill` refuses a trampoline larger than its
+/// block if it ever did). `None`: another kind of splice, sized [`TRAMPOLINE_BLOCK`].
+///
+/// Why it matters: 512 bytes per count splice held the module's 8 MiB code arena to 16,384
+/// splices; a count site's replay is 16 or 32 bytes (issue 26, item 1).
+fn compact_code_size(
+    action: &dyn SpliceAction,
+    r: &SpliceRequest,
+    planned: &Planned,
+    info: &trapvec::TargetInfo,
+    trial: u64,
+) -> Result<Option<usize>, crate::Refusal> {
+    if action.name() != "count" || !r.options.only.is_empty() {
+        return Ok(None);
+    }
+    let plan = &planned.plan;
+    let len = match plan.mechanism == Mechanism::Trap && info.dispatcher_counts_hits {
+        true => crate::trampoline::emit_replay(plan, trial)?.len(),
+        false => crate::trampoline::emit_counting_replay(trial, trial, plan, info)?.len(),
+    };
+    Ok(Some(len.next_multiple_of(CODE_GRAIN)))
+}
+
+/// The allocation grain of the repositories (the kernel module's `TRAPVEC_ARENA_GRAIN`).
+const CODE_GRAIN: usize = 16;
+
 /// What [`Splicer::fill`] builds a splice from besides its request and plan.
 struct Parts<'a> {
     action: &'static dyn SpliceAction,
@@ -387,4 +430,38 @@ struct Parts<'a> {
     dest_fn: u64,
     component: Option<ComponentId>,
     slot: Option<&'a Slot>,
+}
+
+#[cfg(test)]
+mod tests {
+    use trapvec::fake::FakeKernel;
+
+    use super::super::{Action, SpliceRequest, Splicer};
+    use crate::plan::Mechanism;
+
+    /// A count splice's code block is its trampoline rounded to 16 bytes, not 512: 9 bytes of
+    /// replay (push rbp; mov rbp,rsp; jmp) where the dispatcher counts, 25 of counting replay
+    /// for a jmp (pushfq; lock inc; popfq; the replay).
+    #[test]
+    fn count_splices_take_code_blocks_sized_to_their_trampoline() {
+        let k = FakeKernel::new();
+        let mut sp = Splicer::new(k.clone());
+        let ids = sp
+            .apply(&[
+                SpliceRequest::new("f1", Action::Count, Mechanism::Trap),
+                SpliceRequest::new("f2", Action::Count, Mechanism::Jmp),
+            ])
+            .unwrap();
+        let sizes: Vec<usize> = ids.iter().map(|id| sp.live[id].code.size).collect();
+        assert_eq!(sizes, [16, 32]);
+        let trap = &sp.live[&ids[0]];
+        assert_eq!(trap.entry, trap.code.addr);
+        assert_eq!(
+            k.text(trap.entry + 4, 1),
+            [0xE9],
+            "the jmp back fits the block"
+        );
+        sp.remove(&ids).unwrap();
+        assert_eq!(k.live_blocks(), 0);
+    }
 }
