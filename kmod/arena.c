@@ -90,8 +90,13 @@ struct trapvec_arena_block {
 	struct hlist_node id_node;	/* in trapvec_block_ids */
 	struct trapvec_arena *arena;
 	u64 id;
-	size_t off;
-	size_t size;
+	u32 off;		/* the arenas are far smaller than 4 GiB */
+	u32 size;
+	/*
+	 * Dispatch entries whose destination, handler or skip target lies in the block
+	 * (trapvec_arena_pin()): FREE refuses it while any does, without walking the table.
+	 */
+	u32 pins;
 	bool sealed;		/* code only: never written again */
 	bool freed;		/* waiting for a grace period before its room is reused */
 };
@@ -105,8 +110,11 @@ static u8 trapvec_data_arena[TRAPVEC_DATA_ARENA_SIZE] __aligned(PAGE_SIZE);
  */
 static unsigned long trapvec_inflight[TRAPVEC_CODE_ARENA_SIZE / TRAPVEC_ARENA_GRAIN];
 
-/* Every block of both arenas (freed ones too, until reclaimed), by id. */
-static DEFINE_HASHTABLE(trapvec_block_ids, 12);
+/*
+ * Every block of both arenas (freed ones too, until reclaimed), by id: 2^16 buckets (512 KiB),
+ * a handful of blocks per bucket at 200,000 sites (two blocks each).
+ */
+static DEFINE_HASHTABLE(trapvec_block_ids, 16);
 
 static struct trapvec_arena trapvec_code = {
 	.name = "code",
@@ -344,6 +352,7 @@ static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t s
 	}
 	if (start + size > a->size)
 		return NULL;
+	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE > U32_MAX || TRAPVEC_DATA_ARENA_SIZE > U32_MAX);
 	nb = trapvec_kvmalloc(TRAPVEC_MEM_BLOCK, 1, sizeof(*nb), GFP_KERNEL | __GFP_ZERO);
 	if (!nb)
 		return ERR_PTR(-ENOMEM);
@@ -592,10 +601,12 @@ int trapvec_arena_free(u64 id)
 		return -ENOENT;
 	start = b->arena->base + b->off;
 	end = start + b->size;
-	site = trapvec_dispatch_targets(start, end);
-	if (site) {
-		pr_warn_ratelimited("FREE of block %llu at %lx refused: the dispatch entry of the trap at %pS still enters it\n",
-				    id, start, (void *)site);
+	if (b->pins) {
+		/* Refused: only now is the table walked, to name the entry. */
+		site = trapvec_dispatch_targets(start, end);
+		WARN_ON_ONCE(!site);
+		pr_warn_ratelimited("FREE of block %llu at %lx refused: the dispatch entry of the trap at %pS still enters it (%u entries)\n",
+				    id, start, (void *)site, b->pins);
 		return -EBUSY;
 	}
 	site = trapvec_text_jmp_into(start, end);
@@ -613,6 +624,26 @@ int trapvec_arena_free(u64 id)
 	}
 	b->freed = true;
 	return 0;
+}
+
+/*
+ * A dispatch entry that sends CPUs to addr (delta 1) or no longer does (delta -1): counted in
+ * the code block holding addr, if any (a handler may also be a return point's or a keyed
+ * count's entry routine, in this module's text). An entry pins its blocks from the moment its
+ * fields are set until it is freed (dispatch_table.c), so a block is pinned while a CPU may
+ * still be sent into it.
+ */
+void trapvec_arena_pin(unsigned long addr, int delta)
+{
+	struct trapvec_arena_block *b;
+
+	lockdep_assert_held(&trapvec_mutex);
+	if (addr < trapvec_code.base || addr - trapvec_code.base >= trapvec_code.size)
+		return;
+	b = trapvec_block_at(&trapvec_code, addr - trapvec_code.base);
+	if (WARN_ON_ONCE(!b) || WARN_ON_ONCE(delta < 0 && !b->pins))
+		return;
+	b->pins += delta;
 }
 
 bool trapvec_arena_in_sealed_code(unsigned long addr)

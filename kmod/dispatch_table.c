@@ -19,6 +19,7 @@
 #include "../components/include/trapvec.h"
 #include "trapvec_internal.h"
 #include "trapvec_dispatch.h"
+#include "trapvec_arena.h"
 
 /* The per-CPU counters of an entry count as a second object of its kind. */
 #define TRAPVEC_COUNTS_BYTES	(sizeof(struct trapvec_counts) * num_possible_cpus())
@@ -39,8 +40,22 @@ static struct trapvec_site *trapvec_site_alloc(void)
 	return e;
 }
 
+/*
+ * The code blocks e sends CPUs into (destination, handler, skip target) are pinned while e
+ * exists: FREE of one is refused without walking the table (arena.c).
+ */
+static void trapvec_site_pin(const struct trapvec_site *e, int delta)
+{
+	trapvec_arena_pin(e->dest, delta);
+	if (e->handler)
+		trapvec_arena_pin((unsigned long)e->handler, delta);
+	if (e->only.match)
+		trapvec_arena_pin(e->only.skip, delta);
+}
+
 static void trapvec_site_free(struct trapvec_site *e)
 {
+	trapvec_site_pin(e, -1);
 	free_percpu(e->counts);
 	trapvec_mem_put(TRAPVEC_MEM_ENTRY, TRAPVEC_COUNTS_BYTES);
 	trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
@@ -170,6 +185,7 @@ static struct trapvec_site **trapvec_sites_made(const struct trapvec_dispatch_en
 		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
 		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
 		made[i]->only = entries[i].only;
+		trapvec_site_pin(made[i], 1);
 		if (start) {
 			struct trapvec_counts *c =
 				per_cpu_ptr(made[i]->counts, cpumask_first(cpu_possible_mask));

@@ -21,14 +21,22 @@
 #endif
 
 /*
- * 8 MiB of code: user space takes 512 bytes per splice, so 16,384 splices live at once
- * (a batch of 10,000 count splices and the components beside it). It is module text, so it
- * is resident while the module is loaded, with 4 MiB of in-flight counters (8 bytes per
- * 16-byte grain, arena.c) in .bss.
+ * 16 MiB of code and 4 MiB of data: 200,000 count sites at once (user space sizes a count
+ * site's code block to its replay, 16 or 32 bytes, and gives it a 16-byte data block), with
+ * room for components and 512-byte trampolines beside them. The code is module text (or the
+ * module area), so it is resident while the module is loaded, with 8 MiB of in-flight counters
+ * (8 bytes per 16-byte grain, arena.c) and the data arena in .bss.
  */
-#define TRAPVEC_CODE_ARENA_SIZE	(8 << 20)
-#define TRAPVEC_DATA_ARENA_SIZE	(1 << 20)
+#define TRAPVEC_CODE_ARENA_SIZE	(16 << 20)
+#define TRAPVEC_DATA_ARENA_SIZE	(4 << 20)
 /* Allocation granularity (and alignment) of arena blocks. */
 #define TRAPVEC_ARENA_GRAIN	16
+
+#ifdef __KERNEL__
+#ifndef __ASSEMBLY__
+/* arena.c: a dispatch entry starts (1) or stops (-1) sending CPUs to addr. */
+void trapvec_arena_pin(unsigned long addr, int delta);
+#endif
+#endif
 
 #endif /* _TRAPVEC_ARENA_H */

@@ -30,7 +30,11 @@ struct trapvec_site {
 	bool gone;
 };
 
-#define TRAPVEC_SITE_BITS	12
+/*
+ * 2^16 buckets (512 KiB): the trap path walks one bucket, a few entries long at 200,000
+ * sites (it was 49 with 2^12).
+ */
+#define TRAPVEC_SITE_BITS	16
 extern struct hlist_head trapvec_sites[1 << TRAPVEC_SITE_BITS];
 extern u64 trapvec_site_count;		/* under trapvec_mutex */
 
