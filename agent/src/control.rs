@@ -15,7 +15,7 @@
 //! answered with an error and logged. The channel is started by [`crate::trapvec_agent_attach`]
 //! (`trapctl -p PID attach`) or, under `LD_PRELOAD`, by `TRAPVEC_CONTROL=1`.
 
-use std::io::{BufRead, BufReader, Read as _, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -117,8 +117,7 @@ fn listen(path: &Path) -> Result<UnixListener, StartError> {
 }
 
 /// The peer's uid, from `SO_PEERCRED`.
-fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
-    use std::os::fd::AsRawFd as _;
+fn peer_uid(s: &impl std::os::fd::AsRawFd) -> std::io::Result<u32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -141,20 +140,96 @@ fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
     Ok(cred.uid)
 }
 
+/// A socket the channel reads and writes with raw system calls, not libc's functions: a
+/// program's splices on `libc.so.6:accept4`, `read` or `write` do not count the channel's own
+/// traffic (its requests are still run with libc's functions).
+struct Raw(std::os::fd::OwnedFd);
+
+impl Raw {
+    /// Accept one connection on `listener` (blocking).
+    fn accept(listener: &UnixListener) -> std::io::Result<Raw> {
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        loop {
+            // SAFETY: accept4 with null address pointers writes nothing to this process's memory.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_accept4,
+                    listener.as_raw_fd(),
+                    std::ptr::null_mut::<libc::sockaddr>(),
+                    std::ptr::null_mut::<libc::socklen_t>(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: the kernel just returned this new descriptor; nothing else owns it.
+                return Ok(Raw(unsafe {
+                    std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int)
+                }));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Read for &Raw {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_read,
+                self.0.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+impl Write for &Raw {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+        let n =
+            unsafe { libc::syscall(libc::SYS_write, self.0.as_raw_fd(), buf.as_ptr(), buf.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The channel's thread: one connection at a time, each served line by line until it closes
 /// or a `detach` ends the channel.
 fn serve(listener: UnixListener) {
     let path = socket_path();
-    for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
+    loop {
+        let conn = match Raw::accept(&listener) {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("trapvec: control channel: accept: {e}");
+                break;
+            }
+        };
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
-        match peer_uid(&conn) {
+        match peer_uid(&conn.0) {
             Ok(uid) if uid == me || uid == 0 => {}
             Ok(uid) => {
                 log::warn!("trapvec: control channel: refused a peer of uid {uid} (the process's is {me}, or root)");
                 let _ = writeln!(
-                    conn,
+                    &conn,
                     "{}",
                     json!({"ok": false, "error": format!("refused: uid {uid} is not the process's ({me}) nor root")})
                 );
@@ -165,7 +240,7 @@ fn serve(listener: UnixListener) {
                 continue;
             }
         }
-        if serve_connection(conn) {
+        if serve_connection(&conn) {
             break;
         }
     }
@@ -175,10 +250,8 @@ fn serve(listener: UnixListener) {
 }
 
 /// Serve one connection; true when it asked to detach.
-fn serve_connection(conn: UnixStream) -> bool {
-    let Ok(mut out) = conn.try_clone() else {
-        return false;
-    };
+fn serve_connection(conn: &Raw) -> bool {
+    let mut out = conn;
     let mut reader = BufReader::new(conn);
     let mut line = String::new();
     loop {

@@ -1,0 +1,455 @@
+//! `trapctl -p PID ...` against running processes, on the host: `fixtures/attach/loop.c` (a
+//! function called on command, a thread blocked in read() on a FIFO, a busy thread) attached,
+//! counted live, detached; each refusal that can be produced here; a `python3 -m http.server`
+//! counted at `libc.so.6:accept4` while it serves. Needs cc, python3 and the built agent.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `libtrapvec_agent.so` beside the trapctl under test.
+fn agent() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
+    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
+    assert!(
+        so.exists(),
+        "{} not built (cargo build --release -p trapvec-agent)",
+        so.display()
+    );
+    so
+}
+
+fn trapctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(args)
+        .env("TRAPVEC_AGENT", agent())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `cc -O2 ARGS fixtures/attach/SRC -o DIR/OUT`.
+fn cc(dir: &Path, src: &str, out: &str, args: &[&str]) -> PathBuf {
+    let exe = dir.join(out);
+    let status = Command::new("cc")
+        .args(["-O2", "-fcf-protection=none", "-pthread"])
+        .args(args)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/attach")
+                .join(src),
+        )
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("a C compiler (`cc`) is needed for these tests");
+    assert!(status.success(), "cc {src} {args:?} failed");
+    exe
+}
+
+/// The loop fixture, running: its pid, the address of `work`, its pipes, the FIFO its reader
+/// thread is blocked on.
+struct Loop {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    work: u64,
+    fifo: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Loop {
+    fn start(static_: bool) -> Loop {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = cc(
+            dir.path(),
+            "loop.c",
+            "loop",
+            if static_ { &["-static"] } else { &[] },
+        );
+        let fifo = dir.path().join("fifo");
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let mut child = Command::new(&exe)
+            .arg(&fifo)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let work = line
+            .split_whitespace()
+            .nth(3)
+            .and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok())
+            .unwrap_or_else(|| panic!("fixture said `{line}`"));
+        // Let the threads reach their read() and their loop.
+        std::thread::sleep(Duration::from_millis(100));
+        Loop {
+            child,
+            stdin,
+            stdout,
+            work,
+            fifo,
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Call `work` n times; the program's total.
+    fn calls(&mut self, n: u64) -> u64 {
+        writeln!(self.stdin, "{n}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.strip_prefix("done ")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("fixture said `{line}`"))
+    }
+
+    fn text_at_work(&self) -> [u8; 16] {
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.child.id())).unwrap();
+        let mut b = [0u8; 16];
+        mem.read_exact_at(&mut b, self.work).unwrap();
+        b
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The hits of every splice, from `trapctl -p PID list --json`.
+fn live_hits(pid: &str) -> Vec<u64> {
+    let o = trapctl(&["-p", pid, "list", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["splices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hits"].as_u64().unwrap())
+        .collect()
+}
+
+fn count_spec(dir: &Path, at: &str) -> PathBuf {
+    let spec = dir.join("spec.toml");
+    std::fs::write(
+        &spec,
+        format!("[[splice]]\nat = \"{at}\"\naction = \"count\"\n"),
+    )
+    .unwrap();
+    spec
+}
+
+#[test]
+fn attach_counts_live_hits_and_detach_restores_the_text_and_the_blocked_read() {
+    let mut p = Loop::start(false);
+    let pid = p.pid();
+    let before = p.text_at_work();
+    let o = trapctl(&["-v", "-p", &pid, "attach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("held stopped") && err.contains("3 threads"),
+        "-v prints the threads and the time they were held: {err}"
+    );
+    assert!(
+        err.contains("(2 in a restartable system call)"),
+        "main in read(stdin), the reader in read(fifo): {err}"
+    );
+    let spec_dir = tempfile::tempdir().unwrap();
+    let spec = count_spec(spec_dir.path(), "work");
+    let o = trapctl(&["-p", &pid, "apply", spec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(&p.text_at_work()[..2], &[0xCD, 0xF5], "the trap is written");
+    let total = p.calls(1000);
+    assert_eq!(total, 1000);
+    assert_eq!(
+        live_hits(&pid),
+        vec![1000],
+        "live hits equal the calls made"
+    );
+    let total = p.calls(234);
+    assert_eq!(live_hits(&pid), vec![total], "and grow while it runs");
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 splice(s) removed"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(p.text_at_work(), before, "text byte-identical after detach");
+    assert_eq!(p.calls(10), total + 10, "the program goes on");
+    // The reader thread was stopped inside read(): the data written now is read whole, and no
+    // EINTR was seen (the fixture exits 3 on any read error).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p.fifo)
+        .unwrap()
+        .write_all(b"hello after detach")
+        .unwrap();
+    let mut line = String::new();
+    p.stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "read 18: hello after detach");
+    writeln!(p.stdin, "quit").unwrap();
+    let status = p.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the program exits as it would have");
+    // The channel is gone with the detach: nothing answers on the agent's socket.
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn attach_twice_reuses_the_agent_and_a_second_detach_cycle_works() {
+    let mut p = Loop::start(false);
+    let pid = p.pid();
+    let before = p.text_at_work();
+    let spec_dir = tempfile::tempdir().unwrap();
+    let spec = count_spec(spec_dir.path(), "work");
+    for round in 0..3 {
+        // apply attaches by itself when no agent answers.
+        let o = trapctl(&["-p", &pid, "apply", spec.to_str().unwrap()]);
+        assert!(o.status.success(), "round {round}: {}", text(&o));
+        p.calls(100);
+        assert_eq!(live_hits(&pid), vec![100], "round {round}");
+        let o = trapctl(&["-p", &pid, "detach"]);
+        assert!(o.status.success(), "round {round}: {}", text(&o));
+        assert_eq!(p.text_at_work(), before, "round {round}");
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert_eq!(
+        maps.lines()
+            .filter(|l| l.contains("libtrapvec_agent.so") && l.contains(" 00000000 "))
+            .count(),
+        1,
+        "the agent is loaded once"
+    );
+}
+
+#[test]
+fn attach_refuses_a_process_another_tracer_holds_and_changes_nothing() {
+    let p = Loop::start(false);
+    let pid = p.child.id() as i32;
+    // SAFETY: seizing our own child; PTRACE_SEIZE does not stop it.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, 0usize) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let before = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let o = trapctl(&["-p", &pid.to_string(), "attach"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "process {pid} is already traced by process {}",
+            // SAFETY: gettid has no preconditions (TracerPid is the tracing thread).
+            unsafe { libc::gettid() }
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(),
+        before,
+        "nothing was loaded"
+    );
+}
+
+#[test]
+fn attach_refuses_a_static_binary_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.c");
+    std::fs::write(&probe, "int main(void){return 0;}\n").unwrap();
+    if !Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(dir.path().join("probe"))
+        .arg(&probe)
+        .status()
+        .unwrap()
+        .success()
+    {
+        eprintln!("skipped: this toolchain cannot link -static (no libc.a)");
+        return;
+    }
+    let p = Loop::start(true);
+    let o = trapctl(&["-p", &p.pid(), "attach"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is statically linked"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn attach_refuses_a_process_of_another_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run trapctl as another user (setpriv)");
+        return;
+    }
+    let p = Loop::start(false);
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["-p", &p.pid(), "attach"])
+        .env("TRAPVEC_AGENT", agent())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!(
+            "process {} belongs to uid 0, not to you (uid 65534)",
+            p.pid()
+        )),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One GET; whether it was answered 200 whole.
+fn get(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    if s.write_all(b"GET / HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).is_ok() && reply.starts_with(b"HTTP/1.0 200")
+}
+
+#[test]
+fn attach_to_python_http_server_counts_accept4_while_it_serves_and_no_request_fails() {
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is needed for this test");
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let mut server = Command::new(&python)
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = server.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get(port) {
+        assert!(Instant::now() < deadline, "http.server did not start");
+        assert!(server.try_wait().unwrap().is_none(), "http.server exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let server = Kill(server);
+    // Requests in a loop, all along: attach, apply, list, detach happen while it serves.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (made, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let load = {
+        let (stop, made, failed) = (stop.clone(), made.clone(), failed.clone());
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                made.fetch_add(1, SeqCst);
+                if !get(port) {
+                    failed.fetch_add(1, SeqCst);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let o = trapctl(&["-v", "-p", &pid, "attach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    eprintln!("{}", String::from_utf8_lossy(&o.stderr).trim());
+    let spec = count_spec(dir.path(), "libc.so.6:accept4");
+    let o = trapctl(&["-p", &pid, "apply", spec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Counted while it serves: hits grow.
+    std::thread::sleep(Duration::from_millis(300));
+    let first = live_hits(&pid)[0];
+    std::thread::sleep(Duration::from_millis(300));
+    let second = live_hits(&pid)[0];
+    assert!(
+        second > first && first > 0,
+        "hits grow: {first} then {second}"
+    );
+    // Then exactly: the loop paused, a known number of requests, one accept4 each.
+    stop.store(true, SeqCst);
+    load.join().unwrap();
+    let before = live_hits(&pid)[0];
+    for _ in 0..50 {
+        assert!(get(port), "a request failed while spliced");
+    }
+    assert_eq!(live_hits(&pid)[0] - before, 50, "one accept4 per request");
+    // Detach under load too.
+    stop.store(false, SeqCst);
+    let load = {
+        let (stop, made, failed) = (stop.clone(), made.clone(), failed.clone());
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                made.fetch_add(1, SeqCst);
+                if !get(port) {
+                    failed.fetch_add(1, SeqCst);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, SeqCst);
+    load.join().unwrap();
+    assert!(get(port), "still serving after detach");
+    assert_eq!(
+        failed.load(SeqCst),
+        0,
+        "no request failed (of {})",
+        made.load(SeqCst)
+    );
+    drop(server);
+}
