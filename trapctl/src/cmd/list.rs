@@ -20,6 +20,11 @@ command, and `orphaned` once the command is gone without removing it) and every
 loaded component (name, CRC32 of its file, code and data addresses and sizes, how many splices use
 it). The saved state is checked against the module first. --json prints one JSON object.
 
+--stats prints what the live sites cost, in bytes per site: the module's code and data arenas in
+use, its heap (dispatch entries with their per-CPU counters, arena block records, live-patch
+records, pending sets: /sys/module/trapvec/parameters/allocations) and the saved state user space
+keeps in the module, each divided by the number of live splices, then their sum.
+
 When trapd runs, the listing is the daemon's: it adds the active profile, whether each splice is
 part of it, and any dispatch entry live in the module that no recorded state describes.
 
@@ -35,6 +40,63 @@ pub struct Args {
     /// Print the Prometheus text exposition format (node_exporter's textfile collector).
     #[arg(long)]
     pub prometheus: bool,
+    /// Print the bytes each live site costs (arenas, module heap, saved state) instead.
+    #[arg(long, conflicts_with_all = ["json", "prometheus"])]
+    pub stats: bool,
+}
+
+/// The module's live allocations, one line per kind (mem.c).
+const ALLOCATIONS: &str = "/sys/module/trapvec/parameters/allocations";
+
+/// The heap kinds (mem.c's names) a live site holds; "alias" (virtual mappings, a page each)
+/// and "reserved"/"scratch" are not per-site heap.
+const SITE_HEAP: [&str; 4] = ["entry", "block", "patch", "pending"];
+
+/// Bytes per site, one line each: `sites N`, then `<part> <bytes> <per-site>`, then `total`.
+fn site_stats(sites: u64, code_used: u64, data_used: u64, allocations: &str) -> Vec<String> {
+    let mut heap: Vec<(String, u64)> = Vec::new();
+    let mut state = 0;
+    for l in allocations.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (Some(kind), Some(bytes)) = (w.first(), w.get(2).and_then(|b| b.parse().ok())) else {
+            continue;
+        };
+        if SITE_HEAP.contains(kind) {
+            heap.push(((*kind).to_owned(), bytes));
+        } else if *kind == "state" {
+            state = bytes;
+        }
+    }
+    let heap_bytes: u64 = heap.iter().map(|(_, b)| b).sum();
+    let per = |b: u64| match sites {
+        0 => "-".to_owned(),
+        n => format!("{:.1}", b as f64 / n as f64),
+    };
+    let detail: Vec<String> = heap.iter().map(|(k, b)| format!("{k} {b}")).collect();
+    let total = code_used + data_used + heap_bytes + state;
+    vec![
+        format!("sites {sites}"),
+        format!("code {code_used} bytes, {} per site", per(code_used)),
+        format!("data {data_used} bytes, {} per site", per(data_used)),
+        format!(
+            "heap {heap_bytes} bytes, {} per site ({})",
+            per(heap_bytes),
+            detail.join(", ")
+        ),
+        format!("state {state} bytes, {} per site", per(state)),
+        format!("total {total} bytes, {} per site (goal: 64)", per(total)),
+    ]
+}
+
+/// `--stats`: the module's arenas and heap against the live splices.
+fn print_stats(sites: usize) -> Result<()> {
+    let info = trapvec::kernel::KernelTarget::open()?.module_info()?;
+    let allocations = std::fs::read_to_string(ALLOCATIONS)
+        .map_err(|e| anyhow::anyhow!("reading {ALLOCATIONS}: {e}"))?;
+    for l in site_stats(sites as u64, info.code_used, info.data_used, &allocations) {
+        println!("{l}");
+    }
+    Ok(())
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -46,6 +108,9 @@ pub fn run(args: &Args) -> Result<()> {
             .owner
             .as_ref()
             .is_some_and(instr_manager::owner::Owner::is_gone);
+    }
+    if args.stats {
+        return print_stats(r.listing.splices.len());
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -138,4 +203,28 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::site_stats;
+
+    #[test]
+    fn stats_divide_arenas_heap_and_state_by_the_sites() {
+        let allocations = "entry 2 224\nblock 4 352\npatch 2 200\nalias 3 16793600\npending 0 0\nstate 1 1000\nreserved 1 64\nscratch 0 0\n";
+        let s = site_stats(2, 64, 32, allocations);
+        assert_eq!(s[0], "sites 2");
+        assert_eq!(s[1], "code 64 bytes, 32.0 per site");
+        assert_eq!(s[2], "data 32 bytes, 16.0 per site");
+        assert_eq!(
+            s[3],
+            "heap 776 bytes, 388.0 per site (entry 224, block 352, patch 200, pending 0)"
+        );
+        assert_eq!(s[4], "state 1000 bytes, 500.0 per site");
+        assert_eq!(s[5], "total 1872 bytes, 936.0 per site (goal: 64)");
+        assert_eq!(
+            site_stats(0, 0, 0, "")[5],
+            "total 0 bytes, - per site (goal: 64)"
+        );
+    }
 }
