@@ -40,6 +40,7 @@ mod publish;
 mod remove;
 mod returns_twice;
 pub mod state;
+pub mod state_log;
 mod summary;
 mod switch;
 #[cfg(test)]
@@ -248,8 +249,9 @@ pub struct BestEffort {
 pub struct Splicer<T: Target> {
     target: T,
     components: ComponentManager,
-    /// Boxed: a batch moves thousands of them between lists and this map.
-    live: BTreeMap<SpliceId, Box<LiveSplice>>,
+    /// Boxed: a batch moves thousands of them between lists and this map. Notes what changed
+    /// since the state was last written ([`state_log`]).
+    live: state_log::LiveMap,
     orig: HashMap<String, OrigStub>,
     /// Splices being retired: their sites hold the original bytes again and their dispatch
     /// entries are gone, but quiescence was not reached in time (a task still inside a
@@ -291,7 +293,7 @@ impl<T: Target> Splicer<T> {
         Splicer {
             target,
             components: ComponentManager::new(),
-            live: BTreeMap::new(),
+            live: state_log::LiveMap::default(),
             orig: HashMap::new(),
             retiring: BTreeMap::new(),
             quiesce_timeout: DEFAULT_QUIESCE_TIMEOUT,

@@ -10,6 +10,11 @@
 //! destination, handler and cookie; the bytes at every site and springboard are the patch's new
 //! bytes; every component's code still has the CRC it was written with. A mismatch is a
 //! [`StateError`] naming the splice or component; nothing is repaired silently.
+//!
+//! This is the *snapshot*; [`super::state_log`] keeps the changes after one in an append-only
+//! log, so that a change does not rewrite every live splice. Format version 2 adds the snapshot's
+//! `epoch` (the log that continues it names it); version 1, the whole-file format from before the
+//! log, is still read (as a snapshot no log continues).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -18,10 +23,15 @@ use serde::{Deserialize, Serialize};
 use trapvec::error::hex;
 use trapvec::{DispatchEntry, Target, TargetError};
 
+use super::state_log::LiveMap;
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer, DEFAULT_QUIESCE_TIMEOUT};
 
-/// Version of the state format; a state of another version is refused.
-pub const STATE_VERSION: u32 = 1;
+/// Version of the state format (snapshot and log) written; a state of another version than
+/// this or [`STATE_VERSION_WHOLE`] is refused.
+pub const STATE_VERSION: u32 = 2;
+
+/// The whole-file format from before the log: read as a snapshot of epoch 0.
+pub const STATE_VERSION_WHOLE: u32 = 1;
 
 /// Why a saved state cannot be restored.
 #[derive(Debug, thiserror::Error)]
@@ -66,12 +76,24 @@ pub enum StateError {
     },
     #[error("checking the saved state against the target")]
     Target(#[from] TargetError),
+    #[error("state log line {line} is not a valid change (only the last line may be cut short)")]
+    LogLine {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "the state log is of format `{format}`, not `{}`",
+        super::state_log::LOG_FORMAT
+    )]
+    LogFormat { format: String },
 }
 
 /// The serialized form (field order is the JSON's), as written...
 #[derive(Serialize)]
 struct SavedStateRef<'a> {
     version: u32,
+    epoch: u64,
     next_splice: u64,
     components: &'a ComponentManager,
     splices: Vec<&'a LiveSplice>,
@@ -81,23 +103,50 @@ struct SavedStateRef<'a> {
 
 /// ...and as read back.
 #[derive(Deserialize)]
-struct SavedState {
-    version: u32,
-    next_splice: u64,
-    components: ComponentManager,
-    splices: Vec<LiveSplice>,
+pub(super) struct SavedState {
+    pub(super) version: u32,
+    /// The log that continues this snapshot names this epoch; 0 (and absent, in version 1):
+    /// none does.
+    #[serde(default)]
+    pub(super) epoch: u64,
+    pub(super) next_splice: u64,
+    pub(super) components: ComponentManager,
+    pub(super) splices: Vec<LiveSplice>,
     /// Original-trampoline stubs by function name, sorted for a stable output.
-    orig: BTreeMap<String, OrigStub>,
+    pub(super) orig: BTreeMap<String, OrigStub>,
     /// Splices whose removal waits for quiescence (absent in states without any).
     #[serde(default)]
-    retiring: Vec<Retiring>,
+    pub(super) retiring: Vec<Retiring>,
+}
+
+impl SavedState {
+    /// The snapshot in `bytes`, of a version this program reads; `None` if empty.
+    pub(super) fn decode(bytes: &[u8]) -> Result<Option<SavedState>, StateError> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let saved: SavedState = serde_json::from_slice(bytes)?;
+        if saved.version != STATE_VERSION && saved.version != STATE_VERSION_WHOLE {
+            return Err(StateError::Version {
+                found: saved.version,
+            });
+        }
+        Ok(Some(saved))
+    }
 }
 
 impl<T: Target> Splicer<T> {
-    /// Everything this splicer made, as JSON (see the module docs).
+    /// Everything this splicer made, as JSON (see the module docs): a snapshot no log
+    /// continues (epoch 0). [`Splicer::compact_state`] makes one a log continues.
     pub fn export_state(&self) -> Vec<u8> {
+        self.snapshot_bytes(0)
+    }
+
+    /// The snapshot of epoch `epoch`.
+    pub(super) fn snapshot_bytes(&self, epoch: u64) -> Vec<u8> {
         let saved = SavedStateRef {
             version: STATE_VERSION,
+            epoch,
             next_splice: self.next,
             components: &self.components,
             splices: self.live.values().map(|s| &**s).collect(),
@@ -112,15 +161,14 @@ impl<T: Target> Splicer<T> {
     /// says was made, after checking it against the target. An empty `state` is a fresh
     /// splicer.
     pub fn import_state(target: T, state: &[u8]) -> Result<Self, StateError> {
-        if state.is_empty() {
-            return Ok(Splicer::new(target));
+        match SavedState::decode(state)? {
+            None => Ok(Splicer::new(target)),
+            Some(saved) => Splicer::restore(target, saved),
         }
-        let saved: SavedState = serde_json::from_slice(state)?;
-        if saved.version != STATE_VERSION {
-            return Err(StateError::Version {
-                found: saved.version,
-            });
-        }
+    }
+
+    /// A splicer over `target` that takes over `saved`, after checking it against the target.
+    pub(super) fn restore(target: T, saved: SavedState) -> Result<Self, StateError> {
         check_against_target(&target, &saved)?;
         let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved
             .splices
@@ -140,10 +188,13 @@ impl<T: Target> Splicer<T> {
             retiring.len(),
             orig.len()
         );
+        // What was read is what was written last: the next change line carries only what
+        // changes after this.
+        let meta = super::state_log::digest_of(&saved.components, &orig, &retiring);
         Ok(Splicer {
             target,
             components: saved.components,
-            live,
+            live: LiveMap::restored(live, Some(meta)),
             orig,
             retiring,
             quiesce_timeout: DEFAULT_QUIESCE_TIMEOUT,

@@ -210,7 +210,7 @@ fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
         .unwrap();
     let state = first.export_state();
     let json: serde_json::Value = serde_json::from_slice(&state).unwrap();
-    assert_eq!(json["version"], 1);
+    assert_eq!(json["version"], super::state::STATE_VERSION);
     assert_eq!(json["splices"].as_array().unwrap().len(), 2);
     assert_eq!(json["splices"][0]["request"]["at"], "f0");
     drop(first);
