@@ -65,6 +65,14 @@
  *
  * int3_first=0 (a module parameter for tests only) skips ARM and its grace period, so that a
  * test can show what they prevent under full preemption.
+ *
+ * "One stop_machine()" above is one stage: a stage of more than stop_sites sites is written in
+ * several stops (trapvec_stop_batch(), text_stop.c), its first stop comparing every op before
+ * any is written, a change found by a later stop undoing the earlier ones.
+ *
+ * Cost (issue 26): the checks of a batch are O(log n) per patch against the live records (trees
+ * by site and by jmp target, text_live.c) and against the batch's earlier patches (the batch's
+ * own tree); the pages a batch writes are mapped once, for that batch (text_alias.c).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -74,6 +82,8 @@
 #include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/string.h>
+#include <linux/sysfs.h>
+#include <linux/timekeeping.h>
 #include <linux/uaccess.h>
 #include <asm/text-patching.h>
 
@@ -106,24 +116,21 @@ static u32 trapvec_check_trap(const struct trapvec_patch *p)
 }
 
 /*
- * Check patch i of the batch (a new patch, not the inverse of a live one). Returns 0 or the
- * ioctl's errno (req filled in).
+ * Check patch i of the batch (a new patch, not the inverse of a live one) against the live
+ * records and the new ones of patches[0..i) (batch; an earlier revert's record is live).
+ * Returns 0 or the ioctl's errno (req filled in).
  */
 static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
-			     struct trapvec_apply *req, u32 *insns)
+			     const struct trapvec_batch_index *batch, struct trapvec_apply *req,
+			     u32 *insns)
 {
 	const struct trapvec_patch *p = &patches[i];
-	u32 reason, j;
+	u32 reason;
 
-	if (trapvec_text_overlaps_live(p->addr, p->len)) {
+	if (trapvec_text_overlaps_live(p->addr, p->len) ||
+	    trapvec_batch_overlap(batch, p->addr, p->len)) {
 		trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 		return -EBUSY;
-	}
-	for (j = 0; j < i; j++) {
-		if (trapvec_overlap(p->addr, p->len, patches[j].addr, patches[j].len)) {
-			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
-			return -EBUSY;
-		}
 	}
 	reason = trapvec_check_site_insns(p->addr, p->len, &req->culprit, insns);
 	if (!reason)
@@ -199,7 +206,7 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	if (!pend)
 		return -ENOMEM;
 	if (int3_first) {
-		ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_ARM);
+		ret = trapvec_stop_batch(ctx, TRAPVEC_STAGE_ARM);
 		if (ret)
 			goto out_withdraw;
 		/*
@@ -211,12 +218,12 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 		 */
 		trapvec_sync_tasks();
 	}
-	ret = trapvec_stop_run(ctx, TRAPVEC_STAGE_FINISH);
+	ret = trapvec_stop_batch(ctx, TRAPVEC_STAGE_FINISH);
 	if (ret && int3_first) {
 		u32 failed = ctx->failed;
 
 		/* Nobody is inside an original window (see above): the old first bytes go back. */
-		trapvec_stop_run(ctx, TRAPVEC_STAGE_DISARM);
+		trapvec_stop_batch(ctx, TRAPVEC_STAGE_DISARM);
 		ctx->failed = failed;
 		ctx->result = ret;
 	}
@@ -227,7 +234,7 @@ static int trapvec_write_batch(struct trapvec_text_op *ops, u32 n, struct trapve
 	 * included (trapvec_sync_tasks()): RCU-tasks alone skips them.
 	 */
 	trapvec_sync_tasks();
-	trapvec_stop_run(ctx, TRAPVEC_STAGE_DEFERRED);
+	trapvec_stop_batch(ctx, TRAPVEC_STAGE_DEFERRED);
 	if (ctx->skipped)
 		pr_err("%u springboards were changed by someone else and are left alone\n",
 		       ctx->skipped);
@@ -241,10 +248,55 @@ out_withdraw:
 	return ret;
 }
 
+/* Serial of APPLY's batches, under trapvec_mutex: marks the live records a batch reverts. */
+static u64 trapvec_batch_serial;
+
+/*
+ * How long APPLY takes in the module (apply_stats, a read-only module parameter): the batch's
+ * patches, its checks (up to the first stop), its write (the stops, grace periods between them
+ * included) and the whole call, of the last APPLY that wrote its batch, in ns. What a test of
+ * the commit's growth with the batch size reads; the stops alone are in stop_stats. Under
+ * trapvec_mutex; read with READ_ONCE (statistics, not state).
+ */
+static struct {
+	u64 applies;
+	u64 last_patches, last_check_ns, last_write_ns, last_ns;
+} trapvec_apply_stats;
+
+static int trapvec_apply_stats_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "applies=%llu last_patches=%llu last_check_ns=%llu last_write_ns=%llu last_ns=%llu\n",
+			  READ_ONCE(trapvec_apply_stats.applies),
+			  READ_ONCE(trapvec_apply_stats.last_patches),
+			  READ_ONCE(trapvec_apply_stats.last_check_ns),
+			  READ_ONCE(trapvec_apply_stats.last_write_ns),
+			  READ_ONCE(trapvec_apply_stats.last_ns));
+}
+
+static const struct kernel_param_ops trapvec_apply_stats_ops = {
+	.get = trapvec_apply_stats_get,
+};
+module_param_cb(apply_stats, &trapvec_apply_stats_ops, NULL, 0444);
+MODULE_PARM_DESC(apply_stats,
+		 "the last APPLY that wrote its batch: patches, and ns spent checking, writing and in all (read only)");
+
+static void trapvec_apply_account(u32 n, u64 start, u64 checked, u64 end)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	WRITE_ONCE(trapvec_apply_stats.applies, trapvec_apply_stats.applies + 1);
+	WRITE_ONCE(trapvec_apply_stats.last_patches, n);
+	WRITE_ONCE(trapvec_apply_stats.last_check_ns, checked - start);
+	WRITE_ONCE(trapvec_apply_stats.last_write_ns, end - checked);
+	WRITE_ONCE(trapvec_apply_stats.last_ns, end - start);
+}
+
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
 {
 	struct mutex *kprobe_mutex = trapvec_ksyms.kprobe_mutex;
-	u32 i, j, n = req->count, may_write, insns, reason;
+	struct trapvec_batch_index batch = { .by_addr = RB_ROOT };
+	struct trapvec_alias alias;
+	u32 i, n = req->count, may_write, insns, reason;
+	u64 start = ktime_get_ns(), checked;
 	struct trapvec_stop_ctx ctx = {};
 	struct trapvec_text_op *ops;
 	int ret = 0;
@@ -263,6 +315,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		return -ENOMEM;
 
 	may_write = trapvec_may_write();
+	batch.serial = ++trapvec_batch_serial;
 	mutex_lock(kprobe_mutex);
 	for (i = 0; i < n; i++) {
 		const struct trapvec_patch *p = &patches[i];
@@ -275,19 +328,19 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 		inv = trapvec_find_inverse(p);
-		for (j = 0; inv && j < i; j++)
-			if (ops[j].rec == inv)
-				inv = NULL;	/* the same revert twice: an overlap */
+		if (inv && inv->undo_batch == batch.serial)
+			inv = NULL;	/* the same revert twice: an overlap */
 		insns = 1;
 		if (inv) {
 			ops[i].rec = inv;
 			ops[i].undo = true;
+			inv->undo_batch = batch.serial;
 		} else if (may_write) {
 			trapvec_fail(req, i, may_write, -EPERM);
 			ret = -EPERM;
 			goto out_unwind;
 		} else {
-			ret = trapvec_check_new(patches, i, req, &insns);
+			ret = trapvec_check_new(patches, i, &batch, req, &insns);
 			if (ret)
 				goto out_unwind;
 		}
@@ -325,6 +378,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		ops[i].rec->bl->entry.end_addr = p->addr + p->len;
 		ops[i].rec->addr = p->addr;
 		ops[i].rec->len = p->len;
+		trapvec_batch_add(&batch, ops[i].rec);
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
 		memcpy(ops[i].rec->new_bytes, p->new_bytes, p->len);
 		reason = trapvec_patch_dest(p, &ops[i].rec->dest, &ops[i].rec->jmp);
@@ -338,18 +392,27 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			goto out_unwind;
 		}
 		ops[i].int3_first = insns > 1 && trapvec_int3_first;
-		ret = trapvec_get_owner(ops[i].rec, req->flags & TRAPVEC_APPLY_DEFERRED) ?:
-		      trapvec_map_alias(ops[i].rec);
+		ret = trapvec_get_owner(ops[i].rec, req->flags & TRAPVEC_APPLY_DEFERRED);
 		if (ret) {
 			trapvec_fail(req, i, TRAPVEC_REASON_NOT_TEXT, ret);
 			ret = -EINVAL;
 			goto out_unwind;
 		}
 	}
-	ret = trapvec_link_springboards(ops, n, req);
+	ret = trapvec_link_springboards(ops, n, &batch, req);
 	if (ret)
 		goto out_unwind;
+	/* Every page the batch writes, mapped writable for this batch only. */
+	ret = trapvec_alias_map(ops, n, &alias, &i);
+	if (ret == -EFAULT) {
+		trapvec_fail(req, i, TRAPVEC_REASON_NOT_TEXT, ret);
+		ret = -EINVAL;
+	}
+	if (ret)
+		goto out_unwind;
+	checked = ktime_get_ns();
 	ret = trapvec_write_batch(ops, n, &ctx);
+	trapvec_alias_unmap(&alias);
 	if (ret == -ESTALE) {
 		const struct trapvec_live_patch *r = ops[ctx.failed].rec;
 
@@ -382,13 +445,12 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		struct trapvec_live_patch *r = ops[i].rec;
 
 		if (ops[i].undo) {
-			list_del(&r->node);
-			trapvec_live_count--;
+			trapvec_live_del(r);
 			trapvec_live_unlist(r);
 			trapvec_live_retire(r);
 		} else {
-			list_add_tail(&r->node, &trapvec_live);
-			trapvec_live_count++;
+			/* Its by_addr node leaves the batch's index, dropped now. */
+			trapvec_live_add(r);
 			if (trapvec_kprobe_blacklist) {
 				list_add_tail_rcu(&r->bl->entry.list, trapvec_ksyms.kprobe_blacklist);
 				r->bl_listed = true;
@@ -396,6 +458,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		}
 	}
 	pr_debug("applied a batch of %u patches; %llu live\n", n, trapvec_live_count);
+	trapvec_apply_account(n, start, checked, ktime_get_ns());
 	goto out_free;
 
 out_unwind:
@@ -432,6 +495,7 @@ static u32 trapvec_revert_pass(bool springboards)
 	struct trapvec_pending *pend;
 	struct trapvec_live_patch *r;
 	struct trapvec_text_op *ops;
+	struct trapvec_alias alias;
 	u32 n = 0;
 
 	list_for_each_entry(r, &trapvec_live, node)
@@ -454,7 +518,12 @@ static u32 trapvec_revert_pass(bool springboards)
 	}
 	ctx.ops = ops;
 	ctx.count = n;
-	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+	if (trapvec_alias_map_retry(ops, n, &alias)) {
+		trapvec_stop_batch(&ctx, TRAPVEC_STAGE_UNLOAD);
+		trapvec_alias_unmap(&alias);
+	} else {
+		ctx.skipped = n;
+	}
 	trapvec_pending_withdraw(pend);
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
 	return ctx.skipped;
@@ -488,12 +557,12 @@ void trapvec_text_revert_all(void)
 	pr_info("reverted %llu live patches\n", trapvec_live_count - skipped);
 	mutex_lock(trapvec_ksyms.kprobe_mutex);
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
-		list_del(&r->node);
+		trapvec_live_del(r);
 		trapvec_live_unlist(r);
 		trapvec_live_retire(r);
 	}
 	mutex_unlock(trapvec_ksyms.kprobe_mutex);
-	trapvec_live_count = 0;
+	WARN_ON_ONCE(trapvec_live_count);
 }
 
 /*
@@ -509,6 +578,7 @@ u32 trapvec_text_revert_within(unsigned long start, unsigned long end)
 	struct trapvec_live_patch *r, *tmp;
 	struct trapvec_pending *pend;
 	struct trapvec_text_op *ops;
+	struct trapvec_alias alias;
 	u32 n = 0, i;
 
 	lockdep_assert_held(&trapvec_mutex);
@@ -532,7 +602,12 @@ u32 trapvec_text_revert_within(unsigned long start, unsigned long end)
 	}
 	ctx.ops = ops;
 	ctx.count = n;
-	trapvec_stop_run(&ctx, TRAPVEC_STAGE_UNLOAD);
+	if (trapvec_alias_map_retry(ops, n, &alias)) {
+		trapvec_stop_batch(&ctx, TRAPVEC_STAGE_UNLOAD);
+		trapvec_alias_unmap(&alias);
+	} else {
+		ctx.skipped = n;
+	}
 	trapvec_pending_withdraw(pend);
 	if (ctx.skipped)
 		pr_err("%u live patches in a module's text were changed by someone else; forgotten all the same (the text goes)\n",
@@ -546,8 +621,7 @@ u32 trapvec_text_revert_within(unsigned long start, unsigned long end)
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
 		if (r->addr < start || r->addr >= end)
 			continue;
-		list_del(&r->node);
-		trapvec_live_count--;
+		trapvec_live_del(r);
 		trapvec_live_unlist(r);
 		trapvec_live_retire(r);
 	}

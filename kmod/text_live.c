@@ -13,6 +13,7 @@
 
 #include <linux/list.h>
 #include <linux/module.h>
+#include <linux/rbtree.h>
 #include <linux/rculist.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -43,7 +44,6 @@ void trapvec_live_unlist(struct trapvec_live_patch *r)
 
 void trapvec_live_free(struct trapvec_live_patch *r)
 {
-	trapvec_vunmap(TRAPVEC_MEM_ALIAS, r->vm, r->vm_pages);
 	if (r->mod)
 		module_put(r->mod);
 	/* Never listed (a batch that failed): nobody can have seen it. */
@@ -61,9 +61,6 @@ void trapvec_live_retire(struct trapvec_live_patch *r)
 		trapvec_live_free(r);
 		return;
 	}
-	trapvec_vunmap(TRAPVEC_MEM_ALIAS, r->vm, r->vm_pages);
-	r->vm = NULL;
-	r->alias = NULL;
 	list_add_tail(&r->node, &trapvec_parked);
 }
 
@@ -111,27 +108,157 @@ int trapvec_get_owner(struct trapvec_live_patch *r, bool deferred)
 	return ret;
 }
 
+/*
+ * The live records by addr and, for jmps, by dest: what APPLY and check.c ask of them per
+ * patch costs O(log n), not a walk of trapvec_live. Under trapvec_mutex, as the list.
+ */
+static struct rb_root trapvec_live_by_addr = RB_ROOT;
+static struct rb_root trapvec_live_by_dest = RB_ROOT;
+
+static struct trapvec_live_patch *trapvec_rb_addr(const struct rb_node *n)
+{
+	return rb_entry(n, struct trapvec_live_patch, by_addr);
+}
+
+static struct trapvec_live_patch *trapvec_rb_dest(const struct rb_node *n)
+{
+	return rb_entry(n, struct trapvec_live_patch, by_dest);
+}
+
+static void trapvec_addr_insert(struct rb_root *root, struct trapvec_live_patch *r)
+{
+	struct rb_node **link = &root->rb_node, *parent = NULL;
+
+	while (*link) {
+		parent = *link;
+		link = r->addr < trapvec_rb_addr(parent)->addr ? &parent->rb_left :
+								  &parent->rb_right;
+	}
+	rb_link_node(&r->by_addr, parent, link);
+	rb_insert_color(&r->by_addr, root);
+}
+
+/*
+ * The first record of root (by addr) that ends after addr, or NULL. The records of a tree never
+ * overlap, so their ends rise with their addrs: the first that ends after addr is the only one
+ * that can cover it, and the records that overlap a range follow it in order.
+ */
+static struct trapvec_live_patch *trapvec_first_ending_after(const struct rb_root *root,
+							     unsigned long addr)
+{
+	struct trapvec_live_patch *r, *found = NULL;
+	struct rb_node *n = root->rb_node;
+
+	while (n) {
+		r = trapvec_rb_addr(n);
+		if (r->addr + r->len > addr) {
+			found = r;
+			n = n->rb_left;
+		} else {
+			n = n->rb_right;
+		}
+	}
+	return found;
+}
+
+static struct trapvec_live_patch *trapvec_tree_overlap(const struct rb_root *root,
+						       unsigned long addr, unsigned long len)
+{
+	struct trapvec_live_patch *r = trapvec_first_ending_after(root, addr);
+
+	return r && r->addr < addr + len ? r : NULL;
+}
+
+/* List it live, in both trees; its by_addr node may come from a batch's index (now dropped). */
+void trapvec_live_add(struct trapvec_live_patch *r)
+{
+	struct rb_node **link = &trapvec_live_by_dest.rb_node, *parent = NULL;
+
+	lockdep_assert_held(&trapvec_mutex);
+	list_add_tail(&r->node, &trapvec_live);
+	trapvec_live_count++;
+	trapvec_addr_insert(&trapvec_live_by_addr, r);
+	if (!r->jmp)
+		return;
+	while (*link) {
+		parent = *link;
+		link = r->dest < trapvec_rb_dest(parent)->dest ? &parent->rb_left :
+								 &parent->rb_right;
+	}
+	rb_link_node(&r->by_dest, parent, link);
+	rb_insert_color(&r->by_dest, &trapvec_live_by_dest);
+}
+
+void trapvec_live_del(struct trapvec_live_patch *r)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	list_del(&r->node);
+	trapvec_live_count--;
+	rb_erase(&r->by_addr, &trapvec_live_by_addr);
+	if (r->jmp)
+		rb_erase(&r->by_dest, &trapvec_live_by_dest);
+}
+
+/* The live record whose first byte is addr, or NULL. */
+struct trapvec_live_patch *trapvec_live_at(unsigned long addr)
+{
+	struct trapvec_live_patch *r = trapvec_first_ending_after(&trapvec_live_by_addr, addr);
+
+	return r && r->addr == addr ? r : NULL;
+}
+
+/* The first live jmp (by dest) whose dest is at least start, or NULL. */
+static struct trapvec_live_patch *trapvec_first_dest_from(unsigned long start)
+{
+	struct rb_node *n = trapvec_live_by_dest.rb_node;
+	struct trapvec_live_patch *r, *found = NULL;
+
+	while (n) {
+		r = trapvec_rb_dest(n);
+		if (r->dest >= start) {
+			found = r;
+			n = n->rb_left;
+		} else {
+			n = n->rb_right;
+		}
+	}
+	return found;
+}
+
+/* A live jmp that lands on dest, or NULL. */
+struct trapvec_live_patch *trapvec_live_jmp_onto(unsigned long dest)
+{
+	struct trapvec_live_patch *r = trapvec_first_dest_from(dest);
+
+	return r && r->dest == dest ? r : NULL;
+}
+
+void trapvec_batch_add(struct trapvec_batch_index *b, struct trapvec_live_patch *r)
+{
+	trapvec_addr_insert(&b->by_addr, r);
+}
+
+/* A new record of the batch that overlaps [addr, addr + len), or NULL. */
+struct trapvec_live_patch *trapvec_batch_overlap(const struct trapvec_batch_index *b,
+						 unsigned long addr, u32 len)
+{
+	return trapvec_tree_overlap(&b->by_addr, addr, len);
+}
+
 struct trapvec_live_patch *trapvec_find_inverse(const struct trapvec_patch *p)
 {
-	struct trapvec_live_patch *r;
+	struct trapvec_live_patch *r = trapvec_live_at(p->addr);
 
-	list_for_each_entry(r, &trapvec_live, node)
-		if (r->addr == p->addr && r->len == p->len &&
-		    !memcmp(r->new_bytes, p->old_bytes, p->len) &&
-		    !memcmp(r->old_bytes, p->new_bytes, p->len))
-			return r;
+	if (r && r->len == p->len && !memcmp(r->new_bytes, p->old_bytes, p->len) &&
+	    !memcmp(r->old_bytes, p->new_bytes, p->len))
+		return r;
 	return NULL;
 }
 
 bool trapvec_text_overlaps_live(unsigned long addr, unsigned long len)
 {
-	struct trapvec_live_patch *r;
-
 	lockdep_assert_held(&trapvec_mutex);
-	list_for_each_entry(r, &trapvec_live, node)
-		if (trapvec_overlap(addr, len, r->addr, r->len))
-			return true;
-	return false;
+	return trapvec_tree_overlap(&trapvec_live_by_addr, addr, len);
 }
 
 /* The text as it was before any live patch of ours: current bytes, our patches undone. */
@@ -143,9 +270,9 @@ int trapvec_text_read_original(unsigned long addr, u8 *buf, size_t len)
 	lockdep_assert_held(&trapvec_mutex);
 	if (copy_from_kernel_nofault(buf, (void *)addr, len))
 		return -EFAULT;
-	list_for_each_entry(r, &trapvec_live, node) {
-		if (!trapvec_overlap(addr, len, r->addr, r->len))
-			continue;
+	for (r = trapvec_first_ending_after(&trapvec_live_by_addr, addr);
+	     r && r->addr < addr + len;
+	     r = rb_next(&r->by_addr) ? trapvec_rb_addr(rb_next(&r->by_addr)) : NULL) {
 		for (i = 0; i < r->len; i++)
 			if (r->addr + i >= addr && r->addr + i < addr + len)
 				buf[r->addr + i - addr] = r->old_bytes[i];
@@ -159,10 +286,8 @@ bool trapvec_text_trap_live(unsigned long site)
 	struct trapvec_live_patch *r;
 
 	lockdep_assert_held(&trapvec_mutex);
-	list_for_each_entry(r, &trapvec_live, node)
-		if (r->addr == site && r->len >= TRAPVEC_TRAP_LEN && r->new_bytes[0] == 0xcd)
-			return true;
-	return false;
+	r = trapvec_live_at(site);
+	return r && r->len >= TRAPVEC_TRAP_LEN && r->new_bytes[0] == 0xcd;
 }
 
 u64 trapvec_text_live_count(void)
@@ -179,8 +304,6 @@ unsigned long trapvec_text_jmp_into(unsigned long start, unsigned long end)
 	struct trapvec_live_patch *r;
 
 	lockdep_assert_held(&trapvec_mutex);
-	list_for_each_entry(r, &trapvec_live, node)
-		if (r->jmp && r->dest >= start && r->dest < end)
-			return r->addr;
-	return 0;
+	r = trapvec_first_dest_from(start);
+	return r && r->dest < end ? r->addr : 0;
 }

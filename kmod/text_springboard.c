@@ -5,41 +5,53 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/bsearch.h>
 #include <linux/list.h>
+#include <linux/sort.h>
 
 #include "trapvec_internal.h"
 #include "trapvec_text.h"
 
-/* The live record (or new one of ops[0..n)) whose first byte is addr; NULL if none. */
+/* The live record (or new one of the batch) whose first byte is addr; NULL if none. */
 static struct trapvec_live_patch *trapvec_rec_at(unsigned long addr,
-						 const struct trapvec_text_op *ops, u32 n)
+						 const struct trapvec_batch_index *batch)
 {
-	struct trapvec_live_patch *r;
-	u32 i;
+	struct trapvec_live_patch *r = trapvec_live_at(addr);
 
-	list_for_each_entry(r, &trapvec_live, node)
-		if (r->addr == addr)
-			return r;
-	for (i = 0; i < n; i++)
-		if (ops[i].rec && ops[i].rec->addr == addr)
-			return ops[i].rec;
-	return NULL;
+	if (r)
+		return r;
+	r = trapvec_batch_overlap(batch, addr, 1);
+	return r && r->addr == addr ? r : NULL;
 }
 
-/* A live jmp (or new one of ops[0..n)) that lands on addr; NULL if none. */
-static struct trapvec_live_patch *trapvec_jmp_onto(unsigned long addr,
-						   const struct trapvec_text_op *ops, u32 n)
-{
-	struct trapvec_live_patch *r;
-	u32 i;
+/* By dest: the new jmps of a batch (trapvec_jmp_onto()). */
+struct trapvec_by_dest {
+	unsigned long dest;
+	struct trapvec_live_patch *rec;
+};
 
-	list_for_each_entry(r, &trapvec_live, node)
-		if (r->jmp && r->dest == addr)
-			return r;
-	for (i = 0; i < n; i++)
-		if (ops[i].rec && !ops[i].undo && ops[i].rec->jmp && ops[i].rec->dest == addr)
-			return ops[i].rec;
-	return NULL;
+static int trapvec_cmp_dest(const void *a, const void *b)
+{
+	const struct trapvec_by_dest *x = a, *y = b;
+
+	return x->dest < y->dest ? -1 : x->dest > y->dest;
+}
+
+/*
+ * A live jmp (or new one of the batch, sorted by dest in jmps[0..njmps)) that lands on addr;
+ * NULL if none.
+ */
+static struct trapvec_live_patch *trapvec_jmp_onto(unsigned long addr,
+						   const struct trapvec_by_dest *jmps, u32 njmps)
+{
+	struct trapvec_by_dest key = { .dest = addr };
+	const struct trapvec_by_dest *found;
+	struct trapvec_live_patch *r = trapvec_live_jmp_onto(addr);
+
+	if (r)
+		return r;
+	found = bsearch(&key, jmps, njmps, sizeof(*jmps), trapvec_cmp_dest);
+	return found ? found->rec : NULL;
 }
 
 /*
@@ -50,24 +62,27 @@ static struct trapvec_live_patch *trapvec_jmp_onto(unsigned long addr,
  * patch that a jmp has ever landed on is deferred, and refused while some of its jumpers
  * stay; a new jmp may not land on a patch this batch reverts. 0 or the ioctl's errno.
  */
-int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n, struct trapvec_apply *req)
+int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
+			      const struct trapvec_batch_index *batch, struct trapvec_apply *req)
 {
+	struct trapvec_by_dest *jmps = NULL;
 	struct trapvec_live_patch *r, *to;
-	u32 i, j, leaving;
+	u32 i, njmps = 0, landing = 0;
+	int ret = 0;
 
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
 		if (ops[i].undo || !r->jmp)
 			continue;
-		to = trapvec_rec_at(r->dest, ops, n);
-		for (j = 0; to && j < n; j++) {
-			if (ops[j].rec == to && ops[j].undo) {
-				trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
-				req->culprit = to->addr;
-				return -EBUSY;
-			}
+		to = trapvec_rec_at(r->dest, batch);
+		/* A live record this batch reverts is marked with its serial (text.c). */
+		if (to && to->undo_batch == batch->serial) {
+			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
+			req->culprit = to->addr;
+			return -EBUSY;
 		}
 		r->lands_on = to;
+		landing += !!to;
 	}
 	/*
 	 * One hop at most: a new jmp may land on a patch only if that patch does not land on
@@ -76,42 +91,68 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n, struct trapvec
 	 * also when A went in before B existed), which the die notifier would follow from CC to
 	 * CC without end while both are pending, and the finished text for ever.
 	 */
-	for (i = 0; i < n; i++) {
+	if (landing) {
+		/* The batch's new jmps by dest, for trapvec_jmp_onto(): one sort, not a scan each. */
+		jmps = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, n, sizeof(*jmps), GFP_KERNEL);
+		if (!jmps)
+			return -ENOMEM;
+		for (i = 0; i < n; i++) {
+			if (!ops[i].undo && ops[i].rec->jmp) {
+				jmps[njmps].dest = ops[i].rec->dest;
+				jmps[njmps].rec = ops[i].rec;
+				njmps++;
+			}
+		}
+		sort(jmps, njmps, sizeof(*jmps), trapvec_cmp_dest, NULL);
+	}
+	for (i = 0; landing && i < n; i++) {
 		r = ops[i].rec;
 		if (ops[i].undo || !r->jmp || !r->lands_on)
 			continue;
-		to = r->lands_on->jmp ? trapvec_rec_at(r->lands_on->dest, ops, n) : NULL;
+		to = r->lands_on->jmp ? trapvec_rec_at(r->lands_on->dest, batch) : NULL;
 		if (to) {
 			pr_debug("jmp at %pS lands on the patch at %pS, which lands on %pS\n",
 				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			req->culprit = r->lands_on->addr;
-			return -EBUSY;
+			ret = -EBUSY;
+			goto out;
 		}
-		to = trapvec_jmp_onto(r->addr, ops, n);
+		to = trapvec_jmp_onto(r->addr, jmps, njmps);
 		if (to) {
 			pr_debug("jmp at %pS lands on the patch at %pS, and the jmp at %pS on it\n",
 				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			req->culprit = to->addr;
-			return -EBUSY;
+			ret = -EBUSY;
+			goto out;
 		}
 	}
+	/*
+	 * How many of each reverted springboard's jumpers this batch reverts too: counted in one
+	 * pass, not one per revert (leaving is read of the reverted records only, reset here).
+	 */
+	for (i = 0; i < n; i++)
+		if (ops[i].undo)
+			ops[i].rec->leaving = 0;
+	for (i = 0; i < n; i++)
+		if (ops[i].undo && ops[i].rec->lands_on)
+			ops[i].rec->lands_on->leaving++;
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
 		if (!ops[i].undo || !r->springboard)
 			continue;
-		leaving = 0;
-		for (j = 0; j < n; j++)
-			leaving += ops[j].undo && ops[j].rec->lands_on == r;
-		if (leaving != r->jumpers) {
+		if (r->leaving != r->jumpers) {
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			list_for_each_entry(to, &trapvec_live, node)
 				if (to->lands_on == r)
 					req->culprit = to->addr;
-			return -EBUSY;
+			ret = -EBUSY;
+			goto out;
 		}
 		ops[i].deferred = true;
 	}
-	return 0;
+out:
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, jmps, n * sizeof(*jmps));
+	return ret;
 }

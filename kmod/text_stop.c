@@ -68,17 +68,23 @@ static bool trapvec_op_changes(const struct trapvec_text_op *op)
 	return memcmp(op->rec->old_bytes, op->rec->new_bytes, op->rec->len) != 0;
 }
 
-/* The bytes op leaves at its site. */
-static const u8 *trapvec_op_target(const struct trapvec_text_op *op)
+/* The bytes op leaves at its site (ROLLBACK: the bytes FINISH found there). */
+static const u8 *trapvec_op_target(const struct trapvec_stop_ctx *ctx,
+				   const struct trapvec_text_op *op)
 {
-	return op->undo ? op->rec->old_bytes : op->rec->new_bytes;
+	bool old = op->undo != (ctx->stage == TRAPVEC_STAGE_ROLLBACK);
+
+	return old ? op->rec->old_bytes : op->rec->new_bytes;
 }
 
-static bool trapvec_op_ready(const struct trapvec_text_op *op)
+/* The bytes op expects at its site before this stage writes it. */
+static bool trapvec_op_ready(const struct trapvec_stop_ctx *ctx,
+			     const struct trapvec_text_op *op)
 {
 	const struct trapvec_live_patch *r = op->rec;
+	bool old = !op->undo != (ctx->stage == TRAPVEC_STAGE_ROLLBACK);
 
-	return trapvec_text_equals(r->addr, op->undo ? r->new_bytes : r->old_bytes, r->len);
+	return trapvec_text_equals(r->addr, old ? r->old_bytes : r->new_bytes, r->len);
 }
 
 /* FINISH of an int3_first op: our CC on the first byte, the original tail behind it. */
@@ -95,11 +101,16 @@ static bool trapvec_stop_compare(struct trapvec_stop_ctx *ctx)
 	const struct trapvec_text_op *op;
 	u32 i;
 
-	for (i = 0; i < ctx->count; i++) {
+	/*
+	 * The first stop compares every op, deferred ones too: the batch fails whole before
+	 * anything is written. A later stop compares what it writes again (it let the CPUs go
+	 * since): should that fail, trapvec_stop_batch() puts the earlier stops' writes back.
+	 */
+	for (i = ctx->compare_all ? 0 : ctx->from; i < (ctx->compare_all ? ctx->count : ctx->to);
+	     i++) {
 		op = &ctx->ops[i];
-		/* Deferred ops too: the batch fails whole before anything is written. */
 		if ((ctx->stage == TRAPVEC_STAGE_FINISH && op->int3_first) ?
-		    !trapvec_op_armed(op) : !trapvec_op_ready(op)) {
+		    !trapvec_op_armed(op) : !trapvec_op_ready(ctx, op)) {
 			ctx->result = -ESTALE;
 			ctx->failed = i;
 			return false;
@@ -140,7 +151,7 @@ static void trapvec_stop_rounds(struct trapvec_stop_ctx *ctx)
 	const struct trapvec_text_op *op;
 	u32 i;
 
-	for (i = 0; i < ctx->count; i++) {
+	for (i = ctx->from; i < ctx->to; i++) {
 		op = &ctx->ops[i];
 		if (!op->write)
 			continue;
@@ -148,7 +159,7 @@ static void trapvec_stop_rounds(struct trapvec_stop_ctx *ctx)
 		tails |= op->rec->len > 1;
 		if (ctx->stage == TRAPVEC_STAGE_FINISH && op->int3_first)
 			continue;
-		WRITE_ONCE(op->rec->alias[0], INT3_INSN_OPCODE);
+		WRITE_ONCE(op->alias[0], INT3_INSN_OPCODE);
 		int3 = true;
 	}
 	if (!any)
@@ -156,18 +167,18 @@ static void trapvec_stop_rounds(struct trapvec_stop_ctx *ctx)
 	if (int3)
 		trapvec_stop_sync(ctx);
 	if (tails) {
-		for (i = 0; i < ctx->count; i++) {
+		for (i = ctx->from; i < ctx->to; i++) {
 			op = &ctx->ops[i];
 			if (op->write)
-				trapvec_text_store(op->rec->alias + 1, trapvec_op_target(op) + 1,
+				trapvec_text_store(op->alias + 1, trapvec_op_target(ctx, op) + 1,
 						   op->rec->len - 1);
 		}
 		trapvec_stop_sync(ctx);
 	}
-	for (i = 0; i < ctx->count; i++) {
+	for (i = ctx->from; i < ctx->to; i++) {
 		op = &ctx->ops[i];
 		if (op->write)
-			WRITE_ONCE(op->rec->alias[0], trapvec_op_target(op)[0]);
+			WRITE_ONCE(op->alias[0], trapvec_op_target(ctx, op)[0]);
 	}
 	trapvec_stop_sync(ctx);
 }
@@ -182,12 +193,18 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 	switch (ctx->stage) {
 	case TRAPVEC_STAGE_UNLOAD:
 	case TRAPVEC_STAGE_DEFERRED:
+	case TRAPVEC_STAGE_ROLLBACK:
 		/* Best effort, patch by patch: a byte someone else changed is left to them. */
-		for (i = 0; i < ctx->count; i++) {
+		for (i = ctx->from; i < ctx->to; i++) {
 			op = &ctx->ops[i];
-			op->write = (ctx->stage == TRAPVEC_STAGE_UNLOAD || op->deferred) &&
-				    trapvec_op_changes(op);
-			if (op->write && !trapvec_op_ready(op)) {
+			if (ctx->stage == TRAPVEC_STAGE_UNLOAD)
+				op->write = true;
+			else if (ctx->stage == TRAPVEC_STAGE_DEFERRED)
+				op->write = op->deferred;
+			else
+				op->write = !op->deferred;
+			op->write &= trapvec_op_changes(op);
+			if (op->write && !trapvec_op_ready(ctx, op)) {
 				op->write = false;
 				ctx->skipped++;
 			}
@@ -197,9 +214,9 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 	case TRAPVEC_STAGE_ARM:
 		if (!trapvec_stop_compare(ctx))
 			return;
-		for (i = 0; i < ctx->count; i++) {
+		for (i = ctx->from; i < ctx->to; i++) {
 			if (ctx->ops[i].int3_first) {
-				WRITE_ONCE(ctx->ops[i].rec->alias[0], INT3_INSN_OPCODE);
+				WRITE_ONCE(ctx->ops[i].alias[0], INT3_INSN_OPCODE);
 				any = true;
 			}
 		}
@@ -209,17 +226,17 @@ static void trapvec_stop_write(struct trapvec_stop_ctx *ctx)
 	case TRAPVEC_STAGE_FINISH:
 		if (!trapvec_stop_compare(ctx))
 			return;
-		for (i = 0; i < ctx->count; i++)
+		for (i = ctx->from; i < ctx->to; i++)
 			ctx->ops[i].write = !ctx->ops[i].deferred && trapvec_op_changes(&ctx->ops[i]);
 		trapvec_stop_rounds(ctx);
 		return;
 	case TRAPVEC_STAGE_DISARM:
 		/* Only our own CC goes: a byte someone else wrote since is theirs. */
-		for (i = 0; i < ctx->count; i++) {
+		for (i = ctx->from; i < ctx->to; i++) {
 			op = &ctx->ops[i];
 			if (op->int3_first &&
 			    READ_ONCE(*(const u8 *)op->rec->addr) == INT3_INSN_OPCODE) {
-				WRITE_ONCE(op->rec->alias[0], op->rec->old_bytes[0]);
+				WRITE_ONCE(op->alias[0], op->rec->old_bytes[0]);
 				any = true;
 			}
 		}
@@ -326,7 +343,8 @@ static int trapvec_stop_cb(void *data)
 	return 0;
 }
 
-int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
+static int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage, u32 from,
+			    u32 to, bool compare_all)
 {
 	/* A zeroed ctx has had no stop yet: its first stop starts a batch. */
 	bool new_batch = atomic_read(&ctx->arrived) == 0;
@@ -334,6 +352,9 @@ int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
 	int ret;
 
 	ctx->stage = stage;
+	ctx->from = from;
+	ctx->to = to;
+	ctx->compare_all = compare_all;
 	atomic_set(&ctx->arrived, 0);
 	atomic_set(&ctx->acks, 0);
 	ctx->phase = 0;
@@ -349,4 +370,82 @@ int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
 	/* Both stamps stay 0 when the callback did not run (held 0). */
 	trapvec_stop_account(new_batch, trapvec_stop_released_ns - trapvec_stop_arrived_ns, call);
 	return ret ?: ctx->result;
+}
+
+/*
+ * Sites written per stop at most (stop_sites, a module parameter): a batch of more is written in
+ * several stops, so that no stop holds every CPU for the whole of a large batch. Measured
+ * under TCG (kernel_commit_scale, kernel_stop_time): about 65 us of hold per site written,
+ * each written page costing the emulator its translated code, so 1,024 sites hold every CPU
+ * about 65 ms there, and 20,000 in one stop would hold them about 1.3 s (65,536: over 4 s);
+ * on hardware a site costs well under a microsecond. 1,024 keeps a batch of 1,000 in one stop.
+ */
+static unsigned int trapvec_stop_sites = 1024;
+
+static int trapvec_stop_sites_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (!v)
+		return -EINVAL;
+	WRITE_ONCE(trapvec_stop_sites, v);
+	return 0;
+}
+
+static const struct kernel_param_ops trapvec_stop_sites_ops = {
+	.set = trapvec_stop_sites_set,
+	.get = param_get_uint,
+};
+module_param_cb(stop_sites, &trapvec_stop_sites_ops, &trapvec_stop_sites, 0644);
+MODULE_PARM_DESC(stop_sites,
+		 "sites written per stop_machine() at most: a larger batch is written in several stops (default 1024)");
+
+/*
+ * Run stage over ctx->ops[0..count) in stops of at most stop_sites ops each. ARM and FINISH
+ * compare every op in their first stop (nothing is written if one differs) and the ops of each
+ * later stop again before writing them. Should a later stop find its bytes changed (someone
+ * wrote them between two stops), the batch still fails whole: ARM's earlier CCs are taken back
+ * (DISARM), FINISH's earlier writes are put back as they were (ROLLBACK, best effort as
+ * UNLOAD: a byte changed by someone else since is left to them) and the caller DISARMs the
+ * rest. Between two stops every site is wholly old or wholly new (or, ARMed, our CC, which
+ * the die notifier resolves as the new patch would): never bytes of both. UNLOAD, DEFERRED and
+ * DISARM are best effort anyway; their skipped counts are summed.
+ */
+int trapvec_stop_batch(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage)
+{
+	u32 from, to, step = max(READ_ONCE(trapvec_stop_sites), 1U), skipped = 0, failed;
+	bool checked = stage == TRAPVEC_STAGE_ARM || stage == TRAPVEC_STAGE_FINISH;
+	int ret = 0, result;
+
+	for (from = 0; from < ctx->count; from = to) {
+		to = min(ctx->count, from + step);
+		ret = trapvec_stop_run(ctx, stage, from, to, checked && !from);
+		skipped += ctx->skipped;
+		if (ret)
+			break;
+	}
+	ctx->skipped = skipped;
+	if (!ret || !checked || !from)
+		return ret;
+	/* A later stop failed: undo the earlier ones, keep what failed and why. */
+	failed = ctx->failed;
+	result = ctx->result;
+	pr_warn("a batch of %u changed under us between two stops (at %pS): undoing its first %u ops\n",
+		ctx->count, (void *)ctx->ops[failed].rec->addr, from);
+	for (to = 0; to < from; ) {
+		u32 start = to;
+
+		to = min(from, start + step);
+		trapvec_stop_run(ctx, stage == TRAPVEC_STAGE_ARM ? TRAPVEC_STAGE_DISARM :
+				 TRAPVEC_STAGE_ROLLBACK, start, to, false);
+		if (ctx->skipped)
+			pr_err("%u sites were changed by someone else between two stops and are left alone\n",
+			       ctx->skipped);
+	}
+	ctx->failed = failed;
+	ctx->result = result;
+	return ret;
 }

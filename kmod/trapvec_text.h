@@ -9,21 +9,30 @@
 
 #include <linux/atomic.h>
 #include <linux/list.h>
+#include <linux/rbtree.h>
 #include <linux/types.h>
 
 #include "trapvec_internal.h"
 
 struct trapvec_live_patch {
 	struct list_head node;	/* in trapvec_live, under trapvec_mutex */
+	/*
+	 * In trapvec_live_by_addr while live; while its batch is checked, in the batch's own
+	 * tree (struct trapvec_batch_index). Live records never overlap, so ordered by addr
+	 * they are ordered by their ends too.
+	 */
+	struct rb_node by_addr;
+	/* A jmp (jmp set), in trapvec_live_by_dest while live: keyed by dest, duplicates kept. */
+	struct rb_node by_dest;
+	/* The batch (trapvec_text_apply()'s serial) that reverts it: one revert per batch. */
+	u64 undo_batch;
+	u32 leaving;		/* scratch of trapvec_link_springboards(): jumpers going now */
 	unsigned long addr;
 	u32 len;
 	u8 old_bytes[TRAPVEC_PATCH_MAX];	/* the original text */
 	u8 new_bytes[TRAPVEC_PATCH_MAX];	/* what the patch wrote */
 	unsigned long dest;	/* a jmp's target (jmp is set); 0 for a trap */
 	bool jmp;		/* new_bytes begin with jmp rel32 or jmp rel8 */
-	void *vm;		/* vmap() of the page(s) of [addr, addr + len) */
-	unsigned int vm_pages;	/* 1 or 2 */
-	u8 *alias;		/* writable view of addr inside vm */
 	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
 	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
 	struct trapvec_blacklist_entry *bl;
@@ -45,9 +54,19 @@ struct trapvec_live_patch {
 extern struct list_head trapvec_live;
 extern u64 trapvec_live_count;
 
+/*
+ * The new records of a batch being checked, by addr (they never overlap: an overlap is
+ * refused), so that a patch is checked against the earlier ones of its batch in O(log n).
+ */
+struct trapvec_batch_index {
+	struct rb_root by_addr;
+	u64 serial;		/* live records this batch reverts have it as undo_batch */
+};
+
 /* One write of a batch: apply rec (undo false) or revert it (undo true). */
 struct trapvec_text_op {
 	struct trapvec_live_patch *rec;
+	u8 *alias;		/* writable view of rec->addr in the batch's alias */
 	bool undo;
 	bool int3_first;	/* a new window over several instructions: CC, wait, the rest */
 	bool deferred;		/* a revert of a springboard: after the patches that land on it */
@@ -61,6 +80,7 @@ enum trapvec_stage {
 	TRAPVEC_STAGE_DISARM,	/* the batch failed: put back the first byte under each CC */
 	TRAPVEC_STAGE_DEFERRED,	/* revert the deferred ops (springboards) */
 	TRAPVEC_STAGE_UNLOAD,	/* revert every op (live patches of one pass of revert_all) */
+	TRAPVEC_STAGE_ROLLBACK,	/* a later stop of FINISH failed: put its earlier stops' ops back */
 };
 
 /*
@@ -74,6 +94,12 @@ struct trapvec_stop_ctx {
 	enum trapvec_stage stage;
 	struct trapvec_text_op *ops;
 	u32 count;
+	/*
+	 * This stop writes ops[from..to) (trapvec_stop_batch(): at most trapvec_stop_sites of
+	 * them); compare_all: it compares every op first (the first stop of ARM and FINISH).
+	 */
+	u32 from, to;
+	bool compare_all;
 	atomic_t arrived;	/* CPUs inside trapvec_stop_cb() */
 	int phase;		/* rounds of stores so far (release by the writer) */
 	atomic_t acks;		/* other CPUs that have synced since phase last moved */
@@ -97,11 +123,19 @@ static inline void trapvec_fail(struct trapvec_apply *req, u32 index, u32 reason
 
 /* text_stop.c */
 bool trapvec_text_equals(unsigned long addr, const u8 *want, u32 len);
-int trapvec_stop_run(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage);
+int trapvec_stop_batch(struct trapvec_stop_ctx *ctx, enum trapvec_stage stage);
 
-/* text_alias.c */
+/* text_alias.c: one writable vmap() of every page a batch writes, for the batch only. */
+struct trapvec_alias {
+	void *vm;
+	unsigned int pages;
+};
+
 bool trapvec_core_text(unsigned long addr, u32 len);
-int trapvec_map_alias(struct trapvec_live_patch *r);
+int trapvec_alias_map(struct trapvec_text_op *ops, u32 n, struct trapvec_alias *alias,
+		      u32 *failed);
+void trapvec_alias_unmap(struct trapvec_alias *alias);
+bool trapvec_alias_map_retry(struct trapvec_text_op *ops, u32 n, struct trapvec_alias *alias);
 
 /* text_live.c */
 void trapvec_live_unlist(struct trapvec_live_patch *r);
@@ -109,6 +143,13 @@ void trapvec_live_free(struct trapvec_live_patch *r);
 void trapvec_live_retire(struct trapvec_live_patch *r);
 int trapvec_get_owner(struct trapvec_live_patch *r, bool deferred);
 struct trapvec_live_patch *trapvec_find_inverse(const struct trapvec_patch *p);
+void trapvec_live_add(struct trapvec_live_patch *r);
+void trapvec_live_del(struct trapvec_live_patch *r);
+struct trapvec_live_patch *trapvec_live_at(unsigned long addr);
+struct trapvec_live_patch *trapvec_live_jmp_onto(unsigned long dest);
+void trapvec_batch_add(struct trapvec_batch_index *b, struct trapvec_live_patch *r);
+struct trapvec_live_patch *trapvec_batch_overlap(const struct trapvec_batch_index *b,
+						 unsigned long addr, u32 len);
 
 /* text_int3.c */
 struct trapvec_pending;
@@ -117,7 +158,8 @@ struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *op
 void trapvec_pending_withdraw(struct trapvec_pending *pend);
 
 /* text_springboard.c */
-int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n, struct trapvec_apply *req);
+int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
+			      const struct trapvec_batch_index *batch, struct trapvec_apply *req);
 
 /* text_kprobe.c */
 extern bool trapvec_kprobe_blacklist;
