@@ -53,12 +53,20 @@ pub fn execute<T: Target>(
             let (row, made) = super::splice(sp, r)?;
             (Reply::Splice(SpliceReply::Made(Box::new(row))), made)
         }
+        Request::Unsplice { at: Some(at), .. } if crate::glob::is_glob(at) => (
+            Reply::Unsplice(UnspliceReply::All(super::splice::unsplice_glob(sp, at)?)),
+            nothing,
+        ),
         Request::Unsplice { at: Some(at), .. } => (
             Reply::Unsplice(UnspliceReply::One(super::unsplice(sp, at)?)),
             nothing,
         ),
         Request::Unsplice { at: None, .. } => (
             Reply::Unsplice(UnspliceReply::All(super::unsplice_all(sp)?)),
+            nothing,
+        ),
+        Request::Remove { at } => (
+            Reply::Unsplice(UnspliceReply::All(super::splice::unsplice_each(sp, at)?)),
             nothing,
         ),
         Request::Set {

@@ -131,7 +131,7 @@ impl Reply {
             Request::Load { .. } => Reply::Load(v(fields)?),
             Request::Unload { .. } => Reply::Unload(v(fields)?),
             Request::Splice(_) => Reply::Splice(v(fields)?),
-            Request::Unsplice { .. } => Reply::Unsplice(v(fields)?),
+            Request::Unsplice { .. } | Request::Remove { .. } => Reply::Unsplice(v(fields)?),
             Request::Apply { check: true, .. } => Reply::Check(v(fields)?),
             Request::Apply { .. } => Reply::Apply(v(fields)?),
             Request::Set { .. } => Reply::Set(v(fields)?),

@@ -39,6 +39,10 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         all: bool,
     },
+    /// Remove several splices in one batch, each named as `unsplice` names one (the point as
+    /// spliced, its function, or the site's address), all or nothing: one that names no splice
+    /// removes none. What `trapctl count 'GLOB'` and `trapctl time 'GLOB'` end with.
+    Remove { at: Vec<String> },
     /// Apply a spec file (components, splices, variables) all or nothing; `best_effort`: every
     /// splice that validates; `check`: plan only, change nothing.
     Apply {
@@ -114,6 +118,7 @@ impl Request {
             Request::Unload { .. } => "unload",
             Request::Splice(_) => "splice",
             Request::Unsplice { .. } => "unsplice",
+            Request::Remove { .. } => "remove",
             Request::Apply { .. } => "apply",
             Request::Set { .. } => "set",
             Request::Get { .. } => "get",
@@ -276,6 +281,9 @@ mod tests {
                 name: None,
             },
             Request::Unload { name: "c".into() },
+            Request::Remove {
+                at: vec!["f".into(), "0xffffffff81000000".into()],
+            },
             Request::Splice(SpliceRequest {
                 at: "f".into(),
                 action: Action::Count,

@@ -94,6 +94,71 @@ pub fn unsplice_all<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpEr
     Ok(UnsplicedAll { unspliced })
 }
 
+/// Remove, in one batch, every live splice whose function `glob` matches (`'tcp_*'`,
+/// `'MOD:nf_*'`; [`crate::glob`]), after finishing the retiring ones it matches. A glob that
+/// matches no splice is an error naming the live ones, as a point that names none is.
+pub fn unsplice_glob<T: Target>(sp: &mut Splicer<T>, glob: &str) -> Result<UnsplicedAll, OpError> {
+    let g = crate::glob::FunctionGlob::new(glob).map_err(super::expand::ExpandError::from)?;
+    let of = |s: &crate::splicer::LiveSplice| {
+        g.matches(&s.point.function.name, s.point.function.origin.as_deref())
+    };
+    let retiring: Vec<SpliceId> = sp.retiring().filter(|s| of(s)).map(|s| s.id).collect();
+    let ids: Vec<SpliceId> = sp.live().filter(|s| of(s)).map(|s| s.id).collect();
+    if retiring.is_empty() && ids.is_empty() {
+        let live = sp
+            .live()
+            .map(|s| format!("{} ({:#x})", s.request.at, s.point.site))
+            .collect();
+        return Err(OpError::NoSplice {
+            at: glob.to_string(),
+            live,
+        });
+    }
+    log::debug!(
+        "unsplice {glob}: {} live and {} retiring splice(s) match",
+        ids.len(),
+        retiring.len()
+    );
+    let mut unspliced = finish_retiring(sp, &retiring)?;
+    unspliced.extend(unsplice_ids(sp, &ids)?);
+    Ok(UnsplicedAll { unspliced })
+}
+
+/// Remove the splices `at` names (each as [`unsplice`] names one) in one batch, after finishing
+/// the retiring ones among them; all or nothing: one that names no splice removes none.
+pub fn unsplice_each<T: Target>(
+    sp: &mut Splicer<T>,
+    at: &[String],
+) -> Result<UnsplicedAll, OpError> {
+    let mut retiring = Vec::new();
+    let mut ids = Vec::new();
+    // The same splice named twice (by its point and by its site) is removed once.
+    let mut seen = std::collections::HashSet::new();
+    for a in at {
+        if let Some(id) = sp.find_retiring(a) {
+            if seen.insert(id) {
+                retiring.push(id);
+            }
+        } else if let Some(id) = sp.find(a) {
+            if seen.insert(id) {
+                ids.push(id);
+            }
+        } else {
+            let live = sp
+                .live()
+                .map(|s| format!("{} ({:#x})", s.request.at, s.point.site))
+                .collect();
+            return Err(OpError::NoSplice {
+                at: a.clone(),
+                live,
+            });
+        }
+    }
+    let mut unspliced = finish_retiring(sp, &retiring)?;
+    unspliced.extend(unsplice_ids(sp, &ids)?);
+    Ok(UnsplicedAll { unspliced })
+}
+
 /// Finish the removal of retiring splices `ids`.
 pub(super) fn finish_retiring<T: Target>(
     sp: &mut Splicer<T>,
@@ -170,4 +235,58 @@ pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, 
     Ok(UnsplicedAll {
         unspliced: unsplice_ids(sp, &ids)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mechanism;
+    use crate::splice::Action;
+    use trapvec::fake::FakeKernel;
+
+    fn spliced(at: &[&str]) -> (FakeKernel, Splicer<FakeKernel>) {
+        let k = FakeKernel::new();
+        let mut sp = Splicer::new(k.clone());
+        let requests: Vec<SpliceRequest> = at
+            .iter()
+            .map(|f| SpliceRequest::new(*f, Action::Count, Mechanism::Trap))
+            .collect();
+        sp.apply(&requests).unwrap();
+        (k, sp)
+    }
+
+    #[test]
+    fn unsplice_glob_removes_the_splices_of_every_matching_function_and_no_other() {
+        let (k, mut sp) = spliced(&["f0", "f1", "f3"]);
+        let all = unsplice_glob(&mut sp, "f[0-2]").unwrap();
+        let ats: Vec<&str> = all.unspliced.iter().map(|u| u.at.as_str()).collect();
+        assert_eq!(ats, ["f0", "f1"]);
+        assert!(!k.trapped("f0") && !k.trapped("f1") && k.trapped("f3"));
+        assert_eq!(sp.live().count(), 1);
+    }
+
+    #[test]
+    fn unsplice_glob_matching_no_splice_is_an_error_naming_the_glob_and_the_live_ones() {
+        let (k, mut sp) = spliced(&["f3"]);
+        let e = unsplice_glob(&mut sp, "f[0-2]").unwrap_err().to_string();
+        assert!(e.starts_with("no splice at `f[0-2]`"), "{e}");
+        assert!(e.contains("f3"), "{e}");
+        assert!(k.trapped("f3"));
+        let e = trapvec::error_chain(&unsplice_glob(&mut sp, "f[").unwrap_err());
+        assert!(e.contains("bad glob `f[`"), "{e}");
+    }
+
+    #[test]
+    fn unsplice_each_removes_every_named_splice_once_or_none() {
+        let (k, mut sp) = spliced(&["f0", "f1", "f2"]);
+        let site = format!("{:#x}", sp.get(sp.find("f1").unwrap()).unwrap().point.site);
+        let e = unsplice_each(&mut sp, &["f0".into(), "f3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("no splice at `f3`"), "{e}");
+        assert!(k.trapped("f0"), "all or nothing: f0 stays");
+        let all = unsplice_each(&mut sp, &["f0".into(), "f1".into(), site]).unwrap();
+        assert_eq!(all.unspliced.len(), 2, "f1 named twice is removed once");
+        assert!(!k.trapped("f0") && !k.trapped("f1") && k.trapped("f2"));
+    }
 }

@@ -67,6 +67,9 @@ pub struct Args {
     /// With --by: print one JSON object.
     #[arg(long, requires = "by")]
     pub json: bool,
+    /// With a glob FUNCTION: count at what validates, one line per refusal reason, exit 3 if any.
+    #[arg(long)]
+    pub best_effort: bool,
     /// Count only the calls of some tasks.
     #[command(flatten)]
     pub only: super::splice::OnlyArgs,
@@ -96,6 +99,15 @@ struct Report<'a> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    if instr_manager::glob::is_glob(&args.function) {
+        return count_glob(args);
+    }
+    if args.best_effort {
+        anyhow::bail!(
+            "--best-effort is for a glob (`'tcp_v4_*'`); `{}` is one point",
+            args.function
+        );
+    }
     if let Some(by) = args.by {
         return count_by(args, by);
     }
@@ -141,6 +153,73 @@ pub fn run(args: &Args) -> Result<()> {
         );
         Ok(())
     })
+}
+
+/// `trapctl count 'GLOB'`: a count at the entry of every matching function, made in one batch
+/// and removed in one batch; the functions' counts, most first, then the total.
+fn count_glob(args: &Args) -> Result<()> {
+    if args.by.is_some() {
+        anyhow::bail!(
+            "--by counts at one point; `{}` is a glob (count each function by name instead)",
+            args.function
+        );
+    }
+    let request = SpliceRequest {
+        at: args.function.clone(),
+        action: Action::Count,
+        mechanism: args.mechanism,
+        options: SpliceOptions {
+            only: args.only.predicate(),
+            ..Default::default()
+        },
+    };
+    let announce = |applied: &instr_manager::ops::ApplyReport| {
+        println!(
+            "counting {} at {} functions {}",
+            args.function,
+            applied.spliced.len(),
+            args.span.describe()
+        )
+    };
+    super::splice::glob_for_a_while(&request, args.best_effort, &args.span, announce, |held| {
+        print!(
+            "{}",
+            render_glob(
+                &args.function,
+                &held.removed,
+                &args.span.lasted(&held.ended, held.elapsed),
+                held.elapsed
+            )
+        );
+        Ok(())
+    })
+}
+
+/// The counts of a glob's functions (`FUNCTION: N`), most first, then the total line.
+fn render_glob(
+    glob: &str,
+    removed: &[instr_manager::ops::Unspliced],
+    lasted: &str,
+    elapsed: std::time::Duration,
+) -> String {
+    use std::fmt::Write as _;
+    let mut rows: Vec<&instr_manager::ops::Unspliced> = removed.iter().collect();
+    rows.sort_by(|a, b| b.hits.cmp(&a.hits).then_with(|| a.at.cmp(&b.at)));
+    let mut out = String::new();
+    for u in &rows {
+        let _ = writeln!(out, "{}: {}", u.at, u.hits);
+    }
+    let total: u64 = removed.iter().map(|u| u.hits).sum();
+    let secs = elapsed.as_secs_f64();
+    // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
+    #[allow(clippy::cast_precision_loss)]
+    let rate = if secs > 0.0 { total as f64 / secs } else { 0.0 };
+    let _ = writeln!(
+        out,
+        "{glob}: {total} calls to {} functions in {lasted} s ({rate:.1}/s)",
+        removed.len()
+    );
+    out
 }
 
 /// `--by KEY`: a keyed count, made, read before its removal (a removed one has no table), removed.

@@ -131,7 +131,9 @@ impl OnlyArgs {
 Remove the splice at AT: the point as it was written when spliced, the function whose entry was
 spliced, or the site's address as `trapctl list` shows it. The original bytes are written back,
 then trapctl waits until no CPU can be in the splice's trampoline or handler before freeing them.
-Prints the final hit counts. --all removes every live splice in one batch.
+Prints the final hit counts. --all removes every live splice in one batch. AT may be a glob
+('tcp_v4_*', 'MOD:nf_*'; quote it from the shell): every live splice in a matching function, in
+one batch; a glob that matches no splice is an error.
 
 A task may sleep inside a --replace function. If one is still inside after --wait seconds (default
 10), the command fails naming the replacement and its trampoline block, and the splice is left
@@ -145,7 +147,7 @@ records itself as the splice's owner (pid, start time, command line); `trapctl l
 splice as orphaned once that process is gone. Through trapd, the daemon's listing says which are
 orphaned and each is removed by its own request.")]
 pub struct UnspliceArgs {
-    /// The point as spliced, or the site address.
+    /// The point as spliced, the site address, or a glob of functions (`'tcp_v4_*'`).
     #[arg(required_unless_present_any = ["all", "orphans"], conflicts_with_all = ["all", "orphans"])]
     pub at: Option<String>,
     /// Remove every live splice, in one batch.
@@ -455,6 +457,41 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 /// sent as an `apply` of a spec of that one (glob) splice, so that trapd and the direct path
 /// expand it the same way.
 fn splice_glob(glob: &SpliceRequest, best_effort: bool) -> Result<()> {
+    let report = apply_glob(glob, best_effort)?;
+    for s in &report.spliced {
+        println!(
+            "spliced {} at {} by {}: {}",
+            s.at, s.site, s.mechanism, s.action
+        );
+    }
+    for g in &report.refusals {
+        eprintln!("{g}");
+    }
+    println!(
+        "spliced {} of {} functions",
+        report.spliced.len(),
+        report.requested
+    );
+    partly_applied(&report)
+}
+
+/// Exit status 3 ([`crate::PartlyApplied`]) when `report` refused anything.
+fn partly_applied(report: &ops::ApplyReport) -> Result<()> {
+    if !report.refused.is_empty() {
+        return Err(crate::PartlyApplied(format!(
+            "{} of {} functions refused ({} spliced)",
+            report.refused.len(),
+            report.requested,
+            report.spliced.len()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Make `glob`'s splices (one per matching function's entry) in one batch, sent as an `apply`
+/// of a spec of that one (glob) splice, so that trapd and the direct path expand it alike.
+fn apply_glob(glob: &SpliceRequest, best_effort: bool) -> Result<ops::ApplyReport> {
     let text = ops::expand::spec_text(std::slice::from_ref(glob))?;
     let path = std::env::temp_dir().join(format!("trapctl-glob-{}.toml", std::process::id()));
     // create_new: never through a file (or link) someone else put there.
@@ -471,31 +508,94 @@ fn splice_glob(glob: &SpliceRequest, best_effort: bool) -> Result<()> {
     };
     let report: Result<ops::ApplyReport> = route::change(&request, |_| {});
     let _ = std::fs::remove_file(&path);
-    let report = report.with_context(|| format!("{}: nothing was spliced", glob.at))?;
-    for s in &report.spliced {
-        println!(
-            "spliced {} at {} by {}: {}",
-            s.at, s.site, s.mechanism, s.action
-        );
-    }
-    for g in &report.refusals {
+    report.with_context(|| format!("{}: nothing was spliced", glob.at))
+}
+
+/// What a hold of a glob's splices gives its report.
+pub struct HeldMany {
+    /// The listing's rows of the splices made, read just before their removal (site order of
+    /// `applied.spliced`; a row that could not be read is missing).
+    pub rows: Vec<SpliceRow>,
+    /// The removal's final counts.
+    pub removed: Vec<Unspliced>,
+    pub ended: Ended,
+    pub elapsed: Duration,
+}
+
+/// Hold the splices of glob request `glob` for `span`, as [`for_a_while`] holds one: made in one
+/// batch (an `apply` of a generated spec, through trapd when one runs, this command their
+/// owner), announced, read from the listing and removed in one batch (a `remove` of their
+/// sites) however the hold ends, reported; with --best-effort refusals, exit status 3 after.
+/// /dev/trapvec is not held locked meanwhile: other commands may run between the requests.
+pub fn glob_for_a_while(
+    glob: &SpliceRequest,
+    best_effort: bool,
+    span: &Span,
+    announce: impl FnOnce(&ops::ApplyReport),
+    report: impl FnOnce(HeldMany) -> Result<()>,
+) -> Result<()> {
+    let watch = hold::Watch::start()?;
+    let mut glob = glob.clone();
+    let command: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    glob.options.owner = Some(Owner::current(command.join(" "))?);
+    let applied = apply_glob(&glob, best_effort)?;
+    for g in &applied.refusals {
         eprintln!("{g}");
     }
-    println!(
-        "spliced {} of {} functions",
-        report.spliced.len(),
-        report.requested
-    );
-    if !report.refused.is_empty() {
-        return Err(crate::PartlyApplied(format!(
-            "{} of {} functions refused ({} spliced)",
-            report.refused.len(),
-            report.requested,
-            report.spliced.len()
-        ))
-        .into());
-    }
-    Ok(())
+    let sites: Vec<String> = applied.spliced.iter().map(|r| r.site.clone()).collect();
+    let remove = || -> Result<Vec<Unspliced>> {
+        match route::change(&Request::Remove { at: sites.clone() }, |_| {})? {
+            UnspliceReply::All(all) => Ok(all.unspliced),
+            other => bail!(
+                "the removal of {}'s splices was answered with {other:?}",
+                glob.at
+            ),
+        }
+    };
+    announce(&applied);
+    let _ = std::io::stdout().flush();
+    let start = Instant::now();
+    let waited = match watch.pending() {
+        Ok(Some(signal)) => Ok(Ended::Signal(signal)),
+        Ok(None) => hold::spawn(span).and_then(|mut child| watch.wait(span, child.as_mut(), start)),
+        Err(e) => Err(e),
+    };
+    let ended = match waited {
+        Ok(e) => e,
+        Err(e) => {
+            if let Err(r) = remove() {
+                return Err(e.context(format!(
+                    "and removing the splices of {} failed: {}",
+                    glob.at,
+                    trapvec::error_chain(r.as_ref())
+                )));
+            }
+            return Err(e);
+        }
+    };
+    let elapsed = start.elapsed();
+    // Read before the removal: a removed timer has no figures.
+    let rows = route::read::<ListReply>(&Request::List).map(|l| {
+        let mut by_site: std::collections::HashMap<String, SpliceRow> = l
+            .listing
+            .splices
+            .into_iter()
+            .map(|r| (r.site.clone(), r))
+            .collect();
+        sites.iter().filter_map(|s| by_site.remove(s)).collect()
+    });
+    let removed = remove()?;
+    let refused = partly_applied(&applied);
+    report(HeldMany {
+        rows: rows?,
+        removed,
+        ended,
+        elapsed,
+    })?;
+    hold::finish(&watch, ended)?;
+    refused
 }
 
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
@@ -532,6 +632,16 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
         UnspliceReply::One(u) => u,
         UnspliceReply::Pending(p) => {
             println!("forgot pending point {} after {} hits", p.at, p.hits);
+            return Ok(());
+        }
+        UnspliceReply::All(all) if instr_manager::glob::is_glob(at) => {
+            for u in &all.unspliced {
+                println!(
+                    "unspliced {} at {}: {} hits, {} missed",
+                    u.at, u.site, u.hits, u.missed
+                );
+            }
+            println!("unspliced {} splice(s) matching {at}", all.unspliced.len());
             return Ok(());
         }
         UnspliceReply::All(all) => bail!("trapd answered `unsplice {at}` with {all:?}"),

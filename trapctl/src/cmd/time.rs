@@ -58,6 +58,9 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// With a glob FUNCTION: time what validates, one line per refusal reason, exit 3 if any.
+    #[arg(long)]
+    pub best_effort: bool,
     /// Time only the calls of some tasks.
     #[command(flatten)]
     pub only: super::splice::OnlyArgs,
@@ -95,6 +98,15 @@ pub fn run(args: &Args) -> Result<()> {
             owner: None,
         },
     };
+    if instr_manager::glob::is_glob(&args.function) {
+        return time_glob(args, &request);
+    }
+    if args.best_effort {
+        anyhow::bail!(
+            "--best-effort is for a glob (`'tcp_v4_*'`); `{}` is one point",
+            args.function
+        );
+    }
     let figures = super::splice::Figures {
         what: "the timer",
         of_row: |r| r.returns.clone(),
@@ -112,6 +124,73 @@ pub fn run(args: &Args) -> Result<()> {
     super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| {
         report(args, row, held)
     })
+}
+
+/// `trapctl time 'GLOB'`: a timer at the entry of every matching function, made in one batch
+/// and removed in one batch; one line per function, most calls first, then the histogram of
+/// every call and its summary.
+fn time_glob(args: &Args, request: &SpliceRequest) -> Result<()> {
+    let announce = |applied: &instr_manager::ops::ApplyReport| {
+        println!(
+            "timing {} at {} functions {} ({} clock)",
+            args.function,
+            applied.spliced.len(),
+            args.span.describe(),
+            args.clock.name()
+        )
+    };
+    super::splice::glob_for_a_while(request, args.best_effort, &args.span, announce, |held| {
+        print!("{}", render_glob(&args.function, &held.rows));
+        Ok(())
+    })
+}
+
+/// A glob's timers: `FUNCTION: COUNT calls, mean ..., p99 ..., max ... (ns), missed M` per
+/// function, most calls first, then every call's histogram and its summary line.
+fn render_glob(glob: &str, rows: &[SpliceRow]) -> String {
+    use std::fmt::Write as _;
+    let mut timed: Vec<(&str, ReturnStats)> = rows
+        .iter()
+        .map(|r| (r.at.as_str(), r.returns.clone().unwrap_or_default()))
+        .collect();
+    let count = |st: &ReturnStats| st.histogram.as_ref().map_or(0, Histogram::count);
+    timed.sort_by(|a, b| count(&b.1).cmp(&count(&a.1)).then_with(|| a.0.cmp(b.0)));
+    let mut all = Histogram::default();
+    let mut missed = 0;
+    let mut out = String::new();
+    for (at, st) in &timed {
+        let h = st.histogram.clone().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{at}: {} calls, mean {}, p99 {}, max {} (ns), missed {}",
+            h.count(),
+            h.mean(),
+            h.percentile(99.0),
+            h.max,
+            st.missed
+        );
+        if all.buckets.len() < h.buckets.len() {
+            all.buckets.resize(h.buckets.len(), 0);
+        }
+        for (a, b) in all.buckets.iter_mut().zip(&h.buckets) {
+            *a += b;
+        }
+        all.sum += h.sum;
+        all.max = all.max.max(h.max);
+        missed += st.missed;
+    }
+    out.push_str(&all.render());
+    let _ = writeln!(
+        out,
+        "{glob}: {} calls to {} functions, mean {}, p50 {}, p99 {}, max {} (ns), missed {missed}",
+        all.count(),
+        timed.len(),
+        all.mean(),
+        all.percentile(50.0),
+        all.percentile(99.0),
+        all.max
+    );
+    out
 }
 
 /// Print a timer's figures.
