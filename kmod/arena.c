@@ -35,11 +35,11 @@
  * function, as a kprobe's nmissed or the trampoline's hit counter.
  *
  * Size and cost. The code arena holds TRAPVEC_CODE_ARENA_SIZE bytes (trapvec_arena.h): user
- * space takes 512 bytes of code and 16 of data per splice, so 16,384 splices at once, and
- * a batch of 10,000 count splices fits with room for components. Blocks are kept three ways:
- * a list sorted by offset (first fit, reclaim, the in-flight scan), an rbtree by offset
- * (which block holds an address: DISPATCH_ADD asks for every entry) and a hash by id (WRITE,
- * SEAL, FREE). First fit starts behind the gap-free run of blocks from offset 0 ("packed"),
+ * space takes 16 or 32 bytes of code and 16 of data per count splice (512 of code for the
+ * others), so 200,000 count sites fit with room for components. Blocks are kept two ways:
+ * an rbtree by offset, walked in order with rb_next() (first fit, reclaim, the in-flight
+ * scan) and searched (which block holds an address: DISPATCH_ADD asks for every entry), and a
+ * hash by id (WRITE, SEAL, FREE); a list beside the tree cost 16 bytes per block. First fit starts behind the gap-free run of blocks from offset 0 ("packed"),
  * so a batch that fills the arena from the bottom allocates in constant time instead of
  * walking every block before it; with gaps left by reclaimed blocks it walks from the first
  * gap, as before. Each of the three is O(1) or O(log n) per ioctl at 10,000 blocks.
@@ -75,8 +75,11 @@ struct trapvec_arena {
 	u8 *alias;		/* writable view of [base, base + size) */
 	size_t size;
 	size_t used;		/* bytes in blocks, freed ones included until reclaimed */
-	struct list_head blocks;	/* struct trapvec_arena_block, sorted by off */
-	struct rb_root by_off;		/* the same blocks, to find the one holding an address */
+	/*
+	 * Its blocks by offset: first fit, reclaim and the in-flight scan walk them in order
+	 * (rb_next()), and which block holds an address is one descent.
+	 */
+	struct rb_root by_off;
 	/*
 	 * The last block of the run that covers [0, its end) without a gap, or NULL (the first
 	 * block does not start at 0, or there is none): first fit need not look before its end.
@@ -84,11 +87,13 @@ struct trapvec_arena {
 	struct trapvec_arena_block *packed;
 };
 
+/*
+ * 64 bytes (a kmalloc-64 object; two per count site): the offset order is the rbtree's alone,
+ * and the arena is named by kind, not by a pointer.
+ */
 struct trapvec_arena_block {
-	struct list_head node;
 	struct rb_node off_node;	/* in arena->by_off */
 	struct hlist_node id_node;	/* in trapvec_block_ids */
-	struct trapvec_arena *arena;
 	u64 id;
 	u32 off;		/* the arenas are far smaller than 4 GiB */
 	u32 size;
@@ -97,6 +102,7 @@ struct trapvec_arena_block {
 	 * (trapvec_arena_pin()): FREE refuses it while any does, without walking the table.
 	 */
 	u32 pins;
+	u8 kind;		/* TRAPVEC_BLOCK_CODE or _DATA: its arena */
 	bool sealed;		/* code only: never written again */
 	bool freed;		/* waiting for a grace period before its room is reused */
 };
@@ -120,7 +126,6 @@ static struct trapvec_arena trapvec_code = {
 	.name = "code",
 	.kind = TRAPVEC_BLOCK_CODE,
 	.size = TRAPVEC_CODE_ARENA_SIZE,
-	.blocks = LIST_HEAD_INIT(trapvec_code.blocks),
 	.by_off = RB_ROOT,
 };
 
@@ -128,11 +133,27 @@ static struct trapvec_arena trapvec_data = {
 	.name = "data",
 	.kind = TRAPVEC_BLOCK_DATA,
 	.size = TRAPVEC_DATA_ARENA_SIZE,
-	.blocks = LIST_HEAD_INIT(trapvec_data.blocks),
 	.by_off = RB_ROOT,
 };
 
 static u64 trapvec_next_block_id = 1;
+
+static struct trapvec_arena *trapvec_arena_of(const struct trapvec_arena_block *b)
+{
+	return b->kind == TRAPVEC_BLOCK_CODE ? &trapvec_code : &trapvec_data;
+}
+
+static struct trapvec_arena_block *trapvec_block_of(struct rb_node *n)
+{
+	return n ? rb_entry(n, struct trapvec_arena_block, off_node) : NULL;
+}
+
+/* The block after b in offset order (the first one if b is NULL), or NULL. */
+static struct trapvec_arena_block *trapvec_block_next(struct trapvec_arena *a,
+						      struct trapvec_arena_block *b)
+{
+	return trapvec_block_of(b ? rb_next(&b->off_node) : rb_first(&a->by_off));
+}
 
 void trapvec_sync_core(void *unused)
 {
@@ -206,6 +227,8 @@ int trapvec_arena_init(void)
 	int ret;
 
 	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE % PAGE_SIZE);
+	/* Two per count site: keep the record a kmalloc-64 object. */
+	BUILD_BUG_ON(sizeof(struct trapvec_arena_block) > 64);
 
 	ret = trapvec_code_arena_get();
 	if (ret)
@@ -247,8 +270,7 @@ static void trapvec_arena_release(struct trapvec_arena *a)
 {
 	struct trapvec_arena_block *b, *tmp;
 
-	list_for_each_entry_safe(b, tmp, &a->blocks, node) {
-		list_del(&b->node);
+	rbtree_postorder_for_each_entry_safe(b, tmp, &a->by_off, off_node) {
 		hash_del(&b->id_node);
 		trapvec_kvfree(TRAPVEC_MEM_BLOCK, b, sizeof(*b));
 	}
@@ -310,10 +332,10 @@ static struct trapvec_arena_block *trapvec_block_at(struct trapvec_arena *a, siz
 /* Extend the gap-free run from offset 0 over the blocks that now continue it. */
 static void trapvec_extend_packed(struct trapvec_arena *a)
 {
-	struct trapvec_arena_block *b = list_prepare_entry(a->packed, &a->blocks, node);
+	struct trapvec_arena_block *b;
 	size_t end = a->packed ? a->packed->off + a->packed->size : 0;
 
-	list_for_each_entry_continue(b, &a->blocks, node) {
+	for (b = trapvec_block_next(a, a->packed); b; b = trapvec_block_next(a, b)) {
 		if (b->off != end)
 			break;
 		a->packed = b;
@@ -326,9 +348,7 @@ static void trapvec_block_unlink(struct trapvec_arena *a, struct trapvec_arena_b
 {
 	/* A block of the gap-free run leaves a gap where it was: the run ends before it. */
 	if (a->packed && b->off <= a->packed->off)
-		a->packed = list_is_first(&b->node, &a->blocks) ? NULL :
-			    list_prev_entry(b, node);
-	list_del(&b->node);
+		a->packed = trapvec_block_of(rb_prev(&b->off_node));
 	rb_erase(&b->off_node, &a->by_off);
 	hash_del(&b->id_node);
 }
@@ -339,16 +359,13 @@ static void trapvec_block_unlink(struct trapvec_arena *a, struct trapvec_arena_b
  */
 static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t size)
 {
-	struct trapvec_arena_block *b = list_prepare_entry(a->packed, &a->blocks, node);
-	struct list_head *after = a->packed ? &a->packed->node : &a->blocks;
 	size_t start = a->packed ? a->packed->off + a->packed->size : 0;
-	struct trapvec_arena_block *nb;
+	struct trapvec_arena_block *b, *nb;
 
-	list_for_each_entry_continue(b, &a->blocks, node) {
+	for (b = trapvec_block_next(a, a->packed); b; b = trapvec_block_next(a, b)) {
 		if (b->off - start >= size)
 			break;
 		start = b->off + b->size;
-		after = &b->node;
 	}
 	if (start + size > a->size)
 		return NULL;
@@ -356,11 +373,10 @@ static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t s
 	nb = trapvec_kvmalloc(TRAPVEC_MEM_BLOCK, 1, sizeof(*nb), GFP_KERNEL | __GFP_ZERO);
 	if (!nb)
 		return ERR_PTR(-ENOMEM);
-	nb->arena = a;
+	nb->kind = a->kind;
 	nb->off = start;
 	nb->size = size;
 	nb->id = trapvec_next_block_id++;
-	list_add(&nb->node, after);
 	rb_add(&nb->off_node, &a->by_off, trapvec_block_less);
 	hash_add(trapvec_block_ids, &nb->id_node, nb->id);
 	trapvec_extend_packed(a);
@@ -372,7 +388,8 @@ static void trapvec_reclaim_arena(struct trapvec_arena *a, struct trapvec_quiesc
 {
 	struct trapvec_arena_block *b, *tmp;
 
-	list_for_each_entry_safe(b, tmp, &a->blocks, node) {
+	for (b = trapvec_block_next(a, NULL); b; b = tmp) {
+		tmp = trapvec_block_next(a, b);
 		if (!b->freed)
 			continue;
 		if (a->kind == TRAPVEC_BLOCK_CODE)
@@ -395,7 +412,7 @@ static struct trapvec_arena_block *trapvec_busy_block(bool all)
 {
 	struct trapvec_arena_block *b;
 
-	list_for_each_entry(b, &trapvec_code.blocks, node)
+	for (b = trapvec_block_next(&trapvec_code, NULL); b; b = trapvec_block_next(&trapvec_code, b))
 		if ((all || b->freed) && trapvec_block_inflight(b))
 			return b;
 	return NULL;
@@ -447,11 +464,11 @@ void trapvec_arena_reclaim(struct trapvec_quiesce *out)
 	trapvec_reclaim_arena(&trapvec_data, out);
 }
 
-static bool trapvec_has_freed(const struct trapvec_arena *a)
+static bool trapvec_has_freed(struct trapvec_arena *a)
 {
-	const struct trapvec_arena_block *b;
+	struct trapvec_arena_block *b;
 
-	list_for_each_entry(b, &a->blocks, node)
+	for (b = trapvec_block_next(a, NULL); b; b = trapvec_block_next(a, b))
 		if (b->freed)
 			return true;
 	return false;
@@ -526,7 +543,7 @@ int trapvec_arena_write(const struct trapvec_write *req)
 	b = trapvec_block_find(req->id);
 	if (!b)
 		return -ENOENT;
-	a = b->arena;
+	a = trapvec_arena_of(b);
 	if (b->sealed)
 		return -EPERM;
 	if (req->len > TRAPVEC_XFER_MAX || req->offset > b->size ||
@@ -566,7 +583,7 @@ int trapvec_arena_seal(u64 id)
 	b = trapvec_block_find(id);
 	if (!b)
 		return -ENOENT;
-	if (b->arena->kind != TRAPVEC_BLOCK_CODE)
+	if (b->kind != TRAPVEC_BLOCK_CODE)
 		return -EINVAL;
 	if (b->sealed)
 		return 0;
@@ -576,7 +593,7 @@ int trapvec_arena_seal(u64 id)
 	 * were written through another mapping of the same memory).
 	 */
 	on_each_cpu(trapvec_sync_core, NULL, 1);
-	pr_debug("sealed code block %llu at %lx\n", id, b->arena->base + b->off);
+	pr_debug("sealed code block %llu at %lx\n", id, trapvec_code.base + b->off);
 	return 0;
 }
 
@@ -599,7 +616,7 @@ int trapvec_arena_free(u64 id)
 	b = trapvec_block_find(id);
 	if (!b)
 		return -ENOENT;
-	start = b->arena->base + b->off;
+	start = trapvec_arena_of(b)->base + b->off;
 	end = start + b->size;
 	if (b->pins) {
 		/* Refused: only now is the table walked, to name the entry. */

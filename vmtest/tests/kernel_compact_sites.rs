@@ -1,0 +1,141 @@
+//! Compact count sites at scale (`vmtest/scenarios/compact_sites.sh`, issue 26, items 1 and 2):
+//! a count splice by trap at the entry of every function ftrace can trace, in one batch
+//! (`--best-effort`: the planner drops what it refuses). Asserted: no splice is refused because
+//! an arena of the module is full (16,384 splices filled the 8 MiB code arena when each took
+//! 512 bytes), at least 20,000 went live, the hits of a sample (`__x64_sys_getppid` and
+//! `__x64_sys_getsid`, called a known number of times by ppidloop) equal the calls made and a
+//! kprobe's hits on the same function, `trapctl list --stats` reports the live sites and their
+//! bytes, everything is removed and the module's live allocations are back at their start
+//! counts (the freed blocks once the next QUIESCE reclaimed them), and the module unloads with
+//! nothing allocated. Apply and remove times and the bytes per site are printed for the notes.
+
+use std::collections::HashMap;
+
+use vmtest::testing::{can_boot, Run, Scenario};
+
+/// Allocation kinds (mem.c's names) a live splice holds; each must be back at its start count
+/// after the removal ("block" too, once a QUIESCE has reclaimed the freed blocks).
+const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
+
+/// `COMPACT_ALLOCS_<step>`: mem.c's lines "<kind> <objects> <bytes>" joined; kind -> objects.
+fn allocs(run: &Run, step: &str) -> HashMap<String, u64> {
+    let key = format!("COMPACT_ALLOCS_{step}");
+    let words: Vec<&str> = run.expect(&key).split_whitespace().collect();
+    assert_eq!(words.len() % 3, 0, "{key}: not kind/objects/bytes triples");
+    words
+        .chunks(3)
+        .map(|w| {
+            let objects = w[1]
+                .parse()
+                .unwrap_or_else(|_| panic!("{key}: {} is not a number", w[1]));
+            (w[0].to_owned(), objects)
+        })
+        .collect()
+}
+
+/// `COMPACT_SAMPLE_<name>=calls=C hits=H kprobe=K`.
+fn sample(run: &Run, name: &str) -> (u64, u64, u64) {
+    let key = format!("COMPACT_SAMPLE_{name}");
+    let v: HashMap<&str, u64> = run
+        .expect(&key)
+        .split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{key}: {kv} is not key=value"));
+            let n = v
+                .parse()
+                .unwrap_or_else(|_| panic!("{key}: {k}={v} is not a number"));
+            (k, n)
+        })
+        .collect();
+    let get = |k: &str| *v.get(k).unwrap_or_else(|| panic!("{key} has no {k}"));
+    (get("calls"), get("hits"), get("kprobe"))
+}
+
+#[test]
+fn every_traceable_function_takes_a_compact_count_site_in_one_batch() {
+    if !can_boot("kernel scenario") {
+        return;
+    }
+    let run = Scenario::named("compact_sites.sh")
+        .timeout(900)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
+    run.assert_passed();
+    assert!(
+        run.stdout.contains("COMPACT_DONE"),
+        "the scenario ran to its end"
+    );
+    assert_eq!(
+        run.number("COMPACT_FULL"),
+        0,
+        "no splice refused because an arena of trapvec.ko is full"
+    );
+    let asked = run.number("COMPACT_ASKED");
+    let live = run.number("COMPACT_LIVE");
+    assert!(
+        live >= 20_000 && live * 10 >= asked * 8,
+        "{live} of {asked} functions took a count splice (at least 20,000 and 80%)"
+    );
+    for name in ["getppid", "getsid"] {
+        let (calls, hits, kprobe) = sample(&run, name);
+        assert!(calls > 0, "{name}: ppidloop made its calls");
+        assert_eq!(
+            hits, kprobe,
+            "{name}: the splice's hits equal a kprobe's on the same function"
+        );
+        assert!(
+            hits >= calls && hits <= calls + calls / 100,
+            "{name}: {hits} hits for {calls} calls made (others may call it rarely)"
+        );
+    }
+    let stats: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("COMPACT_STATS: ").map(|(_, s)| s.trim()))
+        .collect();
+    let sites_line = stats
+        .iter()
+        .find(|l| l.starts_with("sites "))
+        .unwrap_or_else(|| panic!("`trapctl list --stats` names the sites: {stats:?}"));
+    let sites: u64 = sites_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count of sites: {sites_line}"));
+    assert_eq!(sites, live, "--stats counts the live sites");
+    let per_site = stats
+        .iter()
+        .find(|l| l.starts_with("total "))
+        .unwrap_or_else(|| panic!("`trapctl list --stats` sums the bytes per site: {stats:?}"));
+    assert_eq!(run.number("COMPACT_LEFT"), 0, "every splice removed");
+    let start = allocs(&run, "start");
+    let end = allocs(&run, "end");
+    for kind in LIVE_KINDS {
+        assert_eq!(
+            end.get(kind),
+            start.get(kind),
+            "the module's {kind} allocations are back at their start count"
+        );
+    }
+    // Freed blocks wait for the next QUIESCE: after one more splice's removal only that
+    // splice's code and data blocks are left.
+    let reclaimed = allocs(&run, "reclaimed");
+    assert_eq!(
+        reclaimed.get("block").copied(),
+        start.get("block").map(|b| b + 2),
+        "every freed block of the batch reclaimed by the next QUIESCE"
+    );
+    assert_eq!(run.expect("COMPACT_RMMOD"), "yes", "the module unloads");
+    assert!(
+        run.expect("COMPACT_UNLOAD_LINE")
+            .ends_with("unloaded, 0 allocations outstanding"),
+        "nothing left at unload: {}",
+        run.expect("COMPACT_UNLOAD_LINE")
+    );
+    println!(
+        "COMPACT_FIGURES: {live} of {asked} functions, apply {} ms, remove {} ms; {per_site}",
+        run.number("COMPACT_APPLY_MS"),
+        run.number("COMPACT_REMOVE_MS"),
+    );
+}
