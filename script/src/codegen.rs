@@ -1,0 +1,607 @@
+//! x86-64 code for the probes, with iced-x86's `CodeAssembler`.
+//!
+//! Each handler follows trapvec.h's ABI: `h(struct trapvec_regs *regs, void *cookie)` at an
+//! entry, `h(struct trapvec_regs *regs, struct trapvec_call *call)` at a return. It keeps
+//! `rbx` = regs, `r12` = the second argument, `r13` = the data block (maps and counters, one
+//! `.bss` symbol), `rbp` = its frame (the `$variables`), and evaluates expressions into `rax`
+//! with intermediate values on the stack. It calls nothing: the pid, tid, cpu, time and
+//! fault-safe reads are system calls made inline (`process_vm_readv` on itself for a read).
+//!
+//! A handler starts with fixed bytes whose `lea r13, [rip + data]` displacement is at
+//! [`DATA_DISP`] from its start (the relocation's place); the dump function also has
+//! `lea r14, [rip + path]` at [`PATH_DISP`].
+
+use iced_x86::code_asm::*;
+
+use crate::ast::*;
+use crate::check::{operands_signed, reg_offset, Body, MapKind};
+use crate::layout::{Layout, MapLayout, Strings, READY};
+
+/// push rbx; push rbp; push r12; push r13; push r14; push r15; lea r13, [rip + 0]
+#[rustfmt::skip]
+pub const PROLOGUE: [u8; 17] = [
+    /*00*/ 0x53, 0x55, 0x41, 0x54, 0x41, 0x55, 0x41, 0x56, 0x41, 0x57,
+    /*0a*/ 0x4C, 0x8D, 0x2D, 0x00, 0x00, 0x00, 0x00, // lea r13,[rip+disp32]
+];
+/// lea r14, [rip + 0] (after the prologue, in the dump function).
+pub const LEA_R14: [u8; 7] = [0x4C, 0x8D, 0x35, 0x00, 0x00, 0x00, 0x00];
+/// Where the data displacement is in a handler.
+pub const DATA_DISP: usize = 13;
+/// Where the path displacement is in the dump function.
+pub const PATH_DISP: usize = 20;
+
+/// How many slots a lookup tries before counting the update as dropped.
+pub const MAX_PROBES: u32 = 32;
+/// How many times a lookup waits for a slot another thread is filling.
+const MAX_SPINS: i32 = 1000;
+
+const SYS_WRITE: i32 = 1;
+const SYS_OPEN: i32 = 2;
+const SYS_CLOSE: i32 = 3;
+const SYS_GETPID: i32 = 39;
+const SYS_GETTID: i32 = 186;
+const SYS_CLOCK_GETTIME: i32 = 228;
+const SYS_GETCPU: i32 = 309;
+const SYS_PROCESS_VM_READV: i32 = 310;
+
+/// Why code could not be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    #[error("assembling: {0}")]
+    Asm(#[from] IcedError),
+    #[error("the maps need {0} bytes, more than a handler can address (2 GiB): use fewer slots")]
+    TooLarge(usize),
+}
+
+type R<T> = Result<T, CodegenError>;
+
+/// [`READY`] as an immediate.
+const READY_I32: i32 = 2;
+const _: () = assert!(READY_I32 as u64 == READY);
+
+/// An i64's bits.
+fn bits(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+fn disp(off: usize) -> R<i32> {
+    i32::try_from(off).map_err(|_| CodegenError::TooLarge(off))
+}
+
+/// One handler's context.
+pub struct Handler<'a> {
+    pub body: &'a Body,
+    pub ret: bool,
+    /// Offset of this handler's failed-read counter in the data block.
+    pub failed: usize,
+    /// String-table indices of `func` and `probe` here.
+    pub func: u64,
+    pub probe: u64,
+}
+
+/// The handler's code (prologue included).
+pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec<u8>> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut done = a.create_label();
+    a.mov(rbx, rdi)?;
+    a.mov(r12, rsi)?;
+    a.mov(rbp, rsp)?;
+    let frame = (h.body.vars.len() * 8 + 15) & !15;
+    if frame > 0 {
+        a.sub(rsp, disp(frame)?)?;
+    }
+    let mut g = Gen {
+        a,
+        h,
+        layout,
+        strings,
+    };
+    if let Some(p) = &h.body.predicate {
+        g.expr(p)?;
+        g.a.test(rax, rax)?;
+        g.a.jz(done)?;
+    }
+    for s in &h.body.stmts {
+        g.stmt(s)?;
+    }
+    let mut a = g.a;
+    a.set_label(&mut done)?;
+    epilogue(&mut a)?;
+    let mut code = PROLOGUE.to_vec();
+    code.extend(a.assemble(0)?);
+    Ok(code)
+}
+
+fn epilogue(a: &mut CodeAssembler) -> R<()> {
+    a.mov(rsp, rbp)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(r13)?;
+    a.pop(r12)?;
+    a.pop(rbp)?;
+    a.pop(rbx)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// The dump function, a call handler at the program's `exit`: writes the data block to the
+/// path (`open(path, O_WRONLY|O_CREAT|O_TRUNC, 0600)`, `write` until done, `close`).
+pub fn dump(size: usize) -> R<Vec<u8>> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut out = a.create_label();
+    let mut again = a.create_label();
+    let mut close = a.create_label();
+    a.mov(rbp, rsp)?;
+    a.mov(rdi, r14)?;
+    a.mov(esi, 0x241)?;
+    a.mov(edx, 0o600)?;
+    a.mov(eax, SYS_OPEN)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(out)?;
+    a.mov(r15, rax)?;
+    a.mov(r12, size as u64)?;
+    a.set_label(&mut again)?;
+    a.test(r12, r12)?;
+    a.jz(close)?;
+    a.mov(rdi, r15)?;
+    a.mov(rsi, r13)?;
+    a.mov(rdx, r12)?;
+    a.mov(eax, SYS_WRITE)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(close)?;
+    a.add(r13, rax)?;
+    a.sub(r12, rax)?;
+    a.jmp(again)?;
+    a.set_label(&mut close)?;
+    a.mov(rdi, r15)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.syscall()?;
+    a.set_label(&mut out)?;
+    epilogue(&mut a)?;
+    let mut code = PROLOGUE.to_vec();
+    code.extend(LEA_R14);
+    code.extend(a.assemble(0)?);
+    Ok(code)
+}
+
+struct Gen<'a, 'b> {
+    a: CodeAssembler,
+    h: &'a Handler<'a>,
+    layout: &'a Layout,
+    strings: &'b mut Strings,
+}
+
+/// Offset in `trapvec_regs` of argument register `n` (rdi, rsi, rdx, rcx, r8, r9).
+fn arg_reg(n: u8) -> i32 {
+    const R: [&str; 6] = ["rdi", "rsi", "rdx", "rcx", "r8", "r9"];
+    reg_offset(R[usize::from(n)]).expect("argument registers are in trapvec_regs")
+}
+
+fn var_slot(slot: usize) -> i32 {
+    -(i32::try_from(slot).unwrap_or(i32::MAX / 8 - 1) + 1) * 8
+}
+
+impl Gen<'_, '_> {
+    fn stmt(&mut self, s: &Stmt) -> R<()> {
+        match s {
+            Stmt::VarAssign { name, value, .. } => {
+                self.expr(value)?;
+                let slot = self.h.body.vars[name].0;
+                self.a.mov(qword_ptr(rbp + var_slot(slot)), rax)?;
+            }
+            Stmt::Change { target, value, .. } => {
+                self.expr(value)?;
+                let off = match target {
+                    Target::Retval => reg_offset("rax").expect("rax"),
+                    Target::Arg(n) => arg_reg(*n),
+                    Target::Reg(r) => reg_offset(r).expect("checked"),
+                };
+                self.a.mov(qword_ptr(rbx + off), rax)?;
+            }
+            Stmt::MapAssign {
+                name, keys, value, ..
+            } => {
+                let m = self
+                    .layout
+                    .maps
+                    .iter()
+                    .find(|m| m.info.name == *name)
+                    .expect("every map has a layout")
+                    .clone();
+                for k in keys {
+                    self.expr(k)?;
+                    self.a.push(rax)?;
+                }
+                let arg = match &value.kind {
+                    ExprKind::Call(f, args) if f != "count" => Some(&args[0]),
+                    ExprKind::Call(..) => None,
+                    _ => Some(value),
+                };
+                if let Some(x) = arg {
+                    self.expr(x)?;
+                    self.a.push(rax)?;
+                }
+                self.update(&m, keys.len(), arg.is_some())?;
+            }
+            Stmt::Printf { .. } => unreachable!("refused by the checker"),
+        }
+        Ok(())
+    }
+
+    /// Find or claim the slot of the keys on the stack (the value above them when `has_val`)
+    /// and update it; pop them all.
+    fn update(&mut self, m: &MapLayout, nkeys: usize, has_val: bool) -> R<()> {
+        let a = &mut self.a;
+        let key_at = |i: usize| -> i32 {
+            let words = usize::from(has_val) + (nkeys - 1 - i);
+            i32::try_from(words * 8).unwrap_or(0)
+        };
+        let mut lookup = a.create_label();
+        let mut occupied = a.create_label();
+        let mut next = a.create_label();
+        let mut found = a.create_label();
+        let mut out = a.create_label();
+        let mut spin = a.create_label();
+        let mut compare = a.create_label();
+        // h = fold of (h ^ key) * golden ratio; index = high half & (slots - 1).
+        a.mov(rax, 0xcbf2_9ce4_8422_2325u64)?;
+        a.mov(rcx, 0x9e37_79b9_7f4a_7c15u64)?;
+        for i in 0..nkeys {
+            a.xor(rax, qword_ptr(rsp + key_at(i)))?;
+            a.imul_2(rax, rcx)?;
+        }
+        a.shr(rax, 32)?;
+        a.and(rax, disp(m.slots - 1)?)?;
+        a.mov(r14, rax)?;
+        a.mov(
+            r15d,
+            MAX_PROBES.min(u32::try_from(m.slots).unwrap_or(u32::MAX)),
+        )?;
+        a.set_label(&mut lookup)?;
+        a.mov(r8, r14)?;
+        a.imul_3(r8, r8, disp(m.slot_words * 8)?)?;
+        a.add(r8, r13)?;
+        a.add(r8, disp(m.offset)?)?;
+        a.mov(rax, qword_ptr(r8))?;
+        a.test(rax, rax)?;
+        a.jnz(occupied)?;
+        // Empty: claim it (EMPTY -> 1), write the keys and the initial value, publish READY.
+        a.xor(eax, eax)?;
+        a.mov(ecx, 1)?;
+        a.lock().cmpxchg(qword_ptr(r8), rcx)?;
+        a.jnz(occupied)?;
+        for i in 0..nkeys {
+            a.mov(rax, qword_ptr(rsp + key_at(i)))?;
+            a.mov(qword_ptr(r8 + disp(8 + 8 * i)?), rax)?;
+        }
+        let init = match m.info.kind {
+            MapKind::Min if m.info.signed => Some(i64::MAX as u64),
+            MapKind::Min => Some(u64::MAX),
+            MapKind::Max if m.info.signed => Some(bits(i64::MIN)),
+            _ => None,
+        };
+        if let Some(v) = init {
+            a.mov(rax, v)?;
+            a.mov(qword_ptr(r8 + disp(8 + 8 * nkeys)?), rax)?;
+        }
+        // x86 stores are not reordered with older stores: READY publishes the keys.
+        a.mov(qword_ptr(r8), READY_I32)?;
+        a.jmp(found)?;
+        a.set_label(&mut occupied)?;
+        // Another thread is filling it: wait for READY a bounded time, else try the next.
+        a.mov(r10d, MAX_SPINS)?;
+        a.set_label(&mut spin)?;
+        a.mov(rax, qword_ptr(r8))?;
+        a.cmp(rax, READY_I32)?;
+        a.je(compare)?;
+        a.pause()?;
+        a.dec(r10d)?;
+        a.jnz(spin)?;
+        a.jmp(next)?;
+        a.set_label(&mut compare)?;
+        for i in 0..nkeys {
+            a.mov(rax, qword_ptr(r8 + disp(8 + 8 * i)?))?;
+            a.cmp(rax, qword_ptr(rsp + key_at(i)))?;
+            a.jne(next)?;
+        }
+        a.jmp(found)?;
+        a.set_label(&mut next)?;
+        a.inc(r14)?;
+        a.and(r14, disp(m.slots - 1)?)?;
+        a.dec(r15d)?;
+        a.jnz(lookup)?;
+        a.lock().inc(qword_ptr(r13 + disp(m.dropped)?))?;
+        a.jmp(out)?;
+        a.set_label(&mut found)?;
+        a.lea(r9, qword_ptr(r8 + disp(8 + 8 * nkeys)?))?;
+        if has_val {
+            a.mov(rcx, qword_ptr(rsp))?;
+        }
+        let signed = m.info.signed;
+        match m.info.kind {
+            MapKind::Count => a.lock().inc(qword_ptr(r9))?,
+            MapKind::Sum => a.lock().add(qword_ptr(r9), rcx)?,
+            MapKind::Avg => {
+                a.lock().add(qword_ptr(r9), rcx)?;
+                a.lock().inc(qword_ptr(r9 + 8))?;
+            }
+            MapKind::Value => a.mov(qword_ptr(r9), rcx)?,
+            MapKind::Min | MapKind::Max => {
+                // cmpxchg until the stored value is no longer worse than x.
+                let mut retry = a.create_label();
+                a.mov(rax, qword_ptr(r9))?;
+                a.set_label(&mut retry)?;
+                a.cmp(rcx, rax)?;
+                match (m.info.kind == MapKind::Min, signed) {
+                    (true, true) => a.jge(out)?,
+                    (true, false) => a.jae(out)?,
+                    (false, true) => a.jle(out)?,
+                    (false, false) => a.jbe(out)?,
+                }
+                a.lock().cmpxchg(qword_ptr(r9), rcx)?;
+                a.jnz(retry)?;
+            }
+            MapKind::Hist => {
+                let mut have = a.create_label();
+                a.xor(eax, eax)?;
+                a.test(rcx, rcx)?;
+                a.js(have)?;
+                a.mov(eax, 1)?;
+                a.jz(have)?;
+                a.bsr(rax, rcx)?;
+                a.add(rax, 2)?;
+                a.set_label(&mut have)?;
+                a.lock().inc(qword_ptr(r9 + rax * 8))?;
+            }
+            MapKind::Lhist { lo, hi, step } => {
+                let nb = crate::check::lhist_buckets(lo, hi, step);
+                let mut have = a.create_label();
+                a.xor(eax, eax)?;
+                a.mov(rdx, bits(lo))?;
+                a.cmp(rcx, rdx)?;
+                a.jl(have)?;
+                a.mov(eax, disp(nb - 1)?)?;
+                a.mov(rdx, bits(hi))?;
+                a.cmp(rcx, rdx)?;
+                a.jge(have)?;
+                a.mov(rax, rcx)?;
+                a.mov(rdx, bits(lo))?;
+                a.sub(rax, rdx)?;
+                a.xor(edx, edx)?;
+                a.mov(r10, bits(step))?;
+                a.div(r10)?;
+                a.inc(rax)?;
+                a.set_label(&mut have)?;
+                a.lock().inc(qword_ptr(r9 + rax * 8))?;
+            }
+        }
+        a.set_label(&mut out)?;
+        let words = nkeys + usize::from(has_val);
+        if words > 0 {
+            a.add(rsp, disp(words * 8)?)?;
+        }
+        Ok(())
+    }
+
+    /// Evaluate `e` into rax.
+    fn expr(&mut self, e: &Expr) -> R<()> {
+        let vars = &self.h.body.vars;
+        match &e.kind {
+            ExprKind::Int(v) => self.a.mov(rax, *v)?,
+            ExprKind::Str(s) => {
+                let i = self.strings.intern(s);
+                self.a.mov(rax, i)?
+            }
+            ExprKind::Builtin(b) => self.builtin(*b)?,
+            ExprKind::Reg(r) => self
+                .a
+                .mov(rax, qword_ptr(rbx + reg_offset(r).expect("checked")))?,
+            ExprKind::Var(v) => self.a.mov(rax, qword_ptr(rbp + var_slot(vars[v].0)))?,
+            ExprKind::Map(..) | ExprKind::Call(..) => unreachable!("refused by the checker"),
+            ExprKind::Unary(op, x) => {
+                self.expr(x)?;
+                match op {
+                    UnOp::Neg => self.a.neg(rax)?,
+                    UnOp::BitNot => self.a.not(rax)?,
+                    UnOp::Not => {
+                        self.a.test(rax, rax)?;
+                        self.a.sete(al)?;
+                        self.a.movzx(eax, al)?;
+                    }
+                }
+            }
+            ExprKind::Cast(t, x) => {
+                self.expr(x)?;
+                self.extend(*t)?;
+            }
+            ExprKind::Deref(t, x) => {
+                self.expr(x)?;
+                self.read(*t)?;
+            }
+            ExprKind::Binary(op, x, y) => self.binary(*op, x, y, operands_signed(x, y, vars))?,
+        }
+        Ok(())
+    }
+
+    /// rax = rax as `t` (truncated, then sign- or zero-extended).
+    fn extend(&mut self, t: IntTy) -> R<()> {
+        let a = &mut self.a;
+        match (t.bytes, t.signed) {
+            (8, _) => {}
+            (4, true) => a.movsxd(rax, eax)?,
+            (4, false) => a.mov(eax, eax)?,
+            (2, true) => a.movsx(rax, ax)?,
+            (2, false) => a.movzx(eax, ax)?,
+            (_, true) => a.movsx(rax, al)?,
+            (_, false) => a.movzx(eax, al)?,
+        }
+        Ok(())
+    }
+
+    /// rax = *(t *)rax, read with process_vm_readv on this process (a bad address fails the
+    /// call instead of faulting); a failed read counts in the handler's counter and gives 0.
+    fn read(&mut self, t: IntTy) -> R<()> {
+        let n = i32::from(t.bytes);
+        let a = &mut self.a;
+        let mut ok = a.create_label();
+        a.sub(rsp, 48)?;
+        // [rsp] local iovec {buf, n}, [rsp+16] remote iovec {addr, n}, [rsp+32] the buffer.
+        a.mov(qword_ptr(rsp + 16), rax)?;
+        a.mov(qword_ptr(rsp + 24), n)?;
+        a.lea(rcx, qword_ptr(rsp + 32))?;
+        a.mov(qword_ptr(rsp), rcx)?;
+        a.mov(qword_ptr(rsp + 8), n)?;
+        a.mov(qword_ptr(rsp + 32), 0)?;
+        a.mov(eax, SYS_GETPID)?;
+        a.syscall()?;
+        a.mov(rdi, rax)?;
+        a.mov(rsi, rsp)?;
+        a.mov(edx, 1)?;
+        a.lea(r10, qword_ptr(rsp + 16))?;
+        a.mov(r8d, 1)?;
+        a.xor(r9d, r9d)?;
+        a.mov(eax, SYS_PROCESS_VM_READV)?;
+        a.syscall()?;
+        a.cmp(rax, n)?;
+        a.je(ok)?;
+        a.lock().inc(qword_ptr(r13 + disp(self.h.failed)?))?;
+        a.set_label(&mut ok)?;
+        a.mov(rax, qword_ptr(rsp + 32))?;
+        a.add(rsp, 48)?;
+        self.extend(t)
+    }
+
+    fn builtin(&mut self, b: Builtin) -> R<()> {
+        let a = &mut self.a;
+        match b {
+            Builtin::Pid => {
+                a.mov(eax, SYS_GETPID)?;
+                a.syscall()?;
+            }
+            Builtin::Tid => {
+                a.mov(eax, SYS_GETTID)?;
+                a.syscall()?;
+            }
+            Builtin::Cpu => {
+                a.sub(rsp, 16)?;
+                a.mov(rdi, rsp)?;
+                a.xor(esi, esi)?;
+                a.xor(edx, edx)?;
+                a.mov(eax, SYS_GETCPU)?;
+                a.syscall()?;
+                a.mov(eax, dword_ptr(rsp))?;
+                a.add(rsp, 16)?;
+            }
+            Builtin::Nsecs => {
+                a.sub(rsp, 16)?;
+                a.mov(edi, 1)?; // CLOCK_MONOTONIC
+                a.mov(rsi, rsp)?;
+                a.mov(eax, SYS_CLOCK_GETTIME)?;
+                a.syscall()?;
+                a.imul_3(rax, qword_ptr(rsp), 1_000_000_000)?;
+                a.add(rax, qword_ptr(rsp + 8))?;
+                a.add(rsp, 16)?;
+            }
+            Builtin::Retval => a.mov(rax, qword_ptr(rbx + reg_offset("rax").expect("rax")))?,
+            Builtin::Arg(n) if self.h.ret => a.mov(rax, qword_ptr(r12 + i32::from(n) * 8))?,
+            Builtin::Arg(n) => a.mov(rax, qword_ptr(rbx + arg_reg(n)))?,
+            Builtin::Func => a.mov(rax, self.h.func)?,
+            Builtin::Probe => a.mov(rax, self.h.probe)?,
+        }
+        Ok(())
+    }
+
+    fn binary(&mut self, op: BinOp, x: &Expr, y: &Expr, signed: bool) -> R<()> {
+        if matches!(op, BinOp::LogAnd | BinOp::LogOr) {
+            let mut short = self.a.create_label();
+            let mut end = self.a.create_label();
+            self.expr(x)?;
+            self.a.test(rax, rax)?;
+            if op == BinOp::LogAnd {
+                self.a.jz(short)?;
+            } else {
+                self.a.jnz(short)?;
+            }
+            self.expr(y)?;
+            self.a.test(rax, rax)?;
+            self.a.setne(al)?;
+            self.a.movzx(eax, al)?;
+            self.a.jmp(end)?;
+            self.a.set_label(&mut short)?;
+            self.a.mov(eax, i32::from(op == BinOp::LogOr))?;
+            self.a.set_label(&mut end)?;
+            return Ok(());
+        }
+        // Comparisons use the signedness of their operands.
+        let cmp_signed = operands_signed(x, y, &self.h.body.vars);
+        self.expr(x)?;
+        self.a.push(rax)?;
+        self.expr(y)?;
+        let a = &mut self.a;
+        a.mov(rcx, rax)?;
+        a.pop(rax)?;
+        match op {
+            BinOp::Add => a.add(rax, rcx)?,
+            BinOp::Sub => a.sub(rax, rcx)?,
+            BinOp::Mul => a.imul_2(rax, rcx)?,
+            BinOp::And => a.and(rax, rcx)?,
+            BinOp::Or => a.or(rax, rcx)?,
+            BinOp::Xor => a.xor(rax, rcx)?,
+            BinOp::Shl => a.shl(rax, cl)?,
+            BinOp::Shr if signed => a.sar(rax, cl)?,
+            BinOp::Shr => a.shr(rax, cl)?,
+            BinOp::Div | BinOp::Mod => {
+                // x / 0 is 0 (no #DE in the host); INT_MIN / -1 is done as a negation.
+                let mut zero = a.create_label();
+                let mut end = a.create_label();
+                let mut divide = a.create_label();
+                a.test(rcx, rcx)?;
+                a.jz(zero)?;
+                if signed {
+                    a.cmp(rcx, -1)?;
+                    a.jne(divide)?;
+                    if op == BinOp::Div {
+                        a.neg(rax)?;
+                    } else {
+                        a.xor(eax, eax)?;
+                    }
+                    a.jmp(end)?;
+                    a.set_label(&mut divide)?;
+                    a.cqo()?;
+                    a.idiv(rcx)?;
+                } else {
+                    a.set_label(&mut divide)?;
+                    a.xor(edx, edx)?;
+                    a.div(rcx)?;
+                }
+                if op == BinOp::Mod {
+                    a.mov(rax, rdx)?;
+                }
+                a.jmp(end)?;
+                a.set_label(&mut zero)?;
+                a.xor(eax, eax)?;
+                a.set_label(&mut end)?;
+            }
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                a.cmp(rax, rcx)?;
+                match (op, cmp_signed) {
+                    (BinOp::Eq, _) => a.sete(al)?,
+                    (BinOp::Ne, _) => a.setne(al)?,
+                    (BinOp::Lt, true) => a.setl(al)?,
+                    (BinOp::Le, true) => a.setle(al)?,
+                    (BinOp::Gt, true) => a.setg(al)?,
+                    (BinOp::Ge, true) => a.setge(al)?,
+                    (BinOp::Lt, false) => a.setb(al)?,
+                    (BinOp::Le, false) => a.setbe(al)?,
+                    (BinOp::Gt, false) => a.seta(al)?,
+                    _ => a.setae(al)?,
+                }
+                a.movzx(eax, al)?;
+            }
+            BinOp::LogAnd | BinOp::LogOr => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,665 @@
+//! Unit tests: the parse of every construct, each kind of error, and the code of each map kind
+//! decoded back.
+
+use crate::ast::*;
+use crate::check::{MapKind, Ty};
+use crate::*;
+
+fn parse(src: &str) -> Program {
+    parser::parse(src).unwrap_or_else(|e| panic!("{src}: {e:?}"))
+}
+
+fn check_err(src: &str, allow_changes: bool) -> CompileError {
+    match check(src, CheckOptions { allow_changes }) {
+        Ok(_) => panic!("`{src}` checked"),
+        Err(e) => e,
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        allow_changes: true,
+        slots: 64,
+        dump_path: "/tmp/x".into(),
+    }
+}
+
+fn same(_: Option<&str>, n: &str) -> Result<Vec<String>, String> {
+    Ok(vec![n.to_string()])
+}
+
+#[test]
+fn probes_of_every_form_parse() {
+    let p = parse("BEGIN { printf(\"hi\\n\") } compute, compute+8, compute:return, libc.so.6:malloc, tcp_* , END {}");
+    let specs: Vec<_> = p
+        .probes
+        .iter()
+        .flat_map(|p| p.specs.iter().map(|s| s.0.clone()))
+        .collect();
+    let f = |object: Option<&str>, name: &str, offset, ret| ProbeSpec::Func {
+        object: object.map(str::to_string),
+        name: name.into(),
+        offset,
+        ret,
+    };
+    assert_eq!(
+        specs,
+        vec![
+            ProbeSpec::Begin,
+            f(None, "compute", 0, false),
+            f(None, "compute", 8, false),
+            f(None, "compute", 0, true),
+            f(Some("libc.so.6"), "malloc", 0, false),
+            f(None, "tcp_*", 0, false),
+            ProbeSpec::End,
+        ]
+    );
+}
+
+#[test]
+fn predicate_and_precedence_parse() {
+    let p = parse("f /pid == 1 && arg0 + 2 * 3 > 4 || !arg1/ { @ = count() }");
+    let pred = p.probes[0].predicate.clone().unwrap();
+    let ExprKind::Binary(BinOp::LogOr, l, r) = pred.kind else {
+        panic!("{pred:?}")
+    };
+    assert!(matches!(r.kind, ExprKind::Unary(UnOp::Not, _)));
+    let ExprKind::Binary(BinOp::LogAnd, _, gt) = l.kind else {
+        panic!()
+    };
+    let ExprKind::Binary(BinOp::Gt, sum, _) = gt.kind else {
+        panic!()
+    };
+    let ExprKind::Binary(BinOp::Add, _, mul) = sum.kind else {
+        panic!()
+    };
+    assert!(matches!(mul.kind, ExprKind::Binary(BinOp::Mul, _, _)));
+}
+
+#[test]
+fn statements_of_every_kind_parse() {
+    let p = parse(
+        "f:return { $x = *(u32 *)(arg0 + 8); @m[func, $x] = sum((s16)$x); retval = 1; reg(\"rdx\") = 2; @v = -$x % 3 }
+         g { arg1 = arg2 << 1; @h = hist(arg0); @l = lhist(arg0, 0, 100, 10); @a = avg(nsecs); @n = min(cpu); @x = max(tid) }",
+    );
+    let b = &p.probes[0].body;
+    assert!(matches!(
+        &b[0],
+        Stmt::VarAssign {
+            value: Expr {
+                kind: ExprKind::Deref(
+                    IntTy {
+                        bytes: 4,
+                        signed: false
+                    },
+                    _
+                ),
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(matches!(&b[1], Stmt::MapAssign { keys, .. } if keys.len() == 2));
+    assert!(matches!(
+        &b[2],
+        Stmt::Change {
+            target: Target::Retval,
+            ..
+        }
+    ));
+    assert!(matches!(&b[3], Stmt::Change { target: Target::Reg(r), .. } if r == "rdx"));
+    assert!(matches!(
+        &p.probes[1].body[0],
+        Stmt::Change {
+            target: Target::Arg(1),
+            ..
+        }
+    ));
+    let c = check(
+        "f:return { $x = *(u32 *)(arg0 + 8); @m[func, $x] = sum((s16)$x); retval = 1 } g { @h = hist(arg0); @l = lhist(arg0, 0, 100, 10); @a = avg(nsecs); @n = min(cpu); @x = max(tid); @c[probe] = count() }",
+        CheckOptions { allow_changes: true },
+    )
+    .unwrap();
+    let kinds: Vec<_> = c.maps.iter().map(|m| m.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            MapKind::Sum,
+            MapKind::Hist,
+            MapKind::Lhist {
+                lo: 0,
+                hi: 100,
+                step: 10
+            },
+            MapKind::Avg,
+            MapKind::Min,
+            MapKind::Max,
+            MapKind::Count
+        ]
+    );
+    assert_eq!(c.maps[0].keys, vec![Ty::Str, Ty::Int { signed: false }]);
+}
+
+#[test]
+fn begin_end_printf_formats_constants() {
+    let c = check(
+        "BEGIN { printf(\"%s %5d|%-3x|%%\\n\", \"go\", -12, 255) }",
+        CheckOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(format_printf(&c.begin[0]), "go   -12|ff |%\n");
+}
+
+/// Each error kind: the message and the column.
+#[test]
+fn errors_name_line_and_column() {
+    let cases: &[(&str, bool, (u32, u32), &str)] = &[
+        ("f { @ = pidd }", false, (1, 9), "unknown builtin 'pidd'"),
+        ("f { @ = foo(1) }", false, (1, 9), "unknown function 'foo'"),
+        ("f { @ = \"abc }", false, (1, 9), "unterminated string"),
+        (
+            "f { @ = 1 # 2 }",
+            false,
+            (1, 11),
+            "unexpected character '#'",
+        ),
+        (
+            "f { @ = 99999999999999999999 }",
+            false,
+            (1, 9),
+            "bad integer",
+        ),
+        (
+            "f { @ = count() ",
+            false,
+            (1, 17),
+            "expected ';', found the end of the program",
+        ),
+        ("f+zz { @ = count() }", false, (1, 1), "bad offset"),
+        (
+            "f+4:return { @ = count() }",
+            false,
+            (1, 1),
+            "a return probe takes no offset",
+        ),
+        (
+            "f { @ = retval }",
+            false,
+            (1, 9),
+            "retval is only known at a :return probe",
+        ),
+        (
+            "f:return { retval = 0 }",
+            false,
+            (1, 12),
+            "changing retval needs --allow-changes",
+        ),
+        (
+            "f { retval = 0 }",
+            true,
+            (1, 5),
+            "retval can only be changed at a :return probe",
+        ),
+        (
+            "f:return { arg0 = 1 }",
+            true,
+            (1, 12),
+            "can only be changed at a function's entry",
+        ),
+        (
+            "f+4 { arg0 = 1 }",
+            true,
+            (1, 7),
+            "is the argument at the entry",
+        ),
+        (
+            "f:return { reg(\"rbx\") = 1 }",
+            true,
+            (1, 12),
+            "only rax and rdx",
+        ),
+        (
+            "f { reg(\"rsp\") = 1 }",
+            true,
+            (1, 5),
+            "rsp cannot be changed",
+        ),
+        (
+            "f { @ = reg(\"eax\") }",
+            false,
+            (1, 9),
+            "unknown register 'eax'",
+        ),
+        (
+            "f { @ = $y }",
+            false,
+            (1, 9),
+            "variable '$y' is used before it is assigned",
+        ),
+        (
+            "f { @a = count() } g { @a = sum(1) }",
+            false,
+            (1, 24),
+            "map '@a' holds count() (at 1:5), here sum()",
+        ),
+        (
+            "f { @a[1] = count() } g { @a = count() }",
+            false,
+            (1, 27),
+            "map '@a' has 1 key(s)",
+        ),
+        (
+            "f { @a[func] = count(); @a[1] = count() }",
+            false,
+            (1, 25),
+            "is a string in one place",
+        ),
+        ("f { @ = count() + 1 }", false, (1, 9), "is an aggregation"),
+        (
+            "f { @ = sum(1, 2) }",
+            false,
+            (1, 9),
+            "sum() takes 1 argument(s)",
+        ),
+        (
+            "f { @ = lhist(arg0, 0, arg1, 1) }",
+            false,
+            (1, 24),
+            "must be integer constants",
+        ),
+        ("f { @ = lhist(arg0, 5, 1, 1) }", false, (1, 9), "lo < hi"),
+        (
+            "f { @ = func + 1 }",
+            false,
+            (1, 9),
+            "a string can only be a map key",
+        ),
+        (
+            "f { printf(\"x\") }",
+            false,
+            (1, 5),
+            "printf in a function probe",
+        ),
+        (
+            "BEGIN { @ = count() }",
+            false,
+            (1, 9),
+            "only printf is allowed",
+        ),
+        (
+            "BEGIN { printf(\"%d\", arg0) }",
+            false,
+            (1, 22),
+            "BEGIN and END print constants only",
+        ),
+        (
+            "BEGIN { printf(\"%d %d\", 1) }",
+            false,
+            (1, 9),
+            "conversion 2 has no argument",
+        ),
+        (
+            "BEGIN { printf(\"%s\", 1) }",
+            false,
+            (1, 9),
+            "%s wants a string",
+        ),
+        ("BEGIN, f { }", false, (1, 1), "BEGIN and END cannot share"),
+        (
+            "f { @ = *(u128 *)(arg0) }",
+            false,
+            (1, 10),
+            "needs a pointer type",
+        ),
+        ("f { @ = @x }", false, (1, 9), "reading map '@x'"),
+        (
+            "f { @ = str(arg0) }",
+            false,
+            (1, 9),
+            "str() is not supported yet",
+        ),
+        ("f { foo = 1 }", false, (1, 5), "cannot start a statement"),
+        ("", false, (1, 1), "the program has no probe"),
+    ];
+    for (src, allow, (line, col), want) in cases {
+        let e = check_err(src, *allow);
+        assert!(
+            e.message.contains(want) && (e.pos.line, e.pos.col) == (*line, *col),
+            "`{src}`: got {}:{} {:?}, want {line}:{col} {want:?}",
+            e.pos.line,
+            e.pos.col,
+            e.message
+        );
+    }
+}
+
+#[test]
+fn error_display_has_a_caret_under_the_culprit() {
+    let e = check_err("compute { @[pidd] = count() }", false);
+    assert_eq!(
+        e.to_string(),
+        "error at 1:13: unknown builtin 'pidd'\ncompute { @[pidd] = count() }\n            ^"
+    );
+    assert_eq!(e.headline(), "error at 1:13: unknown builtin 'pidd'");
+}
+
+#[test]
+fn globs_expand_to_one_splice_per_function_and_misses_are_errors() {
+    let mut expand = |_: Option<&str>, n: &str| -> Result<Vec<String>, String> {
+        Ok(if n == "a*" {
+            vec!["ab".into(), "ac".into()]
+        } else {
+            vec![]
+        })
+    };
+    let c = compile("a*:return { @[func] = count() }", &opts(), &mut expand).unwrap();
+    let at: Vec<_> = c.splices.iter().map(|s| (s.at.as_str(), s.ret)).collect();
+    assert_eq!(at, vec![("ab", true), ("ac", true)]);
+    let e = compile("zz { @ = count() }", &opts(), &mut expand).unwrap_err();
+    assert!(
+        e.to_string().contains("probe 'zz' matches no function"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_component_is_an_elf_relocatable_with_pc32_relocations() {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    let c = compile(
+        "f { @[arg0] = count() } g+4 { @s = sum(arg1) }",
+        &opts(),
+        &mut same,
+    )
+    .unwrap();
+    let f = object::File::parse(&*c.object).unwrap();
+    assert_eq!(f.kind(), object::ObjectKind::Relocatable);
+    let names: Vec<_> = f
+        .symbols()
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .collect();
+    for n in [
+        "trapvec_trace_h0",
+        "trapvec_trace_h1",
+        DUMP_SYMBOL,
+        DATA_SYMBOL,
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
+    }
+    let text = f.section_by_name(".text").unwrap();
+    assert_eq!(text.relocations().count(), 4);
+    let spec = c.spec("/t/trace.o", "libc.so.6:exit");
+    assert!(
+        spec.contains("at = \"g+0x4\"") && spec.contains("handler = \"trapvec_trace_dump\""),
+        "{spec}"
+    );
+    assert_eq!(
+        c.layout.size,
+        8 * 2 + 8 * 2 + 64 * (1 + 1 + 1) * 8 + (1 + 1) * 8
+    );
+}
+
+/// The generated code, run in this process: the handlers and the data block in one RWX
+/// mapping (so the `lea` displacements are patched by hand, as the loader would), each call
+/// given its own registers.
+struct Loaded {
+    base: *mut u8,
+    len: usize,
+    c: Compiled,
+    offsets: Vec<usize>,
+    data: usize,
+}
+
+impl Loaded {
+    fn new(src: &str) -> Loaded {
+        let c = compile(src, &opts(), &mut same).unwrap_or_else(|e| panic!("{e}"));
+        let f = {
+            use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+            let f = object::File::parse(&*c.object).unwrap();
+            let text = f.section_by_name(".text").unwrap().data().unwrap().to_vec();
+            let mut offs = Vec::new();
+            for i in 0..c.splices.len() {
+                let n = format!("trapvec_trace_h{i}");
+                offs.push(
+                    f.symbols()
+                        .find(|s| s.name() == Ok(n.as_str()))
+                        .unwrap()
+                        .address()
+                        .try_into()
+                        .unwrap(),
+                );
+            }
+            (text, offs)
+        };
+        let (text, offsets) = f;
+        let data = (text.len() + 63) & !63;
+        let len = data + c.layout.size;
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base.cast::<u8>();
+        // SAFETY: `len` bytes are mapped at `base`, and `text.len() <= data < len`.
+        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), base, text.len()) };
+        for &off in &offsets {
+            let place = off + crate::codegen::DATA_DISP;
+            let d = i32::try_from(data).unwrap() - i32::try_from(place + 4).unwrap();
+            // SAFETY: the displacement lies inside the copied text.
+            unsafe { std::ptr::write_unaligned(base.add(place).cast::<i32>(), d) };
+        }
+        Loaded {
+            base,
+            len,
+            c,
+            offsets,
+            data,
+        }
+    }
+
+    /// Call handler `h` with these registers (and, at a return, these entry arguments).
+    fn call(&self, h: usize, regs: &mut [u64; 18], args: [u64; 6]) {
+        let mut call = [0u64; 11];
+        call[..6].copy_from_slice(&args);
+        // SAFETY: the handler's code was copied and relocated above; it follows the C ABI of
+        // trapvec.h and touches only `regs`, `call` and the data block.
+        unsafe {
+            let f: extern "C" fn(*mut u64, *mut u64) =
+                std::mem::transmute(self.base.add(self.offsets[h]));
+            f(regs.as_mut_ptr(), call.as_mut_ptr());
+        }
+    }
+
+    fn results(&self) -> Results {
+        // SAFETY: the data block lies inside the mapping.
+        let data =
+            unsafe { std::slice::from_raw_parts(self.base.add(self.data), self.c.layout.size) };
+        self.c.layout.decode(data, &self.c.strings).unwrap()
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `new` mapped.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Entry registers with arguments a0..a5 (rdi, rsi, rdx, rcx, r8, r9).
+fn regs(a: [u64; 6]) -> [u64; 18] {
+    let mut r = [0u64; 18];
+    r[8] = a[0];
+    r[9] = a[1];
+    r[12] = a[2];
+    r[13] = a[3];
+    r[7] = a[4];
+    r[6] = a[5];
+    r
+}
+
+fn ints(r: &Results, map: usize) -> Vec<(Vec<layout::KeyPart>, i128)> {
+    r.maps[map]
+        .entries
+        .iter()
+        .map(|e| match &e.value {
+            layout::Value::Int(v) => (e.key.clone(), *v),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+use layout::KeyPart::{Int as K, Str as S};
+
+#[test]
+fn counts_sums_min_max_avg_by_key() {
+    let l = Loaded::new(
+        "f { @c[arg0 % 3] = count(); @s = sum(arg1); @mn = min((s64)arg1 - 50); @mx = max(arg1); @a = avg(arg1); @v = arg1 }",
+    );
+    for i in 0..30u64 {
+        l.call(0, &mut regs([i, i * 10, 0, 0, 0, 0]), [0; 6]);
+    }
+    let r = l.results();
+    assert_eq!(
+        ints(&r, 0),
+        vec![(vec![K(0)], 10), (vec![K(1)], 10), (vec![K(2)], 10)]
+    );
+    assert_eq!(ints(&r, 1), vec![(vec![], 4350)]);
+    assert_eq!(ints(&r, 2), vec![(vec![], -50)]);
+    assert_eq!(ints(&r, 3), vec![(vec![], 290)]);
+    assert_eq!(ints(&r, 4), vec![(vec![], 145)]);
+    assert_eq!(ints(&r, 5), vec![(vec![], 290)]);
+}
+
+#[test]
+fn a_predicate_selects_and_strings_key_by_probe() {
+    let l = Loaded::new("f, g /arg0 >= 5 && (arg0 / 2) * 2 == arg0/ { @[func, probe] = count() }");
+    for i in 0..10u64 {
+        l.call(0, &mut regs([i, 0, 0, 0, 0, 0]), [0; 6]);
+        l.call(1, &mut regs([i, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let r = l.results();
+    assert_eq!(
+        ints(&r, 0),
+        vec![
+            (vec![S("f".into()), S("f".into())], 2),
+            (vec![S("g".into()), S("g".into())], 2)
+        ]
+    );
+}
+
+#[test]
+fn hist_and_lhist_bucket_known_values() {
+    let l = Loaded::new("f { @h = hist(arg0); @l = lhist(arg0, 0, 30, 10) }");
+    for v in [0u64, 1, 2, 3, 4, 7, 8, 100, 1024, u64::MAX] {
+        l.call(0, &mut regs([v, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let r = l.results();
+    let text = render(&r);
+    let layout::Value::Buckets(h) = &r.maps[0].entries[0].value else {
+        panic!()
+    };
+    let got: Vec<_> = h.iter().map(|b| (b.label.as_str(), b.count)).collect();
+    // u64::MAX is -1 as a signed value.
+    assert_eq!(
+        &got[..6],
+        &[
+            ("(..., 0)", 1),
+            ("[0]", 1),
+            ("[1]", 1),
+            ("[2, 4)", 2),
+            ("[4, 8)", 2),
+            ("[8, 16)", 1)
+        ]
+    );
+    assert_eq!(got.last(), Some(&("[1K, 2K)", 1)));
+    let layout::Value::Buckets(lh) = &r.maps[1].entries[0].value else {
+        panic!()
+    };
+    let got: Vec<_> = lh.iter().map(|b| (b.label.as_str(), b.count)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("(..., 0)", 1),
+            ("[0, 10)", 7),
+            ("[10, 20)", 0),
+            ("[20, 30)", 0),
+            ("[30, ...)", 2)
+        ]
+    );
+    assert!(
+        text.contains(
+            "[2, 4)                 2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_bad_address_is_counted_as_a_failed_read_and_a_good_one_read() {
+    let l = Loaded::new("f { @[*(u32 *)(arg0 + 4)] = count() }");
+    let words: [u32; 2] = [7, 0xdead_beef];
+    l.call(0, &mut regs([words.as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([8, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([8, 0, 0, 0, 0, 0]), [0; 6]);
+    let r = l.results();
+    assert_eq!(
+        ints(&r, 0),
+        vec![(vec![K(0xdead_beef)], 1), (vec![K(0)], 2)]
+    );
+    assert_eq!(
+        r.failed_reads,
+        vec![layout::FailedReads {
+            probe: "f".into(),
+            count: 2
+        }]
+    );
+    assert!(render(&r).contains("2 read(s) failed at f: bad address"));
+}
+
+#[test]
+fn changes_write_the_registers_and_return_reads_entry_arguments() {
+    let l = Loaded::new(
+        "f:return { @r = sum(arg0); retval = retval * 2 + 1 } g { arg1 = arg0 + 1; reg(\"r10\") = -1; $x = (s8)255; @x = $x }",
+    );
+    let mut r = regs([0; 6]);
+    r[14] = 20; // rax
+    l.call(0, &mut r, [5, 0, 0, 0, 0, 0]);
+    assert_eq!(r[14], 41);
+    let mut r = regs([9, 0, 0, 0, 0, 0]);
+    l.call(1, &mut r, [0; 6]);
+    assert_eq!((r[9], r[5]), (10, u64::MAX));
+    let res = l.results();
+    assert_eq!(ints(&res, 0), vec![(vec![], 5)]);
+    assert_eq!(ints(&res, 1), vec![(vec![], -1)]);
+}
+
+#[test]
+fn a_full_table_counts_dropped_updates() {
+    let l = Loaded::new("f { @[arg0] = count() }");
+    for i in 0..100u64 {
+        l.call(0, &mut regs([i, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let r = l.results();
+    assert_eq!(r.maps[0].entries.len(), 64);
+    assert_eq!(r.maps[0].dropped, 36);
+    assert!(render(&r).contains("@: 36 update(s) dropped: the table is full (64 slots)"));
+}
+
+#[test]
+fn division_by_zero_gives_zero_and_builtins_run() {
+    let l = Loaded::new("f { @d = sum(arg0 / arg1); @m = sum((s64)arg0 % -1); @p = max(pid); @t = max(tid); @n = min(nsecs > 0); @c = max(cpu < 4096) }");
+    l.call(0, &mut regs([7, 0, 0, 0, 0, 0]), [0; 6]);
+    let r = l.results();
+    assert_eq!(ints(&r, 0), vec![(vec![], 0)]);
+    assert_eq!(ints(&r, 1), vec![(vec![], 0)]);
+    assert_eq!(ints(&r, 2), vec![(vec![], i128::from(std::process::id()))]);
+    assert!(ints(&r, 3)[0].1 > 0);
+    assert_eq!(ints(&r, 4), vec![(vec![], 1)]);
+    assert_eq!(ints(&r, 5), vec![(vec![], 1)]);
+}
