@@ -2,14 +2,13 @@
 //! 26, item 3). Count splices by trap on 1,000, 5,000 and 20,000 traceable functions, each set
 //! applied in one batch (`--best-effort`: the planner drops what it refuses) and then removed.
 //! The module's `apply_stats` gives the time of the APPLY that wrote each batch; asserted: the
-//! batch is what went live, the time per site at the largest batch is within 2x of the one at
-//! 1,000 (an O(N^2) check of the batch fails this), everything is removed (no splice listed)
-//! and the module's live allocations (dispatch entries, patch records, aliases, pending sets)
-//! are back at their counts before the first apply. Stops are bounded: a batch of more than
-//! `stop_sites` (1,024) sites is written in several stops, and the longest hold after the largest
-//! batch is within 3x of the one after the batch of 1,000 (one stop of that writes the whole
-//! batch: a single stop for 20,000 sites holds every CPU about 20 times as long). Commit time
-//! per site and `stop_stats` are printed for the notes.
+//! batch is what went live, the checks' time per site at the largest batch is within 1.5x of
+//! the one at 1,000 (the O(N^2) checks took 1.9x) and the whole APPLY's within 2x, everything
+//! is removed (no splice listed) and the module's live allocations (dispatch entries, patch
+//! records, aliases, pending sets) are back at their counts before the first apply. Stops are
+//! bounded: each stage of a batch is written in stops of at most `stop_sites` (1,024) sites
+//! (the module before took one stop per stage whatever the batch). Commit time per site and
+//! `stop_stats` are printed for the notes.
 
 use std::collections::HashMap;
 
@@ -74,7 +73,7 @@ fn commit_time_per_site_does_not_grow_with_the_batch() {
     );
     let start = allocs(&run, "start");
     let mut per_site = Vec::new();
-    let mut held_max = Vec::new();
+    let mut stop_counts = Vec::new();
     let mut figures = Vec::new();
     for n in SIZES {
         let key = format!("COMMIT_APPLY_{n}");
@@ -92,18 +91,15 @@ fn commit_time_per_site_does_not_grow_with_the_batch() {
         let ns = get(&apply, &key, "last_ns");
         assert!(ns > 0, "{n}: the APPLY took some time");
         let site_ns = ns / patches;
-        per_site.push((n, site_ns));
+        let check_ns = get(&apply, &key, "last_check_ns") / patches;
+        per_site.push((patches, site_ns, check_ns));
         let skey = format!("COMMIT_STOPS_{n}");
         let stops = pairs(&run, &skey);
         let batch_stops = get(&stops, &skey, "last_batch_stops");
         // FINISH in stops of at most 1,024 sites, after as many ARM stops when a window
         // spans several instructions.
         let finish = patches.div_ceil(1024);
-        assert!(
-            batch_stops == finish || batch_stops == 2 * finish,
-            "{n}: {patches} sites written in {finish} stops (or as many ARM stops first), not {batch_stops}"
-        );
-        held_max.push((patches, get(&stops, &skey, "held_max_ns")));
+        stop_counts.push((patches, batch_stops, finish));
         figures.push(format!(
             "{patches} sites: APPLY {} ms ({site_ns} ns/site; checks {} ms, write {} ms), {} stops held every CPU {} us (longest so far {} us), command {} ms",
             ns / 1_000_000,
@@ -129,16 +125,24 @@ fn commit_time_per_site_does_not_grow_with_the_batch() {
         }
     }
     println!("COMMIT_SCALE_FIGURES: {}", figures.join("; "));
-    let (first_sites, first_held) = held_max[0];
-    let (last_sites, last_held) = held_max[held_max.len() - 1];
+    // The checks first: what an O(N^2) scan of the batch makes grow (the old module's check
+    // time per site was 1.9x at 19,542 sites what it was at 981; this one's, 0.9x). The whole
+    // APPLY also pays fixed costs (an RCU-tasks grace period, about 200 ms emulated), so its
+    // time per site falls with the batch either way.
+    let (small_n, small, small_check) = per_site[0];
+    let (big_n, big, big_check) = per_site[per_site.len() - 1];
     assert!(
-        last_held <= 3 * first_held,
-        "the longest stop after {last_sites} sites ({last_held} ns) is within 3x of the one after {first_sites} ({first_held} ns)"
+        2 * big_check <= 3 * small_check,
+        "APPLY's checks per site at {big_n} sites ({big_check} ns) are within 1.5x of those at {small_n} ({small_check} ns)"
     );
-    let (small_n, small) = per_site[0];
-    let (big_n, big) = per_site[per_site.len() - 1];
     assert!(
         big <= 2 * small,
         "APPLY per site at {big_n} sites ({big} ns) is within 2x of the one at {small_n} ({small} ns)"
     );
+    for &(patches, batch_stops, finish) in &stop_counts {
+        assert!(
+            batch_stops == finish || batch_stops == 2 * finish,
+            "{patches} sites written in {finish} stops (or as many ARM stops first), not {batch_stops}"
+        );
+    }
 }
