@@ -123,7 +123,8 @@ fn peer_uid(s: &impl std::os::fd::AsRawFd) -> std::io::Result<u32> {
         uid: 0,
         gid: 0,
     };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let mut len =
+        libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).expect("a ucred is 12 bytes");
     // SAFETY: `cred` and `len` are valid for writes of a ucred and a socklen_t; the fd is open.
     let r = unsafe {
         libc::getsockopt(
@@ -160,18 +161,20 @@ impl Raw {
                     libc::SOCK_CLOEXEC,
                 )
             };
-            if fd >= 0 {
+            match sys_result(fd).map(libc::c_int::try_from) {
                 // SAFETY: the kernel just returned this new descriptor; nothing else owns it.
-                return Ok(Raw(unsafe {
-                    std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int)
-                }));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
+                Ok(Ok(fd)) => return Ok(Raw(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })),
+                Ok(Err(e)) => return Err(std::io::Error::other(e)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }
+}
+
+/// A raw system call's result: its error (in errno) when negative.
+fn sys_result(n: libc::c_long) -> std::io::Result<usize> {
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
 }
 
 impl Read for &Raw {
@@ -186,10 +189,7 @@ impl Read for &Raw {
                 buf.len(),
             )
         };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        sys_result(n)
     }
 }
 
@@ -199,10 +199,7 @@ impl Write for &Raw {
         // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
         let n =
             unsafe { libc::syscall(libc::SYS_write, self.0.as_raw_fd(), buf.as_ptr(), buf.len()) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        sys_result(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

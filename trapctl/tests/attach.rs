@@ -72,6 +72,20 @@ struct Loop {
 
 impl Loop {
     fn start(static_: bool) -> Loop {
+        Loop::start_with(static_, false)
+    }
+
+    /// Under the LD_PRELOAD agent with `spec` and `TRAPVEC_CONTROL=1`.
+    fn start_preloaded(spec: &Path) -> Loop {
+        Loop::start_full(false, false, Some(spec))
+    }
+
+    fn start_with(static_: bool, slow_lib: bool) -> Loop {
+        Loop::start_full(static_, slow_lib, None)
+    }
+
+    /// `slow_lib`: a thread dlopens `slowlib.c`, whose constructor holds the loader's lock 3 s.
+    fn start_full(static_: bool, slow_lib: bool, preload: Option<&Path>) -> Loop {
         let dir = tempfile::tempdir().unwrap();
         let exe = cc(
             dir.path(),
@@ -85,8 +99,22 @@ impl Loop {
             .status()
             .unwrap()
             .success());
-        let mut child = Command::new(&exe)
-            .arg(&fifo)
+        let mut cmd = Command::new(&exe);
+        cmd.arg(&fifo);
+        if slow_lib {
+            cmd.arg(cc(
+                dir.path(),
+                "slowlib.c",
+                "slowlib.so",
+                &["-shared", "-fPIC"],
+            ));
+        }
+        if let Some(spec) = preload {
+            cmd.env("LD_PRELOAD", agent())
+                .env("TRAPVEC_SPEC", spec)
+                .env("TRAPVEC_CONTROL", "1");
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -223,6 +251,62 @@ fn attach_counts_live_hits_and_detach_restores_the_text_and_the_blocked_read() {
 }
 
 #[test]
+fn attach_lets_the_threads_go_when_its_dlopen_waits_for_a_lock_one_of_them_holds() {
+    let mut p = Loop::start_with(false, true);
+    let pid = p.pid();
+    // The loader thread is inside slowlib's constructor, holding the loader's lock, for 3 s.
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let o = trapctl(&["-v", "-p", &pid, "attach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the other threads go on meanwhile"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let spec_dir = tempfile::tempdir().unwrap();
+    let spec = count_spec(spec_dir.path(), "work");
+    let o = trapctl(&["-p", &pid, "apply", spec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(p.calls(77), 77);
+    assert_eq!(live_hits(&pid), vec![77]);
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    writeln!(p.stdin, "quit").unwrap();
+    // The reader never got data: 4, not a crash.
+    assert_eq!(p.child.wait().unwrap().code(), Some(4));
+}
+
+#[test]
+fn a_preloaded_agent_with_trapvec_control_serves_live_figures() {
+    let spec_dir = tempfile::tempdir().unwrap();
+    let spec = count_spec(spec_dir.path(), "work");
+    let mut p = Loop::start_preloaded(&spec);
+    let pid = p.pid();
+    assert_eq!(p.calls(321), 321);
+    assert_eq!(
+        live_hits(&pid),
+        vec![321],
+        "the spec's splice, read while it runs"
+    );
+    assert_eq!(p.calls(9), 330);
+    assert_eq!(live_hits(&pid), vec![330]);
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert_eq!(
+        maps.lines()
+            .filter(|l| l.contains("libtrapvec_agent.so") && l.contains(" 00000000 "))
+            .count(),
+        1,
+        "no second agent was loaded: the preloaded one answered"
+    );
+}
+
+#[test]
 fn attach_twice_reuses_the_agent_and_a_second_detach_cycle_works() {
     let mut p = Loop::start(false);
     let pid = p.pid();
@@ -252,7 +336,7 @@ fn attach_twice_reuses_the_agent_and_a_second_detach_cycle_works() {
 #[test]
 fn attach_refuses_a_process_another_tracer_holds_and_changes_nothing() {
     let p = Loop::start(false);
-    let pid = p.child.id() as i32;
+    let pid = p.child.id().cast_signed();
     // SAFETY: seizing our own child; PTRACE_SEIZE does not stop it.
     let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, 0usize) };
     assert_eq!(r, 0, "{}", std::io::Error::last_os_error());

@@ -15,12 +15,21 @@
 //! registers are written back as they were, and when the thread goes on the kernel restarts the
 //! call (it looks at rax and orig_rax only then), so the program sees no EINTR.
 
+// x86-64 only: registers are u64 slots read as i64 bit for bit (rax = -ERESTARTSYS, a C int
+// status in rax's low half), signal numbers are small positive ints, and microseconds held fit
+// in u64.
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::maps::{self, Mapping};
+use super::maps;
 
 /// What went wrong while the process was held.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +63,7 @@ pub enum InjectError {
         addr: u64,
         how: String,
     },
-    #[error("thread {tid}: the call of {func} did not return within {s} s (a lock held by a stopped thread?); the process was left as it was")]
+    #[error("thread {tid}: the call of {func} did not return within {s} s, even with the other threads let go; its registers were put back, which leaves that call unfinished")]
     CallTimeout {
         tid: i32,
         func: &'static str,
@@ -74,7 +83,10 @@ pub enum InjectError {
 
 /// How long a thread may take to stop, and an injected call to return.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a call may run with the other threads stopped; after that they go on (still
+/// seized), in case one of them holds a lock the call waits for (the loader's, malloc's).
+const HOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `PTRACE_EVENT_STOP`: the stop of `PTRACE_INTERRUPT` (or a group stop) of a seized thread.
 const PTRACE_EVENT_STOP: i32 = 128;
@@ -83,6 +95,45 @@ const NT_X86_XSTATE: libc::c_int = 0x202;
 /// `prctl(PR_GET_MDWE)` and its flag `PR_MDWE_REFUSE_EXEC_GAIN` (Linux 6.3).
 const PR_GET_MDWE: u64 = 66;
 const PR_MDWE_REFUSE_EXEC_GAIN: u64 = 1;
+
+/// Where the calls go, found before the process is stopped (reading the objects' symbol
+/// tables takes milliseconds the threads need not be held for).
+pub struct Plan {
+    agent: PathBuf,
+    /// The start of libc's first executable mapping (the page `mprotect` is probed on).
+    libc_exec: u64,
+    errno_location: u64,
+    prctl: u64,
+    mprotect: u64,
+    dlopen: u64,
+    dlerror: u64,
+    /// `trapvec_agent_attach` from the agent's load bias.
+    attach_offset: u64,
+}
+
+impl Plan {
+    pub fn new(pid: i32, agent: &Path) -> Result<Plan, InjectError> {
+        let libc = maps::libc_of(pid)?;
+        let names = ["__errno_location", "prctl", "mprotect", "dlopen", "dlerror"];
+        let a = maps::file_symbols(pid, &libc.path, &names)?;
+        // The agent is read as this process sees it: it is given to dlopen by this path.
+        let attach = maps::file_symbols(
+            std::process::id().cast_signed(),
+            agent,
+            &["trapvec_agent_attach"],
+        )?;
+        Ok(Plan {
+            agent: agent.into(),
+            libc_exec: libc.exec_start,
+            errno_location: libc.base + a[0],
+            prctl: libc.base + a[1],
+            mprotect: libc.base + a[2],
+            dlopen: libc.base + a[3],
+            dlerror: libc.base + a[4],
+            attach_offset: attach[0],
+        })
+    }
+}
 
 /// Figures of one attach.
 #[derive(Debug, Default)]
@@ -105,6 +156,8 @@ struct Thread {
     /// A signal that stopped it (signal-delivery-stop) rather than the interrupt: delivered when
     /// it is let go.
     pending: i32,
+    /// Let go before the end (a call took longer than [`HOLD_TIMEOUT`]); still seized.
+    running: bool,
 }
 
 fn ptrace(req: libc::c_uint, tid: i32, addr: usize, data: usize) -> std::io::Result<libc::c_long> {
@@ -193,6 +246,7 @@ impl Held {
                     tid,
                     stopped_at: None,
                     pending: 0,
+                    running: false,
                 });
                 ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0).map_err(|source| {
                     InjectError::Ptrace {
@@ -265,7 +319,7 @@ impl Held {
 
     /// Load `agent` and start its control channel, from one thread; every register of that
     /// thread is put back as it was, whatever happens after the first call.
-    pub fn load_agent(&mut self, agent: &Path) -> Result<(), InjectError> {
+    pub fn load_agent(&mut self, plan: &Plan) -> Result<(), InjectError> {
         let tid = self.caller()?;
         self.figures.caller = tid;
         self.figures.in_syscall = self
@@ -274,7 +328,7 @@ impl Held {
             .filter(|t| get_regs(t.tid).map(|r| is_restartable(&r)).unwrap_or(false))
             .count();
         let saved = Saved::take(tid)?;
-        let r = self.calls(tid, &saved.regs, agent);
+        let r = self.calls(tid, &saved.regs, plan);
         // Back exactly as it was (errno was restored by `calls` if it could be read).
         let restored = saved.restore(tid);
         r?;
@@ -282,44 +336,31 @@ impl Held {
     }
 
     fn calls(
-        &self,
+        &mut self,
         tid: i32,
         regs: &libc::user_regs_struct,
-        agent: &Path,
+        plan: &Plan,
     ) -> Result<(), InjectError> {
-        let pid = self.pid;
-        let libc_map = maps::libc_of(pid)?;
-        let sym =
-            |name: &'static str| -> Result<u64, InjectError> { Ok(maps::symbol(&libc_map, name)?) };
         // errno first: dlopen and the probes may set it.
-        let errno_loc = self.call(tid, regs, "__errno_location", sym("__errno_location")?, &[])?;
+        let errno_loc = self.call(tid, regs, "__errno_location", plan.errno_location, &[])?;
         let mut errno = [0u8; 4];
         self.read(errno_loc, &mut errno)?;
-        let r = self.calls_with_errno(tid, regs, agent, &libc_map, errno_loc);
+        let r = self.calls_with_errno(tid, regs, plan, errno_loc);
         let put_back = self.write(errno_loc, &errno);
         r?;
         put_back
     }
 
     fn calls_with_errno(
-        &self,
+        &mut self,
         tid: i32,
         regs: &libc::user_regs_struct,
-        agent: &Path,
-        libc_map: &Mapping,
+        plan: &Plan,
         errno_loc: u64,
     ) -> Result<(), InjectError> {
         let pid = self.pid;
-        let sym =
-            |name: &'static str| -> Result<u64, InjectError> { Ok(maps::symbol(libc_map, name)?) };
         // Executable mappings: the kernel's own switch (PR_SET_MDWE, Linux 6.3) ...
-        let mdwe = self.call(
-            tid,
-            regs,
-            "prctl",
-            sym("prctl")?,
-            &[PR_GET_MDWE, 0, 0, 0, 0],
-        )?;
+        let mdwe = self.call(tid, regs, "prctl", plan.prctl, &[PR_GET_MDWE, 0, 0, 0, 0])?;
         if mdwe as i64 > 0 && mdwe & PR_MDWE_REFUSE_EXEC_GAIN != 0 {
             return Err(InjectError::NoExec {
                 pid,
@@ -329,13 +370,16 @@ impl Held {
         // ... and a seccomp filter's: mprotect of one page of libc's text to what it is already
         // (read, execute) changes nothing, and fails where PROT_EXEC is forbidden.
         if maps::seccomp_mode(pid) == Some(2) {
-            let page = libc_map.exec_start;
             let r = self.call(
                 tid,
                 regs,
                 "mprotect",
-                sym("mprotect")?,
-                &[page, 4096, (libc::PROT_READ | libc::PROT_EXEC) as u64],
+                plan.mprotect,
+                &[
+                    plan.libc_exec,
+                    4096,
+                    (libc::PROT_READ | libc::PROT_EXEC) as u64,
+                ],
             )?;
             if r as i64 != 0 {
                 let mut e = [0u8; 4];
@@ -349,19 +393,18 @@ impl Held {
                 });
             }
         }
-        let path = agent.as_os_str().as_encoded_bytes();
-        let mut cpath = path.to_vec();
+        let mut cpath = plan.agent.as_os_str().as_encoded_bytes().to_vec();
         cpath.push(0);
         let handle = self.call_with_string(
             tid,
             regs,
             "dlopen",
-            sym("dlopen")?,
+            plan.dlopen,
             &cpath,
             &[libc::RTLD_NOW as u64],
         )?;
         if handle == 0 {
-            let msg = self.call(tid, regs, "dlerror", sym("dlerror")?, &[])?;
+            let msg = self.call(tid, regs, "dlerror", plan.dlerror, &[])?;
             let why = if msg == 0 {
                 "no reason given".to_string()
             } else {
@@ -372,12 +415,12 @@ impl Held {
             };
             return Err(InjectError::Dlopen {
                 pid,
-                agent: agent.display().to_string(),
+                agent: plan.agent.display().to_string(),
                 why,
             });
         }
-        let agent_map = maps::object_of(pid, agent)?;
-        let attach = maps::symbol(&agent_map, "trapvec_agent_attach")?;
+        let agent_map = maps::object_of(pid, &plan.agent)?;
+        let attach = agent_map.base + plan.attach_offset;
         let status = self.call(tid, regs, "trapvec_agent_attach", attach, &[])? as i32;
         if status != 0 {
             return Err(InjectError::AgentAttach { pid, status });
@@ -387,7 +430,7 @@ impl Held {
 
     /// Call `func` with `string` (NUL-terminated) as its first argument, then `args`.
     fn call_with_string(
-        &self,
+        &mut self,
         tid: i32,
         regs: &libc::user_regs_struct,
         name: &'static str,
@@ -403,7 +446,7 @@ impl Held {
     }
 
     fn call(
-        &self,
+        &mut self,
         tid: i32,
         regs: &libc::user_regs_struct,
         name: &'static str,
@@ -415,7 +458,7 @@ impl Held {
 
     /// Call `func(args)` in thread `tid` with its stack below `top`; its return value.
     fn call_below(
-        &self,
+        &mut self,
         tid: i32,
         regs: &libc::user_regs_struct,
         name: &'static str,
@@ -455,8 +498,17 @@ impl Held {
                     source,
                 }
             })?;
-            let left = CALL_TIMEOUT.saturating_sub(start.elapsed());
-            let status = match wait_stop(tid, left) {
+            let status = loop {
+                let limit = match self.threads.iter().any(|t| t.running) {
+                    false => HOLD_TIMEOUT,
+                    true => CALL_TIMEOUT,
+                };
+                match wait_stop(tid, limit.saturating_sub(start.elapsed())) {
+                    Ok(None) if limit == HOLD_TIMEOUT => self.let_others_go(tid),
+                    other => break other,
+                }
+            };
+            let status = match status {
                 Ok(Some(s)) => s,
                 Ok(None) => {
                     // Take it back before its registers are restored.
@@ -492,13 +544,48 @@ impl Held {
         }
     }
 
+    /// A call is taking long: let every other thread go on (still seized), in case it holds
+    /// what the call waits for.
+    fn let_others_go(&mut self, caller: i32) {
+        log::warn!(
+            "a call in thread {caller} takes more than {} ms: the other threads go on meanwhile",
+            HOLD_TIMEOUT.as_millis()
+        );
+        let now = Instant::now();
+        for t in self.threads.iter_mut().filter(|t| t.tid != caller) {
+            if let Some(at) = t.stopped_at.take() {
+                self.figures
+                    .held_us
+                    .push((t.tid, now.duration_since(at).as_micros() as u64));
+            }
+            if ptrace(libc::PTRACE_CONT, t.tid, 0, t.pending as usize).is_ok() {
+                t.pending = 0;
+                t.running = true;
+            }
+        }
+    }
+
     /// Let every thread go (restoring nothing: the caller's registers are already back), and
-    /// record how long each was held.
+    /// record how long each was held. A thread let go earlier is stopped again first (a
+    /// detach needs it stopped), and a signal that stopped it meanwhile goes with it.
     pub fn release(&mut self) {
         if self.released {
             return;
         }
         self.released = true;
+        for t in self.threads.iter_mut().filter(|t| t.running) {
+            let _ = ptrace(libc::PTRACE_INTERRUPT, t.tid, 0, 0);
+            match wait_stop(t.tid, STOP_TIMEOUT) {
+                Ok(Some(status))
+                    if libc::WIFSTOPPED(status) && status >> 16 != PTRACE_EVENT_STOP =>
+                {
+                    // Stopped by a signal before the interrupt: delivered by the detach (which
+                    // also clears the interrupt still pending).
+                    t.pending = libc::WSTOPSIG(status);
+                }
+                _ => {}
+            }
+        }
         let now = Instant::now();
         for t in &self.threads {
             if let Some(at) = t.stopped_at {

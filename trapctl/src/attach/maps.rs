@@ -30,7 +30,6 @@ pub enum MapsError {
 /// An object mapped in the process.
 #[derive(Clone, Debug)]
 pub struct Mapping {
-    pid: i32,
     /// Its path as the maps name it.
     pub path: PathBuf,
     /// Load bias: where its first mapping (file offset 0) starts.
@@ -69,7 +68,6 @@ fn mapping_where(pid: i32, is: impl Fn(&str) -> bool) -> Result<Option<Mapping>,
         .find(|(_, perms, _, p)| p == path && perms.contains('x'))
         .map_or(*base, |m| m.0);
     Ok(Some(Mapping {
-        pid,
         path: PathBuf::from(path),
         base: *base,
         exec_start,
@@ -98,32 +96,38 @@ pub fn object_of(pid: i32, path: &Path) -> Result<Mapping, MapsError> {
     })
 }
 
-/// The address in the process of the public function `name` of `m`.
-pub fn symbol(m: &Mapping, name: &str) -> Result<u64, MapsError> {
+/// The offsets from its load bias of the public functions `names` of the object at `path` (as
+/// the process names it), in `names`' order.
+pub fn file_symbols(pid: i32, path: &Path, names: &[&str]) -> Result<Vec<u64>, MapsError> {
     // Through the process's root, so that a process in another mount namespace is read right.
-    let path = PathBuf::from(format!("/proc/{}/root", m.pid))
-        .join(m.path.strip_prefix("/").unwrap_or(m.path.as_path()));
-    let data = std::fs::read(&path).map_err(|source| MapsError::File {
-        path: path.clone(),
+    let file =
+        PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path));
+    let data = std::fs::read(&file).map_err(|source| MapsError::File {
+        path: file.clone(),
         source,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| MapsError::Elf {
-        path: m.path.clone(),
+    let elf = object::File::parse(&*data).map_err(|source| MapsError::Elf {
+        path: path.into(),
         source,
     })?;
-    // The load bias: the first segment's address is where file offset 0 was mapped.
-    let first = file
+    // The load bias is where file offset 0 was mapped: a segment's address less its offset.
+    let first = elf
         .segments()
         .map(|s| s.address() - s.file_range().0)
         .min()
         .unwrap_or(0);
-    file.dynamic_symbols()
-        .find(|s| s.is_definition() && s.name() == Ok(name))
-        .map(|s| m.base + s.address() - first)
-        .ok_or_else(|| MapsError::NoSymbol {
-            path: m.path.clone(),
-            name: name.to_string(),
+    names
+        .iter()
+        .map(|name| {
+            elf.dynamic_symbols()
+                .find(|s| s.is_definition() && s.name() == Ok(*name))
+                .map(|s| s.address() - first)
+                .ok_or_else(|| MapsError::NoSymbol {
+                    path: path.into(),
+                    name: (*name).to_string(),
+                })
         })
+        .collect()
 }
 
 /// The `Seccomp:` mode of `/proc/PID/status` (0 none, 1 strict, 2 filter).

@@ -65,14 +65,14 @@ pub fn yama_refusal(scope: u32, cap_sys_ptrace: bool, descendant: bool) -> Optio
 
 /// Whether we have CAP_SYS_PTRACE (bit 19 of `CapEff`).
 fn cap_sys_ptrace() -> bool {
-    maps::status_field(std::process::id() as i32, "CapEff")
+    maps::status_field(std::process::id().cast_signed(), "CapEff")
         .and_then(|c| u64::from_str_radix(c.trim(), 16).ok())
         .is_some_and(|c| c & (1 << 19) != 0)
 }
 
 /// Whether `pid` descends from this process.
 fn descends_from_us(pid: i32) -> bool {
-    let me = std::process::id() as i32;
+    let me = std::process::id().cast_signed();
     let mut p = pid;
     for _ in 0..256 {
         if p == me {
@@ -193,18 +193,19 @@ pub fn attach(pid: i32, agent: &Path, verbose: bool) -> Result<PathBuf> {
     }
     check(pid)?;
     let agent = inject::agent_path(agent).with_context(|| agent.display().to_string())?;
+    let plan = inject::Plan::new(pid, &agent)?;
     let start = Instant::now();
     let mut held = inject::Held::stop_all(pid)?;
     let stopped = start.elapsed();
-    let loaded = held.load_agent(&agent);
+    let loaded = held.load_agent(&plan);
     held.release();
     let total = start.elapsed();
     let f = &held.figures;
     if verbose {
         let mut us: Vec<u64> = f.held_us.iter().map(|(_, u)| *u).collect();
         us.sort_unstable();
-        let p = |q: f64| {
-            us.get(((us.len() as f64 - 1.0) * q).round() as usize)
+        let p = |percent: usize| {
+            us.get(us.len().saturating_sub(1) * percent / 100)
                 .copied()
                 .unwrap_or(0)
         };
@@ -213,8 +214,8 @@ pub fn attach(pid: i32, agent: &Path, verbose: bool) -> Result<PathBuf> {
             f.threads,
             f.in_syscall,
             stopped.as_micros(),
-            p(0.5),
-            p(0.99),
+            p(50),
+            p(99),
             us.last().copied().unwrap_or(0),
             f.caller,
             total.as_micros()
