@@ -156,6 +156,105 @@ pub fn object_blocks(
     out
 }
 
+/// A block of a kernel function to cover, with the site its count trap takes: the block's first
+/// instruction, or for the entry block the first one past the kernel's own entry bytes (an
+/// `endbr64`, the ftrace `call __fentry__`), which the kernel rewrites itself (a plain `FUNC`
+/// point moves past them the same way).
+#[derive(Clone, Debug)]
+pub struct KernelBlock {
+    /// `site` is `Ok(Mechanism::Trap)` until the batch says otherwise.
+    pub block: CoverBlock,
+    /// The module the function is in (`None`: vmlinux).
+    pub module: Option<String>,
+    pub site: u64,
+}
+
+/// Every basic block of the kernel functions `funcs` (their bytes read by `read`; `has_fentry`:
+/// traced functions start with the ftrace site), each with its site; `int3` padding is left out. A function that cannot be
+/// read or decoded is one block over its whole extent, refused as such; a block that holds only
+/// the entry bytes is refused (the kernel rewrites them): never fatal.
+pub fn kernel_blocks(
+    funcs: &[&Symbol],
+    symbols: &trapvec::SymbolTable,
+    read: ReadFn<'_>,
+    has_fentry: bool,
+) -> Vec<KernelBlock> {
+    let mut out = Vec::new();
+    for f in funcs {
+        let extent = symbols.function_extent(f);
+        let refused = |start: u64, end: u64, kind: &str, reason: String| KernelBlock {
+            block: CoverBlock {
+                function: f.name.clone(),
+                func_addr: f.addr,
+                start,
+                end,
+                site: Err(BlockRefusal {
+                    kind: kind.into(),
+                    reason,
+                }),
+            },
+            module: f.origin.clone(),
+            site: start,
+        };
+        let Some((bytes, func)) = analyzed(f, extent, read) else {
+            out.push(refused(
+                f.addr,
+                f.addr + extent.max(1),
+                "not decoded",
+                format!(
+                    "{} ({:#x}, {extent} bytes) cannot be read or decoded",
+                    f.name, f.addr
+                ),
+            ));
+            continue;
+        };
+        let entry = f.addr
+            + if has_fentry {
+                crate::kernel_entry_len(&bytes)
+            } else {
+                0
+            };
+        for b in &func.blocks {
+            // `int3` padding after the last instruction (the compilers' straight-line
+            // speculation fill, alignment): decoded as blocks, never run, not covered.
+            let padding = usize::try_from(b.start - f.addr)
+                .ok()
+                .zip(usize::try_from(b.end - f.addr).ok())
+                .and_then(|(s, e)| bytes.get(s..e))
+                .is_some_and(|x| !x.is_empty() && x.iter().all(|&c| c == 0xCC));
+            if padding {
+                continue;
+            }
+            let site = b.start.max(entry);
+            if site >= b.end {
+                out.push(refused(
+                    b.start,
+                    b.end,
+                    "entry bytes only",
+                    format!(
+                        "the block at {}+{:#x} holds only the kernel's entry bytes (endbr64, ftrace site), which the kernel rewrites itself",
+                        f.name,
+                        b.start - f.addr
+                    ),
+                ));
+                continue;
+            }
+            out.push(KernelBlock {
+                block: CoverBlock {
+                    function: f.name.clone(),
+                    func_addr: f.addr,
+                    start: b.start,
+                    end: b.end,
+                    site: Ok(Mechanism::Trap),
+                },
+                module: f.origin.clone(),
+                site,
+            });
+        }
+    }
+    out
+}
+
 /// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
 /// cannot be decoded), or `None` when either cannot be had. `trapctl points` lists with it too.
 pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
@@ -467,6 +566,42 @@ mod tests {
         };
         assert_eq!(lines.overlapping(0x20, 0x22).count(), 1);
         assert_eq!(lines.overlapping(0x30, 0x32).count(), 0);
+    }
+
+    #[test]
+    fn kernel_blocks_put_the_entry_site_past_fentry_and_leave_int3_padding_out() {
+        #[rustfmt::skip]
+        let code: Vec<u8> = vec![
+            /*00*/ 0x0F, 0x1F, 0x44, 0x00, 0x00, // nop5 (the ftrace site)
+            /*05*/ 0x85, 0xFF,                   // test edi, edi
+            /*07*/ 0x74, 0x03,                   // je 0x0c
+            /*09*/ 0x31, 0xC0,                   // xor eax, eax
+            /*0b*/ 0xC3,                         // ret
+            /*0c*/ 0xB8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
+            /*11*/ 0xC3,                         // ret
+            /*12*/ 0xCC, 0xCC,                   // int3 padding
+        ];
+        let base = 0xffff_ffff_8100_0000;
+        let sym = Symbol {
+            name: "f".into(),
+            addr: base,
+            size: code.len() as u64,
+            kind: SymbolKind::Function,
+            origin: None,
+            version: None,
+        };
+        let table = trapvec::SymbolTable::new(vec![sym.clone()]);
+        let read = |a: u64, n: usize| {
+            let off = usize::try_from(a - base).ok()?;
+            code.get(off..off + n).map(<[u8]>::to_vec)
+        };
+        let got = kernel_blocks(&[&sym], &table, &read, true);
+        let sites: Vec<(u64, u64)> = got
+            .iter()
+            .map(|b| (b.block.start - base, b.site - base))
+            .collect();
+        assert_eq!(sites, vec![(0, 5), (9, 9), (0xc, 0xc)]);
+        assert!(got.iter().all(|b| b.block.site.is_ok()));
     }
 
     #[test]

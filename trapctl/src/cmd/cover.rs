@@ -1,4 +1,5 @@
 //! `trapctl cover --process GLOB... -- COMMAND ARGS...`: block coverage of a program, live.
+//! Without `--process`, of the running kernel ([`kernel`]).
 //!
 //! Every basic block of every function the globs name gets a counting splice at its first
 //! instruction (a jmp where one fits, else a trap; [`instr_manager::cover::object_blocks`]),
@@ -44,11 +45,26 @@ pub enum Mode {
 /// Block coverage of a program, without a rebuild.
 #[derive(clap::Args)]
 #[command(long_about = "\
-Run COMMAND with a counting splice at the first instruction of every basic block of every
-function GLOB names, then print per-function block coverage (blocks, covered, percent; most
-covered first) and a total.
+Count the hits of the first instruction of every basic block of every function GLOB names, in
+the running kernel or (--process) in a program, then print per-function block coverage (blocks,
+covered, percent; most covered first) and a total.
 
---process is required for now: the kernel's coverage is not implemented yet. GLOB is a shell glob
+The kernel (no --process): GLOB is a shell glob over /proc/kallsyms functions (`'tcp_*'`;
+`'MOD:GLOB'` for a module's). Every block gets a count trap (the entry block's past the ftrace
+site), all armed in ONE best-effort batch, through trapd when it runs, else straight to the
+module (as `trapctl apply` goes). A block that cannot take one is listed with the reason and
+counted as not covered, never fatal. The coverage lasts --seconds N, or while `-- COMMAND ARGS`
+runs (trapctl then exits with its status), or until SIGINT (Ctrl-C), SIGTERM or SIGHUP; however
+it ends, every site is removed (one batch, through trapd one `remove` request) and the report
+printed, and a signal then ends trapctl as `trapctl count` does. The sites record this command as
+their owner: if it is killed by SIGKILL, `trapctl unsplice --orphans` removes them. Without
+trapd, /dev/trapvec stays locked while covering (a COMMAND cannot run trapctl). --json gives
+every block (function, offset, address, length, hit, count) with \"schema\": 1; --lcov writes
+source lines when vmlinux's debug file is known (--debuginfo, else
+/usr/lib/debug/boot/vmlinux-RELEASE as Debian's linux-image-*-dbg package installs it), else
+function+offset records, and says so.
+
+--process: GLOB is a shell glob
 over function names of the program (`'*'`, `'parse_*'`); `OBJECT:GLOB` names a library the
 program links (`'libfoo.so.1:foo_*'`, found as ldd finds it). Quote globs from the shell.
 
@@ -59,13 +75,14 @@ agent (--agent, else $TRAPVEC_AGENT, else libtrapvec_agent.so next to trapctl or
 killed it).
 
 --mode count (the default for now) keeps every site armed and counts every hit. `once` (disarm a
-site at its first hit) needs agent support that does not exist yet and is refused.
+site at its first hit) needs agent support (and, in the kernel, the module's compact sites) that
+does not exist yet and is refused.
 
 --lcov FILE writes an lcov tracefile for genhtml: a line is executed when a hit block covers it
 (the program's DWARF line table: build it with -g, or give --debuginfo). Without debug info the
 file holds symbol+offset records and says why.")]
 pub struct Args {
-    /// Cover a program (required for now).
+    /// Cover a program run under the agent (else the running kernel).
     #[arg(long)]
     pub process: bool,
     /// Function globs (`'*'`, `'parse_*'`, `'libfoo.so.1:foo_*'`).
@@ -89,8 +106,11 @@ pub struct Args {
     /// The agent to preload [default: $TRAPVEC_AGENT, else found next to trapctl].
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
-    /// The command to run, and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The kernel: cover for N seconds [default: while COMMAND runs, else until Ctrl-C].
+    #[arg(long, value_name = "N", conflicts_with = "command")]
+    pub seconds: Option<f64>,
+    /// The command to run, and its arguments (required with --process).
+    #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -347,10 +367,20 @@ fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &s
 
 use std::os::unix::process::CommandExt as _;
 
+mod kernel;
+
 /// Run `trapctl cover`.
 pub fn run(args: &Args) -> Result<()> {
     if !args.process {
-        bail!("kernel coverage is not implemented yet: give --process and a command after `--`");
+        return kernel::run(args);
+    }
+    if args.command.is_empty() {
+        bail!("--process needs the command to run, after `--`");
+    }
+    if args.seconds.is_some() {
+        bail!(
+            "--seconds is for the kernel; with --process the coverage lasts while the command runs"
+        );
     }
     if args.mode == Mode::Once {
         bail!("--mode once is not supported yet (the agent cannot disarm a hit site); use --mode count");

@@ -1,0 +1,641 @@
+//! `trapctl cover GLOB... [--seconds N | -- COMMAND ARGS...]`: block coverage of the running
+//! kernel.
+//!
+//! Every basic block of every kallsyms function the globs name ([`kernel_blocks`]) gets a count
+//! trap at its first instruction (the entry block's past the kernel's entry bytes), all sent as
+//! ONE best-effort `apply` of a generated spec (through trapd when it runs, else straight to
+//! the module, as `trapctl apply` goes): a block the planner or the module refuses is listed
+//! with its reason, never fatal. The command runs (or the time passes, or a signal comes: the
+//! watch of [`crate::hold`] starts before anything is armed, so SIGINT and SIGTERM still end
+//! in the removal), then every site is removed and its final hits, which the removal returns,
+//! are the block's count. Without trapd the removal is one batch on the module, held locked
+//! meanwhile; through trapd it is one `remove` request of every site.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use instr_manager::cover::{kernel_blocks, lcov, symbol_records, BlockHits, BlockRefusal};
+use instr_manager::cover::{KernelBlock, LineTable};
+use instr_manager::glob::{matching_functions, FunctionGlob};
+use instr_manager::image::CodeImage;
+use instr_manager::ops::{self, ApplyReport, UnspliceReply};
+use instr_manager::owner::Owner;
+use instr_manager::splicer::SpliceId;
+use instr_manager::{Action, Mechanism, SpliceRequest};
+use serde::Serialize;
+use trapvec::kernel::KernelTarget;
+use trapvec::Target as _;
+use trapvec_proto::client;
+use trapvec_proto::Request;
+
+use super::{percent, Args, SCHEMA};
+use crate::hold::{self, Ended, Span};
+use crate::kernel::Kernel;
+use crate::route;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn refusal_kinds_leave_the_addresses_out() {
+        assert_eq!(
+            super::kind_of("the window [0xffffffff810b0fc3, 0xffffffff810b0fc5) crosses `int3`"),
+            "the window [.., ..) crosses `int3`"
+        );
+        assert_eq!(super::kind_of("in noinstr text"), "in noinstr text");
+    }
+}
+
+#[derive(Serialize)]
+struct BlockRow {
+    function: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    module: Option<String>,
+    /// The block's start in its function.
+    offset: u64,
+    address: String,
+    /// Where its trap went (past the entry bytes for an entry block), if it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    site: Option<String>,
+    length: u64,
+    hit: bool,
+    /// The site's hits (`None`: no site).
+    count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+#[derive(Serialize, Clone)]
+struct FunctionRow {
+    function: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    module: Option<String>,
+    blocks: usize,
+    covered: usize,
+    refused: usize,
+    percent: f64,
+}
+
+#[derive(Serialize)]
+struct Total {
+    functions: usize,
+    blocks: usize,
+    covered: usize,
+    refused: usize,
+    percent: f64,
+    refusals: std::collections::BTreeMap<String, usize>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    schema: u32,
+    target: &'static str,
+    globs: Vec<String>,
+    command: Vec<String>,
+    mode: &'static str,
+    /// What ended the run: `time`, `command`, or the signal (`SIGINT`, `SIGTERM`, `SIGHUP`).
+    ended: &'static str,
+    seconds: f64,
+    /// Milliseconds to arm every site (the one batch, as the caller sees it) and to disarm them.
+    arm_ms: f64,
+    disarm_ms: f64,
+    functions: Vec<FunctionRow>,
+    blocks: Vec<BlockRow>,
+    total: Total,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+/// The blocks of the functions `globs` name, read from `target`.
+fn blocks(target: &KernelTarget, globs: &[FunctionGlob]) -> (usize, Vec<KernelBlock>) {
+    let funcs = matching_functions(target.symbols(), globs);
+    let read = |a: u64, n: usize| target.read_code(a, n).ok();
+    let blocks = kernel_blocks(&funcs, target.symbols(), &read, target.info().has_fentry);
+    (funcs.len(), blocks)
+}
+
+/// The spec's points: every block with a site, by its site's address (unambiguous where
+/// kallsyms repeats a name, and the same text for vmlinux and modules).
+fn requests(blocks: &[KernelBlock], owner: &Owner) -> Vec<(usize, SpliceRequest)> {
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.block.site.is_ok())
+        .map(|(i, b)| {
+            let mut r =
+                SpliceRequest::new(format!("{:#x}", b.site), Action::Count, Mechanism::Trap);
+            r.options.owner = Some(owner.clone());
+            (i, r)
+        })
+        .collect()
+}
+
+/// The spec file of `requests`, written where only this command writes.
+fn write_spec(requests: &[SpliceRequest]) -> Result<std::path::PathBuf> {
+    let text = ops::expand::spec_text(requests)?;
+    let path = std::env::temp_dir().join(format!("trapctl-cover-{}.toml", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    // create_new: never through a file (or link) someone else put there.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Mark the blocks the batch refused with their reasons (a refusal's chain starts with its
+/// point), and return, per block index, its live splice: (id, site text).
+fn armed(
+    blocks: &mut [KernelBlock],
+    wanted: &[(usize, SpliceRequest)],
+    report: &ApplyReport,
+) -> HashMap<usize, (u64, String)> {
+    let by_at: HashMap<&str, usize> = wanted.iter().map(|(i, r)| (r.at.as_str(), *i)).collect();
+    let mut live = HashMap::new();
+    for row in &report.spliced {
+        if let Some(&i) = by_at.get(row.at.as_str()) {
+            live.insert(i, (row.id, row.site.clone()));
+        }
+    }
+    let mut reasons: HashMap<&str, &str> = HashMap::new();
+    for chain in &report.refused {
+        if let Some((at, _)) = chain.split_once(": ") {
+            reasons.entry(at).or_insert(chain);
+        }
+    }
+    for (i, r) in wanted {
+        if live.contains_key(i) {
+            continue;
+        }
+        let chain = reasons
+            .get(r.at.as_str())
+            .map_or("refused by the batch (no reason given)", |c| c);
+        blocks[*i].block.site = Err(BlockRefusal {
+            kind: kind_of(&ops::expand::reason_of(&r.at, chain)),
+            reason: chain.to_string(),
+        });
+    }
+    live
+}
+
+/// A refusal's reason with its addresses left out (`the window [.., ..) crosses ...`), so that
+/// the blocks refused for one reason are counted together.
+fn kind_of(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let hex = rest[i + 2..]
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .map_or(rest.len(), |n| i + 2 + n);
+        out.push_str("..");
+        rest = &rest[hex..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the sites live: trapd, or the module held by this command from arming to removal.
+enum Route {
+    Daemon,
+    Direct(Box<Kernel>),
+}
+
+/// Run `trapctl cover` on the kernel.
+pub fn run(args: &Args) -> Result<()> {
+    if args.mode == super::Mode::Once {
+        bail!("--mode once is not supported for the kernel yet (a site that disarms itself at its first hit needs the module's compact sites); use --mode count");
+    }
+    if let Some(s) = args.seconds {
+        if !(s.is_finite() && s >= 0.0) {
+            bail!("--seconds {s}: give a finite, non-negative number of seconds");
+        }
+    }
+    let globs = args
+        .globs
+        .iter()
+        .map(|g| FunctionGlob::new(g))
+        .collect::<Result<Vec<_>, _>>()?;
+    let span = Span {
+        seconds: args.seconds,
+        command: args.command.iter().map(Into::into).collect(),
+    };
+    // Before anything is armed: a signal from now on waits, pending, until the sites are
+    // removed.
+    let watch = hold::Watch::start()?;
+    let (mut route, (nfuncs, mut blocks)) = if client::is_listening(route::socket()) {
+        let target = KernelTarget::open()?;
+        let b = blocks(&target, &globs);
+        (Route::Daemon, b)
+    } else {
+        let k = Kernel::open()?;
+        let b = blocks(k.target(), &globs);
+        (Route::Direct(Box::new(k)), b)
+    };
+    if nfuncs == 0 {
+        bail!(
+            "no kernel function matches {} (globs name /proc/kallsyms functions; `MOD:GLOB` for a module's)",
+            args.globs.join(" ")
+        );
+    }
+    let command: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let owner = Owner::current(command.join(" "))?;
+    let wanted = requests(&blocks, &owner);
+    let only: Vec<SpliceRequest> = wanted.iter().map(|(_, r)| r.clone()).collect();
+    let path = write_spec(&only)?;
+    let apply = Request::Apply {
+        spec: path.clone(),
+        best_effort: true,
+        check: false,
+    };
+    let t0 = Instant::now();
+    let applied: Result<ApplyReport> = if only.is_empty() {
+        Ok(ApplyReport {
+            components: Vec::new(),
+            spliced: Vec::new(),
+            refused: Vec::new(),
+            refusals: Vec::new(),
+            requested: 0,
+            timings: None,
+        })
+    } else {
+        match &mut route {
+            Route::Daemon => route::change(&apply, |_| {}),
+            Route::Direct(k) => route::execute::<ApplyReport>(k, &apply).and_then(|(r, made)| {
+                k.commit_or_undo(&made)?;
+                Ok(r)
+            }),
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    // The batch refused as a whole (not one block: the module's own error): nothing is armed.
+    let report = applied.context("arming the coverage sites (nothing was armed)")?;
+    let arm = t0.elapsed();
+    let live = armed(&mut blocks, &wanted, &report);
+    eprintln!(
+        "covering {} block(s) of {nfuncs} function(s) {} ({} refused; armed in {:.1} ms)",
+        live.len(),
+        span.describe(),
+        blocks.len() - live.len(),
+        ms(arm)
+    );
+    let start = Instant::now();
+    let waited = match watch.pending() {
+        Ok(Some(signal)) => Ok(Ended::Signal(signal)),
+        Ok(None) => hold::spawn(&span).and_then(|mut c| watch.wait(&span, c.as_mut(), start)),
+        Err(e) => Err(e),
+    };
+    let elapsed = start.elapsed();
+    // Whatever happened, the sites go.
+    let t1 = Instant::now();
+    let removed = remove(&mut route, &live);
+    let disarm = t1.elapsed();
+    let ended = match (waited, removed) {
+        (Ok(ended), Ok(hits)) => {
+            let r = report_of(
+                args,
+                &span,
+                &blocks,
+                &hits,
+                nfuncs,
+                (ended, elapsed, arm, disarm),
+            )?;
+            output(args, r)?;
+            ended
+        }
+        (Err(e), Ok(_)) => return Err(e),
+        (Ok(_), Err(r)) => return Err(r),
+        (Err(e), Err(r)) => {
+            return Err(e.context(format!(
+                "and removing the coverage sites failed: {}",
+                trapvec::error_chain(r.as_ref())
+            )))
+        }
+    };
+    hold::finish(&watch, ended)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Remove every live site in one batch: on the module held, or by one `remove` request to trapd.
+/// The final hits per block index.
+fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<HashMap<usize, u64>> {
+    let mut order: Vec<(usize, u64, &str)> = live
+        .iter()
+        .map(|(&i, (id, site))| (i, *id, site.as_str()))
+        .collect();
+    order.sort_unstable();
+    let mut hits = HashMap::new();
+    match route {
+        Route::Direct(k) => {
+            let ids: Vec<SpliceId> = order.iter().map(|&(_, id, _)| SpliceId(id)).collect();
+            if ids.is_empty() {
+                return Ok(hits);
+            }
+            let got = k.splicer.remove(&ids);
+            // Whatever was removed is saved (a quiescence refused leaves them retiring).
+            let saved = k.save();
+            let got = got.context("removing the coverage sites")?;
+            saved?;
+            for (&(i, _, _), h) in order.iter().zip(got) {
+                hits.insert(i, h.hits);
+            }
+        }
+        Route::Daemon => {
+            if order.is_empty() {
+                return Ok(hits);
+            }
+            let at: Vec<String> = order.iter().map(|&(_, _, s)| s.to_string()).collect();
+            let reply: UnspliceReply = route::change(&Request::Remove { at }, |_| {})?;
+            let UnspliceReply::All(all) = reply else {
+                bail!("trapd answered the removal of the coverage sites with {reply:?}");
+            };
+            let by_site: HashMap<&str, u64> = all
+                .unspliced
+                .iter()
+                .map(|u| (u.site.as_str(), u.hits))
+                .collect();
+            for &(i, _, site) in &order {
+                let n = by_site.get(site).with_context(|| {
+                    format!("trapd's removal of the coverage sites does not list {site}")
+                })?;
+                hits.insert(i, *n);
+            }
+        }
+    }
+    Ok(hits)
+}
+
+fn report_of(
+    args: &Args,
+    span: &Span,
+    blocks: &[KernelBlock],
+    hits: &HashMap<usize, u64>,
+    nfuncs: usize,
+    (ended, elapsed, arm, disarm): (Ended, Duration, Duration, Duration),
+) -> Result<Report> {
+    let mut rows = Vec::with_capacity(blocks.len());
+    let mut per: std::collections::BTreeMap<(u64, &str), FunctionRow> = Default::default();
+    let mut refusals: std::collections::BTreeMap<String, usize> = Default::default();
+    for (i, b) in blocks.iter().enumerate() {
+        let count = hits.get(&i).copied();
+        let hit = count.is_some_and(|n| n > 0);
+        let f = per
+            .entry((b.block.func_addr, &b.block.function))
+            .or_insert_with(|| FunctionRow {
+                function: b.block.function.clone(),
+                module: b.module.clone(),
+                blocks: 0,
+                covered: 0,
+                refused: 0,
+                percent: 0.0,
+            });
+        f.blocks += 1;
+        f.covered += usize::from(hit);
+        let refusal = b.block.site.as_ref().err();
+        if let Some(r) = refusal {
+            f.refused += 1;
+            *refusals.entry(r.kind.clone()).or_default() += 1;
+        }
+        rows.push(BlockRow {
+            function: b.block.function.clone(),
+            module: b.module.clone(),
+            offset: b.block.start - b.block.func_addr,
+            address: format!("{:#x}", b.block.start),
+            site: count.map(|_| format!("{:#x}", b.site)),
+            length: b.block.end - b.block.start,
+            hit,
+            count,
+            refusal: refusal.map(|r| r.kind.clone()),
+            reason: refusal.map(|r| r.reason.clone()),
+        });
+    }
+    let mut functions: Vec<FunctionRow> = per
+        .into_values()
+        .map(|mut r| {
+            r.percent = percent(r.covered, r.blocks);
+            r
+        })
+        .collect();
+    functions.sort_by(|a, b| {
+        b.percent
+            .total_cmp(&a.percent)
+            .then_with(|| a.module.cmp(&b.module))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    let covered = rows.iter().filter(|b| b.hit).count();
+    let mut notes = Vec::new();
+    if let Some(path) = &args.lcov {
+        let text = lcov_text(args, blocks, hits, &mut notes);
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(Report {
+        schema: SCHEMA,
+        target: "kernel",
+        globs: args.globs.clone(),
+        command: args.command.clone(),
+        mode: "count",
+        ended: ended.name(),
+        seconds: span.seconds_held(&ended, elapsed),
+        arm_ms: ms(arm),
+        disarm_ms: ms(disarm),
+        total: Total {
+            functions: nfuncs,
+            blocks: rows.len(),
+            covered,
+            refused: refusals.values().sum(),
+            percent: percent(covered, rows.len()),
+            refusals,
+        },
+        functions,
+        blocks: rows,
+        notes,
+    })
+}
+
+/// vmlinux's debug file: --debuginfo, else where Debian's and Fedora's debug packages put it.
+fn vmlinux_debuginfo(args: &Args) -> Option<std::path::PathBuf> {
+    if let Some(d) = &args.debuginfo {
+        return Some(d.clone());
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim();
+    [
+        format!("/usr/lib/debug/boot/vmlinux-{release}"),
+        format!("/usr/lib/debug/lib/modules/{release}/vmlinux"),
+    ]
+    .into_iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// The lcov file: source lines for vmlinux's blocks when its debug file is known (run-time
+/// addresses moved back by the KASLR offset, `_text` here against `_text` there), symbol+offset
+/// records for the rest, with a note saying why.
+fn lcov_text(
+    args: &Args,
+    blocks: &[KernelBlock],
+    hits: &HashMap<usize, u64>,
+    notes: &mut Vec<String>,
+) -> String {
+    let (vmlinux, modules): (Vec<_>, Vec<_>) = blocks
+        .iter()
+        .enumerate()
+        .partition(|(_, b)| b.module.is_none());
+    let mut out = String::new();
+    let records =
+        |list: &[(usize, &KernelBlock)], shift: u64| -> Vec<(KernelBlockAt, Option<u64>)> {
+            list.iter()
+                .map(|(i, b)| {
+                    let mut c = b.block.clone();
+                    c.func_addr = c.func_addr.wrapping_sub(shift);
+                    c.start = c.start.wrapping_sub(shift);
+                    c.end = c.end.wrapping_sub(shift);
+                    (c, hits.get(i).copied())
+                })
+                .collect()
+        };
+    if !vmlinux.is_empty() {
+        let lines = vmlinux_debuginfo(args)
+            .ok_or_else(|| {
+                "no debug file for vmlinux (give --debuginfo, or install the kernel's debug package: /usr/lib/debug/boot/vmlinux-RELEASE)".to_string()
+            })
+            .and_then(|path| {
+                let shift = kaslr_shift(&path, blocks)?;
+                let table = LineTable::read(&path)
+                    .map_err(|e| trapvec::error_chain(&e))?;
+                Ok((table, shift))
+            });
+        match lines {
+            Ok((table, shift)) => {
+                let recs = records(&vmlinux, shift);
+                let bh: Vec<BlockHits<'_>> = recs
+                    .iter()
+                    .map(|(block, hits)| BlockHits { block, hits: *hits })
+                    .collect();
+                out.push_str(&lcov("trapctl_cover", &bh, &table));
+            }
+            Err(why) => {
+                notes.push(format!(
+                    "vmlinux: symbol+offset records in the lcov file: {why}"
+                ));
+                let recs = records(&vmlinux, 0);
+                out.push_str(&symbol_records("vmlinux", &why, &as_hits(&recs)));
+            }
+        }
+    }
+    if !modules.is_empty() {
+        let why = "module debug files are not read yet";
+        notes.push(format!(
+            "modules: symbol+offset records in the lcov file: {why}"
+        ));
+        let recs = records(&modules, 0);
+        out.push_str(&symbol_records("modules", why, &as_hits(&recs)));
+    }
+    out
+}
+
+type KernelBlockAt = instr_manager::cover::CoverBlock;
+
+fn as_hits(recs: &[(KernelBlockAt, Option<u64>)]) -> Vec<BlockHits<'_>> {
+    recs.iter()
+        .map(|(block, hits)| BlockHits { block, hits: *hits })
+        .collect()
+}
+
+/// How far the running kernel's text is from the debug file's (KASLR): a vmlinux function's
+/// run-time address minus its address in the file.
+fn kaslr_shift(path: &std::path::Path, blocks: &[KernelBlock]) -> Result<u64, String> {
+    let image = CodeImage::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let b = blocks
+        .iter()
+        .find(|b| b.module.is_none())
+        .ok_or("no vmlinux block")?;
+    let file = image
+        .symbols
+        .lookup(&b.block.function)
+        .ok_or_else(|| format!("{} has no symbol {}", path.display(), b.block.function))?;
+    Ok(b.block.func_addr.wrapping_sub(file.addr))
+}
+
+fn output(args: &Args, r: Report) -> Result<()> {
+    let out = if args.json {
+        serde_json::to_string_pretty(&r)? + "\n"
+    } else {
+        render_text(&r)
+    };
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+        }
+        None => {
+            crate::print(&out)?;
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+    }
+}
+
+fn render_text(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let name = |f: &Option<String>, n: &str| match f {
+        Some(m) => format!("{m}:{n}"),
+        None => n.to_string(),
+    };
+    let width = r
+        .functions
+        .iter()
+        .map(|f| name(&f.module, &f.function).len())
+        .max()
+        .unwrap_or(8)
+        .clamp(8, 48);
+    let _ = writeln!(
+        o,
+        "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
+        "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
+    );
+    for f in &r.functions {
+        let _ = writeln!(
+            o,
+            "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
+            name(&f.module, &f.function),
+            f.blocks,
+            f.covered,
+            f.percent,
+            f.refused
+        );
+    }
+    let t = &r.total;
+    let _ = writeln!(
+        o,
+        "total: {} function(s), {} block(s), {} covered ({:.1}%), {} refused; ended by {} after {:.2} s; armed in {:.1} ms, disarmed in {:.1} ms",
+        t.functions, t.blocks, t.covered, t.percent, t.refused, r.ended, r.seconds, r.arm_ms, r.disarm_ms
+    );
+    for b in r.blocks.iter().filter(|b| b.refusal.is_some()) {
+        let _ = writeln!(
+            o,
+            "  refused: {}+{:#x} ({}): {}",
+            name(&b.module, &b.function),
+            b.offset,
+            b.address,
+            b.reason.as_deref().unwrap_or("")
+        );
+    }
+    for (kind, n) in &t.refusals {
+        let _ = writeln!(o, "  refused at {n} block(s): {kind}");
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}

@@ -1,0 +1,78 @@
+#!/bin/sh
+# `trapctl cover` on the running kernel (issue 27, item 1): a count trap at every basic block of
+# a few syscall functions while a command calls getsid() and getppid() a known number of times;
+# then the same command again under kprobes at the same sites (the oracle: equal counts); a
+# SIGTERM that ends a coverage still removes every site; a glob of over 1,000 functions, timed.
+# Prints KEY=value lines that vmtest/tests/kernel_cover.rs checks.
+set -eu
+. /lib/scenario.sh
+T=/sys/kernel/tracing
+N=300
+FUNCS="__x64_sys_getsid __x64_sys_getppid __x64_sys_pivot_root exc_int3"
+# getsid(0) N+1 times (ppidloop's first call learns the answer), then getppid N+1 times (and
+# once more by the shell, for $PPID).
+WORK="ppidloop -s -n $N > /tmp/sid.out && ppidloop -n $N > /tmp/ppid.out"
+
+trapctl read __x64_sys_getsid > /tmp/before.hex
+
+# --- Coverage of the command.
+start=$(date +%s)
+status=0
+# shellcheck disable=SC2086 # the function list is split on purpose
+trapctl cover $FUNCS --json -o /tmp/cover.json -- sh -c "$WORK" 2> /tmp/cover.err || status=$?
+echo "COVER_STATUS=$status"
+echo "COVER_SECONDS=$(($(date +%s) - start))"
+echo "COVER_STDERR=$(tr '\n' '|' < /tmp/cover.err)"
+echo "SID_LOOP=$(cat /tmp/sid.out)"
+echo "PPID_LOOP=$(cat /tmp/ppid.out)"
+echo "COVER_JSON=$(tr -d '\n' < /tmp/cover.json)"
+echo "LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+trapctl read __x64_sys_getsid > /tmp/after.hex
+cmp -s /tmp/before.hex /tmp/after.hex && echo "TEXT_SAME=yes" || echo "TEXT_SAME=no"
+
+# --- The oracle: kprobes at every armed site (the `site` of each block that had one), the same
+# command again, the kprobes' hits.
+awk -F'"' '/"site": / { print $4 }' /tmp/cover.json > /tmp/sites
+i=0
+while read -r site; do
+	echo "p:cv/s$i $site" >> $T/kprobe_events
+	i=$((i + 1))
+done < /tmp/sites
+echo "KPROBES=$i"
+echo 1 > $T/events/cv/enable
+sh -c "$WORK"
+echo 0 > $T/events/cv/enable
+i=0
+while read -r site; do
+	echo "KPROBE_HITS=$site $(awk -v n="s$i" '$1 == n { print $2 }' $T/kprobe_profile)"
+	i=$((i + 1))
+done < /tmp/sites
+echo > $T/kprobe_events
+
+# --- Text report, ended by SIGTERM (a background job's SIGINT is ignored: see DESIGN.md).
+trapctl cover __x64_sys_getsid > /tmp/text.out 2> /tmp/text.err &
+pid=$!
+# Armed once the announcing line is there.
+tries=0
+while ! grep -q '^covering ' /tmp/text.err && [ "$tries" -lt 300 ]; do
+	sleep 0.1
+	tries=$((tries + 1))
+done
+ppidloop -s -n 5 > /dev/null
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+echo "TERM_STATUS=$status"
+echo "TERM_TOTAL=$(grep '^total: ' /tmp/text.out)"
+echo "TERM_ROW=$(awk '$1 == "__x64_sys_getsid"' /tmp/text.out)"
+echo "TERM_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+
+# --- Scale (issue 27, item 3): over 1,000 functions in one batch, armed and disarmed.
+echo "SCALE_FUNCS=$(awk '$2 ~ /^[tTwW]$/ && ($3 ~ /^tcp_/ || $3 ~ /^inet_/ || $3 ~ /^ip_/ || $3 ~ /^sock_/ || $3 ~ /^udp_/ || $3 ~ /^skb_/ || $3 ~ /^neigh_/) { print $1 }' /proc/kallsyms | sort -u | wc -l)"
+start=$(date +%s)
+trapctl cover 'tcp_*' 'inet_*' 'ip_*' 'sock_*' 'udp_*' 'skb_*' 'neigh_*' --seconds 1 > /tmp/scale.out 2> /tmp/scale.err || echo "SCALE_FAILED=$(tail -n 1 /tmp/scale.err)"
+echo "SCALE_SECONDS=$(($(date +%s) - start))"
+echo "SCALE_TOTAL=$(grep '^total: ' /tmp/scale.out)"
+echo "SCALE_REFUSALS=$(grep '^  refused at ' /tmp/scale.out | tr '\n' '|')"
+echo "SCALE_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+echo "COVER_DONE"

@@ -1,0 +1,190 @@
+//! `trapctl cover` on the running kernel (`vmtest/scenarios/cover.sh`, issue 27 items 1 and 3),
+//! in one boot: a count trap at every basic block of a few syscall functions while a command
+//! calls getsid() and getppid() a known number of times. The entry block of the function only
+//! that command calls counts exactly its calls, of the other at least its calls; a function
+//! never called is at 0%; a noinstr function's blocks are refused with the reason, not fatal;
+//! afterwards no site is left and the text is what it was. The oracle: kprobes at the same
+//! sites over the same command count what the coverage counted, block by block. A SIGTERM
+//! ends a coverage with the report and every site removed; a glob of over 1,000 functions is
+//! armed and disarmed in one batch each, timed.
+
+use serde_json::Value;
+use vmtest::testing::{can_boot, Run, Scenario};
+
+/// `CALLS=n` of a ppidloop line, which must also say every answer was right.
+fn calls(run: &Run, key: &str) -> u64 {
+    let line = run.expect(key);
+    let word = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{key}: `{line}` has no {k}"))
+    };
+    assert_eq!(word("WRONG="), 0, "{key}: every answer right: {line}");
+    word("CALLS=")
+}
+
+/// The blocks of `function` in a report.
+fn blocks_of<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
+    report["blocks"]
+        .as_array()
+        .expect("blocks is a list")
+        .iter()
+        .filter(|b| b["function"] == function)
+        .collect()
+}
+
+/// The row of `function` in a report's per-function table.
+fn function_row<'a>(report: &'a Value, function: &str) -> &'a Value {
+    report["functions"]
+        .as_array()
+        .expect("functions is a list")
+        .iter()
+        .find(|f| f["function"] == function)
+        .unwrap_or_else(|| panic!("no row for {function}: {report}"))
+}
+
+#[test]
+fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
+    if !can_boot("kernel scenario") {
+        return;
+    }
+    let run = Scenario::named("cover.sh")
+        .timeout(900)
+        .run(env!("CARGO_BIN_EXE_vmtest"));
+    run.assert_passed();
+    assert!(
+        run.stdout.contains("COVER_DONE"),
+        "the scenario ran to its end"
+    );
+
+    // The coverage itself: trapctl exits with the command's status (0) and its report.
+    assert_eq!(
+        run.number("COVER_STATUS"),
+        0,
+        "{}",
+        run.expect("COVER_STDERR")
+    );
+    let report: Value = serde_json::from_str(run.expect("COVER_JSON"))
+        .unwrap_or_else(|e| panic!("COVER_JSON is not JSON: {e}"));
+    assert_eq!(report["schema"], 1);
+    assert_eq!(report["target"], "kernel");
+    assert_eq!(report["ended"], "command");
+    let sid_calls = calls(&run, "SID_LOOP");
+    let ppid_calls = calls(&run, "PPID_LOOP");
+    assert!(sid_calls > 300 && ppid_calls > 300);
+
+    // The entry block of __x64_sys_getsid: only the command calls getsid().
+    let entry = |f: &str| -> u64 {
+        let b = blocks_of(&report, f);
+        let first = b
+            .iter()
+            .find(|b| b["offset"] == 0)
+            .unwrap_or_else(|| panic!("{f} has no entry block: {b:?}"));
+        assert_eq!(first["hit"], true, "{f}'s entry block was hit: {first}");
+        first["count"].as_u64().expect("a count")
+    };
+    assert_eq!(entry("__x64_sys_getsid"), sid_calls, "one hit per getsid()");
+    assert!(entry("__x64_sys_getppid") >= ppid_calls);
+    // getsid(0) takes one way only (do_getsid() is inlined): covered, not all of it.
+    let sid = function_row(&report, "__x64_sys_getsid");
+    let (blocks, covered) = (
+        sid["blocks"].as_u64().unwrap(),
+        sid["covered"].as_u64().unwrap(),
+    );
+    assert!(blocks >= 3 && covered >= 1 && covered < blocks, "{sid}");
+    // Never called in the guest: 0%, every block with a count of 0.
+    let pivot = function_row(&report, "__x64_sys_pivot_root");
+    assert_eq!(pivot["covered"], 0, "{pivot}");
+    assert_eq!(pivot["percent"], 0.0, "{pivot}");
+    assert!(blocks_of(&report, "__x64_sys_pivot_root")
+        .iter()
+        .all(|b| b["count"] == 0 && b["hit"] == false));
+    // noinstr text: every block refused with its reason, and the rest armed all the same.
+    let int3 = blocks_of(&report, "exc_int3");
+    assert!(!int3.is_empty());
+    for b in &int3 {
+        assert!(b["count"].is_null(), "{b}");
+        let reason = b["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("noinstr"), "{b}");
+    }
+    let total = &report["total"];
+    for kind in total["refusals"].as_object().unwrap().keys() {
+        assert!(!kind.contains("0x"), "a kind without addresses: {kind}");
+    }
+    assert_eq!(
+        total["refused"].as_u64(),
+        Some(int3.len() as u64),
+        "{total}"
+    );
+    // Every block has its fields.
+    for b in report["blocks"].as_array().unwrap() {
+        for k in ["function", "offset", "address", "length", "hit", "count"] {
+            assert!(b.get(k).is_some(), "{k} in {b}");
+        }
+    }
+
+    // Nothing left behind.
+    assert_eq!(run.number("LIST_AFTER"), 0, "no splice listed after");
+    assert_eq!(run.expect("TEXT_SAME"), "yes", "do_getsid's bytes are back");
+
+    // The oracle: a kprobe at each armed site counts what the site counted.
+    let sites: Vec<&Value> = report["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["site"].is_string())
+        .collect();
+    assert_eq!(run.number("KPROBES"), sites.len() as u64);
+    assert!(sites.len() >= 10, "a sample of blocks: {}", sites.len());
+    let probed: Vec<(String, u64)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("KPROBE_HITS="))
+        .map(|l| {
+            let (site, hits) = l.split_once(' ').unwrap();
+            (site.to_string(), hits.parse().unwrap_or(u64::MAX))
+        })
+        .collect();
+    assert_eq!(probed.len(), sites.len());
+    let mut hit_blocks = 0;
+    for (b, (site, hits)) in sites.iter().zip(&probed) {
+        assert_eq!(b["site"], site.as_str());
+        assert_eq!(
+            b["count"].as_u64(),
+            Some(*hits),
+            "the block at {site} ({} +{}) counted as the kprobe there",
+            b["function"],
+            b["offset"]
+        );
+        hit_blocks += usize::from(*hits > 0);
+    }
+    assert!(hit_blocks >= 3, "the oracle compared hit blocks too");
+
+    // SIGTERM: the report, then trapctl dies by the signal; no site left.
+    assert_eq!(run.number("TERM_STATUS"), 128 + 15);
+    let total = run.expect("TERM_TOTAL");
+    assert!(total.contains("ended by SIGTERM"), "{total}");
+    let row: Vec<&str> = run.expect("TERM_ROW").split_whitespace().collect();
+    assert!(
+        row.len() >= 4 && row[2] != "0",
+        "__x64_sys_getsid covered: {row:?}"
+    );
+    assert_eq!(run.number("TERM_LIST_AFTER"), 0);
+
+    // Scale: over 1,000 functions, one batch each way.
+    assert!(run.number("SCALE_FUNCS") > 1000);
+    assert!(run.value("SCALE_FAILED").is_none(), "{}", run.stdout);
+    let scale = run.expect("SCALE_TOTAL");
+    assert!(
+        scale.starts_with(&format!("total: {} function(s)", run.number("SCALE_FUNCS"))),
+        "{scale}"
+    );
+    assert_eq!(run.number("SCALE_LIST_AFTER"), 0);
+    eprintln!(
+        "cover: {} s for the syscall coverage; scale: {scale} ({} s in all); refusals: {}",
+        run.number("COVER_SECONDS"),
+        run.number("SCALE_SECONDS"),
+        run.expect("SCALE_REFUSALS")
+    );
+}
