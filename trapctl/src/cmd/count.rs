@@ -48,7 +48,7 @@ overflow add up to the calls. The top keys are printed, most calls first, as
 `@[KEY]: COUNT` lines (--top K, default 10), then `FUNCTION: TOTAL calls in N s (R/s), K keys
 by KEY, overflow O`. --json prints one JSON object (every key unless --top is given) instead.
 
---pid N, --tgid N and --comm NAME count only the calls of the tasks that match (see `trapctl
+--pid N (the process), --tid N (a thread) and --comm NAME count only the calls of the tasks that match (see `trapctl
 splice --help`); with --by, only their keys.")]
 pub struct Args {
     /// The function (or any point: `function+offset`, `0xADDRESS`).

@@ -53,10 +53,11 @@ validates, prints one line per refusal reason and exits 3 if any was refused.
                   as missed. `trapctl list` shows the returns and the missed calls. Stack
                   traces of a task inside the function end at the module's return stub.
 
-  --pid N, --tgid N, --comm NAME
-                  a task predicate: the action runs only for tasks whose task->pid (a thread),
-                  task->tgid (a process) or task->comm (its name) match; with several, all
-                  must. Another task's hit runs no handler and is not counted: the trap
+  --pid N, --tid N, --comm NAME
+                  a task predicate: the action runs only for the threads of process N
+                  (task->tgid), for thread N (task->pid) or for tasks named NAME (task->comm);
+                  with several, all must. --tgid N is --pid N's old spelling. --pid meant
+                  the thread before: it now warns on stderr that it means the process. Another task's hit runs no handler and is not counted: the trap
                   dispatcher sends it straight to the displaced instructions, a jmp splice's
                   guard (gs:current_task, a compare per field) does the same. With --return
                   only the matching tasks' calls take instances.
@@ -101,25 +102,41 @@ pub struct SpliceArgs {
 }
 
 /// A task predicate: the splice acts only for the tasks that match every option given.
+///
+/// `--pid` is the process and `--tid` the thread, as in bpftrace, perf and ps. Before, `--pid`
+/// was the kernel's `task->pid` (a thread): it now warns once on stderr that it means the
+/// process, so that a script written for the old meaning is told rather than silently changed.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct OnlyArgs {
-    /// Only for the thread whose task->pid is N (a thread id; as `--tid`).
+    /// Only for the threads of process N (its process id: the kernel's task->tgid).
     #[arg(long, value_name = "N")]
     pub pid: Option<u32>,
-    /// Only for the threads of the process whose task->tgid is N (its process id).
+    /// Only for thread N (its thread id, gettid(): the kernel's task->pid).
     #[arg(long, value_name = "N")]
+    pub tid: Option<u32>,
+    /// As --pid (the process), the old spelling.
+    #[arg(long, value_name = "N", conflicts_with = "pid")]
     pub tgid: Option<u32>,
     /// Only for tasks named NAME (task->comm, at most 15 bytes, as `ps -o comm` shows it).
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
 }
 
+/// What `--pid` on a kernel splice prints on stderr, once.
+pub const PID_MEANS_PROCESS: &str = "trapctl: warning: --pid N now means the process (task->tgid, \
+as --tgid N); for one thread (task->pid, the old meaning) give --tid N";
+
 impl OnlyArgs {
+    /// The kernel predicate: `--tid` tests task->pid, `--pid` and `--tgid` task->tgid; warns
+    /// (once per call) when `--pid` was given.
     pub fn predicate(&self) -> Predicate {
+        if self.pid.is_some() {
+            eprintln!("{PID_MEANS_PROCESS}");
+        }
         Predicate {
             tid: None,
-            pid: self.pid,
-            tgid: self.tgid,
+            pid: self.tid,
+            tgid: self.pid.or(self.tgid),
             comm: self.comm.clone(),
         }
     }

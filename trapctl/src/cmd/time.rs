@@ -33,8 +33,8 @@ instance (--maxactive, default 256, or the pool of 4096) or its CPU already in t
 runtime is counted as missed. Output: first `timing FUNCTION at 0xSITE for N s (CLOCK clock)`
 once the timer is live, then the histogram and `FUNCTION: COUNT calls, mean ..., p50 ...,
 p99 ..., max ... (ns), missed M`. --json prints one JSON object instead of the histogram and the
-last line. --pid, --tgid and --comm time only the calls of the tasks that match (see `trapctl
-splice --help`). Through trapd (when one runs) the timer is made, read and removed by three requests.
+last line. --pid (the process), --tid (a thread) and --comm time only the calls of the tasks
+that match (see `trapctl splice --help`). Through trapd (when one runs) the timer is made, read and removed by three requests.
 
 Signals and COMMAND as for `trapctl count` (see its --help): SIGINT, SIGTERM and SIGHUP remove
 the timer and print its figures, then trapctl ends by that signal; with a COMMAND its exit status
