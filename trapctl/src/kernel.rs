@@ -1,13 +1,17 @@
 //! The running kernel as trapctl commands see it: [`Kernel::open`] opens `/dev/trapvec`, takes
 //! `flock(LOCK_EX)` on it for the whole command, reads the state blob the previous trapctl left
 //! in the module and restores the splicer from it (checked against the module: every dispatch
-//! entry, the bytes at every site, the code of every component); [`Kernel::save`] writes the
-//! splicer's state back (compare-and-swap on the blob's generation). A command that changes
+//! entry, the bytes at every site, the code of every component), with the changes logged after
+//! that snapshot in the state log (`/run/trapvec/state.log`, or `TRAPVEC_STATE_LOG`; shared with
+//! trapd); [`Kernel::save`] appends what the command changed to the log (`fsync`), or now and
+//! then writes a whole snapshot back (compare-and-swap on the blob's generation) and begins a new
+//! log ([`instr_manager::splicer::state_log`]). A command that changes
 //! the kernel and then cannot save undoes its change ([`Kernel::commit_or_undo`]), so no change
 //! is left that the next trapctl would not know about.
 
 use anyhow::{Context, Result};
 use instr_manager::ops::{self, Made};
+use instr_manager::splicer::state_log::{self, StateLog};
 use instr_manager::splicer::Splicer;
 use trapvec::kernel::KernelTarget;
 
@@ -20,6 +24,8 @@ pub struct Kernel {
     pub splicer: Splicer<KernelTarget>,
     /// Generation of the state blob this command read (the compare in compare-and-swap).
     generation: u64,
+    /// The log of changes after the blob's snapshot.
+    state_log: StateLog,
 }
 
 impl Kernel {
@@ -33,12 +39,14 @@ impl Kernel {
             blob.bytes.len(),
             blob.generation
         );
-        let splicer = Splicer::import_state(target, &blob.bytes).with_context(|| {
-            format!("restoring trapctl's state kept in trapvec.ko ({RECOVERY_HINT})")
-        })?;
+        let (splicer, state_log, _) =
+            StateLog::load(&state_log::kernel_state_log(), target, &blob.bytes).with_context(
+                || format!("restoring trapctl's state kept in trapvec.ko ({RECOVERY_HINT})"),
+            )?;
         Ok(Kernel {
             splicer,
             generation: blob.generation,
+            state_log,
         })
     }
 
@@ -46,14 +54,16 @@ impl Kernel {
         self.splicer.target()
     }
 
-    /// Store the splicer's state in the module for the next command.
+    /// Store what this command changed for the next command: a line in the state log, or a
+    /// snapshot in the module and a new log.
     pub fn save(&mut self) -> Result<()> {
-        let bytes = self.splicer.export_state();
-        self.generation = self
-            .splicer
-            .target()
-            .put_state(self.generation, &bytes)
-            .context("saving trapctl's state in trapvec.ko")?;
+        let generation = &mut self.generation;
+        self.state_log
+            .save(&mut self.splicer, |target, bytes| {
+                *generation = target.put_state(*generation, bytes)?;
+                Ok(())
+            })
+            .context("saving trapctl's state (trapvec.ko's snapshot and the state log)")?;
         Ok(())
     }
 

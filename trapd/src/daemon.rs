@@ -4,7 +4,9 @@
 //! Every change follows one protocol, whoever asked (a client or a rule): journal the intent
 //! (`fsync`), make the change (all or nothing: the splicer's batches undo themselves, and
 //! [`Daemon::activate`] undoes the components and variables it touched), store the splicer's
-//! state in the module ([`StateHome`]), journal `done` with the state's generation (`fsync`),
+//! state (one change line appended to the state log, `fsync`; now and then a whole snapshot in
+//! the module, [`StateHome`], and a new log: [`StateLog`]), journal `done` with the state's
+//! position (snapshot generation, change lines after it; `fsync`),
 //! and only then reply. A refused change normally leaves the splicer as it was; where undoing it
 //! changed the kernel all the same (a profile switch that handed a site over makes the old
 //! splice again, in new code), the state is stored before the refusal is replied. At start the
@@ -15,12 +17,13 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use instr_manager::ops::{self, Activated, DaemonListing, ForgotPending, ListReply};
 use instr_manager::ops::{PendingSplice, Reply, Required, SpliceReply, Status, UnspliceReply};
 use instr_manager::splicer::state::StateError;
+use instr_manager::splicer::state_log::{self, StateLoadError, StateLog, StateLogError};
 use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
 use serde_json::Value;
 use trapvec::{DispatchEntry, Target, TargetError};
@@ -42,6 +45,11 @@ pub trait StateHome {
     }
     /// Make text batches deferred patches (a coming module's pending points) or not.
     fn set_deferred(&mut self, _on: bool) {}
+    /// The log of changes after the stored snapshot, if it has a fixed place (the kernel's is
+    /// shared with trapctl); `None`: beside the journal.
+    fn state_log_path(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 impl StateHome for trapvec::kernel::KernelTarget {
@@ -61,6 +69,10 @@ impl StateHome for trapvec::kernel::KernelTarget {
     fn set_deferred(&mut self, on: bool) {
         trapvec::kernel::KernelTarget::set_deferred(self, on)
     }
+
+    fn state_log_path(&self) -> Option<PathBuf> {
+        Some(state_log::kernel_state_log())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +81,8 @@ pub enum DaemonError {
     LoadState(#[source] TargetError),
     #[error("the module's state does not match the kernel (rmmod trapvec reverts everything)")]
     Import(#[from] StateError),
+    #[error("reading the state log")]
+    StateLog(#[source] StateLoadError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error("listing the module's dispatch entries")]
@@ -98,9 +112,8 @@ pub struct Daemon<T: Target + StateHome> {
     config: Config,
     journal: Journal,
     generation: u64,
-    /// The [`fingerprint`] of the splicer when its state was last stored in the module (or
-    /// imported from it).
-    stored: u64,
+    /// The log of changes after the module's snapshot.
+    state_log: StateLog,
     profile: Option<String>,
     started: Instant,
     /// When the active profile became active (time since `started`).
@@ -119,10 +132,18 @@ impl<T: Target + StateHome> Daemon<T> {
     /// activate the initial profile if none is recorded.
     pub fn start(target: T, config: Config, journal_path: &Path) -> Result<Self, DaemonError> {
         let (generation, bytes) = target.load_state().map_err(DaemonError::LoadState)?;
-        let splicer = Splicer::import_state(target, &bytes)?;
+        let log_path = target
+            .state_log_path()
+            .unwrap_or_else(|| journal_path.with_extension("state"));
+        let (splicer, state_log, _) = match StateLog::load(&log_path, target, &bytes) {
+            Ok(loaded) => loaded,
+            Err(StateLoadError::State(e)) => return Err(DaemonError::Import(e)),
+            Err(e) => return Err(DaemonError::StateLog(e)),
+        };
+        let changes = state_log.changes();
         let (mut journal, replayed) = Journal::open(journal_path)?;
         let mut profile = replayed.profile.clone();
-        match journal::reconcile(&replayed, generation) {
+        match journal::reconcile(&replayed, generation, changes) {
             Outcome::Clean => {}
             Outcome::Completed { seq } => {
                 log::warn!("journal: change {seq} was interrupted after its state was stored: taking it as done");
@@ -133,6 +154,7 @@ impl<T: Target + StateHome> Daemon<T> {
                     seq,
                     time: journal::now_secs(),
                     generation,
+                    changes,
                     profile: profile.clone(),
                 })?;
             }
@@ -183,15 +205,14 @@ impl<T: Target + StateHome> Daemon<T> {
             splicer.components().iter().count(),
             profile.as_deref().unwrap_or("(none)")
         );
-        journal.compact(generation, profile.clone())?;
+        journal.compact(generation, changes, profile.clone())?;
         let initial = config.initial_profile.clone();
-        let stored = fingerprint(&splicer);
         let mut d = Daemon {
             splicer,
             config,
             journal,
             generation,
-            stored,
+            state_log,
             profile,
             started: Instant::now(),
             switched_at: None,
@@ -271,6 +292,7 @@ impl<T: Target + StateHome> Daemon<T> {
                     seq,
                     time,
                     generation: self.generation,
+                    changes: self.state_log.changes(),
                     profile: self.profile.clone(),
                 };
                 if let Err(e) = self.journal.append(&done) {
@@ -304,20 +326,21 @@ impl<T: Target + StateHome> Daemon<T> {
 
     /// Store the splicer's state if it is not what the module holds (a refused change whose
     /// undoing made splices anew).
-    fn store_if_changed(&mut self) -> Result<(), TargetError> {
-        match fingerprint(&self.splicer) == self.stored {
-            true => Ok(()),
-            false => self.store(),
+    fn store_if_changed(&mut self) -> Result<(), StateLogError> {
+        match self.splicer.state_changed() {
+            false => Ok(()),
+            true => self.store(),
         }
     }
 
-    /// Store the splicer's state in the module, after the generation it holds.
-    fn store(&mut self) -> Result<(), TargetError> {
-        self.generation = self
-            .splicer
-            .target()
-            .store_state(self.generation, &self.splicer.export_state())?;
-        self.stored = fingerprint(&self.splicer);
+    /// Store what changed in the splicer's state: a change line in the log, or a snapshot in
+    /// the module (after the generation it holds) and a new log.
+    fn store(&mut self) -> Result<(), StateLogError> {
+        let generation = &mut self.generation;
+        self.state_log.save(&mut self.splicer, |target, bytes| {
+            *generation = target.store_state(*generation, bytes)?;
+            Ok(())
+        })?;
         Ok(())
     }
 
@@ -567,21 +590,6 @@ fn log_change(req: &Request, reply: &Reply) {
         }
         _ => {}
     }
-}
-
-/// What the stored state records, in brief: the ids of the live and retiring splices and of
-/// the loaded components. Ids are never reused, so anything made or removed changes it; it
-/// costs a pass over the ids where exporting the state (10,000 splices: megabytes) would cost
-/// far more, for every refused request.
-fn fingerprint<T: Target>(sp: &Splicer<T>) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    sp.live().for_each(|s| s.id.0.hash(&mut h));
-    u64::MAX.hash(&mut h);
-    sp.retiring().for_each(|s| s.id.0.hash(&mut h));
-    u64::MAX.hash(&mut h);
-    sp.components().iter().for_each(|c| c.id.hash(&mut h));
-    h.finish()
 }
 
 impl<T: Target + StateHome> ModuleEvents for Daemon<T> {

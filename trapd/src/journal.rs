@@ -3,7 +3,10 @@
 //! Records are JSON lines. A change is journaled twice: an `intent` (the request, before anything
 //! is touched) and then `done` (after the kernel was changed and the splicer's state was stored
 //! in the module, with that state's generation and the profile active afterwards) or `failed`
-//! (nothing was changed). A `checkpoint` starts a compacted journal. The module is the truth
+//! (nothing was changed). A `checkpoint` starts a compacted journal. The state is stored as a
+//! snapshot in the module and a log of changes after it ([`instr_manager::splicer::state_log`]):
+//! its position is the snapshot's generation and the number of change lines logged after it
+//! (`changes`), and a change moves one or the other. The module is the truth
 //! about what is live; the journal says what the daemon was doing and which profile was active.
 //! [`reconcile`] decides, after a crash, what an interrupted change came to: if the module's state
 //! generation moved past the last `done`, the change was made and stored (only the `done` record
@@ -26,6 +29,9 @@ pub enum Record {
         seq: u64,
         time: u64,
         generation: u64,
+        /// Change lines in the state log after the snapshot of `generation`.
+        #[serde(default)]
+        changes: u64,
         profile: Option<String>,
     },
     /// About to make this change.
@@ -39,6 +45,9 @@ pub enum Record {
         seq: u64,
         time: u64,
         generation: u64,
+        /// Change lines in the state log after the snapshot of `generation`.
+        #[serde(default)]
+        changes: u64,
         profile: Option<String>,
     },
     /// The change of intent `seq` was refused; nothing changed.
@@ -79,6 +88,8 @@ pub struct Journal {
 pub struct Replayed {
     /// Generation of the module state after the last completed change.
     pub generation: u64,
+    /// Change lines in the state log after that snapshot.
+    pub changes: u64,
     /// The profile active after the last completed change.
     pub profile: Option<String>,
     /// A change whose intent has neither `done` nor `failed`: the daemon stopped inside it.
@@ -100,10 +111,12 @@ pub fn replay(text: &str) -> Replayed {
         match rec {
             Record::Checkpoint {
                 generation,
+                changes,
                 profile,
                 ..
             } => {
                 r.generation = generation;
+                r.changes = changes;
                 r.profile = profile;
                 r.interrupted = None;
             }
@@ -111,6 +124,7 @@ pub fn replay(text: &str) -> Replayed {
             Record::Done {
                 seq,
                 generation,
+                changes,
                 profile,
                 ..
             } => {
@@ -118,6 +132,7 @@ pub fn replay(text: &str) -> Replayed {
                     r.interrupted = None;
                 }
                 r.generation = generation;
+                r.changes = changes;
                 r.profile = profile;
             }
             Record::Failed { seq, .. } => {
@@ -143,10 +158,13 @@ pub enum Outcome {
 }
 
 /// Decide the interrupted change's outcome (see the module docs).
-pub fn reconcile(replayed: &Replayed, module_generation: u64) -> Outcome {
+/// `module_generation` and `log_changes` are the state's position now (see the module docs).
+pub fn reconcile(replayed: &Replayed, module_generation: u64, log_changes: u64) -> Outcome {
     match &replayed.interrupted {
         None => Outcome::Clean,
-        Some((seq, _)) if module_generation != replayed.generation => {
+        Some((seq, _))
+            if module_generation != replayed.generation || log_changes != replayed.changes =>
+        {
             Outcome::Completed { seq: *seq }
         }
         Some((seq, _)) => Outcome::NotStored { seq: *seq },
@@ -230,6 +248,7 @@ impl Journal {
     pub fn compact(
         &mut self,
         generation: u64,
+        changes: u64,
         profile: Option<String>,
     ) -> Result<(), JournalError> {
         let path = self.path.clone();
@@ -243,6 +262,7 @@ impl Journal {
             seq,
             time: now_secs(),
             generation,
+            changes,
             profile,
         };
         let mut line = serde_json::to_vec(&rec).expect("journal records always serialize");
@@ -302,6 +322,7 @@ mod tests {
             seq: s,
             time: 1,
             generation: 7,
+            changes: 0,
             profile: Some("lossy".into()),
         })
         .unwrap();
@@ -344,10 +365,12 @@ mod tests {
         assert_eq!(r.interrupted, Some((2, activate("lossy"))));
         assert_eq!((r.generation, r.torn), (3, 1));
         // The module's generation moved: the change was stored before the crash.
-        assert_eq!(reconcile(&r, 4), Outcome::Completed { seq: 2 });
+        assert_eq!(reconcile(&r, 4, 0), Outcome::Completed { seq: 2 });
+        // Or the state log grew by a change line: stored too.
+        assert_eq!(reconcile(&r, 3, 1), Outcome::Completed { seq: 2 });
         // It did not: the change never reached the stored state.
-        assert_eq!(reconcile(&r, 3), Outcome::NotStored { seq: 2 });
-        assert_eq!(reconcile(&replay(""), 9), Outcome::Clean);
+        assert_eq!(reconcile(&r, 3, 0), Outcome::NotStored { seq: 2 });
+        assert_eq!(reconcile(&replay(""), 9, 0), Outcome::Clean);
     }
 
     #[test]
@@ -367,11 +390,12 @@ mod tests {
                 seq: s,
                 time: 0,
                 generation: g,
+                changes: 0,
                 profile: Some("p".into()),
             })
             .unwrap();
         }
-        j.compact(5, Some("p".into())).unwrap();
+        j.compact(5, 0, Some("p".into())).unwrap();
         let s = j.next_seq();
         j.append(&Record::Intent {
             seq: s,

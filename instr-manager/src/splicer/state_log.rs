@@ -455,11 +455,12 @@ impl StateLog {
 
     /// Write what changed in `sp` since it was last written: one change line appended and
     /// synced, or (log missing, stale, torn, or grown larger than the snapshot) a compaction:
-    /// the whole state handed to `put_snapshot`, then a new empty log.
+    /// the whole state handed to `put_snapshot` (with the target, where the snapshot may be
+    /// kept), then a new empty log.
     pub fn save<T: Target>(
         &mut self,
         sp: &mut Splicer<T>,
-        put_snapshot: impl FnOnce(&[u8]) -> Result<(), TargetError>,
+        put_snapshot: impl FnOnce(&T, &[u8]) -> Result<(), TargetError>,
     ) -> Result<Saved, StateLogError> {
         if self.file.is_some() {
             let Some(line) = sp.state_change() else {
@@ -491,12 +492,12 @@ impl StateLog {
     pub fn compact<T: Target>(
         &mut self,
         sp: &mut Splicer<T>,
-        put_snapshot: impl FnOnce(&[u8]) -> Result<(), TargetError>,
+        put_snapshot: impl FnOnce(&T, &[u8]) -> Result<(), TargetError>,
     ) -> Result<Saved, StateLogError> {
         // Until the new log is in place, a failure leaves the next save to compact again.
         self.file = None;
         let (epoch, snapshot) = sp.compact_state();
-        put_snapshot(&snapshot).map_err(StateLogError::Snapshot)?;
+        put_snapshot(sp.target(), &snapshot).map_err(StateLogError::Snapshot)?;
         let io = |what| {
             let path = self.path.clone();
             move |source| StateLogError::Io { path, what, source }

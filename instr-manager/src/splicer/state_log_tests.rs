@@ -14,8 +14,8 @@ fn count(at: &str) -> SpliceRequest {
 }
 
 /// The snapshot kept "in the module": the fake kernel's blob.
-fn put(k: &FakeKernel) -> impl FnOnce(&[u8]) -> Result<(), TargetError> + '_ {
-    move |bytes| k.put_blob(k.blob().0, bytes).map(|_| ())
+fn put(k: &FakeKernel) -> impl FnOnce(&FakeKernel, &[u8]) -> Result<(), TargetError> + '_ {
+    move |_, bytes| k.put_blob(k.blob().0, bytes).map(|_| ())
 }
 
 fn load(k: &FakeKernel, path: &Path) -> (Splicer<FakeKernel>, StateLog, LogReplay) {
