@@ -20,6 +20,8 @@ use trapvec_proto::Request;
 pub enum Refusal {
     #[error("no process {pid}")]
     NoProcess { pid: i32 },
+    #[error("process {pid} has exited (a zombie)")]
+    Exited { pid: i32 },
     #[error("process {pid} belongs to uid {uid}, not to you (uid {me}): attach as that user, or as root")]
     OtherUser { pid: i32, uid: u32, me: u32 },
     #[error("process {pid} is already traced by process {tracer} ({comm}): only one tracer at a time; detach it first")]
@@ -93,6 +95,11 @@ pub fn check(pid: i32) -> Result<(), Refusal> {
     let Some(uids) = maps::status_field(pid, "Uid") else {
         return Err(Refusal::NoProcess { pid });
     };
+    if maps::status_field(pid, "State")
+        .is_some_and(|s| matches!(s.trim().chars().next(), Some('Z' | 'X')))
+    {
+        return Err(Refusal::Exited { pid });
+    }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let root = me == 0 || cap_sys_ptrace();
