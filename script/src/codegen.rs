@@ -381,6 +381,9 @@ impl Gen<'_, '_> {
         let words = nkeys + usize::from(has_val);
         if words > 0 {
             a.add(rsp, disp(words * 8)?)?;
+        } else {
+            // `out` needs an instruction of its own (the next label may follow).
+            a.nop()?;
         }
         Ok(())
     }

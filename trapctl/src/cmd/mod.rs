@@ -16,6 +16,7 @@ pub mod profile;
 pub mod read;
 pub mod splice;
 pub mod time;
+pub mod trace;
 pub mod var;
 
 pub use instr_manager::ops::parse_u64;
