@@ -1,0 +1,155 @@
+//! `trapctl trace --process`: one-liners against `fixtures/trace/prog.c` (built with gcc), whose
+//! calls are known: `prog N` calls `compute(i, p)` for i in 0..N (p = a good pointer to 40 for
+//! odd i, the bad address 8 for even i), then `compute(3, NULL)` once, whose result it prints.
+//! Needs gcc and the built agent (cargo build --release -p trapvec-agent).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `libtrapvec_agent.so` of this test's profile (target/<profile>/, beside trapctl).
+fn agent() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
+    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
+    assert!(
+        so.exists(),
+        "{} not built (cargo build --release -p trapvec-agent)",
+        so.display()
+    );
+    so
+}
+
+/// A temporary directory holding `prog`, built with `gcc -O1`.
+fn build() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/prog.c");
+    let out = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(dir.path().join("prog"))
+        .arg(src)
+        .output()
+        .expect("gcc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// `trapctl trace --process [extra] -e PROGRAM -- ./prog N`.
+fn trace(dir: &Path, program: &str, extra: &[&str], n: u32) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["trace", "--process", "--agent"])
+        .arg(agent())
+        .args(extra)
+        .args(["-e", program, "--", "./prog", &n.to_string()])
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "status {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn count_equals_the_calls_made_and_sum_adds_the_known_arguments() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute { @calls = count(); @sum = sum(arg0); @by[arg0 % 2] = count() }",
+        &[],
+        10,
+    ));
+    // 10 calls in the loop, then compute(3, NULL): 0+1+...+9 + 3 = 48.
+    assert!(out.contains("@calls: 11\n"), "{out}");
+    assert!(out.contains("@sum: 48\n"), "{out}");
+    assert!(out.contains("@by[0]: 5\n@by[1]: 6\n"), "{out}");
+    // The program's own output is untouched.
+    assert!(out.contains("compute(3) = 6\ntotal = 90\n"), "{out}");
+}
+
+#[test]
+fn hist_buckets_known_values_as_bars() {
+    let dir = build();
+    let out = ok(&trace(dir.path(), "compute { @h = hist(arg0) }", &[], 8));
+    // 0..7 and 3: [0] 1, [1] 1, [2, 4) 3 (2, 3, 3), [4, 8) 4.
+    let bar = |n: usize| "@".repeat(n * 52 / 4);
+    let want = format!(
+        "@h:\n{:<16}{:>8} |{:<52}|\n{:<16}{:>8} |{:<52}|\n{:<16}{:>8} |{:<52}|\n{:<16}{:>8} |{:<52}|\n",
+        "[0]", 1, bar(1), "[1]", 1, bar(1), "[2, 4)", 3, bar(3), "[4, 8)", 4, bar(4)
+    );
+    assert!(out.contains(&want), "{out}\nwant:\n{want}");
+}
+
+#[test]
+fn a_predicate_selects_half_the_calls() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute /(arg0 & 1) == 0/ { @even = count() }",
+        &[],
+        10,
+    ));
+    assert!(out.contains("@even: 5\n"), "{out}");
+}
+
+#[test]
+fn failed_reads_are_counted_per_probe_and_good_ones_read() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute { @v[*(u32 *)(arg1)] = count() }",
+        &[],
+        10,
+    ));
+    // Odd i read 40; even i (address 8) and the NULL of the last call fail, and key 0.
+    assert!(out.contains("@v[40]: 5\n@v[0]: 6\n"), "{out}");
+    assert!(
+        out.contains("6 read(s) failed at compute: bad address\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_retval_change_is_seen_by_the_program_only_with_allow_changes() {
+    let dir = build();
+    let program = "compute:return /arg0 == 3 && arg1 == 0/ { retval = 1000 }";
+    let out = ok(&trace(dir.path(), program, &["--allow-changes"], 10));
+    assert!(out.contains("compute(3) = 1000\n"), "{out}");
+    // The loop's compute(3, &v) kept its value: total is 90.
+    assert!(out.contains("total = 90\n"), "{out}");
+    let refused = trace(dir.path(), program, &[], 10);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("error at 1:43: changing retval needs --allow-changes"),
+        "{err}"
+    );
+    // Nothing ran.
+    assert!(refused.stdout.is_empty());
+}
+
+#[test]
+fn json_reports_the_maps_and_the_exit_status() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "BEGIN { printf(\"start %d\\n\", 7) } compute { @c[func] = count() }",
+        &["--json"],
+        4,
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    assert_eq!(v["exit"], 0);
+    assert_eq!(v["begin"][0], "start 7\n");
+    assert_eq!(v["maps"][0]["name"], "c");
+    assert_eq!(v["maps"][0]["entries"][0]["key"][0], "compute");
+    assert_eq!(v["maps"][0]["entries"][0]["value"], 5);
+}
