@@ -11,6 +11,8 @@
 pub mod config;
 pub mod daemon;
 pub mod journal;
+#[cfg(test)]
+mod latency_tests;
 pub mod metrics;
 pub mod pending;
 pub mod prometheus;
