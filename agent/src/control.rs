@@ -207,6 +207,35 @@ impl Write for &Raw {
     }
 }
 
+/// Read what a refused peer sent, for at most 200 ms and 64 KiB, before the connection is
+/// closed: closing it with unread data would reset it, and the peer would never read why.
+fn drain(conn: &Raw) {
+    use std::os::fd::AsRawFd as _;
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: `tv` is a valid timeval for the length given; the fd is open.
+    unsafe {
+        libc::setsockopt(
+            conn.0.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            std::ptr::addr_of!(tv).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::timeval>())
+                .expect("a timeval is 16 bytes"),
+        );
+        libc::shutdown(conn.0.as_raw_fd(), libc::SHUT_WR);
+    }
+    let mut buf = [0u8; 4096];
+    let mut r = conn;
+    for _ in 0..16 {
+        if !matches!(r.read(&mut buf), Ok(n) if n > 0) {
+            break;
+        }
+    }
+}
+
 /// The channel's thread: one connection at a time, each served line by line until it closes
 /// or a `detach` ends the channel.
 fn serve(listener: UnixListener) {
@@ -230,6 +259,7 @@ fn serve(listener: UnixListener) {
                     "{}",
                     json!({"ok": false, "error": format!("refused: uid {uid} is not the process's ({me}) nor root")})
                 );
+                drain(&conn);
                 continue;
             }
             Err(e) => {

@@ -411,6 +411,46 @@ fn attach_refuses_a_process_of_another_user() {
     );
 }
 
+#[test]
+fn the_agents_channel_refuses_a_peer_of_another_uid_by_its_credentials() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run trapctl as another user (setpriv)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut p = Loop::start(false);
+    let pid = p.pid();
+    let o = trapctl(&["-p", &pid, "attach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let socket = PathBuf::from(out.trim().rsplit(' ').next().unwrap());
+    // Open the socket's file to everyone: only the credentials check is left to refuse.
+    let dir = socket.parent().unwrap();
+    let dir_mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["-p", &pid, "list"])
+        .output()
+        .unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("refused: uid 65534 is not the process's (0) nor root"),
+        "{}",
+        text(&o)
+    );
+    // The process's own uid is still served.
+    assert_eq!(p.calls(5), 5);
+    assert_eq!(live_hits(&pid), Vec::<u64>::new());
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 /// A free TCP port on 127.0.0.1.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -253,9 +253,10 @@ pub fn attach(pid: i32, agent: &Path, verbose: bool) -> Result<PathBuf> {
 pub fn send(pid: i32, socket: &Path, request: &Value) -> Result<Value> {
     let mut s = UnixStream::connect(socket)
         .with_context(|| format!("the agent of process {pid} at {}", socket.display()))?;
-    writeln!(s, "{request}")?;
     let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
+    writeln!(s, "{request}")
+        .and_then(|()| BufReader::new(&s).read_line(&mut line))
+        .with_context(|| format!("the agent of process {pid} at {}", socket.display()))?;
     if line.is_empty() {
         anyhow::bail!("the agent of process {pid} closed its channel without a reply");
     }
