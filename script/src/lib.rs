@@ -147,6 +147,7 @@ pub fn compile(src: &str, opts: &Options, expand: &mut Expand<'_>) -> Result<Com
         at: String,
     }
     let mut hs = Vec::new();
+    let mut sites = std::collections::HashMap::new();
     for (specs, body) in &checked.probes {
         for (spec, pos) in specs {
             let ProbeSpec::Func {
@@ -170,6 +171,19 @@ pub fn compile(src: &str, opts: &Options, expand: &mut Expand<'_>) -> Result<Com
             }
             for f in names {
                 let at = point(object.as_deref(), &f, *offset);
+                // A return point takes the entry's site: one splice per site.
+                let site = point(object.as_deref(), &f, if *ret { 0 } else { *offset });
+                if let Some(other) = sites.insert(
+                    site.clone(),
+                    format!("{at}{}", if *ret { ":return" } else { "" }),
+                ) {
+                    return Err(CompileError::new(
+                        src,
+                        *pos,
+                        format!("probe '{other}' already uses the site of {site}: a site takes one probe (an entry and a :return probe of one function share it)"),
+                    )
+                    .into());
+                }
                 let probe = if *ret {
                     format!("{at}:return")
                 } else {

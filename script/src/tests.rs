@@ -663,3 +663,33 @@ fn division_by_zero_gives_zero_and_builtins_run() {
     assert_eq!(ints(&r, 4), vec![(vec![], 1)]);
     assert_eq!(ints(&r, 5), vec![(vec![], 1)]);
 }
+
+#[test]
+fn an_entry_and_a_return_probe_of_one_function_are_refused_at_the_second() {
+    let e = compile(
+        "f { @a = count() } f:return { @b = count() }",
+        &opts(),
+        &mut same,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("error at 1:20: probe 'f' already uses the site of f"),
+        "{e}"
+    );
+    assert!(compile(
+        "f { @a = count() } f+4, g:return { @b = count() }",
+        &opts(),
+        &mut same
+    )
+    .is_ok());
+}
+
+#[test]
+fn an_unkeyed_count_as_the_last_statement_assembles_and_counts() {
+    let l = Loaded::new("f { @c = count() }");
+    for _ in 0..3 {
+        l.call(0, &mut regs([0; 6]), [0; 6]);
+    }
+    assert_eq!(ints(&l.results(), 0), vec![(vec![], 3)]);
+}
