@@ -27,9 +27,49 @@ pub fn error<'a>(message: impl Into<Box<dyn std::error::Error + 'a>>) -> Value {
     json!({ "ok": false, "error": trapvec::error_chain(&*message.into()) })
 }
 
+/// The version of every JSON document a command prints (`trapctl ... --json`): its first key,
+/// `"schema"`. Raised when a field changes meaning or goes away (a new field does not raise it).
+pub const SCHEMA: u32 = 1;
+
+/// `report` as the pretty JSON object a command prints for `--json`: `"schema": SCHEMA` first,
+/// then the report's own fields. One helper for every command, so that every output says its
+/// version the same way. A report that is not an object (a list, a number) is an error.
+pub fn json_output<T: serde::Serialize + ?Sized>(report: &T) -> serde_json::Result<String> {
+    #[derive(serde::Serialize)]
+    struct Versioned<'a, T: ?Sized> {
+        schema: u32,
+        #[serde(flatten)]
+        report: &'a T,
+    }
+    serde_json::to_string_pretty(&Versioned {
+        schema: SCHEMA,
+        report,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_output_puts_the_schema_first_then_the_reports_fields() {
+        #[derive(serde::Serialize)]
+        struct R {
+            b: u32,
+            a: &'static str,
+        }
+        let out = json_output(&R { b: 2, a: "x" }).unwrap();
+        assert!(out.starts_with("{\n  \"schema\": 1,\n  \"b\": 2,"), "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v, json!({"schema": 1, "b": 2, "a": "x"}));
+        assert!(json_output(&json!({"k": 1}))
+            .unwrap()
+            .starts_with("{\n  \"schema\": 1,"));
+        assert!(
+            json_output(&[1, 2]).is_err(),
+            "a list has no place for the schema"
+        );
+    }
 
     #[test]
     fn replies_carry_ok_and_the_fields_or_the_error_message() {

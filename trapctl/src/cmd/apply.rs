@@ -42,6 +42,9 @@ pub struct ApplyArgs {
     /// Print where the time went (planning, trampolines, the text batch) on stderr.
     #[arg(long)]
     pub timings: bool,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: &ApplyArgs) -> Result<()> {
@@ -56,7 +59,10 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     };
     if args.check {
         let report: CheckReport = route::read(&request)?;
-        for ok in &report.ok {
+        if args.json {
+            super::splice::print_json(&report)?;
+        }
+        for ok in report.ok.iter().filter(|_| !args.json) {
             println!(
                 "ok {} at {} by {}: displaces `{}`",
                 ok.at, ok.site, ok.mechanism, ok.displaced
@@ -76,10 +82,13 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     }
     let report: ApplyReport =
         route::change(&request, |_| {}).with_context(|| format!("{file}: nothing was applied"))?;
-    for c in &report.components {
+    if args.json {
+        super::splice::print_json(&report)?;
+    }
+    for c in report.components.iter().filter(|_| !args.json) {
         println!("loaded {} (crc32 {}) at {}", c.name, c.crc32, c.code);
     }
-    for s in &report.spliced {
+    for s in report.spliced.iter().filter(|_| !args.json) {
         println!(
             "spliced {} at {} by {}: {}",
             s.at, s.site, s.mechanism, s.action

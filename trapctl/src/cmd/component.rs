@@ -30,6 +30,9 @@ pub struct LoadArgs {
     /// Register it under this name instead of the file stem.
     #[arg(long)]
     pub name: Option<String>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Unload a component.
@@ -45,6 +48,9 @@ pub struct UnloadArgs {
     /// `trapctl unsplice --wait`).
     #[arg(long, value_name = "SECONDS", value_parser = crate::cmd::splice::parse_wait)]
     pub wait: Option<std::time::Duration>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn load(args: &LoadArgs) -> Result<()> {
@@ -54,6 +60,9 @@ pub fn load(args: &LoadArgs) -> Result<()> {
         name: args.name.clone(),
     };
     let loaded: Loaded = route::change(&request, |_| {})?;
+    if args.json {
+        return super::splice::print_json(&loaded);
+    }
     let c = &loaded.component;
     println!(
         "loaded {} (crc32 {}): code {} ({} bytes), data {} ({} bytes), {} imports",
@@ -77,6 +86,9 @@ pub fn unload(args: &UnloadArgs) -> Result<()> {
             sp.set_quiesce_timeout(w);
         }
     })?;
+    if args.json {
+        return super::splice::print_json(&u);
+    }
     let declared = if u.declared_removed == 0 {
         String::new()
     } else {

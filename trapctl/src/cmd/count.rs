@@ -278,8 +278,7 @@ fn keyed(args: &Args, by: KeyBy, row: &SpliceRow, held: Held<KeyCounts>) -> Resu
             keys_total: counts.keys.len(),
             keys: &counts.keys[..shown],
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return super::splice::print_json(&report);
     }
     print!("{}", render(&counts, args.top.unwrap_or(10)));
     let secs = elapsed.as_secs_f64();

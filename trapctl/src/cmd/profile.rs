@@ -12,7 +12,7 @@ use crate::route;
 Show the running trapd's state: its pid and uptime, the active profile and the configured ones,
 how many switches it made, the live splices and components, the generation of the state it keeps
 in the module, its journal, and the last value of each metric. Needs trapd (see --socket).
---json prints the daemon's reply as it is.")]
+--json prints the daemon's reply as it is, after `\"schema\": 1`.")]
 pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
@@ -29,12 +29,15 @@ metrics say so. Needs trapd (see --socket).")]
 pub struct ActivateArgs {
     /// The profile's name.
     pub profile: String,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn status(args: &StatusArgs) -> Result<()> {
     let s: Status = route::daemon_only(&Request::Status)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        super::splice::print_json(&s)?;
         return Ok(());
     }
     println!(
@@ -70,6 +73,9 @@ pub fn activate(args: &ActivateArgs) -> Result<()> {
     let a: Activated = route::daemon_only(&Request::Activate {
         profile: args.profile.clone(),
     })?;
+    if args.json {
+        return super::splice::print_json(&a);
+    }
     let sw = &a.switched;
     let mut notes = Vec::new();
     if sw.in_place > 0 {

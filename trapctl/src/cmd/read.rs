@@ -19,6 +19,20 @@ pub struct Args {
     /// Bytes to read (decimal or 0x hex); default: the function's extent.
     #[arg(value_parser = parse_u64)]
     pub len: Option<u64>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `--json` prints.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    at: &'a str,
+    /// The first byte's address, `0x` hex.
+    address: String,
+    len: usize,
+    /// The bytes as hex pairs separated by spaces, as the text lines show them.
+    bytes: String,
 }
 
 /// `(address, default length)` of `at`.
@@ -60,6 +74,14 @@ pub fn run(args: &Args) -> Result<()> {
         .with_context(|| format!("`{}`: give LEN (its extent is unknown)", args.at))?;
     let len = usize::try_from(len).context("LEN")?;
     let bytes = target.read(addr, len)?;
+    if args.json {
+        return super::splice::print_json(&Report {
+            at: &args.at,
+            address: format!("{addr:#x}"),
+            len: bytes.len(),
+            bytes: trapvec::error::hex(&bytes),
+        });
+    }
     print!("{}", hex_dump(addr, &bytes));
     Ok(())
 }

@@ -97,6 +97,9 @@ pub struct SpliceArgs {
     /// With a glob AT: apply what validates, one line per refusal reason, exit 3 if any.
     #[arg(long)]
     pub best_effort: bool,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub only: OnlyArgs,
 }
@@ -178,6 +181,9 @@ pub struct UnspliceArgs {
     /// giving up; the splice is then retiring and the same command finishes it later.
     #[arg(long, value_name = "SECONDS", value_parser = parse_wait)]
     pub wait: Option<std::time::Duration>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A `--wait` that is not a wait.
@@ -197,6 +203,14 @@ pub fn parse_wait(text: &str) -> Result<std::time::Duration, WaitError> {
     std::time::Duration::try_from_secs_f64(secs).map_err(|_| WaitError::OutOfRange {
         text: text.to_string(),
     })
+}
+
+/// Print `report` as the JSON object of `--json`: `"schema": 1` first
+/// ([`trapvec_proto::protocol::json_output`], the one helper of every command's JSON).
+pub fn print_json<T: serde::Serialize + ?Sized>(report: &T) -> Result<()> {
+    let mut out = trapvec_proto::protocol::json_output(report)?;
+    out.push('\n');
+    crate::print(&out)
 }
 
 pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
@@ -445,7 +459,7 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
         options,
     };
     if instr_manager::glob::is_glob(&args.at) {
-        return splice_glob(&request, args.best_effort);
+        return splice_glob(&request, args.best_effort, args.json);
     }
     if args.best_effort {
         bail!(
@@ -453,7 +467,11 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
             args.at
         );
     }
-    let s = match make(&request)? {
+    let reply = make(&request)?;
+    if args.json {
+        return print_json(&reply);
+    }
+    let s = match reply {
         SpliceReply::Made(s) => *s,
         SpliceReply::Pending(p) => {
             println!(
@@ -473,8 +491,12 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 /// `trapctl splice 'GLOB'`: the splice at the entry of every matching function, in one batch,
 /// sent as an `apply` of a spec of that one (glob) splice, so that trapd and the direct path
 /// expand it the same way.
-fn splice_glob(glob: &SpliceRequest, best_effort: bool) -> Result<()> {
+fn splice_glob(glob: &SpliceRequest, best_effort: bool, json: bool) -> Result<()> {
     let report = apply_glob(glob, best_effort)?;
+    if json {
+        print_json(&report)?;
+        return partly_applied(&report);
+    }
     for s in &report.spliced {
         println!(
             "spliced {} at {} by {}: {}",
@@ -618,6 +640,9 @@ pub fn glob_for_a_while(
 pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     if args.orphans {
         let removed = unsplice_orphans(args)?;
+        if args.json {
+            return print_json(&ops::UnsplicedAll { unspliced: removed });
+        }
         for u in &removed {
             println!(
                 "unspliced orphan {} at {}: {} hits, {} missed",
@@ -642,10 +667,17 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
         let UnspliceReply::All(all) = reply else {
             bail!("trapd answered `unsplice --all` with {reply:?}");
         };
+        if args.json {
+            return print_json(&all);
+        }
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let u = match unsplice_one(at, args.wait)? {
+    let reply = unsplice_one(at, args.wait)?;
+    if args.json {
+        return print_json(&reply);
+    }
+    let u = match reply {
         UnspliceReply::One(u) => u,
         UnspliceReply::Pending(p) => {
             println!("forgot pending point {} after {} hits", p.at, p.hits);

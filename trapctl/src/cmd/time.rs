@@ -212,8 +212,7 @@ fn report(args: &Args, row: &SpliceRow, held: Held<ReturnStats>) -> Result<()> {
             missed: st.missed,
             histogram: &h,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return super::splice::print_json(&report);
     }
     print!("{}", h.render());
     println!(

@@ -23,6 +23,9 @@ pub struct SetArgs {
     /// Bytes to write: 1, 2, 4 or 8.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<usize>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Read a component variable.
@@ -36,6 +39,9 @@ pub struct GetArgs {
     /// Bytes to read: 1, 2, 4 or 8.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<usize>,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
@@ -53,6 +59,9 @@ pub fn set(args: &SetArgs) -> Result<()> {
         size: args.size,
     };
     let v: Var = route::change(&request, |_| {})?;
+    if args.json {
+        return super::splice::print_json(&v);
+    }
     println!("{} = {} ({} bytes)", v.symbol, args.value.trim(), v.size);
     Ok(())
 }
@@ -63,6 +72,9 @@ pub fn get(args: &GetArgs) -> Result<()> {
         size: args.size,
     };
     let v: Var = route::read(&request)?;
+    if args.json {
+        return super::splice::print_json(&v);
+    }
     println!("{}", v.value);
     Ok(())
 }
