@@ -153,3 +153,17 @@ fn json_reports_the_maps_and_the_exit_status() {
     assert_eq!(v["maps"][0]["entries"][0]["key"][0], "compute");
     assert_eq!(v["maps"][0]["entries"][0]["value"], 5);
 }
+
+#[test]
+fn a_glob_probe_expands_to_the_programs_functions_and_func_names_them() {
+    let dir = build();
+    let out = ok(&trace(dir.path(), "comp* { @[func] = count() }", &[], 10));
+    assert!(out.contains("@[compute]: 11\n"), "{out}");
+    let missing = trace(dir.path(), "nosuch_* { @ = count() }", &[], 1);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("error at 1:1: probe 'nosuch_*' matches no function"),
+        "{err}"
+    );
+}
