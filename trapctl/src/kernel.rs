@@ -2,7 +2,7 @@
 //! `flock(LOCK_EX)` on it for the whole command, reads the state blob the previous trapctl left
 //! in the module and restores the splicer from it (checked against the module: every dispatch
 //! entry, the bytes at every site, the code of every component), with the changes logged after
-//! that snapshot in the state log (`/run/trapvec/state.log`, or `TRAPVEC_STATE_LOG`; shared with
+//! that snapshot in the state log (`/var/lib/trapd/state.log`, or `TRAPVEC_STATE_LOG`; shared with
 //! trapd); [`Kernel::save`] appends what the command changed to the log (`fsync`), or now and
 //! then writes a whole snapshot back (compare-and-swap on the blob's generation) and begins a new
 //! log ([`instr_manager::splicer::state_log`]). A command that changes

@@ -37,9 +37,11 @@ use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer};
 pub const LOG_FORMAT: &str = "trapvec-state-log";
 
 /// Where trapctl and trapd keep the log of the kernel's state (beside the snapshot held in
-/// trapvec.ko) unless `TRAPVEC_STATE_LOG` names another file. Under `/run`: it must not outlive
-/// the module's state, which a reboot drops.
-pub const DEFAULT_STATE_LOG: &str = "/run/trapvec/state.log";
+/// trapvec.ko) unless `TRAPVEC_STATE_LOG` names another file. In trapd's state directory: the one
+/// place trapd's systemd unit may write that outlives the service (`/run` is read-only to it and
+/// its runtime directory goes when it stops). A log that outlives the module's state (a reboot,
+/// an `rmmod`) is harmless: it names another snapshot's epoch and is ignored.
+pub const DEFAULT_STATE_LOG: &str = "/var/lib/trapd/state.log";
 
 /// Below this size a log is never compacted (a small state would otherwise be rewritten on
 /// nearly every change).
