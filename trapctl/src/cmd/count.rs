@@ -56,10 +56,10 @@ pub struct Args {
     #[command(flatten)]
     pub span: crate::hold::Span,
     /// trap (the dispatcher counts) or jmp (a counting trampoline).
-    #[arg(long, default_value = "trap", value_parser = super::splice::parse_mechanism)]
+    #[arg(long, default_value = "trap", value_parser = super::splice::listed::<Mechanism>(super::splice::MECHANISMS))]
     pub mechanism: Mechanism,
     /// Count by pid (= tid), tgid, comm or cpu, and print the top keys.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = super::splice::listed::<KeyBy>(super::splice::KEYS))]
     pub by: Option<KeyBy>,
     /// With --by: print the K keys with the most calls [default: 10; --json: all].
     #[arg(long, value_name = "K", requires = "by")]

@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, value_name = "SYM")]
     pub replace: Option<String>,
     /// trap, jmp, or both (alternating).
-    #[arg(long, default_value = "trap")]
+    #[arg(long, default_value = "trap", value_parser = ["trap", "jmp", "both"])]
     pub mechanism: String,
     /// Number of cycles.
     #[arg(long, value_name = "N")]

@@ -12,7 +12,7 @@ use instr_manager::owner::Owner;
 use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::SpliceId;
 use instr_manager::splicer::{Action, SpliceRequest};
-use instr_manager::{Mechanism, UnknownMechanism};
+use instr_manager::Mechanism;
 use trapvec::predicate::Predicate;
 use trapvec_proto::client;
 use trapvec_proto::Request;
@@ -80,7 +80,7 @@ pub struct SpliceArgs {
     #[arg(long)]
     pub count: bool,
     /// How control leaves the point.
-    #[arg(long, default_value = "trap", value_parser = parse_mechanism)]
+    #[arg(long, default_value = "trap", value_parser = listed::<Mechanism>(MECHANISMS))]
     pub mechanism: Mechanism,
     /// Second argument of a --call handler (with --return: `call->cookie`) [default: 0].
     #[arg(long, value_parser = parse_u64, conflicts_with_all = ["replace", "count"])]
@@ -92,7 +92,7 @@ pub struct SpliceArgs {
     #[arg(long, value_name = "N", requires = "at_return")]
     pub maxactive: Option<u32>,
     /// With --count: count by pid (= tid), tgid, comm or cpu (`trapctl list` shows the table).
-    #[arg(long, value_name = "KEY", conflicts_with_all = ["call", "replace", "at_return"])]
+    #[arg(long, value_name = "KEY", value_parser = listed::<trapvec::keyed::KeyBy>(KEYS), conflicts_with_all = ["call", "replace", "at_return"])]
     pub by: Option<trapvec::keyed::KeyBy>,
     /// With a glob AT: apply what validates, one line per refusal reason, exit 3 if any.
     #[arg(long)]
@@ -213,8 +213,71 @@ pub fn print_json<T: serde::Serialize + ?Sized>(report: &T) -> Result<()> {
     crate::print(&out)
 }
 
-pub fn parse_mechanism(text: &str) -> Result<Mechanism, UnknownMechanism> {
-    text.parse()
+/// The value parser of an enumerated flag: the type's own `FromStr` (its error names the
+/// value and the choices, as the spec's does), with the values listed for clap, so that
+/// `--help`, the man pages and the completions show them (what `ValueEnum` gives a type of
+/// this crate; these types live in crates that do not depend on clap).
+#[derive(Clone)]
+pub struct Listed<T> {
+    values: &'static [&'static str],
+    of: std::marker::PhantomData<fn() -> T>,
+}
+
+/// [`Listed`] over `values`, each of which `T::from_str` accepts.
+pub fn listed<T>(values: &'static [&'static str]) -> Listed<T> {
+    Listed {
+        values,
+        of: std::marker::PhantomData,
+    }
+}
+
+/// `--mechanism`'s values.
+pub const MECHANISMS: &[&str] = &["trap", "jmp"];
+/// `--by`'s values.
+pub const KEYS: &[&str] = &["pid", "tid", "tgid", "comm", "cpu"];
+/// `--clock`'s values.
+pub const CLOCKS: &[&str] = &["wall", "cpu"];
+
+impl<T> clap::builder::TypedValueParser for Listed<T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        use clap::error::ErrorKind;
+        let flag = arg.map_or(String::new(), |a| format!(" for '{a}'"));
+        let text = value.to_str().ok_or_else(|| {
+            clap::Error::raw(
+                ErrorKind::InvalidUtf8,
+                format!("a value{flag} that is not UTF-8\n"),
+            )
+            .with_cmd(cmd)
+        })?;
+        text.parse().map_err(|e: T::Err| {
+            clap::Error::raw(
+                ErrorKind::InvalidValue,
+                format!("invalid value{flag}: {e}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.values
+                .iter()
+                .map(|v| clap::builder::PossibleValue::new(*v)),
+        ))
+    }
 }
 
 /// Make `request` (through trapd when one runs): the splice, or the pending point trapd

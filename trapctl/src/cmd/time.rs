@@ -47,10 +47,10 @@ pub struct Args {
     #[command(flatten)]
     pub span: crate::hold::Span,
     /// wall (elapsed) or cpu (on-CPU time of the task).
-    #[arg(long, default_value = "wall")]
+    #[arg(long, default_value = "wall", value_parser = super::splice::listed::<Clock>(super::splice::CLOCKS))]
     pub clock: Clock,
     /// trap (the dispatcher runs the entry half) or jmp (a call trampoline does).
-    #[arg(long, default_value = "trap", value_parser = super::splice::parse_mechanism)]
+    #[arg(long, default_value = "trap", value_parser = super::splice::listed::<Mechanism>(super::splice::MECHANISMS))]
     pub mechanism: Mechanism,
     /// Most calls in progress at once; more are counted as missed [default: 256].
     #[arg(long, value_name = "N")]
