@@ -2,7 +2,8 @@
 # `trapctl cover` on the running kernel (issue 27, item 1): a count trap at every basic block of
 # a few syscall functions while a command calls getsid() and getppid() a known number of times;
 # then the same command again under kprobes at the same sites (the oracle: equal counts); a
-# SIGTERM that ends a coverage still removes every site; a glob of over 1,000 functions, timed.
+# SIGTERM that ends a coverage still removes every site; the same through trapd; a glob of over
+# 1,000 functions, timed.
 # Prints KEY=value lines that vmtest/tests/kernel_cover.rs checks.
 set -eu
 . /lib/scenario.sh
@@ -66,6 +67,18 @@ echo "TERM_STATUS=$status"
 echo "TERM_TOTAL=$(grep '^total: ' /tmp/text.out)"
 echo "TERM_ROW=$(awk '$1 == "__x64_sys_getsid"' /tmp/text.out)"
 echo "TERM_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+
+# --- Through trapd: armed by one apply request, removed by one remove request.
+start_trapd
+status=0
+trapctl cover __x64_sys_getsid --json -o /tmp/trapd.json -- ppidloop -s -n $N > /tmp/tsid.out 2> /tmp/trapd.err || status=$?
+echo "TRAPD_STATUS=$status"
+echo "TRAPD_STDERR=$(tr '\n' '|' < /tmp/trapd.err)"
+echo "TRAPD_SID_LOOP=$(cat /tmp/tsid.out)"
+echo "TRAPD_JSON=$(tr -d '\n' < /tmp/trapd.json)"
+echo "TRAPD_LEFT=$(trapd send '{"op":"list"}' | grep -c '"site"' || true)"
+kill $tdp
+wait $tdp || true
 
 # --- Scale (issue 27, item 3): over 1,000 functions in one batch, armed and disarmed.
 echo "SCALE_FUNCS=$(awk '$2 ~ /^[tTwW]$/ && ($3 ~ /^tcp_/ || $3 ~ /^inet_/ || $3 ~ /^ip_/ || $3 ~ /^sock_/ || $3 ~ /^udp_/ || $3 ~ /^skb_/ || $3 ~ /^neigh_/) { print $1 }' /proc/kallsyms | sort -u | wc -l)"

@@ -5,11 +5,11 @@
 //! never called is at 0%; a noinstr function's blocks are refused with the reason, not fatal;
 //! afterwards no site is left and the text is what it was. The oracle: kprobes at the same
 //! sites over the same command count what the coverage counted, block by block. A SIGTERM
-//! ends a coverage with the report and every site removed; a glob of over 1,000 functions is
-//! armed and disarmed in one batch each, timed.
+//! ends a coverage with the report and every site removed; through trapd the same exact count;
+//! a glob of over 1,000 functions is armed and disarmed in one batch each, timed.
 
 use serde_json::Value;
-use vmtest::testing::{can_boot, Run, Scenario};
+use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
 
 /// `CALLS=n` of a ppidloop line, which must also say every answer was right.
 fn calls(run: &Run, key: &str) -> u64 {
@@ -49,7 +49,9 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     if !can_boot("kernel scenario") {
         return;
     }
+    let trapd = build_trapd();
     let run = Scenario::named("cover.sh")
+        .file(&trapd)
         .timeout(900)
         .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
@@ -171,6 +173,26 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         "__x64_sys_getsid covered: {row:?}"
     );
     assert_eq!(run.number("TERM_LIST_AFTER"), 0);
+
+    // Through trapd: one apply, one remove; the same exact count, nothing left.
+    assert_eq!(
+        run.number("TRAPD_STATUS"),
+        0,
+        "{}",
+        run.expect("TRAPD_STDERR")
+    );
+    let td: Value = serde_json::from_str(run.expect("TRAPD_JSON"))
+        .unwrap_or_else(|e| panic!("TRAPD_JSON is not JSON: {e}"));
+    let td_entry = blocks_of(&td, "__x64_sys_getsid")
+        .into_iter()
+        .find(|b| b["offset"] == 0)
+        .expect("an entry block");
+    assert_eq!(
+        td_entry["count"].as_u64(),
+        Some(calls(&run, "TRAPD_SID_LOOP")),
+        "{td_entry}"
+    );
+    assert_eq!(run.number("TRAPD_LEFT"), 0, "trapd lists no splice after");
 
     // Scale: over 1,000 functions, one batch each way.
     assert!(run.number("SCALE_FUNCS") > 1000);
