@@ -51,7 +51,7 @@ struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Act on the running process PID (before the command: `trapctl -p PID apply SPEC`):
-    /// attach, apply, list, unsplice, detach; the first attaches (docs/process.md).
+    /// attach, apply, splice, count, list, unsplice, detach; the first attaches (docs/process.md).
     #[arg(short = 'p', long = "process", value_name = "PID")]
     process: Option<i32>,
     #[command(subcommand)]
@@ -226,10 +226,10 @@ fn on_process(pid: i32, command: Command, verbose: bool) -> anyhow::Result<()> {
         Command::Points(_) => attach_cmd::unsupported(pid, "points"),
         Command::Load(_) => attach_cmd::unsupported(pid, "load"),
         Command::Unload(_) => attach_cmd::unsupported(pid, "unload"),
-        Command::Splice(_) => attach_cmd::unsupported(pid, "splice"),
+        Command::Splice(args) => attach_cmd::splice(pid, &args, verbose),
         Command::Set(_) => attach_cmd::unsupported(pid, "set"),
         Command::Get(_) => attach_cmd::unsupported(pid, "get"),
-        Command::Count(_) => attach_cmd::unsupported(pid, "count"),
+        Command::Count(args) => attach_cmd::count(pid, &args, verbose),
         Command::Cover(_) => attach_cmd::unsupported(pid, "cover"),
         Command::Time(_) => attach_cmd::unsupported(pid, "time"),
         Command::Trace(_) => attach_cmd::unsupported(pid, "trace"),

@@ -577,3 +577,117 @@ fn attach_to_python_http_server_counts_accept4_while_it_serves_and_no_request_fa
     );
     drop(server);
 }
+
+/// `trapctl -p PID count AT --seconds N` spawned: its stdout, once it printed its `counting` line.
+fn count_for(pid: &str, at: &str, seconds: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["-p", pid, "count", at, "--seconds", seconds])
+        .env("TRAPVEC_AGENT", agent())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(
+        line.starts_with(&format!("counting {at} at 0x")),
+        "first line: `{line}`"
+    );
+    (c, out)
+}
+
+#[test]
+fn count_with_p_attaches_counts_for_n_seconds_and_removes_its_splice() {
+    let mut p = Loop::start(false);
+    let pid = p.pid();
+    let before = p.text_at_work();
+    let (mut c, mut out) = count_for(&pid, "work", "1.5");
+    assert_eq!(&p.text_at_work()[..2], &[0xCD, 0xF5], "the trap is written");
+    assert_eq!(p.calls(777), 777);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(c.wait().unwrap().success());
+    assert!(
+        line.starts_with("work: 777 calls in 1.5 s ("),
+        "the hits printed: `{line}`"
+    );
+    assert_eq!(p.text_at_work(), before, "the splice is removed");
+    assert_eq!(live_hits(&pid), Vec::<u64>::new(), "no splice left");
+    // `splice --count` leaves it live; `list` reads it.
+    let o = trapctl(&["-p", &pid, "splice", "work", "--count"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("spliced work at 0x"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(p.calls(5), 782);
+    assert_eq!(live_hits(&pid), vec![5]);
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(p.text_at_work(), before);
+    // Without --seconds: refused with its reason.
+    let o = trapctl(&["-p", &pid, "count", "work"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("needs --seconds N"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn attach_to_sqlite3_blocked_in_read_counts_read_while_statements_are_fed_and_loses_none() {
+    let mut sqlite = Command::new("sqlite3")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sqlite3 (/usr/bin/sqlite3) is needed for this test");
+    let pid = sqlite.id().to_string();
+    let mut stdin = sqlite.stdin.take().unwrap();
+    writeln!(stdin, "create table t(x integer);").unwrap();
+    stdin.flush().unwrap();
+    // Blocked in read(0) on the pipe now.
+    std::thread::sleep(Duration::from_millis(300));
+    let o = trapctl(&["-v", "-p", &pid, "attach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("(1 in a restartable system call)"),
+        "sqlite3's one thread held in read(): {err}"
+    );
+    let (mut c, mut out) = count_for(&pid, "libc.so.6:read", "3");
+    let statement =
+        |i: u64| format!("insert into t values({i}); select 'row', count(*), sum(x) from t;\n");
+    for i in 1..=20 {
+        stdin.write_all(statement(i).as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(c.wait().unwrap().success());
+    let hits: u64 = line
+        .strip_prefix("libc.so.6:read: ")
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("count said `{line}`"));
+    assert!(
+        hits >= 20,
+        "at least one read() per statement written: {hits}"
+    );
+    let o = trapctl(&["-p", &pid, "detach"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for i in 21..=30 {
+        stdin.write_all(statement(i).as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let o = sqlite.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "", "no error line");
+    let want: String = (1..=30u64)
+        .map(|i| format!("row|{i}|{}\n", i * (i + 1) / 2))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want);
+}

@@ -5,7 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use instr_manager::ops::{ApplyReport, CheckReport, ListReply, UnspliceReply};
+use instr_manager::ops::{
+    ApplyReport, CheckReport, ListReply, SpliceReply, SpliceRow, UnspliceReply,
+};
+use instr_manager::splice::{SpliceOptions, When};
+use instr_manager::splicer::{Action, SpliceRequest};
 use instr_manager::Spec;
 use trapvec_proto::Request;
 
@@ -186,7 +190,117 @@ pub fn detach(pid: i32) -> Result<()> {
     Ok(())
 }
 
+/// The splice `request` made in `pid` (attaching first if needed); its row.
+fn splice_in(pid: i32, request: &SpliceRequest, verbose: bool) -> Result<SpliceRow> {
+    if instr_manager::glob::is_glob(&request.at) {
+        bail!(
+            "with -p, splice and count take one point, not a glob (`{}`): use `trapctl -p {pid} apply SPEC`",
+            request.at
+        );
+    }
+    let socket = channel(pid, None, verbose)?;
+    match attach::ask::<SpliceReply>(pid, &socket, &Request::Splice(request.clone()))? {
+        SpliceReply::Made(row) => Ok(*row),
+        SpliceReply::Pending(p) => bail!(
+            "process {pid}: {} is pending (module {} not loaded)",
+            p.at,
+            p.module
+        ),
+    }
+}
+
+/// `trapctl -p PID splice AT --count|--call SYM|--replace SYM`: one splice made by the agent.
+pub fn splice(pid: i32, args: &crate::cmd::splice::SpliceArgs, verbose: bool) -> Result<()> {
+    let action = match (&args.call, &args.replace, args.count) {
+        (Some(h), None, false) => Action::Call {
+            handler: h.clone(),
+            cookie: args.cookie.unwrap_or(0),
+        },
+        (None, Some(f), false) => Action::Replace { with: f.clone() },
+        (None, None, true) => Action::Count,
+        _ => bail!("give exactly one of --call SYM, --replace SYM and --count"),
+    };
+    let request = SpliceRequest {
+        at: args.at.clone(),
+        action,
+        mechanism: args.mechanism,
+        options: SpliceOptions {
+            when: if args.at_return {
+                When::Return
+            } else {
+                When::Entry
+            },
+            maxactive: args.maxactive,
+            by: args.by,
+            only: args.only.predicate(),
+            owner: None,
+        },
+    };
+    let s = splice_in(pid, &request, verbose)?;
+    if args.json {
+        return crate::print(&format!("{}\n", serde_json::to_string_pretty(&s)?));
+    }
+    println!(
+        "spliced {} at {} ({}+{:#x}) by {}: {}; displaced `{}`",
+        s.at, s.site, s.function, s.offset, s.mechanism, s.action, s.displaced
+    );
+    Ok(())
+}
+
+/// `trapctl -p PID count AT --seconds N`: a count spliced by the agent, its hits read after N
+/// seconds by removing it.
+pub fn count(pid: i32, args: &crate::cmd::count::Args, verbose: bool) -> Result<()> {
+    let Some(seconds) = args.span.seconds else {
+        bail!("with -p, count needs --seconds N (the process runs on its own: no COMMAND, no Ctrl-C wait)");
+    };
+    if args.by.is_some() || args.best_effort {
+        bail!("with -p, count takes no --by or --best-effort (use `trapctl -p {pid} splice AT --count --by KEY` and `list --json`)");
+    }
+    let request = SpliceRequest {
+        at: args.function.clone(),
+        action: Action::Count,
+        mechanism: args.mechanism,
+        options: SpliceOptions {
+            only: args.only.predicate(),
+            ..Default::default()
+        },
+    };
+    let row = splice_in(pid, &request, verbose)?;
+    println!(
+        "counting {} at {} in process {pid} for {seconds} s",
+        args.function, row.site
+    );
+    let start = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    let socket = attach::agent_socket(pid)
+        .with_context(|| format!("process {pid}: its agent no longer answers"))?;
+    let removed = match attach::ask::<UnspliceReply>(
+        pid,
+        &socket,
+        &Request::Unsplice {
+            at: Some(row.site.clone()),
+            all: false,
+        },
+    )? {
+        UnspliceReply::One(u) => u,
+        other => bail!("process {pid}: unexpected reply to the count's removal: {other:?}"),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
+    #[allow(clippy::cast_precision_loss)]
+    let rate = if secs > 0.0 {
+        removed.hits as f64 / secs
+    } else {
+        0.0
+    };
+    println!(
+        "{}: {} calls in {seconds} s ({rate:.1}/s)",
+        args.function, removed.hits
+    );
+    Ok(())
+}
+
 /// `trapctl -p PID VERB` for a verb that does not act on a process.
 pub fn unsupported(pid: i32, verb: &str) -> Result<()> {
-    bail!("`trapctl -p {pid} {verb}` is not supported: with -p, trapctl runs attach, apply, list, unsplice and detach")
+    bail!("`trapctl -p {pid} {verb}` is not supported: with -p, trapctl runs attach, apply, splice, count, list, unsplice and detach")
 }
