@@ -20,13 +20,16 @@ trapctl read __x64_sys_getsid > /tmp/before.hex
 start=$(date +%s)
 status=0
 # shellcheck disable=SC2086 # the function list is split on purpose
-trapctl cover $FUNCS --json -o /tmp/cover.json -- sh -c "$WORK" 2> /tmp/cover.err || status=$?
+trapctl cover $FUNCS --json -o /tmp/cover.json --lcov /tmp/cover.info -- sh -c "$WORK" 2> /tmp/cover.err || status=$?
 echo "COVER_STATUS=$status"
 echo "COVER_SECONDS=$(($(date +%s) - start))"
 echo "COVER_STDERR=$(tr '\n' '|' < /tmp/cover.err)"
 echo "SID_LOOP=$(cat /tmp/sid.out)"
 echo "PPID_LOOP=$(cat /tmp/ppid.out)"
 echo "COVER_JSON=$(tr -d '\n' < /tmp/cover.json)"
+# No debug file for vmlinux in the guest: symbol+offset records, and why.
+echo "LCOV_WHY=$(head -n 1 /tmp/cover.info)"
+echo "LCOV_ENTRY=$(grep '^# BLOCK __x64_sys_getsid+0x0 ' /tmp/cover.info)"
 echo "LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
 trapctl read __x64_sys_getsid > /tmp/after.hex
 cmp -s /tmp/before.hex /tmp/after.hex && echo "TEXT_SAME=yes" || echo "TEXT_SAME=no"

@@ -126,6 +126,23 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         }
     }
 
+    // --lcov without vmlinux's debug file: records, the reason, and a note in the report.
+    let why = run.expect("LCOV_WHY");
+    assert!(
+        why.starts_with("# vmlinux: no source lines: no debug file for vmlinux"),
+        "{why}"
+    );
+    assert_eq!(
+        run.expect("LCOV_ENTRY"),
+        format!(
+            "# BLOCK __x64_sys_getsid+0x0 {} {sid_calls}",
+            blocks_of(&report, "__x64_sys_getsid")[0]["length"]
+        )
+    );
+    assert!(report["notes"][0]
+        .as_str()
+        .is_some_and(|n| n.contains("symbol+offset records")));
+
     // Nothing left behind.
     assert_eq!(run.number("LIST_AFTER"), 0, "no splice listed after");
     assert_eq!(run.expect("TEXT_SAME"), "yes", "do_getsid's bytes are back");
