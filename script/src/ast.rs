@@ -87,6 +87,8 @@ pub enum UnOp {
 pub enum Builtin {
     Pid,
     Tid,
+    /// The thread's name (16 bytes, NUL-padded).
+    Comm,
     Cpu,
     Nsecs,
     Retval,

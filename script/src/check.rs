@@ -6,11 +6,35 @@ use std::collections::HashMap;
 use crate::ast::*;
 use crate::error::{err, Pos, Spanned};
 
-/// A value's type: a 64-bit integer (signed or not) or a constant string.
+/// A value's type: a 64-bit integer (signed or not), a constant string (its index in the
+/// string table), or bytes read at run time (`comm`, `str(p, n)`: a NUL-padded buffer of this
+/// many bytes, a multiple of 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ty {
     Int { signed: bool },
     Str,
+    Bytes(usize),
+}
+
+impl Ty {
+    /// 8-byte words the value takes as a map key.
+    pub fn words(self) -> usize {
+        match self {
+            Ty::Bytes(n) => n / 8,
+            _ => 1,
+        }
+    }
+}
+
+/// The longest `str(p, n)`.
+pub const MAX_STR: u64 = 128;
+
+/// The buffer of `str(p, n)`: `n` (checked) rounded up to words.
+pub fn str_bytes(args: &[Expr]) -> usize {
+    match args.get(1).map(|e| &e.kind) {
+        Some(ExprKind::Int(n)) => (usize::try_from(*n).unwrap_or(0) + 7) & !7,
+        _ => 8,
+    }
 }
 
 /// What a map holds per key.
@@ -314,6 +338,8 @@ pub fn ty_of(e: &Expr, vars: &HashMap<String, (usize, Ty)>) -> Ty {
         ExprKind::Str(_) => Ty::Str,
         ExprKind::Builtin(Builtin::Func | Builtin::Probe) => Ty::Str,
         ExprKind::Builtin(Builtin::Retval) => int(true),
+        ExprKind::Builtin(Builtin::Comm) => Ty::Bytes(16),
+        ExprKind::Call(f, args) if f == "str" => Ty::Bytes(str_bytes(args)),
         ExprKind::Builtin(_) | ExprKind::Reg(_) => int(false),
         ExprKind::Var(v) => vars.get(v).map_or(int(true), |(_, t)| *t),
         ExprKind::Map(..) | ExprKind::Call(..) => int(true),
@@ -466,11 +492,21 @@ impl Checker {
                 );
             }
             for (k, (a, b)) in m.keys.iter().zip(&keys).enumerate() {
-                if (*a == Ty::Str) != (*b == Ty::Str) {
-                    return err(
-                        pos,
-                        format!("map '@{name}': key {} is a string in one place and an integer in another", k + 1),
-                    );
+                match (a, b) {
+                    (Ty::Int { .. }, Ty::Int { .. }) => {}
+                    (Ty::Int { .. }, _) | (_, Ty::Int { .. }) => {
+                        return err(
+                            pos,
+                            format!("map '@{name}': key {} is a string in one place and an integer in another", k + 1),
+                        );
+                    }
+                    _ if a != b => {
+                        return err(
+                            pos,
+                            format!("map '@{name}': key {} is a string of another kind than at {}:{} (a literal, func or probe; comm; str() of another size)", k + 1, m.pos.line, m.pos.col),
+                        );
+                    }
+                    _ => {}
                 }
             }
             m.signed |= signed;
@@ -561,7 +597,11 @@ impl Checker {
                 pos,
                 format!("{f}() is an aggregation: it can only be a map's whole value (@m[k] = {f}(...))"),
             ),
-            "str" | "comm" | "delete" | "clear" | "exit" | "kstack" | "ustack" => {
+            "str" => err(
+                pos,
+                "str() gives a string: it can only be a map key or compared with a string literal",
+            ),
+            "delete" | "clear" | "exit" | "kstack" | "ustack" => {
                 err(pos, format!("{f}() is not supported yet"))
             }
             _ => err(pos, format!("unknown function '{f}'")),
@@ -576,6 +616,12 @@ impl Checker {
         vars: &HashMap<String, (usize, Ty)>,
     ) -> Result<Ty, Spanned> {
         let t = self.expr(e, at, vars)?;
+        if let Ty::Bytes(_) = t {
+            return err(
+                e.pos,
+                "comm and str() can only be map keys or compared with a string literal (== or !=)",
+            );
+        }
         if t == Ty::Str {
             return err(
                 e.pos,
@@ -616,7 +662,58 @@ impl Checker {
                     format!("reading map '@{m}' in an expression is not supported yet"),
                 )
             }
+            ExprKind::Call(f, args) if f == "str" => {
+                if args.len() != 2 {
+                    return err(
+                        e.pos,
+                        format!("str() takes 2 arguments (str(p, n)), {} given", args.len()),
+                    );
+                }
+                self.int(&args[0], at, vars)?;
+                match args[1].kind {
+                    ExprKind::Int(n) if (1..=MAX_STR).contains(&n) => {}
+                    _ => {
+                        return err(
+                            args[1].pos,
+                            format!("str(p, n): n must be an integer constant from 1 to {MAX_STR}"),
+                        )
+                    }
+                }
+            }
             ExprKind::Call(f, _) => return self.call_elsewhere(f, e.pos),
+            ExprKind::Binary(BinOp::Eq | BinOp::Ne, a, b)
+                if [a, b]
+                    .iter()
+                    .any(|x| matches!(ty_of(x, vars), Ty::Bytes(_))) =>
+            {
+                let (bytes, lit) = match (&a.kind, &b.kind) {
+                    (_, ExprKind::Str(s)) => (a, s),
+                    (ExprKind::Str(s), _) => (b, s),
+                    _ => {
+                        return err(
+                            e.pos,
+                            "comm and str() can only be compared with a string literal",
+                        )
+                    }
+                };
+                let Ty::Bytes(n) = self.expr(bytes, at, vars)? else {
+                    return err(bytes.pos, "comm or str() is compared with a string literal");
+                };
+                let most = match bytes.kind {
+                    ExprKind::Builtin(Builtin::Comm) => 15,
+                    ExprKind::Call(_, ref args) => match args[1].kind {
+                        ExprKind::Int(k) => usize::try_from(k).unwrap_or(n),
+                        _ => n,
+                    },
+                    _ => n,
+                };
+                if lit.len() > most || lit.contains('\0') {
+                    return err(
+                        e.pos,
+                        format!("the literal \"{lit}\" can never match: it has {} bytes, the string at most {most} (and no NUL)", lit.len()),
+                    );
+                }
+            }
             ExprKind::Unary(_, a) | ExprKind::Cast(_, a) | ExprKind::Deref(_, a) => {
                 self.int(a, at, vars)?;
             }

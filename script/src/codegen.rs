@@ -14,7 +14,7 @@
 use iced_x86::code_asm::*;
 
 use crate::ast::*;
-use crate::check::{operands_signed, reg_offset, Body, MapKind};
+use crate::check::{operands_signed, reg_offset, str_bytes, ty_of, Body, MapKind, Ty};
 use crate::layout::{Layout, MapLayout, Strings, READY};
 
 /// push rbx; push rbp; push r12; push r13; push r14; push r15; lea r13, [rip + 0]
@@ -39,6 +39,8 @@ const SYS_WRITE: i32 = 1;
 const SYS_OPEN: i32 = 2;
 const SYS_CLOSE: i32 = 3;
 const SYS_GETPID: i32 = 39;
+const SYS_PRCTL: i32 = 157;
+const PR_GET_NAME: i32 = 16;
 const SYS_GETTID: i32 = 186;
 const SYS_CLOCK_GETTIME: i32 = 228;
 const SYS_GETCPU: i32 = 309;
@@ -210,9 +212,16 @@ impl Gen<'_, '_> {
                     .find(|m| m.info.name == *name)
                     .expect("every map has a layout")
                     .clone();
+                let mut words = 0;
                 for k in keys {
-                    self.expr(k)?;
-                    self.a.push(rax)?;
+                    let t = ty_of(k, &self.h.body.vars);
+                    if let Ty::Bytes(_) = t {
+                        self.bytes(k)?;
+                    } else {
+                        self.expr(k)?;
+                        self.a.push(rax)?;
+                    }
+                    words += t.words();
                 }
                 let arg = match &value.kind {
                     ExprKind::Call(f, args) if f != "count" => Some(&args[0]),
@@ -223,10 +232,150 @@ impl Gen<'_, '_> {
                     self.expr(x)?;
                     self.a.push(rax)?;
                 }
-                self.update(&m, keys.len(), arg.is_some())?;
+                self.update(&m, words, arg.is_some())?;
             }
             Stmt::Printf { .. } => unreachable!("refused by the checker"),
         }
+        Ok(())
+    }
+
+    /// Push the bytes of `e` (`comm`, `str(p, n)`) as words, the first word pushed first (so
+    /// at the highest address, as consecutive integer keys are).
+    fn bytes(&mut self, e: &Expr) -> R<()> {
+        let n = match &e.kind {
+            ExprKind::Builtin(Builtin::Comm) => {
+                let a = &mut self.a;
+                // prctl(PR_GET_NAME) writes the 16 bytes of the thread's name, NUL-padded.
+                a.sub(rsp, 16)?;
+                a.mov(edi, PR_GET_NAME)?;
+                a.mov(rsi, rsp)?;
+                a.mov(eax, SYS_PRCTL)?;
+                a.syscall()?;
+                16
+            }
+            ExprKind::Call(_, args) => {
+                let n = str_bytes(args);
+                let len = match args[1].kind {
+                    ExprKind::Int(k) => disp(usize::try_from(k).unwrap_or(n))?,
+                    _ => unreachable!("checked"),
+                };
+                self.expr(&args[0])?;
+                self.str_read(n, len)?;
+                n
+            }
+            _ => unreachable!("checked: only comm and str() are bytes"),
+        };
+        // Reverse the words in place: the buffer's word 0 goes to the highest address.
+        let w = n / 8;
+        for i in 0..w / 2 {
+            let lo = disp(8 * i)?;
+            let hi = disp(8 * (w - 1 - i))?;
+            self.a.mov(rax, qword_ptr(rsp + lo))?;
+            self.a.mov(rcx, qword_ptr(rsp + hi))?;
+            self.a.mov(qword_ptr(rsp + hi), rax)?;
+            self.a.mov(qword_ptr(rsp + lo), rcx)?;
+        }
+        Ok(())
+    }
+
+    /// Read at most `len` bytes at rax into a zeroed `n`-byte buffer left on the stack, cut at
+    /// the first NUL. The read is `process_vm_readv` on this process with two remote pieces
+    /// split at the page boundary, so that a string ending on a mapped page reads even though
+    /// the next page is not mapped (the kernel also stops a piece at its first fault; the
+    /// split does not depend on that). Nothing read counts as a failed read.
+    fn str_read(&mut self, n: usize, len: i32) -> R<()> {
+        let a = &mut self.a;
+        let mut ok = a.create_label();
+        let mut find = a.create_label();
+        let mut zero = a.create_label();
+        let mut done = a.create_label();
+        let mut fits = a.create_label();
+        let buf = disp(n)?;
+        a.sub(rsp, buf)?;
+        for i in 0..n / 8 {
+            a.mov(qword_ptr(rsp + disp(8 * i)?), 0)?;
+        }
+        // [rsp] local iovec {buf, len}, [rsp+16] and [rsp+32] the remote pieces.
+        a.sub(rsp, 48)?;
+        a.lea(rcx, qword_ptr(rsp + 48))?;
+        a.mov(qword_ptr(rsp), rcx)?;
+        a.mov(qword_ptr(rsp + 8), len)?;
+        a.mov(qword_ptr(rsp + 16), rax)?;
+        // first = min(len, 4096 - (addr & 4095))
+        a.mov(rcx, rax)?;
+        a.and(ecx, 4095)?;
+        a.neg(rcx)?;
+        a.add(rcx, 4096)?;
+        a.cmp(rcx, len)?;
+        a.jbe(fits)?;
+        a.mov(ecx, len)?;
+        a.set_label(&mut fits)?;
+        a.mov(qword_ptr(rsp + 24), rcx)?;
+        a.add(rax, rcx)?;
+        a.mov(qword_ptr(rsp + 32), rax)?;
+        a.mov(edx, len)?;
+        a.sub(rdx, rcx)?;
+        a.mov(qword_ptr(rsp + 40), rdx)?;
+        a.mov(eax, SYS_GETPID)?;
+        a.syscall()?;
+        a.mov(rdi, rax)?;
+        a.mov(rsi, rsp)?;
+        a.mov(edx, 1)?;
+        a.lea(r10, qword_ptr(rsp + 16))?;
+        a.mov(r8d, 2)?;
+        a.xor(r9d, r9d)?;
+        a.mov(eax, SYS_PROCESS_VM_READV)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jg(ok)?;
+        a.lock().inc(qword_ptr(r13 + disp(self.h.failed)?))?;
+        a.set_label(&mut ok)?;
+        a.add(rsp, 48)?;
+        // Zero what follows the first NUL (bounded by len).
+        a.mov(rdi, rsp)?;
+        a.mov(ecx, len)?;
+        a.set_label(&mut find)?;
+        a.cmp(byte_ptr(rdi), 0)?;
+        a.je(zero)?;
+        a.inc(rdi)?;
+        a.dec(ecx)?;
+        a.jnz(find)?;
+        a.jmp(done)?;
+        a.set_label(&mut zero)?;
+        a.mov(byte_ptr(rdi), 0)?;
+        a.inc(rdi)?;
+        a.dec(ecx)?;
+        a.jnz(zero)?;
+        a.set_label(&mut done)?;
+        a.nop()?;
+        Ok(())
+    }
+
+    /// `bytes == "literal"` (or `!=`) into rax.
+    fn compare_bytes(&mut self, op: BinOp, x: &Expr, lit: &str) -> R<()> {
+        self.bytes(x)?;
+        let Ty::Bytes(n) = ty_of(x, &self.h.body.vars) else {
+            unreachable!("checked")
+        };
+        let w = n / 8;
+        let mut padded = lit.as_bytes().to_vec();
+        padded.resize(n, 0);
+        let a = &mut self.a;
+        let mut differ = a.create_label();
+        let mut end = a.create_label();
+        for i in 0..w {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&padded[8 * i..8 * i + 8]);
+            a.mov(rax, u64::from_le_bytes(b))?;
+            a.cmp(qword_ptr(rsp + disp(8 * (w - 1 - i))?), rax)?;
+            a.jne(differ)?;
+        }
+        a.mov(eax, i32::from(op == BinOp::Eq))?;
+        a.jmp(end)?;
+        a.set_label(&mut differ)?;
+        a.mov(eax, i32::from(op == BinOp::Ne))?;
+        a.set_label(&mut end)?;
+        a.add(rsp, disp(n)?)?;
         Ok(())
     }
 
@@ -511,12 +660,24 @@ impl Gen<'_, '_> {
             Builtin::Arg(n) if self.h.ret => a.mov(rax, qword_ptr(r12 + i32::from(n) * 8))?,
             Builtin::Arg(n) => a.mov(rax, qword_ptr(rbx + arg_reg(n)))?,
             Builtin::Func => a.mov(rax, self.h.func)?,
+            Builtin::Comm => unreachable!("checked: comm is bytes, pushed by bytes()"),
             Builtin::Probe => a.mov(rax, self.h.probe)?,
         }
         Ok(())
     }
 
     fn binary(&mut self, op: BinOp, x: &Expr, y: &Expr, signed: bool) -> R<()> {
+        if matches!(op, BinOp::Eq | BinOp::Ne) {
+            match (&x.kind, &y.kind) {
+                (_, ExprKind::Str(s)) if matches!(ty_of(x, &self.h.body.vars), Ty::Bytes(_)) => {
+                    return self.compare_bytes(op, x, s)
+                }
+                (ExprKind::Str(s), _) if matches!(ty_of(y, &self.h.body.vars), Ty::Bytes(_)) => {
+                    return self.compare_bytes(op, y, s)
+                }
+                _ => {}
+            }
+        }
         if matches!(op, BinOp::LogAnd | BinOp::LogOr) {
             let mut short = self.a.create_label();
             let mut end = self.a.create_label();

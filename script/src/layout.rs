@@ -68,7 +68,7 @@ impl Layout {
             out.push(MapLayout {
                 info: m.clone(),
                 slots: if m.keys.is_empty() { 1 } else { slots },
-                slot_words: 1 + m.keys.len() + m.kind.value_words(),
+                slot_words: 1 + key_words(m) + m.kind.value_words(),
                 offset: 0,
                 dropped: off,
             });
@@ -92,6 +92,11 @@ impl Layout {
             size: off.max(8),
         }
     }
+}
+
+/// 8-byte words of a map's keys.
+pub fn key_words(m: &MapInfo) -> usize {
+    m.keys.iter().map(|t| t.words()).sum()
 }
 
 /// A key's part as printed.
@@ -258,31 +263,33 @@ impl Layout {
         let mut maps = Vec::new();
         for m in &self.maps {
             let mut entries = Vec::new();
-            let nk = m.info.keys.len();
+            let nk = key_words(&m.info);
             for s in 0..m.slots {
                 let base = m.offset + s * m.slot_words * 8;
                 if word(data, base) != READY {
                     continue;
                 }
-                let key = m
-                    .info
-                    .keys
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        let v = word(data, base + 8 + 8 * i);
-                        match t {
-                            Ty::Str => KeyPart::Str(
-                                usize::try_from(v)
-                                    .ok()
-                                    .and_then(|i| strings.get(i))
-                                    .cloned()
-                                    .unwrap_or_else(|| format!("?{v}")),
-                            ),
-                            Ty::Int { signed: s } => KeyPart::Int(num(v, *s)),
+                let mut at = base + 8;
+                let mut key = Vec::new();
+                for t in &m.info.keys {
+                    let v = word(data, at);
+                    key.push(match t {
+                        Ty::Str => KeyPart::Str(
+                            usize::try_from(v)
+                                .ok()
+                                .and_then(|i| strings.get(i))
+                                .cloned()
+                                .unwrap_or_else(|| format!("?{v}")),
+                        ),
+                        Ty::Int { signed: s } => KeyPart::Int(num(v, *s)),
+                        Ty::Bytes(n) => {
+                            let b = &data[at..at + n];
+                            let end = b.iter().position(|&c| c == 0).unwrap_or(*n);
+                            KeyPart::Str(String::from_utf8_lossy(&b[..end]).into_owned())
                         }
-                    })
-                    .collect();
+                    });
+                    at += 8 * t.words();
+                }
                 let vals: Vec<u64> = (0..m.info.kind.value_words())
                     .map(|i| word(data, base + 8 * (1 + nk + i)))
                     .collect();

@@ -646,6 +646,7 @@ fn builtin(name: &str) -> Option<Builtin> {
     Some(match name {
         "pid" => Builtin::Pid,
         "tid" => Builtin::Tid,
+        "comm" => Builtin::Comm,
         "cpu" => Builtin::Cpu,
         "nsecs" => Builtin::Nsecs,
         "retval" => Builtin::Retval,

@@ -313,10 +313,10 @@ fn errors_name_line_and_column() {
         ),
         ("f { @ = @x }", false, (1, 9), "reading map '@x'"),
         (
-            "f { @ = str(arg0) }",
+            "f { @ = clear(@x) }",
             false,
             (1, 9),
-            "str() is not supported yet",
+            "clear() is not supported yet",
         ),
         ("f { foo = 1 }", false, (1, 5), "cannot start a statement"),
         ("", false, (1, 1), "the program has no probe"),
@@ -692,4 +692,132 @@ fn an_unkeyed_count_as_the_last_statement_assembles_and_counts() {
         l.call(0, &mut regs([0; 6]), [0; 6]);
     }
     assert_eq!(ints(&l.results(), 0), vec![(vec![], 3)]);
+}
+
+/// This thread's name as the kernel has it (what `comm` reads).
+fn my_comm() -> String {
+    std::fs::read_to_string("/proc/thread-self/comm")
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_string()
+}
+
+#[test]
+fn comm_is_a_key_and_selects_in_a_predicate() {
+    let me = my_comm();
+    assert!(!me.is_empty() && me.len() <= 15, "{me:?}");
+    let src = format!(
+        "f {{ @[comm, arg0] = count() }} g /comm == \"{me}\"/ {{ @mine = count() }} h /comm != \"{me}\" && \"x\" != comm/ {{ @other = count() }}"
+    );
+    let l = Loaded::new(&src);
+    for _ in 0..3 {
+        l.call(0, &mut regs([7, 0, 0, 0, 0, 0]), [0; 6]);
+        l.call(1, &mut regs([0; 6]), [0; 6]);
+        l.call(2, &mut regs([0; 6]), [0; 6]);
+    }
+    let r = l.results();
+    assert_eq!(ints(&r, 0), vec![(vec![S(me.clone()), K(7)], 3)]);
+    assert_eq!(ints(&r, 1), vec![(vec![], 3)]);
+    assert_eq!(ints(&r, 2), vec![]);
+    assert!(render(&r).contains(&format!("@[{me}, 7]: 3")));
+}
+
+#[test]
+fn str_reads_at_most_n_bytes_to_the_nul_and_counts_a_bad_address() {
+    let l = Loaded::new(
+        "f { @[str(arg0, 5)] = count() } g /str(arg0, 20) == \"hello\"/ { @hello = count() } h { @e[str(arg0, 16)] = count() }",
+    );
+    let hello = b"hello\0junk";
+    let long = b"hello world\0";
+    l.call(0, &mut regs([long.as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([hello.as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([c"hi".as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(1, &mut regs([hello.as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(1, &mut regs([long.as_ptr() as u64, 0, 0, 0, 0, 0]), [0; 6]);
+    // A string ending 3 bytes before an unmapped page reads whole; a bad address fails.
+    // SAFETY: a fresh anonymous mapping of two pages, the second made inaccessible.
+    let page = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(
+            libc::mprotect(p.cast::<u8>().add(4096).cast(), 4096, libc::PROT_NONE),
+            0
+        );
+        p.cast::<u8>()
+    };
+    // SAFETY: the first page is mapped read-write.
+    unsafe { std::ptr::copy_nonoverlapping(c"ab".as_ptr().cast::<u8>(), page.add(4093), 3) };
+    l.call(2, &mut regs([page as u64 + 4093, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(2, &mut regs([8, 0, 0, 0, 0, 0]), [0; 6]);
+    // SAFETY: unmapping the two pages mapped above.
+    unsafe { libc::munmap(page.cast(), 8192) };
+    let r = l.results();
+    assert_eq!(
+        ints(&r, 0),
+        vec![(vec![S("hi".into())], 1), (vec![S("hello".into())], 2)]
+    );
+    assert_eq!(ints(&r, 1), vec![(vec![], 1)]);
+    assert_eq!(
+        ints(&r, 2),
+        vec![(vec![S("".into())], 1), (vec![S("ab".into())], 1)]
+    );
+    assert_eq!(
+        r.failed_reads,
+        vec![layout::FailedReads {
+            probe: "h".into(),
+            count: 1
+        }]
+    );
+}
+
+#[test]
+fn comm_and_str_errors_point_at_the_culprit() {
+    let cases: &[(&str, (u32, u32), &str)] = &[
+        (
+            "f { @ = sum(comm) }",
+            (1, 13),
+            "comm and str() can only be map keys",
+        ),
+        (
+            "f /comm == 3/ { @ = count() }",
+            (1, 9),
+            "can only be compared with a string literal",
+        ),
+        (
+            "f /comm == \"abcdefghijklmnop\"/ { @ = count() }",
+            (1, 9),
+            "can never match",
+        ),
+        (
+            "f { @[str(arg0, 0)] = count() }",
+            (1, 17),
+            "n must be an integer constant from 1 to 128",
+        ),
+        (
+            "f { @[str(arg0)] = count() }",
+            (1, 7),
+            "str() takes 2 arguments",
+        ),
+        (
+            "f { @[comm] = count(); @[str(arg0, 8)] = count() }",
+            (1, 24),
+            "key 1 is a string of another kind",
+        ),
+        ("f { @ = str(arg0, 8) }", (1, 9), "str() gives a string"),
+    ];
+    for (src, (line, col), msg) in cases {
+        let e = check_err(src, false);
+        let s = e.to_string();
+        assert!(
+            s.starts_with(&format!("error at {line}:{col}: ")) && s.contains(msg),
+            "{src}: {s}"
+        );
+    }
 }
