@@ -622,7 +622,7 @@ int trapvec_arena_free(u64 id)
 		/* Refused: only now is the table walked, to name the entry. */
 		site = trapvec_dispatch_targets(start, end);
 		WARN_ON_ONCE(!site);
-		pr_warn_ratelimited("FREE of block %llu at %lx refused: the dispatch entry of the trap at %pS still enters it (%u entries)\n",
+		pr_warn_ratelimited("FREE of block %llu at %lx refused: the dispatch entry of the trap at %pS still enters it (%u references)\n",
 				    id, start, (void *)site, b->pins);
 		return -EBUSY;
 	}

@@ -814,8 +814,8 @@ int main(int argc, char **argv)
 	      "the IDT gate goes to the module's stub %llx (was %llx)", in.entry, in.old_handler);
 	check(in.code_base >= in.module_base &&
 	      in.code_base + in.code_size <= in.module_base + in.module_size &&
-	      in.code_size == 8 << 20 && in.data_size == 1 << 20,
-	      "the arenas (8 MiB of code, 1 MiB of data) lie inside the module");
+	      in.code_size == 16 << 20 && in.data_size == 4 << 20,
+	      "the arenas (16 MiB of code, 4 MiB of data) lie inside the module");
 
 	test_user_int();
 
