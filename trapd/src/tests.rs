@@ -667,7 +667,7 @@ fn the_metrics_endpoint_serves_splices_profile_switches_and_request_counts_a_par
             &[
                 ("point", "f2"),
                 ("mechanism", "jmp"),
-                ("site", f2.site.as_str())
+                ("off", f2.offset.to_string().as_str())
             ]
         ),
         0.0

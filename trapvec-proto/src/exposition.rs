@@ -10,8 +10,13 @@
 //!
 //! | family | type | labels |
 //! |---|---|---|
-//! | `trapvec_splice_hits_total` | counter | `point`, `site`, `function`, `mechanism`, `action`, `handler` |
+//! | `trapvec_splice_hits_total` | counter | `point`, `function`, `off`, `mechanism`, `action`, `handler` |
 //! | `trapvec_splice_missed_total` | counter | the same |
+//! | `trapvec_timer_seconds` | histogram | the same: a timer's (`trapctl time`, `action = "time"`) calls, `_bucket{le}`, `_sum`, `_count` |
+//! | `trapvec_splice_key_hits_total` | counter | the same and `by`, `key`: a keyed count's [`TOP_KEYS`] top keys, the rest summed as `key="(other)"`, the table's overflow as `key="(overflow)"` |
+//!
+//! A splice is labelled by its function and the offset in it (decimal), never by its address:
+//! the kernel's addresses move at every boot (KASLR), and so would every series.
 //! | `trapvec_splices`, `trapvec_splices_retiring`, `trapvec_components` | gauge | |
 //! | `trapd_profile_active` | gauge | `profile`: 1 for the active one, 0 for each other configured one |
 //! | `trapd_profile_switches_total` | counter | |
@@ -72,7 +77,7 @@ pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
     for s in &listing.splices {
         out.sample(
             "trapvec_splice_hits_total",
-            &splice_labels(s),
+            &refs(&splice_labels(s)),
             s.hits as f64,
         );
     }
@@ -84,9 +89,46 @@ pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
     for s in &listing.splices {
         out.sample(
             "trapvec_splice_missed_total",
-            &splice_labels(s),
+            &refs(&splice_labels(s)),
             s.missed as f64,
         );
+    }
+    out.family(
+        "trapvec_timer_seconds",
+        "histogram",
+        "Duration of the calls a timer measured (its clock: wall or on-CPU time).",
+    );
+    for s in &listing.splices {
+        if let Some(h) = s.returns.as_ref().and_then(|r| r.histogram.as_ref()) {
+            out.histogram("trapvec_timer_seconds", &refs(&splice_labels(s)), h);
+        }
+    }
+    out.family(
+        "trapvec_splice_key_hits_total",
+        "counter",
+        "Hits of a keyed count (trapctl splice --count --by KEY) by key: the top keys, the rest as (other), the full table's as (overflow).",
+    );
+    for s in &listing.splices {
+        let (Some(by), Some(keys)) = (s.by, s.keys.as_ref()) else {
+            continue;
+        };
+        let base = splice_labels(s);
+        let mut sample = |key: &str, n: u64| {
+            let mut labels = refs(&base);
+            labels.push(("by", by.name()));
+            labels.push(("key", key));
+            out.sample("trapvec_splice_key_hits_total", &labels, n as f64);
+        };
+        for k in keys.keys.iter().take(TOP_KEYS) {
+            sample(&k.key, k.count);
+        }
+        if keys.keys.len() > TOP_KEYS {
+            sample(
+                "(other)",
+                keys.keys[TOP_KEYS..].iter().map(|k| k.count).sum(),
+            );
+        }
+        sample("(overflow)", keys.overflow);
     }
     out.family("trapvec_splices", "gauge", "Live splices.");
     out.sample("trapvec_splices", &[], listing.splices.len() as f64);
@@ -172,17 +214,27 @@ pub fn render(listing: &Listing, daemon: Option<&DaemonStats>) -> String {
     out.text
 }
 
+/// Labels with owned values, borrowed as [`Exposition::sample`] takes them.
+fn refs<'a>(labels: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
+    labels.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// The most keys of one keyed count exported as series of their own (a table holds 256): the
+/// label's values stay bounded, whatever the tasks' names.
+pub const TOP_KEYS: usize = 20;
+
 /// A splice's labels. `action` is the kind (`call`, `replace`, `count`: the first word of the
-/// row's action text), `handler` the handler or replacement (empty for `count`).
-fn splice_labels(s: &SpliceRow) -> [(&str, &str); 6] {
+/// row's action text), `handler` the handler or replacement (empty for `count`), `off` the
+/// offset in `function` (decimal): stable across boots, where the site's address is not.
+fn splice_labels(s: &SpliceRow) -> [(&str, String); 6] {
     let kind = s.action.split_whitespace().next().unwrap_or_default();
     [
-        ("point", s.at.as_str()),
-        ("site", s.site.as_str()),
-        ("function", s.function.as_str()),
-        ("mechanism", s.mechanism.as_str()),
-        ("action", kind),
-        ("handler", s.symbol.as_deref().unwrap_or_default()),
+        ("point", s.at.clone()),
+        ("function", s.function.clone()),
+        ("off", s.offset.to_string()),
+        ("mechanism", s.mechanism.clone()),
+        ("action", kind.to_string()),
+        ("handler", s.symbol.clone().unwrap_or_default()),
     ]
 }
 
@@ -195,6 +247,38 @@ impl Exposition {
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    /// A histogram's samples: a cumulative `_bucket` per log2 bucket of nanoseconds up to the
+    /// last one used (`le`: the bucket's largest value, in seconds) and `+Inf`, `_sum`, `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &trapvec::returns::Histogram) {
+        let last = h.buckets.iter().rposition(|&c| c > 0).unwrap_or(0);
+        let mut cumulative = 0u64;
+        let with = |le: &'_ str| -> Vec<(&str, String)> {
+            let mut l: Vec<(&str, String)> =
+                labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            l.push(("le", le.to_string()));
+            l
+        };
+        // Bucket 64 holds 2^63 ns and up: only +Inf bounds it.
+        for (k, &c) in h.buckets.iter().enumerate().take((last + 1).min(64)) {
+            cumulative += c;
+            let (_, end) = trapvec::returns::bucket_range(k);
+            // Whole nanoseconds: the bucket's largest value is end - 1.
+            let le = number((end - 1) as f64 / 1e9);
+            self.sample(
+                &format!("{name}_bucket"),
+                &refs(&with(&le)),
+                cumulative as f64,
+            );
+        }
+        self.sample(
+            &format!("{name}_bucket"),
+            &refs(&with("+Inf")),
+            h.count() as f64,
+        );
+        self.sample(&format!("{name}_sum"), labels, h.sum as f64 / 1e9);
+        self.sample(&format!("{name}_count"), labels, h.count() as f64);
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
@@ -388,6 +472,99 @@ mod tests {
     }
 
     #[test]
+    fn a_timer_renders_as_a_prometheus_histogram_in_seconds() {
+        let mut l = listing();
+        let mut h = trapvec::returns::Histogram::default();
+        // 1 us and 3 us: buckets 10 (512..1023 ns) and 12 (2048..4095 ns).
+        for ns in [1000u64, 3000, 3000] {
+            h.buckets[trapvec::returns::bucket_of(ns)] += 1;
+            h.sum += ns;
+        }
+        l.splices[2].action = "time (wall clock)".into();
+        l.splices[2].returns = Some(trapvec::returns::ReturnStats {
+            returns: 3,
+            missed: 0,
+            active: 0,
+            histogram: Some(h),
+        });
+        let text = render(&l, None);
+        assert!(
+            text.contains("# TYPE trapvec_timer_seconds histogram\n"),
+            "{text}"
+        );
+        let labels = "point=\"do_sys_openat2\",function=\"do_sys_openat2\",off=\"5\",mechanism=\"trap\",action=\"time\",handler=\"\"";
+        for (le, n) in [
+            ("0.000001023", 1),
+            ("0.000002047", 1),
+            ("0.000004095", 3),
+            ("+Inf", 3),
+        ] {
+            let line = format!("trapvec_timer_seconds_bucket{{{labels},le=\"{le}\"}} {n}\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        assert!(
+            !text.contains("le=\"0.000008191\""),
+            "no bucket past the last used: {text}"
+        );
+        assert!(
+            text.contains(&format!("trapvec_timer_seconds_sum{{{labels}}} 0.000007\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("trapvec_timer_seconds_count{{{labels}}} 3\n")),
+            "{text}"
+        );
+        // One histogram sample to a Prometheus parser (`parse` above counts one per line).
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let hist = find(
+            &scrape,
+            "trapvec_timer_seconds",
+            &[("point", "do_sys_openat2")],
+        );
+        assert!(matches!(hist.value, Value::Histogram(_)), "{hist:?}");
+    }
+
+    #[test]
+    fn a_keyed_count_renders_its_top_keys_the_rest_and_the_overflow() {
+        let mut l = listing();
+        let keys: Vec<trapvec::keyed::KeyCount> = (0..TOP_KEYS + 5)
+            .map(|i| trapvec::keyed::KeyCount {
+                key: format!("task{i}"),
+                count: 100 - i as u64,
+            })
+            .collect();
+        l.splices[2].by = Some(trapvec::keyed::KeyBy::Comm);
+        l.splices[2].keys = Some(trapvec::keyed::KeyCounts { keys, overflow: 7 });
+        let scrape = parse(&render(&l, None));
+        let key = |k: &str| {
+            value(find(
+                &scrape,
+                "trapvec_splice_key_hits_total",
+                &[
+                    ("function", "do_sys_openat2"),
+                    ("off", "5"),
+                    ("by", "comm"),
+                    ("key", k),
+                ],
+            ))
+        };
+        assert_eq!(key("task0"), 100.0);
+        assert_eq!(
+            key(&format!("task{}", TOP_KEYS - 1)),
+            (100 - TOP_KEYS + 1) as f64
+        );
+        // The 5 keys past the top: 100-20 .. 100-24.
+        assert_eq!(key("(other)"), (76..=80).sum::<u64>() as f64);
+        assert_eq!(key("(overflow)"), 7.0);
+        let series = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "trapvec_splice_key_hits_total")
+            .count();
+        assert_eq!(series, TOP_KEYS + 2, "bounded");
+    }
+
+    #[test]
     fn splices_render_as_counters_with_point_mechanism_and_action_labels() {
         let scrape = parse(&render(&listing(), None));
         let hits = find(
@@ -401,7 +578,12 @@ mod tests {
         assert_eq!(hits.labels.get("action"), Some("replace"));
         assert_eq!(hits.labels.get("handler"), Some("mss_clamp_tcp_sync_mss"));
         assert_eq!(hits.labels.get("function"), Some("tcp_sync_mss"));
-        assert_eq!(hits.labels.get("site"), Some("0xffffffff81000010"));
+        assert_eq!(hits.labels.get("off"), Some("5"));
+        assert_eq!(
+            hits.labels.get("site"),
+            None,
+            "no address: it moves at every boot"
+        );
         let call = find(
             &scrape,
             "trapvec_splice_missed_total",
