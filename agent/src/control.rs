@@ -267,8 +267,16 @@ fn serve(listener: UnixListener) {
                 continue;
             }
         }
-        if serve_connection(&conn) {
-            break;
+        if let Some(reply) = serve_connection(&conn) {
+            // The channel is gone before the detach is answered: a client that attaches
+            // right after its detach returned must not find this listener still accepting
+            // (its connection would sit in the backlog of a socket nobody serves).
+            let _ = std::fs::remove_file(&path);
+            drop(listener);
+            RUNNING.store(false, SeqCst);
+            log::info!("trapvec: control channel on {} closed", path.display());
+            let _ = writeln!(&conn, "{reply}");
+            return;
         }
     }
     let _ = std::fs::remove_file(&path);
@@ -276,15 +284,15 @@ fn serve(listener: UnixListener) {
     log::info!("trapvec: control channel on {} closed", path.display());
 }
 
-/// Serve one connection; true when it asked to detach.
-fn serve_connection(conn: &Raw) -> bool {
+/// Serve one connection; the reply to a successful detach, unsent, when it asked for one.
+fn serve_connection(conn: &Raw) -> Option<Value> {
     let mut out = conn;
     let mut reader = BufReader::new(conn);
     let mut line = String::new();
     loop {
         line.clear();
         match (&mut reader).take(MAX_LINE as u64).read_line(&mut line) {
-            Ok(0) | Err(_) => return false,
+            Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
         if !line.ends_with('\n') && line.len() >= MAX_LINE {
@@ -293,14 +301,14 @@ fn serve_connection(conn: &Raw) -> bool {
                 "{}",
                 json!({"ok": false, "error": "request line too long"})
             );
-            return false;
+            return None;
         }
         let (reply, detach) = answer(line.trim());
-        if writeln!(out, "{reply}").is_err() {
-            return detach;
-        }
         if detach {
-            return true;
+            return Some(reply);
+        }
+        if writeln!(out, "{reply}").is_err() {
+            return None;
         }
     }
 }
