@@ -149,6 +149,8 @@ pub enum Stmt {
         value: Expr,
         pos: Pos,
     },
+    /// `return EXPR` at a function's entry: the function is skipped and returns EXPR.
+    Return { value: Expr, pos: Pos },
     /// `printf("fmt", args)`
     Printf {
         format: String,

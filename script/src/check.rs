@@ -106,6 +106,13 @@ pub struct Body {
     pub vars: HashMap<String, (usize, Ty)>,
 }
 
+impl Body {
+    /// The body ends in `return EXPR`: its handler replaces the function.
+    pub fn replaces(&self) -> bool {
+        matches!(self.stmts.last(), Some(Stmt::Return { .. }))
+    }
+}
+
 /// A line BEGIN or END prints (constant arguments).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Printf {
@@ -226,6 +233,7 @@ fn stmt_pos(s: &Stmt) -> Pos {
         Stmt::MapAssign { pos, .. }
         | Stmt::VarAssign { pos, .. }
         | Stmt::Change { pos, .. }
+        | Stmt::Return { pos, .. }
         | Stmt::Printf { pos, .. } => *pos,
     }
 }
@@ -378,8 +386,23 @@ impl Checker {
         if let Some(p) = &probe.predicate {
             self.int(p, at, &vars)?;
         }
-        for s in &probe.body {
+        for (i, s) in probe.body.iter().enumerate() {
             match s {
+                Stmt::Return { value, pos } => {
+                    self.int(value, at, &vars)?;
+                    if at.ret || at.offset != 0 {
+                        return err(*pos, "return skips the function: only at its entry (FUNC, not :return or FUNC+OFF)");
+                    }
+                    if i + 1 != probe.body.len() {
+                        return err(*pos, "return must be the probe's last statement");
+                    }
+                    if probe.predicate.is_some() {
+                        return err(*pos, "return in a probe with a predicate is not supported yet (the replacement cannot call the original)");
+                    }
+                    if !self.opts.allow_changes {
+                        return err(*pos, "return (skipping the function) needs --allow-changes");
+                    }
+                }
                 Stmt::Printf { pos, .. } => {
                     return err(
                         *pos,

@@ -25,6 +25,8 @@ pub const PROLOGUE: [u8; 17] = [
 ];
 /// lea r14, [rip + 0] (after the prologue, in the dump function).
 pub const LEA_R14: [u8; 7] = [0x4C, 0x8D, 0x35, 0x00, 0x00, 0x00, 0x00];
+/// `struct trapvec_regs`'s size (a replacement builds one on its stack).
+const REGS_SIZE: i32 = 144;
 /// Where the data displacement is in a handler.
 pub const DATA_DISP: usize = 13;
 /// Where the path displacement is in the dump function.
@@ -85,8 +87,21 @@ pub struct Handler<'a> {
 pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec<u8>> {
     let mut a = CodeAssembler::new(64)?;
     let mut done = a.create_label();
-    a.mov(rbx, rdi)?;
-    a.mov(r12, rsi)?;
+    let replace = h.body.replaces();
+    if replace {
+        // Called as the function itself: a trapvec_regs on the stack holds its argument
+        // registers, so that argN reads as at an entry.
+        a.sub(rsp, REGS_SIZE)?;
+        for n in 0..6 {
+            const R: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, r9];
+            a.mov(qword_ptr(rsp + arg_reg(n)), R[usize::from(n)])?;
+        }
+        a.mov(rbx, rsp)?;
+        a.xor(r12d, r12d)?;
+    } else {
+        a.mov(rbx, rdi)?;
+        a.mov(r12, rsi)?;
+    }
     a.mov(rbp, rsp)?;
     let frame = (h.body.vars.len() * 8 + 15) & !15;
     if frame > 0 {
@@ -108,6 +123,10 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec
     }
     let mut a = g.a;
     a.set_label(&mut done)?;
+    if replace {
+        // rax is the return value; the epilogue's `mov rsp, rbp` drops the regs too.
+        a.add(rbp, REGS_SIZE)?;
+    }
     epilogue(&mut a)?;
     let mut code = PROLOGUE.to_vec();
     code.extend(a.assemble(0)?);
@@ -234,6 +253,8 @@ impl Gen<'_, '_> {
                 }
                 self.update(&m, words, arg.is_some())?;
             }
+            // The last statement (checked): its value is the function's, in rax at the end.
+            Stmt::Return { value, .. } => self.expr(value)?,
             Stmt::Printf { .. } => unreachable!("refused by the checker"),
         }
         Ok(())

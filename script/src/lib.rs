@@ -65,6 +65,8 @@ pub struct Splice {
     pub at: String,
     /// At the function's return.
     pub ret: bool,
+    /// The handler replaces the function (`return EXPR` at its entry).
+    pub replace: bool,
     pub handler: String,
 }
 
@@ -89,8 +91,9 @@ impl Compiled {
         let mut s = format!("[[component]]\npath = {}\n\n", q(component));
         for sp in &self.splices {
             s += &format!(
-                "[[splice]]\nat = {}\naction = \"call\"\nhandler = {}\nmechanism = \"trap\"\n{}\n",
+                "[[splice]]\nat = {}\naction = \"{}\"\nhandler = {}\nmechanism = \"trap\"\n{}\n",
                 q(&sp.at),
+                if sp.replace { "replace" } else { "call" },
                 q(&sp.handler),
                 if sp.ret { "when = \"return\"\n" } else { "" }
             );
@@ -225,6 +228,7 @@ pub fn compile(src: &str, opts: &Options, expand: &mut Expand<'_>) -> Result<Com
         splices.push(Splice {
             at: h.at.clone(),
             ret: h.ret,
+            replace: h.body.replaces(),
             handler: name.clone(),
         });
         funcs.push((name, code));

@@ -378,6 +378,10 @@ impl Parser {
                 let value = self.expr()?;
                 Ok(Stmt::VarAssign { name, value, pos })
             }
+            Tok::Ident(name) if name == "return" => {
+                let value = self.expr()?;
+                Ok(Stmt::Return { value, pos })
+            }
             Tok::Ident(name) if name == "printf" => {
                 self.expect("(")?;
                 let (f, fpos) = self.next()?;

@@ -411,7 +411,11 @@ struct Loaded {
 
 impl Loaded {
     fn new(src: &str) -> Loaded {
-        let c = compile(src, &opts(), &mut same).unwrap_or_else(|e| panic!("{e}"));
+        Loaded::new_with(src, &opts())
+    }
+
+    fn new_with(src: &str, o: &Options) -> Loaded {
+        let c = compile(src, o, &mut same).unwrap_or_else(|e| panic!("{e}"));
         let f = {
             use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
             let f = object::File::parse(&*c.object).unwrap();
@@ -815,6 +819,62 @@ fn comm_and_str_errors_point_at_the_culprit() {
     for (src, (line, col), msg) in cases {
         let e = check_err(src, false);
         let s = e.to_string();
+        assert!(
+            s.starts_with(&format!("error at {line}:{col}: ")) && s.contains(msg),
+            "{src}: {s}"
+        );
+    }
+}
+
+#[test]
+fn return_at_an_entry_is_a_replacement_returning_the_value() {
+    let c = compile(
+        "f { @[arg1] = count(); return arg0 * 2 + arg5 } g { @g = count() }",
+        &Options {
+            allow_changes: true,
+            ..opts()
+        },
+        &mut same,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.splices[0].replace && !c.splices[1].replace);
+    let spec = c.spec("t.o", "libc.so.6:exit");
+    assert!(
+        spec.contains("at = \"f\"\naction = \"replace\"\nhandler = \"trapvec_trace_h0\""),
+        "{spec}"
+    );
+    let mut o = opts();
+    o.allow_changes = true;
+    let l = Loaded::new_with("f { @[arg1] = count(); return arg0 * 2 + arg5 }", &o);
+    // SAFETY: the handler was copied and relocated by `new_with`; as a replacement it has the
+    // C signature of the function it replaces (six integer arguments, an integer result).
+    let f: extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64 =
+        unsafe { std::mem::transmute(l.base.add(l.offsets[0])) };
+    assert_eq!(f(20, 7, 0, 0, 0, 1), 41);
+    assert_eq!(f(3, 7, 0, 0, 0, 0), 6);
+    assert_eq!(ints(&l.results(), 0), vec![(vec![K(7)], 2)]);
+    for (src, allow, (line, col), msg) in [
+        (
+            "f { return 1 }",
+            false,
+            (1, 5),
+            "return (skipping the function) needs --allow-changes",
+        ),
+        ("f:return { return 1 }", true, (1, 12), "only at its entry"),
+        (
+            "f { return 1; @ = count() }",
+            true,
+            (1, 5),
+            "must be the probe's last statement",
+        ),
+        (
+            "f /arg0 == 1/ { return 1 }",
+            true,
+            (1, 17),
+            "with a predicate is not supported yet",
+        ),
+    ] {
+        let s = check_err(src, allow).to_string();
         assert!(
             s.starts_with(&format!("error at {line}:{col}: ")) && s.contains(msg),
             "{src}: {s}"

@@ -167,3 +167,22 @@ fn a_glob_probe_expands_to_the_programs_functions_and_func_names_them() {
         "{err}"
     );
 }
+
+#[test]
+fn return_at_an_entry_replaces_the_function_and_the_program_sees_its_value() {
+    let dir = build();
+    let program = "compute { @[arg0 == 3] = count(); return arg0 * 3 }";
+    let out = ok(&trace(dir.path(), program, &["--allow-changes"], 4));
+    // compute(3) runs as 3 * 3, the loop's four calls sum to (0 + 1 + 2 + 3) * 3, not * 2.
+    assert!(out.contains("compute(3) = 9\n"), "{out}");
+    assert!(out.contains("total = 18\n"), "{out}");
+    // The replacement still counts: arg0 == 3 twice (the loop's last and the printed call).
+    assert!(out.contains("@[1]: 2\n@[0]: 3\n"), "{out}");
+    let refused = trace(dir.path(), program, &[], 4);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("error at 1:35: return (skipping the function) needs --allow-changes"),
+        "{err}"
+    );
+}
