@@ -34,6 +34,7 @@ mod actions;
 mod batch;
 mod build;
 mod components;
+mod index;
 mod orig;
 mod plan;
 mod publish;

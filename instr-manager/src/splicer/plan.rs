@@ -14,11 +14,17 @@ use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
 use crate::point::{kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, KERNEL_ENTRY_MAX};
 
 use super::batch::BatchCache;
+use super::index::LiveIndex;
 use super::{LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
 
 /// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
 /// longest patch); longer windows are checked one displaced instruction at a time.
 const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
+
+/// How far before or after a function a live text patch is looked for when the function is
+/// analysed with the live patches' original bytes (longer than any patch: one starting that far
+/// out cannot reach into it).
+const PATCH_REACH: u64 = 64;
 
 /// A planned request, with what building it needs to know of the text it was planned on.
 pub(super) struct Planned {
@@ -31,27 +37,34 @@ pub(super) struct Planned {
 }
 
 /// Text claimed by splices: displaced windows and springboards, as disjoint `[start, end)`
-/// ranges keyed by start (a batch of 10,000 splices checks each window in O(log n)).
-#[derive(Default)]
-struct Claimed(BTreeMap<u64, u64>);
+/// ranges keyed by start (a batch of 10,000 splices checks each window in O(log n)). The live
+/// splices' claims are read from their index, not copied: a request does not pay for the
+/// splices already live.
+struct Claimed<'a> {
+    live: &'a LiveIndex,
+    /// Retiring splices' claims and the batch's own.
+    more: BTreeMap<u64, u64>,
+}
 
-impl Claimed {
+impl Claimed<'_> {
     fn add(&mut self, site: u64, displaced_len: usize, springboard: Option<&Springboard>) {
-        self.0.insert(site, site + displaced_len as u64);
+        self.more.insert(site, site + displaced_len as u64);
         if let Some(sb) = springboard {
-            self.0.insert(sb.addr, sb.addr + 5);
+            self.more.insert(sb.addr, sb.addr + 5);
         }
     }
 
     fn overlaps(&self, lo: u64, hi: u64) -> bool {
-        self.0
-            .range(..hi)
-            .next_back()
-            .is_some_and(|(_, &end)| end > lo)
+        self.live.claim_overlaps(lo, hi)
+            || self
+                .more
+                .range(..hi)
+                .next_back()
+                .is_some_and(|(_, &end)| end > lo)
     }
 
     fn starts_at(&self, addr: u64) -> bool {
-        self.0.contains_key(&addr)
+        self.live.claim_starts_at(addr) || self.more.contains_key(&addr)
     }
 }
 
@@ -79,7 +92,15 @@ impl<T: Target> Splicer<T> {
     /// splice whose site `at` resolves to (`tcp_sync_mss` finds the splice at its entry past
     /// the ftrace site; `0x…` finds the splice at that site).
     pub fn find(&self, at: &str) -> Option<SpliceId> {
-        self.find_in(self.live.values().map(|s| &**s), at)
+        let index = self.live.index();
+        if let Some(id) = index.by_at(at) {
+            return Some(id);
+        }
+        let site = match at.parse::<PointSpec>() {
+            Ok(PointSpec::Address(a)) if index.at_site(a).is_some() => a,
+            _ => self.resolve(at).ok()?.site,
+        };
+        index.at_site(site)
     }
 
     /// The retiring splice at `at`, matched as [`Splicer::find`] matches live ones.
@@ -89,7 +110,7 @@ impl<T: Target> Splicer<T> {
 
     /// The splice of `splices` at `at`: the one requested with that text, else the one at the
     /// address `at` names or resolves to.
-    fn find_in<'a>(
+    pub(super) fn find_in<'a>(
         &self,
         splices: impl Iterator<Item = &'a LiveSplice> + Clone,
         at: &str,
@@ -150,9 +171,23 @@ impl<T: Target> Splicer<T> {
     ) -> Vec<Result<ResolvedPoint, SpliceError>> {
         let points: Vec<Result<ResolvedPoint, SpliceError>> =
             requests.iter().map(|r| self.resolve(&r.at)).collect();
+        // Only the live patches in (or just before) the batch's functions can change how they
+        // analyse: found through the index, not by walking every live splice.
+        let mut near: Vec<SpliceId> = points
+            .iter()
+            .filter_map(|p| p.as_ref().ok())
+            .flat_map(|p| {
+                let f = &p.function;
+                let lo = f.addr.saturating_sub(PATCH_REACH);
+                let hi = f.addr.saturating_add(f.size).saturating_add(PATCH_REACH);
+                self.live.index().patched_in(lo, hi)
+            })
+            .collect();
+        near.sort_unstable();
+        near.dedup();
         cache.set_originals(
-            self.live
-                .values()
+            near.iter()
+                .map(|id| &*self.live[id])
                 .flat_map(|s| std::iter::once(&s.site_patch).chain(s.springboard_patch.as_ref())),
         );
         cache.prefetch(
@@ -231,11 +266,11 @@ impl<T: Target> Splicer<T> {
         // A claim starting at the site is the only way it can be spliced already (the linear
         // searches for the message run only then: batches of thousands stay O(n log n)).
         if claimed.starts_at(point.site) {
-            if let Some(other) = self.live.values().find(|s| s.point.site == point.site) {
+            if let Some(other) = self.live.index().at_site(point.site) {
                 return Err(SpliceError::AlreadySpliced {
                     at: at.to_string(),
                     site: point.site,
-                    other: other.request.at.clone(),
+                    other: self.live[&other].request.at.clone(),
                 });
             }
             if let Some(other) = earlier(point.site) {
@@ -376,13 +411,12 @@ impl<T: Target> Splicer<T> {
 
     /// Text claimed by live splices, and by retiring ones (their springboards are still
     /// written; a new splice of their sites waits until they are gone).
-    fn claimed(&self) -> Claimed {
-        let mut claimed = Claimed::default();
-        for s in self
-            .live
-            .values()
-            .chain(self.retiring.values().map(|r| &r.splice))
-        {
+    fn claimed(&self) -> Claimed<'_> {
+        let mut claimed = Claimed {
+            live: self.live.index(),
+            more: BTreeMap::new(),
+        };
+        for s in self.retiring.values().map(|r| &r.splice) {
             claimed.add(
                 s.plan.site,
                 s.plan.displaced_len,

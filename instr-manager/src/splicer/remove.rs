@@ -93,11 +93,19 @@ impl<T: Target> Splicer<T> {
         }
         // A replaced function's original trampoline now goes to the function itself, unless a
         // new splice of the same function (set when it was built) holds the slot.
-        let still_replaced: HashSet<u64> = self
-            .live
-            .values()
-            .filter(|s| super::actions::kind_of(&s.request).replaces_function())
-            .map(|s| s.point.function.addr)
+        // A replacement's site is its function's entry (or just past the ftrace call there):
+        // the live splices near each taken one's function entry are found through the index.
+        let still_replaced: HashSet<u64> = taken
+            .iter()
+            .map(|t| t.point.function.addr)
+            .filter(|&f| {
+                let hi = f.saturating_add(crate::point::KERNEL_ENTRY_MAX as u64 + 1);
+                self.live.index().sites_in(f, hi).any(|id| {
+                    let s = &self.live[&id];
+                    s.point.function.addr == f
+                        && super::actions::kind_of(&s.request).replaces_function()
+                })
+            })
             .collect();
         self.set_orig_slots(
             taken

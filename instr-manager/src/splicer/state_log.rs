@@ -66,6 +66,8 @@ pub(super) struct LiveMap {
     /// [`meta_digest`] of the components, original trampolines and retiring splices last
     /// written; `None`: never written (the next change line carries them).
     written_meta: Option<u64>,
+    /// Indexes over `map`, kept by the same two writers ([`super::index`]).
+    index: super::index::LiveIndex,
 }
 
 impl Deref for LiveMap {
@@ -79,6 +81,7 @@ impl LiveMap {
     /// A map restored from a saved state: nothing changed since it was written.
     pub(super) fn restored(map: BTreeMap<SpliceId, Box<LiveSplice>>, meta: Option<u64>) -> Self {
         LiveMap {
+            index: super::index::LiveIndex::of(map.values().map(|s| &**s)),
             map,
             changed: BTreeSet::new(),
             written_meta: meta,
@@ -87,15 +90,28 @@ impl LiveMap {
 
     pub(super) fn insert(&mut self, id: SpliceId, s: Box<LiveSplice>) -> Option<Box<LiveSplice>> {
         self.changed.insert(id);
-        self.map.insert(id, s)
+        self.index.add(&s);
+        let old = self.map.insert(id, s);
+        if let Some(old) = &old {
+            self.index.remove(old);
+            // The old one may have shared an entry with the new one: put the new one's back.
+            self.index.add(&self.map[&id]);
+        }
+        old
     }
 
     pub(super) fn remove(&mut self, id: &SpliceId) -> Option<Box<LiveSplice>> {
         let s = self.map.remove(id);
-        if s.is_some() {
+        if let Some(s) = &s {
             self.changed.insert(*id);
+            self.index.remove(s);
         }
         s
+    }
+
+    /// The indexes over the live splices.
+    pub(super) fn index(&self) -> &super::index::LiveIndex {
+        &self.index
     }
 }
 
