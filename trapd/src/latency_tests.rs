@@ -132,11 +132,11 @@ fn one_splice_request_with_100000_live_logs_one_splice_and_rewrites_no_snapshot(
     assert!(big.logged_per_request * 1000 < big.snapshot_bytes);
 }
 
-/// The goal of issue 26, item 4. Ignored: the planner still walks every live splice per
-/// request (`Splicer::claimed`, `Splicer::find`), so the p50 grows with the live count (see
+/// The goal of issue 26, item 4. Ignored: the planner's walks over the live splices are
+/// indexed now, but the p50 still grows 10-40x at 100,000 live from a cost not yet found (see
 /// bench/README.md "trapd latency"); run with `--ignored` to see where it stands.
 #[test]
-#[ignore = "the planner's per-request walks over the live splices make it grow (bench/README.md, trapd latency)"]
+#[ignore = "still grows 10-40x with 100,000 live, cause not yet found (bench/README.md, trapd latency)"]
 fn one_splice_request_costs_at_most_2x_with_100000_live() {
     let (zero, big, n) = measure(300);
     let (p50_0, p99_0, p50_n, p99_n) = (zero.p50, zero.p99, big.p50, big.p99);
