@@ -3,9 +3,8 @@
 //! binary runs against a daemon on a Unix socket (trapd's own server) whose handler is the one
 //! executor, `ops::execute`, over the fake kernel (`trapvec::fake`: f0..f3, and the `knob`
 //! component compiled from C). `read` needs the module itself (it reads through
-//! /dev/trapvec, never through trapd) and `status`/`activate` a real daemon's profiles; `apply
-//! --check` cannot come back through trapd at all (its report's `ok` list takes the place of
-//! the envelope's `"ok": true`): their JSON goes through the same helper and is not run here.
+//! /dev/trapvec, never through trapd) and `status`/`activate` a real daemon's profiles: their
+//! JSON goes through the same helper and is not run here.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -127,6 +126,9 @@ fn every_verb_prints_one_json_object_with_the_schema_first() {
     let spec = dir.path().join("spec.toml");
     std::fs::write(&spec, "[[splice]]\nat = \"f1\"\naction = \"count\"\n").unwrap();
     let spec = spec.to_str().unwrap();
+    // A check comes back through trapd (its list was once named `ok`, over the envelope's).
+    let v = json_of(&socket, &["apply", spec, "--check", "--json"], 0);
+    assert_eq!(v["possible"][0]["at"], "f1");
     let v = json_of(&socket, &["apply", spec, "--json"], 0);
     assert_eq!(v["spliced"][0]["at"], "f1");
     json_of(&socket, &["unsplice", "f1", "--json"], 0);

@@ -198,8 +198,12 @@ pub struct CheckRow {
 }
 
 /// What `apply --check` found: the splices that would be made and those that would be refused.
+/// The list of possible splices is `possible` on the wire: a reply's envelope has its own
+/// `"ok": true`, which a field named `ok` replaced (trapd's answer to a check then read as a
+/// refusal).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckReport {
+    #[serde(rename = "possible")]
     pub ok: Vec<CheckRow>,
     pub refused: Vec<String>,
 }
