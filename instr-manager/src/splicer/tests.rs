@@ -201,167 +201,6 @@ fn find_takes_the_point_as_written_the_function_or_the_site_address() {
     assert_eq!(sp.find("f1+6"), None);
 }
 
-#[test]
-fn state_round_trips_and_the_restored_splicer_removes_what_the_first_made() {
-    let k = FakeKernel::new();
-    let mut first = Splicer::new(k.clone());
-    let ids = first
-        .apply(&[count("f0", Mechanism::Trap), count("f2", Mechanism::Jmp)])
-        .unwrap();
-    let state = first.export_state();
-    let json: serde_json::Value = serde_json::from_slice(&state).unwrap();
-    assert_eq!(json["version"], super::state::STATE_VERSION);
-    assert_eq!(json["splices"].as_array().unwrap().len(), 2);
-    assert_eq!(json["splices"][0]["request"]["at"], "f0");
-    drop(first);
-
-    let mut second = Splicer::import_state(k.clone(), &state).unwrap();
-    assert_eq!(second.live().map(|s| s.id).collect::<Vec<_>>(), ids);
-    assert_eq!(
-        second.export_state(),
-        state,
-        "export after import is the same state"
-    );
-    let more = second.apply(&[count("f3", Mechanism::Trap)]).unwrap();
-    assert!(more[0] > ids[1], "splice ids are not reused");
-    second.remove_all().unwrap();
-    for f in FUNCS {
-        assert_eq!(k.text(func_addr(f), 32), FUNC, "{f} restored");
-    }
-    assert_eq!(k.live_blocks(), 0);
-    assert!(k.state().dispatch.is_empty());
-}
-
-#[test]
-fn removal_that_cannot_reach_quiescence_leaves_the_splice_retiring_and_a_later_one_finishes_it() {
-    let k = FakeKernel::new();
-    let mut sp = Splicer::new(k.clone());
-    let ids = sp
-        .apply(&[count("f1", Mechanism::Trap), count("f2", Mechanism::Jmp)])
-        .unwrap();
-    k.state().quiesce_busy = Some("a task is still inside".into());
-    let err = sp.remove(&ids).unwrap_err();
-    assert!(
-        matches!(&err, SpliceError::Retiring { at, .. } if at == "f1, f2"),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("a task is still inside")
-            && err
-                .to_string()
-                .contains("run the unsplice (or unload) again"),
-        "{err}"
-    );
-    // The text is restored at once; the dispatch entries are gone; the blocks are kept.
-    assert_eq!(k.text(func_addr("f1"), 32), FUNC);
-    assert_eq!(k.text(func_addr("f2"), 32), FUNC);
-    assert!(k.state().dispatch.is_empty());
-    assert!(k.live_blocks() > 0);
-    assert_eq!(sp.live().count(), 0);
-    assert_eq!(sp.retiring().map(|s| s.id).collect::<Vec<_>>(), ids);
-    // The state says so, and a later command takes it over and finishes it.
-    let state = sp.export_state();
-    drop(sp);
-    let mut later = Splicer::import_state(k.clone(), &state).unwrap();
-    assert_eq!(later.find_retiring("f1"), Some(ids[0]));
-    assert_eq!(
-        later.find_retiring(&format!("{:#x}", func_addr("f2") + 5)),
-        Some(ids[1])
-    );
-    assert!(
-        later.finish_retiring(&ids).is_err(),
-        "still busy: still retiring"
-    );
-    assert_eq!(later.retiring().count(), 2);
-    k.state().quiesce_busy = None;
-    later.finish_retiring(&ids).unwrap();
-    assert_eq!(later.retiring().count(), 0);
-    assert!(k.pristine(), "every block freed");
-}
-
-#[test]
-fn retiring_splice_whose_site_changed_again_is_refused_in_the_state() {
-    let k = FakeKernel::new();
-    let mut sp = Splicer::new(k.clone());
-    let ids = sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
-    k.state().quiesce_busy = Some("busy".into());
-    sp.remove(&ids).unwrap_err();
-    let state = sp.export_state();
-    let site = func_addr("f1") + 5;
-    k.state().memory.insert(site, 0xCD);
-    let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(
-        matches!(&err, StateError::RetiringTextDiffers { at, addr, .. } if at == "f1" && *addr == site),
-        "{err}"
-    );
-}
-
-#[test]
-fn empty_state_is_a_fresh_splicer() {
-    let sp = Splicer::import_state(FakeKernel::new(), b"").unwrap();
-    assert_eq!(sp.live().count(), 0);
-}
-
-#[test]
-fn state_whose_site_bytes_changed_is_refused_naming_the_splice() {
-    let k = FakeKernel::new();
-    let mut sp = Splicer::new(k.clone());
-    sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
-    let state = sp.export_state();
-    // Someone else restored the text behind our back.
-    let site = func_addr("f1") + 5;
-    k.state().memory.insert(site, 0x55);
-    k.state().memory.insert(site + 1, 0x48);
-    let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(
-        matches!(&err, StateError::TextDiffers { at, addr, .. } if at == "f1" && *addr == site),
-        "{err}"
-    );
-    assert!(
-        err.to_string()
-            .contains("holds 55 48, not the patched bytes cd f5"),
-        "{err}"
-    );
-}
-
-#[test]
-fn state_whose_dispatch_entry_is_gone_or_different_is_refused() {
-    let k = FakeKernel::new();
-    let mut sp = Splicer::new(k.clone());
-    sp.apply(&[count("f1", Mechanism::Trap)]).unwrap();
-    let state = sp.export_state();
-    let site = func_addr("f1") + 5;
-    let entry = k.state().dispatch.remove(&site).unwrap();
-    let err = Splicer::import_state(k.clone(), &state).err().unwrap();
-    assert!(
-        matches!(err, StateError::MissingDispatch { site: s, .. } if s == site),
-        "{err}"
-    );
-    k.state().dispatch.insert(
-        site,
-        DispatchEntry {
-            dest: entry.dest + 16,
-            ..entry
-        },
-    );
-    let err = Splicer::import_state(k, &state).err().unwrap();
-    assert!(matches!(err, StateError::DispatchDiffers { .. }), "{err}");
-}
-
-#[test]
-fn state_of_another_version_or_garbage_is_refused() {
-    let k = FakeKernel::new();
-    let sp = Splicer::new(k.clone());
-    let mut json: serde_json::Value = serde_json::from_slice(&sp.export_state()).unwrap();
-    json["version"] = 99.into();
-    let err = Splicer::import_state(k.clone(), json.to_string().as_bytes())
-        .err()
-        .unwrap();
-    assert!(matches!(err, StateError::Version { found: 99 }), "{err}");
-    let err = Splicer::import_state(k, b"{not json").err().unwrap();
-    assert!(matches!(err, StateError::Decode(_)), "{err}");
-}
-
 /// A component compiled at test time: a handler and a variable.
 fn component(dir: &std::path::Path) -> std::path::PathBuf {
     let src = dir.join("probe.c");
@@ -451,6 +290,10 @@ fn state_keeps_components_their_variables_and_references() {
 /// Tests of [`Splicer::switch`] over this fake kernel.
 #[path = "switch_tests.rs"]
 mod switch_tests;
+
+/// The saved state: round trips, and what a restore checks against the target.
+#[path = "state_tests.rs"]
+mod state_tests;
 
 #[test]
 fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_once() {
