@@ -77,6 +77,7 @@ enum Command {
     Read(cmd::read::Args),
     Status(cmd::profile::StatusArgs),
     Activate(cmd::profile::ActivateArgs),
+    Require(cmd::profile::RequireArgs),
     Doctor(cmd::doctor::Args),
     Attach(attach_cmd::AttachArgs),
     Detach(attach_cmd::DetachArgs),
@@ -124,6 +125,7 @@ const MAN: trapvec_proto::docs::ManExtras = trapvec_proto::docs::ManExtras {
             ],
         ),
         ("trapctl-doctor", &[("trapctl doctor --json", "the same checks as one JSON object")]),
+        ("trapctl-require", &[("trapctl require tv_modcalls", "refuse tv_modcalls's load if one of trapd's pending points in it cannot be made")]),
         (
             "trapctl-points",
             &[
@@ -236,6 +238,7 @@ fn on_process(pid: i32, command: Command, verbose: bool) -> anyhow::Result<()> {
         Command::Read(_) => attach_cmd::unsupported(pid, "read"),
         Command::Status(_) => attach_cmd::unsupported(pid, "status"),
         Command::Activate(_) => attach_cmd::unsupported(pid, "activate"),
+        Command::Require(_) => attach_cmd::unsupported(pid, "require"),
         Command::Doctor(_) => attach_cmd::unsupported(pid, "doctor"),
         Command::Cycle(_) => attach_cmd::unsupported(pid, "cycle"),
         Command::Completions { .. } | Command::Man { .. } => on_kernel(command),
@@ -274,6 +277,7 @@ fn on_kernel(command: Command) -> anyhow::Result<()> {
         Command::Read(args) => cmd::read::run(&args),
         Command::Status(args) => cmd::profile::status(&args),
         Command::Activate(args) => cmd::profile::activate(&args),
+        Command::Require(args) => cmd::profile::require(&args),
         Command::Doctor(args) => cmd::doctor::run(&args),
         Command::Cycle(args) => cmd::cycle::run(&args),
         Command::Attach(_) | Command::Detach(_) => {

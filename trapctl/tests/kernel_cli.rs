@@ -171,6 +171,10 @@ fn help_explains_each_kernel_command() {
         ("read", &["kernel memory"]),
         ("status", &["trapd", "profile", "metric"]),
         ("activate", &["one all-or-nothing batch", "[profile.NAME]"]),
+        (
+            "require",
+            &["EINVAL", "pending points", "loads all the same"],
+        ),
     ];
     for (cmd, words) in expect {
         let text = help(cmd);
@@ -324,10 +328,52 @@ fn with_trapd_listening_the_kernel_commands_go_to_it_and_print_its_reports() {
 }
 
 #[test]
-fn status_and_activate_need_trapd_and_say_so() {
-    for args in [&["status"][..], &["activate", "lossy"]] {
+fn status_activate_and_require_need_trapd_and_say_so() {
+    for args in [
+        &["status"][..],
+        &["activate", "lossy"],
+        &["require", "tv_modcalls"],
+    ] {
         let out = trapctl(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert_eq!(stderr(&out).lines().next().unwrap(), "trapctl: no trapd is listening on /nonexistent/trapd.sock (start trapd, or give its --socket)");
     }
+}
+
+#[test]
+fn require_sends_the_module_to_trapd_and_says_what_it_means() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("trapd.sock");
+    let daemon = fake_daemon(
+        &socket,
+        2,
+        |req| json!({"ok": true, "require": req["module"].clone()}),
+    );
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_trapctl"))
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["require", "tv_modcalls"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "module tv_modcalls is required: its load is refused if a pending point in it cannot be made\n"
+    );
+    let out = run(&["require", "tv_other", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["schema"].as_u64(), v["require"].as_str()),
+        (Some(1), Some("tv_other"))
+    );
+    assert_eq!(
+        daemon.join().unwrap(),
+        [
+            json!({"op": "require", "module": "tv_modcalls"}),
+            json!({"op": "require", "module": "tv_other"})
+        ]
+    );
 }

@@ -1,7 +1,8 @@
-//! `trapctl status` and `trapctl activate PROFILE`: what only a running trapd knows and does.
+//! `trapctl status`, `trapctl activate PROFILE` and `trapctl require MODULE`: what only a running
+//! trapd knows and does.
 
 use anyhow::Result;
-use instr_manager::ops::{Activated, Status};
+use instr_manager::ops::{Activated, Required, Status};
 use trapvec_proto::Request;
 
 use crate::route;
@@ -32,6 +33,36 @@ pub struct ActivateArgs {
     /// Print one JSON object (`"schema": 1` first) instead of the text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Make a module's pending points a condition of its load.
+#[derive(clap::Args)]
+#[command(long_about = "\
+Ask the running trapd to refuse MODULE's load (insmod fails with EINVAL, and the kernel log says
+which point) when one of the pending points it holds in MODULE cannot be made as the module comes
+(no such symbol, a refused window), as livepatch refuses a module it cannot patch. Without it such
+a point is reported (trapctl list, trapd's journal, dmesg) and the module loads all the same.
+It lasts as long as trapd runs. Needs trapd (see --socket): pending points are trapd's.")]
+pub struct RequireArgs {
+    /// The kernel module's name, as lsmod shows it (`-` and `_` are the same).
+    pub module: String,
+    /// Print one JSON object (`"schema": 1` first) instead of the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn require(args: &RequireArgs) -> Result<()> {
+    let r: Required = route::daemon_only(&Request::Require {
+        module: args.module.clone(),
+    })?;
+    if args.json {
+        return super::splice::print_json(&r);
+    }
+    println!(
+        "module {} is required: its load is refused if a pending point in it cannot be made",
+        r.require
+    );
+    Ok(())
 }
 
 pub fn status(args: &StatusArgs) -> Result<()> {
