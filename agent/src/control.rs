@@ -194,11 +194,23 @@ impl Read for &Raw {
 }
 
 impl Write for &Raw {
+    /// `sendto(.., MSG_NOSIGNAL)`, not `write`: a peer that closed its end (a probe that only
+    /// connects, a refused peer gone before it read why) must give EPIPE here, not a SIGPIPE
+    /// that kills the process the agent lives in.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd as _;
-        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
-        let n =
-            unsafe { libc::syscall(libc::SYS_write, self.0.as_raw_fd(), buf.as_ptr(), buf.len()) };
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes; no address is given.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_sendto,
+                self.0.as_raw_fd(),
+                buf.as_ptr(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+                std::ptr::null::<libc::sockaddr>(),
+                0 as libc::socklen_t,
+            )
+        };
         sys_result(n)
     }
 
@@ -207,13 +219,15 @@ impl Write for &Raw {
     }
 }
 
-/// Read what a refused peer sent, for at most 200 ms and 64 KiB, before the connection is
-/// closed: closing it with unread data would reset it, and the peer would never read why.
+/// Read what a refused peer sends until it closes its end (having read why), for at most 2 s
+/// of silence and 64 KiB, before the connection is closed: closing it with unread data would
+/// reset it, and the peer would never read why. (200 ms was too short for a peer on a loaded
+/// machine, which then wrote its request after the drain and read a reset.)
 fn drain(conn: &Raw) {
     use std::os::fd::AsRawFd as _;
     let tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 200_000,
+        tv_sec: 2,
+        tv_usec: 0,
     };
     // SAFETY: `tv` is a valid timeval for the length given; the fd is open.
     unsafe {
