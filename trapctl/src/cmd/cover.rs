@@ -11,9 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use instr_manager::cover::{
@@ -27,9 +27,6 @@ use serde::Serialize;
 
 /// The version of `--json`'s layout.
 pub const SCHEMA: u32 = 1;
-
-/// The agent's exit status when a spec cannot be applied (`agent::EXIT_SPEC_FAILED`).
-const SPEC_FAILED: i32 = 86;
 
 /// How many blocks the agent may refuse, one start each, before giving up.
 const MAX_RESTARTS: usize = 64;
@@ -323,49 +320,21 @@ fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &s
     std::fs::write(&spec_path, spec_text)
         .with_context(|| format!("writing {}", spec_path.display()))?;
     let _ = std::fs::remove_file(&stats_path);
-    let preload = match std::env::var("LD_PRELOAD") {
-        Ok(p) if !p.is_empty() => format!("{} {p}", agent.display()),
-        _ => agent.display().to_string(),
-    };
-    let mut child = Command::new(program)
-        .arg0(&args.command[0])
-        .args(&args.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("TRAPVEC_SPEC", &spec_path)
-        .env("TRAPVEC_STATS", &stats_path)
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.display()))?;
-    // The command's stderr goes on to ours as it comes; the agent's refusal is kept.
-    let mut refused = None;
-    let prefix = format!("trapvec: cannot apply {}: ", spec_path.display());
-    if let Some(err) = child.stderr.take() {
-        let mut reader = std::io::BufReader::new(err);
-        let mut line = Vec::new();
-        let mut stderr = std::io::stderr();
-        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
-            let _ = stderr.write_all(&line);
-            let text = String::from_utf8_lossy(&line);
-            if let Some(rest) = text.strip_prefix(&prefix) {
-                refused = Some(rest.trim_end().to_string());
-            }
-            line.clear();
-        }
-    }
-    let status = child.wait().context("waiting for the command")?;
-    use std::os::unix::process::ExitStatusExt as _;
-    let exit = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let ended = super::under_agent::run(
+        program,
+        &args.command,
+        agent,
+        &spec_path,
+        &[("TRAPVEC_STATS", &stats_path)],
+        true,
+    )?;
     let stats = std::fs::read_to_string(&stats_path).ok();
     Ok(Run {
-        exit,
-        refused: refused.filter(|_| exit == SPEC_FAILED),
+        exit: ended.exit,
+        refused: ended.refused,
         stats,
     })
 }
-
-use std::os::unix::process::CommandExt as _;
 
 mod kernel;
 

@@ -17,6 +17,7 @@ pub mod read;
 pub mod splice;
 pub mod time;
 pub mod trace;
+pub mod under_agent;
 pub mod var;
 
 pub use instr_manager::ops::parse_u64;

@@ -7,10 +7,8 @@
 //! command decodes it ([`trapvec_script::Layout::decode`]) after COMMAND ends. A program that
 //! ends without `exit` (killed by a signal, `_exit`, `exec`) leaves no maps, which is said.
 
-use std::io::{BufRead as _, Write as _};
-use std::os::unix::process::CommandExt as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -20,9 +18,6 @@ use serde::Serialize;
 
 /// The version of `--json`'s layout.
 pub const SCHEMA: u32 = 1;
-
-/// The agent's exit status when a spec cannot be applied (`agent::EXIT_SPEC_FAILED`).
-const SPEC_FAILED: i32 = 86;
 
 /// Where the dump handler goes: the entry of libc's `exit`.
 const EXIT_POINT: &str = "libc.so.6:exit";
@@ -191,42 +186,9 @@ fn trace(args: &Args, text: &str, program: &Path, agent: &Path, dir: &Path) -> R
         crate::print(&begin.concat())?;
         let _ = std::io::stdout().flush();
     }
-    let preload = match std::env::var("LD_PRELOAD") {
-        Ok(p) if !p.is_empty() => format!("{} {p}", agent.display()),
-        _ => agent.display().to_string(),
-    };
-    let mut child = Command::new(program)
-        .arg0(&args.command[0])
-        .args(&args.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("TRAPVEC_SPEC", &spec)
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.display()))?;
-    // The command's stderr goes on to ours as it comes; the agent's refusal is kept.
-    let mut refused = None;
-    let prefix = format!("trapvec: cannot apply {}: ", spec.display());
-    if let Some(err) = child.stderr.take() {
-        let mut reader = std::io::BufReader::new(err);
-        let mut line = Vec::new();
-        let mut stderr = std::io::stderr();
-        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
-            let text = String::from_utf8_lossy(&line);
-            match text.strip_prefix(&prefix) {
-                Some(rest) => refused = Some(rest.trim_end().to_string()),
-                None => {
-                    let _ = stderr.write_all(&line);
-                }
-            }
-            line.clear();
-        }
-    }
-    let status = child.wait().context("waiting for the command")?;
-    use std::os::unix::process::ExitStatusExt as _;
-    let exit = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    if let (SPEC_FAILED, Some(why)) = (exit, refused) {
+    let super::under_agent::Ended { exit, refused } =
+        super::under_agent::run(program, &args.command, agent, &spec, &[], false)?;
+    if let Some(why) = refused {
         bail!(
             "the probes could not be spliced (nothing of {} ran): {why}",
             args.command[0]
