@@ -11,34 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `libtrapvec_agent.so` beside the trapctl under test.
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p trapvec-agent)",
-        so.display()
-    );
-    so
-}
-
-fn trapctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(args)
-        .env("TRAPVEC_AGENT", agent())
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod attach_common;
+use attach_common::{agent, text, trapctl};
 
 /// `cc -O2 ARGS fixtures/attach/SRC -o DIR/OUT`.
 fn cc(dir: &Path, src: &str, out: &str, args: &[&str]) -> PathBuf {

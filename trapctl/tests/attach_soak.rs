@@ -8,8 +8,8 @@
 //! (after `cargo build --release -p trapvec-agent`).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Descriptors the process may hold beyond those after the first attach (none are expected:
@@ -18,33 +18,8 @@ const FD_SLACK: usize = 2;
 /// Mapping lines likewise (glibc's allocator may split or add an arena's mapping).
 const MAPS_SLACK: usize = 8;
 
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p trapvec-agent)",
-        so.display()
-    );
-    so
-}
-
-fn trapctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(args)
-        .env("TRAPVEC_AGENT", agent())
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod attach_common;
+use attach_common::{text, trapctl};
 
 /// The number after `key` in `s` (`key` then digits).
 fn number_after(s: &str, key: &str) -> u64 {
