@@ -7,6 +7,7 @@
 //! so that CI never goes green without having booted anything. Everything here panics on
 //! failure: it is for tests, where a panic with the reason is the report.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -412,6 +413,38 @@ impl Run {
             .next()
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{key}={v} is not a number"))
+    }
+
+    /// The figures of `KEY=k=v k=v ...`, each value a number.
+    pub fn pairs(&self, key: &str) -> HashMap<String, u64> {
+        self.expect(key)
+            .split_whitespace()
+            .map(|kv| {
+                let (k, v) = kv
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("{key}: {kv} is not key=value"));
+                let v = v
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{key}: {k}={v} is not a number"));
+                (k.to_owned(), v)
+            })
+            .collect()
+    }
+
+    /// `KEY=` the module's allocation counters (mem.c's lines "<kind> <objects> <bytes>",
+    /// joined): kind -> objects.
+    pub fn allocations(&self, key: &str) -> HashMap<String, u64> {
+        let words: Vec<&str> = self.expect(key).split_whitespace().collect();
+        assert_eq!(words.len() % 3, 0, "{key}: not kind/objects/bytes triples");
+        words
+            .chunks(3)
+            .map(|w| {
+                let objects = w[1]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{key}: {} is not a number", w[1]));
+                (w[0].to_owned(), objects)
+            })
+            .collect()
     }
 
     /// The scenario ran to its end with status 0 and the kernel reported no problem.

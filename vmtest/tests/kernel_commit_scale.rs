@@ -20,40 +20,13 @@ const SIZES: [u64; 3] = [1000, 5000, 20000];
 /// Allocation kinds that a live splice holds (mem.c's names); each must be back at its start count.
 const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
 
-/// The figures of `KEY=k=v k=v ...`.
-fn pairs(run: &Run, key: &str) -> HashMap<String, u64> {
-    run.expect(key)
-        .split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv
-                .split_once('=')
-                .unwrap_or_else(|| panic!("{key}: {kv} is not key=value"));
-            let v = v
-                .parse()
-                .unwrap_or_else(|_| panic!("{key}: {k}={v} is not a number"));
-            (k.to_owned(), v)
-        })
-        .collect()
-}
-
 fn get(s: &HashMap<String, u64>, key: &str, what: &str) -> u64 {
     *s.get(what).unwrap_or_else(|| panic!("{key} has no {what}"))
 }
 
-/// `COMMIT_ALLOCS_<step>`: mem.c's lines "<kind> <objects> <bytes>" joined; kind -> objects.
+/// `COMMIT_ALLOCS_<step>`: the module's allocation counters, kind -> objects.
 fn allocs(run: &Run, step: &str) -> HashMap<String, u64> {
-    let key = format!("COMMIT_ALLOCS_{step}");
-    let words: Vec<&str> = run.expect(&key).split_whitespace().collect();
-    assert_eq!(words.len() % 3, 0, "{key}: not kind/objects/bytes triples");
-    words
-        .chunks(3)
-        .map(|w| {
-            let objects = w[1]
-                .parse()
-                .unwrap_or_else(|_| panic!("{key}: {} is not a number", w[1]));
-            (w[0].to_owned(), objects)
-        })
-        .collect()
+    run.allocations(&format!("COMMIT_ALLOCS_{step}"))
 }
 
 #[test]
@@ -77,7 +50,7 @@ fn commit_time_per_site_does_not_grow_with_the_batch() {
     let mut figures = Vec::new();
     for n in SIZES {
         let key = format!("COMMIT_APPLY_{n}");
-        let apply = pairs(&run, &key);
+        let apply = run.pairs(&key);
         let patches = get(&apply, &key, "last_patches");
         let live = run.number(&format!("COMMIT_LIVE_{n}"));
         assert_eq!(
@@ -94,7 +67,7 @@ fn commit_time_per_site_does_not_grow_with_the_batch() {
         let check_ns = get(&apply, &key, "last_check_ns") / patches;
         per_site.push((patches, site_ns, check_ns));
         let skey = format!("COMMIT_STOPS_{n}");
-        let stops = pairs(&run, &skey);
+        let stops = run.pairs(&skey);
         let batch_stops = get(&stops, &skey, "last_batch_stops");
         // FINISH in stops of at most 1,024 sites, after as many ARM stops when a window
         // spans several instructions.

@@ -17,20 +17,9 @@ use vmtest::testing::{can_boot, Run, Scenario};
 /// after the removal ("block" too, once a QUIESCE has reclaimed the freed blocks).
 const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
 
-/// `COMPACT_ALLOCS_<step>`: mem.c's lines "<kind> <objects> <bytes>" joined; kind -> objects.
+/// `COMPACT_ALLOCS_<step>`: the module's allocation counters, kind -> objects.
 fn allocs(run: &Run, step: &str) -> HashMap<String, u64> {
-    let key = format!("COMPACT_ALLOCS_{step}");
-    let words: Vec<&str> = run.expect(&key).split_whitespace().collect();
-    assert_eq!(words.len() % 3, 0, "{key}: not kind/objects/bytes triples");
-    words
-        .chunks(3)
-        .map(|w| {
-            let objects = w[1]
-                .parse()
-                .unwrap_or_else(|_| panic!("{key}: {} is not a number", w[1]));
-            (w[0].to_owned(), objects)
-        })
-        .collect()
+    run.allocations(&format!("COMPACT_ALLOCS_{step}"))
 }
 
 /// `COMPACT_SAMPLE_<name>=calls=C hits=H kprobe=K`.

@@ -17,19 +17,7 @@ const SIZES: [u64; 3] = [1, 100, 1000];
 
 /// The figures of `STOP_STATS_<step>=key=value ...`.
 fn stats(run: &Run, step: &str) -> HashMap<String, u64> {
-    let key = format!("STOP_STATS_{step}");
-    run.expect(&key)
-        .split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv
-                .split_once('=')
-                .unwrap_or_else(|| panic!("{key}: {kv} is not key=value"));
-            let v = v
-                .parse()
-                .unwrap_or_else(|_| panic!("{key}: {k}={v} is not a number"));
-            (k.to_owned(), v)
-        })
-        .collect()
+    run.pairs(&format!("STOP_STATS_{step}"))
 }
 
 fn get(s: &HashMap<String, u64>, step: &str, key: &str) -> u64 {
