@@ -59,26 +59,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     };
     if args.check {
         let report: CheckReport = route::read(&request)?;
-        if args.json {
-            super::splice::print_json(&report)?;
-        }
-        for ok in report.ok.iter().filter(|_| !args.json) {
-            println!(
-                "ok {} at {} by {}: displaces `{}`",
-                ok.at, ok.site, ok.mechanism, ok.displaced
-            );
-        }
-        for e in &report.refused {
-            eprintln!("refused: {e}");
-        }
-        if !report.refused.is_empty() {
-            bail!(
-                "{} of {} splices would be refused (nothing was changed)",
-                report.refused.len(),
-                spec.splices.len()
-            );
-        }
-        return Ok(());
+        return print_check(&report, args.json, spec.splices.len());
     }
     let report: ApplyReport =
         route::change(&request, |_| {}).with_context(|| format!("{file}: nothing was applied"))?;
@@ -119,6 +100,31 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
             report.spliced.len()
         ))
         .into());
+    }
+    Ok(())
+}
+
+/// Print what `apply --check` found (as JSON with `json`), the refusals on stderr; an error
+/// when any of the spec's `splices` would be refused.
+pub(crate) fn print_check(report: &CheckReport, json: bool, splices: usize) -> Result<()> {
+    if json {
+        super::splice::print_json(report)?;
+    }
+    for ok in report.ok.iter().filter(|_| !json) {
+        println!(
+            "ok {} at {} by {}: displaces `{}`",
+            ok.at, ok.site, ok.mechanism, ok.displaced
+        );
+    }
+    for e in &report.refused {
+        eprintln!("refused: {e}");
+    }
+    if !report.refused.is_empty() {
+        bail!(
+            "{} of {} splices would be refused (nothing was changed)",
+            report.refused.len(),
+            splices
+        );
     }
     Ok(())
 }

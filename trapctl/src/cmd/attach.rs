@@ -81,23 +81,7 @@ pub fn apply(pid: i32, args: &crate::cmd::apply::ApplyArgs, verbose: bool) -> Re
     };
     if args.check {
         let report: CheckReport = attach::ask(pid, &socket, &request)?;
-        for ok in &report.ok {
-            println!(
-                "ok {} at {} by {}: displaces `{}`",
-                ok.at, ok.site, ok.mechanism, ok.displaced
-            );
-        }
-        for e in &report.refused {
-            eprintln!("refused: {e}");
-        }
-        if !report.refused.is_empty() {
-            bail!(
-                "{} of {} splices would be refused (nothing was changed)",
-                report.refused.len(),
-                spec.splices.len()
-            );
-        }
-        return Ok(());
+        return crate::cmd::apply::print_check(&report, false, spec.splices.len());
     }
     let report: ApplyReport = attach::ask(pid, &socket, &request)
         .with_context(|| format!("{file}: nothing was applied"))?;
