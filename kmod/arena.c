@@ -88,13 +88,14 @@ struct trapvec_arena {
 };
 
 /*
- * 64 bytes (a kmalloc-64 object; two per count site): the offset order is the rbtree's alone,
- * and the arena is named by kind, not by a pointer.
+ * 48 bytes, from a slab cache of its own (it was 64: a hash node and a 64-bit id besides): the
+ * offset order is the rbtree's alone, the arena is named by kind, not by a pointer, and the
+ * block's id is made of its arena, its offset and a serial (trapvec_block_id()), so that the
+ * block an id names is found in the offset tree; no table by id.
  */
 struct trapvec_arena_block {
 	struct rb_node off_node;	/* in arena->by_off */
-	struct hlist_node id_node;	/* in trapvec_block_ids */
-	u64 id;
+	u32 serial;		/* the id's high half: which allocation at this offset */
 	u32 off;		/* the arenas are far smaller than 4 GiB */
 	u32 size;
 	/*
@@ -116,11 +117,16 @@ static u8 trapvec_data_arena[TRAPVEC_DATA_ARENA_SIZE] __aligned(PAGE_SIZE);
  */
 static unsigned long trapvec_inflight[TRAPVEC_CODE_ARENA_SIZE / TRAPVEC_ARENA_GRAIN];
 
+/* Block records (struct trapvec_arena_block), 48 bytes each. */
+static struct kmem_cache *trapvec_block_cache;
+
 /*
- * Every block of both arenas (freed ones too, until reclaimed), by id: 2^16 buckets (512 KiB),
- * a handful of blocks per bucket at 200,000 sites (two blocks each).
+ * A block's id: the serial of its allocation in the high 32 bits, its arena in bit 31 (set for
+ * data) and its offset in grains below. Never 0 (serials start at 1); an id names the block
+ * allocated then, never one allocated later at the same offset.
  */
-static DEFINE_HASHTABLE(trapvec_block_ids, 16);
+#define TRAPVEC_ID_DATA		(1ULL << 31)
+#define TRAPVEC_ID_GRAINS	(TRAPVEC_ID_DATA - 1)
 
 static struct trapvec_arena trapvec_code = {
 	.name = "code",
@@ -136,7 +142,14 @@ static struct trapvec_arena trapvec_data = {
 	.by_off = RB_ROOT,
 };
 
-static u64 trapvec_next_block_id = 1;
+/* The serial of the next allocation (0 is skipped when it wraps: an id is never 0). */
+static u32 trapvec_next_serial = 1;
+
+static u64 trapvec_block_id(const struct trapvec_arena_block *b)
+{
+	return (u64)b->serial << 32 | (b->kind == TRAPVEC_BLOCK_DATA ? TRAPVEC_ID_DATA : 0) |
+	       b->off / TRAPVEC_ARENA_GRAIN;
+}
 
 static struct trapvec_arena *trapvec_arena_of(const struct trapvec_arena_block *b)
 {
@@ -227,12 +240,18 @@ int trapvec_arena_init(void)
 	int ret;
 
 	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE % PAGE_SIZE);
-	/* Two per count site: keep the record a kmalloc-64 object. */
-	BUILD_BUG_ON(sizeof(struct trapvec_arena_block) > 64);
+	/* One or two per count site: what kmod/README.md counts. */
+	BUILD_BUG_ON(sizeof(struct trapvec_arena_block) > 48);
+	/* Every grain's index fits below the id's arena bit. */
+	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE / TRAPVEC_ARENA_GRAIN > TRAPVEC_ID_GRAINS ||
+		     TRAPVEC_DATA_ARENA_SIZE / TRAPVEC_ARENA_GRAIN > TRAPVEC_ID_GRAINS);
 
+	trapvec_block_cache = KMEM_CACHE(trapvec_arena_block, 0);
+	if (!trapvec_block_cache)
+		return -ENOMEM;
 	ret = trapvec_code_arena_get();
 	if (ret)
-		return ret;
+		goto out_cache;
 
 	pages = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, npages, sizeof(*pages), GFP_KERNEL);
 	if (!pages) {
@@ -263,17 +282,24 @@ int trapvec_arena_init(void)
 
 out_arena:
 	trapvec_code_arena_put();
+out_cache:
+	kmem_cache_destroy(trapvec_block_cache);
+	trapvec_block_cache = NULL;
 	return ret;
+}
+
+static void trapvec_block_free(struct trapvec_arena_block *b)
+{
+	trapvec_mem_put(TRAPVEC_MEM_BLOCK, sizeof(*b));
+	kmem_cache_free(trapvec_block_cache, b);
 }
 
 static void trapvec_arena_release(struct trapvec_arena *a)
 {
 	struct trapvec_arena_block *b, *tmp;
 
-	rbtree_postorder_for_each_entry_safe(b, tmp, &a->by_off, off_node) {
-		hash_del(&b->id_node);
-		trapvec_kvfree(TRAPVEC_MEM_BLOCK, b, sizeof(*b));
-	}
+	rbtree_postorder_for_each_entry_safe(b, tmp, &a->by_off, off_node)
+		trapvec_block_free(b);
 	a->by_off = RB_ROOT;
 	a->packed = NULL;
 	a->used = 0;
@@ -289,16 +315,25 @@ void trapvec_arena_exit(void)
 			       TRAPVEC_CODE_ARENA_SIZE >> PAGE_SHIFT);
 	trapvec_code.alias = NULL;
 	trapvec_code_arena_put();
+	kmem_cache_destroy(trapvec_block_cache);
+	trapvec_block_cache = NULL;
 }
 
+static struct trapvec_arena_block *trapvec_block_at(struct trapvec_arena *a, size_t off);
+
+/* The live block id names (its arena, offset and serial all agree), or NULL. */
 static struct trapvec_arena_block *trapvec_block_find(u64 id)
 {
+	struct trapvec_arena *a = id & TRAPVEC_ID_DATA ? &trapvec_data : &trapvec_code;
+	size_t off = (id & TRAPVEC_ID_GRAINS) * TRAPVEC_ARENA_GRAIN;
 	struct trapvec_arena_block *b;
 
 	lockdep_assert_held(&trapvec_mutex);
-	hash_for_each_possible(trapvec_block_ids, b, id_node, id)
-		if (b->id == id && !b->freed)
-			return b;
+	if (off >= a->size)
+		return NULL;
+	b = trapvec_block_at(a, off);
+	if (b && b->off == off && trapvec_block_id(b) == id && !b->freed)
+		return b;
 	return NULL;
 }
 
@@ -350,7 +385,6 @@ static void trapvec_block_unlink(struct trapvec_arena *a, struct trapvec_arena_b
 	if (a->packed && b->off <= a->packed->off)
 		a->packed = trapvec_block_of(rb_prev(&b->off_node));
 	rb_erase(&b->off_node, &a->by_off);
-	hash_del(&b->id_node);
 }
 
 /*
@@ -370,15 +404,15 @@ static struct trapvec_arena_block *trapvec_fit(struct trapvec_arena *a, size_t s
 	if (start + size > a->size)
 		return NULL;
 	BUILD_BUG_ON(TRAPVEC_CODE_ARENA_SIZE > U32_MAX || TRAPVEC_DATA_ARENA_SIZE > U32_MAX);
-	nb = trapvec_kvmalloc(TRAPVEC_MEM_BLOCK, 1, sizeof(*nb), GFP_KERNEL | __GFP_ZERO);
+	nb = kmem_cache_zalloc(trapvec_block_cache, GFP_KERNEL);
 	if (!nb)
 		return ERR_PTR(-ENOMEM);
+	trapvec_mem_got(TRAPVEC_MEM_BLOCK, sizeof(*nb));
 	nb->kind = a->kind;
 	nb->off = start;
 	nb->size = size;
-	nb->id = trapvec_next_block_id++;
+	nb->serial = trapvec_next_serial++ ?: trapvec_next_serial++;
 	rb_add(&nb->off_node, &a->by_off, trapvec_block_less);
-	hash_add(trapvec_block_ids, &nb->id_node, nb->id);
 	trapvec_extend_packed(a);
 	a->used += size;
 	return nb;
@@ -398,7 +432,7 @@ static void trapvec_reclaim_arena(struct trapvec_arena *a, struct trapvec_quiesc
 		out->reclaimed_blocks++;
 		out->reclaimed_bytes += b->size;
 		trapvec_block_unlink(a, b);
-		trapvec_kvfree(TRAPVEC_MEM_BLOCK, b, sizeof(*b));
+		trapvec_block_free(b);
 	}
 }
 
@@ -508,9 +542,9 @@ int trapvec_arena_alloc(struct trapvec_alloc *req)
 		return PTR_ERR(b);
 	if (a->kind == TRAPVEC_BLOCK_DATA)
 		memset(a->alias + b->off, 0, size);
-	req->id = b->id;
+	req->id = trapvec_block_id(b);
 	req->addr = a->base + b->off;
-	pr_debug("alloc %s block %llu: %zu bytes at %llx\n", a->name, b->id, size, req->addr);
+	pr_debug("alloc %s block %llu: %zu bytes at %llx\n", a->name, trapvec_block_id(b), size, req->addr);
 	return 0;
 }
 
@@ -567,7 +601,7 @@ int trapvec_arena_write(const struct trapvec_write *req)
 	/* Read back through the address the CPUs use, not through the alias. */
 	if (memcmp((void *)(a->base + b->off + req->offset), bounce, req->len)) {
 		pr_err("%s block %llu: read-back after writing %u bytes at +%llu differs\n",
-		       a->name, b->id, req->len, req->offset);
+		       a->name, trapvec_block_id(b), req->len, req->offset);
 		ret = -EIO;
 	}
 out_free:

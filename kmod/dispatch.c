@@ -150,26 +150,28 @@ static __always_inline enum trapvec_found trapvec_dispatch_lookup(struct pt_regs
 								   unsigned long site)
 {
 	enum trapvec_found found = TRAPVEC_FOUND_NONE;
+	struct trapvec_site_call *call;
 	struct trapvec_site *e;
 
 	rcu_read_lock_sched_notrace();
 	e = trapvec_lookup_rcu(site);
+	call = e ? e->call : NULL;
 	if (e && READ_ONCE(e->gone) && !trapvec_trap_still_at(site)) {
 		found = TRAPVEC_FOUND_GONE;
-	} else if (e && e->only.match && !trapvec_task_matches(&e->only)) {
+	} else if (call && call->only.match && !trapvec_task_matches(&call->only)) {
 		/* Another task: straight to the displaced instructions, not counted. */
-		regs->ip = e->only.skip;
+		regs->ip = call->only.skip;
 		found = TRAPVEC_FOUND_LIVE;
 	} else if (e) {
 		/* One incq %gs:...: an NMI that traps in between cannot lose a count. */
 		this_cpu_inc(e->counts->hits);
-		if (e->handler) {
+		if (call && call->handler) {
 			if (!__this_cpu_read(trapvec_in_handler)) {
 				struct trapvec_regs tregs;
 
 				__this_cpu_write(trapvec_in_handler, true);
 				trapvec_regs_from(&tregs, regs, site);
-				e->handler(&tregs, e->cookie);
+				call->handler(&tregs, call->cookie);
 				trapvec_regs_to(regs, &tregs);
 				__this_cpu_write(trapvec_in_handler, false);
 			} else {

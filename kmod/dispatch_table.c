@@ -21,23 +21,68 @@
 #include "trapvec_dispatch.h"
 #include "trapvec_arena.h"
 
-/* The per-CPU counters of an entry count as a second object of its kind. */
-#define TRAPVEC_COUNTS_BYTES	(sizeof(struct trapvec_counts) * num_possible_cpus())
+/* Dispatch entries, 56 bytes each (trapvec_dispatch.h); created at load, destroyed at unload. */
+static struct kmem_cache *trapvec_site_cache;
 
-static struct trapvec_site *trapvec_site_alloc(void)
+int trapvec_dispatch_init(void)
+{
+	/* A count site's entry: what trapctl list --stats and kmod/README.md promise. */
+	BUILD_BUG_ON(sizeof(struct trapvec_site) > 56);
+	trapvec_site_cache = KMEM_CACHE(trapvec_site, 0);
+	return trapvec_site_cache ? 0 : -ENOMEM;
+}
+
+/* Unload, after trapvec_dispatch_clear(): every entry is freed. */
+void trapvec_dispatch_exit(void)
+{
+	kmem_cache_destroy(trapvec_site_cache);
+	trapvec_site_cache = NULL;
+}
+
+/*
+ * The per-CPU counters of an entry count as a second object of its kind: hits and missed when
+ * it has a side record, hits alone otherwise.
+ */
+static size_t trapvec_counts_bytes(bool call)
+{
+	return (call ? sizeof(struct trapvec_counts) : sizeof(u64)) * num_possible_cpus();
+}
+
+/*
+ * A new entry, zeroed, with a side record (zeroed) if call: NULL when memory runs out, with
+ * nothing left allocated.
+ */
+static struct trapvec_site *trapvec_site_alloc(bool call)
 {
 	struct trapvec_site *e;
 
-	e = trapvec_kvmalloc(TRAPVEC_MEM_ENTRY, 1, sizeof(*e), GFP_KERNEL | __GFP_ZERO);
+	e = kmem_cache_zalloc(trapvec_site_cache, GFP_KERNEL);
 	if (!e)
 		return NULL;
-	e->counts = alloc_percpu(struct trapvec_counts);
-	if (!e->counts) {
-		trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
-		return NULL;
+	trapvec_mem_got(TRAPVEC_MEM_ENTRY, sizeof(*e));
+	if (call) {
+		e->call = trapvec_kvmalloc(TRAPVEC_MEM_ENTRY, 1, sizeof(*e->call),
+					   GFP_KERNEL | __GFP_ZERO);
+		if (!e->call)
+			goto out_entry;
+		e->counts = alloc_percpu(struct trapvec_counts);
+	} else {
+		/* hits alone: the only field a call-less entry touches is the first */
+		e->counts = (struct trapvec_counts __percpu *)__alloc_percpu(sizeof(u64),
+									      __alignof__(u64));
 	}
-	trapvec_mem_got(TRAPVEC_MEM_ENTRY, TRAPVEC_COUNTS_BYTES);
+	if (!e->counts)
+		goto out_call;
+	trapvec_mem_got(TRAPVEC_MEM_ENTRY, trapvec_counts_bytes(call));
 	return e;
+
+out_call:
+	if (e->call)
+		trapvec_kvfree(TRAPVEC_MEM_ENTRY, e->call, sizeof(*e->call));
+out_entry:
+	trapvec_mem_put(TRAPVEC_MEM_ENTRY, sizeof(*e));
+	kmem_cache_free(trapvec_site_cache, e);
+	return NULL;
 }
 
 /*
@@ -47,18 +92,40 @@ static struct trapvec_site *trapvec_site_alloc(void)
 static void trapvec_site_pin(const struct trapvec_site *e, int delta)
 {
 	trapvec_arena_pin(e->dest, delta);
-	if (e->handler)
-		trapvec_arena_pin((unsigned long)e->handler, delta);
-	if (e->only.match)
-		trapvec_arena_pin(e->only.skip, delta);
+	if (!e->call)
+		return;
+	if (e->call->handler)
+		trapvec_arena_pin((unsigned long)e->call->handler, delta);
+	if (e->call->only.match)
+		trapvec_arena_pin(e->call->only.skip, delta);
 }
 
 static void trapvec_site_free(struct trapvec_site *e)
 {
+	bool call = e->call;
+
 	trapvec_site_pin(e, -1);
 	free_percpu(e->counts);
-	trapvec_mem_put(TRAPVEC_MEM_ENTRY, TRAPVEC_COUNTS_BYTES);
-	trapvec_kvfree(TRAPVEC_MEM_ENTRY, e, sizeof(*e));
+	trapvec_mem_put(TRAPVEC_MEM_ENTRY, trapvec_counts_bytes(call));
+	if (call)
+		trapvec_kvfree(TRAPVEC_MEM_ENTRY, e->call, sizeof(*e->call));
+	trapvec_mem_put(TRAPVEC_MEM_ENTRY, sizeof(*e));
+	kmem_cache_free(trapvec_site_cache, e);
+}
+
+/* The entry's handler, cookie and predicate as DISPATCH_ADD took them (zeros for none). */
+static void trapvec_site_call_of(const struct trapvec_site *e, u64 *handler, u64 *cookie,
+				 struct trapvec_task_match *only)
+{
+	if (e->call) {
+		*handler = (unsigned long)e->call->handler;
+		*cookie = (unsigned long)e->call->cookie;
+		*only = e->call->only;
+	} else {
+		*handler = 0;
+		*cookie = 0;
+		memset(only, 0, sizeof(*only));
+	}
 }
 
 /*
@@ -131,7 +198,9 @@ static void trapvec_sum(const struct trapvec_site *e, u64 *hits, u64 *missed)
 		const struct trapvec_counts *c = per_cpu_ptr(e->counts, cpu);
 
 		*hits += READ_ONCE(c->hits);
-		*missed += READ_ONCE(c->missed);
+		/* A call-less entry's counters are its hits alone. */
+		if (e->call)
+			*missed += READ_ONCE(c->missed);
 	}
 }
 
@@ -177,21 +246,32 @@ static struct trapvec_site **trapvec_sites_made(const struct trapvec_dispatch_en
 	if (!made)
 		return NULL;
 	for (i = 0; i < count; i++) {
-		made[i] = trapvec_site_alloc();
+		const struct trapvec_dispatch_entry *d = &entries[i];
+		/*
+		 * A count site (no handler, cookie or predicate, no missed hits to keep) has no
+		 * side record; anything else keeps what it was given, for LIST to read back.
+		 */
+		bool call = d->handler || d->cookie || memchr_inv(&d->only, 0, sizeof(d->only)) ||
+			    (start && start[i].missed);
+
+		made[i] = trapvec_site_alloc(call);
 		if (!made[i])
 			goto out_nomem;
-		made[i]->site = entries[i].site;
-		made[i]->dest = entries[i].dest;
-		made[i]->handler = (trapvec_handler_t *)(unsigned long)entries[i].handler;
-		made[i]->cookie = (void *)(unsigned long)entries[i].cookie;
-		made[i]->only = entries[i].only;
+		made[i]->site = d->site;
+		made[i]->dest = d->dest;
+		if (call) {
+			made[i]->call->handler = (trapvec_handler_t *)(unsigned long)d->handler;
+			made[i]->call->cookie = (void *)(unsigned long)d->cookie;
+			made[i]->call->only = d->only;
+		}
 		trapvec_site_pin(made[i], 1);
 		if (start) {
 			struct trapvec_counts *c =
 				per_cpu_ptr(made[i]->counts, cpumask_first(cpu_possible_mask));
 
 			c->hits = start[i].hits;
-			c->missed = start[i].missed;
+			if (call)
+				c->missed = start[i].missed;
 		}
 		cond_resched();
 	}
@@ -389,9 +469,7 @@ int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacit
 	hash_for_each(trapvec_sites, bkt, e, node) {
 		all[n].site = e->site;
 		all[n].dest = e->dest;
-		all[n].handler = (unsigned long)e->handler;
-		all[n].cookie = (unsigned long)e->cookie;
-		all[n].only = e->only;
+		trapvec_site_call_of(e, &all[n].handler, &all[n].cookie, &all[n].only);
 		trapvec_sum(e, &all[n].hits, &all[n].missed);
 		n++;
 		if (!(n % 1024))
@@ -414,8 +492,8 @@ unsigned long trapvec_dispatch_targets(unsigned long start, unsigned long end)
 
 	lockdep_assert_held(&trapvec_mutex);
 	hash_for_each(trapvec_sites, bkt, e, node) {
-		unsigned long h = (unsigned long)e->handler;
-		unsigned long k = e->only.match ? e->only.skip : 0;
+		unsigned long h = e->call ? (unsigned long)e->call->handler : 0;
+		unsigned long k = e->call && e->call->only.match ? e->call->only.skip : 0;
 
 		if ((e->dest >= start && e->dest < end) || (h >= start && h < end) ||
 		    (k >= start && k < end))
@@ -436,7 +514,8 @@ unsigned long trapvec_dispatch_site_calling(unsigned long handler, u32 slot)
 
 	lockdep_assert_held(&trapvec_mutex);
 	hash_for_each(trapvec_sites, bkt, e, node)
-		if ((unsigned long)e->handler == handler && (u32)(unsigned long)e->cookie == slot)
+		if (e->call && (unsigned long)e->call->handler == handler &&
+		    (u32)(unsigned long)e->call->cookie == slot)
 			return e->site;
 	return 0;
 }

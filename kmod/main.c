@@ -105,12 +105,15 @@ static int __init trapvec_init(void)
 
 	trapvec_abi_checks();
 	trapvec_returns_init();
+	ret = trapvec_dispatch_init();
+	if (ret)
+		return ret;
 	ret = trapvec_ksyms_init();
 	if (ret)
-		return ret;
+		goto out_dispatch;
 	ret = trapvec_reserved_init();
 	if (ret)
-		return ret;
+		goto out_dispatch;
 	ret = trapvec_arena_init();
 	if (ret)
 		goto out_arena;
@@ -138,6 +141,8 @@ out_gate:
 out_arena:
 	trapvec_arena_exit();
 	trapvec_reserved_exit();
+out_dispatch:
+	trapvec_dispatch_exit();
 	return ret;
 }
 
@@ -187,6 +192,7 @@ static void __exit trapvec_exit(void)
 	trapvec_text_put_parked();
 	trapvec_gate_restore();
 	trapvec_dispatch_clear();
+	trapvec_dispatch_exit();
 	trapvec_returns_exit();
 	trapvec_keys_exit();
 	trapvec_arena_exit();

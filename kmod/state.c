@@ -53,9 +53,13 @@ int trapvec_state_put(struct trapvec_state *req)
 
 	if (req->len > TRAPVEC_STATE_MAX)
 		return -E2BIG;
-	/* Copy outside the lock: a large blob faults its pages in. */
+	/*
+	 * Copy outside the lock: a large blob faults its pages in. A blob may be hundreds of MiB
+	 * (200,000 splices): fail the PUT rather than wake the OOM killer for it.
+	 */
 	if (req->len) {
-		blob = trapvec_kvmalloc(TRAPVEC_MEM_STATE, 1, req->len, GFP_KERNEL);
+		blob = trapvec_kvmalloc(TRAPVEC_MEM_STATE, 1, req->len,
+					GFP_KERNEL | __GFP_RETRY_MAYFAIL | __GFP_NOWARN);
 		if (!blob)
 			return -ENOMEM;
 		if (copy_from_user(blob, u64_to_user_ptr(req->buf), req->len)) {

@@ -298,6 +298,8 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	u32 i, n = req->count, may_write, insns, reason;
 	u64 start = ktime_get_ns(), checked;
 	struct trapvec_stop_ctx ctx = {};
+	unsigned long dest;
+	bool jmp;
 	struct trapvec_text_op *ops;
 	int ret = 0;
 
@@ -381,7 +383,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		trapvec_batch_add(&batch, ops[i].rec);
 		memcpy(ops[i].rec->old_bytes, p->old_bytes, p->len);
 		memcpy(ops[i].rec->new_bytes, p->new_bytes, p->len);
-		reason = trapvec_patch_dest(p, &ops[i].rec->dest, &ops[i].rec->jmp);
+		reason = trapvec_patch_dest(p, &dest, &jmp);
 		if (reason && (insns > 1 || memcmp(p->new_bytes, p->old_bytes, p->len))) {
 			/*
 			 * Nothing could stand in for the new bytes (or, at the revert, the old
@@ -390,6 +392,16 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			trapvec_fail(req, i, reason, 0);
 			ret = -EINVAL;
 			goto out_unwind;
+		}
+		if (jmp) {
+			ops[i].rec->j = trapvec_kvmalloc(TRAPVEC_MEM_PATCH, 1, sizeof(*ops[i].rec->j),
+							 GFP_KERNEL | __GFP_ZERO);
+			if (!ops[i].rec->j) {
+				ret = -ENOMEM;
+				goto out_unwind;
+			}
+			ops[i].rec->j->rec = ops[i].rec;
+			ops[i].rec->j->dest = dest;
 		}
 		ops[i].int3_first = insns > 1 && trapvec_int3_first;
 		ret = trapvec_get_owner(ops[i].rec, req->flags & TRAPVEC_APPLY_DEFERRED);
@@ -432,12 +444,14 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 		WARN_ON_ONCE(!(ops[i].deferred && ctx.skipped) &&
 			     !trapvec_text_equals(r->addr, ops[i].undo ? r->old_bytes :
 						  r->new_bytes, r->len));
-		if (r->lands_on) {
+		struct trapvec_live_patch *to = trapvec_rec_lands_on(r);
+
+		if (to) {
 			if (ops[i].undo) {
-				r->lands_on->jumpers--;
+				to->jumpers--;
 			} else {
-				r->lands_on->jumpers++;
-				r->lands_on->springboard = true;
+				to->jumpers++;
+				to->springboard = true;
 			}
 		}
 	}
@@ -615,8 +629,8 @@ u32 trapvec_text_revert_within(unsigned long start, unsigned long end)
 	mutex_lock(trapvec_ksyms.kprobe_mutex);
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
-		if (r->lands_on)
-			r->lands_on->jumpers--;
+		if (trapvec_rec_lands_on(r))
+			trapvec_rec_lands_on(r)->jumpers--;
 	}
 	list_for_each_entry_safe(r, tmp, &trapvec_live, node) {
 		if (r->addr < start || r->addr >= end)

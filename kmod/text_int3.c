@@ -96,7 +96,7 @@ struct trapvec_pending *trapvec_pending_publish(const struct trapvec_text_op *op
 	pend->count = n;
 	for (i = 0; i < n; i++) {
 		pend->sites[i].addr = ops[i].rec->addr;
-		pend->sites[i].dest = ops[i].rec->jmp ? ops[i].rec->dest : 0;
+		pend->sites[i].dest = trapvec_rec_dest(ops[i].rec);
 	}
 	sort(pend->sites, pend->count, sizeof(pend->sites[0]), trapvec_cmp_pending, NULL);
 	/*
@@ -209,6 +209,8 @@ static struct notifier_block trapvec_int3_nb = {
 
 int trapvec_text_init(void)
 {
+	/* A trap patch's record, what kmod/README.md counts per count site. */
+	BUILD_BUG_ON(sizeof(struct trapvec_live_patch) > 128);
 	return register_die_notifier(&trapvec_int3_nb);
 }
 

@@ -48,6 +48,8 @@ void trapvec_live_free(struct trapvec_live_patch *r)
 		module_put(r->mod);
 	/* Never listed (a batch that failed): nobody can have seen it. */
 	trapvec_kvfree(TRAPVEC_MEM_PATCH, r->bl, sizeof(*r->bl));
+	if (r->j)
+		trapvec_kvfree(TRAPVEC_MEM_PATCH, r->j, sizeof(*r->j));
 	trapvec_kvfree(TRAPVEC_MEM_PATCH, r, sizeof(*r));
 }
 
@@ -122,7 +124,7 @@ static struct trapvec_live_patch *trapvec_rb_addr(const struct rb_node *n)
 
 static struct trapvec_live_patch *trapvec_rb_dest(const struct rb_node *n)
 {
-	return rb_entry(n, struct trapvec_live_patch, by_dest);
+	return rb_entry(n, struct trapvec_live_jmp, by_dest)->rec;
 }
 
 static void trapvec_addr_insert(struct rb_root *root, struct trapvec_live_patch *r)
@@ -178,15 +180,15 @@ void trapvec_live_add(struct trapvec_live_patch *r)
 	list_add_tail(&r->node, &trapvec_live);
 	trapvec_live_count++;
 	trapvec_addr_insert(&trapvec_live_by_addr, r);
-	if (!r->jmp)
+	if (!r->j)
 		return;
 	while (*link) {
 		parent = *link;
-		link = r->dest < trapvec_rb_dest(parent)->dest ? &parent->rb_left :
-								 &parent->rb_right;
+		link = r->j->dest < trapvec_rb_dest(parent)->j->dest ? &parent->rb_left :
+								       &parent->rb_right;
 	}
-	rb_link_node(&r->by_dest, parent, link);
-	rb_insert_color(&r->by_dest, &trapvec_live_by_dest);
+	rb_link_node(&r->j->by_dest, parent, link);
+	rb_insert_color(&r->j->by_dest, &trapvec_live_by_dest);
 }
 
 void trapvec_live_del(struct trapvec_live_patch *r)
@@ -195,8 +197,8 @@ void trapvec_live_del(struct trapvec_live_patch *r)
 	list_del(&r->node);
 	trapvec_live_count--;
 	rb_erase(&r->by_addr, &trapvec_live_by_addr);
-	if (r->jmp)
-		rb_erase(&r->by_dest, &trapvec_live_by_dest);
+	if (r->j)
+		rb_erase(&r->j->by_dest, &trapvec_live_by_dest);
 }
 
 /* The live record whose first byte is addr, or NULL. */
@@ -215,7 +217,7 @@ static struct trapvec_live_patch *trapvec_first_dest_from(unsigned long start)
 
 	while (n) {
 		r = trapvec_rb_dest(n);
-		if (r->dest >= start) {
+		if (r->j->dest >= start) {
 			found = r;
 			n = n->rb_left;
 		} else {
@@ -230,7 +232,7 @@ struct trapvec_live_patch *trapvec_live_jmp_onto(unsigned long dest)
 {
 	struct trapvec_live_patch *r = trapvec_first_dest_from(dest);
 
-	return r && r->dest == dest ? r : NULL;
+	return r && r->j->dest == dest ? r : NULL;
 }
 
 void trapvec_batch_add(struct trapvec_batch_index *b, struct trapvec_live_patch *r)
@@ -305,5 +307,5 @@ unsigned long trapvec_text_jmp_into(unsigned long start, unsigned long end)
 
 	lockdep_assert_held(&trapvec_mutex);
 	r = trapvec_first_dest_from(start);
-	return r && r->dest < end ? r->addr : 0;
+	return r && r->j->dest < end ? r->addr : 0;
 }

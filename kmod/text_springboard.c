@@ -72,16 +72,16 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
-		if (ops[i].undo || !r->jmp)
+		if (ops[i].undo || !r->j)
 			continue;
-		to = trapvec_rec_at(r->dest, batch);
+		to = trapvec_rec_at(r->j->dest, batch);
 		/* A live record this batch reverts is marked with its serial (text.c). */
 		if (to && to->undo_batch == batch->serial) {
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			req->culprit = to->addr;
 			return -EBUSY;
 		}
-		r->lands_on = to;
+		r->j->lands_on = to;
 		landing += !!to;
 	}
 	/*
@@ -97,8 +97,8 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 		if (!jmps)
 			return -ENOMEM;
 		for (i = 0; i < n; i++) {
-			if (!ops[i].undo && ops[i].rec->jmp) {
-				jmps[njmps].dest = ops[i].rec->dest;
+			if (!ops[i].undo && ops[i].rec->j) {
+				jmps[njmps].dest = ops[i].rec->j->dest;
 				jmps[njmps].rec = ops[i].rec;
 				njmps++;
 			}
@@ -107,21 +107,21 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 	}
 	for (i = 0; landing && i < n; i++) {
 		r = ops[i].rec;
-		if (ops[i].undo || !r->jmp || !r->lands_on)
+		if (ops[i].undo || !trapvec_rec_lands_on(r))
 			continue;
-		to = r->lands_on->jmp ? trapvec_rec_at(r->lands_on->dest, batch) : NULL;
+		to = r->j->lands_on->j ? trapvec_rec_at(r->j->lands_on->j->dest, batch) : NULL;
 		if (to) {
 			pr_debug("jmp at %pS lands on the patch at %pS, which lands on %pS\n",
-				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
+				 (void *)r->addr, (void *)r->j->lands_on->addr, (void *)to->addr);
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
-			req->culprit = r->lands_on->addr;
+			req->culprit = r->j->lands_on->addr;
 			ret = -EBUSY;
 			goto out;
 		}
 		to = trapvec_jmp_onto(r->addr, jmps, njmps);
 		if (to) {
 			pr_debug("jmp at %pS lands on the patch at %pS, and the jmp at %pS on it\n",
-				 (void *)r->addr, (void *)r->lands_on->addr, (void *)to->addr);
+				 (void *)r->addr, (void *)r->j->lands_on->addr, (void *)to->addr);
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			req->culprit = to->addr;
 			ret = -EBUSY;
@@ -136,8 +136,8 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 		if (ops[i].undo)
 			ops[i].rec->leaving = 0;
 	for (i = 0; i < n; i++)
-		if (ops[i].undo && ops[i].rec->lands_on)
-			ops[i].rec->lands_on->leaving++;
+		if (ops[i].undo && trapvec_rec_lands_on(ops[i].rec))
+			trapvec_rec_lands_on(ops[i].rec)->leaving++;
 	for (i = 0; i < n; i++) {
 		r = ops[i].rec;
 		if (!ops[i].undo || !r->springboard)
@@ -145,7 +145,7 @@ int trapvec_link_springboards(struct trapvec_text_op *ops, u32 n,
 		if (r->leaving != r->jumpers) {
 			trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 			list_for_each_entry(to, &trapvec_live, node)
-				if (to->lands_on == r)
+				if (trapvec_rec_lands_on(to) == r)
 					req->culprit = to->addr;
 			ret = -EBUSY;
 			goto out;

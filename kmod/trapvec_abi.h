@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define TRAPVEC_ABI_VERSION	10
+#define TRAPVEC_ABI_VERSION	11
 #define TRAPVEC_DEVICE_NAME	"trapvec"
 #define TRAPVEC_IOC_MAGIC	'T'
 
@@ -25,13 +25,16 @@
 #define TRAPVEC_PATCH_MAX	16
 /* Most bytes one READ or WRITE moves. */
 #define TRAPVEC_XFER_MAX	(1U << 20)
-/* Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST. */
-#define TRAPVEC_BATCH_MAX	65536U
 /*
- * Largest state blob (STATE_PUT). trapctl's state takes about 950 bytes per splice: 32 MiB
- * holds the state of as many splices as the code arena does (16,384), with room to spare.
+ * Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST (ABI 11: 2^18, was 2^16, so
+ * that 200,000 count sites go in one batch).
  */
-#define TRAPVEC_STATE_MAX	(32U << 20)
+#define TRAPVEC_BATCH_MAX	262144U
+/*
+ * Largest state blob (STATE_PUT). trapctl's state takes about 950 bytes per splice: 256 MiB
+ * (ABI 11, was 32 MiB) holds the state of 200,000 count sites, with room to spare.
+ */
+#define TRAPVEC_STATE_MAX	(256U << 20)
 /* "No element": failed_index when nothing failed. */
 #define TRAPVEC_NO_INDEX	0xffffffffU
 

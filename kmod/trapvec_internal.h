@@ -108,7 +108,9 @@ unsigned long trapvec_gate_handler(void);
 /* entry.S */
 void trapvec_entry(void);
 
-/* dispatch.c */
+/* dispatch.c and dispatch_table.c */
+int trapvec_dispatch_init(void);
+void trapvec_dispatch_exit(void);
 int trapvec_dispatch(struct pt_regs *regs);
 bool trapvec_dispatch_site(struct pt_regs *regs, unsigned long site);
 int trapvec_dispatch_add(const struct trapvec_dispatch_entry *entries, u32 count,

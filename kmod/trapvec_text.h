@@ -14,6 +14,13 @@
 
 #include "trapvec_internal.h"
 
+struct trapvec_live_jmp;
+
+/*
+ * The record of a live patch: 128 bytes (it was 184, with what only a jmp needs in it). A
+ * trap patch, a count site's, needs no more; a jmp's target, its node in the tree by target and
+ * the springboard it lands on are in a side record (struct trapvec_live_jmp) only jmps have.
+ */
 struct trapvec_live_patch {
 	struct list_head node;	/* in trapvec_live, under trapvec_mutex */
 	/*
@@ -22,33 +29,51 @@ struct trapvec_live_patch {
 	 * they are ordered by their ends too.
 	 */
 	struct rb_node by_addr;
-	/* A jmp (jmp set), in trapvec_live_by_dest while live: keyed by dest, duplicates kept. */
-	struct rb_node by_dest;
 	/* The batch (trapvec_text_apply()'s serial) that reverts it: one revert per batch. */
 	u64 undo_batch;
-	u32 leaving;		/* scratch of trapvec_link_springboards(): jumpers going now */
 	unsigned long addr;
 	u32 len;
-	u8 old_bytes[TRAPVEC_PATCH_MAX];	/* the original text */
-	u8 new_bytes[TRAPVEC_PATCH_MAX];	/* what the patch wrote */
-	unsigned long dest;	/* a jmp's target (jmp is set); 0 for a trap */
-	bool jmp;		/* new_bytes begin with jmp rel32 or jmp rel8 */
-	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
-	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
-	struct trapvec_blacklist_entry *bl;
-	bool bl_listed;		/* bl is on the list (not with the test knob kprobe_blacklist=0) */
-	/*
-	 * The live patch this one's jmp lands on (a springboard: jmp rel8 -> jmp rel32 in
-	 * padding), or NULL; its jumpers counts this one. Under trapvec_mutex.
-	 */
-	struct trapvec_live_patch *lands_on;
+	u32 leaving;		/* scratch of trapvec_link_springboards(): jumpers going now */
 	u32 jumpers;		/* live patches whose jmp lands on this one's first byte */
+	bool bl_listed;		/* bl is on the list (not with the test knob kprobe_blacklist=0) */
 	/*
 	 * A jmp has landed on it: its revert waits an RCU-tasks grace period, even when its
 	 * jumpers went in an earlier batch (a task may still be stopped on its first byte).
 	 */
 	bool springboard;
+	u8 old_bytes[TRAPVEC_PATCH_MAX];	/* the original text */
+	u8 new_bytes[TRAPVEC_PATCH_MAX];	/* what the patch wrote */
+	struct module *mod;	/* owner of the text (a reference is held); NULL: kernel */
+	/* [addr, addr + len) on kprobe_blacklist while live (under kprobe_mutex) */
+	struct trapvec_blacklist_entry *bl;
+	/* new_bytes begin with jmp rel32 or jmp rel8: what a jmp needs; NULL for a trap */
+	struct trapvec_live_jmp *j;
 };
+
+/* What only a jmp patch needs, beside its record (trapvec_live_patch.j). */
+struct trapvec_live_jmp {
+	struct trapvec_live_patch *rec;	/* the record it belongs to */
+	/* In trapvec_live_by_dest while live: keyed by dest, duplicates kept. */
+	struct rb_node by_dest;
+	unsigned long dest;	/* the jmp's target */
+	/*
+	 * The live patch this one's jmp lands on (a springboard: jmp rel8 -> jmp rel32 in
+	 * padding), or NULL; its jumpers counts this one. Under trapvec_mutex.
+	 */
+	struct trapvec_live_patch *lands_on;
+};
+
+/* Where r's jmp goes; 0 for a trap. */
+static inline unsigned long trapvec_rec_dest(const struct trapvec_live_patch *r)
+{
+	return r->j ? r->j->dest : 0;
+}
+
+/* The patch r's jmp lands on, or NULL (none, or r is a trap). */
+static inline struct trapvec_live_patch *trapvec_rec_lands_on(const struct trapvec_live_patch *r)
+{
+	return r->j ? r->j->lands_on : NULL;
+}
 
 /* text_live.c: the live records, under trapvec_mutex. */
 extern struct list_head trapvec_live;

@@ -368,10 +368,34 @@ fn run(request: &Request) -> Value {
                     json!({"ok": false, "error": "the agent has no splicer (cannot start the process backend)"})
                 }
             },
-            Some(splicer) => match ops::execute(splicer, request) {
-                Ok((reply, _made)) => ok(&reply),
-                Err(e) => error(&e),
-            },
+            Some(state) => {
+                // A spec with points in libraries not loaded yet: those wait for their dlopen.
+                if let Request::Apply {
+                    spec,
+                    best_effort,
+                    check: false,
+                } = request
+                {
+                    match instr_manager::Spec::from_path(spec) {
+                        Ok(s) => {
+                            if let Some(r) = crate::attached::apply(state, &s, *best_effort) {
+                                return r.map_or_else(
+                                    |e| json!({"ok": false, "error": e}),
+                                    |reply| ok(&reply),
+                                );
+                            }
+                        }
+                        Err(e) => return error(&e),
+                    }
+                }
+                match ops::execute(&mut state.splicer, request) {
+                    Ok((Reply::List(list), _)) => {
+                        ok(&Reply::List(crate::attached::with_pending(state, list)))
+                    }
+                    Ok((reply, _made)) => ok(&reply),
+                    Err(e) => error(&e),
+                }
+            }
         },
         !matches!(request, Request::List),
     )
@@ -383,7 +407,11 @@ fn detach() -> Result<usize, String> {
     crate::with_state_or_new(
         |state| match state {
             None => Ok(0),
-            Some(splicer) => live_unsplice_all(splicer),
+            Some(state) => {
+                let n = live_unsplice_all(&mut state.splicer)?;
+                crate::attached::forget(state);
+                Ok(n)
+            }
         },
         false,
     )

@@ -196,6 +196,10 @@ fn load(what: &str, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     let handle = call();
     if !handle.is_null() && depth == 1 {
         crate::with_state(|state| apply_ready(state, what));
+        if crate::attached::loaded_by_attach() {
+            // The objects it loaded call dlopen through their own GOT slots.
+            crate::got::hook_all();
+        }
     }
     unlock();
     handle
@@ -591,12 +595,8 @@ fn pass_through() -> bool {
 /// `dlopen`: libc's, then the deferred splices its libraries make ready.
 #[no_mangle]
 pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
-    if pass_through() {
-        // SAFETY: libc's dlopen with the caller's arguments.
-        return unsafe { real::dlopen()(file, mode) };
-    }
-    // SAFETY: as above.
-    load(&describe(file), || unsafe { real::dlopen()(file, mode) })
+    // SAFETY: the caller's arguments, as dlopen's.
+    unsafe { hook::dlopen(file, mode) }
 }
 
 /// `dlmopen`: as `dlopen`, in namespace `lmid`.
@@ -606,25 +606,56 @@ pub unsafe extern "C" fn dlmopen(
     file: *const c_char,
     mode: c_int,
 ) -> *mut c_void {
-    if pass_through() {
-        // SAFETY: libc's dlmopen with the caller's arguments.
-        return unsafe { real::dlmopen()(lmid, file, mode) };
-    }
-    // SAFETY: as above.
-    load(
-        &format!("dlm{}", describe(file).trim_start_matches("dl")),
-        || unsafe { real::dlmopen()(lmid, file, mode) },
-    )
+    // SAFETY: the caller's arguments, as dlmopen's.
+    unsafe { hook::dlmopen(lmid, file, mode) }
 }
 
 /// `dlclose`: the deferred splices of what it may unload removed first.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    if pass_through() {
-        // SAFETY: libc's dlclose with the caller's handle.
-        return unsafe { real::dlclose()(handle) };
+    // SAFETY: the caller's handle, as dlclose's.
+    unsafe { hook::dlclose(handle) }
+}
+
+/// The hooks' bodies, under names the agent does not export: their addresses are the agent's
+/// own (the exported names are bound, inside the agent too, to the first definition in the
+/// process's lookup order, libc's when the agent was not preloaded), for the GOT slots
+/// `crate::got` hooks.
+pub(crate) mod hook {
+    use super::{c_char, c_int, c_void, close, describe, load, pass_through, real};
+
+    pub(crate) unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
+        if pass_through() {
+            // SAFETY: libc's dlopen with the caller's arguments.
+            return unsafe { real::dlopen()(file, mode) };
+        }
+        // SAFETY: as above.
+        load(&describe(file), || unsafe { real::dlopen()(file, mode) })
     }
-    close(handle)
+
+    pub(crate) unsafe extern "C" fn dlmopen(
+        lmid: libc::Lmid_t,
+        file: *const c_char,
+        mode: c_int,
+    ) -> *mut c_void {
+        if pass_through() {
+            // SAFETY: libc's dlmopen with the caller's arguments.
+            return unsafe { real::dlmopen()(lmid, file, mode) };
+        }
+        // SAFETY: as above.
+        load(
+            &format!("dlm{}", describe(file).trim_start_matches("dl")),
+            || unsafe { real::dlmopen()(lmid, file, mode) },
+        )
+    }
+
+    pub(crate) unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+        if pass_through() {
+            // SAFETY: libc's dlclose with the caller's handle.
+            return unsafe { real::dlclose()(handle) };
+        }
+        close(handle)
+    }
 }
 
 #[cfg(test)]

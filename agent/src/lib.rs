@@ -11,6 +11,8 @@
 //! a deferred splice's state is `pending`, `applied`, `removed` (its library was unloaded) or
 //! `failed` (with `"error"`), its hits are summed over every time it was applied, and `loads`
 //! says how many times that was.
+//! `TRAPVEC_ONCE_MS=N` (coverage's once mode, [`once`]): every N ms the splices applied at start
+//! that were hit are removed in one batch; their stats entry says `disarmed`.
 //! Logging: `TRAPVEC_LOG=debug` (env_logger syntax).
 //!
 //! The agent owns the process's trap signals ([`signals`]): it interposes the libc functions
@@ -26,9 +28,12 @@
 
 #![allow(clippy::missing_safety_doc)] // the interposers have libc's contracts, documented there.
 
+mod attached;
 mod children;
 mod control;
 mod deferred;
+mod got;
+mod once;
 mod real;
 mod signals;
 mod spawn;
@@ -77,12 +82,9 @@ fn with_state(f: impl FnOnce(&mut State)) {
     });
 }
 
-/// Run `f` on the agent's splicer, making the state (an empty one, with a new process
-/// backend) first when there is none and `create` (a request of the control channel).
-pub(crate) fn with_state_or_new<R>(
-    f: impl FnOnce(Option<&mut Splicer<ProcessTarget>>) -> R,
-    create: bool,
-) -> R {
+/// Run `f` on the agent's state, making it (an empty one, with a new process backend) first
+/// when there is none and `create` (a request of the control channel).
+pub(crate) fn with_state_or_new<R>(f: impl FnOnce(Option<&mut State>) -> R, create: bool) -> R {
     deferred::as_agent(|| {
         let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() && create {
@@ -101,7 +103,7 @@ pub(crate) fn with_state_or_new<R>(
                 ),
             }
         }
-        f(guard.as_mut().map(|s| &mut s.splicer))
+        f(guard.as_mut())
     })
 }
 
@@ -215,6 +217,9 @@ extern "C" fn trapvec_agent_init() {
             }
             INIT_PID.store(std::process::id(), SeqCst);
             spawn::activate();
+            if let Err(e) = once::start_if_asked() {
+                eprintln!("trapvec: {e}; every site stays armed");
+            }
             start_control_if_asked();
             // SAFETY: registering plain extern "C" functions with no arguments.
             unsafe {
@@ -252,6 +257,9 @@ fn start_control_if_asked() {
 /// `dlopen`, `posix_spawn`... are not the program's, see docs/process.md.
 #[no_mangle]
 pub extern "C" fn trapvec_agent_attach() -> libc::c_int {
+    // Not preloaded: the program's dlopen calls reach the agent only through hooked GOT slots
+    // (see `got`; a slot that already calls the agent is left alone).
+    attached::ATTACHED.store(true, SeqCst);
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("TRAPVEC_LOG", "warn"))
         .try_init();
     match control::start() {
@@ -308,8 +316,12 @@ pub(crate) fn write_stats() {
         .map(|slot| match *slot {
             Slot::Now(i) => {
                 let row = &state.applied[i];
-                let hits = state.splicer.hits(SpliceId(row.id)).map(|h| h.hits).unwrap_or(0);
-                let mut v = serde_json::json!({ "at": row.at, "mechanism": row.mechanism, "hits": hits, "state": "applied" });
+                // Removed by once mode: its hits when it was removed.
+                let (hits, st) = match once::disarmed_hits(row.id) {
+                    Some(h) => (h, "disarmed"),
+                    None => (state.splicer.hits(SpliceId(row.id)).map(|h| h.hits).unwrap_or(0), "applied"),
+                };
+                let mut v = serde_json::json!({ "at": row.at, "mechanism": row.mechanism, "hits": hits, "state": st });
                 add_return_stats(&mut v, &state.splicer, SpliceId(row.id));
                 v
             }
@@ -329,7 +341,10 @@ pub(crate) fn write_stats() {
             }
         })
         .collect();
-    let doc = serde_json::json!({ "splices": splices });
+    let mut doc = serde_json::json!({ "splices": splices });
+    if let Some(n) = once::batches() {
+        doc["once_batches"] = n.into();
+    }
     if let Err(e) = std::fs::write(&path, format!("{doc:#}\n")) {
         eprintln!("trapvec: cannot write stats to {path}: {e}");
     }

@@ -37,6 +37,7 @@ pub mod kernel;
 pub mod peers;
 pub mod plots;
 pub mod report;
+pub mod script;
 pub mod sets;
 pub mod sizes;
 pub mod speed;

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use bench::coverage::{self, human_distance, HitCosts, DISTANCES};
 use bench::groups::Group;
 use bench::sets::{self, SetOptions};
-use bench::{batch, cost, peers, report, sizes, speed};
+use bench::{batch, cost, peers, report, script, sizes, speed};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -96,6 +96,17 @@ enum Cmd {
         costs: Option<PathBuf>,
         #[command(flatten)]
         cost: CostArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A `trapctl trace` one-liner from its text to its planned splices, on the host: compile,
+    /// write the component, parse the spec, plan every probe against this process (changing
+    /// nothing); medians per one-liner (issue 29's goal: under 10 ms).
+    Script {
+        /// Runs per one-liner.
+        #[arg(long, default_value_t = 200)]
+        runs: usize,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -355,6 +366,15 @@ fn run(cli: Cli) -> Result<()> {
                 );
             } else {
                 print!("{}", render_plan(&all, &costs));
+            }
+            Ok(())
+        }
+        Cmd::Script { runs, json } => {
+            let rows = script::measure(runs)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                script::print(&rows);
             }
             Ok(())
         }

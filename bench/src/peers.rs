@@ -70,6 +70,11 @@ pub struct VmPeers {
     /// its splice's hits (`trapctl list`) in a check run, and the getppid() calls made.
     #[serde(default)]
     pub trapvec_hits: BTreeMap<String, (u64, u64)>,
+    /// The one-liner `@[comm] = count()`'s (`trace_comm`, `trapctl trace --mechanism jmp`) and
+    /// its BPF twin's (`fentry_comm`, a hash map keyed by comm) sysbench entries in their
+    /// check runs, and the getppid() calls made.
+    #[serde(default)]
+    pub comm_hits: BTreeMap<String, (u64, u64)>,
 }
 
 /// `hits=N expected=M` (or `N expected=M`) of a hit-count line, whose text starts with `key=`.
@@ -148,6 +153,12 @@ impl VmPeers {
                 );
             } else if key == "PEERS_FENTRY_HITS" {
                 v.fentry_hits = hits_of(line, &text, key)?;
+            } else if key == "PEERS_TRACE_COMM_HITS" {
+                v.comm_hits
+                    .insert("trace_comm".into(), hits_of(line, &text, key)?);
+            } else if key == "PEERS_FENTRY_COMM_HITS" {
+                v.comm_hits
+                    .insert("fentry_comm".into(), hits_of(line, &text, key)?);
             } else if let Some(n) = key
                 .strip_prefix("PEERS_FTRACE_")
                 .and_then(|n| n.parse::<u32>().ok())
@@ -224,6 +235,10 @@ impl VmPeers {
             "kmulti_empty" | "kmulti_count" => {
                 ("the counting kprobe_multi program", self.kmulti_hits)
             }
+            "trace_comm" | "fentry_comm" => (
+                "the map's sysbench entry",
+                self.comm_hits.get(config).copied(),
+            ),
             c => ("trapvec's splice", self.trapvec_hits.get(c).copied()),
         };
         match hits {
@@ -263,6 +278,23 @@ impl VmPeers {
             .collect();
         if invalid.is_empty() {
             Ok(self.jmp_over_fentry())
+        } else {
+            Err(format!("invalid: {}", invalid.join("; ")))
+        }
+    }
+
+    /// The one-liner `@[comm] = count()` by jmp / BPF fentry's same map update, overheads per
+    /// hit, or why its figures are invalid (a map's entry not the calls made).
+    pub fn trace_over_fentry_checked(&self) -> Result<Option<f64>, String> {
+        let invalid: Vec<String> = ["trace_comm", "fentry_comm"]
+            .iter()
+            .filter_map(|c| self.invalid_hits(c))
+            .collect();
+        if invalid.is_empty() {
+            Ok(Self::ratio(
+                self.hit_overhead("trace_comm"),
+                self.hit_overhead("fentry_comm"),
+            ))
         } else {
             Err(format!("invalid: {}", invalid.join("; ")))
         }
@@ -628,6 +660,17 @@ impl Peers {
             Some(Ok(r)) => goal(fentry, r, Bound::AtMost(1.0), "not resolvable"),
             None => goal(fentry, None, Bound::AtMost(1.0), no_vm),
         });
+        let comm = "trace: `@[comm] = count()` by jmp per hit <= 1.0x BPF fentry's same map update";
+        g.push(match vm.map(VmPeers::trace_over_fentry_checked) {
+            Some(Err(why)) => invalid(comm, why),
+            Some(Ok(r)) => goal(
+                comm,
+                r,
+                Bound::AtMost(1.0),
+                "not measured in this guest run",
+            ),
+            None => goal(comm, None, Bound::AtMost(1.0), no_vm),
+        });
         for mech in ["trap", "jmp"] {
             let rows: [(String, RatioAt, Bound); 2] = [
                 (
@@ -751,7 +794,9 @@ mod tests {
 PEERS_HIT_ROUND 1: base=600 jmp_empty=900 jmp_count=800 trap_empty=2000 fentry_empty=1000 fentry_count=1100\r\n\
 PEERS_NS_BASE=600\r\nPEERS_NS_JMP_EMPTY=900\nPEERS_NS_JMP_COUNT=800\nPEERS_NS_TRAP_EMPTY=2000\n\
 PEERS_NS_FENTRY_EMPTY=1000\nPEERS_NS_FENTRY_COUNT=1100\n\
+PEERS_NS_TRACE_COMM=1300\nPEERS_NS_FENTRY_COMM=1400\n\
 PEERS_FENTRY_HITS=22002 expected=22002\n\
+PEERS_TRACE_COMM_HITS=22002 expected=22002\nPEERS_FENTRY_COMM_HITS=22002 expected=22002\n\
 PEERS_TRAPVEC_HITS config=jmp_empty hits=22002 expected=22002\n\
 PEERS_TRAPVEC_HITS config=jmp_count hits=22002 expected=22002\n\
 PEERS_TRAPVEC_HITS config=trap_empty hits=22002 expected=22002\n\
@@ -945,6 +990,32 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
         assert_eq!((g.met, g.margin), (None, None), "{}", g.measured);
         let g = goal("x", Some(f64::NAN), Bound::AtLeast(1.0), "");
         assert_eq!(g.met, None, "nan meets nothing");
+    }
+
+    #[test]
+    fn the_comm_one_liner_goal_is_judged_on_checked_maps() {
+        let comm = |console: &str| {
+            Peers {
+                vm: Some(VmPeers::parse(console, "6.1.0").unwrap()),
+                ..Peers::default()
+            }
+            .goals()
+            .into_iter()
+            .find(|g| g.goal.starts_with("trace: `@[comm]"))
+            .unwrap()
+        };
+        // (1300 - 600) / (1400 - 600)
+        let g = comm(CONSOLE);
+        assert_eq!((g.measured.as_str(), g.met), ("0.88x", Some(true)));
+        let console = CONSOLE.replace("PEERS_TRACE_COMM_HITS=22002", "PEERS_TRACE_COMM_HITS=21000");
+        let g = comm(&console);
+        assert_eq!(
+            (g.measured.as_str(), g.met),
+            (
+                "invalid: trace_comm: the map's sysbench entry counted 21000 hits for 22002 calls",
+                None
+            )
+        );
     }
 
     #[test]

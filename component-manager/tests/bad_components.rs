@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{compile, FakeTarget};
+use common::{compile, fake_target, FakeKernel};
 use component_manager::parse::ParseError;
 use component_manager::reloc::{RelocError, RelocType};
 use component_manager::{ComponentError, ComponentManager, LoadOptions, NoExtra};
@@ -13,8 +13,8 @@ use trapvec::{error_chain, BlockKind, SymbolKind};
 const NEAR: u64 = 0x5555_5555_0000;
 const FAR_VAR: u64 = 0x7fff_f7e0_0010;
 
-fn target() -> FakeTarget {
-    FakeTarget::new(&[
+fn target() -> FakeKernel {
+    fake_target(&[
         ("target_fn", NEAR + 0x1000, SymbolKind::Function),
         ("far_var", FAR_VAR, SymbolKind::Object),
     ])
@@ -28,12 +28,12 @@ fn opts() -> LoadOptions {
 }
 
 /// Load `bytes` as `name` into a fresh manager and target; the error, and the target to inspect.
-fn refuse(name: &str, bytes: &[u8], opts: &LoadOptions) -> (ComponentError, FakeTarget) {
+fn refuse(name: &str, bytes: &[u8], opts: &LoadOptions) -> (ComponentError, FakeKernel) {
     let (mut m, mut t) = (ComponentManager::new(), target());
     let err = m
         .load_bytes(&mut t, name, bytes, opts, &mut NoExtra)
         .expect_err("the load must fail");
-    assert_eq!(t.live(), 0, "{err}: nothing stays allocated");
+    assert_eq!(t.live_blocks(), 0, "{err}: nothing stays allocated");
     assert_eq!(m.iter().count(), 0);
     (err, t)
 }
@@ -64,7 +64,7 @@ fn truncated_files_are_refused_naming_what_could_not_be_read() {
         error_chain(&err),
         "component basic: file is 10 bytes, too short for an ELF identification (16 bytes)"
     );
-    assert_eq!(t.allocs, 0);
+    assert_eq!(t.allocs(), 0);
     let (err, _) = refuse("basic", &bytes[..40], &opts());
     assert!(
         error_chain(&err).starts_with("component basic: cannot read the ELF header (64 bytes): "),
@@ -85,7 +85,7 @@ fn truncated_files_are_refused_naming_what_could_not_be_read() {
             ),
             "{len}: {err}"
         );
-        assert_eq!(t.allocs, 0);
+        assert_eq!(t.allocs(), 0);
     }
 }
 
@@ -161,7 +161,7 @@ fn thread_local_variable_is_refused_as_an_unsupported_relocation() {
             "component tls: relocation R_X86_64_TPOFF32 (23) at .text+{offset:#x} is not supported"
         )
     );
-    assert_eq!(t.allocs, 0, "refused before allocating");
+    assert_eq!(t.allocs(), 0, "refused before allocating");
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn unresolved_symbols_are_all_named() {
         "component unresolved: unresolved symbols: missing_one, missing_two \
          (searched the loaded components, the caller's extra symbols and the target)"
     );
-    assert_eq!(t.allocs, 0);
+    assert_eq!(t.allocs(), 0);
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn crc_mismatch_is_refused_naming_both_values() {
         error_chain(&err),
         format!("component basic: CRC32 of the file is {actual:#010x}, expected {expected:#010x}")
     );
-    assert_eq!(t.allocs, 0);
+    assert_eq!(t.allocs(), 0);
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn duplicate_global_definition_is_refused_naming_both_components() {
         error_chain(&err),
         "component duplicate: global symbol calls_target is already defined by component basic"
     );
-    assert_eq!((t.allocs, t.live()), (2, 2), "only basic's blocks");
+    assert_eq!((t.allocs(), t.live_blocks()), (2, 2), "only basic's blocks");
 }
 
 #[test]
@@ -257,7 +257,7 @@ fn pc32_to_far_data_is_refused_and_the_allocated_blocks_are_freed() {
         ("far_var", ".text", FAR_VAR)
     );
     assert!(error_chain(&err).starts_with("component far_data: relocation R_X86_64_PC32 (2) at .text+0x2 against data symbol far_var at 0x7ffff7e00010: out of rel32 reach"), "{err}");
-    assert_eq!((t.allocs, t.frees), (2, 2));
+    assert_eq!((t.allocs(), t.frees()), (2, 2));
 }
 
 #[test]
@@ -282,7 +282,7 @@ fn relocation_against_the_unloaded_splices_section_is_refused() {
 fn refused_data_allocation_frees_the_code_block() {
     let bytes = compile("basic.c", &[]);
     let (mut m, mut t) = (ComponentManager::new(), target());
-    t.refuse_alloc = Some(BlockKind::Data);
+    t.state().refuse_alloc = Some(BlockKind::Data);
     let err = m
         .load_bytes(&mut t, "basic", &bytes, &opts(), &mut NoExtra)
         .unwrap_err();
@@ -290,9 +290,9 @@ fn refused_data_allocation_frees_the_code_block() {
         error_chain(&err).starts_with("component basic: allocating the data block ("),
         "{err}"
     );
-    assert_eq!((t.allocs, t.frees, t.live()), (1, 1, 0));
+    assert_eq!((t.allocs(), t.frees(), t.live_blocks()), (1, 1, 0));
     // The failure left no trace: the same component loads afterwards.
-    t.refuse_alloc = None;
+    t.state().refuse_alloc = None;
     m.load_bytes(&mut t, "basic", &bytes, &opts(), &mut NoExtra)
         .unwrap();
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{compile, FakeTarget};
+use common::{compile, fake_target, FakeKernel};
 use component_manager::{ComponentManager, LoadOptions, NoExtra};
 use proptest::prelude::*;
 use trapvec::SymbolKind;
@@ -27,8 +27,8 @@ fn seeds() -> &'static [Vec<u8>] {
     })
 }
 
-fn target() -> FakeTarget {
-    FakeTarget::new(&[
+fn target() -> FakeKernel {
+    fake_target(&[
         ("target_fn", NEAR + 0x1000, SymbolKind::Function),
         ("ext_fn", NEAR + 0x2000, SymbolKind::Function),
         ("ext_var", NEAR + 0x4000, SymbolKind::Object),
@@ -57,8 +57,8 @@ fn load_and_unload(bytes: &[u8]) -> Result<(), TestCaseError> {
         }
         Err(e) => prop_assert!(!trapvec::error_chain(&e).is_empty()),
     }
-    prop_assert_eq!(t.live(), 0);
-    prop_assert_eq!(t.allocs, t.frees);
+    prop_assert_eq!(t.live_blocks(), 0);
+    prop_assert_eq!(t.allocs(), t.frees());
     Ok(())
 }
 
@@ -154,7 +154,7 @@ fn flipped_bytes_of_a_two_function_component_link_inside_the_image_or_are_refuse
                 Ok(id) => id,
                 Err(e) => {
                     assert!(!e.to_string().is_empty());
-                    assert_eq!(t.live(), 0, "{e}");
+                    assert_eq!(t.live_blocks(), 0, "{e}");
                     return false;
                 }
             };
@@ -186,7 +186,7 @@ fn flipped_bytes_of_a_two_function_component_link_inside_the_image_or_are_refuse
             }
             m.verify(&t, id).unwrap();
             m.unload(&mut t, id).unwrap();
-            assert_eq!(t.live(), 0);
+            assert_eq!(t.live_blocks(), 0);
             true
         });
         match outcome {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{compile, compile_to, FakeTarget};
+use common::{compile, compile_to, fake_target, FakeKernel};
 use component_manager::parse;
 use component_manager::reloc::RelocType;
 use component_manager::resolve::ResolveError;
@@ -23,8 +23,8 @@ const EXT_VAR: u64 = NEAR + 0x4000;
 /// A library function more than 2 GiB away.
 const PUTS: u64 = 0x7fff_f7a5_0e50;
 
-fn target() -> FakeTarget {
-    FakeTarget::new(&[
+fn target() -> FakeKernel {
+    fake_target(&[
         ("target_fn", TARGET_FN, SymbolKind::Function),
         ("ext_fn", EXT_FN, SymbolKind::Function),
         ("ext_var", EXT_VAR, SymbolKind::Object),
@@ -41,7 +41,7 @@ fn opts() -> LoadOptions {
 
 fn load(
     m: &mut ComponentManager,
-    t: &mut FakeTarget,
+    t: &mut FakeKernel,
     fixture: &str,
     flags: &[&str],
 ) -> ComponentId {
@@ -61,7 +61,7 @@ fn sym(m: &ComponentManager, id: ComponentId, name: &str) -> (u64, u64) {
 }
 
 /// Decode function `name` of component `id` from the target's memory.
-fn decode(m: &ComponentManager, t: &FakeTarget, id: ComponentId, name: &str) -> Vec<Instruction> {
+fn decode(m: &ComponentManager, t: &FakeKernel, id: ComponentId, name: &str) -> Vec<Instruction> {
     let (addr, size) = sym(m, id, name);
     let bytes = t.read(addr, usize::try_from(size).unwrap()).unwrap();
     Decoder::with_ip(64, &bytes, addr, DecoderOptions::NONE)
@@ -84,9 +84,9 @@ fn rip_target(insns: &[Instruction], mnemonic: Mnemonic) -> u64 {
     i.ip_rel_memory_address()
 }
 
-fn c_string(t: &FakeTarget, addr: u64) -> String {
+fn c_string(t: &FakeKernel, addr: u64) -> String {
     let mut s = Vec::new();
-    while let [b] = t.peek(addr + s.len() as u64, 1)[..] {
+    while let [b] = t.text(addr + s.len() as u64, 1)[..] {
         if b == 0 {
             break;
         }
@@ -115,7 +115,7 @@ fn call_to_target_symbol_counter_and_rodata_string_point_where_they_must() {
         "counter {counter:#x} is in the data block"
     );
     assert_eq!(
-        t.peek(counter, 4),
+        t.text(counter, 4),
         [0; 4],
         "bss is zeroed (the fake fills fresh blocks with 0xAA)"
     );
@@ -130,7 +130,7 @@ fn call_to_target_symbol_counter_and_rodata_string_point_where_they_must() {
     assert_eq!(c_string(&t, s), "hello from a component");
 
     assert!(t.is_sealed(c.code_addr));
-    assert_eq!((t.allocs, t.seals, t.live()), (2, 1, 2));
+    assert_eq!((t.allocs(), t.seals(), t.live_blocks()), (2, 1, 2));
     assert_eq!(c.imports, vec![("target_fn".to_string(), TARGET_FN)]);
     assert!(
         c.stubs.is_empty(),
@@ -138,7 +138,7 @@ fn call_to_target_symbol_counter_and_rodata_string_point_where_they_must() {
     );
     assert_eq!(
         c.code_crc32,
-        crc32fast::hash(&t.peek(c.code_addr, c.code_len))
+        crc32fast::hash(&t.text(c.code_addr, c.code_len))
     );
 }
 
@@ -162,12 +162,12 @@ fn call_to_another_components_export_binds_to_it_and_pins_it_until_the_importer_
     let err = m.unload(&mut t, basic).unwrap_err();
     assert_eq!(error_chain(&err), "component basic is imported by user");
     assert!(
-        t.quiesced.is_empty(),
+        t.state().quiesced.is_empty(),
         "a refused unload does not even quiesce"
     );
     m.unload(&mut t, user).unwrap();
     m.unload(&mut t, basic).unwrap();
-    assert_eq!((t.live(), t.frees), (0, 4));
+    assert_eq!((t.live_blocks(), t.frees()), (0, 4));
     assert_eq!(m.lookup("calls_target"), None);
 }
 
@@ -183,7 +183,7 @@ fn far_library_call_goes_through_a_stub_jumping_through_a_got_slot() {
     );
     assert_eq!(c.stubs, vec![("puts".to_string(), call)]);
 
-    let stub: Vec<Instruction> = Decoder::with_ip(64, &t.peek(call, 6), call, DecoderOptions::NONE)
+    let stub: Vec<Instruction> = Decoder::with_ip(64, &t.text(call, 6), call, DecoderOptions::NONE)
         .into_iter()
         .collect();
     assert_eq!(stub.len(), 1);
@@ -191,7 +191,7 @@ fn far_library_call_goes_through_a_stub_jumping_through_a_got_slot() {
     assert!(stub[0].is_ip_rel_memory_operand());
     let slot = stub[0].ip_rel_memory_address();
     assert!(c.data.contains(slot), "the slot is in the data block");
-    assert_eq!(t.peek_u64(slot), PUTS);
+    assert_eq!(t.text_u64(slot), PUTS);
     assert_eq!(
         c_string(&t, rip_target(&decode(&m, &t, id, "say"), Mnemonic::Lea)),
         "far away"
@@ -253,7 +253,7 @@ fn trapvec_orig_import_is_answered_by_extra_symbols_and_declared_splices_are_par
         Some((id, c.symbol("my_compute").unwrap().addr))
     );
     // Nothing of .trapvec.splices was loaded: the splice strings are not in the data block.
-    let data = t.peek(c.data_addr, c.data.size);
+    let data = t.text(c.data_addr, c.data.size);
     assert!(!data.windows(3).any(|w| w == b"at="));
 }
 
@@ -272,7 +272,7 @@ fn an_extra_symbol_that_cannot_be_had_fails_the_load_naming_it() {
         error_chain(&err),
         "component orig: symbol __trapvec_orig_compute: compute has no replace splice"
     );
-    assert_eq!((t.allocs, t.live()), (0, 0));
+    assert_eq!((t.allocs(), t.live_blocks()), (0, 0));
 }
 
 #[test]
@@ -299,17 +299,17 @@ fn pic_code_reaches_globals_through_got_slots_of_every_gotpcrel_flavour() {
 
         let slot = rip_target(&decode(&m, &t, id, "read_ext"), Mnemonic::Mov);
         assert!(data.contains(slot));
-        assert_eq!(t.peek_u64(slot), EXT_VAR, "{flags:?}");
+        assert_eq!(t.text_u64(slot), EXT_VAR, "{flags:?}");
 
         let slot = rip_target(&decode(&m, &t, id, "own_counter_addr"), Mnemonic::Mov);
         let (own_counter, _) = sym(&m, id, "own_counter");
         assert!(data.contains(slot) && data.contains(own_counter));
-        assert_eq!(t.peek_u64(slot), own_counter, "{flags:?}");
+        assert_eq!(t.text_u64(slot), own_counter, "{flags:?}");
 
         let call = find(&decode(&m, &t, id, "call_ext"), Mnemonic::Call);
         if call.op0_kind() == OpKind::Memory {
             // -fno-plt: call qword ptr [rip+slot].
-            assert_eq!(t.peek_u64(call.ip_rel_memory_address()), EXT_FN);
+            assert_eq!(t.text_u64(call.ip_rel_memory_address()), EXT_FN);
         } else {
             assert_eq!(call.near_branch_target(), EXT_FN);
         }
@@ -324,7 +324,7 @@ fn function_pointer_table_holds_absolute_addresses() {
     let (local_fn, _) = sym(&m, id, "local_fn");
     assert_eq!(size, 16);
     assert_eq!(
-        (t.peek_u64(table), t.peek_u64(table + 8)),
+        (t.text_u64(table), t.text_u64(table + 8)),
         (TARGET_FN, local_fn)
     );
 }
@@ -345,7 +345,7 @@ fn abs32_links_in_the_low_4gib_and_is_refused_above_with_nothing_left_allocated(
     let mov = find(&decode(&m, &t, id, "value_addr"), Mnemonic::Mov);
     assert_eq!(mov.op1_kind(), OpKind::Immediate32);
     assert_eq!(u64::from(mov.immediate32()), value);
-    assert_eq!(t.peek(value, 4), 42i32.to_le_bytes());
+    assert_eq!(t.text(value, 4), 42i32.to_le_bytes());
 
     let (mut m, mut t) = (ComponentManager::new(), target());
     let err = m
@@ -356,7 +356,7 @@ fn abs32_links_in_the_low_4gib_and_is_refused_above_with_nothing_left_allocated(
         error_chain(&err),
         format!("component abs32: relocation R_X86_64_32 (10) at .text+0x1 against value: value {data_addr:#x} does not fit in 32 bits (zero-extended)")
     );
-    assert_eq!((t.allocs, t.frees, t.live()), (2, 2, 0));
+    assert_eq!((t.allocs(), t.frees(), t.live_blocks()), (2, 2, 0));
 }
 
 #[test]
@@ -386,7 +386,7 @@ fn verify_detects_a_modified_code_image() {
     let (f, _) = sym(&m, id, "greet");
     t.poke(f, &[0xC3]);
     let err = m.verify(&t, id).unwrap_err();
-    let actual = crc32fast::hash(&t.peek(c.code_addr, c.code_len));
+    let actual = crc32fast::hash(&t.text(c.code_addr, c.code_len));
     assert!(
         matches!(err, ComponentError::CodeModified { expected, actual: a, .. } if expected == c.code_crc32 && a == actual)
     );
@@ -418,8 +418,11 @@ fn unload_waits_for_release_then_quiesces_and_frees_both_blocks() {
     let c = m.get(id).unwrap().clone();
     m.unload(&mut t, id).unwrap();
     let range = |b: &trapvec::RepoBlock| (b.addr, b.addr + b.size as u64);
-    assert_eq!(t.quiesced, vec![vec![range(&c.code), range(&c.data)]]);
-    assert_eq!((t.frees, t.live()), (2, 0));
+    assert_eq!(
+        t.state().quiesced,
+        vec![vec![range(&c.code), range(&c.data)]]
+    );
+    assert_eq!((t.frees(), t.live_blocks()), (2, 0));
     assert!(m.get(id).is_none());
     assert!(matches!(m.unload(&mut t, id), Err(ComponentError::UnknownId(i)) if i == id));
 }
@@ -465,7 +468,7 @@ fn load_path_maps_the_file_and_names_the_component_after_its_stem() {
         error_chain(&err),
         "component basic.o: global symbol calls_target is already defined by component basic.o"
     );
-    assert_eq!(t.live(), 2);
+    assert_eq!(t.live_blocks(), 2);
 
     let missing = dir.path().join("missing.o");
     let err = m
@@ -483,15 +486,15 @@ fn load_path_maps_the_file_and_names_the_component_after_its_stem() {
 #[test]
 fn blocks_not_aligned_for_their_sections_are_padded() {
     let (mut m, mut t) = (ComponentManager::new(), target());
-    t.misalign = 8;
+    t.state().misalign = 8;
     let id = load(&mut m, &mut t, "basic.c", &[]);
     let c = m.get(id).unwrap();
     assert_eq!(c.code.addr % 16, 8, "the fake hands out 8-aligned blocks");
     assert_eq!(c.code_addr % 16, 0, ".text is 16-aligned");
     assert!(c.code.contains(c.code_addr) && c.code.contains(c.code_addr + c.code_len as u64 - 1));
     // Each misaligned first attempt was given back.
-    assert_eq!(t.live(), 2);
-    assert_eq!(t.allocs - t.frees, 2);
+    assert_eq!(t.live_blocks(), 2);
+    assert_eq!(t.allocs() - t.frees(), 2);
     assert_eq!(
         find(&decode(&m, &t, id, "calls_target"), Mnemonic::Call).near_branch_target(),
         TARGET_FN
@@ -546,7 +549,7 @@ fn common_symbols_get_zeroed_space_in_the_data_block() {
     assert_eq!(size, 4);
     assert!(m.get(id).unwrap().data.contains(counter));
     assert_eq!(counter % 4, 0);
-    assert_eq!(t.peek(counter, 4), [0; 4]);
+    assert_eq!(t.text(counter, 4), [0; 4]);
     assert_eq!(
         rip_target(&decode(&m, &t, id, "calls_target"), Mnemonic::Add),
         counter

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{compile, FakeTarget};
+use common::{compile, fake_target, FakeKernel};
 use component_manager::parse::ParseError;
 use component_manager::reloc::{RelocError, RelocType};
 use component_manager::validate::{Limits, ValidateError, DEFAULT_MAX_IMAGE};
@@ -18,8 +18,8 @@ use trapvec::{error_chain, SymbolKind};
 
 const NEAR: u64 = 0x5555_5555_0000;
 
-fn target() -> FakeTarget {
-    FakeTarget::new(&[
+fn target() -> FakeKernel {
+    fake_target(&[
         ("target_fn", NEAR + 0x1000, SymbolKind::Function),
         ("ext_var", NEAR + 0x4000, SymbolKind::Object),
     ])
@@ -159,7 +159,7 @@ fn refuse_with(bytes: &[u8], limits: Limits) -> ComponentError {
     let err = m
         .load_bytes(&mut t, "two", bytes, &opts(), &mut NoExtra)
         .expect_err("the load must fail");
-    assert_eq!(t.allocs, 0, "{err}: refused before allocating");
+    assert_eq!(t.allocs(), 0, "{err}: refused before allocating");
     err
 }
 
@@ -801,7 +801,7 @@ fn compiler_output_passes_validation_under_user_and_kernel_like_flags() {
     for fixture in ["two.c", "basic.c"] {
         for (flags, near) in sets {
             let bytes = compile(fixture, flags);
-            let mut t = FakeTarget::new(&[("target_fn", near + 0x1000, SymbolKind::Function)]);
+            let mut t = fake_target(&[("target_fn", near + 0x1000, SymbolKind::Function)]);
             let opts = LoadOptions {
                 near,
                 ..LoadOptions::default()

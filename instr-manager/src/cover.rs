@@ -39,6 +39,42 @@ pub struct CoverBlock {
     pub end: u64,
     /// The mechanism of its counting splice, or why it has none.
     pub site: Result<Mechanism, BlockRefusal>,
+    /// Starts of the blocks of the function control can flow to from it (the decoder's CFG).
+    pub succs: Vec<u64>,
+    /// The conditional branch that ends it, if one does (and its function has no indirect
+    /// jump, whose targets the CFG may not know).
+    pub branch: Option<Branch>,
+}
+
+/// A conditional branch ending a block: its instruction, where it goes when taken, and where
+/// control falls through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Branch {
+    pub insn: u64,
+    pub taken: u64,
+    pub fallthrough: u64,
+}
+
+/// The conditional branch (a near `jcc`, `jrcxz`, `loop*` to a block of `func`) that ends `b`.
+fn branch_of(func: &Function, b: &crate::analysis::BasicBlock) -> Option<Branch> {
+    if func.has_indirect_jumps {
+        return None;
+    }
+    let i = func
+        .insns
+        .partition_point(|i| i.addr < b.end)
+        .checked_sub(1)?;
+    let last = &func.insns[i];
+    if last.end() != b.end || last.instr.flow_control() != iced_x86::FlowControl::ConditionalBranch
+    {
+        return None;
+    }
+    let taken = last.instr.near_branch_target();
+    (taken != b.end && b.succs.contains(&taken) && b.succs.contains(&b.end)).then_some(Branch {
+        insn: last.addr,
+        taken,
+        fallthrough: b.end,
+    })
 }
 
 impl CoverBlock {
@@ -150,6 +186,8 @@ pub fn object_blocks(
                 start: b.start,
                 end: b.end,
                 site,
+                succs: b.succs.clone(),
+                branch: branch_of(&func, b),
             });
         }
     }
@@ -192,6 +230,8 @@ pub fn kernel_blocks(
                     kind: kind.into(),
                     reason,
                 }),
+                succs: Vec::new(),
+                branch: None,
             },
             module: f.origin.clone(),
             site: start,
@@ -246,6 +286,8 @@ pub fn kernel_blocks(
                     start: b.start,
                     end: b.end,
                     site: Ok(Mechanism::Trap),
+                    succs: b.succs.clone(),
+                    branch: branch_of(&func, b),
                 },
                 module: f.origin.clone(),
                 site,
@@ -432,9 +474,75 @@ pub struct BlockHits<'a> {
 
 /// The lcov tracefile of one object's blocks: per source file, `FN`/`FNDA` for each covered
 /// function whose entry has a line, `DA` for every line a block of theirs covers (its count:
-/// the most hits of a block over it), `LF`/`LH`, `FNF`/`FNH`. Blocks without a site count as
-/// not executed.
+/// the most hits of a block over it), `LF`/`LH`, `FNF`/`FNH`, and `BRDA`/`BRF`/`BRH` for the
+/// conditional branches whose edges the block counts give (`Edges::branch_counts`). Blocks without a
+/// site count as not executed.
 pub fn lcov(test_name: &str, blocks: &[BlockHits<'_>], lines: &LineTable) -> String {
+    lcov_with(test_name, blocks, lines, true)
+}
+
+/// The block counts of an object, indexed for [`Edges::branch_counts`].
+struct Edges {
+    /// (function, block start) -> the block's hits (`None`: no site).
+    count: std::collections::HashMap<(u64, u64), Option<u64>>,
+    /// (function, block start) -> how many predecessors it has.
+    preds: std::collections::HashMap<(u64, u64), usize>,
+}
+
+impl Edges {
+    fn new(all: &[BlockHits<'_>]) -> Edges {
+        let mut e = Edges {
+            count: Default::default(),
+            preds: Default::default(),
+        };
+        for x in all {
+            let f = x.block.func_addr;
+            e.count.insert((f, x.block.start), x.hits);
+            // The function's entry has the caller as a predecessor.
+            if x.block.start == f {
+                *e.preds.entry((f, f)).or_default() += 1;
+            }
+            for &s in &x.block.succs {
+                *e.preds.entry((f, s)).or_default() += 1;
+            }
+        }
+        e
+    }
+
+    /// How often `b`'s conditional branch was taken and not taken, from block counts: the
+    /// fall-through edge is the fall-through block's count when `b` is its only predecessor
+    /// (then taken = `b`'s count minus that), else the taken edge is the target's count when
+    /// `b` is the target's only predecessor. `None` when neither has that one predecessor (the
+    /// edge counts are not in the block counts then) or a count is missing (no site).
+    fn branch_counts(&self, b: &BlockHits<'_>) -> Option<(u64, u64)> {
+        let br = b.block.branch?;
+        let hits = b.hits?;
+        let f = b.block.func_addr;
+        let only_pred = |at: u64| self.preds.get(&(f, at)) == Some(&1);
+        let count = |at: u64| self.count.get(&(f, at)).copied().flatten();
+        if only_pred(br.fallthrough) {
+            let not_taken = count(br.fallthrough)?;
+            return Some((hits.checked_sub(not_taken)?, not_taken));
+        }
+        if only_pred(br.taken) {
+            let taken = count(br.taken)?;
+            return Some((taken, hits.checked_sub(taken)?));
+        }
+        None
+    }
+}
+
+/// One file's branch records: (line, branch address) -> (block executed, taken, not taken).
+type BranchRows = BTreeMap<(u32, u64), (bool, u64, u64)>;
+
+/// [`lcov`], with `BRDA` lines only if `branches` (block counts that are exact: not once mode,
+/// where a count stops at the site's disarming).
+pub fn lcov_with(
+    test_name: &str,
+    blocks: &[BlockHits<'_>],
+    lines: &LineTable,
+    branches: bool,
+) -> String {
     // file -> line -> hits; file -> function -> (line, entry hits)
     let mut da: BTreeMap<usize, BTreeMap<u32, u64>> = BTreeMap::new();
     let mut fns: BTreeMap<usize, BTreeMap<String, (u32, u64)>> = BTreeMap::new();
@@ -452,6 +560,21 @@ pub fn lcov(test_name: &str, blocks: &[BlockHits<'_>], lines: &LineTable) -> Str
             }
         }
     }
+    // file -> (line, branch address) -> (executed, taken, not taken)
+    let mut brda: BTreeMap<usize, BranchRows> = BTreeMap::new();
+    let edges = Edges::new(if branches { blocks } else { &[] });
+    for b in blocks.iter().filter(|_| branches) {
+        let Some(br) = b.block.branch else { continue };
+        let Some((taken, not_taken)) = edges.branch_counts(b) else {
+            continue;
+        };
+        if let Some(r) = lines.overlapping(br.insn, br.insn + 1).next() {
+            brda.entry(r.file).or_default().insert(
+                (r.line, br.insn),
+                (b.hits.unwrap_or(0) > 0, taken, not_taken),
+            );
+        }
+    }
     let mut o = String::new();
     for (file, lines_hit) in &da {
         let _ = writeln!(o, "TN:{test_name}");
@@ -467,6 +590,26 @@ pub fn lcov(test_name: &str, blocks: &[BlockHits<'_>], lines: &LineTable) -> Str
         let _ = writeln!(o, "FNH:{}", f.values().filter(|(_, h)| *h > 0).count());
         for (line, hits) in lines_hit {
             let _ = writeln!(o, "DA:{line},{hits}");
+        }
+        if let Some(brs) = brda.get(file) {
+            let mut per_line: BTreeMap<u32, u32> = BTreeMap::new();
+            let (mut found, mut hit) = (0, 0);
+            for (&(line, _), &(executed, taken, not_taken)) in brs {
+                let n = per_line.entry(line).or_insert(0);
+                for (k, count) in [(0, taken), (1, not_taken)] {
+                    found += 1;
+                    hit += usize::from(count > 0);
+                    let count = if executed {
+                        count.to_string()
+                    } else {
+                        "-".to_string()
+                    };
+                    let _ = writeln!(o, "BRDA:{line},{n},{k},{count}");
+                }
+                *n += 1;
+            }
+            let _ = writeln!(o, "BRF:{found}");
+            let _ = writeln!(o, "BRH:{hit}");
         }
         let _ = writeln!(o, "LF:{}", lines_hit.len());
         let _ = writeln!(o, "LH:{}", lines_hit.values().filter(|h| **h > 0).count());
@@ -503,6 +646,8 @@ mod tests {
             start: s,
             end: e,
             site: Ok(Mechanism::Jmp),
+            succs: Vec::new(),
+            branch: None,
         }
     }
 

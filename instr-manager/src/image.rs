@@ -196,6 +196,20 @@ impl CodeImage {
             .unwrap_or(&[])
     }
 
+    /// The names of the image's functions `glob` matches, sorted, each once: what a trace's
+    /// probe glob stands for in a program.
+    pub fn functions_matching(&self, glob: &crate::glob::FunctionGlob) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .symbols
+            .iter()
+            .filter(|s| s.kind == SymbolKind::Function && glob.matches(&s.name, None))
+            .map(|s| s.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Total bytes of executable sections.
     pub fn code_bytes(&self) -> usize {
         self.regions

@@ -63,6 +63,36 @@ impl std::fmt::Display for Owner {
     }
 }
 
+/// What a kernel `trapctl trace` names the component it loads: `trace_PID`, after its own pid.
+/// The trace removes it itself however it ends, except when killed by SIGKILL.
+pub const TRACE_COMPONENT_PREFIX: &str = "trace_";
+
+/// The pid of the `trapctl trace` that loaded component `name` (`trace_PID`), if it is one.
+pub fn trace_component_pid(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(TRACE_COMPONENT_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&pid| pid > 0)
+}
+
+/// Whether component `name` is a trace's whose trapctl is gone (no process has its pid, or a
+/// zombie does): orphaned, as a splice whose owner is gone. The name holds no start time: if
+/// the pid has been given to another process since, the component is not taken for an orphan
+/// (kept, never removed from under a live trace).
+pub fn is_orphaned_trace(name: &str) -> bool {
+    let Some(pid) = trace_component_pid(name) else {
+        return false;
+    };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => match parse_stat(&text) {
+            Some((state, _)) => matches!(state, 'Z' | 'X'),
+            None => true,
+        },
+        Err(_) => true,
+    }
+}
+
 /// The state (field 3) and start time (field 22) of a `/proc/PID/stat` line. The command
 /// (field 2) is in parentheses and may hold spaces and parentheses itself: the fields after it
 /// begin behind the last `)`.
@@ -84,6 +114,34 @@ mod tests {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 0\n";
         assert_eq!(parse_stat(line), Some(('S', 987_654)));
         assert_eq!(parse_stat("4242 (x) S 1 2"), None, "too short");
+    }
+
+    #[test]
+    fn a_trace_component_is_orphaned_when_no_process_has_its_pid() {
+        assert_eq!(trace_component_pid("trace_4242"), Some(4242));
+        for not_a_trace in [
+            "trace_",
+            "trace_12a",
+            "trace_-1",
+            "trace_0",
+            "mytrace_1",
+            "trace",
+        ] {
+            assert_eq!(trace_component_pid(not_a_trace), None, "{not_a_trace}");
+            assert!(!is_orphaned_trace(not_a_trace), "{not_a_trace}");
+        }
+        let me = std::process::id();
+        assert!(
+            !is_orphaned_trace(&format!("trace_{me}")),
+            "a live trapctl's"
+        );
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(
+            is_orphaned_trace(&format!("trace_{pid}")),
+            "an exited one's"
+        );
     }
 
     #[test]

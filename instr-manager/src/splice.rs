@@ -16,10 +16,17 @@
 //! [`trapvec::returns`]), `maxactive` (a return point's calls in progress at once, default
 //! [`trapvec::returns::DEFAULT_MAXACTIVE`]), `clock` (`wall`, the default, or `cpu`, for
 //! `time`) and `by` (`tid`, `pid`, `tgid`, `comm` or `cpu`: a `count` keyed by who hit the point,
-//! see [`trapvec::keyed`]). `call` and `replace` need a handler; `count` and `time` take none (one given is
+//! see [`trapvec::keyed`]; these keep the kernel's names for now), and the task predicate's
+//! `pid` (the process), `tid` (the thread) and `comm`. `call` and `replace` need a handler; `count` and `time` take none (one given is
 //! ignored, as is a cookie outside `call`). `time` is a return point by nature (`when` may be
 //! left out); `replace` has no return form. A refusal is a sentence naming the point:
 //! `f: unknown action `jump` (call, replace, count or time)`.
+//!
+//! `pid` is the process (the kernel's `task->tgid`) and `tid` the thread (`gettid()`, the
+//! kernel's `task->pid`), as in bpftrace, perf and ps, and both are written so. Before, the form
+//! used the kernel's names (`pid` a thread, `tgid` the process): `tgid` is still read, as `pid`,
+//! with one warning per run ([`OLD_TGID`]); a `pid` alone cannot be told from the new spelling and
+//! means the process.
 //!
 //! States saved before the form was flat wrote `action` as an object (`{"call": {"handler":
 //! "h", "cookie": 0}}`, `{"replace": {"with": "g"}}`); they are still read.
@@ -202,6 +209,8 @@ struct Flat {
     maxactive: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     clock: Option<Clock>,
+    // Keys keep `KeyBy`'s names for now (`pid` the kernel's task->pid): listings and saved
+    // states show them as they were made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     by: Option<KeyBy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,6 +223,16 @@ struct Flat {
     comm: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<Owner>,
+}
+
+/// The warning, once per run, for the old spelling `tgid` of a predicate.
+pub const OLD_TGID: &str = "`tgid` is the old spelling of `pid` (the process, the kernel's \
+task->tgid), read as `pid`; `tid` is the thread";
+
+/// Warn [`OLD_TGID`] the first time it applies in this process.
+fn warn_old_tgid() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| log::warn!("{OLD_TGID}"));
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -316,10 +335,22 @@ impl TryFrom<Flat> for SpliceRequest {
                 }
             ));
         }
+        // `pid` is the process and `tid` the thread; `tgid` the process's old spelling.
+        if f.tgid.is_some() {
+            warn_old_tgid();
+        }
+        let tgid = match (f.pid, f.tgid) {
+            (Some(p), Some(t)) if p != t => {
+                return Err(format!(
+                    "{at}: `pid` {p} and `tgid` {t}: both name the process (`tgid` is `pid`'s old spelling); give `tid` for a thread"
+                ))
+            }
+            (p, t) => p.or(t),
+        };
         let only = Predicate {
             tid: f.tid,
-            pid: f.pid,
-            tgid: f.tgid,
+            pid: None,
+            tgid,
             comm: f.comm,
         };
         only.check().map_err(|e| format!("{at}: {e}"))?;
@@ -349,12 +380,15 @@ impl From<SpliceRequest> for Flat {
             Action::Time { clock } => (None, 0, Some(clock)),
         };
         let when = (r.options.when == When::Return).then_some(When::Return);
+        // Written as the conventions spell them: the thread (a process's `tid`, the kernel's
+        // task->pid) as `tid`, the process (task->tgid) as `pid`.
         let Predicate {
             tid,
-            pid,
+            pid: kernel_pid,
             tgid,
             comm,
         } = r.options.only;
+        let (tid, pid, tgid) = (tid.or(kernel_pid), tgid, None);
         Flat {
             at: r.at,
             action: name,
@@ -531,10 +565,11 @@ mod tests {
         assert_eq!(
             r.options.only,
             Predicate {
-                pid: Some(42),
+                tgid: Some(42),
                 comm: Some("nginx".into()),
                 ..Predicate::default()
-            }
+            },
+            "`pid` is the process"
         );
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
@@ -543,7 +578,8 @@ mod tests {
         let t = read(r#"{"at":"f","action":"time","tid":7,"tgid":8}"#).unwrap();
         assert_eq!(
             (t.options.only.tid, t.options.only.tgid),
-            (Some(7), Some(8))
+            (Some(7), Some(8)),
+            "the old `tgid` is read as the process"
         );
         assert_eq!(
             serde_json::from_str::<SpliceRequest>(&serde_json::to_string(&t).unwrap()).unwrap(),
@@ -557,6 +593,40 @@ mod tests {
             "{e}"
         );
         assert!(read(r#"{"at":"f","action":"count","pid":-1}"#).is_err());
+    }
+
+    #[test]
+    fn pid_is_the_process_and_tid_the_thread_read_and_written_so() {
+        let read = |j: &str| serde_json::from_str::<SpliceRequest>(j);
+        // New spellings, read and written back the same.
+        let j = r#"{"at":"f","action":"count","handler":null,"mechanism":"trap","cookie":0,"tid":7,"pid":8}"#;
+        let r = read(j).unwrap();
+        assert_eq!(
+            (r.options.only.tid, r.options.only.pid, r.options.only.tgid),
+            (Some(7), None, Some(8))
+        );
+        assert_eq!(serde_json::to_string(&r).unwrap(), j);
+        // The old spelling: `tgid` read as `pid`, written as `pid`.
+        let old = read(r#"{"at":"f","action":"count","tgid":8}"#).unwrap();
+        assert_eq!(old.options.only.tgid, Some(8));
+        let out = serde_json::to_string(&old).unwrap();
+        assert!(
+            out.ends_with(r#""pid":8}"#) && !out.contains("tgid"),
+            "{out}"
+        );
+        // A kernel thread made by the library (task->pid) is written as `tid`.
+        let mut k = SpliceRequest::new("f", Action::Count, Mechanism::Trap);
+        k.options.only.pid = Some(5);
+        let out = serde_json::to_string(&k).unwrap();
+        assert!(out.ends_with(r#""tid":5}"#), "{out}");
+        // Two different processes.
+        let e = read(r#"{"at":"f","action":"count","pid":1,"tgid":2}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("f: `pid` 1 and `tgid` 2: both name the process"),
+            "{e}"
+        );
     }
 
     #[test]

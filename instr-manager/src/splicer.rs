@@ -52,7 +52,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use component_manager::{ComponentError, ComponentId, ComponentManager};
 use serde::{Deserialize, Serialize};
-use trapvec::target::{DispatchEntry, RepoBlock, Target, TextPatch};
+use trapvec::target::{DispatchEntry, RepoBlock, Target, TargetExt, TextPatch};
 use trapvec::TargetError;
 
 use crate::plan::Mechanism;
@@ -161,7 +161,10 @@ pub struct LiveSplice {
     site_patch: TextPatch,
     springboard_patch: Option<TextPatch>,
     code: RepoBlock,
-    data: RepoBlock,
+    /// Hit counter, then in-flight counter: `None` where nothing counts in it (a count trap
+    /// whose hits the dispatcher counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<RepoBlock>,
     /// Where the trap/jmp sends the CPU.
     entry: u64,
     /// Replay (displaced + jmp back), for replace splices and dispatcher-run handlers.
@@ -215,11 +218,13 @@ impl LiveSplice {
         self.dispatch
     }
 
-    fn hits_addr(&self) -> u64 {
-        self.data.addr
+    /// The trampoline's hit counter (`None`: the dispatcher counts, or nothing does).
+    fn hits_addr(&self) -> Option<u64> {
+        self.data.as_ref().map(|d| d.addr)
     }
-    fn inflight_addr(&self) -> u64 {
-        self.inflight.unwrap_or(self.data.addr + 8)
+    /// The in-flight counter (`None`: no thread is counted in).
+    fn inflight_addr(&self) -> Option<u64> {
+        self.inflight.or(self.data.as_ref().map(|d| d.addr + 8))
     }
     /// Add the ranges a thread could be executing in because of this splice to `out`.
     fn add_ranges(&self, out: &mut Vec<(u64, u64)>) {
@@ -403,7 +408,7 @@ impl<T: Target> Splicer<T> {
                         missed: h.missed,
                     }
                 }
-                None => counted.push((i, s.hits_addr())),
+                None => counted.extend(s.hits_addr().map(|a| (i, a))),
             }
         }
         let addrs: Vec<u64> = counted.iter().map(|c| c.1).collect();

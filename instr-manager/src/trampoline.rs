@@ -247,7 +247,12 @@ fn shape(i: &Instruction) -> Instruction {
     if m.memory_base() == Register::RIP {
         m.set_memory_displacement64(0);
     }
-    if matches!(m.code(), Code::Call_rel32_64 | Code::Jmp_rel32_64) {
+    // Every near branch (call, jmp, jcc, loop, jrcxz, xbegin): its displacement is rewritten
+    // for the address each copy is placed at, so its target is no part of the shape. A target
+    // left in the key would still match a later copy placed elsewhere, whose bytes would keep
+    // the displacement of the first (a count site's replay is encoded once at a trial address
+    // to size it, then at its block: every relocated jcc went where the trial copy would have).
+    if m.op0_kind() == iced_x86::OpKind::NearBranch64 {
         m.set_near_branch64(0);
     }
     if m.code() == Code::Mov_r64_imm64 {
@@ -328,13 +333,20 @@ fn encode_prefix(instrs: &[Instruction], addr: u64) -> Option<Vec<u8>> {
             let at = off + co.displacement_offset();
             out[at..at + 4].copy_from_slice(&d.to_le_bytes());
         }
-        if matches!(i.code(), Code::Call_rel32_64 | Code::Jmp_rel32_64) {
-            // E8/E9 rel32: the displacement is the last 4 bytes.
-            if len != 5 {
+        if i.op0_kind() == iced_x86::OpKind::NearBranch64 {
+            // The form (rel8 or rel32) is the instruction's code; only the displacement moves.
+            // One that does not fit from here is left to the BlockEncoder. iced reports a branch's
+            // displacement as the instruction's immediate.
+            if !co.has_immediate() {
                 return None;
             }
-            let d = rel32(i.near_branch64())?;
-            out[off + 1..off + 5].copy_from_slice(&d.to_le_bytes());
+            let d = i128::from(i.near_branch64()) - i128::from(next);
+            let at = off + co.immediate_offset();
+            match co.immediate_size() {
+                4 => out[at..at + 4].copy_from_slice(&i32::try_from(d).ok()?.to_le_bytes()),
+                1 => out[at] = i8::try_from(d).ok()?.to_le_bytes()[0],
+                _ => return None,
+            }
         }
         if i.code() == Code::Mov_r64_imm64 {
             let at = off + co.immediate_offset();

@@ -10,7 +10,7 @@ repo=$(cd "$here/../.." && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-cc -static -O2 -Wall -Wextra -Werror -I "$repo/kmod" -o "$out/trapvec_test" "$here/trapvec_test.c"
+cc -static -O2 -Wall -Wextra -Werror -I "$repo/kmod" -o "$out/trapvec_test" "$here"/*.c
 
 cd "$repo"
 # A static test binary runs in the busybox guest as it is (glibc, crt-static).

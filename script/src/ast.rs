@@ -34,6 +34,10 @@ impl IntTy {
 pub enum ProbeSpec {
     Begin,
     End,
+    /// `interval:s:N`, `interval:ms:N`: run by the tracer every `ms` milliseconds.
+    Interval {
+        ms: u64,
+    },
     /// `FUNC`, `FUNC+OFF`, `FUNC:return`, `lib:sym`, a glob.
     Func {
         /// `lib` of `lib:sym`.
@@ -157,6 +161,18 @@ pub enum Stmt {
         args: Vec<Expr>,
         pos: Pos,
     },
+    /// `exit()`: end the trace as Ctrl-C does.
+    Exit { pos: Pos },
+    /// `delete(@name[keys])`: remove one entry.
+    Delete {
+        name: String,
+        keys: Vec<Expr>,
+        pos: Pos,
+    },
+    /// `clear(@name)`: remove every entry.
+    Clear { name: String, pos: Pos },
+    /// `print(@name)`: print the map now (an interval probe).
+    Print { name: String, pos: Pos },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

@@ -126,6 +126,36 @@ pub enum Const {
     Str(String),
 }
 
+/// A printf argument's type as its format is listed: integers print as signed whatever the
+/// checker last knew of a variable's signedness (the conversion decides: `%u`, `%x`).
+pub fn printf_ty(t: Ty) -> Ty {
+    match t {
+        Ty::Int { .. } => Ty::Int { signed: true },
+        other => other,
+    }
+}
+
+/// The most 8-byte words of a probe's printf arguments (a record of the printf ring).
+pub const PRINTF_WORDS: usize = 16;
+
+/// What an interval probe does, run by the tracer against the data it reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Printf(Printf),
+    /// Print the map (by name) as the end prints it.
+    Print(String),
+    /// Forget the map's entries (the tracer prints what came since).
+    Clear(String),
+    Exit,
+}
+
+/// `interval:s:N` / `interval:ms:N`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interval {
+    pub ms: u64,
+    pub actions: Vec<Action>,
+}
+
 /// The whole program, checked.
 #[derive(Clone, Debug)]
 pub struct Checked {
@@ -134,6 +164,12 @@ pub struct Checked {
     pub probes: Vec<(Vec<(ProbeSpec, Pos)>, Body)>,
     pub begin: Vec<Printf>,
     pub end: Vec<Printf>,
+    /// The formats of the probes' printf statements and their arguments' types: a ring
+    /// record names its format by its index here.
+    pub formats: Vec<(String, Vec<Ty>)>,
+    /// A probe calls `exit()`.
+    pub exits: bool,
+    pub intervals: Vec<Interval>,
 }
 
 /// Options the checker needs.
@@ -141,6 +177,8 @@ pub struct Checked {
 pub struct CheckOptions {
     /// Changes of retval, arguments or registers are allowed (`--allow-changes`).
     pub allow_changes: bool,
+    /// The program is compiled for the kernel.
+    pub kernel: bool,
 }
 
 /// Where an expression is evaluated.
@@ -155,11 +193,50 @@ pub(crate) fn check(p: &Program, opts: CheckOptions) -> Result<Checked, Spanned>
         maps: Vec::new(),
         index: HashMap::new(),
         opts,
+        formats: Vec::new(),
+        exits: false,
+        uses: Vec::new(),
     };
+    let mut intervals = Vec::new();
     let mut probes = Vec::new();
     let mut begin = Vec::new();
     let mut end = Vec::new();
     for probe in &p.probes {
+        if let Some((ProbeSpec::Interval { ms }, ipos)) = probe
+            .specs
+            .iter()
+            .find(|(s, _)| matches!(s, ProbeSpec::Interval { .. }))
+        {
+            if probe.specs.len() > 1 {
+                return err(*ipos, "an interval probe cannot share a probe with others");
+            }
+            if let Some(pred) = &probe.predicate {
+                return err(pred.pos, "an interval probe takes no predicate");
+            }
+            let mut actions = Vec::new();
+            for s in &probe.body {
+                actions.push(match s {
+                    Stmt::Printf { format, args, pos } => {
+                        Action::Printf(constant_printf(format, args, *pos)?)
+                    }
+                    Stmt::Print { name, pos } => {
+                        c.uses.push(Use { name: name.clone(), keys: None, pos: *pos, what: Used::Print });
+                        Action::Print(name.clone())
+                    }
+                    Stmt::Clear { name, pos } => {
+                        c.uses.push(Use { name: name.clone(), keys: None, pos: *pos, what: Used::IntervalClear });
+                        Action::Clear(name.clone())
+                    }
+                    Stmt::Exit { .. } => Action::Exit,
+                    other => return err(
+                        stmt_pos(other),
+                        "an interval probe runs in trapctl: only printf of constants, print(@m), clear(@m) and exit() are allowed there",
+                    ),
+                });
+            }
+            intervals.push(Interval { ms: *ms, actions });
+            continue;
+        }
         let special: Vec<_> = probe
             .specs
             .iter()
@@ -183,19 +260,7 @@ pub(crate) fn check(p: &Program, opts: CheckOptions) -> Result<Checked, Spanned>
                         "BEGIN and END run in trapctl: only printf is allowed there",
                     );
                 };
-                let args = args.iter().map(constant).collect::<Result<Vec<_>, _>>()?;
-                let tys: Vec<Ty> = args
-                    .iter()
-                    .map(|a| match a {
-                        Const::Int(_) => Ty::Int { signed: true },
-                        Const::Str(_) => Ty::Str,
-                    })
-                    .collect();
-                check_format(format, &tys, *pos)?;
-                lines.push(Printf {
-                    format: format.clone(),
-                    args,
-                });
+                lines.push(constant_printf(format, args, *pos)?);
             }
             if special[0].0 == ProbeSpec::Begin {
                 begin.extend(lines);
@@ -220,12 +285,51 @@ pub(crate) fn check(p: &Program, opts: CheckOptions) -> Result<Checked, Spanned>
         }
         probes.push((probe.specs.clone(), body.expect("a probe has a spec")));
     }
+    c.resolve_uses()?;
     Ok(Checked {
         maps: c.maps,
         probes,
         begin,
         end,
+        formats: c.formats,
+        exits: c.exits,
+        intervals,
     })
+}
+
+/// A printf of constants (BEGIN, END, an interval).
+fn constant_printf(format: &str, args: &[Expr], pos: Pos) -> Result<Printf, Spanned> {
+    let args = args.iter().map(constant).collect::<Result<Vec<_>, _>>()?;
+    let tys: Vec<Ty> = args
+        .iter()
+        .map(|a| match a {
+            Const::Int(_) => Ty::Int { signed: true },
+            Const::Str(_) => Ty::Str,
+        })
+        .collect();
+    check_format(format, &tys, pos)?;
+    Ok(Printf {
+        format: format.to_string(),
+        args,
+    })
+}
+
+/// How a map is used besides its assignments (checked once every map is known).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Used {
+    Read,
+    Delete,
+    Clear,
+    IntervalClear,
+    Print,
+}
+
+struct Use {
+    name: String,
+    /// The keys' types (read, delete).
+    keys: Option<Vec<Ty>>,
+    pos: Pos,
+    what: Used,
 }
 
 fn stmt_pos(s: &Stmt) -> Pos {
@@ -234,7 +338,11 @@ fn stmt_pos(s: &Stmt) -> Pos {
         | Stmt::VarAssign { pos, .. }
         | Stmt::Change { pos, .. }
         | Stmt::Return { pos, .. }
-        | Stmt::Printf { pos, .. } => *pos,
+        | Stmt::Printf { pos, .. }
+        | Stmt::Exit { pos }
+        | Stmt::Delete { pos, .. }
+        | Stmt::Clear { pos, .. }
+        | Stmt::Print { pos, .. } => *pos,
     }
 }
 
@@ -275,7 +383,7 @@ pub(crate) fn check_format(format: &str, args: &[Ty], pos: Pos) -> Result<(), Sp
         };
         match args.get(n) {
             None => return err(pos, format!("printf: conversion {} has no argument", n + 1)),
-            Some(Ty::Str) if !want_str => {
+            Some(Ty::Str | Ty::Bytes(_)) if !want_str => {
                 return err(
                     pos,
                     format!(
@@ -336,6 +444,9 @@ struct Checker {
     maps: Vec<MapInfo>,
     index: HashMap<String, usize>,
     opts: CheckOptions,
+    formats: Vec<(String, Vec<Ty>)>,
+    exits: bool,
+    uses: Vec<Use>,
 }
 
 /// The expression's type, assuming it checked.
@@ -381,6 +492,65 @@ pub fn operands_signed(a: &Expr, b: &Expr, vars: &HashMap<String, (usize, Ty)>) 
 }
 
 impl Checker {
+    /// Every read, delete, clear and print names a map the program assigns, with its keys.
+    fn resolve_uses(&self) -> Result<(), Spanned> {
+        for u in &self.uses {
+            let Some(&i) = self.index.get(&u.name) else {
+                return err(u.pos, format!("map '@{}' is never assigned", u.name));
+            };
+            let m = &self.maps[i];
+            if let Some(keys) = &u.keys {
+                if keys.len() != m.keys.len() {
+                    return err(
+                        u.pos,
+                        format!(
+                            "map '@{}' has {} key(s) (at {}:{}), here {}",
+                            u.name,
+                            m.keys.len(),
+                            m.pos.line,
+                            m.pos.col,
+                            keys.len()
+                        ),
+                    );
+                }
+                for (k, (a, b)) in m.keys.iter().zip(keys).enumerate() {
+                    let same = match (a, b) {
+                        (Ty::Int { .. }, Ty::Int { .. }) => true,
+                        _ => a == b,
+                    };
+                    if !same {
+                        return err(
+                            u.pos,
+                            format!(
+                                "map '@{}': key {} is not of the kind it has at {}:{}",
+                                u.name,
+                                k + 1,
+                                m.pos.line,
+                                m.pos.col
+                            ),
+                        );
+                    }
+                }
+            }
+            match (u.what, m.kind) {
+                (Used::Read, MapKind::Hist | MapKind::Lhist { .. }) => {
+                    return err(
+                        u.pos,
+                        format!("map '@{}' holds {}: a histogram cannot be read in an expression", u.name, m.kind.name()),
+                    )
+                }
+                (Used::IntervalClear, MapKind::Min | MapKind::Max | MapKind::Value) => {
+                    return err(
+                        u.pos,
+                        format!("clear(@{}) in an interval: the tracer clears a map by subtracting what it held, which {} cannot do; clear it in a function probe", u.name, m.kind.name()),
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn body(&mut self, probe: &Probe, at: At) -> Result<Body, Spanned> {
         let mut vars: HashMap<String, (usize, Ty)> = HashMap::new();
         if let Some(p) = &probe.predicate {
@@ -403,11 +573,34 @@ impl Checker {
                         return err(*pos, "return (skipping the function) needs --allow-changes");
                     }
                 }
-                Stmt::Printf { pos, .. } => {
-                    return err(
-                        *pos,
-                        "printf in a function probe is not supported yet (only in BEGIN and END); use a map",
-                    )
+                Stmt::Printf { format, args, pos } => {
+                    let mut tys = Vec::new();
+                    for a in args {
+                        tys.push(self.expr(a, at, &vars)?);
+                    }
+                    check_format(format, &tys, *pos)?;
+                    let words: usize = tys.iter().map(|t| t.words()).sum();
+                    if words > PRINTF_WORDS {
+                        return err(*pos, format!("printf's arguments take {words} words, at most {PRINTF_WORDS} fit a record (an integer is 1, comm 2, str(p, n) n/8)"));
+                    }
+                    let key = (format.clone(), tys.into_iter().map(printf_ty).collect());
+                    if !self.formats.contains(&key) {
+                        self.formats.push(key);
+                    }
+                }
+                Stmt::Exit { .. } => self.exits = true,
+                Stmt::Delete { name, keys, pos } => {
+                    let mut tys = Vec::new();
+                    for k in keys {
+                        tys.push(self.expr(k, at, &vars)?);
+                    }
+                    self.uses.push(Use { name: name.clone(), keys: Some(tys), pos: *pos, what: Used::Delete });
+                }
+                Stmt::Clear { name, pos } => {
+                    self.uses.push(Use { name: name.clone(), keys: None, pos: *pos, what: Used::Clear });
+                }
+                Stmt::Print { pos, .. } => {
+                    return err(*pos, "print(@m) runs in trapctl: only in an interval probe (the end prints every map)")
                 }
                 Stmt::VarAssign { name, value, pos } => {
                     let t = self.int(value, at, &vars)?;
@@ -624,7 +817,11 @@ impl Checker {
                 pos,
                 "str() gives a string: it can only be a map key or compared with a string literal",
             ),
-            "delete" | "clear" | "exit" | "kstack" | "ustack" => {
+            "delete" | "clear" | "exit" | "print" => err(
+                pos,
+                format!("{f}() is a statement of its own, not a value"),
+            ),
+            "kstack" | "ustack" => {
                 err(pos, format!("{f}() is not supported yet"))
             }
             _ => err(pos, format!("unknown function '{f}'")),
@@ -679,11 +876,17 @@ impl Checker {
                     );
                 }
             }
-            ExprKind::Map(m, _) => {
-                return err(
-                    e.pos,
-                    format!("reading map '@{m}' in an expression is not supported yet"),
-                )
+            ExprKind::Map(m, keys) => {
+                let mut tys = Vec::new();
+                for k in keys {
+                    tys.push(self.expr(k, at, vars)?);
+                }
+                self.uses.push(Use {
+                    name: m.clone(),
+                    keys: Some(tys),
+                    pos: e.pos,
+                    what: Used::Read,
+                });
             }
             ExprKind::Call(f, args) if f == "str" => {
                 if args.len() != 2 {

@@ -4,8 +4,16 @@
 //! entry, `h(struct trapvec_regs *regs, struct trapvec_call *call)` at a return. It keeps
 //! `rbx` = regs, `r12` = the second argument, `r13` = the data block (maps and counters, one
 //! `.bss` symbol), `rbp` = its frame (the `$variables`), and evaluates expressions into `rax`
-//! with intermediate values on the stack. It calls nothing: the pid, tid, cpu, time and
-//! fault-safe reads are system calls made inline (`process_vm_readv` on itself for a read).
+//! with intermediate values on the stack. For a process it calls nothing: the pid, tid, cpu,
+//! time and fault-safe reads are system calls made inline (`process_vm_readv` on itself for a
+//! read). For the kernel ([`KernelTask`]) the task's fields are read from `current` (the
+//! per-CPU `current_task` and the `task_struct` offsets trapvec.ko's INFO reports), and the
+//! time and fault-safe reads are direct calls of kernel functions (`call rel32` with an
+//! `R_X86_64_PLT32` against the kernel symbol, resolved by the component manager from
+//! `/proc/kallsyms`): `copy_from_kernel_nofault`, `copy_from_user_nofault`, their
+//! `strncpy_*` forms and `ktime_get_mono_fast_ns`, all safe with interrupts off and none
+//! taking a lock. Their clobbers are harmless: a handler keeps its state in callee-saved
+//! registers and on its stack.
 //!
 //! A handler starts with fixed bytes whose `lea r13, [rip + data]` displacement is at
 //! [`DATA_DISP`] from its start (the relocation's place); the dump function also has
@@ -15,7 +23,10 @@ use iced_x86::code_asm::*;
 
 use crate::ast::*;
 use crate::check::{operands_signed, reg_offset, str_bytes, ty_of, Body, MapKind, Ty};
-use crate::layout::{Layout, MapLayout, Strings, READY};
+use crate::layout::{
+    Layout, MapLayout, Strings, DELETED, EXIT_OFFSET, HEAD_OFFSET, READY, RECORD_WORDS,
+};
+use crate::KernelTask;
 
 /// push rbx; push rbp; push r12; push r13; push r14; push r15; lea r13, [rip + 0]
 #[rustfmt::skip]
@@ -31,6 +42,12 @@ const REGS_SIZE: i32 = 144;
 pub const DATA_DISP: usize = 13;
 /// Where the path displacement is in the dump function.
 pub const PATH_DISP: usize = 20;
+
+/// The selector of the per-CPU GDT segment whose limit holds the CPU number:
+/// `GDT_ENTRY_CPUNODE` (15) * 8, RPL 3 (`__CPUNODE_SEG` in arch/x86/include/asm/segment.h).
+const CPUNODE_SELECTOR: i32 = 15 * 8 + 3;
+/// The CPU number's bits of that limit (`VDSO_CPUNODE_MASK`: the node is above them).
+const CPUNODE_CPU_MASK: i32 = 0xfff;
 
 /// How many slots a lookup tries before counting the update as dropped.
 pub const MAX_PROBES: u32 = 32;
@@ -55,13 +72,39 @@ pub enum CodegenError {
     Asm(#[from] IcedError),
     #[error("the maps need {0} bytes, more than a handler can address (2 GiB): use fewer slots")]
     TooLarge(usize),
+    #[error("current_task's per-CPU offset {0:#x} is not a 32-bit displacement")]
+    PerCpu(u64),
 }
+
+/// A handler's bytes and the kernel functions it calls: `(offset of a call's rel32, symbol)`.
+#[derive(Clone, Debug, Default)]
+pub struct Code {
+    pub bytes: Vec<u8>,
+    pub calls: Vec<(usize, &'static str)>,
+}
+
+/// Kernel functions the handlers call (see the module docs).
+pub const COPY_FROM_KERNEL: &str = "copy_from_kernel_nofault";
+pub const COPY_FROM_USER: &str = "copy_from_user_nofault";
+pub const STR_FROM_KERNEL: &str = "strncpy_from_kernel_nofault";
+pub const STR_FROM_USER: &str = "strncpy_from_user_nofault";
+pub const KTIME: &str = "ktime_get_mono_fast_ns";
 
 type R<T> = Result<T, CodegenError>;
 
-/// [`READY`] as an immediate.
+/// [`READY`] and [`DELETED`] as immediates.
 const READY_I32: i32 = 2;
 const _: () = assert!(READY_I32 as u64 == READY);
+const DELETED_I32: i32 = 3;
+const _: () = assert!(DELETED_I32 as u64 == DELETED);
+
+/// What a lookup of keys does with their slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Update { has_val: bool },
+    Read,
+    Delete,
+}
 
 /// An i64's bits.
 fn bits(v: i64) -> u64 {
@@ -81,10 +124,16 @@ pub struct Handler<'a> {
     /// String-table indices of `func` and `probe` here.
     pub func: u64,
     pub probe: u64,
+    /// Compiled for the kernel: where `current`'s fields are.
+    pub kernel: Option<KernelTask>,
+    /// The probes' printf formats (a record's format is its index here).
+    pub formats: &'a [(String, Vec<Ty>)],
+    /// A probe calls `exit()`: a handler does nothing once the exit flag is set.
+    pub exits: bool,
 }
 
 /// The handler's code (prologue included).
-pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec<u8>> {
+pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Code> {
     let mut a = CodeAssembler::new(64)?;
     let mut done = a.create_label();
     let replace = h.body.replaces();
@@ -112,7 +161,13 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec
         h,
         layout,
         strings,
+        calls: Vec::new(),
     };
+    if h.exits && !replace {
+        // After exit() nothing more is recorded, as bpftrace stops its probes.
+        g.a.cmp(qword_ptr(r13 + disp(EXIT_OFFSET)?), 0)?;
+        g.a.jne(done)?;
+    }
     if let Some(p) = &h.body.predicate {
         g.expr(p)?;
         g.a.test(rax, rax)?;
@@ -128,9 +183,19 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Vec
         a.add(rbp, REGS_SIZE)?;
     }
     epilogue(&mut a)?;
-    let mut code = PROLOGUE.to_vec();
-    code.extend(a.assemble(0)?);
-    Ok(code)
+    let out = a.assemble_options(
+        0,
+        iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )?;
+    let mut bytes = PROLOGUE.to_vec();
+    bytes.extend(&out.inner.code_buffer);
+    let mut calls = Vec::with_capacity(g.calls.len());
+    for (label, symbol) in &g.calls {
+        let ip = usize::try_from(out.label_ip(label)?).expect("a handler is small");
+        // The rel32 follows the call's E8 byte.
+        calls.push((PROLOGUE.len() + ip + 1, *symbol));
+    }
+    Ok(Code { bytes, calls })
 }
 
 fn epilogue(a: &mut CodeAssembler) -> R<()> {
@@ -192,6 +257,8 @@ struct Gen<'a, 'b> {
     h: &'a Handler<'a>,
     layout: &'a Layout,
     strings: &'b mut Strings,
+    /// The kernel calls made so far: the label at each `call rel32`, and its symbol.
+    calls: Vec<(CodeLabel, &'static str)>,
 }
 
 /// Offset in `trapvec_regs` of argument register `n` (rdi, rsi, rdx, rcx, r8, r9).
@@ -224,24 +291,7 @@ impl Gen<'_, '_> {
             Stmt::MapAssign {
                 name, keys, value, ..
             } => {
-                let m = self
-                    .layout
-                    .maps
-                    .iter()
-                    .find(|m| m.info.name == *name)
-                    .expect("every map has a layout")
-                    .clone();
-                let mut words = 0;
-                for k in keys {
-                    let t = ty_of(k, &self.h.body.vars);
-                    if let Ty::Bytes(_) = t {
-                        self.bytes(k)?;
-                    } else {
-                        self.expr(k)?;
-                        self.a.push(rax)?;
-                    }
-                    words += t.words();
-                }
+                let (m, words) = self.push_keys(name, keys)?;
                 let arg = match &value.kind {
                     ExprKind::Call(f, args) if f != "count" => Some(&args[0]),
                     ExprKind::Call(..) => None,
@@ -255,7 +305,98 @@ impl Gen<'_, '_> {
             }
             // The last statement (checked): its value is the function's, in rax at the end.
             Stmt::Return { value, .. } => self.expr(value)?,
-            Stmt::Printf { .. } => unreachable!("refused by the checker"),
+            Stmt::Printf { format, args, .. } => self.printf(format, args)?,
+            Stmt::Exit { .. } => {
+                self.a.mov(qword_ptr(r13 + disp(EXIT_OFFSET)?), 1)?;
+            }
+            Stmt::Delete { name, keys, .. } => {
+                let (m, words) = self.push_keys(name, keys)?;
+                self.slot_op(&m, words, Op::Delete)?;
+            }
+            Stmt::Clear { name, .. } => {
+                // Every slot back to EMPTY with zero keys and values: a bounded `rep stosq`.
+                let m = self.map(name);
+                self.a.lea(rdi, qword_ptr(r13 + disp(m.offset)?))?;
+                self.a.mov(ecx, disp(m.slots * m.slot_words)?)?;
+                self.a.xor(eax, eax)?;
+                // The ABI's DF is clear at a function's entry; a splice elsewhere may not be.
+                self.a.cld()?;
+                self.a.rep().stosq()?;
+            }
+            Stmt::Print { .. } => unreachable!("refused by the checker"),
+        }
+        Ok(())
+    }
+
+    fn map(&self, name: &str) -> MapLayout {
+        self.layout
+            .maps
+            .iter()
+            .find(|m| m.info.name == name)
+            .expect("every map has a layout")
+            .clone()
+    }
+
+    /// Push a map's keys as `update` wants them; the map and the words pushed.
+    fn push_keys(&mut self, name: &str, keys: &[Expr]) -> R<(MapLayout, usize)> {
+        let m = self.map(name);
+        let mut words = 0;
+        for k in keys {
+            let t = ty_of(k, &self.h.body.vars);
+            words += self.push_value(k, &t)?;
+        }
+        Ok((m, words))
+    }
+
+    /// Push `e`'s value of type `t` on the stack (bytes as words, the first word pushed first;
+    /// anything else from rax); the words pushed.
+    fn push_value(&mut self, e: &Expr, t: &Ty) -> R<usize> {
+        if let Ty::Bytes(_) = t {
+            self.bytes(e)?;
+        } else {
+            self.expr(e)?;
+            self.a.push(rax)?;
+        }
+        Ok(t.words())
+    }
+
+    /// A printf in a probe: the arguments pushed, a ticket taken from the ring's head, the
+    /// record written in its slot (seq last: see layout's ring).
+    fn printf(&mut self, format: &str, args: &[Expr]) -> R<()> {
+        let vars = &self.h.body.vars;
+        let tys: Vec<Ty> = args
+            .iter()
+            .map(|a| crate::check::printf_ty(ty_of(a, vars)))
+            .collect();
+        let index = self
+            .h
+            .formats
+            .iter()
+            .position(|(f, t)| f == format && *t == tys)
+            .expect("the checker lists every format");
+        let mut words = 0;
+        for (arg, t) in args.iter().zip(&tys) {
+            words += self.push_value(arg, t)?;
+        }
+        let records = self.layout.ring_records;
+        let a = &mut self.a;
+        a.mov(eax, 1)?;
+        a.lock().xadd(qword_ptr(r13 + disp(HEAD_OFFSET)?), rax)?;
+        a.mov(r8, rax)?;
+        a.and(r8, disp(records - 1)?)?;
+        a.imul_3(r8, r8, disp(RECORD_WORDS * 8)?)?;
+        a.add(r8, r13)?;
+        a.add(r8, disp(self.layout.ring)?)?;
+        a.mov(qword_ptr(r8), 0)?;
+        a.mov(qword_ptr(r8 + 8), disp(index)?)?;
+        for p in 0..words {
+            a.mov(rcx, qword_ptr(rsp + disp(8 * (words - 1 - p))?))?;
+            a.mov(qword_ptr(r8 + disp(16 + 8 * p)?), rcx)?;
+        }
+        a.inc(rax)?;
+        a.mov(qword_ptr(r8), rax)?;
+        if words > 0 {
+            a.add(rsp, disp(words * 8)?)?;
         }
         Ok(())
     }
@@ -264,6 +405,18 @@ impl Gen<'_, '_> {
     /// at the highest address, as consecutive integer keys are).
     fn bytes(&mut self, e: &Expr) -> R<()> {
         let n = match &e.kind {
+            ExprKind::Builtin(Builtin::Comm) if self.h.kernel.is_some() => {
+                let k = self.h.kernel.expect("just tested");
+                // current->comm's 16 bytes (set_task_comm pads them with NULs).
+                let comm = k.comm;
+                self.a.sub(rsp, 16)?;
+                self.current(&k)?;
+                self.a.mov(rcx, qword_ptr(rax + comm))?;
+                self.a.mov(qword_ptr(rsp), rcx)?;
+                self.a.mov(rcx, qword_ptr(rax + comm + 8))?;
+                self.a.mov(qword_ptr(rsp + 8), rcx)?;
+                16
+            }
             ExprKind::Builtin(Builtin::Comm) => {
                 let a = &mut self.a;
                 // prctl(PR_GET_NAME) writes the 16 bytes of the thread's name, NUL-padded.
@@ -281,7 +434,11 @@ impl Gen<'_, '_> {
                     _ => unreachable!("checked"),
                 };
                 self.expr(&args[0])?;
-                self.str_read(n, len)?;
+                if self.h.kernel.is_some() {
+                    self.str_read_kernel(n, len)?;
+                } else {
+                    self.str_read(n, len)?;
+                }
                 n
             }
             _ => unreachable!("checked: only comm and str() are bytes"),
@@ -307,9 +464,6 @@ impl Gen<'_, '_> {
     fn str_read(&mut self, n: usize, len: i32) -> R<()> {
         let a = &mut self.a;
         let mut ok = a.create_label();
-        let mut find = a.create_label();
-        let mut zero = a.create_label();
-        let mut done = a.create_label();
         let mut fits = a.create_label();
         let buf = disp(n)?;
         a.sub(rsp, buf)?;
@@ -352,7 +506,66 @@ impl Gen<'_, '_> {
         a.lock().inc(qword_ptr(r13 + disp(self.h.failed)?))?;
         a.set_label(&mut ok)?;
         a.add(rsp, 48)?;
-        // Zero what follows the first NUL (bounded by len).
+        self.cut_at_nul(len)
+    }
+
+    /// `call SYMBOL`, a kernel function: the rel32 is relocated at load (`R_X86_64_PLT32`).
+    fn call_kernel(&mut self, symbol: &'static str) -> R<()> {
+        let mut at = self.a.create_label();
+        self.a.set_label(&mut at)?;
+        self.a.db(&[0xE8, 0, 0, 0, 0])?;
+        self.calls.push((at, symbol));
+        Ok(())
+    }
+
+    /// rax = current, the running task: `mov rax, gs:[current_task]` (the per-CPU offset
+    /// trapvec.ko reports: `current_task` on 6.1, `pcpu_hot.current_task` since 6.2).
+    fn current(&mut self, k: &KernelTask) -> R<()> {
+        let off =
+            i32::try_from(k.current_task).map_err(|_| CodegenError::PerCpu(k.current_task))?;
+        // gs: REX.W mov r64, r/m64 with a SIB of no base and no index: an absolute disp32.
+        let mut b = vec![0x65, 0x48, 0x8B, 0x04, 0x25];
+        b.extend(off.to_le_bytes());
+        self.a.db(&b)?;
+        Ok(())
+    }
+
+    /// rax = the CPU this runs on, as the vDSO's getcpu() finds it without RDPID: every CPU's
+    /// GDT has a per-CPU segment (`GDT_ENTRY_CPUNODE`, selector [`CPUNODE_SELECTOR`]) whose
+    /// limit is `node << 12 | cpu` (`setup_getcpu()`, since 4.19 and on every x86-64 kernel),
+    /// so `lsl` of it gives `smp_processor_id()` with no per-CPU offset and no call. The
+    /// handler runs with interrupts off: it cannot migrate between the `lsl` and its use.
+    /// (RDPID would read the same number from `MSR_TSC_AUX`, but QEMU's default CPU lacks it.)
+    fn kernel_cpu(&mut self) -> R<()> {
+        self.a.mov(eax, CPUNODE_SELECTOR)?;
+        self.a.lsl(eax, eax)?;
+        self.a.and(eax, CPUNODE_CPU_MASK)?;
+        Ok(())
+    }
+
+    /// The fault-safe copy at rsi (kernel or user half by its top bit) of rdx bytes to rdi:
+    /// `kernel` or `user` (one of the `*_nofault` functions); the result is in rax.
+    fn nofault(&mut self, kernel: &'static str, user: &'static str) -> R<()> {
+        let mut high = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.a.test(rsi, rsi)?;
+        self.a.js(high)?;
+        self.call_kernel(user)?;
+        self.a.jmp(done)?;
+        self.a.set_label(&mut high)?;
+        // The call has a label of its own (an instruction takes one).
+        self.a.nop()?;
+        self.call_kernel(kernel)?;
+        self.a.set_label(&mut done)?;
+        Ok(())
+    }
+
+    /// Zero what follows the first NUL of the `len` bytes at rsp.
+    fn cut_at_nul(&mut self, len: i32) -> R<()> {
+        let a = &mut self.a;
+        let mut find = a.create_label();
+        let mut zero = a.create_label();
+        let mut done = a.create_label();
         a.mov(rdi, rsp)?;
         a.mov(ecx, len)?;
         a.set_label(&mut find)?;
@@ -370,6 +583,70 @@ impl Gen<'_, '_> {
         a.set_label(&mut done)?;
         a.nop()?;
         Ok(())
+    }
+
+    /// The kernel's `str()`: at most `len` bytes at rax into a zeroed `n`-byte buffer left on
+    /// the stack, cut at the first NUL, by `strncpy_from_{kernel,user}_nofault` into a
+    /// scratch buffer below it. Those copy at most count - 1 characters and a NUL, so they are
+    /// given len + 1; a fault (a negative result) leaves the empty string and is counted.
+    fn str_read_kernel(&mut self, n: usize, len: i32) -> R<()> {
+        let buf = disp(n)?;
+        let scratch = disp(n + 16)?;
+        let mut ok = self.a.create_label();
+        self.a.sub(rsp, buf)?;
+        for i in 0..n / 8 {
+            self.a.mov(qword_ptr(rsp + disp(8 * i)?), 0)?;
+        }
+        self.a.sub(rsp, scratch)?;
+        self.a.mov(rdi, rsp)?;
+        self.a.mov(rsi, rax)?;
+        self.a.mov(edx, len + 1)?;
+        self.nofault(STR_FROM_KERNEL, STR_FROM_USER)?;
+        self.a.test(rax, rax)?;
+        self.a.jns(ok)?;
+        self.a.lock().inc(qword_ptr(r13 + disp(self.h.failed)?))?;
+        self.a.mov(byte_ptr(rsp), 0)?;
+        self.a.set_label(&mut ok)?;
+        self.cut_at_nul(len)?;
+        // Bytes len..n of the scratch were never written: the buffer keeps its zeros there.
+        for i in 0..n / 8 {
+            let keep = usize::try_from(len)
+                .unwrap_or(n)
+                .saturating_sub(8 * i)
+                .min(8);
+            if keep == 0 {
+                break;
+            }
+            self.a.mov(rax, qword_ptr(rsp + disp(8 * i)?))?;
+            if keep < 8 {
+                // Little endian: the first `keep` bytes are the low ones.
+                self.a.mov(rcx, (1u64 << (8 * keep)) - 1)?;
+                self.a.and(rax, rcx)?;
+            }
+            self.a.mov(qword_ptr(rsp + scratch + disp(8 * i)?), rax)?;
+        }
+        self.a.add(rsp, scratch)?;
+        Ok(())
+    }
+
+    /// The kernel's `*(T *)rax`: `copy_from_{kernel,user}_nofault` into a stack word; a
+    /// failure counts and gives 0.
+    fn read_kernel(&mut self, t: IntTy) -> R<()> {
+        let mut ok = self.a.create_label();
+        self.a.sub(rsp, 16)?;
+        self.a.mov(qword_ptr(rsp), 0)?;
+        self.a.mov(rdi, rsp)?;
+        self.a.mov(rsi, rax)?;
+        self.a.mov(edx, i32::from(t.bytes))?;
+        self.nofault(COPY_FROM_KERNEL, COPY_FROM_USER)?;
+        self.a.test(rax, rax)?;
+        self.a.jz(ok)?;
+        self.a.lock().inc(qword_ptr(r13 + disp(self.h.failed)?))?;
+        self.a.mov(qword_ptr(rsp), 0)?;
+        self.a.set_label(&mut ok)?;
+        self.a.mov(rax, qword_ptr(rsp))?;
+        self.a.add(rsp, 16)?;
+        self.extend(t)
     }
 
     /// `bytes == "literal"` (or `!=`) into rax.
@@ -403,6 +680,16 @@ impl Gen<'_, '_> {
     /// Find or claim the slot of the keys on the stack (the value above them when `has_val`)
     /// and update it; pop them all.
     fn update(&mut self, m: &MapLayout, nkeys: usize, has_val: bool) -> R<()> {
+        self.slot_op(m, nkeys, Op::Update { has_val })
+    }
+
+    /// The keys on the stack's slot in map `m`: update it (claiming a slot for new keys, or
+    /// taking back a deleted slot of the same keys), read its value into rax (0 when absent),
+    /// or delete it (state DELETED: lookups go past it, the same keys take it back); pop the
+    /// keys (and the value).
+    fn slot_op(&mut self, m: &MapLayout, nkeys: usize, op: Op) -> R<()> {
+        let has_val = matches!(op, Op::Update { has_val: true });
+        let update = matches!(op, Op::Update { .. });
         let a = &mut self.a;
         let key_at = |i: usize| -> i32 {
             let words = usize::from(has_val) + (nkeys - 1 - i);
@@ -413,8 +700,11 @@ impl Gen<'_, '_> {
         let mut next = a.create_label();
         let mut found = a.create_label();
         let mut out = a.create_label();
+        let mut absent = a.create_label();
         let mut spin = a.create_label();
         let mut compare = a.create_label();
+        let mut deleted = a.create_label();
+        let mut init = a.create_label();
         // h = fold of (h ^ key) * golden ratio; index = high half & (slots - 1).
         a.mov(rax, 0xcbf2_9ce4_8422_2325u64)?;
         a.mov(rcx, 0x9e37_79b9_7f4a_7c15u64)?;
@@ -437,28 +727,37 @@ impl Gen<'_, '_> {
         a.mov(rax, qword_ptr(r8))?;
         a.test(rax, rax)?;
         a.jnz(occupied)?;
-        // Empty: claim it (EMPTY -> 1), write the keys and the initial value, publish READY.
-        a.xor(eax, eax)?;
-        a.mov(ecx, 1)?;
-        a.lock().cmpxchg(qword_ptr(r8), rcx)?;
-        a.jnz(occupied)?;
-        for i in 0..nkeys {
-            a.mov(rax, qword_ptr(rsp + key_at(i)))?;
-            a.mov(qword_ptr(r8 + disp(8 + 8 * i)?), rax)?;
+        if !update {
+            // An empty slot ends the chain: the keys are not in the map.
+            a.jmp(absent)?;
+        } else {
+            // Empty: claim it (EMPTY -> 1), write the keys and the initial value, publish READY.
+            a.xor(eax, eax)?;
+            a.mov(ecx, 1)?;
+            a.lock().cmpxchg(qword_ptr(r8), rcx)?;
+            a.jnz(occupied)?;
+            for i in 0..nkeys {
+                a.mov(rax, qword_ptr(rsp + key_at(i)))?;
+                a.mov(qword_ptr(r8 + disp(8 + 8 * i)?), rax)?;
+            }
+            a.set_label(&mut init)?;
+            let init_value = match m.info.kind {
+                MapKind::Min if m.info.signed => Some(i64::MAX as u64),
+                MapKind::Min => Some(u64::MAX),
+                MapKind::Max if m.info.signed => Some(bits(i64::MIN)),
+                _ => None,
+            };
+            match init_value {
+                Some(v) => {
+                    a.mov(rax, v)?;
+                    a.mov(qword_ptr(r8 + disp(8 + 8 * nkeys)?), rax)?;
+                }
+                None => a.nop()?,
+            }
+            // x86 stores are not reordered with older stores: READY publishes the keys.
+            a.mov(qword_ptr(r8), READY_I32)?;
+            a.jmp(found)?;
         }
-        let init = match m.info.kind {
-            MapKind::Min if m.info.signed => Some(i64::MAX as u64),
-            MapKind::Min => Some(u64::MAX),
-            MapKind::Max if m.info.signed => Some(bits(i64::MIN)),
-            _ => None,
-        };
-        if let Some(v) = init {
-            a.mov(rax, v)?;
-            a.mov(qword_ptr(r8 + disp(8 + 8 * nkeys)?), rax)?;
-        }
-        // x86 stores are not reordered with older stores: READY publishes the keys.
-        a.mov(qword_ptr(r8), READY_I32)?;
-        a.jmp(found)?;
         a.set_label(&mut occupied)?;
         // Another thread is filling it: wait for READY a bounded time, else try the next.
         a.mov(r10d, MAX_SPINS)?;
@@ -466,10 +765,33 @@ impl Gen<'_, '_> {
         a.mov(rax, qword_ptr(r8))?;
         a.cmp(rax, READY_I32)?;
         a.je(compare)?;
+        a.cmp(rax, DELETED_I32)?;
+        a.je(deleted)?;
         a.pause()?;
         a.dec(r10d)?;
         a.jnz(spin)?;
         a.jmp(next)?;
+        a.set_label(&mut deleted)?;
+        if update {
+            // A deleted slot of the same keys is taken back (DELETED -> 1), its value zeroed.
+            for i in 0..nkeys {
+                a.mov(rax, qword_ptr(r8 + disp(8 + 8 * i)?))?;
+                a.cmp(rax, qword_ptr(rsp + key_at(i)))?;
+                a.jne(next)?;
+            }
+            a.mov(eax, DELETED_I32)?;
+            a.mov(ecx, 1)?;
+            a.lock().cmpxchg(qword_ptr(r8), rcx)?;
+            a.jnz(occupied)?;
+            a.lea(rdi, qword_ptr(r8 + disp(8 + 8 * nkeys)?))?;
+            a.mov(ecx, disp(m.info.kind.value_words())?)?;
+            a.xor(eax, eax)?;
+            a.cld()?;
+            a.rep().stosq()?;
+            a.jmp(init)?;
+        } else {
+            a.jmp(next)?;
+        }
         a.set_label(&mut compare)?;
         for i in 0..nkeys {
             a.mov(rax, qword_ptr(r8 + disp(8 + 8 * i)?))?;
@@ -482,15 +804,47 @@ impl Gen<'_, '_> {
         a.and(r14, disp(m.slots - 1)?)?;
         a.dec(r15d)?;
         a.jnz(lookup)?;
-        a.lock().inc(qword_ptr(r13 + disp(m.dropped)?))?;
+        if update {
+            a.lock().inc(qword_ptr(r13 + disp(m.dropped)?))?;
+            a.jmp(out)?;
+        }
+        a.set_label(&mut absent)?;
+        a.xor(eax, eax)?;
         a.jmp(out)?;
         a.set_label(&mut found)?;
         a.lea(r9, qword_ptr(r8 + disp(8 + 8 * nkeys)?))?;
+        match op {
+            Op::Update { .. } => {}
+            Op::Read => {
+                a.mov(rax, qword_ptr(r9))?;
+                if let MapKind::Avg = m.info.kind {
+                    // sum / count (count >= 1 once READY).
+                    a.mov(rcx, qword_ptr(r9 + 8))?;
+                    a.test(rcx, rcx)?;
+                    a.jz(out)?;
+                    if m.info.signed {
+                        a.cqo()?;
+                        a.idiv(rcx)?;
+                    } else {
+                        a.xor(edx, edx)?;
+                        a.div(rcx)?;
+                    }
+                }
+                a.jmp(out)?;
+            }
+            Op::Delete => {
+                a.mov(eax, READY_I32)?;
+                a.mov(ecx, DELETED_I32)?;
+                a.lock().cmpxchg(qword_ptr(r8), rcx)?;
+                a.jmp(out)?;
+            }
+        }
         if has_val {
             a.mov(rcx, qword_ptr(rsp))?;
         }
         let signed = m.info.signed;
         match m.info.kind {
+            _ if !update => {}
             MapKind::Count => a.lock().inc(qword_ptr(r9))?,
             MapKind::Sum => a.lock().add(qword_ptr(r9), rcx)?,
             MapKind::Avg => {
@@ -572,7 +926,11 @@ impl Gen<'_, '_> {
                 .a
                 .mov(rax, qword_ptr(rbx + reg_offset(r).expect("checked")))?,
             ExprKind::Var(v) => self.a.mov(rax, qword_ptr(rbp + var_slot(vars[v].0)))?,
-            ExprKind::Map(..) | ExprKind::Call(..) => unreachable!("refused by the checker"),
+            ExprKind::Map(name, keys) => {
+                let (m, words) = self.push_keys(name, keys)?;
+                self.slot_op(&m, words, Op::Read)?;
+            }
+            ExprKind::Call(..) => unreachable!("refused by the checker"),
             ExprKind::Unary(op, x) => {
                 self.expr(x)?;
                 match op {
@@ -616,6 +974,9 @@ impl Gen<'_, '_> {
     /// rax = *(t *)rax, read with process_vm_readv on this process (a bad address fails the
     /// call instead of faulting); a failed read counts in the handler's counter and gives 0.
     fn read(&mut self, t: IntTy) -> R<()> {
+        if self.h.kernel.is_some() {
+            return self.read_kernel(t);
+        }
         let n = i32::from(t.bytes);
         let a = &mut self.a;
         let mut ok = a.create_label();
@@ -647,6 +1008,20 @@ impl Gen<'_, '_> {
     }
 
     fn builtin(&mut self, b: Builtin) -> R<()> {
+        if let Some(k) = self.h.kernel {
+            match b {
+                // bpftrace's pid is the process (task->tgid), tid the thread (task->pid).
+                Builtin::Pid | Builtin::Tid => {
+                    let off = if b == Builtin::Pid { k.tgid } else { k.pid };
+                    self.current(&k)?;
+                    self.a.mov(eax, dword_ptr(rax + off))?;
+                    return Ok(());
+                }
+                Builtin::Nsecs => return self.call_kernel(KTIME),
+                Builtin::Cpu => return self.kernel_cpu(),
+                _ => {}
+            }
+        }
         let a = &mut self.a;
         match b {
             Builtin::Pid => {

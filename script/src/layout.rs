@@ -2,9 +2,17 @@
 //! reading it back after the run.
 //!
 //! ```text
+//! [exit: u64][ring head: u64][ring: RING_RECORDS records, if a probe has printf]
 //! [dropped: u64 per map][failed reads: u64 per handler][map 0 slots]...[map N slots]
-//! slot = [state: u64 (0 empty, 1 being filled, 2 ready)][key: u64 per key][value words]
+//! slot = [state: u64 (0 empty, 1 being filled, 2 ready, 3 deleted)][key: u64 per key][value words]
+//! record = [seq: u64 (its ticket + 1 once written)][format: u64][argument words]
 //! ```
+//!
+//! The printf ring: a probe's printf takes a ticket (`lock xadd` on the head), writes its
+//! record in slot `ticket % RING_RECORDS` (seq 0 first, then the format and the arguments,
+//! then seq = ticket + 1) and never waits: when the tracer has not read a record by the time
+//! its slot is taken again, the record is overwritten, and the tracer counts it as lost
+//! ([`Drain`]), and says so at the end. Nothing is lost silently.
 
 use crate::check::{MapInfo, MapKind, Ty};
 
@@ -12,6 +20,16 @@ use crate::check::{MapInfo, MapKind, Ty};
 pub const EMPTY: u64 = 0;
 /// A slot whose keys and initial value are written.
 pub const READY: u64 = 2;
+/// A slot whose entry was deleted: lookups go past it; the same keys take it again.
+pub const DELETED: u64 = 3;
+/// Records of the printf ring (a power of two).
+pub const RING_RECORDS: usize = 256;
+/// 8-byte words of a ring record: seq, format, arguments.
+pub const RECORD_WORDS: usize = 2 + crate::check::PRINTF_WORDS;
+/// Offset of the exit flag (set by `exit()`).
+pub const EXIT_OFFSET: usize = 0;
+/// Offset of the ring's head (tickets taken).
+pub const HEAD_OFFSET: usize = 8;
 
 /// Strings the program uses as values (`func`, `probe`, literals): a value is its index.
 #[derive(Clone, Debug, Default)]
@@ -58,11 +76,17 @@ pub struct Layout {
     pub maps: Vec<MapLayout>,
     pub handlers: Vec<HandlerLayout>,
     pub size: usize,
+    /// Byte offset of the printf ring.
+    pub ring: usize,
+    /// Its records ([`RING_RECORDS`], or 0 when no probe prints).
+    pub ring_records: usize,
 }
 
 impl Layout {
-    pub fn new(maps: &[MapInfo], handlers: Vec<String>, slots: usize) -> Layout {
-        let mut off = 0;
+    pub fn new(maps: &[MapInfo], handlers: Vec<String>, slots: usize, ring: bool) -> Layout {
+        let ring_records = if ring { RING_RECORDS } else { 0 };
+        let ring = HEAD_OFFSET + 8;
+        let mut off = ring + ring_records * RECORD_WORDS * 8;
         let mut out = Vec::new();
         for m in maps {
             out.push(MapLayout {
@@ -89,7 +113,9 @@ impl Layout {
         Layout {
             maps: out,
             handlers,
-            size: off.max(8),
+            size: off,
+            ring,
+            ring_records,
         }
     }
 }
@@ -254,6 +280,19 @@ fn trim(b: Vec<Bucket>) -> Vec<Bucket> {
 impl Layout {
     /// Read the maps and counters from a dump of the data block.
     pub fn decode(&self, data: &[u8], strings: &[String]) -> Result<Results, DumpError> {
+        self.decode_since(data, strings, &[])
+    }
+
+    /// As [`Layout::decode`], each map `i` with a `bases[i]` (a snapshot of the data block
+    /// taken when an interval cleared it) counted since then: a slot that held the same keys
+    /// in the base has the base's value words subtracted (counts, sums, averages and buckets
+    /// add up), and an entry with nothing since is left out.
+    pub fn decode_since(
+        &self,
+        data: &[u8],
+        strings: &[String],
+        bases: &[Option<Vec<u8>>],
+    ) -> Result<Results, DumpError> {
         if data.len() != self.size {
             return Err(DumpError {
                 got: data.len(),
@@ -261,7 +300,11 @@ impl Layout {
             });
         }
         let mut maps = Vec::new();
-        for m in &self.maps {
+        for (mi, m) in self.maps.iter().enumerate() {
+            let base_block = bases
+                .get(mi)
+                .and_then(|b| b.as_deref())
+                .filter(|b| b.len() == self.size);
             let mut entries = Vec::new();
             let nk = key_words(&m.info);
             for s in 0..m.slots {
@@ -290,9 +333,22 @@ impl Layout {
                     });
                     at += 8 * t.words();
                 }
-                let vals: Vec<u64> = (0..m.info.kind.value_words())
+                let mut vals: Vec<u64> = (0..m.info.kind.value_words())
                     .map(|i| word(data, base + 8 * (1 + nk + i)))
                     .collect();
+                if let Some(b) = base_block {
+                    let same = word(b, base) == READY
+                        && (0..nk)
+                            .all(|i| word(b, base + 8 + 8 * i) == word(data, base + 8 + 8 * i));
+                    if same {
+                        for (i, v) in vals.iter_mut().enumerate() {
+                            *v = v.wrapping_sub(word(b, base + 8 * (1 + nk + i)));
+                        }
+                        if vals.iter().all(|&v| v == 0) {
+                            continue;
+                        }
+                    }
+                }
                 let sg = m.info.signed;
                 let value = match m.info.kind {
                     MapKind::Count => Value::Int(i128::from(vals[0])),
@@ -342,6 +398,28 @@ pub fn render(r: &Results) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     for m in &r.maps {
+        o += &render_map(m);
+    }
+    for m in &r.maps {
+        if m.dropped > 0 {
+            let _ = writeln!(
+                o,
+                "@{}: {} update(s) dropped: the table is full ({} slots)",
+                m.name, m.dropped, m.slots
+            );
+        }
+    }
+    for f in &r.failed_reads {
+        let _ = writeln!(o, "{} read(s) failed at {}: bad address", f.count, f.probe);
+    }
+    o
+}
+
+/// One map's entries as bpftrace prints them (an interval's `print(@m)`).
+pub fn render_map(m: &MapResult) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    {
         let key = |e: &Entry| {
             if e.key.is_empty() {
                 String::new()
@@ -380,17 +458,98 @@ pub fn render(r: &Results) -> String {
             o.push('\n');
         }
     }
-    for m in &r.maps {
-        if m.dropped > 0 {
-            let _ = writeln!(
-                o,
-                "@{}: {} update(s) dropped: the table is full ({} slots)",
-                m.name, m.dropped, m.slots
-            );
+    o
+}
+
+impl Layout {
+    /// Whether a probe called `exit()`, in a snapshot of the data block.
+    pub fn exited(&self, data: &[u8]) -> bool {
+        data.len() >= EXIT_OFFSET + 8 && word(data, EXIT_OFFSET) != 0
+    }
+
+    /// The ring's head (tickets taken) in a snapshot, or in the 8 bytes read at
+    /// [`HEAD_OFFSET`] alone.
+    pub fn head(data: &[u8]) -> u64 {
+        if data.len() == 8 {
+            word(data, 0)
+        } else {
+            word(data, HEAD_OFFSET)
         }
     }
-    for f in &r.failed_reads {
-        let _ = writeln!(o, "{} read(s) failed at {}: bad address", f.count, f.probe);
+}
+
+/// The tracer's side of the printf ring: the next ticket to print, and the records lost.
+#[derive(Clone, Debug, Default)]
+pub struct Drain {
+    pub next: u64,
+    /// Records overwritten before they were read.
+    pub lost: u64,
+}
+
+impl Drain {
+    /// The lines of the records in `data` (a snapshot of the data block) from the next ticket
+    /// on, in ticket order, up to the first one not written yet. `head_after` is the ring's
+    /// head read after the snapshot was taken: a record whose slot a later ticket may have
+    /// begun to overwrite while the snapshot was copied is counted lost, never printed torn.
+    /// (A record's seq is its first word and is written last: a snapshot copied in ascending
+    /// order, as the kernel's and `/proc/PID/mem`'s copies are, that sees it sees the rest.)
+    pub fn take(
+        &mut self,
+        layout: &Layout,
+        data: &[u8],
+        head_after: u64,
+        formats: &[(String, Vec<Ty>)],
+        strings: &[String],
+    ) -> Vec<String> {
+        let n = layout.ring_records as u64;
+        let mut out = Vec::new();
+        if n == 0 || data.len() != layout.size {
+            return out;
+        }
+        let safe = head_after.saturating_sub(n);
+        if self.next < safe {
+            self.lost += safe - self.next;
+            self.next = safe;
+        }
+        let head = word(data, HEAD_OFFSET);
+        while self.next < head {
+            let at = layout.ring
+                + usize::try_from(self.next % n).expect("a ring index") * RECORD_WORDS * 8;
+            if word(data, at) != self.next + 1 {
+                break;
+            }
+            let f = usize::try_from(word(data, at + 8)).unwrap_or(usize::MAX);
+            let Some((format, tys)) = formats.get(f) else {
+                self.lost += 1;
+                self.next += 1;
+                continue;
+            };
+            let mut w = at + 16;
+            let mut args = Vec::new();
+            for t in tys {
+                args.push(match t {
+                    Ty::Int { .. } => crate::Const::Int(signed(word(data, w))),
+                    Ty::Str => crate::Const::Str(
+                        usize::try_from(word(data, w))
+                            .ok()
+                            .and_then(|i| strings.get(i))
+                            .cloned()
+                            .unwrap_or_default(),
+                    ),
+                    Ty::Bytes(b) => {
+                        let b = &data[w..w + b];
+                        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                        crate::Const::Str(String::from_utf8_lossy(&b[..end]).into_owned())
+                    }
+                });
+                w += 8 * t.words();
+            }
+            out.push(crate::format_printf(&crate::Printf {
+                format: format.clone(),
+                args,
+            }));
+            self.next += 1;
+        }
+        out
     }
-    o
 }

@@ -3,11 +3,13 @@
 //! ```text
 //! program   := probe*
 //! probe     := spec (',' spec)* ('/' expr '/')? '{' (stmt (';' stmt)* ';'?)? '}'
-//! spec      := 'BEGIN' | 'END' | [object ':'] name ['+' offset] [':return']
+//! spec      := 'BEGIN' | 'END' | 'interval:s:' N | 'interval:ms:' N
+//!            | [object ':'] name ['+' offset] [':return']
 //! stmt      := '@' name ['[' expr (',' expr)* ']'] '=' expr
 //!            | '$' name '=' expr
 //!            | ('retval' | 'argN' | 'reg' '(' string ')') '=' expr
-//!            | 'printf' '(' string (',' expr)* ')'
+//!            | 'printf' '(' string (',' expr)* ')' | 'exit' '(' ')'
+//!            | 'delete' '(' map ')' | 'clear' '(' '@' name ')' | 'print' '(' '@' name ')'
 //! expr      := or ; or := and ('||' and)* ; and := bitor ('&&' bitor)* ; bitor := xor ('|' xor)*
 //! xor       := bitand ('^' bitand)* ; bitand := eq ('&' eq)* ; eq := rel (('=='|'!=') rel)*
 //! rel       := shift (('<'|'<='|'>'|'>=') shift)* ; shift := add (('<<'|'>>') add)*
@@ -273,6 +275,28 @@ impl Parser {
             "END" => return Ok((ProbeSpec::End, pos)),
             _ => {}
         }
+        if let Some(rest) = raw.strip_prefix("interval:") {
+            let (unit, n) = rest.split_once(':').unwrap_or((rest, ""));
+            let scale = match unit {
+                "s" => 1000,
+                "ms" => 1,
+                _ => {
+                    return err(
+                        pos,
+                        format!("bad probe '{raw}': interval:s:N or interval:ms:N"),
+                    )
+                }
+            };
+            return match n.parse::<u64>() {
+                Ok(n) if n > 0 && n <= 86_400_000 / scale => {
+                    Ok((ProbeSpec::Interval { ms: n * scale }, pos))
+                }
+                _ => err(
+                    pos,
+                    format!("bad interval '{raw}': N must be an integer from 1 to a day"),
+                ),
+            };
+        }
         let (rest, ret) = match raw.strip_suffix(":return") {
             Some(r) => (r, true),
             None => (raw.as_str(), false),
@@ -394,6 +418,44 @@ impl Parser {
                 }
                 self.expect(")")?;
                 Ok(Stmt::Printf { format, args, pos })
+            }
+            Tok::Ident(name) if name == "exit" && self.is_punct("(")? => {
+                self.expect("(")?;
+                self.expect(")")?;
+                Ok(Stmt::Exit { pos })
+            }
+            Tok::Ident(name)
+                if matches!(name.as_str(), "delete" | "clear" | "print")
+                    && self.is_punct("(")? =>
+            {
+                self.expect("(")?;
+                let (m, mpos) = self.next()?;
+                let Tok::Map(map) = m else {
+                    return err(
+                        mpos,
+                        format!(
+                            "{name}() takes a map: {name}(@name{})",
+                            if name == "delete" { "[key]" } else { "" }
+                        ),
+                    );
+                };
+                let keys = self.keys()?;
+                self.expect(")")?;
+                if name != "delete" && !keys.is_empty() {
+                    return err(
+                        mpos,
+                        format!("{name}() takes the whole map, without keys: {name}(@{map})"),
+                    );
+                }
+                Ok(match name.as_str() {
+                    "delete" => Stmt::Delete {
+                        name: map,
+                        keys,
+                        pos,
+                    },
+                    "clear" => Stmt::Clear { name: map, pos },
+                    _ => Stmt::Print { name: map, pos },
+                })
             }
             Tok::Ident(name) => {
                 let target = if name == "retval" {

@@ -10,7 +10,13 @@ fn parse(src: &str) -> Program {
 }
 
 fn check_err(src: &str, allow_changes: bool) -> CompileError {
-    match check(src, CheckOptions { allow_changes }) {
+    match check(
+        src,
+        CheckOptions {
+            allow_changes,
+            ..Default::default()
+        },
+    ) {
         Ok(_) => panic!("`{src}` checked"),
         Err(e) => e,
     }
@@ -21,6 +27,7 @@ fn opts() -> Options {
         allow_changes: true,
         slots: 64,
         dump_path: "/tmp/x".into(),
+        kernel: None,
     }
 }
 
@@ -117,7 +124,10 @@ fn statements_of_every_kind_parse() {
     ));
     let c = check(
         "f:return { $x = *(u32 *)(arg0 + 8); @m[func, $x] = sum((s16)$x); retval = 1 } g { @h = hist(arg0); @l = lhist(arg0, 0, 100, 10); @a = avg(nsecs); @n = min(cpu); @x = max(tid); @c[probe] = count() }",
-        CheckOptions { allow_changes: true },
+        CheckOptions {
+            allow_changes: true,
+            ..Default::default()
+        },
     )
     .unwrap();
     let kinds: Vec<_> = c.maps.iter().map(|m| m.kind).collect();
@@ -275,10 +285,65 @@ fn errors_name_line_and_column() {
             "a string can only be a map key",
         ),
         (
-            "f { printf(\"x\") }",
+            "f { printf(\"%d\", comm) }",
             false,
             (1, 5),
-            "printf in a function probe",
+            "argument 1 is a string, the conversion wants an integer",
+        ),
+        (
+            "f { printf(\"%s%s\", str(arg0, 128), comm) }",
+            false,
+            (1, 5),
+            "take 18 words, at most 16",
+        ),
+        (
+            "f { print(@x) }",
+            false,
+            (1, 5),
+            "only in an interval probe",
+        ),
+        (
+            "f { @h = hist(arg0) } g { @ = @h }",
+            false,
+            (1, 31),
+            "a histogram cannot be read in an expression",
+        ),
+        (
+            "f { @c[arg0] = count() } g { delete(@c) }",
+            false,
+            (1, 30),
+            "map '@c' has 1 key(s) (at 1:5), here 0",
+        ),
+        (
+            "f { @c[comm] = count() } g { delete(@c[arg0]) }",
+            false,
+            (1, 30),
+            "key 1 is not of the kind",
+        ),
+        (
+            "f { @m = max(arg0) } interval:s:1 { clear(@m) }",
+            false,
+            (1, 37),
+            "clear(@m) in an interval",
+        ),
+        ("interval:s:0 { exit() }", false, (1, 1), "bad interval"),
+        (
+            "interval:m:5 { exit() }",
+            false,
+            (1, 1),
+            "interval:s:N or interval:ms:N",
+        ),
+        (
+            "interval:s:1 { @ = count() }",
+            false,
+            (1, 16),
+            "an interval probe runs in trapctl",
+        ),
+        (
+            "f { clear(@nope) }",
+            false,
+            (1, 5),
+            "map '@nope' is never assigned",
         ),
         (
             "BEGIN { @ = count() }",
@@ -311,12 +376,12 @@ fn errors_name_line_and_column() {
             (1, 10),
             "needs a pointer type",
         ),
-        ("f { @ = @x }", false, (1, 9), "reading map '@x'"),
+        ("f { @ = @x }", false, (1, 9), "map '@x' is never assigned"),
         (
             "f { @ = clear(@x) }",
             false,
             (1, 9),
-            "clear() is not supported yet",
+            "clear() is a statement of its own",
         ),
         ("f { foo = 1 }", false, (1, 5), "cannot start a statement"),
         ("", false, (1, 1), "the program has no probe"),
@@ -392,9 +457,107 @@ fn the_component_is_an_elf_relocatable_with_pc32_relocations() {
         spec.contains("at = \"g+0x4\"") && spec.contains("handler = \"trapvec_trace_dump\""),
         "{spec}"
     );
+    // The exit flag and the ring's head (no ring: no probe prints), the counters, the maps.
     assert_eq!(
         c.layout.size,
-        8 * 2 + 8 * 2 + 64 * (1 + 1 + 1) * 8 + (1 + 1) * 8
+        8 * 2 + 8 * 2 + 8 * 2 + 64 * (1 + 1 + 1) * 8 + (1 + 1) * 8
+    );
+}
+
+/// A kernel program's task fields, as a 6.1 INFO might give them.
+const TASK: KernelTask = KernelTask {
+    current_task: 0x1fbc0,
+    pid: 0x5a0,
+    tgid: 0x5a4,
+    comm: 0x758,
+};
+
+#[test]
+fn a_kernel_component_calls_the_kernels_nofault_reads_and_has_no_dump_handler() {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget};
+    let o = Options {
+        kernel: Some(TASK),
+        ..opts()
+    };
+    let c = compile(
+        "f /pid == 7/ { @[comm, str(arg0, 20)] = count(); @r = sum(*(u32 *)(arg1 + 8)); @t = max(nsecs) }",
+        &o,
+        &mut same,
+    )
+    .unwrap();
+    let f = object::File::parse(&*c.object).unwrap();
+    let names: Vec<String> = f
+        .symbols()
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .collect();
+    assert!(!names.iter().any(|n| n == DUMP_SYMBOL), "{names:?}");
+    assert!(f.section_by_name(".rodata").is_none(), "no dump path");
+    let text = f.section_by_name(".text").unwrap();
+    let bytes = text.data().unwrap();
+    let mut called = Vec::new();
+    for (off, r) in text.relocations() {
+        let RelocationTarget::Symbol(i) = r.target() else {
+            panic!("a relocation against a symbol")
+        };
+        let s = f.symbol_by_index(i).unwrap();
+        if s.is_undefined() {
+            assert_eq!(
+                r.flags(),
+                object::RelocationFlags::Elf {
+                    r_type: object::elf::R_X86_64_PLT32
+                }
+            );
+            assert_eq!(
+                bytes[usize::try_from(off).unwrap() - 1],
+                0xE8,
+                "a call rel32"
+            );
+            called.push(s.name().unwrap().to_string());
+        }
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(
+        called,
+        [
+            "copy_from_kernel_nofault",
+            "copy_from_user_nofault",
+            "ktime_get_mono_fast_ns",
+            "strncpy_from_kernel_nofault",
+            "strncpy_from_user_nofault"
+        ]
+    );
+    // gs:[current_task] then the tgid (pid's) dword.
+    let mut gs = vec![0x65, 0x48, 0x8B, 0x04, 0x25];
+    gs.extend(0x1fbc0i32.to_le_bytes());
+    assert!(
+        bytes.windows(gs.len()).any(|w| w == gs),
+        "mov rax, gs:[current_task]"
+    );
+    let spec = c.kernel_spec("/t/trace.o");
+    assert!(!spec.contains("trapvec_trace_dump"), "{spec}");
+    assert_eq!(spec.matches("[[splice]]").count(), 1, "{spec}");
+}
+
+#[test]
+fn cpu_in_a_kernel_program_is_lsl_of_the_per_cpu_segment() {
+    let o = Options {
+        kernel: Some(TASK),
+        ..opts()
+    };
+    let c = compile("f { @[cpu] = count() }", &o, &mut same).unwrap();
+    // mov eax, 0x7b (__CPUNODE_SEG); lsl eax, eax; and eax, 0xfff (the CPU's bits).
+    let lsl = [
+        0xB8, 0x7B, 0, 0, 0, 0x0F, 0x03, 0xC0, 0x25, 0xFF, 0x0F, 0, 0,
+    ];
+    assert!(
+        c.object.windows(lsl.len()).any(|w| w == lsl),
+        "the handler reads the CPU with lsl"
+    );
+    let p = compile("f { @[cpu] = count() }", &opts(), &mut same).unwrap();
+    assert!(
+        !p.object.windows(lsl.len()).any(|w| w == lsl),
+        "a process asks getcpu"
     );
 }
 
@@ -478,6 +641,19 @@ impl Loaded {
                 std::mem::transmute(self.base.add(self.offsets[h]));
             f(regs.as_mut_ptr(), call.as_mut_ptr());
         }
+    }
+
+    /// The data block as it is now (what trapctl reads).
+    fn data(&self) -> Vec<u8> {
+        // SAFETY: the data block lies inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.base.add(self.data), self.c.layout.size) }.to_vec()
+    }
+
+    /// The printf lines a drain takes from the data block now.
+    fn lines(&self, drain: &mut Drain) -> Vec<String> {
+        let d = self.data();
+        let head = Layout::head(&d);
+        drain.take(&self.c.layout, &d, head, &self.c.formats, &self.c.strings)
     }
 
     fn results(&self) -> Results {
@@ -690,6 +866,59 @@ fn an_entry_and_a_return_probe_of_one_function_are_refused_at_the_second() {
 }
 
 #[test]
+fn in_the_kernel_an_entry_probe_goes_beside_its_functions_return_probe() {
+    let o = Options {
+        kernel: Some(TASK),
+        ..opts()
+    };
+    let c = compile(
+        "f { @a = count() } f:return { @b = count() } g { @c = count() }",
+        &o,
+        &mut same,
+    )
+    .unwrap();
+    let s: Vec<(&str, bool, bool)> = c
+        .splices
+        .iter()
+        .map(|s| (s.at.as_str(), s.ret, s.beside_return))
+        .collect();
+    assert_eq!(
+        s,
+        [("f", false, true), ("f", true, false), ("g", false, false)]
+    );
+    // Both probes keep their names in the report.
+    assert_eq!(c.layout.handlers[0].probe, "f");
+    assert_eq!(c.layout.handlers[1].probe, "f:return");
+    let e = compile("f { return 1 } f:return { @b = count() }", &o, &mut same).unwrap_err();
+    assert!(
+        e.to_string().contains("its entry cannot also skip it"),
+        "{e}"
+    );
+}
+
+#[test]
+fn after_window_is_the_next_instruction_past_the_traps_bytes() {
+    // nop5 (the ftrace site); push rbp; mov rbp, rsp; ret
+    let f = [0x0F, 0x1F, 0x44, 0x00, 0x00, 0x55, 0x48, 0x89, 0xE5, 0xC3];
+    assert_eq!(after_window(&f, 0x1000, 5, 2).unwrap(), 9);
+    // A 2-byte first instruction is the whole window: xor eax, eax.
+    let f = [0x31, 0xC0, 0x55, 0xC3];
+    assert_eq!(after_window(&f, 0x1000, 0, 2).unwrap(), 2);
+    // mov edi, 1 changes arg0 before the probe's place: refused, naming it.
+    let f = [0x0F, 0x1F, 0x44, 0x00, 0x00, 0xBF, 1, 0, 0, 0, 0xC3];
+    let e = after_window(&f, 0x1000, 5, 2).unwrap_err().to_string();
+    assert!(e.contains("+0x5") && e.contains("rdi"), "{e}");
+    // A tail jmp as the first instruction: no place after it.
+    let f = [0xE9, 0, 0, 0, 0];
+    let e = after_window(&f, 0x1000, 0, 2).unwrap_err().to_string();
+    assert!(e.contains("a branch"), "{e}");
+    assert!(matches!(
+        after_window(&[0x48], 0x1000, 0, 2),
+        Err(WindowError::Undecodable(0))
+    ));
+}
+
+#[test]
 fn an_unkeyed_count_as_the_last_statement_assembles_and_counts() {
     let l = Loaded::new("f { @c = count() }");
     for _ in 0..3 {
@@ -880,4 +1109,187 @@ fn return_at_an_entry_is_a_replacement_returning_the_value() {
             "{src}: {s}"
         );
     }
+}
+
+#[test]
+fn exit_delete_clear_print_and_intervals_parse() {
+    let p = parse(
+        "f { delete(@m[arg0, 1]); clear(@m); exit() } interval:s:2 { print(@m); clear(@m) } interval:ms:500 { exit() }",
+    );
+    let b = &p.probes[0].body;
+    assert!(matches!(&b[0], Stmt::Delete { name, keys, .. } if name == "m" && keys.len() == 2));
+    assert!(matches!(&b[1], Stmt::Clear { name, .. } if name == "m"));
+    assert!(matches!(&b[2], Stmt::Exit { .. }));
+    assert_eq!(p.probes[1].specs[0].0, ProbeSpec::Interval { ms: 2000 });
+    assert!(matches!(&p.probes[1].body[0], Stmt::Print { name, .. } if name == "m"));
+    assert_eq!(p.probes[2].specs[0].0, ProbeSpec::Interval { ms: 500 });
+    let c = check(
+        "f { @m[arg0] = count() } interval:s:1 { printf(\"tick %d\\n\", 1); print(@m); clear(@m); exit() }",
+        CheckOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(c.intervals.len(), 1);
+    assert_eq!(c.intervals[0].ms, 1000);
+    assert_eq!(
+        &c.intervals[0].actions[1..],
+        &[
+            Action::Print("m".into()),
+            Action::Clear("m".into()),
+            Action::Exit
+        ]
+    );
+    assert!(
+        !c.exits,
+        "an interval's exit() is the tracer's, not a probe's"
+    );
+}
+
+#[test]
+fn printf_in_a_probe_writes_ring_records_drained_in_order() {
+    let l = Loaded::new(
+        "f /arg0 != 7/ { printf(\"%s %d %u %x|%s|\\n\", func, (s64)arg0 - 2, arg0, arg1, comm) }",
+    );
+    assert_eq!(l.c.layout.ring_records, layout::RING_RECORDS);
+    assert!(l.c.polls());
+    let mut drain = Drain::default();
+    assert!(l.lines(&mut drain).is_empty());
+    for i in [1u64, 7, 2, 3] {
+        l.call(0, &mut regs([i, 255 + i, 0, 0, 0, 0]), [0; 6]);
+    }
+    let comm = my_comm();
+    assert_eq!(
+        l.lines(&mut drain),
+        vec![
+            format!("f -1 1 100|{comm}|\n"),
+            format!("f 0 2 101|{comm}|\n"),
+            format!("f 1 3 102|{comm}|\n"),
+        ]
+    );
+    // Taken once: a second look finds nothing new.
+    assert!(l.lines(&mut drain).is_empty());
+    l.call(0, &mut regs([9, 0, 0, 0, 0, 0]), [0; 6]);
+    assert_eq!(l.lines(&mut drain), vec![format!("f 7 9 0|{comm}|\n")]);
+    assert_eq!(drain.lost, 0);
+}
+
+#[test]
+fn a_full_ring_overwrites_the_oldest_records_and_the_drain_counts_them_lost() {
+    let l = Loaded::new("f { printf(\"%d\\n\", arg0) }");
+    let n = layout::RING_RECORDS as u64;
+    for i in 0..n + 44 {
+        l.call(0, &mut regs([i, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let mut drain = Drain::default();
+    let lines = l.lines(&mut drain);
+    assert_eq!(drain.lost, 44);
+    assert_eq!(lines.len(), layout::RING_RECORDS);
+    assert_eq!(lines[0], "44\n");
+    assert_eq!(lines.last().unwrap(), &format!("{}\n", n + 43));
+    // A record whose slot a later ticket took while the snapshot was copied is lost, not torn.
+    let d = l.data();
+    let mut late = Drain {
+        next: n + 40,
+        lost: 0,
+    };
+    let got = late.take(&l.c.layout, &d, 2 * n + 42, &l.c.formats, &l.c.strings);
+    assert_eq!(late.lost, 2);
+    assert_eq!(got, vec![format!("{}\n", n + 42), format!("{}\n", n + 43)]);
+}
+
+#[test]
+fn exit_sets_the_flag_and_the_handlers_record_nothing_after_it() {
+    let l = Loaded::new("f { @n = count() } g /arg0 == 3/ { exit() }");
+    assert!(l.c.exits && l.c.polls());
+    l.call(0, &mut regs([0; 6]), [0; 6]);
+    l.call(1, &mut regs([1, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([0; 6]), [0; 6]);
+    assert!(!l.c.layout.exited(&l.data()));
+    l.call(1, &mut regs([3, 0, 0, 0, 0, 0]), [0; 6]);
+    assert!(l.c.layout.exited(&l.data()));
+    l.call(0, &mut regs([0; 6]), [0; 6]);
+    assert_eq!(ints(&l.results(), 0), vec![(vec![], 2)]);
+    // Without exit() there is nothing to poll for.
+    assert!(!Loaded::new("f { @n = count() }").c.polls());
+}
+
+#[test]
+fn delete_removes_one_entry_the_same_keys_take_it_back_and_clear_empties_the_map() {
+    let l = Loaded::new(
+        "f { @c[arg0] = count(); @mn[arg0] = min(arg1) } g { delete(@c[arg0]); delete(@mn[arg0]) } h { clear(@c) }",
+    );
+    let f = |a: u64, b: u64| l.call(0, &mut regs([a, b, 0, 0, 0, 0]), [0; 6]);
+    f(1, 10);
+    f(1, 20);
+    f(2, 30);
+    l.call(1, &mut regs([1, 0, 0, 0, 0, 0]), [0; 6]);
+    assert_eq!(ints(&l.results(), 0), vec![(vec![K(2)], 1)]);
+    assert_eq!(ints(&l.results(), 1), vec![(vec![K(2)], 30)]);
+    // Deleting what is not there changes nothing.
+    l.call(1, &mut regs([9, 0, 0, 0, 0, 0]), [0; 6]);
+    f(1, 50);
+    // Counted from zero and min from its initial value again, not from what was deleted.
+    assert_eq!(
+        ints(&l.results(), 0),
+        vec![(vec![K(1)], 1), (vec![K(2)], 1)]
+    );
+    assert_eq!(
+        ints(&l.results(), 1),
+        vec![(vec![K(2)], 30), (vec![K(1)], 50)]
+    );
+    l.call(2, &mut regs([0; 6]), [0; 6]);
+    assert_eq!(ints(&l.results(), 0), vec![]);
+    f(5, 0);
+    assert_eq!(ints(&l.results(), 0), vec![(vec![K(5)], 1)]);
+    assert_eq!(ints(&l.results(), 1).len(), 3);
+}
+
+#[test]
+fn a_map_read_in_an_expression_and_a_predicate_gives_its_value_or_zero() {
+    let l = Loaded::new(
+        "f { @s[arg0] = sum(arg1); @a = avg(arg1) } g /@s[arg0]/ { @hit[arg0] = count(); @v[arg0] = @s[arg0] + 1; @avg = @a * 10 } h { @n[arg0] = count(); @twice[arg0] = @n[arg0] * 2 }",
+    );
+    l.call(0, &mut regs([1, 10, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([1, 5, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([2, 0, 0, 0, 0, 0]), [0; 6]);
+    for k in [1u64, 2, 3, 1] {
+        l.call(1, &mut regs([k, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    for _ in 0..3 {
+        l.call(2, &mut regs([4, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let r = l.results();
+    let by = |name: &str| {
+        let i = r.maps.iter().position(|m| m.name == name).unwrap();
+        ints(&r, i)
+    };
+    // @s[2] is 0 and @s[3] absent: both false.
+    assert_eq!(by("hit"), vec![(vec![K(1)], 2)]);
+    assert_eq!(by("v"), vec![(vec![K(1)], 16)]);
+    // avg of 10, 5, 0 is 5.
+    assert_eq!(by("avg"), vec![(vec![], 50)]);
+    assert_eq!(by("twice"), vec![(vec![K(4)], 6)]);
+}
+
+#[test]
+fn an_intervals_clear_counts_each_map_since_its_snapshot() {
+    let l = Loaded::new("f { @c[arg0] = count(); @h = hist(arg0) } interval:s:1 { print(@c); clear(@c); clear(@h) }");
+    assert_eq!(l.c.intervals.len(), 1);
+    for k in [1u64, 1, 2] {
+        l.call(0, &mut regs([k, 0, 0, 0, 0, 0]), [0; 6]);
+    }
+    let base = l.data();
+    l.call(0, &mut regs([1, 0, 0, 0, 0, 0]), [0; 6]);
+    l.call(0, &mut regs([3, 0, 0, 0, 0, 0]), [0; 6]);
+    let bases = vec![Some(base.clone()), Some(base)];
+    let r =
+        l.c.layout
+            .decode_since(&l.data(), &l.c.strings, &bases)
+            .unwrap();
+    assert_eq!(ints(&r, 0), vec![(vec![K(1)], 1), (vec![K(3)], 1)]);
+    assert_eq!(render_map(&r.maps[0]), "@c[1]: 1\n@c[3]: 1\n\n");
+    let layout::Value::Buckets(h) = &r.maps[1].entries[0].value else {
+        panic!()
+    };
+    let got: Vec<_> = h.iter().map(|b| (b.label.as_str(), b.count)).collect();
+    assert_eq!(got, vec![("[1]", 1), ("[2, 4)", 1)]);
 }

@@ -468,10 +468,9 @@ fn render_text(r: &Report) -> String {
 /// Run `trapctl inspect`.
 pub fn run(args: &Args) -> Result<()> {
     let report = build(args)?;
-    let out = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
-    } else {
-        render_text(&report)
-    };
-    crate::print(&out)
+    if args.json {
+        // `"schema": 1` first, as every command's --json.
+        return crate::cmd::splice::print_json(&report);
+    }
+    crate::print(&render_text(&report))
 }

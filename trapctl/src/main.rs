@@ -26,6 +26,7 @@ mod cmd;
 mod hold;
 mod inspect;
 mod kernel;
+mod man5;
 mod route;
 
 #[derive(Parser)]
@@ -90,7 +91,8 @@ enum Command {
         shell: trapvec_proto::docs::Shell,
     },
     /// Write trapctl.1 and a trapctl-COMMAND.1 per command, with EXAMPLES and EXIT STATUS,
-    /// into DIR (then `man -l DIR/trapctl.1`).
+    /// and the man(5) pages trapvec-spec.5, trapd.toml.5 and trapvec-agent.5 into DIR (then
+    /// `man -l DIR/trapctl.1`).
     Man {
         dir: std::path::PathBuf,
     },
@@ -220,7 +222,7 @@ fn main() -> ExitCode {
 fn on_process(pid: i32, command: Command, verbose: bool) -> anyhow::Result<()> {
     match command {
         Command::Attach(args) => attach_cmd::attach(pid, &args, verbose),
-        Command::Detach(_) => attach_cmd::detach(pid),
+        Command::Detach(args) => attach_cmd::detach(pid, &args),
         Command::Apply(args) => attach_cmd::apply(pid, &args, verbose),
         Command::List(args) => attach_cmd::list(pid, args.json, verbose),
         Command::Unsplice(args) => attach_cmd::unsplice(pid, args.at.as_deref(), args.all, verbose),
@@ -232,9 +234,9 @@ fn on_process(pid: i32, command: Command, verbose: bool) -> anyhow::Result<()> {
         Command::Set(_) => attach_cmd::unsupported(pid, "set"),
         Command::Get(_) => attach_cmd::unsupported(pid, "get"),
         Command::Count(args) => attach_cmd::count(pid, &args, verbose),
-        Command::Cover(_) => attach_cmd::unsupported(pid, "cover"),
-        Command::Time(_) => attach_cmd::unsupported(pid, "time"),
-        Command::Trace(_) => attach_cmd::unsupported(pid, "trace"),
+        Command::Cover(args) => attach_cmd::cover(pid, &args, verbose),
+        Command::Time(args) => attach_cmd::time(pid, &args, verbose),
+        Command::Trace(args) => attach_cmd::trace(pid, &args, verbose),
         Command::Read(_) => attach_cmd::unsupported(pid, "read"),
         Command::Status(_) => attach_cmd::unsupported(pid, "status"),
         Command::Activate(_) => attach_cmd::unsupported(pid, "activate"),
@@ -257,9 +259,12 @@ fn on_kernel(command: Command) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Man { dir } => trapvec_proto::docs::man_pages(Cli::command(), &dir, &MAN)
-            .map(|_| ())
-            .map_err(Into::into),
+        Command::Man { dir } => {
+            trapvec_proto::docs::man_pages(Cli::command(), &dir, &MAN)?;
+            man5::write(&dir)
+                .map_err(|e| anyhow::anyhow!("writing man(5) pages to {}: {e}", dir.display()))?;
+            Ok(())
+        }
         Command::Inspect(args) => inspect::run(&args),
         Command::Points(args) => cmd::points::run(&args),
         Command::Load(args) => cmd::component::load(&args),

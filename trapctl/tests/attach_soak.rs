@@ -7,9 +7,7 @@
 //! `TRAPVEC_SOAK_CYCLES=1000 cargo test --release -p trapctl --test attach_soak -- --nocapture`
 //! (after `cargo build --release -p trapvec-agent`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 /// Descriptors the process may hold beyond those after the first attach (none are expected:
@@ -19,7 +17,7 @@ const FD_SLACK: usize = 2;
 const MAPS_SLACK: usize = 8;
 
 mod attach_common;
-use attach_common::{text, trapctl};
+use attach_common::{text, trapctl, LoopFixture};
 
 /// The number after `key` in `s` (`key` then digits).
 fn number_after(s: &str, key: &str) -> u64 {
@@ -53,43 +51,11 @@ fn attach_splice_detach_the_same_busy_process_n_times_leaks_nothing() {
         .ok()
         .map_or(50, |n| n.parse().expect("TRAPVEC_SOAK_CYCLES: a number"));
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("loop");
-    let status = Command::new("cc")
-        .args(["-O2", "-fcf-protection=none", "-pthread"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attach/loop.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("a C compiler (`cc`) is needed for this test");
-    assert!(status.success());
-    let fifo = dir.path().join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let mut child = Command::new(&exe)
-        .arg(&fifo)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert!(line.starts_with("ready "), "fixture said `{line}`");
+    let mut f = LoopFixture::start(dir.path());
+    // Let the threads reach their read() and their loop.
     std::thread::sleep(Duration::from_millis(100));
-    let pid = child.id();
-    let p = pid.to_string();
-    let mut calls = |n: u64| {
-        writeln!(stdin, "{n}").unwrap();
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        line.strip_prefix("done ")
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("fixture said `{line}`"))
-    };
+    let pid = f.child.id();
+    let p = f.pid.clone();
     let (mut attach_us, mut held_p50, mut held_p99, mut detach_us) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut after_first = None;
@@ -111,7 +77,7 @@ fn attach_splice_detach_the_same_busy_process_n_times_leaks_nothing() {
         let o = trapctl(&["-p", &p, "splice", "work", "--count"]);
         assert!(o.status.success(), "cycle {i}: {}", text(&o));
         total += 3;
-        assert_eq!(calls(3), total, "cycle {i}: the program's result");
+        assert_eq!(f.calls(3), total, "cycle {i}: the program's result");
         let t = Instant::now();
         let o = trapctl(&["-p", &p, "detach"]);
         detach_us.push(u64::try_from(t.elapsed().as_micros()).unwrap());
@@ -143,16 +109,16 @@ fn attach_splice_detach_the_same_busy_process_n_times_leaks_nothing() {
     assert!(fds1 <= fds0 + FD_SLACK, "fds {fds0} -> {fds1}");
     assert!(maps1 <= maps0 + MAPS_SLACK, "maps {maps0} -> {maps1}");
     // Alive and correct: work() still counted right, the blocked reader gets its data whole.
-    assert_eq!(calls(10), total + 10);
+    assert_eq!(f.calls(10), total + 10);
     std::fs::OpenOptions::new()
         .write(true)
-        .open(&fifo)
+        .open(dir.path().join("fifo"))
         .unwrap()
         .write_all(b"after the soak")
         .unwrap();
     let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    f.stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "read 14: after the soak");
-    writeln!(stdin, "quit").unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    writeln!(f.stdin, "quit").unwrap();
+    assert_eq!(f.child.wait().unwrap().code(), Some(0));
 }

@@ -6,80 +6,24 @@
 //! (`trapvec::fake`: f0..f3), so what the daemon is asked and what the kernel saw are both
 //! checked.
 
+mod fake_daemon;
+
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use instr_manager::ops;
-use instr_manager::splicer::Splicer;
-use instr_manager::{Action, Mechanism, SpliceRequest};
-use serde_json::Value;
-use trapd::protocol::{self, Request};
-use trapd::server::{self, Access, Handler, RequestCounts};
-use trapvec::fake::{func_addr, FakeKernel};
+use fake_daemon::{daemon_with, text, FakeDaemon, Setup};
+use trapvec::fake::func_addr;
 
-struct FakeDaemon {
-    sp: Splicer<FakeKernel>,
-    /// The `op` of every request served, in order.
-    ops: Arc<Mutex<Vec<String>>>,
-}
-
-impl Handler for FakeDaemon {
-    fn handle(&mut self, req: Request) -> Value {
-        self.ops.lock().unwrap().push(req.op().to_string());
-        match ops::execute(&mut self.sp, &req) {
-            Ok((reply, _)) => protocol::ok(reply.to_fields()),
-            Err(e) => protocol::error(e),
-        }
-    }
-}
-
-struct Fake {
-    k: FakeKernel,
-    socket: PathBuf,
-    ops: Arc<Mutex<Vec<String>>>,
-}
-
-/// The fake kernel (`pre` already spliced by count) and its daemon's socket in `dir`.
-fn daemon(dir: &Path, pre: &[&str]) -> Fake {
-    let k = FakeKernel::new();
-    k.state().runtime_slots = true;
-    let mut sp = Splicer::new(k.clone());
-    let pre: Vec<SpliceRequest> = pre
-        .iter()
-        .map(|f| SpliceRequest::new(*f, Action::Count, Mechanism::Trap))
-        .collect();
-    sp.apply(&pre).unwrap();
-    let socket = dir.join("trapd.sock");
-    let listener = server::bind(&socket).unwrap();
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    let d = Arc::new(Mutex::new(FakeDaemon {
-        sp,
-        ops: ops.clone(),
-    }));
-    std::thread::spawn(move || {
-        server::serve(
-            listener,
-            d,
-            Access::default(),
-            Arc::new(RequestCounts::default()),
-        )
-    });
-    Fake { k, socket, ops }
-}
-
-fn trapctl(socket: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The fake kernel with runtime slots (`pre` already spliced by count) and its daemon in `dir`.
+fn daemon(dir: &Path, pre: &[&str]) -> FakeDaemon {
+    daemon_with(
+        dir,
+        Setup {
+            runtime_slots: true,
+            pre,
+        },
+    )
 }
 
 /// The site a count at `f`'s entry takes: past the fake's 5-byte fentry NOP.
@@ -92,7 +36,7 @@ fn unsplice_of_a_glob_removes_every_matching_splice_in_one_request_and_one_batch
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), &["f0", "f1", "f3"]);
     let batches = d.k.state().batches;
-    let out = trapctl(&d.socket, &["unsplice", "f[0-2]"]);
+    let out = d.trapctl(&["unsplice", "f[0-2]"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
@@ -103,14 +47,14 @@ fn unsplice_of_a_glob_removes_every_matching_splice_in_one_request_and_one_batch
     assert!(!d.k.trapped("f0") && !d.k.trapped("f1"));
     assert!(d.k.trapped("f3"), "f3 does not match");
     assert_eq!(d.k.state().batches, batches + 1, "one text batch");
-    assert_eq!(*d.ops.lock().unwrap(), ["unsplice"]);
+    assert_eq!(d.ops(), ["unsplice"]);
 }
 
 #[test]
 fn unsplice_of_a_glob_matching_no_splice_fails_naming_it_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), &["f3"]);
-    let out = trapctl(&d.socket, &["unsplice", "f[0-2]"]);
+    let out = d.trapctl(&["unsplice", "f[0-2]"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no splice at `f[0-2]`"), "{stderr}");
@@ -154,21 +98,18 @@ fn count_of_a_glob_counts_each_function_in_one_batch_and_removes_them_in_one() {
     );
     assert!(d.k.pristine(), "every splice removed");
     assert_eq!(d.k.state().batches, 2, "removed in one batch");
-    assert_eq!(*d.ops.lock().unwrap(), ["apply", "list", "remove"]);
+    assert_eq!(d.ops(), ["apply", "list", "remove"]);
 }
 
 #[test]
 fn count_of_a_glob_with_best_effort_counts_the_rest_and_exits_3() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), &["f3"]);
-    let out = trapctl(&d.socket, &["count", "f*", "--seconds", "0"]);
+    let out = d.trapctl(&["count", "f*", "--seconds", "0"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("1 of 4 splices refused"), "{stderr}");
-    let out = trapctl(
-        &d.socket,
-        &["count", "f*", "--seconds", "0", "--best-effort"],
-    );
+    let out = d.trapctl(&["count", "f*", "--seconds", "0", "--best-effort"]);
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
@@ -190,7 +131,7 @@ fn count_of_a_glob_with_best_effort_counts_the_rest_and_exits_3() {
 fn time_of_a_glob_times_each_function_and_frees_every_timer() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), &[]);
-    let out = trapctl(&d.socket, &["time", "f[01]", "--seconds", "0"]);
+    let out = d.trapctl(&["time", "f[01]", "--seconds", "0"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(

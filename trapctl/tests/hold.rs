@@ -11,11 +11,12 @@
 //! is made as a count there and its listing row carries a timer's figures. The same commands
 //! straight on /dev/trapvec run in the VM (`vmtest/tests/kernel_signals.rs`).
 
+mod fake_daemon;
+
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use instr_manager::ops;
@@ -24,13 +25,14 @@ use instr_manager::{Action, When};
 use nix::sys::signal::{kill, SigHandler, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use trapd::protocol::{self, Request};
-use trapd::server::{self, Access, Handler, RequestCounts};
 use trapvec::fake::{func_addr, FakeKernel};
 use trapvec::returns::{Histogram, ReturnStats};
+use trapvec_proto::protocol::{self, Request};
+use trapvec_proto::server::Handler;
 
-/// The fake daemon: splice, list and unsplice by the operations layer.
-struct FakeDaemon {
+/// The fake daemon's handler here (served by `fake_daemon::serve`): splice, list and unsplice
+/// by the operations layer, a `time` made as a count whose row carries a timer's figures.
+struct HoldDaemon {
     sp: Splicer<FakeKernel>,
     /// Sites of the `time` requests (made as counts).
     timers: Vec<String>,
@@ -57,7 +59,7 @@ fn timer_stats() -> ReturnStats {
     }
 }
 
-impl Handler for FakeDaemon {
+impl Handler for HoldDaemon {
     fn handle(&mut self, req: Request) -> Value {
         let reply = match req {
             Request::Splice(mut r) => {
@@ -111,22 +113,15 @@ fn daemon(dir: &Path) -> (FakeKernel, PathBuf) {
 
 fn daemon_with(dir: &Path, claims_orphans: bool, splice_delay: Duration) -> (FakeKernel, PathBuf) {
     let k = FakeKernel::new();
-    let socket = dir.join("trapd.sock");
-    let listener = server::bind(&socket).unwrap();
-    let d = Arc::new(Mutex::new(FakeDaemon {
-        sp: Splicer::new(k.clone()),
-        timers: Vec::new(),
-        claims_orphans,
-        splice_delay,
-    }));
-    std::thread::spawn(move || {
-        server::serve(
-            listener,
-            d,
-            Access::default(),
-            Arc::new(RequestCounts::default()),
-        )
-    });
+    let socket = fake_daemon::serve(
+        dir,
+        HoldDaemon {
+            sp: Splicer::new(k.clone()),
+            timers: Vec::new(),
+            claims_orphans,
+            splice_delay,
+        },
+    );
     (k, socket)
 }
 
@@ -374,12 +369,7 @@ fn a_count_killed_by_sigkill_leaves_an_orphan_that_list_names_and_unsplice_orpha
     let dir = tempfile::tempdir().unwrap();
     let (k, socket) = daemon(dir.path());
     let run = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .output()
-            .unwrap();
+        let o = fake_daemon::trapctl(&socket, args);
         (
             o.status.code(),
             String::from_utf8(o.stdout).unwrap(),
@@ -552,12 +542,7 @@ fn whether_an_owner_is_gone_is_judged_by_trapctl_not_by_the_daemons_flag() {
     let dir = tempfile::tempdir().unwrap();
     let (k, socket) = daemon_with(dir.path(), true, Duration::ZERO);
     let run = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .output()
-            .unwrap();
+        let o = fake_daemon::trapctl(&socket, args);
         (o.status.code(), String::from_utf8(o.stdout).unwrap())
     };
     let (mut child, mut out) = start(&socket, &["count", "f0"]);

@@ -6,56 +6,25 @@
 //! /dev/trapvec, never through trapd) and `status`/`activate` a real daemon's profiles: their
 //! JSON goes through the same helper and is not run here.
 
+mod fake_daemon;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 
-use instr_manager::ops;
-use instr_manager::splicer::Splicer;
+use fake_daemon::{daemon_with, trapctl, Setup};
 use serde_json::Value;
-use trapd::protocol::{self, Request};
-use trapd::server::{self, Access, Handler, RequestCounts};
-use trapvec::fake::{knob_component, FakeKernel};
+use trapvec::fake::knob_component;
 
-struct FakeDaemon {
-    sp: Splicer<FakeKernel>,
-}
-
-impl Handler for FakeDaemon {
-    fn handle(&mut self, req: Request) -> Value {
-        match ops::execute(&mut self.sp, &req) {
-            Ok((reply, _)) => protocol::ok(reply.to_fields()),
-            Err(e) => protocol::error(e),
-        }
-    }
-}
-
+/// The socket of a fake daemon in `dir` whose kernel has runtime slots (`time` needs them).
 fn daemon(dir: &Path) -> PathBuf {
-    let k = FakeKernel::new();
-    k.state().runtime_slots = true;
-    let socket = dir.join("trapd.sock");
-    let listener = server::bind(&socket).unwrap();
-    let d = Arc::new(Mutex::new(FakeDaemon {
-        sp: Splicer::new(k),
-    }));
-    std::thread::spawn(move || {
-        server::serve(
-            listener,
-            d,
-            Access::default(),
-            Arc::new(RequestCounts::default()),
-        )
-    });
-    socket
-}
-
-fn trapctl(socket: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap()
+    daemon_with(
+        dir,
+        Setup {
+            runtime_slots: true,
+            ..Setup::default()
+        },
+    )
+    .socket
 }
 
 /// `args`' stdout as one JSON object whose first key is `"schema": 1`; `status` its exit status.
@@ -140,4 +109,65 @@ fn every_verb_prints_one_json_object_with_the_schema_first() {
     );
     let v = json_of(&socket, &["unload", "knob", "--json"], 0);
     assert_eq!(v["name"], "knob");
+
+    // The reading verbs, and count without --by (one point, then a glob).
+    assert!(trapctl(&socket, &["splice", "f2", "--count"])
+        .status
+        .success());
+    let v = json_of(&socket, &["list", "--json"], 0);
+    assert_eq!(v["splices"][0]["at"], "f2", "{v}");
+    assert!(trapctl(&socket, &["unsplice", "f2"]).status.success());
+    let v = json_of(&socket, &["count", "f1", "--seconds", "0", "--json"], 0);
+    assert_eq!(
+        (
+            v["function"].as_str(),
+            v["hits"].as_u64(),
+            v["ended"].as_str()
+        ),
+        (Some("f1"), Some(0), Some("time"))
+    );
+    let v = json_of(&socket, &["count", "f[01]", "--seconds", "0", "--json"], 0);
+    assert_eq!(v["functions"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["total"], 0);
+    // doctor exits 1 when the machine is not ready (no trapvec.ko here): its JSON all the same.
+    let out = trapctl(&socket, &["doctor", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("{\n  \"schema\": 1,\n"), "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(v["checks"].as_array().is_some_and(|c| !c.is_empty()), "{v}");
+    let exe = env!("CARGO_BIN_EXE_trapctl");
+    let v = json_of(&socket, &["points", "--process", exe, "main", "--json"], 0);
+    assert!(v.as_object().is_some_and(|o| o.len() > 1), "{v}");
+    let v = json_of(&socket, &["inspect", exe, "main", "--json"], 0);
+    assert!(v.as_object().is_some_and(|o| o.len() > 1), "{v}");
+}
+
+/// Every verb `trapctl --help` lists offers --json, but those that print no report of their
+/// own: `completions` (a script), `man` (files), `help`. `attach` and `detach` have theirs
+/// (tests/attach_json.rs runs them on a process).
+#[test]
+fn every_listed_verb_offers_json() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = help(&["--help"]);
+    let verbs: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(verbs.len() > 15, "{top}");
+    let without = ["completions", "man", "help"];
+    let missing: Vec<&String> = verbs
+        .iter()
+        .filter(|v| !without.contains(&v.as_str()))
+        .filter(|v| !help(&[v.as_str(), "--help"]).contains("--json"))
+        .collect();
+    assert!(missing.is_empty(), "verbs without --json: {missing:?}");
 }

@@ -89,18 +89,16 @@ fn keyed_counts_refuse_an_unknown_key_and_key_options_without_a_key() {
         "{}",
         stderr(&bad)
     );
-    for args in [
-        &["count", "f", "--seconds", "1", "--top", "3"][..],
-        &["count", "f", "--seconds", "1", "--json"],
-    ] {
-        let out = trapctl(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            stderr(&out).contains("--by <KEY>"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-    }
+    // `--top` needs `--by`; `--json` without `--by` is a plain count's report since issue 28
+    // (json_schema.rs).
+    let args = ["count", "f", "--seconds", "1", "--top", "3"];
+    let out = trapctl(&args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    assert!(
+        stderr(&out).contains("--by <KEY>"),
+        "{args:?}: {}",
+        stderr(&out)
+    );
     let by_without_count = trapctl(&["splice", "f", "--call", "h", "--by", "comm"]);
     assert_eq!(
         by_without_count.status.code(),

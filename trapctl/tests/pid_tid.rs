@@ -1,66 +1,28 @@
 //! `--pid` is the process and `--tid` the thread (issue 28, item 3), on `splice`, `count` and
 //! `time`: each flag reaches the predicate field the kernel tests for it (`tgid` for the
-//! process, `pid`, the kernel's task->pid, for the thread), `--tgid` keeps its meaning, and
+//! process, `tid`, which the kernel reads from task->pid, for the thread), `--tgid` keeps its meaning, and
 //! `--pid`, which meant a thread before, says on stderr that it now means the process. The real
 //! binary runs against a daemon on a Unix socket (trapd's own server) that records the request
-//! and runs it on the fake kernel.
+//! and runs it on the fake kernel (`fake_daemon`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
+mod fake_daemon;
 
-use instr_manager::ops;
-use instr_manager::splicer::Splicer;
+use fake_daemon::{daemon, FakeDaemon};
 use serde_json::Value;
-use trapd::protocol::{self, Request};
-use trapd::server::{self, Access, Handler, RequestCounts};
-use trapvec::fake::FakeKernel;
 use trapvec::predicate::Predicate;
+use trapvec_proto::protocol::Request;
 
-struct FakeDaemon {
-    sp: Splicer<FakeKernel>,
-    /// The predicate of every splice request served, in order.
-    only: Arc<Mutex<Vec<Predicate>>>,
-}
-
-impl Handler for FakeDaemon {
-    fn handle(&mut self, req: Request) -> Value {
-        if let Request::Splice(r) = &req {
-            self.only.lock().unwrap().push(r.options.only.clone());
-        }
-        match ops::execute(&mut self.sp, &req) {
-            Ok((reply, _)) => protocol::ok(reply.to_fields()),
-            Err(e) => protocol::error(e),
-        }
-    }
-}
-
-fn daemon(dir: &Path) -> (PathBuf, Arc<Mutex<Vec<Predicate>>>) {
-    let socket = dir.join("trapd.sock");
-    let listener = server::bind(&socket).unwrap();
-    let only = Arc::new(Mutex::new(Vec::new()));
-    let d = Arc::new(Mutex::new(FakeDaemon {
-        sp: Splicer::new(FakeKernel::new()),
-        only: only.clone(),
-    }));
-    std::thread::spawn(move || {
-        server::serve(
-            listener,
-            d,
-            Access::default(),
-            Arc::new(RequestCounts::default()),
-        )
-    });
-    (socket, only)
-}
-
-fn trapctl(socket: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
+/// The predicate of every splice request `d` served, in order.
+fn predicates(d: &FakeDaemon) -> Vec<Predicate> {
+    d.requests
+        .lock()
         .unwrap()
+        .iter()
+        .filter_map(|r| match r {
+            Request::Splice(s) => Some(s.options.only.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 const WARNING: &str = "trapctl: warning: --pid N now means the process";
@@ -68,13 +30,13 @@ const WARNING: &str = "trapctl: warning: --pid N now means the process";
 /// `trapctl splice f0 --count FLAGS`: the predicate the daemon got, and trapctl's stderr.
 fn splice_with(flags: &[&str]) -> (Predicate, String) {
     let dir = tempfile::tempdir().unwrap();
-    let (socket, only) = daemon(dir.path());
+    let d = daemon(dir.path());
     let mut args = vec!["splice", "f0", "--count"];
     args.extend_from_slice(flags);
-    let out = trapctl(&socket, &args);
+    let out = d.trapctl(&args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{flags:?}: {stderr}");
-    let got = only.lock().unwrap().clone();
+    let got = predicates(&d);
     assert_eq!(got.len(), 1, "{flags:?}: one splice request");
     (got[0].clone(), stderr)
 }
@@ -98,7 +60,7 @@ fn tid_is_the_thread_the_kernels_task_pid_without_a_warning() {
     assert_eq!(
         p,
         Predicate {
-            pid: Some(7),
+            tid: Some(7),
             ..Predicate::default()
         }
     );
@@ -111,7 +73,7 @@ fn tgid_keeps_its_meaning_without_a_warning_and_fields_combine() {
     assert_eq!(
         p,
         Predicate {
-            pid: Some(10),
+            tid: Some(10),
             tgid: Some(9),
             comm: Some("sh".into()),
             ..Predicate::default()
@@ -123,24 +85,49 @@ fn tgid_keeps_its_meaning_without_a_warning_and_fields_combine() {
 #[test]
 fn pid_and_tgid_together_are_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (socket, only) = daemon(dir.path());
-    let out = trapctl(
-        &socket,
-        &["splice", "f0", "--count", "--pid", "1", "--tgid", "2"],
-    );
+    let d = daemon(dir.path());
+    let out = d.trapctl(&["splice", "f0", "--count", "--pid", "1", "--tgid", "2"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(only.lock().unwrap().is_empty());
+    assert!(predicates(&d).is_empty());
 }
 
 #[test]
 fn count_takes_pid_as_the_process_too() {
     let dir = tempfile::tempdir().unwrap();
-    let (socket, only) = daemon(dir.path());
-    let out = trapctl(&socket, &["count", "f1", "--seconds", "0", "--pid", "5"]);
+    let d = daemon(dir.path());
+    let out = d.trapctl(&["count", "f1", "--seconds", "0", "--pid", "5"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(WARNING), "{stderr}");
-    let got = only.lock().unwrap().clone();
+    let got = predicates(&d);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].tgid, got[0].pid), (Some(5), None));
+}
+
+/// What a spec's old `tgid` prints on stderr (once however many splices use it).
+const OLD_TGID: &str = "`tgid` is the old spelling of `pid` (the process";
+
+#[test]
+fn a_specs_pid_is_the_process_tid_the_thread_and_tgid_warns_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(dir.path());
+    let spec = dir.path().join("spec.toml");
+    let run = |text: &str| {
+        std::fs::write(&spec, text).unwrap();
+        let out = d.trapctl(&["apply", spec.to_str().unwrap(), "--check", "--json"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{text}: {stderr}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v, stderr)
+    };
+    let (v, stderr) = run("[[splice]]\nat = \"f0\"\naction = \"count\"\npid = 42\n\n\
+         [[splice]]\nat = \"f1\"\naction = \"count\"\ntid = 7\n");
+    assert_eq!(v["possible"].as_array().map(Vec::len), Some(2), "{v}");
+    assert!(
+        !stderr.contains("tgid"),
+        "the new spellings: no warning: {stderr}"
+    );
+    let (_, stderr) = run("[[splice]]\nat = \"f0\"\naction = \"count\"\ntgid = 42\n\n\
+         [[splice]]\nat = \"f1\"\naction = \"count\"\ntgid = 43\n");
+    assert_eq!(stderr.matches(OLD_TGID).count(), 1, "{stderr}");
 }

@@ -186,3 +186,149 @@ fn return_at_an_entry_replaces_the_function_and_the_program_sees_its_value() {
         "{err}"
     );
 }
+
+#[test]
+fn mechanism_jmp_splices_the_probes_by_jmp_and_counts_the_same() {
+    let dir = build();
+    let run = |mechanism: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+            .args(["trace", "--process", "--agent"])
+            .arg(agent())
+            .args(["--mechanism", mechanism])
+            .args(["-e", "compute { @calls = count() }", "--", "./prog", "10"])
+            .env("TRAPVEC_LOG", "instr_manager::plan=debug")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (ok(&out), stderr)
+    };
+    let (trap, trap_log) = run("trap");
+    let (jmp, jmp_log) = run("jmp");
+    for out in [&trap, &jmp] {
+        assert!(out.contains("@calls: 11\n"), "{out}");
+    }
+    // compute is 4 bytes long: the planner says why a jmp rel32 cannot go there and takes a
+    // jmp rel8 to a springboard; a trap splice never plans a jmp.
+    assert!(
+        jmp_log.contains("jmp rel32 at") && jmp_log.contains("function `compute`"),
+        "{jmp_log}"
+    );
+    assert!(!trap_log.contains("jmp rel32 at"), "{trap_log}");
+}
+
+/// The lines of `out` that start with `prefix`, in order.
+fn lines_with<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
+    out.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+#[test]
+fn printf_in_a_probe_prints_one_line_per_call_in_order() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute /arg0 != 1/ { printf(\"hit %s(%d) %x\\n\", func, arg0, arg0 * 255) }",
+        &[],
+        4,
+    ));
+    assert_eq!(
+        lines_with(&out, "hit "),
+        vec![
+            "hit compute(0) 0",
+            "hit compute(2) 1fe",
+            "hit compute(3) 2fd",
+            "hit compute(3) 2fd"
+        ],
+        "{out}"
+    );
+    assert!(!out.contains("lost"), "{out}");
+}
+
+#[test]
+fn exit_in_a_probe_ends_the_trace_prints_the_maps_and_kills_the_command() {
+    let dir = build();
+    let start = std::time::Instant::now();
+    // Two hundred million traced calls would take many minutes: exit() ends it at the 1001st.
+    let out = ok(&trace(
+        dir.path(),
+        "compute /arg0 == 1000/ { @at = arg0; printf(\"exit at %d\\n\", arg0); exit() }",
+        &[],
+        200_000_000,
+    ));
+    assert_eq!(lines_with(&out, "exit at"), vec!["exit at 1000"], "{out}");
+    assert!(out.contains("@at: 1000\n"), "{out}");
+    // Killed: the program never printed its results.
+    assert!(!out.contains("total ="), "{out}");
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+}
+
+#[test]
+fn delete_removes_one_key_and_clear_empties_a_map() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute { @c[arg0 % 3] = count(); delete(@c[0]); @seen[arg0] = count(); clear(@seen) }",
+        &[],
+        10,
+    ));
+    // arg0 % 3 of 0..9 and 3: 1 three times, 2 three times; key 0 deleted after each count.
+    assert!(out.contains("@c[1]: 3\n@c[2]: 3\n"), "{out}");
+    assert!(!out.contains("@c[0]") && !out.contains("@seen"), "{out}");
+}
+
+#[test]
+fn a_map_read_in_a_predicate_selects_the_first_call_per_key() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute /@seen[arg0] == 0/ { @seen[arg0] = count(); @first = count() }",
+        &[],
+        4,
+    ));
+    // 0, 1, 2, 3 and 3 again: four first calls.
+    assert!(out.contains("@first: 4\n"), "{out}");
+    assert!(
+        out.contains("@seen[0]: 1\n@seen[1]: 1\n@seen[2]: 1\n@seen[3]: 1\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_interval_prints_a_map_clears_it_and_exits() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute /arg0 < 3/ { @small[arg0] = count() } interval:ms:300 { printf(\"tick\\n\"); print(@small); clear(@small); exit() }",
+        &[],
+        200_000_000,
+    ));
+    // The interval's print, then nothing at the end: the map was cleared and arg0 only grows.
+    let want = "tick\n@small[0]: 1\n@small[1]: 1\n@small[2]: 1\n\n";
+    assert!(out.contains(want), "{out}");
+    assert_eq!(out.matches("@small[0]").count(), 1, "{out}");
+    assert!(!out.contains("total ="), "{out}");
+}
+
+#[test]
+fn printf_lines_the_ring_could_not_hold_are_counted_lost_never_silently() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute { printf(\"%d\\n\", arg0) }",
+        &[],
+        100_000,
+    ));
+    // 100,001 calls: far more than 256 records come between two of trapctl's reads.
+    let printed: Vec<u64> = out.lines().filter_map(|l| l.parse().ok()).collect();
+    let lost: u64 = out
+        .lines()
+        .find_map(|l| l.strip_suffix(" printf line(s) lost: the ring's 256 records were overwritten before trapctl read them"))
+        .unwrap_or_else(|| panic!("no lost line: {}", &out[out.len().saturating_sub(2000)..]))
+        .parse()
+        .unwrap();
+    assert!(lost > 0);
+    assert_eq!(printed.len() as u64 + lost, 100_001);
+    // What was printed is in call order: the loop's arguments rise, then compute(3, NULL).
+    assert!(printed[..printed.len() - 1].windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(printed.last(), Some(&3));
+}

@@ -26,12 +26,13 @@ use instr_manager::splicer::state::StateError;
 use instr_manager::splicer::state_log::{self, StateLoadError, StateLog, StateLogError};
 use instr_manager::splicer::{SpliceId, SpliceRequest, Splicer};
 use serde_json::Value;
-use trapvec::{DispatchEntry, Target, TargetError};
+use trapvec::{DispatchEntry, Target, TargetError, TargetExt};
 
 use super::config::Config;
 use super::journal::{self, Journal, JournalError, Outcome, Record};
 use super::pending::{self, Arm, ModuleEvents, Pending};
 use super::protocol::{self, Request};
+use super::startup;
 
 /// Where a target keeps the splicer's state between daemon runs (the kernel module's blob).
 pub trait StateHome {
@@ -170,10 +171,9 @@ impl<T: Target + StateHome> Daemon<T> {
         // The journal's profile counts only if its splices are live: after the module was
         // reloaded (its state gone) the journal describes a kernel that no longer exists.
         if let Some(p) = profile.clone() {
-            let live: Vec<&SpliceRequest> = splicer.live().map(|s| &s.request).collect();
             let wanted = config.profiles.get(&p).map(|prof| prof.requests());
             match wanted {
-                Some(reqs) if reqs.iter().all(|r| live.contains(&r)) => {}
+                Some(reqs) if startup::all_live(splicer.live().map(|s| &s.request), &reqs) => {}
                 Some(_) => {
                     log::warn!("the journal's profile {p} is not live in the module (was trapvec.ko reloaded?): no profile is active");
                     profile = None;
@@ -189,11 +189,7 @@ impl<T: Target + StateHome> Daemon<T> {
             .filter_map(|s| s.dispatch().map(|d| d.site))
             .collect();
         let unrecorded: Vec<DispatchEntry> = match splicer.target().dispatch_entries() {
-            Some(listed) => listed
-                .map_err(DaemonError::List)?
-                .into_iter()
-                .filter(|e| !known.contains(&e.site))
-                .collect(),
+            Some(listed) => startup::unrecorded(known, listed.map_err(DaemonError::List)?),
             None => Vec::new(),
         };
         for e in &unrecorded {
@@ -357,7 +353,7 @@ impl<T: Target + StateHome> Daemon<T> {
     /// other request is [`ops::execute`]'s.
     fn change(&mut self, req: &Request, cause: &str) -> Result<Reply, OpError> {
         if let Some(v) = self.change_pending(req) {
-            return Ok(v);
+            return v;
         }
         match req {
             Request::Activate { profile } => {
@@ -477,8 +473,9 @@ impl<T: Target + StateHome> Daemon<T> {
     }
 
     /// A splice at `MOD:sym` whose module is not loaded is made pending; unsplicing a pending
-    /// point forgets it (and removes its splice if armed). `None`: not a pending matter.
-    fn change_pending(&mut self, req: &Request) -> Option<Reply> {
+    /// point (or a glob matching pending points) forgets it (and removes its splice if armed).
+    /// `None`: not a pending matter.
+    fn change_pending(&mut self, req: &Request) -> Option<Result<Reply, OpError>> {
         match req {
             Request::Splice(r) => {
                 let module = pending::module_of(r)?;
@@ -495,11 +492,14 @@ impl<T: Target + StateHome> Daemon<T> {
                     r.action
                 );
                 self.pending.add(r.clone(), module.clone());
-                Some(Reply::Splice(SpliceReply::Pending(PendingSplice {
+                Some(Ok(Reply::Splice(SpliceReply::Pending(PendingSplice {
                     pending: true,
                     at: r.at.clone(),
                     module,
-                })))
+                }))))
+            }
+            Request::Unsplice { at: Some(at), .. } if instr_manager::glob::is_glob(at) => {
+                self.unsplice_glob_pending(at)
             }
             Request::Unsplice { at: Some(at), .. } => {
                 let p = self.pending.remove(at)?;
@@ -511,14 +511,68 @@ impl<T: Target + StateHome> Daemon<T> {
                     }
                 }
                 log::info!("forgot pending point {at} after {hits} hit(s)");
-                Some(Reply::Unsplice(UnspliceReply::Pending(ForgotPending {
+                Some(Ok(Reply::Unsplice(UnspliceReply::Pending(ForgotPending {
                     at: at.clone(),
                     pending: true,
                     hits,
-                })))
+                }))))
             }
             _ => None,
         }
+    }
+
+    /// `unsplice GLOB` when the glob matches pending points: they are forgotten (an armed one's
+    /// live splice removed with the live splices the glob matches, in one batch), so that the
+    /// next load of their module does not make them again. A glob that matches pending points
+    /// and no live splice is not an error. `None`: it matches no pending point (or is not a
+    /// glob), the splicer's to answer.
+    fn unsplice_glob_pending(&mut self, glob: &str) -> Option<Result<Reply, OpError>> {
+        let g = instr_manager::glob::FunctionGlob::new(glob).ok()?;
+        let forgotten = self.pending.remove_matching(&g);
+        if forgotten.is_empty() {
+            return None;
+        }
+        let req = Request::Unsplice {
+            at: Some(glob.to_string()),
+            all: false,
+        };
+        let mut all = match ops::execute(&mut self.splicer, &req) {
+            Ok((Reply::Unsplice(UnspliceReply::All(all)), _)) => all,
+            Ok((other, _)) => {
+                // Not a glob's answer after all: the pending points stay.
+                for p in forgotten {
+                    self.pending.add_back(p);
+                }
+                return Some(Ok(other));
+            }
+            Err(ops::OpError::NoSplice { .. }) => ops::UnsplicedAll::default(),
+            Err(e) => {
+                // Nothing was removed: the pending points are not forgotten either.
+                for p in forgotten {
+                    self.pending.add_back(p);
+                }
+                return Some(Err(e.into()));
+            }
+        };
+        for p in forgotten {
+            // An armed point's live hits are in its removed splice's row.
+            let live = all
+                .unspliced
+                .iter()
+                .position(|u| u.at == p.request.at)
+                .map(|i| all.unspliced.remove(i));
+            let hits = p.hits + live.map_or(0, |u| u.hits);
+            log::info!(
+                "forgot pending point {} after {hits} hit(s) (unsplice {glob})",
+                p.request.at
+            );
+            all.forgot.push(ForgotPending {
+                at: p.request.at,
+                pending: true,
+                hits,
+            });
+        }
+        Some(Ok(Reply::Unsplice(UnspliceReply::All(all))))
     }
 
     /// Journal a pending point that its module's arrival showed invalid, as a refused splice.

@@ -6,7 +6,8 @@
 //! the configuration says where. [`daemon`] owns the state and the order of effects; [`run`]
 //! puts them together. What a request does is `instr_manager::ops`, the operations `trapctl`
 //! also runs. What `trapctl` shares with the daemon (the [`protocol`], the [`client`], the
-//! [`exposition`], the [`docs`]) is the `trapvec-proto` crate's, re-exported here.
+//! [`exposition`], the [`docs`], the socket [`server`]) is the `trapvec-proto` crate's,
+//! re-exported here.
 
 pub mod config;
 pub mod daemon;
@@ -17,11 +18,11 @@ pub mod metrics;
 pub mod pending;
 pub mod prometheus;
 pub mod rules;
-pub mod server;
+mod startup;
 #[cfg(test)]
 mod tests;
 
-pub use trapvec_proto::{client, docs, exposition, protocol};
+pub use trapvec_proto::{client, docs, exposition, protocol, server};
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use instr_manager::glob::FunctionGlob;
 use instr_manager::point::PointSpec;
 use instr_manager::SpliceRequest;
 
@@ -83,6 +84,25 @@ impl Pending {
     pub fn remove(&mut self, at: &str) -> Option<PendingPoint> {
         let i = self.points.iter().position(|p| p.request.at == at)?;
         Some(self.points.remove(i))
+    }
+
+    /// Remove every pending point whose function (in its module) `glob` matches, in the order
+    /// they were added.
+    pub fn remove_matching(&mut self, glob: &FunctionGlob) -> Vec<PendingPoint> {
+        let (out, keep) =
+            std::mem::take(&mut self.points)
+                .into_iter()
+                .partition(|p| match p.request.point() {
+                    Ok(PointSpec::Symbol { name, .. }) => glob.matches(&name, Some(&p.module)),
+                    _ => false,
+                });
+        self.points = keep;
+        out
+    }
+
+    /// Put back a point [`Pending::remove_matching`] took (a removal that failed), as it was.
+    pub fn add_back(&mut self, point: PendingPoint) {
+        self.points.push(point);
     }
 
     /// Refuse the load of `module` when one of its pending points cannot be made.

@@ -745,7 +745,7 @@ splice = [{ at = "f0", action = "count", tgid = 42, comm = "nginx" }, { at = "f1
 splice = [{ at = "f0", action = "count" }, { at = "f1", action = "count" }]
 [profile.watch]
 splice = [
-  { at = "f0", action = "count", when = "return", maxactive = 8, pid = 7, mechanism = "jmp" },
+  { at = "f0", action = "count", when = "return", maxactive = 8, tid = 7, mechanism = "jmp" },
   { at = "f1", action = "time", clock = "cpu" },
   { at = "f2", action = "count", by = "comm" },
 ]
@@ -756,7 +756,7 @@ splice = [
         (
             w[0].options.when,
             w[0].options.maxactive,
-            w[0].options.only.pid
+            w[0].options.only.tid
         ),
         (When::Return, Some(8), Some(7))
     );
@@ -849,5 +849,79 @@ splice = [
         })["ok"],
         json!(true)
     );
+    assert!(k.pristine());
+}
+
+/// The `at` of every pending point in the daemon's listing.
+fn pending_points(d: &mut Daemon<FakeKernel>) -> Vec<String> {
+    let list = d.handle(Request::List);
+    list["pending"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .map(|r| r["at"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn unsplice(d: &mut Daemon<FakeKernel>, at: &str) -> Value {
+    d.handle(Request::Unsplice {
+        at: Some(at.into()),
+        all: false,
+    })
+}
+
+#[test]
+fn unsplice_glob_forgets_the_pending_points_it_matches_and_removes_only_its_live_splices() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new();
+    let mut d = start(&k, &dir.path().join("journal"));
+    // The fake kernel has no modules: a point in one is pending.
+    for at in ["modx:work_a", "modx:work_b+4", "mody:work_c", "f1"] {
+        let r = d.handle(Request::Splice(SpliceRequest::new(
+            at,
+            Action::Count,
+            Mechanism::Trap,
+        )));
+        assert_eq!(r["ok"], json!(true), "{at}: {r}");
+    }
+    assert_eq!(
+        pending_points(&mut d),
+        ["modx:work_a", "modx:work_b+4", "mody:work_c"]
+    );
+
+    // A module-qualified glob: that module's pending points, no live splice (not an error).
+    let r = unsplice(&mut d, "modx:*");
+    assert_eq!(r["ok"], json!(true), "{r}");
+    assert_eq!(r["unspliced"], json!([]), "{r}");
+    let forgot: Vec<&str> = r["forgot"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["at"].as_str().unwrap())
+        .collect();
+    assert_eq!(forgot, ["modx:work_a", "modx:work_b+4"]);
+    assert_eq!(pending_points(&mut d), ["mody:work_c"]);
+    assert!(k.trapped("f1"), "the live splice outside the glob stays");
+
+    // A glob over names: the pending point it matches; the live f1 is not its.
+    let r = unsplice(&mut d, "*_c");
+    assert_eq!(r["forgot"][0]["at"], json!("mody:work_c"), "{r}");
+    assert!(pending_points(&mut d).is_empty());
+    assert_eq!(live_points(&mut d), ["f1"]);
+
+    // With nothing pending, a glob is the splicer's as before: its live splices, or an error.
+    let r = unsplice(&mut d, "work_*");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no splice at `work_*`"),
+        "{r}"
+    );
+    let r = unsplice(&mut d, "f*");
+    assert_eq!(r["unspliced"][0]["at"], json!("f1"), "{r}");
+    assert!(r.get("forgot").is_none(), "{r}");
     assert!(k.pristine());
 }

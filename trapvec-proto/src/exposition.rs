@@ -355,6 +355,7 @@ mod tests {
             keys: None,
             owner: None,
             orphaned: false,
+            component: None,
         }
     }
 

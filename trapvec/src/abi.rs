@@ -76,7 +76,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecCall>() == 10 * 8);
 // ---------------------------------------------------------------------------------------------
 
 /// Version of the ioctl interface; `TrapvecInfo::abi_version` must equal it.
-pub const TRAPVEC_ABI_VERSION: u32 = 10;
+pub const TRAPVEC_ABI_VERSION: u32 = 11;
 /// Name of the misc device (`/dev/trapvec`).
 pub const TRAPVEC_DEVICE_NAME: &str = "trapvec";
 /// `_IOC_TYPE` of every trapvec ioctl.
@@ -85,10 +85,10 @@ pub const TRAPVEC_IOC_MAGIC: u8 = b'T';
 pub const TRAPVEC_PATCH_MAX: usize = 16;
 /// Most bytes one READ or WRITE moves.
 pub const TRAPVEC_XFER_MAX: u32 = 1 << 20;
-/// Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST.
-pub const TRAPVEC_BATCH_MAX: u32 = 65536;
+/// Most elements of one APPLY, DISPATCH_ADD, DISPATCH_REMOVE or LIST (2^18 since ABI 11).
+pub const TRAPVEC_BATCH_MAX: u32 = 1 << 18;
 /// Largest state blob (STATE_PUT).
-pub const TRAPVEC_STATE_MAX: u32 = 32 << 20;
+pub const TRAPVEC_STATE_MAX: u32 = 256 << 20;
 /// `failed_index` when nothing failed.
 pub const TRAPVEC_NO_INDEX: u32 = 0xffff_ffff;
 

@@ -1,13 +1,21 @@
-//! A fake kernel for the tests of the crates above trapvec (feature `fake`): four traced
-//! functions `f0`..`f3` in "kernel text", an arena for repository blocks, a dispatch table with
+//! The one fake target of the tests of the crates above trapvec (feature `fake`): the
+//! splicer's, trapd's and trapctl's tests, the component manager's and the fuzz loader's. Four
+//! traced functions `f0`..`f3` in "kernel text", repository blocks, a dispatch table with
 //! per-site hit counters, site refusals as the module's checks would give them, and the state
 //! blob the module keeps, and (when asked for: [`FakeState::runtime_slots`]) runtime slots
 //! ([`crate::slots`]) as bookkeeping only (their routines are addresses below the arena, never
 //! run). Clones share one machine (two splicers, or a daemon and its restart,
 //! over one kernel), as the real module outlives the programs that use it.
 //!
-//! Misuse a real target would not survive fails loudly: writing a freed or sealed block, freeing
-//! twice, adding a site's dispatch entry twice.
+//! [`FakeKernel::new`] places blocks as the module's arena does ([`Placement::Arena`]);
+//! [`FakeKernel::repository`] is a target a component is loaded into, with the symbols it
+//! imports, blocks placed near the code that asked ([`Placement::Near`]) and filled with
+//! garbage, and limits that refuse an allocation as a real repository would
+//! ([`FakeState::refused_allocs`] keeps each refusal, for a harness that must never see one).
+//!
+//! Misuse a real target would not survive fails loudly: writing a freed or sealed block or
+//! through a stale handle, sealing a data block, freeing twice, adding a site's dispatch entry
+//! twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,8 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::kernel::SiteRefusal;
 use crate::slots::{Slot, SlotReading, SlotSpec};
 use crate::{
-    BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetError,
-    TargetInfo, TextPatch, TrapHits,
+    BlockKind, DispatchChange, DispatchEntry, DispatchRead, DispatchReading, RepoBlock, Symbol,
+    SymbolKind, SymbolTable, Target, TargetError, TargetInfo, TextPatch, TrapHits,
 };
 
 /// Where the fake kernel's text starts.
@@ -52,13 +60,45 @@ pub fn func_addr(name: &str) -> u64 {
     TEXT + 32 * i as u64
 }
 
+/// Where [`Target::alloc`] puts a block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// One after another from [`ARENA`], 16-byte aligned, whatever `near` says, never reused;
+    /// a block's id is its address (the module's arena, as the splicer sees it).
+    #[default]
+    Arena,
+    /// The first page boundary 64 KiB past `near`, plus [`FakeState::misalign`], that overlaps
+    /// no live block, and within ±2 GiB of `near` or refused; freed room is reused and ids
+    /// count from 1 (a process's mapping near its code, as the component loader sees it).
+    Near,
+}
+
 /// The fake machine's state; tests reach in through [`FakeKernel::state`].
-#[derive(Default)]
 pub struct FakeState {
     pub memory: BTreeMap<u64, u8>,
     pub next_block: u64,
+    /// Live blocks by id.
     pub blocks: BTreeMap<u64, RepoBlock>,
     pub sealed: BTreeSet<u64>,
+    /// Where blocks go.
+    pub placement: Placement,
+    /// Bytes a [`Placement::Near`] block starts past its page boundary (0: page-aligned).
+    pub misalign: u64,
+    /// What a fresh block holds (0 in the arena; garbage, 0xAA, in a repository, so that a
+    /// loader that forgets to clear its bss is seen).
+    pub fill: u8,
+    /// Largest block handed out.
+    pub max_block: usize,
+    /// Set: allocations of this kind are refused (to test the clean-up of half-done work).
+    pub refuse_alloc: Option<BlockKind>,
+    /// Every allocation refused, with the reason.
+    pub refused_allocs: Vec<String>,
+    /// Blocks allocated, freed and sealed so far.
+    pub allocs: usize,
+    pub frees: usize,
+    pub seals: usize,
+    /// The ranges of every [`Target::quiesce`].
+    pub quiesced: Vec<Vec<(u64, u64)>>,
     pub dispatch: BTreeMap<u64, DispatchEntry>,
     /// Hits the fake dispatcher reports per site.
     pub hits: BTreeMap<u64, u64>,
@@ -96,6 +136,43 @@ pub struct FakeState {
     pub return_slot_busy: Option<String>,
 }
 
+impl Default for FakeState {
+    fn default() -> Self {
+        FakeState {
+            memory: BTreeMap::new(),
+            next_block: ARENA,
+            blocks: BTreeMap::new(),
+            sealed: BTreeSet::new(),
+            placement: Placement::Arena,
+            misalign: 0,
+            fill: 0,
+            max_block: usize::MAX,
+            refuse_alloc: None,
+            refused_allocs: Vec::new(),
+            allocs: 0,
+            frees: 0,
+            seals: 0,
+            quiesced: Vec::new(),
+            dispatch: BTreeMap::new(),
+            hits: BTreeMap::new(),
+            refuse: BTreeMap::new(),
+            checked: Vec::new(),
+            batches: 0,
+            reads: Vec::new(),
+            blob: (0, Vec::new()),
+            quiesce_busy: None,
+            refuse_next_batch: None,
+            replaced: 0,
+            patched: BTreeMap::new(),
+            probed: BTreeSet::new(),
+            runtime_slots: false,
+            slots: BTreeMap::new(),
+            slots_freed: Vec::new(),
+            return_slot_busy: None,
+        }
+    }
+}
+
 /// A kernel-like target; clones share the same machine.
 #[derive(Clone)]
 pub struct FakeKernel {
@@ -112,10 +189,7 @@ impl Default for FakeKernel {
 
 impl FakeKernel {
     pub fn new() -> Self {
-        let mut inner = FakeState {
-            next_block: ARENA,
-            ..Default::default()
-        };
+        let mut inner = FakeState::default();
         let mut symbols = Vec::new();
         for name in FUNCS {
             let at = func_addr(name);
@@ -148,6 +222,25 @@ impl FakeKernel {
         }
     }
 
+    /// A repository for components: `info` (a process's, say) and, after the fake's own
+    /// functions, `symbols` (what components import); blocks placed [`Placement::Near`] and
+    /// filled with 0xAA, at most 16 MiB each (a kernel arena is a few MiB too).
+    pub fn repository(info: TargetInfo, symbols: Vec<Symbol>) -> Self {
+        let mut k = Self::new();
+        let mut all: Vec<Symbol> = k.symbols.iter().cloned().collect();
+        all.extend(symbols);
+        k.symbols = SymbolTable::new(all);
+        k.info = info;
+        {
+            let mut inner = k.state();
+            inner.placement = Placement::Near;
+            inner.next_block = 1;
+            inner.fill = 0xAA;
+            inner.max_block = 16 << 20;
+        }
+        k
+    }
+
     /// The machine's state (a test that panicked holding it does not poison the others' view).
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.inner
@@ -163,6 +256,49 @@ impl FakeKernel {
     /// Repository blocks allocated and not freed.
     pub fn live_blocks(&self) -> usize {
         self.state().blocks.len()
+    }
+
+    /// Blocks allocated so far ([`FakeState::allocs`]).
+    pub fn allocs(&self) -> usize {
+        self.state().allocs
+    }
+
+    /// Blocks freed so far.
+    pub fn frees(&self) -> usize {
+        self.state().frees
+    }
+
+    /// Blocks sealed so far.
+    pub fn seals(&self) -> usize {
+        self.state().seals
+    }
+
+    /// The 8 bytes at `addr`, little-endian.
+    pub fn text_u64(&self, addr: u64) -> u64 {
+        u64::from_le_bytes(self.text(addr, 8).try_into().expect("8 bytes"))
+    }
+
+    /// Change bytes behind the target's back, sealed or not (to simulate corruption); `addr`
+    /// must be mapped.
+    pub fn poke(&self, addr: u64, bytes: &[u8]) {
+        let mut inner = self.state();
+        for (i, b) in bytes.iter().enumerate() {
+            let at = addr + i as u64;
+            let byte = inner
+                .memory
+                .get_mut(&at)
+                .unwrap_or_else(|| panic!("poke of unmapped {at:#x}"));
+            *byte = *b;
+        }
+    }
+
+    /// Whether a live block holding `addr` has been sealed.
+    pub fn is_sealed(&self, addr: u64) -> bool {
+        let inner = self.state();
+        inner
+            .blocks
+            .values()
+            .any(|b| b.contains(addr) && inner.sealed.contains(&b.id))
     }
 
     /// Whether function `f`'s entry past the ftrace NOP holds the trap `int 0xF5`.
@@ -271,25 +407,54 @@ impl Target for FakeKernel {
             })
     }
 
-    fn alloc(
-        &mut self,
-        _near: u64,
-        size: usize,
-        kind: BlockKind,
-    ) -> Result<RepoBlock, TargetError> {
+    fn alloc(&mut self, near: u64, size: usize, kind: BlockKind) -> Result<RepoBlock, TargetError> {
         let mut inner = self.state();
-        let addr = inner.next_block;
-        inner.next_block += size.next_multiple_of(16) as u64;
+        let refused = if size == 0 {
+            Some("empty block")
+        } else if size > inner.max_block {
+            Some("larger than the arena")
+        } else if inner.refuse_alloc == Some(kind) {
+            Some("refused by the test")
+        } else {
+            None
+        };
+        let (id, addr) = match (refused, inner.placement) {
+            (Some(reason), _) => return Err(refuse_alloc(&mut inner, near, size, reason)),
+            (None, Placement::Arena) => {
+                let addr = inner.next_block;
+                inner.next_block += size.next_multiple_of(16) as u64;
+                (addr, addr)
+            }
+            (None, Placement::Near) => {
+                let misalign = inner.misalign;
+                let mut addr = (near + 0x1_0000).next_multiple_of(0x1000) + misalign;
+                while let Some(b) = inner
+                    .blocks
+                    .values()
+                    .find(|b| addr < b.addr + b.size as u64 && b.addr < addr + size as u64)
+                {
+                    addr = (b.addr + b.size as u64).next_multiple_of(0x1000) + misalign;
+                }
+                if addr + size as u64 - near > 1 << 31 {
+                    return Err(refuse_alloc(&mut inner, near, size, "out of reach"));
+                }
+                let id = inner.next_block;
+                inner.next_block += 1;
+                (id, addr)
+            }
+        };
+        let fill = inner.fill;
         for i in 0..size as u64 {
-            inner.memory.insert(addr + i, 0);
+            inner.memory.insert(addr + i, fill);
         }
         let block = RepoBlock {
-            id: addr,
+            id,
             addr,
             size,
             kind,
         };
-        inner.blocks.insert(addr, block.clone());
+        inner.blocks.insert(id, block.clone());
+        inner.allocs += 1;
         Ok(block)
     }
 
@@ -299,6 +464,11 @@ impl Target for FakeKernel {
             inner.blocks.contains_key(&block.id),
             "write to a freed block at {:#x}",
             block.addr
+        );
+        assert_eq!(
+            inner.blocks.get(&block.id),
+            Some(block),
+            "write through a stale handle"
         );
         assert!(
             !inner.sealed.contains(&block.id),
@@ -317,7 +487,20 @@ impl Target for FakeKernel {
     }
 
     fn seal(&mut self, block: &RepoBlock) -> Result<(), TargetError> {
-        self.state().sealed.insert(block.id);
+        let mut inner = self.state();
+        assert_eq!(
+            inner.blocks.get(&block.id),
+            Some(block),
+            "seal of a block that is not live"
+        );
+        assert_eq!(
+            block.kind,
+            BlockKind::Code,
+            "seal of a data block at {:#x}",
+            block.addr
+        );
+        inner.sealed.insert(block.id);
+        inner.seals += 1;
         Ok(())
     }
 
@@ -329,10 +512,15 @@ impl Target for FakeKernel {
             block.addr
         );
         inner.sealed.remove(&block.id);
+        inner.frees += 1;
         Ok(())
     }
 
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+    fn write_text(
+        &mut self,
+        batch: &[TextPatch],
+        _live_interior: Option<&[u64]>,
+    ) -> Result<(), TargetError> {
         if let Some(reason) = self.state().refuse_next_batch.take() {
             return Err(TargetError::Text {
                 addr: batch.first().map_or(0, |p| p.addr),
@@ -364,74 +552,47 @@ impl Target for FakeKernel {
         Ok(())
     }
 
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
-        let mut inner = self.state();
-        for e in entries {
-            assert!(
-                inner.dispatch.insert(e.site, *e).is_none(),
-                "site {:#x} twice: applied twice",
-                e.site
-            );
-        }
-        Ok(())
-    }
-
-    fn replaces_dispatch(&self) -> bool {
-        true
-    }
-
-    /// The old entries' counts are [`FakeState::hits`] of their sites, which then hold `start`.
-    fn replace_dispatch(
+    fn change_dispatch(
         &mut self,
-        entries: &[DispatchEntry],
-        start: &[TrapHits],
+        change: DispatchChange<'_>,
     ) -> Result<Vec<TrapHits>, TargetError> {
-        let mut inner = self.state();
-        if let Some(e) = entries
-            .iter()
-            .find(|e| !inner.dispatch.contains_key(&e.site))
-        {
-            return Err(TargetError::Dispatch {
-                site: e.site,
-                reason: "no entry".into(),
-            });
+        match change {
+            DispatchChange::Add(entries) => self.dispatch_add(entries).map(|()| Vec::new()),
+            DispatchChange::Remove(sites) => self.dispatch_remove(sites).map(|()| Vec::new()),
+            DispatchChange::Replace { entries, start } => self.dispatch_replace(entries, start),
         }
-        inner.replaced += 1;
-        let mut old = Vec::with_capacity(entries.len());
-        for (e, h) in entries.iter().zip(start) {
-            inner.dispatch.insert(e.site, *e);
-            old.push(TrapHits {
-                hits: inner.hits.insert(e.site, h.hits).unwrap_or(0),
-                missed: 0,
-            });
-        }
-        Ok(old)
     }
 
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+    fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
         let mut inner = self.state();
-        for s in sites {
-            inner.dispatch.remove(s).ok_or(TargetError::Dispatch {
-                site: *s,
-                reason: "no entry".into(),
-            })?;
-        }
-        Ok(())
-    }
-
-    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        match &self.state().quiesce_busy {
+        inner.quiesced.push(ranges.to_vec());
+        match &inner.quiesce_busy {
             Some(why) => Err(TargetError::Quiesce(why.clone())),
             None => Ok(()),
         }
     }
 
-    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
+    fn read_dispatch(
+        &self,
+        what: DispatchRead<'_>,
+    ) -> Option<Result<DispatchReading, TargetError>> {
         let inner = self.state();
-        inner.dispatch.contains_key(&site).then(|| TrapHits {
-            hits: inner.hits.get(&site).copied().unwrap_or(0),
-            missed: 0,
-        })
+        Some(Ok(match what {
+            DispatchRead::Table => {
+                DispatchReading::Table(inner.dispatch.values().copied().collect())
+            }
+            DispatchRead::Hits(sites) => DispatchReading::Hits(
+                sites
+                    .iter()
+                    .map(|site| {
+                        inner.dispatch.contains_key(site).then(|| TrapHits {
+                            hits: inner.hits.get(site).copied().unwrap_or(0),
+                            missed: 0,
+                        })
+                    })
+                    .collect(),
+            ),
+        }))
     }
 
     /// As the module: a window over text that a live patch changed is refused.
@@ -456,10 +617,6 @@ impl Target for FakeKernel {
             }),
             None => Ok(()),
         }
-    }
-
-    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
-        Some(Ok(self.state().dispatch.values().copied().collect()))
     }
 
     /// The lowest free index; the cookie is `index + 1` (never 0, like the module's).
@@ -513,9 +670,76 @@ impl Target for FakeKernel {
     }
 }
 
+/// The dispatch changes of [`Target::change_dispatch`].
+impl FakeKernel {
+    fn dispatch_add(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        for e in entries {
+            assert!(
+                inner.dispatch.insert(e.site, *e).is_none(),
+                "site {:#x} twice: applied twice",
+                e.site
+            );
+        }
+        Ok(())
+    }
+
+    fn dispatch_remove(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        for s in sites {
+            inner.dispatch.remove(s).ok_or(TargetError::Dispatch {
+                site: *s,
+                reason: "no entry".into(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The old entries' counts are [`FakeState::hits`] of their sites, which then hold `start`.
+    fn dispatch_replace(
+        &mut self,
+        entries: &[DispatchEntry],
+        start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
+        let mut inner = self.state();
+        if let Some(e) = entries
+            .iter()
+            .find(|e| !inner.dispatch.contains_key(&e.site))
+        {
+            return Err(TargetError::Dispatch {
+                site: e.site,
+                reason: "no entry".into(),
+            });
+        }
+        inner.replaced += 1;
+        let mut old = Vec::with_capacity(entries.len());
+        for (e, h) in entries.iter().zip(start) {
+            inner.dispatch.insert(e.site, *e);
+            old.push(TrapHits {
+                hits: inner.hits.insert(e.site, h.hits).unwrap_or(0),
+                missed: 0,
+            });
+        }
+        Ok(old)
+    }
+}
+
+/// Refuse an allocation, keeping the reason in [`FakeState::refused_allocs`].
+fn refuse_alloc(inner: &mut FakeState, near: u64, size: usize, reason: &str) -> TargetError {
+    inner
+        .refused_allocs
+        .push(format!("{size} bytes near {near:#x}: {reason}"));
+    TargetError::Alloc {
+        near,
+        size,
+        reason: reason.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TargetExt;
 
     #[test]
     fn clones_share_one_machine_and_text_batches_check_the_old_bytes() {

@@ -25,6 +25,7 @@ pub mod target;
 
 pub use error::{error_chain, TargetError};
 pub use target::{
-    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, Symbol, SymbolKind, SymbolTable, Target,
-    TargetInfo, TextPatch, TrapHits,
+    BlockKind, DispatchChange, DispatchEntry, DispatchRead, DispatchReading, ReplaceCounter,
+    ReplaceCounters, RepoBlock, Symbol, SymbolKind, SymbolTable, Target, TargetExt, TargetInfo,
+    TaskFields, TextPatch, TrapHits,
 };

@@ -9,13 +9,13 @@
 //! to the displaced instructions: it costs the test and nothing else.
 //!
 //! Where the test runs:
-//! - in code: a *guard* in front of the splice's trampoline ([`Target::predicate_test`] says
+//! - in code: a *guard* in front of the splice's trampoline ([`TargetInfo::predicate_test`] says
 //!   how the current task's fields are reached: the thread pointer `fs` in a process, the
 //!   per-CPU `current_task` through `gs` in the kernel);
 //! - in the kernel's trap dispatcher, for the traps it handles itself ([`TaskMatch`] in the
 //!   [`crate::DispatchEntry`]): a non-matching trap goes to the entry's `skip`.
 //!
-//! [`Target::predicate_test`]: crate::Target::predicate_test
+//! [`TargetInfo::predicate_test`]: crate::TargetInfo::predicate_test
 
 use std::fmt;
 

@@ -348,6 +348,9 @@ pub struct TargetInfo {
     pub dispatcher_runs_handlers: bool,
     /// Whether the trap dispatcher counts hits per site (then [`Target::trap_hits`] is `Some`).
     pub dispatcher_counts_hits: bool,
+    /// Whether a site's dispatch entry can be replaced in one step while its trap stays
+    /// ([`DispatchChange::Replace`]): both backends can; a target that cannot refuses the change.
+    pub replaces_dispatch: bool,
     /// Skip the ftrace `call __fentry__` site (5 bytes) when a point names a function's entry,
     /// and refuse windows overlapping it.
     pub has_fentry: bool,
@@ -355,6 +358,34 @@ pub struct TargetInfo {
     /// `vector` parameter, read from INFO), [`crate::abi::TRAP_VECTOR`] in a process (a
     /// user-mode `int` of any system vector raises #GP; the signal handler expects 0xF5's).
     pub trap_vector: u8,
+    /// Where the target counts the tasks inside `replace` replacements itself (the kernel
+    /// module, which waits for that count before it reuses freed code or unloads); `None`: a
+    /// splice counts in its own data block and leaves with a plain `ret` (the process backend,
+    /// which scans threads). Read once when the target is opened.
+    pub replace_counters: Option<ReplaceCounters>,
+    /// Where code finds the fields of the task running it, for the guard of a task predicate
+    /// ([`TargetInfo::predicate_test`]).
+    pub task_fields: TaskFields,
+    /// How to find the unwind tables of the target's code ([`TargetInfo::eh_frame_hdr`]): a
+    /// process asks its dynamic linker (`dl_iterate_phdr`) at the time; `None` for the kernel,
+    /// whose code throws no exceptions.
+    pub unwind_tables: Option<UnwindTables>,
+}
+
+/// Finds the unwind tables covering an address: `(address, length)` of its `.eh_frame_hdr`.
+pub type UnwindTables = fn(u64) -> Option<(u64, u64)>;
+
+/// Where a target's code finds the running task's fields ([`TargetInfo::task_fields`]).
+#[derive(Clone, Copy, Debug)]
+pub enum TaskFields {
+    /// The target has no such fields: a task predicate is refused, naming the target.
+    None,
+    /// Known when the target was opened (the kernel: `current_task` and the offsets INFO gives).
+    Known(crate::predicate::TaskLayout),
+    /// Found by this function when a predicate first needs them (a process: the thread id's
+    /// place in the thread control block, which takes a helper thread to find; not done at
+    /// open, where the agent may be inside a library constructor).
+    OnFirstUse(fn() -> Result<crate::predicate::TaskLayout, String>),
 }
 
 impl TargetInfo {
@@ -368,8 +399,12 @@ impl TargetInfo {
             save_vector_regs: true,
             dispatcher_runs_handlers: false,
             dispatcher_counts_hits: false,
+            replaces_dispatch: true,
             has_fentry: false,
             trap_vector: crate::abi::TRAP_VECTOR,
+            replace_counters: None,
+            task_fields: TaskFields::None,
+            unwind_tables: None,
         }
     }
 
@@ -382,8 +417,12 @@ impl TargetInfo {
             save_vector_regs: false,
             dispatcher_runs_handlers: true,
             dispatcher_counts_hits: true,
+            replaces_dispatch: true,
             has_fentry: true,
             trap_vector,
+            replace_counters: None,
+            task_fields: TaskFields::None,
+            unwind_tables: None,
         }
     }
 
@@ -396,9 +435,89 @@ impl TargetInfo {
             Self::user(description)
         }
     }
+
+    /// How code tests predicate `p` on the task running it ([`crate::predicate`]): the guard
+    /// the splicer puts in front of a trampoline. Refused (naming the field) where the target
+    /// has no such field.
+    pub fn predicate_test(
+        &self,
+        p: &crate::predicate::Predicate,
+    ) -> Result<crate::predicate::PredicateTest, TargetError> {
+        use crate::predicate::TaskBase;
+        let err = |reason: String| TargetError::Predicate {
+            predicate: p.to_string(),
+            reason,
+        };
+        let layout = match self.task_fields {
+            TaskFields::None => {
+                return Err(err(format!(
+                    "task predicates are not supported on {}",
+                    self.description
+                )))
+            }
+            TaskFields::Known(layout) => layout,
+            TaskFields::OnFirstUse(find) => find().map_err(err)?,
+        };
+        match layout.base {
+            TaskBase::CurrentTask { .. } => {
+                if let (Some(t), Some(pid)) = (p.tid, p.pid) {
+                    if t != pid {
+                        return Err(err(
+                            "in the kernel tid and pid both name task->pid".into()
+                        ));
+                    }
+                }
+                layout.test(p, |f| format!("trapvec.ko gives no offset of `{f}`"))
+            }
+            TaskBase::ThreadPointer => layout.test(p, |f| {
+                format!("`{f}` names a kernel task's field; in a process a predicate names a thread with `tid`")
+            }),
+        }
+        .map_err(err)
+    }
+
+    /// The `.eh_frame_hdr` (address and size: the `PT_GNU_EH_FRAME` segment) of the loaded
+    /// object whose code contains `addr`, where the unwinder finds that code's frame information
+    /// and, through it, its exception landing pads. `None` when no object holds `addr`, it has
+    /// none, or the target has no unwind tables ([`TargetInfo::unwind_tables`]).
+    pub fn eh_frame_hdr(&self, addr: u64) -> Option<(u64, u64)> {
+        self.unwind_tables.and_then(|find| find(addr))
+    }
+
+    /// Where a `replace` trampoline written into `code` counts the tasks inside its
+    /// replacement, when the target keeps that count itself ([`TargetInfo::replace_counters`]).
+    pub fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
+        self.replace_counters.and_then(|c| c.of(code))
+    }
 }
 
-/// A target-owned in-flight counter of a `replace` trampoline ([`Target::replace_counter`]).
+/// The in-flight counters a target keeps for `replace` trampolines: one 8-byte counter per
+/// `grain` bytes of its code arena (the kernel module's `TRAPVEC_ARENA_GRAIN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplaceCounters {
+    /// The code arena, `[code_base, code_base + code_size)`.
+    pub code_base: u64,
+    pub code_size: u64,
+    /// Bytes of the arena per counter.
+    pub grain: u64,
+    /// The first counter (the arena's first granule's).
+    pub counters: u64,
+    /// Where a trampoline goes after the replacement returns ([`ReplaceCounter::exit`]).
+    pub exit: u64,
+}
+
+impl ReplaceCounters {
+    /// The counter of the granule `code` starts in; `None` for a block outside the arena.
+    pub fn of(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
+        let off = code.addr.checked_sub(self.code_base)?;
+        (off < self.code_size && self.grain > 0).then(|| ReplaceCounter {
+            counter: self.counters + 8 * (off / self.grain),
+            exit: self.exit,
+        })
+    }
+}
+
+/// A target-owned in-flight counter of a `replace` trampoline ([`TargetInfo::replace_counter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplaceCounter {
     /// The 8-byte counter: `lock inc` before the replacement is called.
@@ -408,7 +527,126 @@ pub struct ReplaceCounter {
     pub exit: u64,
 }
 
-/// The thing being modified.
+/// A change of the dispatch table ([`Target::change_dispatch`]), made all or none.
+#[derive(Clone, Copy, Debug)]
+pub enum DispatchChange<'a> {
+    /// Entries for sites that have none.
+    Add(&'a [DispatchEntry]),
+    /// Remove the entries of these sites.
+    Remove(&'a [u64]),
+    /// Give sites that have a dispatch entry the entries `entries` instead, each in one step:
+    /// the trap stays in the text and a trap taken at a site meets the old entry or the new,
+    /// never neither. `start[i]`: what the new entry's counters start from, where the
+    /// dispatcher counts. The change returns the old entries' final counters (zero where the
+    /// dispatcher does not count), read once no trap can still be on its way through the old
+    /// entries; what they sent the CPU to is the caller's to quiesce. Putting the old entries
+    /// back with those counts undoes a replacement.
+    Replace {
+        entries: &'a [DispatchEntry],
+        start: &'a [TrapHits],
+    },
+}
+
+/// What [`Target::read_dispatch`] reads.
+#[derive(Clone, Copy, Debug)]
+pub enum DispatchRead<'a> {
+    /// Every dispatch entry.
+    Table,
+    /// The dispatcher's counters of these sites.
+    Hits(&'a [u64]),
+}
+
+/// What [`Target::read_dispatch`] read, the variant asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatchReading {
+    Table(Vec<DispatchEntry>),
+    /// One per site asked about, in that order: `None` for a site without a dispatch entry.
+    Hits(Vec<Option<TrapHits>>),
+}
+
+/// What callers say to any [`Target`] in its own words, written once over the trait's
+/// methods (implemented for every target; a backend writes none of these).
+pub trait TargetExt: Target {
+    /// [`Target::write_text`] knowing nothing of where CPUs are.
+    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+        self.write_text(batch, None)
+    }
+
+    /// [`Target::write_text`] with the boundaries a CPU may be at inside the patched bytes.
+    fn patch_text_live(
+        &mut self,
+        batch: &[TextPatch],
+        live_interior: &[u64],
+    ) -> Result<(), TargetError> {
+        self.write_text(batch, Some(live_interior))
+    }
+
+    /// Add dispatch entries (all or none).
+    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+        self.change_dispatch(DispatchChange::Add(entries)).map(drop)
+    }
+
+    /// Remove dispatch entries; unknown sites are an error and nothing is removed.
+    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        self.change_dispatch(DispatchChange::Remove(sites))
+            .map(drop)
+    }
+
+    /// [`DispatchChange::Replace`]: the old entries' final counters.
+    fn replace_dispatch(
+        &mut self,
+        entries: &[DispatchEntry],
+        start: &[TrapHits],
+    ) -> Result<Vec<TrapHits>, TargetError> {
+        self.change_dispatch(DispatchChange::Replace { entries, start })
+    }
+
+    /// [`TargetInfo::replaces_dispatch`].
+    fn replaces_dispatch(&self) -> bool {
+        self.info().replaces_dispatch
+    }
+
+    /// Every dispatch entry the target holds now, when it can list them; `None` when it cannot.
+    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
+        Some(match self.read_dispatch(DispatchRead::Table)? {
+            Ok(DispatchReading::Table(entries)) => Ok(entries),
+            Ok(DispatchReading::Hits(_)) => Err(TargetError::Other(format!(
+                "{} answered a read of its dispatch table with counters",
+                self.info().description
+            ))),
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Hit counters of a trap site, when the dispatcher keeps them and the site has an entry.
+    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
+        match self.read_dispatch(DispatchRead::Hits(&[site]))? {
+            Ok(DispatchReading::Hits(mut hits)) => hits.pop().flatten(),
+            Ok(DispatchReading::Table(_)) => None,
+            Err(e) => {
+                log::warn!("hits of site {site:#x}: {}", crate::error_chain(&e));
+                None
+            }
+        }
+    }
+
+    /// [`TargetInfo::predicate_test`].
+    fn predicate_test(
+        &self,
+        p: &crate::predicate::Predicate,
+    ) -> Result<crate::predicate::PredicateTest, TargetError> {
+        self.info().predicate_test(p)
+    }
+
+    /// [`TargetInfo::replace_counter`].
+    fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
+        self.info().replace_counter(code)
+    }
+}
+
+impl<T: Target + ?Sized> TargetExt for T {}
+
+/// The thing being modified: what a backend implements. Callers also have [`TargetExt`].
 pub trait Target {
     fn info(&self) -> &TargetInfo;
 
@@ -440,74 +678,30 @@ pub trait Target {
     /// Give a block back. The caller has made sure (via `quiesce`) that no CPU can run it.
     fn free(&mut self, block: &RepoBlock) -> Result<(), TargetError>;
 
-    /// All-or-nothing batch of text changes (see the module docs).
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError>;
-
-    /// [`Target::patch_text`] when the caller knows where a CPU may be executing inside the
-    /// patched bytes: `live_interior` lists the instruction boundaries of the code being replaced
-    /// that lie strictly inside a patch (e.g. the second instruction under a trap written over a
-    /// 1-byte `push`). Backends that cannot stop the world wait until no CPU is at one of them;
-    /// an empty list says no CPU can be inside (the old bytes are a single instruction each).
-    /// The default is the conservative `patch_text`.
-    fn patch_text_live(
+    /// All-or-nothing batch of text changes (see the module docs). `live_interior`, when the
+    /// caller knows it, lists the instruction boundaries of the code being replaced that lie
+    /// strictly inside a patch (e.g. the second instruction under a trap written over a 1-byte
+    /// `push`): backends that cannot stop the world wait until no CPU is at one of them, and an
+    /// empty list says no CPU can be inside (the old bytes are a single instruction each).
+    /// `None`: nothing is known, be conservative. Callers use [`TargetExt::patch_text`] and
+    /// [`TargetExt::patch_text_live`].
+    fn write_text(
         &mut self,
         batch: &[TextPatch],
-        live_interior: &[u64],
-    ) -> Result<(), TargetError> {
-        let _ = live_interior;
-        self.patch_text(batch)
-    }
+        live_interior: Option<&[u64]>,
+    ) -> Result<(), TargetError>;
 
-    /// Add dispatch entries (all or none).
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError>;
-
-    /// Remove dispatch entries; unknown sites are an error and nothing is removed.
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError>;
-
-    /// Whether [`Target::replace_dispatch`] is there.
-    fn replaces_dispatch(&self) -> bool {
-        false
-    }
-
-    /// Give sites that have a dispatch entry the entries `entries` instead, each in one step:
-    /// the trap stays in the text and a trap taken at a site meets the old entry or the new,
-    /// never neither. All or none. `start[i]`: what the new entry's counters start from, where
-    /// the dispatcher counts. Returns the old entries' final counters (zero where the
-    /// dispatcher does not count), read once no trap can still be on its way through the old
-    /// entries; what they sent the CPU to is the caller's to quiesce. Putting the old entries
-    /// back with those counts undoes a replacement.
-    fn replace_dispatch(
-        &mut self,
-        entries: &[DispatchEntry],
-        start: &[TrapHits],
-    ) -> Result<Vec<TrapHits>, TargetError> {
-        let _ = start;
-        Err(TargetError::Dispatch {
-            site: entries.first().map_or(0, |e| e.site),
-            reason: format!(
-                "{} cannot replace a dispatch entry in place",
-                self.info().description
-            ),
-        })
-    }
+    /// Change the dispatch table, all or none ([`DispatchChange`]): add entries, remove them
+    /// (an unknown site is an error and nothing is removed), or replace them in place where
+    /// [`TargetInfo::replaces_dispatch`] says the target can. Returns the old entries' final
+    /// counters for a replacement, nothing otherwise. Callers use [`TargetExt::add_dispatch`],
+    /// [`TargetExt::remove_dispatch`] and [`TargetExt::replace_dispatch`].
+    fn change_dispatch(&mut self, change: DispatchChange<'_>)
+        -> Result<Vec<TrapHits>, TargetError>;
 
     /// Wait until no CPU or thread can still be executing in `ranges` (`[start, end)`), nor be
     /// about to be sent there by a dispatch entry that was removed.
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError>;
-
-    /// Where a `replace` trampoline written into `code` counts the tasks inside its
-    /// replacement, when the target keeps that count itself (the kernel module waits for it
-    /// before it reuses freed code or unloads). `None`: the splice counts in its own data
-    /// block and leaves with a plain `ret` (the process backend, which scans threads).
-    fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
-        let _ = code;
-        None
-    }
-
-    /// Hit counters of a trap site, when the dispatcher keeps them.
-    fn trap_hits(&self, _site: u64) -> Option<TrapHits> {
-        None
-    }
 
     /// Would the target itself accept a text patch over `[addr, addr + len)` (an instruction
     /// window the planner has already validated)? Backends with rules of their own say no here,
@@ -518,17 +712,16 @@ pub trait Target {
         Ok(())
     }
 
-    /// The `.eh_frame_hdr` (address and size: the `PT_GNU_EH_FRAME` segment) of the loaded
-    /// object whose code contains `addr`, where the unwinder finds that code's frame information
-    /// and, through it, its exception landing pads. `None` when no object holds `addr` or it has
-    /// none; the default (the kernel, whose code throws no exceptions).
-    fn eh_frame_hdr(&self, _addr: u64) -> Option<(u64, u64)> {
-        None
-    }
-
-    /// Every dispatch entry the target holds now, when it can list them (kernel: the module's
-    /// table, the truth a saved state is checked against); `None` when it cannot.
-    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
+    /// Read the dispatch table as the target holds it now ([`DispatchRead`]): every entry (the
+    /// kernel module's table, the truth a saved state is checked against) or the dispatcher's
+    /// counters of some sites. `None` when the target cannot (it keeps no such table, or its
+    /// dispatcher counts nothing). Callers use [`TargetExt::dispatch_entries`] and
+    /// [`TargetExt::trap_hits`].
+    fn read_dispatch(
+        &self,
+        what: DispatchRead<'_>,
+    ) -> Option<Result<DispatchReading, TargetError>> {
+        let _ = what;
         None
     }
 
@@ -558,22 +751,6 @@ pub trait Target {
     /// when the target has no such slot (any more).
     fn read_slot(&self, _slot: &crate::slots::Slot) -> Option<crate::slots::SlotReading> {
         None
-    }
-
-    /// How code tests predicate `p` on the task running it ([`crate::predicate`]): the guard
-    /// the splicer puts in front of a trampoline. Refused (naming the field) where the target
-    /// has no such field.
-    fn predicate_test(
-        &self,
-        p: &crate::predicate::Predicate,
-    ) -> Result<crate::predicate::PredicateTest, TargetError> {
-        Err(TargetError::Predicate {
-            predicate: p.to_string(),
-            reason: format!(
-                "task predicates are not supported on {}",
-                self.info().description
-            ),
-        })
     }
 }
 
@@ -615,6 +792,156 @@ pub fn read_runs(ranges: &[(u64, u64)]) -> Vec<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The methods a backend writes, as this file declares them: `fn` items of `pub trait
+    /// Target`.
+    fn target_methods() -> Vec<String> {
+        let src = include_str!("target.rs");
+        let start = src.find("\npub trait Target {").expect("the trait");
+        let body = &src[start..start + src[start..].find("\n}\n").expect("its end")];
+        body.lines()
+            .filter_map(|l| l.strip_prefix("    fn "))
+            .map(|l| l.split(['(', '<']).next().unwrap_or(l).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_backend_writes_at_most_sixteen_methods_and_none_of_the_callers_conveniences() {
+        let methods = target_methods();
+        // Issue 25's bound: the dispatch table, text writes and slots are one concept each,
+        // what a target knows once is a TargetInfo fact (replace counters, task fields, unwind
+        // tables), and the table and its counters are one read (see docs/internals.md).
+        assert!(
+            methods.len() <= 16,
+            "{} methods: {methods:?}",
+            methods.len()
+        );
+        for convenience in [
+            "patch_text",
+            "patch_text_live",
+            "add_dispatch",
+            "remove_dispatch",
+            "replace_dispatch",
+            "replaces_dispatch",
+            "trap_hits",
+            "dispatch_entries",
+            "predicate_test",
+            "replace_counter",
+            "eh_frame_hdr",
+        ] {
+            assert!(
+                !methods.iter().any(|m| m == convenience),
+                "`{convenience}` is TargetExt's, written once over the trait"
+            );
+        }
+        assert!(
+            methods.iter().any(|m| m == "change_dispatch"),
+            "{methods:?}"
+        );
+    }
+
+    #[test]
+    fn a_predicate_is_tested_with_the_task_fields_the_info_gives_or_refused_naming_why() {
+        use crate::predicate::{Predicate, TaskBase, TaskLayout};
+        let p = |tid, pid| Predicate {
+            tid,
+            pid,
+            ..Predicate::default()
+        };
+        let none = TargetInfo::user("process 7");
+        let e = none.predicate_test(&p(Some(1), None)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("task predicates are not supported on process 7"),
+            "{e}"
+        );
+        let kernel = TargetInfo {
+            task_fields: TaskFields::Known(TaskLayout {
+                base: TaskBase::CurrentTask { per_cpu: 0x1000 },
+                tid: Some(0x590),
+                pid: Some(0x590),
+                tgid: None,
+                comm: None,
+            }),
+            ..TargetInfo::kernel("kernel", 0xf5)
+        };
+        let t = kernel.predicate_test(&p(None, Some(42))).unwrap();
+        assert_eq!(t.base, TaskBase::CurrentTask { per_cpu: 0x1000 });
+        assert_eq!((t.tests[0].offset, t.tests[0].value), (0x590, 42));
+        let e = kernel.predicate_test(&p(Some(1), Some(2))).unwrap_err();
+        assert!(
+            e.to_string().contains("tid and pid both name task->pid"),
+            "{e}"
+        );
+        let e = kernel
+            .predicate_test(&Predicate {
+                tgid: Some(3),
+                ..Predicate::default()
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("gives no offset of `tgid`"), "{e}");
+        fn thread() -> Result<TaskLayout, String> {
+            Ok(TaskLayout {
+                base: TaskBase::ThreadPointer,
+                tid: Some(0x2d0),
+                pid: None,
+                tgid: None,
+                comm: None,
+            })
+        }
+        let process = TargetInfo {
+            task_fields: TaskFields::OnFirstUse(thread),
+            ..TargetInfo::user("process 8")
+        };
+        let t = process.predicate_test(&p(Some(9), None)).unwrap();
+        assert_eq!(
+            (t.base, t.tests[0].offset, t.tests[0].value),
+            (TaskBase::ThreadPointer, 0x2d0, 9)
+        );
+        let e = process.predicate_test(&p(None, Some(9))).unwrap_err();
+        assert!(
+            e.to_string().contains("`pid` names a kernel task's field"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn replace_counters_give_a_blocks_granule_and_nothing_outside_the_arena() {
+        let c = ReplaceCounters {
+            code_base: 0x10_0000,
+            code_size: 0x1000,
+            grain: 16,
+            counters: 0x20_0000,
+            exit: 0x30_0000,
+        };
+        let block = |addr| RepoBlock {
+            id: 1,
+            addr,
+            size: 64,
+            kind: BlockKind::Code,
+        };
+        assert_eq!(
+            c.of(&block(0x10_0020)),
+            Some(ReplaceCounter {
+                counter: 0x20_0010,
+                exit: 0x30_0000
+            })
+        );
+        assert_eq!(c.of(&block(0x10_1000)), None);
+        assert_eq!(c.of(&block(0xf_fff0)), None);
+        let info = TargetInfo {
+            replace_counters: Some(c),
+            ..TargetInfo::kernel("k", 0xf5)
+        };
+        assert_eq!(
+            info.replace_counter(&block(0x10_0000)).map(|r| r.counter),
+            Some(0x20_0000)
+        );
+        assert_eq!(
+            TargetInfo::user("p").replace_counter(&block(0x10_0000)),
+            None
+        );
+    }
 
     #[test]
     fn read_runs_join_neighbours_and_split_at_gaps_and_the_span_limit() {

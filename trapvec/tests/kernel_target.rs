@@ -10,7 +10,7 @@ use std::path::Path;
 
 use trapvec::abi::TRAP_BYTES;
 use trapvec::kernel::{KernelTarget, SiteRefusal, DEVICE_PATH};
-use trapvec::{BlockKind, DispatchEntry, Target, TargetError, TextPatch, TrapHits};
+use trapvec::{BlockKind, DispatchEntry, Target, TargetError, TargetExt, TextPatch, TrapHits};
 
 const CALLS: u64 = 500;
 

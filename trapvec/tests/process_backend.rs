@@ -6,7 +6,7 @@ use std::process::Command;
 
 use trapvec::abi::TRAP_BYTES;
 use trapvec::process::ProcessTarget;
-use trapvec::{BlockKind, DispatchEntry, Target, TargetError, TextPatch};
+use trapvec::{BlockKind, DispatchEntry, Target, TargetError, TargetExt, TextPatch};
 
 /// Assemble and load a shared object; returns the addresses of `names`.
 fn load_asm(tag: &str, src: &str, names: &[&str]) -> Vec<u64> {

@@ -82,7 +82,8 @@ echo "COMPACT_REMOVE_MS=$((t1 - t0))"
 echo "COMPACT_LEFT=$(trapctl list | awk '$3 == "trap" && $4 == "count"' | wc -l)"
 echo "COMPACT_ALLOCS_end=$(allocs)"
 # Freed blocks are reclaimed at the next QUIESCE: the removal of one more splice makes one
-# (and leaves that splice's own two blocks freed, waiting for the next).
+# (and leaves that splice's own code block freed, waiting for the next: a count trap has no
+# data block).
 trapctl splice __x64_sys_getppid --count > /tmp/one.out 2>&1 && trapctl unsplice --all >> /tmp/one.out 2>&1 ||
 	{ echo "COMPACT_ONE_FAILED: $(tail -n 3 /tmp/one.out)"; exit 17; }
 echo "COMPACT_ALLOCS_reclaimed=$(allocs)"

@@ -2,8 +2,8 @@
 # `trapctl cover` on the running kernel (issue 27, item 1): a count trap at every basic block of
 # a few syscall functions while a command calls getsid() and getppid() a known number of times;
 # then the same command again under kprobes at the same sites (the oracle: equal counts); a
-# SIGTERM that ends a coverage still removes every site; the same through trapd; a glob of over
-# 1,000 functions, timed.
+# SIGTERM that ends a coverage still removes every site; the same through trapd; once mode,
+# direct and through trapd; a glob of over 1,000 functions, timed.
 # Prints KEY=value lines that vmtest/tests/kernel_cover.rs checks.
 set -eu
 . /lib/scenario.sh
@@ -53,6 +53,19 @@ while read -r site; do
 done < /tmp/sites
 echo > $T/kprobe_events
 
+# --- Once mode (issue 27, item 1): a site is disarmed in the batch after its first hit, so the
+# command's second round, a second after the first, is not counted; the same blocks are hit.
+status=0
+# shellcheck disable=SC2086 # the function list is split on purpose
+trapctl cover $FUNCS --mode once --json -o /tmp/once.json -- sh -c "$WORK && sleep 1 && $WORK" 2> /tmp/once.err || status=$?
+echo "ONCE_STATUS=$status"
+echo "ONCE_STDERR=$(tr '\n' '|' < /tmp/once.err)"
+echo "ONCE_SID_LOOP=$(cat /tmp/sid.out)"
+echo "ONCE_JSON=$(tr -d '\n' < /tmp/once.json)"
+echo "ONCE_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+trapctl read __x64_sys_getsid > /tmp/once.hex
+cmp -s /tmp/before.hex /tmp/once.hex && echo "ONCE_TEXT_SAME=yes" || echo "ONCE_TEXT_SAME=no"
+
 # --- Text report, ended by SIGTERM (a background job's SIGINT is ignored: see DESIGN.md).
 trapctl cover __x64_sys_getsid > /tmp/text.out 2> /tmp/text.err &
 pid=$!
@@ -80,6 +93,14 @@ echo "TRAPD_STDERR=$(tr '\n' '|' < /tmp/trapd.err)"
 echo "TRAPD_SID_LOOP=$(cat /tmp/tsid.out)"
 echo "TRAPD_JSON=$(tr -d '\n' < /tmp/trapd.json)"
 echo "TRAPD_LEFT=$(trapd send '{"op":"list"}' | grep -c '"site"' || true)"
+# Once mode through trapd: the live hits read by `list` requests, the hit sites removed by
+# `remove` requests while the command runs.
+status=0
+trapctl cover __x64_sys_getsid --mode once --json -o /tmp/tonce.json -- sh -c "ppidloop -s -n $N && sleep 1 && ppidloop -s -n $N" > /dev/null 2> /tmp/tonce.err || status=$?
+echo "TRAPD_ONCE_STATUS=$status"
+echo "TRAPD_ONCE_STDERR=$(tr '\n' '|' < /tmp/tonce.err)"
+echo "TRAPD_ONCE_JSON=$(tr -d '\n' < /tmp/tonce.json)"
+echo "TRAPD_ONCE_LEFT=$(trapd send '{"op":"list"}' | grep -c '"site"' || true)"
 kill $tdp
 wait $tdp || true
 

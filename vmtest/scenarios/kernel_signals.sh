@@ -8,7 +8,8 @@
 #  2. `-- COMMAND`: the count lasts while ppidloop runs, and trapctl exits with the command's
 #     status;
 #  3. SIGKILL: the splice stays, `trapctl list` shows it orphaned with the killed pid, and
-#     `trapctl unsplice --orphans` removes it;
+#     `trapctl unsplice --orphans` removes it; the same for a kernel `trapctl trace` killed
+#     while live: its splice and its component trace_PID, listed orphaned, then removed;
 #  4. through trapd: `trapctl time` ended by SIGTERM removes its timer by a request;
 #  5. every byte of the function is back.
 # Prints KEY=value lines that vmtest/tests/kernel_signals.rs checks (JSON squashed to one line).
@@ -101,6 +102,22 @@ echo "KILL_PID=$p"
 echo "KILL_LIST=$(listing)"
 echo "ORPHANS=$(trapctl unsplice --orphans 2>&1 | tr '\n' '|')"
 echo "ORPHANS_LIST=$(listing)"
+
+# --- 3b. SIGKILL of a kernel `trapctl trace` (issue 29): its splice and its component
+# trace_PID stay, listed orphaned; `trapctl unsplice --orphans` removes both.
+trapctl trace -e "$fn { @c = count() }" > /tmp/trace.out 2>&1 &
+p=$!
+live /tmp/trace.out tracing
+/bin/ppidloop -n 10 > /dev/null
+kill -KILL $p
+wait $p
+echo "TRACE_STATUS=$?"
+echo "TRACE_PID=$p"
+echo "TRACE_LIST=$(listing)"
+echo "TRACE_ORPHANS=$(trapctl unsplice --orphans 2>&1 | tr '\n' '|')"
+echo "TRACE_ORPHANS_LIST=$(listing)"
+trapctl read $fn > /tmp/trace.hex || exit 13
+cmp -s /tmp/before.hex /tmp/trace.hex && echo "TRACE_BYTES=restored" || echo "TRACE_BYTES=changed: $(cat /tmp/trace.hex)"
 
 # --- 4. Through trapd: the timer made, read and removed by requests.
 start_trapd

@@ -11,6 +11,10 @@
 #     empty handler; a BPF fentry program that only returns 0; one that counts into an array map.
 #     One more run under the counting fentry program checks that it ran once per getppid(), and
 #     one under each trapvec splice that its hits (trapctl list) are the getppid() calls made.
+#     Then the one-liner `@[comm] = count()` (issue 29): `trapctl trace --mechanism jmp` of it
+#     at the same point vs BPF fentry running the same map update (fentry_count --comm: a hash
+#     map keyed by comm, as bpftrace compiles it); both maps' sysbench entries are checked against
+#     the calls made.
 #  2. Mass attach vs ftrace: N functions (unique names that ftrace can trace and trapctl can
 #     splice), the function tracer with set_ftrace_filter = those N (write the filter, then
 #     `function` > current_tracer; tracing_on 0 so no event is recorded) vs `trapctl apply` of N
@@ -99,6 +103,14 @@ measure() {
 		;;
 	fentry_empty) $fentry --empty $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
 	fentry_count) $fentry $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
+	fentry_comm) $fentry --comm $fn sh /tmp/best.sh 2> /tmp/fentry.err || { cat /tmp/fentry.err >&2; exit 1; } ;;
+	trace_comm)
+		# The trace's own lines (tracing..., the map) go to one file, the timing to another.
+		trapctl trace --mechanism jmp -e "$point { @[comm] = count() }" \
+			-- sh -c 'sh /tmp/best.sh > /tmp/trace.best' > /tmp/trace.out 2>&1 ||
+			{ cat /tmp/trace.out >&2; exit 1; }
+		cat /tmp/trace.best
+		;;
 	kmulti_empty) $kmulti --empty __x64_sys_getppid sh /tmp/best.sh 2> /tmp/kmulti.err || { cat /tmp/kmulti.err >&2; exit 1; } ;;
 	kmulti_count) $kmulti __x64_sys_getppid sh /tmp/best.sh 2> /tmp/kmulti.err || { cat /tmp/kmulti.err >&2; exit 1; } ;;
 	esac
@@ -122,7 +134,7 @@ else
 	echo "PEERS_KMULTI=unsupported: $(grep '^kmulti_count:' /tmp/kmulti.err | head -n 1)"
 fi
 
-fastest_rounds PEERS_HIT_ROUND "base jmp_empty jmp_count trap_empty fentry_empty fentry_count $kconfigs"
+fastest_rounds PEERS_HIT_ROUND "base jmp_empty jmp_count trap_empty fentry_empty fentry_count trace_comm fentry_comm $kconfigs"
 cat /tmp/fentry.err
 echo "PEERS_HIT_CONFIG point=$point calls=$calls runs_per_round=$runs rounds=$rounds figure=fastest run of all rounds"
 for c in $configs; do
@@ -151,6 +163,15 @@ for c in jmp_empty jmp_count trap_empty; do
 	echo "PEERS_TRAPVEC_HITS config=$c hits=${hits:-none} expected=$((check + check / 10 + 2))"
 done
 
+# The one-liner's map and the comm-keyed fentry program's: sysbench's entry is the calls made.
+trapctl trace --mechanism jmp -e "$point { @[comm] = count() }" -- sysbench -n $check > /tmp/trace.out 2>&1 ||
+	{ cat /tmp/trace.out >&2; exit 1; }
+cat /tmp/trace.out
+echo "PEERS_TRACE_COMM_HITS=$(sed -n 's/^@\[sysbench\]: //p' /tmp/trace.out) expected=$((check + check / 10 + 2))"
+$fentry --comm $fn sysbench -n $check > /dev/null 2> /tmp/fentry.err
+cat /tmp/fentry.err
+echo "PEERS_FENTRY_COMM_HITS=$(sed -n 's/^FENTRY_COMM sysbench=//p' /tmp/fentry.err) expected=$((check + check / 10 + 2))"
+
 if [ -n "$kconfigs" ]; then
 	$kmulti __x64_sys_getppid sysbench -n $check > /dev/null 2> /tmp/kmulti.err
 	cat /tmp/kmulti.err
@@ -167,7 +188,7 @@ if [ -n "$kconfigs" ]; then
 fi
 
 awk -v b="$min_base" -v je="$min_jmp_empty" -v jc="$min_jmp_count" -v te="$min_trap_empty" \
-	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" '
+	-v fe="$min_fentry_empty" -v fc="$min_fentry_count" -v tc="$min_trace_comm" -v fm="$min_fentry_comm" '
 function ratio(a, d) { return d == 0 ? "nan" : sprintf("%.2f", a / d) }
 BEGIN {
 	printf "PEERS_HIT_NS jmp_empty=%d jmp_count=%d trap_empty=%d fentry_empty=%d fentry_count=%d\n", \
@@ -175,6 +196,8 @@ BEGIN {
 	printf "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY=%s (goal <= 1.0)\n", ratio(je - b, fe - b)
 	printf "PEERS_RATIO_JMP_COUNT_TO_FENTRY_COUNT=%s\n", ratio(jc - b, fc - b)
 	printf "PEERS_RATIO_TRAP_EMPTY_TO_FENTRY_EMPTY=%s\n", ratio(te - b, fe - b)
+	printf "PEERS_COMM_HIT_NS trace_comm=%d fentry_comm=%d\n", tc - b, fm - b
+	printf "PEERS_RATIO_TRACE_COMM_JMP_TO_FENTRY_COMM=%s (goal <= 1.0)\n", ratio(tc - b, fm - b)
 }'
 
 # --- 2. mass attach vs ftrace ------------------------------------------------------------------

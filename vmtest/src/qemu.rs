@@ -69,7 +69,9 @@ pub struct QemuConfig {
     /// Extra kernel command-line words.
     pub append: Vec<String>,
     /// Extra QEMU arguments, after vmtest's own (e.g. `-singlestep`: one guest instruction per
-    /// translation block, so that an interrupt can land between any two instructions).
+    /// translation block, so that an interrupt can land between any two instructions). An
+    /// `-accel` among them replaces vmtest's own `-accel tcg` (QEMU would take the first one
+    /// that works), e.g. `-accel tcg,thread=single`.
     pub qemu_args: Vec<String>,
     /// Wall-clock limit for the whole boot, scenario and power-off.
     pub timeout: Duration,
@@ -123,8 +125,10 @@ impl QemuConfig {
     /// are set by [`boot`]).
     pub fn command(&self, monitor: &Path) -> Command {
         let mut cmd = Command::new(&self.qemu);
-        cmd.args(["-accel", "tcg"])
-            .arg("-smp")
+        if !self.qemu_args.iter().any(|a| a == "-accel") {
+            cmd.args(["-accel", "tcg"]);
+        }
+        cmd.arg("-smp")
             .arg(self.cpus.to_string())
             .arg("-m")
             .arg(format!("{}M", self.memory_mib))
@@ -316,6 +320,32 @@ mod tests {
             ["-singlestep", "-icount", "shift=0"],
             "{args:?}"
         );
+    }
+
+    #[test]
+    fn an_extra_accel_replaces_the_default_one() {
+        let args = |config: QemuConfig| -> Vec<String> {
+            config
+                .command(Path::new("m"))
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let default = args(config());
+        assert_eq!(default.iter().filter(|a| *a == "-accel").count(), 1);
+        assert!(default.windows(2).any(|w| w == ["-accel", "tcg"]));
+        let single = args(QemuConfig {
+            qemu_args: vec!["-accel".into(), "tcg,thread=single".into()],
+            ..config()
+        });
+        assert_eq!(
+            single.iter().filter(|a| *a == "-accel").count(),
+            1,
+            "{single:?}"
+        );
+        assert!(single
+            .windows(2)
+            .any(|w| w == ["-accel", "tcg,thread=single"]));
     }
 
     #[test]

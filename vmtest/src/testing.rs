@@ -243,6 +243,19 @@ impl Scenario {
         self.args(["--kernel", kernel])
     }
 
+    /// Run the guest's vCPUs in one host thread (`-accel tcg,thread=single`) instead of one
+    /// thread each: for a 6.12 guest that loads a livepatch. Every livepatch transition rewrites
+    /// all `cond_resched()` call sites (static calls, `text_poke_bp()` one site at a time, twice
+    /// per transition); under multi-threaded TCG a vCPU now and then executes an int3 the kernel
+    /// has already taken out again. 6.1's `kprobe_int3_handler()` backs such a CPU up; 6.12's does
+    /// not, and the guest dies with `Oops: int3` in whatever function the other vCPU was running.
+    /// Seen without trapvec loaded (a livepatch enabled and disabled in a loop died in its 4th
+    /// cycle, in `__virt_addr_valid`); with one TCG thread, 12 cycles ran clean.
+    #[must_use]
+    pub fn single_tcg_thread(self) -> Self {
+        self.qemu_arg("-accel").qemu_arg("tcg,thread=single")
+    }
+
     /// Test another trapvec.ko than the tree's: when the environment variable `env` names one,
     /// pack it and name it on the kernel command line as `<param>.module=NAME`, for the scenario
     /// to load instead (how a test shows what it catches on a module built without the fix).

@@ -6,7 +6,9 @@
 //! afterwards no site is left and the text is what it was. The oracle: kprobes at the same
 //! sites over the same command count what the coverage counted, block by block. A SIGTERM
 //! ends a coverage with the report and every site removed; through trapd the same exact count;
-//! a glob of over 1,000 functions is armed and disarmed in one batch each, timed.
+//! once mode (direct and through trapd) hits the same blocks, disarms them while the command
+//! runs and leaves nothing behind; a glob of over 1,000 functions is armed and disarmed in one
+//! batch each, timed.
 
 use serde_json::Value;
 use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
@@ -180,6 +182,52 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     }
     assert!(hit_blocks >= 3, "the oracle compared hit blocks too");
 
+    // Once mode: the blocks hit are the count run's (the same command, twice over with a
+    // second between), each counted from its first hit until the batch that disarmed it, so
+    // the second round, after that batch, is not counted; nothing left behind.
+    assert_eq!(
+        run.number("ONCE_STATUS"),
+        0,
+        "{}",
+        run.expect("ONCE_STDERR")
+    );
+    let once: Value = serde_json::from_str(run.expect("ONCE_JSON"))
+        .unwrap_or_else(|e| panic!("ONCE_JSON is not JSON: {e}"));
+    assert_eq!(once["mode"], "once");
+    assert!(once["disarm_batches"].as_u64().unwrap_or(0) >= 1, "{once}");
+    let hit_set = |r: &Value| -> Vec<(String, u64)> {
+        r["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["hit"] == true)
+            .map(|b| {
+                (
+                    b["function"].as_str().unwrap().to_string(),
+                    b["offset"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        hit_set(&once),
+        hit_set(&report),
+        "blocks hit: once mode (left), count mode (right)"
+    );
+    let once_sid = calls(&run, "ONCE_SID_LOOP");
+    let once_entry = blocks_of(&once, "__x64_sys_getsid")
+        .into_iter()
+        .find(|b| b["offset"] == 0)
+        .expect("an entry block");
+    let n = once_entry["count"].as_u64().expect("a count");
+    assert!(
+        (1..=once_sid).contains(&n),
+        "getsid's entry counted from its first hit to its disarming, not the second round's {once_sid} calls: {once_entry}"
+    );
+    assert_eq!(once["total"]["refused"], report["total"]["refused"]);
+    assert_eq!(run.number("ONCE_LIST_AFTER"), 0);
+    assert_eq!(run.expect("ONCE_TEXT_SAME"), "yes");
+
     // SIGTERM: the report, then trapctl dies by the signal; no site left.
     assert_eq!(run.number("TERM_STATUS"), 128 + 15);
     let total = run.expect("TERM_TOTAL");
@@ -210,6 +258,32 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         "{td_entry}"
     );
     assert_eq!(run.number("TRAPD_LEFT"), 0, "trapd lists no splice after");
+    assert_eq!(
+        run.number("TRAPD_ONCE_STATUS"),
+        0,
+        "{}",
+        run.expect("TRAPD_ONCE_STDERR")
+    );
+    let tonce: Value = serde_json::from_str(run.expect("TRAPD_ONCE_JSON"))
+        .unwrap_or_else(|e| panic!("TRAPD_ONCE_JSON is not JSON: {e}"));
+    assert!(
+        tonce["disarm_batches"].as_u64().unwrap_or(0) >= 1,
+        "{tonce}"
+    );
+    let t_entry = blocks_of(&tonce, "__x64_sys_getsid")
+        .into_iter()
+        .find(|b| b["offset"] == 0)
+        .expect("an entry block");
+    let n = t_entry["count"].as_u64().expect("a count");
+    assert!(
+        n >= 1 && n <= once_sid,
+        "through trapd, one round at most: {t_entry}"
+    );
+    assert_eq!(
+        run.number("TRAPD_ONCE_LEFT"),
+        0,
+        "trapd lists no splice after once mode"
+    );
 
     // Scale: over 1,000 functions, one batch each way.
     assert!(run.number("SCALE_FUNCS") > 1000);

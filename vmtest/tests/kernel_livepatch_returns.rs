@@ -22,7 +22,9 @@ fn a_livepatch_transition_waits_for_a_task_sleeping_under_a_pending_return_point
     );
 }
 
-/// The same on Debian 13's kernel (the livepatch built against its headers).
+/// The same on Debian 13's kernel (the livepatch built against its headers), its vCPUs in one
+/// TCG thread (`Scenario::single_tcg_thread`: 6.12 dies of a stale int3 left by a transition's
+/// static-call rewrites under multi-threaded TCG, trapvec loaded or not).
 #[test]
 fn a_livepatch_transition_waits_for_a_task_under_a_return_point_on_6_12_too() {
     if !can_boot_kernel("kernel scenario on 6.12", "6.12") {
@@ -31,6 +33,7 @@ fn a_livepatch_transition_waits_for_a_task_under_a_return_point_on_6_12_too() {
     livepatch_returns(
         Scenario::named("kernel_livepatch_returns.sh")
             .kernel("6.12")
+            .single_tcg_thread()
             .file(guest_module_for("6.12", "lp_nsleep", "tv_lp_nsleep")),
     );
 }

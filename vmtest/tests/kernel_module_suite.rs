@@ -1,5 +1,5 @@
 //! The module's own suite (`kmod/tests/run.sh`, described in kmod/README.md, "Test") as part of
-//! `cargo test`: the C program `kmod/tests/trapvec_test.c` drives every ioctl of
+//! `cargo test`: the C program `kmod/tests/*.c` drives every ioctl of
 //! /dev/trapvec directly (the gate, every refusal reason, arena rules, a hand-made trap splice
 //! with exact hit and missed counts, DISPATCH_REPLACE, all-or-nothing batches, splice cycles
 //! under load, module text, a non-root user), `rmmod` with a splice live and `insmod` again,

@@ -33,7 +33,14 @@ fn peers_run_beside_trapvec_on_6_12_too() {
     }
     let dir = tempfile::tempdir().unwrap();
     let files = peers_for("6.12", dir.path());
-    peers_beside(Scenario::named("peers.sh").kernel("6.12"), files, true);
+    // Its livepatch swaps: one TCG thread (see Scenario::single_tcg_thread).
+    peers_beside(
+        Scenario::named("peers.sh")
+            .kernel("6.12")
+            .single_tcg_thread(),
+        files,
+        true,
+    );
 }
 
 /// `kprobe_multi`: whether the kernel has it (6.12), or refuses the link (6.1).
@@ -81,6 +88,15 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
             .unwrap_or_else(|| panic!("bad PEERS_TRAPVEC_HITS line for {c}: {line}"));
         assert_eq!(got, expected, "{c}: trapvec's hits for the calls made");
     }
+    // 1c. the one-liner `@[comm] = count()` by jmp and its BPF twin each counted sysbench's calls
+    // in their maps.
+    for key in ["PEERS_TRACE_COMM_HITS", "PEERS_FENTRY_COMM_HITS"] {
+        let hits = run.expect(key);
+        let (got, expected) = hits
+            .split_once(" expected=")
+            .expect("hits and the expected count");
+        assert_eq!(got, expected, "{key}: sysbench's entry for the calls made");
+    }
     let kmulti = run.expect("PEERS_KMULTI");
     if kprobe_multi {
         assert_eq!(kmulti, "yes", "kprobe_multi attached");
@@ -111,6 +127,8 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
         "TRAP_EMPTY",
         "FENTRY_EMPTY",
         "FENTRY_COUNT",
+        "TRACE_COMM",
+        "FENTRY_COMM",
     ] {
         assert!(run.number(&format!("PEERS_NS_{key}")) > 0, "{key}");
     }
@@ -172,6 +190,7 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
     );
     for key in [
         "PEERS_RATIO_JMP_EMPTY_TO_FENTRY_EMPTY",
+        "PEERS_RATIO_TRACE_COMM_JMP_TO_FENTRY_COMM",
         "PEERS_RATIO_LIVEPATCH_TRANSITION_TO_JMP_SPLICE",
         "PEERS_RATIO_JMP_COMMIT_TO_FTRACE_ENABLE_1000",
     ] {

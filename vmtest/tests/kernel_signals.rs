@@ -4,7 +4,8 @@
 //! exact figures, end by that signal (status 128+N in the shell) and leave nothing spliced;
 //! `-- COMMAND` counts while the command runs and exits with its status; a count killed by
 //! SIGKILL leaves a splice that `trapctl list` shows orphaned with the killed pid and that
-//! `trapctl unsplice --orphans` removes; through trapd a timer ended by SIGTERM is removed by
+//! `trapctl unsplice --orphans` removes, as it removes a kernel `trapctl trace` killed while
+//! live with its component `trace_PID` (issue 29); through trapd a timer ended by SIGTERM is removed by
 //! its request; the function's bytes come back (vmtest fails the run on any oops or WARNING).
 
 use serde_json::Value;
@@ -113,6 +114,32 @@ fn signals(scenario: Scenario) {
         "{removed}"
     );
     assert_eq!(run.expect("ORPHANS_LIST"), empty);
+
+    // 3b. A kernel trace killed while live: its splice and its component trace_PID are
+    // orphans, listed as such, then removed with the text restored.
+    assert_eq!(run.expect("TRACE_STATUS"), "137");
+    let pid = run.expect("TRACE_PID");
+    let listed = run.expect("TRACE_LIST");
+    assert!(
+        listed.starts_with("POINT") && listed.contains(&format!("|trace_{pid} ")),
+        "the killed trace's splice and component stay: {listed}"
+    );
+    assert!(
+        listed.contains(&format!("|  orphaned: its handler is in trace_{pid}, whose `trapctl trace` is gone; `trapctl unsplice --orphans` removes both|")),
+        "{listed}"
+    );
+    let removed = run.expect("TRACE_ORPHANS");
+    assert!(
+        removed.starts_with("unspliced orphan __x64_sys_getppid at 0x")
+            && removed.ends_with("|unspliced 1 orphaned splice(s)|"),
+        "{removed}"
+    );
+    assert_eq!(
+        run.expect("TRACE_ORPHANS_LIST"),
+        empty,
+        "no splice, no trace_{pid}"
+    );
+    assert_eq!(run.expect("TRACE_BYTES"), "restored");
 
     // 4. Through trapd.
     assert_eq!(run.expect("TD_STATUS"), "143");

@@ -101,26 +101,69 @@ impl std::fmt::Display for RefusalGroup {
 
 /// The reason of a refusal (`chain`, its error chain) of the splice at `at`: the chain without
 /// the point it starts with and without the site and mechanism a planner refusal names, so that
-/// the refusals of many functions for one reason read the same.
+/// the refusals of many functions for one reason read the same. What names one function rather
+/// than the cause goes too: addresses and ranges, the bytes of an instruction that does not
+/// decode, the instruction text of one that cannot be relocated (`an instruction`), the
+/// function's own name (`the function`), and an ambiguous name's candidates.
 pub fn reason_of(at: &str, chain: &str) -> String {
     let rest = chain
         .strip_prefix(at)
         .and_then(|r| r.strip_prefix(": "))
         .unwrap_or(chain);
-    if let Some(r) = rest.strip_prefix("cannot splice at ") {
-        return r.split_once(": ").map_or(rest, |(_, why)| why).to_string();
-    }
+    // A point refused before it was resolved names itself again: `point `f`: ...`.
+    let quoted = format!("`{at}`");
+    let rest = rest
+        .strip_prefix("point ")
+        .and_then(|r| r.strip_prefix(quoted.as_str()))
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(rest);
+    let rest = match rest.strip_prefix("cannot splice at ") {
+        Some(r) => r.split_once(": ").map_or(rest, |(_, why)| why),
+        None => rest,
+    };
     // Others name the site (`the site 0x... is already spliced (by f1)`): without the
     // addresses and the other splice, one reason reads the same for every function.
     let rest = match rest.rfind(" (by ") {
         Some(i) if rest.ends_with(')') => &rest[..i],
         _ => rest,
     };
-    rest.split(' ')
-        .filter(|w| !w.starts_with("0x"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    // An ambiguous name: its candidates and how to qualify it name the function.
+    if let Some(i) = rest.find(" is ambiguous: ") {
+        if rest[..i] == quoted {
+            return "the name is ambiguous (functions of that name in several places); a glob \
+                    cannot qualify it"
+                .to_string();
+        }
+    }
+    let name = at.rsplit_once(':').map_or(at, |(_, n)| n);
+    let mut out = rest.replace(&format!("`{name}`"), "the function");
+    for (varying, by) in VARYING.iter() {
+        out = varying.replace_all(&out, *by).into_owned();
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+/// The parts of a refusal's reason that differ from one function to the next for the same
+/// cause, in the order they are taken out, and what stands for each.
+static VARYING: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> =
+    std::sync::LazyLock::new(|| {
+        [
+            // `invalid instruction in f at 0x.. (bytes 0f 0b ..)`.
+            (r" ?\(bytes[0-9a-f ]*\)", ""),
+            // `(window at 0x..)`.
+            (r" ?\(window at 0x[0-9a-f]+\)", ""),
+            // An instruction with operands: `mov rax, gs:[0x1fb88]`.
+            (r"`[^`]* [^`]*`", "an instruction"),
+            // Ranges `[0x.., 0x..)`, then any address with what introduces it.
+            (r" ?\[0x[0-9a-f]+, 0x[0-9a-f]+\)", ""),
+            (r"( at| from the new address)? 0x[0-9a-f]+,?", ""),
+            // What is left of `... at 0x..` at the end or before a clause.
+            (r" at($|[,;)])", "$1"),
+        ]
+        .into_iter()
+        .map(|(re, by)| (regex::Regex::new(re).expect("a valid pattern"), by))
+        .collect()
+    });
 
 /// `refused` (point, error chain) grouped by reason, the most frequent first (ties in the order
 /// first seen).
@@ -259,6 +302,70 @@ mod tests {
         assert_eq!(
             groups[0].to_string(),
             "refused 5: too short (at g0, g1, g2, ...)"
+        );
+    }
+
+    /// Refusals of 6.1's `[iut][cdp]*` (vmtest/scenarios/kernel_glob.sh): one line per cause,
+    /// not per function.
+    #[test]
+    fn one_cause_reads_the_same_for_every_function() {
+        let reasons = |pairs: &[(&str, &str)]| -> Vec<String> {
+            pairs
+                .iter()
+                .map(|(at, chain)| reason_of(at, chain))
+                .collect()
+        };
+        let r = reasons(&[
+            ("tcp_init", "tcp_init: invalid instruction in `tcp_init` at 0xffffffff83a0b8c0 (bytes 61 74 74 72 00 00)"),
+            ("ip_init", "ip_init: invalid instruction in `ip_init` at 0xffffffff83a0a000 (bytes 61 74)"),
+        ]);
+        assert_eq!(r[0], "invalid instruction in the function");
+        assert_eq!(r[0], r[1]);
+        let r = reasons(&[
+            ("up_write", "up_write: cannot splice at 0xffffffff811034f5 by trap: `inc dword ptr gs:[0x1fb40]` at 0xffffffff811034f5 (window at 0xffffffff811034f5) cannot be relocated: its memory operand 0x1fb40 is more than ±2 GiB from the new address 0xffffffff811034f5"),
+            ("update_spec_ctrl_cond", "update_spec_ctrl_cond: cannot splice at 0xffffffff81048625 by trap: `mov rax, gs:[0x1fb88]` at 0xffffffff81048625 (window at 0xffffffff81048625) cannot be relocated: its memory operand 0x1fb88 is more than ±2 GiB from the new address 0xffffffff81048625"),
+        ]);
+        assert_eq!(
+            r[0],
+            "an instruction cannot be relocated: its memory operand is more than ±2 GiB"
+        );
+        assert_eq!(r[0], r[1]);
+        let r = reasons(&[
+            ("tp_stub_func", "tp_stub_func: cannot splice at 0xffffffff8119cb45 by trap: the window [0xffffffff8119cb45, 0xffffffff8119cb47) crosses the end of its basic block [0xffffffff8119cb40, 0xffffffff8119cb46) after `ret`"),
+            ("update_curr_idle", "update_curr_idle: cannot splice at 0xffffffff810e9965 by trap: the window [0xffffffff810e9965, 0xffffffff810e9967) crosses the end of its basic block [0xffffffff810e9960, 0xffffffff810e9966) after `ret`"),
+        ]);
+        assert_eq!(
+            r[0],
+            "the window crosses the end of its basic block after `ret`"
+        );
+        assert_eq!(r[0], r[1]);
+        let r = reasons(&[
+            ("tcp4_proc_init", "tcp4_proc_init: the instruction of `tcp4_proc_init` at 0xffffffff83a0c000 runs past the function's end at 0xffffffff83a0c010"),
+            ("udp4_proc_init", "udp4_proc_init: the instruction of `udp4_proc_init` at 0xffffffff83a0d000 runs past the function's end at 0xffffffff83a0d00c"),
+        ]);
+        assert_eq!(
+            r[0],
+            "the instruction of the function runs past the function's end"
+        );
+        assert_eq!(r[0], r[1]);
+        let r = reasons(&[
+            ("id_show", "point `id_show`: `id_show` is ambiguous: main:id_show at 0xffffffff81001000, main:id_show at 0xffffffff81002000; qualify it as `object:id_show` or `id_show@VERSION`, or give an address"),
+            ("udp_lib_hash", "point `udp_lib_hash`: `udp_lib_hash` is ambiguous: main:udp_lib_hash at 0xffffffff81003000, main:udp_lib_hash at 0xffffffff81004000, main:udp_lib_hash at 0xffffffff81005000; qualify it as `object:udp_lib_hash` or `udp_lib_hash@VERSION`, or give an address"),
+        ]);
+        assert!(r[0].starts_with("the name is ambiguous"), "{}", r[0]);
+        assert_eq!(r[0], r[1]);
+        // Causes that name no function are left as they are.
+        let jl = "the kernel refuses to patch overlaps a jump label (static key) site, which the kernel rewrites by itself";
+        assert_eq!(
+            reason_of(
+                "tcp_twsk_destructor",
+                &format!("tcp_twsk_destructor: cannot splice at 0xffffffff81001000 by trap: {jl}")
+            ),
+            jl
+        );
+        assert_eq!(
+            reason_of("ipv4_cow_metrics", "ipv4_cow_metrics: cannot splice at 0xffffffff8183ca65 by trap: `ud2` at 0xffffffff8183ca65 (window at 0xffffffff8183ca65) cannot be relocated: an undefined-opcode trap is identified by its address (the kernel's BUG/WARN table)"),
+            "`ud2` cannot be relocated: an undefined-opcode trap is identified by its address (the kernel's BUG/WARN table)"
         );
     }
 

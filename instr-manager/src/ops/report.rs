@@ -43,9 +43,13 @@ pub struct SpliceRow {
     /// The command holding this splice for its own length (`trapctl count`, `trapctl time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<crate::owner::Owner>,
-    /// Its owner is gone (killed without removing it): `trapctl unsplice --orphans` removes it.
+    /// Its owner is gone (killed without removing it), or its handler is in the component of a
+    /// `trapctl trace` that is gone: `trapctl unsplice --orphans` removes it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphaned: bool,
+    /// The component its handler is in, by name (`trace_PID` for a `trapctl trace`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
 }
 
 impl SpliceRow {
@@ -76,6 +80,7 @@ impl SpliceRow {
                 .owner
                 .as_ref()
                 .is_some_and(crate::owner::Owner::is_gone),
+            component: None,
         }
     }
 }
@@ -158,10 +163,13 @@ pub struct Unspliced {
     pub missed: u64,
 }
 
-/// What `unsplice --all` removed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What `unsplice --all` (or a glob) removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnsplicedAll {
     pub unspliced: Vec<Unspliced>,
+    /// trapd's pending points a glob matched, forgotten (none elsewhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forgot: Vec<super::reply::ForgotPending>,
 }
 
 /// Where the time of a batch went, in milliseconds.

@@ -16,13 +16,34 @@ pub(super) fn rows_of<T: Target>(
     let mut rows = Vec::with_capacity(ids.len());
     for (&id, h) in ids.iter().zip(hits) {
         if let Some(s) = sp.get(id) {
-            let mut row = SpliceRow::of(s, h);
+            let mut row = with_component(sp, s, SpliceRow::of(s, h));
             row.returns = sp.return_stats(id)?;
             row.keys = sp.key_counts(id)?;
             rows.push(row);
         }
     }
     Ok(rows)
+}
+
+/// `row` with the name of the component its handler is in; orphaned too when that component
+/// is a `trapctl trace`'s whose trapctl is gone ([`crate::owner::is_orphaned_trace`]).
+fn with_component<T: Target>(
+    sp: &Splicer<T>,
+    s: &crate::splicer::LiveSplice,
+    mut row: SpliceRow,
+) -> SpliceRow {
+    row.component = s
+        .component
+        .and_then(|id| sp.components().get(id))
+        .map(|c| c.name.clone());
+    if row
+        .component
+        .as_deref()
+        .is_some_and(crate::owner::is_orphaned_trace)
+    {
+        row.orphaned = true;
+    }
+    row
 }
 
 /// Everything live, with its counters now.
@@ -32,7 +53,7 @@ pub fn listing<T: Target>(sp: &Splicer<T>) -> Result<Listing, OpError> {
     let components = sp.components().iter().map(ComponentRow::of).collect();
     let retiring = sp
         .retiring()
-        .map(|s| SpliceRow::of(s, Hits::default()))
+        .map(|s| with_component(sp, s, SpliceRow::of(s, Hits::default())))
         .collect();
     Ok(Listing {
         splices,
@@ -91,7 +112,10 @@ pub fn unsplice_all<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpEr
     let mut unspliced = finish_retiring(sp, &retiring)?;
     let ids: Vec<SpliceId> = sp.live().map(|s| s.id).collect();
     unspliced.extend(unsplice_ids(sp, &ids)?);
-    Ok(UnsplicedAll { unspliced })
+    Ok(UnsplicedAll {
+        unspliced,
+        forgot: Vec::new(),
+    })
 }
 
 /// Remove, in one batch, every live splice whose function `glob` matches (`'tcp_*'`,
@@ -121,7 +145,10 @@ pub fn unsplice_glob<T: Target>(sp: &mut Splicer<T>, glob: &str) -> Result<Unspl
     );
     let mut unspliced = finish_retiring(sp, &retiring)?;
     unspliced.extend(unsplice_ids(sp, &ids)?);
-    Ok(UnsplicedAll { unspliced })
+    Ok(UnsplicedAll {
+        unspliced,
+        forgot: Vec::new(),
+    })
 }
 
 /// Remove the splices `at` names (each as [`unsplice`] names one) in one batch, after finishing
@@ -156,7 +183,10 @@ pub fn unsplice_each<T: Target>(
     }
     let mut unspliced = finish_retiring(sp, &retiring)?;
     unspliced.extend(unsplice_ids(sp, &ids)?);
-    Ok(UnsplicedAll { unspliced })
+    Ok(UnsplicedAll {
+        unspliced,
+        forgot: Vec::new(),
+    })
 }
 
 /// Finish the removal of retiring splices `ids`.
@@ -220,6 +250,22 @@ pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, 
         })
         .map(|s| s.id)
         .collect();
+    // A kernel `trapctl trace` killed by SIGKILL leaves its component `trace_PID` and the call
+    // splices on its handlers, none of them owned: they are orphans too, and the component goes.
+    let traces: Vec<_> = sp
+        .components()
+        .iter()
+        .filter(|c| crate::owner::is_orphaned_trace(&c.name))
+        .map(|c| (c.id, c.name.clone()))
+        .collect();
+    let of_traces: Vec<SpliceId> = sp
+        .live()
+        .filter(|s| !ids.contains(&s.id))
+        .filter(|s| traces.iter().any(|(id, _)| s.component == Some(*id)))
+        .map(|s| s.id)
+        .collect();
+    let mut ids = ids;
+    ids.extend(of_traces);
     for s in ids.iter().filter_map(|&id| sp.get(id)) {
         log::debug!(
             "orphan: {} at {:#x}, owner {} gone",
@@ -232,8 +278,14 @@ pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, 
                 .map_or(String::new(), ToString::to_string)
         );
     }
+    let unspliced = unsplice_ids(sp, &ids)?;
+    for (_, name) in &traces {
+        log::info!("orphan: component {name}, its trapctl trace gone: unloaded");
+        super::component::unload(sp, name)?;
+    }
     Ok(UnsplicedAll {
-        unspliced: unsplice_ids(sp, &ids)?,
+        unspliced,
+        forgot: Vec::new(),
     })
 }
 

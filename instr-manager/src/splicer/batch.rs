@@ -252,7 +252,7 @@ impl BatchCache {
         let read = |a: u64, n: usize| target.read(a, n).ok();
         let mut pads = Vec::new();
         for &(lo, hi) in std::iter::once(&(func.start, func.end)).chain(parts) {
-            let Some((addr, len)) = target.eh_frame_hdr(lo) else {
+            let Some((addr, len)) = target.info().eh_frame_hdr(lo) else {
                 log::debug!(
                     "`{}`: no .eh_frame_hdr holds {lo:#x}: no landing pads there",
                     func.name

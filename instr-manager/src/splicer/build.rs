@@ -1,14 +1,15 @@
-//! Step 2 of a splice's life, building: allocate a data block (hit counter, in-flight counter),
-//! a code block near the site and the runtime slot its action needs, write the trampoline (an
-//! optional task guard, then the body its kind of action makes: [`super::actions`]), seal it,
-//! and make the text patches (site, springboard). Nothing built is visible to running code
+//! Step 2 of a splice's life, building: allocate a data block (hit counter, in-flight counter)
+//! where the splice counts in one ([`SpliceAction::needs_data`]), a code block near the site
+//! and the runtime slot its action needs, write the trampoline (an optional task guard, then
+//! the body its kind of action makes: [`super::actions`]), seal it, and make the text patches
+//! (site, springboard). Nothing built is visible to running code
 //! until it is published ([`super::publish`]); a failure gives back everything this step took,
 //! by one unwind ([`Held`]).
 
 use component_manager::ComponentId;
 use trapvec::predicate::TaskMatch;
 use trapvec::slots::Slot;
-use trapvec::target::{BlockKind, RepoBlock, Target, TextPatch};
+use trapvec::target::{BlockKind, RepoBlock, Target, TargetExt, TextPatch};
 use trapvec::TargetError;
 
 use crate::analysis::analyze_function;
@@ -37,6 +38,8 @@ struct Filled {
     dispatch: Option<trapvec::target::DispatchEntry>,
     handler_range: Option<(u64, u64)>,
     inflight: Option<u64>,
+    /// The displaced window's original bytes.
+    displaced_bytes: Vec<u8>,
 }
 
 impl<T: Target> Splicer<T> {
@@ -99,21 +102,15 @@ impl<T: Target> Splicer<T> {
             source: e,
         };
         let site = planned.point.site;
-        let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
-        held.push(Held::Block(data.clone()));
-        let code_size = compact_code_size(action, r, &planned, self.target.info(), data.addr)
-            .map_err(|refusal| SpliceError::Refused {
-                at: r.at.clone(),
-                site,
-                mechanism: planned.plan.mechanism,
-                refusal,
-            })?
-            .unwrap_or(TRAMPOLINE_BLOCK);
-        let code = self
-            .target
-            .alloc(site, code_size, BlockKind::Code)
-            .map_err(terr)?;
-        held.push(Held::Block(code.clone()));
+        let data = match action.needs_data(planned.plan.mechanism, self.target.info()) {
+            true => {
+                let data = self.target.alloc(site, 16, BlockKind::Data).map_err(terr)?;
+                held.push(Held::Block(data.clone()));
+                Some(data)
+            }
+            false => None,
+        };
+        let code = self.alloc_code(action, r, &planned, data.as_ref(), held)?;
         // A return point's entry half, a keyed count: a call of the slot's routine.
         let slot = match action.slot(r, dest_fn) {
             Some(spec) => {
@@ -127,7 +124,7 @@ impl<T: Target> Splicer<T> {
         let parts = Parts {
             action,
             code: &code,
-            data: &data,
+            data: data.as_ref(),
             dest_fn,
             component,
             slot: slot.as_ref(),
@@ -137,7 +134,7 @@ impl<T: Target> Splicer<T> {
         let mut live = Box::new(LiveSplice {
             id: SpliceId(self.next),
             request: r.clone(),
-            plan: PlanSummary::of(&planned.plan),
+            plan: PlanSummary::of(&planned.plan, filled.displaced_bytes),
             point: planned.point,
             dest_fn,
             component,
@@ -155,6 +152,65 @@ impl<T: Target> Splicer<T> {
         });
         live.set_slot(slot);
         Ok(live)
+    }
+
+    /// Allocate the code block of a splice: sized to its trampoline where
+    /// [`compact_code_size`] can tell, else [`TRAMPOLINE_BLOCK`]. The size is measured at a
+    /// trial address as near the site as the block will be: the data block's, or, for a splice
+    /// without one, a block of one grain allocated first, which is the code block itself when
+    /// the trampoline fits it (a count trap's replay mostly does) and is given back otherwise.
+    fn alloc_code(
+        &mut self,
+        action: &dyn SpliceAction,
+        r: &SpliceRequest,
+        planned: &Planned,
+        data: Option<&RepoBlock>,
+        held: &mut Vec<Held>,
+    ) -> Result<RepoBlock, SpliceError> {
+        let site = planned.point.site;
+        let terr = |e: TargetError| SpliceError::Target {
+            at: r.at.clone(),
+            source: e,
+        };
+        let size_at = |info: &trapvec::TargetInfo, trial: u64| {
+            compact_code_size(action, r, planned, info, trial)
+                .map(|size| size.unwrap_or(TRAMPOLINE_BLOCK))
+                .map_err(|refusal| SpliceError::Refused {
+                    at: r.at.clone(),
+                    site,
+                    mechanism: planned.plan.mechanism,
+                    refusal,
+                })
+        };
+        let probe = match data {
+            Some(data) => {
+                let size = size_at(self.target.info(), data.addr)?;
+                let code = self
+                    .target
+                    .alloc(site, size, BlockKind::Code)
+                    .map_err(terr)?;
+                held.push(Held::Block(code.clone()));
+                return Ok(code);
+            }
+            None => self
+                .target
+                .alloc(site, CODE_GRAIN, BlockKind::Code)
+                .map_err(terr)?,
+        };
+        held.push(Held::Block(probe.clone()));
+        let size = size_at(self.target.info(), probe.addr)?;
+        if size <= probe.size {
+            return Ok(probe);
+        }
+        let code = self
+            .target
+            .alloc(site, size, BlockKind::Code)
+            .map_err(terr)?;
+        held.push(Held::Block(code.clone()));
+        // The probe, taken just before the block: give it back now, not with the splice.
+        let probe = held.remove(held.len() - 2);
+        self.give_back(vec![probe]);
+        Ok(code)
     }
 
     /// Write the trampoline of one splice into its freshly allocated blocks and make its text
@@ -187,7 +243,9 @@ impl<T: Target> Splicer<T> {
             mechanism: plan.mechanism,
             refusal,
         };
-        self.target.write(data, 0, &[0u8; 16]).map_err(terr)?;
+        if let Some(data) = data {
+            self.target.write(data, 0, &[0u8; 16]).map_err(terr)?;
+        }
         let info = self.target.info();
         let trap = plan.mechanism == Mechanism::Trap;
         // A task predicate: tested by the kernel's dispatcher for the traps it handles (a
@@ -275,10 +333,12 @@ impl<T: Target> Splicer<T> {
         };
         // The bytes the planning analysed are the text's bytes: nothing writes text before the
         // batch ends (and the text writer checks them again).
-        let old = match site_text.filter(|t| t.len() == site_new.len()) {
-            Some(old) => old,
-            None => self.target.read(site, site_new.len()).map_err(terr)?,
+        let window = plan.displaced_len.max(site_new.len());
+        let displaced_bytes = match site_text.filter(|t| t.len() == window) {
+            Some(text) => text,
+            None => self.target.read(site, window).map_err(terr)?,
         };
+        let old = displaced_bytes[..site_new.len()].to_vec();
         let springboard_patch = match &plan.springboard {
             Some(sb) => Some(TextPatch {
                 addr: sb.addr,
@@ -299,6 +359,7 @@ impl<T: Target> Splicer<T> {
             dispatch,
             handler_range,
             inflight,
+            displaced_bytes,
         })
     }
 
@@ -362,7 +423,8 @@ impl<T: Target> Splicer<T> {
     /// Free the repository side of splices that never became visible.
     pub(super) fn discard(&mut self, built: &[Box<LiveSplice>]) {
         for s in built {
-            let mut held = vec![Held::Block(s.data.clone()), Held::Block(s.code.clone())];
+            let mut held: Vec<Held> = s.data.iter().cloned().map(Held::Block).collect();
+            held.push(Held::Block(s.code.clone()));
             held.extend(s.slot().map(Held::Slot));
             self.give_back(held);
         }
@@ -393,8 +455,8 @@ const TRAMPOLINE_BLOCK: usize = 512;
 /// The code block a plain `count` splice (no task predicate) needs, rounded up to the arena's
 /// 16-byte grain: its whole trampoline is the replay (where the dispatcher counts) or the
 /// counting replay, emitted here once at a trial address to measure it. The trial address is
-/// the splice's data block (allocated first, as near the site as the code block will be), so
-/// every rel32 in it takes its 4-byte form as at the real address: the length does not change
+/// a block allocated first, as near the site as the code block will be ([`Splicer::alloc_code`]),
+/// so every rel32 in it takes its 4-byte form as at the real address: the length does not change
 /// when [`Splicer::fill`] emits it again there (and `fill` refuses a trampoline larger than its
 /// block if it ever did). `None`: another kind of splice, sized [`TRAMPOLINE_BLOCK`].
 ///
@@ -425,7 +487,7 @@ const CODE_GRAIN: usize = 16;
 struct Parts<'a> {
     action: &'static dyn SpliceAction,
     code: &'a RepoBlock,
-    data: &'a RepoBlock,
+    data: Option<&'a RepoBlock>,
     /// The handler or the replacement (0 for none) and its component.
     dest_fn: u64,
     component: Option<ComponentId>,
@@ -436,14 +498,11 @@ struct Parts<'a> {
 mod tests {
     use trapvec::fake::FakeKernel;
 
-    use super::super::{Action, SpliceRequest, Splicer};
+    use super::super::{Action, SpliceId, SpliceRequest, Splicer};
     use crate::plan::Mechanism;
 
-    /// A count splice's code block is its trampoline rounded to 16 bytes, not 512: 9 bytes of
-    /// replay (push rbp; mov rbp,rsp; jmp) where the dispatcher counts, 25 of counting replay
-    /// for a jmp (pushfq; lock inc; popfq; the replay).
-    #[test]
-    fn count_splices_take_code_blocks_sized_to_their_trampoline() {
+    /// A fake kernel and a splicer holding a count trap at f1 and a count jmp at f2 (their ids).
+    fn count_trap_and_jmp() -> (FakeKernel, Splicer<FakeKernel>, Vec<SpliceId>) {
         let k = FakeKernel::new();
         let mut sp = Splicer::new(k.clone());
         let ids = sp
@@ -452,6 +511,15 @@ mod tests {
                 SpliceRequest::new("f2", Action::Count, Mechanism::Jmp),
             ])
             .unwrap();
+        (k, sp, ids)
+    }
+
+    /// A count splice's code block is its trampoline rounded to 16 bytes, not 512: 9 bytes of
+    /// replay (push rbp; mov rbp,rsp; jmp) where the dispatcher counts, 25 of counting replay
+    /// for a jmp (pushfq; lock inc; popfq; the replay).
+    #[test]
+    fn count_splices_take_code_blocks_sized_to_their_trampoline() {
+        let (k, mut sp, ids) = count_trap_and_jmp();
         let sizes: Vec<usize> = ids.iter().map(|id| sp.live[id].code.size).collect();
         assert_eq!(sizes, [16, 32]);
         let trap = &sp.live[&ids[0]];
@@ -462,6 +530,27 @@ mod tests {
             "the jmp back fits the block"
         );
         sp.remove(&ids).unwrap();
+        assert_eq!(k.live_blocks(), 0);
+    }
+
+    /// A count trap the dispatcher counts takes its code block only (no 16-byte data block,
+    /// no arena record for one); a count jmp and a call trap keep theirs. Its hits are the
+    /// dispatcher's, read live, after a save and restore of the state, and at removal, which
+    /// gives every block back.
+    #[test]
+    fn a_count_trap_counted_by_the_dispatcher_takes_no_data_block() {
+        let (k, sp, ids) = count_trap_and_jmp();
+        let has_data: Vec<bool> = ids.iter().map(|id| sp.live[id].data.is_some()).collect();
+        assert_eq!(has_data, [false, true]);
+        assert_eq!(k.live_blocks(), 3, "trap: code; jmp: code and data");
+        let site = sp.live[&ids[0]].point.site;
+        k.state().hits.insert(site, 7);
+        assert_eq!(sp.hits(ids[0]).unwrap().hits, 7);
+        let mut again = Splicer::import_state(k.clone(), &sp.export_state()).unwrap();
+        assert!(again.live[&ids[0]].data.is_none());
+        assert_eq!(again.hits(ids[0]).unwrap().hits, 7);
+        let hits = again.remove(&ids).unwrap();
+        assert_eq!(hits[0].hits, 7);
         assert_eq!(k.live_blocks(), 0);
     }
 }

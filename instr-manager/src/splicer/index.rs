@@ -97,11 +97,21 @@ impl LiveIndex {
             .is_some_and(|(&(start, _), _)| start == addr)
     }
 
-    /// The splices with a text patch starting in `[lo, hi)` (an id once per patch).
+    /// The splices with a text patch starting in `[lo, hi)`: one per patched address, the
+    /// lowest id there (the first applied, whose patch holds the text's own bytes; the
+    /// planner's claims keep a second off an address, a state imported from elsewhere may
+    /// not), so the walk costs the addresses patched in the range, not the splices at them.
     pub(super) fn patched_in(&self, lo: u64, hi: u64) -> impl Iterator<Item = SpliceId> + '_ {
-        self.patches
-            .range((lo, SpliceId(0))..(hi, SpliceId(0)))
-            .map(|&(_, id)| id)
+        let mut from = lo;
+        std::iter::from_fn(move || {
+            let &(addr, id) = self
+                .patches
+                .range((from, SpliceId(0))..(hi, SpliceId(0)))
+                .next()?;
+            // addr < hi <= u64::MAX: no overflow.
+            from = addr + 1;
+            Some(id)
+        })
     }
 }
 
@@ -125,7 +135,7 @@ mod tests {
 
     use super::LiveIndex;
     use crate::plan::Mechanism;
-    use crate::splicer::{Action, SpliceId, SpliceRequest, Splicer};
+    use crate::splicer::{Action, LiveSplice, SpliceId, SpliceRequest, Splicer};
 
     /// A small deterministic generator (xorshift64*): the sequence is the same on every run.
     struct Rng(u64);
@@ -166,6 +176,31 @@ mod tests {
                 "step {step}"
             );
         }
+    }
+
+    #[test]
+    fn patched_in_yields_each_patched_address_once_however_many_splices_share_it() {
+        let mut sp = Splicer::new(FakeKernel::new());
+        let count = |at| SpliceRequest::new(at, Action::Count, Mechanism::Trap);
+        sp.apply(&[count("f0"), count("f2")]).unwrap();
+        let live: Vec<LiveSplice> = sp.live().cloned().collect();
+        let mut index = LiveIndex::of(&live);
+        // Copies of f0's splice under later ids (a state imported as the latency test's).
+        for id in 100..1_100 {
+            index.add(&LiveSplice {
+                id: SpliceId(id),
+                ..live[0].clone()
+            });
+        }
+        let got: Vec<SpliceId> = index
+            .patched_in(trapvec::fake::TEXT, trapvec::fake::TEXT + 128)
+            .collect();
+        assert_eq!(got, live.iter().map(|s| s.id).collect::<Vec<_>>());
+        let f2 = trapvec::fake::func_addr("f2");
+        assert_eq!(
+            index.patched_in(f2, f2 + 32).collect::<Vec<_>>(),
+            [live[1].id]
+        );
     }
 
     #[test]

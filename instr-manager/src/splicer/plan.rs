@@ -30,7 +30,8 @@ const PATCH_REACH: u64 = 64;
 pub(super) struct Planned {
     pub(super) point: ResolvedPoint,
     pub(super) plan: Plan,
-    /// The `plan.patch_len` bytes at the site, as analysed.
+    /// The displaced window's bytes (`plan.displaced_len` from the site, at least
+    /// `plan.patch_len`), as analysed.
     pub(super) site_text: Option<Vec<u8>>,
     /// Whether the status flags are dead at the site (only asked for `call` splices).
     pub(super) flags_dead: bool,
@@ -356,7 +357,7 @@ impl<T: Target> Splicer<T> {
         let start = usize::try_from(plan.site - func.start).unwrap_or(usize::MAX);
         let site_text = func
             .bytes
-            .get(start..start.saturating_add(plan.patch_len))
+            .get(start..start.saturating_add(plan.displaced_len.max(plan.patch_len)))
             .map(<[u8]>::to_vec);
         let flags_dead = super::actions::kind_of(r).asks_flags(r) && flags_dead_at(func, plan.site);
         Ok(Planned {

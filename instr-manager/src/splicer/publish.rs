@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use trapvec::target::{DispatchEntry, Target, TextPatch, TrapHits};
+use trapvec::target::{DispatchEntry, Target, TargetExt, TextPatch, TrapHits};
 
 use super::batch::BatchCache;
 use super::{BatchTimings, BestEffort, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};

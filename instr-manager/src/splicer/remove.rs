@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use trapvec::target::{Target, TextPatch, TrapHits};
+use trapvec::target::{Target, TargetExt, TextPatch, TrapHits};
 
 use super::batch::read_words;
 use super::{Hits, LiveSplice, Retiring, SpliceError, SpliceId, Splicer};
@@ -217,7 +217,9 @@ impl<T: Target> Splicer<T> {
                 self.components.release(c)?;
             }
             self.target.free(&s.code)?;
-            self.target.free(&s.data)?;
+            if let Some(data) = &s.data {
+                self.target.free(data)?;
+            }
         }
         Ok(hits)
     }
@@ -232,17 +234,23 @@ impl<T: Target> Splicer<T> {
         taken: &[Box<LiveSplice>],
         ranges: &[(u64, u64)],
     ) -> Result<(), SpliceError> {
-        // Per splice: its hit counter, then its in-flight counter.
-        let addrs: Vec<u64> = taken
+        // Per splice that counts in its own words: its hit counter, then its in-flight counter
+        // (`counting` names the splice of each pair). A splice without them (the dispatcher
+        // counts its hits) is found by the scan alone.
+        let counting: Vec<usize> = (0..taken.len())
+            .filter(|&i| taken[i].hits_addr().is_some() && taken[i].inflight_addr().is_some())
+            .collect();
+        let addrs: Vec<u64> = counting
             .iter()
-            .flat_map(|s| [s.hits_addr(), s.inflight_addr()])
+            .flat_map(|&i| [taken[i].hits_addr(), taken[i].inflight_addr()])
+            .flatten()
             .collect();
         let start = std::time::Instant::now();
         loop {
             let before = read_words(&self.target, &addrs);
             if let Some(i) = before.chunks(2).position(|c| c[1] != 0) {
                 if start.elapsed() > self.quiesce_timeout {
-                    let s = &taken[i];
+                    let s = &taken[counting[i]];
                     let waited = self.quiesce_timeout;
                     let msg = super::actions::kind_of(&s.request).still_inside(
                         s,

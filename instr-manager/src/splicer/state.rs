@@ -14,21 +14,35 @@
 //! This is the *snapshot*; [`super::state_log`] keeps the changes after one in an append-only
 //! log, so that a change does not rewrite every live splice. Format version 2 adds the snapshot's
 //! `epoch` (the log that continues it names it); version 1, the whole-file format from before the
-//! log, is still read (as a snapshot no log continues).
+//! log, is still read (as a snapshot no log continues). Version 3 saves a plain count splice as
+//! a compact array ([`compact`]); versions 1 and 2, every splice whole, are read as they are.
+//! Version 4's array keeps the displaced window's bytes instead of their text and addresses,
+//! and leaves out what the function's name and the site's offset give (about half the size); a
+//! version-3 array is read, its window's bytes read back from the target.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use component_manager::{ComponentError, ComponentManager};
 use serde::{Deserialize, Serialize};
 use trapvec::error::hex;
-use trapvec::{DispatchEntry, Target, TargetError};
+use trapvec::{DispatchEntry, Target, TargetError, TargetExt};
 
 use super::state_log::LiveMap;
+
+pub(super) mod compact;
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer, DEFAULT_QUIESCE_TIMEOUT};
 
 /// Version of the state format (snapshot and log) written; a state of another version than
 /// this or [`STATE_VERSION_WHOLE`] is refused.
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 4;
+
+/// The version of the first compact records: read, and its log continued until the next
+/// snapshot writes version [`STATE_VERSION`].
+pub const STATE_VERSION_COMPACT3: u32 = 3;
+
+/// The version before compact records (every splice whole): read, and its log continued until
+/// the next snapshot writes version [`STATE_VERSION`].
+pub const STATE_VERSION_FULL_RECORDS: u32 = 2;
 
 /// The whole-file format from before the log: read as a snapshot of epoch 0.
 pub const STATE_VERSION_WHOLE: u32 = 1;
@@ -96,7 +110,7 @@ struct SavedStateRef<'a> {
     epoch: u64,
     next_splice: u64,
     components: &'a ComponentManager,
-    splices: Vec<&'a LiveSplice>,
+    splices: Vec<compact::RecordRef<'a>>,
     orig: BTreeMap<&'a str, &'a OrigStub>,
     retiring: Vec<&'a Retiring>,
 }
@@ -111,6 +125,7 @@ pub(super) struct SavedState {
     pub(super) epoch: u64,
     pub(super) next_splice: u64,
     pub(super) components: ComponentManager,
+    #[serde(deserialize_with = "compact::splices")]
     pub(super) splices: Vec<LiveSplice>,
     /// Original-trampoline stubs by function name, sorted for a stable output.
     pub(super) orig: BTreeMap<String, OrigStub>,
@@ -126,7 +141,14 @@ impl SavedState {
             return Ok(None);
         }
         let saved: SavedState = serde_json::from_slice(bytes)?;
-        if saved.version != STATE_VERSION && saved.version != STATE_VERSION_WHOLE {
+        if ![
+            STATE_VERSION,
+            STATE_VERSION_COMPACT3,
+            STATE_VERSION_FULL_RECORDS,
+            STATE_VERSION_WHOLE,
+        ]
+        .contains(&saved.version)
+        {
             return Err(StateError::Version {
                 found: saved.version,
             });
@@ -149,7 +171,7 @@ impl<T: Target> Splicer<T> {
             epoch,
             next_splice: self.next,
             components: &self.components,
-            splices: self.live.values().map(|s| &**s).collect(),
+            splices: self.live.values().map(|s| compact::record(s)).collect(),
             orig: self.orig.iter().map(|(k, v)| (k.as_str(), v)).collect(),
             retiring: self.retiring.values().collect(),
         };
@@ -168,8 +190,9 @@ impl<T: Target> Splicer<T> {
     }
 
     /// A splicer over `target` that takes over `saved`, after checking it against the target.
-    pub(super) fn restore(target: T, saved: SavedState) -> Result<Self, StateError> {
+    pub(super) fn restore(target: T, mut saved: SavedState) -> Result<Self, StateError> {
         check_against_target(&target, &saved)?;
+        read_displaced_bytes(&target, &mut saved.splices)?;
         let live: BTreeMap<SpliceId, Box<LiveSplice>> = saved
             .splices
             .into_iter()
@@ -202,6 +225,28 @@ impl<T: Target> Splicer<T> {
             last_batch: None,
         })
     }
+}
+
+/// Fill in the displaced window's bytes of splices saved without them (before version 4),
+/// from the target: the original bytes under the patch, then the code after it (which no
+/// splice changes: displaced windows are disjoint), as a decoder sees it (another tool's armed
+/// kprobe there is read as the byte it saved). A state of version 4 reads nothing here.
+fn read_displaced_bytes<T: Target>(
+    target: &T,
+    splices: &mut [LiveSplice],
+) -> Result<(), StateError> {
+    for s in splices
+        .iter_mut()
+        .filter(|s| s.plan.displaced_bytes.is_empty())
+    {
+        let (old, len) = (&s.site_patch.old, s.plan.displaced_len);
+        let mut bytes = old.clone();
+        if len > old.len() {
+            bytes.extend(target.read_code(s.site_patch.addr + old.len() as u64, len - old.len())?);
+        }
+        s.plan.displaced_bytes = bytes;
+    }
+    Ok(())
 }
 
 /// The checks of [`Splicer::import_state`].

@@ -30,7 +30,9 @@ use component_manager::ComponentManager;
 use serde::{Deserialize, Serialize};
 use trapvec::{Target, TargetError};
 
-use super::state::{SavedState, StateError, STATE_VERSION};
+use super::state::{
+    SavedState, StateError, STATE_VERSION, STATE_VERSION_COMPACT3, STATE_VERSION_FULL_RECORDS,
+};
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer};
 
 /// The `format` of a state log's header line.
@@ -142,7 +144,7 @@ struct Meta {
 /// One change line, as written...
 #[derive(Serialize)]
 struct ChangeRef<'a> {
-    add: Vec<&'a LiveSplice>,
+    add: Vec<super::state::compact::RecordRef<'a>>,
     remove: Vec<SpliceId>,
     next_splice: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,6 +154,7 @@ struct ChangeRef<'a> {
 /// ...and as read back.
 #[derive(Deserialize)]
 struct Change {
+    #[serde(deserialize_with = "super::state::compact::splices")]
     add: Vec<LiveSplice>,
     remove: Vec<SpliceId>,
     next_splice: u64,
@@ -236,7 +239,10 @@ impl<T: Target> Splicer<T> {
             .into_iter()
             .partition(|id| self.live.map.contains_key(id));
         let line = ChangeRef {
-            add: add.iter().map(|id| &*self.live.map[id]).collect(),
+            add: add
+                .iter()
+                .map(|id| super::state::compact::record(&self.live.map[id]))
+                .collect(),
             remove,
             next_splice: self.next,
             meta: meta_changed.then(|| meta_ref(self)),
@@ -303,7 +309,13 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
             format: header.format,
         });
     }
-    if header.version != STATE_VERSION {
+    if ![
+        STATE_VERSION,
+        STATE_VERSION_COMPACT3,
+        STATE_VERSION_FULL_RECORDS,
+    ]
+    .contains(&header.version)
+    {
         return Err(StateError::Version {
             found: header.version,
         });
@@ -425,7 +437,14 @@ impl StateLog {
             Err(e) => return Err(io("reading")(e)),
         };
         let (sp, replay) = Splicer::import_state_with_log(target, snapshot, &log)?;
-        let appendable = !log.is_empty() && !replay.torn && !replay.stale;
+        // A log of an older version is read, not continued: the first save writes the state
+        // anew in the current version (migrating it).
+        let current = log
+            .split(|&c| c == b'\n')
+            .next()
+            .and_then(|h| serde_json::from_slice::<Header>(h).ok())
+            .is_some_and(|h| h.version == STATE_VERSION);
+        let appendable = current && !log.is_empty() && !replay.torn && !replay.stale;
         let file = match appendable {
             true => Some(
                 OpenOptions::new()

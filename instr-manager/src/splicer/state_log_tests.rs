@@ -95,7 +95,8 @@ fn snapshot_and_log_replay_to_the_live_state_after_random_applies_and_removes() 
         let (mut sp, mut log, _) = load(&k, &path);
         let mut rng = Rng(seed);
         let mut appended = 0;
-        for step in 0..200 {
+        // Enough changes to outgrow MIN_COMPACT_BYTES (compact count lines are ~100 bytes).
+        for step in 0..1_200 {
             let free: Vec<&str> = FUNCS
                 .iter()
                 .copied()
@@ -142,7 +143,7 @@ fn a_log_larger_than_the_snapshot_is_compacted_and_the_state_survives() {
     let k = FakeKernel::new();
     let (mut sp, mut log, _) = load(&k, &path);
     let mut saved = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..600 {
         let id = sp.apply(&[count("f2")]).unwrap()[0];
         saved.push(log.save(&mut sp, put(&k)).unwrap());
         sp.remove(&[id]).unwrap();
@@ -154,10 +155,68 @@ fn a_log_larger_than_the_snapshot_is_compacted_and_the_state_survives() {
         .count();
     assert!(
         (2..20).contains(&compacted),
-        "{compacted} compactions in 400 changes"
+        "{compacted} compactions in 1,200 changes"
     );
     assert!(std::fs::metadata(&path).unwrap().len() <= MIN_COMPACT_BYTES);
     let (again, _, _) = load(&k, &path);
+    assert_eq!(again.export_state(), sp.export_state());
+}
+
+/// Above [`MIN_COMPACT_BYTES`], a log is compacted when the next line would take it past the
+/// snapshot's size, not before: a snapshot (the cost that grows with the live count) is paid
+/// once per as many bytes of changes as it has itself.
+#[test]
+fn a_log_is_compacted_when_it_would_outgrow_a_snapshot_larger_than_the_minimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.log");
+    let k = FakeKernel::new();
+    // A compact count record is ~100 bytes: 2,000 of them are well past 2 x MIN_COMPACT_BYTES.
+    let mut sp = with_copies(&k, 2_000);
+    let (_, mut log, _) = load(&k, &path);
+    let Saved::Compacted { bytes: snapshot } = log.save(&mut sp, put(&k)).unwrap() else {
+        panic!("the first save did not write a snapshot");
+    };
+    assert!(
+        snapshot > 2 * MIN_COMPACT_BYTES,
+        "a snapshot of {snapshot} bytes"
+    );
+    let header = std::fs::metadata(&path).unwrap().len();
+    let (mut logged, mut changes, mut longest) = (header, 0u64, 0);
+    // f1 spliced and unspliced in turn, each change saved on its own.
+    let mut spliced = None;
+    let next_snapshot = loop {
+        match spliced.take() {
+            None => spliced = Some(sp.apply(&[count("f1")]).unwrap()[0]),
+            Some(id) => drop(sp.remove(&[id]).unwrap()),
+        }
+        match log.save(&mut sp, put(&k)).unwrap() {
+            Saved::Appended { bytes } => {
+                logged += bytes;
+                changes += 1;
+                longest = longest.max(bytes);
+                assert_eq!(std::fs::metadata(&path).unwrap().len(), logged);
+            }
+            Saved::Compacted { bytes } => break bytes,
+            Saved::Unchanged => panic!("a change was not written"),
+        }
+        assert!(changes < 100_000, "never compacted");
+    };
+    assert!(
+        next_snapshot.abs_diff(snapshot) < 1_000,
+        "{next_snapshot} against {snapshot}"
+    );
+    assert!(
+        logged <= snapshot && logged + 2 * longest > snapshot,
+        "compacted at {logged} bytes of log ({changes} changes) against a {snapshot}-byte snapshot"
+    );
+    // A new epoch's header (its number's digits may differ), no change line.
+    let new_log = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        new_log.abs_diff(header) < 8,
+        "the new log has {new_log} bytes"
+    );
+    let (again, _, replay) = load(&k, &path);
+    assert_eq!(replay.changes, 0);
     assert_eq!(again.export_state(), sp.export_state());
 }
 

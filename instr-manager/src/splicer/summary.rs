@@ -27,10 +27,17 @@ pub struct PlanSummary {
     /// The displaced instructions in Intel syntax, `; `-separated (read it as a `String`).
     pub displaced_text: DisplacedText,
     pub springboard: Option<Springboard>,
+    /// The displaced window's original bytes (`displaced_len` of them from `site`): what the
+    /// compact saved record keeps instead of the addresses and the text, which decode from
+    /// them. Empty when not known (a splice read from a state of version 3 or older, until
+    /// [`super::state`] reads them back from the target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub displaced_bytes: Vec<u8>,
 }
 
 impl PlanSummary {
-    pub fn of(plan: &Plan) -> Self {
+    /// The summary of `plan`, whose displaced window holds `displaced_bytes` (empty: not known).
+    pub fn of(plan: &Plan, displaced_bytes: Vec<u8>) -> Self {
         PlanSummary {
             site: plan.site,
             mechanism: plan.mechanism,
@@ -39,6 +46,7 @@ impl PlanSummary {
             displaced_addrs: plan.displaced.iter().map(|i| i.addr).collect(),
             displaced_text: DisplacedText::of(plan),
             springboard: plan.springboard.clone(),
+            displaced_bytes,
         }
     }
 
@@ -58,6 +66,7 @@ impl Clone for PlanSummary {
             displaced_addrs: self.displaced_addrs.clone(),
             displaced_text: self.displaced_text.duplicate(),
             springboard: self.springboard.clone(),
+            displaced_bytes: self.displaced_bytes.clone(),
         }
     }
 }
@@ -83,6 +92,27 @@ impl DisplacedText {
             instrs: plan.displaced.iter().map(|i| i.instr).collect(),
             text: OnceLock::new(),
         }
+    }
+
+    /// The instructions in `bytes` at `site` (not yet formatted) and their addresses; `None`
+    /// if the bytes do not decode to whole instructions.
+    pub fn decode(bytes: &[u8], site: u64) -> Option<(Self, Vec<u64>)> {
+        let mut decoder =
+            iced_x86::Decoder::with_ip(64, bytes, site, iced_x86::DecoderOptions::NONE);
+        let (mut instrs, mut addrs) = (Vec::new(), Vec::new());
+        while decoder.can_decode() {
+            let instr = decoder.decode();
+            if instr.is_invalid() {
+                return None;
+            }
+            addrs.push(instr.ip());
+            instrs.push(instr);
+        }
+        let text = DisplacedText {
+            instrs,
+            text: OnceLock::new(),
+        };
+        Some((text, addrs))
     }
 
     /// A copy (formatted or not, as this one is).
@@ -193,7 +223,7 @@ mod tests {
             busy: &|_, _| false,
             trampoline_near: None,
         };
-        PlanSummary::of(&plan_trap(&input, 0x1000).unwrap())
+        PlanSummary::of(&plan_trap(&input, 0x1000).unwrap(), Vec::new())
     }
 
     #[test]

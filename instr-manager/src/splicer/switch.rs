@@ -10,7 +10,7 @@
 //! built; the old splices stay live.
 //!
 //! A site both sets splice changes hands *in place* when the old and the new splice are both
-//! traps on a target that replaces dispatch entries ([`Target::replaces_dispatch`]): the trap
+//! traps on a target that replaces dispatch entries ([`TargetInfo::replaces_dispatch`](trapvec::TargetInfo::replaces_dispatch)): the trap
 //! bytes stay, and the site's dispatch entry is swapped for the new one in one step, so a trap
 //! there meets the old splice or the new, never neither. Any other change of hands (trap to
 //! jmp, jmp to anything) would need the site's bytes to go through the original in one batch:
@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use trapvec::Target;
+use trapvec::{Target, TargetExt};
 
 use super::batch::BatchCache;
 use super::{Hits, LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};

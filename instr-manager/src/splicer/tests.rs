@@ -311,8 +311,8 @@ fn a_batch_reads_the_text_of_neighbouring_functions_at_once_and_analyses_each_on
     assert_eq!(sites, [f0 + 5, f0 + 9, f2 + 5]);
     assert_eq!(
         planned[0].site_text.as_deref(),
-        Some(&FUNC[5..7]),
-        "the bytes the trap replaces, as analysed"
+        Some(&FUNC[5..5 + planned[0].plan.displaced_len]),
+        "the bytes the trap displaces, as analysed"
     );
     // Besides the entry checks (endbr64 and ftrace site, 9 bytes) at each entry: one read of
     // f0..f2's text, nothing else.

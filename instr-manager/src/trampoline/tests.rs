@@ -290,6 +290,46 @@ fn replay_is_relocated_displaced_then_jump_back() {
     );
 }
 
+/// A relocated branch goes to its target from wherever its copy is placed, however many copies of
+/// the same shape were encoded before: a count site's replay is encoded at a trial address to
+/// size it and again at its block (a jcc rel32 of x64_sys_call sent every system call 0x188e000
+/// below its target in the guest, the distance from the data arena to the code arena).
+#[test]
+fn replayed_branches_reach_their_targets_from_every_copy() {
+    // jne rel32 +0x200, jmp rel32 +0x300, call rel32 +0x400, jb rel8 +0x10 at SITE.
+    let cases: [&[u8]; 4] = [
+        &[0x0F, 0x85, 0x00, 0x02, 0x00, 0x00],
+        &[0xE9, 0x00, 0x03, 0x00, 0x00],
+        &[0xE8, 0x00, 0x04, 0x00, 0x00],
+        &[0x72, 0x10],
+    ];
+    for code in cases {
+        let plan = plan_for(code, SITE, 2);
+        let end = SITE + code.len() as u64;
+        let target = {
+            let mut d = iced_x86::Decoder::with_ip(64, code, SITE, iced_x86::DecoderOptions::NONE);
+            d.decode().near_branch_target()
+        };
+        for at in [TRAMP, TRAMP + 0x188_e000, TRAMP + 0x40, TRAMP] {
+            let out = emit_replay(&plan, at).unwrap();
+            // The relocated branch (a call becomes a push of its return address and a jmp).
+            let targets: Vec<u64> =
+                iced_x86::Decoder::with_ip(64, &out, at, iced_x86::DecoderOptions::NONE)
+                    .into_iter()
+                    .map(|i| i.near_branch_target())
+                    .filter(|&t| t != 0)
+                    .collect();
+            assert_eq!(
+                targets,
+                [target, end],
+                "{code:02x?} replayed at {at:#x}: {:?}",
+                listing(&out, at)
+            );
+            assert_eq!(listing(&out, at).last().unwrap(), &format!("jmp {end:#x}"));
+        }
+    }
+}
+
 #[test]
 fn indirect_stub_near_and_far_slot() {
     let out = emit_indirect_stub(TRAMP, HITS);

@@ -63,11 +63,19 @@ pub enum InjectError {
         addr: u64,
         how: String,
     },
-    #[error("thread {tid}: the call of {func} did not return within {s} s, even with the other threads let go; its registers were put back, which leaves that call unfinished")]
+    #[error("thread {tid}: the call of {func} did not return within {s:.1} s, even with the other threads let go; it was undone ({how}): the process is as it was, nothing was loaded")]
+    CallUndone {
+        tid: i32,
+        func: &'static str,
+        s: f64,
+        how: String,
+    },
+    #[error("thread {tid}: the call of {func} did not return within {s:.1} s, even with the other threads let go, and it cannot be undone: {why}; its registers were put back, which leaves that call unfinished")]
     CallTimeout {
         tid: i32,
         func: &'static str,
-        s: u64,
+        s: f64,
+        why: String,
     },
     #[error("executable mappings are forbidden in process {pid}: {why}; trapvec needs mprotect(PROT_EXEC) to write its splices (nothing was changed)")]
     NoExec { pid: i32, why: String },
@@ -81,9 +89,10 @@ pub enum InjectError {
     AgentAttach { pid: i32, status: i32 },
 }
 
-/// How long a thread may take to stop, and an injected call to return.
+/// How long a thread may take to stop, and an injected call to return by default
+/// (`--attach-timeout`).
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a call may run with the other threads stopped; after that they go on (still
 /// seized), in case one of them holds a lock the call waits for (the loader's, malloc's).
 const HOLD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -203,13 +212,17 @@ pub struct Held {
     threads: Vec<Thread>,
     mem: File,
     released: bool,
+    /// How long an injected call may take before it is given up.
+    call_timeout: Duration,
+    /// The calling thread's block as it was before the calls: its address and bytes.
+    thread_block: Option<(u64, Vec<u8>)>,
     pub figures: Figures,
 }
 
 impl Held {
     /// Seize and stop every thread of `pid` (threads started meanwhile are caught by listing
     /// the tasks again until no new one appears).
-    pub fn stop_all(pid: i32) -> Result<Held, InjectError> {
+    pub fn stop_all(pid: i32, call_timeout: Duration) -> Result<Held, InjectError> {
         let mem = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -220,6 +233,8 @@ impl Held {
             threads: Vec::new(),
             mem,
             released: false,
+            call_timeout,
+            thread_block: None,
             figures: Figures::default(),
         };
         loop {
@@ -327,7 +342,12 @@ impl Held {
             .iter()
             .filter(|t| get_regs(t.tid).map(|r| is_restartable(&r)).unwrap_or(false))
             .count();
+        // The calls need only the calling thread: the others go now, so that each is held
+        // for the stop alone, not for the agent's dlopen (which is thread-safe; a thread held
+        // with a lock the dlopen needs would only make it wait).
+        self.release_others(tid);
         let saved = Saved::take(tid)?;
+        self.read_thread_block(&saved.regs);
         let r = self.calls(tid, &saved.regs, plan);
         // Back exactly as it was (errno was restored by `calls` if it could be read).
         let restored = saved.restore(tid);
@@ -498,28 +518,19 @@ impl Held {
                     source,
                 }
             })?;
+            // The others go on after HOLD_TIMEOUT (or half the call's time, if shorter).
+            let hold = HOLD_TIMEOUT.min(self.call_timeout / 2);
             let status = loop {
-                let limit = match self.threads.iter().any(|t| t.running) {
-                    false => HOLD_TIMEOUT,
-                    true => CALL_TIMEOUT,
-                };
+                let others_held = self.threads.iter().any(|t| t.tid != tid && !t.running);
+                let limit = if others_held { hold } else { self.call_timeout };
                 match wait_stop(tid, limit.saturating_sub(start.elapsed())) {
-                    Ok(None) if limit == HOLD_TIMEOUT => self.let_others_go(tid),
+                    Ok(None) if others_held => self.let_others_go(tid),
                     other => break other,
                 }
             };
             let status = match status {
                 Ok(Some(s)) => s,
-                Ok(None) => {
-                    // Take it back before its registers are restored.
-                    let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
-                    let _ = wait_stop(tid, STOP_TIMEOUT);
-                    return Err(InjectError::CallTimeout {
-                        tid,
-                        func: name,
-                        s: CALL_TIMEOUT.as_secs(),
-                    });
-                }
+                Ok(None) => return Err(self.give_up(tid, name, regs)),
                 Err(e) => return Err(failed(format!("ended the thread: {e}"))),
             };
             if !libc::WIFSTOPPED(status) {
@@ -542,6 +553,132 @@ impl Held {
             // interrupted, as any code of the thread can be).
             sig = stop;
         }
+    }
+
+    /// The call in `tid` (made from the registers `regs`) did not return in time: take the
+    /// thread back, and undo what the call did, if it can be known (see [`Held::undo`]).
+    fn give_up(
+        &mut self,
+        tid: i32,
+        func: &'static str,
+        regs: &libc::user_regs_struct,
+    ) -> InjectError {
+        let s = self.call_timeout.as_secs_f64();
+        let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
+        match wait_stop(tid, STOP_TIMEOUT) {
+            Ok(Some(status)) if libc::WIFSTOPPED(status) && status >> 16 != PTRACE_EVENT_STOP => {
+                // A signal for the program stopped it first: delivered when it is let go.
+                if let Some(t) = self.threads.iter_mut().find(|t| t.tid == tid) {
+                    t.pending = libc::WSTOPSIG(status);
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                return InjectError::CallTimeout {
+                    tid,
+                    func,
+                    s,
+                    why: "the thread does not stop".into(),
+                }
+            }
+        }
+        match self.undo(tid, regs) {
+            Ok(how) => InjectError::CallUndone { tid, func, s, how },
+            Err(why) => InjectError::CallTimeout { tid, func, s, why },
+        }
+    }
+
+    /// Whether the unfinished call can be dropped as if it had never been made, and the
+    /// thread's state it changed put back: so when the thread waits in `futex` for a mutex that
+    /// another thread of the process holds (a `dlopen` waiting for the loader's lock, held by
+    /// a thread inside a library's constructor), because then it has taken nothing yet. What
+    /// such a call has changed is in the thread's own block (glibc points the thread's error
+    /// catcher at a frame of `dlopen`): every word near the thread pointer that changed since
+    /// the call began and now points into the call's frames gets its old value back. The
+    /// registers and errno are put back by the caller, as after any call.
+    fn undo(&mut self, tid: i32, regs: &libc::user_regs_struct) -> Result<String, String> {
+        let now = get_regs(tid).map_err(|e| e.to_string())?;
+        if now.orig_rax != libc::SYS_futex as u64 || !is_restartable(&now) {
+            return Err(format!(
+                "it is at {:#x} (system call {}), not waiting for a lock another thread holds",
+                now.rip, now.orig_rax as i64
+            ));
+        }
+        // FUTEX_WAIT or FUTEX_WAIT_BITSET, with FUTEX_PRIVATE_FLAG or not.
+        let op = now.rsi & 0x7f;
+        if op != 0 && op != 9 {
+            return Err(format!("it is in futex operation {op}, not a wait"));
+        }
+        // pthread_mutex_t (bits/struct_mutex.h): __lock at 0, __count at 4, __owner at 8.
+        let mut owner = [0u8; 4];
+        self.read(now.rdi + 8, &mut owner)
+            .map_err(|e| e.to_string())?;
+        let owner = i32::from_ne_bytes(owner);
+        let ours = owner > 0
+            && owner != tid
+            && std::path::Path::new(&format!("/proc/{}/task/{owner}", self.pid)).exists();
+        if !ours {
+            return Err(format!(
+                "it waits on the futex at {:#x}, which is not a mutex another thread of the process holds (owner field {owner})",
+                now.rdi
+            ));
+        }
+        let Some((start, before)) = self.thread_block.take() else {
+            return Err("its thread block was not read before the call".into());
+        };
+        let mut after = vec![0u8; before.len()];
+        self.read(start, &mut after).map_err(|e| e.to_string())?;
+        // The call's frames: from where it is now up to where it began.
+        let frames = now.rsp..regs.rsp;
+        let mut put_back = 0;
+        for (i, (old, new)) in before
+            .chunks_exact(8)
+            .zip(after.chunks_exact(8))
+            .enumerate()
+        {
+            let value = u64::from_ne_bytes(new.try_into().expect("8 bytes"));
+            if old != new && frames.contains(&value) {
+                self.write(start + 8 * i as u64, old)
+                    .map_err(|e| e.to_string())?;
+                put_back += 1;
+            }
+        }
+        Ok(format!(
+            "thread {tid} waited for the mutex at {:#x} that thread {owner} holds; {put_back} pointer(s) of its thread block into the call's frames put back",
+            now.rdi
+        ))
+    }
+
+    /// Read the words around the thread pointer of the calling thread (glibc's thread block
+    /// above it, the static TLS below), for [`Held::undo`].
+    fn read_thread_block(&mut self, regs: &libc::user_regs_struct) {
+        let tp = regs.fs_base & !4095;
+        // The page below and the page of the thread pointer, and the one after, as far as
+        // they can be read.
+        for (start, len) in [(tp - 4096, 3 * 4096), (tp, 2 * 4096), (tp, 4096)] {
+            let mut buf = vec![0u8; len];
+            if self.read(start, &mut buf).is_ok() {
+                self.thread_block = Some((start, buf));
+                return;
+            }
+        }
+    }
+
+    /// Detach every thread but `caller` (with the signal that stopped it, if one did), and
+    /// record how long each was held.
+    fn release_others(&mut self, caller: i32) {
+        let now = Instant::now();
+        for t in self.threads.iter().filter(|t| t.tid != caller) {
+            if let Some(at) = t.stopped_at {
+                self.figures
+                    .held_us
+                    .push((t.tid, now.duration_since(at).as_micros() as u64));
+            }
+            if let Err(e) = ptrace(libc::PTRACE_DETACH, t.tid, 0, t.pending as usize) {
+                log::debug!("detach of thread {}: {e}", t.tid);
+            }
+        }
+        self.threads.retain(|t| t.tid == caller);
     }
 
     /// A call is taking long: let every other thread go on (still seized), in case it holds

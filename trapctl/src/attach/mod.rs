@@ -193,8 +193,9 @@ pub fn agent_socket(pid: i32) -> Option<PathBuf> {
 }
 
 /// Attach to `pid` unless its agent already answers: the checks, then the agent loaded and its
-/// channel started; the socket. `verbose`: print the figures (threads, time held) on stderr.
-pub fn attach(pid: i32, agent: &Path, verbose: bool) -> Result<PathBuf> {
+/// channel started; the socket. `verbose`: print the figures (threads, time held) on stderr;
+/// `call_timeout`: how long the injected `dlopen` may take before it is undone.
+pub fn attach(pid: i32, agent: &Path, verbose: bool, call_timeout: Duration) -> Result<PathBuf> {
     if let Some(s) = agent_socket(pid) {
         return Ok(s);
     }
@@ -202,7 +203,7 @@ pub fn attach(pid: i32, agent: &Path, verbose: bool) -> Result<PathBuf> {
     let agent = inject::agent_path(agent).with_context(|| agent.display().to_string())?;
     let plan = inject::Plan::new(pid, &agent)?;
     let start = Instant::now();
-    let mut held = inject::Held::stop_all(pid)?;
+    let mut held = inject::Held::stop_all(pid, call_timeout)?;
     let stopped = start.elapsed();
     let loaded = held.load_agent(&plan);
     held.release();

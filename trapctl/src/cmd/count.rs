@@ -47,6 +47,9 @@ locks). A call whose key finds its CPU's table full is counted as overflow, so t
 overflow add up to the calls. The top keys are printed, most calls first, as
 `@[KEY]: COUNT` lines (--top K, default 10), then `FUNCTION: TOTAL calls in N s (R/s), K keys
 by KEY, overflow O`. --json prints one JSON object (every key unless --top is given) instead.
+Without --by, --json prints the figures as one object too (`function`, `site`, `mechanism`,
+`seconds`, `ended`, `hits`, `missed`; for a glob `functions`, each with `at`, `site`, `hits`,
+`missed`, and `total`), after the `counting ...` line; `\"schema\": 1` comes first in each.
 
 --pid N (the process), --tid N (a thread) and --comm NAME count only the calls of the tasks that match (see `trapctl
 splice --help`); with --by, only their keys.")]
@@ -64,8 +67,9 @@ pub struct Args {
     /// With --by: print the K keys with the most calls [default: 10; --json: all].
     #[arg(long, value_name = "K", requires = "by")]
     pub top: Option<usize>,
-    /// With --by: print one JSON object.
-    #[arg(long, requires = "by")]
+    /// Print one JSON object (`"schema": 1` first) after the `counting ...` line, instead of
+    /// the figures' text.
+    #[arg(long)]
     pub json: bool,
     /// With a glob FUNCTION: count at what validates, one line per refusal reason, exit 3 if any.
     #[arg(long)]
@@ -73,6 +77,30 @@ pub struct Args {
     /// Count only the calls of some tasks.
     #[command(flatten)]
     pub only: super::splice::OnlyArgs,
+}
+
+/// What `--json` prints without --by.
+#[derive(Serialize)]
+struct PlainReport<'a> {
+    function: &'a str,
+    site: &'a str,
+    mechanism: String,
+    /// How long the count was live: the --seconds given, or as measured when something else ended it.
+    seconds: f64,
+    /// What ended it: `time`, `command`, or the signal (`SIGINT`, `SIGTERM`, `SIGHUP`).
+    ended: &'static str,
+    hits: u64,
+    missed: u64,
+}
+
+/// What `--json` prints for a glob: each function's count, most first, and the total.
+#[derive(Serialize)]
+struct GlobReport<'a> {
+    glob: &'a str,
+    seconds: f64,
+    ended: &'static str,
+    total: u64,
+    functions: Vec<&'a instr_manager::ops::Unspliced>,
 }
 
 /// What `--by KEY --json` prints.
@@ -135,8 +163,19 @@ pub fn run(args: &Args) -> Result<()> {
             args.span.describe()
         )
     };
-    super::splice::for_a_while(&request, &figures, &args.span, announce, |_, held| {
+    super::splice::for_a_while(&request, &figures, &args.span, announce, |row, held| {
         let removed = &held.removed;
+        if args.json {
+            return super::splice::print_json(&PlainReport {
+                function: &args.function,
+                site: &row.site,
+                mechanism: row.mechanism.clone(),
+                seconds: args.span.seconds_held(&held.ended, held.elapsed),
+                ended: held.ended.name(),
+                hits: removed.hits,
+                missed: removed.missed,
+            });
+        }
         let secs = held.elapsed.as_secs_f64();
         // Precision: counts below 2^53 are exact as f64; this is only the printed rate.
         #[allow(clippy::cast_precision_loss)]
@@ -182,6 +221,17 @@ fn count_glob(args: &Args) -> Result<()> {
         )
     };
     super::splice::glob_for_a_while(&request, args.best_effort, &args.span, announce, |held| {
+        if args.json {
+            let mut functions: Vec<&instr_manager::ops::Unspliced> = held.removed.iter().collect();
+            functions.sort_by(|a, b| b.hits.cmp(&a.hits).then_with(|| a.at.cmp(&b.at)));
+            return super::splice::print_json(&GlobReport {
+                glob: &args.function,
+                seconds: args.span.seconds_held(&held.ended, held.elapsed),
+                ended: held.ended.name(),
+                total: held.removed.iter().map(|u| u.hits).sum(),
+                functions,
+            });
+        }
         print!(
             "{}",
             render_glob(

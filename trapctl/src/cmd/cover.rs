@@ -17,8 +17,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use instr_manager::cover::{
-    glob_names_object, lcov, object_blocks, symbol_records, BlockHits, BlockRefusal, CoverBlock,
-    LineTable,
+    glob_names_object, lcov_with, object_blocks, symbol_records, BlockHits, BlockRefusal,
+    CoverBlock, LineTable,
 };
 use instr_manager::glob::FunctionGlob;
 use instr_manager::image::CodeImage;
@@ -28,6 +28,9 @@ use serde::Serialize;
 /// The version of `--json`'s layout.
 pub const SCHEMA: u32 = 1;
 
+/// `once` mode: how often the agent removes the sites hit since its last look.
+const ONCE_PERIOD_MS: u64 = 100;
+
 /// How many blocks the agent may refuse, one start each, before giving up.
 const MAX_RESTARTS: usize = 64;
 
@@ -35,7 +38,7 @@ const MAX_RESTARTS: usize = 64;
 pub enum Mode {
     /// Keep counting: exact hits per block.
     Count,
-    /// Disarm a site at its first hit (not yet: the agent cannot disarm a hit site).
+    /// Disarm a site after its first hit (in batches every 100 ms).
     Once,
 }
 
@@ -71,13 +74,26 @@ agent (--agent, else $TRAPVEC_AGENT, else libtrapvec_agent.so next to trapctl or
 /usr/lib/<multiarch>/trapvec/). trapctl exits with COMMAND's exit status (128+N when a signal N
 killed it).
 
---mode count (the default for now) keeps every site armed and counts every hit. `once` (disarm a
-site at its first hit) needs agent support (and, in the kernel, the module's compact sites) that
-does not exist yet and is refused.
+--mode count (the default for now) keeps every site armed and counts every hit. `once`, on the
+kernel: every 100 ms the sites hit since the last look are disarmed in one batch, so a block
+costs traps only until then; hit/not hit is exact, a count is the hits until the disarming, and
+--lcov writes no BRDA records. `once` with --process: the agent's own thread does the same in
+the program (every 100 ms the sites hit are removed in one batch); a site's count is its hits
+until then, and the JSON gives `disarmed` per block and `disarm_batches`.
+
+`trapctl -p PID cover GLOB...`: a running process, from the moment its sites are armed until
+--seconds N, Ctrl-C (SIGINT, SIGTERM, SIGHUP) or its exit, through its agent (attached first when
+none answers); then the splices are removed (and the agent's channel stopped when the process had
+no splice before: its text is as it was) and the same report printed. No COMMAND.
+
+An `OBJECT:GLOB` whose object the program does not link names a library it loads later
+(dlopen): its file is found as the loader finds it (a path; $LD_LIBRARY_PATH, the loader's
+cache, the default directories) and the agent arms its blocks when it is mapped.
 
 --lcov FILE writes an lcov tracefile for genhtml: a line is executed when a hit block covers it
 (the program's DWARF line table: build it with -g, or give --debuginfo). Without debug info the
-file holds symbol+offset records and says why.")]
+file holds symbol+offset records and says why. BRDA records give, per conditional branch, taken
+and not taken where block counts determine them.")]
 pub struct Args {
     /// Cover a program run under the agent (else the running kernel).
     #[arg(long)]
@@ -85,7 +101,7 @@ pub struct Args {
     /// Function globs (`'*'`, `'parse_*'`, `'libfoo.so.1:foo_*'`).
     #[arg(required = true)]
     pub globs: Vec<String>,
-    /// `count`: exact hits per block (the default); `once`: not yet supported.
+    /// `count`: exact hits per block (the default); `once`: disarm after the first hit.
     #[arg(long, value_enum, default_value = "count")]
     pub mode: Mode,
     /// Print JSON instead of text.
@@ -103,7 +119,8 @@ pub struct Args {
     /// The agent to preload [default: $TRAPVEC_AGENT, else found next to trapctl].
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
-    /// The kernel: cover for N seconds [default: while COMMAND runs, else until Ctrl-C].
+    /// The kernel, or a process with -p PID: cover for N seconds [default: while COMMAND runs,
+    /// else until Ctrl-C].
     #[arg(long, value_name = "N", conflicts_with = "command")]
     pub seconds: Option<f64>,
     /// The command to run, and its arguments (required with --process).
@@ -132,6 +149,9 @@ struct BlockRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     hits: Option<u64>,
     hit: bool,
+    /// `once` mode: the site was removed while the program ran (after its first hits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disarmed: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,16 +169,6 @@ struct FunctionRow {
 }
 
 #[derive(Serialize)]
-struct Total {
-    functions: usize,
-    blocks: usize,
-    covered: usize,
-    refused: usize,
-    percent: f64,
-    refusals: BTreeMap<String, usize>,
-}
-
-#[derive(Serialize)]
 struct Report {
     schema: u32,
     command: Vec<String>,
@@ -167,6 +177,9 @@ struct Report {
     mode: &'static str,
     /// The command's exit status (128+N for a signal N).
     exit: i32,
+    /// `once` mode: how many batches removed hit sites while the program ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disarm_batches: Option<u64>,
     functions: Vec<FunctionRow>,
     blocks: Vec<BlockRow>,
     total: Total,
@@ -271,6 +284,38 @@ fn objects(program: &Path, globs: &[FunctionGlob]) -> Result<Vec<Object>> {
             }
         }
     }
+    // An object part that names no library the program links: one it loads later (dlopen),
+    // whose blocks the agent arms when it is mapped.
+    for g in globs {
+        let Some(object) = libs::object_part(g).filter(|o| !instr_manager::glob::is_glob(o)) else {
+            continue;
+        };
+        let origin_of = |o: &Object| o.path.display().to_string();
+        if out
+            .iter()
+            .skip(1)
+            .any(|o| instr_manager::point::object_matches(&origin_of(o), object))
+        {
+            continue;
+        }
+        let Some(lib) = libs::find_library(object) else {
+            log::warn!("{object}: not linked by the program and not found as a library file (give its path)");
+            continue;
+        };
+        if out.iter().any(|o| o.path == lib) {
+            continue;
+        }
+        let image = CodeImage::from_path(&lib).with_context(|| lib.display().to_string())?;
+        let b = object_blocks(&image, &lib.display().to_string(), globs, false);
+        if b.functions > 0 {
+            out.push(Object {
+                qualifier: lib.file_name().map(|f| f.to_string_lossy().into_owned()),
+                path: lib,
+                functions: b.functions,
+                blocks: b.blocks,
+            });
+        }
+    }
     Ok(out)
 }
 
@@ -285,31 +330,45 @@ fn spec_point(o: &Object, b: &CoverBlock) -> String {
 
 /// The spec: one count splice per block with a site, in (object, block) order.
 fn spec(objects: &[Object]) -> (String, Vec<(usize, usize)>) {
+    let order: Vec<(usize, usize)> = objects
+        .iter()
+        .enumerate()
+        .flat_map(|(i, o)| {
+            o.blocks
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.site.is_ok())
+                .map(move |(j, _)| (i, j))
+        })
+        .collect();
+    (spec_of(objects, &order), order)
+}
+
+/// The spec of the blocks `order` names (each with a site), in that order.
+fn spec_of(objects: &[Object], order: &[(usize, usize)]) -> String {
     let mut s = String::new();
-    let mut order = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        for (j, b) in o.blocks.iter().enumerate() {
-            if let Ok(m) = &b.site {
-                let _ = write!(
-                    s,
-                    "[[splice]]\nat = \"{}\"\naction = \"count\"\nmechanism = \"{}\"\n\n",
-                    spec_point(o, b),
-                    match m {
-                        Mechanism::Trap => "trap",
-                        Mechanism::Jmp => "jmp",
-                    }
-                );
-                order.push((i, j));
-            }
+    for &(i, j) in order {
+        let (o, b) = (&objects[i], &objects[i].blocks[j]);
+        if let Ok(m) = &b.site {
+            let _ = write!(
+                s,
+                "[[splice]]\nat = \"{}\"\naction = \"count\"\nmechanism = \"{}\"\n\n",
+                spec_point(o, b),
+                match m {
+                    Mechanism::Trap => "trap",
+                    Mechanism::Jmp => "jmp",
+                }
+            );
         }
     }
-    (s, order)
+    s
 }
 
 /// A run of the command: its exit status, the agent's refusal sentence if it exited 86 with
 /// one, and the stats file's contents if written.
 struct Run {
     exit: i32,
+    once: bool,
     refused: Option<String>,
     stats: Option<String>,
 }
@@ -320,23 +379,28 @@ fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &s
     std::fs::write(&spec_path, spec_text)
         .with_context(|| format!("writing {}", spec_path.display()))?;
     let _ = std::fs::remove_file(&stats_path);
-    let ended = super::under_agent::run(
-        program,
-        &args.command,
-        agent,
-        &spec_path,
-        &[("TRAPVEC_STATS", &stats_path)],
-        true,
-    )?;
+    let once = args.mode == Mode::Once;
+    let period = ONCE_PERIOD_MS.to_string();
+    let mut env: Vec<(&str, &Path)> = vec![("TRAPVEC_STATS", &stats_path)];
+    if once {
+        env.push(("TRAPVEC_ONCE_MS", Path::new(&period)));
+    }
+    let ended = super::under_agent::run(program, &args.command, agent, &spec_path, &env, true)?;
     let stats = std::fs::read_to_string(&stats_path).ok();
     Ok(Run {
         exit: ended.exit,
+        once,
         refused: ended.refused,
         stats,
     })
 }
 
+pub(crate) mod attached;
 mod kernel;
+mod libs;
+mod table;
+
+use table::Total;
 
 /// Run `trapctl cover`.
 pub fn run(args: &Args) -> Result<()> {
@@ -351,9 +415,6 @@ pub fn run(args: &Args) -> Result<()> {
             "--seconds is for the kernel; with --process the coverage lasts while the command runs"
         );
     }
-    if args.mode == Mode::Once {
-        bail!("--mode once is not supported yet (the agent cannot disarm a hit site); use --mode count");
-    }
     let globs = args
         .globs
         .iter()
@@ -364,7 +425,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut objects = objects(&program, &globs)?;
     if objects.iter().all(|o| o.functions == 0) {
         bail!(
-            "no function of {} (or of a library it links) matches {}",
+            "no function of {} (or of a library it links, or loads later and is found as the loader finds it: $LD_LIBRARY_PATH, its cache, the default directories; or by path) matches {}",
             program.display(),
             args.globs.join(" ")
         );
@@ -373,25 +434,10 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let result = run_until_applied(args, &program, &agent, &dir, &mut objects);
     let _ = std::fs::remove_dir_all(&dir);
-    let (exit, hits) = result?;
-    let mut notes = Vec::new();
-    let report = report(args, &objects, &hits, exit, &mut notes);
-    if let Some(path) = &args.lcov {
-        let text = lcov_text(args, &objects, &hits, &mut notes);
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    let report = Report { notes, ..report };
-    let out = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
-    } else {
-        render_text(&report)
-    };
-    match &args.output {
-        Some(path) => {
-            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?
-        }
-        None => crate::print(&out)?,
-    }
+    let outcome = result?;
+    let exit = outcome.exit;
+    let ended = format!("{} exited with status {exit}", args.command[0]);
+    finish(args, &objects, &outcome, Vec::new(), &ended)?;
     if exit != 0 {
         let _ = std::io::stdout().flush();
         std::process::exit(exit);
@@ -399,8 +445,47 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Write the lcov file if asked, then the report (text or JSON) to --output or stdout; `ended`
+/// is the text report's last words (how the coverage ended).
+fn finish(
+    args: &Args,
+    objects: &[Object],
+    outcome: &Outcome,
+    mut notes: Vec<String>,
+    ended: &str,
+) -> Result<()> {
+    let report = report(args, objects, outcome, &mut notes);
+    if let Some(path) = &args.lcov {
+        let text = lcov_text(args, objects, &outcome.hits, &mut notes);
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let report = Report { notes, ..report };
+    let out = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        render_text(&report, ended)
+    };
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => crate::print(&out)?,
+    }
+    Ok(())
+}
+
 /// Hits per (object, block), `None` for a block without a site.
 type Hits = Vec<Vec<Option<u64>>>;
+
+/// What the agent's stats say of a run that applied the spec.
+struct Outcome {
+    exit: i32,
+    hits: Hits,
+    /// `once` mode: per (object, block), whether its site was removed while the program ran.
+    disarmed: Option<Vec<Vec<bool>>>,
+    /// `once` mode: how many batches removed hit sites.
+    batches: Option<u64>,
+}
 
 /// Run the command until the agent applies the spec (each start it refuses, one block is marked
 /// refused with its sentence), then read the stats.
@@ -410,7 +495,7 @@ fn run_until_applied(
     agent: &Path,
     dir: &Path,
     objects: &mut [Object],
-) -> Result<(i32, Hits)> {
+) -> Result<Outcome> {
     for _ in 0..=MAX_RESTARTS {
         let (spec_text, order) = spec(objects);
         let run = run_once(args, program, agent, dir, &spec_text)?;
@@ -452,29 +537,71 @@ fn run_until_applied(
                 order.len()
             );
         }
+        // A library loaded later whose batch failed (all or nothing): the block its reason
+        // names is handled as a refusal at start is, and the command run again; a reason that
+        // names none refuses every block of the batch.
+        let failed: Vec<(usize, &str)> = splices
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s["state"] == "failed")
+            .map(|(k, s)| (k, s["error"].as_str().unwrap_or("no reason given")))
+            .collect();
+        if let Some(&(_, reason)) = failed.first() {
+            let named = order.iter().copied().find(|&(i, j)| {
+                let point = spec_point(&objects[i], &objects[i].blocks[j]);
+                reason.contains(&format!("{point}: "))
+            });
+            match named {
+                Some((i, j)) if objects[i].blocks[j].site == Ok(Mechanism::Jmp) => {
+                    log::info!("{reason}; trying a trap there");
+                    objects[i].blocks[j].site = Ok(Mechanism::Trap);
+                }
+                Some((i, j)) => {
+                    objects[i].blocks[j].site = Err(BlockRefusal {
+                        kind: "refused by the agent".into(),
+                        reason: reason.to_string(),
+                    });
+                }
+                None => {
+                    for &(k, reason) in &failed {
+                        let (i, j) = order[k];
+                        objects[i].blocks[j].site = Err(BlockRefusal {
+                            kind: "refused by the agent".into(),
+                            reason: format!("the library's batch failed: {reason}"),
+                        });
+                    }
+                }
+            }
+            continue;
+        }
         let mut hits: Hits = objects.iter().map(|o| vec![None; o.blocks.len()]).collect();
+        let mut disarmed: Vec<Vec<bool>> = objects
+            .iter()
+            .map(|o| vec![false; o.blocks.len()])
+            .collect();
         for ((i, j), s) in order.iter().zip(splices) {
             hits[*i][*j] = Some(s["hits"].as_u64().unwrap_or(0));
+            disarmed[*i][*j] = s["state"] == "disarmed";
         }
-        return Ok((run.exit, hits));
+        return Ok(Outcome {
+            exit: run.exit,
+            hits,
+            disarmed: run.once.then_some(disarmed),
+            batches: v["once_batches"].as_u64(),
+        });
     }
     bail!("the agent refused {MAX_RESTARTS} blocks one after another; giving up")
 }
 
-fn report(
-    args: &Args,
-    objects: &[Object],
-    hits: &Hits,
-    exit: i32,
-    _notes: &mut [String],
-) -> Report {
+fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [String]) -> Report {
+    let hits = &outcome.hits;
     let mut blocks = Vec::new();
     let mut functions: Vec<FunctionRow> = Vec::new();
     let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
-    for (o, h) in objects.iter().zip(hits) {
+    for (k, (o, h)) in objects.iter().zip(hits).enumerate() {
         let object = o.path.display().to_string();
         let mut per: BTreeMap<(u64, &str), FunctionRow> = BTreeMap::new();
-        for (b, hits) in o.blocks.iter().zip(h) {
+        for (j, (b, hits)) in o.blocks.iter().zip(h).enumerate() {
             let row = per
                 .entry((b.func_addr, &b.function))
                 .or_insert_with(|| FunctionRow {
@@ -504,6 +631,7 @@ fn report(
                 }),
                 hits: *hits,
                 hit,
+                disarmed: outcome.disarmed.as_ref().map(|d| d[k][j]),
                 refusal: b.site.as_ref().err().map(|r| r.kind.clone()),
                 reason: b.site.as_ref().err().map(|r| r.reason.clone()),
             });
@@ -525,8 +653,12 @@ fn report(
         schema: SCHEMA,
         command: args.command.clone(),
         program: objects[0].path.display().to_string(),
-        mode: "count",
-        exit,
+        mode: match args.mode {
+            Mode::Count => "count",
+            Mode::Once => "once",
+        },
+        exit: outcome.exit,
+        disarm_batches: outcome.batches,
         total: Total {
             functions: objects.iter().map(|o| o.functions).sum(),
             blocks: nblocks,
@@ -557,7 +689,13 @@ fn lcov_text(args: &Args, objects: &[Object], hits: &Hits, notes: &mut Vec<Strin
             _ => o.path.clone(),
         };
         match LineTable::read(&debug) {
-            Ok(lines) => out.push_str(&lcov("trapctl_cover", &blocks, &lines)),
+            // Branch counts need every hit counted: not in once mode.
+            Ok(lines) => out.push_str(&lcov_with(
+                "trapctl_cover",
+                &blocks,
+                &lines,
+                args.mode == Mode::Count,
+            )),
             Err(e) => {
                 let why = trapvec::error_chain(&e);
                 notes.push(format!(
@@ -575,20 +713,7 @@ fn lcov_text(args: &Args, objects: &[Object], hits: &Hits, notes: &mut Vec<Strin
     out
 }
 
-fn render_text(r: &Report) -> String {
-    let mut o = String::new();
-    let width = r
-        .functions
-        .iter()
-        .map(|f| f.function.len() + if f.object == r.program { 0 } else { 20 })
-        .max()
-        .unwrap_or(8)
-        .clamp(8, 48);
-    let _ = writeln!(
-        o,
-        "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
-        "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
-    );
+fn render_text(r: &Report, ended: &str) -> String {
     // A library's function is written `FILE:function`, as a glob names it.
     let name = |object: &str, function: &str| {
         if object == r.program {
@@ -597,44 +722,28 @@ fn render_text(r: &Report) -> String {
             format!("{}:{function}", object.rsplit('/').next().unwrap_or(object))
         }
     };
-    for f in &r.functions {
-        let _ = writeln!(
-            o,
-            "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
-            name(&f.object, &f.function),
-            f.blocks,
-            f.covered,
-            f.percent,
-            f.refused
-        );
-    }
-    let t = &r.total;
-    let _ = writeln!(
-        o,
-        "total: {} function(s), {} block(s), {} covered ({:.1}%), {} refused; {} exited with status {}",
-        t.functions,
-        t.blocks,
-        t.covered,
-        t.percent,
-        t.refused,
-        r.command.first().map_or("", String::as_str),
-        r.exit
-    );
-    for b in r.blocks.iter().filter(|b| b.refusal.is_some()) {
-        let _ = writeln!(
-            o,
-            "  refused: {}+{:#x} ({}): {}",
-            name(&b.object, &b.function),
-            b.offset,
-            b.address,
-            b.reason.as_deref().unwrap_or("")
-        );
-    }
-    for (kind, n) in &t.refusals {
-        let _ = writeln!(o, "  refused at {n} block(s): {kind}");
-    }
-    for n in &r.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    o
+    let rows: Vec<table::Row> = r
+        .functions
+        .iter()
+        .map(|f| table::Row {
+            name: name(&f.object, &f.function),
+            blocks: f.blocks,
+            covered: f.covered,
+            percent: f.percent,
+            refused: f.refused,
+        })
+        .collect();
+    let refused: Vec<table::RefusedBlock<'_>> = r
+        .blocks
+        .iter()
+        .filter_map(|b| {
+            Some(table::RefusedBlock {
+                name: name(&b.object, &b.function),
+                offset: b.offset,
+                address: &b.address,
+                reason: b.reason.as_deref()?,
+            })
+        })
+        .collect();
+    table::render(&rows, &r.total, ended, &refused, &r.notes)
 }

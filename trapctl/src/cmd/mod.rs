@@ -13,6 +13,7 @@ pub mod doctor;
 pub mod list;
 pub mod points;
 pub mod profile;
+pub mod progress;
 pub mod read;
 pub mod splice;
 pub mod time;

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use instr_manager::ops::{
     self, parse_u64, ListReply, SpliceReply, SpliceRow, UnspliceReply, Unspliced,
 };
-use instr_manager::owner::Owner;
+use instr_manager::owner::{is_orphaned_trace, Owner};
 use instr_manager::splice::{SpliceOptions, When};
 use instr_manager::splicer::SpliceId;
 use instr_manager::splicer::{Action, SpliceRequest};
@@ -17,6 +17,7 @@ use trapvec::predicate::Predicate;
 use trapvec_proto::client;
 use trapvec_proto::Request;
 
+use crate::cmd::progress;
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
 use crate::route;
@@ -137,8 +138,8 @@ impl OnlyArgs {
             eprintln!("{PID_MEANS_PROCESS}");
         }
         Predicate {
-            tid: None,
-            pid: self.tid,
+            tid: self.tid,
+            pid: None,
             tgid: self.pid.or(self.tgid),
             comm: self.comm.clone(),
         }
@@ -164,8 +165,11 @@ task has left.
 --orphans removes every orphaned splice: one that a `trapctl count` or `trapctl time` made and
 could not remove because it was killed by SIGKILL (any other ending removes it). Such a command
 records itself as the splice's owner (pid, start time, command line); `trapctl list` shows the
-splice as orphaned once that process is gone. Through trapd, the daemon's listing says which are
-orphaned and each is removed by its own request.")]
+splice as orphaned once that process is gone. So is every splice whose handler is in the
+component `trace_PID` of a kernel `trapctl trace` killed by SIGKILL (no process has that pid any
+more), and that component is unloaded too. Through trapd, trapctl judges the daemon's listing
+(in its own pid namespace) and removes each orphan by its own request, then unloads each such
+component.")]
 pub struct UnspliceArgs {
     /// The point as spliced, the site address, or a glob of functions (`'tcp_v4_*'`).
     #[arg(required_unless_present_any = ["all", "orphans"], conflicts_with_all = ["all", "orphans"])]
@@ -447,19 +451,47 @@ fn hold<R>(
     })
 }
 
-/// Remove the orphaned splices: through trapd, those of its listing whose owner is gone, one
-/// request each (by site); else in one batch on the module.
+/// Whether listed splice `r` is orphaned, judged in this process's pid namespace: its owner
+/// is gone, or its handler is in the component `trace_PID` of a `trapctl trace` that is gone.
+pub fn is_orphan(r: &SpliceRow) -> bool {
+    r.owner.as_ref().is_some_and(Owner::is_gone)
+        || r.component.as_deref().is_some_and(is_orphaned_trace)
+}
+
+/// Remove the orphaned splices: through trapd, those of its listing whose owner is gone or
+/// whose handler is in a gone `trapctl trace`'s component, one request each (by site), then
+/// that component; else in one batch on the module.
 fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
     if client::is_listening(route::socket()) {
         // Judged here, not by the daemon's flag: the owner's pid was taken in this machine's
         // view (a trapctl in a container shares the daemon's socket, not its pid namespace).
+        // A killed `trapctl trace`'s splices (its component's, none owned) are removed the
+        // same way, then its component `trace_PID` is unloaded, as the direct path does.
         let listing = route::daemon_only::<ListReply>(&Request::List)?.listing;
-        return listing
+        let traces: Vec<&str> = listing
+            .components
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|name| is_orphaned_trace(name))
+            .collect();
+        let removed = listing
             .splices
             .iter()
-            .filter(|r| r.owner.as_ref().is_some_and(Owner::is_gone))
+            .filter(|r| {
+                r.owner.as_ref().is_some_and(Owner::is_gone)
+                    || r.component.as_deref().is_some_and(|c| traces.contains(&c))
+            })
             .map(|r| remove(&r.site))
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
+        for name in traces {
+            let _: ops::Unloaded = route::daemon_only(&Request::Unload {
+                name: name.to_string(),
+            })
+            .with_context(|| {
+                format!("unloading {name}, the component of a trapctl trace that is gone")
+            })?;
+        }
+        return Ok(removed);
     }
     let mut k = Kernel::open()?;
     if let Some(w) = args.wait {
@@ -555,7 +587,10 @@ pub fn splice(args: &SpliceArgs) -> Result<()> {
 /// sent as an `apply` of a spec of that one (glob) splice, so that trapd and the direct path
 /// expand it the same way.
 fn splice_glob(glob: &SpliceRequest, best_effort: bool, json: bool) -> Result<()> {
-    let report = apply_glob(glob, best_effort)?;
+    let working = progress::working(format!("splicing '{}' (one batch)", glob.at), json);
+    let report = apply_glob(glob, best_effort);
+    drop(working);
+    let report = report?;
     if json {
         print_json(&report)?;
         return partly_applied(&report);
@@ -704,7 +739,10 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
     if args.orphans {
         let removed = unsplice_orphans(args)?;
         if args.json {
-            return print_json(&ops::UnsplicedAll { unspliced: removed });
+            return print_json(&ops::UnsplicedAll {
+                unspliced: removed,
+                forgot: Vec::new(),
+            });
         }
         for u in &removed {
             println!(
@@ -716,6 +754,7 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
         return Ok(());
     }
     let Some(at) = &args.at else {
+        let working = progress::working("unsplicing every splice (one batch)".into(), args.json);
         let reply = route::change(
             &Request::Unsplice {
                 at: None,
@@ -727,6 +766,7 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
                 }
             },
         )?;
+        drop(working);
         let UnspliceReply::All(all) = reply else {
             bail!("trapd answered `unsplice --all` with {reply:?}");
         };
@@ -736,7 +776,11 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
         println!("unspliced {} splice(s)", all.unspliced.len());
         return Ok(());
     };
-    let reply = unsplice_one(at, args.wait)?;
+    let working = instr_manager::glob::is_glob(at)
+        .then(|| progress::working(format!("unsplicing '{at}' (one batch)"), args.json));
+    let reply = unsplice_one(at, args.wait);
+    drop(working);
+    let reply = reply?;
     if args.json {
         return print_json(&reply);
     }
@@ -753,7 +797,13 @@ pub fn unsplice(args: &UnspliceArgs) -> Result<()> {
                     u.at, u.site, u.hits, u.missed
                 );
             }
+            for p in &all.forgot {
+                println!("forgot pending point {} after {} hits", p.at, p.hits);
+            }
             println!("unspliced {} splice(s) matching {at}", all.unspliced.len());
+            if !all.forgot.is_empty() {
+                println!("forgot {} pending point(s) matching {at}", all.forgot.len());
+            }
             return Ok(());
         }
         UnspliceReply::All(all) => bail!("trapd answered `unsplice {at}` with {all:?}"),

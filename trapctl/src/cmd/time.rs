@@ -194,7 +194,7 @@ fn render_glob(glob: &str, rows: &[SpliceRow]) -> String {
 }
 
 /// Print a timer's figures.
-fn report(args: &Args, row: &SpliceRow, held: Held<ReturnStats>) -> Result<()> {
+pub(crate) fn report(args: &Args, row: &SpliceRow, held: Held<ReturnStats>) -> Result<()> {
     let st = held.figures;
     let h = st.histogram.clone().unwrap_or_default();
     if args.json {

@@ -1,8 +1,9 @@
 //! `trapctl trace -e 'PROGRAM' [--allow-changes] [--json] --process -- COMMAND ARGS...`: a
 //! bpftrace-shaped one-liner compiled by [`trapvec_script`] into a component and a spec, run
-//! under the LD_PRELOAD agent (as `cover --process` runs a program).
+//! under the LD_PRELOAD agent (as `cover --process` runs a program). Without `--process` the
+//! program is compiled for the running kernel and applied through trapvec.ko ([`kernel`]).
 //!
-//! The maps are read back from a file: the compiled component has a handler spliced at the
+//! A process's maps are read back from a file: the compiled component has a handler spliced at the
 //! entry of libc's `exit` that writes its whole data block there with plain system calls; this
 //! command decodes it ([`trapvec_script::Layout::decode`]) after COMMAND ends. A program that
 //! ends without `exit` (killed by a signal, `_exit`, `exec`) leaves no maps, which is said.
@@ -16,6 +17,10 @@ use instr_manager::glob::{is_glob, FunctionGlob};
 use instr_manager::image::CodeImage;
 use serde::Serialize;
 
+mod attached;
+mod kernel;
+mod poll;
+
 /// The version of `--json`'s layout.
 pub const SCHEMA: u32 = 1;
 
@@ -26,18 +31,46 @@ const EXIT_POINT: &str = "libc.so.6:exit";
 #[derive(clap::Args)]
 #[command(long_about = "\
 Compile PROGRAM (a bpftrace-shaped language, see docs/trace.md) straight to x86-64 (no C
-compiler, no LLVM), run COMMAND with its probes spliced in by the LD_PRELOAD agent, and print
-the maps when COMMAND exits, as bpftrace prints them (`@name[key]: value`, histograms as bars),
-then the updates a full map dropped and the memory reads that failed, per probe.
+compiler, no LLVM) and print the maps at the end, as bpftrace prints them (`@name[key]: value`,
+histograms as bars), then the updates a full map dropped and the memory reads that failed, per
+probe.
+
+Without --process the probes are kernel functions: the program is loaded into trapvec.ko's
+repository with one trap splice per probe, for --seconds N, until SIGINT (Ctrl-C), SIGTERM or
+SIGHUP, or while `-- COMMAND ARGS` runs (the whole kernel is traced, not only COMMAND); then
+the maps are read out of the kernel, everything is removed and the maps printed. A signal ends
+trapctl by that signal after the maps are printed (as `trapctl count`); with COMMAND trapctl
+exits with its status. `tracing N probe(s) ...` is printed once the probes are live.
+
+  trapctl trace -e '__x64_sys_getppid { @[comm] = count() }' --seconds 5
+  trapctl trace -e 'vfs_read:return { @r = hist(retval) }' -- ls -R /usr
+
+With --process, COMMAND runs with its probes spliced in by the LD_PRELOAD agent, and the maps
+are printed when it exits, or after --seconds N: then the probes are removed, the maps read out
+of COMMAND's memory through its agent, and COMMAND is killed (SIGKILL; trapctl exits 0).
+
+With -p PID (trapctl -p PID trace -e PROGRAM), the probes are spliced into the running process
+by its agent (attaching first, as `trapctl -p PID attach`), for --seconds N, until SIGINT,
+SIGTERM or SIGHUP, or until the process exits; then they are removed, the maps read out of the
+process's memory and printed, the component unloaded and, if this command attached, the
+agent's channel stopped: the process goes on, its text as it was. Globs expand over the
+process's executable.
 
   trapctl trace --process -e 'compute { @calls = count(); @sum = sum(arg0) }' -- ./prog
   trapctl trace --process -e 'compute:return { @r = hist(retval) }' -- ./prog
   trapctl trace --process --allow-changes -e 'compute:return /arg0 == 3/ { retval = 0 }' -- ./prog
 
---process is required for now (the kernel backend is not implemented yet). Changes (`retval = E`
-at a :return probe, `argN = E` or `reg(\"r\") = E` at an entry) need --allow-changes. Probes
-may be globs over the program's own functions (`'parse_*'`); `lib:sym` names a library's
-function. trapctl exits with COMMAND's exit status (128+N when a signal N killed it).")]
+A probe's printf lines are printed as they come (trapctl reads the program's data every 50 ms;
+lines a full ring overwrote are counted and said at the end), exit() in a probe or an
+interval ends the trace as Ctrl-C does, and interval:s:N / interval:ms:N probes run in trapctl
+(print(@m), clear(@m), printf, exit()).
+
+  trapctl trace -e 'vfs_read { @[comm] = count() } interval:s:1 { print(@); clear(@) }'
+
+Changes (`retval = E` at a :return probe, `argN = E` or `reg(\"r\") = E` at an entry) need
+--allow-changes. Probes may be globs (a process's own functions, or the kernel's functions in
+kallsyms); `lib:sym` names a library's function. trapctl exits with COMMAND's exit status
+(128+N when a signal N killed it).")]
 pub struct Args {
     /// The program text.
     #[arg(short = 'e', value_name = "PROGRAM", conflicts_with = "file")]
@@ -45,24 +78,48 @@ pub struct Args {
     /// A file holding the program.
     #[arg(value_name = "FILE", required_unless_present = "expr")]
     pub file: Option<PathBuf>,
-    /// Trace a command run under the agent (required for now).
+    /// Trace a command run under the agent (without it: the kernel).
     #[arg(long)]
     pub process: bool,
+    /// Trace for N seconds [default: until SIGINT, SIGTERM or SIGHUP, or while COMMAND runs;
+    /// with --process: until COMMAND exits]. With --process and COMMAND: the maps are printed
+    /// after N seconds and COMMAND is killed (SIGKILL), unless it exits before; with -p PID:
+    /// the process goes on, untouched.
+    #[arg(long, value_name = "N", value_parser = parse_seconds)]
+    pub seconds: Option<f64>,
     /// Allow changes of return values, arguments and registers.
     #[arg(long)]
     pub allow_changes: bool,
+    /// How every probe is spliced: trap (int 0xF5, 2 bytes, at any instruction) or jmp (5
+    /// bytes, where the instructions there allow one). A probe whose site cannot take a jmp is
+    /// refused, named, and nothing is spliced.
+    #[arg(long, default_value = "trap", value_parser = crate::cmd::splice::listed::<instr_manager::Mechanism>(crate::cmd::splice::MECHANISMS))]
+    pub mechanism: instr_manager::Mechanism,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Slots per keyed map (a power of two); a full map counts dropped updates.
-    #[arg(long, value_name = "N", default_value_t = trapvec_script::DEFAULT_SLOTS)]
-    pub map_size: usize,
+    /// Slots per keyed map (a power of two); a full map counts dropped updates [default: 4096,
+    /// kernel: 1024].
+    #[arg(long, value_name = "N")]
+    pub map_size: Option<usize>,
     /// The agent to preload [default: $TRAPVEC_AGENT, else found next to trapctl].
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
     /// The command to run, and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// A `--seconds` that is no duration.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a duration in seconds (a finite, non-negative number)")]
+pub struct SecondsError(String);
+
+fn parse_seconds(text: &str) -> Result<f64, SecondsError> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(SecondsError(text.to_string())),
+    }
 }
 
 #[derive(Serialize)]
@@ -72,8 +129,49 @@ struct Report<'a> {
     exit: i32,
     begin: Vec<String>,
     end: Vec<String>,
+    /// What the probes' printf and the intervals printed, in order.
+    printed: &'a [String],
+    /// printf records overwritten in the ring before trapctl read them.
+    printf_lost: u64,
     #[serde(flatten)]
     results: &'a trapvec_script::Results,
+}
+
+/// The maps and END's lines, as text (END's lines, then the maps) or as one JSON object with
+/// BEGIN's lines too: how a trace ends, on a process or on the kernel.
+/// (The probes' lines, `printed`, were printed as they came; in text only the lost count is
+/// said, last.)
+fn print_report(
+    args: &Args,
+    exit: i32,
+    begin: Vec<String>,
+    end: Vec<String>,
+    results: &trapvec_script::Results,
+    printed: &[String],
+    lost: u64,
+) -> Result<()> {
+    if args.json {
+        let report = Report {
+            schema: SCHEMA,
+            command: &args.command,
+            exit,
+            begin,
+            end,
+            printed,
+            printf_lost: lost,
+            results,
+        };
+        crate::print(&(serde_json::to_string_pretty(&report)? + "\n"))
+    } else {
+        let mut text = end.concat() + &trapvec_script::render(results);
+        if lost > 0 {
+            text += &format!(
+                "{lost} printf line(s) lost: the ring's {} records were overwritten before trapctl read them\n",
+                trapvec_script::layout::RING_RECORDS
+            );
+        }
+        crate::print(&text)
+    }
 }
 
 /// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
@@ -106,34 +204,38 @@ fn expander(program: &Path) -> impl FnMut(Option<&str>, &str) -> Result<Vec<Stri
                     .map_err(|e| format!("{}: {}", program.display(), trapvec::error_chain(&e)))?,
             );
         }
-        let image = image.as_ref().expect("just read");
-        let mut names: Vec<String> = image
-            .symbols
-            .iter()
-            .filter(|s| s.kind == trapvec::SymbolKind::Function && glob.matches(&s.name, None))
-            .map(|s| s.name.clone())
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+        Ok(image.as_ref().expect("just read").functions_matching(&glob))
     }
 }
 
-/// Run `trapctl trace`.
-pub fn run(args: &Args) -> Result<()> {
-    if !args.process {
-        bail!("kernel tracing is not implemented yet: give --process and a command after `--`");
-    }
-    if args.command.is_empty() {
-        bail!("no command to trace: give one after `--`");
-    }
-    let text = match (&args.expr, &args.file) {
+/// The program's text, from -e or FILE.
+fn program_text(args: &Args) -> Result<String> {
+    Ok(match (&args.expr, &args.file) {
         (Some(e), _) => e.clone(),
         (None, Some(f)) => {
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
         }
         (None, None) => bail!("give a program with -e 'PROGRAM' or a FILE"),
-    };
+    })
+}
+
+/// Run `trapctl -p PID trace` ([`attached::run`]).
+pub fn on_process(pid: i32, args: &Args, verbose: bool) -> Result<()> {
+    attached::run(pid, args, &program_text(args)?, verbose)
+}
+
+/// Run `trapctl trace`.
+pub fn run(args: &Args) -> Result<()> {
+    let text = program_text(args)?;
+    if !args.process {
+        if args.seconds.is_some() && !args.command.is_empty() {
+            bail!("give --seconds N or `-- COMMAND`, not both (a kernel trace lasts as long as one of them)");
+        }
+        return kernel::run(args, &text);
+    }
+    if args.command.is_empty() {
+        bail!("no command to trace: give one after `--`");
+    }
     let program = find_command(&args.command[0])?;
     let agent = super::cover::find_agent(args.agent.as_deref())?;
     let dir = std::env::temp_dir().join(format!("trapctl-trace.{}", std::process::id()));
@@ -148,26 +250,47 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn trace(args: &Args, text: &str, program: &Path, agent: &Path, dir: &Path) -> Result<i32> {
+/// A program compiled for a process and written out: the component, the spec that loads it
+/// (its probes and the dump handler at `exit`), and where the dump goes.
+pub struct Prepared {
+    pub compiled: trapvec_script::Compiled,
+    /// The component's file (its stem names the component in the process).
+    pub object: PathBuf,
+    pub spec: PathBuf,
+    /// Where the dump handler writes the maps when the program calls `exit`.
+    pub dump: PathBuf,
+    /// BEGIN's lines.
+    pub begin: Vec<String>,
+}
+
+/// Compile `text` for a process running `program` (its globs expanded over `program`'s
+/// functions) into files in `dir`. The component is named `trace_PID` after this trapctl, so
+/// that it does not meet another trace's in a process.
+fn prepare(args: &Args, text: &str, program: &Path, dir: &Path) -> Result<Prepared> {
     let dump = dir.join("maps.bin");
     let start = Instant::now();
     let compiled = trapvec_script::compile(
         text,
         &trapvec_script::Options {
             allow_changes: args.allow_changes,
-            slots: args.map_size,
+            slots: args.map_size.unwrap_or(trapvec_script::DEFAULT_SLOTS),
             dump_path: dump.display().to_string(),
+            kernel: None,
         },
         &mut expander(program),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let object = dir.join("trace.o");
+    let object = dir.join(format!("trace_{}.o", std::process::id()));
     let spec = dir.join("trace.toml");
     std::fs::write(&object, &compiled.object)
         .with_context(|| format!("writing {}", object.display()))?;
     std::fs::write(
         &spec,
-        compiled.spec(&object.display().to_string(), EXIT_POINT),
+        compiled.spec_by(
+            &object.display().to_string(),
+            EXIT_POINT,
+            &args.mechanism.to_string(),
+        ),
     )
     .with_context(|| format!("writing {}", spec.display()))?;
     log::info!(
@@ -182,42 +305,76 @@ fn trace(args: &Args, text: &str, program: &Path, agent: &Path, dir: &Path) -> R
         .iter()
         .map(trapvec_script::format_printf)
         .collect();
+    Ok(Prepared {
+        compiled,
+        object,
+        spec,
+        dump,
+        begin,
+    })
+}
+
+fn trace(args: &Args, text: &str, program: &Path, agent: &Path, dir: &Path) -> Result<i32> {
+    let prepared = prepare(args, text, program, dir)?;
+    let Prepared {
+        compiled,
+        dump,
+        begin,
+        spec,
+        ..
+    } = &prepared;
     if !args.json {
         crate::print(&begin.concat())?;
         let _ = std::io::stdout().flush();
     }
-    let super::under_agent::Ended { exit, refused } =
-        super::under_agent::run(program, &args.command, agent, &spec, &[], false)?;
+    let control = Path::new("1");
+    let polls = compiled.polls();
+    let live_reads = args.seconds.is_some() || polls;
+    // The agent serves its control channel: the maps are read through it while it runs
+    // (printf, intervals, exit()) or after N seconds.
+    let env: &[(&str, &Path)] = if live_reads {
+        &[("TRAPVEC_CONTROL", control)]
+    } else {
+        &[]
+    };
+    let mut running = super::under_agent::spawn(program, &args.command, agent, spec, env, false)?;
+    let mut poller = poll::Poller::new(compiled, args.json, Instant::now());
+    let read = if live_reads {
+        attached::read_then_kill(running.child(), &prepared, args.seconds, &mut poller)
+    } else {
+        Ok(None)
+    };
+    let super::under_agent::Ended { exit, refused } = running.wait()?;
     if let Some(why) = refused {
         bail!(
             "the probes could not be spliced (nothing of {} ran): {why}",
             args.command[0]
         );
     }
-    let data = std::fs::read(&dump).with_context(|| {
-        format!(
-            "{} exited with status {exit} without calling exit() (killed, _exit or exec): no maps to print",
-            args.command[0]
-        )
-    })?;
-    let results = compiled.layout.decode(&data, &compiled.strings)?;
+    // Killed by trapctl when the time was up: that is how the trace ends, not a failure.
+    let (data, exit) = match read? {
+        Some(data) => (data, 0),
+        None => (std::fs::read(dump).with_context(|| {
+            format!(
+                "{} exited with status {exit} without calling exit() (killed, _exit or exec): no maps to print",
+                args.command[0]
+            )
+        })?, exit),
+    };
+    let results = poller.finish(&data)?;
     let end: Vec<String> = compiled
         .end
         .iter()
         .map(trapvec_script::format_printf)
         .collect();
-    if args.json {
-        let report = Report {
-            schema: SCHEMA,
-            command: &args.command,
-            exit,
-            begin,
-            end,
-            results: &results,
-        };
-        crate::print(&(serde_json::to_string_pretty(&report)? + "\n"))?;
-    } else {
-        crate::print(&(end.concat() + &trapvec_script::render(&results)))?;
-    }
+    print_report(
+        args,
+        exit,
+        begin.clone(),
+        end,
+        &results,
+        &poller.printed,
+        poller.lost(),
+    )?;
     Ok(exit)
 }

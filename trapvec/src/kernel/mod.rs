@@ -57,8 +57,8 @@ use crate::abi::{
 };
 use crate::error::{hex, TargetError};
 use crate::target::{
-    BlockKind, DispatchEntry, ReplaceCounter, RepoBlock, SymbolTable, Target, TargetInfo,
-    TextPatch, TrapHits,
+    BlockKind, DispatchChange, DispatchEntry, DispatchRead, DispatchReading, ReplaceCounters,
+    RepoBlock, SymbolTable, Target, TargetInfo, TaskFields, TextPatch, TrapHits,
 };
 use ioctl::Request;
 
@@ -398,11 +398,6 @@ pub struct KernelTarget {
     dev: OwnedFd,
     info: TargetInfo,
     symbols: SymbolTable,
-    /// INFO's code arena, in-flight counters and `trapvec_replace_ret` (fixed while loaded).
-    code_base: u64,
-    code_size: u64,
-    inflight_base: u64,
-    replace_ret: u64,
     /// Where code finds the running task's fields (INFO's `current_task` and offsets).
     task: crate::predicate::TaskLayout,
     /// Text batches are APPLYed with `TRAPVEC_APPLY_DEFERRED` ([`KernelTarget::set_deferred`]).
@@ -462,14 +457,27 @@ impl KernelTarget {
                 ))
             })?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let info = TargetInfo::kernel(
-            format!(
-                "kernel {} (trapvec.ko, vector {:#x})",
-                release.trim(),
-                raw.vector
-            ),
-            trap_vector,
-        );
+        let info = TargetInfo {
+            // INFO's code arena, in-flight counters and `trapvec_replace_ret` (fixed while
+            // the module is loaded).
+            replace_counters: (raw.inflight_base != 0).then_some(ReplaceCounters {
+                code_base: raw.code_base,
+                code_size: raw.code_size,
+                grain: INFLIGHT_GRAIN,
+                counters: raw.inflight_base,
+                exit: raw.replace_ret,
+            }),
+            // A guard reads `gs:[current_task]` and compares the task's fields.
+            task_fields: TaskFields::Known(Self::task_layout(&raw)),
+            ..TargetInfo::kernel(
+                format!(
+                    "kernel {} (trapvec.ko, vector {:#x})",
+                    release.trim(),
+                    raw.vector
+                ),
+                trap_vector,
+            )
+        };
         log::debug!(
             "kernel target: {}, {} symbols, code arena {:#x}+{:#x}",
             info.description,
@@ -481,10 +489,6 @@ impl KernelTarget {
             dev,
             info,
             symbols: SymbolTable::new(symbols),
-            code_base: raw.code_base,
-            code_size: raw.code_size,
-            inflight_base: raw.inflight_base,
-            replace_ret: raw.replace_ret,
             task: Self::task_layout(&raw),
             deferred: false,
         })
@@ -552,6 +556,12 @@ impl KernelTarget {
         log::debug!("kernel target: {} symbols after a refresh", symbols.len());
         self.symbols = SymbolTable::new(symbols);
         Ok(())
+    }
+
+    /// Where code finds the running task's fields (INFO's `current_task` and offsets), for
+    /// code generated outside the splicer (`trapctl trace`'s kernel programs).
+    pub fn task_fields(&self) -> crate::predicate::TaskLayout {
+        self.task
     }
 
     /// What the module reports now.
@@ -1038,7 +1048,12 @@ impl Target for KernelTarget {
             .map_err(|e| Self::block_error(block, 0, block.size, "FREE", e))
     }
 
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
+    /// APPLY stops the machine: where a CPU may be inside the old bytes does not matter.
+    fn write_text(
+        &mut self,
+        batch: &[TextPatch],
+        _live_interior: Option<&[u64]>,
+    ) -> Result<(), TargetError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -1083,7 +1098,116 @@ impl Target for KernelTarget {
         }
     }
 
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+    fn change_dispatch(
+        &mut self,
+        change: DispatchChange<'_>,
+    ) -> Result<Vec<TrapHits>, TargetError> {
+        match change {
+            DispatchChange::Add(entries) => self.dispatch_add(entries).map(|()| Vec::new()),
+            DispatchChange::Remove(sites) => self.dispatch_remove(sites).map(|()| Vec::new()),
+            DispatchChange::Replace { entries, start } => self.dispatch_replace(entries, start),
+        }
+    }
+
+    /// The module waits for `synchronize_rcu()` and `synchronize_rcu_tasks()`, which cover every
+    /// range at once.
+    /// And for the tasks in flight through freed replace trampolines (`EBUSY` after the
+    /// module's bounded wait, naming the trampoline).
+    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        let mut arg = TrapvecQuiesce::default();
+        self.call(Request::Quiesce(&mut arg)).map_err(|e| match e {
+            Errno::EBUSY => TargetError::Quiesce(format!(
+                "QUIESCE: {} task(s) still inside the replacement called by the trampoline at {:#x}; try again",
+                arg.busy_count, arg.busy_addr
+            )),
+            e => TargetError::Quiesce(format!("QUIESCE: {e}")),
+        })?;
+        log::debug!(
+            "quiesced; reclaimed {} blocks ({} bytes)",
+            arg.reclaimed_blocks,
+            arg.reclaimed_bytes
+        );
+        Ok(())
+    }
+
+    /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe
+    /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
+    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        self.precheck_site(addr, len)
+            .map_err(|reason| TargetError::SiteRefused { addr, reason })
+    }
+
+    /// LIST for the table; HITS of each site for counters.
+    fn read_dispatch(
+        &self,
+        what: DispatchRead<'_>,
+    ) -> Option<Result<DispatchReading, TargetError>> {
+        Some(match what {
+            DispatchRead::Table => self
+                .list()
+                .map(|l| DispatchReading::Table(l.into_iter().map(|e| e.entry).collect())),
+            DispatchRead::Hits(sites) => Ok(DispatchReading::Hits(
+                sites.iter().map(|&site| self.hits(site)).collect(),
+            )),
+        })
+    }
+
+    /// RETURN_ADD or KEY_ADD ([`slots`]).
+    fn alloc_slot(
+        &mut self,
+        spec: &crate::slots::SlotSpec,
+    ) -> Result<crate::slots::Slot, TargetError> {
+        use crate::slots::{Slot, SlotSpec};
+        match spec {
+            SlotSpec::Return(cfg) => self.return_add(cfg).map(Slot::Return),
+            SlotSpec::Keyed(by) => self.key_add(*by).map(Slot::Keyed),
+        }
+    }
+
+    /// RETURN_REMOVE or KEY_REMOVE ([`slots`]).
+    fn free_slot(&mut self, slot: &crate::slots::Slot) -> Result<(), TargetError> {
+        use crate::slots::Slot;
+        match slot {
+            Slot::Return(s) => self.return_remove(s),
+            Slot::Keyed(s) => self.key_remove(s),
+        }
+    }
+
+    /// RETURN_STATS or KEY_STATS ([`slots`]).
+    fn read_slot(&self, slot: &crate::slots::Slot) -> Option<crate::slots::SlotReading> {
+        use crate::slots::{Slot, SlotReading};
+        match slot {
+            Slot::Return(s) => self.return_stats(s).map(SlotReading::Return),
+            Slot::Keyed(s) => self.key_stats(s).map(SlotReading::Keyed),
+        }
+    }
+}
+
+impl KernelTarget {
+    /// HITS of one site: `None` for a site without a dispatch entry (or when the module cannot
+    /// say, which is logged).
+    fn hits(&self, site: u64) -> Option<TrapHits> {
+        let mut arg = TrapvecHits {
+            site,
+            ..Default::default()
+        };
+        match self.call(Request::Hits(&mut arg)) {
+            Ok(()) => Some(TrapHits {
+                hits: arg.hits,
+                missed: arg.missed,
+            }),
+            Err(Errno::ENOENT) => None,
+            Err(e) => {
+                log::warn!("HITS of site {site:#x}: {}", crate::error_chain(&e));
+                None
+            }
+        }
+    }
+}
+
+/// The dispatch changes of [`Target::change_dispatch`].
+impl KernelTarget {
+    fn dispatch_add(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let abi: Vec<TrapvecDispatchEntry> = entries.iter().map(Self::to_abi_entry).collect();
         let mut arg = TrapvecDispatchAdd::default();
         self.call(Request::DispatchAdd {
@@ -1096,13 +1220,21 @@ impl Target for KernelTarget {
         })
     }
 
-    fn replaces_dispatch(&self) -> bool {
-        true
+    fn dispatch_remove(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let mut arg = TrapvecDispatchRemove::default();
+        self.call(Request::DispatchRemove {
+            arg: &mut arg,
+            sites,
+        })
+        .map_err(|errno| {
+            let site = sites.get(arg.failed_index as usize).copied().unwrap_or(0);
+            Self::dispatch_error(site, "DISPATCH_REMOVE", errno)
+        })
     }
 
     /// DISPATCH_REPLACE: `hlist_replace_rcu()` per site, then a grace period before the old
     /// entries' counters are read and the entries freed.
-    fn replace_dispatch(
+    fn dispatch_replace(
         &mut self,
         entries: &[DispatchEntry],
         start: &[TrapHits],
@@ -1140,136 +1272,5 @@ impl Target for KernelTarget {
                 missed: c.missed,
             })
             .collect())
-    }
-
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
-        let mut arg = TrapvecDispatchRemove::default();
-        self.call(Request::DispatchRemove {
-            arg: &mut arg,
-            sites,
-        })
-        .map_err(|errno| {
-            let site = sites.get(arg.failed_index as usize).copied().unwrap_or(0);
-            Self::dispatch_error(site, "DISPATCH_REMOVE", errno)
-        })
-    }
-
-    /// The module waits for `synchronize_rcu()` and `synchronize_rcu_tasks()`, which cover every
-    /// range at once.
-    /// And for the tasks in flight through freed replace trampolines (`EBUSY` after the
-    /// module's bounded wait, naming the trampoline).
-    fn quiesce(&mut self, _ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        let mut arg = TrapvecQuiesce::default();
-        self.call(Request::Quiesce(&mut arg)).map_err(|e| match e {
-            Errno::EBUSY => TargetError::Quiesce(format!(
-                "QUIESCE: {} task(s) still inside the replacement called by the trampoline at {:#x}; try again",
-                arg.busy_count, arg.busy_addr
-            )),
-            e => TargetError::Quiesce(format!("QUIESCE: {e}")),
-        })?;
-        log::debug!(
-            "quiesced; reclaimed {} blocks ({} bytes)",
-            arg.reclaimed_blocks,
-            arg.reclaimed_bytes
-        );
-        Ok(())
-    }
-
-    /// The module's counter of the code block (one per 16-byte granule of the arena).
-    fn replace_counter(&self, code: &RepoBlock) -> Option<ReplaceCounter> {
-        if self.inflight_base == 0
-            || code.addr < self.code_base
-            || code.addr >= self.code_base + self.code_size
-        {
-            return None;
-        }
-        let granule = (code.addr - self.code_base) / INFLIGHT_GRAIN;
-        Some(ReplaceCounter {
-            counter: self.inflight_base + 8 * granule,
-            exit: self.replace_ret,
-        })
-    }
-
-    /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe
-    /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
-    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
-        self.precheck_site(addr, len)
-            .map_err(|reason| TargetError::SiteRefused { addr, reason })
-    }
-
-    /// A guard reads `gs:[current_task]` and compares the task's fields.
-    fn predicate_test(
-        &self,
-        p: &crate::predicate::Predicate,
-    ) -> Result<crate::predicate::PredicateTest, TargetError> {
-        if let (Some(t), Some(pid)) = (p.tid, p.pid) {
-            if t != pid {
-                return Err(TargetError::Predicate {
-                    predicate: p.to_string(),
-                    reason: "in the kernel tid and pid both name task->pid".into(),
-                });
-            }
-        }
-        self.task
-            .test(p, |f| format!("trapvec.ko gives no offset of `{f}`"))
-            .map_err(|reason| TargetError::Predicate {
-                predicate: p.to_string(),
-                reason,
-            })
-    }
-
-    fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
-        Some(
-            self.list()
-                .map(|l| l.into_iter().map(|e| e.entry).collect()),
-        )
-    }
-
-    /// RETURN_ADD or KEY_ADD ([`slots`]).
-    fn alloc_slot(
-        &mut self,
-        spec: &crate::slots::SlotSpec,
-    ) -> Result<crate::slots::Slot, TargetError> {
-        use crate::slots::{Slot, SlotSpec};
-        match spec {
-            SlotSpec::Return(cfg) => self.return_add(cfg).map(Slot::Return),
-            SlotSpec::Keyed(by) => self.key_add(*by).map(Slot::Keyed),
-        }
-    }
-
-    /// RETURN_REMOVE or KEY_REMOVE ([`slots`]).
-    fn free_slot(&mut self, slot: &crate::slots::Slot) -> Result<(), TargetError> {
-        use crate::slots::Slot;
-        match slot {
-            Slot::Return(s) => self.return_remove(s),
-            Slot::Keyed(s) => self.key_remove(s),
-        }
-    }
-
-    /// RETURN_STATS or KEY_STATS ([`slots`]).
-    fn read_slot(&self, slot: &crate::slots::Slot) -> Option<crate::slots::SlotReading> {
-        use crate::slots::{Slot, SlotReading};
-        match slot {
-            Slot::Return(s) => self.return_stats(s).map(SlotReading::Return),
-            Slot::Keyed(s) => self.key_stats(s).map(SlotReading::Keyed),
-        }
-    }
-
-    fn trap_hits(&self, site: u64) -> Option<TrapHits> {
-        let mut arg = TrapvecHits {
-            site,
-            ..Default::default()
-        };
-        match self.call(Request::Hits(&mut arg)) {
-            Ok(()) => Some(TrapHits {
-                hits: arg.hits,
-                missed: arg.missed,
-            }),
-            Err(Errno::ENOENT) => None,
-            Err(e) => {
-                log::warn!("HITS of site {site:#x}: {}", crate::error_chain(&e));
-                None
-            }
-        }
     }
 }

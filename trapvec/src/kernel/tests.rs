@@ -14,7 +14,9 @@ use super::{KernelTarget, ListedEntry, SiteRefusal};
 use crate::abi::*;
 use crate::error::TargetError;
 use crate::slots::{Slot, SlotReading, SlotSpec};
-use crate::target::{BlockKind, DispatchEntry, RepoBlock, SymbolKind, Target, TextPatch, TrapHits};
+use crate::target::{
+    BlockKind, DispatchEntry, RepoBlock, SymbolKind, Target, TargetExt, TextPatch, TrapHits,
+};
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
 const CODE_ARENA: u64 = 0xffff_ffff_c020_5000;
@@ -1202,22 +1204,25 @@ fn replace_counter_of_a_code_block_is_its_granules_word_and_the_exit_is_replace_
         size: 512,
         kind: BlockKind::Code,
     };
-    let c = target.replace_counter(&block(CODE_ARENA)).unwrap();
+    let c = target.info().replace_counter(&block(CODE_ARENA)).unwrap();
     assert_eq!((c.counter, c.exit), (INFLIGHT, REPLACE_RET));
     // The block at code_base + 16 * 0x31 counts at inflight_base + 8 * 0x31.
     assert_eq!(
         target
+            .info()
             .replace_counter(&block(CODE_ARENA + 0x310))
             .unwrap()
             .counter,
         INFLIGHT + 0x188
     );
     assert_eq!(
-        target.replace_counter(&block(CODE_ARENA + (1 << 20))),
+        target
+            .info()
+            .replace_counter(&block(CODE_ARENA + (1 << 20))),
         None,
         "outside the code arena"
     );
-    assert_eq!(target.replace_counter(&block(CODE_ARENA - 16)), None);
+    assert_eq!(target.info().replace_counter(&block(CODE_ARENA - 16)), None);
 }
 
 #[test]

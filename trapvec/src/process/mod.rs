@@ -47,7 +47,8 @@ use std::time::Duration;
 
 use crate::error::TargetError;
 use crate::target::{
-    BlockKind, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo, TextPatch, TrapHits,
+    BlockKind, DispatchChange, DispatchEntry, RepoBlock, SymbolTable, Target, TargetInfo,
+    TaskFields, TextPatch, TrapHits,
 };
 
 /// Serialises text batches and dispatch changes across all targets of the process.
@@ -89,7 +90,13 @@ impl ProcessTarget {
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         Ok(ProcessTarget {
-            info: TargetInfo::user(format!("process {} ({exe})", std::process::id())),
+            info: TargetInfo {
+                // `tid` only: the guard compares `dword fs:[offset]` (the control block's
+                // thread id).
+                task_fields: TaskFields::OnFirstUse(tcb::layout),
+                unwind_tables: Some(symbols::eh_frame_hdr),
+                ..TargetInfo::user(format!("process {} ({exe})", std::process::id()))
+            },
             symbols,
             repo: memory::Repository::default(),
         })
@@ -167,36 +174,36 @@ impl Target for ProcessTarget {
         }
     }
 
-    /// `tid` only: the guard compares `dword fs:[offset]` (the control block's thread id).
-    fn predicate_test(
-        &self,
-        p: &crate::predicate::Predicate,
-    ) -> Result<crate::predicate::PredicateTest, TargetError> {
-        let err = |reason: String| TargetError::Predicate {
-            predicate: p.to_string(),
-            reason,
-        };
-        let layout = tcb::layout().map_err(err)?;
-        layout
-            .test(p, |f| format!("`{f}` names a kernel task's field; in a process a predicate names a thread with `tid`"))
-            .map_err(err)
-    }
-
-    fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
-        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        text::patch_batch(batch, None)
-    }
-
-    fn patch_text_live(
+    fn write_text(
         &mut self,
         batch: &[TextPatch],
-        live_interior: &[u64],
+        live_interior: Option<&[u64]>,
     ) -> Result<(), TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        text::patch_batch(batch, Some(live_interior))
+        text::patch_batch(batch, live_interior)
     }
 
-    fn add_dispatch(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
+    fn change_dispatch(
+        &mut self,
+        change: DispatchChange<'_>,
+    ) -> Result<Vec<TrapHits>, TargetError> {
+        match change {
+            DispatchChange::Add(entries) => self.dispatch_add(entries).map(|()| Vec::new()),
+            DispatchChange::Remove(sites) => self.dispatch_remove(sites).map(|()| Vec::new()),
+            DispatchChange::Replace { entries, start } => self.dispatch_replace(entries, start),
+        }
+    }
+
+    fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        // Dispatch readers were drained by the table replacement; a thread redirected just before
+        // that has its RIP at the destination by the time it can take the scan signal.
+        scan::wait_until_outside(ranges, Duration::from_secs(5))
+    }
+}
+
+/// The dispatch changes of [`Target::change_dispatch`].
+impl ProcessTarget {
+    fn dispatch_add(&mut self, entries: &[DispatchEntry]) -> Result<(), TargetError> {
         let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
         signal::DISPATCH.update(|cur| {
             let mut pairs: Vec<(u64, u64)> = cur
@@ -240,14 +247,42 @@ impl Target for ProcessTarget {
         })
     }
 
-    fn replaces_dispatch(&self) -> bool {
-        true
+    fn dispatch_remove(&mut self, sites: &[u64]) -> Result<(), TargetError> {
+        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        signal::DISPATCH.update(|cur| {
+            let t = cur.cloned().unwrap_or_default();
+            for s in sites {
+                if t.sites.binary_search(s).is_err() {
+                    return Err(TargetError::Dispatch {
+                        site: *s,
+                        reason: "no dispatch entry for this site".into(),
+                    });
+                }
+            }
+            let mut gone = sites.to_vec();
+            gone.sort_unstable();
+            let (sites2, dests2): (Vec<u64>, Vec<u64>) = t
+                .sites
+                .iter()
+                .zip(&t.dests)
+                .filter(|(s, _)| gone.binary_search(s).is_err())
+                .map(|(s, d)| (*s, *d))
+                .unzip();
+            Ok(if sites2.is_empty() {
+                None
+            } else {
+                Some(signal::DispatchTable {
+                    sites: sites2,
+                    dests: dests2,
+                })
+            })
+        })
     }
 
     /// One new table with the sites' new destinations, published as every table is: a thread
     /// in the SIGSEGV handler reads the old table or the new. The trampolines count the hits,
     /// so the old counts returned are zero.
-    fn replace_dispatch(
+    fn dispatch_replace(
         &mut self,
         entries: &[DispatchEntry],
         _start: &[TrapHits],
@@ -283,47 +318,5 @@ impl Target for ProcessTarget {
             Ok(Some(t))
         })?;
         Ok(vec![TrapHits::default(); entries.len()])
-    }
-
-    fn remove_dispatch(&mut self, sites: &[u64]) -> Result<(), TargetError> {
-        let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        signal::DISPATCH.update(|cur| {
-            let t = cur.cloned().unwrap_or_default();
-            for s in sites {
-                if t.sites.binary_search(s).is_err() {
-                    return Err(TargetError::Dispatch {
-                        site: *s,
-                        reason: "no dispatch entry for this site".into(),
-                    });
-                }
-            }
-            let mut gone = sites.to_vec();
-            gone.sort_unstable();
-            let (sites2, dests2): (Vec<u64>, Vec<u64>) = t
-                .sites
-                .iter()
-                .zip(&t.dests)
-                .filter(|(s, _)| gone.binary_search(s).is_err())
-                .map(|(s, d)| (*s, *d))
-                .unzip();
-            Ok(if sites2.is_empty() {
-                None
-            } else {
-                Some(signal::DispatchTable {
-                    sites: sites2,
-                    dests: dests2,
-                })
-            })
-        })
-    }
-
-    fn eh_frame_hdr(&self, addr: u64) -> Option<(u64, u64)> {
-        symbols::eh_frame_hdr(addr)
-    }
-
-    fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        // Dispatch readers were drained by the table replacement; a thread redirected just before
-        // that has its RIP at the destination by the time it can take the scan signal.
-        scan::wait_until_outside(ranges, Duration::from_secs(5))
     }
 }

@@ -80,6 +80,13 @@ pub(super) trait SpliceAction: Sync {
         None
     }
 
+    /// Whether the splice needs a data block (a hit counter and an in-flight counter its
+    /// trampoline counts in) with `mechanism` on a target that `info` describes. A splice that
+    /// needs none takes no 16-byte block and no arena record for it (issue 26, item 1).
+    fn needs_data(&self, _mechanism: Mechanism, _info: &TargetInfo) -> bool {
+        true
+    }
+
     /// The body of the trampoline (at [`BodyCx::base`]) and the dispatch entry of a trap.
     fn body(&self, cx: &mut BodyCx<'_>) -> Result<Body, Refusal>;
 
@@ -99,8 +106,9 @@ pub(super) struct BodyCx<'a> {
     pub(super) plan: &'a Plan,
     pub(super) info: &'a TargetInfo,
     pub(super) code: &'a RepoBlock,
-    /// Hit counter, then in-flight counter.
-    pub(super) data: &'a RepoBlock,
+    /// Hit counter, then in-flight counter (allocated unless [`SpliceAction::needs_data`]
+    /// said no).
+    pub(super) data: Option<&'a RepoBlock>,
     /// Where the body begins: the code block's start, or past the task guard in front of it.
     pub(super) base: u64,
     /// The handler or the replacement (0 for none) and its component.
@@ -141,6 +149,12 @@ impl BodyCx<'_> {
             cookie: 0,
             only: None,
         })
+    }
+
+    /// The data block's address: its hit counter, then its in-flight counter (the kinds and
+    /// mechanisms that [`SpliceAction::needs_data`] says yes to count in it).
+    fn data_addr(&self) -> u64 {
+        self.data.expect("the kind asked for a data block").addr
     }
 
     /// The slot's routine and cookie (the kinds that ask for a slot call it).
@@ -197,8 +211,8 @@ fn call_body(
         site: cx.site(),
         handler,
         cookie,
-        hits: cx.data.addr,
-        inflight: cx.data.addr + 8,
+        hits: cx.data_addr(),
+        inflight: cx.data_addr() + 8,
     };
     let (opts, lean) = (cx.trampoline_options)(handler, component, flags_dead);
     Ok(Body {

@@ -33,8 +33,8 @@ impl SpliceAction for Replace {
         let owned = cx.replace_counter;
         let t = ReplaceTrampoline {
             addr: cx.base,
-            hits: cx.data.addr,
-            inflight: owned.map_or(cx.data.addr + 8, |c| c.counter),
+            hits: cx.data_addr(),
+            inflight: owned.map_or(cx.data_addr() + 8, |c| c.counter),
             dest: cx.dest_fn,
             exit: owned.map(|c| c.exit),
         };

@@ -16,11 +16,11 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use instr_manager::cover::{kernel_blocks, lcov, symbol_records, BlockHits, BlockRefusal};
+use instr_manager::cover::{kernel_blocks, lcov_with, symbol_records, BlockHits, BlockRefusal};
 use instr_manager::cover::{KernelBlock, LineTable};
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
-use instr_manager::ops::{self, ApplyReport, UnspliceReply};
+use instr_manager::ops::{self, ApplyReport, ListReply, UnspliceReply};
 use instr_manager::owner::Owner;
 use instr_manager::splicer::SpliceId;
 use instr_manager::{Action, Mechanism, SpliceRequest};
@@ -30,6 +30,7 @@ use trapvec::Target as _;
 use trapvec_proto::client;
 use trapvec_proto::Request;
 
+use super::table::{self, Total};
 use super::{percent, Args, SCHEMA};
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
@@ -80,16 +81,6 @@ struct FunctionRow {
 }
 
 #[derive(Serialize)]
-struct Total {
-    functions: usize,
-    blocks: usize,
-    covered: usize,
-    refused: usize,
-    percent: f64,
-    refusals: std::collections::BTreeMap<String, usize>,
-}
-
-#[derive(Serialize)]
 struct Report {
     schema: u32,
     target: &'static str,
@@ -102,6 +93,9 @@ struct Report {
     /// Milliseconds to arm every site (the one batch, as the caller sees it) and to disarm them.
     arm_ms: f64,
     disarm_ms: f64,
+    /// `once` mode: how many batches disarmed hit sites while the run lasted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disarm_batches: Option<usize>,
     functions: Vec<FunctionRow>,
     blocks: Vec<BlockRow>,
     total: Total,
@@ -208,9 +202,6 @@ enum Route {
 
 /// Run `trapctl cover` on the kernel.
 pub fn run(args: &Args) -> Result<()> {
-    if args.mode == super::Mode::Once {
-        bail!("--mode once is not supported for the kernel yet (a site that disarms itself at its first hit needs the module's compact sites); use --mode count");
-    }
     if let Some(s) = args.seconds {
         if !(s.is_finite() && s >= 0.0) {
             bail!("--seconds {s}: give a finite, non-negative number of seconds");
@@ -287,19 +278,27 @@ pub fn run(args: &Args) -> Result<()> {
         ms(arm)
     );
     let start = Instant::now();
+    let mut live = live;
+    let mut once = Once::default();
     let waited = match watch.pending() {
         Ok(Some(signal)) => Ok(Ended::Signal(signal)),
-        Ok(None) => hold::spawn(&span).and_then(|mut c| watch.wait(&span, c.as_mut(), start)),
+        Ok(None) => hold::spawn(&span).and_then(|mut c| match args.mode {
+            super::Mode::Count => watch.wait(&span, c.as_mut(), start),
+            super::Mode::Once => once.wait(&watch, &span, c.as_mut(), start, &mut route, &mut live),
+        }),
         Err(e) => Err(e),
     };
     let elapsed = start.elapsed();
     // Whatever happened, the sites go.
     let t1 = Instant::now();
-    let removed = remove(&mut route, &live);
+    let removed = remove(&mut route, &live).map(|mut hits| {
+        hits.extend(once.hits.iter().map(|(&i, &n)| (i, n)));
+        hits
+    });
     let disarm = t1.elapsed();
     let ended = match (waited, removed) {
         (Ok(ended), Ok(hits)) => {
-            let r = report_of(
+            let mut r = report_of(
                 args,
                 &span,
                 &blocks,
@@ -307,6 +306,9 @@ pub fn run(args: &Args) -> Result<()> {
                 nfuncs,
                 (ended, elapsed, arm, disarm),
             )?;
+            if args.mode == super::Mode::Once {
+                r.disarm_batches = Some(once.batches);
+            }
             output(args, r)?;
             ended
         }
@@ -320,6 +322,116 @@ pub fn run(args: &Args) -> Result<()> {
         }
     };
     hold::finish(&watch, ended)
+}
+
+/// How often `once` mode reads the live sites' hits and disarms those hit.
+const ONCE_PERIOD: Duration = Duration::from_millis(100);
+
+/// `once` mode: while the run lasts, every [`ONCE_PERIOD`] the sites hit since the last look are
+/// disarmed in one batch (their original bytes back), so a block costs a trap only until the
+/// next batch after its first hit. The module keeps no state of its own for it: the hits of the
+/// live sites are read as `trapctl list` reads them, and the removal is the one `count` mode
+/// ends with (one batch on the module, or one `remove` request to trapd).
+#[derive(Default)]
+struct Once {
+    /// The hits each disarmed block had when it was disarmed (at least 1).
+    hits: HashMap<usize, u64>,
+    batches: usize,
+}
+
+impl Once {
+    /// [`hold::Watch::wait`] in steps of [`ONCE_PERIOD`], disarming the hit sites of `live`
+    /// (and moving them out of it) after each step that ends on time.
+    fn wait(
+        &mut self,
+        watch: &hold::Watch,
+        span: &Span,
+        mut child: Option<&mut std::process::Child>,
+        start: Instant,
+        route: &mut Route,
+        live: &mut HashMap<usize, (u64, String)>,
+    ) -> Result<Ended> {
+        loop {
+            let now = Instant::now();
+            let left = span
+                .seconds
+                .map(|s| Duration::from_secs_f64(s).saturating_sub(now - start));
+            let step = Span {
+                seconds: Some(
+                    left.map_or(ONCE_PERIOD, |l| l.min(ONCE_PERIOD))
+                        .as_secs_f64(),
+                ),
+                command: Vec::new(),
+            };
+            let ended = watch.wait(&step, child.as_deref_mut(), now)?;
+            let over = !matches!(ended, Ended::Elapsed) || left.is_some_and(|l| l <= ONCE_PERIOD);
+            if over {
+                return Ok(ended);
+            }
+            self.disarm_hit(route, live)?;
+        }
+    }
+
+    /// Disarm, in one batch, every site of `live` that was hit.
+    fn disarm_hit(
+        &mut self,
+        route: &mut Route,
+        live: &mut HashMap<usize, (u64, String)>,
+    ) -> Result<()> {
+        let now = live_hits(route, live)?;
+        let hit: HashMap<usize, (u64, String)> = live
+            .iter()
+            .filter(|(i, _)| now.get(i).is_some_and(|&n| n > 0))
+            .map(|(&i, v)| (i, v.clone()))
+            .collect();
+        if hit.is_empty() {
+            return Ok(());
+        }
+        let got = remove(route, &hit).context("disarming the sites hit (once mode)")?;
+        self.batches += 1;
+        for (i, n) in got {
+            live.remove(&i);
+            self.hits.insert(i, n);
+        }
+        Ok(())
+    }
+}
+
+/// The hits of every site of `live` now, per block index.
+fn live_hits(
+    route: &mut Route,
+    live: &HashMap<usize, (u64, String)>,
+) -> Result<HashMap<usize, u64>> {
+    let mut out = HashMap::with_capacity(live.len());
+    match route {
+        Route::Direct(k) => {
+            let order: Vec<(usize, u64)> = live.iter().map(|(&i, (id, _))| (i, *id)).collect();
+            let ids: Vec<SpliceId> = order.iter().map(|&(_, id)| SpliceId(id)).collect();
+            let hits = k
+                .splicer
+                .hits_many(&ids)
+                .context("reading the coverage sites' hits")?;
+            for (&(i, _), h) in order.iter().zip(hits) {
+                out.insert(i, h.hits);
+            }
+        }
+        Route::Daemon => {
+            let listing = route::read::<ListReply>(&Request::List)
+                .context("reading the coverage sites' hits from trapd")?
+                .listing;
+            let by_site: HashMap<&str, u64> = listing
+                .splices
+                .iter()
+                .map(|r| (r.site.as_str(), r.hits))
+                .collect();
+            for (&i, (_, site)) in live {
+                if let Some(&n) = by_site.get(site.as_str()) {
+                    out.insert(i, n);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -443,11 +555,15 @@ fn report_of(
         target: "kernel",
         globs: args.globs.clone(),
         command: args.command.clone(),
-        mode: "count",
+        mode: match args.mode {
+            super::Mode::Count => "count",
+            super::Mode::Once => "once",
+        },
         ended: ended.name(),
         seconds: span.seconds_held(&ended, elapsed),
         arm_ms: ms(arm),
         disarm_ms: ms(disarm),
+        disarm_batches: None,
         total: Total {
             functions: nfuncs,
             blocks: rows.len(),
@@ -522,7 +638,13 @@ fn lcov_text(
                     .iter()
                     .map(|(block, hits)| BlockHits { block, hits: *hits })
                     .collect();
-                out.push_str(&lcov("trapctl_cover", &bh, &table));
+                // Branch counts need every hit counted: not in once mode.
+                out.push_str(&lcov_with(
+                    "trapctl_cover",
+                    &bh,
+                    &table,
+                    args.mode == super::Mode::Count,
+                ));
             }
             Err(why) => {
                 notes.push(format!(
@@ -586,56 +708,36 @@ fn output(args: &Args, r: Report) -> Result<()> {
 }
 
 fn render_text(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut o = String::new();
     let name = |f: &Option<String>, n: &str| match f {
         Some(m) => format!("{m}:{n}"),
         None => n.to_string(),
     };
-    let width = r
+    let rows: Vec<table::Row> = r
         .functions
         .iter()
-        .map(|f| name(&f.module, &f.function).len())
-        .max()
-        .unwrap_or(8)
-        .clamp(8, 48);
-    let _ = writeln!(
-        o,
-        "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
-        "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
+        .map(|f| table::Row {
+            name: name(&f.module, &f.function),
+            blocks: f.blocks,
+            covered: f.covered,
+            percent: f.percent,
+            refused: f.refused,
+        })
+        .collect();
+    let refused: Vec<table::RefusedBlock<'_>> = r
+        .blocks
+        .iter()
+        .filter_map(|b| {
+            Some(table::RefusedBlock {
+                name: name(&b.module, &b.function),
+                offset: b.offset,
+                address: &b.address,
+                reason: b.reason.as_deref()?,
+            })
+        })
+        .collect();
+    let ended = format!(
+        "ended by {} after {:.2} s; armed in {:.1} ms, disarmed in {:.1} ms",
+        r.ended, r.seconds, r.arm_ms, r.disarm_ms
     );
-    for f in &r.functions {
-        let _ = writeln!(
-            o,
-            "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
-            name(&f.module, &f.function),
-            f.blocks,
-            f.covered,
-            f.percent,
-            f.refused
-        );
-    }
-    let t = &r.total;
-    let _ = writeln!(
-        o,
-        "total: {} function(s), {} block(s), {} covered ({:.1}%), {} refused; ended by {} after {:.2} s; armed in {:.1} ms, disarmed in {:.1} ms",
-        t.functions, t.blocks, t.covered, t.percent, t.refused, r.ended, r.seconds, r.arm_ms, r.disarm_ms
-    );
-    for b in r.blocks.iter().filter(|b| b.refusal.is_some()) {
-        let _ = writeln!(
-            o,
-            "  refused: {}+{:#x} ({}): {}",
-            name(&b.module, &b.function),
-            b.offset,
-            b.address,
-            b.reason.as_deref().unwrap_or("")
-        );
-    }
-    for (kind, n) in &t.refusals {
-        let _ = writeln!(o, "  refused at {n} block(s): {kind}");
-    }
-    for n in &r.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    o
+    table::render(&rows, &r.total, &ended, &refused, &r.notes)
 }

@@ -5,7 +5,10 @@
 //! the newline) has arrived, and it is applied completely under the lock before the reply is
 //! written, so a client that disconnects mid-line changes nothing and one that disconnects
 //! before reading its reply cannot leave a change half-made. A line longer than
-//! [`MAX_LINE`](super::protocol::MAX_LINE) is answered with an error and the connection closed.
+//! [`MAX_LINE`](crate::protocol::MAX_LINE) is answered with an error and the connection closed.
+//!
+//! This is trapd's server; it lives here so that tests of trapctl can run a fake daemon behind
+//! the same server without trapctl linking trapd.
 //!
 //! Every answer is counted in [`RequestCounts`], by `op` and whether it was an error (a line
 //! that is no request counts as `invalid`, a refused client as `denied`): trapd's Prometheus
@@ -22,7 +25,7 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use crate::exposition::RequestCount;
 
-use super::protocol::{self, Request, MAX_LINE};
+use crate::protocol::{self, Request, MAX_LINE};
 
 /// Requests answered on the socket, by `op` (`invalid`: a line that is not a request;
 /// `denied`: a client refused by [`Access`]), and how many of each were errors.
