@@ -25,6 +25,7 @@
 //! before exec; Rust's `Command` keeps the parent's mask) and the dispositions trapctl started
 //! with.
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -139,6 +140,10 @@ impl Ended {
 /// The watched signals, blocked and readable from a signalfd.
 pub struct Watch {
     fd: SignalFd,
+    /// The first watched signal trapctl got while holding a command, kept across
+    /// [`Watch::wait`]s: a caller that waits in slices (a trace that looks at its probes'
+    /// data between them) must still end by it when the command exits in a later slice.
+    got: Cell<Option<Signal>>,
 }
 
 impl Watch {
@@ -161,7 +166,10 @@ impl Watch {
             .context("blocking SIGINT, SIGTERM, SIGHUP and SIGCHLD")?;
         let fd = SignalFd::with_flags(&watched, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
             .context("opening a signalfd")?;
-        Ok(Watch { fd })
+        Ok(Watch {
+            fd,
+            got: Cell::new(None),
+        })
     }
 
     /// The next pending watched signal, and whether the kernel sent it (a terminal's Ctrl-C or
@@ -198,7 +206,6 @@ impl Watch {
         start: Instant,
     ) -> Result<Ended> {
         let deadline = span.seconds.map(|s| start + Duration::from_secs_f64(s));
-        let mut got: Option<Signal> = None;
         loop {
             while let Some((signal, from_kernel)) = self.next()? {
                 log::debug!(
@@ -209,7 +216,9 @@ impl Watch {
                         "from a process"
                     }
                 );
-                got.get_or_insert(signal);
+                if self.got.get().is_none() {
+                    self.got.set(Some(signal));
+                }
                 match child.as_deref() {
                     None => return Ok(Ended::Signal(signal)),
                     Some(c) if !from_kernel => {
@@ -226,7 +235,7 @@ impl Watch {
             if let Some(c) = child.as_deref_mut() {
                 if let Some(status) = c.try_wait().context("waiting for the command")? {
                     log::debug!("the command exited: {status}");
-                    return Ok(got.map_or(Ended::Command(status), Ended::Signal));
+                    return Ok(self.got.get().map_or(Ended::Command(status), Ended::Signal));
                 }
             }
             let now = Instant::now();
@@ -364,6 +373,61 @@ mod tests {
             }
             .describe(),
             "while `sleep 1` runs"
+        );
+    }
+
+    /// A signal forwarded to the command in one slice of a sliced wait (a trace looks at its
+    /// probes' data every 50 ms), the command exiting in a later one: the hold ends by the
+    /// signal, not as if the command had ended by itself.
+    #[test]
+    fn a_signal_forwarded_in_one_slice_still_ends_the_hold_when_the_command_exits_later() {
+        use std::io::BufRead as _;
+        // The command handles SIGTERM by taking 300 ms to exit 0 (longer than a slice).
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "trap 'sleep 0.3; exit 0' TERM; echo ready; while :; do sleep 0.05; done",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        let watch = Watch::start().unwrap();
+        // From a process (not the kernel), to this thread, where it is blocked and pending.
+        // SAFETY: tgkill with this process's and this thread's ids and a valid signal.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid(),
+                libc::gettid(),
+                libc::SIGTERM,
+            )
+        };
+        assert_eq!(rc, 0);
+        let slice = Span {
+            seconds: Some(0.05),
+            command: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut slices = 0;
+        let ended = loop {
+            assert!(Instant::now() < deadline, "the command did not exit");
+            match watch
+                .wait(&slice, Some(&mut child), Instant::now())
+                .unwrap()
+            {
+                Ended::Elapsed => slices += 1,
+                other => break other,
+            }
+        };
+        assert!(slices >= 1, "the command exited within the first slice");
+        assert!(
+            matches!(ended, Ended::Signal(Signal::SIGTERM)),
+            "ended as {}",
+            ended.name()
         );
     }
 }
