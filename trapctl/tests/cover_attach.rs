@@ -320,3 +320,76 @@ fn a_running_process_is_covered_from_now_and_left_as_it_was() {
     assert_eq!(line, "read 5: hello\n");
     assert_eq!(l.child.wait().unwrap().code(), Some(0));
 }
+
+/// dlfork.c's answer to `go N` (fixtures/attach/dlfork.c): the first 8 bytes of twice() in
+/// hex as the parent saw them after the dlopen, once the child has exited.
+fn go(stdin: &mut ChildStdin, out: &mut BufReader<ChildStdout>, n: u64) -> String {
+    writeln!(stdin, "go {n}").unwrap();
+    let mut text = String::new();
+    for prefix in ["parent", "child", "child-exit"] {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with(prefix), "fixture said `{line}`");
+        if prefix == "parent" {
+            text = line.split_whitespace().nth(2).unwrap().to_string();
+        }
+    }
+    text
+}
+
+#[test]
+fn a_library_loaded_while_covered_is_counted_from_its_first_call_and_restored() {
+    const N: u64 = 57;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = cc(dir.path(), "dlfork.c", "dlfork", &[]);
+    let lib = cc(
+        dir.path(),
+        "dltarget.c",
+        "libdltarget.so",
+        &["-shared", "-fPIC"],
+    );
+    // twice()'s own first bytes, from a run nobody covers.
+    let (mut plain, mut stdin, mut out, _) =
+        attach_common::spawn_ready(Command::new(&exe).arg(&lib));
+    let own = go(&mut stdin, &mut out, 1);
+    drop(stdin);
+    let _ = plain.wait();
+
+    let (mut child, mut stdin, mut out, _) =
+        attach_common::spawn_ready(Command::new(&exe).arg(&lib));
+    let pid = child.id();
+    let glob = format!("{}:tw*", lib.display());
+    let mut spliced = String::new();
+    let (status, said, r) = cover(
+        pid,
+        dir.path(),
+        &["--mode", "count", &glob],
+        End::Interrupt,
+        || spliced = go(&mut stdin, &mut out, N),
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(2),
+        "{said}"
+    );
+    // Nothing to arm at first: the library was not loaded.
+    assert!(
+        said.contains("covering 0 block(s)") && said.contains("more when their library is loaded"),
+        "{said}"
+    );
+    assert_ne!(
+        spliced, own,
+        "twice() was not spliced when the parent called it"
+    );
+    // Armed by the dlopen, before the first call: every call of the parent counted (the
+    // forked child's hits are its own copy's).
+    assert_eq!(hits(&r, "twice").first(), Some(&N), "{r}");
+    assert_eq!(r["total"]["covered"], 1, "{r}");
+    // Detached: the library's text is its own again, and the program goes on.
+    writeln!(stdin, "text").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), format!("text {own}"));
+    writeln!(stdin, "quit").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

@@ -4,7 +4,9 @@
 //!
 //! The blocks' count splices are applied as one best-effort spec; a jmp the agent refuses (its
 //! springboard's padding taken by a neighbour's) is tried again as a trap in a second spec, and
-//! a block refused then is listed with the agent's sentence. Every [`LOOK`] the live hits are read (`list`); in once mode the
+//! a block refused then is listed with the agent's sentence. A block of a library the process
+//! has not loaded waits as a deferred point: the agent arms it at the library's `dlopen`, and
+//! the next look adopts it. Every [`LOOK`] the live hits are read (`list`); in once mode the
 //! sites hit since the last look are removed then. At the end the hits are read a last time and
 //! the splices removed: by `detach` when the process had no splice before (the text is then as
 //! it was), else one by one, leaving the others. When the process exits first, the hits are
@@ -106,6 +108,10 @@ fn cover(
     let socket = socket()?;
     let before: ListReply = attach::ask(pid, &socket, &Request::List)?;
     let had_splices = !before.listing.splices.is_empty();
+    let ours = Ours {
+        by_point: &by_point,
+        before: before.listing.splices.iter().map(|r| r.id).collect(),
+    };
     let mut armed: BTreeMap<u64, Armed> = BTreeMap::new();
     let mut round = order.clone();
     for attempt in 0..2 {
@@ -155,20 +161,21 @@ fn cover(
         }
         round = again;
     }
-    let armed_sites: BTreeSet<(usize, usize)> =
-        armed.values().map(|a| (a.object, a.block)).collect();
-    for &(i, j) in &order {
-        if !armed_sites.contains(&(i, j)) && objects[i].blocks[j].site.is_ok() {
-            // Neither spliced nor refused by name: a deferred point (a library not loaded).
-            objects[i].blocks[j].site = Err(BlockRefusal {
-                kind: "not applied".into(),
-                reason: "the agent did not splice it (its library is not loaded)".into(),
-            });
-        }
-    }
+    // Neither spliced nor refused by name: a deferred point, in a library the process has not
+    // loaded. The agent arms it when the library is mapped (dlopen); the looks adopt it then.
+    let waiting = order
+        .iter()
+        .filter(|&&(i, j)| objects[i].blocks[j].site.is_ok())
+        .count()
+        - armed.len();
     eprintln!(
-        "covering {} block(s) of process {pid} {} ({} mode)",
+        "covering {} block(s) of process {pid}{} {} ({} mode)",
         armed.len(),
+        if waiting > 0 {
+            format!(" ({waiting} more when their library is loaded)")
+        } else {
+            String::new()
+        },
         describe(args),
         match args.mode {
             Mode::Count => "count",
@@ -190,14 +197,14 @@ fn cover(
         if !alive(pid) {
             break None;
         }
-        match look(pid, &socket, &mut armed, once) {
+        match look(pid, &socket, &mut armed, once, &ours) {
             Ok(true) => batches += 1,
             Ok(false) => {}
             // The process may have exited during the look.
             Err(_) if !alive(pid) => break None,
             Err(e) => {
                 // Leave nothing of ours behind before saying why.
-                if let Err(also) = remove(pid, &socket, &mut armed, had_splices) {
+                if let Err(also) = remove(pid, &socket, &mut armed, had_splices, &ours) {
                     log::warn!("{also:#}");
                 }
                 return Err(e);
@@ -205,10 +212,20 @@ fn cover(
         }
         std::thread::sleep(LOOK);
     };
-    match remove(pid, &socket, &mut armed, had_splices) {
+    match remove(pid, &socket, &mut armed, had_splices, &ours) {
         Ok(()) => {}
         Err(_) if !alive(pid) => {}
         Err(e) => return Err(e),
+    }
+    let armed_sites: BTreeSet<(usize, usize)> =
+        armed.values().map(|a| (a.object, a.block)).collect();
+    for &(i, j) in &order {
+        if !armed_sites.contains(&(i, j)) && objects[i].blocks[j].site.is_ok() {
+            objects[i].blocks[j].site = Err(BlockRefusal {
+                kind: "not applied".into(),
+                reason: "its library was not loaded while the process was covered".into(),
+            });
+        }
     }
     if !alive(pid) {
         notes.push(format!(
@@ -237,15 +254,18 @@ fn cover(
     ))
 }
 
-/// Remove the splices of `armed` not removed yet, their last hits read on the way: when the
-/// process had no splice before, all of them and then the agent's channel (`detach`: the text
-/// is as it was before), else one by one, leaving the others'.
+/// Remove the splices of `armed` not removed yet, their last hits read on the way (after a
+/// last look adopts the blocks armed since the previous one): when the process had no splice
+/// before, all of them and then the agent's channel (`detach`: the text is as it was before),
+/// else one by one, leaving the others'.
 fn remove(
     pid: i32,
     socket: &Path,
     armed: &mut BTreeMap<u64, Armed>,
     had_splices: bool,
+    ours: &Ours,
 ) -> Result<()> {
+    look(pid, socket, armed, false, ours)?;
     if had_splices {
         for a in armed.values_mut().filter(|a| !a.removed) {
             let r = attach::ask::<UnspliceReply>(pid, socket, &unsplice(&a.site))?;
@@ -315,13 +335,52 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-/// Read the live hits of `armed`; with `once`, remove the sites hit and not yet removed.
+/// The blocks' points, to know the splices the agent arms later (when their library is
+/// loaded) as ours, and the splices the process had before (never ours, whatever their point).
+struct Ours<'a> {
+    by_point: &'a BTreeMap<String, (usize, usize)>,
+    before: BTreeSet<u64>,
+}
+
+/// Read the live hits of `armed`, adopting the blocks the agent armed since the last look
+/// (their library was loaded since); with `once`, remove the sites hit and not yet removed.
 /// Whether anything was removed.
-fn look(pid: i32, socket: &Path, armed: &mut BTreeMap<u64, Armed>, once: bool) -> Result<bool> {
+fn look(
+    pid: i32,
+    socket: &Path,
+    armed: &mut BTreeMap<u64, Armed>,
+    once: bool,
+    ours: &Ours,
+) -> Result<bool> {
     let listing: ListReply = attach::ask(pid, socket, &Request::List)?;
+    let mut blocks: BTreeSet<(usize, usize)> =
+        armed.values().map(|a| (a.object, a.block)).collect();
     for row in &listing.listing.splices {
         if let Some(a) = armed.get_mut(&row.id) {
             a.hits = a.hits.max(row.hits);
+            continue;
+        }
+        if ours.before.contains(&row.id) {
+            continue;
+        }
+        let Some(&(i, j)) = ours.by_point.get(&row.at) else {
+            continue;
+        };
+        if blocks.insert((i, j)) {
+            log::debug!(
+                "process {pid}: {} armed since (its library was loaded)",
+                row.at
+            );
+            armed.insert(
+                row.id,
+                Armed {
+                    object: i,
+                    block: j,
+                    site: row.site.clone(),
+                    hits: row.hits,
+                    removed: false,
+                },
+            );
         }
     }
     if !once {
