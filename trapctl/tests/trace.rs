@@ -533,4 +533,19 @@ fn an_entry_and_a_return_probe_of_one_function_both_count_every_call() {
         assert_eq!(total, 6, "{mechanism}: {out}");
         assert!(out.contains(&fx_line(6)), "{mechanism}: {out}");
     }
+    // libc's strlen is an IFUNC: its code is picked at run time, so the entry probe's place
+    // after the return point's window cannot be read from the file. Refused, nothing run.
+    let out = trace_fx(
+        dir.path(),
+        "libc.so.6:strlen { @e = count() } libc.so.6:strlen:return { @r = count() }",
+        &[],
+        1,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("probe libc.so.6:strlen: strlen is an IFUNC in"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 }
