@@ -549,3 +549,27 @@ fn an_entry_and_a_return_probe_of_one_function_both_count_every_call() {
     );
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn return_under_a_predicate_over_a_library_glob_replaces_each_functions_selected_call() {
+    let dir = build_fx();
+    let out = ok(&trace_fx(
+        dir.path(),
+        "libfx.so:fx_* /arg0 == 2/ { @[func] = count(); return 1000 }",
+        &["--allow-changes"],
+        4,
+    ));
+    // fx_a(2) returns 1000 instead of 7, fx_b(2) 1000 instead of 102; every other call runs
+    // its function (through its own original trampoline).
+    let plain = fx_line(4);
+    let total: i64 = plain["total = ".len()..plain.find(" z").unwrap()]
+        .parse()
+        .unwrap();
+    let want = plain.replacen(
+        &format!("total = {total}"),
+        &format!("total = {}", total + (1000 - 7) + (1000 - 102)),
+        1,
+    );
+    assert!(out.contains(&want), "{out}\nwant {want}");
+    assert!(out.contains("@[fx_a]: 1\n@[fx_b]: 1\n"), "{out}");
+}
