@@ -74,13 +74,16 @@ pub enum CodegenError {
     TooLarge(usize),
     #[error("current_task's per-CPU offset {0:#x} is not a 32-bit displacement")]
     PerCpu(u64),
+    #[error("a return under a predicate needs the function's original trampoline to go on to")]
+    NoOriginal,
 }
 
-/// A handler's bytes and the kernel functions it calls: `(offset of a call's rel32, symbol)`.
+/// A handler's bytes and the symbols it calls (kernel functions) or jumps to (a replaced
+/// function's original trampoline): `(offset of the rel32, symbol)`.
 #[derive(Clone, Debug, Default)]
 pub struct Code {
     pub bytes: Vec<u8>,
-    pub calls: Vec<(usize, &'static str)>,
+    pub calls: Vec<(usize, String)>,
 }
 
 /// Kernel functions the handlers call (see the module docs).
@@ -130,6 +133,9 @@ pub struct Handler<'a> {
     pub formats: &'a [(String, Vec<Ty>)],
     /// A probe calls `exit()`: a handler does nothing once the exit flag is set.
     pub exits: bool,
+    /// A replacement (`return EXPR`) under a predicate: the function's original trampoline
+    /// (`__trapvec_orig_<fn>`), where a call the predicate does not select goes on.
+    pub orig: Option<String>,
 }
 
 /// The handler's code (prologue included).
@@ -168,21 +174,49 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Cod
         g.a.cmp(qword_ptr(r13 + disp(EXIT_OFFSET)?), 0)?;
         g.a.jne(done)?;
     }
+    // A replacement's call its predicate does not select runs the original function.
+    let mut original = g.a.create_label();
     if let Some(p) = &h.body.predicate {
         g.expr(p)?;
         g.a.test(rax, rax)?;
-        g.a.jz(done)?;
+        if replace {
+            g.a.jz(original)?;
+        } else {
+            g.a.jz(done)?;
+        }
     }
     for s in &h.body.stmts {
         g.stmt(s)?;
     }
-    let mut a = g.a;
-    a.set_label(&mut done)?;
+    g.a.set_label(&mut done)?;
     if replace {
         // rax is the return value; the epilogue's `mov rsp, rbp` drops the regs too.
-        a.add(rbp, REGS_SIZE)?;
+        g.a.add(rbp, REGS_SIZE)?;
     }
-    epilogue(&mut a)?;
+    epilogue(&mut g.a)?;
+    if let (true, Some(orig)) = (replace && h.body.predicate.is_some(), &h.orig) {
+        // The arguments as the caller passed them (the predicate changed no register), the
+        // callee-saved registers and the stack as at the call, then a tail jump: the original
+        // returns straight to the caller.
+        g.a.set_label(&mut original)?;
+        for n in 0..6 {
+            const R: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, r9];
+            g.a.mov(R[usize::from(n)], qword_ptr(rbx + arg_reg(n)))?;
+        }
+        g.a.add(rbp, REGS_SIZE)?;
+        g.a.mov(rsp, rbp)?;
+        for r in [r15, r14, r13, r12, rbp, rbx] {
+            g.a.pop(r)?;
+        }
+        let mut at = g.a.create_label();
+        g.a.set_label(&mut at)?;
+        // jmp rel32, relocated at load as a call is.
+        g.a.db(&[0xE9, 0, 0, 0, 0])?;
+        g.calls.push((at, orig.clone()));
+    } else if replace && h.body.predicate.is_some() {
+        return Err(CodegenError::NoOriginal);
+    }
+    let mut a = g.a;
     let out = a.assemble_options(
         0,
         iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
@@ -193,7 +227,7 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Cod
     for (label, symbol) in &g.calls {
         let ip = usize::try_from(out.label_ip(label)?).expect("a handler is small");
         // The rel32 follows the call's E8 byte.
-        calls.push((PROLOGUE.len() + ip + 1, *symbol));
+        calls.push((PROLOGUE.len() + ip + 1, symbol.clone()));
     }
     Ok(Code { bytes, calls })
 }
@@ -257,8 +291,9 @@ struct Gen<'a, 'b> {
     h: &'a Handler<'a>,
     layout: &'a Layout,
     strings: &'b mut Strings,
-    /// The kernel calls made so far: the label at each `call rel32`, and its symbol.
-    calls: Vec<(CodeLabel, &'static str)>,
+    /// The calls of kernel functions and the jump to an original trampoline made so far: the
+    /// label at each `call rel32` / `jmp rel32`, and its symbol.
+    calls: Vec<(CodeLabel, String)>,
 }
 
 /// Offset in `trapvec_regs` of argument register `n` (rdi, rsi, rdx, rcx, r8, r9).
@@ -514,7 +549,7 @@ impl Gen<'_, '_> {
         let mut at = self.a.create_label();
         self.a.set_label(&mut at)?;
         self.a.db(&[0xE8, 0, 0, 0, 0])?;
-        self.calls.push((at, symbol));
+        self.calls.push((at, symbol.to_string()));
         Ok(())
     }
 

@@ -83,9 +83,10 @@ pub struct Splice {
     /// The handler replaces the function (`return EXPR` at its entry).
     pub replace: bool,
     pub handler: String,
-    /// A kernel entry probe of a function that also has a `:return` probe: the return point's
-    /// entry half takes the entry's site, so this probe belongs at the instruction after that
-    /// site's window ([`after_window`]); the caller moves `at` there before splicing.
+    /// An entry probe of a function that also has a `:return` probe (in the kernel or in a
+    /// process): the return point's entry half takes the entry's site, so this probe belongs at
+    /// the instruction after that site's window ([`after_window`]); the caller, which can read
+    /// the function's bytes, moves `at` there before splicing.
     pub beside_return: bool,
 }
 
@@ -203,23 +204,21 @@ pub fn compile(src: &str, opts: &Options, expand: &mut Expand<'_>) -> Result<Com
     }
     let mut hs = Vec::new();
     let mut sites = std::collections::HashMap::new();
-    // In the kernel an entry probe and a :return probe of one function may go together: the
-    // entry probe moves past the return point's site (see Splice::beside_return).
+    // An entry probe and a :return probe of one function may go together: the entry probe
+    // moves past the return point's site (see Splice::beside_return).
     let mut returns = std::collections::HashSet::new();
-    if opts.kernel.is_some() {
-        for (specs, _) in &checked.probes {
-            for (spec, pos) in specs {
-                if let ProbeSpec::Func {
-                    object,
-                    name,
-                    ret: true,
-                    ..
-                } = spec
-                {
-                    let names = expand(object.as_deref(), name)
-                        .map_err(|m| CompileError::new(src, *pos, m))?;
-                    returns.extend(names.into_iter().map(|f| point(object.as_deref(), &f, 0)));
-                }
+    for (specs, _) in &checked.probes {
+        for (spec, pos) in specs {
+            if let ProbeSpec::Func {
+                object,
+                name,
+                ret: true,
+                ..
+            } = spec
+            {
+                let names =
+                    expand(object.as_deref(), name).map_err(|m| CompileError::new(src, *pos, m))?;
+                returns.extend(names.into_iter().map(|f| point(object.as_deref(), &f, 0)));
             }
         }
     }
@@ -312,6 +311,7 @@ pub fn compile(src: &str, opts: &Options, expand: &mut Expand<'_>) -> Result<Com
                 kernel: opts.kernel,
                 formats: &checked.formats,
                 exits: checked.exits,
+                orig: Some(format!("__trapvec_orig_{}", h.func)),
             },
             &layout,
             &mut strings,

@@ -22,7 +22,7 @@ fn pc32(symbol: object::write::SymbolId, offset: u64) -> Relocation {
     }
 }
 
-/// `R_X86_64_PLT32` of a `call rel32` to `symbol`.
+/// `R_X86_64_PLT32` of a `call rel32` or `jmp rel32` to `symbol`.
 fn plt32(symbol: object::write::SymbolId, offset: u64) -> Relocation {
     Relocation {
         offset,
@@ -37,7 +37,7 @@ fn plt32(symbol: object::write::SymbolId, offset: u64) -> Relocation {
 /// `.text` with the handlers and (for a process) the dump function, `.bss` with the data
 /// block, `.rodata` with the dump path (a process's); an `R_X86_64_PC32` at each `lea` of the
 /// data or the path, an `R_X86_64_PLT32` against an undefined symbol at each call of a kernel
-/// function. A kernel component has only `.text` and `.bss`, so that its data block starts
+/// function and each jump to an original trampoline (`__trapvec_orig_<fn>`). A kernel component has only `.text` and `.bss`, so that its data block starts
 /// with the data symbol.
 pub(crate) fn write(
     handlers: &[(String, Code)],
@@ -81,7 +81,7 @@ pub(crate) fn write(
         );
         obj.add_relocation(text, pc32(data, off + DATA_DISP as u64))?;
         for (at, callee) in &code.calls {
-            let id = *imports.entry(*callee).or_insert_with(|| {
+            let id = *imports.entry(callee.clone()).or_insert_with(|| {
                 obj.add_symbol(Symbol {
                     name: callee.as_bytes().to_vec(),
                     value: 0,

@@ -845,16 +845,27 @@ fn division_by_zero_gives_zero_and_builtins_run() {
 }
 
 #[test]
-fn an_entry_and_a_return_probe_of_one_function_are_refused_at_the_second() {
+fn two_probes_at_one_site_are_refused_at_the_second() {
     let e = compile(
-        "f { @a = count() } f:return { @b = count() }",
+        "f { @a = count() } f:return { @b = count() } f { @c = count() }",
         &opts(),
         &mut same,
     )
     .unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("error at 1:20: probe 'f' already uses the site of f"),
+            .starts_with("error at 1:46: probe 'f' already uses the site of f (beside its return)"),
+        "{e}"
+    );
+    let e = compile(
+        "f:return { @a = count() } f:return { @b = count() }",
+        &opts(),
+        &mut same,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("error at 1:27: probe 'f:return' already uses the site of f"),
         "{e}"
     );
     assert!(compile(
@@ -866,14 +877,20 @@ fn an_entry_and_a_return_probe_of_one_function_are_refused_at_the_second() {
 }
 
 #[test]
-fn in_the_kernel_an_entry_probe_goes_beside_its_functions_return_probe() {
-    let o = Options {
+fn an_entry_probe_goes_beside_its_functions_return_probe_in_the_kernel_and_a_process() {
+    let kernel = Options {
         kernel: Some(TASK),
         ..opts()
     };
+    for o in [kernel, opts()] {
+        entry_beside_return(&o);
+    }
+}
+
+fn entry_beside_return(o: &Options) {
     let c = compile(
         "f { @a = count() } f:return { @b = count() } g { @c = count() }",
-        &o,
+        o,
         &mut same,
     )
     .unwrap();
@@ -889,7 +906,7 @@ fn in_the_kernel_an_entry_probe_goes_beside_its_functions_return_probe() {
     // Both probes keep their names in the report.
     assert_eq!(c.layout.handlers[0].probe, "f");
     assert_eq!(c.layout.handlers[1].probe, "f:return");
-    let e = compile("f { return 1 } f:return { @b = count() }", &o, &mut same).unwrap_err();
+    let e = compile("f { return 1 } f:return { @b = count() }", o, &mut same).unwrap_err();
     assert!(
         e.to_string().contains("its entry cannot also skip it"),
         "{e}"
@@ -1096,12 +1113,6 @@ fn return_at_an_entry_is_a_replacement_returning_the_value() {
             (1, 5),
             "must be the probe's last statement",
         ),
-        (
-            "f /arg0 == 1/ { return 1 }",
-            true,
-            (1, 17),
-            "with a predicate is not supported yet",
-        ),
     ] {
         let s = check_err(src, allow).to_string();
         assert!(
@@ -1109,6 +1120,52 @@ fn return_at_an_entry_is_a_replacement_returning_the_value() {
             "{src}: {s}"
         );
     }
+}
+
+#[test]
+fn return_under_a_predicate_jumps_to_the_original_for_the_calls_it_does_not_select() {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    let c = compile(
+        "f /arg0 == 3/ { return 7 } g { @g = count() }",
+        &opts(),
+        &mut same,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.splices[0].replace);
+    // The handler's last instruction is a jmp rel32 relocated against f's original trampoline.
+    let o = object::File::parse(&*c.object).unwrap();
+    let text = o.section_by_name(".text").unwrap();
+    let h0 = o
+        .symbols()
+        .find(|s| s.name() == Ok("trapvec_trace_h0"))
+        .unwrap();
+    let jumps: Vec<u64> = text
+        .relocations()
+        .filter_map(|(at, r)| match r.target() {
+            object::RelocationTarget::Symbol(i) => {
+                let name = o.symbol_by_index(i).unwrap().name().unwrap().to_string();
+                (name == "__trapvec_orig_f").then_some(at)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
+    let code = text.data().unwrap();
+    let at = usize::try_from(jumps[0]).unwrap();
+    assert_eq!(code[at - 1], 0xE9, "a jmp rel32");
+    assert!(jumps[0] + 4 <= h0.address() + h0.size());
+    // The kernel keeps the refusal.
+    let kernel = Options {
+        kernel: Some(TASK),
+        ..opts()
+    };
+    let e = compile("f /arg0 == 1/ { return 1 }", &kernel, &mut same).unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "error at 1:17: return in a probe with a predicate is not supported in the kernel yet"
+        ),
+        "{e}"
+    );
 }
 
 #[test]

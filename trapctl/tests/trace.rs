@@ -188,6 +188,35 @@ fn return_at_an_entry_replaces_the_function_and_the_program_sees_its_value() {
 }
 
 #[test]
+fn return_under_a_predicate_replaces_only_the_selected_calls_the_others_run_the_function() {
+    let dir = build();
+    let program =
+        "compute /arg0 == 3/ { @three = count(); return 7 } compute:return { @r = count() }";
+    // An entry replacement and compute:return cannot go together.
+    let refused = trace(dir.path(), program, &["--allow-changes"], 5);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("its entry cannot also skip it with return"),
+        "{err}"
+    );
+    let program = "compute /arg0 == 3/ { @three = count(); return 7 }";
+    let out = ok(&trace(dir.path(), program, &["--allow-changes"], 5));
+    // compute(3) returns 7 (twice: the loop's and the printed one); the others run and
+    // return 2 x: 0 + 2 + 4 + 7 + 8.
+    assert!(out.contains("compute(3) = 7\n"), "{out}");
+    assert!(out.contains("total = 21\n"), "{out}");
+    assert!(out.contains("@three: 2\n"), "{out}");
+    let refused = trace(dir.path(), program, &[], 5);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("error at 1:41: return (skipping the function) needs --allow-changes"),
+        "{err}"
+    );
+}
+
+#[test]
 fn mechanism_jmp_splices_the_probes_by_jmp_and_counts_the_same() {
     let dir = build();
     let run = |mechanism: &str| {
@@ -331,4 +360,216 @@ fn printf_lines_the_ring_could_not_hold_are_counted_lost_never_silently() {
     // What was printed is in call order: the loop's arguments rise, then compute(3, NULL).
     assert!(printed[..printed.len() - 1].windows(2).all(|w| w[0] < w[1]));
     assert_eq!(printed.last(), Some(&3));
+}
+
+/// A temporary directory holding `libfx.so` (fixtures/trace/libfx.c) and `fxprog` linked
+/// against it (fixtures/trace/fxprog.c), both built with `gcc -O1`.
+fn build_fx() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace");
+    let gcc = |args: &[&str]| {
+        let out = Command::new("gcc")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("gcc");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let lib = src.join("libfx.c");
+    let prog = src.join("fxprog.c");
+    gcc(&[
+        "-O1",
+        "-fPIC",
+        "-shared",
+        "-Wl,-soname,libfx.so",
+        "-o",
+        "libfx.so",
+        lib.to_str().unwrap(),
+    ]);
+    gcc(&["-O1", "-o", "fxprog", prog.to_str().unwrap(), "-L.", "-lfx"]);
+    dir
+}
+
+/// `trapctl trace --process [extra] -e PROGRAM -- ./fxprog N`, libfx.so found through
+/// `$LD_LIBRARY_PATH` (by the program's loader and by trapctl's glob expansion).
+fn trace_fx(dir: &Path, program: &str, extra: &[&str], n: u32) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["trace", "--process", "--agent"])
+        .arg(agent())
+        .args(extra)
+        .args(["-e", program, "--", "./fxprog", &n.to_string()])
+        .env("LD_LIBRARY_PATH", dir)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// fxprog's line for N: what fx_a, fx_b and fy returned, fz's sum and the string lengths.
+fn fx_line(n: i64) -> String {
+    let total: i64 =
+        (0..n).map(|i| 3 * i + 1).sum::<i64>() + (0..2 * n).map(|i| i + 100).sum::<i64>() - n;
+    let z: i64 = (0..n).map(|i| 7 * i).sum();
+    format!(
+        "total = {total} z = {z} len = {}\n",
+        // strlen("./fxprog") + strnlen(.., 1), n times.
+        n * 9
+    )
+}
+
+#[test]
+fn a_library_glob_counts_each_matching_function_of_the_library_exactly() {
+    let dir = build_fx();
+    let out = ok(&trace_fx(
+        dir.path(),
+        "libfx.so:fx_* { @[func] = count(); @args[func] = sum(arg0) }",
+        &[],
+        5,
+    ));
+    // fx_a(0..5), fx_b(0..10); fy matches not.
+    assert!(out.contains("@[fx_a]: 5\n@[fx_b]: 10\n"), "{out}");
+    assert!(out.contains("@args[fx_a]: 10\n@args[fx_b]: 45\n"), "{out}");
+    assert!(!out.contains("fy"), "{out}");
+    assert!(out.contains(&fx_line(5)), "{out}");
+    // A glob over one function and a glob over all three, in one program.
+    let out = ok(&trace_fx(
+        dir.path(),
+        "libfx.so:f?_[ab] { @ab = count() } libfx.so:fy* { @[probe] = count() }",
+        &[],
+        3,
+    ));
+    assert!(out.contains("@ab: 9\n"), "{out}");
+    assert!(out.contains("@[libfx.so:fy]: 1\n"), "{out}");
+}
+
+#[test]
+fn a_library_glob_matching_nothing_is_refused_naming_the_glob_and_the_library() {
+    let dir = build_fx();
+    let out = trace_fx(dir.path(), "libfx.so:nosuch_* { @ = count() }", &[], 1);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lib = dir.path().join("libfx.so");
+    assert!(
+        err.contains(&format!(
+            "error at 1:1: probe 'libfx.so:nosuch_*' matches no function of libfx.so ({})",
+            lib.display()
+        )),
+        "{err}"
+    );
+    // Nothing ran.
+    assert!(out.stdout.is_empty());
+    let out = trace_fx(dir.path(), "libnosuch.so.9:f* { @ = count() }", &[], 1);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("library libnosuch.so.9 is not found"), "{err}");
+}
+
+#[test]
+fn a_libc_glob_counts_at_least_the_programs_own_calls() {
+    let dir = build_fx();
+    let out = ok(&trace_fx(
+        dir.path(),
+        "libc.so.6:str*len { @[func] = count() }",
+        &[],
+        50,
+    ));
+    // fxprog calls each 50 times; libc may call them more itself.
+    let count = |f: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("@[{f}]: ")))
+            .unwrap_or_else(|| panic!("no @[{f}]: {out}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(count("strlen") >= 50, "{out}");
+    assert!(count("strnlen") >= 50, "{out}");
+    assert!(out.contains(&fx_line(50)), "{out}");
+}
+
+#[test]
+fn an_entry_and_a_return_probe_of_one_function_both_count_every_call() {
+    let dir = build_fx();
+    for mechanism in ["trap", "jmp"] {
+        let out = ok(&trace_fx(
+            dir.path(),
+            "fz { @e = count(); @args = sum(arg0); @start[tid] = nsecs } \
+             fz:return { @r = count(); @ret = sum(retval); @d = hist(nsecs - @start[tid]) } \
+             libfx.so:fx_a { @le = count() } \
+             libfx.so:fx_a:return { @lr = count(); @lret[arg0] = max(retval) }",
+            &["--mechanism", mechanism],
+            6,
+        ));
+        // fz(0..6) returns 7 i; fx_a(0..6) returns 3 i + 1, arg0 as it was at the entry.
+        for want in [
+            "@e: 6\n",
+            "@r: 6\n",
+            "@args: 15\n",
+            "@ret: 105\n",
+            "@le: 6\n",
+            "@lr: 6\n",
+        ] {
+            assert!(out.contains(want), "{mechanism}: {want}\n{out}");
+        }
+        for i in 0..6 {
+            assert!(
+                out.contains(&format!("@lret[{i}]: {}\n", 3 * i + 1)),
+                "{mechanism}: {out}"
+            );
+        }
+        // Six durations, each in one bucket of the histogram.
+        let d = &out[out.find("@d:\n").unwrap_or_else(|| panic!("{out}"))..];
+        let total: u64 = d
+            .lines()
+            .skip(1)
+            .take_while(|l| l.contains('|'))
+            .map(|l| {
+                let count = l.split(" |").next().unwrap().split_whitespace().last();
+                count.unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        assert_eq!(total, 6, "{mechanism}: {out}");
+        assert!(out.contains(&fx_line(6)), "{mechanism}: {out}");
+    }
+    // libc's strlen is an IFUNC: its code is picked at run time, so the entry probe's place
+    // after the return point's window cannot be read from the file. Refused, nothing run.
+    let out = trace_fx(
+        dir.path(),
+        "libc.so.6:strlen { @e = count() } libc.so.6:strlen:return { @r = count() }",
+        &[],
+        1,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("probe libc.so.6:strlen: strlen is an IFUNC in"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn return_under_a_predicate_over_a_library_glob_replaces_each_functions_selected_call() {
+    let dir = build_fx();
+    let out = ok(&trace_fx(
+        dir.path(),
+        "libfx.so:fx_* /arg0 == 2/ { @[func] = count(); return 1000 }",
+        &["--allow-changes"],
+        4,
+    ));
+    // fx_a(2) returns 1000 instead of 7, fx_b(2) 1000 instead of 102; every other call runs
+    // its function (through its own original trampoline).
+    let plain = fx_line(4);
+    let total: i64 = plain["total = ".len()..plain.find(" z").unwrap()]
+        .parse()
+        .unwrap();
+    let want = plain.replacen(
+        &format!("total = {total}"),
+        &format!("total = {}", total + (1000 - 7) + (1000 - 102)),
+        1,
+    );
+    assert!(out.contains(&want), "{out}\nwant {want}");
+    assert!(out.contains("@[fx_a]: 1\n@[fx_b]: 1\n"), "{out}");
 }

@@ -44,3 +44,38 @@ fn trace_with_p_ends_at_a_probes_exit_and_counts_nothing_after_it() {
     assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
     assert_eq!(f.work(5), "done 5");
 }
+
+#[test]
+fn trace_with_p_expands_a_library_glob_over_the_library_the_process_maps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = LoopFixture::start(dir.path());
+    // main parses each command with strtoul. The glob stands for strtoul and strtoul_l
+    // (strtoull, strtoumax and strtouq are strtoul's aliases: one function, one probe);
+    // work(99) of the third command ends the trace.
+    let (t, out, line) = p_trace(
+        &f.pid,
+        &[
+            "-e",
+            "libc.so.6:strtou* { @[func] = count() } work /arg0 == 99/ { exit() }",
+        ],
+    );
+    assert!(line.starts_with("tracing 3 probe(s) in process "), "{line}");
+    assert_eq!(f.work(5), "done 5");
+    assert_eq!(f.work(5), "done 10");
+    assert_eq!(f.work(100), "done 110");
+    let rest = finished(t, out, &line);
+    assert!(rest.contains("@[strtoul]: 3\n"), "{rest}");
+    assert!(!rest.contains("strtoull"), "{rest}");
+    // A library the process does not map is refused, named.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["-p", &f.pid, "trace", "-e", "libfx.so:fx_* { @ = count() }"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("process {} has no library libfx.so mapped", f.pid)),
+        "{err}"
+    );
+    assert_eq!(f.work(5), "done 115");
+}

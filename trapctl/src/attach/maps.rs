@@ -96,6 +96,16 @@ pub fn object_of(pid: i32, path: &Path) -> Result<Mapping, MapsError> {
     })
 }
 
+/// The file of the object named `object` mapped in `pid`, as the maps name it: matched as a
+/// point's object part matches ([`instr_manager::point::object_matches`]: the path, the file
+/// name, or the file name up to a dot), `None` when none is mapped.
+pub fn object_named(pid: i32, object: &str) -> Result<Option<PathBuf>, MapsError> {
+    Ok(mapping_where(pid, |p| {
+        p.starts_with('/') && instr_manager::point::object_matches(p, object)
+    })?
+    .map(|m| m.path))
+}
+
 /// The offsets from its load bias of the public functions `names` of the object at `path` (as
 /// the process names it), in `names`' order.
 pub fn file_symbols(pid: i32, path: &Path, names: &[&str]) -> Result<Vec<u64>, MapsError> {

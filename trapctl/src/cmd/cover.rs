@@ -397,7 +397,7 @@ fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &s
 
 pub(crate) mod attached;
 mod kernel;
-mod libs;
+pub(crate) mod libs;
 mod table;
 
 use table::Total;

@@ -13,11 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use instr_manager::glob::{is_glob, FunctionGlob};
-use instr_manager::image::CodeImage;
 use serde::Serialize;
 
 mod attached;
+mod functions;
 mod kernel;
 mod poll;
 
@@ -54,7 +53,7 @@ by its agent (attaching first, as `trapctl -p PID attach`), for --seconds N, unt
 SIGTERM or SIGHUP, or until the process exits; then they are removed, the maps read out of the
 process's memory and printed, the component unloaded and, if this command attached, the
 agent's channel stopped: the process goes on, its text as it was. Globs expand over the
-process's executable.
+process's executable, `LIB:GLOB` over the library the process has mapped as LIB.
 
   trapctl trace --process -e 'compute { @calls = count(); @sum = sum(arg0) }' -- ./prog
   trapctl trace --process -e 'compute:return { @r = hist(retval) }' -- ./prog
@@ -68,8 +67,9 @@ interval ends the trace as Ctrl-C does, and interval:s:N / interval:ms:N probes 
   trapctl trace -e 'vfs_read { @[comm] = count() } interval:s:1 { print(@); clear(@) }'
 
 Changes (`retval = E` at a :return probe, `argN = E` or `reg(\"r\") = E` at an entry) need
---allow-changes. Probes may be globs (a process's own functions, or the kernel's functions in
-kallsyms); `lib:sym` names a library's function. trapctl exits with COMMAND's exit status
+--allow-changes. Probes may be globs (a process's own functions, a library's with
+`lib:GLOB`, or the kernel's functions in kallsyms); `lib:sym` names a library's function. A
+function may have an entry probe and a :return probe in one program. trapctl exits with COMMAND's exit status
 (128+N when a signal N killed it).")]
 pub struct Args {
     /// The program text.
@@ -186,28 +186,6 @@ fn find_command(name: &str) -> Result<PathBuf> {
         .with_context(|| format!("`{name}` is not found on $PATH"))
 }
 
-/// The functions a probe's name stands for: itself, or for a glob the program's own functions
-/// it matches.
-fn expander(program: &Path) -> impl FnMut(Option<&str>, &str) -> Result<Vec<String>, String> + '_ {
-    let mut image: Option<CodeImage> = None;
-    move |object, name| {
-        if !is_glob(name) {
-            return Ok(vec![name.to_string()]);
-        }
-        if object.is_some() {
-            return Err("globs over a library's functions are not supported yet".into());
-        }
-        let glob = FunctionGlob::new(name).map_err(|e| e.to_string())?;
-        if image.is_none() {
-            image = Some(
-                CodeImage::from_path(program)
-                    .map_err(|e| format!("{}: {}", program.display(), trapvec::error_chain(&e)))?,
-            );
-        }
-        Ok(image.as_ref().expect("just read").functions_matching(&glob))
-    }
-}
-
 /// The program's text, from -e or FILE.
 fn program_text(args: &Args) -> Result<String> {
     Ok(match (&args.expr, &args.file) {
@@ -263,13 +241,21 @@ pub struct Prepared {
     pub begin: Vec<String>,
 }
 
-/// Compile `text` for a process running `program` (its globs expanded over `program`'s
-/// functions) into files in `dir`. The component is named `trace_PID` after this trapctl, so
-/// that it does not meet another trace's in a process.
-fn prepare(args: &Args, text: &str, program: &Path, dir: &Path) -> Result<Prepared> {
+/// Compile `text` for a process running `program` (process `pid` when it runs already; its
+/// globs expanded over `program`'s functions or a library's, [`functions`]) into files in
+/// `dir`. The component is named `trace_PID` after this trapctl, so that it does not meet
+/// another trace's in a process.
+fn prepare(
+    args: &Args,
+    text: &str,
+    program: &Path,
+    pid: Option<i32>,
+    dir: &Path,
+) -> Result<Prepared> {
     let dump = dir.join("maps.bin");
     let start = Instant::now();
-    let compiled = trapvec_script::compile(
+    let mut functions = functions::Functions::new(program, pid);
+    let mut compiled = trapvec_script::compile(
         text,
         &trapvec_script::Options {
             allow_changes: args.allow_changes,
@@ -277,9 +263,14 @@ fn prepare(args: &Args, text: &str, program: &Path, dir: &Path) -> Result<Prepar
             dump_path: dump.display().to_string(),
             kernel: None,
         },
-        &mut expander(program),
+        &mut |object, name| functions.expand(object, name),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let window = match args.mechanism {
+        instr_manager::Mechanism::Trap => instr_manager::plan::TRAP_LEN,
+        instr_manager::Mechanism::Jmp => instr_manager::plan::JMP_REL32_LEN,
+    };
+    functions.place_beside_returns(&mut compiled, window)?;
     let object = dir.join(format!("trace_{}.o", std::process::id()));
     let spec = dir.join("trace.toml");
     std::fs::write(&object, &compiled.object)
@@ -315,7 +306,7 @@ fn prepare(args: &Args, text: &str, program: &Path, dir: &Path) -> Result<Prepar
 }
 
 fn trace(args: &Args, text: &str, program: &Path, agent: &Path, dir: &Path) -> Result<i32> {
-    let prepared = prepare(args, text, program, dir)?;
+    let prepared = prepare(args, text, program, None, dir)?;
     let Prepared {
         compiled,
         dump,

@@ -183,7 +183,7 @@ pub fn run(pid: i32, args: &Args, text: &str, verbose: bool) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // The agent in the process reads the component and spec and writes the dump file here.
     let result = (|| {
-        let prepared = super::prepare(args, text, &exe, &dir)?;
+        let prepared = super::prepare(args, text, &exe, Some(pid), &dir)?;
         traced(pid, args, &prepared, verbose)
     })();
     let _ = std::fs::remove_dir_all(&dir);
