@@ -566,9 +566,6 @@ impl Checker {
                     if i + 1 != probe.body.len() {
                         return err(*pos, "return must be the probe's last statement");
                     }
-                    if probe.predicate.is_some() && self.opts.kernel {
-                        return err(*pos, "return in a probe with a predicate is not supported in the kernel yet (in a process, a call the predicate does not select runs the original)");
-                    }
                     if !self.opts.allow_changes {
                         return err(*pos, "return (skipping the function) needs --allow-changes");
                     }

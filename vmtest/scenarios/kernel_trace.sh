@@ -18,6 +18,8 @@
 #           by SIGTERM (143)
 #  CHANGE   retval = 5 at lseek's return: lseeks sees 5 (wrong answers), then right again
 #  ENTRYRET ksys_lseek and ksys_lseek:return in one program: 10 calls at offset 100 each
+#  RETPRED  return 5 at ksys_lseek under /comm == "lseeks"/: lseeks gets 5 without the function
+#           running, lseekb (not selected) runs it through the original trampoline
 #  PRINTF   printf at ksys_lseek's return: one line per call, in order
 #  EXIT     exit() at the first call: one count, lseeks killed, status 0
 #  INTERVAL interval:ms:100 { printf; exit() } ends a --seconds 60 trace at once
@@ -164,6 +166,17 @@ trapctl trace --json -e 'ksys_lseek /comm == "lseeks"/ { @e[arg1] = count() } ks
 echo "ENTRYRET_RC=$?"
 cat /tmp/entryret.err
 echo "ENTRYRET=$(json /tmp/entryret)"
+
+# --- RETPRED: return under a predicate: the calls it selects return 5 and skip ksys_lseek,
+# the others (lseekb's, the same program under another name) go on through the original.
+cp /bin/lseeks /bin/lseekb || exit 13
+trapctl trace --allow-changes --json -e 'ksys_lseek /comm == "lseeks"/ { @n = count(); return 5 }' -- sh -c '/bin/lseeks 100 10 > /tmp/rp_a; /bin/lseekb 100 10 > /tmp/rp_b; exit 0' > /tmp/retpred 2> /tmp/retpred.err
+echo "RETPRED_RC=$?"
+cat /tmp/retpred.err
+echo "RETPRED=$(json /tmp/retpred)"
+echo "RETPRED_A=$(cat /tmp/rp_a)"
+echo "RETPRED_B=$(cat /tmp/rp_b)"
+echo "RETPRED_AFTER=$(/bin/lseeks 100 10)"
 
 # --- PRINTF: a probe's printf lines, one per call, in order (text form).
 trapctl trace -e 'ksys_lseek:return /comm == "lseeks"/ { printf("lseek %d -> %d\n", arg1, retval) }' -- /bin/lseeks 7 3 > /tmp/printf

@@ -217,6 +217,14 @@ fn kernel_one_liners_give_their_exact_results_and_leave_nothing() {
     assert_eq!(entry(&r, "e", &serde_json::json!([100])), 10, "{r}");
     assert_eq!(entry(&r, "r", &serde_json::json!([100])), 10, "{r}");
 
+    // RETPRED: lseeks' ten calls were replaced (5, not 100), lseekb's ran the function.
+    assert_eq!(run.expect("RETPRED_RC"), "0");
+    let (_, r) = report(&run, "RETPRED");
+    assert_eq!(entry(&r, "n", &serde_json::json!([])), 10, "{r}");
+    assert_eq!(run.expect("RETPRED_A"), "calls=10 wrong=10");
+    assert_eq!(run.expect("RETPRED_B"), "calls=10 wrong=0");
+    assert_eq!(run.expect("RETPRED_AFTER"), "calls=10 wrong=0");
+
     // PRINTF: one line per call, in order, between the announcement and lseeks' own line.
     assert_eq!(run.expect("PRINTF_RC"), "0");
     let printed = run.expect("PRINTF");
