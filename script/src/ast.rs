@@ -173,6 +173,13 @@ pub enum Stmt {
     Clear { name: String, pos: Pos },
     /// `print(@name)`: print the map now (an interval probe).
     Print { name: String, pos: Pos },
+    /// `if (cond) { then } else { els }` (`else if` is an `If` alone in `els`).
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+        pos: Pos,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

@@ -342,7 +342,8 @@ fn stmt_pos(s: &Stmt) -> Pos {
         | Stmt::Exit { pos }
         | Stmt::Delete { pos, .. }
         | Stmt::Clear { pos, .. }
-        | Stmt::Print { pos, .. } => *pos,
+        | Stmt::Print { pos, .. }
+        | Stmt::If { pos, .. } => *pos,
     }
 }
 
@@ -556,14 +557,35 @@ impl Checker {
         if let Some(p) = &probe.predicate {
             self.int(p, at, &vars)?;
         }
-        for (i, s) in probe.body.iter().enumerate() {
+        self.stmts(&probe.body, at, &mut vars, true)?;
+        Ok(Body {
+            predicate: probe.predicate.clone(),
+            stmts: probe.body.clone(),
+            vars,
+        })
+    }
+
+    /// Check `stmts` in order (`top`: the probe's own, not an `if`'s), `vars` the variables
+    /// assigned so far (an `if`'s branches add theirs: a slot starts at 0, so a variable only
+    /// one branch assigns reads 0 after the other).
+    fn stmts(
+        &mut self,
+        stmts: &[Stmt],
+        at: At,
+        vars: &mut HashMap<String, (usize, Ty)>,
+        top: bool,
+    ) -> Result<(), Spanned> {
+        for (i, s) in stmts.iter().enumerate() {
             match s {
                 Stmt::Return { value, pos } => {
-                    self.int(value, at, &vars)?;
+                    self.int(value, at, vars)?;
                     if at.ret || at.offset != 0 {
                         return err(*pos, "return skips the function: only at its entry (FUNC, not :return or FUNC+OFF)");
                     }
-                    if i + 1 != probe.body.len() {
+                    if !top {
+                        return err(*pos, "return cannot be inside an if: put the condition in the probe's predicate (/cond/)");
+                    }
+                    if i + 1 != stmts.len() {
                         return err(*pos, "return must be the probe's last statement");
                     }
                     if !self.opts.allow_changes {
@@ -573,7 +595,7 @@ impl Checker {
                 Stmt::Printf { format, args, pos } => {
                     let mut tys = Vec::new();
                     for a in args {
-                        tys.push(self.expr(a, at, &vars)?);
+                        tys.push(self.expr(a, at, vars)?);
                     }
                     check_format(format, &tys, *pos)?;
                     let words: usize = tys.iter().map(|t| t.words()).sum();
@@ -589,7 +611,7 @@ impl Checker {
                 Stmt::Delete { name, keys, pos } => {
                     let mut tys = Vec::new();
                     for k in keys {
-                        tys.push(self.expr(k, at, &vars)?);
+                        tys.push(self.expr(k, at, vars)?);
                     }
                     self.uses.push(Use { name: name.clone(), keys: Some(tys), pos: *pos, what: Used::Delete });
                 }
@@ -600,7 +622,7 @@ impl Checker {
                     return err(*pos, "print(@m) runs in trapctl: only in an interval probe (the end prints every map)")
                 }
                 Stmt::VarAssign { name, value, pos } => {
-                    let t = self.int(value, at, &vars)?;
+                    let t = self.int(value, at, vars)?;
                     let n = vars.len();
                     match vars.get(name) {
                         Some((_, old)) if *old != t => {
@@ -616,7 +638,7 @@ impl Checker {
                     }
                 }
                 Stmt::Change { target, value, pos } => {
-                    self.int(value, at, &vars)?;
+                    self.int(value, at, vars)?;
                     let what = match target {
                         Target::Retval => "retval".to_string(),
                         Target::Arg(n) => format!("arg{n}"),
@@ -656,18 +678,21 @@ impl Checker {
                 } => {
                     let mut key_tys = Vec::new();
                     for k in keys {
-                        key_tys.push(self.expr(k, at, &vars)?);
+                        key_tys.push(self.expr(k, at, vars)?);
                     }
-                    let (kind, signed) = self.map_value(value, at, &vars)?;
+                    let (kind, signed) = self.map_value(value, at, vars)?;
                     self.use_map(name, kind, key_tys, signed, *pos)?;
+                }
+                Stmt::If {
+                    cond, then, els, ..
+                } => {
+                    self.int(cond, at, vars)?;
+                    self.stmts(then, at, vars, false)?;
+                    self.stmts(els, at, vars, false)?;
                 }
             }
         }
-        Ok(Body {
-            predicate: probe.predicate.clone(),
-            stmts: probe.body.clone(),
-            vars,
-        })
+        Ok(())
     }
 
     fn use_map(

@@ -162,6 +162,11 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Cod
     if frame > 0 {
         a.sub(rsp, disp(frame)?)?;
     }
+    // Every variable starts at 0: one that only an `if`'s branch assigns reads 0 when the
+    // branch did not run (never what the stack held).
+    for slot in 0..h.body.vars.len() {
+        a.mov(qword_ptr(rbp + var_slot(slot)), 0)?;
+    }
     let mut g = Gen {
         a,
         h,
@@ -341,6 +346,29 @@ impl Gen<'_, '_> {
             // The last statement (checked): its value is the function's, in rax at the end.
             Stmt::Return { value, .. } => self.expr(value)?,
             Stmt::Printf { format, args, .. } => self.printf(format, args)?,
+            Stmt::If {
+                cond, then, els, ..
+            } => {
+                let mut other = self.a.create_label();
+                let mut end = self.a.create_label();
+                self.expr(cond)?;
+                self.a.test(rax, rax)?;
+                self.a.jz(other)?;
+                for s in then {
+                    self.stmt(s)?;
+                }
+                if !els.is_empty() {
+                    self.a.jmp(end)?;
+                }
+                // A label needs an instruction: an empty one where the branch ends.
+                self.a.set_label(&mut other)?;
+                self.a.zero_bytes()?;
+                for s in els {
+                    self.stmt(s)?;
+                }
+                self.a.set_label(&mut end)?;
+                self.a.zero_bytes()?;
+            }
             Stmt::Exit { .. } => {
                 self.a.mov(qword_ptr(r13 + disp(EXIT_OFFSET)?), 1)?;
             }

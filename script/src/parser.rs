@@ -361,6 +361,17 @@ impl Parser {
             self.expect("/")?;
             predicate = Some(e);
         }
+        let body = self.block()?;
+        Ok(Probe {
+            specs,
+            predicate,
+            body,
+            pos,
+        })
+    }
+
+    /// `{ stmt; stmt; ... }`: a `;` between statements, none needed after an `if`'s block.
+    fn block(&mut self) -> Result<Vec<Stmt>, Spanned> {
         self.expect("{")?;
         let mut body = Vec::new();
         loop {
@@ -370,15 +381,37 @@ impl Parser {
             if self.eat(";")? {
                 continue;
             }
-            body.push(self.stmt()?);
-            if !self.is_punct("}")? {
+            let s = self.stmt()?;
+            let block_ended = matches!(s, Stmt::If { .. });
+            body.push(s);
+            if !block_ended && !self.is_punct("}")? {
                 self.expect(";")?;
             }
         }
-        Ok(Probe {
-            specs,
-            predicate,
-            body,
+        Ok(body)
+    }
+
+    /// After `if`: `(cond) { ... }`, then `else { ... }` or `else if ...`.
+    fn if_rest(&mut self, pos: Pos) -> Result<Stmt, Spanned> {
+        self.expect("(")?;
+        let cond = self.expr()?;
+        self.expect(")")?;
+        let then = self.block()?;
+        let mut els = Vec::new();
+        if matches!(&self.peek()?.0, Tok::Ident(e) if e == "else") {
+            self.next()?;
+            let (t, ipos) = self.peek()?.clone();
+            if matches!(&t, Tok::Ident(i) if i == "if") {
+                self.next()?;
+                els.push(self.if_rest(ipos)?);
+            } else {
+                els = self.block()?;
+            }
+        }
+        Ok(Stmt::If {
+            cond,
+            then,
+            els,
             pos,
         })
     }
@@ -386,6 +419,7 @@ impl Parser {
     fn stmt(&mut self) -> Result<Stmt, Spanned> {
         let (t, pos) = self.next()?;
         match t {
+            Tok::Ident(name) if name == "if" && self.is_punct("(")? => self.if_rest(pos),
             Tok::Map(name) => {
                 let keys = self.keys()?;
                 self.expect("=")?;

@@ -1358,3 +1358,65 @@ fn an_intervals_clear_counts_each_map_since_its_snapshot() {
     let got: Vec<_> = h.iter().map(|b| (b.label.as_str(), b.count)).collect();
     assert_eq!(got, vec![("[1]", 1), ("[2, 4)", 1)]);
 }
+
+#[test]
+fn if_else_if_else_parse_into_nested_statements() {
+    let p = parse(
+        "f { if (arg0 > 5) { @a = count(); $k = 1 } else if (arg0 == 0) { @z = count() } else { @b = count() } @n = count() }",
+    );
+    let body = &p.probes[0].body;
+    assert_eq!(body.len(), 2, "{body:?}");
+    let Stmt::If { then, els, pos, .. } = &body[0] else {
+        panic!("{body:?}")
+    };
+    assert_eq!((pos.line, pos.col), (1, 5));
+    assert_eq!(then.len(), 2);
+    // `else if` is an if alone in the else branch, with its own else.
+    let [Stmt::If {
+        then: t2, els: e2, ..
+    }] = els.as_slice()
+    else {
+        panic!("{els:?}")
+    };
+    assert_eq!((t2.len(), e2.len()), (1, 1));
+    // An if without else, and `if` as a map name is still a map.
+    let p = parse("f { if (1) { @if = count() } }");
+    assert!(matches!(&p.probes[0].body[0], Stmt::If { els, .. } if els.is_empty()));
+}
+
+#[test]
+fn if_refuses_return_inside_and_checks_its_condition_and_branches() {
+    let e = check_err("f { if (arg0) { return 1 } }", true);
+    assert!(
+        e.to_string()
+            .starts_with("error at 1:17: return cannot be inside an if"),
+        "{e}"
+    );
+    let e = check_err("f { if (arg0) { @a = count() } else { retval = 2 } }", true);
+    assert!(
+        e.to_string()
+            .contains("retval can only be changed at a :return probe"),
+        "{e}"
+    );
+    let e = check_err("f { if (arg0 { @a = count() } }", true);
+    assert!(e.to_string().contains("1:14"), "{e}");
+    // Interval probes run in trapctl: no if there.
+    let e = check_err("interval:s:1 { if (1) { exit() } }", true);
+    assert!(e.to_string().contains("only printf of constants"), "{e}");
+}
+
+#[test]
+fn if_compiles_to_a_conditional_jump_and_variables_start_at_zero() {
+    let c = compile(
+        "f { if (arg0 > 5) { $k = 1 } else { $k = 2 } @k[$k] = count() }",
+        &opts(),
+        &mut same,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.splices.len(), 1);
+    for kernel in [None, Some(TASK)] {
+        let o = Options { kernel, ..opts() };
+        compile("f { if (arg0) { if (arg1) { exit() } } }", &o, &mut same)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

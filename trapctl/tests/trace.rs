@@ -102,6 +102,50 @@ fn a_predicate_selects_half_the_calls() {
 }
 
 #[test]
+fn if_else_if_else_picks_one_branch_per_call_and_an_unassigned_variable_reads_zero() {
+    let dir = build();
+    let out = ok(&trace(
+        dir.path(),
+        "compute { if (arg0 > 5) { @big = count(); $k = 1 } else if (arg0 == 0) { @zero = count() } else { @small = count(); $k = 2 } @k[$k] = count() }",
+        &[],
+        10,
+    ));
+    // Arguments 0..9 and 3: 6..9 are big, 0 is zero, 1..5 and 3 small; the zero branch
+    // assigns no $k, which reads 0.
+    assert!(
+        out.contains(
+            "@big: 4
+"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "@zero: 1
+"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "@small: 6
+"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "@k[0]: 1
+@k[1]: 4
+@k[2]: 6
+"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("compute(3) = 6\ntotal = 90\n"), "{out}");
+}
+
+#[test]
 fn failed_reads_are_counted_per_probe_and_good_ones_read() {
     let dir = build();
     let out = ok(&trace(

@@ -20,6 +20,7 @@
 #  ENTRYRET ksys_lseek and ksys_lseek:return in one program: 10 calls at offset 100 each
 #  RETPRED  return 5 at ksys_lseek under /comm == "lseeks"/: lseeks gets 5 without the function
 #           running, lseekb (not selected) runs it through the original trampoline
+#  IF       if/else at ksys_lseek's entry: lseeks 100 4 then lseeks 7 3 give big 4, small 3
 #  PRINTF   printf at ksys_lseek's return: one line per call, in order
 #  EXIT     exit() at the first call: one count, lseeks killed, status 0
 #  INTERVAL interval:ms:100 { printf; exit() } ends a --seconds 60 trace at once
@@ -177,6 +178,11 @@ echo "RETPRED=$(json /tmp/retpred)"
 echo "RETPRED_A=$(cat /tmp/rp_a)"
 echo "RETPRED_B=$(cat /tmp/rp_b)"
 echo "RETPRED_AFTER=$(/bin/lseeks 100 10)"
+
+# --- IF: one branch per call, chosen by the offset.
+trapctl trace --json -e 'ksys_lseek /comm == "lseeks"/ { if (arg1 >= 100) { @big = count() } else if (arg1 == 0) { @zero = count() } else { @small = count() } }' -- sh -c '/bin/lseeks 100 4 && /bin/lseeks 7 3 > /dev/null' > /tmp/if
+echo "IF_RC=$?"
+echo "IF=$(json /tmp/if)"
 
 # --- PRINTF: a probe's printf lines, one per call, in order (text form).
 trapctl trace -e 'ksys_lseek:return /comm == "lseeks"/ { printf("lseek %d -> %d\n", arg1, retval) }' -- /bin/lseeks 7 3 > /tmp/printf

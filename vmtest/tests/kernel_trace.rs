@@ -225,6 +225,21 @@ fn kernel_one_liners_give_their_exact_results_and_leave_nothing() {
     assert_eq!(run.expect("RETPRED_B"), "calls=10 wrong=0");
     assert_eq!(run.expect("RETPRED_AFTER"), "calls=10 wrong=0");
 
+    // IF: each call took one branch: 4 at offset 100, 3 at offset 7, none at 0.
+    assert_eq!(run.expect("IF_RC"), "0");
+    let (_, r) = report(&run, "IF");
+    assert_eq!(entry(&r, "big", &serde_json::json!([])), 4, "{r}");
+    assert_eq!(entry(&r, "small", &serde_json::json!([])), 3, "{r}");
+    let zero = r["maps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "zero");
+    assert!(
+        zero.is_none_or(|m| m["entries"].as_array().is_none_or(Vec::is_empty)),
+        "{r}"
+    );
+
     // PRINTF: one line per call, in order, between the announcement and lseeks' own line.
     assert_eq!(run.expect("PRINTF_RC"), "0");
     let printed = run.expect("PRINTF");
