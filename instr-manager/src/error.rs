@@ -164,6 +164,8 @@ pub enum Refusal {
         addr: u64,
         insn: String,
         reason: String,
+        /// What `reason` says, as a type: the same for every instruction refused for it.
+        cause: crate::RefusalCause,
     },
     #[error("the window at {site:#x} overlaps the entry [{entry:#x}, {fentry_end:#x}) of `{func}`: its ftrace site, which the kernel rewrites by itself, and its endbr64 if IBT is on, where indirect calls land")]
     OverlapsFentry {

@@ -19,6 +19,7 @@
 //! splicer's job, and nothing here may write to a target.
 
 pub mod analysis;
+pub mod cause;
 pub mod cover;
 pub mod error;
 pub mod glob;
@@ -37,6 +38,7 @@ pub mod trampoline;
 pub use analysis::{
     analyze_function, analyze_function_with, AnalysisOptions, BasicBlock, Function, Insn, ReadFn,
 };
+pub use cause::RefusalCause;
 pub use error::{AnalysisError, PlanError, Refusal, SpecError};
 pub use plan::{
     plan_jmp, plan_jmp_rel32, plan_jmp_springboard, plan_splice, plan_trap, Mechanism, Plan,

@@ -89,6 +89,11 @@ fn every_verb_prints_one_json_object_with_the_schema_first() {
         3,
     );
     assert_eq!(v["refused"].as_array().map(Vec::len), Some(1));
+    // Grouped by cause: its name and its sentence, each refusal's reason beside its error.
+    assert_eq!(v["refusals"][0]["cause"], "already_spliced");
+    assert_eq!(v["refusals"][0]["reason"], "the site is already spliced");
+    assert_eq!(v["refusals"][0]["count"], 1);
+    assert_eq!(v["refused_reasons"][0], "the site is already spliced");
     let v = json_of(&socket, &["unsplice", "--all", "--json"], 0);
     assert_eq!(v["unspliced"].as_array().map(Vec::len), Some(4));
 

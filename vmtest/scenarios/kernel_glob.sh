@@ -68,6 +68,7 @@ echo "JSON_REQUESTED=$(sed -n 's/^  "requested": \([0-9]*\),*$/\1/p' /tmp/be.jso
 echo "JSON_SPLICED=$(grep -c '^      "site": "0x' /tmp/be.json || true)"
 echo "JSON_REFUSED=$(awk '/^  "refused": \[$/ { on = 1; next } on && /^  \]/ { on = 0 } on { n++ } END { print n + 0 }' /tmp/be.json)"
 echo "JSON_REASONS=$(grep -c '^      "reason": ' /tmp/be.json || true)"
+echo "JSON_CAUSES=$(grep -c '^      "cause": "[a-z_]*",$' /tmp/be.json || true)"
 echo "JSON_STDERR_LINES=$(grep -vc '^trapctl: ' /tmp/bej.err || true)"
 trapctl unsplice --json "$glob" > /tmp/un.json
 echo "UN_JSON_ROWS=$(grep -c '"site": "0x' /tmp/un.json || true)"

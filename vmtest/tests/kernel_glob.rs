@@ -47,8 +47,8 @@ fn a_glob_over_a_thousand_kernel_functions_splices_best_effort_and_unsplices_exa
     assert!(spliced >= 900, "most of the glob spliced: {spliced}");
     let lines = run.number("BE_REFUSAL_LINES");
     assert!(refused > 0 && lines > 0);
-    // One line per cause, not per function: addresses, bytes, instruction text and the
-    // function's own name are not part of a reason (6.1: 105 refusals, 10 causes).
+    // One line per cause, not per function: a reason is its cause's fixed sentence, whatever
+    // addresses, bytes, instruction or function its errors name (6.1: 105 refusals, 10 causes).
     assert!(
         lines <= 20 && lines * 4 <= refused,
         "{lines} reason lines for {refused} refusals"
@@ -105,6 +105,11 @@ fn a_glob_over_a_thousand_kernel_functions_splices_best_effort_and_unsplices_exa
         run.number("JSON_REASONS"),
         run.number("BE_REFUSAL_LINES"),
         "one group per reason, as the text"
+    );
+    assert_eq!(
+        run.number("JSON_CAUSES"),
+        run.number("JSON_REASONS"),
+        "every group has its cause: no refusal fell back to its text"
     );
     assert_eq!(run.number("UN_JSON_ROWS"), spliced);
     assert_eq!(run.number("FINAL_LEFT"), 0);

@@ -6,7 +6,7 @@ use component_manager::LoadOptions;
 use trapvec::Target;
 
 use super::component::load_declaring;
-use super::expand::{expand, summarize, ExpandError, FIRST_REFUSALS};
+use super::expand::{expand, summarize, ExpandError, RefusedPoint, FIRST_REFUSALS};
 use super::report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Timings};
 use super::splice::rows_of;
 use super::var::{fit_signed, var_size, write};
@@ -83,18 +83,20 @@ pub fn apply<T: Target>(
     };
     let requests = with_declared(&own, declared);
     let mut refused = Vec::new();
+    let mut refused_reasons = Vec::new();
     let mut refusals = Vec::new();
     let batch = if best_effort {
         sp.apply_best_effort(&requests).map(|r| {
-            let pairs: Vec<(String, String)> = r
+            let points: Vec<RefusedPoint> = r
                 .refused
                 .iter()
-                .map(|(i, e)| (requests[*i].at.clone(), trapvec::error_chain(e)))
+                .map(|(i, e)| RefusedPoint::of(&requests[*i].at, e))
                 .collect();
             if globbed {
-                refusals = summarize(&pairs);
+                refusals = summarize(&points);
             }
-            refused = pairs.into_iter().map(|(_, e)| e).collect();
+            refused_reasons = points.iter().map(RefusedPoint::reason).collect();
+            refused = points.into_iter().map(|p| p.chain).collect();
             r.applied.iter().map(|&(_, id)| id).collect()
         })
     } else {
@@ -128,6 +130,7 @@ pub fn apply<T: Target>(
             components,
             spliced,
             refused,
+            refused_reasons,
             refusals,
             requested: own.len(),
             timings,

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use trapvec::Target;
 
+use crate::cause::RefusalCause;
 use crate::glob::{is_glob, matching_functions, FunctionGlob, GlobError};
 use crate::splice::SpliceRequest;
 use crate::splicer::Splicer;
@@ -73,11 +74,44 @@ pub fn spec_text(splices: &[SpliceRequest]) -> Result<String, toml::ser::Error> 
     toml::to_string(&Splices { splice: splices })
 }
 
+/// One refused point of a batch: the point, its error chain, and why, when the error says it
+/// ([`crate::splicer::SpliceError::cause`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedPoint {
+    pub at: String,
+    pub chain: String,
+    pub cause: Option<RefusalCause>,
+}
+
+impl RefusedPoint {
+    /// The refusal `e` of the point `at`.
+    pub fn of(at: &str, e: &crate::splicer::SpliceError) -> RefusedPoint {
+        RefusedPoint {
+            at: at.to_string(),
+            chain: trapvec::error_chain(e),
+            cause: e.cause(),
+        }
+    }
+
+    /// Why, without the point and the site: the cause's fixed sentence, or for an error with
+    /// no cause its own text (see [`reason_of`]).
+    pub fn reason(&self) -> String {
+        match &self.cause {
+            Some(c) => c.summary().into_owned(),
+            None => reason_of(&self.at, &self.chain),
+        }
+    }
+}
+
 /// The refusals of a best-effort batch, one line per reason.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalGroup {
     /// Why, without the point and the site.
     pub reason: String,
+    /// The cause's name (`too_short`, `kernel_jump_label`); none for an error that names no
+    /// cause, grouped by its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     pub count: usize,
     /// The first points refused for it (at most [`FIRST_REFUSALS`]).
     pub first: Vec<String>,
@@ -99,12 +133,10 @@ impl std::fmt::Display for RefusalGroup {
     }
 }
 
-/// The reason of a refusal (`chain`, its error chain) of the splice at `at`: the chain without
-/// the point it starts with and without the site and mechanism a planner refusal names, so that
-/// the refusals of many functions for one reason read the same. What names one function rather
-/// than the cause goes too: addresses and ranges, the bytes of an instruction that does not
-/// decode, the instruction text of one that cannot be relocated (`an instruction`), the
-/// function's own name (`the function`), and an ambiguous name's candidates.
+/// The reason of a refusal with no cause (`chain`, its error chain) of the splice at `at`: the
+/// chain without the point it starts with, and the function's own name as `the function`. Every
+/// refusal of the planner has a cause ([`RefusedPoint::cause`]); this is what is left for an
+/// error that has none, which is then a line of its own.
 pub fn reason_of(at: &str, chain: &str) -> String {
     let rest = chain
         .strip_prefix(at)
@@ -117,76 +149,39 @@ pub fn reason_of(at: &str, chain: &str) -> String {
         .and_then(|r| r.strip_prefix(quoted.as_str()))
         .and_then(|r| r.strip_prefix(": "))
         .unwrap_or(rest);
-    let rest = match rest.strip_prefix("cannot splice at ") {
-        Some(r) => r.split_once(": ").map_or(rest, |(_, why)| why),
-        None => rest,
-    };
-    // Others name the site (`the site 0x... is already spliced (by f1)`): without the
-    // addresses and the other splice, one reason reads the same for every function.
-    let rest = match rest.rfind(" (by ") {
-        Some(i) if rest.ends_with(')') => &rest[..i],
-        _ => rest,
-    };
-    // An ambiguous name: its candidates and how to qualify it name the function.
-    if let Some(i) = rest.find(" is ambiguous: ") {
-        if rest[..i] == quoted {
-            return "the name is ambiguous (functions of that name in several places); a glob \
-                    cannot qualify it"
-                .to_string();
-        }
-    }
     let name = at.rsplit_once(':').map_or(at, |(_, n)| n);
-    let mut out = rest.replace(&format!("`{name}`"), "the function");
-    for (varying, by) in VARYING.iter() {
-        out = varying.replace_all(&out, *by).into_owned();
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
+    rest.replace(&format!("`{name}`"), "the function")
 }
 
-/// The parts of a refusal's reason that differ from one function to the next for the same
-/// cause, in the order they are taken out, and what stands for each.
-static VARYING: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> =
-    std::sync::LazyLock::new(|| {
-        [
-            // `invalid instruction in f at 0x.. (bytes 0f 0b ..)`.
-            (r" ?\(bytes[0-9a-f ]*\)", ""),
-            // `(window at 0x..)`.
-            (r" ?\(window at 0x[0-9a-f]+\)", ""),
-            // An instruction with operands: `mov rax, gs:[0x1fb88]`.
-            (r"`[^`]* [^`]*`", "an instruction"),
-            // Ranges `[0x.., 0x..)`, then any address with what introduces it.
-            (r" ?\[0x[0-9a-f]+, 0x[0-9a-f]+\)", ""),
-            (r"( at| from the new address)? 0x[0-9a-f]+,?", ""),
-            // What is left of `... at 0x..` at the end or before a clause.
-            (r" at($|[,;)])", "$1"),
-        ]
-        .into_iter()
-        .map(|(re, by)| (regex::Regex::new(re).expect("a valid pattern"), by))
-        .collect()
-    });
-
-/// `refused` (point, error chain) grouped by reason, the most frequent first (ties in the order
-/// first seen).
-pub fn summarize(refused: &[(String, String)]) -> Vec<RefusalGroup> {
-    let mut groups: Vec<RefusalGroup> = Vec::new();
-    for (at, chain) in refused {
-        let reason = reason_of(at, chain);
-        match groups.iter_mut().find(|g| g.reason == reason) {
-            Some(g) => {
+/// `refused` grouped by cause (an error with no cause by its text), the most frequent first
+/// (ties in the order first seen).
+pub fn summarize(refused: &[RefusedPoint]) -> Vec<RefusalGroup> {
+    let mut groups: Vec<(String, RefusalGroup)> = Vec::new();
+    for r in refused {
+        let key = match &r.cause {
+            Some(c) => c.name().into_owned(),
+            None => format!("text: {}", r.reason()),
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => {
                 g.count += 1;
                 if g.first.len() < FIRST_REFUSALS {
-                    g.first.push(at.clone());
+                    g.first.push(r.at.clone());
                 }
             }
-            None => groups.push(RefusalGroup {
-                reason,
-                count: 1,
-                first: vec![at.clone()],
-            }),
+            None => groups.push((
+                key,
+                RefusalGroup {
+                    reason: r.reason(),
+                    cause: r.cause.as_ref().map(|c| c.name().into_owned()),
+                    count: 1,
+                    first: vec![r.at.clone()],
+                },
+            )),
         }
     }
-    groups.sort_by_key(|g| std::cmp::Reverse(g.count));
-    groups
+    groups.sort_by_key(|(_, g)| std::cmp::Reverse(g.count));
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 #[cfg(test)]
@@ -195,11 +190,15 @@ mod tests {
 
     use trapvec::fake::FakeKernel;
 
+    use trapvec::kernel::SiteRefusal;
+
     use super::*;
     use crate::ops::{apply, check};
     use crate::plan::Mechanism;
     use crate::spec::Spec;
     use crate::splice::Action;
+    use crate::splicer::SpliceError;
+    use crate::{PlanError, Refusal};
 
     fn count(at: &str) -> SpliceRequest {
         SpliceRequest::new(at, Action::Count, Mechanism::Trap)
@@ -282,90 +281,287 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "refused 2: handler `nope` is not a symbol of any loaded component (at f0, f1)",
+                "refused 2: the handler is not a symbol of any loaded component (at f0, f1)",
                 "refused 1: the site is already spliced (at f3)",
             ]
+        );
+        let causes: Vec<Option<&str>> =
+            report.refusals.iter().map(|g| g.cause.as_deref()).collect();
+        assert_eq!(causes, [Some("unknown_handler"), Some("already_spliced")]);
+        // Each refusal's reason, in the order of `refused`, whose errors keep their specifics.
+        assert_eq!(
+            report.refused_reasons,
+            [
+                "the handler is not a symbol of any loaded component",
+                "the handler is not a symbol of any loaded component",
+                "the site is already spliced",
+            ]
+        );
+        assert!(
+            report.refused[0].contains("handler `nope`"),
+            "{}",
+            report.refused[0]
+        );
+        assert!(
+            report.refused[2].contains("(by f3"),
+            "{}",
+            report.refused[2]
         );
     }
 
     #[test]
     fn a_summary_line_names_the_first_three_points() {
-        let pairs: Vec<(String, String)> = (0..5)
+        let points: Vec<RefusedPoint> = (0..5)
             .map(|i| {
                 let at = format!("g{i}");
-                let e = format!("{at}: cannot splice at {:#x} by jmp: too short", 0x1000 + i);
-                (at, e)
+                let e = SpliceError::Refused {
+                    at: at.clone(),
+                    site: 0x1000 + i,
+                    mechanism: Mechanism::Jmp,
+                    refusal: Refusal::FunctionTooShort {
+                        func: at.clone(),
+                        size: 2 + i,
+                        needed: 5,
+                        what: "a jmp rel32",
+                    },
+                };
+                RefusedPoint::of(&at, &e)
             })
             .collect();
-        let groups = summarize(&pairs);
+        let groups = summarize(&points);
         assert_eq!(groups.len(), 1);
         assert_eq!(
             groups[0].to_string(),
-            "refused 5: too short (at g0, g1, g2, ...)"
+            "refused 5: the function is too short for the patch (at g0, g1, g2, ...)"
+        );
+        assert_eq!(groups[0].cause.as_deref(), Some("too_short"));
+        // The full error keeps what the line leaves out.
+        assert!(
+            points[4].chain.contains("only 6 byte(s) long") && points[4].chain.contains("0x1004"),
+            "{}",
+            points[4].chain
         );
     }
 
-    /// Refusals of 6.1's `[iut][cdp]*` (vmtest/scenarios/kernel_glob.sh): one line per cause,
-    /// not per function.
+    /// Refusals as 6.1's `[iut][cdp]*` has them (vmtest/scenarios/kernel_glob.sh): one line per
+    /// cause whatever the addresses, bytes, instructions, function names and other splices
+    /// their errors name.
     #[test]
-    fn one_cause_reads_the_same_for_every_function() {
-        let reasons = |pairs: &[(&str, &str)]| -> Vec<String> {
-            pairs
-                .iter()
-                .map(|(at, chain)| reason_of(at, chain))
-                .collect()
+    fn refusals_are_grouped_by_cause_whatever_their_details() {
+        let refused = |at: &str, site: u64, refusal: Refusal| SpliceError::Refused {
+            at: at.into(),
+            site,
+            mechanism: Mechanism::Trap,
+            refusal,
         };
-        let r = reasons(&[
-            ("tcp_init", "tcp_init: invalid instruction in `tcp_init` at 0xffffffff83a0b8c0 (bytes 61 74 74 72 00 00)"),
-            ("ip_init", "ip_init: invalid instruction in `ip_init` at 0xffffffff83a0a000 (bytes 61 74)"),
-        ]);
-        assert_eq!(r[0], "invalid instruction in the function");
-        assert_eq!(r[0], r[1]);
-        let r = reasons(&[
-            ("up_write", "up_write: cannot splice at 0xffffffff811034f5 by trap: `inc dword ptr gs:[0x1fb40]` at 0xffffffff811034f5 (window at 0xffffffff811034f5) cannot be relocated: its memory operand 0x1fb40 is more than ±2 GiB from the new address 0xffffffff811034f5"),
-            ("update_spec_ctrl_cond", "update_spec_ctrl_cond: cannot splice at 0xffffffff81048625 by trap: `mov rax, gs:[0x1fb88]` at 0xffffffff81048625 (window at 0xffffffff81048625) cannot be relocated: its memory operand 0x1fb88 is more than ±2 GiB from the new address 0xffffffff81048625"),
-        ]);
-        assert_eq!(
-            r[0],
-            "an instruction cannot be relocated: its memory operand is more than ±2 GiB"
-        );
-        assert_eq!(r[0], r[1]);
-        let r = reasons(&[
-            ("tp_stub_func", "tp_stub_func: cannot splice at 0xffffffff8119cb45 by trap: the window [0xffffffff8119cb45, 0xffffffff8119cb47) crosses the end of its basic block [0xffffffff8119cb40, 0xffffffff8119cb46) after `ret`"),
-            ("update_curr_idle", "update_curr_idle: cannot splice at 0xffffffff810e9965 by trap: the window [0xffffffff810e9965, 0xffffffff810e9967) crosses the end of its basic block [0xffffffff810e9960, 0xffffffff810e9966) after `ret`"),
-        ]);
-        assert_eq!(
-            r[0],
-            "the window crosses the end of its basic block after `ret`"
-        );
-        assert_eq!(r[0], r[1]);
-        let r = reasons(&[
-            ("tcp4_proc_init", "tcp4_proc_init: the instruction of `tcp4_proc_init` at 0xffffffff83a0c000 runs past the function's end at 0xffffffff83a0c010"),
-            ("udp4_proc_init", "udp4_proc_init: the instruction of `udp4_proc_init` at 0xffffffff83a0d000 runs past the function's end at 0xffffffff83a0d00c"),
-        ]);
-        assert_eq!(
-            r[0],
-            "the instruction of the function runs past the function's end"
-        );
-        assert_eq!(r[0], r[1]);
-        let r = reasons(&[
-            ("id_show", "point `id_show`: `id_show` is ambiguous: main:id_show at 0xffffffff81001000, main:id_show at 0xffffffff81002000; qualify it as `object:id_show` or `id_show@VERSION`, or give an address"),
-            ("udp_lib_hash", "point `udp_lib_hash`: `udp_lib_hash` is ambiguous: main:udp_lib_hash at 0xffffffff81003000, main:udp_lib_hash at 0xffffffff81004000, main:udp_lib_hash at 0xffffffff81005000; qualify it as `object:udp_lib_hash` or `udp_lib_hash@VERSION`, or give an address"),
-        ]);
-        assert!(r[0].starts_with("the name is ambiguous"), "{}", r[0]);
-        assert_eq!(r[0], r[1]);
-        // Causes that name no function are left as they are.
-        let jl = "the kernel refuses to patch overlaps a jump label (static key) site, which the kernel rewrites by itself";
-        assert_eq!(
-            reason_of(
-                "tcp_twsk_destructor",
-                &format!("tcp_twsk_destructor: cannot splice at 0xffffffff81001000 by trap: {jl}")
+        let unrelocatable = |site: u64, insn: &str, why: RefusalCause| Refusal::Unrelocatable {
+            site,
+            addr: site,
+            insn: insn.into(),
+            reason: format!("its memory operand is more than ±2 GiB from {site:#x}"),
+            cause: why,
+        };
+        let invalid = |at: &str, addr: u64, bytes: &str| SpliceError::Point {
+            at: at.into(),
+            source: PlanError::Analysis(crate::AnalysisError::InvalidInstruction {
+                func: at.into(),
+                addr,
+                bytes: bytes.into(),
+            }),
+        };
+        let crosses = |site: u64, last: &str| Refusal::WindowCrossesBlock {
+            site,
+            window_end: site + 2,
+            block_start: site - 5,
+            block_end: site + 1,
+            last: last.into(),
+        };
+        let kernel = |at: &str, addr: u64, reason: SiteRefusal| SpliceError::Target {
+            at: at.into(),
+            source: trapvec::TargetError::SiteRefused { addr, reason },
+        };
+        let errors = [
+            (
+                "tcp_init",
+                invalid("tcp_init", 0xffffffff83a0b8c0, "61 74 74 72 00 00"),
             ),
-            jl
+            ("ip_init", invalid("ip_init", 0xffffffff83a0a000, "61 74")),
+            (
+                "up_write",
+                refused(
+                    "up_write",
+                    0xffffffff811034f5,
+                    unrelocatable(
+                        0xffffffff811034f5,
+                        "inc dword ptr gs:[0x1fb40]",
+                        RefusalCause::OperandOutOfReach,
+                    ),
+                ),
+            ),
+            (
+                "update_spec_ctrl_cond",
+                refused(
+                    "update_spec_ctrl_cond",
+                    0xffffffff81048625,
+                    unrelocatable(
+                        0xffffffff81048625,
+                        "mov rax, gs:[0x1fb88]",
+                        RefusalCause::OperandOutOfReach,
+                    ),
+                ),
+            ),
+            (
+                "tp_stub_func",
+                refused(
+                    "tp_stub_func",
+                    0xffffffff8119cb45,
+                    crosses(0xffffffff8119cb45, "ret"),
+                ),
+            ),
+            (
+                "udp_poll",
+                refused(
+                    "udp_poll",
+                    0xffffffff810e9965,
+                    crosses(0xffffffff810e9965, "jmp 0xffffffff810e9900"),
+                ),
+            ),
+            (
+                "tcp_twsk_destructor",
+                kernel(
+                    "tcp_twsk_destructor",
+                    0xffffffff81001000,
+                    SiteRefusal::JumpLabel,
+                ),
+            ),
+            (
+                "udp_destroy_sock",
+                kernel(
+                    "udp_destroy_sock",
+                    0xffffffff81002000,
+                    SiteRefusal::JumpLabel,
+                ),
+            ),
+            (
+                "tcp_v4_rcv",
+                kernel(
+                    "tcp_v4_rcv",
+                    0xffffffff81003000,
+                    SiteRefusal::Kprobe {
+                        at: 0xffffffff81003000,
+                        place: "tcp_v4_rcv+0x5".into(),
+                    },
+                ),
+            ),
+            (
+                "ip_rcv",
+                kernel(
+                    "ip_rcv",
+                    0xffffffff81004000,
+                    SiteRefusal::Kprobe {
+                        at: 0xffffffff81004000,
+                        place: "ip_rcv+0x5".into(),
+                    },
+                ),
+            ),
+            (
+                "id_show",
+                SpliceError::Point {
+                    at: "id_show".into(),
+                    source: PlanError::Ambiguous {
+                        text: "id_show".into(),
+                        name: "id_show".into(),
+                        candidates:
+                            "main:id_show at 0xffffffff81001000, main:id_show at 0xffffffff81002000"
+                                .into(),
+                    },
+                },
+            ),
+            (
+                "udp_lib_hash",
+                SpliceError::AlreadySpliced {
+                    at: "udp_lib_hash".into(),
+                    site: 0xffffffff81005005,
+                    other: "udp_lib_hash (count)".into(),
+                },
+            ),
+            // An error that is no refusal of the point: its own text, once.
+            (
+                "tcp_close",
+                SpliceError::Target {
+                    at: "tcp_close".into(),
+                    source: trapvec::TargetError::Quiesce("a task stayed in `tcp_close`".into()),
+                },
+            ),
+        ];
+        let points: Vec<RefusedPoint> = errors
+            .iter()
+            .map(|(at, e)| RefusedPoint::of(at, e))
+            .collect();
+        let groups = summarize(&points);
+        let got: Vec<(Option<String>, String)> = groups
+            .iter()
+            .map(|g| (g.cause.clone(), g.to_string()))
+            .collect();
+        let want = [
+            (Some("invalid_instruction"), "refused 2: invalid instruction in the function (at tcp_init, ip_init)"),
+            (Some("operand_out_of_reach"), "refused 2: an instruction cannot be relocated: its memory operand is more than ±2 GiB from the new address (at up_write, update_spec_ctrl_cond)"),
+            (Some("window_crosses_block"), "refused 2: the window crosses the end of its basic block (at tp_stub_func, udp_poll)"),
+            (Some("kernel_jump_label"), "refused 2: the kernel refuses to patch the site: overlaps a jump label (static key) site, which the kernel rewrites by itself (at tcp_twsk_destructor, udp_destroy_sock)"),
+            (Some("kernel_kprobe"), "refused 2: the kernel refuses to patch the site: a kprobe is registered there: remove it first (at tcp_v4_rcv, ip_rcv)"),
+            (Some("ambiguous"), "refused 1: the name is ambiguous (functions of that name in several places); a glob cannot qualify it (at id_show)"),
+            (Some("already_spliced"), "refused 1: the site is already spliced (at udp_lib_hash)"),
+            (None, "refused 1: quiescence not reached: a task stayed in the function (at tcp_close)"),
+        ];
+        let want: Vec<(Option<String>, String)> = want
+            .iter()
+            .map(|(c, l)| (c.map(str::to_string), l.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        // Each refusal keeps its specifics in the error itself.
+        assert!(
+            points[1].chain.contains("0xffffffff83a0a000 (bytes 61 74)"),
+            "{}",
+            points[1].chain
+        );
+        assert!(
+            points[3].chain.contains("`mov rax, gs:[0x1fb88]`"),
+            "{}",
+            points[3].chain
+        );
+        assert!(
+            points[9].chain.contains("ip_rcv+0x5"),
+            "{}",
+            points[9].chain
+        );
+        assert!(
+            points[11].chain.contains("(by udp_lib_hash (count))"),
+            "{}",
+            points[11].chain
+        );
+    }
+
+    #[test]
+    fn an_error_without_a_cause_is_grouped_by_its_text_without_the_point() {
+        assert_eq!(
+            reason_of("f1", "f1: point `f1`: something new about `f1` at 0x10"),
+            "something new about the function at 0x10"
         );
         assert_eq!(
-            reason_of("ipv4_cow_metrics", "ipv4_cow_metrics: cannot splice at 0xffffffff8183ca65 by trap: `ud2` at 0xffffffff8183ca65 (window at 0xffffffff8183ca65) cannot be relocated: an undefined-opcode trap is identified by its address (the kernel's BUG/WARN table)"),
-            "`ud2` cannot be relocated: an undefined-opcode trap is identified by its address (the kernel's BUG/WARN table)"
+            reason_of("m:f1", "m:f1: `f1` went away"),
+            "the function went away"
+        );
+        let p = |at: &str| RefusedPoint {
+            at: at.into(),
+            chain: format!("{at}: a new kind of refusal"),
+            cause: None,
+        };
+        let groups = summarize(&[p("a"), p("b")]);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].cause, None);
+        assert_eq!(
+            groups[0].to_string(),
+            "refused 2: a new kind of refusal (at a, b)"
         );
     }
 

@@ -188,6 +188,10 @@ pub struct ApplyReport {
     /// The spec's splices in spec order, then those its components declare.
     pub spliced: Vec<SpliceRow>,
     pub refused: Vec<String>,
+    /// Why each of `refused` was refused, in its order: its cause's fixed sentence (the same
+    /// for every point refused for it), or its own text without the point when it has no cause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_reasons: Vec<String>,
     /// `refused` grouped by reason, one line each (specs with globs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refusals: Vec<super::expand::RefusalGroup>,

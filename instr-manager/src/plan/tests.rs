@@ -5,6 +5,7 @@ use trapvec::{Symbol, SymbolKind, SymbolTable, TargetInfo};
 
 use super::*;
 use crate::analysis::analyze_function;
+use crate::RefusalCause;
 
 const BASE: u64 = 0x40_1000;
 
@@ -165,6 +166,7 @@ fn site_inside_an_instruction_is_refused_naming_the_instruction() {
         err.to_string().contains("0x401002") && err.to_string().contains("mov rbp, rsp"),
         "{err}"
     );
+    assert_eq!(err.cause(), RefusalCause::NotInstructionBoundary);
 }
 
 #[test]
@@ -205,6 +207,7 @@ fn one_byte_function_cannot_be_trapped_and_says_so() {
         err.to_string(),
         "function `r` is only 1 byte(s) long; a trap (int 0xF5) needs 2 bytes"
     );
+    assert_eq!(err.cause(), RefusalCause::TooShort);
 }
 
 #[test]
@@ -249,6 +252,7 @@ fn short_function_traps_at_entry_but_jmp_rel32_is_refused_without_padding() {
         "{reason}"
     );
     assert!(reason.contains("no 5 bytes of padding"), "{reason}");
+    assert_eq!(err.cause(), RefusalCause::NoRoomForJmp);
 }
 
 #[test]
@@ -423,6 +427,10 @@ fn window_with_a_branch_target_inside_is_refused() {
             target: BASE + 2
         }
     );
+    assert_eq!(
+        plan_jmp_rel32(&input, BASE).unwrap_err().cause(),
+        RefusalCause::BranchTargetInWindow
+    );
 }
 
 #[test]
@@ -451,6 +459,7 @@ fn window_past_a_ret_crosses_the_block() {
             last: "ret".into()
         }
     );
+    assert_eq!(err.cause(), RefusalCause::WindowCrossesBlock);
 }
 
 #[test]
@@ -502,6 +511,7 @@ fn syscall_in_the_window_is_unrelocatable() {
         "{err:?}"
     );
     assert!(err.to_string().contains("`syscall` at 0x401000"), "{err}");
+    assert_eq!(err.cause(), RefusalCause::SystemCall);
 }
 
 #[test]
@@ -517,6 +527,7 @@ fn already_patched_text_is_refused() {
             hi: BASE + 4
         }
     );
+    assert_eq!(err.cause(), RefusalCause::AlreadyPatched);
 }
 
 #[rustfmt::skip]

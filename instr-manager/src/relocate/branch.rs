@@ -26,6 +26,7 @@ impl Fixup for Branch {
         if insn.instr.op0_kind() != iced_x86::OpKind::NearBranch64 {
             return Err(ctx.refuse(
                 insn,
+                crate::RefusalCause::NarrowBranch,
                 "a branch with a 16- or 32-bit operand size truncates its target",
             ));
         }

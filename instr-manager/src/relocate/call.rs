@@ -33,6 +33,7 @@ fn uses_rsp(instr: &Instruction) -> bool {
 fn encode_err(insn: &Insn, ctx: &Ctx<'_>, e: &iced_x86::IcedError) -> Refusal {
     ctx.refuse(
         insn,
+        crate::RefusalCause::Reencode,
         format!("building its push-and-jump replacement failed: {e}"),
     )
 }
@@ -56,11 +57,18 @@ impl Fixup for Call {
         let jmp_code = match insn.instr.code() {
             Code::Call_rel32_64 => Code::Jmp_rel32_64,
             Code::Call_rm64 => Code::Jmp_rm64,
-            _ => return Err(ctx.refuse(insn, "only 64-bit near calls are relocated")),
+            _ => {
+                return Err(ctx.refuse(
+                    insn,
+                    crate::RefusalCause::NotNearCall,
+                    "only 64-bit near calls are relocated",
+                ))
+            }
         };
         if uses_rsp(&insn.instr) {
             return Err(ctx.refuse(
                 insn,
+                crate::RefusalCause::CallThroughRsp,
                 "its target is read through rsp, which the pushed return address moves",
             ));
         }

@@ -28,6 +28,7 @@ use iced_x86::{BlockEncoder, BlockEncoderOptions, Encoder, Instruction, Instruct
 
 use crate::analysis::Insn;
 use crate::error::Refusal;
+use crate::RefusalCause;
 
 /// Largest code a relocated block or trampoline may have after its start, used as the safety
 /// margin of reach checks made before the exact layout is known.
@@ -56,13 +57,14 @@ impl Ctx<'_> {
         self.index + 1 == self.displaced.len()
     }
 
-    /// A refusal of `insn` with `reason`.
-    pub fn refuse(&self, insn: &Insn, reason: impl Into<String>) -> Refusal {
+    /// A refusal of `insn` for `cause`, which `reason` says with the specifics.
+    pub fn refuse(&self, insn: &Insn, cause: RefusalCause, reason: impl Into<String>) -> Refusal {
         Refusal::Unrelocatable {
             site: self.site(),
             addr: insn.addr,
             insn: insn.intel(),
             reason: reason.into(),
+            cause,
         }
     }
 }
@@ -163,7 +165,7 @@ fn culprit(displaced: &[Insn], new_addr: u64) -> Option<Refusal> {
             Refusal::Encode { reason, .. } => format!("iced-x86 cannot re-encode it: {reason}"),
             other => other.to_string(),
         };
-        Some(ctx.refuse(insn, reason))
+        Some(ctx.refuse(insn, RefusalCause::Reencode, reason))
     })
 }
 

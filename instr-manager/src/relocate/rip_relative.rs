@@ -20,6 +20,7 @@ impl Fixup for RipRelative {
         if !reaches(ctx.new_addr, target, LAYOUT_MARGIN) {
             return Err(ctx.refuse(
                 insn,
+                crate::RefusalCause::OperandOutOfReach,
                 format!(
                     "its memory operand {target:#x} is more than ±2 GiB from the new address {:#x}",
                     ctx.new_addr

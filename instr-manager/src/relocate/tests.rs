@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use super::relocate;
 use crate::analysis::Insn;
 use crate::error::Refusal;
+use crate::RefusalCause;
 
 const ORIG: u64 = 0x5555_5555_0000;
 
@@ -291,15 +292,16 @@ fn call_that_is_not_last_returns_into_the_window() {
 #[test]
 fn forbidden_and_rsp_based_instructions_are_refused_with_reasons() {
     #[rustfmt::skip]
-    let cases: &[(&[u8], &str)] = &[
-        (&[0x0F, 0x05],             "system call"),       // syscall
-        (&[0xCD, 0x80],             "interrupt"),         // int 0x80
-        (&[0xCC],                   "interrupt"),         // int3
-        (&[0x0F, 0x0B],             "BUG/WARN"),          // ud2
-        (&[0xFF, 0x54, 0x24, 0x08], "rsp"),               // call [rsp+8]
-        (&[0xFF, 0xD4],             "rsp"),               // call rsp
+    let cases: &[(&[u8], &str, RefusalCause)] = &[
+        (&[0x0F, 0x05],             "system call", RefusalCause::SystemCall),           // syscall
+        (&[0xCD, 0x80],             "interrupt",   RefusalCause::InterruptInstruction), // int 0x80
+        (&[0xCC],                   "interrupt",   RefusalCause::InterruptInstruction), // int3
+        (&[0x0F, 0x0B],             "BUG/WARN",    RefusalCause::UndefinedOpcode),      // ud2
+        (&[0xCB],                   "far return",  RefusalCause::FarReturn),            // retf
+        (&[0xFF, 0x54, 0x24, 0x08], "rsp",         RefusalCause::CallThroughRsp),       // call [rsp+8]
+        (&[0xFF, 0xD4],             "rsp",         RefusalCause::CallThroughRsp),       // call rsp
     ];
-    for (bytes, why) in cases {
+    for (bytes, why, cause) in cases {
         let err = relocate(&insns(bytes, ORIG), ORIG + 0x1000).unwrap_err();
         let Refusal::Unrelocatable {
             site, addr, reason, ..
@@ -309,6 +311,8 @@ fn forbidden_and_rsp_based_instructions_are_refused_with_reasons() {
         };
         assert_eq!((*site, *addr), (ORIG, ORIG));
         assert!(reason.contains(why), "{bytes:02x?}: {err}");
+        // The cause, as a type: the same for every instruction refused for it.
+        assert_eq!(err.cause(), *cause, "{bytes:02x?}: {err}");
     }
 }
 
@@ -320,6 +324,7 @@ fn rip_relative_operand_out_of_reach_is_refused() {
         matches!(&err, Refusal::Unrelocatable { reason, .. } if reason.contains("±2 GiB")),
         "{err}"
     );
+    assert_eq!(err.cause(), RefusalCause::OperandOutOfReach);
 }
 
 #[derive(Clone, Debug)]
@@ -401,6 +406,7 @@ fn an_instruction_iced_cannot_encode_is_named_as_the_culprit() {
     };
     assert_eq!((*site, *addr), (ORIG, ORIG + 1));
     assert!(reason.contains("cannot re-encode"), "{err}");
+    assert_eq!(err.cause(), RefusalCause::Reencode);
 }
 
 #[test]
@@ -415,5 +421,6 @@ fn relocation_running_past_the_top_of_the_address_space_is_refused() {
         matches!(err, Refusal::Encode { addr, .. } if addr == new_addr),
         "{err}"
     );
+    assert_eq!(err.cause(), RefusalCause::Encode);
     assert!(relocate(&displaced, new_addr).is_err());
 }

@@ -93,6 +93,10 @@ fn target_refusal_comes_at_planning_time_with_the_point_and_the_reason() {
     assert!(msg.starts_with("f3: "), "{msg}");
     assert!(msg.contains("exception-table"), "{msg}");
     assert_eq!(
+        err.cause(),
+        Some(crate::RefusalCause::Kernel(SiteRefusal::Extable))
+    );
+    assert_eq!(
         k.live_blocks(),
         0,
         "refused while planning: nothing allocated"
@@ -128,6 +132,14 @@ fn an_armed_kprobe_is_planned_through_and_refused_by_the_target_naming_it() {
     assert!(
         msg.contains("a kprobe is registered at f1+5: remove it first"),
         "{msg}"
+    );
+    let cause = err.cause().unwrap();
+    assert_eq!(
+        (cause.name().as_ref(), cause.summary().as_ref()),
+        (
+            "kernel_kprobe",
+            "the kernel refuses to patch the site: a kprobe is registered there: remove it first"
+        )
     );
     // Behind the probe the boundaries are the function's own: f1+6 is `mov rbp, rsp`.
     let id = sp.apply(&[count("f1+6", Mechanism::Trap)]).unwrap()[0];

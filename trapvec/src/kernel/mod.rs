@@ -291,6 +291,73 @@ impl SiteRefusal {
             SiteRefusal::CheckFailed { .. } => return None,
         })
     }
+
+    /// The refusal as one sentence that is the same for every site it refuses: its message,
+    /// without the details that differ from one site to the next (the probe's place, the
+    /// static key, the errno).
+    pub fn summary(&self) -> String {
+        match self {
+            SiteRefusal::KprobeRefused { .. } => "register_kprobe() refuses it".into(),
+            SiteRefusal::Kprobe { .. } => "a kprobe is registered there: remove it first".into(),
+            SiteRefusal::Lockdown { .. } => "kernel lockdown forbids writing kernel text".into(),
+            SiteRefusal::JumpTarget { .. } => {
+                "a static key's jump-label target is inside the window".into()
+            }
+            SiteRefusal::ExtableFixup { .. } => "an exception fixup is inside the window".into(),
+            SiteRefusal::DeadCpu { .. } => "in a function that a CPU going offline runs after \
+                                            rcu_report_dead()"
+                .into(),
+            SiteRefusal::Unknown { .. } => {
+                "refused for a reason this version of trapvec does not know".into()
+            }
+            SiteRefusal::CheckFailed { .. } => "the site could not be checked".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The refusal's kind in snake_case (`jump_label`, `kprobe_blacklist`), the same for every
+    /// site it refuses whatever the details (the probe's place, the errno).
+    pub fn name(&self) -> &'static str {
+        match self {
+            SiteRefusal::BadLength => "bad_length",
+            SiteRefusal::NotText => "not_text",
+            SiteRefusal::OwnModule => "own_module",
+            SiteRefusal::EntryText => "entry_text",
+            SiteRefusal::NoinstrText => "noinstr_text",
+            SiteRefusal::Thunk => "thunk",
+            SiteRefusal::KprobeBlacklist => "kprobe_blacklist",
+            SiteRefusal::Ftrace => "ftrace",
+            SiteRefusal::JumpLabel => "jump_label",
+            SiteRefusal::StaticCall => "static_call",
+            SiteRefusal::BugEntry => "bug_entry",
+            SiteRefusal::Extable => "extable",
+            SiteRefusal::NotBoundary => "not_boundary",
+            SiteRefusal::CrossesSymbol => "crosses_symbol",
+            SiteRefusal::KprobeRefused { .. } => "kprobe_refused",
+            SiteRefusal::LivePatch => "live_patch",
+            SiteRefusal::Mismatch => "mismatch",
+            SiteRefusal::Alternative => "alternative",
+            SiteRefusal::Kprobe { .. } => "kprobe",
+            SiteRefusal::CpuidleText => "cpuidle_text",
+            SiteRefusal::StaticCallTramp => "static_call_tramp",
+            SiteRefusal::KprobeSlot => "kprobe_slot",
+            SiteRefusal::BpfText => "bpf_text",
+            SiteRefusal::FtraceTrampoline => "ftrace_trampoline",
+            SiteRefusal::ModuleInit => "module_init",
+            SiteRefusal::Lockdown { .. } => "lockdown",
+            SiteRefusal::ModulesDisabled => "modules_disabled",
+            SiteRefusal::NoDispatch => "no_dispatch",
+            SiteRefusal::ForeignTrap => "foreign_trap",
+            SiteRefusal::ReturnInWindow => "return_in_window",
+            SiteRefusal::NotAJump => "not_a_jump",
+            SiteRefusal::JumpTarget { .. } => "jump_target",
+            SiteRefusal::ExtableFixup { .. } => "extable_fixup",
+            SiteRefusal::DeadCpu { .. } => "dead_cpu",
+            SiteRefusal::Endbr => "endbr",
+            SiteRefusal::Unknown { .. } => "unknown",
+            SiteRefusal::CheckFailed { .. } => "check_failed",
+        }
+    }
 }
 
 /// Lockdown's mode from [`LOCKDOWN_PATH`] (the bracketed word), or `"integrity"`, the least

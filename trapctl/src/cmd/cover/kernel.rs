@@ -156,21 +156,25 @@ fn armed(
             live.insert(i, (row.id, row.site.clone()));
         }
     }
-    let mut reasons: HashMap<&str, &str> = HashMap::new();
-    for chain in &report.refused {
+    // (chain, reason): the reason is the cause's sentence when the report has one.
+    let mut reasons: HashMap<&str, (&str, Option<&str>)> = HashMap::new();
+    for (i, chain) in report.refused.iter().enumerate() {
         if let Some((at, _)) = chain.split_once(": ") {
-            reasons.entry(at).or_insert(chain);
+            let reason = report.refused_reasons.get(i).map(String::as_str);
+            reasons.entry(at).or_insert((chain, reason));
         }
     }
     for (i, r) in wanted {
         if live.contains_key(i) {
             continue;
         }
-        let chain = reasons
+        let (chain, reason) = reasons
             .get(r.at.as_str())
-            .map_or("refused by the batch (no reason given)", |c| c);
+            .copied()
+            .unwrap_or(("refused by the batch (no reason given)", None));
+        let reason = reason.map_or_else(|| ops::expand::reason_of(&r.at, chain), str::to_string);
         blocks[*i].block.site = Err(BlockRefusal {
-            kind: kind_of(&ops::expand::reason_of(&r.at, chain)),
+            kind: kind_of(&reason),
             reason: chain.to_string(),
         });
     }
@@ -252,6 +256,7 @@ pub fn run(args: &Args) -> Result<()> {
             components: Vec::new(),
             spliced: Vec::new(),
             refused: Vec::new(),
+            refused_reasons: Vec::new(),
             refusals: Vec::new(),
             requested: 0,
             timings: None,
