@@ -15,9 +15,9 @@
 //! (`entry`, the default, or `return`: the action runs when the function returns, see
 //! [`trapvec::returns`]), `maxactive` (a return point's calls in progress at once, default
 //! [`trapvec::returns::DEFAULT_MAXACTIVE`]), `clock` (`wall`, the default, or `cpu`, for
-//! `time`) and `by` (`tid`, `pid`, `tgid`, `comm` or `cpu`: a `count` keyed by who hit the point,
-//! see [`trapvec::keyed`]; these keep the kernel's names for now), and the task predicate's
-//! `pid` (the process), `tid` (the thread) and `comm`. `call` and `replace` need a handler; `count` and `time` take none (one given is
+//! `time`) and `by` (`tid`, the thread, `pid`, the process, `comm` or `cpu`: a `count` keyed by
+//! who hit the point, see [`trapvec::keyed`]), and the task predicate's `pid` (the process),
+//! `tid` (the thread) and `comm`. `call` and `replace` need a handler; `count` and `time` take none (one given is
 //! ignored, as is a cookie outside `call`). `time` is a return point by nature (`when` may be
 //! left out); `replace` has no return form. A refusal is a sentence naming the point:
 //! `f: unknown action `jump` (call, replace, count or time)`.
@@ -25,8 +25,9 @@
 //! `pid` is the process (the kernel's `task->tgid`) and `tid` the thread (`gettid()`, the
 //! kernel's `task->pid`), as in bpftrace, perf and ps, and both are written so. Before, the form
 //! used the kernel's names (`pid` a thread, `tgid` the process): `tgid` is still read, as `pid`,
-//! with one warning per run ([`OLD_TGID`]); a `pid` alone cannot be told from the new spelling and
-//! means the process.
+//! with one warning per run ([`OLD_TGID`], [`trapvec::keyed::OLD_TGID`] for a key); a predicate's
+//! `pid` alone cannot be told from the new spelling and means the process. A key `pid` in a state
+//! saved before version 5 is read as it meant then, `tid` ([`OldKeys`]).
 //!
 //! States saved before the form was flat wrote `action` as an object (`{"call": {"handler":
 //! "h", "cookie": 0}}`, `{"replace": {"with": "g"}}`); they are still read.
@@ -209,10 +210,10 @@ struct Flat {
     maxactive: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     clock: Option<Clock>,
-    // Keys keep `KeyBy`'s names for now (`pid` the kernel's task->pid): listings and saved
-    // states show them as they were made.
+    // The key as written (`tgid` is read as `pid`; states saved before version 5 meant the
+    // thread by `pid`: see [`OldKeys`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    by: Option<KeyBy>,
+    by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,6 +234,39 @@ task->tgid), read as `pid`; `tid` is the thread";
 fn warn_old_tgid() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| log::warn!("{OLD_TGID}"));
+}
+
+thread_local! {
+    static OLD_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While one lives, the splices read on this thread were saved before `pid` meant the process
+/// (states before version 5): their key `pid` is read as `tid` (the thread, as it meant then)
+/// and `tgid` as `pid`, silently ([`KeyBy::parse_old`]).
+pub(crate) struct OldKeys(bool);
+
+impl OldKeys {
+    /// Read old keys on this thread until the guard is dropped, when `old`.
+    pub(crate) fn when(old: bool) -> OldKeys {
+        OldKeys(OLD_KEYS.replace(old))
+    }
+}
+
+impl Drop for OldKeys {
+    fn drop(&mut self) {
+        OLD_KEYS.set(self.0);
+    }
+}
+
+/// `by` as written: `tgid` is read as `pid` with a warning on stderr, once
+/// ([`trapvec::keyed::OLD_TGID`]), except in an old state ([`OldKeys`]).
+fn key_of(at: &str, written: &str) -> Result<KeyBy, String> {
+    let by = if OLD_KEYS.get() {
+        KeyBy::parse_old(written)
+    } else {
+        written.parse()
+    };
+    by.map_err(|e| format!("{at}: {e}"))
 }
 
 /// `action` as written: its name, or (states saved before the flat form) the whole action.
@@ -354,10 +388,11 @@ impl TryFrom<Flat> for SpliceRequest {
             comm: f.comm,
         };
         only.check().map_err(|e| format!("{at}: {e}"))?;
+        let by = f.by.as_deref().map(|b| key_of(&at, b)).transpose()?;
         let options = SpliceOptions {
             when,
             maxactive: f.maxactive,
-            by: f.by,
+            by,
             only,
             owner: f.owner,
         };
@@ -398,7 +433,7 @@ impl From<SpliceRequest> for Flat {
             when,
             maxactive: r.options.maxactive,
             clock,
-            by: r.options.by,
+            by: r.options.by.map(|b| b.name().to_string()),
             tid,
             pid,
             tgid,
@@ -555,7 +590,61 @@ mod tests {
             e(r#"{"at":"f","action":"count","when":"return","by":"cpu"}"#)
                 .contains("(not `count` at the return)")
         );
-        assert!(e(r#"{"at":"f","action":"count","by":"uid"}"#).contains("uid"));
+        assert!(e(r#"{"at":"f","action":"count","by":"uid"}"#)
+            .starts_with("f: unknown key `uid` (tid: the thread, pid: the process"));
+    }
+
+    #[test]
+    fn key_pid_is_the_process_tgid_its_old_spelling_and_an_old_states_pid_the_thread() {
+        let read = |j: &str| serde_json::from_str::<SpliceRequest>(j).unwrap();
+        let by = |j: &str| read(j).options.by;
+        assert_eq!(
+            by(r#"{"at":"f","action":"count","by":"pid"}"#),
+            Some(KeyBy::Pid)
+        );
+        assert_eq!(
+            by(r#"{"at":"f","action":"count","by":"tgid"}"#),
+            Some(KeyBy::Pid)
+        );
+        let r = read(r#"{"at":"f","action":"count","by":"pid"}"#);
+        assert!(
+            serde_json::to_string(&r)
+                .unwrap()
+                .ends_with(r#""by":"pid"}"#),
+            "written as `pid`"
+        );
+        let tgid = read(r#"{"at":"f","action":"count","by":"tgid"}"#);
+        assert!(
+            serde_json::to_string(&tgid)
+                .unwrap()
+                .ends_with(r#""by":"pid"}"#),
+            "the old spelling is written anew as `pid`"
+        );
+        // A spec in TOML too.
+        let spec: SpliceRequest =
+            toml::from_str("at = \"f\"\naction = \"count\"\nby = \"tid\"\n").unwrap();
+        assert_eq!(spec.options.by, Some(KeyBy::Tid));
+        // Saved before version 5: `pid` was the thread, `tgid` the process.
+        {
+            let _old = OldKeys::when(true);
+            assert_eq!(
+                by(r#"{"at":"f","action":"count","by":"pid"}"#),
+                Some(KeyBy::Tid)
+            );
+            assert_eq!(
+                by(r#"{"at":"f","action":"count","by":"tgid"}"#),
+                Some(KeyBy::Pid)
+            );
+            assert_eq!(
+                by(r#"{"at":"f","action":"count","by":"tid"}"#),
+                Some(KeyBy::Tid)
+            );
+        }
+        assert_eq!(
+            by(r#"{"at":"f","action":"count","by":"pid"}"#),
+            Some(KeyBy::Pid),
+            "the old reading ends with its guard"
+        );
     }
 
     #[test]

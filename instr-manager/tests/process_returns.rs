@@ -424,7 +424,7 @@ fn removing_a_return_point_while_a_call_is_in_progress_lets_it_return() {
 }
 
 #[test]
-fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
+fn counts_by_thread_process_and_cpu_add_up_to_the_exact_hits() {
     let _g = serial();
     let (s, _c) = session();
     let f = f_int(&s, "rp_multi");
@@ -433,21 +433,24 @@ fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
             .count_by("rp_multi", trapvec::keyed::KeyBy::Tid, mech)
             .unwrap();
         // Four threads, each calling a different number of times, each knowing its own id.
-        let threads: Vec<_> = (1..=4u64)
-            .map(|k| {
-                std::thread::spawn(move || {
-                    for x in 0..i32::try_from(k * 100).unwrap() {
-                        assert_eq!(f(x), multi(x));
-                    }
-                    (
-                        // SAFETY: gettid takes no arguments.
-                        unsafe { libc::syscall(libc::SYS_gettid) }.to_string(),
-                        k * 100,
-                    )
+        let four_threads = || -> Vec<(String, u64)> {
+            let threads: Vec<_> = (1..=4u64)
+                .map(|k| {
+                    std::thread::spawn(move || {
+                        for x in 0..i32::try_from(k * 100).unwrap() {
+                            assert_eq!(f(x), multi(x));
+                        }
+                        (
+                            // SAFETY: gettid takes no arguments.
+                            unsafe { libc::syscall(libc::SYS_gettid) }.to_string(),
+                            k * 100,
+                        )
+                    })
                 })
-            })
-            .collect();
-        let mut want: Vec<(String, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        };
+        let mut want = four_threads();
         want.sort_by_key(|w| std::cmp::Reverse(w.1));
         let table = by_tid.key_counts().unwrap().unwrap();
         let got: Vec<(String, u64)> = table
@@ -461,7 +464,30 @@ fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
             (0, 1000, 1000),
             "{mech}"
         );
+        assert!(
+            want.iter()
+                .all(|(tid, _)| *tid != std::process::id().to_string()),
+            "{mech}: the threads are not the process's main thread"
+        );
         drop(by_tid);
+        // By process: four threads again, their hits under one key, this process's id.
+        let by_pid = s
+            .count_by("rp_multi", trapvec::keyed::KeyBy::Pid, mech)
+            .unwrap();
+        assert_eq!(four_threads().len(), 4);
+        let table = by_pid.key_counts().unwrap().unwrap();
+        let got: Vec<(String, u64)> = table
+            .keys
+            .iter()
+            .map(|k| (k.key.clone(), k.count))
+            .collect();
+        assert_eq!(
+            (got, table.overflow),
+            (vec![(std::process::id().to_string(), 1000)], 0),
+            "{mech}: by pid, every thread's hits under the process's one key"
+        );
+        assert_eq!(by_pid.hits().unwrap(), 1000, "{mech}");
+        drop(by_pid);
         let by_cpu = s
             .count_by("rp_multi", trapvec::keyed::KeyBy::Cpu, mech)
             .unwrap();
@@ -486,20 +512,17 @@ fn counts_by_thread_and_by_cpu_add_up_to_the_exact_hits() {
 }
 
 #[test]
-fn kernel_keys_are_refused_in_a_process_and_nothing_is_written() {
+fn the_kernel_key_comm_is_refused_in_a_process_and_nothing_is_written() {
     let _g = serial();
     let (s, _c) = session();
     let before = bytes(&s, "rp_multi", 16);
-    for by in [
-        trapvec::keyed::KeyBy::Comm,
-        trapvec::keyed::KeyBy::Pid,
-        trapvec::keyed::KeyBy::Tgid,
-    ] {
-        let e = s.count_by("rp_multi", by, Trap).err().unwrap();
-        let text = trapvec::error_chain(&e);
-        assert!(text.starts_with("rp_multi: counts by"), "{text}");
-        assert!(text.contains("not supported on a process"), "{text}");
-    }
+    let e = s
+        .count_by("rp_multi", trapvec::keyed::KeyBy::Comm, Trap)
+        .err()
+        .unwrap();
+    let text = trapvec::error_chain(&e);
+    assert!(text.starts_with("rp_multi: counts by comm"), "{text}");
+    assert!(text.contains("not supported on a process"), "{text}");
     assert_eq!(bytes(&s, "rp_multi", 16), before);
     s.with(|sp| assert_eq!(sp.live().count(), 0));
 }

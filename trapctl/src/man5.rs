@@ -50,8 +50,9 @@ const SPEC: Page = Page {
                 "when\tentry (default) or return: run the action when the function returns.",
                 "maxactive\tA return point's calls in progress at once (default 256).",
                 "clock\tFor time: wall (default) or cpu.",
-                "by\tFor count: key the hits by tid (the thread), tgid (the process), pid (the \
-                 kernel's task->pid, a thread: the keys keep the kernel's names for now), comm or cpu.",
+                "by\tFor count: key the hits by tid (the thread: the kernel's task->pid, a process's \
+                 gettid()), pid (the process: task->tgid, getpid()), comm or cpu. tgid is read as \
+                 pid with a warning (before this release by = \"pid\" meant the thread: write tid).",
                 "pid\tOnly for the threads of process N (the kernel's task->tgid).",
                 "tid\tOnly for thread N (gettid(); the kernel's task->pid).",
                 "comm\tOnly for tasks named NAME (1 to 15 bytes, as ps -o comm shows it).",

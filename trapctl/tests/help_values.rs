@@ -20,7 +20,7 @@ fn stdout(args: &[&str]) -> String {
 #[test]
 fn help_lists_the_values_of_every_enumerated_flag() {
     let mechanisms = "[possible values: trap, jmp]";
-    let keys = "[possible values: pid, tid, tgid, comm, cpu]";
+    let keys = "[possible values: tid, pid, comm, cpu]";
     for (cmd, want) in [
         ("splice", &[mechanisms, keys][..]),
         ("count", &[mechanisms, keys]),
@@ -38,7 +38,7 @@ fn help_lists_the_values_of_every_enumerated_flag() {
 fn completions_offer_the_values() {
     let bash = stdout(&["completions", "bash"]);
     assert!(bash.contains("trap jmp"), "mechanisms");
-    assert!(bash.contains("pid tid tgid comm cpu"), "keys");
+    assert!(bash.contains("tid pid comm cpu"), "keys");
     assert!(bash.contains("wall cpu"), "clocks");
 }
 

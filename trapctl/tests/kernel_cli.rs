@@ -85,7 +85,7 @@ fn keyed_counts_refuse_an_unknown_key_and_key_options_without_a_key() {
     let bad = trapctl(&["count", "tcp_sync_mss", "--seconds", "1", "--by", "uid"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        stderr(&bad).contains("unknown key `uid` (tid, pid, tgid, comm or cpu)"),
+        stderr(&bad).contains("unknown key `uid` (tid: the thread, pid: the process, comm or cpu)"),
         "{}",
         stderr(&bad)
     );

@@ -52,6 +52,11 @@ fn man_writes_the_section_5_pages_of_the_spec_trapd_toml_and_the_agent() {
         spec.contains(".TP\n\\fBtgid\\fR\nThe old spelling of pid"),
         "{spec}"
     );
+    // And a keyed count's key: tid the thread, pid the process.
+    assert!(
+        spec.contains("key the hits by tid (the thread") && spec.contains("pid (the process"),
+        "{spec}"
+    );
 
     let trapd = page("trapd.toml.5");
     for section in [

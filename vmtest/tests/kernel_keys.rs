@@ -1,8 +1,10 @@
 //! Keyed counts in the kernel (`vmtest/scenarios/kernel_keys.sh`, issue 12 item 4), in one boot:
 //! `trapctl count __x64_sys_getppid --by comm` gives two programs' rows their exact numbers of
-//! calls (trap and jmp, and through trapd), `--by pid` the two ppidloops' pids theirs, `--by
-//! cpu` the exact total over the CPUs; 600 short-lived pids over two CPUs' tables of 256 keys
-//! overflow, and the keys and the overflow still add up to the hits; every byte of the function
+//! calls (trap and jmp, and through trapd), `--by tid` each thread of two ppidloops its calls,
+//! `--by pid` each process all of its calls (pid is the process, tid the thread), `--by cpu` the
+//! exact total over the CPUs; 600 short-lived processes over two CPUs' tables of 256 keys (made
+//! with `--by tgid`, the old spelling of pid: a warning, a count by pid) overflow, and the keys
+//! and the overflow still add up to the hits; every byte of the function
 //! comes back and no slot keeps the module loaded (vmtest fails the run on any oops or WARNING).
 //! Raw requests first: unknown keys, the 64-slot bound, stale slots, the module's reference on
 //! itself while a slot lives.
@@ -77,7 +79,7 @@ fn check_sums(r: &Value, what: &str) {
 }
 
 #[test]
-fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() {
+fn keyed_counts_give_each_comm_thread_process_and_cpu_its_exact_calls_and_count_overflow() {
     if !can_boot("kernel scenario") {
         return;
     }
@@ -164,9 +166,9 @@ fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() 
         "{text}"
     );
 
-    // 2. By pid: each thread its own calls (the main thread's first call, the worker's -n); by
-    // tgid: each process all of its calls.
-    for (by, mech) in [("pid", "trap"), ("tgid", "jmp")] {
+    // 2. By tid: each thread its own calls (the main thread's first call, the worker's -n); by
+    // pid: each process all of its calls.
+    for (by, mech) in [("tid", "trap"), ("pid", "jmp")] {
         assert_eq!(run.expect(&format!("{by}_RC")), "0");
         let r = report(&run, by);
         assert_eq!(
@@ -177,18 +179,26 @@ fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() 
             let line = run.expect(&format!("{by}_{p}"));
             let pid = line.split_whitespace().next().unwrap();
             assert_eq!(calls(line, p), n + 1);
-            if by == "tgid" {
+            if by == "pid" {
                 assert_eq!(
                     count_of(&r["keys"], pid),
                     n + 1,
-                    "tgid {pid}'s row is every call of the process: {r}"
+                    "pid {pid}'s row is every call of the process: {r}"
+                );
+                assert!(
+                    r["keys"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|k| k["count"] != n),
+                    "by pid, no row is a thread's alone: {r}"
                 );
                 continue;
             }
             assert_eq!(
                 count_of(&r["keys"], pid),
                 1,
-                "pid {pid}: its main thread's one call: {r}"
+                "tid {pid} (the main thread): its one call: {r}"
             );
             // Its worker: a thread created after it, with the -n calls.
             let worker = r["keys"]
@@ -233,6 +243,11 @@ fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() 
         "{}",
         run.expect("SPLICE_BY")
     );
+    assert_eq!(
+        run.expect("SPLICE_BY_WARNING"),
+        "trapvec: warning: key `tgid` is the old spelling of `pid` (the process), read as `pid`; `tid` is the thread",
+        "--by tgid warns, on one line"
+    );
     let l: Value = serde_json::from_str(run.expect("OVERFLOW_LIST")).unwrap();
     let rows = l["splices"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "one live splice: {l}");
@@ -243,7 +258,7 @@ fn keyed_counts_give_each_comm_pid_and_cpu_its_exact_calls_and_count_overflow() 
     let sum: u64 = keys.iter().map(|k| k["count"].as_u64().unwrap()).sum();
     assert!(
         overflow > 0,
-        "600 pids overflow two tables of {TABLE}: {} keys, overflow {overflow}",
+        "600 processes overflow two tables of {TABLE}: {} keys, overflow {overflow}",
         keys.len()
     );
     assert!(

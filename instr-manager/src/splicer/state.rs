@@ -18,7 +18,9 @@
 //! a compact array ([`compact`]); versions 1 and 2, every splice whole, are read as they are.
 //! Version 4's array keeps the displaced window's bytes instead of their text and addresses,
 //! and leaves out what the function's name and the site's offset give (about half the size); a
-//! version-3 array is read, its window's bytes read back from the target.
+//! version-3 array is read, its window's bytes read back from the target. Version 5 is version 4
+//! with a keyed count's key `pid` meaning the process (it was the thread, now `tid`): a state of
+//! an older version reads its keys as they meant then ([`crate::splice::OldKeys`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -34,7 +36,12 @@ use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer, DEFAULT_QUIESCE_T
 
 /// Version of the state format (snapshot and log) written; a state of another version than
 /// this or [`STATE_VERSION_WHOLE`] is refused.
-pub const STATE_VERSION: u32 = 4;
+pub const STATE_VERSION: u32 = 5;
+
+/// The last version whose key `pid` is the thread (`tid` now) and `tgid` the process (`pid`
+/// now): read, its keys migrated, and its log continued until the next snapshot writes version
+/// [`STATE_VERSION`].
+pub const STATE_VERSION_THREAD_PID: u32 = 4;
 
 /// The version of the first compact records: read, and its log continued until the next
 /// snapshot writes version [`STATE_VERSION`].
@@ -140,21 +147,48 @@ impl SavedState {
         if bytes.is_empty() {
             return Ok(None);
         }
-        let saved: SavedState = serde_json::from_slice(bytes)?;
+        let version = version_of(bytes)?;
         if ![
             STATE_VERSION,
+            STATE_VERSION_THREAD_PID,
             STATE_VERSION_COMPACT3,
             STATE_VERSION_FULL_RECORDS,
             STATE_VERSION_WHOLE,
         ]
-        .contains(&saved.version)
+        .contains(&version)
         {
+            return Err(StateError::Version { found: version });
+        }
+        let _old = crate::splice::OldKeys::when(version < STATE_VERSION);
+        let saved: SavedState = serde_json::from_slice(bytes)?;
+        // The version the keys were read by is the snapshot's (one written twice is not).
+        if saved.version != version {
             return Err(StateError::Version {
                 found: saved.version,
             });
         }
         Ok(Some(saved))
     }
+}
+
+/// A snapshot's version, known before its splices are read (their keys depend on it). Every
+/// version writes it first (`{"version":N,`), read there; a snapshot written otherwise is read
+/// once for it alone.
+fn version_of(bytes: &[u8]) -> Result<u32, serde_json::Error> {
+    if let Some(rest) = bytes.strip_prefix(b"{\"version\":") {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if rest.get(digits) == Some(&b',') {
+            let text = std::str::from_utf8(&rest[..digits]).unwrap_or_default();
+            if let Ok(v) = text.parse() {
+                return Ok(v);
+            }
+        }
+    }
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    Ok(serde_json::from_slice::<Version>(bytes)?.version)
 }
 
 impl<T: Target> Splicer<T> {

@@ -32,6 +32,7 @@ use trapvec::{Target, TargetError};
 
 use super::state::{
     SavedState, StateError, STATE_VERSION, STATE_VERSION_COMPACT3, STATE_VERSION_FULL_RECORDS,
+    STATE_VERSION_THREAD_PID,
 };
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer};
 
@@ -311,6 +312,7 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
     }
     if ![
         STATE_VERSION,
+        STATE_VERSION_THREAD_PID,
         STATE_VERSION_COMPACT3,
         STATE_VERSION_FULL_RECORDS,
     ]
@@ -333,6 +335,8 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
         .into_iter()
         .map(|s| (s.id, s))
         .collect();
+    // An older log's keys are read as they meant then (a key `pid` was the thread).
+    let _old = crate::splice::OldKeys::when(header.version < STATE_VERSION);
     let mut number = 1;
     while let Some(line) = lines.next() {
         number += 1;

@@ -166,3 +166,92 @@ fn state_of_another_version_or_garbage_is_refused() {
     let err = Splicer::import_state(k, b"{not json").err().unwrap();
     assert!(matches!(err, StateError::Decode(_)), "{err}");
 }
+
+/// `json` as a state of version 4 would have spelled it (the key `pid` the thread, `tgid` the
+/// process): the process's key as `tgid`, the thread's as `pid`, the version 4.
+fn old_keys(json: &str) -> String {
+    use crate::splicer::state::STATE_VERSION;
+    json.replace(r#""by":"pid""#, r#""by":"tgid""#)
+        .replace(r#""by":"tid""#, r#""by":"pid""#)
+        .replacen(
+            &format!(r#"{{"version":{STATE_VERSION},"#),
+            r#"{"version":4,"#,
+            1,
+        )
+}
+
+#[test]
+fn keys_saved_by_version_4_keep_their_meaning_and_are_written_anew_as_tid_and_pid() {
+    use crate::splicer::state::STATE_VERSION;
+    use trapvec::keyed::KeyBy;
+    let k = FakeKernel::new();
+    k.state().runtime_slots = true;
+    let mut first = Splicer::new(k.clone());
+    let keyed = |at: &str, by| {
+        let mut r = count(at, Mechanism::Trap);
+        r.options.by = Some(by);
+        r
+    };
+    first
+        .apply(&[
+            keyed("f0", KeyBy::Tid),
+            keyed("f1", KeyBy::Pid),
+            keyed("f2", KeyBy::Cpu),
+        ])
+        .unwrap();
+    let snapshot = first.snapshot_bytes(7);
+    // Then one more in the log.
+    first.apply(&[keyed("f3", KeyBy::Tid)]).unwrap();
+    let whole: serde_json::Value = serde_json::from_slice(&first.snapshot_bytes(7)).unwrap();
+    let f3 = whole["splices"].as_array().unwrap().last().unwrap().clone();
+    let change =
+        serde_json::json!({"add": [f3], "remove": [], "next_splice": whole["next_splice"]});
+    let log_v4 = format!(
+        "{{\"format\":\"trapvec-state-log\",\"version\":4,\"epoch\":7}}\n{}\n",
+        old_keys(&change.to_string())
+    );
+    let snapshot_v4 = old_keys(std::str::from_utf8(&snapshot).unwrap());
+    assert!(snapshot_v4.starts_with(r#"{"version":4,"#), "{snapshot_v4}");
+    assert!(
+        snapshot_v4.contains(r#""by":"tgid""#) && log_v4.contains(r#""by":"pid""#),
+        "the process spelled `tgid`, the thread `pid`"
+    );
+    let expect = [
+        ("f0", Some(KeyBy::Tid)),
+        ("f1", Some(KeyBy::Pid)),
+        ("f2", Some(KeyBy::Cpu)),
+        ("f3", Some(KeyBy::Tid)),
+    ];
+    let keys = |sp: &Splicer<FakeKernel>| -> Vec<(String, Option<KeyBy>)> {
+        sp.live()
+            .map(|s| (s.request.at.clone(), s.request.options.by))
+            .collect()
+    };
+    let want: Vec<(String, Option<KeyBy>)> =
+        expect.iter().map(|(a, b)| (a.to_string(), *b)).collect();
+    let (second, replay) =
+        Splicer::import_state_with_log(k.clone(), snapshot_v4.as_bytes(), log_v4.as_bytes())
+            .unwrap();
+    assert_eq!(replay.changes, 1);
+    assert_eq!(
+        keys(&second),
+        want,
+        "an old `pid` is the thread (`tid`), an old `tgid` the process (`pid`)"
+    );
+    // Written anew: version 5, the thread as `tid`, the process as `pid`; read back the same.
+    let again = second.export_state();
+    let text = String::from_utf8(again.clone()).unwrap();
+    assert!(text.starts_with(&format!(r#"{{"version":{STATE_VERSION},"#)));
+    assert_eq!(STATE_VERSION, 5);
+    assert!(!text.contains("tgid"), "{text}");
+    assert_eq!(text.matches(r#""by":"tid""#).count(), 2, "{text}");
+    assert_eq!(text.matches(r#""by":"pid""#).count(), 1, "{text}");
+    let third = Splicer::import_state(k.clone(), &again).unwrap();
+    assert_eq!(keys(&third), want, "version 5's `pid` is the process");
+    // The current version's log reads `pid` as the process too.
+    let log_v5 = format!(
+        "{{\"format\":\"trapvec-state-log\",\"version\":{STATE_VERSION},\"epoch\":7}}\n{change}\n"
+    );
+    let (fourth, _) = Splicer::import_state_with_log(k, &snapshot, log_v5.as_bytes()).unwrap();
+    assert_eq!(keys(&fourth), want);
+}

@@ -1,7 +1,8 @@
 //! `trapctl count FUNCTION --seconds N`: KAPI's count_func. A count-only trap at the function's
 //! entry (past the ftrace site): no handler, the dispatcher counts; removed at the end.
-//! With `--by pid|tgid|comm|cpu`, a keyed count (bpftrace's `@[comm] = count()`): the splice
-//! calls the module's counting routine, which counts each hit under its key.
+//! With `--by tid|pid|comm|cpu`, a keyed count (bpftrace's `@[comm] = count()`): the splice
+//! calls the module's counting routine, which counts each hit under its key (`pid` the process,
+//! `tid` the thread).
 
 use anyhow::Result;
 use instr_manager::ops::SpliceRow;
@@ -39,11 +40,11 @@ terminal (Ctrl-C, hangup) reached the command already and is not sent again. The
 this command as its owner; if the command is killed by SIGKILL, `trapctl list` shows the splice
 as orphaned and `trapctl unsplice --orphans` removes it.
 
---by pid|tgid|comm|cpu counts the calls by who made them, as bpftrace's @[comm] = count():
-the splice calls trapvec.ko's counting routine, which reads the key of the current task (its
-pid, i.e. the thread id, or `tid`, the same key here; its tgid, the process; its comm, the
-16-byte name; or the CPU) and adds one to that key's entry in a per-CPU table of 256 keys (no
-locks). A call whose key finds its CPU's table full is counted as overflow, so the keys and the
+--by tid|pid|comm|cpu counts the calls by who made them, as bpftrace's @[comm] = count():
+the splice calls trapvec.ko's counting routine, which reads the key of the current task (tid:
+the thread, task->pid; pid: the process, task->tgid, as bpftrace's pid; comm: the 16-byte name;
+or cpu) and adds one to that key's entry in a per-CPU table of 256 keys (no locks). `tgid` is
+read as `pid`, its old spelling, with a warning on stderr (`pid` was the thread before). A call whose key finds its CPU's table full is counted as overflow, so the keys and the
 overflow add up to the calls. The top keys are printed, most calls first, as
 `@[KEY]: COUNT` lines (--top K, default 10), then `FUNCTION: TOTAL calls in N s (R/s), K keys
 by KEY, overflow O`. --json prints one JSON object (every key unless --top is given) instead.
@@ -61,7 +62,7 @@ pub struct Args {
     /// trap (the dispatcher counts) or jmp (a counting trampoline).
     #[arg(long, default_value = "trap", value_parser = super::splice::listed::<Mechanism>(super::splice::MECHANISMS))]
     pub mechanism: Mechanism,
-    /// Count by pid (= tid), tgid, comm or cpu, and print the top keys.
+    /// Count by tid (the thread), pid (the process), comm or cpu, and print the top keys.
     #[arg(long, value_name = "KEY", value_parser = super::splice::listed::<KeyBy>(super::splice::KEYS))]
     pub by: Option<KeyBy>,
     /// With --by: print the K keys with the most calls [default: 10; --json: all].

@@ -40,9 +40,11 @@ validates, prints one line per refusal reason and exits 3 if any was refused.
                   callable as __trapvec_orig_<function>
   --count         no handler: only count the hits (`trapctl list` shows them); a kernel trap
                   is then a dispatch entry without a handler, a jmp a counting trampoline
-  --by KEY        with --count: count the hits by pid (= tid), tgid, comm or cpu in trapvec.ko's
-                  per-CPU tables of 256 keys (overflow counted); `trapctl list` shows the
-                  table's size and top key, `trapctl list --json` every key
+  --by KEY        with --count: count the hits by tid (the thread, task->pid), pid (the
+                  process, task->tgid), comm or cpu in trapvec.ko's per-CPU tables of 256 keys
+                  (overflow counted); `trapctl list` shows the table's size and top key,
+                  `trapctl list --json` every key. `tgid` is read as pid (its old spelling)
+                  with a warning; pid meant the thread before
   --return        make a return point (kretprobe): AT must be a function's entry, and --call SYM
                   runs each time the function returns, as SYM(struct trapvec_regs *regs,
                   struct trapvec_call *call): the return value in regs->rax (and rdx; it may be
@@ -92,7 +94,8 @@ pub struct SpliceArgs {
     /// With --return: most calls in progress at once; more are counted as missed [default: 256].
     #[arg(long, value_name = "N", requires = "at_return")]
     pub maxactive: Option<u32>,
-    /// With --count: count by pid (= tid), tgid, comm or cpu (`trapctl list` shows the table).
+    /// With --count: count by tid (the thread), pid (the process), comm or cpu (`trapctl list`
+    /// shows the table).
     #[arg(long, value_name = "KEY", value_parser = listed::<trapvec::keyed::KeyBy>(KEYS), conflicts_with_all = ["call", "replace", "at_return"])]
     pub by: Option<trapvec::keyed::KeyBy>,
     /// With a glob AT: apply what validates, one line per refusal reason, exit 3 if any.
@@ -238,7 +241,7 @@ pub fn listed<T>(values: &'static [&'static str]) -> Listed<T> {
 /// `--mechanism`'s values.
 pub const MECHANISMS: &[&str] = &["trap", "jmp"];
 /// `--by`'s values.
-pub const KEYS: &[&str] = &["pid", "tid", "tgid", "comm", "cpu"];
+pub const KEYS: &[&str] = trapvec::keyed::KEY_NAMES;
 /// `--clock`'s values.
 pub const CLOCKS: &[&str] = &["wall", "cpu"];
 

@@ -107,8 +107,8 @@ impl KernelTarget {
     }
 
     /// KEY_ADD: a slot of the module's keyed counts (`kmod/keyed.c`); the splice is a call of
-    /// the module's counting routine with the slot's cookie. In the kernel `tid` is the task's
-    /// `pid` (the kernel's thread id), so both count by `current->pid`.
+    /// the module's counting routine with the slot's cookie. `tid` counts by `current->pid` (the
+    /// kernel's thread id), `pid` by `current->tgid` (the process).
     pub(super) fn key_add(
         &mut self,
         by: crate::keyed::KeyBy,
@@ -215,12 +215,13 @@ impl KernelTarget {
     }
 }
 
-/// The module's code of a key (`TRAPVEC_KEY_*`); `tid` is the task's `pid` in the kernel.
+/// The module's code of a key (`TRAPVEC_KEY_*`): the thread (`tid`) is the task's `pid` in the
+/// kernel, the process (`pid`) its `tgid`.
 fn key_code(by: crate::keyed::KeyBy) -> u32 {
     use crate::keyed::KeyBy;
     match by {
-        KeyBy::Tid | KeyBy::Pid => TRAPVEC_KEY_PID,
-        KeyBy::Tgid => TRAPVEC_KEY_TGID,
+        KeyBy::Tid => TRAPVEC_KEY_PID,
+        KeyBy::Pid => TRAPVEC_KEY_TGID,
         KeyBy::Comm => TRAPVEC_KEY_COMM,
         KeyBy::Cpu => TRAPVEC_KEY_CPU,
     }

@@ -1453,11 +1453,13 @@ fn comm_key(name: &str, count: u64) -> TrapvecKeyEntry {
 }
 
 #[test]
-fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() {
+fn a_key_slot_is_the_modules_counting_routine_tid_counts_by_task_pid_and_pid_by_tgid() {
     use crate::keyed::KeyBy;
     let (mut target, module, _g) = target_with(|_| {});
     let mut sent = Vec::new();
-    for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, KeyBy::Tgid, KeyBy::Comm, KeyBy::Cpu]) {
+    // `tgid`, the old spelling, is `pid`.
+    let tgid: KeyBy = "tgid".parse().unwrap();
+    for (i, by) in (0u32..).zip([KeyBy::Pid, KeyBy::Tid, tgid, KeyBy::Comm, KeyBy::Cpu]) {
         let slot = target.alloc_slot(&SlotSpec::Keyed(by)).unwrap();
         assert_eq!(
             (slot.index(), slot.entry(), slot.cookie()),
@@ -1465,10 +1467,11 @@ fn a_key_slot_is_the_modules_counting_routine_and_tid_counts_by_the_tasks_pid() 
         );
         sent.push(module.borrow().keys[i as usize].0.by);
     }
+    // The process is current->tgid, the thread current->pid.
     assert_eq!(
         sent,
         [
-            TRAPVEC_KEY_PID,
+            TRAPVEC_KEY_TGID,
             TRAPVEC_KEY_PID,
             TRAPVEC_KEY_TGID,
             TRAPVEC_KEY_COMM,

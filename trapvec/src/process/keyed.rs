@@ -1,6 +1,7 @@
 //! Keyed counts in a process (see [`crate::keyed`]): [`SLOTS`] slots of [`TABLE`] entries each,
 //! filled lock-free (an entry's key is claimed with a compare-and-swap, its count is an atomic
-//! add), keyed by the thread id (cached per thread) or the CPU (`sched_getcpu`, the vDSO).
+//! add), keyed by the thread id (`tid`, cached per thread), the process id (`pid`, one key) or
+//! the CPU (`sched_getcpu`, the vDSO).
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -18,7 +19,7 @@ pub const TABLE: usize = 256;
 
 struct Slot {
     live: AtomicBool,
-    /// 0: tid, 1: cpu.
+    /// 0: tid, 1: cpu, 2: pid.
     by: AtomicU32,
     /// Key + 1 of each entry (0: free).
     keys: [AtomicU64; TABLE],
@@ -57,6 +58,12 @@ fn tid() -> u64 {
     u64::from(t)
 }
 
+fn pid() -> u64 {
+    // The raw system call (not glibc's getpid, which may be the spliced function itself), not
+    // cached: a child of fork() inherits the spliced text and is another process.
+    u64::from(super::sys::getpid() as u32)
+}
+
 fn cpu() -> u64 {
     // SAFETY: sched_getcpu takes no arguments (the vDSO); -1 only where the kernel cannot say.
     let c = unsafe { libc::sched_getcpu() };
@@ -68,10 +75,10 @@ extern "C" fn kc_hit(_regs: *mut TrapvecRegs, cookie: u64) {
     let Some(s) = SLOT.get(cookie as usize) else {
         return;
     };
-    let key = if s.by.load(Relaxed) == 1 {
-        cpu()
-    } else {
-        tid()
+    let key = match s.by.load(Relaxed) {
+        1 => cpu(),
+        2 => pid(),
+        _ => tid(),
     };
     let tag = key.wrapping_add(1);
     // Fibonacci hashing into the table, then linear probing over all of it.
@@ -100,18 +107,15 @@ extern "C" fn kc_hit(_regs: *mut TrapvecRegs, cookie: u64) {
     s.overflow.fetch_add(1, Relaxed);
 }
 
-/// Take a slot for a keyed count by `by` (a process counts by `tid` or `cpu`).
+/// Take a slot for a keyed count by `by` (a process counts by `tid`, `pid` or `cpu`).
 pub(crate) fn alloc_slot(by: KeyBy) -> Result<KeySlot, TargetError> {
     let code = match by {
         KeyBy::Tid => 0,
         KeyBy::Cpu => 1,
-        other => {
+        KeyBy::Pid => 2,
+        KeyBy::Comm => {
             return Err(TargetError::Unsupported {
-                what: match other {
-                    KeyBy::Pid => "counts by pid (a kernel key; in a process count by tid)",
-                    KeyBy::Tgid => "counts by tgid (a kernel key; a process is one tgid)",
-                    _ => "counts by comm (a kernel key)",
-                },
+                what: "counts by comm (a kernel key)",
                 target: "a process".into(),
             })
         }

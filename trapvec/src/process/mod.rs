@@ -3,7 +3,7 @@
 //! - [`signal`]: the SIGSEGV trap handler, the SIGTRAP handler of the int3-first protocol and the
 //!   thread-scan handler (everything that runs in signal context);
 //! - [`text`]: the text writer (all-or-nothing, int3-first, `membarrier` core sync);
-//! - [`keyed`]: keyed counts (hits by thread or CPU);
+//! - [`keyed`]: keyed counts (hits by thread, process or CPU);
 //! - `tcb`: where the thread id lies in a thread's control block (task predicates);
 //! - [`returns`]: the return runtime (return points and timers: stubs, instances, unwind data);
 //! - [`memory`]: the repository (code through a writable memfd alias, data), within ±2 GiB;
