@@ -48,6 +48,18 @@ fn trace(dir: &Path, program: &str, extra: &[&str], n: u32) -> Output {
         .unwrap()
 }
 
+/// `out` is a refusal: status 1, `want` in its stderr, and nothing ran (no stdout).
+fn assert_refused(out: &Output, want: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(want), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 fn ok(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -171,14 +183,10 @@ fn a_retval_change_is_seen_by_the_program_only_with_allow_changes() {
     // The loop's compute(3, &v) kept its value: total is 90.
     assert!(out.contains("total = 90\n"), "{out}");
     let refused = trace(dir.path(), program, &[], 10);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("error at 1:43: changing retval needs --allow-changes"),
-        "{err}"
+    assert_refused(
+        &refused,
+        "error at 1:43: changing retval needs --allow-changes",
     );
-    // Nothing ran.
-    assert!(refused.stdout.is_empty());
 }
 
 #[test]
@@ -204,11 +212,9 @@ fn a_glob_probe_expands_to_the_programs_functions_and_func_names_them() {
     let out = ok(&trace(dir.path(), "comp* { @[func] = count() }", &[], 10));
     assert!(out.contains("@[compute]: 11\n"), "{out}");
     let missing = trace(dir.path(), "nosuch_* { @ = count() }", &[], 1);
-    assert_eq!(missing.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(
-        err.contains("error at 1:1: probe 'nosuch_*' matches no function"),
-        "{err}"
+    assert_refused(
+        &missing,
+        "error at 1:1: probe 'nosuch_*' matches no function",
     );
 }
 
@@ -223,11 +229,9 @@ fn return_at_an_entry_replaces_the_function_and_the_program_sees_its_value() {
     // The replacement still counts: arg0 == 3 twice (the loop's last and the printed call).
     assert!(out.contains("@[1]: 2\n@[0]: 3\n"), "{out}");
     let refused = trace(dir.path(), program, &[], 4);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("error at 1:35: return (skipping the function) needs --allow-changes"),
-        "{err}"
+    assert_refused(
+        &refused,
+        "error at 1:35: return (skipping the function) needs --allow-changes",
     );
 }
 
@@ -238,12 +242,7 @@ fn return_under_a_predicate_replaces_only_the_selected_calls_the_others_run_the_
         "compute /arg0 == 3/ { @three = count(); return 7 } compute:return { @r = count() }";
     // An entry replacement and compute:return cannot go together.
     let refused = trace(dir.path(), program, &["--allow-changes"], 5);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("its entry cannot also skip it with return"),
-        "{err}"
-    );
+    assert_refused(&refused, "its entry cannot also skip it with return");
     let program = "compute /arg0 == 3/ { @three = count(); return 7 }";
     let out = ok(&trace(dir.path(), program, &["--allow-changes"], 5));
     // compute(3) returns 7 (twice: the loop's and the printed one); the others run and
@@ -252,11 +251,9 @@ fn return_under_a_predicate_replaces_only_the_selected_calls_the_others_run_the_
     assert!(out.contains("total = 21\n"), "{out}");
     assert!(out.contains("@three: 2\n"), "{out}");
     let refused = trace(dir.path(), program, &[], 5);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("error at 1:41: return (skipping the function) needs --allow-changes"),
-        "{err}"
+    assert_refused(
+        &refused,
+        "error at 1:41: return (skipping the function) needs --allow-changes",
     );
 }
 
@@ -506,9 +503,7 @@ fn a_library_glob_matching_nothing_is_refused_naming_the_glob_and_the_library() 
     // Nothing ran.
     assert!(out.stdout.is_empty());
     let out = trace_fx(dir.path(), "libnosuch.so.9:f* { @ = count() }", &[], 1);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("library libnosuch.so.9 is not found"), "{err}");
+    assert_refused(&out, "library libnosuch.so.9 is not found");
 }
 
 #[test]
@@ -585,13 +580,7 @@ fn an_entry_and_a_return_probe_of_one_function_both_count_every_call() {
         &[],
         1,
     );
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("probe libc.so.6:strlen: strlen is an IFUNC in"),
-        "{err}"
-    );
-    assert!(out.stdout.is_empty());
+    assert_refused(&out, "probe libc.so.6:strlen: strlen is an IFUNC in");
 }
 
 #[test]
