@@ -15,6 +15,31 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+/// Move `sp`, an entry probe of a function that also has a `:return` probe (whose splice takes
+/// the entry), to the first instruction after that splice's window of `window` bytes from
+/// `start` in `code`, the function's code at `addr` ([`trapvec_script::after_window`]); the
+/// kernel and a process differ only in where the code is read.
+fn past_return_site(
+    sp: &mut trapvec_script::Splice,
+    code: &[u8],
+    addr: u64,
+    start: usize,
+    window: usize,
+) -> Result<()> {
+    let at = trapvec_script::after_window(code, addr, start, window).with_context(|| {
+        format!(
+            "probe {}: it cannot run beside {}:return (whose splice takes the entry)",
+            sp.at, sp.at
+        )
+    })?;
+    log::debug!(
+        "probe {}: at +{at:#x}, after the return point's site at +{start:#x}",
+        sp.at
+    );
+    sp.at = format!("{}+{at:#x}", sp.at);
+    Ok(())
+}
+
 mod attached;
 mod functions;
 mod kernel;

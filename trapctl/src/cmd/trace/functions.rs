@@ -145,18 +145,7 @@ impl<'a> Functions<'a> {
                 .with_context(|| {
                     format!("probe {}: {name} has no code in {}", sp.at, path.display())
                 })?;
-            let at = trapvec_script::after_window(image.bytes_of(f), f.start, 0, window)
-                .with_context(|| {
-                    format!(
-                        "probe {}: it cannot run beside {}:return (whose splice takes the entry)",
-                        sp.at, sp.at
-                    )
-                })?;
-            log::debug!(
-                "probe {}: at +{at:#x}, after the return point's site",
-                sp.at
-            );
-            sp.at = format!("{}+{at:#x}", sp.at);
+            super::past_return_site(sp, image.bytes_of(f), f.start, 0, window)?;
         }
         Ok(())
     }

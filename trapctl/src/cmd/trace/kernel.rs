@@ -105,19 +105,7 @@ fn place_beside_returns(
             .read(sym.addr, len)
             .with_context(|| format!("reading the entry of {name} at {:#x}", sym.addr))?;
         let start = usize::try_from(kernel_entry_len(&bytes)).expect("at most 9");
-        let at =
-            trapvec_script::after_window(&bytes, sym.addr, start, instr_manager::plan::TRAP_LEN)
-                .with_context(|| {
-                    format!(
-                        "probe {}: it cannot run beside {}:return (whose splice takes the entry)",
-                        sp.at, sp.at
-                    )
-                })?;
-        log::debug!(
-            "probe {}: at +{at:#x}, after the return point's site at +{start:#x}",
-            sp.at
-        );
-        sp.at = format!("{}+{at:#x}", sp.at);
+        super::past_return_site(sp, &bytes, sym.addr, start, instr_manager::plan::TRAP_LEN)?;
     }
     Ok(())
 }
