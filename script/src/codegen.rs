@@ -162,10 +162,13 @@ pub fn handler(h: &Handler<'_>, layout: &Layout, strings: &mut Strings) -> R<Cod
     if frame > 0 {
         a.sub(rsp, disp(frame)?)?;
     }
-    // Every variable starts at 0: one that only an `if`'s branch assigns reads 0 when the
-    // branch did not run (never what the stack held).
-    for slot in 0..h.body.vars.len() {
-        a.mov(qword_ptr(rbp + var_slot(slot)), 0)?;
+    // With an `if`, every variable starts at 0: one that only a branch assigns reads 0 when the
+    // branch did not run (never what the stack held). Without one, the checker lets a variable
+    // be read only after its assignment, and a hit pays for no stores.
+    if h.body.stmts.iter().any(|s| matches!(s, Stmt::If { .. })) {
+        for slot in 0..h.body.vars.len() {
+            a.mov(qword_ptr(rbp + var_slot(slot)), 0)?;
+        }
     }
     let mut g = Gen {
         a,
