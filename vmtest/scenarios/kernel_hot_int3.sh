@@ -32,6 +32,13 @@ for f in sched_balance_softirq run_rebalance_domains run_timer_softirq rcu_core 
 	account_process_tick; do
 	[ -n "$(addr "$f")" ] && past_entry "$f" 0 >> /tmp/points
 done
+# And in functions every interrupt or tick runs, the first block a jmp reaches only by a
+# springboard (one shorter than a jmp rel32 before a branch target or the function's end), so a
+# batch writes springboards while CPUs run their sites (6.12's entries above all take jmp rel32).
+for f in irq_exit_rcu ktime_get_update_offsets_now task_tick_fair __irq_exit_rcu; do
+	[ -n "$(addr "$f")" ] || continue
+	trapctl points --blocks "$f" 2> /dev/null | awk '$4 == "springboard" { print $1; exit }' >> /tmp/points
+done
 # `spec MECHANISM`: count splices on every point the planner takes for MECHANISM.
 spec() {
 	awk -v m="$1" '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"%s\"\n", $1, m }' \

@@ -7,7 +7,8 @@
 //! notifier sent them to the springboard before FINISH had written it, and its padding fell
 //! through into the function, to the same CC. Asserted: every round applied and reverted (a stall
 //! is the guest's timeout), CPUs really met the CCs (the notifier's counter grew), nothing left
-//! live; on 6.12, some jmp went by a springboard (the case that stalled).
+//! live; on 6.12, some jmp went by a springboard (the case that stalled: the scenario adds the
+//! first springboard block of functions every interrupt runs, such as `irq_exit_rcu`).
 //!
 //! `TRAPVEC_HOT_INT3_MODULE=/path/trapvec.ko` tests that module instead of the tree's (one
 //! without the fix stalls on 6.12 in the first round).

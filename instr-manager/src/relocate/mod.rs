@@ -169,8 +169,18 @@ fn culprit(displaced: &[Insn], new_addr: u64) -> Option<Refusal> {
     })
 }
 
-/// Whether a rel32 (or RIP-relative disp32) at `from` reaches `to`, with `margin` bytes of
-/// slack for where exactly `from` ends up.
+/// Whether a RIP-relative memory operand at `from` reaches `to` as the CPU computes it: rip plus
+/// a rel32 modulo 2^64 (BlockEncoder encodes it so). Linux 6.12 addresses per-CPU data
+/// RIP-relatively (`mov rax, gs:[rip+x]` whose target is the per-CPU offset, 0x35000): near 0,
+/// in reach of the kernel's top 2 GiB only through the wrap. Branches keep [`reaches`].
+pub(crate) fn reaches_wrapping(from: u64, to: u64, margin: u64) -> bool {
+    let d = i64::from_ne_bytes(to.wrapping_sub(from).to_ne_bytes());
+    let lim = i64::from(i32::MAX) - i64::try_from(margin).unwrap_or(i64::MAX);
+    d.checked_abs().is_some_and(|d| d <= lim)
+}
+
+/// Whether a rel32 branch at `from` reaches `to`, with `margin` bytes of slack for where
+/// exactly `from` ends up.
 pub(crate) fn reaches(from: u64, to: u64, margin: u64) -> bool {
     let d = i128::from(to) - i128::from(from);
     let lim = i128::from(i32::MAX) - i128::from(margin);

@@ -327,6 +327,29 @@ fn rip_relative_operand_out_of_reach_is_refused() {
     assert_eq!(err.cause(), RefusalCause::OperandOutOfReach);
 }
 
+#[test]
+fn a_per_cpu_operand_near_zero_is_reached_through_the_wrap_as_the_cpu_does() {
+    // Linux 6.12's `mov rax, gs:[rip+x]` in getname_flags at 0xffffffff81456259, x such that
+    // the target is the per-CPU offset 0x35000: rip + x wraps past 2^64.
+    let site: u64 = 0xffff_ffff_8145_6259;
+    let next = site + 8;
+    let disp = u32::try_from(0x35000u64.wrapping_sub(next) & 0xffff_ffff).unwrap();
+    let mut bytes = vec![0x65, 0x48, 0x8B, 0x05];
+    bytes.extend(disp.to_le_bytes());
+    let displaced = insns(&bytes, site);
+    assert_eq!(displaced[0].instr.ip_rel_memory_address(), 0x35000);
+    // Moved to the module area (0xffffffffc0...), the operand still names 0x35000 with gs.
+    let new_addr = 0xffff_ffff_c012_3000;
+    let out = relocate(&displaced, new_addr).unwrap_or_else(|e| panic!("{e}"));
+    let moved = insns(&out, new_addr);
+    assert_eq!(moved[0].instr.ip_rel_memory_address(), 0x35000);
+    assert_eq!(moved[0].instr.segment_prefix(), iced_x86::Register::GS);
+    assert_eq!(&out[..4], &bytes[..4]);
+    // A target truly out of reach is still refused: 0x35000 from the middle of the space.
+    let err = relocate(&displaced, 0x8000_0000_0000_0000).unwrap_err();
+    assert_eq!(err.cause(), RefusalCause::OperandOutOfReach);
+}
+
 #[derive(Clone, Debug)]
 enum Gen {
     Load(i32),
