@@ -10,7 +10,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSymbol};
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
@@ -79,17 +79,16 @@ pub fn file_offset(path: &Path, symbol: &str) -> Result<u64, UprobeError> {
             path: path.to_path_buf(),
         })?;
     let addr = sym.address();
-    for seg in file.segments() {
-        let (off, _) = seg.file_range();
-        if addr >= seg.address() && addr < seg.address() + seg.size() {
-            return Ok(addr - seg.address() + off);
-        }
-    }
-    Err(UprobeError::NoSegment {
-        symbol: symbol.to_string(),
-        addr,
-        path: path.to_path_buf(),
-    })
+    vmtest::uprobe::file_offset(&data, addr)
+        .map_err(|source| UprobeError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .ok_or_else(|| UprobeError::NoSegment {
+            symbol: symbol.to_string(),
+            addr,
+            path: path.to_path_buf(),
+        })
 }
 
 /// A live uprobe with its trace event enabled.
@@ -233,5 +232,35 @@ impl Drop for Probe {
         if self.mounted {
             unmount();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function of this test binary with a plain symbol name.
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn bench_uprobe_offset_target(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555
+    }
+
+    #[test]
+    fn a_symbols_file_offset_holds_the_bytes_it_runs() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let offset = file_offset(&exe, "bench_uprobe_offset_target").unwrap();
+        let file = std::fs::read(&exe).unwrap();
+        let at = usize::try_from(offset).unwrap();
+        let f: extern "C" fn(u64) -> u64 = bench_uprobe_offset_target;
+        // SAFETY: the 16 bytes from the function's start lie in this binary's mapped, readable
+        // text (the function, then its padding or the next function), which nothing writes.
+        let running = unsafe { std::slice::from_raw_parts(f as *const u8, 16) };
+        assert_eq!(&file[at..at + 16], running);
+        assert_eq!(f(1), 0x9e37_79b9_7f4a_7c15 ^ 0x5555);
+        assert!(matches!(
+            file_offset(&exe, "no_such_symbol_here"),
+            Err(UprobeError::NoSymbol { .. })
+        ));
     }
 }

@@ -3,7 +3,8 @@
 # a few syscall functions while a command calls getsid() and getppid() a known number of times;
 # then the same command again under kprobes at the same sites (the oracle: equal counts); a
 # SIGTERM that ends a coverage still removes every site; the same through trapd; once mode,
-# direct and through trapd; a glob of over 1,000 functions, timed.
+# direct and through trapd; a glob of over 1,000 functions, timed; a program's blocks counted by
+# `trapctl cover --process`, then by uprobes at the same blocks (the process oracle).
 # Prints KEY=value lines that vmtest/tests/kernel_cover.rs checks.
 set -eu
 . /lib/scenario.sh
@@ -112,4 +113,47 @@ echo "SCALE_SECONDS=$(($(date +%s) - start))"
 echo "SCALE_TOTAL=$(grep '^total: ' /tmp/scale.out)"
 echo "SCALE_REFUSALS=$(grep '^  refused at ' /tmp/scale.out | tr '\n' '|')"
 echo "SCALE_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
+# --- A process against uprobes (issue 27, the process oracle): `trapctl cover --process` counts
+# every block of /files/coverloop (a deterministic loop, built -O0 -g on the host); then a uprobe
+# at each block with a site counts a second, identical, uncovered run. A uprobe takes a file
+# offset: a block's address less its load segment's address plus the segment's file offset, from
+# the segments the host read (/files/coverloop.segments: ADDRESS SIZE OFFSET a line, in hex).
+P=/files/coverloop
+status=0
+TRAPVEC_AGENT=/files/libtrapvec_agent.so trapctl cover --process '*' --json -o /tmp/pcover.json -- $P > /tmp/pcover.out 2> /tmp/pcover.err || status=$?
+echo "PCOVER_STATUS=$status"
+echo "PCOVER_STDERR=$(tr '\n' '|' < /tmp/pcover.err)"
+echo "PCOVER_OUT=$(cat /tmp/pcover.out)"
+echo "PCOVER_JSON=$(tr -d '\n' < /tmp/pcover.json)"
+# The address of each block that had a site (a `hits` field follows its `address`).
+awk -F'"' '/"address": / { a = $4 } /"hits": / { print a }' /tmp/pcover.json > /tmp/paddrs
+i=0
+while read -r addr; do
+	off=
+	while read -r base size segoff; do
+		if [ $((addr >= base && addr < base + size)) = 1 ]; then
+			off=$(printf '0x%x' $((addr - base + segoff)))
+			break
+		fi
+	done < $P.segments
+	if [ -z "$off" ]; then
+		echo "UPROBE_FAILED=$addr lies in no load segment"
+	elif ! echo "p:cvp/b$i $P:$off" >> $T/uprobe_events; then
+		echo "UPROBE_FAILED=p:cvp/b$i $P:$off refused"
+	fi
+	echo "UPROBE_AT=$addr ${off:-none}"
+	i=$((i + 1))
+done < /tmp/paddrs
+echo "UPROBES=$i"
+echo 1 > $T/events/cvp/enable
+$P > /tmp/puprobe.out
+echo 0 > $T/events/cvp/enable
+echo "UPROBE_OUT=$(cat /tmp/puprobe.out)"
+i=0
+while read -r addr; do
+	# `  FILE EVENT HITS`, the event without its group.
+	echo "UPROBE_HITS=$addr $(awk -v n="b$i" '$2 == n { print $3 }' $T/uprobe_profile)"
+	i=$((i + 1))
+done < /tmp/paddrs
+echo > $T/uprobe_events
 echo "COVER_DONE"

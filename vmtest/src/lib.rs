@@ -20,6 +20,7 @@
 //! | [`monitor`] | QEMU's monitor: where the vCPUs are at a timeout |
 //! | [`runner`] | one `vmtest run` end to end |
 //! | [`systemd`] | a guest whose PID 1 is systemd (`--systemd`): systemd, kmod, units, `--tree`s |
+//! | [`uprobe`] | where an ELF address lies in its file (a uprobe's offset) |
 //! | [`testing`] | what tests that boot guests share: skip or fail without QEMU, running a scenario, its `KEY=value` lines |
 
 pub mod build;
@@ -35,3 +36,4 @@ pub mod qemu;
 pub mod runner;
 pub mod systemd;
 pub mod testing;
+pub mod uprobe;

@@ -98,35 +98,53 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// Build the release trapd and return its path (from cargo's compiler-artifact message), for
-/// the tests that run it in the guest.
-pub fn build_trapd() -> PathBuf {
+/// `cargo build --release ARGS --message-format=json` in the workspace: its messages, parsed.
+/// Panics with cargo's stderr when the build fails.
+fn cargo_build_release(args: &[&str]) -> Vec<serde_json::Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "trapd",
-            "--bin",
-            "trapd",
-            "--message-format=json",
-        ])
+        .args(["build", "--release"])
+        .args(args)
+        .arg("--message-format=json")
         .current_dir(repo_root())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "building trapd: {}",
+        "cargo build --release {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .collect()
+}
+
+/// Build the release trapd and return its path (from cargo's compiler-artifact message), for
+/// the tests that run it in the guest.
+pub fn build_trapd() -> PathBuf {
+    cargo_build_release(&["-p", "trapd", "--bin", "trapd"])
+        .iter()
         // The crate's library is named trapd too: the binary is the artifact with an executable.
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "trapd")
+        .filter(|m| m["target"]["name"] == "trapd")
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo names the trapd executable")
+}
+
+/// Build the release LD_PRELOAD agent and return the path of `libtrapvec_agent.so`, for the
+/// tests that run `trapctl cover --process` in the guest (trapctl finds it through
+/// `$TRAPVEC_AGENT`).
+pub fn build_agent() -> PathBuf {
+    cargo_build_release(&["-p", "trapvec-agent"])
+        .iter()
+        .filter_map(|m| m["filenames"].as_array())
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .find(|f| f.ends_with("/libtrapvec_agent.so"))
+        .map(PathBuf::from)
+        .expect("cargo names libtrapvec_agent.so")
 }
 
 /// Builds `tvraw` into `dir`: the scenarios' raw-request helper

@@ -8,10 +8,17 @@
 //! ends a coverage with the report and every site removed; through trapd the same exact count;
 //! once mode (direct and through trapd) hits the same blocks, disarms them while the command
 //! runs and leaves nothing behind; a glob of over 1,000 functions is armed and disarmed in one
-//! batch each, timed.
+//! batch each, timed. A process too (the oracle of issue 27 for processes): `trapctl cover
+//! --process` counts every block of a deterministic C program built here (`-O0 -g`,
+//! `fixtures/coverloop.c`), and uprobes at every block that had a site count a second, identical
+//! run: equal, block by block.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::Value;
-use vmtest::testing::{build_trapd, can_boot, Run, Scenario};
+use vmtest::testing::{build_agent, build_trapd, can_boot, Run, Scenario};
+use vmtest::uprobe::{file_offset, load_segments};
 
 /// `CALLS=n` of a ppidloop line, which must also say every answer was right.
 fn calls(run: &Run, key: &str) -> u64 {
@@ -46,14 +53,118 @@ fn function_row<'a>(report: &'a Value, function: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {function}: {report}"))
 }
 
+/// `fixtures/coverloop.c` built into `dir` with `cc -O0 -g`, and beside it `coverloop.segments`:
+/// its load segments (`ADDRESS SIZE OFFSET` a line, in hex), with which the guest turns a block's
+/// address into the file offset a uprobe takes.
+fn coverloop(dir: &Path) -> (PathBuf, PathBuf) {
+    let prog = dir.join("coverloop");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/coverloop.c");
+    let cc = Command::new("cc")
+        .args(["-O0", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .expect("running cc");
+    assert!(
+        cc.status.success(),
+        "cc coverloop.c: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let segments = dir.join("coverloop.segments");
+    let text: String = load_segments(&std::fs::read(&prog).unwrap())
+        .unwrap()
+        .iter()
+        .map(|s| format!("{:#x} {:#x} {:#x}\n", s.address, s.size, s.offset))
+        .collect();
+    std::fs::write(&segments, text).unwrap();
+    (prog, segments)
+}
+
+/// The process oracle: every block of coverloop that had a site counted what a uprobe at its
+/// file offset counted in the second run; returns (blocks compared, blocks hit more than once).
+fn process_oracle(run: &Run, prog: &Path) -> (usize, usize) {
+    assert_eq!(
+        run.number("PCOVER_STATUS"),
+        0,
+        "{}",
+        run.expect("PCOVER_STDERR")
+    );
+    let out = run.expect("PCOVER_OUT");
+    assert!(out.starts_with("ROUNDS=60 TOTAL="), "{out}");
+    assert_eq!(
+        run.expect("UPROBE_OUT"),
+        out,
+        "the uncovered run printed what the covered run did"
+    );
+    let report: Value = serde_json::from_str(run.expect("PCOVER_JSON"))
+        .unwrap_or_else(|e| panic!("PCOVER_JSON is not JSON: {e}"));
+    assert_eq!(report["exit"], 0);
+    let sites: Vec<&Value> = report["blocks"]
+        .as_array()
+        .expect("blocks is a list")
+        .iter()
+        .filter(|b| b["hits"].is_u64())
+        .collect();
+    assert!(
+        sites.len() >= 50,
+        "a sample of at least 50 blocks: {}",
+        sites.len()
+    );
+    assert!(run.value("UPROBE_FAILED").is_none(), "{}", run.stdout);
+    assert_eq!(run.number("UPROBES"), sites.len() as u64);
+    let pairs = |key: &str| -> Vec<(String, String)> {
+        let prefix = format!("{key}=");
+        run.stdout
+            .lines()
+            .filter_map(|l| l.trim_end().strip_prefix(prefix.as_str()))
+            .map(|l| {
+                let (a, b) = l.split_once(' ').unwrap_or((l, ""));
+                (a.to_string(), b.to_string())
+            })
+            .collect()
+    };
+    // Each uprobe at the offset this side computes for the block's address.
+    let elf = std::fs::read(prog).unwrap();
+    let at = pairs("UPROBE_AT");
+    let hits = pairs("UPROBE_HITS");
+    assert_eq!((at.len(), hits.len()), (sites.len(), sites.len()));
+    let mut more_than_once = 0;
+    for ((b, (addr, off)), (haddr, n)) in sites.iter().zip(&at).zip(&hits) {
+        assert_eq!(b["address"], addr.as_str());
+        assert_eq!(haddr, addr);
+        let a = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap();
+        let want = file_offset(&elf, a).unwrap().expect("a block in a segment");
+        assert_eq!(off, &format!("{want:#x}"), "the uprobe's offset for {addr}");
+        let n: u64 = n
+            .parse()
+            .unwrap_or_else(|_| panic!("the uprobe at {addr} ({off}) has no count: `{n}`"));
+        assert_eq!(
+            b["hits"].as_u64(),
+            Some(n),
+            "the block at {addr} ({} +{}) counted as the uprobe at {off}",
+            b["function"],
+            b["offset"]
+        );
+        more_than_once += usize::from(n > 1);
+    }
+    assert!(more_than_once >= 1, "some block was hit more than once");
+    (sites.len(), more_than_once)
+}
+
 #[test]
 fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     if !can_boot("kernel scenario") {
         return;
     }
     let trapd = build_trapd();
+    let agent = build_agent();
+    let dir = tempfile::tempdir().unwrap();
+    let (prog, segments) = coverloop(dir.path());
     let run = Scenario::named("cover.sh")
         .file(&trapd)
+        .file(&agent)
+        .file(&prog)
+        .file(&segments)
         .timeout(900)
         .run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
@@ -294,6 +405,11 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         "{scale}"
     );
     assert_eq!(run.number("SCALE_LIST_AFTER"), 0);
+
+    let (compared, more_than_once) = process_oracle(&run, &prog);
+    eprintln!(
+        "cover --process: {compared} blocks of coverloop counted as uprobes there counted ({more_than_once} hit more than once)"
+    );
     eprintln!(
         "cover: {} s for the syscall coverage; scale: {scale} ({} s in all); refusals: {}",
         run.number("COVER_SECONDS"),
