@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod attach_common;
-use attach_common::{agent, cc, text, trapctl, LoopFixture};
+use attach_common::{agent, cc, text, trapctl, try_compile, LoopFixture};
 
 /// The loop fixture, running (`LoopFixture`), with the address of `work` and the FIFO its
 /// reader thread is blocked on.
@@ -284,12 +284,8 @@ fn attach_refuses_a_static_binary_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.c");
     std::fs::write(&probe, "int main(void){return 0;}\n").unwrap();
-    if !Command::new("cc")
-        .args(["-static", "-o"])
-        .arg(dir.path().join("probe"))
-        .arg(&probe)
-        .status()
-        .unwrap()
+    if !try_compile("cc", dir.path(), &["-static", "-o", "probe", "probe.c"])
+        .status
         .success()
     {
         eprintln!("skipped: this toolchain cannot link -static (no libc.a)");

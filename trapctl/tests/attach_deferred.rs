@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command};
 
 mod attach_common;
-use attach_common::{cc, spawn_ready, text, trapctl};
+use attach_common::{dlfork, spawn_ready, text, trapctl};
 
 /// dlfork.c running, told to load dltarget.c's libdltarget.so when asked.
 struct Prog {
@@ -31,13 +31,7 @@ struct Go {
 impl Prog {
     fn start() -> Prog {
         let dir = tempfile::tempdir().unwrap();
-        let exe = cc(dir.path(), "dlfork.c", "dlfork", &[]);
-        let lib = cc(
-            dir.path(),
-            "dltarget.c",
-            "libdltarget.so",
-            &["-shared", "-fPIC"],
-        );
+        let (exe, lib) = dlfork(dir.path());
         let (child, stdin, stdout, _) = spawn_ready(Command::new(exe).arg(lib));
         Prog {
             child,

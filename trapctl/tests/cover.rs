@@ -7,20 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod attach_common;
+use attach_common::{agent, compile, libfoo};
+
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/prog.c")
-}
-
-/// `libtrapvec_agent.so` of this test's profile (target/<profile>/, beside trapctl).
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p agent)",
-        so.display()
-    );
-    so
 }
 
 fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
@@ -45,7 +36,7 @@ fn build(flags: &[&str]) -> tempfile::TempDir {
     let mut args = vec!["-O0"];
     args.extend(flags);
     args.extend(["-o", "prog", "prog.c"]);
-    run(dir.path(), "gcc", &args);
+    compile("gcc", dir.path(), &args);
     dir
 }
 
@@ -301,27 +292,12 @@ fn the_kernel_path_needs_the_module() {
 fn a_library_glob_covers_the_library_with_its_lines() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for f in ["libfoo.c", "uselib.c"] {
-        std::fs::copy(fixture().with_file_name(f), d.join(f)).unwrap();
-    }
-    run(
-        d,
-        "gcc",
-        &[
-            "-O0",
-            "-g",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libfoo.so.1",
-            "-o",
-            "libfoo.so.1",
-            "libfoo.c",
-        ],
-    );
+    std::fs::copy(fixture().with_file_name("uselib.c"), d.join("uselib.c")).unwrap();
+    libfoo(d);
     let rpath = format!("-Wl,-rpath,{}", d.display());
-    run(
-        d,
+    compile(
         "gcc",
+        d,
         &[
             "-O0",
             "-g",
@@ -433,7 +409,7 @@ fn both(opt: &str) -> Both {
         let mut args = vec![opt];
         args.extend(flags);
         args.extend(["-o", "prog", "prog.c"]);
-        run(dir.path(), "gcc", &args);
+        compile("gcc", dir.path(), &args);
         dir
     };
     let g = build_opt(&["--coverage"]);

@@ -341,13 +341,7 @@ fn go(stdin: &mut ChildStdin, out: &mut BufReader<ChildStdout>, n: u64) -> Strin
 fn a_library_loaded_while_covered_is_counted_from_its_first_call_and_restored() {
     const N: u64 = 57;
     let dir = tempfile::tempdir().unwrap();
-    let exe = cc(dir.path(), "dlfork.c", "dlfork", &[]);
-    let lib = cc(
-        dir.path(),
-        "dltarget.c",
-        "libdltarget.so",
-        &["-shared", "-fPIC"],
-    );
+    let (exe, lib) = attach_common::dlfork(dir.path());
     // twice()'s own first bytes, from a run nobody covers.
     let (mut plain, mut stdin, mut out, _) =
         attach_common::spawn_ready(Command::new(&exe).arg(&lib));

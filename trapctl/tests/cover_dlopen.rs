@@ -6,56 +6,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod attach_common;
+use attach_common::{agent, compile, libfoo};
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover")
-}
-
-/// `libtrapvec_agent.so` of this test's profile (target/<profile>/, beside trapctl).
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p agent)",
-        so.display()
-    );
-    so
-}
-
-fn gcc(dir: &Path, args: &[&str]) {
-    let out = Command::new("gcc")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "gcc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A directory holding libfoo.so.1 and the program `dlopen` (which does not link it).
 fn build() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for f in ["libfoo.c", "dlopen.c"] {
-        std::fs::copy(fixtures().join(f), d.join(f)).unwrap();
-    }
-    gcc(
-        d,
-        &[
-            "-O0",
-            "-g",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libfoo.so.1",
-            "-o",
-            "libfoo.so.1",
-            "libfoo.c",
-        ],
-    );
-    gcc(d, &["-O0", "-g", "-o", "dlopen", "dlopen.c", "-ldl"]);
+    std::fs::copy(fixtures().join("dlopen.c"), d.join("dlopen.c")).unwrap();
+    libfoo(d);
+    compile("gcc", d, &["-O0", "-g", "-o", "dlopen", "dlopen.c", "-ldl"]);
     dir
 }
 

@@ -6,37 +6,20 @@
 //! Needs gcc and the built agent.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p trapvec-agent)",
-        so.display()
-    );
-    so
-}
+mod attach_common;
+use attach_common::{agent, compile};
 
 /// A temporary directory holding `once.c` built as `once` with `gcc -O0 -g`.
 fn build() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/once.c");
     std::fs::copy(src, dir.path().join("once.c")).unwrap();
-    let out = Command::new("gcc")
-        .args(["-O0", "-g", "-o", "once", "once.c"])
-        .current_dir(dir.path())
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    compile("gcc", dir.path(), &["-O0", "-g", "-o", "once", "once.c"]);
     dir
 }
 

@@ -3,35 +3,20 @@
 //! odd i, the bad address 8 for even i), then `compute(3, NULL)` once, whose result it prints.
 //! Needs gcc and the built agent (cargo build --release -p trapvec-agent).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-/// `libtrapvec_agent.so` of this test's profile (target/<profile>/, beside trapctl).
-fn agent() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_trapctl"));
-    let so = exe.parent().unwrap().join("libtrapvec_agent.so");
-    assert!(
-        so.exists(),
-        "{} not built (cargo build --release -p trapvec-agent)",
-        so.display()
-    );
-    so
-}
+mod attach_common;
+use attach_common::{agent, compile};
 
 /// A temporary directory holding `prog`, built with `gcc -O1`.
 fn build() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/prog.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(dir.path().join("prog"))
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    compile(
+        "gcc",
+        dir.path(),
+        &["-O1", "-o", "prog", src.to_str().unwrap()],
     );
     dir
 }
@@ -408,18 +393,7 @@ fn printf_lines_the_ring_could_not_hold_are_counted_lost_never_silently() {
 fn build_fx() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace");
-    let gcc = |args: &[&str]| {
-        let out = Command::new("gcc")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .expect("gcc");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let gcc = |args: &[&str]| compile("gcc", dir.path(), args);
     let lib = src.join("libfx.c");
     let prog = src.join("fxprog.c");
     gcc(&[

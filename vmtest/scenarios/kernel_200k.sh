@@ -13,25 +13,11 @@ set -u
 
 . /lib/scenario.sh
 
-params=/sys/module/trapvec/parameters
-T=/sys/kernel/tracing
-[ -e $T/available_filter_functions ] || mount -t tracefs nodev $T
-allocs() {
-	tr '\n' ' ' < $params/allocations
-}
-# Milliseconds since boot (busybox date has no %N).
-ms() {
-	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
-}
 want=${K200_WANT:-212000}
 echo "K200_ALLOCS_start=$(allocs)"
 
 # Unique core-kernel names ftrace can trace, in kallsyms order; the sample first.
-grep -v '\[' $T/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
-awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
-awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms |
-	grep -vx '__x64_sys_getppid\|__x64_sys_getsid' > /tmp/rest
-{ echo __x64_sys_getppid; echo __x64_sys_getsid; cat /tmp/rest; } > /tmp/names
+traceable_names
 entries=$(wc -l < /tmp/names)
 
 # Blocks past each function's entry block (rows whose point has an offset) that take a trap,
@@ -54,8 +40,7 @@ echo "K200_ENTRIES=$entries"
 echo "K200_BLOCKS=$(wc -l < /tmp/block_points)"
 cat /tmp/names /tmp/block_points > /tmp/points
 echo "K200_ASKED=$(wc -l < /tmp/points)"
-awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' \
-	/tmp/points > /tmp/spec.toml
+count_spec /tmp/points > /tmp/spec.toml
 
 # Traffic for the whole apply, sampling and removal: streams one after another (each checks
 # every byte) and connections, until /tmp/stop exists; failures are counted.
@@ -84,34 +69,12 @@ grep -i 'refused' /tmp/apply.out | head -n 5 | sed 's/^/K200_REFUSALS: /'
 echo "K200_FULL=$(grep -c 'arena of trapvec.ko is full' /tmp/apply.out)"
 trapctl list > /tmp/list.out 2>&1 || { echo "K200_LIST_FAILED: $(tail -n 3 /tmp/list.out)"; exit 13; }
 echo "K200_LIVE=$(awk '$3 == "trap" && $4 == "count"' /tmp/list.out | wc -l)"
-echo "K200_DISPATCH=$(cat $params/allocations | awk '$1 == "entry" { print $2 }')"
+echo "K200_DISPATCH=$(awk '$1 == "entry" { print $2 }' /sys/module/trapvec/parameters/allocations)"
 echo "K200_ALLOCS_live=$(allocs)"
 trapctl list --stats > /tmp/stats.out 2>&1 || echo "K200_STATS_FAILED: $(tail -n 3 /tmp/stats.out)"
 sed 's/^/K200_STATS: /' /tmp/stats.out
 
-# The sample: hits of a splice from the table (POINT SITE MECH ACTION HITS MISSED).
-hits() {
-	trapctl list | awk -v p="$1" '$1 == p { print $5 }'
-}
-probe_hits() {
-	awk -v n="$1" '$1 == n { print $2 }' $T/kprobe_profile
-}
-echo 'p:kgp __x64_sys_getppid' >> $T/kprobe_events || exit 15
-echo 'p:kgs __x64_sys_getsid' >> $T/kprobe_events || exit 15
-echo 1 > $T/events/kprobes/kgp/enable || exit 15
-echo 1 > $T/events/kprobes/kgs/enable || exit 15
-echo 0 > $T/tracing_on
-p0=$(hits __x64_sys_getppid); s0=$(hits __x64_sys_getsid)
-kp0=$(probe_hits kgp); ks0=$(probe_hits kgs)
-calls_p=$(ppidloop -t 2 -n 3000 | sed -n 's/^CALLS=\([0-9]*\) .*/\1/p')
-calls_s=$(ppidloop -t 2 -n 2000 -s | sed -n 's/^CALLS=\([0-9]*\) .*/\1/p')
-p1=$(hits __x64_sys_getppid); s1=$(hits __x64_sys_getsid)
-kp1=$(probe_hits kgp); ks1=$(probe_hits kgs)
-echo 0 > $T/events/kprobes/kgp/enable
-echo 0 > $T/events/kprobes/kgs/enable
-echo > $T/kprobe_events
-echo "K200_SAMPLE_getppid=calls=$calls_p hits=$((p1 - p0)) kprobe=$((kp1 - kp0))"
-echo "K200_SAMPLE_getsid=calls=$calls_s hits=$((s1 - s0)) kprobe=$((ks1 - ks0))"
+count_sample K200
 # Hits summed over every live site: the blocks were taken while the traffic ran.
 echo "K200_HIT_SITES=$(trapctl list | awk '$3 == "trap" && $4 == "count" && $5 > 0' | wc -l)"
 
@@ -125,14 +88,10 @@ wait "$traffic"
 echo "K200_TRAFFIC=$(cat /tmp/traffic.out)"
 echo "K200_LEFT=$(trapctl list | awk '$3 == "trap" && $4 == "count"' | wc -l)"
 echo "K200_ALLOCS_end=$(allocs)"
-# Freed blocks are reclaimed at the next QUIESCE: the removal of one more splice makes one
-# (and leaves that splice's own blocks freed, waiting for the next).
-trapctl splice __x64_sys_getppid --count > /tmp/one.out 2>&1 && trapctl unsplice --all >> /tmp/one.out 2>&1 ||
-	{ echo "K200_ONE_FAILED: $(tail -n 3 /tmp/one.out)"; exit 17; }
-echo "K200_ALLOCS_reclaimed=$(allocs)"
+# Freed blocks are reclaimed at the next QUIESCE (that splice's own blocks are left).
+reclaimed K200
 echo "K200_DMESG_BAD=$(dmesg | grep -ci 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task')"
 dmesg | grep -i 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task' | head -n 5 | sed 's/^/K200_DMESG: /'
 dmesg | grep 'trapvec: ' | tail -n 5 | sed 's/^/K200_KLOG: /'
-rmmod trapvec && echo "K200_RMMOD=yes" || echo "K200_RMMOD=no"
-echo "K200_UNLOAD_LINE=$(dmesg | grep 'trapvec: unloaded' | tail -n 1 | sed 's/^\[[^]]*\] //')"
+unload K200
 echo "K200_DONE"

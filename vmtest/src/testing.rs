@@ -410,6 +410,10 @@ impl Scenario {
     }
 }
 
+/// Allocation kinds (mem.c's names) a live splice holds; each is back at its start count once
+/// every splice is removed ("block" too, once a QUIESCE has reclaimed the freed blocks).
+pub const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
+
 /// What a `vmtest run` produced: its exit status, the guest console (stdout) and vmtest's
 /// own report (stderr).
 #[derive(Debug, Clone)]
@@ -476,6 +480,67 @@ impl Run {
                 (w[0].to_owned(), objects)
             })
             .collect()
+    }
+
+    /// The text of every line that says `TAG: text` (a command's output the scenario passed
+    /// on, one line each), trimmed.
+    pub fn tagged(&self, tag: &str) -> Vec<&str> {
+        let tag = format!("{tag}: ");
+        self.stdout
+            .lines()
+            .filter_map(|l| l.split_once(tag.as_str()).map(|(_, s)| s.trim()))
+            .collect()
+    }
+
+    /// What `scenario.sh`'s `count_sample PREFIX` printed holds: for __x64_sys_getppid and
+    /// __x64_sys_getsid, ppidloop made its calls, the count splice's hits equal a kprobe's on
+    /// the same function, and they are the calls made (others may call it rarely: at most 1%
+    /// more).
+    pub fn assert_count_sample(&self, prefix: &str) {
+        for name in ["getppid", "getsid"] {
+            let key = format!("{prefix}_SAMPLE_{name}");
+            let v = self.pairs(&key);
+            let get = |k: &str| *v.get(k).unwrap_or_else(|| panic!("{key} has no {k}"));
+            let (calls, hits, kprobe) = (get("calls"), get("hits"), get("kprobe"));
+            assert!(calls > 0, "{name}: ppidloop made its calls");
+            assert_eq!(
+                hits, kprobe,
+                "{name}: the splice's hits equal a kprobe's on the same function"
+            );
+            assert!(
+                hits >= calls && hits <= calls + calls / 100,
+                "{name}: {hits} hits for {calls} calls made (others may call it rarely)"
+            );
+        }
+    }
+
+    /// The module's allocations of the kinds a live splice holds ([`LIVE_KINDS`]) are at
+    /// `PREFIX_ALLOCS_end` what they were at `PREFIX_ALLOCS_start`.
+    pub fn assert_live_allocations_back(&self, prefix: &str) {
+        let start = self.allocations(&format!("{prefix}_ALLOCS_start"));
+        let end = self.allocations(&format!("{prefix}_ALLOCS_end"));
+        for kind in LIVE_KINDS {
+            assert_eq!(
+                end.get(kind),
+                start.get(kind),
+                "the module's {kind} allocations are back at their start count"
+            );
+        }
+    }
+
+    /// What `scenario.sh`'s `unload PREFIX` printed holds: the module unloaded with nothing
+    /// allocated.
+    pub fn assert_unloaded_clean(&self, prefix: &str) {
+        assert_eq!(
+            self.expect(&format!("{prefix}_RMMOD")),
+            "yes",
+            "the module unloads"
+        );
+        let line = self.expect(&format!("{prefix}_UNLOAD_LINE"));
+        assert!(
+            line.ends_with("unloaded, 0 allocations outstanding"),
+            "nothing left at unload: {line}"
+        );
     }
 
     /// The scenario ran to its end with status 0 and the kernel reported no problem.

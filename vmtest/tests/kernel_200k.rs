@@ -10,19 +10,7 @@
 //! Opt-in: it takes well over three minutes of emulated time (about 30 minutes on a loaded
 //! two-core machine, figures in kmod/README.md) and a 3 GiB guest; run it with `TRAPVEC_200K=1`.
 
-use vmtest::testing::{can_boot, Run, Scenario};
-
-/// Allocation kinds (mem.c's names) a live splice holds; each must be back at its start count
-/// after the removal.
-const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
-
-/// `K200_SAMPLE_<name>=calls=C hits=H kprobe=K`.
-fn sample(run: &Run, name: &str) -> (u64, u64, u64) {
-    let key = format!("K200_SAMPLE_{name}");
-    let v = run.pairs(&key);
-    let get = |k: &str| *v.get(k).unwrap_or_else(|| panic!("{key} has no {k}"));
-    (get("calls"), get("hits"), get("kprobe"))
-}
+use vmtest::testing::{can_boot, Scenario};
 
 #[test]
 fn two_hundred_thousand_count_sites_in_one_batch_under_traffic() {
@@ -62,30 +50,12 @@ fn two_hundred_thousand_count_sites_in_one_batch_under_traffic() {
         entries >= start["entry"] + live,
         "the module holds a dispatch entry per live site: {entries} for {live}"
     );
-    for name in ["getppid", "getsid"] {
-        let (calls, hits, kprobe) = sample(&run, name);
-        assert!(calls > 0, "{name}: ppidloop made its calls");
-        assert_eq!(
-            hits, kprobe,
-            "{name}: the splice's hits equal a kprobe's on the same function"
-        );
-        assert!(
-            hits >= calls && hits <= calls + calls / 100,
-            "{name}: {hits} hits for {calls} calls made (others may call it rarely)"
-        );
-    }
+    run.assert_count_sample("K200");
     let traffic = run.pairs("K200_TRAFFIC");
     assert!(traffic["rounds"] > 0, "TCP traffic ran: {traffic:?}");
     assert_eq!(traffic["failed"], 0, "no TCP stream or connection failed");
     assert_eq!(run.number("K200_LEFT"), 0, "every splice removed");
-    let end = run.allocations("K200_ALLOCS_end");
-    for kind in LIVE_KINDS {
-        assert_eq!(
-            end.get(kind),
-            start.get(kind),
-            "the module's {kind} allocations are back at their start count"
-        );
-    }
+    run.assert_live_allocations_back("K200");
     // Freed blocks wait for the next QUIESCE: after one more splice's removal only that
     // splice's blocks (a code block, and a data block where one is still made) are left.
     let reclaimed = run.allocations("K200_ALLOCS_reclaimed")["block"];
@@ -99,18 +69,8 @@ fn two_hundred_thousand_count_sites_in_one_batch_under_traffic() {
         0,
         "no soft lockup, oops, warning or RCU stall in dmesg"
     );
-    assert_eq!(run.expect("K200_RMMOD"), "yes", "the module unloads");
-    assert!(
-        run.expect("K200_UNLOAD_LINE")
-            .ends_with("unloaded, 0 allocations outstanding"),
-        "nothing left at unload: {}",
-        run.expect("K200_UNLOAD_LINE")
-    );
-    let stats: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_once("K200_STATS: ").map(|(_, s)| s.trim()))
-        .collect();
+    run.assert_unloaded_clean("K200");
+    let stats = run.tagged("K200_STATS");
     println!(
         "K200_FIGURES: {live} of {asked} sites ({} entries, {} blocks), select {} ms, apply {} ms, \
          remove {} ms, traffic {traffic:?}; {}",

@@ -13,10 +13,6 @@ use std::collections::HashMap;
 
 use vmtest::testing::{can_boot, Run, Scenario};
 
-/// Allocation kinds (mem.c's names) a live splice holds; each must be back at its start count
-/// after the removal ("block" too, once a QUIESCE has reclaimed the freed blocks).
-const LIVE_KINDS: [&str; 4] = ["entry", "patch", "alias", "pending"];
-
 /// Bytes of saved state per count site at most (measured: see docs/points-and-limits.md).
 const STATE_PER_SITE: f64 = 135.0;
 
@@ -36,26 +32,6 @@ fn part_per_site(stats: &[&str], part: &str) -> f64 {
 /// `COMPACT_ALLOCS_<step>`: the module's allocation counters, kind -> objects.
 fn allocs(run: &Run, step: &str) -> HashMap<String, u64> {
     run.allocations(&format!("COMPACT_ALLOCS_{step}"))
-}
-
-/// `COMPACT_SAMPLE_<name>=calls=C hits=H kprobe=K`.
-fn sample(run: &Run, name: &str) -> (u64, u64, u64) {
-    let key = format!("COMPACT_SAMPLE_{name}");
-    let v: HashMap<&str, u64> = run
-        .expect(&key)
-        .split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv
-                .split_once('=')
-                .unwrap_or_else(|| panic!("{key}: {kv} is not key=value"));
-            let n = v
-                .parse()
-                .unwrap_or_else(|_| panic!("{key}: {k}={v} is not a number"));
-            (k, n)
-        })
-        .collect();
-    let get = |k: &str| *v.get(k).unwrap_or_else(|| panic!("{key} has no {k}"));
-    (get("calls"), get("hits"), get("kprobe"))
 }
 
 #[test]
@@ -82,23 +58,8 @@ fn every_traceable_function_takes_a_compact_count_site_in_one_batch() {
         live >= 20_000 && live * 10 >= asked * 8,
         "{live} of {asked} functions took a count splice (at least 20,000 and 80%)"
     );
-    for name in ["getppid", "getsid"] {
-        let (calls, hits, kprobe) = sample(&run, name);
-        assert!(calls > 0, "{name}: ppidloop made its calls");
-        assert_eq!(
-            hits, kprobe,
-            "{name}: the splice's hits equal a kprobe's on the same function"
-        );
-        assert!(
-            hits >= calls && hits <= calls + calls / 100,
-            "{name}: {hits} hits for {calls} calls made (others may call it rarely)"
-        );
-    }
-    let stats: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_once("COMPACT_STATS: ").map(|(_, s)| s.trim()))
-        .collect();
+    run.assert_count_sample("COMPACT");
+    let stats = run.tagged("COMPACT_STATS");
     let sites_line = stats
         .iter()
         .find(|l| l.starts_with("sites "))
@@ -138,15 +99,8 @@ fn every_traceable_function_takes_a_compact_count_site_in_one_batch() {
         "the saved state per count site is at most {STATE_PER_SITE} bytes: {stats:?}"
     );
     assert_eq!(run.number("COMPACT_LEFT"), 0, "every splice removed");
+    run.assert_live_allocations_back("COMPACT");
     let start = allocs(&run, "start");
-    let end = allocs(&run, "end");
-    for kind in LIVE_KINDS {
-        assert_eq!(
-            end.get(kind),
-            start.get(kind),
-            "the module's {kind} allocations are back at their start count"
-        );
-    }
     // Freed blocks wait for the next QUIESCE: after one more splice's removal only that
     // splice's code block is left.
     let reclaimed = allocs(&run, "reclaimed");
@@ -155,13 +109,7 @@ fn every_traceable_function_takes_a_compact_count_site_in_one_batch() {
         start.get("block").map(|b| b + 1),
         "every freed block of the batch reclaimed by the next QUIESCE"
     );
-    assert_eq!(run.expect("COMPACT_RMMOD"), "yes", "the module unloads");
-    assert!(
-        run.expect("COMPACT_UNLOAD_LINE")
-            .ends_with("unloaded, 0 allocations outstanding"),
-        "nothing left at unload: {}",
-        run.expect("COMPACT_UNLOAD_LINE")
-    );
+    run.assert_unloaded_clean("COMPACT");
     println!(
         "COMPACT_FIGURES: {live} of {asked} functions, apply {} ms, remove {} ms; {per_site}",
         run.number("COMPACT_APPLY_MS"),

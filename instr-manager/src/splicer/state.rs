@@ -148,18 +148,7 @@ impl SavedState {
             return Ok(None);
         }
         let version = version_of(bytes)?;
-        if ![
-            STATE_VERSION,
-            STATE_VERSION_THREAD_PID,
-            STATE_VERSION_COMPACT3,
-            STATE_VERSION_FULL_RECORDS,
-            STATE_VERSION_WHOLE,
-        ]
-        .contains(&version)
-        {
-            return Err(StateError::Version { found: version });
-        }
-        let _old = crate::splice::OldKeys::when(version < STATE_VERSION);
+        let _keys = read_as(version, Part::Snapshot)?;
         let saved: SavedState = serde_json::from_slice(bytes)?;
         // The version the keys were read by is the snapshot's (one written twice is not).
         if saved.version != version {
@@ -169,6 +158,33 @@ impl SavedState {
         }
         Ok(Some(saved))
     }
+}
+
+/// What a saved state's version is read as: a snapshot or a log's header.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    Snapshot,
+    Log,
+}
+
+/// Start reading a snapshot or a log of `version`, the one place that says which versions
+/// this program reads: [`STATE_VERSION`] and the older ones it migrates, and for a snapshot
+/// also [`STATE_VERSION_WHOLE`] (from before the log: no log is of it). While the guard lives,
+/// the splices read on this thread have the keys of that version (before version 5, a key
+/// `pid` was the thread: [`crate::splice::OldKeys`]).
+pub(super) fn read_as(version: u32, part: Part) -> Result<crate::splice::OldKeys, StateError> {
+    let read = match version {
+        STATE_VERSION
+        | STATE_VERSION_THREAD_PID
+        | STATE_VERSION_COMPACT3
+        | STATE_VERSION_FULL_RECORDS => true,
+        STATE_VERSION_WHOLE => part == Part::Snapshot,
+        _ => false,
+    };
+    if !read {
+        return Err(StateError::Version { found: version });
+    }
+    Ok(crate::splice::OldKeys::when(version < STATE_VERSION))
 }
 
 /// A snapshot's version, known before its splices are read (their keys depend on it). Every

@@ -30,10 +30,7 @@ use component_manager::ComponentManager;
 use serde::{Deserialize, Serialize};
 use trapvec::{Target, TargetError};
 
-use super::state::{
-    SavedState, StateError, STATE_VERSION, STATE_VERSION_COMPACT3, STATE_VERSION_FULL_RECORDS,
-    STATE_VERSION_THREAD_PID,
-};
+use super::state::{read_as, Part, SavedState, StateError, STATE_VERSION};
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer};
 
 /// The `format` of a state log's header line.
@@ -215,6 +212,9 @@ pub struct LogReplay {
     pub torn: bool,
     /// A log was there but continued another snapshot (ignored).
     pub stale: bool,
+    /// The log is of an older version than this program writes: read, never appended to (the
+    /// next save writes a snapshot of the current version).
+    pub older: bool,
 }
 
 impl<T: Target> Splicer<T> {
@@ -310,18 +310,9 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
             format: header.format,
         });
     }
-    if ![
-        STATE_VERSION,
-        STATE_VERSION_THREAD_PID,
-        STATE_VERSION_COMPACT3,
-        STATE_VERSION_FULL_RECORDS,
-    ]
-    .contains(&header.version)
-    {
-        return Err(StateError::Version {
-            found: header.version,
-        });
-    }
+    // An older log's keys are read as they meant then (a key `pid` was the thread).
+    let _keys = read_as(header.version, Part::Log)?;
+    replay.older = header.version < STATE_VERSION;
     if saved.epoch == 0 || header.epoch != saved.epoch {
         log::info!(
             "state log of epoch {:#x} ignored: the snapshot is of epoch {:#x}",
@@ -335,8 +326,6 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
         .into_iter()
         .map(|s| (s.id, s))
         .collect();
-    // An older log's keys are read as they meant then (a key `pid` was the thread).
-    let _old = crate::splice::OldKeys::when(header.version < STATE_VERSION);
     let mut number = 1;
     while let Some(line) = lines.next() {
         number += 1;
@@ -443,12 +432,7 @@ impl StateLog {
         let (sp, replay) = Splicer::import_state_with_log(target, snapshot, &log)?;
         // A log of an older version is read, not continued: the first save writes the state
         // anew in the current version (migrating it).
-        let current = log
-            .split(|&c| c == b'\n')
-            .next()
-            .and_then(|h| serde_json::from_slice::<Header>(h).ok())
-            .is_some_and(|h| h.version == STATE_VERSION);
-        let appendable = current && !log.is_empty() && !replay.torn && !replay.stale;
+        let appendable = !log.is_empty() && !replay.torn && !replay.stale && !replay.older;
         let file = match appendable {
             true => Some(
                 OpenOptions::new()

@@ -324,6 +324,54 @@ fn a_version_1_whole_state_is_read_and_a_log_beside_it_is_ignored() {
     assert_ne!(saved.epoch, 0);
 }
 
+/// A log's header names a version the snapshot reader reads too, but version 1 (the whole file
+/// from before the log) never had a log: a log of it, or of a version from nowhere, is refused
+/// naming the version. An older log (version 4) is read and never appended to: the next save
+/// writes a snapshot of the current version, whose log the save after appends to.
+#[test]
+fn a_log_is_read_only_in_a_version_with_logs_and_an_older_one_is_not_appended_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.log");
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let (_, mut log, _) = load(&k, &path);
+    sp.apply(&[count("f0")]).unwrap();
+    assert!(matches!(
+        log.save(&mut sp, put(&k)).unwrap(),
+        Saved::Compacted { .. }
+    ));
+    let epoch = SavedState::decode(&k.blob().1).unwrap().unwrap().epoch;
+    let header = |version: u32| {
+        format!("{{\"format\":\"{LOG_FORMAT}\",\"version\":{version},\"epoch\":{epoch}}}\n")
+    };
+    for version in [1, 99] {
+        std::fs::write(&path, header(version)).unwrap();
+        let err = StateLog::load(&path, k.clone(), &k.blob().1).err().unwrap();
+        assert!(
+            matches!(err, StateLoadError::State(StateError::Version { found }) if found == version),
+            "{err}"
+        );
+    }
+    std::fs::write(&path, header(4)).unwrap();
+    let (mut again, mut log, replay) = load(&k, &path);
+    assert_eq!(
+        (replay.older, replay.stale, replay.torn, replay.changes),
+        (true, false, false, 0)
+    );
+    again.apply(&[count("f1")]).unwrap();
+    assert!(matches!(
+        log.save(&mut again, put(&k)).unwrap(),
+        Saved::Compacted { .. }
+    ));
+    let (mut again, mut log, replay) = load(&k, &path);
+    assert!(!replay.older);
+    again.apply(&[count("f2")]).unwrap();
+    assert!(matches!(
+        log.save(&mut again, put(&k)).unwrap(),
+        Saved::Appended { .. }
+    ));
+}
+
 #[test]
 fn nothing_changed_writes_nothing_and_a_component_change_alone_is_written() {
     let dir = tempfile::tempdir().unwrap();

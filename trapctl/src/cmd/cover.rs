@@ -9,7 +9,6 @@
 //! `main`, with nothing applied and nothing of the program run) is marked refused with the
 //! agent's sentence and the command is started again without it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -158,16 +157,6 @@ struct BlockRow {
     reason: Option<String>,
 }
 
-#[derive(Serialize, Clone)]
-struct FunctionRow {
-    object: String,
-    function: String,
-    blocks: usize,
-    covered: usize,
-    refused: usize,
-    percent: f64,
-}
-
 #[derive(Serialize)]
 struct Report {
     schema: u32,
@@ -185,14 +174,9 @@ struct Report {
     total: Total,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
-}
-
-fn percent(covered: usize, blocks: usize) -> f64 {
-    if blocks == 0 {
-        0.0
-    } else {
-        (covered as f64 * 1000.0 / blocks as f64).round() / 10.0
-    }
+    /// The text's refused blocks (`blocks` says the same in JSON).
+    #[serde(skip)]
+    refused: Vec<RefusedBlock>,
 }
 
 /// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
@@ -400,7 +384,7 @@ mod kernel;
 pub(crate) mod libs;
 mod table;
 
-use table::Total;
+use table::{FunctionRow, Home, RefusedBlock, Tally, Total};
 
 /// Run `trapctl cover`.
 pub fn run(args: &Args) -> Result<()> {
@@ -596,29 +580,20 @@ fn run_until_applied(
 fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [String]) -> Report {
     let hits = &outcome.hits;
     let mut blocks = Vec::new();
-    let mut functions: Vec<FunctionRow> = Vec::new();
-    let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
-    for (k, (o, h)) in objects.iter().zip(hits).enumerate() {
-        let object = o.path.display().to_string();
-        let mut per: BTreeMap<(u64, &str), FunctionRow> = BTreeMap::new();
+    let paths: Vec<String> = objects
+        .iter()
+        .map(|o| o.path.display().to_string())
+        .collect();
+    let mut tally = Tally::default();
+    for (k, ((o, h), object)) in objects.iter().zip(hits).zip(&paths).enumerate() {
+        let home = Home {
+            object: Some(object),
+            module: None,
+            qualifier: o.qualifier.as_deref(),
+        };
         for (j, (b, hits)) in o.blocks.iter().zip(h).enumerate() {
-            let row = per
-                .entry((b.func_addr, &b.function))
-                .or_insert_with(|| FunctionRow {
-                    object: object.clone(),
-                    function: b.function.clone(),
-                    blocks: 0,
-                    covered: 0,
-                    refused: 0,
-                    percent: 0.0,
-                });
-            row.blocks += 1;
             let hit = hits.is_some_and(|n| n > 0);
-            row.covered += usize::from(hit);
-            if let Err(r) = &b.site {
-                row.refused += 1;
-                *refusals.entry(r.kind.clone()).or_default() += 1;
-            }
+            tally.add(home, b, hit);
             blocks.push(BlockRow {
                 object: object.clone(),
                 function: b.function.clone(),
@@ -636,40 +611,23 @@ fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [Stri
                 reason: b.site.as_ref().err().map(|r| r.reason.clone()),
             });
         }
-        functions.extend(per.into_values().map(|mut r| {
-            r.percent = percent(r.covered, r.blocks);
-            r
-        }));
     }
-    functions.sort_by(|a, b| {
-        b.percent
-            .total_cmp(&a.percent)
-            .then_with(|| a.object.cmp(&b.object))
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    let nblocks = blocks.len();
-    let covered = blocks.iter().filter(|b| b.hit).count();
+    let table = tally.finish(objects.iter().map(|o| o.functions).sum());
     Report {
         schema: SCHEMA,
         command: args.command.clone(),
-        program: objects[0].path.display().to_string(),
+        program: paths[0].clone(),
         mode: match args.mode {
             Mode::Count => "count",
             Mode::Once => "once",
         },
         exit: outcome.exit,
         disarm_batches: outcome.batches,
-        total: Total {
-            functions: objects.iter().map(|o| o.functions).sum(),
-            blocks: nblocks,
-            covered,
-            refused: refusals.values().sum(),
-            percent: percent(covered, nblocks),
-            refusals,
-        },
-        functions,
+        total: table.total,
+        functions: table.functions,
         blocks,
         notes: Vec::new(),
+        refused: table.refused,
     }
 }
 
@@ -714,36 +672,5 @@ fn lcov_text(args: &Args, objects: &[Object], hits: &Hits, notes: &mut Vec<Strin
 }
 
 fn render_text(r: &Report, ended: &str) -> String {
-    // A library's function is written `FILE:function`, as a glob names it.
-    let name = |object: &str, function: &str| {
-        if object == r.program {
-            function.to_string()
-        } else {
-            format!("{}:{function}", object.rsplit('/').next().unwrap_or(object))
-        }
-    };
-    let rows: Vec<table::Row> = r
-        .functions
-        .iter()
-        .map(|f| table::Row {
-            name: name(&f.object, &f.function),
-            blocks: f.blocks,
-            covered: f.covered,
-            percent: f.percent,
-            refused: f.refused,
-        })
-        .collect();
-    let refused: Vec<table::RefusedBlock<'_>> = r
-        .blocks
-        .iter()
-        .filter_map(|b| {
-            Some(table::RefusedBlock {
-                name: name(&b.object, &b.function),
-                offset: b.offset,
-                address: &b.address,
-                reason: b.reason.as_deref()?,
-            })
-        })
-        .collect();
-    table::render(&rows, &r.total, ended, &refused, &r.notes)
+    table::render(&r.functions, &r.refused, &r.total, ended, &r.notes)
 }

@@ -1,5 +1,7 @@
-//! What the attach tests share: the agent beside the trapctl under test, trapctl run with it,
-//! and an output as text for assertion messages. Each test binary uses part of it.
+//! What the tests that run programs under the agent share (the attach tests, `cover` and
+//! `trace --process`): the agent beside the trapctl under test, trapctl run with it, the C
+//! compiler for their fixtures, and an output as text for assertion messages. Each test binary
+//! uses part of it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -35,25 +37,67 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// `COMPILER ARGS` run in `dir` (`cc`; `gcc` where gcov reads what it builds): its output,
+/// whether it succeeded or not.
+pub fn try_compile(compiler: &str, dir: &Path, args: &[&str]) -> Output {
+    Command::new(compiler)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("a C compiler (`{compiler}`) is needed for these tests: {e}"))
+}
+
+/// [`try_compile`], which must succeed: else the test fails with the compiler's stderr.
+pub fn compile(compiler: &str, dir: &Path, args: &[&str]) {
+    let out = try_compile(compiler, dir, args);
+    assert!(
+        out.status.success(),
+        "{compiler} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `cc` of `tests/fixtures/attach/SRC` into DIR/OUT with `args` (e.g. `-shared -fPIC`): -O2,
 /// no CET notes (the splices' text is plain), -pthread.
-#[allow(dead_code)] // not every attach test builds a program of its own
 pub fn cc(dir: &Path, src: &str, out: &str, args: &[&str]) -> PathBuf {
     let exe = dir.join(out);
-    let status = Command::new("cc")
-        .args(["-O2", "-fcf-protection=none", "-pthread"])
-        .args(args)
-        .arg(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/attach")
-                .join(src),
-        )
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("a C compiler (`cc`) is needed for these tests");
-    assert!(status.success(), "cc {src} {args:?} failed");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/attach")
+        .join(src);
+    let mut all = vec!["-O2", "-fcf-protection=none", "-pthread"];
+    all.extend(args);
+    all.extend([src.to_str().unwrap(), "-o", exe.to_str().unwrap()]);
+    compile("cc", dir, &all);
     exe
+}
+
+/// `tests/fixtures/attach/dlfork.c` built as DIR/dlfork and `dltarget.c` as
+/// DIR/libdltarget.so: the program and the library it dlopens (given as its argument).
+pub fn dlfork(dir: &Path) -> (PathBuf, PathBuf) {
+    let exe = cc(dir, "dlfork.c", "dlfork", &[]);
+    let lib = cc(dir, "dltarget.c", "libdltarget.so", &["-shared", "-fPIC"]);
+    (exe, lib)
+}
+
+/// `tests/fixtures/cover/libfoo.c` copied into `dir` and built there as `libfoo.so.1` (its
+/// soname) with `gcc -O0 -g`: the cover tests' library, its line table naming `libfoo.c`.
+pub fn libfoo(dir: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/libfoo.c");
+    std::fs::copy(src, dir.join("libfoo.c")).unwrap();
+    compile(
+        "gcc",
+        dir,
+        &[
+            "-O0",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libfoo.so.1",
+            "-o",
+            "libfoo.so.1",
+            "libfoo.c",
+        ],
+    );
 }
 
 /// Start a fixture program (`cmd`) with its stdin and stdout piped and read its first line:

@@ -78,3 +78,84 @@ entry_len() {
 past_entry() {
 	echo "$1+$(($(entry_len "$1") + $2))"
 }
+
+# `allocs`: the module's allocation counters (mem.c's lines "<kind> <objects> <bytes>"), one
+# line.
+allocs() {
+	tr '\n' ' ' < /sys/module/trapvec/parameters/allocations
+}
+
+# `ms`: milliseconds since boot (busybox date has no %N).
+ms() {
+	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
+}
+
+# `count_spec FILE`: a spec of one count splice by trap at each point of FILE (one a line).
+count_spec() {
+	awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' "$1"
+}
+
+# `traceable_names`: the unique core-kernel functions ftrace can trace, in kallsyms order, into
+# /tmp/names, the two `count_sample` calls first (tracefs mounted where it is not).
+traceable_names() {
+	tfs=/sys/kernel/tracing
+	[ -e $tfs/available_filter_functions ] || mount -t tracefs nodev $tfs
+	grep -v '\[' $tfs/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
+	awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
+	awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms |
+		grep -vx '__x64_sys_getppid\|__x64_sys_getsid' > /tmp/rest
+	{ echo __x64_sys_getppid; echo __x64_sys_getsid; cat /tmp/rest; } > /tmp/names
+}
+
+# `count_sample PREFIX`: with a count splice live at __x64_sys_getppid and __x64_sys_getsid, a
+# kprobe beside each, ppidloop calls each a known number of times; prints
+# `PREFIX_SAMPLE_getppid=calls=C hits=H kprobe=K` (H the splice's hits from `trapctl list`, K
+# the kprobe's) and the same for getsid, as vmtest's Run::assert_count_sample checks them.
+# Exits 15 when a kprobe cannot be made.
+count_sample() {
+	tfs=/sys/kernel/tracing
+	echo 'p:smp __x64_sys_getppid' >> $tfs/kprobe_events || exit 15
+	echo 'p:sms __x64_sys_getsid' >> $tfs/kprobe_events || exit 15
+	echo 1 > $tfs/events/kprobes/smp/enable || exit 15
+	echo 1 > $tfs/events/kprobes/sms/enable || exit 15
+	echo 0 > $tfs/tracing_on
+	p0=$(splice_hits __x64_sys_getppid); s0=$(splice_hits __x64_sys_getsid)
+	kp0=$(kprobe_hits smp); ks0=$(kprobe_hits sms)
+	calls_p=$(ppidloop -t 2 -n 3000 | sed -n 's/^CALLS=\([0-9]*\) .*/\1/p')
+	calls_s=$(ppidloop -t 2 -n 2000 -s | sed -n 's/^CALLS=\([0-9]*\) .*/\1/p')
+	p1=$(splice_hits __x64_sys_getppid); s1=$(splice_hits __x64_sys_getsid)
+	kp1=$(kprobe_hits smp); ks1=$(kprobe_hits sms)
+	echo 0 > $tfs/events/kprobes/smp/enable
+	echo 0 > $tfs/events/kprobes/sms/enable
+	echo > $tfs/kprobe_events
+	echo "$1_SAMPLE_getppid=calls=$calls_p hits=$((p1 - p0)) kprobe=$((kp1 - kp0))"
+	echo "$1_SAMPLE_getsid=calls=$calls_s hits=$((s1 - s0)) kprobe=$((ks1 - ks0))"
+}
+
+# `splice_hits POINT`: the hits of POINT's splice, from `trapctl list`'s table (POINT SITE MECH
+# ACTION HITS MISSED).
+splice_hits() {
+	trapctl list | awk -v p="$1" '$1 == p { print $5 }'
+}
+
+# `kprobe_hits EVENT`: the hits of kprobe EVENT, from kprobe_profile.
+kprobe_hits() {
+	awk -v n="$1" '$1 == n { print $2 }' /sys/kernel/tracing/kprobe_profile
+}
+
+# `reclaimed PREFIX`: the splices removed, one more splice applied and removed, whose QUIESCE
+# reclaims the blocks the removal freed (and leaves that splice's own freed, waiting for the
+# next): prints `PREFIX_ALLOCS_reclaimed=` the module's allocations then. Exits 17 when that
+# splice fails, saying why as `PREFIX_ONE_FAILED`.
+reclaimed() {
+	trapctl splice __x64_sys_getppid --count > /tmp/one.out 2>&1 && trapctl unsplice --all >> /tmp/one.out 2>&1 ||
+		{ echo "$1_ONE_FAILED: $(tail -n 3 /tmp/one.out)"; exit 17; }
+	echo "$1_ALLOCS_reclaimed=$(allocs)"
+}
+
+# `unload PREFIX`: rmmod trapvec; prints `PREFIX_RMMOD=yes` (or `no`) and `PREFIX_UNLOAD_LINE=`
+# its last words in dmesg (what it still had allocated).
+unload() {
+	rmmod trapvec && echo "$1_RMMOD=yes" || echo "$1_RMMOD=no"
+	echo "$1_UNLOAD_LINE=$(dmesg | grep 'trapvec: unloaded' | tail -n 1 | sed 's/^\[[^]]*\] //')"
+}

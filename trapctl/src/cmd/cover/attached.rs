@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use instr_manager::cover::BlockRefusal;
 use instr_manager::glob::FunctionGlob;
-use instr_manager::ops::{ApplyReport, ListReply, UnspliceReply};
+use instr_manager::ops::{ApplyReport, ListReply, SpliceRow, UnspliceReply};
 use instr_manager::Mechanism;
 use trapvec_proto::Request;
 
@@ -85,6 +85,20 @@ struct Armed {
     removed: bool,
 }
 
+impl Armed {
+    /// Block `(object, block)`'s splice as the agent lists it (applied now, or armed by the
+    /// agent since, when its library was loaded), with the hits it has so far.
+    fn new((object, block): (usize, usize), row: &SpliceRow) -> Armed {
+        Armed {
+            object,
+            block,
+            site: row.site.clone(),
+            hits: row.hits,
+            removed: false,
+        }
+    }
+}
+
 type Covered = (Outcome, Option<Ended>, Vec<String>);
 
 fn cover(
@@ -120,17 +134,8 @@ fn cover(
         }
         let report = apply(pid, &socket, dir, &super::spec_of(objects, &round))?;
         for row in &report.spliced {
-            if let Some(&(i, j)) = by_point.get(&row.at) {
-                armed.insert(
-                    row.id,
-                    Armed {
-                        object: i,
-                        block: j,
-                        site: row.site.clone(),
-                        hits: 0,
-                        removed: false,
-                    },
-                );
+            if let Some(&block) = by_point.get(&row.at) {
+                armed.insert(row.id, Armed::new(block, row));
             }
         }
         let mut again = Vec::new();
@@ -371,16 +376,7 @@ fn look(
                 "process {pid}: {} armed since (its library was loaded)",
                 row.at
             );
-            armed.insert(
-                row.id,
-                Armed {
-                    object: i,
-                    block: j,
-                    site: row.site.clone(),
-                    hits: row.hits,
-                    removed: false,
-                },
-            );
+            armed.insert(row.id, Armed::new((i, j), row));
         }
     }
     if !once {

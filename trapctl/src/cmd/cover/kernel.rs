@@ -30,8 +30,8 @@ use trapvec::Target as _;
 use trapvec_proto::client;
 use trapvec_proto::Request;
 
-use super::table::{self, Total};
-use super::{percent, Args, SCHEMA};
+use super::table::{self, FunctionRow, Home, RefusedBlock, Tally, Total};
+use super::{Args, SCHEMA};
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
 use crate::route;
@@ -69,17 +69,6 @@ struct BlockRow {
     reason: Option<String>,
 }
 
-#[derive(Serialize, Clone)]
-struct FunctionRow {
-    function: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    module: Option<String>,
-    blocks: usize,
-    covered: usize,
-    refused: usize,
-    percent: f64,
-}
-
 #[derive(Serialize)]
 struct Report {
     schema: u32,
@@ -101,6 +90,9 @@ struct Report {
     total: Total,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    /// The text's refused blocks (`blocks` says the same in JSON).
+    #[serde(skip)]
+    refused: Vec<RefusedBlock>,
 }
 
 /// The blocks of the functions `globs` name, read from `target`.
@@ -501,28 +493,17 @@ fn report_of(
     (ended, elapsed, arm, disarm): (Ended, Duration, Duration, Duration),
 ) -> Result<Report> {
     let mut rows = Vec::with_capacity(blocks.len());
-    let mut per: std::collections::BTreeMap<(u64, &str), FunctionRow> = Default::default();
-    let mut refusals: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut tally = Tally::default();
     for (i, b) in blocks.iter().enumerate() {
         let count = hits.get(&i).copied();
         let hit = count.is_some_and(|n| n > 0);
-        let f = per
-            .entry((b.block.func_addr, &b.block.function))
-            .or_insert_with(|| FunctionRow {
-                function: b.block.function.clone(),
-                module: b.module.clone(),
-                blocks: 0,
-                covered: 0,
-                refused: 0,
-                percent: 0.0,
-            });
-        f.blocks += 1;
-        f.covered += usize::from(hit);
+        let home = Home {
+            object: None,
+            module: b.module.as_deref(),
+            qualifier: b.module.as_deref(),
+        };
+        tally.add(home, &b.block, hit);
         let refusal = b.block.site.as_ref().err();
-        if let Some(r) = refusal {
-            f.refused += 1;
-            *refusals.entry(r.kind.clone()).or_default() += 1;
-        }
         rows.push(BlockRow {
             function: b.block.function.clone(),
             module: b.module.clone(),
@@ -536,20 +517,7 @@ fn report_of(
             reason: refusal.map(|r| r.reason.clone()),
         });
     }
-    let mut functions: Vec<FunctionRow> = per
-        .into_values()
-        .map(|mut r| {
-            r.percent = percent(r.covered, r.blocks);
-            r
-        })
-        .collect();
-    functions.sort_by(|a, b| {
-        b.percent
-            .total_cmp(&a.percent)
-            .then_with(|| a.module.cmp(&b.module))
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    let covered = rows.iter().filter(|b| b.hit).count();
+    let table = tally.finish(nfuncs);
     let mut notes = Vec::new();
     if let Some(path) = &args.lcov {
         let text = lcov_text(args, blocks, hits, &mut notes);
@@ -569,17 +537,11 @@ fn report_of(
         arm_ms: ms(arm),
         disarm_ms: ms(disarm),
         disarm_batches: None,
-        total: Total {
-            functions: nfuncs,
-            blocks: rows.len(),
-            covered,
-            refused: refusals.values().sum(),
-            percent: percent(covered, rows.len()),
-            refusals,
-        },
-        functions,
+        total: table.total,
+        functions: table.functions,
         blocks: rows,
         notes,
+        refused: table.refused,
     })
 }
 
@@ -713,36 +675,9 @@ fn output(args: &Args, r: Report) -> Result<()> {
 }
 
 fn render_text(r: &Report) -> String {
-    let name = |f: &Option<String>, n: &str| match f {
-        Some(m) => format!("{m}:{n}"),
-        None => n.to_string(),
-    };
-    let rows: Vec<table::Row> = r
-        .functions
-        .iter()
-        .map(|f| table::Row {
-            name: name(&f.module, &f.function),
-            blocks: f.blocks,
-            covered: f.covered,
-            percent: f.percent,
-            refused: f.refused,
-        })
-        .collect();
-    let refused: Vec<table::RefusedBlock<'_>> = r
-        .blocks
-        .iter()
-        .filter_map(|b| {
-            Some(table::RefusedBlock {
-                name: name(&b.module, &b.function),
-                offset: b.offset,
-                address: &b.address,
-                reason: b.reason.as_deref()?,
-            })
-        })
-        .collect();
     let ended = format!(
         "ended by {} after {:.2} s; armed in {:.1} ms, disarmed in {:.1} ms",
         r.ended, r.seconds, r.arm_ms, r.disarm_ms
     );
-    table::render(&rows, &r.total, &ended, &refused, &r.notes)
+    table::render(&r.functions, &r.refused, &r.total, &ended, &r.notes)
 }

@@ -1,10 +1,12 @@
-//! The coverage report as text, one printer for the kernel's rows and a program's: a table of
-//! functions (most covered first, as the caller sorted them), the total, the refused blocks
-//! with their reasons, the refusals counted by kind, and the notes.
+//! The coverage report's functions, refused blocks and total, one shape for the kernel's
+//! report and a program's: tallied block by block ([`Tally`]) and printed as one text table
+//! ([`render`]): the functions (most covered first), the total, the refused blocks with their
+//! reasons, the refusals counted by kind, and the notes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use instr_manager::cover::CoverBlock;
 use serde::Serialize;
 
 /// The totals of a report (`--json`'s `total`, the same for the kernel and a program).
@@ -18,34 +20,163 @@ pub(crate) struct Total {
     pub refusals: BTreeMap<String, usize>,
 }
 
-/// A function's row: its name as printed (`MOD:function`, `FILE:function` or `function`).
-pub(crate) struct Row {
+/// Where a block's function is: what the report's JSON names it by (a program's `object`, the
+/// kernel's `module`), and the qualifier the table prints before its name (`FILE:function`
+/// for a library's, `MOD:function` for a module's; none for the program's or vmlinux's own).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Home<'a> {
+    pub object: Option<&'a str>,
+    pub module: Option<&'a str>,
+    pub qualifier: Option<&'a str>,
+}
+
+impl Home<'_> {
+    /// `function`'s name as the table prints it.
+    fn name(&self, function: &str) -> String {
+        match self.qualifier {
+            Some(q) => format!("{q}:{function}"),
+            None => function.to_string(),
+        }
+    }
+}
+
+/// A function's row (`--json`'s `functions`): a program's carries its `object`, the kernel's
+/// its `module` (none for vmlinux).
+#[derive(Serialize, Clone)]
+pub(crate) struct FunctionRow {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    pub function: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Its name as the table prints it.
+    #[serde(skip)]
     pub name: String,
     pub blocks: usize,
     pub covered: usize,
-    pub percent: f64,
     pub refused: usize,
+    pub percent: f64,
 }
 
 /// A block that got no site: where it is and why.
-pub(crate) struct RefusedBlock<'a> {
+pub(crate) struct RefusedBlock {
     /// Its function's name as printed in the table.
     pub name: String,
     pub offset: u64,
-    pub address: &'a str,
-    pub reason: &'a str,
+    pub address: String,
+    pub reason: String,
 }
 
-/// The report as text: `rows` in their order, then `total: ...; {ended}` and the rest.
+/// `covered` of `blocks` in percent, to one decimal.
+pub(crate) fn percent(covered: usize, blocks: usize) -> f64 {
+    if blocks == 0 {
+        0.0
+    } else {
+        (covered as f64 * 1000.0 / blocks as f64).round() / 10.0
+    }
+}
+
+/// A function's counts while its blocks are tallied.
+#[derive(Default)]
+struct Counts {
+    blocks: usize,
+    covered: usize,
+    refused: usize,
+}
+
+/// A function as tallied: (object, module, address, name), one row per function even where two
+/// share a name.
+type Function<'a> = (Option<&'a str>, Option<&'a str>, u64, &'a str);
+
+/// The report's table, tallied from its blocks in their order.
+#[derive(Default)]
+pub(crate) struct Tally<'a> {
+    per: BTreeMap<Function<'a>, (Home<'a>, Counts)>,
+    refused: Vec<RefusedBlock>,
+    refusals: BTreeMap<String, usize>,
+    blocks: usize,
+    covered: usize,
+}
+
+/// A report's functions (most covered first), its refused blocks (in the blocks' order) and
+/// its total.
+pub(crate) struct Table {
+    pub functions: Vec<FunctionRow>,
+    pub refused: Vec<RefusedBlock>,
+    pub total: Total,
+}
+
+impl<'a> Tally<'a> {
+    /// Count block `b` of a function in `home`, hit or not.
+    pub fn add(&mut self, home: Home<'a>, b: &'a CoverBlock, hit: bool) {
+        let (_, f) = self
+            .per
+            .entry((home.object, home.module, b.func_addr, &b.function))
+            .or_insert_with(|| (home, Counts::default()));
+        f.blocks += 1;
+        f.covered += usize::from(hit);
+        self.blocks += 1;
+        self.covered += usize::from(hit);
+        if let Err(r) = &b.site {
+            f.refused += 1;
+            *self.refusals.entry(r.kind.clone()).or_default() += 1;
+            self.refused.push(RefusedBlock {
+                name: home.name(&b.function),
+                offset: b.start - b.func_addr,
+                address: format!("{:#x}", b.start),
+                reason: r.reason.clone(),
+            });
+        }
+    }
+
+    /// The table, of `functions` functions (those whose blocks were added, and any without).
+    pub fn finish(self, functions: usize) -> Table {
+        let mut rows: Vec<FunctionRow> = self
+            .per
+            .into_iter()
+            .map(|((_, _, _, function), (home, c))| FunctionRow {
+                object: home.object.map(str::to_string),
+                function: function.to_string(),
+                module: home.module.map(str::to_string),
+                name: home.name(function),
+                blocks: c.blocks,
+                covered: c.covered,
+                refused: c.refused,
+                percent: percent(c.covered, c.blocks),
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.percent
+                .total_cmp(&a.percent)
+                .then_with(|| a.object.cmp(&b.object))
+                .then_with(|| a.module.cmp(&b.module))
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        Table {
+            functions: rows,
+            refused: self.refused,
+            total: Total {
+                functions,
+                blocks: self.blocks,
+                covered: self.covered,
+                refused: self.refusals.values().sum(),
+                percent: percent(self.covered, self.blocks),
+                refusals: self.refusals,
+            },
+        }
+    }
+}
+
+/// The report as text: `functions` in their order, then `total: ...; {ended}` and the rest.
 pub(crate) fn render(
-    rows: &[Row],
+    functions: &[FunctionRow],
+    refused: &[RefusedBlock],
     total: &Total,
     ended: &str,
-    refused: &[RefusedBlock<'_>],
     notes: &[String],
 ) -> String {
     let mut o = String::new();
-    let width = rows
+    let width = functions
         .iter()
         .map(|r| r.name.len())
         .max()
@@ -56,7 +187,7 @@ pub(crate) fn render(
         "{:<width$}  {:>6}  {:>7}  {:>7}  {:>7}",
         "FUNCTION", "BLOCKS", "COVERED", "PERCENT", "REFUSED"
     );
-    for r in rows {
+    for r in functions {
         let _ = writeln!(
             o,
             "{:<width$}  {:>6}  {:>7}  {:>6.1}%  {:>7}",
@@ -88,41 +219,53 @@ pub(crate) fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use instr_manager::cover::BlockRefusal;
+    use instr_manager::Mechanism;
+
+    fn block(function: &str, func_addr: u64, start: u64, refused: bool) -> CoverBlock {
+        CoverBlock {
+            function: function.into(),
+            func_addr,
+            start,
+            end: start + 4,
+            site: if refused {
+                Err(BlockRefusal {
+                    kind: "entry bytes only".into(),
+                    reason: "why".into(),
+                })
+            } else {
+                Ok(Mechanism::Trap)
+            },
+            succs: Vec::new(),
+            branch: None,
+        }
+    }
 
     #[test]
     fn one_layout_for_every_report() {
-        let total = Total {
-            functions: 2,
-            blocks: 3,
-            covered: 1,
-            refused: 1,
-            percent: 33.3,
-            refusals: BTreeMap::from([("entry bytes only".to_string(), 1)]),
-        };
-        let rows = [
-            Row {
-                name: "tcp_v4_rcv".into(),
-                blocks: 2,
-                covered: 1,
-                percent: 50.0,
-                refused: 0,
-            },
-            Row {
-                name: "m:f".into(),
-                blocks: 1,
-                covered: 0,
-                percent: 0.0,
-                refused: 1,
-            },
+        let blocks = [
+            block("f", 0x10, 0x10, true),
+            block("tcp_v4_rcv", 0x100, 0x100, false),
+            block("tcp_v4_rcv", 0x100, 0x104, false),
         ];
-        let refused = [RefusedBlock {
-            name: "m:f".into(),
-            offset: 0,
-            address: "0x10",
-            reason: "why",
-        }];
+        let module = Home {
+            module: Some("m"),
+            qualifier: Some("m"),
+            ..Home::default()
+        };
+        let mut tally = Tally::default();
+        tally.add(module, &blocks[0], false);
+        tally.add(Home::default(), &blocks[1], true);
+        tally.add(Home::default(), &blocks[2], false);
+        let t = tally.finish(2);
         assert_eq!(
-            render(&rows, &total, "ended by time", &refused, &["n".into()]),
+            render(
+                &t.functions,
+                &t.refused,
+                &t.total,
+                "ended by time",
+                &["n".into()]
+            ),
             "FUNCTION    BLOCKS  COVERED  PERCENT  REFUSED\n\
              tcp_v4_rcv       2        1    50.0%        0\n\
              m:f              1        0     0.0%        1\n\
@@ -130,6 +273,48 @@ mod tests {
              refused: m:f+0x0 (0x10): why\n  \
              refused at 1 block(s): entry bytes only\n\
              note: n\n"
+        );
+    }
+
+    #[test]
+    fn functions_sort_by_percent_then_home_then_name_and_keep_their_json_fields() {
+        let blocks = [
+            block("b", 0x10, 0x10, false),
+            block("a", 0x20, 0x20, false),
+            block("a", 0x30, 0x30, false),
+        ];
+        let lib = Home {
+            object: Some("/lib/libz.so.1"),
+            qualifier: Some("libz.so.1"),
+            ..Home::default()
+        };
+        let program = Home {
+            object: Some("/bin/p"),
+            ..Home::default()
+        };
+        let mut tally = Tally::default();
+        tally.add(lib, &blocks[0], true);
+        tally.add(program, &blocks[1], false);
+        tally.add(program, &blocks[2], false);
+        let t = tally.finish(3);
+        let names: Vec<&str> = t.functions.iter().map(|f| f.name.as_str()).collect();
+        // Two functions named `a` (two addresses) are two rows.
+        assert_eq!(names, ["libz.so.1:b", "a", "a"]);
+        assert_eq!(t.total.percent, 33.3);
+        assert_eq!(
+            serde_json::to_string(&t.functions[0]).unwrap(),
+            r#"{"object":"/lib/libz.so.1","function":"b","blocks":1,"covered":1,"refused":0,"percent":100.0}"#
+        );
+        let kernel = Home {
+            module: Some("m"),
+            qualifier: Some("m"),
+            ..Home::default()
+        };
+        let mut tally = Tally::default();
+        tally.add(kernel, &blocks[0], false);
+        assert_eq!(
+            serde_json::to_string(&tally.finish(1).functions[0]).unwrap(),
+            r#"{"function":"b","module":"m","blocks":1,"covered":0,"refused":0,"percent":0.0}"#
         );
     }
 }
