@@ -90,8 +90,9 @@ echo "K200_LEFT=$(trapctl list | awk '$3 == "trap" && $4 == "count"' | wc -l)"
 echo "K200_ALLOCS_end=$(allocs)"
 # Freed blocks are reclaimed at the next QUIESCE (that splice's own blocks are left).
 reclaimed K200
-echo "K200_DMESG_BAD=$(dmesg | grep -ci 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task')"
-dmesg | grep -i 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task' | head -n 5 | sed 's/^/K200_DMESG: /'
+# Case-sensitive: a boot line about lOOPS_per_jiffy (calibrate_delay) is no oops.
+echo "K200_DMESG_BAD=$(dmesg | grep -c 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task')"
+dmesg | grep 'soft lockup\|Oops\|BUG:\|WARNING:\|rcu.*stall\|hung task' | head -n 5 | sed 's/^/K200_DMESG: /'
 dmesg | grep 'trapvec: ' | tail -n 5 | sed 's/^/K200_KLOG: /'
 unload K200
 echo "K200_DONE"
