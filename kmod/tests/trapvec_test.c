@@ -7,7 +7,8 @@
  *                                       the text and the gate were
  *   trapvec_test --after-reload STATE   after rmmod + insmod: the text and the gate are back
  *
- * The splice: a trap (CD F5) at __x64_sys_getppid+5, past the ftrace NOP, over
+ * The splice: a trap (CD F5) at __x64_sys_getppid+5 (+9 on 6.12, behind endbr64), past the
+ * ftrace NOP, over
  * "push rbx; call rel32" (53 e8 ..): the trap displaces both, so the replay trampoline in
  * the code arena is "push rbx; call <callee>; jmp getppid+11", assembled here with the call
  * retargeted. A handler (also assembled here) counts its calls in a data block and, when a
@@ -26,7 +27,7 @@ static void save_state(const char *path, const struct splice *s, const struct tr
 
 	if (!f)
 		fatal(path);
-	fprintf(f, "%llx %llx ", (unsigned long long)(s->site - 5), in->old_handler);
+	fprintf(f, "%llx %llx ", (unsigned long long)(s->site - s->entry), in->old_handler);
 	for (i = 0; i < 16; i++)
 		fprintf(f, "%02x", s->orig[i]);
 	fprintf(f, "\n");
@@ -105,11 +106,13 @@ int main(int argc, char **argv)
 	test_user_int();
 
 	getppid_fn = ksym("__x64_sys_getppid");
-	s.site = getppid_fn + 5;
+	s.entry = entry_len(getppid_fn);
+	s.site = getppid_fn + s.entry;
 	check(kread(getppid_fn, s.orig, 16) == 0, "READ 16 bytes of __x64_sys_getppid");
-	check(s.orig[5] == 0x53 && s.orig[6] == 0xe8,
-	      "__x64_sys_getppid+5 holds push rbx; call rel32 (%02x %02x)", s.orig[5], s.orig[6]);
-	s.callee = s.site + 6 + (uint64_t)get32(s.orig + 7);
+	check(s.orig[s.entry] == 0x53 && s.orig[s.entry + 1] == 0xe8,
+	      "__x64_sys_getppid+%u holds push rbx; call rel32 (%02x %02x)", s.entry,
+	      s.orig[s.entry], s.orig[s.entry + 1]);
+	s.callee = s.site + 6 + (uint64_t)get32(s.orig + s.entry + 2);
 
 	test_refusals(getppid_fn, &in);
 	test_not_a_jump(getppid_fn);
@@ -154,11 +157,12 @@ int main(int argc, char **argv)
 	 * All or nothing: the second patch expects the wrong bytes. It is a jmp rel8 (never
 	 * written): a trap there would be refused first, for having no dispatch entry.
 	 */
-	site = ksym("__x64_sys_getpid") + 5;
+	site = ksym("__x64_sys_getpid");
+	site += entry_len(site);
 	memset(patch, 0, sizeof(patch));
 	patch[0].addr = s.site;
 	patch[0].len = 2;
-	memcpy(patch[0].old_bytes, s.orig + 5, 2);
+	memcpy(patch[0].old_bytes, s.orig + s.entry, 2);
 	patch[0].new_bytes[0] = 0xcd;
 	patch[0].new_bytes[1] = 0xf5;
 	patch[1].addr = site;
@@ -169,12 +173,12 @@ int main(int argc, char **argv)
 	check(ret == -ESTALE && res.failed_index == 1 &&
 	      res.reason == TRAPVEC_REASON_MISMATCH,
 	      "APPLY with a wrong expectation in patch 1 fails: ESTALE, index 1, MISMATCH");
-	check(kread(s.site, now, 2) == 0 && !memcmp(now, s.orig + 5, 2),
+	check(kread(s.site, now, 2) == 0 && !memcmp(now, s.orig + s.entry, 2),
 	      "... and patch 0 was not written");
 	check(kread(site, now, 2) == 0 && !memcmp(now, res.found, 2),
 	      "... and it reports the bytes found (%02x %02x)", res.found[0], res.found[1]);
 
-	check(apply(patch, 1, &res) == 0, "APPLY the trap at __x64_sys_getppid+5");
+	check(apply(patch, 1, &res) == 0, "APPLY the trap at __x64_sys_getppid+%u", s.entry);
 	check(kread(s.site, now, 2) == 0 && now[0] == 0xcd && now[1] == 0xf5,
 	      "the site now holds cd f5");
 	test_read_original(&s, getppid_fn);
@@ -220,7 +224,8 @@ int main(int argc, char **argv)
 		struct trapvec_hits counts[2], now_h;
 		struct trapvec_dispatch_replace r;
 
-		two[1].site = ksym("__x64_sys_getpid") + 5;
+		two[1].site = ksym("__x64_sys_getpid");
+		two[1].site += entry_len(two[1].site);
 		memset(counts, 0, sizeof(counts));
 		r = (struct trapvec_dispatch_replace){ .entries = (uintptr_t)two,
 						       .counts = (uintptr_t)counts, .count = 2 };

@@ -43,7 +43,8 @@ extern int dev;
 
 /* Everything the splice needs, found or built by setup_splice(). */
 struct splice {
-	uint64_t site;			/* __x64_sys_getppid + 5 */
+	uint64_t site;			/* __x64_sys_getppid + entry */
+	uint32_t entry;			/* entry_len(__x64_sys_getppid): 5, or 9 with IBT */
 	uint8_t orig[16];		/* __x64_sys_getppid + 0..15 before anything */
 	uint64_t callee;
 	struct trapvec_alloc code;	/* trampoline at +0, handler at +32 */
@@ -58,6 +59,7 @@ void fatal(const char *what);
 int tv(unsigned long cmd, void *arg);
 uint64_t ksym(const char *name);
 int kread(uint64_t addr, void *buf, uint32_t len);
+uint32_t entry_len(uint64_t fn);
 uint32_t check_reason(uint64_t addr, uint32_t len);
 int alloc_block(uint32_t kind, uint64_t size, struct trapvec_alloc *out);
 int write_block(uint64_t id, uint64_t off, const void *bytes, uint32_t len);

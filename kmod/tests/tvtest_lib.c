@@ -71,6 +71,25 @@ int kread(uint64_t addr, void *buf, uint32_t len)
 	return tv(TRAPVEC_IOC_READ, &r);
 }
 
+/*
+ * The bytes a function's entry takes before its first instruction of its own: an endbr64 where
+ * the kernel is built for IBT (6.12), then the ftrace site (a 5-byte NOP, or the call it becomes
+ * while traced). 5 on Debian's 6.1, 9 on its 6.12.
+ */
+uint32_t entry_len(uint64_t fn)
+{
+	uint8_t b[9];
+	uint32_t n = 0;
+
+	if (kread(fn, b, sizeof(b)))
+		fatal("READ of a function's entry");
+	if (!memcmp(b, "\xf3\x0f\x1e\xfa", 4))
+		n = 4;
+	if (!memcmp(b + n, "\x0f\x1f\x44\x00\x00", 5) || b[n] == 0xe8)
+		n += 5;
+	return n;
+}
+
 uint32_t check_reason(uint64_t addr, uint32_t len)
 {
 	struct trapvec_check c = { .addr = addr, .len = len };

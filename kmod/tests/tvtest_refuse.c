@@ -37,13 +37,14 @@ static void refuse_table(const char *first, const char *last, uint32_t size, uin
  */
 void test_not_a_jump(uint64_t getppid)
 {
-	struct trapvec_patch p = { .addr = getppid + 5, .len = 1 };
+	uint32_t e = entry_len(getppid);
+	struct trapvec_patch p = { .addr = getppid + e, .len = 1 };
 	struct trapvec_apply res;
 	uint8_t now = 0;
 	int ret;
 
 	if (kread(p.addr, p.old_bytes, 1)) {
-		check(0, "READ __x64_sys_getppid+5");
+		check(0, "READ __x64_sys_getppid+%u", e);
 		return;
 	}
 	p.new_bytes[0] = 0x90;
@@ -57,28 +58,30 @@ void test_not_a_jump(uint64_t getppid)
 		p.old_bytes[0] = 0x90;
 		apply(&p, 1, &res);
 	}
-	ret = kread(getppid + 5, &now, 1);
-	check(ret == 0 && now == 0x53, "__x64_sys_getppid+5 still holds push rbx (%02x)", now);
+	ret = kread(getppid + e, &now, 1);
+	check(ret == 0 && now == 0x53, "__x64_sys_getppid+%u still holds push rbx (%02x)", e, now);
 }
 
 void test_refusals(uint64_t getppid, const struct trapvec_info *in)
 {
 	struct trapvec_check c = {};
+	/* The first instruction past the entry (endbr64 on 6.12, then the fentry NOP). */
+	uint32_t e = entry_len(getppid);
 
-	check(check_reason(getppid, 2) == TRAPVEC_REASON_FTRACE,
-	      "CHECK __x64_sys_getppid+0 (the fentry NOP) is refused: FTRACE");
-	check(check_reason(getppid + 5, 2) == TRAPVEC_REASON_NONE,
-	      "CHECK __x64_sys_getppid+5 is accepted");
-	c.addr = getppid + 5;
+	check(check_reason(getppid + e - 5, 2) == TRAPVEC_REASON_FTRACE,
+	      "CHECK __x64_sys_getppid+%u (the fentry NOP) is refused: FTRACE", e - 5);
+	check(check_reason(getppid + e, 2) == TRAPVEC_REASON_NONE,
+	      "CHECK __x64_sys_getppid+%u is accepted", e);
+	c.addr = getppid + e;
 	c.len = 2;
 	c.flags = TRAPVEC_CHECK_NO_KPROBE;
 	check(tv(TRAPVEC_IOC_CHECK, &c) == 0 && c.reason == TRAPVEC_REASON_NONE,
 	      "CHECK without the kprobe cross-check accepts it too");
 	c.flags = 2;
 	check(tv(TRAPVEC_IOC_CHECK, &c) == -EINVAL, "CHECK with an unknown flag fails (EINVAL)");
-	check(check_reason(getppid + 7, 2) == TRAPVEC_REASON_NOT_BOUNDARY,
-	      "CHECK __x64_sys_getppid+7 (inside the call) is refused: NOT_BOUNDARY");
-	check(check_reason(getppid + 5, 0) == TRAPVEC_REASON_BAD_LENGTH,
+	check(check_reason(getppid + e + 2, 2) == TRAPVEC_REASON_NOT_BOUNDARY,
+	      "CHECK __x64_sys_getppid+%u (inside the call) is refused: NOT_BOUNDARY", e + 2);
+	check(check_reason(getppid + e, 0) == TRAPVEC_REASON_BAD_LENGTH,
 	      "CHECK with length 0 is refused: BAD_LENGTH");
 	check(check_reason(ksym("entry_SYSCALL_64"), 2) == TRAPVEC_REASON_ENTRY_TEXT,
 	      "CHECK entry_SYSCALL_64 is refused: ENTRY_TEXT");

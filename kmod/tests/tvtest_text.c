@@ -5,12 +5,13 @@
  */
 #include "tvtest.h"
 
-/* A function of module mod whose entry is the 5-byte ftrace NOP; 0 if none. */
+/* A function of module mod whose entry is the 5-byte ftrace NOP (behind endbr64 on 6.12); 0 if
+ * none. */
 static uint64_t module_function(const char *mod)
 {
 	char line[512], sym[256], owner[128], type;
 	unsigned long long addr;
-	uint8_t b[5];
+	uint8_t b[9];
 	FILE *f = fopen("/proc/kallsyms", "r");
 
 	if (!f)
@@ -19,7 +20,8 @@ static uint64_t module_function(const char *mod)
 		if (sscanf(line, "%llx %c %255s [%127[^]]]", &addr, &type, sym, owner) != 4 ||
 		    (type != 't' && type != 'T') || strcmp(owner, mod))
 			continue;
-		if (!kread(addr, b, 5) && !memcmp(b, "\x0f\x1f\x44\x00\x00", 5)) {
+		if (!kread(addr, b, 9) &&
+		    !memcmp(b + (memcmp(b, "\xf3\x0f\x1e\xfa", 4) ? 0 : 4), "\x0f\x1f\x44\x00\x00", 5)) {
 			fclose(f);
 			return addr;
 		}
@@ -62,7 +64,7 @@ void test_module_text(const char *mod)
 		check(0, "module %s is loaded and has a traced function", mod);
 		return;
 	}
-	p.addr = func + 5;
+	p.addr = func + entry_len(func);
 	p.len = 2;
 	check(kread(p.addr, p.old_bytes, 2) == 0 && check_reason(p.addr, 2) == TRAPVEC_REASON_NONE,
 	      "CHECK %s text at %llx is accepted", mod, (unsigned long long)p.addr);
@@ -148,7 +150,8 @@ void test_big_batch(int n)
 	uint64_t live;
 	double t0, t;
 	int k = 0, ret;
-	uint8_t b[8];
+	uint32_t e;
+	uint8_t b[16];
 	FILE *f = fopen("/proc/kallsyms", "r");
 
 	if (!f || !p)
@@ -160,24 +163,31 @@ void test_big_batch(int n)
 		    strchr(line, '[') || addr == last)
 			continue;
 		last = addr;
-		if (kread(addr, b, 8) || memcmp(b, "\x0f\x1f\x44\x00\x00", 5))
+		/* An endbr64 first where the kernel is built for IBT (6.12). */
+		e = 0;
+		if (kread(addr, b, sizeof(b)))
 			continue;
+		if (!memcmp(b, "\xf3\x0f\x1e\xfa", 4))
+			e = 4;
+		if (memcmp(b + e, "\x0f\x1f\x44\x00\x00", 5))
+			continue;
+		e += 5;
 		/*
-		 * Only where the instruction at +5 is 2 bytes or more (a REX prefix, or an
+		 * Only where the instruction past the NOP is 2 bytes or more (a REX prefix, or an
 		 * opcode with a ModRM byte): a window over two instructions must be written as
 		 * a trap or a jmp (NOT_A_JUMP), and these patches write the old bytes again.
 		 */
-		if (!strchr("\x48\x49\x4c\x4d\x41\x31\x85\x89\x8b", b[5]))
+		if (!strchr("\x48\x49\x4c\x4d\x41\x31\x85\x89\x8b", b[e]))
 			continue;
-		c.addr = addr + 5;
+		c.addr = addr + e;
 		c.len = 2;
 		c.flags = TRAPVEC_CHECK_NO_KPROBE;
 		if (tv(TRAPVEC_IOC_CHECK, &c) || c.reason)
 			continue;
-		p[k].addr = addr + 5;
+		p[k].addr = addr + e;
 		p[k].len = 2;
-		memcpy(p[k].old_bytes, b + 5, 2);
-		memcpy(p[k].new_bytes, b + 5, 2);
+		memcpy(p[k].old_bytes, b + e, 2);
+		memcpy(p[k].new_bytes, b + e, 2);
 		k++;
 	}
 	fclose(f);
@@ -227,11 +237,12 @@ void test_free_referenced(const struct splice *s, pid_t ppid)
 
 	jmp.addr = s->site;
 	jmp.len = 6;
-	memcpy(jmp.old_bytes, s->orig + 5, 6);
+	memcpy(jmp.old_bytes, s->orig + s->entry, 6);
 	jmp.new_bytes[0] = 0xe9;
 	put32(jmp.new_bytes + 1, (int64_t)(code.addr - (s->site + 5)));
 	jmp.new_bytes[5] = 0xcc;
-	check(apply(&jmp, 1, &res) == 0, "APPLY a jmp at __x64_sys_getppid+5 to the trampoline");
+	check(apply(&jmp, 1, &res) == 0, "APPLY a jmp at __x64_sys_getppid+%u to the trampoline",
+	      s->entry);
 	check(kread(s->site, now, 1) == 0 && now[0] == 0xe9, "the site now holds e9");
 	call_getppid(10, ppid, "through the jmp");
 	snprintf(id, sizeof(id), "FREE of block %llu ", (unsigned long long)code.id);
@@ -281,9 +292,9 @@ void test_read_original(const struct splice *s, uint64_t getppid)
 	/* The call comes first: check()'s arguments are evaluated in no fixed order. */
 	ret = tv(TRAPVEC_IOC_READ, &r);
 	check(ret == 0 && !memcmp(orig, s->orig, 16),
-	      "READ_ORIGINAL over the live trap gives the original bytes (+5: %02x %02x)", orig[5],
-	      orig[6]);
-	check(kread(getppid, now, 16) == 0 && now[5] == 0xcd && now[6] == 0xf5,
+	      "READ_ORIGINAL over the live trap gives the original bytes (+%u: %02x %02x)",
+	      s->entry, orig[s->entry], orig[s->entry + 1]);
+	check(kread(getppid, now, 16) == 0 && now[s->entry] == 0xcd && now[s->entry + 1] == 0xf5,
 	      "... while a plain READ gives the trap");
 	r.flags = 2;
 	check(tv(TRAPVEC_IOC_READ, &r) == -EINVAL, "READ with an unknown flag fails (EINVAL)");

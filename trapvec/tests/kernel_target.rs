@@ -2,7 +2,8 @@
 //! `kmod/tests/run.sh`, which builds this test statically and runs it as root in the guest);
 //! elsewhere each test says why it does nothing.
 //!
-//! The splice is the one the C test builds: a trap at `__x64_sys_getppid+5`, over
+//! The splice is the one the C test builds: a trap at `__x64_sys_getppid+5` (+9 on 6.12, whose
+//! functions begin with `endbr64`), over
 //! `push rbx; call rel32`, with a replay trampoline `push rbx; call <callee>; jmp +11` written
 //! into a code block of the module's arena; then the trap is reverted and everything freed.
 
@@ -28,6 +29,17 @@ fn rel32(from_next: u64, to: u64) -> [u8; 4] {
         .to_le_bytes()
 }
 
+/// The bytes a function's entry takes before its first instruction of its own: `endbr64` where
+/// the kernel is built for IBT (6.12), then the 5-byte ftrace site (a NOP, or its call).
+fn entry_len(text: &[u8]) -> u64 {
+    let endbr = if text.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+        4
+    } else {
+        0
+    };
+    endbr + 5
+}
+
 fn getppid() -> i64 {
     // SAFETY: getppid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_getppid) }
@@ -48,22 +60,32 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
         .lookup("__x64_sys_getppid")
         .expect("__x64_sys_getppid in kallsyms")
         .addr;
-    let site = func + 5;
     let orig = t.read(func, 16).unwrap();
-    assert_eq!(orig[5..7], [0x53, 0xe8], "push rbx; call rel32 at +5");
+    let e = entry_len(&orig);
+    let site = func + e;
+    let at = usize::try_from(e).unwrap();
+    assert_eq!(
+        orig[at..at + 2],
+        [0x53, 0xe8],
+        "push rbx; call rel32 at +{e}"
+    );
     // The call is at site + 1; its rel32 counts from site + 6.
     let callee = (site + 6).wrapping_add_signed(i64::from(i32::from_le_bytes(
-        orig[7..11].try_into().unwrap(),
+        orig[at + 2..at + 6].try_into().unwrap(),
     )));
 
-    assert_eq!(t.check_site_with_kprobe(func, 2), Err(SiteRefusal::Ftrace));
+    let fentry = site - 5;
+    assert_eq!(
+        t.check_site_with_kprobe(fentry, 2),
+        Err(SiteRefusal::Ftrace)
+    );
     assert_eq!(t.check_site_with_kprobe(site, 2), Ok(()));
     assert_eq!(
         t.check_site_with_kprobe(site + 2, 2),
         Err(SiteRefusal::NotBoundary)
     );
     assert_eq!(t.precheck_site(site, 2), Ok(()));
-    assert_eq!(t.precheck_site(func + 1, 2), Err(SiteRefusal::Ftrace));
+    assert_eq!(t.precheck_site(fentry + 1, 2), Err(SiteRefusal::Ftrace));
 
     let block = t.alloc(site, 16, BlockKind::Code).unwrap();
     assert!(info.code_arena.contains(&block.addr));
@@ -129,10 +151,12 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
 fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
     let Some(mut t) = target() else { return };
     let func = t.symbols().lookup("__x64_sys_getppid").unwrap().addr;
-    let before = t.read(func, 8).unwrap();
+    let before = t.read(func, 16).unwrap();
+    let fentry = func + entry_len(&before) - 5;
+    let at = usize::try_from(fentry - func).unwrap();
     let patch = TextPatch {
-        addr: func,
-        old: before[..2].to_vec(),
+        addr: fentry,
+        old: before[at..at + 2].to_vec(),
         new: TRAP_BYTES.to_vec(),
     };
     let err = t.patch_text(&[patch]).unwrap_err();
@@ -148,7 +172,7 @@ fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
     );
     // A jmp rel8 (never written): a trap would be refused first, for having no dispatch entry.
     let wrong = TextPatch {
-        addr: func + 5,
+        addr: fentry + 5,
         old: vec![0x90, 0x90],
         new: vec![0xEB, 0x00],
     };
@@ -157,7 +181,7 @@ fn kernel_target_refuses_the_fentry_site_and_changes_nothing() {
         matches!(&err, TargetError::TextMismatch { found, .. } if found == "53 e8"),
         "{err}"
     );
-    assert_eq!(t.read(func, 8).unwrap(), before);
+    assert_eq!(t.read(func, 16).unwrap(), before);
 }
 
 #[test]

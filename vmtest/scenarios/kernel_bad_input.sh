@@ -24,8 +24,6 @@ snapshot /tmp/before
 
 refuse ERR_NONROOT su nobody -c "trapctl splice tcp_sync_mss --call empty_handler"
 refuse ERR_NONROOT_LIST su nobody -c "trapctl list"
-# tcp_sync_mss+5 is `push rbp`, +6 `mov rdx, rdi` (3 bytes): +7 is inside it.
-refuse ERR_BOUNDARY trapctl splice tcp_sync_mss+7 --call empty_handler
 refuse ERR_ENTRY trapctl splice entry_SYSCALL_64 --call empty_handler
 refuse ERR_UNRESOLVED trapctl load /files/unresolved.o
 
@@ -45,6 +43,14 @@ echo "CHECK_REFUSED=$(grep -c '^refused: ' /tmp/check.err)"
 target_point=$(sed -n 's/^refused: \(tcp_sync_mss+[0-9]*\): .*contains the branch target.*/\1/p' /tmp/check.err | head -n 1)
 echo "BRANCH_POINT=$target_point"
 refuse ERR_BRANCH trapctl splice "$target_point" --call empty_handler
+# Not an instruction boundary: the first offset past the entry that falls inside an instruction
+# (tcp_sync_mss+7 inside `mov rdx, rdi` on 6.1, +11 on 6.12).
+entry=$(entry_len tcp_sync_mss)
+inside=$(sed -n 's/^refused: tcp_sync_mss+\([0-9]*\): .*not an instruction boundary.*/\1/p' /tmp/check.err |
+	awk -v e="$entry" '$1 > e { print "tcp_sync_mss+" $1; exit }')
+echo "BOUNDARY_POINT=$inside"
+echo "BOUNDARY_INSN=$(grep "^refused: $inside: " /tmp/check.err | sed -n 's/.*falls inside `\([^`]*\)`.*/\1/p')"
+refuse ERR_BOUNDARY trapctl splice "$inside" --call empty_handler
 
 snapshot /tmp/after
 cmp -s /tmp/before /tmp/after && echo "UNCHANGED=yes" || { echo "UNCHANGED=no"; diff /tmp/before /tmp/after; }
@@ -62,10 +68,11 @@ action = "call"
 handler = "empty_handler"
 
 [[splice]]
-at = "tcp_sync_mss+7"
+at = "INSIDE"
 action = "call"
 handler = "empty_handler"
 TOML
+sed -i "s/INSIDE/$inside/" /tmp/mixed.toml
 refuse ERR_ALL_OR_NOTHING trapctl apply /tmp/mixed.toml
 echo "AFTER_ALL_OR_NOTHING=$(trapctl list --json | grep -c '"point"')"
 trapctl apply --best-effort /tmp/mixed.toml > /tmp/be.out 2> /tmp/be.err

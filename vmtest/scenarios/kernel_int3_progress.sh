@@ -3,8 +3,8 @@
 # notifier sends a CPU that meets one of our CCs where the patch leads; a jmp that leads back
 # into its own window (jmp $: EB FE), or a chain of jmps that closes into a cycle, would send it
 # from CC to CC for ever, with interrupts off where they were off (the idle task in
-# __schedule()), and no IPI answered. The module refuses both. The site is tcp_sync_mss+5 (push
-# rbp; mov rdx,rdi), which nothing in this guest calls (no TCP connection is made): a jmp that
+# __schedule()), and no IPI answered. The module refuses both. The site is the first instruction
+# past tcp_sync_mss's entry (tcp_sync_mss+5 on 6.1, +9 on 6.12: push rbp; mov rdx,rdi), which nothing in this guest calls (no TCP connection is made): a jmp that
 # the old module let through does no harm before it is reverted.
 # Files (vmtest --file): tvraw; optionally another trapvec.ko to test instead of the packed one
 # (tv_int3_progress.module=NAME on the kernel command line).
@@ -31,7 +31,8 @@ reason() {
 	sed -n 's/.*reason=\([0-9]*\).*/\1/p' /tmp/tv
 }
 
-a=$(at tcp_sync_mss 5)
+entry=$(entry_len tcp_sync_mss)
+a=$(at tcp_sync_mss "$entry")
 orig=$(hexbytes "0x$a" 2)
 text_before=$(hexbytes "0x$(addr tcp_sync_mss)" 128)
 $TV check "$a" 2 > /tmp/tv
@@ -48,7 +49,7 @@ grep -q 'ret=0 ' /tmp/tv && $TV apply "$a" "$orig" > /dev/null
 # 2. A cycle: A lands on B (ordinary code), then B would land on A. B is the first 2-byte window
 # behind A's that the module accepts.
 b=
-off=7
+off=$((entry + 2))
 while [ "$off" -lt 100 ]; do
 	$TV check "$(at tcp_sync_mss $off)" 2 > /tmp/tv
 	if [ "$(reason)" = 0 ]; then
@@ -85,7 +86,7 @@ $TV info > /tmp/tv
 echo "INFO=$(cat /tmp/tv)"
 # The module still writes ordinary splices on that function, and unloads.
 trapctl load /components/empty.o > /dev/null || exit 12
-trapctl splice tcp_sync_mss+5 --call empty_handler > /dev/null && echo "SPLICE=yes"
+trapctl splice "$(past_entry tcp_sync_mss 0)" --call empty_handler > /dev/null && echo "SPLICE=yes"
 trapctl unsplice --all > /dev/null && echo "UNSPLICE=yes"
 rmmod trapvec && echo "RMMOD=yes"
 echo "INT3_PROGRESS_DONE"

@@ -30,6 +30,7 @@ mss_site=$(past_entry tcp_sync_mss 0)
 echo "MSS_SITE=$mss_site"
 trapctl splice --count "$mss_site"
 echo "REFCNT_BEFORE=$(cat $M/refcnt)"
+echo "KERNEL=$(uname -r)"
 # 6.12's can_probe() refuses a kprobe on an `int n` instruction (EILSEQ): there no kprobe can
 # land on a live trap, only on a jmp splice's `jmp rel32`, so the pin is shown on one of those.
 if echo "p:tvpin/mss $mss_site" >> $T/kprobe_events 2> /tmp/kp.err; then

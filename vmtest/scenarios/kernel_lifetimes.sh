@@ -56,7 +56,8 @@ wait_for slowsyms || echo "INIT_SYMBOL=missing"
 sym() {
 	awk -v n="$1" '$3 == n { print $1; exit }' /tmp/slowsyms
 }
-core=$(printf '%x' $((0x$(sym slowinit_core) + 5)))
+# The first instruction past the entry (+5, or +9 behind 6.12's endbr64).
+core=$(printf "%x" $((0x$(sym slowinit_core) + $(entry_len "0x$(sym slowinit_core)"))))
 echo "STATE_COMING=$(cat /sys/module/slowinit/initstate 2> /dev/null)"
 echo "R_INIT=$($TV check "$(sym slowinit_init)" 1 | reason)"
 echo "R_CORE_COMING=$($TV check "$core" 1 | reason)"
@@ -73,15 +74,17 @@ rmmod slowinit
 modprobe sch_netem || exit 12
 site=
 for sym in $(awk '$4 == "[sch_netem]" && ($2 == "t" || $2 == "T") { print $3 }' /proc/kallsyms); do
-	s=$(at "$sym" 5)
+	e=$(entry_len "$sym")
+	s=$(at "$sym" "$e")
 	if [ "$($TV check "$s" 1 | reason)" = 0 ]; then
 		site=$s
 		netem_sym=$sym
+		netem_point=$sym+$e
 		break
 	fi
 done
 [ -n "$site" ] || exit 13
-echo "NETEM_SITE=$netem_sym+5"
+echo "NETEM_SITE=$netem_point"
 refcnt() {
 	cat /sys/module/sch_netem/refcnt
 }
@@ -101,9 +104,9 @@ echo "REF_QUIESCED=$(refcnt)"
 echo "RMMOD_QUIESCED=$(rmmod_try sch_netem)"
 # The same through trapctl: unsplice quiesces.
 modprobe sch_netem || exit 14
-trapctl splice "$netem_sym+5" --count > /dev/null || exit 15
+trapctl splice "$netem_point" --count > /dev/null || exit 15
 echo "RMMOD_SPLICED=$(rmmod_try sch_netem)"
-trapctl unsplice "$netem_sym+5" > /dev/null || exit 16
+trapctl unsplice "$netem_point" > /dev/null || exit 16
 echo "RMMOD_UNSPLICED=$(rmmod_try sch_netem)"
 
 # --- 3. A replacement that sleeps 2 s.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Full preemption: apply/remove cycles of trap and jmp splices at __x64_sys_getppid+5, where the
+# Full preemption: apply/remove cycles of trap and jmp splices at __x64_sys_getppid+5 (+9 on 6.12), where the
 # 2-byte trap and the 5-byte jmp both cover `push rbx` (1 byte) and part of the call after it,
 # while both CPUs call getppid() in a loop. Boot with preempt=full (or let the scenario switch
 # the model at run time) and QEMU's -singlestep, so that an interrupt, and a preemption, can
@@ -14,6 +14,7 @@
 # Prints KEY=value lines that vmtest/tests/kernel_preempt.rs checks; vmtest fails the run on
 # any oops, BUG or WARNING.
 set -eu
+. /lib/scenario.sh
 
 knob() { sed -n "s/.*trapvec_preempt\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 cycles=$(knob cycles)
@@ -37,6 +38,7 @@ echo 'p:tvpre/ppid __x64_sys_getppid' >> $T/kprobe_events
 echo 1 > $T/events/tvpre/ppid/enable
 kprobe_hits() { awk '$1 == "ppid" { print $2 }' $T/kprobe_profile; }
 
+point=$(past_entry __x64_sys_getppid 0)
 trapctl read __x64_sys_getppid > /tmp/before.hex
 trapctl load /components/empty.o
 
@@ -47,7 +49,7 @@ rm -f /tmp/stop
 ppidloop -t 2 -l -f /tmp/stop > /tmp/loop.out &
 loop=$!
 start=$(date +%s)
-trapctl cycle __x64_sys_getppid+5 --call empty_handler --mechanism both --times "$cycles" | tee /tmp/cycle.out
+trapctl cycle "$point" --call empty_handler --mechanism both --times "$cycles" | tee /tmp/cycle.out
 end=$(date +%s)
 touch /tmp/stop
 wait "$loop" && echo "LOOP_OK=yes" || echo "LOOP_OK=no"
@@ -65,9 +67,9 @@ cmp -s /tmp/before.hex /tmp/after.hex && echo "RESTORED=yes" || echo "RESTORED=n
 if [ "$(knob exact)" != 0 ]; then
 	for m in trap jmp; do
 		k0=$(kprobe_hits)
-		trapctl splice __x64_sys_getppid+5 --call empty_handler --mechanism $m
+		trapctl splice "$point" --call empty_handler --mechanism $m
 		ppidloop -t 2 -n 3000 > /tmp/exact.out
-		trapctl unsplice __x64_sys_getppid+5 | tee /tmp/unsplice.out
+		trapctl unsplice "$point" | tee /tmp/unsplice.out
 		k1=$(kprobe_hits)
 		echo "EXACT_$m=$(sed -n 's/.*: \([0-9]*\) hits.*/\1/p' /tmp/unsplice.out) $((k1 - k0)) $(cat /tmp/exact.out)"
 	done

@@ -44,7 +44,7 @@ fn jmps_that_would_send_a_cpu_back_to_the_same_int3_are_refused() {
     assert_eq!(
         run.number("CHECK_A"),
         0,
-        "tcp_sync_mss+5 takes a 2-byte window"
+        "the first instruction past tcp_sync_mss's entry takes a 2-byte window"
     );
     for line in ["SELF", "INSIDE"] {
         assert_eq!(
