@@ -63,6 +63,7 @@ causes! {
     UnknownExtent => "unknown_extent", "the function's extent is unknown (no size and no following function)";
     OffsetPastEnd => "offset_past_end", "the offset is past the function's end";
     NoFunctionAt => "no_function_at", "no function contains the address";
+    InitFreed => "init_freed", "init code, freed after boot";
     // Decoding the function.
     NoBytes => "no_bytes", "the function has no bytes to decode";
     InvalidInstruction => "invalid_instruction", "invalid instruction in the function";
@@ -150,6 +151,7 @@ impl PlanError {
             PlanError::UnknownExtent { .. } => RefusalCause::UnknownExtent,
             PlanError::OffsetPastEnd { .. } => RefusalCause::OffsetPastEnd,
             PlanError::NoFunctionAt { .. } => RefusalCause::NoFunctionAt,
+            PlanError::InitFreed { .. } => RefusalCause::InitFreed,
             PlanError::Analysis(a) => a.cause(),
             PlanError::Landing(_) => RefusalCause::ExceptionTables,
             PlanError::Refused(r) => r.cause(),

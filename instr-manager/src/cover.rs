@@ -209,8 +209,9 @@ pub struct KernelBlock {
 
 /// Every basic block of the kernel functions `funcs` (their bytes read by `read`; `has_fentry`:
 /// traced functions start with the ftrace site), each with its site; `int3` padding is left out. A function that cannot be
-/// read or decoded is one block over its whole extent, refused as such; a block that holds only
-/// the entry bytes is refused (the kernel rewrites them): never fatal.
+/// read or decoded is one block over its whole extent, refused as such, and so is one in the
+/// init memory the kernel freed after boot (never read: [`crate::point::freed_init`]); a block
+/// that holds only the entry bytes is refused (the kernel rewrites them): never fatal.
 pub fn kernel_blocks(
     funcs: &[&Symbol],
     symbols: &trapvec::SymbolTable,
@@ -218,6 +219,11 @@ pub fn kernel_blocks(
     has_fentry: bool,
 ) -> Vec<KernelBlock> {
     let mut out = Vec::new();
+    let init = if has_fentry {
+        crate::point::freed_init(symbols)
+    } else {
+        None
+    };
     for f in funcs {
         let extent = symbols.function_extent(f);
         let refused = |start: u64, end: u64, kind: &str, reason: String| KernelBlock {
@@ -236,6 +242,18 @@ pub fn kernel_blocks(
             module: f.origin.clone(),
             site: start,
         };
+        if f.origin.is_none() && init.is_some_and(|(lo, hi)| (lo..hi).contains(&f.addr)) {
+            out.push(refused(
+                f.addr,
+                f.addr + extent.max(1),
+                &crate::RefusalCause::InitFreed.name(),
+                format!(
+                    "{} ({:#x}) is init code, which the kernel freed after boot",
+                    f.name, f.addr
+                ),
+            ));
+            continue;
+        }
         let Some((bytes, func)) = analyzed(f, extent, read) else {
             out.push(refused(
                 f.addr,
@@ -747,6 +765,38 @@ mod tests {
             .collect();
         assert_eq!(sites, vec![(0, 5), (9, 9), (0xc, 0xc)]);
         assert!(got.iter().all(|b| b.block.site.is_ok()));
+    }
+
+    #[test]
+    fn a_kernel_function_in_freed_init_memory_is_one_refused_block_never_read() {
+        let sym = |name: &str, addr: u64, kind: SymbolKind| Symbol {
+            name: name.into(),
+            addr,
+            size: 0,
+            kind,
+            origin: None,
+            version: None,
+        };
+        let table = trapvec::SymbolTable::new(vec![
+            sym("__init_begin", 0x8000, SymbolKind::Object),
+            sym("tcp_init", 0x8100, SymbolKind::Function),
+            sym("__init_end", 0x8200, SymbolKind::Object),
+            sym("_einit", 0x8200, SymbolKind::Function),
+        ]);
+        let f = table.lookup("tcp_init").unwrap().clone();
+        let reads = std::cell::Cell::new(0);
+        let read = |_: u64, n: usize| {
+            reads.set(reads.get() + 1);
+            Some(vec![0x61; n])
+        };
+        let got = kernel_blocks(&[&f], &table, &read, true);
+        assert_eq!(reads.get(), 0, "freed memory is not read");
+        assert_eq!(got.len(), 1);
+        let b = &got[0].block;
+        assert_eq!((b.start, b.end), (0x8100, 0x8200));
+        let r = b.site.as_ref().unwrap_err();
+        assert_eq!(r.kind, "init_freed");
+        assert!(r.reason.contains("freed after boot"), "{}", r.reason);
     }
 
     #[test]

@@ -92,6 +92,14 @@ pub enum PlanError {
     },
     #[error("point `{text}`: no function contains {addr:#x}")]
     NoFunctionAt { text: String, addr: u64 },
+    /// A kernel function in init memory (`__init`), which the kernel freed after boot: its
+    /// bytes are no longer its code.
+    #[error("point `{text}`: `{name}` at {addr:#x} is init code (between __init_begin and __init_end), which the kernel freed after boot: it never runs again")]
+    InitFreed {
+        text: String,
+        name: String,
+        addr: u64,
+    },
     #[error(transparent)]
     Analysis(#[from] AnalysisError),
     #[error(transparent)]

@@ -347,7 +347,33 @@ pub fn choose<'a>(
     })
 }
 
-/// Resolve `spec`. `entry_len(entry)` says how many bytes at the entry of the function starting
+/// The kernel's init memory, `[__init_begin, __init_end)` of vmlinux (the main image), when
+/// `symbols` has both (kallsyms does). The kernel frees it once boot is over
+/// (`free_initmem()`): the `__init` functions kallsyms still lists there are no longer code, so
+/// a point in one is refused ([`PlanError::InitFreed`]) before anything reads its bytes. A
+/// module's init code is freed too, but kallsyms drops its symbols then.
+pub fn freed_init(symbols: &SymbolTable) -> Option<(u64, u64)> {
+    let at = |name: &str| {
+        symbols
+            .lookup_all(name)
+            .into_iter()
+            .find(|s| s.origin.is_none())
+            .map(|s| s.addr)
+    };
+    let (lo, hi) = (at("__init_begin")?, at("__init_end")?);
+    (lo < hi).then_some((lo, hi))
+}
+
+/// Whether `f` is a function of vmlinux's freed init memory ([`freed_init`]), on a kernel
+/// target (`info.has_fentry`).
+pub fn in_freed_init(f: &Symbol, symbols: &SymbolTable, info: &TargetInfo) -> bool {
+    info.has_fentry
+        && f.origin.is_none()
+        && freed_init(symbols).is_some_and(|(lo, hi)| (lo..hi).contains(&f.addr))
+}
+
+/// Resolve `spec`. A kernel function in freed init memory is refused ([`freed_init`]).
+/// `entry_len(entry)` says how many bytes at the entry of the function starting
 /// at `entry` the kernel owns (typically [`kernel_entry_len`] over the target's bytes); it is
 /// consulted only with `info.has_fentry` and for a point at a function's entry.
 pub fn resolve_point(
@@ -417,6 +443,18 @@ pub fn resolve_point(
             (Symbol { size, ..sym }, *addr)
         }
     };
+    if in_freed_init(&function, symbols, info) {
+        log::debug!(
+            "point `{text}`: `{}` at {:#x} is init code, freed after boot",
+            function.name,
+            function.addr
+        );
+        return Err(PlanError::InitFreed {
+            text,
+            name: function.name,
+            addr: function.addr,
+        });
+    }
     if info.has_fentry && site == function.addr {
         let skip = entry_len(site);
         if skip > 0 && function.size > skip {

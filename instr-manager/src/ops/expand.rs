@@ -233,6 +233,40 @@ mod tests {
     }
 
     #[test]
+    fn a_glob_refuses_freed_init_functions_as_such_without_reading_them() {
+        let data = |name: &str, addr: u64| trapvec::Symbol {
+            name: name.into(),
+            addr,
+            size: 0,
+            kind: trapvec::SymbolKind::Object,
+            origin: None,
+            version: None,
+        };
+        let f3 = trapvec::fake::func_addr("f3");
+        let k =
+            FakeKernel::with_symbols(vec![data("__init_begin", f3), data("__init_end", f3 + 32)]);
+        let mut sp = Splicer::new(k.clone());
+        let (report, _) = apply(&mut sp, &spec(vec![count("f*")]), true).unwrap();
+        assert_eq!(ats(&report.spliced), ["f0", "f1", "f2"]);
+        let lines: Vec<String> = report.refusals.iter().map(|g| g.to_string()).collect();
+        assert_eq!(lines, ["refused 1: init code, freed after boot (at f3)"]);
+        assert_eq!(report.refusals[0].cause.as_deref(), Some("init_freed"));
+        assert!(
+            report.refused[0].contains("is init code"),
+            "{}",
+            report.refused[0]
+        );
+        let reads = k.state().reads.clone();
+        assert!(
+            reads
+                .iter()
+                .all(|&(a, n)| a + n as u64 <= f3 || a >= f3 + 32),
+            "f3's bytes were read: {reads:x?}"
+        );
+        assert!(!k.trapped("f3"));
+    }
+
+    #[test]
     fn a_glob_matching_nothing_is_an_error_naming_it() {
         let k = FakeKernel::new();
         let mut sp = Splicer::new(k.clone());

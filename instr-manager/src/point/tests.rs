@@ -165,6 +165,67 @@ fn entry_point_moves_past_fentry_only_with_has_fentry_and_a_fentry_site() {
     assert_eq!(p.site, 0x2001, "only offset 0 moves");
 }
 
+/// kallsyms after boot, in the shape of 6.1's: vmlinux's init memory between `__init_begin`
+/// and `__init_end` (data symbols), `__init` functions still listed in it, a function before
+/// and after it, and a module function whose address happens to fall in the range.
+fn kernel_with_init() -> SymbolTable {
+    let data = |name: &str, addr: u64| Symbol {
+        kind: SymbolKind::Object,
+        ..func(name, addr, 0)
+    };
+    SymbolTable::new(vec![
+        func("tcp_v4_rcv", 0x1000, 0),
+        data("__init_begin", 0x8000),
+        func("tcp_init", 0x8100, 0),
+        func("ip_init", 0x8200, 0),
+        data("__init_end", 0x9000),
+        func("tcp_close", 0x9000, 0),
+        func("_etext", 0xa000, 0),
+        Symbol {
+            origin: Some("tv_mod".into()),
+            ..func("tv_mod_fn", 0x8300, 0x40)
+        },
+    ])
+}
+
+#[test]
+fn a_kernel_function_in_freed_init_memory_is_refused_before_its_bytes_are_read() {
+    let t = kernel_with_init();
+    assert_eq!(freed_init(&t), Some((0x8000, 0x9000)));
+    let read = std::cell::Cell::new(0);
+    let entry_len = |_| {
+        read.set(read.get() + 1);
+        5
+    };
+    for point in ["tcp_init", "ip_init+0x10", "0x8105"] {
+        let err = resolve_point(&point.parse().unwrap(), &t, &info(true), entry_len).unwrap_err();
+        assert!(
+            matches!(err, PlanError::InitFreed { .. }),
+            "{point}: {err:?}"
+        );
+        assert_eq!(err.cause(), Some(crate::RefusalCause::InitFreed), "{point}");
+        assert!(
+            err.to_string().contains("init code") && err.to_string().contains("freed after boot"),
+            "{err}"
+        );
+    }
+    assert_eq!(read.get(), 0, "nothing read at a freed function's entry");
+    assert_eq!(crate::RefusalCause::InitFreed.name(), "init_freed");
+    assert_eq!(
+        crate::RefusalCause::InitFreed.summary(),
+        "init code, freed after boot"
+    );
+    // Either side of the range, a module's function, and a process: resolved as before.
+    for point in ["tcp_v4_rcv", "tcp_close", "tv_mod:tv_mod_fn"] {
+        let p = resolve_point(&point.parse().unwrap(), &t, &info(true), |_| 5).unwrap();
+        assert_eq!(p.site, p.function.addr + 5, "{point}");
+    }
+    let p = resolve_point(&"tcp_init".parse().unwrap(), &t, &info(false), |_| 0).unwrap();
+    assert_eq!(p.site, 0x8100, "not a kernel: no init memory");
+    // A table without the two symbols has no init range.
+    assert_eq!(freed_init(&table()), None);
+}
+
 #[test]
 fn resolution_errors_name_symbol_and_offset() {
     let t = table();

@@ -17,6 +17,7 @@ use instr_manager::analysis::Function;
 use instr_manager::cover::analyzed;
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
+use instr_manager::point::in_freed_init;
 use instr_manager::splicer::{SpliceError, Splicer};
 use instr_manager::{
     kernel_entry_len, Action, Mechanism, Plan, PlanInput, Refusal, SiteVerdict, SpliceRequest,
@@ -301,8 +302,11 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
     // (function, site, point text for the row)
     let mut wanted: Vec<(usize, u64, String)> = Vec::new();
     for (i, f) in funcs.iter().enumerate() {
+        // Init code the kernel freed after boot: its bytes are not its code, so none are read;
+        // the planner refuses its point as such.
+        let freed = in_freed_init(f, target.symbols(), &info);
         let entry = f.addr
-            + if info.has_fentry {
+            + if info.has_fentry && !freed {
                 target
                     .read_code(f.addr, KERNEL_ENTRY_MAX)
                     .map_or(0, |b| kernel_entry_len(&b) as u64)
@@ -321,7 +325,7 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
                 format!("{entry:#x}")
             },
         ));
-        if blocks {
+        if blocks && !freed {
             let read = |a: u64, n: usize| target.read_code(a, n).ok();
             if let Some((_, func)) = analyzed(f, target.symbols().function_extent(f), &read) {
                 wanted.extend(
