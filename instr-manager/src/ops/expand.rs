@@ -93,6 +93,12 @@ impl RefusedPoint {
         }
     }
 
+    /// The cause's name ([`RefusalCause::name`]), the refusal's kind wherever refusals are
+    /// grouped; `None` for an error with no cause.
+    pub fn kind(&self) -> Option<String> {
+        self.cause.as_ref().map(|c| c.name().into_owned())
+    }
+
     /// Why, without the point and the site: the cause's fixed sentence, or for an error with
     /// no cause its own text (see [`reason_of`]).
     pub fn reason(&self) -> String {
@@ -159,7 +165,7 @@ pub fn summarize(refused: &[RefusedPoint]) -> Vec<RefusalGroup> {
     let mut groups: Vec<(String, RefusalGroup)> = Vec::new();
     for r in refused {
         let key = match &r.cause {
-            Some(c) => c.name().into_owned(),
+            Some(_) => r.kind().unwrap_or_default(),
             None => format!("text: {}", r.reason()),
         };
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -173,7 +179,7 @@ pub fn summarize(refused: &[RefusedPoint]) -> Vec<RefusalGroup> {
                 key,
                 RefusalGroup {
                     reason: r.reason(),
-                    cause: r.cause.as_ref().map(|c| c.name().into_owned()),
+                    cause: r.kind(),
                     count: 1,
                     first: vec![r.at.clone()],
                 },

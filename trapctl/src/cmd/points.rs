@@ -25,7 +25,7 @@ use instr_manager::{
 };
 use serde::Serialize;
 use trapvec::kernel::KernelTarget;
-use trapvec::{Symbol, Target, TargetError, TargetInfo};
+use trapvec::{Symbol, Target, TargetInfo};
 
 /// The version of `--json`'s layout; it changes only when a field changes meaning or goes.
 pub const SCHEMA: u32 = 1;
@@ -80,7 +80,8 @@ struct Verdict {
     /// Bytes the splice would displace.
     #[serde(skip_serializing_if = "Option::is_none")]
     displaced_len: Option<usize>,
-    /// The kind of refusal (`window crosses block`, `reserved text`, ...), for grouping.
+    /// The kind of refusal, for grouping: its cause's name (`window_crosses_block`,
+    /// `kernel_reserved`, ...), as a glob's `--best-effort` summary and `trapctl cover` name it.
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<String>,
     /// The refusal's whole sentence.
@@ -163,42 +164,16 @@ struct Report {
     note: Option<String>,
 }
 
-/// `CamelCase` -> `camel case`: a refusal's variant named as words, its kind.
-fn words(variant: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in variant.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push(' ');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The variant name of `x`'s `Debug` form.
-fn variant_of(x: &impl std::fmt::Debug) -> String {
-    let d = format!("{x:?}");
-    let end = d.find([' ', '{', '(']).unwrap_or(d.len());
-    words(&d[..end])
-}
-
+/// A refusal's kind: its cause's name (`too_short`).
 fn refusal_kind(r: &Refusal) -> String {
-    variant_of(r)
+    r.cause().name().into_owned()
 }
 
+/// An error's kind: its cause's name (`kernel_jump_label`), or `other` for an error that is
+/// no refusal of the point (its sentence says what).
 fn splice_error_kind(e: &SpliceError) -> String {
-    match e {
-        SpliceError::Refused { refusal, .. } => refusal_kind(refusal),
-        SpliceError::Target {
-            source: TargetError::SiteRefused { reason, .. },
-            ..
-        } => variant_of(reason),
-        e => variant_of(e),
-    }
+    e.cause()
+        .map_or_else(|| "other".to_string(), |c| c.name().into_owned())
 }
 
 fn from_splice(r: &Result<(instr_manager::ResolvedPoint, Plan), SpliceError>) -> Verdict {
@@ -556,19 +531,38 @@ fn render_text(r: &Report, summary_only: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trapvec::TargetError;
 
     #[test]
-    fn refusal_kinds_are_the_variant_in_words() {
+    fn refusal_kinds_are_the_causes_names() {
         let r = Refusal::NoRoomForJmp {
             site: 1,
             reason: "x".into(),
         };
-        assert_eq!(refusal_kind(&r), "no room for jmp");
+        assert_eq!(refusal_kind(&r), "no_room_for_jmp");
         let r = Refusal::AlreadyPatched {
             site: 1,
             lo: 1,
             hi: 2,
         };
-        assert_eq!(refusal_kind(&r), "already patched");
+        assert_eq!(refusal_kind(&r), "already_patched");
+        let e = SpliceError::Target {
+            at: "f".into(),
+            source: TargetError::SiteRefused {
+                addr: 1,
+                reason: trapvec::kernel::SiteRefusal::JumpLabel,
+            },
+        };
+        assert_eq!(splice_error_kind(&e), "kernel_jump_label");
+        let e = SpliceError::Point {
+            at: "f".into(),
+            source: instr_manager::PlanError::InitFreed {
+                text: "f".into(),
+                name: "f".into(),
+                addr: 1,
+            },
+        };
+        assert_eq!(splice_error_kind(&e), "init_freed");
+        assert_eq!(splice_error_kind(&SpliceError::UnknownSplice(3)), "other");
     }
 }

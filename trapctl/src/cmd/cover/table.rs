@@ -97,7 +97,7 @@ mod tests {
             covered: 1,
             refused: 1,
             percent: 33.3,
-            refusals: BTreeMap::from([("entry bytes only".to_string(), 1)]),
+            refusals: BTreeMap::from([("overlaps_fentry".to_string(), 1)]),
         };
         let rows = [
             Row {
@@ -128,7 +128,7 @@ mod tests {
              m:f              1        0     0.0%        1\n\
              total: 2 function(s), 3 block(s), 1 covered (33.3%), 1 refused; ended by time\n  \
              refused: m:f+0x0 (0x10): why\n  \
-             refused at 1 block(s): entry bytes only\n\
+             refused at 1 block(s): overlaps_fentry\n\
              note: n\n"
         );
     }
