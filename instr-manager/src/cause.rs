@@ -52,12 +52,13 @@ macro_rules! causes {
 
 causes! {
     // Resolving the point.
-    BadPoint => "bad_point", "the point is not `[object:]symbol[@version][+offset]` or an address";
+    BadPoint => "bad_point", "the point is not `[object:]symbol[@version|@address][+offset]` or an address";
     UnknownSymbol => "unknown_symbol", "no symbol of that name";
     ObjectNotLoaded => "object_not_loaded", "the object is not loaded";
     NotInObject => "not_in_object", "the name is defined, but not in the object named";
     NoSuchVersion => "no_such_version", "the symbol has no such version";
-    Ambiguous => "ambiguous", "the name is ambiguous (functions of that name in several places); a glob cannot qualify it";
+    Ambiguous => "ambiguous", "the name is ambiguous (functions of that name in several places)";
+    NotAtAddress => "not_at_address", "no function of that name at the address given";
     Ifunc => "ifunc", "an IFUNC, whose address is its resolver's: name the implementation instead";
     NotAFunction => "not_a_function", "the symbol is not a function";
     UnknownExtent => "unknown_extent", "the function's extent is unknown (no size and no following function)";
@@ -146,6 +147,7 @@ impl PlanError {
             PlanError::NotInObject { .. } => RefusalCause::NotInObject,
             PlanError::NoSuchVersion { .. } => RefusalCause::NoSuchVersion,
             PlanError::Ambiguous { .. } => RefusalCause::Ambiguous,
+            PlanError::NotAtAddress { .. } => RefusalCause::NotAtAddress,
             PlanError::UnresolvedIfunc { .. } => RefusalCause::Ifunc,
             PlanError::NotAFunction { .. } => RefusalCause::NotAFunction,
             PlanError::UnknownExtent { .. } => RefusalCause::UnknownExtent,

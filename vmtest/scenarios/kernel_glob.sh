@@ -44,6 +44,11 @@ echo "BE_REFUSED_SUM=$(awk '/^refused [0-9]+: / { sub(":", "", $2); n += $2 } EN
 echo "BE_REFUSAL_FIRST=$(grep '^refused ' /tmp/be.err | head -n 1)"
 echo "BE_INIT_FREED=$(sed -n 's/^refused \([0-9]*\): init code, freed after boot (at .*/\1/p' /tmp/be.err)"
 echo "BE_INVALID=$(sed -n 's/^refused \([0-9]*\): invalid instruction in the function (at .*/\1/p' /tmp/be.err)"
+# Copies of a name several static functions share: each by its address, `name@0xADDRESS`.
+echo "BE_COPY_ROWS=$(grep -c '^spliced [^ ]*@0x[0-9a-f]* at 0x' /tmp/be.out || true)"
+echo "BE_COPY_ROW=$(grep '^spliced [^ ]*@0x[0-9a-f]* at 0x' /tmp/be.out | head -n 1)"
+echo "BE_AMBIGUOUS=$(grep -c '^refused [0-9]*: the name is ambiguous' /tmp/be.err || true)"
+echo "KALLSYMS_COPIES=$(awk '$2 ~ /^[tTwW]$/ && $3 ~ /^[iut][cdp]/ { m = (NF == 4) ? $4 : "-"; print $3 "|" m " " $1 }' /proc/kallsyms | sort -u | awk '{ n[$1]++ } END { c = 0; for (k in n) if (n[k] > 1) c += n[k]; print c }')"
 echo "BE_ERR_OTHER=$(grep -v '^refused ' /tmp/be.err | grep -v '^trapctl: ' | head -n 1)"
 # Each reason, for the log (a few dozen characters of its points cut off).
 grep '^refused ' /tmp/be.err | cut -c 1-240 | sed 's/^/REASON: /'

@@ -44,7 +44,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 0,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -53,7 +54,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -62,7 +64,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -71,7 +74,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "foo.isra.0".into(),
             offset: 4,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -83,7 +87,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "f".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
         .to_string(),
         "f+0x10"
@@ -312,7 +317,8 @@ fn parses_object_and_version_qualifiers() {
             name: "sqlite3_step".into(),
             offset: 16,
             object: Some("/usr/lib/libsqlite3.so.0".into()),
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
@@ -323,7 +329,8 @@ fn parses_object_and_version_qualifiers() {
             name: "pthread_cond_wait".into(),
             offset: 0,
             object: None,
-            version: Some("GLIBC_2.3.2".into())
+            version: Some("GLIBC_2.3.2".into()),
+            addr: None
         }
     );
     assert_eq!(
@@ -340,6 +347,55 @@ fn parses_object_and_version_qualifiers() {
             "{bad}: {err:?}"
         );
     }
+}
+
+#[test]
+fn name_at_an_address_parses_prints_and_names_one_copy() {
+    let p: PointSpec = "tv_mod:id_show@0xffffffff81002000+4".parse().unwrap();
+    assert_eq!(
+        p,
+        PointSpec::Symbol {
+            name: "id_show".into(),
+            offset: 4,
+            object: Some("tv_mod".into()),
+            version: None,
+            addr: Some(0xffff_ffff_8100_2000),
+        }
+    );
+    assert_eq!(p.to_string(), "tv_mod:id_show@0xffffffff81002000+0x4");
+    for bad in ["f@0x", "f@0xzz", "f@0x10@0x20"] {
+        let err = bad.parse::<PointSpec>().unwrap_err();
+        assert!(
+            matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+            "{bad}: {err:?}"
+        );
+    }
+    // Two static functions of one name (kallsyms repeats it): the name alone is ambiguous,
+    // each copy is named by its address, and an address with no copy is refused naming both.
+    let t = SymbolTable::new(vec![
+        func("id_show", 0x1000, 0x20),
+        func("id_show", 0x2000, 0x20),
+        func("other", 0x3000, 0x20),
+    ]);
+    let resolve = |p: &str| resolve_point(&p.parse().unwrap(), &t, &info(true), |_| 5);
+    assert!(matches!(
+        resolve("id_show"),
+        Err(PlanError::Ambiguous { .. })
+    ));
+    for (p, site) in [("id_show@0x1000", 0x1005), ("id_show@0x2000+0x8", 0x2008)] {
+        let r = resolve(p).unwrap();
+        assert_eq!((r.function.name.as_str(), r.site), ("id_show", site), "{p}");
+    }
+    let err = resolve("id_show@0x3000").unwrap_err();
+    assert_eq!(err.cause(), Some(crate::RefusalCause::NotAtAddress));
+    assert_eq!(
+        err.to_string(),
+        "point `id_show@0x3000`: no `id_show` at 0x3000 (it is at id_show@0x1000, id_show@0x2000)"
+    );
+    assert!(matches!(
+        resolve("nosuch@0x1000"),
+        Err(PlanError::UnknownSymbol { .. })
+    ));
 }
 
 #[test]

@@ -288,8 +288,8 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
             } else {
                 0
             };
-        // A name kallsyms repeats (static functions of different files) resolves to its first
-        // address only: the others are written as their site's address.
+        // A name kallsyms repeats (static functions of different files) is written with the
+        // copy's address, `name@0xADDRESS`, as a glob's expansion writes it.
         let unique = target.symbols().lookup(&f.name).map(|s| s.addr) == Some(f.addr);
         wanted.push((
             i,
@@ -297,7 +297,7 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
             if unique {
                 f.name.clone()
             } else {
-                format!("{entry:#x}")
+                format!("{}@{:#x}", f.name, f.addr)
             },
         ));
         if blocks && !freed {
