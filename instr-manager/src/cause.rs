@@ -52,17 +52,19 @@ macro_rules! causes {
 
 causes! {
     // Resolving the point.
-    BadPoint => "bad_point", "the point is not `[object:]symbol[@version][+offset]` or an address";
+    BadPoint => "bad_point", "the point is not `[object:]symbol[@version|@address][+offset]` or an address";
     UnknownSymbol => "unknown_symbol", "no symbol of that name";
     ObjectNotLoaded => "object_not_loaded", "the object is not loaded";
     NotInObject => "not_in_object", "the name is defined, but not in the object named";
     NoSuchVersion => "no_such_version", "the symbol has no such version";
-    Ambiguous => "ambiguous", "the name is ambiguous (functions of that name in several places); a glob cannot qualify it";
+    Ambiguous => "ambiguous", "the name is ambiguous (functions of that name in several places)";
+    NotAtAddress => "not_at_address", "no function of that name at the address given";
     Ifunc => "ifunc", "an IFUNC, whose address is its resolver's: name the implementation instead";
     NotAFunction => "not_a_function", "the symbol is not a function";
     UnknownExtent => "unknown_extent", "the function's extent is unknown (no size and no following function)";
     OffsetPastEnd => "offset_past_end", "the offset is past the function's end";
     NoFunctionAt => "no_function_at", "no function contains the address";
+    InitFreed => "init_freed", "init code, freed after boot";
     // Decoding the function.
     NoBytes => "no_bytes", "the function has no bytes to decode";
     InvalidInstruction => "invalid_instruction", "invalid instruction in the function";
@@ -145,11 +147,13 @@ impl PlanError {
             PlanError::NotInObject { .. } => RefusalCause::NotInObject,
             PlanError::NoSuchVersion { .. } => RefusalCause::NoSuchVersion,
             PlanError::Ambiguous { .. } => RefusalCause::Ambiguous,
+            PlanError::NotAtAddress { .. } => RefusalCause::NotAtAddress,
             PlanError::UnresolvedIfunc { .. } => RefusalCause::Ifunc,
             PlanError::NotAFunction { .. } => RefusalCause::NotAFunction,
             PlanError::UnknownExtent { .. } => RefusalCause::UnknownExtent,
             PlanError::OffsetPastEnd { .. } => RefusalCause::OffsetPastEnd,
             PlanError::NoFunctionAt { .. } => RefusalCause::NoFunctionAt,
+            PlanError::InitFreed { .. } => RefusalCause::InitFreed,
             PlanError::Analysis(a) => a.cause(),
             PlanError::Landing(_) => RefusalCause::ExceptionTables,
             PlanError::Refused(r) => r.cause(),

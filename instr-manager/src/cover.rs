@@ -21,7 +21,9 @@ use crate::image::CodeImage;
 use crate::plan::{PlanInput, SiteVerdict};
 use crate::Mechanism;
 
-/// Why a block gets no site: a kind for grouping (`no room for jmp`) and the whole sentence.
+/// Why a block gets no site: a kind for grouping, the refusal's cause
+/// ([`crate::RefusalCause::name`]: `no_room_for_jmp`, as `trapctl points` and a glob's summary
+/// name it), and the whole sentence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockRefusal {
     pub kind: String,
@@ -91,18 +93,9 @@ pub struct ObjectBlocks {
     pub blocks: Vec<CoverBlock>,
 }
 
-/// `Debug`'s variant name in words (`NoRoomForJmp { .. }` -> `no room for jmp`), a refusal's kind.
-fn kind_of(x: &impl std::fmt::Debug) -> String {
-    let d = format!("{x:?}");
-    let end = d.find([' ', '{', '(']).unwrap_or(d.len());
-    let mut out = String::new();
-    for (i, c) in d[..end].chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push(' ');
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
+/// A refusal's kind: its cause's name (`no_room_for_jmp`).
+fn kind_of(r: &crate::Refusal) -> String {
+    r.cause().name().into_owned()
 }
 
 /// Whether `glob` has an object part (`OBJECT:NAME`), as [`FunctionGlob::new`] splits it.
@@ -158,7 +151,7 @@ pub fn object_blocks(
         for b in &func.blocks {
             let site = if ambiguous {
                 Err(BlockRefusal {
-                    kind: "ambiguous name".into(),
+                    kind: crate::RefusalCause::Ambiguous.name().into_owned(),
                     reason: format!(
                         "`{}` names {} functions of {origin}: a point cannot say which",
                         f.name,
@@ -209,8 +202,9 @@ pub struct KernelBlock {
 
 /// Every basic block of the kernel functions `funcs` (their bytes read by `read`; `has_fentry`:
 /// traced functions start with the ftrace site), each with its site; `int3` padding is left out. A function that cannot be
-/// read or decoded is one block over its whole extent, refused as such; a block that holds only
-/// the entry bytes is refused (the kernel rewrites them): never fatal.
+/// read or decoded is one block over its whole extent, refused as such, and so is one in the
+/// init memory the kernel freed after boot (never read: [`crate::point::freed_init`]); a block
+/// that holds only the entry bytes is refused (the kernel rewrites them): never fatal.
 pub fn kernel_blocks(
     funcs: &[&Symbol],
     symbols: &trapvec::SymbolTable,
@@ -218,6 +212,11 @@ pub fn kernel_blocks(
     has_fentry: bool,
 ) -> Vec<KernelBlock> {
     let mut out = Vec::new();
+    let init = if has_fentry {
+        crate::point::freed_init(symbols)
+    } else {
+        None
+    };
     for f in funcs {
         let extent = symbols.function_extent(f);
         let refused = |start: u64, end: u64, kind: &str, reason: String| KernelBlock {
@@ -236,17 +235,34 @@ pub fn kernel_blocks(
             module: f.origin.clone(),
             site: start,
         };
-        let Some((bytes, func)) = analyzed(f, extent, read) else {
+        if f.origin.is_none() && init.is_some_and(|(lo, hi)| (lo..hi).contains(&f.addr)) {
             out.push(refused(
                 f.addr,
                 f.addr + extent.max(1),
-                "not decoded",
+                &crate::RefusalCause::InitFreed.name(),
                 format!(
-                    "{} ({:#x}, {extent} bytes) cannot be read or decoded",
+                    "{} ({:#x}) is init code, which the kernel freed after boot",
                     f.name, f.addr
                 ),
             ));
             continue;
+        }
+        let (bytes, func) = match analyzed_or_why(f, extent, read) {
+            Ok(x) => x,
+            Err(cause) => {
+                out.push(refused(
+                    f.addr,
+                    f.addr + extent.max(1),
+                    &cause.name(),
+                    format!(
+                        "{} ({:#x}, {extent} bytes) cannot be read or decoded: {}",
+                        f.name,
+                        f.addr,
+                        cause.summary()
+                    ),
+                ));
+                continue;
+            }
         };
         let entry = f.addr
             + if has_fentry {
@@ -267,10 +283,11 @@ pub fn kernel_blocks(
             }
             let site = b.start.max(entry);
             if site >= b.end {
+                // No window there misses the entry bytes: the cause a point at them gets.
                 out.push(refused(
                     b.start,
                     b.end,
-                    "entry bytes only",
+                    &crate::RefusalCause::OverlapsFentry.name(),
                     format!(
                         "the block at {}+{:#x} holds only the kernel's entry bytes (endbr64, ftrace site), which the kernel rewrites itself",
                         f.name,
@@ -300,7 +317,19 @@ pub fn kernel_blocks(
 /// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
 /// cannot be decoded), or `None` when either cannot be had. `trapctl points` lists with it too.
 pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
-    let bytes = read(sym.addr, usize::try_from(extent).ok()?)?;
+    analyzed_or_why(sym, extent, read).ok()
+}
+
+/// [`analyzed`], or why not: the bytes cannot be read (`unreadable`), or the decoder's cause.
+pub fn analyzed_or_why(
+    sym: &Symbol,
+    extent: u64,
+    read: ReadFn<'_>,
+) -> Result<(Vec<u8>, Function), crate::RefusalCause> {
+    let bytes = usize::try_from(extent)
+        .ok()
+        .and_then(|n| read(sym.addr, n))
+        .ok_or(crate::RefusalCause::Unreadable)?;
     let func = analyze_function_with(
         &sym.name,
         sym.addr,
@@ -310,8 +339,8 @@ pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>,
             lenient: true,
         },
     )
-    .ok()?;
-    Some((bytes, func))
+    .map_err(|e| e.cause())?;
+    Ok((bytes, func))
 }
 
 /// Why a file's line table cannot be read.
@@ -750,11 +779,65 @@ mod tests {
     }
 
     #[test]
-    fn refusal_kinds_are_the_variant_in_words() {
+    fn a_kernel_function_in_freed_init_memory_is_one_refused_block_never_read() {
+        let sym = |name: &str, addr: u64, kind: SymbolKind| Symbol {
+            name: name.into(),
+            addr,
+            size: 0,
+            kind,
+            origin: None,
+            version: None,
+        };
+        let table = trapvec::SymbolTable::new(vec![
+            sym("__init_begin", 0x8000, SymbolKind::Object),
+            sym("tcp_init", 0x8100, SymbolKind::Function),
+            sym("__init_end", 0x8200, SymbolKind::Object),
+            sym("_einit", 0x8200, SymbolKind::Function),
+        ]);
+        let f = table.lookup("tcp_init").unwrap().clone();
+        let reads = std::cell::Cell::new(0);
+        let read = |_: u64, n: usize| {
+            reads.set(reads.get() + 1);
+            Some(vec![0x61; n])
+        };
+        let got = kernel_blocks(&[&f], &table, &read, true);
+        assert_eq!(reads.get(), 0, "freed memory is not read");
+        assert_eq!(got.len(), 1);
+        let b = &got[0].block;
+        assert_eq!((b.start, b.end), (0x8100, 0x8200));
+        let r = b.site.as_ref().unwrap_err();
+        assert_eq!(r.kind, "init_freed");
+        assert!(r.reason.contains("freed after boot"), "{}", r.reason);
+    }
+
+    #[test]
+    fn refusal_kinds_are_the_causes_names() {
         let r = crate::Refusal::NoRoomForJmp {
             site: 1,
             reason: "x".into(),
         };
-        assert_eq!(kind_of(&r), "no room for jmp");
+        assert_eq!(kind_of(&r), "no_room_for_jmp");
+        // A block of only the entry bytes, and one that cannot be read.
+        let sym = Symbol {
+            name: "f".into(),
+            addr: 0x1000,
+            size: 5,
+            kind: SymbolKind::Function,
+            origin: None,
+            version: None,
+        };
+        let table = trapvec::SymbolTable::new(vec![sym.clone()]);
+        let nop5 = |_: u64, n: usize| Some(crate::point::NOP5[..n.min(5)].to_vec());
+        let got = kernel_blocks(&[&sym], &table, &nop5, true);
+        let kinds: Vec<&str> = got
+            .iter()
+            .map(|b| b.block.site.as_ref().unwrap_err().kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["overlaps_fentry"]);
+        let none = |_: u64, _: usize| None;
+        let got = kernel_blocks(&[&sym], &table, &none, true);
+        let r = got[0].block.site.as_ref().unwrap_err();
+        assert_eq!(r.kind, "unreadable");
+        assert!(r.reason.contains("cannot be read"), "{}", r.reason);
     }
 }

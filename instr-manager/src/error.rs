@@ -33,7 +33,7 @@ pub enum AnalysisError {
 /// Resolving a point (`sym`, `sym+off`, `0xADDR`) failed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum PlanError {
-    #[error("bad point `{text}`: {reason} (expected `[object:]symbol[@version][+offset]` or `0xADDRESS`)")]
+    #[error("bad point `{text}`: {reason} (expected `[object:]symbol[@version|@0xADDRESS][+offset]` or `0xADDRESS`)")]
     BadPointSpec { text: String, reason: String },
     #[error("point `{text}`: no symbol `{name}`")]
     UnknownSymbol { text: String, name: String },
@@ -59,11 +59,19 @@ pub enum PlanError {
         version: String,
         found: String,
     },
-    #[error("point `{text}`: `{name}` is ambiguous: {candidates}; qualify it as `object:{name}` or `{name}@VERSION`, or give an address")]
+    #[error("point `{text}`: `{name}` is ambiguous: {candidates}; qualify it as `object:{name}`, `{name}@VERSION` or `{name}@0xADDRESS`, or give an address")]
     Ambiguous {
         text: String,
         name: String,
         candidates: String,
+    },
+    /// `name@0xADDRESS` with no function of that name there; `found` lists where it is.
+    #[error("point `{text}`: no `{name}` at {addr:#x} (it is at {found})")]
+    NotAtAddress {
+        text: String,
+        name: String,
+        addr: u64,
+        found: String,
     },
     #[error("point `{text}`: `{name}` at {addr:#x} is an IFUNC whose implementation is chosen at load time; its address is the resolver's, so name the implementation instead")]
     UnresolvedIfunc {
@@ -92,6 +100,14 @@ pub enum PlanError {
     },
     #[error("point `{text}`: no function contains {addr:#x}")]
     NoFunctionAt { text: String, addr: u64 },
+    /// A kernel function in init memory (`__init`), which the kernel freed after boot: its
+    /// bytes are no longer its code.
+    #[error("point `{text}`: `{name}` at {addr:#x} is init code (between __init_begin and __init_end), which the kernel freed after boot: it never runs again")]
+    InitFreed {
+        text: String,
+        name: String,
+        addr: u64,
+    },
     #[error(transparent)]
     Analysis(#[from] AnalysisError),
     #[error(transparent)]

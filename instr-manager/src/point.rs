@@ -7,7 +7,9 @@
 //! (a kernel module's name qualifies the same way: `nf_conntrack:nf_ct_delete`). A name given
 //! without them resolves as a link would bind it ([`choose`]): the main image's definition
 //! first, versions hidden from links (`name@VER`) only when asked for; several definitions
-//! left after that are refused as ambiguous, each candidate named.
+//! left after that are refused as ambiguous, each candidate named. `name@0xADDRESS` names the
+//! function of that name at that address: one of the copies of a name that several static
+//! functions share (kallsyms repeats such names), as a glob's expansion names each of them.
 //!
 //! With [`TargetInfo::has_fentry`], a point at a function's entry moves past what the kernel owns
 //! there ([`kernel_entry_len`]): the ftrace site (a 5-byte `call __fentry__`, or the 5-byte NOP
@@ -72,7 +74,7 @@ pub fn kernel_entry_len(bytes: &[u8]) -> u64 {
 /// A point as written by the user.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PointSpec {
-    /// `[object:]name[@version][+offset]` (offset in decimal or `0x` hex).
+    /// `[object:]name[@version|@0xADDRESS][+offset]` (offset in decimal or `0x` hex).
     Symbol {
         name: String,
         offset: u64,
@@ -81,6 +83,9 @@ pub enum PointSpec {
         object: Option<String>,
         /// `VER` of `name@VER` or `name@@VER`.
         version: Option<String>,
+        /// `ADDRESS` of `name@0xADDRESS`: the function of that name at that address (no version
+        /// starts with `0x`).
+        addr: Option<u64>,
     },
     /// `0xADDRESS`.
     Address(u64),
@@ -94,6 +99,7 @@ impl fmt::Display for PointSpec {
                 offset,
                 object,
                 version,
+                addr,
             } => {
                 if let Some(o) = object {
                     write!(f, "{o}:")?;
@@ -101,6 +107,9 @@ impl fmt::Display for PointSpec {
                 f.write_str(name)?;
                 if let Some(v) = version {
                     write!(f, "@{v}")?;
+                }
+                if let Some(a) = addr {
+                    write!(f, "@{a:#x}")?;
                 }
                 if *offset != 0 {
                     write!(f, "+{offset:#x}")?;
@@ -161,15 +170,23 @@ impl FromStr for PointSpec {
             Some((o, n)) => (Some(o.trim().to_string()), n.trim()),
             None => (None, name),
         };
-        let (name, version) = match name.split_once('@') {
+        let (name, version, addr) = match name.split_once('@') {
+            Some((n, v)) if v.starts_with("0x") || v.starts_with("0X") => {
+                let a = parse_number(v).ok_or_else(|| {
+                    bad(&format!(
+                        "`{v}` after `@` is not a hex address (`name@0xADDRESS`)"
+                    ))
+                })?;
+                (n, None, Some(a))
+            }
             Some((n, v)) => {
                 let v = v.trim_start_matches('@');
                 if v.is_empty() || v.contains('@') {
                     return Err(bad("a version is written `name@VERSION`"));
                 }
-                (n, Some(v.to_string()))
+                (n, Some(v.to_string()), None)
             }
-            None => (name, None),
+            None => (name, None, None),
         };
         if name.is_empty() {
             return Err(bad("no symbol name"));
@@ -188,6 +205,7 @@ impl FromStr for PointSpec {
             offset: offset.unwrap_or(0),
             object,
             version,
+            addr,
         })
     }
 }
@@ -347,7 +365,76 @@ pub fn choose<'a>(
     })
 }
 
-/// Resolve `spec`. `entry_len(entry)` says how many bytes at the entry of the function starting
+/// The kernel's init memory, `[__init_begin, __init_end)` of vmlinux (the main image), when
+/// `symbols` has both (kallsyms does). The kernel frees it once boot is over
+/// (`free_initmem()`): the `__init` functions kallsyms still lists there are no longer code, so
+/// a point in one is refused ([`PlanError::InitFreed`]) before anything reads its bytes. A
+/// module's init code is freed too, but kallsyms drops its symbols then.
+pub fn freed_init(symbols: &SymbolTable) -> Option<(u64, u64)> {
+    let at = |name: &str| {
+        symbols
+            .lookup_all(name)
+            .into_iter()
+            .find(|s| s.origin.is_none())
+            .map(|s| s.addr)
+    };
+    let (lo, hi) = (at("__init_begin")?, at("__init_end")?);
+    (lo < hi).then_some((lo, hi))
+}
+
+/// Whether `f` is a function of vmlinux's freed init memory ([`freed_init`]), on a kernel
+/// target (`info.has_fentry`).
+pub fn in_freed_init(f: &Symbol, symbols: &SymbolTable, info: &TargetInfo) -> bool {
+    info.has_fentry
+        && f.origin.is_none()
+        && freed_init(symbols).is_some_and(|(lo, hi)| (lo..hi).contains(&f.addr))
+}
+
+/// The function `name` at `addr` of `symbols` (in `object` when given): `name@0xADDRESS`.
+fn copy_at<'a>(
+    text: &str,
+    name: &str,
+    object: Option<&str>,
+    addr: u64,
+    symbols: &'a SymbolTable,
+) -> Result<&'a Symbol, PlanError> {
+    let all = symbols.lookup_all(name);
+    let in_object = |s: &&Symbol| {
+        object.is_none_or(|o| s.origin.as_deref().is_some_and(|g| object_matches(g, o)))
+    };
+    if let Some(s) = all
+        .iter()
+        .copied()
+        .filter(in_object)
+        .find(|s| s.addr == addr)
+    {
+        return Ok(s);
+    }
+    if all.is_empty() {
+        return Err(PlanError::UnknownSymbol {
+            text: text.to_string(),
+            name: name.to_string(),
+        });
+    }
+    let mut found: Vec<String> = all
+        .iter()
+        .map(|s| match &s.origin {
+            Some(o) => format!("{o}:{}@{:#x}", s.name, s.addr),
+            None => format!("{}@{:#x}", s.name, s.addr),
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    Err(PlanError::NotAtAddress {
+        text: text.to_string(),
+        name: name.to_string(),
+        addr,
+        found: found.join(", "),
+    })
+}
+
+/// Resolve `spec`. A kernel function in freed init memory is refused ([`freed_init`]).
+/// `entry_len(entry)` says how many bytes at the entry of the function starting
 /// at `entry` the kernel owns (typically [`kernel_entry_len`] over the target's bytes); it is
 /// consulted only with `info.has_fentry` and for a point at a function's entry.
 pub fn resolve_point(
@@ -363,8 +450,12 @@ pub fn resolve_point(
             offset,
             object,
             version,
+            addr,
         } => {
-            let sym = choose(&text, name, object.as_deref(), version.as_deref(), symbols)?;
+            let sym = match addr {
+                Some(a) => copy_at(&text, name, object.as_deref(), *a, symbols)?,
+                None => choose(&text, name, object.as_deref(), version.as_deref(), symbols)?,
+            };
             match sym.kind {
                 SymbolKind::Function => {}
                 SymbolKind::Ifunc => {
@@ -417,6 +508,18 @@ pub fn resolve_point(
             (Symbol { size, ..sym }, *addr)
         }
     };
+    if in_freed_init(&function, symbols, info) {
+        log::debug!(
+            "point `{text}`: `{}` at {:#x} is init code, freed after boot",
+            function.name,
+            function.addr
+        );
+        return Err(PlanError::InitFreed {
+            text,
+            name: function.name,
+            addr: function.addr,
+        });
+    }
     if info.has_fentry && site == function.addr {
         let skip = entry_len(site);
         if skip > 0 && function.size > skip {

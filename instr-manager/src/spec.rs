@@ -259,7 +259,8 @@ mod tests {
                 name: "compute".into(),
                 offset: 0,
                 object: None,
-                version: None
+                version: None,
+                addr: None
             }
         );
         assert_eq!(

@@ -39,7 +39,7 @@ const SPEC: Page = Page {
         (
             "[[splice]]",
             &[
-                "at\tThe point: [object:]symbol[@version][+offset], 0xADDRESS, or a glob of \
+                "at\tThe point: [object:]symbol[@version|@0xADDRESS][+offset], 0xADDRESS, or a glob of \
                  functions ('tcp_v4_*') that expands to every matching function, applied as one batch.",
                 "action\tcall (run handler, then the original), replace (go to handler instead; \
                  at a function's entry), count (only count the hits) or time (a log2 histogram \

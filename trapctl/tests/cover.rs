@@ -239,7 +239,7 @@ fn a_refused_block_is_listed_and_the_command_runs_with_its_exit_status() {
         "no reason:\n{stdout}"
     );
     assert!(
-        stdout.contains("refused at 1 block(s): branch target in window"),
+        stdout.contains("refused at 1 block(s): branch_target_in_window"),
         "{stdout}"
     );
     assert!(

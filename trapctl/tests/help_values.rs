@@ -53,3 +53,20 @@ fn a_value_outside_the_list_is_a_usage_error_naming_it_and_the_choices() {
     );
     assert!(stderr.contains("--clock"), "{stderr}");
 }
+
+#[test]
+fn trace_help_summarizes_the_language_with_if_else_and_return() {
+    let help = stdout(&["trace", "--help"]);
+    for w in [
+        "if (E) { ... } else if (E) { ... } else { ... }",
+        "Changes need --allow-changes",
+        "and `return E`, the last statement of an entry probe at offset 0",
+        "its caller gets E",
+        "{ return 5 }",
+    ] {
+        assert!(help.contains(w), "trapctl trace --help lacks {w}:\n{help}");
+    }
+    // The short help stays short: the summary is in the long one only.
+    let short = stdout(&["trace", "-h"]);
+    assert!(!short.contains("return E"), "{short}");
+}

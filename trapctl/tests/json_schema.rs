@@ -94,6 +94,8 @@ fn every_verb_prints_one_json_object_with_the_schema_first() {
     assert_eq!(v["refusals"][0]["reason"], "the site is already spliced");
     assert_eq!(v["refusals"][0]["count"], 1);
     assert_eq!(v["refused_reasons"][0], "the site is already spliced");
+    // Each refusal's cause, the kind `points` and `cover` group by too.
+    assert_eq!(v["refused_causes"], serde_json::json!(["already_spliced"]));
     let v = json_of(&socket, &["unsplice", "--all", "--json"], 0);
     assert_eq!(v["unspliced"].as_array().map(Vec::len), Some(4));
 

@@ -222,6 +222,16 @@ impl FakeKernel {
         }
     }
 
+    /// The fake kernel with `symbols` listed besides its own (aliases of its functions, a name
+    /// two of them share, `__init_begin`/`__init_end` around some), its text unchanged.
+    pub fn with_symbols(symbols: Vec<Symbol>) -> Self {
+        let mut k = Self::new();
+        let mut all: Vec<Symbol> = k.symbols.iter().cloned().collect();
+        all.extend(symbols);
+        k.symbols = SymbolTable::new(all);
+        k
+    }
+
     /// A repository for components: `info` (a process's, say) and, after the fake's own
     /// functions, `symbols` (what components import); blocks placed [`Placement::Near`] and
     /// filled with 0xAA, at most 16 MiB each (a kernel arena is a few MiB too).

@@ -12,6 +12,12 @@ set -eu
 # ip*, tcp*, udp*, icmp*, ... : the network stack's functions, >= 1,000 on 6.1.
 glob='[iut][cdp]*'
 echo "KALLSYMS=$(awk '$2 ~ /^[tTwW]$/ && $3 ~ /^[iut][cdp]/ { print $1 }' /proc/kallsyms | sort -u | wc -l)"
+# Of those, vmlinux's in init memory, which the kernel freed after boot (addresses compared as
+# the fixed-width hex strings kallsyms prints).
+lo=$(awk '$3 == "__init_begin" && NF == 3 { print $1; exit }' /proc/kallsyms)
+hi=$(awk '$3 == "__init_end" && NF == 3 { print $1; exit }' /proc/kallsyms)
+echo "INIT_RANGE=$lo $hi"
+echo "INIT_FUNCS=$(awk -v lo="$lo" -v hi="$hi" 'NF == 3 && $2 ~ /^[tTwW]$/ && $3 ~ /^[iut][cdp]/ && $1 "" >= lo "" && $1 "" < hi "" { print $1 }' /proc/kallsyms | sort -u | wc -l)"
 
 # A splice outside the glob, which `unsplice GLOB` must leave.
 trapctl splice --count __x64_sys_getpid > /dev/null
@@ -36,6 +42,13 @@ echo "BE_SUMMARY=$(tail -n 1 /tmp/be.out)"
 echo "BE_REFUSAL_LINES=$(grep -c '^refused [0-9]*: .* (at ' /tmp/be.err || true)"
 echo "BE_REFUSED_SUM=$(awk '/^refused [0-9]+: / { sub(":", "", $2); n += $2 } END { print n + 0 }' /tmp/be.err)"
 echo "BE_REFUSAL_FIRST=$(grep '^refused ' /tmp/be.err | head -n 1)"
+echo "BE_INIT_FREED=$(sed -n 's/^refused \([0-9]*\): init code, freed after boot (at .*/\1/p' /tmp/be.err)"
+echo "BE_INVALID=$(sed -n 's/^refused \([0-9]*\): invalid instruction in the function (at .*/\1/p' /tmp/be.err)"
+# Copies of a name several static functions share: each by its address, `name@0xADDRESS`.
+echo "BE_COPY_ROWS=$(grep -c '^spliced [^ ]*@0x[0-9a-f]* at 0x' /tmp/be.out || true)"
+echo "BE_COPY_ROW=$(grep '^spliced [^ ]*@0x[0-9a-f]* at 0x' /tmp/be.out | head -n 1)"
+echo "BE_AMBIGUOUS=$(grep -c '^refused [0-9]*: the name is ambiguous' /tmp/be.err || true)"
+echo "KALLSYMS_COPIES=$(awk '$2 ~ /^[tTwW]$/ && $3 ~ /^[iut][cdp]/ { m = (NF == 4) ? $4 : "-"; print $3 "|" m " " $1 }' /proc/kallsyms | sort -u | awk '{ n[$1]++ } END { c = 0; for (k in n) if (n[k] > 1) c += n[k]; print c }')"
 echo "BE_ERR_OTHER=$(grep -v '^refused ' /tmp/be.err | grep -v '^trapctl: ' | head -n 1)"
 # Each reason, for the log (a few dozen characters of its points cut off).
 grep '^refused ' /tmp/be.err | cut -c 1-240 | sed 's/^/REASON: /'
@@ -69,6 +82,7 @@ echo "JSON_SPLICED=$(grep -c '^      "site": "0x' /tmp/be.json || true)"
 echo "JSON_REFUSED=$(awk '/^  "refused": \[$/ { on = 1; next } on && /^  \]/ { on = 0 } on { n++ } END { print n + 0 }' /tmp/be.json)"
 echo "JSON_REASONS=$(grep -c '^      "reason": ' /tmp/be.json || true)"
 echo "JSON_CAUSES=$(grep -c '^      "cause": "[a-z_]*",$' /tmp/be.json || true)"
+echo "JSON_INIT_FREED=$(grep -c '^      "cause": "init_freed",$' /tmp/be.json || true)"
 echo "JSON_STDERR_LINES=$(grep -vc '^trapctl: ' /tmp/bej.err || true)"
 trapctl unsplice --json "$glob" > /tmp/un.json
 echo "UN_JSON_ROWS=$(grep -c '"site": "0x' /tmp/un.json || true)"

@@ -84,6 +84,7 @@ pub fn apply<T: Target>(
     let requests = with_declared(&own, declared);
     let mut refused = Vec::new();
     let mut refused_reasons = Vec::new();
+    let mut refused_causes = Vec::new();
     let mut refusals = Vec::new();
     let batch = if best_effort {
         sp.apply_best_effort(&requests).map(|r| {
@@ -96,6 +97,7 @@ pub fn apply<T: Target>(
                 refusals = summarize(&points);
             }
             refused_reasons = points.iter().map(RefusedPoint::reason).collect();
+            refused_causes = points.iter().map(RefusedPoint::kind).collect();
             refused = points.into_iter().map(|p| p.chain).collect();
             r.applied.iter().map(|&(_, id)| id).collect()
         })
@@ -131,6 +133,7 @@ pub fn apply<T: Target>(
             spliced,
             refused,
             refused_reasons,
+            refused_causes,
             refusals,
             requested: own.len(),
             timings,

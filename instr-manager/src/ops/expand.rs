@@ -1,13 +1,17 @@
 //! Globs where a point is taken: a splice whose `at` is a glob (`tcp_v4_*`, `nf_*:nf_ct_*`)
 //! stands for one splice per matching function of the target's symbols, each at the function's
 //! entry as a plain `FUNC` point is, with the same action, mechanism and options. Expanded when
-//! the splices are made, so that every one of them goes in the same batch.
+//! the splices are made, so that every one of them goes in the same batch. A function whose
+//! name does not resolve to it alone (a static function's name that others share, as kallsyms
+//! repeats them) is named with its address, `name@0xADDRESS`: a glob names functions, each copy
+//! is one.
 
 use serde::{Deserialize, Serialize};
 use trapvec::Target;
 
 use crate::cause::RefusalCause;
 use crate::glob::{is_glob, matching_functions, FunctionGlob, GlobError};
+use crate::point::choose;
 use crate::splice::SpliceRequest;
 use crate::splicer::Splicer;
 
@@ -52,11 +56,20 @@ pub fn expand<T: Target>(
                 glob: glob.text().to_string(),
             });
         }
+        let symbols = sp.target().symbols();
         for f in found {
             let mut one = r.clone();
-            one.at = match &f.origin {
+            let named = match &f.origin {
                 Some(o) => format!("{o}:{}", f.name),
                 None => f.name.clone(),
+            };
+            // The name alone, where it resolves to this function; else this copy by address.
+            let alone = choose(&named, &f.name, f.origin.as_deref(), None, symbols)
+                .is_ok_and(|s| s.addr == f.addr);
+            one.at = if alone {
+                named
+            } else {
+                format!("{named}@{:#x}", f.addr)
             };
             out.push(one);
         }
@@ -91,6 +104,12 @@ impl RefusedPoint {
             chain: trapvec::error_chain(e),
             cause: e.cause(),
         }
+    }
+
+    /// The cause's name ([`RefusalCause::name`]), the refusal's kind wherever refusals are
+    /// grouped; `None` for an error with no cause.
+    pub fn kind(&self) -> Option<String> {
+        self.cause.as_ref().map(|c| c.name().into_owned())
     }
 
     /// Why, without the point and the site: the cause's fixed sentence, or for an error with
@@ -159,7 +178,7 @@ pub fn summarize(refused: &[RefusedPoint]) -> Vec<RefusalGroup> {
     let mut groups: Vec<(String, RefusalGroup)> = Vec::new();
     for r in refused {
         let key = match &r.cause {
-            Some(c) => c.name().into_owned(),
+            Some(_) => r.kind().unwrap_or_default(),
             None => format!("text: {}", r.reason()),
         };
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -173,7 +192,7 @@ pub fn summarize(refused: &[RefusedPoint]) -> Vec<RefusalGroup> {
                 key,
                 RefusalGroup {
                     reason: r.reason(),
-                    cause: r.cause.as_ref().map(|c| c.name().into_owned()),
+                    cause: r.kind(),
                     count: 1,
                     first: vec![r.at.clone()],
                 },
@@ -230,6 +249,105 @@ mod tests {
         for f in trapvec::fake::FUNCS {
             assert!(k.trapped(f), "{f}");
         }
+    }
+
+    #[test]
+    fn a_glob_refuses_freed_init_functions_as_such_without_reading_them() {
+        let data = |name: &str, addr: u64| trapvec::Symbol {
+            name: name.into(),
+            addr,
+            size: 0,
+            kind: trapvec::SymbolKind::Object,
+            origin: None,
+            version: None,
+        };
+        let f3 = trapvec::fake::func_addr("f3");
+        let k =
+            FakeKernel::with_symbols(vec![data("__init_begin", f3), data("__init_end", f3 + 32)]);
+        let mut sp = Splicer::new(k.clone());
+        let (report, _) = apply(&mut sp, &spec(vec![count("f*")]), true).unwrap();
+        assert_eq!(ats(&report.spliced), ["f0", "f1", "f2"]);
+        let lines: Vec<String> = report.refusals.iter().map(|g| g.to_string()).collect();
+        assert_eq!(lines, ["refused 1: init code, freed after boot (at f3)"]);
+        assert_eq!(report.refusals[0].cause.as_deref(), Some("init_freed"));
+        assert!(
+            report.refused[0].contains("is init code"),
+            "{}",
+            report.refused[0]
+        );
+        let reads = k.state().reads.clone();
+        assert!(
+            reads
+                .iter()
+                .all(|&(a, n)| a + n as u64 <= f3 || a >= f3 + 32),
+            "f3's bytes were read: {reads:x?}"
+        );
+        assert!(!k.trapped("f3"));
+    }
+
+    /// `dup`: a name two functions share (static functions of two files), as kallsyms lists
+    /// them; `dup` is also the name of f1 and f2, listed first at their addresses.
+    fn kernel_with_a_shared_name() -> FakeKernel {
+        let dup = |f: &str| trapvec::Symbol {
+            name: "dup".into(),
+            addr: trapvec::fake::func_addr(f),
+            size: 0,
+            kind: trapvec::SymbolKind::Function,
+            origin: None,
+            version: None,
+        };
+        FakeKernel::with_symbols(vec![dup("f1"), dup("f2")])
+    }
+
+    #[test]
+    fn a_glob_splices_each_copy_of_a_shared_name_by_its_address() {
+        let k = kernel_with_a_shared_name();
+        let (f1, f2) = (
+            trapvec::fake::func_addr("f1"),
+            trapvec::fake::func_addr("f2"),
+        );
+        let mut sp = Splicer::new(k.clone());
+        let (report, made) = apply(&mut sp, &spec(vec![count("[df]*")]), false).unwrap();
+        let dup1 = format!("dup@{f1:#x}");
+        let dup2 = format!("dup@{f2:#x}");
+        assert_eq!(
+            ats(&report.spliced),
+            ["f0", dup1.as_str(), dup2.as_str(), "f3"]
+        );
+        // Each row names its function and its own site, past the fentry NOP.
+        let sites: Vec<(&str, &str, u64)> = report
+            .spliced
+            .iter()
+            .map(|r| (r.function.as_str(), r.site.as_str(), r.offset))
+            .collect();
+        assert_eq!(sites[1].0, "dup");
+        assert_eq!(sites[1].1, format!("{:#x}", f1 + 5));
+        assert_eq!(sites[2].1, format!("{:#x}", f2 + 5));
+        assert!(sites.iter().all(|s| s.2 == 5));
+        assert!(k.trapped("f1") && k.trapped("f2"));
+        assert_eq!(made.splices.len(), 4);
+        // A copy's point finds its splice again.
+        assert!(sp.find(&dup2).is_some());
+        assert_eq!(sp.find(&dup2), sp.find(&format!("{:#x}", f2 + 5)));
+    }
+
+    #[test]
+    fn a_single_point_naming_a_shared_name_stays_refused_with_its_candidates() {
+        let k = kernel_with_a_shared_name();
+        let mut sp = Splicer::new(k.clone());
+        let e = sp.apply(&[count("dup")]).unwrap_err();
+        assert_eq!(e.cause(), Some(RefusalCause::Ambiguous));
+        let text = trapvec::error_chain(&e);
+        let (f1, f2) = (
+            trapvec::fake::func_addr("f1"),
+            trapvec::fake::func_addr("f2"),
+        );
+        assert!(
+            text.contains(&format!("main:dup at {f1:#x}, main:dup at {f2:#x}"))
+                && text.contains("`dup@0xADDRESS`"),
+            "{text}"
+        );
+        assert!(k.pristine());
     }
 
     #[test]
@@ -509,7 +627,7 @@ mod tests {
             (Some("window_crosses_block"), "refused 2: the window crosses the end of its basic block (at tp_stub_func, udp_poll)"),
             (Some("kernel_jump_label"), "refused 2: the kernel refuses to patch the site: overlaps a jump label (static key) site, which the kernel rewrites by itself (at tcp_twsk_destructor, udp_destroy_sock)"),
             (Some("kernel_kprobe"), "refused 2: the kernel refuses to patch the site: a kprobe is registered there: remove it first (at tcp_v4_rcv, ip_rcv)"),
-            (Some("ambiguous"), "refused 1: the name is ambiguous (functions of that name in several places); a glob cannot qualify it (at id_show)"),
+            (Some("ambiguous"), "refused 1: the name is ambiguous (functions of that name in several places) (at id_show)"),
             (Some("already_spliced"), "refused 1: the site is already spliced (at udp_lib_hash)"),
             (None, "refused 1: quiescence not reached: a task stayed in the function (at tcp_close)"),
         ];

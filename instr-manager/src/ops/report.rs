@@ -192,6 +192,11 @@ pub struct ApplyReport {
     /// for every point refused for it), or its own text without the point when it has no cause.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_reasons: Vec<String>,
+    /// The cause of each of `refused`, in its order ([`crate::RefusalCause::name`]:
+    /// `too_short`, `kernel_jump_label`), `null` for an error that has none: the kind that
+    /// `trapctl points`, `trapctl cover` and the summaries group refusals by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_causes: Vec<Option<String>>,
     /// `refused` grouped by reason, one line each (specs with globs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refusals: Vec<super::expand::RefusalGroup>,

@@ -44,7 +44,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 0,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -53,7 +54,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -62,7 +64,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "compute".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -71,7 +74,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "foo.isra.0".into(),
             offset: 4,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(
@@ -83,7 +87,8 @@ fn parses_symbol_offset_and_address_forms() {
             name: "f".into(),
             offset: 16,
             object: None,
-            version: None
+            version: None,
+            addr: None
         }
         .to_string(),
         "f+0x10"
@@ -163,6 +168,67 @@ fn entry_point_moves_past_fentry_only_with_has_fentry_and_a_fentry_site() {
     )
     .unwrap();
     assert_eq!(p.site, 0x2001, "only offset 0 moves");
+}
+
+/// kallsyms after boot, in the shape of 6.1's: vmlinux's init memory between `__init_begin`
+/// and `__init_end` (data symbols), `__init` functions still listed in it, a function before
+/// and after it, and a module function whose address happens to fall in the range.
+fn kernel_with_init() -> SymbolTable {
+    let data = |name: &str, addr: u64| Symbol {
+        kind: SymbolKind::Object,
+        ..func(name, addr, 0)
+    };
+    SymbolTable::new(vec![
+        func("tcp_v4_rcv", 0x1000, 0),
+        data("__init_begin", 0x8000),
+        func("tcp_init", 0x8100, 0),
+        func("ip_init", 0x8200, 0),
+        data("__init_end", 0x9000),
+        func("tcp_close", 0x9000, 0),
+        func("_etext", 0xa000, 0),
+        Symbol {
+            origin: Some("tv_mod".into()),
+            ..func("tv_mod_fn", 0x8300, 0x40)
+        },
+    ])
+}
+
+#[test]
+fn a_kernel_function_in_freed_init_memory_is_refused_before_its_bytes_are_read() {
+    let t = kernel_with_init();
+    assert_eq!(freed_init(&t), Some((0x8000, 0x9000)));
+    let read = std::cell::Cell::new(0);
+    let entry_len = |_| {
+        read.set(read.get() + 1);
+        5
+    };
+    for point in ["tcp_init", "ip_init+0x10", "0x8105"] {
+        let err = resolve_point(&point.parse().unwrap(), &t, &info(true), entry_len).unwrap_err();
+        assert!(
+            matches!(err, PlanError::InitFreed { .. }),
+            "{point}: {err:?}"
+        );
+        assert_eq!(err.cause(), Some(crate::RefusalCause::InitFreed), "{point}");
+        assert!(
+            err.to_string().contains("init code") && err.to_string().contains("freed after boot"),
+            "{err}"
+        );
+    }
+    assert_eq!(read.get(), 0, "nothing read at a freed function's entry");
+    assert_eq!(crate::RefusalCause::InitFreed.name(), "init_freed");
+    assert_eq!(
+        crate::RefusalCause::InitFreed.summary(),
+        "init code, freed after boot"
+    );
+    // Either side of the range, a module's function, and a process: resolved as before.
+    for point in ["tcp_v4_rcv", "tcp_close", "tv_mod:tv_mod_fn"] {
+        let p = resolve_point(&point.parse().unwrap(), &t, &info(true), |_| 5).unwrap();
+        assert_eq!(p.site, p.function.addr + 5, "{point}");
+    }
+    let p = resolve_point(&"tcp_init".parse().unwrap(), &t, &info(false), |_| 0).unwrap();
+    assert_eq!(p.site, 0x8100, "not a kernel: no init memory");
+    // A table without the two symbols has no init range.
+    assert_eq!(freed_init(&table()), None);
 }
 
 #[test]
@@ -251,7 +317,8 @@ fn parses_object_and_version_qualifiers() {
             name: "sqlite3_step".into(),
             offset: 16,
             object: Some("/usr/lib/libsqlite3.so.0".into()),
-            version: None
+            version: None,
+            addr: None
         }
     );
     assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
@@ -262,7 +329,8 @@ fn parses_object_and_version_qualifiers() {
             name: "pthread_cond_wait".into(),
             offset: 0,
             object: None,
-            version: Some("GLIBC_2.3.2".into())
+            version: Some("GLIBC_2.3.2".into()),
+            addr: None
         }
     );
     assert_eq!(
@@ -279,6 +347,55 @@ fn parses_object_and_version_qualifiers() {
             "{bad}: {err:?}"
         );
     }
+}
+
+#[test]
+fn name_at_an_address_parses_prints_and_names_one_copy() {
+    let p: PointSpec = "tv_mod:id_show@0xffffffff81002000+4".parse().unwrap();
+    assert_eq!(
+        p,
+        PointSpec::Symbol {
+            name: "id_show".into(),
+            offset: 4,
+            object: Some("tv_mod".into()),
+            version: None,
+            addr: Some(0xffff_ffff_8100_2000),
+        }
+    );
+    assert_eq!(p.to_string(), "tv_mod:id_show@0xffffffff81002000+0x4");
+    for bad in ["f@0x", "f@0xzz", "f@0x10@0x20"] {
+        let err = bad.parse::<PointSpec>().unwrap_err();
+        assert!(
+            matches!(&err, PlanError::BadPointSpec { text, .. } if text == bad),
+            "{bad}: {err:?}"
+        );
+    }
+    // Two static functions of one name (kallsyms repeats it): the name alone is ambiguous,
+    // each copy is named by its address, and an address with no copy is refused naming both.
+    let t = SymbolTable::new(vec![
+        func("id_show", 0x1000, 0x20),
+        func("id_show", 0x2000, 0x20),
+        func("other", 0x3000, 0x20),
+    ]);
+    let resolve = |p: &str| resolve_point(&p.parse().unwrap(), &t, &info(true), |_| 5);
+    assert!(matches!(
+        resolve("id_show"),
+        Err(PlanError::Ambiguous { .. })
+    ));
+    for (p, site) in [("id_show@0x1000", 0x1005), ("id_show@0x2000+0x8", 0x2008)] {
+        let r = resolve(p).unwrap();
+        assert_eq!((r.function.name.as_str(), r.site), ("id_show", site), "{p}");
+    }
+    let err = resolve("id_show@0x3000").unwrap_err();
+    assert_eq!(err.cause(), Some(crate::RefusalCause::NotAtAddress));
+    assert_eq!(
+        err.to_string(),
+        "point `id_show@0x3000`: no `id_show` at 0x3000 (it is at id_show@0x1000, id_show@0x2000)"
+    );
+    assert!(matches!(
+        resolve("nosuch@0x1000"),
+        Err(PlanError::UnknownSymbol { .. })
+    ));
 }
 
 #[test]

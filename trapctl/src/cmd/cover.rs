@@ -33,6 +33,13 @@ const ONCE_PERIOD_MS: u64 = 100;
 /// How many blocks the agent may refuse, one start each, before giving up.
 const MAX_RESTARTS: usize = 64;
 
+/// The kind of a block the agent refused in the batch, by its sentence alone (the planner's
+/// refusals are kinded by cause, [`instr_manager::RefusalCause::name`]).
+pub(crate) const AGENT_REFUSED: &str = "agent_refused";
+
+/// The kind of a block of a library the process never loaded while covered.
+pub(crate) const NOT_APPLIED: &str = "not_applied";
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Keep counting: exact hits per block.
@@ -500,7 +507,7 @@ fn run_until_applied(
                 continue;
             }
             objects[i].blocks[j].site = Err(BlockRefusal {
-                kind: "refused by the agent".into(),
+                kind: AGENT_REFUSED.into(),
                 reason: sentence,
             });
             continue;
@@ -542,7 +549,7 @@ fn run_until_applied(
                 }
                 Some((i, j)) => {
                     objects[i].blocks[j].site = Err(BlockRefusal {
-                        kind: "refused by the agent".into(),
+                        kind: AGENT_REFUSED.into(),
                         reason: reason.to_string(),
                     });
                 }
@@ -550,7 +557,7 @@ fn run_until_applied(
                     for &(k, reason) in &failed {
                         let (i, j) = order[k];
                         objects[i].blocks[j].site = Err(BlockRefusal {
-                            kind: "refused by the agent".into(),
+                            kind: AGENT_REFUSED.into(),
                             reason: format!("the library's batch failed: {reason}"),
                         });
                     }

@@ -17,6 +17,7 @@ use instr_manager::analysis::Function;
 use instr_manager::cover::analyzed;
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
+use instr_manager::point::in_freed_init;
 use instr_manager::splicer::{SpliceError, Splicer};
 use instr_manager::{
     kernel_entry_len, Action, Mechanism, Plan, PlanInput, Refusal, SiteVerdict, SpliceRequest,
@@ -24,7 +25,7 @@ use instr_manager::{
 };
 use serde::Serialize;
 use trapvec::kernel::KernelTarget;
-use trapvec::{Symbol, Target, TargetError, TargetInfo};
+use trapvec::{Symbol, Target, TargetInfo};
 
 /// The version of `--json`'s layout; it changes only when a field changes meaning or goes.
 pub const SCHEMA: u32 = 1;
@@ -79,7 +80,8 @@ struct Verdict {
     /// Bytes the splice would displace.
     #[serde(skip_serializing_if = "Option::is_none")]
     displaced_len: Option<usize>,
-    /// The kind of refusal (`window crosses block`, `reserved text`, ...), for grouping.
+    /// The kind of refusal, for grouping: its cause's name (`window_crosses_block`,
+    /// `kernel_reserved`, ...), as a glob's `--best-effort` summary and `trapctl cover` name it.
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<String>,
     /// The refusal's whole sentence.
@@ -162,42 +164,16 @@ struct Report {
     note: Option<String>,
 }
 
-/// `CamelCase` -> `camel case`: a refusal's variant named as words, its kind.
-fn words(variant: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in variant.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push(' ');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The variant name of `x`'s `Debug` form.
-fn variant_of(x: &impl std::fmt::Debug) -> String {
-    let d = format!("{x:?}");
-    let end = d.find([' ', '{', '(']).unwrap_or(d.len());
-    words(&d[..end])
-}
-
+/// A refusal's kind: its cause's name (`too_short`).
 fn refusal_kind(r: &Refusal) -> String {
-    variant_of(r)
+    r.cause().name().into_owned()
 }
 
+/// An error's kind: its cause's name (`kernel_jump_label`), or `other` for an error that is
+/// no refusal of the point (its sentence says what).
 fn splice_error_kind(e: &SpliceError) -> String {
-    match e {
-        SpliceError::Refused { refusal, .. } => refusal_kind(refusal),
-        SpliceError::Target {
-            source: TargetError::SiteRefused { reason, .. },
-            ..
-        } => variant_of(reason),
-        e => variant_of(e),
-    }
+    e.cause()
+        .map_or_else(|| "other".to_string(), |c| c.name().into_owned())
 }
 
 fn from_splice(r: &Result<(instr_manager::ResolvedPoint, Plan), SpliceError>) -> Verdict {
@@ -301,16 +277,19 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
     // (function, site, point text for the row)
     let mut wanted: Vec<(usize, u64, String)> = Vec::new();
     for (i, f) in funcs.iter().enumerate() {
+        // Init code the kernel freed after boot: its bytes are not its code, so none are read;
+        // the planner refuses its point as such.
+        let freed = in_freed_init(f, target.symbols(), &info);
         let entry = f.addr
-            + if info.has_fentry {
+            + if info.has_fentry && !freed {
                 target
                     .read_code(f.addr, KERNEL_ENTRY_MAX)
                     .map_or(0, |b| kernel_entry_len(&b) as u64)
             } else {
                 0
             };
-        // A name kallsyms repeats (static functions of different files) resolves to its first
-        // address only: the others are written as their site's address.
+        // A name kallsyms repeats (static functions of different files) is written with the
+        // copy's address, `name@0xADDRESS`, as a glob's expansion writes it.
         let unique = target.symbols().lookup(&f.name).map(|s| s.addr) == Some(f.addr);
         wanted.push((
             i,
@@ -318,10 +297,10 @@ fn kernel_sites(globs: &[FunctionGlob], blocks: bool) -> Result<(Vec<Site>, usiz
             if unique {
                 f.name.clone()
             } else {
-                format!("{entry:#x}")
+                format!("{}@{:#x}", f.name, f.addr)
             },
         ));
-        if blocks {
+        if blocks && !freed {
             let read = |a: u64, n: usize| target.read_code(a, n).ok();
             if let Some((_, func)) = analyzed(f, target.symbols().function_extent(f), &read) {
                 wanted.extend(
@@ -552,19 +531,38 @@ fn render_text(r: &Report, summary_only: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trapvec::TargetError;
 
     #[test]
-    fn refusal_kinds_are_the_variant_in_words() {
+    fn refusal_kinds_are_the_causes_names() {
         let r = Refusal::NoRoomForJmp {
             site: 1,
             reason: "x".into(),
         };
-        assert_eq!(refusal_kind(&r), "no room for jmp");
+        assert_eq!(refusal_kind(&r), "no_room_for_jmp");
         let r = Refusal::AlreadyPatched {
             site: 1,
             lo: 1,
             hi: 2,
         };
-        assert_eq!(refusal_kind(&r), "already patched");
+        assert_eq!(refusal_kind(&r), "already_patched");
+        let e = SpliceError::Target {
+            at: "f".into(),
+            source: TargetError::SiteRefused {
+                addr: 1,
+                reason: trapvec::kernel::SiteRefusal::JumpLabel,
+            },
+        };
+        assert_eq!(splice_error_kind(&e), "kernel_jump_label");
+        let e = SpliceError::Point {
+            at: "f".into(),
+            source: instr_manager::PlanError::InitFreed {
+                text: "f".into(),
+                name: "f".into(),
+                addr: 1,
+            },
+        };
+        assert_eq!(splice_error_kind(&e), "init_freed");
+        assert_eq!(splice_error_kind(&SpliceError::UnknownSplice(3)), "other");
     }
 }

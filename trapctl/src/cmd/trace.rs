@@ -91,8 +91,21 @@ interval ends the trace as Ctrl-C does, and interval:s:N / interval:ms:N probes 
 
   trapctl trace -e 'vfs_read { @[comm] = count() } interval:s:1 { print(@); clear(@) }'
 
-Changes (`retval = E` at a :return probe, `argN = E` or `reg(\"r\") = E` at an entry) need
---allow-changes. Probes may be globs (a process's own functions, a library's with
+The language in short: a probe is `SPEC[, SPEC...] [/PREDICATE/] { STATEMENTS }`, SPEC being
+FUNC, FUNC+OFF, FUNC:return, a glob, BEGIN, END or interval:s:N; statements are map updates
+(`@m[k1, k2] = count()`, sum, avg, min, max, hist, lhist, or a value), `$var = E`, printf,
+delete, clear, print (in intervals), exit(), and in function probes
+`if (E) { ... } else if (E) { ... } else { ... }` (one branch per hit); builtins include pid,
+tid, comm, nsecs, cpu, argN, retval, probe and str(E).
+
+Changes need --allow-changes: `retval = E` at a :return probe, `argN = E` or `reg(\"r\") = E`
+at an entry, and `return E`, the last statement of an entry probe at offset 0 (not inside an
+if): the function is skipped and its caller gets E; under a predicate, the calls it does not
+select run the function as usual.
+
+  trapctl trace --allow-changes -e 'ksys_lseek /comm == \"lseeks\"/ { return 5 }' --seconds 5
+
+Probes may be globs (a process's own functions, a library's with
 `lib:GLOB`, or the kernel's functions in kallsyms); `lib:sym` names a library's function. A
 function may have an entry probe and a :return probe in one program. trapctl exits with COMMAND's exit status
 (128+N when a signal N killed it).")]

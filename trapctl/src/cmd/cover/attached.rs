@@ -23,7 +23,7 @@ use instr_manager::ops::{ApplyReport, ListReply, SpliceRow, UnspliceReply};
 use instr_manager::Mechanism;
 use trapvec_proto::Request;
 
-use super::{Args, Mode, Object, Outcome};
+use super::{Args, Mode, Object, Outcome, AGENT_REFUSED, NOT_APPLIED};
 use crate::attach;
 use crate::hold::{Ended, Watch};
 
@@ -160,7 +160,7 @@ fn cover(
                 continue;
             }
             objects[i].blocks[j].site = Err(BlockRefusal {
-                kind: "refused by the agent".into(),
+                kind: AGENT_REFUSED.into(),
                 reason: sentence.clone(),
             });
         }
@@ -227,7 +227,7 @@ fn cover(
     for &(i, j) in &order {
         if !armed_sites.contains(&(i, j)) && objects[i].blocks[j].site.is_ok() {
             objects[i].blocks[j].site = Err(BlockRefusal {
-                kind: "not applied".into(),
+                kind: NOT_APPLIED.into(),
                 reason: "its library was not loaded while the process was covered".into(),
             });
         }

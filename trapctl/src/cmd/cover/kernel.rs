@@ -148,33 +148,44 @@ fn armed(
             live.insert(i, (row.id, row.site.clone()));
         }
     }
-    // (chain, reason): the reason is the cause's sentence when the report has one.
-    let mut reasons: HashMap<&str, (&str, Option<&str>)> = HashMap::new();
+    // (chain, reason, cause): the reason is the cause's sentence when the report has one.
+    let mut reasons: HashMap<&str, (&str, Option<&str>, Option<&str>)> = HashMap::new();
     for (i, chain) in report.refused.iter().enumerate() {
         if let Some((at, _)) = chain.split_once(": ") {
             let reason = report.refused_reasons.get(i).map(String::as_str);
-            reasons.entry(at).or_insert((chain, reason));
+            let cause = report.refused_causes.get(i).and_then(Option::as_deref);
+            reasons.entry(at).or_insert((chain, reason, cause));
         }
     }
     for (i, r) in wanted {
         if live.contains_key(i) {
             continue;
         }
-        let (chain, reason) = reasons
-            .get(r.at.as_str())
-            .copied()
-            .unwrap_or(("refused by the batch (no reason given)", None));
-        let reason = reason.map_or_else(|| ops::expand::reason_of(&r.at, chain), str::to_string);
+        let (chain, reason, cause) = reasons.get(r.at.as_str()).copied().unwrap_or((
+            "refused by the batch (no reason given)",
+            None,
+            None,
+        ));
+        // The cause's name, as `trapctl points` and a glob's summary name it; an error with
+        // none is counted by its text, addresses left out.
+        let kind = cause.map_or_else(
+            || {
+                kind_of(
+                    &reason.map_or_else(|| ops::expand::reason_of(&r.at, chain), str::to_string),
+                )
+            },
+            str::to_string,
+        );
         blocks[*i].block.site = Err(BlockRefusal {
-            kind: kind_of(&reason),
+            kind,
             reason: chain.to_string(),
         });
     }
     live
 }
 
-/// A refusal's reason with its addresses left out (`the window [.., ..) crosses ...`), so that
-/// the blocks refused for one reason are counted together.
+/// The reason of a refusal with no cause, its addresses left out (`the window [.., ..)
+/// crosses ...`), so that the blocks refused for one such reason are counted together.
 fn kind_of(reason: &str) -> String {
     let mut out = String::with_capacity(reason.len());
     let mut rest = reason;
@@ -249,6 +260,7 @@ pub fn run(args: &Args) -> Result<()> {
             spliced: Vec::new(),
             refused: Vec::new(),
             refused_reasons: Vec::new(),
+            refused_causes: Vec::new(),
             refusals: Vec::new(),
             requested: 0,
             timings: None,

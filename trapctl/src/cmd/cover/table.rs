@@ -230,7 +230,7 @@ mod tests {
             end: start + 4,
             site: if refused {
                 Err(BlockRefusal {
-                    kind: "entry bytes only".into(),
+                    kind: "overlaps_fentry".into(),
                     reason: "why".into(),
                 })
             } else {
@@ -271,7 +271,7 @@ mod tests {
              m:f              1        0     0.0%        1\n\
              total: 2 function(s), 3 block(s), 1 covered (33.3%), 1 refused; ended by time\n  \
              refused: m:f+0x0 (0x10): why\n  \
-             refused at 1 block(s): entry bytes only\n\
+             refused at 1 block(s): overlaps_fentry\n\
              note: n\n"
         );
     }
