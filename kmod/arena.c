@@ -58,7 +58,6 @@
 #include <linux/smp.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
-#include <asm/sync_core.h>
 #include <asm/text-patching.h>
 
 #include "trapvec_arena.h"
@@ -166,28 +165,6 @@ static struct trapvec_arena_block *trapvec_block_next(struct trapvec_arena *a,
 						      struct trapvec_arena_block *b)
 {
 	return trapvec_block_of(b ? rb_next(&b->off_node) : rb_first(&a->by_off));
-}
-
-void trapvec_sync_core(void *unused)
-{
-	sync_core();
-}
-
-/*
- * Wait until no task can still be inside code that no CPU can newly enter (a trampoline,
- * a component, a return stub): synchronize_rcu_tasks() for every task that may have been
- * preempted there, and synchronize_rcu_tasks_rude() for the idle tasks, which RCU-tasks
- * ignores. Sites are allowed in ordinary text the idle loop runs (poll_idle's local_clock()
- * and cpuidle_poll_time(), ACPI idle helpers), so an idle CPU may be inside a trampoline
- * with RCU not watching: neither synchronize_rcu() nor RCU-tasks waits for it. The rude
- * grace period runs a work item on every CPU, which an idle CPU runs only after it went
- * back to schedule_idle(), out of any trampoline (the idle task is never preempted). It
- * costs one round of work items over the CPUs, once per QUIESCE, reclaim or unload.
- */
-void trapvec_sync_tasks(void)
-{
-	synchronize_rcu_tasks();
-	synchronize_rcu_tasks_rude();
 }
 
 #if TRAPVEC_RUNTIME_ARENA

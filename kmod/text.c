@@ -80,15 +80,39 @@
 #include <linux/list.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/rcupdate.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
 #include <linux/uaccess.h>
+#include <asm/sync_core.h>
 #include <asm/text-patching.h>
 
 #include "trapvec_internal.h"
 #include "trapvec_text.h"
+
+void trapvec_sync_core(void *unused)
+{
+	sync_core();
+}
+
+/*
+ * Wait until no task can still be inside code that no CPU can newly enter (a trampoline,
+ * a component, a return stub): synchronize_rcu_tasks() for every task that may have been
+ * preempted there, and synchronize_rcu_tasks_rude() for the idle tasks, which RCU-tasks
+ * ignores. Sites are allowed in ordinary text the idle loop runs (poll_idle's local_clock()
+ * and cpuidle_poll_time(), ACPI idle helpers), so an idle CPU may be inside a trampoline
+ * with RCU not watching: neither synchronize_rcu() nor RCU-tasks waits for it. The rude
+ * grace period runs a work item on every CPU, which an idle CPU runs only after it went
+ * back to schedule_idle(), out of any trampoline (the idle task is never preempted). It
+ * costs one round of work items over the CPUs, once per QUIESCE, reclaim or unload.
+ */
+void trapvec_sync_tasks(void)
+{
+	synchronize_rcu_tasks();
+	synchronize_rcu_tasks_rude();
+}
 
 /*
  * Test knob (insmod trapvec.ko int3_first=0): write every window in one stop_machine(),
