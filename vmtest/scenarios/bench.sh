@@ -148,8 +148,9 @@ awk -v b="$min_base" -v c="$min_ret_count" -v t="$min_ret_time" -v k="$min_kretp
 }'
 
 # Batch. Candidates: every n-th core kernel function (about 2500), planned by trapctl; of those
-# it accepts, the first 1000 that kprobes accept too.
-awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/funcs
+# it accepts, the first 1000 that kprobes accept too. 6.12's call padding symbols (__pfx_f, one
+# per function) are no functions.
+awk '$2 ~ /^[tT]$/ && NF == 3 && $3 !~ /^__pfx_/ { print $3 }' /proc/kallsyms > /tmp/funcs
 step=$(( $(wc -l < /tmp/funcs) / 2500 + 1 ))
 awk -v s="$step" 'NR % s == 0 { printf "[[splice]]\nat = \"%s\"\naction = \"call\"\nhandler = \"empty_handler\"\n", $1 }' \
 	/tmp/funcs > /tmp/candidates.toml

@@ -73,7 +73,9 @@ rmmod slowinit
 # --- 2. Module references of patches of module text.
 modprobe sch_netem || exit 12
 site=
-for sym in $(awk '$4 == "[sch_netem]" && ($2 == "t" || $2 == "T") { print $3 }' /proc/kallsyms); do
+# Its own functions (netem_*): helpers it shares a name with vmlinux (6.12's qdisc_peek_dequeued)
+# would resolve to the core kernel's copy.
+for sym in $(awk '$4 == "[sch_netem]" && ($2 == "t" || $2 == "T") && $3 ~ /^netem_/ { print $3 }' /proc/kallsyms); do
 	e=$(entry_len "$sym")
 	s=$(at "$sym" "$e")
 	if [ "$($TV check "$s" 1 | reason)" = 0 ]; then

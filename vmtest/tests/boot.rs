@@ -48,6 +48,9 @@ echo "MSS_1000=$(tcpmss)"
 ip link set lo mtu 1400
 echo "MSS_1400=$(tcpmss)"
 echo "TRAFFIC=$(tcpmss --traffic 1)"
+# 6.12's tc asks the kernel for the alias net-sch-netem, which this initramfs cannot resolve:
+# load the qdisc by name first.
+modprobe sch_netem
 tc qdisc add dev lo root netem delay 1ms
 echo "NETEM=$(tc qdisc show dev lo | grep -c netem)"
 modprobe veth
