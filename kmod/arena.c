@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The repository memory: a code arena (in the module's text, arena_text.S) and a
- * data arena (in its .bss), both within +-2 GiB of kernel text.
+ * The repository memory: a code arena (in the module's text, arena_text.S; from execmem_alloc()
+ * since 6.10, outside the module) and a data arena (in its .bss), both within +-2 GiB of
+ * kernel text.
  *
  * Blocks are handed out first-fit with TRAPVEC_ARENA_GRAIN granularity. Code blocks are
  * written through a writable vmap alias of the arena's pages (the text mapping itself is
@@ -36,22 +37,19 @@
  *
  * Size and cost. The code arena holds TRAPVEC_CODE_ARENA_SIZE bytes (trapvec_arena.h): user
  * space takes 16 or 32 bytes of code and 16 of data per count splice (512 of code for the
- * others), so 200,000 count sites fit with room for components. Blocks are kept two ways:
- * an rbtree by offset, walked in order with rb_next() (first fit, reclaim, the in-flight
- * scan) and searched (which block holds an address: DISPATCH_ADD asks for every entry), and a
- * hash by id (WRITE, SEAL, FREE); a list beside the tree cost 16 bytes per block. First fit starts behind the gap-free run of blocks from offset 0 ("packed"),
- * so a batch that fills the arena from the bottom allocates in constant time instead of
- * walking every block before it; with gaps left by reclaimed blocks it walks from the first
- * gap, as before. Each of the three is O(1) or O(log n) per ioctl at 10,000 blocks.
+ * others), so 200,000 count sites fit with room for components. Blocks are kept in one
+ * rbtree by offset, walked in order (first fit, reclaim, the in-flight scan) and searched
+ * (the block that holds an address, or that an id names: WRITE, SEAL, FREE). First fit
+ * starts behind the gap-free run of blocks from offset 0 ("packed"), so a batch that fills
+ * the arena from the bottom allocates in constant time; with gaps left by reclaimed blocks it
+ * walks from the first gap. Each is O(1) or O(log n) per ioctl at 10,000 blocks.
  *
  * Everything here runs under trapvec_mutex.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/delay.h>
-#include <linux/hashtable.h>
 #include <linux/jiffies.h>
-#include <linux/list.h>
 #include <linux/rbtree.h>
 #include <linux/mm.h>
 #include <linux/slab.h>
@@ -87,10 +85,8 @@ struct trapvec_arena {
 };
 
 /*
- * 48 bytes, from a slab cache of its own (it was 64: a hash node and a 64-bit id besides): the
- * offset order is the rbtree's alone, the arena is named by kind, not by a pointer, and the
- * block's id is made of its arena, its offset and a serial (trapvec_block_id()), so that the
- * block an id names is found in the offset tree; no table by id.
+ * 48 bytes, from a slab cache of its own: the arena is named by kind, and the block's id is
+ * its arena, offset and serial (trapvec_block_id()), found in the offset tree.
  */
 struct trapvec_arena_block {
 	struct rb_node off_node;	/* in arena->by_off */
@@ -672,6 +668,12 @@ void trapvec_arena_pin(unsigned long addr, int delta)
 	if (WARN_ON_ONCE(!b) || WARN_ON_ONCE(delta < 0 && !b->pins))
 		return;
 	b->pins += delta;
+}
+
+/* Whether [addr, addr + len) meets the code arena (not module text since 6.10). */
+bool trapvec_arena_overlaps_code(unsigned long addr, unsigned long len)
+{
+	return addr < trapvec_code.base + trapvec_code.size && trapvec_code.base < addr + len;
 }
 
 bool trapvec_arena_in_sealed_code(unsigned long addr)

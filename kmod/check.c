@@ -79,10 +79,12 @@ static bool trapvec_overlaps(unsigned long addr, unsigned long len, unsigned lon
 	return addr < end && start < addr + len;
 }
 
+/* The module's text and data, and its code arena wherever it was allocated. */
 bool trapvec_in_own_module(unsigned long addr, unsigned long len)
 {
 	return within_module(addr, THIS_MODULE) ||
-	       within_module(addr + len - 1, THIS_MODULE);
+	       within_module(addr + len - 1, THIS_MODULE) ||
+	       trapvec_arena_overlaps_code(addr, len);
 }
 
 /*

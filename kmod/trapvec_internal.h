@@ -137,6 +137,7 @@ int trapvec_arena_free(u64 id);
 int trapvec_arena_wait_inflight(bool all, unsigned int timeout_ms, struct trapvec_quiesce *out);
 void trapvec_arena_reclaim(struct trapvec_quiesce *out);
 void trapvec_replace_ret(void);	/* replace.S: the way out of replace trampolines */
+bool trapvec_arena_overlaps_code(unsigned long addr, unsigned long len);
 bool trapvec_arena_in_sealed_code(unsigned long addr);
 void trapvec_arena_info(struct trapvec_info *info);
 
