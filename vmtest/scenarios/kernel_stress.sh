@@ -36,7 +36,7 @@ cmp -s /tmp/mss_before.hex /tmp/mss_after.hex && echo "STRESS_RESTORED=yes" || e
 # rmmod with splices live: a trap on tcp_sync_mss, a jmp on __x64_sys_getppid.
 trapctl load /components/empty.o
 trapctl splice tcp_sync_mss --replace mss_clamp_tcp_sync_mss
-trapctl splice __x64_sys_getppid+5 --call empty_handler --mechanism jmp
+trapctl splice __x64_sys_getppid --call empty_handler --mechanism jmp
 echo "LIVE_MSS=$(tcpmss)"
 trapctl read tcp_sync_mss > /tmp/mss_live.hex
 cmp -s /tmp/mss_before.hex /tmp/mss_live.hex && echo "LIVE_PATCHED=no" || echo "LIVE_PATCHED=yes"
