@@ -94,7 +94,9 @@ static size_t map_pointer(struct bpf_insn *p, int map_fd)
 }
 
 /*
- * The comm-keyed counting program: key = comm (16 bytes at r10 - 16); if the map has the key,
+ * The comm-keyed counting program: key = comm (16 bytes at r10 - 16, zeroed first: the helper
+ * copies the comm up to its NUL and leaves the stack's old bytes after it, so one comm would
+ * make several keys, as a CI run saw: sysbench=22001 and sysbench=1); if the map has the key,
  * add 1 to its value atomically, else insert 1 (BPF_ANY, as bpftrace's count() does).
  * Returns the instruction count.
  */
@@ -102,6 +104,8 @@ static size_t comm_program(struct bpf_insn *p, int map_fd)
 {
 	size_t n = 0, skip_add, skip_insert;
 
+	p[n++] = insn(BPF_ST | BPF_MEM | BPF_DW, BPF_REG_10, 0, -16, 0);
+	p[n++] = insn(BPF_ST | BPF_MEM | BPF_DW, BPF_REG_10, 0, -8, 0);
 	n += stack_pointer(p + n, BPF_REG_1, -16);
 	p[n++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_2, 0, 0, 16);
 	p[n++] = insn(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_get_current_comm);
