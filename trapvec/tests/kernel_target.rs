@@ -110,7 +110,7 @@ fn kernel_target_splices_getppid_through_the_trap_and_restores_it() {
     t.add_dispatch(&[entry]).unwrap();
     let trap = TextPatch {
         addr: site,
-        old: orig[5..7].to_vec(),
+        old: orig[at..at + 2].to_vec(),
         new: TRAP_BYTES.to_vec(),
     };
     t.patch_text(std::slice::from_ref(&trap)).unwrap();
