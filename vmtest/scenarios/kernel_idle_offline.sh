@@ -19,6 +19,7 @@
 # Knobs: tv_idle_offline.cycles=N removal cycles (default 6), .hotplug=N offline/online
 # rounds (default 4). Prints KEY=value lines.
 set -u
+. /lib/scenario.sh
 
 knob() { sed -n "s/.*tv_idle_offline\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 module=$(knob module)
@@ -31,21 +32,6 @@ if [ -n "$module" ]; then
 	insmod "/files/$module" || exit 10
 fi
 param() { cat "/sys/module/trapvec/parameters/$1" 2>/dev/null || echo 0; }
-# `poll_only 1`: both CPUs idle only in the poll state that runs $idle_fn (state 0, the kernel's
-# poll_idle(), or state 2, tv_idle_poll's own); `poll_only 0`: the usual states 0 and 1 (state 2
-# is off as tv_idle_poll registers it).
-poll_only() {
-	if [ "$1" = 1 ]; then
-		case $poll_state in 0) d0=0 d1=1 d2=1 ;; *) d0=1 d1=1 d2=0 ;; esac
-	else
-		d0=0 d1=0 d2=1
-	fi
-	for c in /sys/devices/system/cpu/cpu[0-9]*/cpuidle; do
-		echo $d0 > "$c/state0/disable"
-		echo $d1 > "$c/state1/disable"
-		echo $d2 > "$c/state2/disable"
-	done
-}
 hits() { trapctl list | awk -v f="$1" '$1 == f { print $(NF-1) }'; }
 
 # --- A. jmp in RCU-idle text.
@@ -68,14 +54,14 @@ if ! trapctl splice $idle_fn --call tv_rcu_watch --mechanism jmp > /tmp/a.out 2>
 fi
 echo "A_POINT=$idle_fn"
 echo "A_LISTED=$(trapctl list | grep $idle_fn)"
-poll_only 1
+idle_only $poll_state
 sleep 2
-poll_only 0
+idle_usual
 echo "A_HITS=$(hits $idle_fn)"
 echo "A_WATCHED=$(trapctl get tv_rcu_watched)"
 echo "A_UNWATCHED=$(trapctl get tv_rcu_unwatched)"
 echo "A_JMP_RCU_IDLE=$(( $(param jmp_rcu_idle) - j0 ))"
-poll_only 1
+idle_only $poll_state
 start=$(date +%s)
 done=0
 while [ "$done" -lt "$cycles" ]; do
@@ -83,7 +69,7 @@ while [ "$done" -lt "$cycles" ]; do
 	trapctl splice $idle_fn --call tv_rcu_watch --mechanism jmp > /dev/null || break
 	done=$((done + 1))
 done
-poll_only 0
+idle_usual
 echo "A_CYCLES_DONE=$done"
 echo "A_CYCLE_SECONDS=$(( $(date +%s) - start ))"
 echo "A_UNWATCHED_END=$(trapctl get tv_rcu_unwatched)"
@@ -124,7 +110,7 @@ echo "B_ERR_HLT=$(refuse trapctl splice "${hlt:-hlt_play_dead}" --count)"
 # CPU1 goes offline and online.
 trapctl splice $idle_fn --call tv_rcu_watch --mechanism jmp > /dev/null || echo "B_SPLICE_FAILED=$idle_fn"
 trapctl splice cpuhp_invoke_callback --count > /dev/null || echo "B_SPLICE_FAILED=cpuhp_invoke_callback"
-poll_only 1
+idle_only $poll_state
 cpu1=/sys/devices/system/cpu/cpu1/online
 round=0
 ok=0
@@ -145,7 +131,7 @@ while [ "$round" -lt "$rounds" ]; do
 	round=$((round + 1))
 	ok=$round
 done
-poll_only 0
+idle_usual
 echo "B_ROUNDS=$ok"
 echo "B_SECONDS=$(( $(date +%s) - start ))"
 echo "B_CPU1_ONLINE=$(cat $cpu1)"

@@ -15,6 +15,7 @@
 # Knobs: tv_rcu_idle.cycles=N removal cycles (default 30).
 # Prints KEY=value lines that vmtest/tests/kernel_rcu_idle.rs checks.
 set -u
+. /lib/scenario.sh
 
 knob() { sed -n "s/.*tv_rcu_idle\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 module=$(knob module)
@@ -25,22 +26,6 @@ if [ -n "$module" ]; then
 	insmod "/files/$module" || exit 10
 fi
 traps() { awk -v k="$1" '$1 == k { print $2 }' /sys/module/trapvec/parameters/traps 2>/dev/null; }
-# `only S`: state S alone in use on both CPUs; `usual`: states 0 and 1 (the modpoll state 2
-# off, as tv_idle_poll registers it).
-states() {
-	for c in /sys/devices/system/cpu/cpu[0-9]*/cpuidle; do
-		echo "$1" > "$c/state0/disable"
-		echo "$2" > "$c/state1/disable"
-		echo "$3" > "$c/state2/disable"
-	done
-}
-only() {
-	case $1 in
-	0) states 0 1 1 ;;
-	2) states 1 1 0 ;;
-	esac
-}
-usual() { states 0 0 1; }
 
 insmod /files/tv_idle_poll.ko || exit 11
 echo "DRIVER=$(cat /sys/devices/system/cpu/cpuidle/current_driver)"
@@ -58,16 +43,16 @@ if ! trapctl splice $fn --call tv_rcu_watch 2> /tmp/err; then
 	trapctl splice $fn --call tv_rcu_watch || exit 13
 fi
 echo "POINT=$fn"
-only $poll
+idle_only $poll
 sleep 2
-usual
+idle_usual
 echo "HITS=$(trapctl list | awk -v f=$fn '$1 == f { print $(NF-1) }')"
 echo "WATCHED=$(trapctl get tv_rcu_watched)"
 echo "UNWATCHED=$(trapctl get tv_rcu_unwatched)"
 echo "RCU_IDLE=$(( $(traps rcu_idle) - ${idle0:-0} ))"
 
 # Remove and make the splice again while the CPUs poll through it.
-only $poll
+idle_only $poll
 start=$(date +%s)
 done=0
 while [ "$done" -lt "$cycles" ]; do
@@ -75,7 +60,7 @@ while [ "$done" -lt "$cycles" ]; do
 	trapctl splice $fn --call tv_rcu_watch > /dev/null || break
 	done=$((done + 1))
 done
-usual
+idle_usual
 echo "CYCLES_DONE=$done"
 echo "CYCLE_SECONDS=$(( $(date +%s) - start ))"
 echo "UNWATCHED_END=$(trapctl get tv_rcu_unwatched)"

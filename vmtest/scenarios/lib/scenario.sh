@@ -159,3 +159,21 @@ unload() {
 	rmmod trapvec && echo "$1_RMMOD=yes" || echo "$1_RMMOD=no"
 	echo "$1_UNLOAD_LINE=$(dmesg | grep 'trapvec: unloaded' | tail -n 1 | sed 's/^\[[^]]*\] //')"
 }
+
+# The cpuidle states of vmtest/kmods/idle_poll (0 the kernel's poll_idle(), 1 halt, 2 its own
+# poll loop, tv_idle_spin(), registered disabled). `idle_only S`: state S alone in use on every
+# CPU; `idle_usual`: states 0 and 1, as tv_idle_poll registers them.
+idle_states() {
+	for c in /sys/devices/system/cpu/cpu[0-9]*/cpuidle; do
+		echo "$1" > "$c/state0/disable"
+		echo "$2" > "$c/state1/disable"
+		echo "$3" > "$c/state2/disable"
+	done
+}
+idle_only() {
+	case $1 in
+	0) idle_states 0 1 1 ;;
+	2) idle_states 1 1 0 ;;
+	esac
+}
+idle_usual() { idle_states 0 0 1; }
