@@ -407,6 +407,7 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     assert_eq!(run.number("SCALE_LIST_AFTER"), 0);
 
     let (compared, more_than_once) = process_oracle(&run, &prog);
+    yama_refusals(&run);
     eprintln!(
         "cover --process: {compared} blocks of coverloop counted as uprobes there counted ({more_than_once} hit more than once)"
     );
@@ -415,5 +416,58 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         run.number("COVER_SECONDS"),
         run.number("SCALE_SECONDS"),
         run.expect("SCALE_REFUSALS")
+    );
+}
+
+/// `trapctl -p PID attach` as a user without CAP_SYS_PTRACE against a process of its own that is
+/// not its descendant, at each yama `ptrace_scope` (issue 30, item 3): 1, 2 and 3 are refused
+/// with yama's reason and what to change, before anything is done (no tracer left); at 0 the
+/// same attach gets past yama to the next refusal (busybox's sleep is static), so the refusals
+/// above are yama's and no other check's.
+fn yama_refusals(run: &Run) {
+    assert!(
+        run.value("YAMA_MISSING").is_none(),
+        "the guest has yama: {}",
+        run.stdout
+    );
+    let refusal = |scope: u32, words: &[&str]| {
+        let line = run.expect(&format!("YAMA_{scope}"));
+        assert!(line.starts_with("1 "), "scope {scope}: exit 1: {line}");
+        for w in words {
+            assert!(line.contains(w), "scope {scope}: `{w}` in: {line}");
+        }
+    };
+    refusal(
+        1,
+        &[
+            "yama forbids it: kernel.yama.ptrace_scope is 1",
+            "only a parent may trace its descendants",
+            "sysctl kernel.yama.ptrace_scope=0",
+        ],
+    );
+    refusal(
+        2,
+        &[
+            "kernel.yama.ptrace_scope is 2 (admin-only attach)",
+            "attach as root",
+        ],
+    );
+    refusal(
+        3,
+        &[
+            "kernel.yama.ptrace_scope is 3 (no attach at all, until reboot)",
+            "LD_PRELOAD",
+        ],
+    );
+    refusal(0, &["is statically linked"]);
+    assert!(
+        !run.expect("YAMA_0").contains("yama"),
+        "scope 0 is not yama's refusal: {}",
+        run.expect("YAMA_0")
+    );
+    assert_eq!(
+        run.number("YAMA_TRACER"),
+        0,
+        "no tracer left on the process"
     );
 }
