@@ -165,6 +165,22 @@ impl VmPeers {
             {
                 let m = v.mass.entry(n).or_default();
                 m.extend(numbers(&text).map(|(k, x)| (k.to_string(), x)));
+            } else if let Some(mech) = key.strip_prefix("PEERS_TRAPD_SWAP_") {
+                if !mech.contains("ROUND") {
+                    v.swap.extend(
+                        numbers(&text)
+                            .map(|(k, x)| (format!("trapd_{}_{k}", mech.to_lowercase()), x)),
+                    );
+                }
+            } else if let Some((n, mech)) = key
+                .strip_prefix("PEERS_TRAPD_")
+                .and_then(|rest| rest.split_once('_'))
+                .and_then(|(n, mech)| Some((n.parse::<u32>().ok()?, mech)))
+            {
+                let m = v.mass.entry(n).or_default();
+                m.extend(
+                    numbers(&text).map(|(k, x)| (format!("trapd_{}_{k}", mech.to_lowercase()), x)),
+                );
             } else if key == "PEERS_TRAPVEC_REFUSED" {
                 v.refused.push(text.clone());
             } else if key == "PEERS_TRAPVEC_SKIPPED" {
@@ -355,6 +371,26 @@ impl VmPeers {
         Self::ratio(m.get(&format!("{mech}_apply_ns")).copied(), Some(ftrace))
     }
 
+    /// The whole `trapctl apply` through trapd / ftrace's filter + enable at N, for `mech`.
+    pub fn trapd_apply_over_ftrace(&self, n: u32, mech: &str) -> Option<f64> {
+        let m = self.mass.get(&n)?;
+        let ftrace = m.get("filter_ns")? + m.get("enable_ns")?;
+        Self::ratio(
+            m.get(&format!("trapd_{mech}_apply_ns")).copied(),
+            Some(ftrace),
+        )
+    }
+
+    /// livepatch's transition / the swap through trapd: `trapctl activate` of a profile with
+    /// the replacement (`activate`), else `trapctl apply` of it (both whole commands).
+    pub fn transition_over_trapd_swap(&self, mech: &str, activate: bool) -> Option<f64> {
+        let what = if activate { "activate" } else { "splice" };
+        Self::ratio(
+            self.swap.get("transition_ns").copied(),
+            self.swap.get(&format!("trapd_{mech}_{what}_ns")).copied(),
+        )
+    }
+
     /// livepatch's transition / trapvec's swap (`whole`: the trapctl command; else its commit).
     pub fn transition_over_swap(&self, mech: &str, whole: bool) -> Option<f64> {
         let swap = if whole {
@@ -429,7 +465,9 @@ pub fn measure_vm(
         None => vmtest::host::KernelInstall::newest(),
     }
     .map_err(|e| e.to_string())?;
-    let files = vmtest::build::peers(repo, &install, dir.path()).map_err(|e| e.to_string())?;
+    let mut files = vmtest::build::peers(repo, &install, dir.path()).map_err(|e| e.to_string())?;
+    // The changes through trapd (the scenario's part 6).
+    files.push(vmtest::testing::build_trapd());
     let opts = vmtest::runner::RunOptions {
         repo: repo.to_path_buf(),
         scenario,
@@ -638,6 +676,23 @@ impl Peers {
                 no_vm,
             ),
         ];
+        // Issue 26: the swap through a running trapd, as a profile switch and as an apply.
+        for (mech, activate, how) in [
+            ("jmp", true, "trapctl activate"),
+            ("trap", true, "trapctl activate"),
+            ("jmp", false, "trapctl apply"),
+        ] {
+            g.push(goal(
+                &format!(
+                    "livepatch: swap through trapd >= 20x faster than livepatch's transition ({mech}, whole `{how}`)"
+                ),
+                vm.and_then(|v| v.transition_over_trapd_swap(mech, activate)),
+                Bound::AtLeast(20.0),
+                &vm.map_or(no_vm.to_string(), |_| {
+                    "not measured (no PEERS_TRAPD_SWAP line)".to_string()
+                }),
+            ));
+        }
         g.push(match vm {
             Some(v) if !v.call_ns.is_empty() => goal(
                 "livepatch: jmp replacement per call <= 1.0x livepatch's (overhead per tcp_sync_mss call)",
@@ -693,6 +748,26 @@ impl Peers {
                     goal(&text, None, bound, &not_at_10k(mech, ratio))
                 });
             }
+            // Issue 26: the same batch through a running trapd, at most ftrace's filter + enable.
+            let text = format!(
+                "ftrace: whole `trapctl apply` ({mech}) through trapd <= 1.0x filter + enable at 10,000"
+            );
+            let ratio: RatioAt = VmPeers::trapd_apply_over_ftrace;
+            let at_10k = vm.is_some_and(|v| {
+                v.mass.get(&10_000).is_some_and(|m| {
+                    m.contains_key(&format!("trapd_{mech}_apply_ns")) && m.contains_key("enable_ns")
+                })
+            });
+            g.push(if at_10k {
+                goal(
+                    &text,
+                    vm.and_then(|v| ratio(v, 10_000, mech)),
+                    Bound::AtMost(1.0),
+                    no_vm,
+                )
+            } else {
+                goal(&text, None, Bound::AtMost(1.0), &not_at_10k(mech, ratio))
+            });
         }
         let f = self.frida.as_ref();
         g.push(goal(
@@ -808,6 +883,13 @@ PEERS_LIVEPATCH load_ns=100000000 transition_ns=1500000000 disable_ns=1100000000
 PEERS_REPLACE_ROUND 1: mechanism=jmp splice_ns=1 commit_ms=1 unsplice_ns=1\n\
 PEERS_REPLACE_TRAP splice_ns=1500000000 commit_ms=30 unsplice_ns=1000000000 (medians of 3)\n\
 PEERS_REPLACE_JMP splice_ns=1000000000 commit_ms=15 unsplice_ns=1000000000 (medians of 3)\n\
+PEERS_TRAPD_MASS_ROUND n=1000 round=1 mechanism=trap apply_ns=1 plan_ms=1 build_ms=1 commit_ms=1 remove_ns=1 live=1000\n\
+PEERS_TRAPD_1000_TRAP apply_ns=400000000 commit_ms=300 remove_ns=300000000 (medians of 3)\n\
+PEERS_TRAPD_1000_JMP apply_ns=1600000000 commit_ms=150 remove_ns=300000000 (medians of 3)\n\
+PEERS_TRAPD_SWAP_ROUND 1: mechanism=jmp splice_ns=1 commit_ms=1 unsplice_ns=1 activate_ns=1 deactivate_ns=1\n\
+PEERS_TRAPD_SWAP_TRAP splice_ns=300000000 commit_ms=30 unsplice_ns=300000000 activate_ns=100000000 deactivate_ns=100000000 (medians of 3)\n\
+PEERS_TRAPD_SWAP_JMP splice_ns=300000000 commit_ms=15 unsplice_ns=300000000 activate_ns=50000000 deactivate_ns=50000000 (medians of 3)\n\
+PEERS_TRAPD_LOG [2026-11-27T19:00:00Z DEBUG trapd::daemon] timing: change 3 (apply): intent journaled 0.100 ms\n\
 PEERS_CONN_NS none=1000 livepatch=1100 trap=1300 jmp=1050 (connections=300)\n\
 PEERS_CALL_ROUND 1: none=2000000 mss=32741 livepatch=3000000 mss=948 trap=9000000 mss=948 jmp=2500000 mss=948\n\
 PEERS_CALL_NS none=100.0 livepatch=150.0 trap=450.0 jmp=125.0 (ns per tcp_sync_mss call; MSS unpatched 32741, clamped 948)\n\n";
@@ -964,6 +1046,65 @@ PEERS_KMULTI_1000_COUNT attach_ns=310000000 detach_ns=210000000 (medians of 3)\n
                 g.measured
             );
         }
+    }
+
+    #[test]
+    fn the_changes_through_trapd_are_judged_beside_the_direct_ones() {
+        let v = VmPeers::parse(CONSOLE, "6.1.0").unwrap();
+        assert_eq!(v.mass[&1000]["trapd_trap_apply_ns"], 400_000_000.0);
+        assert_eq!(v.mass[&1000]["trapd_jmp_commit_ms"], 150.0);
+        // The direct figures stay the direct ones.
+        assert_eq!(v.mass[&1000]["trap_apply_ns"], 5_000_000_000.0);
+        assert_eq!(v.swap["trapd_jmp_activate_ns"], 50_000_000.0);
+        assert_eq!(v.swap["jmp_splice_ns"], 1_000_000_000.0);
+        // 1.5 s of transition: jmp's switch (50 ms) 30x, trap's (100 ms) 15x, jmp's apply 5x.
+        let peers = Peers {
+            vm: Some(v),
+            ..Peers::default()
+        };
+        let goals = peers.goals();
+        let find = |start: &str| goals.iter().find(|g| g.goal.starts_with(start)).unwrap();
+        let swap = "livepatch: swap through trapd >= 20x faster than livepatch's transition";
+        let g = find(&format!("{swap} (jmp, whole `trapctl activate`)"));
+        assert_eq!((g.measured.as_str(), g.met), ("30.00x", Some(true)));
+        let g = find(&format!("{swap} (trap, whole `trapctl activate`)"));
+        assert_eq!((g.measured.as_str(), g.met), ("15.00x", Some(false)));
+        let g = find(&format!("{swap} (jmp, whole `trapctl apply`)"));
+        assert_eq!((g.measured.as_str(), g.met), ("5.00x", Some(false)));
+        // At 1,000 only: no verdict, 1,000's ratio for information (0.50x and 2.00x).
+        let g = find("ftrace: whole `trapctl apply` (trap) through trapd");
+        assert_eq!(g.met, None);
+        assert!(
+            g.measured.ends_with("; 0.50x at N = 1000"),
+            "{}",
+            g.measured
+        );
+        let g = find("ftrace: whole `trapctl apply` (jmp) through trapd");
+        assert!(
+            g.measured.ends_with("; 2.00x at N = 1000"),
+            "{}",
+            g.measured
+        );
+        // At 10,000, judged: met at 0.9x (trap), not met at 1.1x (jmp).
+        let console = format!(
+            "{CONSOLE}PEERS_FTRACE_10000 filter_ns=100000000 enable_ns=900000000 disable_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_10000_TRAP apply_ns=6000000000 commit_ms=800 remove_ns=1 (medians of 3)\n\
+             PEERS_TRAPVEC_10000_JMP apply_ns=7000000000 commit_ms=1800 remove_ns=1 (medians of 3)\n\
+             PEERS_TRAPD_10000_TRAP apply_ns=900000000 commit_ms=800 remove_ns=1 (medians of 3)\n\
+             PEERS_TRAPD_10000_JMP apply_ns=1100000000 commit_ms=1800 remove_ns=1 (medians of 3)\n"
+        );
+        let peers = Peers {
+            vm: Some(VmPeers::parse(&console, "6.1.0").unwrap()),
+            ..Peers::default()
+        };
+        let goals = peers.goals();
+        let find = |start: &str| goals.iter().find(|g| g.goal.starts_with(start)).unwrap();
+        let g = find("ftrace: whole `trapctl apply` (trap) through trapd");
+        assert_eq!((g.measured.as_str(), g.met), ("0.90x", Some(true)));
+        let g = find("ftrace: whole `trapctl apply` (jmp) through trapd");
+        assert_eq!((g.measured.as_str(), g.met), ("1.10x", Some(false)));
+        let g = find("ftrace: whole `trapctl apply` (trap) <= 2.0x");
+        assert_eq!((g.measured.as_str(), g.met), ("6.00x", Some(false)));
     }
 
     #[test]

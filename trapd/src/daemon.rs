@@ -259,6 +259,7 @@ impl<T: Target + StateHome> Daemon<T> {
         if !req.changes() {
             return self.read(&req).map_err(|e| trapvec::error_chain(&e));
         }
+        let started = Instant::now();
         let seq = self.journal.next_seq();
         if let Err(e) = self.journal.append(&Record::Intent {
             seq,
@@ -269,7 +270,9 @@ impl<T: Target + StateHome> Daemon<T> {
             log::error!("{e}");
             return Err(format!("nothing changed: {e}"));
         }
+        let journaled = started.elapsed();
         let result = self.change(&req, cause);
+        let changed = started.elapsed();
         let time = journal::now_secs();
         match result {
             Ok(v) => {
@@ -298,6 +301,13 @@ impl<T: Target + StateHome> Daemon<T> {
                         "the change was made and stored in the module, but not journaled: {e}"
                     ));
                 }
+                log::debug!(
+                    "timing: change {seq} ({}): intent journaled {:.3} ms, change {:.3} ms, state stored and done journaled {:.3} ms",
+                    req.op(),
+                    journaled.as_secs_f64() * 1e3,
+                    (changed - journaled).as_secs_f64() * 1e3,
+                    (started.elapsed() - changed).as_secs_f64() * 1e3
+                );
                 Ok(v)
             }
             Err(e) => {

@@ -189,24 +189,64 @@ fn one_splice_request_with_100000_live_logs_one_splice_and_rewrites_no_snapshot(
     assert!(big.logged_per_request * 1000 < big.snapshot_bytes);
 }
 
-/// The goal of issue 26, item 4: one splice request costs at most 2x with 100,000 live what
-/// it costs with none, for requests interleaved between the two daemons: the median, and the
-/// p90 for the tail. The p99 is printed, not asserted: of 300 requests it is the third
-/// slowest, an `fsync` stalled by the other load on the 2 shared cores, which falls on either
-/// daemon (runs here gave 0 live 60 ms against 100,000 live 28 ms, and the reverse).
+/// The goal of issue 26, item 4, as checked where it is measured: with `n` live, a splice
+/// request's median and p90 are at most 2x what they are with none. An error names each figure
+/// that grew more. The p99 is printed, not judged: of 300 requests it is the third slowest, an
+/// `fsync` stalled by the other load on the 2 shared cores, which falls on either daemon (runs
+/// here gave 0 live 60 ms against 100,000 live 28 ms, and the reverse).
+fn within_2x(zero: &Figures, big: &Figures, n: u64) -> Result<(), String> {
+    let grew: Vec<String> = [("p50", zero.p50, big.p50), ("p90", zero.p90, big.p90)]
+        .into_iter()
+        .filter(|(_, z, b)| *b > 2 * *z)
+        .map(|(what, z, b)| {
+            format!(
+                "{what} grew {:.2}x, from {z:?} with 0 live to {b:?} with {n} live",
+                b.as_secs_f64() / z.as_secs_f64().max(1e-9)
+            )
+        })
+        .collect();
+    if grew.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "trapd's splice latency grew by more than 2x: {}",
+            grew.join("; ")
+        ))
+    }
+}
+
+/// One splice request costs at most 2x with 100,000 live what it costs with none, for
+/// requests interleaved between the two daemons ([`within_2x`]).
 #[test]
 fn one_splice_request_costs_at_most_2x_with_100000_live() {
     let (zero, big, n) = measure(300);
+    within_2x(&zero, &big, n).unwrap();
+}
+
+/// The check passes at 2x, fails on a figure over 2x and names it: a p50 of 2.1x, then a p90 of
+/// 3x; a p99 of 20x is not judged.
+#[test]
+fn the_2x_check_fails_on_a_figure_that_grew_more() {
+    let ms = Duration::from_millis;
+    let figures = |p50, p90, p99| Figures {
+        p50: ms(p50),
+        p90: ms(p90),
+        p99: ms(p99),
+        snapshots: 0,
+        logged_per_request: 200,
+        snapshot_bytes: 1 << 20,
+    };
+    let zero = figures(10, 20, 30);
+    assert_eq!(within_2x(&zero, &figures(20, 40, 60), 100_000), Ok(()));
+    // The p99 is not judged.
+    assert_eq!(within_2x(&zero, &figures(20, 40, 600), 100_000), Ok(()));
+    let e = within_2x(&zero, &figures(21, 40, 60), 100_000).unwrap_err();
     assert!(
-        big.p50 <= 2 * zero.p50,
-        "p50 grew from {:?} to {:?} with {n} live",
-        zero.p50,
-        big.p50
+        e.contains("p50 grew 2.10x, from 10ms with 0 live to 21ms with 100000 live"),
+        "{e}"
     );
-    assert!(
-        big.p90 <= 2 * zero.p90,
-        "p90 grew from {:?} to {:?} with {n} live",
-        zero.p90,
-        big.p90
-    );
+    assert!(!e.contains("p90"), "{e}");
+    let e = within_2x(&zero, &figures(20, 60, 60), 100_000).unwrap_err();
+    assert!(e.contains("p90 grew 3.00x"), "{e}");
+    assert!(!e.contains("p50"), "{e}");
 }

@@ -257,21 +257,42 @@ pub fn connection<H: Handler>(
             }
             return;
         }
+        // Where a request's time goes (`trapd -v`): waiting for the daemon, handling it,
+        // encoding and sending the reply.
+        let started = std::time::Instant::now();
+        let mut waited = std::time::Duration::ZERO;
+        let mut handled = std::time::Duration::ZERO;
         let (op, reply) = match std::str::from_utf8(&buf) {
             Err(_) => ("invalid", protocol::error("bad request: not UTF-8")),
             Ok(line) => match Request::parse(line.trim_end()) {
                 Err(e) => ("invalid", protocol::error(e)),
                 Ok(req) => {
                     log::debug!("request from pid {}: {line}", cred.pid());
-                    (req.op(), lock(handler).handle(req))
+                    let op = req.op();
+                    let mut h = lock(handler);
+                    waited = started.elapsed();
+                    let reply = h.handle(req);
+                    handled = started.elapsed() - waited;
+                    (op, reply)
                 }
             },
         };
         counts.record(op, reply["ok"] == serde_json::Value::Bool(true));
-        if writeln!(stream, "{reply}").is_err() {
+        let before_reply = started.elapsed();
+        let text = format!("{reply}\n");
+        if stream.write_all(text.as_bytes()).is_err() {
             log::debug!("client pid {} left before its reply", cred.pid());
             return;
         }
+        log::debug!(
+            "timing: {op} from pid {}: parse {:.3} ms, waited {:.3} ms for the daemon, handled {:.3} ms, reply {:.3} ms ({} bytes)",
+            cred.pid(),
+            (before_reply - waited - handled).as_secs_f64() * 1e3,
+            waited.as_secs_f64() * 1e3,
+            handled.as_secs_f64() * 1e3,
+            (started.elapsed() - before_reply).as_secs_f64() * 1e3,
+            text.len()
+        );
     }
 }
 

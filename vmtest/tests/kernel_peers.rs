@@ -6,7 +6,7 @@
 //! in the kernel's loop under each of them) and that every figure is printed. `PEERS_10K=1` adds
 //! the 5,000- and 10,000-function rows (beyond CI's budget), which must then be live in full.
 
-use vmtest::testing::{can_boot, can_boot_kernel, peers, peers_for, Scenario};
+use vmtest::testing::{build_trapd, can_boot, can_boot_kernel, peers, peers_for, Scenario};
 
 #[test]
 fn peers_run_beside_trapvec_and_print_every_figure() {
@@ -56,6 +56,7 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
     for file in files {
         scenario = scenario.file(file);
     }
+    scenario = scenario.file(build_trapd());
     let run = scenario.run(env!("CARGO_BIN_EXE_vmtest"));
     run.assert_passed();
     assert!(
@@ -179,6 +180,50 @@ fn peers_beside(scenario: Scenario, files: Vec<std::path::PathBuf>, kprobe_multi
     assert!(
         !run.stdout.contains("PEERS_TRAPVEC_REFUSED"),
         "trapvec.ko took every batch"
+    );
+
+    // 6. the same batches and swaps through trapd: each batch live in full (through trapd's
+    // list), each swap clamping the MSS and each profile switch too (checked by the scenario),
+    // and trapd's timing lines printed.
+    for n in sizes {
+        for m in ["TRAP", "JMP"] {
+            assert!(
+                run.stdout
+                    .lines()
+                    .any(|l| l.starts_with(&format!("PEERS_TRAPD_{n}_{m} apply_ns="))),
+                "{m} batch of {n} through trapd"
+            );
+            let mech = format!(" mechanism={} ", m.to_lowercase());
+            let live = format!(" live={n}");
+            assert!(
+                run.stdout
+                    .lines()
+                    .any(|l| l.starts_with(&format!("PEERS_TRAPD_MASS_ROUND n={n} "))
+                        && l.contains(&mech)
+                        && l.trim_end_matches('\r').ends_with(&live)),
+                "{m} batch of {n} through trapd live in full"
+            );
+        }
+    }
+    for m in ["TRAP", "JMP"] {
+        assert!(
+            run.stdout.lines().any(
+                |l| l.starts_with(&format!("PEERS_TRAPD_SWAP_{m} splice_ns="))
+                    && l.contains(" activate_ns=")
+            ),
+            "{m} swap through trapd"
+        );
+        for what in ["SPLICE", "ACTIVATE"] {
+            let key = format!("PEERS_RATIO_LIVEPATCH_TRANSITION_TO_{m}_TRAPD_{what}");
+            let ratio = run.expect(&key);
+            assert!(finite_ratio(ratio).is_some(), "{key}={ratio}");
+        }
+    }
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("PEERS_TRAPD_LOG ") && l.contains("timing: apply")),
+        "trapd's timing lines"
     );
 
     // 3. the livepatch transition ended, each swap clamped the MSS (checked by the scenario).
