@@ -32,9 +32,8 @@ for n in $sizes; do
 	total=$(wc -l < /tmp/traceable)
 	step=$((total / n))
 	[ "$step" -ge 1 ] || step=1
-	awk -v s="$step" 'NR % s == 0' /tmp/traceable | head -n "$n" |
-		awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' \
-			> /tmp/spec.toml
+	awk -v s="$step" 'NR % s == 0' /tmp/traceable | head -n "$n" > /tmp/names
+	count_spec /tmp/names > /tmp/spec.toml
 	t0=$(ms)
 	trapctl apply --best-effort /tmp/spec.toml > /tmp/apply.out 2>&1
 	rc=$?
