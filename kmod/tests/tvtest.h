@@ -59,6 +59,7 @@ void fatal(const char *what);
 int tv(unsigned long cmd, void *arg);
 uint64_t ksym(const char *name);
 int kread(uint64_t addr, void *buf, uint32_t len);
+uint32_t entry_len_of(const uint8_t *b, int nop_only);
 uint32_t entry_len(uint64_t fn);
 uint32_t check_reason(uint64_t addr, uint32_t len);
 int alloc_block(uint32_t kind, uint64_t size, struct trapvec_alloc *out);

@@ -74,20 +74,26 @@ int kread(uint64_t addr, void *buf, uint32_t len)
 /*
  * The bytes a function's entry takes before its first instruction of its own: an endbr64 where
  * the kernel is built for IBT (6.12), then the ftrace site (a 5-byte NOP, or the call it becomes
- * while traced). 5 on Debian's 6.1, 9 on its 6.12.
+ * while traced). 5 on Debian's 6.1, 9 on its 6.12. b is the entry's first 9 bytes; with
+ * nop_only, 0 unless the ftrace site is the NOP (a function ftrace does not trace now).
  */
+uint32_t entry_len_of(const uint8_t *b, int nop_only)
+{
+	uint32_t n = memcmp(b, "\xf3\x0f\x1e\xfa", 4) ? 0 : 4;
+
+	if (!memcmp(b + n, "\x0f\x1f\x44\x00\x00", 5) || (!nop_only && b[n] == 0xe8))
+		return n + 5;
+	return nop_only ? 0 : n;
+}
+
+/* entry_len_of() of the function at fn, read from its live text. */
 uint32_t entry_len(uint64_t fn)
 {
 	uint8_t b[9];
-	uint32_t n = 0;
 
 	if (kread(fn, b, sizeof(b)))
 		fatal("READ of a function's entry");
-	if (!memcmp(b, "\xf3\x0f\x1e\xfa", 4))
-		n = 4;
-	if (!memcmp(b + n, "\x0f\x1f\x44\x00\x00", 5) || b[n] == 0xe8)
-		n += 5;
-	return n;
+	return entry_len_of(b, 0);
 }
 
 uint32_t check_reason(uint64_t addr, uint32_t len)

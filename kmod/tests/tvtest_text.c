@@ -20,8 +20,7 @@ static uint64_t module_function(const char *mod)
 		if (sscanf(line, "%llx %c %255s [%127[^]]]", &addr, &type, sym, owner) != 4 ||
 		    (type != 't' && type != 'T') || strcmp(owner, mod))
 			continue;
-		if (!kread(addr, b, 9) &&
-		    !memcmp(b + (memcmp(b, "\xf3\x0f\x1e\xfa", 4) ? 0 : 4), "\x0f\x1f\x44\x00\x00", 5)) {
+		if (!kread(addr, b, 9) && entry_len_of(b, 1)) {
 			fclose(f);
 			return addr;
 		}
@@ -163,15 +162,12 @@ void test_big_batch(int n)
 		    strchr(line, '[') || addr == last)
 			continue;
 		last = addr;
-		/* An endbr64 first where the kernel is built for IBT (6.12). */
-		e = 0;
+		/* Past the entry (endbr64 on 6.12), whose ftrace site must be the NOP. */
 		if (kread(addr, b, sizeof(b)))
 			continue;
-		if (!memcmp(b, "\xf3\x0f\x1e\xfa", 4))
-			e = 4;
-		if (memcmp(b + e, "\x0f\x1f\x44\x00\x00", 5))
+		e = entry_len_of(b, 1);
+		if (!e)
 			continue;
-		e += 5;
 		/*
 		 * Only where the instruction past the NOP is 2 bytes or more (a REX prefix, or an
 		 * opcode with a ModRM byte): a window over two instructions must be written as

@@ -20,22 +20,11 @@ fi
 params=/sys/module/trapvec/parameters
 sizes=${COMMIT_SIZES:-1000 5000 20000}
 [ -r $params/apply_stats ] || { echo "COMMIT: the module has no apply_stats parameter"; exit 10; }
-# Allocations that a splice holds while live, one line (the scratch kinds are 0 between ioctls).
-allocs() {
-	tr '\n' ' ' < $params/allocations
-}
+# Allocations that a splice holds while live (scenario.sh's allocs; the scratch kinds are 0
+# between ioctls).
 echo "COMMIT_ALLOCS_start=$(allocs)"
-# Milliseconds since boot (busybox date has no %N).
-ms() {
-	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
-}
 
-tracing=/sys/kernel/tracing
-[ -e $tracing/available_filter_functions ] || mount -t tracefs nodev $tracing
-# Unique core-kernel names ftrace can trace, in kallsyms order (as kernel_stop_time.sh).
-grep -v '\[' $tracing/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
-awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
-awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms > /tmp/traceable
+traceable /tmp/traceable
 echo "COMMIT_TRACEABLE=$(wc -l < /tmp/traceable)"
 
 for n in $sizes; do
@@ -43,9 +32,8 @@ for n in $sizes; do
 	total=$(wc -l < /tmp/traceable)
 	step=$((total / n))
 	[ "$step" -ge 1 ] || step=1
-	awk -v s="$step" 'NR % s == 0' /tmp/traceable | head -n "$n" |
-		awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' \
-			> /tmp/spec.toml
+	awk -v s="$step" 'NR % s == 0' /tmp/traceable | head -n "$n" > /tmp/names
+	count_spec /tmp/names > /tmp/spec.toml
 	t0=$(ms)
 	trapctl apply --best-effort /tmp/spec.toml > /tmp/apply.out 2>&1
 	rc=$?

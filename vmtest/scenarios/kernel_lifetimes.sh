@@ -28,11 +28,6 @@ reason() {
 	sed -n 's/.*reason=\([0-9]*\).*/\1/p'
 }
 
-# Milliseconds since boot.
-ms() {
-	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
-}
-
 # `wait_for CMD...`: up to 10 s until CMD succeeds.
 wait_for() {
 	n=0

@@ -17,16 +17,7 @@ show() {
 }
 show start
 
-tracing=/sys/kernel/tracing
-[ -e $tracing/available_filter_functions ] || mount -t tracefs nodev $tracing
-# Unique core-kernel names ftrace can trace, in kallsyms order (as bench's peers.sh takes them).
-grep -v '\[' $tracing/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
-awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
-awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms > /tmp/traceable
-
-count_spec() {
-	awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' "$1"
-}
+traceable /tmp/traceable
 
 for n in $sizes; do
 	# Candidates spread over the text; the first n that trapctl plans a trap for.

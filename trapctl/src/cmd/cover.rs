@@ -143,25 +143,17 @@ struct Object {
     blocks: Vec<CoverBlock>,
 }
 
+/// A program's own fields of a block's row ([`table::BlockRow`]).
 #[derive(Serialize)]
-struct BlockRow {
+struct InProgram {
     object: String,
-    function: String,
-    offset: u64,
-    address: String,
-    length: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     mechanism: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hits: Option<u64>,
-    hit: bool,
     /// `once` mode: the site was removed while the program ran (after its first hits).
     #[serde(skip_serializing_if = "Option::is_none")]
     disarmed: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -177,7 +169,7 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     disarm_batches: Option<u64>,
     functions: Vec<FunctionRow>,
-    blocks: Vec<BlockRow>,
+    blocks: Vec<BlockRow<InProgram>>,
     total: Total,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
@@ -391,7 +383,7 @@ mod kernel;
 pub(crate) mod libs;
 mod table;
 
-use table::{FunctionRow, Home, RefusedBlock, Tally, Total};
+use table::{BlockRow, FunctionRow, Home, RefusedBlock, Tally, Total};
 
 /// Run `trapctl cover`.
 pub fn run(args: &Args) -> Result<()> {
@@ -601,22 +593,16 @@ fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [Stri
         for (j, (b, hits)) in o.blocks.iter().zip(h).enumerate() {
             let hit = hits.is_some_and(|n| n > 0);
             tally.add(home, b, hit);
-            blocks.push(BlockRow {
+            let on = InProgram {
                 object: object.clone(),
-                function: b.function.clone(),
-                offset: b.start - b.func_addr,
-                address: format!("{:#x}", b.start),
-                length: b.end - b.start,
                 mechanism: b.site.as_ref().ok().map(|m| match m {
                     Mechanism::Trap => "trap",
                     Mechanism::Jmp => "jmp",
                 }),
                 hits: *hits,
-                hit,
                 disarmed: outcome.disarmed.as_ref().map(|d| d[k][j]),
-                refusal: b.site.as_ref().err().map(|r| r.kind.clone()),
-                reason: b.site.as_ref().err().map(|r| r.reason.clone()),
-            });
+            };
+            blocks.push(BlockRow::of(b, hit, on));
         }
     }
     let table = tally.finish(objects.iter().map(|o| o.functions).sum());

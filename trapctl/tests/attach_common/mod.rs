@@ -4,6 +4,12 @@
 //! uses part of it.
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+// Each test binary uses part of it (as `dead_code` above).
+#[allow(unused_imports)]
+pub use common::{compile, try_compile};
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
@@ -37,26 +43,6 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// `COMPILER ARGS` run in `dir` (`cc`; `gcc` where gcov reads what it builds): its output,
-/// whether it succeeded or not.
-pub fn try_compile(compiler: &str, dir: &Path, args: &[&str]) -> Output {
-    Command::new(compiler)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("a C compiler (`{compiler}`) is needed for these tests: {e}"))
-}
-
-/// [`try_compile`], which must succeed: else the test fails with the compiler's stderr.
-pub fn compile(compiler: &str, dir: &Path, args: &[&str]) {
-    let out = try_compile(compiler, dir, args);
-    assert!(
-        out.status.success(),
-        "{compiler} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `cc` of `tests/fixtures/attach/SRC` into DIR/OUT with `args` (e.g. `-shared -fPIC`): -O2,
 /// no CET notes (the splices' text is plain), -pthread.
 pub fn cc(dir: &Path, src: &str, out: &str, args: &[&str]) -> PathBuf {
@@ -64,10 +50,9 @@ pub fn cc(dir: &Path, src: &str, out: &str, args: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/attach")
         .join(src);
-    let mut all = vec!["-O2", "-fcf-protection=none", "-pthread"];
+    let mut all = vec!["-pthread"];
     all.extend(args);
-    all.extend([src.to_str().unwrap(), "-o", exe.to_str().unwrap()]);
-    compile("cc", dir, &all);
+    common::cc_fixture(dir, &src, &exe, &all);
     exe
 }
 

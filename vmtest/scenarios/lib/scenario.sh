@@ -95,6 +95,16 @@ count_spec() {
 	awk '{ printf "[[splice]]\nat = \"%s\"\naction = \"count\"\nmechanism = \"trap\"\n", $1 }' "$1"
 }
 
+# `traceable FILE`: the unique core-kernel functions ftrace can trace, in kallsyms order, into
+# FILE (tracefs mounted where it is not).
+traceable() {
+	tfs=/sys/kernel/tracing
+	[ -e $tfs/available_filter_functions ] || mount -t tracefs nodev $tfs
+	grep -v '\[' $tfs/available_filter_functions | sort | uniq -u > /tmp/ftrace_names
+	awk '$2 ~ /^[tT]$/ && NF == 3 { print $3 }' /proc/kallsyms > /tmp/ksyms
+	awk 'NR == FNR { ok[$1] = 1; next } ok[$1]' /tmp/ftrace_names /tmp/ksyms > "$1"
+}
+
 # `traceable_names`: the unique core-kernel functions ftrace can trace, in kallsyms order, into
 # /tmp/names, the two `count_sample` calls first (tracefs mounted where it is not).
 traceable_names() {

@@ -30,7 +30,7 @@ use trapvec::Target as _;
 use trapvec_proto::client;
 use trapvec_proto::Request;
 
-use super::table::{self, FunctionRow, Home, RefusedBlock, Tally, Total};
+use super::table::{self, BlockRow, FunctionRow, Home, RefusedBlock, Tally, Total};
 use super::{Args, SCHEMA};
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
@@ -48,25 +48,16 @@ mod tests {
     }
 }
 
+/// The kernel's own fields of a block's row ([`BlockRow`]).
 #[derive(Serialize)]
-struct BlockRow {
-    function: String,
+pub(super) struct InKernel {
     #[serde(skip_serializing_if = "Option::is_none")]
-    module: Option<String>,
-    /// The block's start in its function.
-    offset: u64,
-    address: String,
+    pub(super) module: Option<String>,
     /// Where its trap went (past the entry bytes for an entry block), if it had one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    site: Option<String>,
-    length: u64,
-    hit: bool,
+    pub(super) site: Option<String>,
     /// The site's hits (`None`: no site).
-    count: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    pub(super) count: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -86,7 +77,7 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     disarm_batches: Option<usize>,
     functions: Vec<FunctionRow>,
-    blocks: Vec<BlockRow>,
+    blocks: Vec<BlockRow<InKernel>>,
     total: Total,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
@@ -515,19 +506,12 @@ fn report_of(
             qualifier: b.module.as_deref(),
         };
         tally.add(home, &b.block, hit);
-        let refusal = b.block.site.as_ref().err();
-        rows.push(BlockRow {
-            function: b.block.function.clone(),
+        let on = InKernel {
             module: b.module.clone(),
-            offset: b.block.start - b.block.func_addr,
-            address: format!("{:#x}", b.block.start),
             site: count.map(|_| format!("{:#x}", b.site)),
-            length: b.block.end - b.block.start,
-            hit,
             count,
-            refusal: refusal.map(|r| r.kind.clone()),
-            reason: refusal.map(|r| r.reason.clone()),
-        });
+        };
+        rows.push(BlockRow::of(&b.block, hit, on));
     }
     let table = tally.finish(nfuncs);
     let mut notes = Vec::new();

@@ -58,6 +58,44 @@ pub(crate) struct FunctionRow {
     pub percent: f64,
 }
 
+/// A block's row (`--json`'s `blocks`), one layout for the kernel's report and a program's:
+/// what every block has, and in `on` what its target adds (flattened into the row after
+/// `length`: a program's `object`, `mechanism`, `hits` and `disarmed`; the kernel's `module`,
+/// `site` and `count`). A line-oriented reader may rely on the order: a site's `hits` follow
+/// its block's `address` (vmtest's cover.sh reads a program's report so).
+#[derive(Serialize)]
+pub(crate) struct BlockRow<X> {
+    pub function: String,
+    /// The block's start in its function.
+    pub offset: u64,
+    pub address: String,
+    pub length: u64,
+    #[serde(flatten)]
+    pub on: X,
+    pub hit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl<X> BlockRow<X> {
+    /// `b`'s row: `hit` or not, `on` its target's own fields.
+    pub fn of(b: &CoverBlock, hit: bool, on: X) -> Self {
+        let refusal = b.site.as_ref().err();
+        BlockRow {
+            function: b.function.clone(),
+            on,
+            offset: b.start - b.func_addr,
+            address: format!("{:#x}", b.start),
+            length: b.end - b.start,
+            hit,
+            refusal: refusal.map(|r| r.kind.clone()),
+            reason: refusal.map(|r| r.reason.clone()),
+        }
+    }
+}
+
 /// A block that got no site: where it is and why.
 pub(crate) struct RefusedBlock {
     /// Its function's name as printed in the table.
@@ -316,5 +354,70 @@ mod tests {
             serde_json::to_string(&tally.finish(1).functions[0]).unwrap(),
             r#"{"function":"b","module":"m","blocks":1,"covered":0,"refused":0,"percent":0.0}"#
         );
+    }
+
+    /// The one block row ([`BlockRow`]) writes each target's fields as docs/kernel.md and
+    /// docs/process.md list them: a refused kernel block's `count` is `null`, a program's
+    /// block without a site has no `hits`.
+    #[test]
+    fn a_block_row_writes_each_targets_fields_as_documented() {
+        use super::super::kernel::InKernel;
+        use super::super::InProgram;
+        use serde_json::{json, Value};
+
+        fn row<X: Serialize>(r: BlockRow<X>) -> Value {
+            serde_json::to_value(r).unwrap()
+        }
+
+        let (live, refused) = (
+            block("f", 0x1000, 0x1004, false),
+            block("f", 0x1000, 0x1004, true),
+        );
+        let on = InKernel {
+            module: Some("sch_netem".into()),
+            site: Some("0x1009".into()),
+            count: Some(3),
+        };
+        assert_eq!(
+            row(BlockRow::of(&live, true, on)),
+            json!({"function": "f", "module": "sch_netem", "offset": 4, "address": "0x1004",
+                   "site": "0x1009", "length": 4, "hit": true, "count": 3})
+        );
+        let on = InKernel {
+            module: None,
+            site: None,
+            count: None,
+        };
+        assert_eq!(
+            row(BlockRow::of(&refused, false, on)),
+            json!({"function": "f", "offset": 4, "address": "0x1004", "length": 4, "hit": false,
+                   "count": null, "refusal": "overlaps_fentry", "reason": "why"})
+        );
+        let on = InProgram {
+            object: "/bin/x".into(),
+            mechanism: None,
+            hits: None,
+            disarmed: None,
+        };
+        assert_eq!(
+            row(BlockRow::of(&refused, false, on)),
+            json!({"object": "/bin/x", "function": "f", "offset": 4, "address": "0x1004",
+                   "length": 4, "hit": false, "refusal": "overlaps_fentry", "reason": "why"})
+        );
+        let on = InProgram {
+            object: "/bin/x".into(),
+            mechanism: Some("jmp"),
+            hits: Some(0),
+            disarmed: Some(false),
+        };
+        let text = serde_json::to_string_pretty(&BlockRow::of(&live, false, on)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({"object": "/bin/x", "function": "f", "offset": 4, "address": "0x1004",
+                   "length": 4, "mechanism": "jmp", "hits": 0, "hit": false, "disarmed": false})
+        );
+        // In this order, one key a line: the address, then the hits.
+        let at = |key: &str| text.find(&format!("\"{key}\": ")).unwrap();
+        assert!(at("address") < at("hits"), "{text}");
     }
 }
