@@ -34,6 +34,7 @@ pub mod fixtures;
 pub mod frida;
 pub mod groups;
 pub mod kernel;
+pub mod livecover;
 pub mod peers;
 pub mod plots;
 pub mod report;

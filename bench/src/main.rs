@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use bench::coverage::{self, human_distance, HitCosts, DISTANCES};
 use bench::groups::Group;
 use bench::sets::{self, SetOptions};
-use bench::{batch, cost, peers, report, script, sizes, speed};
+use bench::{batch, cost, livecover, peers, report, script, sizes, speed};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -36,6 +36,33 @@ enum Cmd {
         splices: usize,
         #[arg(long, value_enum, default_value_t = Mech::Trap)]
         mechanism: Mech,
+    },
+    /// Live coverage at scale (issue 27's goals) in the VM (emulated): the TCP group armed
+    /// through trapd under traffic, the arm rate vs kprobes, once mode after warm-up; with
+    /// --whole-kernel every traceable function at once.
+    Cover {
+        /// Also cover every function of available_filter_functions at once (LIVECOVER_WHOLE=1;
+        /// a 3 GiB guest, long under TCG).
+        #[arg(long)]
+        whole_kernel: bool,
+        /// kprobes registered on a sample of this many of the TCP group's sites.
+        #[arg(long, default_value_t = 500)]
+        sample: u32,
+        /// Timed runs of the once-mode workload per configuration (and twice that unspliced).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Loopback TCP connections per run of the workload (tcpmss -n).
+        #[arg(long, default_value_t = 60)]
+        conns: u32,
+        /// Read the figures from a console log saved by an earlier run instead of booting.
+        #[arg(long, value_name = "FILE")]
+        from_log: Option<PathBuf>,
+        /// Write the guest's console log here too.
+        #[arg(long, value_name = "FILE")]
+        save_log: Option<PathBuf>,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Beside the peers (issue 13): Frida on this host; with --vm BPF fentry, ftrace and
     /// livepatch in the VM (emulated); each goal with its ratio.
@@ -270,6 +297,49 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {
                 print!("{}", p.render());
+            }
+            Ok(())
+        }
+        Cmd::Cover {
+            whole_kernel,
+            sample,
+            rounds,
+            conns,
+            from_log,
+            save_log,
+            json,
+        } => {
+            if sample == 0 || rounds == 0 || conns == 0 {
+                anyhow::bail!("--sample, --rounds and --conns must be at least 1");
+            }
+            let v = match from_log {
+                Some(path) => {
+                    let text = std::fs::read(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    livecover::LiveCover::parse(&String::from_utf8_lossy(&text))
+                }
+                None => livecover::measure_vm(
+                    &repo(),
+                    &livecover::Options {
+                        whole_kernel,
+                        sample,
+                        rounds,
+                        conns,
+                        console: save_log,
+                    },
+                ),
+            }
+            .map_err(|why| anyhow::anyhow!("bench cover: {why}"))?;
+            if json {
+                let goals = v.goals();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "figures": v, "goals": goals })
+                    )?
+                );
+            } else {
+                print!("{}", v.render());
             }
             Ok(())
         }

@@ -31,6 +31,10 @@ pub struct FunctionGlob {
     text: String,
     object: Option<Regex>,
     name: Regex,
+    /// The name part when it has no `*`, `?` or `[` (it matches only itself): looked up by
+    /// [`matching_functions`] in a set, where tens of thousands of plain names (`trapctl cover`
+    /// of every function ftrace lists) would otherwise each be tried on every symbol.
+    literal: Option<String>,
 }
 
 impl FunctionGlob {
@@ -58,11 +62,13 @@ impl FunctionGlob {
         let object = object
             .map(|o| to_regex(o).map_err(|r| bad(&format!("in the object part: {r}"))))
             .transpose()?;
+        let literal = (!name.contains(['*', '?', '['])).then(|| name.to_string());
         let name = to_regex(name).map_err(|r| bad(&r))?;
         Ok(FunctionGlob {
             text: t.to_string(),
             object,
             name,
+            literal,
         })
     }
 
@@ -91,13 +97,21 @@ impl FunctionGlob {
 /// name listed there: aliases are one function). Parts a compiler split out (`f.cold`,
 /// `f.part.0`) are functions of their own here, as in kallsyms.
 pub fn matching_functions<'a>(symbols: &'a SymbolTable, globs: &[FunctionGlob]) -> Vec<&'a Symbol> {
+    // Plain names without an object part match by name alone: one set lookup per symbol for
+    // all of them; the others are tried in turn.
+    let (plain, patterns): (Vec<&FunctionGlob>, Vec<&FunctionGlob>) = globs
+        .iter()
+        .partition(|g| g.object.is_none() && g.literal.is_some());
+    let names: std::collections::HashSet<&str> =
+        plain.iter().filter_map(|g| g.literal.as_deref()).collect();
     let mut out: Vec<&Symbol> = symbols
         .iter()
         .filter(|s| s.kind == SymbolKind::Function)
         .filter(|s| {
-            globs
-                .iter()
-                .any(|g| g.matches(&s.name, s.origin.as_deref()))
+            names.contains(s.name.as_str())
+                || patterns
+                    .iter()
+                    .any(|g| g.matches(&s.name, s.origin.as_deref()))
         })
         .collect();
     out.sort_by_key(|s| s.addr);
@@ -227,5 +241,45 @@ mod tests {
             .map(|s| s.addr)
             .collect();
         assert_eq!(found, vec![0x1000, 0x2000]);
+    }
+
+    #[test]
+    fn plain_names_match_as_their_globs_do() {
+        let sym = |name: &str, addr: u64, origin: Option<&str>| Symbol {
+            name: name.to_string(),
+            addr,
+            size: 16,
+            kind: SymbolKind::Function,
+            origin: origin.map(str::to_string),
+            version: None,
+        };
+        let table = SymbolTable::new(vec![
+            sym("tcp_a", 0x1000, None),
+            sym("tcp_ab", 0x2000, None),
+            sym("tcp_a.cold", 0x3000, None),
+            sym("tcp_a", 0x9000, Some("nf_conntrack")),
+            sym("udp_a", 0x4000, None),
+            sym("tcpxa", 0x5000, None),
+        ]);
+        let at = |globs: &[&str]| -> Vec<u64> {
+            let globs: Vec<FunctionGlob> = globs.iter().map(|t| g(t)).collect();
+            matching_functions(&table, &globs)
+                .iter()
+                .map(|s| s.addr)
+                .collect()
+        };
+        // A plain name is the whole name, of any object, as its glob would match it; a `.` is
+        // no wildcard.
+        assert_eq!(at(&["tcp_a"]), vec![0x1000, 0x9000]);
+        assert_eq!(at(&["tcp_a.cold"]), vec![0x3000]);
+        assert_eq!(at(&["tcp.a"]), Vec::<u64>::new());
+        // With an object part, only that object's; beside patterns, the union.
+        assert_eq!(at(&["nf_conntrack:tcp_a"]), vec![0x9000]);
+        assert_eq!(at(&["udp_a", "tcp_a?"]), vec![0x2000, 0x4000]);
+        // Many plain names: each matches itself only.
+        let many: Vec<String> = (0..5000).map(|i| format!("f{i}")).collect();
+        let mut names: Vec<&str> = many.iter().map(String::as_str).collect();
+        names.push("tcpxa");
+        assert_eq!(at(&names), vec![0x5000]);
     }
 }

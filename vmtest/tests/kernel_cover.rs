@@ -43,6 +43,26 @@ fn blocks_of<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// A report's `stages`: the apply is `arm_ms`, every stage took time, and the batch's own plan,
+/// build and commit (reported directly and through trapd alike) fit in the apply.
+fn check_stages(report: &Value, route: &str) {
+    let st = &report["stages"];
+    let f = |k: &str| -> f64 {
+        st[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{route}: stages.{k} is a number: {st}"))
+    };
+    assert_eq!(st["apply_ms"], report["arm_ms"], "{route}: {st}");
+    for k in ["open_ms", "decode_ms", "spec_ms", "apply_ms"] {
+        assert!(f(k) > 0.0, "{route}: stages.{k} > 0: {st}");
+    }
+    let batch = f("plan_ms") + f("build_ms") + f("commit_ms");
+    assert!(
+        batch > 0.0 && batch <= f("apply_ms"),
+        "{route}: the batch within the apply: {st}"
+    );
+}
+
 /// The row of `function` in a report's per-function table.
 fn function_row<'a>(report: &'a Value, function: &str) -> &'a Value {
     report["functions"]
@@ -185,6 +205,7 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     assert_eq!(report["schema"], 1);
     assert_eq!(report["target"], "kernel");
     assert_eq!(report["ended"], "command");
+    check_stages(&report, "direct");
     let sid_calls = calls(&run, "SID_LOOP");
     let ppid_calls = calls(&run, "PPID_LOOP");
     assert!(sid_calls > 300 && ppid_calls > 300);
@@ -359,6 +380,7 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     );
     let td: Value = serde_json::from_str(run.expect("TRAPD_JSON"))
         .unwrap_or_else(|e| panic!("TRAPD_JSON is not JSON: {e}"));
+    check_stages(&td, "through trapd");
     let td_entry = blocks_of(&td, "__x64_sys_getsid")
         .into_iter()
         .find(|b| b["offset"] == 0)

@@ -46,6 +46,37 @@ mod tests {
         );
         assert_eq!(super::kind_of("in noinstr text"), "in noinstr text");
     }
+
+    #[test]
+    fn removals_through_trapd_fit_its_request_line() {
+        use trapvec_proto::protocol::MAX_LINE;
+        use trapvec_proto::Request;
+        // 20,000 kernel sites: one request would be about 440 KB.
+        let sites: Vec<String> = (0..20_000u64)
+            .map(|i| format!("{:#x}", 0xffff_ffff_8100_0000 + i * 7))
+            .collect();
+        let parts = super::request_parts(sites.clone(), super::REMOVE_LINE_BUDGET);
+        assert!(parts.len() > 1 && parts.iter().all(|p| !p.is_empty()));
+        for part in &parts {
+            let line = serde_json::to_string(&Request::Remove { at: part.clone() }).unwrap();
+            assert!(line.len() < MAX_LINE, "{} bytes", line.len());
+        }
+        // Every site once, in order.
+        assert_eq!(parts.concat(), sites);
+        assert_eq!(
+            super::request_parts(Vec::new(), 100),
+            Vec::<Vec<String>>::new()
+        );
+        // A site longer than the budget still goes, alone.
+        let long = vec!["a".repeat(50), "b".into(), "c".into()];
+        assert_eq!(
+            super::request_parts(long.clone(), 10),
+            vec![
+                vec![long[0].clone()],
+                vec!["b".to_string(), "c".to_string()]
+            ]
+        );
+    }
 }
 
 /// The kernel's own fields of a block's row ([`BlockRow`]).
@@ -76,6 +107,8 @@ struct Report {
     /// `once` mode: how many batches disarmed hit sites while the run lasted.
     #[serde(skip_serializing_if = "Option::is_none")]
     disarm_batches: Option<usize>,
+    /// Where the time to arm went, before and inside the batch.
+    stages: Stages,
     functions: Vec<FunctionRow>,
     blocks: Vec<BlockRow<InKernel>>,
     total: Total,
@@ -84,6 +117,22 @@ struct Report {
     /// The text's refused blocks (`blocks` says the same in JSON).
     #[serde(skip)]
     refused: Vec<RefusedBlock>,
+}
+
+/// Where the time to arm the sites went, in milliseconds: opening the target (`/proc/kallsyms`
+/// read and parsed, the module's or trapd's state), decoding the functions into blocks and
+/// choosing their sites, writing the spec, and the apply (`arm_ms`), of which the batch's own
+/// plan, build (the module's ALLOC, WRITE and SEAL ioctls) and commit (the text batch) when the
+/// route reports them.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct Stages {
+    open_ms: f64,
+    decode_ms: f64,
+    spec_ms: f64,
+    apply_ms: f64,
+    plan_ms: Option<f64>,
+    build_ms: Option<f64>,
+    commit_ms: Option<f64>,
 }
 
 /// The blocks of the functions `globs` name, read from `target`.
@@ -217,13 +266,21 @@ pub fn run(args: &Args) -> Result<()> {
     // Before anything is armed: a signal from now on waits, pending, until the sites are
     // removed.
     let watch = hold::Watch::start()?;
+    let mut stages = Stages::default();
+    let t_open = Instant::now();
     let (mut route, (nfuncs, mut blocks)) = if client::is_listening(route::socket()) {
         let target = KernelTarget::open()?;
+        stages.open_ms = ms(t_open.elapsed());
+        let t = Instant::now();
         let b = blocks(&target, &globs);
+        stages.decode_ms = ms(t.elapsed());
         (Route::Daemon, b)
     } else {
         let k = Kernel::open()?;
+        stages.open_ms = ms(t_open.elapsed());
+        let t = Instant::now();
         let b = blocks(k.target(), &globs);
+        stages.decode_ms = ms(t.elapsed());
         (Route::Direct(Box::new(k)), b)
     };
     if nfuncs == 0 {
@@ -236,9 +293,11 @@ pub fn run(args: &Args) -> Result<()> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let owner = Owner::current(command.join(" "))?;
+    let t_spec = Instant::now();
     let wanted = requests(&blocks, &owner);
     let only: Vec<SpliceRequest> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let path = write_spec(&only)?;
+    stages.spec_ms = ms(t_spec.elapsed());
     let apply = Request::Apply {
         spec: path.clone(),
         best_effort: true,
@@ -269,6 +328,12 @@ pub fn run(args: &Args) -> Result<()> {
     // The batch refused as a whole (not one block: the module's own error): nothing is armed.
     let report = applied.context("arming the coverage sites (nothing was armed)")?;
     let arm = t0.elapsed();
+    stages.apply_ms = ms(arm);
+    if let Some(t) = report.timings {
+        stages.plan_ms = Some(t.plan_ms);
+        stages.build_ms = Some(t.build_ms);
+        stages.commit_ms = Some(t.commit_ms);
+    }
     let live = armed(&mut blocks, &wanted, &report);
     eprintln!(
         "covering {} block(s) of {nfuncs} function(s) {} ({} refused; armed in {:.1} ms)",
@@ -305,6 +370,7 @@ pub fn run(args: &Args) -> Result<()> {
                 &hits,
                 nfuncs,
                 (ended, elapsed, arm, disarm),
+                stages,
             )?;
             if args.mode == super::Mode::Once {
                 r.disarm_batches = Some(once.batches);
@@ -467,15 +533,18 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
                 return Ok(hits);
             }
             let at: Vec<String> = order.iter().map(|&(_, _, s)| s.to_string()).collect();
-            let reply: UnspliceReply = route::change(&Request::Remove { at }, |_| {})?;
-            let UnspliceReply::All(all) = reply else {
-                bail!("trapd answered the removal of the coverage sites with {reply:?}");
-            };
-            let by_site: HashMap<&str, u64> = all
-                .unspliced
-                .iter()
-                .map(|u| (u.site.as_str(), u.hits))
-                .collect();
+            // trapd reads a request line of at most MAX_LINE bytes: thousands of sites go in
+            // as many `remove` requests as it takes.
+            let mut removed = Vec::with_capacity(at.len());
+            for part in request_parts(at, REMOVE_LINE_BUDGET) {
+                let reply: UnspliceReply = route::change(&Request::Remove { at: part }, |_| {})?;
+                let UnspliceReply::All(all) = reply else {
+                    bail!("trapd answered the removal of the coverage sites with {reply:?}");
+                };
+                removed.extend(all.unspliced);
+            }
+            let by_site: HashMap<&str, u64> =
+                removed.iter().map(|u| (u.site.as_str(), u.hits)).collect();
             for &(i, _, site) in &order {
                 let n = by_site.get(site).with_context(|| {
                     format!("trapd's removal of the coverage sites does not list {site}")
@@ -487,6 +556,29 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
     Ok(hits)
 }
 
+/// Bytes of site names one `remove` request to trapd carries: its line limit less room for the
+/// rest of the request (the op, the quotes and commas are counted per site).
+const REMOVE_LINE_BUDGET: usize = trapvec_proto::protocol::MAX_LINE - 1024;
+
+/// `sites` in order, cut into parts whose names (each with 3 bytes of quotes and comma) fit in
+/// `budget` bytes; a part has at least one site.
+fn request_parts(sites: Vec<String>, budget: usize) -> Vec<Vec<String>> {
+    let mut parts: Vec<Vec<String>> = Vec::new();
+    let mut used = 0;
+    for site in sites {
+        let len = site.len() + 3;
+        match parts.last_mut() {
+            Some(part) if used + len <= budget => part.push(site),
+            _ => {
+                parts.push(vec![site]);
+                used = 0;
+            }
+        }
+        used += len;
+    }
+    parts
+}
+
 fn report_of(
     args: &Args,
     span: &Span,
@@ -494,6 +586,7 @@ fn report_of(
     hits: &HashMap<usize, u64>,
     nfuncs: usize,
     (ended, elapsed, arm, disarm): (Ended, Duration, Duration, Duration),
+    stages: Stages,
 ) -> Result<Report> {
     let mut rows = Vec::with_capacity(blocks.len());
     let mut tally = Tally::default();
@@ -533,6 +626,7 @@ fn report_of(
         arm_ms: ms(arm),
         disarm_ms: ms(disarm),
         disarm_batches: None,
+        stages,
         total: table.total,
         functions: table.functions,
         blocks: rows,
