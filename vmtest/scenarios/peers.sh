@@ -80,6 +80,19 @@ stopwatch_ns() {
 	sed -n 's/^STOPWATCH_NS=//p' "$1"
 }
 
+# After a batch applied by `stopwatch trapctl apply --timings` (its stderr in /tmp/sw): the
+# whole command's time (apply_ns) and its plan, build and commit (ms), the splices live after it
+# (live), then every splice removed, timed (remove_ns).
+batch_figures() {
+	apply_ns=$(stopwatch_ns /tmp/sw)
+	commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+	plan_ms=$(sed -n 's/.*plan \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+	build_ms=$(sed -n 's/.*build \([0-9.]*\) ms.*/\1/p' /tmp/sw)
+	live=$(trapctl list --json | grep -o '"mechanism"' | wc -l)
+	stopwatch trapctl unsplice --all > /dev/null 2> /tmp/sw
+	remove_ns=$(stopwatch_ns /tmp/sw)
+}
+
 # The median of the numbers on stdin.
 median() {
 	sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
@@ -282,13 +295,7 @@ for n in $sizes; do
 					{ echo "PEERS: a refused batch left splices behind"; exit 1; }
 				continue
 			fi
-			apply_ns=$(stopwatch_ns /tmp/sw)
-			commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			plan_ms=$(sed -n 's/.*plan \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			build_ms=$(sed -n 's/.*build \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			live=$(trapctl list --json | grep -o '"mechanism"' | wc -l)
-			stopwatch trapctl unsplice --all > /dev/null 2> /tmp/sw
-			remove_ns=$(stopwatch_ns /tmp/sw)
+			batch_figures
 			echo "PEERS_TRAPVEC_MASS_ROUND n=$n round=$r mechanism=$m apply_ns=$apply_ns plan_ms=$plan_ms build_ms=$build_ms commit_ms=$commit_ms remove_ns=$remove_ns live=$live"
 			echo "$apply_ns" >> /tmp/tv_apply_${m}_$n
 			echo "$plan_ms" >> /tmp/tv_plan_${m}_$n
@@ -528,13 +535,7 @@ for n in $sizes; do
 			count_spec /tmp/names_$n $m > /tmp/mass.toml
 			stopwatch trapctl apply --timings /tmp/mass.toml > /dev/null 2> /tmp/sw ||
 				{ echo "PEERS: trapctl apply of $n $m splices through trapd failed:"; cat /tmp/sw; exit 1; }
-			apply_ns=$(stopwatch_ns /tmp/sw)
-			commit_ms=$(sed -n 's/.*commit \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			plan_ms=$(sed -n 's/.*plan \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			build_ms=$(sed -n 's/.*build \([0-9.]*\) ms.*/\1/p' /tmp/sw)
-			live=$(trapctl list --json | grep -o '"mechanism"' | wc -l)
-			stopwatch trapctl unsplice --all > /dev/null 2> /tmp/sw
-			remove_ns=$(stopwatch_ns /tmp/sw)
+			batch_figures
 			echo "PEERS_TRAPD_MASS_ROUND n=$n round=$r mechanism=$m apply_ns=$apply_ns plan_ms=$plan_ms build_ms=$build_ms commit_ms=$commit_ms remove_ns=$remove_ns live=$live"
 			echo "$apply_ns" >> /tmp/td_apply_${m}_$n
 			echo "$commit_ms" >> /tmp/td_commit_${m}_$n
