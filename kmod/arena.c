@@ -596,10 +596,10 @@ int trapvec_arena_seal(u64 id)
 		return 0;
 	b->sealed = true;
 	/*
-	 * Cross-modifying code: every CPU serializes before it may run the new bytes (they
-	 * were written through another mapping of the same memory).
+	 * Cross-modifying code: every CPU serializes before it may run the new bytes, once for a
+	 * batch of seals, before a command that could send a CPU there (trapvec_sync_sealed()).
 	 */
-	on_each_cpu(trapvec_sync_core, NULL, 1);
+	trapvec_seal_pending = true;
 	pr_debug("sealed code block %llu at %lx\n", id, trapvec_code.base + b->off);
 	return 0;
 }

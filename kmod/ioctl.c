@@ -458,6 +458,26 @@ static const struct trapvec_ioc trapvec_iocs[] = {
 #undef OUT
 #undef ALWAYS
 
+bool trapvec_seal_pending;
+
+/*
+ * Every CPU serializes once for the blocks sealed since the last time, before a command that
+ * may send a CPU into one: any command under the lock but the three that build blocks (ALLOC,
+ * WRITE, SEAL), so a batch of N blocks costs one IPI round, not N (an IPI to a CPU busy with
+ * interrupts off is slow: 6 ms a block under TCG with TCP traffic). Nothing reaches a sealed
+ * block before such a command: dispatch entries, patches and return handlers are all made by
+ * one.
+ */
+static void trapvec_sync_sealed(unsigned int cmd)
+{
+	lockdep_assert_held(&trapvec_mutex);
+	if (!trapvec_seal_pending || cmd == TRAPVEC_IOC_ALLOC || cmd == TRAPVEC_IOC_WRITE ||
+	    cmd == TRAPVEC_IOC_SEAL)
+		return;
+	on_each_cpu(trapvec_sync_core, NULL, 1);
+	trapvec_seal_pending = false;
+}
+
 long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
@@ -484,8 +504,10 @@ long trapvec_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	ret = ioc->prepare ? ioc->prepare(&req, &bufs) : 0;
 	if (ret)
 		goto out_free;
-	if (ioc->flags & TRAPVEC_IOC_LOCK)
+	if (ioc->flags & TRAPVEC_IOC_LOCK) {
 		mutex_lock(&trapvec_mutex);
+		trapvec_sync_sealed(cmd);
+	}
 	ret = ioc->op(file, &req, &bufs);
 	if (ioc->flags & TRAPVEC_IOC_LOCK)
 		mutex_unlock(&trapvec_mutex);

@@ -133,6 +133,8 @@ void trapvec_arena_exit(void);
 int trapvec_arena_alloc(struct trapvec_alloc *req);
 int trapvec_arena_write(const struct trapvec_write *req);
 int trapvec_arena_seal(u64 id);
+/* A block was sealed since every CPU last serialized (under trapvec_mutex; ioctl.c). */
+extern bool trapvec_seal_pending;
 int trapvec_arena_free(u64 id);
 int trapvec_arena_wait_inflight(bool all, unsigned int timeout_ms, struct trapvec_quiesce *out);
 void trapvec_arena_reclaim(struct trapvec_quiesce *out);
