@@ -50,28 +50,22 @@ pub struct ApplyArgs {
 
 pub fn run(args: &ApplyArgs) -> Result<()> {
     let file = args.spec.display().to_string();
-    // The spec is read where the request is executed (trapd, or this process's splicer): a
-    // batch of 10,000 splices is 600 KB of TOML, not to be parsed twice. A request that failed
-    // is reported as the spec's own error when the spec is bad, the same with or without trapd.
-    let path = route::absolute(&args.spec).map_err(|e| spec_error_or(&args.spec, e))?;
+    // Parsed here too, so that a bad spec is reported the same way with or without trapd, and
+    // its warnings (an old spelling such as `tgid`) reach the user, not trapd's log. (Parsing
+    // only where the request runs saved 40-110 ms at 10,000 splices and lost those warnings.)
+    let spec = Spec::from_path(&args.spec)?;
+    let path = route::absolute(&args.spec)?;
     let request = Request::Apply {
         spec: path,
         best_effort: args.best_effort,
         check: args.check,
     };
     if args.check {
-        let report: CheckReport =
-            route::read(&request).map_err(|e| spec_error_or(&args.spec, e))?;
-        // The count of the spec's splices (globs unexpanded) only goes into the refusal.
-        let splices = match report.refused.is_empty() {
-            true => 0,
-            false => Spec::from_path(&args.spec)?.splices.len(),
-        };
-        return print_check(&report, args.json, splices);
+        let report: CheckReport = route::read(&request)?;
+        return print_check(&report, args.json, spec.splices.len());
     }
-    let report: ApplyReport = route::change(&request, |_| {})
-        .with_context(|| format!("{file}: nothing was applied"))
-        .map_err(|e| spec_error_or(&args.spec, e))?;
+    let report: ApplyReport =
+        route::change(&request, |_| {}).with_context(|| format!("{file}: nothing was applied"))?;
     if args.json {
         super::splice::print_json(&report)?;
     }
@@ -118,15 +112,6 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         .into());
     }
     Ok(())
-}
-
-/// The error of reading and parsing the spec at `spec` if it is bad, else `e`: what a failed
-/// request reports.
-fn spec_error_or(spec: &std::path::Path, e: anyhow::Error) -> anyhow::Error {
-    match Spec::from_path(spec) {
-        Err(bad) => bad.into(),
-        Ok(_) => e,
-    }
 }
 
 /// Print what `apply --check` found (as JSON with `json`), the refusals on stderr; an error
