@@ -39,6 +39,21 @@ use crate::route;
 #[cfg(test)]
 mod tests {
     #[test]
+    fn once_mode_looks_every_100_ms_or_spends_at_most_a_twentieth_of_the_run_looking() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        assert_eq!(super::once_period(ms(0)), ms(100));
+        assert_eq!(super::once_period(ms(5)), ms(100));
+        assert_eq!(super::once_period(ms(6)), ms(114));
+        // A 2 s look (a trapd `list` of 10,000 sites under TCG): the next in 38 s, so looking is
+        // 2 s of every 40.
+        let look = ms(2000);
+        let next = super::once_period(look);
+        assert_eq!(next, ms(38_000));
+        assert!(look.as_secs_f64() / (look + next).as_secs_f64() <= 0.05);
+    }
+
+    #[test]
     fn refusal_kinds_leave_the_addresses_out() {
         assert_eq!(
             super::kind_of("the window [0xffffffff810b0fc3, 0xffffffff810b0fc5) crosses `int3`"),
@@ -390,10 +405,18 @@ pub fn run(args: &Args) -> Result<()> {
     hold::finish(&watch, ended)
 }
 
-/// How often `once` mode reads the live sites' hits and disarms those hit.
+/// How often `once` mode reads the live sites' hits and disarms those hit, at the most.
 const ONCE_PERIOD: Duration = Duration::from_millis(100);
 
-/// `once` mode: while the run lasts, every [`ONCE_PERIOD`] the sites hit since the last look are
+/// The wait before `once` mode's next look, given what the last look and its disarming took:
+/// [`ONCE_PERIOD`], or 19 times the last look's cost when that is longer, so that looking takes
+/// at most a twentieth of the run (5 %) however many sites are live and whatever a look costs
+/// (through trapd, a `list` of 10,000 sites is seconds under TCG).
+fn once_period(last_look: Duration) -> Duration {
+    ONCE_PERIOD.max(last_look.saturating_mul(19))
+}
+
+/// `once` mode: while the run lasts, every [`once_period`] the sites hit since the last look are
 /// disarmed in one batch (their original bytes back), so a block costs a trap only until the
 /// next batch after its first hit. The module keeps no state of its own for it: the hits of the
 /// live sites are read as `trapctl list` reads them, and the removal is the one `count` mode
@@ -406,7 +429,7 @@ struct Once {
 }
 
 impl Once {
-    /// [`hold::Watch::wait`] in steps of [`ONCE_PERIOD`], disarming the hit sites of `live`
+    /// [`hold::Watch::wait`] in steps of [`once_period`], disarming the hit sites of `live`
     /// (and moving them out of it) after each step that ends on time.
     fn wait(
         &mut self,
@@ -417,24 +440,24 @@ impl Once {
         route: &mut Route,
         live: &mut HashMap<usize, (u64, String)>,
     ) -> Result<Ended> {
+        let mut period = ONCE_PERIOD;
         loop {
             let now = Instant::now();
             let left = span
                 .seconds
                 .map(|s| Duration::from_secs_f64(s).saturating_sub(now - start));
             let step = Span {
-                seconds: Some(
-                    left.map_or(ONCE_PERIOD, |l| l.min(ONCE_PERIOD))
-                        .as_secs_f64(),
-                ),
+                seconds: Some(left.map_or(period, |l| l.min(period)).as_secs_f64()),
                 command: Vec::new(),
             };
             let ended = watch.wait(&step, child.as_deref_mut(), now)?;
-            let over = !matches!(ended, Ended::Elapsed) || left.is_some_and(|l| l <= ONCE_PERIOD);
+            let over = !matches!(ended, Ended::Elapsed) || left.is_some_and(|l| l <= period);
             if over {
                 return Ok(ended);
             }
+            let look = Instant::now();
             self.disarm_hit(route, live)?;
+            period = once_period(look.elapsed());
         }
     }
 
