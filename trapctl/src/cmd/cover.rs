@@ -81,8 +81,7 @@ agent (--agent, else $TRAPVEC_AGENT, else libtrapvec_agent.so next to trapctl or
 killed it).
 
 --mode count (the default for now) keeps every site armed and counts every hit. `once`, on the
-kernel: every 100 ms (longer after a slow look that found no hit: at most 5 % of the run goes
-to looking then) the sites hit since the last look are disarmed in one batch, so a block
+kernel: every 100 ms the sites hit since the last look are disarmed in one batch, so a block
 costs traps only until then; hit/not hit is exact, a count is the hits until the disarming, and
 --lcov writes no BRDA records. `once` with --process: the agent's own thread does the same in
 the program (every 100 ms the sites hit are removed in one batch); a site's count is its hits

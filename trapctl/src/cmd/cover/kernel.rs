@@ -39,24 +39,6 @@ use crate::route;
 #[cfg(test)]
 mod tests {
     #[test]
-    fn once_mode_looks_again_while_sites_are_hit_and_then_spends_at_most_a_twentieth_looking() {
-        use std::time::Duration;
-        let ms = Duration::from_millis;
-        for disarmed in [true, false] {
-            assert_eq!(super::once_period(ms(0), disarmed), ms(100));
-            assert_eq!(super::once_period(ms(5), disarmed), ms(100));
-        }
-        assert_eq!(super::once_period(ms(6), false), ms(114));
-        // A 2 s look (a trapd `list` of 10,000 sites under TCG) that disarmed sites: the next
-        // at once (100 ms); one that found none: the next 38 s later (a twentieth looking).
-        let look = ms(2000);
-        assert_eq!(super::once_period(look, true), ms(100));
-        let next = super::once_period(look, false);
-        assert_eq!(next, ms(38_000));
-        assert!(look.as_secs_f64() / (look + next).as_secs_f64() <= 0.05);
-    }
-
-    #[test]
     fn refusal_kinds_leave_the_addresses_out() {
         assert_eq!(
             super::kind_of("the window [0xffffffff810b0fc3, 0xffffffff810b0fc5) crosses `int3`"),
@@ -408,24 +390,10 @@ pub fn run(args: &Args) -> Result<()> {
     hold::finish(&watch, ended)
 }
 
-/// How often `once` mode reads the live sites' hits and disarms those hit, at the most.
+/// How often `once` mode reads the live sites' hits and disarms those hit.
 const ONCE_PERIOD: Duration = Duration::from_millis(100);
 
-/// The wait before `once` mode's next look, given what the last look and its disarming took
-/// and whether it disarmed any site: [`ONCE_PERIOD`] while sites are being hit (each is a trap
-/// per hit until it is disarmed: a slow look is no reason to leave them armed longer), else 19
-/// times the last look's cost when that is longer, so that a run with no new hit spends at most
-/// a twentieth (5 %) of its time looking however many sites are live (through trapd, a `list`
-/// of 10,000 sites is seconds under TCG).
-fn once_period(last_look: Duration, disarmed: bool) -> Duration {
-    if disarmed {
-        ONCE_PERIOD
-    } else {
-        ONCE_PERIOD.max(last_look.saturating_mul(19))
-    }
-}
-
-/// `once` mode: while the run lasts, every [`once_period`] the sites hit since the last look are
+/// `once` mode: while the run lasts, every [`ONCE_PERIOD`] the sites hit since the last look are
 /// disarmed in one batch (their original bytes back), so a block costs a trap only until the
 /// next batch after its first hit. The module keeps no state of its own for it: the hits of the
 /// live sites are read as `trapctl list` reads them, and the removal is the one `count` mode
@@ -438,7 +406,7 @@ struct Once {
 }
 
 impl Once {
-    /// [`hold::Watch::wait`] in steps of [`once_period`], disarming the hit sites of `live`
+    /// [`hold::Watch::wait`] in steps of [`ONCE_PERIOD`], disarming the hit sites of `live`
     /// (and moving them out of it) after each step that ends on time.
     fn wait(
         &mut self,
@@ -449,25 +417,24 @@ impl Once {
         route: &mut Route,
         live: &mut HashMap<usize, (u64, String)>,
     ) -> Result<Ended> {
-        let mut period = ONCE_PERIOD;
         loop {
             let now = Instant::now();
             let left = span
                 .seconds
                 .map(|s| Duration::from_secs_f64(s).saturating_sub(now - start));
             let step = Span {
-                seconds: Some(left.map_or(period, |l| l.min(period)).as_secs_f64()),
+                seconds: Some(
+                    left.map_or(ONCE_PERIOD, |l| l.min(ONCE_PERIOD))
+                        .as_secs_f64(),
+                ),
                 command: Vec::new(),
             };
             let ended = watch.wait(&step, child.as_deref_mut(), now)?;
-            let over = !matches!(ended, Ended::Elapsed) || left.is_some_and(|l| l <= period);
+            let over = !matches!(ended, Ended::Elapsed) || left.is_some_and(|l| l <= ONCE_PERIOD);
             if over {
                 return Ok(ended);
             }
-            let look = Instant::now();
-            let batches = self.batches;
             self.disarm_hit(route, live)?;
-            period = once_period(look.elapsed(), self.batches > batches);
         }
     }
 
