@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use anyhow::{Context, Result};
-use instr_manager::ops::{self, Made, Reply, WrongReply};
+use anyhow::{bail, Context, Result};
+use instr_manager::ops::{self, Made, Reply, UnspliceReply, Unspliced, WrongReply};
 use instr_manager::splicer::Splicer;
 use trapvec::kernel::KernelTarget;
 use trapvec_proto::client;
@@ -107,4 +107,80 @@ pub fn direct_only(command: &str) -> Result<()> {
 /// `path` made absolute, as trapd (another process, elsewhere) must be given it.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))
+}
+
+/// Remove the splices at `sites` and return what each removal gave back: one `remove` request,
+/// or through trapd as many as its request line ([`trapvec_proto::protocol::MAX_LINE`]) takes
+/// (thousands of coverage or glob sites make a line of hundreds of KB, which trapd refuses).
+pub fn remove(sites: Vec<String>) -> Result<Vec<Unspliced>> {
+    let parts = if client::is_listening(socket()) {
+        request_parts(sites, REMOVE_LINE_BUDGET)
+    } else {
+        vec![sites]
+    };
+    let mut removed = Vec::new();
+    for at in parts {
+        match change(&Request::Remove { at }, |_| {})? {
+            UnspliceReply::All(all) => removed.extend(all.unspliced),
+            other => bail!("a removal was answered with {other:?}"),
+        }
+    }
+    Ok(removed)
+}
+
+/// Bytes of site names one `remove` request to trapd carries: its line limit less room for the
+/// rest of the request (the op, the quotes and commas are counted per site).
+const REMOVE_LINE_BUDGET: usize = trapvec_proto::protocol::MAX_LINE - 1024;
+
+/// `sites` in order, cut into parts whose names (each with 3 bytes of quotes and comma) fit in
+/// `budget` bytes; a part has at least one site.
+fn request_parts(sites: Vec<String>, budget: usize) -> Vec<Vec<String>> {
+    let mut parts: Vec<Vec<String>> = Vec::new();
+    let mut used = 0;
+    for site in sites {
+        let len = site.len() + 3;
+        match parts.last_mut() {
+            Some(part) if used + len <= budget => part.push(site),
+            _ => {
+                parts.push(vec![site]);
+                used = 0;
+            }
+        }
+        used += len;
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn removals_through_trapd_fit_its_request_line() {
+        use trapvec_proto::protocol::MAX_LINE;
+        use trapvec_proto::Request;
+        // 20,000 kernel sites: one request would be about 440 KB.
+        let sites: Vec<String> = (0..20_000u64)
+            .map(|i| format!("{:#x}", 0xffff_ffff_8100_0000 + i * 7))
+            .collect();
+        let parts = super::request_parts(sites.clone(), super::REMOVE_LINE_BUDGET);
+        assert!(parts.len() > 1 && parts.iter().all(|p| !p.is_empty()));
+        for part in &parts {
+            let line = serde_json::to_string(&Request::Remove { at: part.clone() }).unwrap();
+            assert!(line.len() < MAX_LINE, "{} bytes", line.len());
+        }
+        // Every site once, in order.
+        assert_eq!(parts.concat(), sites);
+        assert_eq!(
+            super::request_parts(Vec::new(), 100),
+            Vec::<Vec<String>>::new()
+        );
+        // A site longer than the budget still goes, alone.
+        let long = vec!["a".repeat(50), "b".into(), "c".into()];
+        assert_eq!(
+            super::request_parts(long.clone(), 10),
+            vec![
+                vec![long[0].clone()],
+                vec!["b".to_string(), "c".to_string()]
+            ]
+        );
+    }
 }

@@ -686,13 +686,7 @@ pub fn glob_for_a_while(
     }
     let sites: Vec<String> = applied.spliced.iter().map(|r| r.site.clone()).collect();
     let remove = || -> Result<Vec<Unspliced>> {
-        match route::change(&Request::Remove { at: sites.clone() }, |_| {})? {
-            UnspliceReply::All(all) => Ok(all.unspliced),
-            other => bail!(
-                "the removal of {}'s splices was answered with {other:?}",
-                glob.at
-            ),
-        }
+        route::remove(sites.clone()).with_context(|| format!("removing {}'s splices", glob.at))
     };
     announce(&applied);
     let _ = std::io::stdout().flush();

@@ -20,7 +20,7 @@ use instr_manager::cover::{kernel_blocks, lcov_with, symbol_records, BlockHits, 
 use instr_manager::cover::{KernelBlock, LineTable};
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
-use instr_manager::ops::{self, ApplyReport, ListReply, UnspliceReply};
+use instr_manager::ops::{self, ApplyReport, ListReply};
 use instr_manager::owner::Owner;
 use instr_manager::splicer::SpliceId;
 use instr_manager::{Action, Mechanism, SpliceRequest};
@@ -45,37 +45,6 @@ mod tests {
             "the window [.., ..) crosses `int3`"
         );
         assert_eq!(super::kind_of("in noinstr text"), "in noinstr text");
-    }
-
-    #[test]
-    fn removals_through_trapd_fit_its_request_line() {
-        use trapvec_proto::protocol::MAX_LINE;
-        use trapvec_proto::Request;
-        // 20,000 kernel sites: one request would be about 440 KB.
-        let sites: Vec<String> = (0..20_000u64)
-            .map(|i| format!("{:#x}", 0xffff_ffff_8100_0000 + i * 7))
-            .collect();
-        let parts = super::request_parts(sites.clone(), super::REMOVE_LINE_BUDGET);
-        assert!(parts.len() > 1 && parts.iter().all(|p| !p.is_empty()));
-        for part in &parts {
-            let line = serde_json::to_string(&Request::Remove { at: part.clone() }).unwrap();
-            assert!(line.len() < MAX_LINE, "{} bytes", line.len());
-        }
-        // Every site once, in order.
-        assert_eq!(parts.concat(), sites);
-        assert_eq!(
-            super::request_parts(Vec::new(), 100),
-            Vec::<Vec<String>>::new()
-        );
-        // A site longer than the budget still goes, alone.
-        let long = vec!["a".repeat(50), "b".into(), "c".into()];
-        assert_eq!(
-            super::request_parts(long.clone(), 10),
-            vec![
-                vec![long[0].clone()],
-                vec!["b".to_string(), "c".to_string()]
-            ]
-        );
     }
 }
 
@@ -533,16 +502,7 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
                 return Ok(hits);
             }
             let at: Vec<String> = order.iter().map(|&(_, _, s)| s.to_string()).collect();
-            // trapd reads a request line of at most MAX_LINE bytes: thousands of sites go in
-            // as many `remove` requests as it takes.
-            let mut removed = Vec::with_capacity(at.len());
-            for part in request_parts(at, REMOVE_LINE_BUDGET) {
-                let reply: UnspliceReply = route::change(&Request::Remove { at: part }, |_| {})?;
-                let UnspliceReply::All(all) = reply else {
-                    bail!("trapd answered the removal of the coverage sites with {reply:?}");
-                };
-                removed.extend(all.unspliced);
-            }
+            let removed = route::remove(at).context("removing the coverage sites through trapd")?;
             let by_site: HashMap<&str, u64> =
                 removed.iter().map(|u| (u.site.as_str(), u.hits)).collect();
             for &(i, _, site) in &order {
@@ -554,29 +514,6 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
         }
     }
     Ok(hits)
-}
-
-/// Bytes of site names one `remove` request to trapd carries: its line limit less room for the
-/// rest of the request (the op, the quotes and commas are counted per site).
-const REMOVE_LINE_BUDGET: usize = trapvec_proto::protocol::MAX_LINE - 1024;
-
-/// `sites` in order, cut into parts whose names (each with 3 bytes of quotes and comma) fit in
-/// `budget` bytes; a part has at least one site.
-fn request_parts(sites: Vec<String>, budget: usize) -> Vec<Vec<String>> {
-    let mut parts: Vec<Vec<String>> = Vec::new();
-    let mut used = 0;
-    for site in sites {
-        let len = site.len() + 3;
-        match parts.last_mut() {
-            Some(part) if used + len <= budget => part.push(site),
-            _ => {
-                parts.push(vec![site]);
-                used = 0;
-            }
-        }
-        used += len;
-    }
-    parts
 }
 
 fn report_of(

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use instr_manager::glob::{is_glob, matching_functions, FunctionGlob};
-use instr_manager::ops::{ApplyReport, UnspliceReply};
+use instr_manager::ops::ApplyReport;
 use trapvec::kernel::KernelTarget;
 use trapvec::predicate::TaskBase;
 use trapvec::Target as _;
@@ -192,10 +192,7 @@ fn trace(
     // run any more (what the probes printed after the last look is not lost), then unloads.
     let remove = |reread: Option<u64>| -> Result<Option<Vec<u8>>> {
         if !sites.is_empty() {
-            match route::change(&Request::Remove { at: sites.clone() }, |_| {})? {
-                UnspliceReply::All(_) => {}
-                other => bail!("the removal of the probes was answered with {other:?}"),
-            }
+            route::remove(sites.clone()).context("removing the probes")?;
         }
         let after = reread.and_then(|at| match target.read(at, compiled.layout.size) {
             Ok(d) => Some(d),
