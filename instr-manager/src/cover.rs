@@ -46,6 +46,9 @@ pub struct CoverBlock {
     /// The conditional branch that ends it, if one does (and its function has no indirect
     /// jump, whose targets the CFG may not know).
     pub branch: Option<Branch>,
+    /// Other functions of its object have its function's name (static functions of several
+    /// files): its point names the function by its address too (`name@0xADDRESS`).
+    pub shared_name: bool,
 }
 
 /// A conditional branch ending a block: its instruction, where it goes when taken, and where
@@ -80,9 +83,16 @@ fn branch_of(func: &Function, b: &crate::analysis::BasicBlock) -> Option<Branch>
 }
 
 impl CoverBlock {
-    /// `function+0xOFF`, the block's first instruction as a point (the entry block: `function+0`).
+    /// `function+0xOFF`, the block's first instruction as a point (the entry block: `function+0`);
+    /// `function@0xADDRESS+0xOFF` when the name is shared ([`CoverBlock::shared_name`]; the
+    /// address in the file, which a process target matches as it matches a run-time one).
     pub fn point(&self) -> String {
-        format!("{}+{:#x}", self.function, self.start - self.func_addr)
+        let off = self.start - self.func_addr;
+        if self.shared_name {
+            format!("{}@{:#x}+{off:#x}", self.function, self.func_addr)
+        } else {
+            format!("{}+{off:#x}", self.function)
+        }
     }
 }
 
@@ -106,8 +116,9 @@ pub fn glob_names_object(glob: &FunctionGlob) -> bool {
 /// Every basic block of every function of `image` (the file `origin`) that one of `globs`
 /// names, each judged as a process splice would be: a jmp rel32 where one fits (cheaper per
 /// hit), else a trap, else a jmp by springboard, else refused with the planner's reason. `main_program`: globs without an
-/// object part name the main program's functions (and only them). A name the program defines
-/// at several addresses is refused: a point names a function by its name.
+/// object part name the main program's functions (and only them). A name the object defines
+/// at several addresses (static functions of several files) is kept, each copy's points naming
+/// it by its address in the file ([`CoverBlock::point`]).
 pub fn object_blocks(
     image: &CodeImage,
     origin: &str,
@@ -146,32 +157,21 @@ pub fn object_blocks(
         let Some((_, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
             continue;
         };
-        let ambiguous = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
+        let shared_name = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
         let input = PlanInput::unspliced(&func, &info, &read, &image.symbols);
         for b in &func.blocks {
-            let site = if ambiguous {
-                Err(BlockRefusal {
-                    kind: crate::RefusalCause::Ambiguous.name().into_owned(),
-                    reason: format!(
-                        "`{}` names {} functions of {origin}: a point cannot say which",
-                        f.name,
-                        by_name[f.name.as_str()].len()
-                    ),
-                })
-            } else {
-                // A jmp rel32 first (cheap per hit, takes nothing shared), then a trap, then a
-                // jmp by springboard: springboards share the padding nearby, which a batch of
-                // every block soon uses up.
-                let v = SiteVerdict::judge(&input, b.start);
-                match (&v.jmp_rel32, &v.trap, v.jmp()) {
-                    (Ok(_), _, _) => Ok(Mechanism::Jmp),
-                    (_, Ok(_), _) => Ok(Mechanism::Trap),
-                    (_, _, Ok(_)) => Ok(Mechanism::Jmp),
-                    (_, Err(e), Err(_)) => Err(BlockRefusal {
-                        kind: kind_of(e),
-                        reason: e.to_string(),
-                    }),
-                }
+            // A jmp rel32 first (cheap per hit, takes nothing shared), then a trap, then a jmp
+            // by springboard: springboards share the padding nearby, which a batch of every
+            // block soon uses up.
+            let v = SiteVerdict::judge(&input, b.start);
+            let site = match (&v.jmp_rel32, &v.trap, v.jmp()) {
+                (Ok(_), _, _) => Ok(Mechanism::Jmp),
+                (_, Ok(_), _) => Ok(Mechanism::Trap),
+                (_, _, Ok(_)) => Ok(Mechanism::Jmp),
+                (_, Err(e), Err(_)) => Err(BlockRefusal {
+                    kind: kind_of(e),
+                    reason: e.to_string(),
+                }),
             };
             out.blocks.push(CoverBlock {
                 function: f.name.clone(),
@@ -181,6 +181,7 @@ pub fn object_blocks(
                 site,
                 succs: b.succs.clone(),
                 branch: branch_of(&func, b),
+                shared_name,
             });
         }
     }
@@ -231,6 +232,7 @@ pub fn kernel_blocks(
                 }),
                 succs: Vec::new(),
                 branch: None,
+                shared_name: false,
             },
             module: f.origin.clone(),
             site: start,
@@ -305,6 +307,7 @@ pub fn kernel_blocks(
                     site: Ok(Mechanism::Trap),
                     succs: b.succs.clone(),
                     branch: branch_of(&func, b),
+                    shared_name: false,
                 },
                 module: f.origin.clone(),
                 site,

@@ -9,7 +9,11 @@
 //! first, versions hidden from links (`name@VER`) only when asked for; several definitions
 //! left after that are refused as ambiguous, each candidate named. `name@0xADDRESS` names the
 //! function of that name at that address: one of the copies of a name that several static
-//! functions share (kallsyms repeats such names), as a glob's expansion names each of them.
+//! functions share (kallsyms repeats such names), as a glob's expansion names each of them. In a
+//! process ADDRESS may also be the address in the object's file (as `nm` prints it), which
+//! stays the same from run to run where the run-time address moves with ASLR: `trapctl cover
+//! --process` names a shared static name's copies so. The two cannot name different copies of
+//! one object: its bias is the same for every copy.
 //!
 //! With [`TargetInfo::has_fentry`], a point at a function's entry moves past what the kernel owns
 //! there ([`kernel_entry_len`]): the ftrace site (a 5-byte `call __fentry__`, or the 5-byte NOP
@@ -84,7 +88,7 @@ pub enum PointSpec {
         /// `VER` of `name@VER` or `name@@VER`.
         version: Option<String>,
         /// `ADDRESS` of `name@0xADDRESS`: the function of that name at that address (no version
-        /// starts with `0x`).
+        /// starts with `0x`); in a process, its run-time address or its address in its file.
         addr: Option<u64>,
     },
     /// `0xADDRESS`.
@@ -390,7 +394,9 @@ pub fn in_freed_init(f: &Symbol, symbols: &SymbolTable, info: &TargetInfo) -> bo
         && freed_init(symbols).is_some_and(|(lo, hi)| (lo..hi).contains(&f.addr))
 }
 
-/// The function `name` at `addr` of `symbols` (in `object` when given): `name@0xADDRESS`.
+/// The function `name` at `addr` of `symbols` (in `object` when given): `name@0xADDRESS`, at
+/// its run-time address or, in a process, its address in its file
+/// ([`SymbolTable::file_address`]).
 fn copy_at<'a>(
     text: &str,
     name: &str,
@@ -402,13 +408,43 @@ fn copy_at<'a>(
     let in_object = |s: &&Symbol| {
         object.is_none_or(|o| s.origin.as_deref().is_some_and(|g| object_matches(g, o)))
     };
-    if let Some(s) = all
+    let mine: Vec<&Symbol> = all.iter().copied().filter(in_object).collect();
+    if let Some(s) = mine.iter().find(|s| s.addr == addr) {
+        return Ok(s);
+    }
+    // A file address: the same number may be a copy's in the program and in a library; an
+    // unqualified name binds to the program's, as [`choose`] does.
+    let in_file: Vec<&Symbol> = mine
         .iter()
         .copied()
-        .filter(in_object)
-        .find(|s| s.addr == addr)
-    {
-        return Ok(s);
+        .filter(|s| symbols.file_address(s) == Some(addr))
+        .collect();
+    let main: Vec<&Symbol> = in_file
+        .iter()
+        .copied()
+        .filter(|s| s.origin.is_none())
+        .collect();
+    match (in_file.as_slice(), main.as_slice()) {
+        ([only], _) | (_, [only]) => return Ok(only),
+        ([], _) => {}
+        (several, _) => {
+            return Err(PlanError::Ambiguous {
+                text: text.into(),
+                name: name.into(),
+                candidates: several
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{}:{} at {:#x}",
+                            s.origin.as_deref().unwrap_or("main"),
+                            s.name,
+                            s.addr
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
     }
     if all.is_empty() {
         return Err(PlanError::UnknownSymbol {
@@ -418,9 +454,15 @@ fn copy_at<'a>(
     }
     let mut found: Vec<String> = all
         .iter()
-        .map(|s| match &s.origin {
-            Some(o) => format!("{o}:{}@{:#x}", s.name, s.addr),
-            None => format!("{}@{:#x}", s.name, s.addr),
+        .map(|s| {
+            let at = match symbols.file_address(s) {
+                Some(f) if f != s.addr => format!("{:#x} ({f:#x} in its file)", s.addr),
+                _ => format!("{:#x}", s.addr),
+            };
+            match &s.origin {
+                Some(o) => format!("{o}:{}@{at}", s.name),
+                None => format!("{}@{at}", s.name),
+            }
         })
         .collect();
     found.sort();

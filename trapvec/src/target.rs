@@ -70,6 +70,9 @@ pub struct SymbolTable {
     by_addr: Vec<Symbol>,
     /// Each name's first-listed symbol, as an index into `by_addr`.
     by_name: NameIndex,
+    /// A process's objects' load biases (run-time address minus the address in the file), by
+    /// [`Symbol::origin`]; empty for a kernel, whose `name@0xADDRESS` is the run-time address.
+    biases: Vec<(Option<String>, u64)>,
 }
 
 impl SymbolTable {
@@ -95,7 +98,25 @@ impl SymbolTable {
         SymbolTable {
             by_addr: symbols,
             by_name,
+            biases: Vec::new(),
         }
+    }
+
+    /// The same table, knowing each object's load bias (by [`Symbol::origin`]), so that
+    /// [`SymbolTable::file_address`] can say where a symbol is in its file.
+    pub fn with_load_biases(mut self, biases: Vec<(Option<String>, u64)>) -> Self {
+        self.biases = biases;
+        self
+    }
+
+    /// Where `sym` is in its object's file (its symbol table's value, as `nm` prints it): its
+    /// run-time address less its object's load bias; `None` when the bias is not known (a
+    /// kernel, or an object the table was not told of).
+    pub fn file_address(&self, sym: &Symbol) -> Option<u64> {
+        self.biases
+            .iter()
+            .find(|(origin, _)| *origin == sym.origin)
+            .map(|&(_, bias)| sym.addr.wrapping_sub(bias))
     }
 
     pub fn len(&self) -> usize {

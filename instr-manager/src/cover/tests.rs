@@ -9,6 +9,7 @@ fn block(f: &str, fa: u64, s: u64, e: u64) -> CoverBlock {
         site: Ok(Mechanism::Jmp),
         succs: Vec::new(),
         branch: None,
+        shared_name: false,
     }
 }
 

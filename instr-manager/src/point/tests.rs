@@ -399,6 +399,54 @@ fn name_at_an_address_parses_prints_and_names_one_copy() {
 }
 
 #[test]
+fn in_a_process_a_copy_is_named_by_its_address_in_its_file_too() {
+    // A PIE program (bias 0x5555_0000_0000) and a library (bias 0x7f00_0000_0000), each with
+    // two static `helper`s: the file address (what `nm` prints, the same every run) names one
+    // copy as the run-time address does; a library's file address is its own, not the
+    // program's.
+    const PIE: u64 = 0x5555_0000_0000;
+    const LIB: u64 = 0x7f00_0000_0000;
+    let lib = |name: &str, addr: u64| Symbol {
+        origin: Some("/usr/lib/libx.so.1".into()),
+        ..func(name, LIB + addr, 0x20)
+    };
+    let t = SymbolTable::new(vec![
+        func("helper", PIE + 0x1100, 0x20),
+        func("helper", PIE + 0x1200, 0x20),
+        lib("helper", 0x1100),
+        lib("helper", 0x1300),
+    ])
+    .with_load_biases(vec![(None, PIE), (Some("/usr/lib/libx.so.1".into()), LIB)]);
+    let resolve = |p: &str| resolve_point(&p.parse().unwrap(), &t, &info(false), |_| 0);
+    for (p, site) in [
+        ("helper@0x1200+0x4", PIE + 0x1204),
+        ("helper@0x555500001100", PIE + 0x1100),
+        ("libx:helper@0x1300+0x8", LIB + 0x1308),
+        ("libx:helper@0x1100", LIB + 0x1100),
+        // Unqualified, 0x1100 is a copy's file address in the program and in libx: the
+        // program's, as an unqualified name binds.
+        ("helper@0x1100", PIE + 0x1100),
+    ] {
+        assert_eq!(resolve(p).unwrap().site, site, "{p}");
+    }
+    let f = t.lookup_all("helper");
+    assert_eq!(
+        f.iter().map(|s| t.file_address(s)).collect::<Vec<_>>(),
+        [Some(0x1100), Some(0x1200), Some(0x1100), Some(0x1300)]
+    );
+    // An object the table has no bias for: only its run-time address names a copy.
+    let bare = SymbolTable::new(vec![func("helper", PIE + 0x1100, 0x20)]);
+    assert_eq!(bare.file_address(bare.lookup_all("helper")[0]), None);
+    let err = resolve("libx:helper@0x1200").unwrap_err();
+    assert_eq!(err.cause(), Some(crate::RefusalCause::NotAtAddress));
+    assert!(
+        err.to_string()
+            .contains("/usr/lib/libx.so.1:helper@0x7f0000001300 (0x1300 in its file)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn unqualified_names_bind_as_a_link_would() {
     assert_eq!(
         site_of("memcpy").unwrap(),

@@ -43,6 +43,7 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
     // SAFETY: `collect` matches the callback signature and only touches `objects`.
     unsafe { libc::dl_iterate_phdr(Some(collect), (&mut objects as *mut Vec<Object>).cast()) };
     let mut all: Vec<Symbol> = Vec::new();
+    let mut biases: Vec<(Option<String>, u64)> = Vec::new();
     for (i, o) in objects.iter().enumerate() {
         let (path, origin) = if i == 0 || o.path.is_empty() {
             if i != 0 {
@@ -68,8 +69,9 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
                 continue;
             }
         };
-        match read_elf_symbols(&map, o.bias, origin) {
+        match read_elf_symbols(&map, o.bias, origin.clone()) {
             Ok(mut syms) => {
+                biases.push((origin, o.bias));
                 log::debug!("{} symbols from {path} (bias {:#x})", syms.len(), o.bias);
                 resolve_ifuncs(&mut syms, (i != 0).then_some(path.as_str()));
                 all.extend(syms);
@@ -77,7 +79,7 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
             Err(e) => log::debug!("symbols of {path}: {e}; skipped"),
         }
     }
-    Ok(SymbolTable::new(all))
+    Ok(SymbolTable::new(all).with_load_biases(biases))
 }
 
 /// What [`eh_frame_hdr`] looks for and finds.

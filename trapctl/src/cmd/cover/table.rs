@@ -276,6 +276,7 @@ mod tests {
             },
             succs: Vec::new(),
             branch: None,
+            shared_name: false,
         }
     }
 
