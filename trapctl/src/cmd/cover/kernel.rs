@@ -39,6 +39,71 @@ use crate::route;
 #[cfg(test)]
 mod tests {
     #[test]
+    fn blocks_over_the_batch_limit_are_refused_in_order() {
+        use instr_manager::cover::{BlockRefusal, CoverBlock, KernelBlock};
+        use instr_manager::Mechanism;
+        let block = |start: u64, site: Result<Mechanism, BlockRefusal>| KernelBlock {
+            block: CoverBlock {
+                function: "f".into(),
+                func_addr: 0x1000,
+                start,
+                end: start + 4,
+                site,
+                succs: Vec::new(),
+                branch: None,
+                shared_name: false,
+            },
+            module: None,
+            site: start,
+        };
+        let refused = || {
+            Err(BlockRefusal {
+                kind: "undefined_opcode".into(),
+                reason: "ud2".into(),
+            })
+        };
+        let mut blocks = vec![
+            block(0x1000, Ok(Mechanism::Trap)),
+            block(0x1004, refused()),
+            block(0x1008, Ok(Mechanism::Trap)),
+            block(0x100c, Ok(Mechanism::Trap)),
+            block(0x1010, Ok(Mechanism::Trap)),
+        ];
+        assert_eq!(super::cap_to_batch(&mut blocks, 2), 2);
+        let kinds: Vec<String> = blocks
+            .iter()
+            .map(|b| match &b.block.site {
+                Ok(_) => "site".into(),
+                Err(r) => r.kind.clone(),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "site",
+                "undefined_opcode",
+                "site",
+                super::OVER_BATCH,
+                super::OVER_BATCH
+            ]
+        );
+        let Err(r) = &blocks[4].block.site else {
+            unreachable!()
+        };
+        assert!(
+            r.reason
+                .starts_with("one batch of the module takes at most 2 sites and 4 blocks"),
+            "{}",
+            r.reason
+        );
+        assert_eq!(
+            super::cap_to_batch(&mut blocks, 2),
+            0,
+            "within the limit now"
+        );
+    }
+
+    #[test]
     fn refusal_kinds_leave_the_addresses_out() {
         assert_eq!(
             super::kind_of("the window [0xffffffff810b0fc3, 0xffffffff810b0fc5) crosses `int3`"),
@@ -110,6 +175,34 @@ fn blocks(target: &KernelTarget, globs: &[FunctionGlob]) -> (usize, Vec<KernelBl
     let read = |a: u64, n: usize| target.read_code(a, n).ok();
     let blocks = kernel_blocks(&funcs, target.symbols(), &read, target.info().has_fentry);
     (funcs.len(), blocks)
+}
+
+/// The refusal kind of the blocks over [`cap_to_batch`]'s limit.
+const OVER_BATCH: &str = "over_batch_limit";
+
+/// Keep at most `max` of `blocks`' sites (the first, in the order of `blocks`: functions by
+/// address, blocks in order), the module's limit for one batch (`TRAPVEC_BATCH_MAX`, 262,144):
+/// every later block is refused with its reason. Without it, a batch over the limit would be
+/// planned and built whole (a million blocks for the whole traceable text, gigabytes of user
+/// memory) and then refused by the module whole. Returns how many were refused so.
+fn cap_to_batch(blocks: &mut [KernelBlock], max: usize) -> usize {
+    let with_site = blocks.iter().filter(|b| b.block.site.is_ok()).count();
+    let mut kept = 0;
+    let mut over = 0;
+    for b in blocks.iter_mut().filter(|b| b.block.site.is_ok()) {
+        if kept < max {
+            kept += 1;
+            continue;
+        }
+        over += 1;
+        b.block.site = Err(BlockRefusal {
+            kind: OVER_BATCH.into(),
+            reason: format!(
+                "one batch of the module takes at most {max} sites and {with_site} blocks could take one: the first {max} (functions in address order) are armed; cover the rest with narrower globs in another run"
+            ),
+        });
+    }
+    over
 }
 
 /// The spec's points: every block with a site, by its site's address (unambiguous where
@@ -263,6 +356,13 @@ pub fn run(args: &Args) -> Result<()> {
         .collect();
     let owner = Owner::current(command.join(" "))?;
     let t_spec = Instant::now();
+    let over = cap_to_batch(&mut blocks, trapvec::abi::TRAPVEC_BATCH_MAX as usize);
+    if over > 0 {
+        eprintln!(
+            "{over} block(s) over the module's {} sites per batch are not armed (refused as {OVER_BATCH})",
+            trapvec::abi::TRAPVEC_BATCH_MAX
+        );
+    }
     let wanted = requests(&blocks, &owner);
     let only: Vec<SpliceRequest> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let path = write_spec(&only)?;
