@@ -17,6 +17,7 @@ cat > "$out/scenario.sh" <<'SCENARIO'
 set -eu
 trapctl cover 'tcp_*' --mode count --json -o /tmp/tcp.json -- \
 	sh -c 'tcpmss -n 20 > /dev/null && tcpmss --traffic 3 > /dev/null'
+dmesg -n 1 # no kernel message on the console inside the base64
 echo TCP_JSON_BEGIN
 gzip -c /tmp/tcp.json | base64
 echo TCP_JSON_END
@@ -24,7 +25,7 @@ SCENARIO
 ./target/release/vmtest run --kernel "/boot/vmlinuz-$release" --scenario "$out/scenario.sh" \
 	--timeout 1200 --repo "$PWD" > "$out/console.log"
 sed -n '/^TCP_JSON_BEGIN/,/^TCP_JSON_END/p' "$out/console.log" | sed '1d;$d' | tr -d '\r' |
-	base64 -d | gunzip > "$out/tcp.json"
+	grep -E '^[A-Za-z0-9+/=]+$' | base64 -d | gunzip > "$out/tcp.json"
 ./target/release/trapctl cover --from-json "$out/tcp.json" --debuginfo "$dbg" \
 	--lcov "$out/tcp.info" > "$out/table.txt"
 # --no-source: the kernel's sources are not needed for the figures (with them, drop it and
