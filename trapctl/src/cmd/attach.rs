@@ -384,6 +384,12 @@ pub fn trace(pid: i32, args: &crate::cmd::trace::Args, verbose: bool) -> Result<
 /// `trapctl -p PID cover GLOB... [--seconds N]`: block coverage of the running process from now
 /// on, its splices removed at the end (see [`crate::cmd::cover::attached`]).
 pub fn cover(pid: i32, args: &crate::cmd::cover::Args, verbose: bool) -> Result<()> {
+    if let Some(file) = &args.from_json {
+        bail!(
+            "--from-json {} reads a saved report and covers nothing: give it without -p",
+            file.display()
+        );
+    }
     crate::cmd::cover::attached::run(pid, args, verbose)
 }
 

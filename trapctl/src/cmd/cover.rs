@@ -22,7 +22,8 @@ use instr_manager::cover::{
 use instr_manager::glob::FunctionGlob;
 use instr_manager::image::CodeImage;
 use instr_manager::Mechanism;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The version of `--json`'s layout.
 pub const SCHEMA: u32 = 1;
@@ -99,14 +100,30 @@ cache, the default directories) and the agent arms its blocks when it is mapped.
 --lcov FILE writes an lcov tracefile for genhtml: a line is executed when a hit block covers it
 (the program's DWARF line table: build it with -g, or give --debuginfo). Without debug info the
 file holds symbol+offset records and says why. BRDA records give, per conditional branch, taken
-and not taken where block counts determine them.")]
+and not taken where block counts determine them.
+
+--from-json FILE (no GLOB): a report saved with --json (kernel or program) again, covering
+nothing: the same table, or --json, and --lcov FILE made now, from --debuginfo (else, for
+vmlinux, /usr/lib/debug/boot/vmlinux-RELEASE of the release the report names; for a program,
+its files as the report names them). So the lines of a guest's kernel are made on a host that
+has its debug file. The file must be the covered code's: its GNU build-id must be the one the
+report recorded, and every function must be in it at its address (vmlinux's run-time address
+less the KASLR slide, from the report's `_text`); else trapctl names what disagrees and writes
+nothing.")]
 pub struct Args {
     /// Cover a program run under the agent (else the running kernel).
     #[arg(long)]
     pub process: bool,
     /// Function globs (`'*'`, `'parse_*'`, `'libfoo.so.1:foo_*'`).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "from_json")]
     pub globs: Vec<String>,
+    /// Re-render a report saved with --json (text, --json, --lcov), covering nothing.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["globs", "process", "mode", "seconds", "command", "agent"]
+    )]
+    pub from_json: Option<PathBuf>,
     /// `count`: exact hits per block (the default); `once`: disarm after the first hit.
     #[arg(long, value_enum, default_value = "count")]
     pub mode: Mode,
@@ -144,34 +161,46 @@ struct Object {
 }
 
 /// A program's own fields of a block's row ([`table::BlockRow`]).
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct InProgram {
     object: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mechanism: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mechanism: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     hits: Option<u64>,
     /// `once` mode: the site was removed while the program ran (after its first hits).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     disarmed: Option<bool>,
 }
 
-#[derive(Serialize)]
+/// An object covered (`--json`'s `objects`, the program first): its path and GNU build-id, so
+/// that a saved report's lines are made from the right file (`--from-json`).
+#[derive(Serialize, Deserialize, Clone)]
+struct ObjectRow {
+    path: String,
+    build_id: Option<String>,
+}
+
+/// A program's report (`--json`), also as `--from-json` reads it back.
+#[derive(Serialize, Deserialize)]
 struct Report {
     schema: u32,
     command: Vec<String>,
     /// The program's path (a block's `object` is this or a library's).
     program: String,
-    mode: &'static str,
+    mode: String,
     /// The command's exit status (128+N for a signal N).
     exit: i32,
     /// `once` mode: how many batches removed hit sites while the program ran.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     disarm_batches: Option<u64>,
+    /// Absent in a report of a trapctl before it was written.
+    #[serde(default)]
+    objects: Vec<ObjectRow>,
     functions: Vec<FunctionRow>,
     blocks: Vec<BlockRow<InProgram>>,
     total: Total,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
     /// The text's refused blocks (`blocks` says the same in JSON).
     #[serde(skip)]
@@ -379,14 +408,20 @@ fn run_once(args: &Args, program: &Path, agent: &Path, dir: &Path, spec_text: &s
 }
 
 pub(crate) mod attached;
+mod debugfile;
 mod kernel;
 pub(crate) mod libs;
+mod saved;
 mod table;
 
+use debugfile::{DebugFile, NoLines};
 use table::{BlockRow, FunctionRow, Home, RefusedBlock, Tally, Total};
 
 /// Run `trapctl cover`.
 pub fn run(args: &Args) -> Result<()> {
+    if let Some(path) = &args.from_json {
+        return saved::run(args, path);
+    }
     if !args.process {
         return kernel::run(args);
     }
@@ -439,14 +474,39 @@ fn finish(
 ) -> Result<()> {
     let report = report(args, objects, outcome, &mut notes);
     if let Some(path) = &args.lcov {
-        let text = lcov_text(args, objects, &outcome.hits, &mut notes);
+        let covered: Vec<Covered<'_>> = objects
+            .iter()
+            .zip(&outcome.hits)
+            .zip(&report.objects)
+            .map(|((o, h), row)| Covered {
+                path: &o.path,
+                main: o.qualifier.is_none(),
+                build_id: row.build_id.as_deref(),
+                blocks: o
+                    .blocks
+                    .iter()
+                    .zip(h)
+                    .map(|(b, n)| (b.clone(), *n))
+                    .collect(),
+            })
+            .collect();
+        let how = ProgramLines {
+            debuginfo: args.debuginfo.as_deref(),
+            branches: args.mode == Mode::Count,
+            strict: false,
+        };
+        let text = lcov_text(&covered, &how, &mut notes)?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    let report = Report { notes, ..report };
+    emit(args, &Report { notes, ..report }, ended)
+}
+
+/// Print the report (text or JSON) to --output or stdout.
+fn emit(args: &Args, report: &Report, ended: &str) -> Result<()> {
     let out = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
+        serde_json::to_string_pretty(report)? + "\n"
     } else {
-        render_text(&report, ended)
+        render_text(report, ended)
     };
     match &args.output {
         Some(path) => {
@@ -595,9 +655,12 @@ fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [Stri
             tally.add(home, b, hit);
             let on = InProgram {
                 object: object.clone(),
-                mechanism: b.site.as_ref().ok().map(|m| match m {
-                    Mechanism::Trap => "trap",
-                    Mechanism::Jmp => "jmp",
+                mechanism: b.site.as_ref().ok().map(|m| {
+                    match m {
+                        Mechanism::Trap => "trap",
+                        Mechanism::Jmp => "jmp",
+                    }
+                    .to_string()
                 }),
                 hits: *hits,
                 disarmed: outcome.disarmed.as_ref().map(|d| d[k][j]),
@@ -613,7 +676,15 @@ fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [Stri
         mode: match args.mode {
             Mode::Count => "count",
             Mode::Once => "once",
-        },
+        }
+        .into(),
+        objects: objects
+            .iter()
+            .map(|o| ObjectRow {
+                path: o.path.display().to_string(),
+                build_id: debugfile::build_id_of(&o.path),
+            })
+            .collect(),
         exit: outcome.exit,
         disarm_batches: outcome.batches,
         total: table.total,
@@ -624,44 +695,171 @@ fn report(args: &Args, objects: &[Object], outcome: &Outcome, _notes: &mut [Stri
     }
 }
 
+/// One object's blocks for the lcov file: its path, whether it is the main program (whose
+/// lines may come from --debuginfo), its build-id as the report recorded it, and every block
+/// (file addresses) with its hits (`None`: no site).
+struct Covered<'a> {
+    path: &'a Path,
+    main: bool,
+    build_id: Option<&'a str>,
+    blocks: Vec<(CoverBlock, Option<u64>)>,
+}
+
+/// How a program's lines are made: the debug file given for the main program, whether the
+/// counts give branches (count mode), and `strict` ([`kernel::KernelLines`]).
+struct ProgramLines<'a> {
+    debuginfo: Option<&'a Path>,
+    branches: bool,
+    strict: bool,
+}
+
 /// The lcov file: source lines for each object with a line table (the main program's may come
-/// from --debuginfo), symbol+offset records for the others, with a note saying why.
-fn lcov_text(args: &Args, objects: &[Object], hits: &Hits, notes: &mut Vec<String>) -> String {
+/// from --debuginfo) that matches it (its build-id and functions), symbol+offset records for
+/// the others, with a note saying why.
+fn lcov_text(
+    objects: &[Covered<'_>],
+    how: &ProgramLines<'_>,
+    notes: &mut Vec<String>,
+) -> Result<String> {
     let mut out = String::new();
-    for (o, h) in objects.iter().zip(hits) {
+    for o in objects {
         let blocks: Vec<BlockHits<'_>> = o
             .blocks
             .iter()
-            .zip(h)
             .map(|(block, hits)| BlockHits { block, hits: *hits })
             .collect();
-        let debug = match (&o.qualifier, &args.debuginfo) {
-            (None, Some(d)) => d.clone(),
-            _ => o.path.clone(),
-        };
-        match LineTable::read(&debug) {
+        let given = how.debuginfo.filter(|_| o.main);
+        let debug = given.unwrap_or(o.path);
+        match object_lines(debug, o) {
             // Branch counts need every hit counted: not in once mode.
-            Ok(lines) => out.push_str(&lcov_with(
-                "trapctl_cover",
-                &blocks,
-                &lines,
-                args.mode == Mode::Count,
-            )),
-            Err(e) => {
-                let why = trapvec::error_chain(&e);
+            Ok(lines) => out.push_str(&lcov_with("trapctl_cover", &blocks, &lines, how.branches)),
+            Err(NoLines::Mismatch(why)) if how.strict => bail!("{why}"),
+            Err(NoLines::Unavailable(why)) if how.strict && given.is_some() => bail!("{why}"),
+            Err(no) => {
+                let why = no.why();
                 notes.push(format!(
                     "{}: symbol+offset records in the lcov file: {why}",
                     o.path.display()
                 ));
-                out.push_str(&symbol_records(
-                    &o.path.display().to_string(),
-                    &why,
-                    &blocks,
-                ));
+                out.push_str(&symbol_records(&o.path.display().to_string(), why, &blocks));
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// `o`'s line table from `debug`, once `debug` is found to match it: the build-id recorded
+/// (when both are known), and every function of its blocks at its address, its extent holding
+/// them.
+fn object_lines(debug: &Path, o: &Covered<'_>) -> Result<LineTable, NoLines> {
+    let lines =
+        LineTable::read(debug).map_err(|e| NoLines::Unavailable(trapvec::error_chain(&e)))?;
+    let file = DebugFile::read(debug)?;
+    let what = o.path.display().to_string();
+    file.check_build_id(o.build_id, &what)?;
+    let mut functions: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for (b, _) in &o.blocks {
+        let end = functions
+            .entry((b.function.clone(), b.func_addr))
+            .or_default();
+        *end = (*end).max(b.end);
+    }
+    file.check_functions(&functions, &what)?;
+    Ok(lines)
+}
+
+/// `--from-json`: the saved program report `r` (read from `path`) again, its lines made now
+/// ([`saved`]).
+fn from_saved(args: &Args, path: &Path, mut r: Report) -> Result<()> {
+    let file = path.display();
+    // The objects in the live run's order (the program first); a report without the list
+    // gives them in the blocks' order.
+    let mut objects = r.objects.clone();
+    if objects.is_empty() {
+        for o in std::iter::once(&r.program).chain(r.blocks.iter().map(|b| &b.on.object)) {
+            if !objects.iter().any(|x| &x.path == o) {
+                objects.push(ObjectRow {
+                    path: o.clone(),
+                    build_id: None,
+                });
+            }
+        }
+    }
+    let qualifiers: Vec<Option<String>> = objects
+        .iter()
+        .map(|o| {
+            (o.path != r.program).then(|| {
+                Path::new(&o.path)
+                    .file_name()
+                    .map_or(o.path.clone(), |f| f.to_string_lossy().into_owned())
+            })
+        })
+        .collect();
+    let mut per: Vec<Vec<(CoverBlock, Option<u64>)>> = vec![Vec::new(); objects.len()];
+    let mut tally = Tally::default();
+    let mut blocks = Vec::with_capacity(r.blocks.len());
+    for row in &r.blocks {
+        let k = objects
+            .iter()
+            .position(|o| o.path == row.on.object)
+            .with_context(|| {
+                format!(
+                    "{file}: block {}+{:#x} is of {}, which its `objects` does not list",
+                    row.function, row.offset, row.on.object
+                )
+            })?;
+        let mechanism = match row.on.mechanism.as_deref() {
+            Some("jmp") => Mechanism::Jmp,
+            _ => Mechanism::Trap,
+        };
+        let b = row
+            .block(mechanism)
+            .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        saved::check_hit(path, row, row.on.hits)?;
+        per[k].push((b.clone(), row.on.hits));
+        blocks.push((k, b));
+    }
+    for ((k, b), row) in blocks.iter().zip(&r.blocks) {
+        let home = Home {
+            object: Some(&objects[*k].path),
+            module: None,
+            qualifier: qualifiers[*k].as_deref(),
+        };
+        tally.add(home, b, row.hit);
+    }
+    let table = tally.finish(r.total.functions);
+    saved::check_table(path, &table, &mut r.functions, &r.total)?;
+    r.refused = table.refused;
+    saved::notes_kept(&mut r.notes);
+    if let Some(lcov) = &args.lcov {
+        if saved::without_cfg(&r.blocks) {
+            r.notes.push(saved::no_cfg_note(path));
+        }
+        let covered: Vec<Covered<'_>> = objects
+            .iter()
+            .zip(per)
+            .map(|(o, blocks)| Covered {
+                path: Path::new(&o.path),
+                main: o.path == r.program,
+                build_id: o.build_id.as_deref(),
+                blocks,
+            })
+            .collect();
+        let how = ProgramLines {
+            debuginfo: args.debuginfo.as_deref(),
+            branches: r.mode == "count",
+            strict: true,
+        };
+        let mut notes = Vec::new();
+        let text = lcov_text(&covered, &how, &mut notes)?;
+        std::fs::write(lcov, text).with_context(|| format!("writing {}", lcov.display()))?;
+        r.notes.extend(notes);
+    }
+    let ended = match r.command.first() {
+        Some(c) => format!("{c} exited with status {}", r.exit),
+        None => format!("a running process covered (saved in {file})"),
+    };
+    emit(args, &r, &ended)
 }
 
 fn render_text(r: &Report, ended: &str) -> String {

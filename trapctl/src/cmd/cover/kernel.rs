@@ -11,27 +11,28 @@
 //! are the block's count. Without trapd the removal is one batch on the module, held locked
 //! meanwhile; through trapd it is one `remove` request of every site.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use instr_manager::cover::{kernel_blocks, lcov_with, symbol_records, BlockHits, BlockRefusal};
-use instr_manager::cover::{KernelBlock, LineTable};
+use instr_manager::cover::{CoverBlock, KernelBlock, LineTable};
 use instr_manager::glob::{matching_functions, FunctionGlob};
-use instr_manager::image::CodeImage;
 use instr_manager::ops::{self, ApplyReport, ListReply};
 use instr_manager::owner::Owner;
 use instr_manager::splicer::SpliceId;
 use instr_manager::{Action, Mechanism, SpliceRequest};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use trapvec::kernel::KernelTarget;
 use trapvec::Target as _;
 use trapvec_proto::client;
 use trapvec_proto::Request;
 
+use super::debugfile::{DebugFile, NoLines};
 use super::table::{self, BlockRow, FunctionRow, Home, RefusedBlock, Tally, Total};
-use super::{Args, SCHEMA};
+use super::{saved, Args, SCHEMA};
 use crate::hold::{self, Ended, Span};
 use crate::kernel::Kernel;
 use crate::route;
@@ -111,42 +112,79 @@ mod tests {
         );
         assert_eq!(super::kind_of("in noinstr text"), "in noinstr text");
     }
+
+    /// `/sys/kernel/notes` as a kernel has it: another note first (Xen's), then GNU's build-id.
+    #[test]
+    fn the_build_id_is_found_among_the_kernels_notes() {
+        let note = |name: &[u8], kind: u32, desc: &[u8]| {
+            let mut n = Vec::new();
+            n.extend(u32::try_from(name.len()).unwrap().to_le_bytes());
+            n.extend(u32::try_from(desc.len()).unwrap().to_le_bytes());
+            n.extend(kind.to_le_bytes());
+            n.extend(name);
+            n.resize(n.len().div_ceil(4) * 4, 0);
+            n.extend(desc);
+            n.resize(n.len().div_ceil(4) * 4, 0);
+            n
+        };
+        let id: Vec<u8> = (0..20).collect();
+        let mut notes = note(b"Xen\0", 6, b"linux\0");
+        assert_eq!(super::gnu_build_id(&notes), None);
+        notes.extend(note(b"GNU\0", 3, &id));
+        assert_eq!(
+            super::gnu_build_id(&notes).as_deref(),
+            Some("000102030405060708090a0b0c0d0e0f10111213")
+        );
+        // Cut short: none, no panic.
+        assert_eq!(super::gnu_build_id(&notes[..notes.len() - 3]), None);
+    }
 }
 
 /// The kernel's own fields of a block's row ([`BlockRow`]).
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub(super) struct InKernel {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) module: Option<String>,
     /// Where its trap went (past the entry bytes for an entry block), if it had one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) site: Option<String>,
     /// The site's hits (`None`: no site).
     pub(super) count: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Report {
+/// The kernel's report (`--json`), also as `--from-json` reads it back.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Report {
     schema: u32,
-    target: &'static str,
+    target: String,
+    /// The kernel covered: its release (`uname -r`), its GNU build-id (from
+    /// `/sys/kernel/notes`, as the debug file's `.note.gnu.build-id` has it) and the run-time
+    /// address of `_text` (vmlinux's KASLR slide is this less the debug file's `_text`), so that
+    /// a saved report's lines can be made later against the right debug file.
+    #[serde(default)]
+    release: Option<String>,
+    #[serde(default)]
+    build_id: Option<String>,
+    #[serde(default)]
+    text_address: Option<String>,
     globs: Vec<String>,
     command: Vec<String>,
-    mode: &'static str,
+    mode: String,
     /// What ended the run: `time`, `command`, or the signal (`SIGINT`, `SIGTERM`, `SIGHUP`).
-    ended: &'static str,
+    ended: String,
     seconds: f64,
     /// Milliseconds to arm every site (the one batch, as the caller sees it) and to disarm them.
     arm_ms: f64,
     disarm_ms: f64,
     /// `once` mode: how many batches disarmed hit sites while the run lasted.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     disarm_batches: Option<usize>,
     /// Where the time to arm went, before and inside the batch.
     stages: Stages,
     functions: Vec<FunctionRow>,
     blocks: Vec<BlockRow<InKernel>>,
     total: Total,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
     /// The text's refused blocks (`blocks` says the same in JSON).
     #[serde(skip)]
@@ -158,7 +196,7 @@ struct Report {
 /// choosing their sites, writing the spec, and the apply (`arm_ms`), of which the batch's own
 /// plan, build (the module's ALLOC, WRITE and SEAL ioctls) and commit (the text batch) when the
 /// route reports them.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct Stages {
     open_ms: f64,
     decode_ms: f64,
@@ -330,20 +368,21 @@ pub fn run(args: &Args) -> Result<()> {
     let watch = hold::Watch::start()?;
     let mut stages = Stages::default();
     let t_open = Instant::now();
-    let (mut route, (nfuncs, mut blocks)) = if client::is_listening(route::socket()) {
+    let (mut route, (nfuncs, mut blocks), id) = if client::is_listening(route::socket()) {
         let target = KernelTarget::open()?;
         stages.open_ms = ms(t_open.elapsed());
         let t = Instant::now();
         let b = blocks(&target, &globs);
         stages.decode_ms = ms(t.elapsed());
-        (Route::Daemon, b)
+        (Route::Daemon, b, Identity::of(&target))
     } else {
         let k = Kernel::open()?;
         stages.open_ms = ms(t_open.elapsed());
         let t = Instant::now();
         let b = blocks(k.target(), &globs);
         stages.decode_ms = ms(t.elapsed());
-        (Route::Direct(Box::new(k)), b)
+        let id = Identity::of(k.target());
+        (Route::Direct(Box::new(k)), b, id)
     };
     if nfuncs == 0 {
         bail!(
@@ -440,6 +479,7 @@ pub fn run(args: &Args) -> Result<()> {
                 nfuncs,
                 (ended, elapsed, arm, disarm),
                 stages,
+                id,
             )?;
             if args.mode == super::Mode::Once {
                 r.disarm_batches = Some(once.batches);
@@ -616,6 +656,58 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
     Ok(hits)
 }
 
+/// The kernel covered, as the report records it ([`Report`]'s `release`, `build_id`,
+/// `text_address`).
+struct Identity {
+    release: Option<String>,
+    build_id: Option<String>,
+    text: Option<u64>,
+}
+
+impl Identity {
+    fn of(target: &KernelTarget) -> Identity {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|r| r.trim().to_string());
+        let build_id = std::fs::read("/sys/kernel/notes")
+            .ok()
+            .and_then(|n| gnu_build_id(&n));
+        let text = target
+            .symbols()
+            .lookup("_text")
+            .filter(|s| s.origin.is_none())
+            .map(|s| s.addr);
+        Identity {
+            release,
+            build_id,
+            text,
+        }
+    }
+}
+
+/// The GNU build-id (hex) among ELF notes (`/sys/kernel/notes`: `namesz`, `descsz`, `type`,
+/// then the name and the descriptor, each padded to 4 bytes), if there is one.
+pub(super) fn gnu_build_id(mut notes: &[u8]) -> Option<String> {
+    let word = |b: &[u8], i: usize| -> Option<usize> {
+        let w: [u8; 4] = b.get(i..i + 4)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(w)).ok()
+    };
+    let pad = |n: usize| n.div_ceil(4) * 4;
+    while notes.len() >= 12 {
+        let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let name = notes.get(12..12 + namesz)?;
+        let desc_at = 12 + pad(namesz);
+        let desc = notes.get(desc_at..desc_at + descsz)?;
+        // NT_GNU_BUILD_ID
+        if kind == 3 && name == b"GNU\0" {
+            return Some(super::debugfile::hex(desc));
+        }
+        notes = notes.get(desc_at + pad(descsz)..)?;
+    }
+    None
+}
+
+#[allow(clippy::too_many_arguments)]
 fn report_of(
     args: &Args,
     span: &Span,
@@ -624,6 +716,7 @@ fn report_of(
     nfuncs: usize,
     (ended, elapsed, arm, disarm): (Ended, Duration, Duration, Duration),
     stages: Stages,
+    id: Identity,
 ) -> Result<Report> {
     let mut rows = Vec::with_capacity(blocks.len());
     let mut tally = Tally::default();
@@ -646,19 +739,36 @@ fn report_of(
     let table = tally.finish(nfuncs);
     let mut notes = Vec::new();
     if let Some(path) = &args.lcov {
-        let text = lcov_text(args, blocks, hits, &mut notes);
+        let list: Vec<KernelHits<'_>> = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (&b.block, b.module.as_deref(), hits.get(&i).copied()))
+            .collect();
+        let how = KernelLines {
+            debuginfo: args.debuginfo.as_deref(),
+            release: id.release.as_deref(),
+            build_id: id.build_id.as_deref(),
+            text: id.text,
+            branches: args.mode == super::Mode::Count,
+            strict: false,
+        };
+        let text = lcov_text(&list, &how, &mut notes)?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(Report {
         schema: SCHEMA,
-        target: "kernel",
+        target: "kernel".into(),
+        release: id.release,
+        build_id: id.build_id,
+        text_address: id.text.map(|a| format!("{a:#x}")),
         globs: args.globs.clone(),
         command: args.command.clone(),
         mode: match args.mode {
             super::Mode::Count => "count",
             super::Mode::Once => "once",
-        },
-        ended: ended.name(),
+        }
+        .into(),
+        ended: ended.name().into(),
         seconds: span.seconds_held(&ended, elapsed),
         arm_ms: ms(arm),
         disarm_ms: ms(disarm),
@@ -672,80 +782,96 @@ fn report_of(
     })
 }
 
-/// vmlinux's debug file: --debuginfo, else where Debian's and Fedora's debug packages put it.
-fn vmlinux_debuginfo(args: &Args) -> Option<std::path::PathBuf> {
-    if let Some(d) = &args.debuginfo {
-        return Some(d.clone());
+/// vmlinux's debug file: --debuginfo, else where Debian's and Fedora's debug packages put it
+/// for `release`.
+fn vmlinux_debuginfo(debuginfo: Option<&Path>, release: Option<&str>) -> Option<PathBuf> {
+    if let Some(d) = debuginfo {
+        return Some(d.to_path_buf());
     }
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let release = release.trim();
+    let release = release?;
     [
         format!("/usr/lib/debug/boot/vmlinux-{release}"),
         format!("/usr/lib/debug/lib/modules/{release}/vmlinux"),
     ]
     .into_iter()
-    .map(std::path::PathBuf::from)
+    .map(PathBuf::from)
     .find(|p| p.is_file())
 }
 
-/// The lcov file: source lines for vmlinux's blocks when its debug file is known (run-time
-/// addresses moved back by the KASLR offset, `_text` here against `_text` there), symbol+offset
-/// records for the rest, with a note saying why.
-fn lcov_text(
-    args: &Args,
-    blocks: &[KernelBlock],
-    hits: &HashMap<usize, u64>,
+/// How the lines of a kernel report are made: the debug file given (`--debuginfo`), what the
+/// report says of the kernel (to find and check the file), whether the counts give branches
+/// (count mode), and `strict`: a debug file that does not match (or one given that cannot be
+/// read) is an error (`--from-json`), not a note (a live run, whose report must not be lost).
+pub(super) struct KernelLines<'a> {
+    pub debuginfo: Option<&'a Path>,
+    pub release: Option<&'a str>,
+    pub build_id: Option<&'a str>,
+    pub text: Option<u64>,
+    pub branches: bool,
+    pub strict: bool,
+}
+
+/// A kernel block for the lcov file: the block (run-time addresses), its module (`None`:
+/// vmlinux) and its hits (`None`: no site).
+pub(super) type KernelHits<'a> = (&'a CoverBlock, Option<&'a str>, Option<u64>);
+
+/// The lcov file: source lines for vmlinux's blocks when its debug file is known and matches
+/// (its build-id, and every function at its run-time address less the KASLR slide:
+/// [`DebugFile::kaslr_slide`]), symbol+offset records for the rest, with a note saying why.
+pub(super) fn lcov_text(
+    blocks: &[KernelHits<'_>],
+    how: &KernelLines<'_>,
     notes: &mut Vec<String>,
-) -> String {
-    let (vmlinux, modules): (Vec<_>, Vec<_>) = blocks
-        .iter()
-        .enumerate()
-        .partition(|(_, b)| b.module.is_none());
+) -> Result<String> {
+    let (vmlinux, modules): (Vec<_>, Vec<_>) = blocks.iter().partition(|(_, m, _)| m.is_none());
     let mut out = String::new();
-    let records =
-        |list: &[(usize, &KernelBlock)], shift: u64| -> Vec<(KernelBlockAt, Option<u64>)> {
-            list.iter()
-                .map(|(i, b)| {
-                    let mut c = b.block.clone();
-                    c.func_addr = c.func_addr.wrapping_sub(shift);
-                    c.start = c.start.wrapping_sub(shift);
-                    c.end = c.end.wrapping_sub(shift);
-                    (c, hits.get(i).copied())
-                })
-                .collect()
-        };
-    if !vmlinux.is_empty() {
-        let lines = vmlinux_debuginfo(args)
-            .ok_or_else(|| {
-                "no debug file for vmlinux (give --debuginfo, or install the kernel's debug package: /usr/lib/debug/boot/vmlinux-RELEASE)".to_string()
+    let records = |list: &[&KernelHits<'_>], shift: u64| -> Vec<(CoverBlock, Option<u64>)> {
+        list.iter()
+            .map(|(b, _, hits)| {
+                let mut c = (*b).clone();
+                c.func_addr = c.func_addr.wrapping_sub(shift);
+                c.start = c.start.wrapping_sub(shift);
+                c.end = c.end.wrapping_sub(shift);
+                c.succs.iter_mut().for_each(|s| *s = s.wrapping_sub(shift));
+                if let Some(br) = &mut c.branch {
+                    br.insn = br.insn.wrapping_sub(shift);
+                    br.taken = br.taken.wrapping_sub(shift);
+                    br.fallthrough = br.fallthrough.wrapping_sub(shift);
+                }
+                (c, *hits)
             })
-            .and_then(|path| {
-                let shift = kaslr_shift(&path, blocks)?;
-                let table = LineTable::read(&path)
-                    .map_err(|e| trapvec::error_chain(&e))?;
-                Ok((table, shift))
-            });
+            .collect()
+    };
+    if !vmlinux.is_empty() {
+        let lines = match vmlinux_debuginfo(how.debuginfo, how.release) {
+            None => Err(NoLines::Unavailable(format!(
+                "no debug file for vmlinux (give --debuginfo, or install the kernel's debug package: /usr/lib/debug/boot/vmlinux-{})",
+                how.release.unwrap_or("RELEASE")
+            ))),
+            Some(path) => vmlinux_lines(&path, &vmlinux, how),
+        };
         match lines {
             Ok((table, shift)) => {
                 let recs = records(&vmlinux, shift);
-                let bh: Vec<BlockHits<'_>> = recs
-                    .iter()
-                    .map(|(block, hits)| BlockHits { block, hits: *hits })
-                    .collect();
                 // Branch counts need every hit counted: not in once mode.
                 out.push_str(&lcov_with(
                     "trapctl_cover",
-                    &bh,
+                    &as_hits(&recs),
                     &table,
-                    args.mode == super::Mode::Count,
+                    how.branches,
                 ));
             }
-            Err(why) => {
+            Err(NoLines::Mismatch(why)) if how.strict => bail!("{why}"),
+            Err(NoLines::Unavailable(why)) if how.strict && how.debuginfo.is_some() => {
+                bail!("{why}")
+            }
+            Err(no) => {
+                let why = no.why();
                 notes.push(format!(
                     "vmlinux: symbol+offset records in the lcov file: {why}"
                 ));
                 let recs = records(&vmlinux, 0);
-                out.push_str(&symbol_records("vmlinux", &why, &as_hits(&recs)));
+                out.push_str(&symbol_records("vmlinux", why, &as_hits(&recs)));
             }
         }
     }
@@ -757,30 +883,95 @@ fn lcov_text(
         let recs = records(&modules, 0);
         out.push_str(&symbol_records("modules", why, &as_hits(&recs)));
     }
-    out
+    Ok(out)
 }
 
-type KernelBlockAt = instr_manager::cover::CoverBlock;
+/// vmlinux's line table from `path` and the KASLR slide, once the file is found to match.
+fn vmlinux_lines(
+    path: &Path,
+    blocks: &[&KernelHits<'_>],
+    how: &KernelLines<'_>,
+) -> Result<(LineTable, u64), NoLines> {
+    let file = DebugFile::read(path)?;
+    file.check_build_id(how.build_id, "the covered kernel")?;
+    let functions: BTreeSet<(String, u64)> = blocks
+        .iter()
+        .map(|(b, _, _)| (b.function.clone(), b.func_addr))
+        .collect();
+    let slide = file.kaslr_slide(&functions, how.text)?;
+    drop(file);
+    let table =
+        LineTable::read(path).map_err(|e| NoLines::Unavailable(trapvec::error_chain(&e)))?;
+    Ok((table, slide))
+}
 
-fn as_hits(recs: &[(KernelBlockAt, Option<u64>)]) -> Vec<BlockHits<'_>> {
+fn as_hits(recs: &[(CoverBlock, Option<u64>)]) -> Vec<BlockHits<'_>> {
     recs.iter()
         .map(|(block, hits)| BlockHits { block, hits: *hits })
         .collect()
 }
 
-/// How far the running kernel's text is from the debug file's (KASLR): a vmlinux function's
-/// run-time address minus its address in the file.
-fn kaslr_shift(path: &std::path::Path, blocks: &[KernelBlock]) -> Result<u64, String> {
-    let image = CodeImage::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let b = blocks
+/// `--from-json`: the saved kernel report `r` (read from `path`) again, its lines made now
+/// ([`super::saved`]).
+pub(super) fn from_saved(args: &Args, path: &Path, mut r: Report) -> Result<()> {
+    let blocks = r
+        .blocks
         .iter()
-        .find(|b| b.module.is_none())
-        .ok_or("no vmlinux block")?;
-    let file = image
-        .symbols
-        .lookup(&b.block.function)
-        .ok_or_else(|| format!("{} has no symbol {}", path.display(), b.block.function))?;
-    Ok(b.block.func_addr.wrapping_sub(file.addr))
+        .map(|row| row.block(Mechanism::Trap))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut tally = Tally::default();
+    for (row, b) in r.blocks.iter().zip(&blocks) {
+        saved::check_hit(path, row, row.on.count)?;
+        let module = row.on.module.as_deref();
+        let home = Home {
+            object: None,
+            module,
+            qualifier: module,
+        };
+        tally.add(home, b, row.hit);
+    }
+    let table = tally.finish(r.total.functions);
+    saved::check_table(path, &table, &mut r.functions, &r.total)?;
+    r.refused = table.refused;
+    saved::notes_kept(&mut r.notes);
+    if let Some(lcov) = &args.lcov {
+        if saved::without_cfg(&r.blocks) {
+            r.notes.push(saved::no_cfg_note(path));
+        }
+        let list: Vec<KernelHits<'_>> = r
+            .blocks
+            .iter()
+            .zip(&blocks)
+            .map(|(row, b)| (b, row.on.module.as_deref(), row.on.count))
+            .collect();
+        let text_address = match &r.text_address {
+            Some(t) => Some(
+                t.strip_prefix("0x")
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .with_context(|| {
+                        format!(
+                            "{}: `text_address` {t:?} is not a hex address",
+                            path.display()
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let how = KernelLines {
+            debuginfo: args.debuginfo.as_deref(),
+            release: r.release.as_deref(),
+            build_id: r.build_id.as_deref(),
+            text: text_address,
+            branches: r.mode == "count",
+            strict: true,
+        };
+        let mut notes = Vec::new();
+        let text = lcov_text(&list, &how, &mut notes)?;
+        std::fs::write(lcov, text).with_context(|| format!("writing {}", lcov.display()))?;
+        r.notes.extend(notes);
+    }
+    output(args, r)
 }
 
 fn output(args: &Args, r: Report) -> Result<()> {

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use instr_manager::cover::CoverBlock;
-use serde::Serialize;
+use instr_manager::cover::{BlockRefusal, Branch, CoverBlock};
+use instr_manager::Mechanism;
+use serde::{Deserialize, Serialize};
 
 /// The totals of a report (`--json`'s `total`, the same for the kernel and a program).
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize, PartialEq, Debug)]
 pub(crate) struct Total {
     pub functions: usize,
     pub blocks: usize,
@@ -42,12 +43,12 @@ impl Home<'_> {
 
 /// A function's row (`--json`'s `functions`): a program's carries its `object`, the kernel's
 /// its `module` (none for vmlinux).
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Deserialize, Clone, PartialEq, Debug)]
 pub(crate) struct FunctionRow {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
     pub function: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
     /// Its name as the table prints it.
     #[serde(skip)]
@@ -62,8 +63,10 @@ pub(crate) struct FunctionRow {
 /// what every block has, and in `on` what its target adds (flattened into the row after
 /// `length`: a program's `object`, `mechanism`, `hits` and `disarmed`; the kernel's `module`,
 /// `site` and `count`). A line-oriented reader may rely on the order: a site's `hits` follow
-/// its block's `address` (vmtest's cover.sh reads a program's report so).
-#[derive(Serialize)]
+/// its block's `address` (vmtest's cover.sh reads a program's report so). `succs` and `branch`
+/// (last) are the decoder's CFG, which `--lcov`'s branch records need: with them a saved report
+/// gives the same lcov file again (`--from-json`).
+#[derive(Serialize, Deserialize)]
 pub(crate) struct BlockRow<X> {
     pub function: String,
     /// The block's start in its function.
@@ -73,16 +76,32 @@ pub(crate) struct BlockRow<X> {
     #[serde(flatten)]
     pub on: X,
     pub hit: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The starts of the blocks control can flow to from it, as offsets in its function
+    /// (always written; `None` in a report of a trapctl before they were).
+    #[serde(default)]
+    pub succs: Option<Vec<u64>>,
+    /// The conditional branch that ends it, as offsets in its function, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<BranchRow>,
+}
+
+/// A block's conditional branch ([`Branch`]) as offsets in its function.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct BranchRow {
+    pub insn: u64,
+    pub taken: u64,
+    pub fallthrough: u64,
 }
 
 impl<X> BlockRow<X> {
     /// `b`'s row: `hit` or not, `on` its target's own fields.
     pub fn of(b: &CoverBlock, hit: bool, on: X) -> Self {
         let refusal = b.site.as_ref().err();
+        let off = |a: u64| a.wrapping_sub(b.func_addr);
         BlockRow {
             function: b.function.clone(),
             on,
@@ -92,7 +111,59 @@ impl<X> BlockRow<X> {
             hit,
             refusal: refusal.map(|r| r.kind.clone()),
             reason: refusal.map(|r| r.reason.clone()),
+            succs: Some(b.succs.iter().map(|&s| off(s)).collect()),
+            branch: b.branch.map(|br| BranchRow {
+                insn: off(br.insn),
+                taken: off(br.taken),
+                fallthrough: off(br.fallthrough),
+            }),
         }
+    }
+
+    /// The block this row was written from ([`BlockRow::of`]), its site by `mechanism` when
+    /// it had one; `Err` names what in the row is malformed.
+    pub fn block(&self, mechanism: Mechanism) -> Result<CoverBlock, String> {
+        let at = format!("{}+{:#x}", self.function, self.offset);
+        let start = self
+            .address
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .ok_or_else(|| {
+                format!(
+                    "block {at}: `address` {:?} is not a hex address",
+                    self.address
+                )
+            })?;
+        let func_addr = start.checked_sub(self.offset).ok_or_else(|| {
+            format!(
+                "block {at}: its offset is past its address {}",
+                self.address
+            )
+        })?;
+        let end = start
+            .checked_add(self.length)
+            .ok_or_else(|| format!("block {at}: its length {} overflows", self.length))?;
+        let site = match &self.refusal {
+            Some(kind) => Err(BlockRefusal {
+                kind: kind.clone(),
+                reason: self.reason.clone().unwrap_or_default(),
+            }),
+            None => Ok(mechanism),
+        };
+        let abs = |o: u64| func_addr.wrapping_add(o);
+        Ok(CoverBlock {
+            function: self.function.clone(),
+            func_addr,
+            start,
+            end,
+            site,
+            succs: self.succs.iter().flatten().map(|&o| abs(o)).collect(),
+            branch: self.branch.map(|b| Branch {
+                insn: abs(b.insn),
+                taken: abs(b.taken),
+                fallthrough: abs(b.fallthrough),
+            }),
+        })
     }
 }
 
@@ -257,8 +328,6 @@ pub(crate) fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use instr_manager::cover::BlockRefusal;
-    use instr_manager::Mechanism;
 
     fn block(function: &str, func_addr: u64, start: u64, refused: bool) -> CoverBlock {
         CoverBlock {
@@ -382,7 +451,7 @@ mod tests {
         assert_eq!(
             row(BlockRow::of(&live, true, on)),
             json!({"function": "f", "module": "sch_netem", "offset": 4, "address": "0x1004",
-                   "site": "0x1009", "length": 4, "hit": true, "count": 3})
+                   "site": "0x1009", "length": 4, "hit": true, "count": 3, "succs": []})
         );
         let on = InKernel {
             module: None,
@@ -392,7 +461,7 @@ mod tests {
         assert_eq!(
             row(BlockRow::of(&refused, false, on)),
             json!({"function": "f", "offset": 4, "address": "0x1004", "length": 4, "hit": false,
-                   "count": null, "refusal": "overlaps_fentry", "reason": "why"})
+                   "count": null, "refusal": "overlaps_fentry", "reason": "why", "succs": []})
         );
         let on = InProgram {
             object: "/bin/x".into(),
@@ -403,19 +472,50 @@ mod tests {
         assert_eq!(
             row(BlockRow::of(&refused, false, on)),
             json!({"object": "/bin/x", "function": "f", "offset": 4, "address": "0x1004",
-                   "length": 4, "hit": false, "refusal": "overlaps_fentry", "reason": "why"})
+                   "length": 4, "hit": false, "refusal": "overlaps_fentry", "reason": "why",
+                   "succs": []})
         );
         let on = InProgram {
             object: "/bin/x".into(),
-            mechanism: Some("jmp"),
+            mechanism: Some("jmp".into()),
             hits: Some(0),
             disarmed: Some(false),
         };
-        let text = serde_json::to_string_pretty(&BlockRow::of(&live, false, on)).unwrap();
+        let mut branching = live.clone();
+        branching.succs = vec![0x1010, 0x1008];
+        branching.branch = Some(Branch {
+            insn: 0x1006,
+            taken: 0x1010,
+            fallthrough: 0x1008,
+        });
+        let text = serde_json::to_string_pretty(&BlockRow::of(&branching, false, on)).unwrap();
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
             json!({"object": "/bin/x", "function": "f", "offset": 4, "address": "0x1004",
-                   "length": 4, "mechanism": "jmp", "hits": 0, "hit": false, "disarmed": false})
+                   "length": 4, "mechanism": "jmp", "hits": 0, "hit": false, "disarmed": false,
+                   "succs": [16, 8], "branch": {"insn": 6, "taken": 16, "fallthrough": 8}})
+        );
+        // Read back, the row is the block it was written from.
+        let back: BlockRow<InProgram> = serde_json::from_str(&text).unwrap();
+        let b = back.block(Mechanism::Jmp).unwrap();
+        assert_eq!(
+            (b.func_addr, b.start, b.end, &b.succs, b.branch, &b.site),
+            (
+                0x1000,
+                0x1004,
+                0x1008,
+                &branching.succs,
+                branching.branch,
+                &Ok(Mechanism::Jmp)
+            )
+        );
+        let back: BlockRow<InProgram> = serde_json::from_value(json!({"object": "/bin/x",
+            "function": "f", "offset": 4, "address": "1004", "length": 4, "hit": false}))
+        .unwrap();
+        assert!(back.succs.is_none());
+        assert_eq!(
+            back.block(Mechanism::Jmp).unwrap_err(),
+            "block f+0x4: `address` \"1004\" is not a hex address"
         );
         // In this order, one key a line: the address, then the hits.
         let at = |key: &str| text.find(&format!("\"{key}\": ")).unwrap();
