@@ -364,6 +364,17 @@ fn run(request: &Request) -> Value {
             None => match request {
                 // Nothing applied yet: an empty listing, without installing anything.
                 Request::List => ok(&Reply::List(ListReply::default())),
+                // No splice is live: no hits, and any id named is unknown.
+                Request::Hits { ids, .. } => match ids.as_deref() {
+                    None | Some([]) => ok(&Reply::Hits(ops::HitsReply::default())),
+                    Some(ids) => {
+                        let ids: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+                        error(&ops::OpError::NoSpliceId {
+                            ids: ids.into_iter().collect(),
+                            live: 0,
+                        })
+                    }
+                },
                 _ => {
                     json!({"ok": false, "error": "the agent has no splicer (cannot start the process backend)"})
                 }
@@ -397,7 +408,7 @@ fn run(request: &Request) -> Value {
                 }
             }
         },
-        !matches!(request, Request::List),
+        !matches!(request, Request::List | Request::Hits { .. }),
     )
 }
 

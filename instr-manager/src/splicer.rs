@@ -390,18 +390,25 @@ impl<T: Target> Splicer<T> {
             .and_then(trapvec::slots::SlotReading::into_key_counts))
     }
 
-    /// Hit counters of `splices`: the dispatcher's for trap splices where it counts, else the
-    /// trampolines' (read together, see [`read_words`]).
+    /// Hit counters of `splices`: the dispatcher's for trap splices where it counts (the sites
+    /// read together, [`TargetExt::trap_hits_many`]), else the trampolines' (read together,
+    /// see [`read_words`]).
     fn hits_of<'a>(&self, splices: impl IntoIterator<Item = &'a LiveSplice>) -> Vec<Hits> {
+        let splices: Vec<&LiveSplice> = splices.into_iter().collect();
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let mut out = Vec::new();
+        let trapped: Vec<usize> = (0..splices.len())
+            .filter(|&i| by_dispatcher && splices[i].plan.mechanism == Mechanism::Trap)
+            .collect();
+        let sites: Vec<u64> = trapped.iter().map(|&i| splices[i].point.site).collect();
+        let mut dispatched: Vec<Option<trapvec::TrapHits>> = vec![None; splices.len()];
+        for (&i, h) in trapped.iter().zip(self.target.trap_hits_many(&sites)) {
+            dispatched[i] = h;
+        }
+        let mut out = Vec::with_capacity(splices.len());
         let mut counted: Vec<(usize, u64)> = Vec::new();
-        for (i, s) in splices.into_iter().enumerate() {
+        for (i, s) in splices.iter().enumerate() {
             out.push(Hits::default());
-            let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher)
-                .then(|| self.target.trap_hits(s.point.site))
-                .flatten();
-            match dispatched {
+            match dispatched[i] {
                 Some(h) => {
                     out[i] = Hits {
                         hits: h.hits,

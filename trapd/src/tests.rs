@@ -1,6 +1,7 @@
 //! The daemon over a fake kernel (memory, arena, dispatch table and state blob shared between
 //! "runs", as the module outlives a killed daemon): profile switches, the journal, and restarts.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -924,4 +925,111 @@ fn unsplice_glob_forgets_the_pending_points_it_matches_and_removes_only_its_live
     assert_eq!(r["unspliced"][0]["at"], json!("f1"), "{r}");
     assert!(r.get("forgot").is_none(), "{r}");
     assert!(k.pristine());
+}
+
+/// `d.handle(req)` read back as the typed reply a client gets.
+fn typed<R: TryFrom<ops::Reply, Error = ops::WrongReply>>(
+    d: &mut Daemon<FakeKernel>,
+    req: Request,
+) -> R {
+    let mut v = d.handle(req.clone());
+    assert_eq!(v["ok"], json!(true), "{v}");
+    v.as_object_mut().unwrap().remove("ok");
+    R::try_from(ops::Reply::from_fields(&req, v).unwrap()).unwrap()
+}
+
+#[test]
+fn hits_answers_only_the_splices_hit_enough_with_their_exact_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let k = FakeKernel::new();
+    let mut d = start(&k, &journal);
+    let mut id = BTreeMap::new();
+    for f in ["f0", "f1", "f2", "f3"] {
+        let r = d.handle(Request::Splice(SpliceRequest::new(
+            f,
+            Action::Count,
+            Mechanism::Trap,
+        )));
+        assert_eq!(r["ok"], json!(true), "{f}: {r}");
+        id.insert(f, r["id"].as_u64().unwrap());
+    }
+    let site = |f: &str| format!("{:#x}", func(f) + 5);
+    let row = |f: &str, hits: u64| ops::HitsRow {
+        id: id[f],
+        site: site(f),
+        hits,
+    };
+    // f3 is never hit.
+    for (f, n) in [("f0", 42), ("f1", 7), ("f2", 1)] {
+        k.state().hits.insert(func(f) + 5, n);
+    }
+    let hits = |ids: Option<Vec<u64>>, min_hits| Request::Hits { ids, min_hits };
+    let journaled = read_records(&journal).unwrap().len();
+
+    // Every live splice hit at least once: exactly those, with their counts, by id.
+    let r: ops::HitsReply = typed(&mut d, hits(None, 1));
+    assert_eq!(
+        r,
+        ops::HitsReply {
+            splices: vec![row("f0", 42), row("f1", 7), row("f2", 1)],
+            read: 4
+        }
+    );
+    let r: ops::HitsReply = typed(&mut d, hits(None, 10));
+    assert_eq!(r.splices, vec![row("f0", 42)]);
+    // No minimum: every live splice, the one never hit with 0.
+    let r: ops::HitsReply = typed(&mut d, hits(None, 0));
+    assert_eq!(r.splices.len(), 4);
+    assert_eq!(r.splices[3], row("f3", 0));
+    // The wire form: only id, site and hits per splice.
+    let v = d.handle(hits(None, 40));
+    assert_eq!(
+        v,
+        json!({"ok": true, "read": 4, "splices": [{"id": id["f0"], "site": site("f0"), "hits": 42}]})
+    );
+
+    // Named splices (a repeated id once): only those, and still only the hit ones.
+    let named = vec![id["f3"], id["f2"], id["f3"]];
+    let r: ops::HitsReply = typed(&mut d, hits(Some(named.clone()), 1));
+    assert_eq!(
+        r,
+        ops::HitsReply {
+            splices: vec![row("f2", 1)],
+            read: 2
+        }
+    );
+    let r: ops::HitsReply = typed(&mut d, hits(Some(named), 0));
+    assert_eq!(r.splices, vec![row("f2", 1), row("f3", 0)]);
+
+    // Counts move on between two looks.
+    k.state().hits.insert(func("f3") + 5, 3);
+    let r: ops::HitsReply = typed(&mut d, hits(None, 2));
+    assert_eq!(r.splices, vec![row("f0", 42), row("f1", 7), row("f3", 3)]);
+
+    // An id that is not live (never made, or unspliced): refused, naming each such id.
+    assert_eq!(unsplice(&mut d, "f1")["ok"], json!(true));
+    let gone = id["f1"];
+    let r = d.handle(hits(Some(vec![id["f0"], 999, gone]), 1));
+    assert_eq!(r["ok"], json!(false), "{r}");
+    let (a, b) = (gone.min(999), gone.max(999));
+    assert_eq!(
+        r["error"],
+        json!(format!(
+            "no live splice has id {a}, {b} (3 live); nothing was read"
+        ))
+    );
+    // Reads: nothing journaled (the unsplice was), nothing changed.
+    assert_eq!(read_records(&journal).unwrap().len(), journaled + 2);
+    assert!(k.trapped("f0") && k.trapped("f2") && k.trapped("f3") && !k.trapped("f1"));
+    // With nothing live, an empty answer.
+    assert_eq!(
+        d.handle(Request::Unsplice {
+            at: None,
+            all: true
+        })["ok"],
+        json!(true)
+    );
+    let r: ops::HitsReply = typed(&mut d, hits(None, 0));
+    assert_eq!(r, ops::HitsReply::default());
 }

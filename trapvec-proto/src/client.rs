@@ -89,6 +89,13 @@ pub fn try_daemon_at(path: &Path, request: &Value) -> Option<anyhow::Result<Valu
     }))
 }
 
+/// Whether `error`, trapd's answer to a request, says it does not know the request's `op` (a
+/// trapd older than the request: it answers an unknown op as any malformed line, with an
+/// error naming it, and serves on), so a client can fall back to an older request.
+pub fn is_unknown_op(error: &anyhow::Error, op: &str) -> bool {
+    format!("{error:#}").contains(&format!("unknown variant `{op}`"))
+}
+
 fn exchange_one(mut stream: UnixStream, request: &Value) -> anyhow::Result<Value> {
     writeln!(stream, "{request}")?;
     let mut line = String::new();
@@ -183,6 +190,28 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert_eq!(err.to_string(), "trapd: no live splice at `f`");
+        assert!(!is_unknown_op(&err, "unsplice"));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn an_op_the_daemon_does_not_know_is_told_from_other_refusals() {
+        // What a trapd without `frob` answers: the parser's error for an unknown op.
+        let unknown = crate::protocol::Request::parse(r#"{"op":"frob","min_hits":1}"#)
+            .map(|_| ())
+            .unwrap_err();
+        let reply = crate::protocol::error(unknown);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sock");
+        let t = fake_daemon(&path, reply);
+        let err = try_daemon_at(&path, &json!({"op": "frob", "min_hits": 1}))
+            .unwrap()
+            .unwrap_err();
+        t.join().unwrap();
+        assert!(is_unknown_op(&err, "frob"), "{err:#}");
+        assert!(!is_unknown_op(&err, "hits"), "another op: {err:#}");
+        // A known op refused for another reason is not an unknown op.
+        let e = anyhow::anyhow!("trapd: no live splice has id 9 (0 live); nothing was read");
+        assert!(!is_unknown_op(&e, "hits"));
     }
 }

@@ -641,12 +641,27 @@ pub trait TargetExt: Target {
 
     /// Hit counters of a trap site, when the dispatcher keeps them and the site has an entry.
     fn trap_hits(&self, site: u64) -> Option<TrapHits> {
-        match self.read_dispatch(DispatchRead::Hits(&[site]))? {
-            Ok(DispatchReading::Hits(mut hits)) => hits.pop().flatten(),
-            Ok(DispatchReading::Table(_)) => None,
-            Err(e) => {
-                log::warn!("hits of site {site:#x}: {}", crate::error_chain(&e));
-                None
+        self.trap_hits_many(&[site]).pop().flatten()
+    }
+
+    /// [`TargetExt::trap_hits`] of many sites, read together (one read of the target, which
+    /// may answer from one pass over its table): one per site, in order, `None` for a site
+    /// without an entry or when the dispatcher counts nothing (or could not be read, which is
+    /// logged).
+    fn trap_hits_many(&self, sites: &[u64]) -> Vec<Option<TrapHits>> {
+        let none = || vec![None; sites.len()];
+        if sites.is_empty() {
+            return Vec::new();
+        }
+        match self.read_dispatch(DispatchRead::Hits(sites)) {
+            Some(Ok(DispatchReading::Hits(hits))) if hits.len() == sites.len() => hits,
+            Some(Ok(_)) | None => none(),
+            Some(Err(e)) => {
+                match sites {
+                    [site] => log::warn!("hits of site {site:#x}: {}", crate::error_chain(&e)),
+                    _ => log::warn!("hits of {} sites: {}", sites.len(), crate::error_chain(&e)),
+                }
+                none()
             }
         }
     }

@@ -94,12 +94,29 @@ echo "TRAPD_STDERR=$(tr '\n' '|' < /tmp/trapd.err)"
 echo "TRAPD_SID_LOOP=$(cat /tmp/tsid.out)"
 echo "TRAPD_JSON=$(tr -d '\n' < /tmp/trapd.json)"
 echo "TRAPD_LEFT=$(trapd send '{"op":"list"}' | grep -c '"site"' || true)"
-# Once mode through trapd: the live hits read by `list` requests, the hit sites removed by
-# `remove` requests while the command runs.
+# Once mode through trapd: each look one `hits` request (trapd answers the hit sites only), the
+# hit sites removed by `remove` requests while the command runs. Between its two rounds the
+# command waits (up to 120 s) until trapd answers no hit site: every site the first round hit
+# has been disarmed while it runs; it then says how many sites were still live (the `read` of
+# that answer), and the second round runs over no armed site it hits.
+cat > /tmp/tonce_mid.sh << 'EOF'
+i=0
+until trapd send '{"op":"hits","min_hits":1}' > /tmp/tonce_hits.json && grep -q '"splices":\[\]' /tmp/tonce_hits.json; do
+	if [ "$i" -ge 1200 ]; then
+		echo "TRAPD_ONCE_MID_TIMEOUT=$(cat /tmp/tonce_hits.json)"
+		exit 0
+	fi
+	sleep 0.1
+	i=$((i + 1))
+done
+echo "TRAPD_ONCE_MID_READ=$(grep -o '"read":[0-9]*' /tmp/tonce_hits.json | cut -d: -f2)"
+EOF
 status=0
-trapctl cover __x64_sys_getsid --mode once --json -o /tmp/tonce.json -- sh -c "ppidloop -s -n $N && sleep 1 && ppidloop -s -n $N" > /dev/null 2> /tmp/tonce.err || status=$?
+trapctl cover __x64_sys_getsid --mode once --json -o /tmp/tonce.json -- sh -c "ppidloop -s -n $N > /tmp/tonce1.out && sh /tmp/tonce_mid.sh > /tmp/tonce_mid.out && ppidloop -s -n $N" > /dev/null 2> /tmp/tonce.err || status=$?
 echo "TRAPD_ONCE_STATUS=$status"
 echo "TRAPD_ONCE_STDERR=$(tr '\n' '|' < /tmp/tonce.err)"
+echo "TRAPD_ONCE_SID_LOOP=$(cat /tmp/tonce1.out)"
+cat /tmp/tonce_mid.out
 echo "TRAPD_ONCE_JSON=$(tr -d '\n' < /tmp/tonce.json)"
 echo "TRAPD_ONCE_LEFT=$(trapd send '{"op":"list"}' | grep -c '"site"' || true)"
 kill $tdp

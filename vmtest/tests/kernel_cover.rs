@@ -408,10 +408,36 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         .find(|b| b["offset"] == 0)
         .expect("an entry block");
     let n = t_entry["count"].as_u64().expect("a count");
+    let t_sid = calls(&run, "TRAPD_ONCE_SID_LOOP");
     assert!(
-        n >= 1 && n <= once_sid,
-        "through trapd, one round at most: {t_entry}"
+        n >= 1 && n <= t_sid,
+        "through trapd, the first round at most: {t_entry}"
     );
+    // Disarmed while the command ran: between its rounds trapd's `hits` answered no hit site,
+    // and the sites it still read were exactly the blocks never hit (the second round hit no
+    // armed site: it takes the first round's blocks); the same blocks hit as in count mode.
+    assert!(
+        run.value("TRAPD_ONCE_MID_TIMEOUT").is_none(),
+        "the sites hit were disarmed while the command ran: {}",
+        run.stdout
+    );
+    let armed = blocks_of(&tonce, "__x64_sys_getsid")
+        .iter()
+        .filter(|b| b["site"].is_string())
+        .count() as u64;
+    let hit: Vec<(String, u64)> = hit_set(&tonce);
+    assert!(!hit.is_empty() && (hit.len() as u64) < armed, "{tonce}");
+    assert_eq!(
+        run.number("TRAPD_ONCE_MID_READ"),
+        armed - hit.len() as u64,
+        "live between the rounds: the {armed} armed less the {} hit",
+        hit.len()
+    );
+    let counted: Vec<(String, u64)> = hit_set(&report)
+        .into_iter()
+        .filter(|(f, _)| f == "__x64_sys_getsid")
+        .collect();
+    assert_eq!(hit, counted, "blocks hit: once through trapd, count mode");
     assert_eq!(
         run.number("TRAPD_ONCE_LEFT"),
         0,

@@ -27,6 +27,10 @@ pub fn execute<T: Target>(
             }),
             nothing,
         ),
+        Request::Hits { ids, min_hits } => (
+            Reply::Hits(super::hits(sp, ids.as_deref(), *min_hits)?),
+            nothing,
+        ),
         Request::Get { symbol, size } => (Reply::Get(super::get(sp, symbol, *size)?), nothing),
         Request::Apply {
             spec, check: true, ..

@@ -12,6 +12,7 @@
 //! | [`switch`] | go from one set of splices to another in one text batch (a profile switch) |
 //! | [`set`], [`get`] | write or read a component variable at its size |
 //! | [`listing`] | live splices with their counters, components, retiring splices |
+//! | [`hits`] | the counters alone of some or all live splices, only those hit enough |
 //!
 //! A front end's [`Request`] is executed by one function, [`execute`], which calls the
 //! operation above and answers with a typed [`Reply`] (trapd sends its fields; trapctl prints
@@ -61,11 +62,11 @@ pub use reply::{
     SpliceReply, Status, UnspliceReply, WrongReply,
 };
 pub use report::{
-    ApplyReport, CheckReport, CheckRow, ComponentRow, Listing, Loaded, PendingRow, SpliceRow,
-    Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
+    ApplyReport, CheckReport, CheckRow, ComponentRow, HitsReply, HitsRow, Listing, Loaded,
+    PendingRow, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
 };
 pub use request::{BadRequest, Request};
-pub use splice::{listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};
+pub use splice::{hits, listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};
 pub use var::{get, parse_u64, parse_value, set, var_size, NumberError, Value};
 
 /// Why an operation was refused; each names its culprit.
@@ -99,6 +100,8 @@ pub enum OpError {
     InUse { name: String, users: Vec<String> },
     #[error("no splice at `{at}` ({})", live_list(.live))]
     NoSplice { at: String, live: Vec<String> },
+    #[error("no live splice has id {} ({live} live); nothing was read", id_list(.ids))]
+    NoSpliceId { ids: Vec<u64>, live: usize },
     #[error("set {symbol}")]
     Set {
         symbol: String,
@@ -135,6 +138,15 @@ fn loaded_list(loaded: &[String]) -> String {
     } else {
         format!("loaded: {}", loaded.join(", "))
     }
+}
+
+/// `ids` as `3, 9, 12`, the first ten and how many more.
+fn id_list(ids: &[u64]) -> String {
+    let mut s: Vec<String> = ids.iter().take(10).map(u64::to_string).collect();
+    if ids.len() > 10 {
+        s.push(format!("and {} more", ids.len() - 10));
+    }
+    s.join(", ")
 }
 
 fn live_list(live: &[String]) -> String {

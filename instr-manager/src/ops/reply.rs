@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::request::Request;
 use super::{
-    ApplyReport, CheckReport, Listing, Loaded, PendingRow, SpliceRow, Switched, Unloaded,
-    Unrecorded, Unspliced, UnsplicedAll, Var,
+    ApplyReport, CheckReport, HitsReply, Listing, Loaded, PendingRow, SpliceRow, Switched,
+    Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
 };
 
 /// The answer to a [`Request`], one variant per request kind.
@@ -19,6 +19,7 @@ use super::{
 pub enum Reply {
     Status(Status),
     List(ListReply),
+    Hits(HitsReply),
     Load(Loaded),
     Unload(Unloaded),
     Splice(SpliceReply),
@@ -128,6 +129,7 @@ impl Reply {
         Ok(match request {
             Request::Status => Reply::Status(v(fields)?),
             Request::List => Reply::List(v(fields)?),
+            Request::Hits { .. } => Reply::Hits(v(fields)?),
             Request::Load { .. } => Reply::Load(v(fields)?),
             Request::Unload { .. } => Reply::Unload(v(fields)?),
             Request::Splice(_) => Reply::Splice(v(fields)?),
@@ -152,6 +154,7 @@ impl Reply {
         match self {
             Reply::Status(_) => "status",
             Reply::List(_) => "list",
+            Reply::Hits(_) => "hits",
             Reply::Load(_) => "load",
             Reply::Unload(_) => "unload",
             Reply::Splice(_) => "splice",
@@ -191,6 +194,7 @@ macro_rules! reply_into {
 reply_into! {
     Status => "status": Status;
     ListReply => "list": List;
+    HitsReply => "hits": Hits;
     Loaded => "load": Load;
     Unloaded => "unload": Unload;
     SpliceReply => "splice": Splice;

@@ -131,6 +131,24 @@ pub struct Listing {
     pub retiring: Vec<SpliceRow>,
 }
 
+/// The answer to `hits`: the splices asked about that had the hits, and how many were read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HitsReply {
+    /// By id.
+    pub splices: Vec<HitsRow>,
+    /// Splices whose counters were read (those named, or every live one).
+    pub read: usize,
+}
+
+/// One splice's hits, as `hits` answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HitsRow {
+    pub id: u64,
+    /// The site's address, `0x...` (as a listing's `site`).
+    pub site: String,
+    pub hits: u64,
+}
+
 /// A dispatch entry the module lists that no recorded state describes (trapd's `list`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unrecorded {

@@ -20,6 +20,18 @@ pub enum Request {
     Status,
     /// Live splices with hit counts, loaded components, profiles.
     List,
+    /// The hit counters of live splices and nothing more of them (id, site, hits): of the
+    /// splices `ids` (each must be live; none is answered otherwise), else of every live one;
+    /// only those hit at least `min_hits` times (default 0: all). The counters are read
+    /// together and a row is made only for a splice that has the hits, so `"min_hits": 1` over
+    /// thousands of sites costs little when few were hit: what `trapctl cover --mode once`
+    /// looks with through trapd.
+    Hits {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ids: Option<Vec<u64>>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        min_hits: u64,
+    },
     /// Load a component object (a path on the daemon's machine) and apply the splices it
     /// declares.
     Load {
@@ -74,6 +86,10 @@ pub enum Request {
     Require { module: String },
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Why a request line is not a request; its `trapvec::error_chain` is the reply's message.
 #[derive(Debug, thiserror::Error)]
 pub enum BadRequest {
@@ -114,6 +130,7 @@ impl Request {
         match self {
             Request::Status => "status",
             Request::List => "list",
+            Request::Hits { .. } => "hits",
             Request::Load { .. } => "load",
             Request::Unload { .. } => "unload",
             Request::Splice(_) => "splice",
@@ -133,6 +150,7 @@ impl Request {
             self,
             Request::Status
                 | Request::List
+                | Request::Hits { .. }
                 | Request::Get { .. }
                 | Request::Apply { check: true, .. }
         )
@@ -148,6 +166,29 @@ mod tests {
     #[test]
     fn requests_parse_by_op_with_defaults() {
         assert_eq!(Request::parse(r#"{"op":"list"}"#).unwrap(), Request::List);
+        assert_eq!(
+            Request::parse(r#"{"op":"hits"}"#).unwrap(),
+            Request::Hits {
+                ids: None,
+                min_hits: 0
+            }
+        );
+        assert_eq!(
+            Request::parse(r#"{"op":"hits","ids":[3,9],"min_hits":1}"#).unwrap(),
+            Request::Hits {
+                ids: Some(vec![3, 9]),
+                min_hits: 1
+            }
+        );
+        // Written back as short as it was asked.
+        assert_eq!(
+            serde_json::to_string(&Request::Hits {
+                ids: None,
+                min_hits: 1
+            })
+            .unwrap(),
+            r#"{"op":"hits","min_hits":1}"#
+        );
         assert_eq!(
             Request::parse(r#"{"op":"get","symbol":"v"}"#).unwrap(),
             Request::Get {
@@ -203,6 +244,9 @@ mod tests {
         assert!(e(r#"{"op":"set","symbol":"v","value":[1]}"#).starts_with("bad request"));
         assert!(e(r#"{"op":"unsplice","at":"f","extra":1}"#).contains("extra"));
         assert!(e(r#"{"op":"set","symbol":"v","value":-1}"#).starts_with("bad request"));
+        assert!(e(r#"{"op":"hits","min_hits":-1}"#).starts_with("bad request"));
+        assert!(e(r#"{"op":"hits","ids":"3"}"#).starts_with("bad request"));
+        assert!(e(r#"{"op":"hits","since":3}"#).contains("since"));
         assert!(e("{\"op\":\"li").starts_with("bad request"));
         assert!(e("[1,2]").starts_with("bad request"));
         assert!(e("").starts_with("bad request"));
@@ -211,6 +255,11 @@ mod tests {
     #[test]
     fn only_reads_are_not_changes() {
         assert!(!Request::List.changes() && !Request::Status.changes());
+        assert!(!Request::Hits {
+            ids: None,
+            min_hits: 1
+        }
+        .changes());
         assert!(!Request::Apply {
             spec: "/s.toml".into(),
             best_effort: false,
@@ -276,6 +325,10 @@ mod tests {
         let requests = [
             Request::Status,
             Request::List,
+            Request::Hits {
+                ids: Some(vec![1]),
+                min_hits: 0,
+            },
             Request::Load {
                 path: "/c.o".into(),
                 name: None,

@@ -2,7 +2,9 @@
 
 use trapvec::Target;
 
-use super::report::{ComponentRow, Listing, SpliceRow, Unspliced, UnsplicedAll};
+use super::report::{
+    ComponentRow, HitsReply, HitsRow, Listing, SpliceRow, Unspliced, UnsplicedAll,
+};
 use super::{Made, OpError};
 use crate::splice::SpliceRequest;
 use crate::splicer::{Hits, SpliceId, Splicer};
@@ -59,6 +61,52 @@ pub fn listing<T: Target>(sp: &Splicer<T>) -> Result<Listing, OpError> {
         splices,
         components,
         retiring,
+    })
+}
+
+/// The hits of the live splices `ids` (every one must be live, else none is read and the
+/// unknown ids are named), else of every live splice: a row (id, site, hits) for each hit at
+/// least `min_hits` times, by id. The counters are read together ([`Splicer::hits_many`]);
+/// nothing else of a splice is read or formatted, and only for the rows given back.
+pub fn hits<T: Target>(
+    sp: &Splicer<T>,
+    ids: Option<&[u64]>,
+    min_hits: u64,
+) -> Result<HitsReply, OpError> {
+    let ids: Vec<SpliceId> = match ids {
+        Some(ids) => {
+            let asked: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+            let unknown: Vec<u64> = asked
+                .iter()
+                .copied()
+                .filter(|&id| sp.get(SpliceId(id)).is_none())
+                .collect();
+            if !unknown.is_empty() {
+                return Err(OpError::NoSpliceId {
+                    ids: unknown,
+                    live: sp.live().count(),
+                });
+            }
+            asked.into_iter().map(SpliceId).collect()
+        }
+        None => sp.live().map(|s| s.id).collect(),
+    };
+    let counters = sp.hits_many(&ids)?;
+    let splices = ids
+        .iter()
+        .zip(counters)
+        .filter(|(_, h)| h.hits >= min_hits)
+        .filter_map(|(&id, h)| {
+            sp.get(id).map(|s| HitsRow {
+                id: id.0,
+                site: format!("{:#x}", s.point.site),
+                hits: h.hits,
+            })
+        })
+        .collect();
+    Ok(HitsReply {
+        splices,
+        read: ids.len(),
     })
 }
 

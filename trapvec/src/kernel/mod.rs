@@ -95,6 +95,12 @@ pub const MODULES_DISABLED_PATH: &str = "/proc/sys/kernel/modules_disabled";
 /// What a refusal says of a culprit the module did not give (or that could not be read).
 const UNSAID: &str = "an address the module did not say";
 
+/// From this many sites on, their counters are read by one LIST of the whole dispatch table
+/// (two ioctls, the module walking its table) instead of one HITS ioctl each: the splicer asks
+/// for thousands at once (`trapctl list`, trapd's `hits`, `trapctl cover`'s looks), and a
+/// syscall each costs far more than a table entry, most of all under emulation.
+const HITS_BY_LIST: usize = 64;
+
 /// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
 ///
 /// One variant per reason of the header's `TRAPVEC_REASONS()` list but `NONE`, named as the
@@ -1204,7 +1210,8 @@ impl Target for KernelTarget {
             .map_err(|reason| TargetError::SiteRefused { addr, reason })
     }
 
-    /// LIST for the table; HITS of each site for counters.
+    /// LIST for the table; for counters, HITS of each site, or one LIST when many are asked
+    /// for ([`HITS_BY_LIST`]).
     fn read_dispatch(
         &self,
         what: DispatchRead<'_>,
@@ -1213,6 +1220,11 @@ impl Target for KernelTarget {
             DispatchRead::Table => self
                 .list()
                 .map(|l| DispatchReading::Table(l.into_iter().map(|e| e.entry).collect())),
+            DispatchRead::Hits(sites) if sites.len() >= HITS_BY_LIST => self.list().map(|listed| {
+                let by_site: std::collections::HashMap<u64, TrapHits> =
+                    listed.iter().map(|e| (e.entry.site, e.hits)).collect();
+                DispatchReading::Hits(sites.iter().map(|s| by_site.get(s).copied()).collect())
+            }),
             DispatchRead::Hits(sites) => Ok(DispatchReading::Hits(
                 sites.iter().map(|&site| self.hits(site)).collect(),
             )),

@@ -1088,6 +1088,73 @@ fn trap_hits_reads_counters_and_none_for_a_site_without_entry() {
 }
 
 #[test]
+fn the_hits_of_many_sites_are_one_list_and_of_few_one_hits_each() {
+    let (mut target, m, _g) = target_with(|_| {});
+    // 100 entries; site i has hits 10 * i and missed i.
+    let entries: Vec<DispatchEntry> = (0..100u64)
+        .map(|i| DispatchEntry {
+            site: TEXT + 2 * i,
+            dest: CODE_ARENA,
+            handler: 0,
+            cookie: i,
+            only: None,
+        })
+        .collect();
+    target.add_dispatch(&entries).unwrap();
+    for i in 0..100u64 {
+        let mut module = m.borrow_mut();
+        let e = module.dispatch.get_mut(&(TEXT + 2 * i)).unwrap();
+        (e.hits, e.missed) = (10 * i, i);
+    }
+    let count = |name: &str| m.borrow().calls.iter().filter(|c| **c == name).count();
+    // Every site, and two that have no entry (odd addresses), in an order of their own.
+    let mut asked: Vec<u64> = (0..100u64).rev().map(|i| TEXT + 2 * i).collect();
+    asked.insert(50, TEXT + 1);
+    asked.push(TEXT + 999);
+    let got = target.trap_hits_many(&asked);
+    assert_eq!(got.len(), asked.len());
+    for (site, h) in asked.iter().zip(&got) {
+        let off = site - TEXT;
+        let want = (off.is_multiple_of(2) && off < 200).then(|| TrapHits {
+            hits: 5 * off,
+            missed: off / 2,
+        });
+        assert_eq!(*h, want, "site {site:#x}");
+    }
+    assert_eq!(
+        (count("LIST"), count("HITS")),
+        (2, 0),
+        "one LIST (and its count)"
+    );
+    // A few: HITS each, the same counters.
+    let few = [TEXT + 20, TEXT + 21, TEXT + 198];
+    assert_eq!(
+        target.trap_hits_many(&few),
+        vec![
+            Some(TrapHits {
+                hits: 100,
+                missed: 10
+            }),
+            None,
+            Some(TrapHits {
+                hits: 990,
+                missed: 99
+            })
+        ]
+    );
+    assert_eq!((count("LIST"), count("HITS")), (2, 3));
+    assert_eq!(target.trap_hits_many(&[]), Vec::new());
+    assert_eq!(
+        (count("LIST"), count("HITS")),
+        (2, 3),
+        "nothing asked, nothing read"
+    );
+    // A LIST the module refuses: no counters (logged), as a HITS refused.
+    m.borrow_mut().fail.insert("LIST", (Errno::ENOMEM, 0));
+    assert_eq!(target.trap_hits_many(&asked), vec![None; asked.len()]);
+}
+
+#[test]
 fn list_asks_again_when_entries_were_added_meanwhile() {
     let (mut target, m, _g) = target_with(|m| m.list_grows_by = 3);
     let entry = DispatchEntry {

@@ -504,14 +504,17 @@ const ONCE_PERIOD: Duration = Duration::from_millis(100);
 
 /// `once` mode: while the run lasts, every [`ONCE_PERIOD`] the sites hit since the last look are
 /// disarmed in one batch (their original bytes back), so a block costs a trap only until the
-/// next batch after its first hit. The module keeps no state of its own for it: the hits of the
-/// live sites are read as `trapctl list` reads them, and the removal is the one `count` mode
-/// ends with (one batch on the module, or one `remove` request to trapd).
+/// next batch after its first hit. The module keeps no state of its own for it: a look reads
+/// the live sites' counters together (on the module held; through trapd, one `hits` request
+/// that answers the hit sites only), and the removal is the one `count` mode ends with (one
+/// batch on the module, or `remove` requests to trapd).
 #[derive(Default)]
 struct Once {
     /// The hits each disarmed block had when it was disarmed (at least 1).
     hits: HashMap<usize, u64>,
     batches: usize,
+    /// trapd does not know the `hits` request (older than this trapctl): look with `list`.
+    old_trapd: bool,
 }
 
 impl Once {
@@ -553,7 +556,7 @@ impl Once {
         route: &mut Route,
         live: &mut HashMap<usize, (u64, String)>,
     ) -> Result<()> {
-        let now = live_hits(route, live)?;
+        let now = live_hits(route, live, &mut self.old_trapd)?;
         let hit: HashMap<usize, (u64, String)> = live
             .iter()
             .filter(|(i, _)| now.get(i).is_some_and(|&n| n > 0))
@@ -572,10 +575,12 @@ impl Once {
     }
 }
 
-/// The hits of every site of `live` now, per block index.
+/// The hits of the sites of `live` now, per block index: of every one on the module held, of
+/// those hit at least once through trapd ([`daemon_hits`]).
 fn live_hits(
     route: &mut Route,
     live: &HashMap<usize, (u64, String)>,
+    old_trapd: &mut bool,
 ) -> Result<HashMap<usize, u64>> {
     let mut out = HashMap::with_capacity(live.len());
     match route {
@@ -591,14 +596,7 @@ fn live_hits(
             }
         }
         Route::Daemon => {
-            let listing = route::read::<ListReply>(&Request::List)
-                .context("reading the coverage sites' hits from trapd")?
-                .listing;
-            let by_site: HashMap<&str, u64> = listing
-                .splices
-                .iter()
-                .map(|r| (r.site.as_str(), r.hits))
-                .collect();
+            let by_site = daemon_hits(old_trapd)?;
             for (&i, (_, site)) in live {
                 if let Some(&n) = by_site.get(site.as_str()) {
                     out.insert(i, n);
@@ -607,6 +605,36 @@ fn live_hits(
         }
     }
     Ok(out)
+}
+
+/// The hits of trapd's live splices hit at least once, by site: one `hits` request with
+/// `min_hits` 1 (trapd reads the counters together and answers a row for a hit site only,
+/// whoever's it is: the caller keeps its own), not the whole `list` of every site, which for
+/// thousands of coverage sites kept the guest busy for seconds each look. A trapd older than
+/// that request answers that it does not know it: then, and in the looks after, the `list`.
+fn daemon_hits(old_trapd: &mut bool) -> Result<HashMap<String, u64>> {
+    if !*old_trapd {
+        let ask = Request::Hits {
+            ids: None,
+            min_hits: 1,
+        };
+        match route::read::<ops::HitsReply>(&ask) {
+            Ok(r) => return Ok(r.splices.into_iter().map(|r| (r.site, r.hits)).collect()),
+            Err(e) if client::is_unknown_op(&e, ask.op()) => {
+                log::warn!("trapd does not know the `hits` request (it is older than this trapctl): once mode reads the whole `list` each look, which is slow for many sites");
+                *old_trapd = true;
+            }
+            Err(e) => return Err(e.context("reading the hit coverage sites from trapd")),
+        }
+    }
+    let listing = route::read::<ListReply>(&Request::List)
+        .context("reading the coverage sites' hits from trapd")?
+        .listing;
+    Ok(listing
+        .splices
+        .into_iter()
+        .map(|r| (r.site, r.hits))
+        .collect())
 }
 
 fn ms(d: Duration) -> f64 {
