@@ -163,6 +163,8 @@ impl<X> BlockRow<X> {
                 taken: abs(b.taken),
                 fallthrough: abs(b.fallthrough),
             }),
+            // Only a point to arm is written with the copy's address; a saved row is not armed.
+            shared_name: false,
         })
     }
 }
