@@ -288,6 +288,9 @@ pub struct BatchTimings {
     pub splices: usize,
     /// Resolving, decoding, validating and planning every point (the target's checks included).
     pub plan: std::time::Duration,
+    /// Of `plan`, the target's own checks of the windows ([`Target::check_site`]: the kernel
+    /// module's CHECK, one call per window).
+    pub check: std::time::Duration,
     /// Allocating, generating and writing trampolines.
     pub build: std::time::Duration,
     /// Making the batch visible: dispatch entries and the one text batch.
@@ -394,14 +397,20 @@ impl<T: Target> Splicer<T> {
     /// trampolines' (read together, see [`read_words`]).
     fn hits_of<'a>(&self, splices: impl IntoIterator<Item = &'a LiveSplice>) -> Vec<Hits> {
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
-        let mut out = Vec::new();
+        let splices: Vec<&LiveSplice> = splices.into_iter().collect();
+        let mut out = vec![Hits::default(); splices.len()];
+        // The dispatcher's counters of every trap splice in one read (not one call per site).
+        let trapped: Vec<usize> = (0..splices.len())
+            .filter(|&i| by_dispatcher && splices[i].plan.mechanism == Mechanism::Trap)
+            .collect();
+        let sites: Vec<u64> = trapped.iter().map(|&i| splices[i].point.site).collect();
+        let mut dispatched: Vec<Option<trapvec::TrapHits>> = vec![None; splices.len()];
+        for (&i, h) in trapped.iter().zip(self.target.trap_hits_many(&sites)) {
+            dispatched[i] = h;
+        }
         let mut counted: Vec<(usize, u64)> = Vec::new();
-        for (i, s) in splices.into_iter().enumerate() {
-            out.push(Hits::default());
-            let dispatched = (s.plan.mechanism == Mechanism::Trap && by_dispatcher)
-                .then(|| self.target.trap_hits(s.point.site))
-                .flatten();
-            match dispatched {
+        for (i, s) in splices.iter().enumerate() {
+            match dispatched[i] {
                 Some(h) => {
                     out[i] = Hits {
                         hits: h.hits,

@@ -630,6 +630,36 @@ pub trait TargetExt: Target {
         }
     }
 
+    /// Hit counters of many trap sites, one per site in that order (`None` where the dispatcher
+    /// keeps none or the site has no entry), in one read of the dispatch table: what
+    /// [`TargetExt::trap_hits`] gives each, without a call per site. A read the target refuses as
+    /// a whole is made again site by site.
+    fn trap_hits_many(&self, sites: &[u64]) -> Vec<Option<TrapHits>> {
+        if sites.is_empty() {
+            return Vec::new();
+        }
+        match self.read_dispatch(DispatchRead::Hits(sites)) {
+            None => vec![None; sites.len()],
+            Some(Ok(DispatchReading::Hits(hits))) if hits.len() == sites.len() => hits,
+            Some(Ok(_)) => {
+                log::warn!(
+                    "{} answered a read of {} sites' counters with something else",
+                    self.info().description,
+                    sites.len()
+                );
+                vec![None; sites.len()]
+            }
+            Some(Err(e)) => {
+                log::debug!(
+                    "hits of {} sites at once: {}; reading them one by one",
+                    sites.len(),
+                    crate::error_chain(&e)
+                );
+                sites.iter().map(|&s| self.trap_hits(s)).collect()
+            }
+        }
+    }
+
     /// [`TargetInfo::predicate_test`].
     fn predicate_test(
         &self,
