@@ -70,6 +70,10 @@ struct RawSpec {
     splice: Vec<SpliceRequest>,
     #[serde(default)]
     set: Vec<RawSet>,
+    /// The owner of every splice that names none of its own (a front end's spec of thousands
+    /// of splices held by one command: [`crate::ops::expand::spec_text`]).
+    #[serde(default)]
+    owner: Option<crate::owner::Owner>,
 }
 
 #[derive(Deserialize)]
@@ -159,7 +163,12 @@ impl Spec {
             };
             checked.map_err(|e| invalid(format!("splice[{i}].at"), e))?;
         }
-        let splices = raw.splice;
+        let mut splices = raw.splice;
+        if let Some(owner) = raw.owner {
+            for s in splices.iter_mut().filter(|s| s.options.owner.is_none()) {
+                s.options.owner = Some(owner.clone());
+            }
+        }
 
         let mut sets = Vec::with_capacity(raw.set.len());
         for (i, s) in raw.set.into_iter().enumerate() {

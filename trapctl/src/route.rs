@@ -111,7 +111,7 @@ pub fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// Remove the splices at `sites` and return what each removal gave back: one `remove` request,
 /// or through trapd as many as its request line ([`trapvec_proto::protocol::MAX_LINE`]) takes
-/// (thousands of coverage or glob sites make a line of hundreds of KB, which trapd refuses).
+/// (tens of thousands of coverage or glob sites make a line of megabytes, which trapd refuses).
 pub fn remove(sites: Vec<String>) -> Result<Vec<Unspliced>> {
     let parts = if client::is_listening(socket()) {
         request_parts(sites, REMOVE_LINE_BUDGET)
@@ -157,8 +157,8 @@ mod tests {
     fn removals_through_trapd_fit_its_request_line() {
         use trapvec_proto::protocol::MAX_LINE;
         use trapvec_proto::Request;
-        // 20,000 kernel sites: one request would be about 440 KB.
-        let sites: Vec<String> = (0..20_000u64)
+        // 100,000 kernel sites: one request would be about 2.2 MB.
+        let sites: Vec<String> = (0..100_000u64)
             .map(|i| format!("{:#x}", 0xffff_ffff_8100_0000 + i * 7))
             .collect();
         let parts = super::request_parts(sites.clone(), super::REMOVE_LINE_BUDGET);

@@ -97,7 +97,12 @@ pub fn is_unknown_op(error: &anyhow::Error, op: &str) -> bool {
 }
 
 fn exchange_one(mut stream: UnixStream, request: &Value) -> anyhow::Result<Value> {
-    writeln!(stream, "{request}")?;
+    // The line whole, then one write: `writeln!` on the socket wrote each piece the serializer
+    // made (a quote, a string, a comma) with a syscall of its own, some 40,000 for a `remove`
+    // of 10,000 sites, seconds under emulation.
+    let mut line = serde_json::to_vec(request)?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line)?;
     if line.is_empty() {

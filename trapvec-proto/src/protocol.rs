@@ -8,8 +8,10 @@ use serde_json::{json, Map, Value};
 pub use instr_manager::ops::request::{BadRequest, Request};
 pub use instr_manager::ops::Reply;
 
-/// The longest request line accepted (a longer one is answered with an error and dropped).
-pub const MAX_LINE: usize = 64 * 1024;
+/// The longest request line accepted (a longer one is answered with an error and dropped): 1 MiB,
+/// so that a `remove` of some 45,000 kernel sites is one request (one text batch, one wait for
+/// quiescence), where 64 KiB cut the 9,941 of `trapctl cover`'s TCP group into four.
+pub const MAX_LINE: usize = 1024 * 1024;
 
 /// A successful reply with `fields` (an object) merged after `"ok": true`.
 pub fn ok(fields: Value) -> Value {

@@ -124,6 +124,7 @@ pub fn apply<T: Target>(
     let timings = sp.last_batch().map(|t| Timings {
         splices: t.splices,
         plan_ms: ms(t.plan),
+        check_ms: ms(t.check),
         build_ms: ms(t.build),
         commit_ms: ms(t.commit),
     });

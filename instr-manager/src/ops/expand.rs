@@ -78,13 +78,38 @@ pub fn expand<T: Target>(
 }
 
 /// A spec of `splices` alone, as TOML text ([`crate::Spec::parse`] reads it back): how a front
-/// end sends a glob of its command line as an `apply` of its own.
+/// end sends a glob of its command line as an `apply` of its own. An owner every splice has is
+/// written once, as the spec's `owner` (not once per splice: `trapctl cover`'s ten thousand
+/// splices of one command made a spec four times as long, written and read as slowly).
 pub fn spec_text(splices: &[SpliceRequest]) -> Result<String, toml::ser::Error> {
     #[derive(Serialize)]
     struct Splices<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner: Option<&'a crate::owner::Owner>,
         splice: &'a [SpliceRequest],
     }
-    toml::to_string(&Splices { splice: splices })
+    let common = splices
+        .first()
+        .and_then(|s| s.options.owner.as_ref())
+        .filter(|&o| splices.iter().all(|s| s.options.owner.as_ref() == Some(o)));
+    let Some(owner) = common else {
+        return toml::to_string(&Splices {
+            owner: None,
+            splice: splices,
+        });
+    };
+    let bare: Vec<SpliceRequest> = splices
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s.options.owner = None;
+            s
+        })
+        .collect();
+    toml::to_string(&Splices {
+        owner: Some(owner),
+        splice: &bare,
+    })
 }
 
 /// One refused point of a batch: the point, its error chain, and why, when the error says it

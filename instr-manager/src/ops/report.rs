@@ -195,6 +195,9 @@ pub struct UnsplicedAll {
 pub struct Timings {
     pub splices: usize,
     pub plan_ms: f64,
+    /// Of `plan_ms`, the target's checks of the windows (the kernel module's CHECK per window).
+    #[serde(default)]
+    pub check_ms: f64,
     pub build_ms: f64,
     pub commit_ms: f64,
 }

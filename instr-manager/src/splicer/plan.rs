@@ -106,6 +106,10 @@ impl<T: Target> Splicer<T> {
 
     /// The retiring splice at `at`, matched as [`Splicer::find`] matches live ones.
     pub fn find_retiring(&self, at: &str) -> Option<SpliceId> {
+        // None retiring (the usual case): no need to resolve `at` to find none.
+        if self.retiring.is_empty() {
+            return None;
+        }
         self.find_in(self.retiring.values().map(|r| &*r.splice), at)
     }
 
@@ -349,7 +353,10 @@ impl<T: Target> Splicer<T> {
         // patch over the window) were put to the window when that trap was made.
         if !(plan.mechanism == Mechanism::Trap && cache.leaving_trap(plan.site, plan.displaced_len))
         {
-            self.check_windows(at, &plan)?;
+            let t = std::time::Instant::now();
+            let checked = self.check_windows(at, &plan);
+            cache.check_time += t.elapsed();
+            checked?;
         }
         if let Some(name) = r.action.symbol() {
             self.resolve_dest(at, name)?;

@@ -22,7 +22,13 @@ impl<T: Target> Splicer<T> {
         let built = self.build_all(requests, plans, &mut cache)?;
         let built_at = start.elapsed();
         let (ids, _) = self.publish(built, &[], &BTreeSet::new())?;
-        self.record_batch(ids.len(), planned, built_at, start.elapsed());
+        self.record_batch(
+            ids.len(),
+            cache.check_time,
+            planned,
+            built_at,
+            start.elapsed(),
+        );
         Ok(ids)
     }
 
@@ -53,7 +59,13 @@ impl<T: Target> Splicer<T> {
             &[],
             &BTreeSet::new(),
         )?;
-        self.record_batch(ids.len(), planned_at, built_at, start.elapsed());
+        self.record_batch(
+            ids.len(),
+            cache.check_time,
+            planned_at,
+            built_at,
+            start.elapsed(),
+        );
         log::debug!(
             "best effort: {} applied, {} refused",
             ids.len(),
@@ -68,6 +80,7 @@ impl<T: Target> Splicer<T> {
     fn record_batch(
         &mut self,
         splices: usize,
+        check: std::time::Duration,
         planned: std::time::Duration,
         built: std::time::Duration,
         done: std::time::Duration,
@@ -75,12 +88,14 @@ impl<T: Target> Splicer<T> {
         let t = BatchTimings {
             splices,
             plan: planned,
+            check,
             build: built - planned,
             commit: done - built,
         };
         log::debug!(
-            "batch of {splices} splices: planned in {:?}, built in {:?}, committed in {:?}",
+            "batch of {splices} splices: planned in {:?} (the target's checks {:?}), built in {:?}, committed in {:?}",
             t.plan,
+            t.check,
             t.build,
             t.commit
         );

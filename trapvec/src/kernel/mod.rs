@@ -95,12 +95,6 @@ pub const MODULES_DISABLED_PATH: &str = "/proc/sys/kernel/modules_disabled";
 /// What a refusal says of a culprit the module did not give (or that could not be read).
 const UNSAID: &str = "an address the module did not say";
 
-/// From this many sites on, their counters are read by one LIST of the whole dispatch table
-/// (two ioctls, the module walking its table) instead of one HITS ioctl each: the splicer asks
-/// for thousands at once (`trapctl list`, trapd's `hits`, `trapctl cover`'s looks), and a
-/// syscall each costs far more than a table entry, most of all under emulation.
-const HITS_BY_LIST: usize = 64;
-
 /// Why the module refuses to patch a site (`TRAPVEC_REASON_*` in `kmod/trapvec_abi.h`).
 ///
 /// One variant per reason of the header's `TRAPVEC_REASONS()` list but `NONE`, named as the
@@ -1211,7 +1205,7 @@ impl Target for KernelTarget {
     }
 
     /// LIST for the table; for counters, HITS of each site, or one LIST when many are asked
-    /// for ([`HITS_BY_LIST`]).
+    /// for ([`KernelTarget::hits_many`]).
     fn read_dispatch(
         &self,
         what: DispatchRead<'_>,
@@ -1220,14 +1214,7 @@ impl Target for KernelTarget {
             DispatchRead::Table => self
                 .list()
                 .map(|l| DispatchReading::Table(l.into_iter().map(|e| e.entry).collect())),
-            DispatchRead::Hits(sites) if sites.len() >= HITS_BY_LIST => self.list().map(|listed| {
-                let by_site: std::collections::HashMap<u64, TrapHits> =
-                    listed.iter().map(|e| (e.entry.site, e.hits)).collect();
-                DispatchReading::Hits(sites.iter().map(|s| by_site.get(s).copied()).collect())
-            }),
-            DispatchRead::Hits(sites) => Ok(DispatchReading::Hits(
-                sites.iter().map(|&site| self.hits(site)).collect(),
-            )),
+            DispatchRead::Hits(sites) => self.hits_many(sites).map(DispatchReading::Hits),
         })
     }
 
@@ -1262,7 +1249,52 @@ impl Target for KernelTarget {
     }
 }
 
+/// From this many sites on, their counters are read from one LIST of the table (when the table
+/// is at most [`LIST_HITS_SPREAD`] times as large) instead of one HITS per site.
+const LIST_HITS_MIN: usize = 16;
+
+/// How many table entries per site asked about a LIST may copy to answer for them.
+const LIST_HITS_SPREAD: usize = 4;
+
 impl KernelTarget {
+    /// The counters of `sites` (`None` for a site without a dispatch entry): one HITS per site
+    /// for a few, else one LIST of the table (the same sums under the same lock, for thousands
+    /// of sites two calls instead of thousands) when the table is not much larger than the
+    /// request.
+    fn hits_many(&self, sites: &[u64]) -> Result<Vec<Option<TrapHits>>, TargetError> {
+        if sites.len() >= LIST_HITS_MIN
+            && self.list_count()? <= sites.len().saturating_mul(LIST_HITS_SPREAD)
+        {
+            let mut table: Vec<(u64, TrapHits)> = self
+                .list()?
+                .into_iter()
+                .map(|e| (e.entry.site, e.hits))
+                .collect();
+            table.sort_unstable_by_key(|e| e.0);
+            return Ok(sites
+                .iter()
+                .map(|site| {
+                    table
+                        .binary_search_by_key(site, |e| e.0)
+                        .ok()
+                        .map(|i| table[i].1)
+                })
+                .collect());
+        }
+        Ok(sites.iter().map(|&site| self.hits(site)).collect())
+    }
+
+    /// How many dispatch entries the module holds (a LIST that copies none).
+    fn list_count(&self) -> Result<usize, TargetError> {
+        let mut arg = TrapvecList::default();
+        self.call(Request::List {
+            arg: &mut arg,
+            out: &mut [],
+        })
+        .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
+        Ok(arg.count as usize)
+    }
+
     /// HITS of one site: `None` for a site without a dispatch entry (or when the module cannot
     /// say, which is logged).
     fn hits(&self, site: u64) -> Option<TrapHits> {

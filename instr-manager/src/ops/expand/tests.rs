@@ -494,6 +494,45 @@ fn a_generated_spec_reads_back_as_its_splices() {
 }
 
 #[test]
+fn a_generated_spec_writes_a_common_owner_once_and_reads_back_as_its_splices() {
+    let owner = crate::owner::Owner {
+        pid: 4242,
+        start: 77,
+        command: "trapctl cover 'tcp_*' \"quoted\" \\ --seconds 0".into(),
+    };
+    let owned = |at: &str, o: &crate::owner::Owner| {
+        let mut r = count(at);
+        r.options.owner = Some(o.clone());
+        r
+    };
+    let all: Vec<SpliceRequest> = (0..50)
+        .map(|i| owned(&format!("{:#x}", 0xffff_ffff_8100_0000u64 + i * 7), &owner))
+        .collect();
+    let text = spec_text(&all).unwrap();
+    assert_eq!(text.matches("4242").count(), 1, "the owner once: {text}");
+    let back = Spec::parse(&text, Path::new("/"), Path::new("gen.toml")).unwrap();
+    assert_eq!(back.splices, all);
+    // Splices of two owners, or some with none: each keeps its own (none stays none).
+    let other = crate::owner::Owner {
+        pid: 7,
+        ..owner.clone()
+    };
+    let mixed = vec![owned("f1", &owner), owned("f2", &other), count("f3")];
+    let text = spec_text(&mixed).unwrap();
+    let back = Spec::parse(&text, Path::new("/"), Path::new("gen.toml")).unwrap();
+    assert_eq!(back.splices, mixed);
+    // A spec's owner is every splice's that names none of its own.
+    let text = "[owner]\npid = 1\nstart = 2\ncommand = \"c\"\n\n[[splice]]\nat = \"f1\"\naction = \"count\"\n\n[[splice]]\nat = \"f2\"\naction = \"count\"\nowner = { pid = 3, start = 4, command = \"d\" }\n";
+    let back = Spec::parse(text, Path::new("/"), Path::new("gen.toml")).unwrap();
+    let pids: Vec<Option<u32>> = back
+        .splices
+        .iter()
+        .map(|s| s.options.owner.as_ref().map(|o| o.pid))
+        .collect();
+    assert_eq!(pids, [Some(1), Some(3)]);
+}
+
+#[test]
 fn a_spec_takes_a_glob_and_refuses_a_bad_one() {
     let parse = |at: &str| {
         let text = format!("[[splice]]\nat = \"{at}\"\naction = \"count\"\n");

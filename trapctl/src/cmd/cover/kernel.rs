@@ -194,8 +194,8 @@ pub(super) struct Report {
 /// Where the time to arm the sites went, in milliseconds: opening the target (`/proc/kallsyms`
 /// read and parsed, the module's or trapd's state), decoding the functions into blocks and
 /// choosing their sites, writing the spec, and the apply (`arm_ms`), of which the batch's own
-/// plan, build (the module's ALLOC, WRITE and SEAL ioctls) and commit (the text batch) when the
-/// route reports them.
+/// plan (and of it the module's checks), build (the module's ALLOC, WRITE and SEAL ioctls) and
+/// commit (the text batch) when the route reports them.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct Stages {
     open_ms: f64,
@@ -203,6 +203,8 @@ struct Stages {
     spec_ms: f64,
     apply_ms: f64,
     plan_ms: Option<f64>,
+    /// Of `plan_ms`, the module's checks of the windows (its CHECK, one per site).
+    check_ms: Option<f64>,
     build_ms: Option<f64>,
     commit_ms: Option<f64>,
 }
@@ -439,6 +441,7 @@ pub fn run(args: &Args) -> Result<()> {
     stages.apply_ms = ms(arm);
     if let Some(t) = report.timings {
         stages.plan_ms = Some(t.plan_ms);
+        stages.check_ms = Some(t.check_ms);
         stages.build_ms = Some(t.build_ms);
         stages.commit_ms = Some(t.commit_ms);
     }
