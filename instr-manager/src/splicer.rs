@@ -288,6 +288,9 @@ pub struct BatchTimings {
     pub splices: usize,
     /// Resolving, decoding, validating and planning every point (the target's checks included).
     pub plan: std::time::Duration,
+    /// Of `plan`, the target's own checks of the windows ([`Target::check_site`]: the kernel
+    /// module's CHECK, one call per window).
+    pub check: std::time::Duration,
     /// Allocating, generating and writing trampolines.
     pub build: std::time::Duration,
     /// Making the batch visible: dispatch entries and the one text batch.
