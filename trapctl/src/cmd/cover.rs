@@ -827,14 +827,16 @@ fn from_saved(args: &Args, path: &Path, mut r: Report) -> Result<()> {
         };
         tally.add(home, b, row.hit);
     }
-    let table = tally.finish(r.total.functions);
-    saved::check_table(path, &table, &mut r.functions, &r.total)?;
-    r.refused = table.refused;
-    saved::notes_kept(&mut r.notes);
+    r.refused = saved::table_again(
+        path,
+        tally,
+        &mut r.functions,
+        &r.total,
+        &mut r.notes,
+        &r.blocks,
+        args.lcov.is_some(),
+    )?;
     if let Some(lcov) = &args.lcov {
-        if saved::without_cfg(&r.blocks) {
-            r.notes.push(saved::no_cfg_note(path));
-        }
         let covered: Vec<Covered<'_>> = objects
             .iter()
             .zip(per)

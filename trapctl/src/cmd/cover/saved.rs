@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use super::table::{BlockRow, FunctionRow, Table, Total};
+use super::table::{BlockRow, FunctionRow, RefusedBlock, Table, Tally, Total};
 use super::SCHEMA;
 
 /// The text of a note a live run's lcov file left in its report: dropped when the lcov file is
@@ -82,10 +82,32 @@ fn kind_of(v: &Value) -> Result<Kind, String> {
     }
 }
 
+/// A saved report's table made again from its blocks ([`Tally`]): checked against the saved
+/// rows and total ([`check_table`], which puts the tallied rows in `functions`), the notes of the
+/// live run's lcov file dropped, and, when an lcov file is asked for (`lcov`) of blocks saved
+/// without their CFG, the note saying so. Returns the refused blocks for the text.
+pub(super) fn table_again<X>(
+    path: &Path,
+    tally: Tally<'_>,
+    functions: &mut Vec<FunctionRow>,
+    total: &Total,
+    notes: &mut Vec<String>,
+    blocks: &[BlockRow<X>],
+    lcov: bool,
+) -> Result<Vec<RefusedBlock>> {
+    let table = tally.finish(total.functions);
+    check_table(path, &table, functions, total)?;
+    notes_kept(notes);
+    if lcov && without_cfg(blocks) {
+        notes.push(no_cfg_note(path));
+    }
+    Ok(table.refused)
+}
+
 /// Check that the table tallied from the saved blocks is the one the report saved (its total,
 /// then each function's row), naming the first difference; then the saved report's rows are
 /// replaced by the tallied ones (which carry the names the text prints).
-pub(super) fn check_table(
+fn check_table(
     path: &Path,
     table: &Table,
     functions: &mut Vec<FunctionRow>,
@@ -144,18 +166,18 @@ pub(super) fn check_hit<X>(path: &Path, row: &BlockRow<X>, hits: Option<u64>) ->
 }
 
 /// The saved notes but those of a live run's lcov file.
-pub(super) fn notes_kept(notes: &mut Vec<String>) {
+fn notes_kept(notes: &mut Vec<String>) {
     notes.retain(|n| !n.contains(LCOV_NOTE));
 }
 
 /// Whether some block row has no `succs` (written before a report carried the CFG): a note then
 /// says the lcov file has no branch records.
-pub(super) fn without_cfg<X>(rows: &[BlockRow<X>]) -> bool {
+fn without_cfg<X>(rows: &[BlockRow<X>]) -> bool {
     rows.iter().any(|r| r.succs.is_none())
 }
 
 /// The note when [`without_cfg`].
-pub(super) fn no_cfg_note(path: &Path) -> String {
+fn no_cfg_note(path: &Path) -> String {
     format!(
         "{}: its blocks have no `succs` (written by an older trapctl): the lcov file has no BRDA records",
         path.display()
