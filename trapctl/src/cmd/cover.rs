@@ -60,7 +60,8 @@ The kernel (no --process): GLOB is a shell glob over /proc/kallsyms functions (`
 `'MOD:GLOB'` for a module's). Every block gets a count trap (the entry block's past the ftrace
 site), all armed in ONE best-effort batch, through trapd when it runs, else straight to the
 module (as `trapctl apply` goes). A block that cannot take one is listed with the reason and
-counted as not covered, never fatal. The coverage lasts --seconds N, or while `-- COMMAND ARGS`
+counted as not covered, never fatal; so is every block past the module's 262,144 sites of one
+batch (functions in address order; `over_batch_limit`: narrow the globs). The coverage lasts --seconds N, or while `-- COMMAND ARGS`
 runs (trapctl then exits with its status), or until SIGINT (Ctrl-C), SIGTERM or SIGHUP; however
 it ends, every site is removed (one batch, through trapd one `remove` request) and the report
 printed, and a signal then ends trapctl as `trapctl count` does. The sites record this command as
@@ -73,7 +74,9 @@ function+offset records, and says so.
 
 --process: GLOB is a shell glob
 over function names of the program (`'*'`, `'parse_*'`); `OBJECT:GLOB` names a library the
-program links (`'libfoo.so.1:foo_*'`, found as ldd finds it). Quote globs from the shell.
+program links (`'libfoo.so.1:foo_*'`, found as ldd finds it). Quote globs from the shell. A name
+several static functions of one object share is covered copy by copy, each named by its address
+in the file (`helper@0x1139`, as nm prints it).
 
 A block gets a jmp splice where one fits (cheap), else a trap; a block that can take neither is
 listed with the reason and counted as not covered, never fatal. COMMAND runs under the LD_PRELOAD
