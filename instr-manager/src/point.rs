@@ -350,23 +350,27 @@ pub fn choose<'a>(
         );
         return Ok(only);
     }
-    let candidates = distinct_all
-        .iter()
-        .map(|s| {
-            format!(
-                "{}:{} at {:#x}",
-                s.origin.as_deref().unwrap_or("main"),
-                s.versioned_name(),
-                s.addr
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(PlanError::Ambiguous {
+    Err(ambiguous(text, name, &distinct_all))
+}
+
+/// `name` names every one of `candidates`: each listed as `object:name at 0xADDRESS`.
+fn ambiguous(text: &str, name: &str, candidates: &[&Symbol]) -> PlanError {
+    PlanError::Ambiguous {
         text: text.into(),
         name: name.into(),
-        candidates,
-    })
+        candidates: candidates
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}:{} at {:#x}",
+                    s.origin.as_deref().unwrap_or("main"),
+                    s.versioned_name(),
+                    s.addr
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// The kernel's init memory, `[__init_begin, __init_end)` of vmlinux (the main image), when
@@ -427,24 +431,7 @@ fn copy_at<'a>(
     match (in_file.as_slice(), main.as_slice()) {
         ([only], _) | (_, [only]) => return Ok(only),
         ([], _) => {}
-        (several, _) => {
-            return Err(PlanError::Ambiguous {
-                text: text.into(),
-                name: name.into(),
-                candidates: several
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{}:{} at {:#x}",
-                            s.origin.as_deref().unwrap_or("main"),
-                            s.name,
-                            s.addr
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-        }
+        (several, _) => return Err(ambiguous(text, name, several)),
     }
     if all.is_empty() {
         return Err(PlanError::UnknownSymbol {
