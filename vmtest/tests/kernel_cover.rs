@@ -73,16 +73,18 @@ fn function_row<'a>(report: &'a Value, function: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {function}: {report}"))
 }
 
-/// `fixtures/coverloop.c` built into `dir` with `cc -O0 -g`, and beside it `coverloop.segments`:
+/// `fixtures/coverloop.c` and `coverloop_twin.c` (each with a static `helper`) built into `dir`
+/// with `cc -O0 -g`, and beside it `coverloop.segments`:
 /// its load segments (`ADDRESS SIZE OFFSET` a line, in hex), with which the guest turns a block's
 /// address into the file offset a uprobe takes.
 fn coverloop(dir: &Path) -> (PathBuf, PathBuf) {
     let prog = dir.join("coverloop");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/coverloop.c");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let cc = Command::new("cc")
         .args(["-O0", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&prog)
-        .arg(&src)
+        .arg(fixtures.join("coverloop.c"))
+        .arg(fixtures.join("coverloop_twin.c"))
         .output()
         .expect("running cc");
     assert!(
@@ -168,6 +170,27 @@ fn process_oracle(run: &Run, prog: &Path) -> (usize, usize) {
         more_than_once += usize::from(n > 1);
     }
     assert!(more_than_once >= 1, "some block was hit more than once");
+    // The two static `helper`s (coverloop.c's, called for every third round: 20 of 60;
+    // coverloop_twin.c's, for every odd one: 30), each covered under its own address, and their
+    // entry blocks among the blocks the uprobes checked above.
+    let mut helpers: Vec<(u64, u64)> = sites
+        .iter()
+        .filter(|b| b["function"] == "helper" && b["offset"] == 0)
+        .map(|b| {
+            let a = b["address"].as_str().unwrap().trim_start_matches("0x");
+            (
+                u64::from_str_radix(a, 16).unwrap(),
+                b["hits"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    helpers.sort_by_key(|&(_, hits)| hits);
+    assert_eq!(
+        helpers.iter().map(|&(_, hits)| hits).collect::<Vec<_>>(),
+        [20, 30],
+        "the entries of the two helpers, each with its own hits: {helpers:x?}"
+    );
+    assert_ne!(helpers[0].0, helpers[1].0, "two copies: {helpers:x?}");
     (sites.len(), more_than_once)
 }
 
