@@ -134,9 +134,12 @@ pub fn object_blocks(
             }
         })
     };
+    // Every address a name has, its IFUNCs' too: glibc's `memcpy@GLIBC_2.2.5` is a function
+    // and `memcpy@@GLIBC_2.14` an IFUNC that a process binds to its implementation, so the
+    // function is named by its address, never by the bare name the IFUNC takes.
     let mut by_name: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
     for s in image.symbols.iter() {
-        if s.kind == SymbolKind::Function {
+        if matches!(s.kind, SymbolKind::Function | SymbolKind::Ifunc) {
             by_name.entry(&s.name).or_default().insert(s.addr);
         }
     }

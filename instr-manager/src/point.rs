@@ -417,12 +417,16 @@ fn copy_at<'a>(
         return Ok(s);
     }
     // A file address: the same number may be a copy's in the program and in a library; an
-    // unqualified name binds to the program's, as [`choose`] does.
-    let in_file: Vec<&Symbol> = mine
+    // unqualified name binds to the program's, as [`choose`] does. Names of one run-time
+    // address are one function (glibc's `lio_listio@GLIBC_2.4` and `lio_listio@@GLIBC_2.34`):
+    // one candidate, the default version's name first.
+    let mut in_file: Vec<&Symbol> = mine
         .iter()
         .copied()
         .filter(|s| symbols.file_address(s) == Some(addr))
         .collect();
+    in_file.sort_by_key(|s| (s.addr, s.is_hidden_version()));
+    in_file.dedup_by_key(|s| s.addr);
     let main: Vec<&Symbol> = in_file
         .iter()
         .copied()

@@ -434,6 +434,24 @@ fn in_a_process_a_copy_is_named_by_its_address_in_its_file_too() {
         f.iter().map(|s| t.file_address(s)).collect::<Vec<_>>(),
         [Some(0x1100), Some(0x1200), Some(0x1100), Some(0x1300)]
     );
+    // glibc's `lio_listio`: two versions at one address and a compatibility copy at another;
+    // the file address of the first names one function, not an ambiguous pair.
+    let glibc = |version: &str, addr: u64| Symbol {
+        version: Some(version.into()),
+        ..lib("lio_listio", addr)
+    };
+    let v = SymbolTable::new(vec![
+        glibc("@GLIBC_2.4", 0x938c0),
+        glibc("@@GLIBC_2.34", 0x938c0),
+        glibc("@GLIBC_2.2.5", 0x150160),
+    ])
+    .with_load_biases(vec![(Some("/usr/lib/libx.so.1".into()), LIB)]);
+    let at = |p: &str| resolve_point(&p.parse().unwrap(), &v, &info(false), |_| 0);
+    assert_eq!(
+        at("libx:lio_listio@0x938c0+0x5").unwrap().site,
+        LIB + 0x938c5
+    );
+    assert_eq!(at("lio_listio@0x150160").unwrap().site, LIB + 0x150160);
     // An object the table has no bias for: only its run-time address names a copy.
     let bare = SymbolTable::new(vec![func("helper", PIE + 0x1100, 0x20)]);
     assert_eq!(bare.file_address(bare.lookup_all("helper")[0]), None);

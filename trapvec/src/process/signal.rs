@@ -79,7 +79,11 @@ pub(crate) fn installed() -> bool {
     INSTALLED.load(SeqCst)
 }
 
-/// The real-time signal used to scan threads (`TRAPVEC_SIGNAL`, default `SIGRTMAX-1`).
+/// The real-time signal used to scan threads (`TRAPVEC_SIGNAL`, default `SIGRTMAX-1`). Once the
+/// handlers are installed the number is read from [`SCAN_SIGNAL`] alone: `SIGRTMAX` is a libc
+/// function (`__libc_current_sigrtmax`), and the text writer and the scan handler call this while
+/// a transient `CC` may sit in any libc function, that one included (a cover of libc's every
+/// block killed the writer there).
 pub(crate) fn scan_signal() -> libc::c_int {
     match SCAN_SIGNAL.load(SeqCst) {
         0 => libc::SIGRTMAX() - 1,
@@ -151,9 +155,11 @@ pub(crate) fn install() -> Result<(), TargetError> {
         .get_or_init(|| {
             // SAFETY: each call passes valid pointers to initialised `sigaction` structs; the
             // handlers installed are `extern "C"` functions with the SA_SIGINFO signature.
-            if let Ok(text) = std::env::var("TRAPVEC_SIGNAL") {
-                SCAN_SIGNAL.store(parse_scan_signal(&text)?, SeqCst);
-            }
+            let signal = match std::env::var("TRAPVEC_SIGNAL") {
+                Ok(text) => parse_scan_signal(&text)?,
+                Err(_) => libc::SIGRTMAX() - 1,
+            };
+            SCAN_SIGNAL.store(signal, SeqCst);
             // The program's dispositions are recorded before the handlers go in, so that a
             // signal arriving in between already finds them.
             for sig in [libc::SIGSEGV, libc::SIGTRAP, scan_signal()] {
@@ -338,8 +344,9 @@ fn report(prefix: &[u8], addr: u64, suffix: &[u8]) {
         buf[n] = b;
         n += 1;
     }
-    // SAFETY: write(2) is async-signal-safe; `buf[..n]` is initialised.
-    unsafe { libc::write(2, buf.as_ptr().cast(), n) };
+    // A raw system call, not libc's `write`: this runs while a transient `CC` may sit in it.
+    // SAFETY: `buf[..n]` is initialised and outlives the call.
+    unsafe { sys::syscall6(libc::SYS_write, [2, buf.as_ptr() as u64, n as u64, 0, 0, 0]) };
 }
 
 extern "C" fn on_scan(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {

@@ -241,15 +241,25 @@ impl<'a> Tally<'a> {
     }
 
     /// The table, of `functions` functions (those whose blocks were added, and any without).
+    /// Two functions the table would print under one name (static functions of one name in
+    /// several files, a library's compatibility copy beside its default version) are printed
+    /// as points name them: `name@0xADDRESS`.
     pub fn finish(self, functions: usize) -> Table {
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for ((_, _, _, function), (home, _)) in &self.per {
+            *names.entry(home.name(function)).or_default() += 1;
+        }
         let mut rows: Vec<FunctionRow> = self
             .per
             .into_iter()
-            .map(|((_, _, _, function), (home, c))| FunctionRow {
+            .map(|((_, _, addr, function), (home, c))| FunctionRow {
                 object: home.object.map(str::to_string),
                 function: function.to_string(),
                 module: home.module.map(str::to_string),
-                name: home.name(function),
+                name: match home.name(function) {
+                    n if names.get(&n).is_some_and(|&k| k > 1) => format!("{n}@{addr:#x}"),
+                    n => n,
+                },
                 blocks: c.blocks,
                 covered: c.covered,
                 refused: c.refused,
@@ -408,8 +418,10 @@ mod tests {
         tally.add(program, &blocks[2], false);
         let t = tally.finish(3);
         let names: Vec<&str> = t.functions.iter().map(|f| f.name.as_str()).collect();
-        // Two functions named `a` (two addresses) are two rows.
-        assert_eq!(names, ["libz.so.1:b", "a", "a"]);
+        // Two functions named `a` (two addresses) are two rows, each printed as a point names
+        // its copy; the JSON keeps the name.
+        assert_eq!(names, ["libz.so.1:b", "a@0x20", "a@0x30"]);
+        assert_eq!(t.functions[1].function, "a");
         assert_eq!(t.total.percent, 33.3);
         assert_eq!(
             serde_json::to_string(&t.functions[0]).unwrap(),

@@ -1,0 +1,119 @@
+//! `trapctl cover --process 'libc.so.6:*'`: every block of the C library the program runs on,
+//! under `sort` (a packaged program: malloc, qsort, string and stdio functions). Three faults
+//! it found, each checked here:
+//! - the text writer ran libc's `__libc_current_sigrtmax` (through `SIGRTMAX`) while a
+//!   transient `CC` sat in it, and killed the program ("the text writer executed the site it
+//!   is writing at");
+//! - a name with two versions at one address (`lio_listio@GLIBC_2.4` and
+//!   `lio_listio@@GLIBC_2.34`) and a third copy elsewhere was refused as ambiguous in the
+//!   program;
+//! - `memcpy@GLIBC_2.2.5`, a function beside the IFUNC `memcpy@@GLIBC_2.14`, was named by
+//!   its bare name, which the process binds to the IFUNC's implementation: its points fell
+//!   inside that implementation's instructions.
+//!
+//! Needs the built agent and the host's glibc (2.34 or later, x86-64).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+mod attach_common;
+use attach_common::agent;
+
+/// `trapctl cover --process 'libc.so.6:*' [--json -o r.json] -- sort FILE` in a new directory:
+/// trapctl's exit status, stdout and stderr, and the report when asked for.
+fn cover_libc(json: bool) -> (i32, String, String, Option<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let words: String = (0..200)
+        .map(|i| format!("w{:03}\n", (i * 37) % 200))
+        .collect();
+    std::fs::write(dir.path().join("in"), words).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trapctl"));
+    cmd.args(["cover", "--agent"]).arg(agent()).args([
+        "--process",
+        "--mode",
+        "count",
+        "libc.so.6:*",
+    ]);
+    if json {
+        cmd.args(["--json", "-o", "r.json"]);
+    }
+    let out = cmd
+        .args(["--", "sort", "in"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let report = json.then(|| {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap()
+    });
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        report,
+    )
+}
+
+#[test]
+fn every_block_of_libc_is_covered_under_a_packaged_program_without_a_wrong_refusal() {
+    let (status, stdout, stderr, report) = cover_libc(true);
+    assert_eq!(status, 0, "{stdout}{stderr}");
+    assert!(!stderr.contains("text writer"), "{stderr}");
+    let report = report.unwrap();
+    assert_eq!(report["exit"], 0, "sort exited 0");
+    let total = &report["total"];
+    assert!(
+        total["functions"].as_u64().unwrap() > 1000 && total["covered"].as_u64().unwrap() > 100,
+        "{total}"
+    );
+    // Refused blocks are the planner's (a window, a branch target), never the agent's.
+    let refusals = total["refusals"].as_object().unwrap();
+    assert!(!refusals.contains_key("agent_refused"), "{total}");
+    assert!(!report.to_string().contains("ambiguous"), "{total}");
+    let rows = |name: &str| -> Vec<(u64, u64)> {
+        report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["function"] == name)
+            .map(|f| {
+                (
+                    f["blocks"].as_u64().unwrap(),
+                    f["refused"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // lio_listio: the default and GLIBC_2.4 names of one function, and the GLIBC_2.2.5 copy.
+    let lio = rows("lio_listio");
+    assert_eq!(lio.len(), 2, "{lio:?}");
+    assert!(
+        lio.iter()
+            .all(|&(blocks, refused)| blocks > 0 && refused == 0),
+        "{lio:?}"
+    );
+    // memcpy: the GLIBC_2.2.5 function (the IFUNC is not a function of the file's).
+    let memcpy = rows("memcpy");
+    assert!(
+        !memcpy.is_empty() && memcpy.iter().all(|&(_, refused)| refused == 0),
+        "{memcpy:?}"
+    );
+}
+
+#[test]
+fn the_table_prints_two_functions_of_one_name_by_their_addresses() {
+    let (status, stdout, stderr, _) = cover_libc(false);
+    assert_eq!(status, 0, "{stdout}{stderr}");
+    // The program's own output first (sort's, in order), then the table.
+    assert!(stdout.starts_with("w000\nw001\nw002\n"), "{stdout}");
+    let lio: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("libc.so.6:lio_listio"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(lio.len(), 2, "{lio:?}");
+    assert!(
+        lio.iter().all(|n| n.starts_with("libc.so.6:lio_listio@0x")) && lio[0] != lio[1],
+        "{lio:?}"
+    );
+}
