@@ -262,13 +262,21 @@ impl Scenario {
     }
 
     /// Run the guest's vCPUs in one host thread (`-accel tcg,thread=single`) instead of one
-    /// thread each: for a 6.12 guest that loads a livepatch. Every livepatch transition rewrites
-    /// all `cond_resched()` call sites (static calls, `text_poke_bp()` one site at a time, twice
-    /// per transition); under multi-threaded TCG a vCPU now and then executes an int3 the kernel
-    /// has already taken out again. 6.1's `kprobe_int3_handler()` backs such a CPU up; 6.12's does
-    /// not, and the guest dies with `Oops: int3` in whatever function the other vCPU was running.
-    /// Seen without trapvec loaded (a livepatch enabled and disabled in a loop died in its 4th
-    /// cycle, in `__virt_addr_valid`); with one TCG thread, 12 cycles ran clean.
+    /// thread each: for a guest that rewrites much text with `text_poke_bp()` (a 6.12 livepatch,
+    /// the function tracer). Every livepatch transition rewrites all `cond_resched()` call sites
+    /// (static calls, `text_poke_bp()` one site at a time, twice per transition); under
+    /// multi-threaded TCG a vCPU now and then executes an int3 the kernel has already taken out
+    /// again. 6.12's `kprobe_int3_handler()` does not back such a CPU up, and the guest dies with
+    /// `Oops: int3` in whatever function the other vCPU was running. Seen without trapvec loaded
+    /// (a livepatch enabled and disabled in a loop died in its 4th cycle, in
+    /// `__virt_addr_valid`); with one TCG thread, 12 cycles ran clean. 6.1's backs the CPU up to
+    /// the int3, which the vCPU can keep running: memory holds the new instruction, the vCPU's
+    /// cached translation the int3, and it loops there with interrupts off, the writer waiting
+    /// for it in `text_poke_sync()` (a soft lockup). Seen without trapvec loaded, twice in 500
+    /// enable/disable cycles of the function tracer on 1,000 functions (at
+    /// `tsc_verify_tsc_adjust+0x0` in the idle loop, at `can_migrate_task+0x0` under a runqueue
+    /// lock); `singlestep` on and off in the QEMU monitor, which makes QEMU translate afresh, set
+    /// the looping vCPU free. With one TCG thread, 1,452 cycles ran clean.
     #[must_use]
     pub fn single_tcg_thread(self) -> Self {
         self.qemu_arg("-accel").qemu_arg("tcg,thread=single")
