@@ -117,3 +117,48 @@ fn the_table_prints_two_functions_of_one_name_by_their_addresses() {
         "{lio:?}"
     );
 }
+
+#[test]
+fn a_script_is_covered_in_its_interpreter() {
+    // `#!/bin/sh`: the process is the shell's, and so are the program and the libraries it
+    // links. Before, trapctl read the script as the program: "not an ELF file".
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.sh");
+    std::fs::write(&script, "#!/bin/sh\necho from-the-script\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["cover", "--agent"])
+        .arg(agent())
+        .args([
+            "--process",
+            "libc.so.6:str*",
+            "--json",
+            "-o",
+            "r.json",
+            "--",
+        ])
+        .arg(&script)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "from-the-script\n");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    assert_eq!(report["exit"], 0);
+    assert_eq!(
+        report["objects"][0]["path"], "/bin/sh",
+        "{}",
+        report["objects"]
+    );
+    assert!(
+        report["total"]["covered"].as_u64().unwrap() > 0,
+        "{}",
+        report["total"]
+    );
+}

@@ -76,7 +76,8 @@ function+offset records, and says so.
 over function names of the program (`'*'`, `'parse_*'`); `OBJECT:GLOB` names a library the
 program links (`'libfoo.so.1:foo_*'`, found as ldd finds it). Quote globs from the shell. A name
 several static functions of one object share is covered copy by copy, each named by its address
-in the file (`helper@0x1139`, as nm prints it).
+in the file (`helper@0x1139`, as nm prints it). A COMMAND that is a script (`#!`) runs its
+interpreter: the program's functions and libraries are the interpreter's.
 
 A block gets a jmp splice where one fits (cheap), else a trap; a block that can take neither is
 listed with the reason and counted as not covered, never fatal. COMMAND runs under the LD_PRELOAD
@@ -208,18 +209,6 @@ struct Report {
     /// The text's refused blocks (`blocks` says the same in JSON).
     #[serde(skip)]
     refused: Vec<RefusedBlock>,
-}
-
-/// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
-fn find_command(name: &str) -> Result<PathBuf> {
-    if name.contains('/') {
-        return Ok(PathBuf::from(name));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| format!("`{name}` is not found on $PATH"))
 }
 
 /// The agent: `--agent`, `$TRAPVEC_AGENT`, next to trapctl's executable, or the package's.
@@ -441,13 +430,15 @@ pub fn run(args: &Args) -> Result<()> {
         .iter()
         .map(|g| FunctionGlob::new(g))
         .collect::<Result<Vec<_>, _>>()?;
-    let program = find_command(&args.command[0])?;
+    let program = super::under_agent::find_command(&args.command[0])?;
     let agent = find_agent(args.agent.as_deref())?;
-    let mut objects = objects(&program, &globs)?;
+    // A script's process runs its interpreter: the main image and the libraries are its.
+    let image = super::under_agent::executable_image(&program)?;
+    let mut objects = objects(&image, &globs)?;
     if objects.iter().all(|o| o.functions == 0) {
         bail!(
             "no function of {} (or of a library it links, or loads later and is found as the loader finds it: $LD_LIBRARY_PATH, its cache, the default directories; or by path) matches {}",
-            program.display(),
+            image.display(),
             args.globs.join(" ")
         );
     }

@@ -212,18 +212,6 @@ fn print_report(
     }
 }
 
-/// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
-fn find_command(name: &str) -> Result<PathBuf> {
-    if name.contains('/') {
-        return Ok(PathBuf::from(name));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| format!("`{name}` is not found on $PATH"))
-}
-
 /// The program's text, from -e or FILE.
 fn program_text(args: &Args) -> Result<String> {
     Ok(match (&args.expr, &args.file) {
@@ -252,7 +240,7 @@ pub fn run(args: &Args) -> Result<()> {
     if args.command.is_empty() {
         bail!("no command to trace: give one after `--`");
     }
-    let program = find_command(&args.command[0])?;
+    let program = super::under_agent::find_command(&args.command[0])?;
     let agent = super::cover::find_agent(args.agent.as_deref())?;
     let dir = std::env::temp_dir().join(format!("trapctl-trace.{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

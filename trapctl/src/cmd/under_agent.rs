@@ -3,10 +3,57 @@
 
 use std::io::{BufRead as _, Write as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+
+/// `name` as the shell finds it: a path when it has a `/`, else the first match on `$PATH`.
+pub fn find_command(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("`{name}` is not found on $PATH"))
+}
+
+/// How deep `#!` lines may nest (the kernel's `BINPRM_MAX_RECURSION`).
+const MAX_SCRIPT_DEPTH: usize = 4;
+
+/// The executable that runs when `program` is executed: `program` itself, or for a script the
+/// interpreter its `#!` line names (followed as the kernel does, through at most four
+/// scripts). Its code is the process's main image: a script's "own" functions are its
+/// interpreter's, and the libraries it links are the interpreter's.
+pub fn executable_image(program: &Path) -> Result<PathBuf> {
+    let mut at = program.to_path_buf();
+    for _ in 0..=MAX_SCRIPT_DEPTH {
+        let mut head = [0u8; 256];
+        let n = {
+            use std::io::Read as _;
+            let mut f =
+                std::fs::File::open(&at).with_context(|| format!("opening {}", at.display()))?;
+            f.read(&mut head)
+                .with_context(|| format!("reading {}", at.display()))?
+        };
+        let Some(line) = head[..n].strip_prefix(b"#!") else {
+            return Ok(at);
+        };
+        let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+        let text = String::from_utf8_lossy(line);
+        let Some(interpreter) = text.split_whitespace().next() else {
+            bail!("{}: its `#!` line names no interpreter", at.display());
+        };
+        log::debug!("{}: a script run by {interpreter}", at.display());
+        at = PathBuf::from(interpreter);
+    }
+    bail!(
+        "{}: `#!` interpreters nest more than {MAX_SCRIPT_DEPTH} deep",
+        program.display()
+    )
+}
 
 /// The agent's exit status when a spec cannot be applied (`agent::EXIT_SPEC_FAILED`).
 pub const SPEC_FAILED: i32 = 86;
