@@ -48,14 +48,15 @@ impl FunctionGlob {
         if t.is_empty() {
             return Err(bad("empty"));
         }
-        if t.contains('+') {
-            return Err(bad("a glob names functions; it takes no `+offset`"));
-        }
         let (object, name) = match t.rsplit_once(':') {
             Some(("", _)) => return Err(bad("no object before `:`")),
             Some((o, n)) => (Some(o), n),
             None => (None, t),
         };
+        // The object part may hold a `+` (`libstdc++.so.6`); the name part may not.
+        if name.contains('+') {
+            return Err(bad("a glob names functions; it takes no `+offset`"));
+        }
         if name.is_empty() {
             return Err(bad("no name after `:`"));
         }
@@ -202,6 +203,7 @@ mod tests {
         for (t, why) in [
             ("", "empty"),
             ("tcp_*+4", "takes no `+offset`"),
+            ("libstdc++.so.6:_ZSt*+4", "takes no `+offset`"),
             (":tcp_*", "no object before"),
             ("mod:", "no name after"),
             ("tcp_[a-", "never closed"),
@@ -209,6 +211,17 @@ mod tests {
             let e = FunctionGlob::new(t).unwrap_err().to_string();
             assert!(e.contains(why), "{t:?}: {e}");
         }
+    }
+
+    #[test]
+    fn an_object_part_may_hold_a_plus() {
+        let g = FunctionGlob::new("libstdc++.so.6:_ZSt9terminate*").unwrap();
+        assert!(g.matches(
+            "_ZSt9terminatev",
+            Some("/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
+        ));
+        assert!(!g.matches("_ZSt9terminatev", Some("/usr/lib/libstdcxx.so.6")));
+        assert!(is_glob("libstdc++.so.6:_ZSt*"));
     }
 
     #[test]

@@ -147,18 +147,24 @@ impl FromStr for PointSpec {
         if t.is_empty() {
             return Err(bad("empty"));
         }
-        let (name, offset) = match t.split_once('+') {
+        // Paths may hold `:` only before the last one (C and mangled C++ names hold none), and
+        // `+` anywhere (`libstdc++.so.6`): the offset's `+` is the first after the last `:`.
+        let (object, rest) = match t.rsplit_once(':') {
+            Some((o, r)) => (Some(o), r),
+            None => (None, t),
+        };
+        let (name, offset) = match rest.split_once('+') {
             Some((n, o)) => {
                 let off = parse_number(o.trim())
                     .ok_or_else(|| bad(&format!("offset `{}` is not a number", o.trim())))?;
                 (n.trim(), Some(off))
             }
-            None => (t, None),
+            None => (rest, None),
         };
         if name.is_empty() {
             return Err(bad("no symbol before `+`"));
         }
-        if name.starts_with("0x") || name.starts_with("0X") {
+        if object.is_none() && (name.starts_with("0x") || name.starts_with("0X")) {
             if offset.is_some() {
                 return Err(bad("an address takes no offset"));
             }
@@ -166,12 +172,11 @@ impl FromStr for PointSpec {
                 .map(PointSpec::Address)
                 .ok_or_else(|| bad(&format!("`{name}` is not a hex address")));
         }
-        // Paths may hold `:` only before the last one; C and mangled C++ names hold none.
-        let (object, name) = match name.rsplit_once(':') {
-            Some((o, n)) if o.trim().is_empty() => {
-                return Err(bad(&format!("no object before `:{n}`")))
+        let (object, name) = match object {
+            Some(o) if o.trim().is_empty() => {
+                return Err(bad(&format!("no object before `:{}`", name.trim())))
             }
-            Some((o, n)) => (Some(o.trim().to_string()), n.trim()),
+            Some(o) => (Some(o.trim().to_string()), name.trim()),
             None => (None, name),
         };
         let (name, version, addr) = match name.split_once('@') {

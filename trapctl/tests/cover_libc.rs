@@ -11,14 +11,16 @@
 //!   its bare name, which the process binds to the IFUNC's implementation: its points fell
 //!   inside that implementation's instructions.
 //!
-//! Needs the built agent and the host's glibc (2.34 or later, x86-64).
+//! Also: C++ exceptions unwinding through covered frames of a program, libstdc++ and libgcc_s
+//! (a `+` in `libstdc++.so.6` was read as a point's offset). Needs the built agent, g++ and
+//! the host's glibc (2.34 or later, x86-64).
 
 use std::process::Command;
 
 use serde_json::Value;
 
 mod attach_common;
-use attach_common::agent;
+use attach_common::{agent, compile};
 
 /// `trapctl cover --process 'libc.so.6:*' [--json -o r.json] -- sort FILE` in a new directory:
 /// trapctl's exit status, stdout and stderr, and the report when asked for.
@@ -160,5 +162,68 @@ fn a_script_is_covered_in_its_interpreter() {
         report["total"]["covered"].as_u64().unwrap() > 0,
         "{}",
         report["total"]
+    );
+}
+
+#[test]
+fn cpp_exceptions_unwind_through_covered_frames_of_the_program_and_its_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/throw.cc");
+    std::fs::copy(src, dir.path().join("throw.cc")).unwrap();
+    compile("g++", dir.path(), &["-O0", "-g", "-o", "throw", "throw.cc"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["cover", "--agent"])
+        .arg(agent())
+        .args([
+            "--process",
+            "--mode",
+            "count",
+            "*",
+            "libstdc++.so.6:*",
+            "libgcc_s.so.1:*",
+            "--json",
+            "-o",
+            "r.json",
+            "--",
+            "./throw",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout, "total=12899 caught=14\n",
+        "what the program prints uncovered"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let entry = |f: &str| -> u64 {
+        report["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["function"] == f && b["offset"] == 0)
+            .and_then(|b| b["hits"].as_u64())
+            .unwrap_or_else(|| panic!("no counted entry block of {f}"))
+    };
+    // Every call counted, the ones that threw too; the throw itself ran in libstdc++.
+    assert_eq!(entry("_ZL6depth1i"), 100);
+    assert_eq!(entry("_ZL6depth3i"), 100);
+    assert_eq!(entry("__cxa_throw"), 14);
+    let objects: Vec<&str> = report["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        objects.iter().any(|p| p.contains("libstdc++.so.6")),
+        "{objects:?}"
     );
 }

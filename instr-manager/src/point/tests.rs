@@ -322,6 +322,19 @@ fn parses_object_and_version_qualifiers() {
         }
     );
     assert_eq!(p.to_string(), "/usr/lib/libsqlite3.so.0:sqlite3_step+0x10");
+    // A `+` in the object's name is the name's, not the offset's.
+    let p: PointSpec = "libstdc++.so.6:_ZSt9terminatev+0x4".parse().unwrap();
+    assert_eq!(
+        p,
+        PointSpec::Symbol {
+            name: "_ZSt9terminatev".into(),
+            offset: 4,
+            object: Some("libstdc++.so.6".into()),
+            version: None,
+            addr: None
+        }
+    );
+    assert_eq!(p.to_string(), "libstdc++.so.6:_ZSt9terminatev+0x4");
     let p: PointSpec = "pthread_cond_wait@GLIBC_2.3.2".parse().unwrap();
     assert_eq!(
         p,
