@@ -19,7 +19,7 @@ use crate::analysis::{analyze_function_with, AnalysisOptions, Function, ReadFn};
 use crate::glob::FunctionGlob;
 use crate::image::CodeImage;
 use crate::plan::{PlanInput, SiteVerdict};
-use crate::Mechanism;
+use crate::{Mechanism, RefusalCause};
 
 /// Why a block gets no site: a kind for grouping, the refusal's cause
 /// ([`crate::RefusalCause::name`]: `no_room_for_jmp`, as `trapctl points` and a glob's summary
@@ -156,6 +156,9 @@ pub fn object_blocks(
         functions: funcs.len(),
         blocks: Vec::new(),
     };
+    // Where each site went, and in whose function: hand-written code (GMP's assembly) has
+    // functions that enter one another's code, so one block may be two functions'.
+    let mut sites: BTreeMap<u64, (&str, u64)> = BTreeMap::new();
     for f in funcs {
         let Some((_, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
             continue;
@@ -166,6 +169,26 @@ pub fn object_blocks(
             // A jmp rel32 first (cheap per hit, takes nothing shared), then a trap, then a jmp
             // by springboard: springboards share the padding nearby, which a batch of every
             // block soon uses up.
+            if let Some(&(other, at)) = sites.get(&b.start) {
+                out.blocks.push(CoverBlock {
+                    function: f.name.clone(),
+                    func_addr: f.addr,
+                    start: b.start,
+                    end: b.end,
+                    site: Err(BlockRefusal {
+                        kind: RefusalCause::AlreadyPatched.name().into_owned(),
+                        reason: format!(
+                            "{:#x} is also {other}+{:#x}, which takes its site: code two functions share is counted once",
+                            b.start,
+                            b.start - at
+                        ),
+                    }),
+                    succs: b.succs.clone(),
+                    branch: branch_of(&func, b),
+                    shared_name,
+                });
+                continue;
+            }
             let v = SiteVerdict::judge(&input, b.start);
             let site = match (&v.jmp_rel32, &v.trap, v.jmp()) {
                 (Ok(_), _, _) => Ok(Mechanism::Jmp),
@@ -176,6 +199,9 @@ pub fn object_blocks(
                     reason: e.to_string(),
                 }),
             };
+            if site.is_ok() {
+                sites.insert(b.start, (&f.name, f.addr));
+            }
             out.blocks.push(CoverBlock {
                 function: f.name.clone(),
                 func_addr: f.addr,

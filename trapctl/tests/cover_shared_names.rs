@@ -191,3 +191,72 @@ fn both_copies_of_a_shared_static_name_are_covered_each_with_its_own_hits() {
     assert_eq!((c[&a].2, c[&b].2), (5, 1), "{c:?}");
     assert_eq!(line_hits(&info, "shared_b.c", 4), Some(1), "{info}");
 }
+
+#[test]
+fn code_two_functions_share_is_counted_once_and_refused_in_the_second_with_the_reason() {
+    // `inner` begins inside `outer` (fixtures/cover/shared_code.c): its entry is outer's block
+    // at +4. Before, both functions' points were sent to the agent, which refused the second as
+    // "already spliced" (counted as `agent_refused`, with an error on stderr).
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover");
+    std::fs::copy(
+        fixtures.join("shared_code.c"),
+        dir.path().join("shared_code.c"),
+    )
+    .unwrap();
+    compile(
+        "cc",
+        dir.path(),
+        &["-O0", "-g", "-o", "shared_code", "shared_code.c"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["cover", "--agent"])
+        .arg(agent())
+        .args([
+            "--process",
+            "--mode",
+            "count",
+            "outer",
+            "inner",
+            "--json",
+            "-o",
+            "r.json",
+            "--",
+            "./shared_code",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "61\n");
+    assert!(!stderr.contains("already spliced"), "{stderr}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let rows: Vec<(String, u64, Option<u64>, Option<String>)> = report["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["function"].as_str().unwrap().to_string(),
+                b["offset"].as_u64().unwrap(),
+                b["hits"].as_u64(),
+                b["refusal"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    let row = |f: &str, o: u64, h: Option<u64>, r: Option<&str>| {
+        (f.to_string(), o, h, r.map(str::to_string))
+    };
+    assert_eq!(
+        rows,
+        [
+            row("outer", 0, Some(3), None),
+            row("outer", 4, Some(5), None),
+            row("outer", 6, Some(8), None),
+            row("inner", 0, None, Some("already_patched")),
+        ]
+    );
+    assert!(report["total"]["refusals"].get("agent_refused").is_none());
+}
