@@ -11,55 +11,56 @@
 //!   its bare name, which the process binds to the IFUNC's implementation: its points fell
 //!   inside that implementation's instructions.
 //!
-//! Also: C++ exceptions unwinding through covered frames of a program, libstdc++ and libgcc_s
-//! (a `+` in `libstdc++.so.6` was read as a point's offset). Needs the built agent, g++ and
-//! the host's glibc (2.34 or later, x86-64).
+//! Also: a script is covered in its interpreter, and C++ exceptions unwind through covered
+//! frames of a program, libstdc++ and libgcc_s (a `+` in `libstdc++.so.6` was read as a
+//! point's offset). Needs the built agent, g++ and the host's glibc (2.34 or later, x86-64).
 
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::Value;
 
 mod attach_common;
-use attach_common::{agent, compile};
+use attach_common::{compile, cover_process, text};
 
-/// `trapctl cover --process 'libc.so.6:*' [--json -o r.json] -- sort FILE` in a new directory:
-/// trapctl's exit status, stdout and stderr, and the report when asked for.
-fn cover_libc(json: bool) -> (i32, String, String, Option<Value>) {
+/// `trapctl cover --process --mode count 'libc.so.6:*' ARGS -- sort in` in a new directory,
+/// which must succeed: its stdout and stderr, and the report when ARGS ask for one.
+fn cover_libc(args: &[&str]) -> (String, String, Option<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let words: String = (0..200)
         .map(|i| format!("w{:03}\n", (i * 37) % 200))
         .collect();
     std::fs::write(dir.path().join("in"), words).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trapctl"));
-    cmd.args(["cover", "--agent"]).arg(agent()).args([
-        "--process",
-        "--mode",
-        "count",
-        "libc.so.6:*",
-    ]);
-    if json {
-        cmd.args(["--json", "-o", "r.json"]);
-    }
-    let out = cmd
-        .args(["--", "sort", "in"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let report = json.then(|| {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap()
-    });
+    let mut all = vec!["--mode", "count", "libc.so.6:*"];
+    all.extend(args);
+    all.extend(["--", "sort", "in"]);
+    let (out, report) = cover_process(dir.path(), &all);
+    assert!(out.status.success(), "{}", text(&out));
     (
-        out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
         report,
     )
 }
 
+/// The `functions` rows of `name` in `report`: (blocks, refused).
+fn rows(report: &Value, name: &str) -> Vec<(u64, u64)> {
+    report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["function"] == name)
+        .map(|f| {
+            (
+                f["blocks"].as_u64().unwrap(),
+                f["refused"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn every_block_of_libc_is_covered_under_a_packaged_program_without_a_wrong_refusal() {
-    let (status, stdout, stderr, report) = cover_libc(true);
-    assert_eq!(status, 0, "{stdout}{stderr}");
+    let (_, stderr, report) = cover_libc(&["--json", "-o", "r.json"]);
     assert!(!stderr.contains("text writer"), "{stderr}");
     let report = report.unwrap();
     assert_eq!(report["exit"], 0, "sort exited 0");
@@ -72,22 +73,8 @@ fn every_block_of_libc_is_covered_under_a_packaged_program_without_a_wrong_refus
     let refusals = total["refusals"].as_object().unwrap();
     assert!(!refusals.contains_key("agent_refused"), "{total}");
     assert!(!report.to_string().contains("ambiguous"), "{total}");
-    let rows = |name: &str| -> Vec<(u64, u64)> {
-        report["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["function"] == name)
-            .map(|f| {
-                (
-                    f["blocks"].as_u64().unwrap(),
-                    f["refused"].as_u64().unwrap(),
-                )
-            })
-            .collect()
-    };
     // lio_listio: the default and GLIBC_2.4 names of one function, and the GLIBC_2.2.5 copy.
-    let lio = rows("lio_listio");
+    let lio = rows(&report, "lio_listio");
     assert_eq!(lio.len(), 2, "{lio:?}");
     assert!(
         lio.iter()
@@ -95,7 +82,7 @@ fn every_block_of_libc_is_covered_under_a_packaged_program_without_a_wrong_refus
         "{lio:?}"
     );
     // memcpy: the GLIBC_2.2.5 function (the IFUNC is not a function of the file's).
-    let memcpy = rows("memcpy");
+    let memcpy = rows(&report, "memcpy");
     assert!(
         !memcpy.is_empty() && memcpy.iter().all(|&(_, refused)| refused == 0),
         "{memcpy:?}"
@@ -104,8 +91,7 @@ fn every_block_of_libc_is_covered_under_a_packaged_program_without_a_wrong_refus
 
 #[test]
 fn the_table_prints_two_functions_of_one_name_by_their_addresses() {
-    let (status, stdout, stderr, _) = cover_libc(false);
-    assert_eq!(status, 0, "{stdout}{stderr}");
+    let (stdout, _, _) = cover_libc(&[]);
     // The program's own output first (sort's, in order), then the table.
     assert!(stdout.starts_with("w000\nw001\nw002\n"), "{stdout}");
     let lio: Vec<&str> = stdout
@@ -128,30 +114,13 @@ fn a_script_is_covered_in_its_interpreter() {
     let script = dir.path().join("s.sh");
     std::fs::write(&script, "#!/bin/sh\necho from-the-script\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(["cover", "--agent"])
-        .arg(agent())
-        .args([
-            "--process",
-            "libc.so.6:str*",
-            "--json",
-            "-o",
-            "r.json",
-            "--",
-        ])
-        .arg(&script)
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out, report) = cover_process(
+        dir.path(),
+        &["libc.so.6:str*", "--json", "-o", "r.json", "--", "./s.sh"],
     );
-    assert_eq!(stdout, "from-the-script\n");
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-the-script\n");
+    let report = report.unwrap();
     assert_eq!(report["exit"], 0);
     assert_eq!(
         report["objects"][0]["path"], "/bin/sh",
@@ -168,15 +137,12 @@ fn a_script_is_covered_in_its_interpreter() {
 #[test]
 fn cpp_exceptions_unwind_through_covered_frames_of_the_program_and_its_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let src =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/throw.cc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover/throw.cc");
     std::fs::copy(src, dir.path().join("throw.cc")).unwrap();
     compile("g++", dir.path(), &["-O0", "-g", "-o", "throw", "throw.cc"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(["cover", "--agent"])
-        .arg(agent())
-        .args([
-            "--process",
+    let (out, report) = cover_process(
+        dir.path(),
+        &[
             "--mode",
             "count",
             "*",
@@ -187,22 +153,15 @@ fn cpp_exceptions_unwind_through_covered_frames_of_the_program_and_its_runtime()
             "r.json",
             "--",
             "./throw",
-        ])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
+    assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
-        stdout, "total=12899 caught=14\n",
+        String::from_utf8_lossy(&out.stdout),
+        "total=12899 caught=14\n",
         "what the program prints uncovered"
     );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let report = report.unwrap();
     let entry = |f: &str| -> u64 {
         report["blocks"]
             .as_array()
@@ -216,14 +175,4 @@ fn cpp_exceptions_unwind_through_covered_frames_of_the_program_and_its_runtime()
     assert_eq!(entry("_ZL6depth1i"), 100);
     assert_eq!(entry("_ZL6depth3i"), 100);
     assert_eq!(entry("__cxa_throw"), 14);
-    let objects: Vec<&str> = report["objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["path"].as_str().unwrap())
-        .collect();
-    assert!(
-        objects.iter().any(|p| p.contains("libstdc++.so.6")),
-        "{objects:?}"
-    );
 }

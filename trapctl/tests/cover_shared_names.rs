@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod attach_common;
-use attach_common::{agent, compile};
+use attach_common::{compile, cover_process, text};
 
 /// A temporary directory holding the program `shared` (a PIE, as gcc builds by default here).
 fn build() -> tempfile::TempDir {
@@ -64,38 +64,20 @@ fn helpers(dir: &Path) -> (u64, u64) {
 
 /// One count-mode run of `./shared ARGS`: its stdout, JSON report and lcov file.
 fn cover(dir: &Path, args: &[&str]) -> (String, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(["cover", "--agent"])
-        .arg(agent())
-        .args([
-            "--process",
-            "--mode",
-            "count",
-            "helper",
-            "call_b",
-            "--json",
-            "-o",
-            "r.json",
-            "--lcov",
-            "r.info",
-            "--",
-            "./shared",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut all = vec![
+        "--mode", "count", "helper", "call_b", "--json", "-o", "r.json", "--lcov", "r.info", "--",
+        "./shared",
+    ];
+    all.extend(args);
+    let (out, report) = cover_process(dir, &all);
     assert!(
         out.status.success(),
-        "cover ./shared {args:?}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        "cover ./shared {args:?}: {}",
+        text(&out)
     );
-    let report =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
     (
-        stdout,
-        report,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        report.unwrap(),
         std::fs::read_to_string(dir.join("r.info")).unwrap(),
     )
 }
@@ -209,11 +191,9 @@ fn code_two_functions_share_is_counted_once_and_refused_in_the_second_with_the_r
         dir.path(),
         &["-O0", "-g", "-o", "shared_code", "shared_code.c"],
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
-        .args(["cover", "--agent"])
-        .arg(agent())
-        .args([
-            "--process",
+    let (out, report) = cover_process(
+        dir.path(),
+        &[
             "--mode",
             "count",
             "outer",
@@ -223,16 +203,13 @@ fn code_two_functions_share_is_counted_once_and_refused_in_the_second_with_the_r
             "r.json",
             "--",
             "./shared_code",
-        ])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "61\n");
     assert!(!stderr.contains("already spliced"), "{stderr}");
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let report = report.unwrap();
     let rows: Vec<(String, u64, Option<u64>, Option<String>)> = report["blocks"]
         .as_array()
         .unwrap()

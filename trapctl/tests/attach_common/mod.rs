@@ -26,6 +26,25 @@ pub fn agent() -> PathBuf {
     so
 }
 
+/// `trapctl cover --agent AGENT --process ARGS` run in `dir` (ARGS: the globs, options and
+/// `-- COMMAND`): its output, and the report `r.json` there when ARGS write one (`-o r.json`).
+pub fn cover_process(dir: &Path, args: &[&str]) -> (Output, Option<serde_json::Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+        .args(["cover", "--agent"])
+        .arg(agent())
+        .arg("--process")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let report = args.contains(&"r.json").then(|| {
+        let text = std::fs::read_to_string(dir.join("r.json"))
+            .unwrap_or_else(|e| panic!("no report r.json ({e}): {}", text(&out)));
+        serde_json::from_str(&text).unwrap()
+    });
+    (out, report)
+}
+
 pub fn trapctl(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trapctl"))
         .args(args)
