@@ -2,9 +2,10 @@
 //!
 //! - **Masks.** `sigprocmask`, `pthread_sigmask`, `sighold`, `sigset(…, SIG_HOLD)`,
 //!   `pthread_attr_setsigmask_np` and the `sa_mask` of every handler installed never block
-//!   SIGSEGV or SIGTRAP: they are removed from the requested set (a blocked synchronous SIGSEGV is
-//!   forced to its default action, so a thread that blocks it would die at its first trap).
-//!   The program's view stays what it asked for: the `oldset` returned includes SIGSEGV/SIGTRAP
+//!   SIGSEGV, SIGTRAP or the scan signal: they are removed from the requested set (a blocked
+//!   synchronous SIGSEGV is forced to its default action, so a thread that blocks it would die at
+//!   its first trap; a thread that blocks the scan signal never answers the text writer's scans).
+//!   The program's view stays what it asked for: the `oldset` returned includes them
 //!   when this thread asked for them to be blocked (kept per thread; a new thread starts with
 //!   none asked for, although it may have inherited a creator's request).
 //!   `pthread_attr_getsigmask_np` and a `ucontext`'s `uc_sigmask` show the real mask.
@@ -24,7 +25,8 @@ use trapvec::process::chain::{self, Disposition};
 use crate::real;
 
 thread_local! {
-    /// Which of SIGSEGV/SIGTRAP (bit `sig - 1`) this thread asked to have blocked.
+    /// Which of SIGSEGV, SIGTRAP and the scan signal (bit `sig - 1`) this thread asked to have
+    /// blocked.
     static ASKED: Cell<u64> = const { Cell::new(0) };
 }
 
@@ -37,7 +39,7 @@ fn set_errno(e: libc::c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// A copy of `set` without SIGSEGV/SIGTRAP, and which of them it had.
+/// A copy of `set` without SIGSEGV, SIGTRAP and the scan signal, and which of them it had.
 ///
 /// # Safety
 /// `set` must point at a valid sigset_t.
@@ -85,7 +87,7 @@ unsafe fn change_mask(
     let r = unsafe { real(how, set2, old) };
     if r == 0 {
         if !old.is_null() {
-            for s in chain::NEVER_BLOCKED {
+            for s in chain::never_blocked() {
                 if before & bit(s) != 0 {
                     // SAFETY: `old` was just filled by libc.
                     unsafe { libc::sigaddset(old, s) };

@@ -151,13 +151,18 @@ pub fn owns(sig: libc::c_int) -> bool {
 }
 
 /// Signals that must stay unblocked in every thread: a blocked synchronous SIGSEGV or SIGTRAP is
-/// forced to its default action and kills the process at the first trap.
-pub const NEVER_BLOCKED: [libc::c_int; 2] = [libc::SIGSEGV, libc::SIGTRAP];
+/// forced to its default action and kills the process at the first trap, and a thread that
+/// blocks the scan signal never answers a scan, so no text batch can see it leave a window (xz
+/// starts its workers with every signal blocked: each batch of once mode then waited for them
+/// until it gave up, holding the agent's state, and the program's exit lost its coverage).
+pub fn never_blocked() -> [libc::c_int; 3] {
+    [libc::SIGSEGV, libc::SIGTRAP, crate::process::signal::scan_signal()]
+}
 
-/// Remove [`NEVER_BLOCKED`] from `set`; returns the ones that were in it (bit `sig - 1`).
+/// Remove [`never_blocked`] from `set`; returns the ones that were in it (bit `sig - 1`).
 pub fn strip_never_blocked(set: &mut libc::sigset_t) -> u64 {
     let mut present = 0;
-    for s in NEVER_BLOCKED {
+    for s in never_blocked() {
         // SAFETY: `set` is a valid sigset_t; `s` a valid signal number.
         unsafe {
             if libc::sigismember(set, s) == 1 {
@@ -284,7 +289,7 @@ pub(crate) unsafe fn deliver(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
             if d.flags & libc::SA_NODEFER == 0 {
                 block |= sys::sigbit(sig);
             }
-            for s in NEVER_BLOCKED {
+            for s in never_blocked() {
                 block &= !sys::sigbit(s);
             }
             let mut old = 0u64;
