@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The process that holds a splice.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Owner {
     pub pid: u32,
     /// Its start time, clock ticks after boot (`/proc/PID/stat` field 22).

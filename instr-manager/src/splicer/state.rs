@@ -20,7 +20,13 @@
 //! and leaves out what the function's name and the site's offset give (about half the size); a
 //! version-3 array is read, its window's bytes read back from the target. Version 5 is version 4
 //! with a keyed count's key `pid` meaning the process (it was the thread, now `tid`): a state of
-//! an older version reads its keys as they meant then ([`crate::splice::OldKeys`]).
+//! an older version reads its keys as they meant then ([`crate::splice::OldKeys`]). Version 6
+//! saves a count splice that has an owner (every site of `trapctl cover`) compact too, and
+//! writes each distinct owner, and each function several arrays share, once per snapshot (and
+//! once per change line that uses it), in the tables `owners` and `functions`, the arrays
+//! holding indexes into them ([`compact`]: about 1,130 bytes per owned coverage site before,
+//! under 100 now); an unowned count site's array is as version 5 wrote it, and a state of
+//! version 5 is read as it is.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -35,8 +41,14 @@ pub(super) mod compact;
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer, DEFAULT_QUIESCE_TIMEOUT};
 
 /// Version of the state format (snapshot and log) written; a state of another version than
-/// this or [`STATE_VERSION_WHOLE`] is refused.
-pub const STATE_VERSION: u32 = 5;
+/// this or one of the older ones below is refused.
+pub const STATE_VERSION: u32 = 6;
+
+/// The first version whose key `pid` is the process, and the last without the tables of
+/// owners and functions: its arrays are version 4's (the function inline), an owned count
+/// splice is whole. Read, and its log continued until the next snapshot writes version
+/// [`STATE_VERSION`].
+pub const STATE_VERSION_PROCESS_PID: u32 = 5;
 
 /// The last version whose key `pid` is the thread (`tid` now) and `tgid` the process (`pid`
 /// now): read, its keys migrated, and its log continued until the next snapshot writes version
@@ -116,14 +128,20 @@ struct SavedStateRef<'a> {
     version: u32,
     epoch: u64,
     next_splice: u64,
+    /// The tables the compact records index ([`compact`]), before them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    owners: Vec<&'a crate::owner::Owner>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    functions: Vec<compact::FunctionRow>,
     components: &'a ComponentManager,
     splices: Vec<compact::RecordRef<'a>>,
     orig: BTreeMap<&'a str, &'a OrigStub>,
     retiring: Vec<&'a Retiring>,
 }
 
-/// ...and as read back.
+/// ...and as read back (its splices from their records through the snapshot's tables).
 #[derive(Deserialize)]
+#[serde(try_from = "RawSavedState")]
 pub(super) struct SavedState {
     pub(super) version: u32,
     /// The log that continues this snapshot names this epoch; 0 (and absent, in version 1):
@@ -132,13 +150,49 @@ pub(super) struct SavedState {
     pub(super) epoch: u64,
     pub(super) next_splice: u64,
     pub(super) components: ComponentManager,
-    #[serde(deserialize_with = "compact::splices")]
     pub(super) splices: Vec<LiveSplice>,
     /// Original-trampoline stubs by function name, sorted for a stable output.
     pub(super) orig: BTreeMap<String, OrigStub>,
     /// Splices whose removal waits for quiescence (absent in states without any).
-    #[serde(default)]
     pub(super) retiring: Vec<Retiring>,
+}
+
+/// A snapshot as it is in the JSON: the records of its splices not yet expanded.
+#[derive(Deserialize)]
+struct RawSavedState {
+    version: u32,
+    #[serde(default)]
+    epoch: u64,
+    next_splice: u64,
+    /// The tables (absent before version 6, and when empty).
+    #[serde(default)]
+    owners: Vec<crate::owner::Owner>,
+    #[serde(default)]
+    functions: Vec<compact::FunctionRow>,
+    components: ComponentManager,
+    splices: Vec<compact::Record>,
+    orig: BTreeMap<String, OrigStub>,
+    #[serde(default)]
+    retiring: Vec<Retiring>,
+}
+
+impl TryFrom<RawSavedState> for SavedState {
+    type Error = String;
+    fn try_from(raw: RawSavedState) -> Result<Self, String> {
+        Ok(SavedState {
+            version: raw.version,
+            epoch: raw.epoch,
+            next_splice: raw.next_splice,
+            components: raw.components,
+            splices: compact::ReadTables {
+                owners: raw.owners,
+                functions: raw.functions,
+            }
+            .splices(raw.splices)?,
+            orig: raw.orig,
+            retiring: raw.retiring,
+        })
+    }
 }
 
 impl SavedState {
@@ -175,6 +229,7 @@ pub(super) enum Part {
 pub(super) fn read_as(version: u32, part: Part) -> Result<crate::splice::OldKeys, StateError> {
     let read = match version {
         STATE_VERSION
+        | STATE_VERSION_PROCESS_PID
         | STATE_VERSION_THREAD_PID
         | STATE_VERSION_COMPACT3
         | STATE_VERSION_FULL_RECORDS => true,
@@ -184,7 +239,9 @@ pub(super) fn read_as(version: u32, part: Part) -> Result<crate::splice::OldKeys
     if !read {
         return Err(StateError::Version { found: version });
     }
-    Ok(crate::splice::OldKeys::when(version < STATE_VERSION))
+    Ok(crate::splice::OldKeys::when(
+        version < STATE_VERSION_PROCESS_PID,
+    ))
 }
 
 /// A snapshot's version, known before its splices are read (their keys depend on it). Every
@@ -216,12 +273,17 @@ impl<T: Target> Splicer<T> {
 
     /// The snapshot of epoch `epoch`.
     pub(super) fn snapshot_bytes(&self, epoch: u64) -> Vec<u8> {
+        let mut tables = compact::Tables::default();
+        let mut splices: Vec<_> = self.live.values().map(|s| tables.record(s)).collect();
+        let tables = tables.finish(&mut splices);
         let saved = SavedStateRef {
             version: STATE_VERSION,
             epoch,
             next_splice: self.next,
+            owners: tables.owners,
+            functions: tables.functions,
             components: &self.components,
-            splices: self.live.values().map(|s| compact::record(s)).collect(),
+            splices,
             orig: self.orig.iter().map(|(k, v)| (k.as_str(), v)).collect(),
             retiring: self.retiring.values().collect(),
         };

@@ -4,9 +4,13 @@
 //!
 //! The log is a file of JSON lines. Its first line is a header naming the format, its version
 //! and the *epoch* of the snapshot it continues (a number drawn when that snapshot was written);
-//! every further line is one change, whole: the splices it made (each in full), the ids it
-//! removed, the next splice number and, only when they changed, the components, original
-//! trampolines and retiring splices (all three small: they do not grow with the live count).
+//! every further line is one change, whole: the splices it made (each in full, a count splice
+//! as a compact array), the ids it removed, the next splice number and, only when they changed,
+//! the components, original trampolines and retiring splices (all three small: they do not grow
+//! with the live count). Since version 6 a line that adds compact arrays carries its own tables
+//! of the owners and functions they share (`owners`, `functions`, before `add`;
+//! [`super::state::compact`]): an index in a line means its own line's table, never the
+//! snapshot's or another line's, so each line is read on its own.
 //! A change line is written with one `write` and `fsync`ed before the command reports success.
 //!
 //! Loading is the snapshot, then every change line of a log whose epoch is the snapshot's, in
@@ -30,7 +34,7 @@ use component_manager::ComponentManager;
 use serde::{Deserialize, Serialize};
 use trapvec::{Target, TargetError};
 
-use super::state::{read_as, Part, SavedState, StateError, STATE_VERSION};
+use super::state::{compact, read_as, Part, SavedState, StateError, STATE_VERSION};
 use super::{LiveSplice, OrigStub, Retiring, SpliceId, Splicer};
 
 /// The `format` of a state log's header line.
@@ -139,21 +143,29 @@ struct Meta {
     retiring: Vec<Retiring>,
 }
 
-/// One change line, as written...
+/// One change line, as written (its tables hold what its own compact records index, see
+/// [`super::state::compact`])...
 #[derive(Serialize)]
 struct ChangeRef<'a> {
-    add: Vec<super::state::compact::RecordRef<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    owners: Vec<&'a crate::owner::Owner>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    functions: Vec<compact::FunctionRow>,
+    add: Vec<compact::RecordRef<'a>>,
     remove: Vec<SpliceId>,
     next_splice: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     meta: Option<MetaRef<'a>>,
 }
 
-/// ...and as read back.
+/// ...and as read back (before version 6, without tables).
 #[derive(Deserialize)]
 struct Change {
-    #[serde(deserialize_with = "super::state::compact::splices")]
-    add: Vec<LiveSplice>,
+    #[serde(default)]
+    owners: Vec<crate::owner::Owner>,
+    #[serde(default)]
+    functions: Vec<compact::FunctionRow>,
+    add: Vec<compact::Record>,
     remove: Vec<SpliceId>,
     next_splice: u64,
     #[serde(default)]
@@ -239,11 +251,16 @@ impl<T: Target> Splicer<T> {
         let (add, remove): (Vec<SpliceId>, Vec<SpliceId>) = changed
             .into_iter()
             .partition(|id| self.live.map.contains_key(id));
+        let mut tables = compact::Tables::default();
+        let mut add: Vec<_> = add
+            .iter()
+            .map(|id| tables.record(&self.live.map[id]))
+            .collect();
+        let tables = tables.finish(&mut add);
         let line = ChangeRef {
-            add: add
-                .iter()
-                .map(|id| super::state::compact::record(&self.live.map[id]))
-                .collect(),
+            owners: tables.owners,
+            functions: tables.functions,
+            add,
             remove,
             next_splice: self.next,
             meta: meta_changed.then(|| meta_ref(self)),
@@ -348,10 +365,20 @@ fn replay_log(saved: &mut SavedState, log: &[u8]) -> Result<LogReplay, StateErro
                 })
             }
         };
+        let tables = compact::ReadTables {
+            owners: change.owners,
+            functions: change.functions,
+        };
+        let add = tables
+            .splices(change.add)
+            .map_err(|e| StateError::LogLine {
+                line: number,
+                source: serde::de::Error::custom(e),
+            })?;
         for id in change.remove {
             live.remove(&id);
         }
-        for s in change.add {
+        for s in add {
             live.insert(s.id, s);
         }
         saved.next_splice = change.next_splice;

@@ -1,32 +1,53 @@
-//! The saved record of a live splice, compact for the commonest one (issue 26: about 900 bytes
-//! of JSON per count site, against a goal of 64 bytes per site in all).
+//! The saved record of a live splice, compact for the commonest one (issue 26: about 900 bytes of
+//! JSON per count site, against a goal of 64 bytes per site in all; issue 27: a coverage run of
+//! 262,144 owned count sites saved whole was 295 MB, over the module's 256 MiB).
 //!
-//! A plain count splice (no options, no handler, no component, no springboard, no slot) is
-//! saved as one JSON array of what re-creating and reverting it needs and nothing the rest
-//! determines ([`Compact`], version 4): its id, the point as written (`null` when it is the
-//! function's name), the function (name, address, size,
-//! object), the site as an offset in it, the displaced window's original bytes (hex: its length,
-//! the instructions' addresses and text and the original bytes under the patch decode from
-//! them), the patched bytes (hex), its code block (id, address as a distance from the site,
-//! size), its data block if it has one (id, address as a distance from the code) and the flags
-//! (replay, dispatch entry, jmp). Entry, replay and the dispatch entry's destination are the
-//! code block's address; a data block is 16 bytes. Any other splice, and a count splice the
-//! array would not give back exactly, is saved whole (an object): [`record`] makes the array
-//! only when decoding it yields the same bytes as the whole form, so nothing can be lost by the
-//! encoding.
+//! A count splice with no option but its owner (no handler, no component, no springboard, no slot)
+//! is saved as one JSON array of what re-creating and reverting it needs and nothing the rest
+//! determines ([`Compact`], version 6): its id, the point as written (`null` when it is the
+//! function's name, or with [`AT_SITE`] the site's address as `0x...`, as `trapctl cover` writes
+//! its points), the point's canonical form (`null`: the point as written), its function (the index
+//! of its row in the document's table of functions, or the row itself, `[name, address, size,
+//! object]`, when no other array of the document has that function), the site as an offset in it,
+//! the displaced window's original bytes (hex: its length, the instructions' addresses and text and
+//! the original bytes under the patch decode from them), the patched bytes (hex), its code block
+//! (id, address as a distance from the site, size), its data block if it has one (id, address as a
+//! distance from the code), the flags (replay, dispatch entry, jmp, point at the site) and, if it
+//! has an owner, the index of its owner in the document's table of owners (an eleventh element:
+//! an array without an owner has ten, as in versions 4 and 5, which it reads the same). Entry, replay and the
+//! dispatch entry's destination are the code block's address; a data block is 16 bytes. Any other
+//! splice, and a count splice the array would not give back exactly, is saved whole (an object):
+//! [`Tables::record`] makes the array only when decoding it yields the same bytes as the whole
+//! form, so nothing can be lost by the encoding.
 //!
-//! Every form is read wherever a splice is (snapshot and log): whole (versions 1 to 4), the
-//! version-3 array ([`Compact3`], with the text, the addresses and the original bytes, but not
-//! the displaced window's bytes past the patch, which [`super::Splicer::restore`] reads back
-//! from the target) and the version-4 array; the next snapshot writes the current version (5: the
-//! same arrays).
+//! **Tables.** What many splices share is written once per *document*, the snapshot or one change
+//! line of the log ([`super::super::state_log`]): `owners`, each distinct owner
+//! ([`crate::owner::Owner`], up to 160 bytes of command line, the same for every site of one
+//! `trapctl cover`), and `functions`, each function two or more arrays share, as `[name, address,
+//! size, object]` (a coverage run puts a site in every block of a function; a function with one
+//! site keeps its row in its array, where an index and a table row would cost more). Both come
+//! before `splices` (or `add`), are left out when empty, and are numbered from 0 in the order
+//! written ([`Tables::finish`]). An index means an entry of its own document's table only: a change
+//! line carries the owners and functions its own arrays use, even when the snapshot or an earlier
+//! line has them, so a line never depends on another (a torn line, a stale log and compaction stay
+//! as they were). Writing a table entry costs once per document; the array holds a number of a few
+//! digits.
+//!
+//! Every form is read wherever a splice is (snapshot and log): whole (every version), the version-3
+//! array ([`Compact3`], with the text, the addresses and the original bytes, but not the displaced
+//! window's bytes past the patch, which [`super::Splicer::restore`] reads back from the target),
+//! and the array of versions 4 to 6 ([`Compact`]: versions 4 and 5 wrote every function inline
+//! and no owner, an owned count splice whole); the next snapshot writes the current version.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
 use trapvec::{BlockKind, DispatchEntry, RepoBlock, Symbol, SymbolKind, TextPatch};
 
+use crate::owner::Owner;
 use crate::plan::Mechanism;
 use crate::point::ResolvedPoint;
-use crate::splice::{Action, SpliceRequest};
+use crate::splice::{Action, SpliceOptions, SpliceRequest, When};
 
 use super::super::summary::{DisplacedText, PlanSummary};
 use super::super::{LiveSplice, SpliceId};
@@ -37,9 +58,17 @@ const HAS_REPLAY: u8 = 1;
 const HAS_DISPATCH: u8 = 2;
 /// Flag (version 4): the mechanism is a jmp, not a trap.
 const IS_JMP: u8 = 4;
+/// Flag (version 6): a point left out (`null`) is the site's address (`0x...`), not the
+/// function's name.
+const AT_SITE: u8 = 8;
 
-/// A compact count site (version 4), a JSON array in this order.
-#[derive(Serialize, Deserialize)]
+/// A function as a table row (version 6) and as version 4 wrote it inline: name, address,
+/// size, object.
+pub(in crate::splicer) type FunctionRow = (String, u64, u64, Option<String>);
+
+/// A compact count site (versions 4 to 6), a JSON array in this order: ten elements, and an
+/// eleventh for an owner. A version-4 or -5 array is one of ten with the function inline and
+/// no [`AT_SITE`] flag, and means what it meant then.
 pub(in crate::splicer) struct Compact(
     /// id
     u64,
@@ -47,8 +76,9 @@ pub(in crate::splicer) struct Compact(
     Option<String>,
     /// the point's canonical form, `None` when it is the point as written
     Option<String>,
-    /// the function: name, address, size, object
-    (String, u64, u64, Option<String>),
+    /// the function: its index in the document's `functions`, or its row itself when no
+    /// other array of the document has it
+    FunctionRef,
     /// site - function address
     u64,
     /// the displaced window's original bytes (hex)
@@ -59,9 +89,72 @@ pub(in crate::splicer) struct Compact(
     (u64, u64, usize),
     /// data block: id, address - code address (wrapping); `None` for none
     Option<(u64, u64)>,
-    /// [`HAS_REPLAY`], [`HAS_DISPATCH`], [`IS_JMP`]
+    /// [`HAS_REPLAY`], [`HAS_DISPATCH`], [`IS_JMP`], [`AT_SITE`]
     u8,
+    /// the owner: its index in the document's `owners`; `None` (no eleventh element) for none
+    Option<usize>,
 );
+
+impl Serialize for Compact {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let Compact(id, at, spec_text, function, offset, window, new, code, data, flags, owner) =
+            self;
+        let mut seq = s.serialize_seq(Some(10 + usize::from(owner.is_some())))?;
+        seq.serialize_element(id)?;
+        seq.serialize_element(at)?;
+        seq.serialize_element(spec_text)?;
+        seq.serialize_element(function)?;
+        seq.serialize_element(offset)?;
+        seq.serialize_element(window)?;
+        seq.serialize_element(new)?;
+        seq.serialize_element(code)?;
+        seq.serialize_element(data)?;
+        seq.serialize_element(flags)?;
+        if let Some(owner) = owner {
+            seq.serialize_element(owner)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Compact {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Elements;
+        impl<'de> serde::de::Visitor<'de> for Elements {
+            type Value = Compact;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a compact count site: an array of 10 or 11 elements")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Compact, A::Error> {
+                fn next<'de, T: Deserialize<'de>, A: serde::de::SeqAccess<'de>>(
+                    seq: &mut A,
+                    i: usize,
+                ) -> Result<T, A::Error> {
+                    seq.next_element()?
+                        .ok_or_else(|| serde::de::Error::invalid_length(i, &Elements))
+                }
+                Ok(Compact(
+                    next(&mut seq, 0)?,
+                    next(&mut seq, 1)?,
+                    next(&mut seq, 2)?,
+                    next(&mut seq, 3)?,
+                    next(&mut seq, 4)?,
+                    next(&mut seq, 5)?,
+                    next(&mut seq, 6)?,
+                    next(&mut seq, 7)?,
+                    next(&mut seq, 8)?,
+                    next(&mut seq, 9)?,
+                    seq.next_element()?,
+                ))
+            }
+        }
+        d.deserialize_seq(Elements)
+    }
+}
 
 /// A compact count site as version 3 wrote it (read, never written).
 #[derive(Deserialize)]
@@ -74,7 +167,7 @@ pub(in crate::splicer) struct Compact3(
     /// the point's canonical form, `None` when it is the point as written
     Option<String>,
     /// the function: name, address, size, object
-    (String, u64, u64, Option<String>),
+    FunctionRow,
     /// site - function address
     u64,
     /// displaced length
@@ -98,6 +191,15 @@ pub(in crate::splicer) struct Compact3(
     u8,
 );
 
+/// A compact record's function: an index into its document's `functions`, or the row itself
+/// (a function no other record of the document has: a table row and an index would cost more).
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+pub(in crate::splicer) enum FunctionRef {
+    Index(usize),
+    Row(FunctionRow),
+}
+
 /// A live splice as saved.
 #[derive(Serialize)]
 #[serde(untagged)]
@@ -106,32 +208,124 @@ pub(in crate::splicer) enum RecordRef<'a> {
     Whole(&'a LiveSplice),
 }
 
-/// `s` as saved: compact if it is a plain count splice the array gives back exactly.
-pub(in crate::splicer) fn record(s: &LiveSplice) -> RecordRef<'_> {
-    match compact(s) {
-        Some(c) if exact(s, &c) => RecordRef::Compact(Box::new(c)),
-        _ => RecordRef::Whole(s),
+/// The tables of one document being written (a snapshot or a change line): its records are
+/// made through [`Tables::record`], which notes what they use, then [`Tables::finish`] gives
+/// the tables, written before the records.
+#[derive(Default)]
+pub(in crate::splicer) struct Tables<'a> {
+    owners: Vec<&'a Owner>,
+    owner_index: HashMap<&'a Owner, usize>,
+    /// Every function a record uses, with the number of records that use it.
+    functions: Vec<(FunctionRow, usize)>,
+    function_index: HashMap<FunctionRow, usize>,
+}
+
+/// The tables of a document, as written.
+pub(in crate::splicer) struct Written<'a> {
+    pub(in crate::splicer) owners: Vec<&'a Owner>,
+    pub(in crate::splicer) functions: Vec<FunctionRow>,
+}
+
+impl<'a> Tables<'a> {
+    /// `s` as saved in this document: compact if it is a count splice the array gives back
+    /// exactly (its owner and function then in the tables), else whole.
+    pub(in crate::splicer) fn record(&mut self, s: &'a LiveSplice) -> RecordRef<'a> {
+        let Some((mut c, function)) = compact(s) else {
+            return RecordRef::Whole(s);
+        };
+        let owner = s.request.options.owner.as_ref();
+        if !exact(s, &c, &function, owner) {
+            return RecordRef::Whole(s);
+        }
+        let next = self.functions.len();
+        let i = *self.function_index.entry(function).or_insert_with_key(|f| {
+            self.functions.push((f.clone(), 0));
+            next
+        });
+        self.functions[i].1 += 1;
+        c.3 = FunctionRef::Index(i);
+        c.10 = owner.map(|o| {
+            let next = self.owners.len();
+            *self.owner_index.entry(o).or_insert_with(|| {
+                self.owners.push(o);
+                next
+            })
+        });
+        RecordRef::Compact(Box::new(c))
+    }
+
+    /// The tables of the document whose records are `records` (all made by
+    /// [`Tables::record`]): a function only one record uses goes into that record, the others
+    /// are numbered in the order of their first use.
+    pub(in crate::splicer) fn finish(self, records: &mut [RecordRef<'_>]) -> Written<'a> {
+        let mut number = vec![None; self.functions.len()];
+        let mut functions = Vec::new();
+        for (i, (row, uses)) in self.functions.iter().enumerate() {
+            if *uses > 1 {
+                number[i] = Some(functions.len());
+                functions.push(row.clone());
+            }
+        }
+        for r in records {
+            if let RecordRef::Compact(c) = r {
+                if let FunctionRef::Index(i) = c.3 {
+                    c.3 = match number[i] {
+                        Some(n) => FunctionRef::Index(n),
+                        None => FunctionRef::Row(self.functions[i].0.clone()),
+                    };
+                }
+            }
+        }
+        Written {
+            owners: self.owners,
+            functions,
+        }
     }
 }
 
-/// Whether `c` decodes to what `s` serializes to.
-fn exact(s: &LiveSplice, c: &Compact) -> bool {
+/// The tables of one document as read (absent: empty).
+pub(in crate::splicer) struct ReadTables {
+    pub(in crate::splicer) owners: Vec<Owner>,
+    pub(in crate::splicer) functions: Vec<FunctionRow>,
+}
+
+/// Whether `c` (with `function` and `owner` for its indexes) decodes to what `s` serializes
+/// to.
+fn exact(s: &LiveSplice, c: &Compact, function: &FunctionRow, owner: Option<&Owner>) -> bool {
     let whole = serde_json::to_vec(s).ok();
-    let back = expand(c).ok().and_then(|b| serde_json::to_vec(&b).ok());
+    let back = expand(c, function, owner)
+        .ok()
+        .and_then(|b| serde_json::to_vec(&b).ok());
     whole.is_some() && whole == back
 }
 
-/// The point text the array leaves out: the function's name (a point at its entry, whose site
-/// is past the entry's endbr64 and ftrace NOP, so the offset does not give it). A point written
-/// with an offset is kept as written.
-fn default_point(name: &str) -> String {
-    name.to_string()
+/// The point text the array leaves out: the site's address (`0x...`, a coverage site's point)
+/// with [`AT_SITE`], else the function's name (a point at its entry, whose site is past the
+/// entry's endbr64 and ftrace NOP, so the offset does not give it). A point written otherwise
+/// is kept as written.
+fn default_point(name: &str, site: u64, flags: u8) -> String {
+    match flags & AT_SITE {
+        0 => name.to_string(),
+        _ => format!("{site:#x}"),
+    }
 }
 
-/// The array of a plain count splice (not yet checked to be exact).
-fn compact(s: &LiveSplice) -> Option<Compact> {
+/// The array of a count splice whose only option is its owner (not yet checked to be exact;
+/// its indexes 0 until the tables give them), and its function's row.
+fn compact(s: &LiveSplice) -> Option<(Compact, FunctionRow)> {
+    // Every option but the owner at its default (a new option must be named here).
+    let SpliceOptions {
+        when,
+        maxactive,
+        by,
+        only,
+        owner: _,
+    } = &s.request.options;
     let plain = s.request.action == Action::Count
-        && s.request == SpliceRequest::new(&s.request.at, Action::Count, s.request.mechanism)
+        && *when == When::Entry
+        && maxactive.is_none()
+        && by.is_none()
+        && only.is_empty()
         && s.dest_fn == 0
         && s.component.is_none()
         && s.springboard_patch.is_none()
@@ -158,11 +352,14 @@ fn compact(s: &LiveSplice) -> Option<Compact> {
     if s.request.mechanism == Mechanism::Jmp {
         flags |= IS_JMP;
     }
-    Some(Compact(
+    if s.request.at == default_point(&f.name, site, AT_SITE) {
+        flags |= AT_SITE;
+    }
+    let c = Compact(
         s.id.0,
-        (s.request.at != default_point(&f.name)).then(|| s.request.at.clone()),
+        (s.request.at != default_point(&f.name, site, flags)).then(|| s.request.at.clone()),
         (s.point.spec_text != s.request.at).then(|| s.point.spec_text.clone()),
-        (f.name.clone(), f.addr, f.size, f.origin.clone()),
+        FunctionRef::Index(0),
         offset,
         to_hex(&s.plan.displaced_bytes),
         to_hex(&s.site_patch.new),
@@ -171,16 +368,19 @@ fn compact(s: &LiveSplice) -> Option<Compact> {
             .as_ref()
             .map(|d| (d.id, d.addr.wrapping_sub(s.code.addr))),
         flags,
-    ))
+        None,
+    );
+    Some((c, (f.name.clone(), f.addr, f.size, f.origin.clone())))
 }
 
-/// What a compact record of either version holds besides its displaced window.
+/// What a compact record of any version holds besides its displaced window.
 struct Common<'a> {
     id: u64,
     at: String,
     mechanism: Mechanism,
+    owner: Option<&'a Owner>,
     spec_text: &'a Option<String>,
-    function: &'a (String, u64, u64, Option<String>),
+    function: &'a FunctionRow,
     offset: u64,
     new: &'a str,
     code: (u64, u64, usize),
@@ -194,9 +394,11 @@ fn expand_common(c: Common<'_>, plan: PlanSummary, old: Vec<u8>) -> Result<LiveS
     let site = faddr.wrapping_add(c.offset);
     let (code_id, code_delta, code_size) = c.code;
     let code = site.wrapping_add(code_delta);
+    let mut request = SpliceRequest::new(&c.at, Action::Count, c.mechanism);
+    request.options.owner = c.owner.cloned();
     Ok(LiveSplice {
         id: SpliceId(c.id),
-        request: SpliceRequest::new(&c.at, Action::Count, c.mechanism),
+        request,
         point: ResolvedPoint {
             spec_text: c.spec_text.clone().unwrap_or_else(|| c.at.clone()),
             function: Symbol {
@@ -246,36 +448,58 @@ fn expand_common(c: Common<'_>, plan: PlanSummary, old: Vec<u8>) -> Result<LiveS
     })
 }
 
-/// The splice `c` describes.
-fn expand(c: &Compact) -> Result<LiveSplice, String> {
-    let Compact(id, at, spec_text, function, offset, window, new, code, data, flags) = c;
-    let site = function.1.wrapping_add(*offset);
+/// The window of a version-4 or -6 record at `site`: its plan summary and the original bytes
+/// under the patch.
+fn window_plan(
+    site: u64,
+    window: &str,
+    new: &str,
+    flags: u8,
+) -> Result<(PlanSummary, Vec<u8>), String> {
     let bytes = from_hex(window)?;
-    let new_bytes = from_hex(new)?;
+    let patch_len = from_hex(new)?.len();
     let old = bytes
-        .get(..new_bytes.len())
+        .get(..patch_len)
         .ok_or_else(|| format!("the window `{window}` is shorter than the patch `{new}`"))?
         .to_vec();
     let (text, addrs) = DisplacedText::decode(&bytes, site)
         .ok_or_else(|| format!("the window `{window}` is not whole instructions"))?;
-    let mechanism = match flags & IS_JMP {
-        0 => Mechanism::Trap,
-        _ => Mechanism::Jmp,
-    };
     let plan = PlanSummary {
         site,
-        mechanism,
+        mechanism: mechanism_of(flags),
         displaced_len: bytes.len(),
-        patch_len: new_bytes.len(),
+        patch_len,
         displaced_addrs: addrs,
         displaced_text: text,
         springboard: None,
         displaced_bytes: bytes,
     };
+    Ok((plan, old))
+}
+
+fn mechanism_of(flags: u8) -> Mechanism {
+    match flags & IS_JMP {
+        0 => Mechanism::Trap,
+        _ => Mechanism::Jmp,
+    }
+}
+
+/// The splice `c` describes, with `function` and `owner` its indexes name.
+fn expand(
+    c: &Compact,
+    function: &FunctionRow,
+    owner: Option<&Owner>,
+) -> Result<LiveSplice, String> {
+    let Compact(id, at, spec_text, _, offset, window, new, code, data, flags, _) = c;
+    let site = function.1.wrapping_add(*offset);
+    let (plan, old) = window_plan(site, window, new, *flags)?;
     let common = Common {
         id: *id,
-        at: at.clone().unwrap_or_else(|| default_point(&function.0)),
-        mechanism,
+        at: at
+            .clone()
+            .unwrap_or_else(|| default_point(&function.0, site, *flags)),
+        mechanism: mechanism_of(*flags),
+        owner,
         spec_text,
         function,
         offset: *offset,
@@ -321,6 +545,7 @@ fn expand3(c: &Compact3) -> Result<LiveSplice, String> {
         id: *id,
         at: at.clone(),
         mechanism: *mechanism,
+        owner: None,
         spec_text,
         function,
         offset: *offset,
@@ -332,27 +557,53 @@ fn expand3(c: &Compact3) -> Result<LiveSplice, String> {
     expand_common(common, plan, from_hex(old)?)
 }
 
-/// A live splice as read: any form.
+/// A live splice as read: any form (the current one first).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Record {
+pub(in crate::splicer) enum Record {
     Compact(Box<Compact>),
     Compact3(Box<Compact3>),
     Whole(Box<LiveSplice>),
 }
 
-/// `deserialize_with` for a list of saved splices in any form.
-pub(in crate::splicer) fn splices<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Vec<LiveSplice>, D::Error> {
-    Vec::<Record>::deserialize(d)?
-        .into_iter()
-        .map(|r| match r {
-            Record::Compact(c) => expand(&c).map_err(serde::de::Error::custom),
-            Record::Compact3(c) => expand3(&c).map_err(serde::de::Error::custom),
-            Record::Whole(s) => Ok(*s),
-        })
-        .collect()
+impl ReadTables {
+    /// The splices `records` (read from the document of these tables) describe.
+    pub(in crate::splicer) fn splices(
+        &self,
+        records: Vec<Record>,
+    ) -> Result<Vec<LiveSplice>, String> {
+        records
+            .into_iter()
+            .map(|r| match r {
+                Record::Compact(c) => {
+                    let function = match &c.3 {
+                        FunctionRef::Row(row) => row,
+                        FunctionRef::Index(i) => self.functions.get(*i).ok_or_else(|| {
+                            format!(
+                                "splice {}: function {i} of a table of {}",
+                                c.0,
+                                self.functions.len()
+                            )
+                        })?,
+                    };
+                    let owner =
+                        c.10.map(|i| {
+                            self.owners.get(i).ok_or_else(|| {
+                                format!(
+                                    "splice {}: owner {i} of a table of {}",
+                                    c.0,
+                                    self.owners.len()
+                                )
+                            })
+                        })
+                        .transpose()?;
+                    expand(&c, function, owner)
+                }
+                Record::Compact3(c) => expand3(&c),
+                Record::Whole(s) => Ok(*s),
+            })
+            .collect()
+    }
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -375,310 +626,9 @@ fn from_hex(s: &str) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use trapvec::fake::{func_addr, FakeKernel, FUNC};
+#[path = "compact_owned_tests.rs"]
+mod owned_tests;
 
-    use super::record;
-    use crate::plan::Mechanism;
-    use crate::splicer::state_log::{Saved, StateLog};
-    use crate::splicer::{Action, LiveSplice, SpliceRequest, Splicer};
-
-    fn count(at: &str, mechanism: Mechanism) -> SpliceRequest {
-        SpliceRequest::new(at, Action::Count, mechanism)
-    }
-
-    fn state_json(sp: &Splicer<FakeKernel>) -> serde_json::Value {
-        serde_json::from_slice(&sp.export_state()).unwrap()
-    }
-
-    /// The whole form of every splice (what version 2 wrote), as a state of `version`.
-    fn whole_form(sp: &Splicer<FakeKernel>, version: u32) -> serde_json::Value {
-        let mut v = state_json(sp);
-        v["version"] = version.into();
-        let whole: Vec<serde_json::Value> = sp
-            .live()
-            .map(|s: &LiveSplice| serde_json::to_value(s).unwrap())
-            .collect();
-        v["splices"] = whole.into();
-        v
-    }
-
-    #[test]
-    fn a_count_site_is_saved_as_a_compact_array_that_reads_back_the_same_splice() {
-        let k = FakeKernel::new();
-        let mut sp = Splicer::new(k.clone());
-        sp.apply(&[
-            count("f0", Mechanism::Trap),
-            count("f1+0x5", Mechanism::Jmp),
-            count("f2+0x9", Mechanism::Trap),
-        ])
-        .unwrap();
-        let v = state_json(&sp);
-        let splices = v["splices"].as_array().unwrap();
-        assert_eq!(splices.len(), 3);
-        assert!(splices.iter().all(serde_json::Value::is_array), "{v}");
-        let again = Splicer::import_state(k, &sp.export_state()).unwrap();
-        assert_eq!(
-            whole_form(&again, 3),
-            whole_form(&sp, 3),
-            "a splice read back from its compact record differs"
-        );
-        for s in sp.live() {
-            let whole = serde_json::to_vec(s).unwrap().len();
-            let compact = serde_json::to_vec(&record(s)).unwrap().len();
-            eprintln!("{}: {whole} bytes whole, {compact} compact", s.request.at);
-            assert!(compact * 4 < whole, "{compact} bytes against {whole}");
-        }
-    }
-
-    #[test]
-    fn a_splice_the_array_cannot_describe_is_saved_whole() {
-        let mut sp = Splicer::new(FakeKernel::new());
-        sp.apply(&[count("f0", Mechanism::Trap)]).unwrap();
-        let plain = sp.live().next().unwrap().clone();
-        let is_whole = |s: &LiveSplice| serde_json::to_value(record(s)).unwrap().is_object();
-        assert!(!is_whole(&plain));
-        // Not a plain count: a handler, a component's.
-        let handled = LiveSplice {
-            dest_fn: 0x1234,
-            ..plain.clone()
-        };
-        assert!(is_whole(&handled));
-        // A plain count the array would not give back: its data block is not 16 bytes.
-        let mut odd = plain.clone();
-        odd.data = Some(trapvec::RepoBlock {
-            size: 32,
-            ..odd.code.clone()
-        });
-        assert!(is_whole(&odd));
-        // A dispatch entry with a cookie the array has no room for.
-        let mut cookie = plain;
-        cookie.dispatch.as_mut().unwrap().cookie = 9;
-        assert!(is_whole(&cookie));
-    }
-
-    #[test]
-    fn a_version_2_state_and_its_log_are_read_and_the_first_save_migrates_them_to_compact() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.log");
-        let k = FakeKernel::new();
-        let mut sp = Splicer::new(k.clone());
-        sp.apply(&[count("f0", Mechanism::Trap)]).unwrap();
-        let mut old = whole_form(&sp, 2);
-        old["epoch"] = 5.into();
-        k.put_blob(k.blob().0, &serde_json::to_vec(&old).unwrap())
-            .unwrap();
-        // A version-2 log after it: one change adding f2's splice, whole.
-        let id = sp.apply(&[count("f2", Mechanism::Jmp)]).unwrap()[0];
-        let added = serde_json::to_value(&*sp.live[&id]).unwrap();
-        let change = serde_json::json!({"add": [added], "remove": [], "next_splice": sp.next});
-        std::fs::write(
-            &path,
-            format!("{{\"format\":\"trapvec-state-log\",\"version\":2,\"epoch\":5}}\n{change}\n"),
-        )
-        .unwrap();
-        let (mut again, mut log, replay) = StateLog::load(&path, k.clone(), &k.blob().1).unwrap();
-        assert_eq!(
-            (replay.changes, replay.stale, replay.torn),
-            (1, false, false)
-        );
-        assert_eq!(whole_form(&again, 3), whole_form(&sp, 3));
-        // The first change is written as a new snapshot of the current version, compact.
-        again.apply(&[count("f3", Mechanism::Trap)]).unwrap();
-        let put = |_: &FakeKernel, b: &[u8]| k.put_blob(k.blob().0, b).map(|_| ());
-        assert!(matches!(
-            log.save(&mut again, put).unwrap(),
-            Saved::Compacted { .. }
-        ));
-        let v: serde_json::Value = serde_json::from_slice(&k.blob().1).unwrap();
-        assert_eq!(v["version"], super::super::STATE_VERSION);
-        let splices = v["splices"].as_array().unwrap();
-        assert_eq!(splices.len(), 3);
-        assert!(splices.iter().all(serde_json::Value::is_array), "{v}");
-    }
-
-    /// The record of a version-3 state (its array as that version wrote it): text, addresses
-    /// and original bytes, no window bytes.
-    fn version_3_record(s: &LiveSplice) -> serde_json::Value {
-        let (site, f) = (s.point.site, &s.point.function);
-        let data = s.data.as_ref().expect("a jmp count has a data block");
-        let offsets: Vec<u64> = s.plan.displaced_addrs.iter().map(|a| a - site).collect();
-        serde_json::json!([
-            s.id.0,
-            s.request.at,
-            s.request.mechanism,
-            null,
-            [f.name, f.addr, f.size, null],
-            site - f.addr,
-            s.plan.displaced_len,
-            s.plan.patch_len,
-            offsets,
-            s.plan.displaced_text.as_str(),
-            super::to_hex(&s.site_patch.old),
-            super::to_hex(&s.site_patch.new),
-            [s.code.id, s.code.addr.wrapping_sub(site), s.code.size],
-            [data.id, data.addr.wrapping_sub(s.code.addr)],
-            u8::from(s.replay.is_some()) | u8::from(s.dispatch.is_some()) << 1
-        ])
-    }
-
-    #[test]
-    fn a_version_3_state_is_read_its_window_bytes_read_back_and_saved_again_as_version_4() {
-        let k = FakeKernel::new();
-        let mut sp = Splicer::new(k.clone());
-        sp.apply(&[count("f0", Mechanism::Jmp), count("f1+0x5", Mechanism::Jmp)])
-            .unwrap();
-        let mut v3 = state_json(&sp);
-        v3["version"] = 3.into();
-        v3["splices"] = sp.live().map(version_3_record).collect();
-        let again = Splicer::import_state(k.clone(), &serde_json::to_vec(&v3).unwrap()).unwrap();
-        assert!(again.live().all(|s| !s.plan.displaced_bytes.is_empty()));
-        assert_eq!(
-            whole_form(&again, 4),
-            whole_form(&sp, 4),
-            "a splice read from a version-3 record differs"
-        );
-        let v4 = state_json(&again);
-        // Version 5 writes version 4's arrays (it changed only what a key `pid` means).
-        assert_eq!(v4["version"], super::super::STATE_VERSION);
-        let splices = v4["splices"].as_array().unwrap();
-        assert!(
-            splices
-                .iter()
-                .all(|r| r.as_array().is_some_and(|a| a.len() == 10)),
-            "{v4}"
-        );
-    }
-
-    /// The fake machine as the version-3 code left it after writing `testdata/v3.*` (commit
-    /// bf52218's splicer, before item 1 of issue 26: every count site has a data block): its
-    /// memory, blocks, dispatch entries and text patches, with the snapshot as its blob.
-    fn v3_machine() -> FakeKernel {
-        let m: serde_json::Value =
-            serde_json::from_str(include_str!("testdata/v3.machine.json")).unwrap();
-        let field = |name: &str| m[name].clone();
-        let k = FakeKernel::new();
-        {
-            let mut st = k.state();
-            for run in m["memory"].as_array().unwrap() {
-                let addr = run[0].as_u64().unwrap();
-                let bytes = super::from_hex(run[1].as_str().unwrap()).unwrap();
-                for (i, b) in bytes.into_iter().enumerate() {
-                    st.memory.insert(addr + i as u64, b);
-                }
-            }
-            st.next_block = m["next_block"].as_u64().unwrap();
-            let blocks: Vec<trapvec::RepoBlock> = serde_json::from_value(field("blocks")).unwrap();
-            st.blocks = blocks.into_iter().map(|b| (b.id, b)).collect();
-            st.sealed = serde_json::from_value(field("sealed")).unwrap();
-            let dispatch: Vec<trapvec::DispatchEntry> =
-                serde_json::from_value(field("dispatch")).unwrap();
-            st.dispatch = dispatch.into_iter().map(|d| (d.site, d)).collect();
-            let patched: Vec<(u64, u8)> = serde_json::from_value(field("patched")).unwrap();
-            st.patched = patched.into_iter().collect();
-            st.blob = (
-                m["blob_generation"].as_u64().unwrap(),
-                include_bytes!("testdata/v3.snapshot.json").to_vec(),
-            );
-        }
-        k
-    }
-
-    /// A snapshot and a log written by the version-3 code (count traps and jmps at entries and
-    /// offsets, each with a data block, one splice saved whole, a splice added and one removed
-    /// in the log) are read: the windows' bytes are read back from the text, the hits are the
-    /// dispatcher's, the first change writes a version-4 snapshot (arrays of 10, the whole
-    /// record kept whole) that reads back the same splices, and removing them all leaves the
-    /// machine as it was before any splice (every block given back, the data blocks too).
-    #[test]
-    fn a_state_written_by_version_3_is_read_migrated_to_version_4_and_removed_cleanly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.log");
-        std::fs::write(&path, include_bytes!("testdata/v3.log")).unwrap();
-        let k = v3_machine();
-        let (mut sp, mut log, replay) = StateLog::load(&path, k.clone(), &k.blob().1).unwrap();
-        assert_eq!(
-            (replay.changes, replay.stale, replay.torn),
-            (2, false, false)
-        );
-        let live: Vec<(&str, Mechanism, bool)> = sp
-            .live()
-            .map(|s| (s.request.at.as_str(), s.request.mechanism, s.data.is_some()))
-            .collect();
-        assert_eq!(
-            live,
-            [
-                ("f0", Mechanism::Trap, true),
-                ("f1+0x5", Mechanism::Jmp, true),
-                ("f2+0x9", Mechanism::Trap, true),
-                ("f0+0x9", Mechanism::Trap, true),
-                ("f2", Mechanism::Trap, true),
-            ]
-        );
-        for s in sp.live() {
-            let off = usize::try_from(s.plan.site - func_addr(&s.point.function.name)).unwrap();
-            assert_eq!(
-                s.plan.displaced_bytes,
-                FUNC[off..off + s.plan.displaced_len],
-                "{}: the window's bytes read back from the text",
-                s.request.at
-            );
-        }
-        let f0 = sp.live().next().unwrap();
-        let (f0_id, f0_site) = (f0.id, f0.point.site);
-        k.state().hits.insert(f0_site, 11);
-        assert_eq!(sp.hits(f0_id).unwrap().hits, 11);
-        // The first change migrates: a new snapshot of version 4, not a line in the old log.
-        sp.apply(&[count("f3", Mechanism::Trap)]).unwrap();
-        let put = |_: &FakeKernel, b: &[u8]| k.put_blob(k.blob().0, b).map(|_| ());
-        assert!(matches!(
-            log.save(&mut sp, put).unwrap(),
-            Saved::Compacted { .. }
-        ));
-        let v: serde_json::Value = serde_json::from_slice(&k.blob().1).unwrap();
-        assert_eq!(v["version"], super::super::STATE_VERSION);
-        let lens: Vec<Option<usize>> = v["splices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r.as_array().map(Vec::len))
-            .collect();
-        assert_eq!(
-            lens,
-            [Some(10), Some(10), Some(10), None, Some(10), Some(10)],
-            "plain counts as arrays, the one with a task predicate whole: {v}"
-        );
-        let (mut again, _, _) = StateLog::load(&path, k.clone(), &k.blob().1).unwrap();
-        assert_eq!(whole_form(&again, 4), whole_form(&sp, 4));
-        let ids: Vec<_> = again.live().map(|s| s.id).collect();
-        assert_eq!(again.remove(&ids).unwrap()[0].hits, 11);
-        assert!(
-            k.pristine(),
-            "text, dispatch entries and blocks as before any splice"
-        );
-    }
-
-    /// A version-4 record of a count site at its function's entry leaves out the point text
-    /// (the function's name), the displaced text and addresses (decoded from the window's
-    /// bytes) and the data block the dispatcher's count needs none of: under 120 bytes here
-    /// (the fake's block ids and the distance of its code from the site are 20 and 10 digits;
-    /// the module's ids are shorter). A jmp's keeps its data block: a fifth shorter than the
-    /// version-3 array of the same splice.
-    #[test]
-    fn a_version_4_record_is_shorter_than_the_version_3_record() {
-        let mut sp = Splicer::new(FakeKernel::new());
-        sp.apply(&[count("f0", Mechanism::Trap), count("f1", Mechanism::Jmp)])
-            .unwrap();
-        for s in sp.live() {
-            let v4 = serde_json::to_string(&record(s)).unwrap();
-            eprintln!("{}: {} bytes: {v4}", s.request.at, v4.len());
-            match s.data.is_some() {
-                true => {
-                    let v3 = version_3_record(s).to_string();
-                    assert!(5 * v4.len() < 4 * v3.len(), "{v4} against {v3}");
-                }
-                false => assert!(v4.len() < 120, "{v4}"),
-            }
-        }
-    }
-}
+#[cfg(test)]
+#[path = "compact_tests.rs"]
+mod tests;
