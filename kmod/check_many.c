@@ -188,8 +188,8 @@ int trapvec_check_boundaries(const struct trapvec_patch *patches, u32 n,
 {
 	struct trapvec_check_at *at;
 	struct trapvec_boundary *v;
+	u32 i, need = 0;
 	int ret;
-	u32 i;
 
 	*out = NULL;
 	v = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, n, sizeof(*v), GFP_KERNEL | __GFP_ZERO);
@@ -204,8 +204,10 @@ int trapvec_check_boundaries(const struct trapvec_patch *patches, u32 n,
 		at[i].boundary = patches[i].len && patches[i].len <= TRAPVEC_PATCH_MAX &&
 				 patches[i].addr + patches[i].len > patches[i].addr &&
 				 !revert(&patches[i]);
+		need += at[i].boundary;
 	}
-	ret = trapvec_check_sorted(at, n, NULL);
+	/* A batch of reverts only (a removal) has nothing to decode. */
+	ret = need ? trapvec_check_sorted(at, n, NULL) : 0;
 	if (ret)
 		goto out;
 	for (i = 0; i < n; i++)
