@@ -233,74 +233,127 @@ static bool trapvec_insn_is_call(const struct insn *insn)
 }
 
 /*
- * Is addr an instruction boundary, with a decodable instruction there? Decode from the start
- * of its symbol through the instruction at addr, over the original bytes (read once, our live
- * patches undone). kallsyms sizes run to the next symbol, so alignment padding after a
- * function belongs to it (int3 and nop decode one by one).
- *
- * Then on through the window: *insns is the number of instructions that overlap it, which is
- * how text.c knows, by itself, that a task may be stopped between two of them (preempt=full)
- * and that the window needs the int3-first protocol. A call that ends inside the window is
- * refused: its return address would point into the new bytes, and a task sleeping in the
- * callee is quiescent for RCU-tasks, so no grace period can wait it out (user space refuses
- * it too: a relocated call must be the last displaced instruction).
+ * Read [f->start, f->start + span) of the symbol f names, as a decoder must see it (our live
+ * patches undone, kprobes' bytes put back), and decode it from the symbol's start through
+ * offset limit (kallsyms sizes run to the next symbol, so alignment padding after a function
+ * belongs to it: int3 and nop decode one by one). span is enough for the last instruction that
+ * starts before limit, not past the symbol. f->ilen[o] is then the length of the instruction
+ * at offset o, with TRAPVEC_FN_CALL and TRAPVEC_FN_ENDBR, or 0 where none starts; decoding
+ * stops at f->decoded, at limit or at the first byte that does not decode. -EFAULT where the
+ * text cannot be read, -ENOMEM. Under kprobe_mutex (the probes' saved bytes).
+ */
+int trapvec_fn_load(struct trapvec_fn *f, unsigned long start, unsigned long size,
+		    unsigned long limit)
+{
+	const struct trapvec_ksyms *k = &trapvec_ksyms;
+	unsigned long at;
+	struct insn insn;
+
+	lockdep_assert_held(k->kprobe_mutex);
+	f->start = start;
+	f->size = size;
+	f->span = min_t(unsigned long, size, limit + MAX_INSN_SIZE);
+	f->decoded = 0;
+	f->text = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 2, f->span, GFP_KERNEL);
+	if (!f->text)
+		return -ENOMEM;
+	f->ilen = f->text + f->span;
+	memset(f->ilen, 0, f->span);
+	if (trapvec_text_read_original(start, f->text, f->span))
+		return -EFAULT;
+	trapvec_recover_kprobed(start, f->text, f->span);
+	for (at = 0; at < limit; at += insn.length) {
+		if (k->insn_decode(&insn, f->text + at, f->span - at, INSN_MODE_KERN) < 0) {
+			pr_debug("cannot decode %pS\n", (void *)(start + at));
+			break;
+		}
+		f->ilen[at] = insn.length;
+		/*
+		 * With IBT (6.12's CONFIG_X86_KERNEL_IBT) an indirect call or jmp must land on an
+		 * endbr64, or the CPU raises #CP: the function's own entry stays as it is. The
+		 * sealed form (a nop where nothing branches indirectly) may go.
+		 */
+		if (insn.length == 4 && !memcmp(f->text + at, "\xf3\x0f\x1e\xfa", 4))
+			f->ilen[at] |= TRAPVEC_FN_ENDBR;
+		if (trapvec_insn_is_call(&insn))
+			f->ilen[at] |= TRAPVEC_FN_CALL;
+	}
+	f->decoded = at;
+	return 0;
+}
+
+void trapvec_fn_free(struct trapvec_fn *f)
+{
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, f->text, 2 * f->span);
+	f->text = NULL;
+	f->ilen = NULL;
+}
+
+/*
+ * The verdict on [addr, addr + len) of a loaded symbol (addr + len within it, decoded through
+ * addr + len): addr must start an instruction. *insns is the number of instructions that
+ * overlap the window, which is how text.c knows, by itself, that a task may be stopped between
+ * two of them (preempt=full) and that the window needs the int3-first protocol. A call that
+ * ends inside the window is refused: its return address would point into the new bytes, and a
+ * task sleeping in the callee is quiescent for RCU-tasks, so no grace period can wait it out
+ * (user space refuses it too: a relocated call must be the last displaced instruction).
+ */
+u32 trapvec_fn_check_window(const struct trapvec_fn *f, unsigned long addr, u32 len, u32 *insns)
+{
+	unsigned long offset = addr - f->start, at;
+	u8 l;
+
+	*insns = 0;
+	if (offset >= f->decoded || !f->ilen[offset]) {
+		pr_debug("%pS is not an instruction boundary\n", (void *)addr);
+		return TRAPVEC_REASON_NOT_BOUNDARY;
+	}
+	for (at = offset; at < offset + len; at += l & TRAPVEC_FN_LEN) {
+		if (at >= f->decoded)
+			return TRAPVEC_REASON_NOT_BOUNDARY;	/* did not decode */
+		l = f->ilen[at];
+		(*insns)++;
+		if (l & TRAPVEC_FN_ENDBR) {
+			pr_debug("%pS: the window covers the endbr64 at %pS\n", (void *)addr,
+				 (void *)(f->start + at));
+			return TRAPVEC_REASON_ENDBR;
+		}
+		if (at + (l & TRAPVEC_FN_LEN) < offset + len && (l & TRAPVEC_FN_CALL)) {
+			pr_debug("%pS: the call at %pS returns inside the window\n", (void *)addr,
+				 (void *)(f->start + at));
+			return TRAPVEC_REASON_RETURN_IN_WINDOW;
+		}
+	}
+	return TRAPVEC_REASON_NONE;
+}
+
+/*
+ * Is addr an instruction boundary, with a decodable instruction there, and may the window's
+ * instructions be overwritten? Decoded from the start of its symbol, over the original bytes
+ * (trapvec_fn_load()). CHECK_MANY (check_many.c) loads each symbol once for all its windows.
  */
 static u32 trapvec_check_boundary(unsigned long addr, u32 len, u32 *insns)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
-	unsigned long size, offset, span, at;
-	u32 reason = TRAPVEC_REASON_NOT_BOUNDARY;
-	struct insn insn;
-	u8 *text;
+	unsigned long size, offset;
+	struct trapvec_fn f;
+	u32 reason;
+	int ret;
 
 	*insns = 0;
 	if (!k->kallsyms_lookup_size_offset(addr, &size, &offset))
 		return TRAPVEC_REASON_NOT_BOUNDARY;
 	if (offset + len > size)
 		return TRAPVEC_REASON_CROSSES_SYMBOL;
-	/* Enough for the last instruction of the window, not past the symbol. */
-	span = min_t(unsigned long, size, offset + len + MAX_INSN_SIZE);
-	text = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, 1, span, GFP_KERNEL);
-	if (!text)
-		return TRAPVEC_REASON_NOT_BOUNDARY;
-	if (trapvec_text_read_original(addr - offset, text, span)) {
+	ret = trapvec_fn_load(&f, addr - offset, size, offset + len);
+	if (ret == -EFAULT)
 		reason = TRAPVEC_REASON_NOT_TEXT;
-		goto out;
-	}
-	trapvec_recover_kprobed(addr - offset, text, span);
-	for (at = 0; at < offset + len; at += insn.length) {
-		if (k->insn_decode(&insn, text + at, span - at, INSN_MODE_KERN) < 0) {
-			pr_debug("cannot decode %pS while looking for %pS\n",
-				 (void *)(addr - offset + at), (void *)addr);
-			goto out;
-		}
-		if (at < offset) {
-			if (at + insn.length > offset)
-				goto out;	/* addr is inside this instruction */
-			continue;
-		}
-		(*insns)++;
-		/*
-		 * With IBT (6.12's CONFIG_X86_KERNEL_IBT) an indirect call or jmp must land on an
-		 * endbr64, or the CPU raises #CP: the function's own entry stays as it is. The
-		 * sealed form (a nop where nothing branches indirectly) may go.
-		 */
-		if (insn.length == 4 && !memcmp(text + at, "\xf3\x0f\x1e\xfa", 4)) {
-			pr_debug("%pS: the window covers the endbr64 at %pS\n", (void *)addr,
-				 (void *)(addr - offset + at));
-			reason = TRAPVEC_REASON_ENDBR;
-			goto out;
-		}
-		if (at + insn.length < offset + len && trapvec_insn_is_call(&insn)) {
-			pr_debug("%pS: the call at %pS returns inside the window\n", (void *)addr,
-				 (void *)(addr - offset + at));
-			reason = TRAPVEC_REASON_RETURN_IN_WINDOW;
-			goto out;
-		}
-	}
-	reason = TRAPVEC_REASON_NONE;
-out:
-	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, text, span);
+	else if (ret)
+		reason = TRAPVEC_REASON_NOT_BOUNDARY;	/* no memory: as before, refused */
+	else
+		reason = trapvec_fn_check_window(&f, addr, len, insns);
+	if (f.text)
+		trapvec_fn_free(&f);
 	return reason;
 }
 
@@ -431,10 +484,10 @@ bool trapvec_may_read(void)
 }
 
 /*
- * The checks of APPLY (and of CHECK, before its kprobe). *insns: how many instructions overlap
- * the window (set when the site is accepted).
+ * The checks of APPLY but the boundary (trapvec_check_boundary(), or a symbol's windows at once
+ * in CHECK_MANY): the caller checks the boundary of a window accepted here.
  */
-u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns)
+u32 trapvec_check_site_early(unsigned long addr, u32 len, u64 *culprit)
 {
 	u32 reason;
 
@@ -465,10 +518,36 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 	reason = trapvec_hidden_check(addr, len, culprit);
 	if (reason)
 		return reason;
-	reason = trapvec_check_kprobes(addr, len, culprit);
+	return trapvec_check_kprobes(addr, len, culprit);
+}
+
+/*
+ * The checks of APPLY (and of CHECK, before its kprobe). *insns: how many instructions overlap
+ * the window (set when the site is accepted).
+ */
+u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns)
+{
+	u32 reason;
+
+	*insns = 0;
+	reason = trapvec_check_site_early(addr, len, culprit);
 	if (reason)
 		return reason;
 	return trapvec_check_boundary(addr, len, insns);
+}
+
+/* APPLY's checks with the boundary verdict known (trapvec_check_boundaries(), check_many.c). */
+u32 trapvec_check_site_known(unsigned long addr, u32 len, u64 *culprit,
+			     const struct trapvec_boundary *b, u32 *insns)
+{
+	u32 reason;
+
+	*insns = 0;
+	reason = trapvec_check_site_early(addr, len, culprit);
+	if (reason)
+		return reason;
+	*insns = b->insns;
+	return b->reason;
 }
 
 u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit)

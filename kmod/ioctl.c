@@ -48,6 +48,7 @@ union trapvec_ioc_arg {
 	struct trapvec_write write;
 	struct trapvec_block block;
 	struct trapvec_check check;
+	struct trapvec_check_many check_many;
 	struct trapvec_apply apply;
 	struct trapvec_dispatch_add dispatch_add;
 	struct trapvec_dispatch_remove dispatch_remove;
@@ -221,6 +222,45 @@ static long trapvec_ioc_check(struct file *file, void *arg, struct trapvec_ioc_b
 							&req->culprit);
 	}
 	return 0;
+}
+
+/* CHECK_MANY's entries, copied in: each must ask for CHECK without its kprobe, as CHECK does. */
+static long trapvec_ioc_check_many_in(void *arg, struct trapvec_ioc_bufs *bufs)
+{
+	struct trapvec_check_many *req = arg;
+	const struct trapvec_check *c;
+	long ret;
+	u32 i;
+
+	if (req->flags)
+		return -EINVAL;
+	if (req->count > TRAPVEC_BATCH_MAX)
+		return -E2BIG;
+	ret = trapvec_copy_array(bufs, 0, req->checks, req->count, sizeof(*c));
+	if (ret)
+		return ret;
+	for (i = 0, c = bufs->p[0]; i < req->count; i++, c++)
+		if (c->flags != TRAPVEC_CHECK_NO_KPROBE)
+			return -EINVAL;
+	return 0;
+}
+
+static long trapvec_ioc_check_many(struct file *file, void *arg, struct trapvec_ioc_bufs *bufs)
+{
+	struct trapvec_check_many *req = arg;
+
+	return trapvec_check_many(bufs->p[0], req->count);
+}
+
+/* The answers, after the unlock. */
+static long trapvec_ioc_check_many_out(void *arg, struct trapvec_ioc_bufs *bufs, long ret)
+{
+	struct trapvec_check_many *req = arg;
+
+	if (!ret && req->count &&
+	    copy_to_user(u64_to_user_ptr(req->checks), bufs->p[0], bufs->bytes[0]))
+		ret = -EFAULT;
+	return ret;
 }
 
 static long trapvec_ioc_apply_in(void *arg, struct trapvec_ioc_bufs *bufs)
@@ -415,6 +455,8 @@ static const struct trapvec_ioc trapvec_iocs[] = {
 	TRAPVEC_IOC(FREE, struct trapvec_block, IN | LOCK, NULL, trapvec_ioc_free, NULL),
 	TRAPVEC_IOC(CHECK, struct trapvec_check, IN | LOCK | OUT, trapvec_ioc_check_flags,
 		    trapvec_ioc_check, NULL),
+	TRAPVEC_IOC(CHECK_MANY, struct trapvec_check_many, IN | LOCK, trapvec_ioc_check_many_in,
+		    trapvec_ioc_check_many, trapvec_ioc_check_many_out),
 	TRAPVEC_IOC(APPLY, struct trapvec_apply, IN | LOCK | ALWAYS, trapvec_ioc_apply_in,
 		    trapvec_ioc_apply, NULL),
 	TRAPVEC_IOC(DISPATCH_ADD, struct trapvec_dispatch_add, IN | LOCK | ALWAYS,

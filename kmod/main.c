@@ -48,6 +48,7 @@ static void trapvec_abi_checks(void)
 	BUILD_BUG_ON(sizeof(struct trapvec_block) != 8);
 	BUILD_BUG_ON(sizeof(struct trapvec_patch) != 48);
 	BUILD_BUG_ON(sizeof(struct trapvec_check) != 32);
+	BUILD_BUG_ON(sizeof(struct trapvec_check_many) != 16);
 	BUILD_BUG_ON(sizeof(struct trapvec_apply) != 56);
 	BUILD_BUG_ON(sizeof(struct trapvec_dispatch_entry) != 72);
 	BUILD_BUG_ON(sizeof(struct trapvec_task_match) != 40);

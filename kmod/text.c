@@ -146,7 +146,7 @@ static u32 trapvec_check_trap(const struct trapvec_patch *p)
  */
 static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 			     const struct trapvec_batch_index *batch, struct trapvec_apply *req,
-			     u32 *insns)
+			     const struct trapvec_boundary *bounds, u32 *insns)
 {
 	const struct trapvec_patch *p = &patches[i];
 	u32 reason;
@@ -156,7 +156,7 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 		trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 		return -EBUSY;
 	}
-	reason = trapvec_check_site_insns(p->addr, p->len, &req->culprit, insns);
+	reason = trapvec_check_site_known(p->addr, p->len, &req->culprit, &bounds[i], insns);
 	if (!reason)
 		reason = trapvec_check_trap(p);
 	if (reason) {
@@ -314,6 +314,12 @@ static void trapvec_apply_account(u32 n, u64 start, u64 checked, u64 end)
 	WRITE_ONCE(trapvec_apply_stats.last_ns, end - start);
 }
 
+/* A revert of a live patch: APPLY skips its site checks (the same revert twice is refused). */
+static bool trapvec_is_inverse(const struct trapvec_patch *p)
+{
+	return trapvec_find_inverse(p);
+}
+
 int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply *req)
 {
 	struct mutex *kprobe_mutex = trapvec_ksyms.kprobe_mutex;
@@ -324,6 +330,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	struct trapvec_stop_ctx ctx = {};
 	unsigned long dest;
 	bool jmp;
+	struct trapvec_boundary *bounds = NULL;
 	struct trapvec_text_op *ops;
 	int ret = 0;
 
@@ -343,6 +350,12 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 	may_write = trapvec_may_write();
 	batch.serial = ++trapvec_batch_serial;
 	mutex_lock(kprobe_mutex);
+	/* The new patches' boundaries, each function decoded once for the batch (check_many.c). */
+	if (!may_write) {
+		ret = trapvec_check_boundaries(patches, n, trapvec_is_inverse, &bounds);
+		if (ret)
+			goto out_free;
+	}
 	for (i = 0; i < n; i++) {
 		const struct trapvec_patch *p = &patches[i];
 		struct trapvec_live_patch *inv;
@@ -366,7 +379,7 @@ int trapvec_text_apply(const struct trapvec_patch *patches, struct trapvec_apply
 			ret = -EPERM;
 			goto out_unwind;
 		} else {
-			ret = trapvec_check_new(patches, i, &batch, req, &insns);
+			ret = trapvec_check_new(patches, i, &batch, req, bounds, &insns);
 			if (ret)
 				goto out_unwind;
 		}
@@ -506,6 +519,7 @@ out_unwind:
 out_free:
 	trapvec_kprobe_pin_update(false);
 	mutex_unlock(kprobe_mutex);
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, bounds, n * sizeof(*bounds));
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, ops, n * sizeof(*ops));
 	return ret;
 }

@@ -222,6 +222,21 @@ struct trapvec_check {
 };
 
 /*
+ * CHECK_MANY: CHECK of count windows at once, each answered in place (reason, error, culprit),
+ * as CHECK with TRAPVEC_CHECK_NO_KPROBE answers it. Every entry's flags must be exactly
+ * TRAPVEC_CHECK_NO_KPROBE (the kprobe cross-check is not made in a batch): else -EINVAL, and
+ * more than TRAPVEC_BATCH_MAX entries -E2BIG, with nothing answered. The entries may come in
+ * any order; the module visits them by address and reads and decodes the original text of each
+ * kallsyms symbol they fall in once, under one hold of its locks. Added without a new ABI
+ * version: an older module answers -ENOTTY, and user space falls back to one CHECK per window.
+ */
+struct trapvec_check_many {
+	__u64 checks;		/* user pointer to count struct trapvec_check, answered in place */
+	__u32 count;		/* at most TRAPVEC_BATCH_MAX */
+	__u32 flags;		/* must be 0 */
+};
+
+/*
  * APPLY: all patches or none. A patch that exactly undoes a live patch (same addr and len,
  * old and new swapped) reverts it and skips the site checks; any other patch is checked like
  * CHECK (but for the kprobe cross-check) and must not overlap a live patch. A new patch
@@ -396,6 +411,7 @@ struct trapvec_state {
 #define TRAPVEC_IOC_DISPATCH_REMOVE	_IOWR(TRAPVEC_IOC_MAGIC, 9, struct trapvec_dispatch_remove)
 #define TRAPVEC_IOC_HITS	_IOWR(TRAPVEC_IOC_MAGIC, 10, struct trapvec_hits)
 #define TRAPVEC_IOC_DISPATCH_REPLACE	_IOWR(TRAPVEC_IOC_MAGIC, 15, struct trapvec_dispatch_replace)
+#define TRAPVEC_IOC_CHECK_MANY	_IOWR(TRAPVEC_IOC_MAGIC, 16, struct trapvec_check_many)
 #define TRAPVEC_IOC_LIST	_IOWR(TRAPVEC_IOC_MAGIC, 11, struct trapvec_list)
 #define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
 #define TRAPVEC_IOC_STATE_GET	_IOWR(TRAPVEC_IOC_MAGIC, 13, struct trapvec_state)

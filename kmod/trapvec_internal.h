@@ -145,7 +145,43 @@ void trapvec_arena_info(struct trapvec_info *info);
 
 /* check.c */
 u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit);
+u32 trapvec_check_site_early(unsigned long addr, u32 len, u64 *culprit);
 u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns);
+struct trapvec_boundary;
+u32 trapvec_check_site_known(unsigned long addr, u32 len, u64 *culprit,
+			     const struct trapvec_boundary *b, u32 *insns);
+
+/*
+ * One kallsyms symbol's original text, read and decoded once from its start (check.c): CHECK
+ * loads it for one window, CHECK_MANY (check_many.c) for every window of a batch in it.
+ */
+struct trapvec_fn {
+	unsigned long start, size;	/* the symbol */
+	unsigned long span;		/* bytes read from start */
+	unsigned long decoded;		/* instructions start below this offset only */
+	u8 *text;			/* span original bytes */
+	u8 *ilen;			/* per offset: TRAPVEC_FN_LEN of the insn there (0: none) */
+};
+
+#define TRAPVEC_FN_LEN		0x0f	/* length of the instruction starting here (<= 15) */
+#define TRAPVEC_FN_CALL		0x10	/* it pushes a return address */
+#define TRAPVEC_FN_ENDBR	0x20	/* endbr64 */
+
+int trapvec_fn_load(struct trapvec_fn *f, unsigned long start, unsigned long size,
+		    unsigned long limit);
+void trapvec_fn_free(struct trapvec_fn *f);
+u32 trapvec_fn_check_window(const struct trapvec_fn *f, unsigned long addr, u32 len, u32 *insns);
+
+/* check_many.c */
+struct trapvec_boundary {
+	u32 reason;	/* trapvec_check_boundary()'s verdict on a window */
+	u32 insns;	/* instructions that overlap it, when accepted */
+};
+
+int trapvec_check_many(struct trapvec_check *checks, u32 count);
+int trapvec_check_boundaries(const struct trapvec_patch *patches, u32 n,
+			     bool (*revert)(const struct trapvec_patch *p),
+			     struct trapvec_boundary **out);
 u32 trapvec_check_site_kprobe(unsigned long addr, u32 len, s32 *error, u64 *culprit);
 bool trapvec_in_own_module(unsigned long addr, unsigned long len);
 u32 trapvec_may_write(void);

@@ -25,7 +25,7 @@
 //! Batches are all-or-nothing ([`Splicer::apply`]) or best-effort ([`Splicer::apply_best_effort`]:
 //! every request that plans and builds is applied in one batch, each other one is reported with
 //! its reason). Every planned window is also put to the target's own rules
-//! ([`Target::check_site`]) before anything is allocated.
+//! ([`Target::check_sites`]) before anything is allocated.
 //!
 //! A splicer's bookkeeping can be saved and restored ([`state`]): a one-shot tool (trapctl)
 //! keeps it in the kernel module between commands, checked against the module on every restore.
@@ -37,6 +37,7 @@ mod components;
 mod index;
 mod orig;
 mod plan;
+mod plan_checks;
 mod publish;
 mod remove;
 mod returns_twice;
@@ -288,7 +289,7 @@ pub struct BatchTimings {
     pub splices: usize,
     /// Resolving, decoding, validating and planning every point (the target's checks included).
     pub plan: std::time::Duration,
-    /// Of `plan`, the target's own checks of the windows ([`Target::check_site`]: the kernel
+    /// Of `plan`, the target's own checks of the windows ([`Target::check_sites`]: the kernel
     /// module's CHECK, one call per window).
     pub check: std::time::Duration,
     /// Allocating, generating and writing trampolines.

@@ -312,6 +312,7 @@ int main(int argc, char **argv)
 		check(dispatch_add(&entry, 1, &failed) == 0 && apply(patch, 1, &res) == 0,
 		      "splice applied again, to be left live for rmmod");
 		call_getppid(10, ppid, "through the trap again");
+		test_check_many(getppid_fn, &in);
 		test_big_batch(BIG_BATCH);
 		info(&in);
 		save_state(leave, &s, &in);

@@ -6,6 +6,7 @@
  *   tvtest_lib.c      check()/finish(), the ioctl wrappers, kallsyms, the splice's code
  *   tvtest_refuse.c   what APPLY and CHECK refuse, and who may not use the device
  *   tvtest_text.c     module text, stress, a big batch, FREE of referenced blocks, READ_ORIGINAL
+ *   tvtest_many.c     CHECK_MANY answers as CHECK does, window by window
  */
 #ifndef TVTEST_H
 #define TVTEST_H
@@ -84,6 +85,9 @@ void test_user_int(void);
 void test_nonroot(void);
 void hidden_table(const char *first, const char *last, uint32_t size, uint32_t field,
 		  uint32_t len, uint32_t reason, const char *what);
+
+/* tvtest_many.c */
+void test_check_many(uint64_t getppid, const struct trapvec_info *in);
 
 /* tvtest_text.c */
 long module_refcnt(const char *mod);

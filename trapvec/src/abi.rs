@@ -312,6 +312,20 @@ pub struct TrapvecCheck {
     pub culprit: u64,
 }
 
+/// `struct trapvec_check_many`: CHECK of `count` windows in one call, each answered in place as
+/// CHECK with [`TRAPVEC_CHECK_NO_KPROBE`] answers it (every entry's `flags` must be exactly
+/// that). Added without a new ABI version: an older module answers `ENOTTY`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapvecCheckMany {
+    /// User pointer to `count` [`TrapvecCheck`], answered in place.
+    pub checks: u64,
+    /// At most `TRAPVEC_BATCH_MAX`.
+    pub count: u32,
+    /// Must be 0.
+    pub flags: u32,
+}
+
 /// `struct trapvec_apply`: a batch of patches, all or none.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -509,6 +523,7 @@ const _: () = assert!(core::mem::size_of::<TrapvecWrite>() == 32);
 const _: () = assert!(core::mem::size_of::<TrapvecBlock>() == 8);
 const _: () = assert!(core::mem::size_of::<TrapvecPatch>() == 48);
 const _: () = assert!(core::mem::size_of::<TrapvecCheck>() == 32);
+const _: () = assert!(core::mem::size_of::<TrapvecCheckMany>() == 16);
 const _: () = assert!(core::mem::size_of::<TrapvecApply>() == 56);
 const _: () = assert!(core::mem::size_of::<TrapvecDispatchEntry>() == 72);
 const _: () = assert!(core::mem::size_of::<TrapvecTaskMatch>() == 40);
@@ -771,6 +786,7 @@ pub const TRAPVEC_IOC_DISPATCH_REMOVE: u32 = iowr(9, core::mem::size_of::<Trapve
 pub const TRAPVEC_IOC_HITS: u32 = iowr(10, core::mem::size_of::<TrapvecHits>());
 pub const TRAPVEC_IOC_DISPATCH_REPLACE: u32 =
     iowr(15, core::mem::size_of::<TrapvecDispatchReplace>());
+pub const TRAPVEC_IOC_CHECK_MANY: u32 = iowr(16, core::mem::size_of::<TrapvecCheckMany>());
 pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
 pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());

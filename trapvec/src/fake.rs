@@ -104,8 +104,10 @@ pub struct FakeState {
     pub hits: BTreeMap<u64, u64>,
     /// Windows the module's rules refuse, by start address.
     pub refuse: BTreeMap<u64, SiteRefusal>,
-    /// Every `(addr, len)` put to [`Target::check_site`].
+    /// Every `(addr, len)` put to [`Target::check_sites`].
     pub checked: Vec<(u64, usize)>,
+    /// The number of windows of every [`Target::check_sites`].
+    pub check_batches: Vec<usize>,
     /// Text batches written.
     pub batches: usize,
     /// Every read: `(addr, len)`.
@@ -157,6 +159,7 @@ impl Default for FakeState {
             hits: BTreeMap::new(),
             refuse: BTreeMap::new(),
             checked: Vec::new(),
+            check_batches: Vec::new(),
             batches: 0,
             reads: Vec::new(),
             blob: (0, Vec::new()),
@@ -188,6 +191,31 @@ impl Default for FakeKernel {
 }
 
 impl FakeKernel {
+    /// As the module's CHECK: a window over text that a live patch changed is refused, and a
+    /// window at an address of `refuse` for its reason.
+    fn check_one(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        let mut inner = self.state();
+        inner.checked.push((addr, len));
+        if inner
+            .patched
+            .range(addr..addr + len as u64)
+            .next()
+            .is_some()
+        {
+            return Err(TargetError::SiteRefused {
+                addr,
+                reason: SiteRefusal::LivePatch,
+            });
+        }
+        match inner.refuse.get(&addr) {
+            Some(reason) => Err(TargetError::SiteRefused {
+                addr,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn new() -> Self {
         let mut inner = FakeState::default();
         let mut symbols = Vec::new();
@@ -605,28 +633,13 @@ impl Target for FakeKernel {
         }))
     }
 
-    /// As the module: a window over text that a live patch changed is refused.
-    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
-        let mut inner = self.state();
-        inner.checked.push((addr, len));
-        if inner
-            .patched
-            .range(addr..addr + len as u64)
-            .next()
-            .is_some()
-        {
-            return Err(TargetError::SiteRefused {
-                addr,
-                reason: SiteRefusal::LivePatch,
-            });
-        }
-        match inner.refuse.get(&addr) {
-            Some(reason) => Err(TargetError::SiteRefused {
-                addr,
-                reason: reason.clone(),
-            }),
-            None => Ok(()),
-        }
+    /// As the module's CHECK_MANY: each window answered on its own ([`FakeKernel::check_one`]).
+    fn check_sites(&self, windows: &[(u64, usize)]) -> Vec<Result<(), TargetError>> {
+        self.state().check_batches.push(windows.len());
+        windows
+            .iter()
+            .map(|&(addr, len)| self.check_one(addr, len))
+            .collect()
     }
 
     /// The lowest free index; the cookie is `index + 1` (never 0, like the module's).

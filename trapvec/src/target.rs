@@ -588,6 +588,11 @@ pub enum DispatchReading {
 /// What callers say to any [`Target`] in its own words, written once over the trait's
 /// methods (implemented for every target; a backend writes none of these).
 pub trait TargetExt: Target {
+    /// [`Target::check_sites`] of one window.
+    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
+        self.check_sites(&[(addr, len)]).pop().unwrap_or(Ok(()))
+    }
+
     /// [`Target::write_text`] knowing nothing of where CPUs are.
     fn patch_text(&mut self, batch: &[TextPatch]) -> Result<(), TargetError> {
         self.write_text(batch, None)
@@ -739,13 +744,15 @@ pub trait Target {
     /// about to be sent there by a dispatch entry that was removed.
     fn quiesce(&mut self, ranges: &[(u64, u64)]) -> Result<(), TargetError>;
 
-    /// Would the target itself accept a text patch over `[addr, addr + len)` (an instruction
-    /// window the planner has already validated)? Backends with rules of their own say no here,
-    /// with the reason, so that a refusal comes at planning time instead of failing a batch
-    /// (kernel: entry and noinstr text, the kprobes blacklist, exception-table instructions, …).
-    /// Changes nothing. The default accepts everything.
-    fn check_site(&self, _addr: u64, _len: usize) -> Result<(), TargetError> {
-        Ok(())
+    /// Would the target itself accept a text patch over each window `[addr, addr + len)` of
+    /// `windows` (instruction windows the planner has already validated; any order)? One answer
+    /// per window, in the order given. Backends with rules of their own say no here, with the
+    /// reason, so that a refusal comes at planning time instead of failing a batch (kernel:
+    /// entry and noinstr text, the kprobes blacklist, exception-table instructions, …; the
+    /// module checks a batch at once, each function decoded once for all its windows). Changes
+    /// nothing. The default accepts everything. One window: [`TargetExt::check_site`].
+    fn check_sites(&self, windows: &[(u64, usize)]) -> Vec<Result<(), TargetError>> {
+        windows.iter().map(|_| Ok(())).collect()
     }
 
     /// Read the dispatch table as the target holds it now ([`DispatchRead`]): every entry (the

@@ -53,6 +53,7 @@ fn rust_layout() -> RustLayout {
         TrapvecBlock => "trapvec_block" { id }
         TrapvecPatch => "trapvec_patch" { addr, len, pad, old_bytes, new_bytes }
         TrapvecCheck => "trapvec_check" { addr, len, reason, error, flags, culprit }
+        TrapvecCheckMany => "trapvec_check_many" { checks, count, flags }
         TrapvecApply => "trapvec_apply" { patches, count, flags, failed_index, reason, error, pad, found, culprit }
         TrapvecDispatchEntry => "trapvec_dispatch_entry" { site, dest, handler, cookie }
         TrapvecDispatchAdd => "trapvec_dispatch_add" { entries, count, failed_index }
@@ -230,6 +231,10 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
         ("TRAPVEC_IOC_SEAL", u64::from(TRAPVEC_IOC_SEAL)),
         ("TRAPVEC_IOC_FREE", u64::from(TRAPVEC_IOC_FREE)),
         ("TRAPVEC_IOC_CHECK", u64::from(TRAPVEC_IOC_CHECK)),
+        (
+            "TRAPVEC_IOC_CHECK_MANY",
+            u64::from(trapvec::abi::TRAPVEC_IOC_CHECK_MANY),
+        ),
         ("TRAPVEC_IOC_APPLY", u64::from(TRAPVEC_IOC_APPLY)),
         (
             "TRAPVEC_IOC_DISPATCH_REPLACE",
@@ -388,7 +393,7 @@ fn rust_ioctl_structs_and_numbers_match_the_c_header() {
     );
     assert_eq!(rust.len(), c.len());
     // Sanity: the comparison covered every struct and constant.
-    assert_eq!(sizes.len(), 27);
+    assert_eq!(sizes.len(), 28);
     assert!(rows.len() > 60);
 }
 

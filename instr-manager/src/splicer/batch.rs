@@ -53,7 +53,7 @@ pub(super) struct BatchCache {
     /// The windows (`(site, displaced length)`) of trap splices a switch takes out: a trap
     /// planned on exactly such a window takes the site over in place, with no text written.
     leaving_traps: BTreeSet<(u64, usize)>,
-    /// Time spent in the target's checks of the windows while planning ([`Target::check_site`]).
+    /// Time spent in the target's checks of the windows while planning ([`Target::check_sites`]).
     pub(super) check_time: std::time::Duration,
 }
 

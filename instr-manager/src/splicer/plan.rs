@@ -1,13 +1,15 @@
 //! Step 1 of a splice's life, planning: resolve each request's point, analyse its function
 //! (the batch's text read in a few spans, each function analysed once: [`super::batch`]), plan
 //! the window (trap or jmp, springboard) against the text live splices and earlier requests of
-//! the batch claim, and put the windows to the target's own rules ([`Target::check_site`]).
+//! the batch claim, and put the windows to the target's own rules ([`Target::check_sites`], or
+//! [`Target::check_sites`] for a whole batch: [`super::plan_checks`]).
 //! Nothing here allocates or writes: planning only reads the target.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use component_manager::{ComponentError, ComponentId};
-use trapvec::Target;
+use trapvec::{Target, TargetExt};
 
 use crate::analysis::liveness::flags_dead_at;
 use crate::plan::{plan_splice, Mechanism, Plan, PlanInput, Springboard};
@@ -15,11 +17,12 @@ use crate::point::{kernel_entry_len, resolve_point, PointSpec, ResolvedPoint, KE
 
 use super::batch::BatchCache;
 use super::index::LiveIndex;
+use super::plan_checks::{self, Checks};
 use super::{LiveSplice, SpliceError, SpliceId, SpliceRequest, Splicer};
 
-/// Longest window a target checks in one [`Target::check_site`] call (the kernel module's
+/// Longest window a target checks as one window of [`Target::check_sites`] (the kernel module's
 /// longest patch); longer windows are checked one displaced instruction at a time.
-const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
+pub(super) const CHECK_WINDOW_MAX: usize = trapvec::abi::TRAPVEC_PATCH_MAX;
 
 /// How far before or after a function a live text patch is looked for when the function is
 /// analysed with the live patches' original bytes (longer than any patch: one starting that far
@@ -41,31 +44,74 @@ pub(super) struct Planned {
 /// ranges keyed by start (a batch of 10,000 splices checks each window in O(log n)). The live
 /// splices' claims are read from their index, not copied: a request does not pay for the
 /// splices already live.
-struct Claimed<'a> {
+pub(super) struct Claimed<'a> {
     live: &'a LiveIndex,
-    /// Retiring splices' claims and the batch's own.
-    more: BTreeMap<u64, u64>,
+    /// Retiring splices' claims and the batch's own: end, and the request of the batch that
+    /// claimed it (none for a retiring splice).
+    more: BTreeMap<u64, (u64, Option<usize>)>,
+    /// The batch's requests whose claims the queries met since [`Claimed::take_met`].
+    met: RefCell<Vec<usize>>,
 }
 
 impl Claimed<'_> {
-    fn add(&mut self, site: u64, displaced_len: usize, springboard: Option<&Springboard>) {
-        self.more.insert(site, site + displaced_len as u64);
+    /// `plan`'s window and springboard, claimed by request `owner` of the batch.
+    pub(super) fn add(&mut self, plan: &Plan, owner: Option<usize>) {
+        self.add_text(
+            plan.site,
+            plan.displaced_len,
+            plan.springboard.as_ref(),
+            owner,
+        );
+    }
+
+    fn add_text(
+        &mut self,
+        site: u64,
+        displaced_len: usize,
+        springboard: Option<&Springboard>,
+        owner: Option<usize>,
+    ) {
+        self.more.insert(site, (site + displaced_len as u64, owner));
         if let Some(sb) = springboard {
-            self.more.insert(sb.addr, sb.addr + 5);
+            self.more.insert(sb.addr, (sb.addr + 5, owner));
         }
     }
 
+    fn met(&self, owner: Option<usize>) {
+        if let Some(i) = owner {
+            self.met.borrow_mut().push(i);
+        }
+    }
+
+    /// The requests of the batch whose claims answered a query since the last call.
+    pub(super) fn take_met(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.met.borrow_mut())
+    }
+
     fn overlaps(&self, lo: u64, hi: u64) -> bool {
-        self.live.claim_overlaps(lo, hi)
-            || self
-                .more
-                .range(..hi)
-                .next_back()
-                .is_some_and(|(_, &end)| end > lo)
+        if self.live.claim_overlaps(lo, hi) {
+            return true;
+        }
+        match self.more.range(..hi).next_back() {
+            Some((_, &(end, owner))) if end > lo => {
+                self.met(owner);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn starts_at(&self, addr: u64) -> bool {
-        self.live.claim_starts_at(addr) || self.more.contains_key(&addr)
+        if self.live.claim_starts_at(addr) {
+            return true;
+        }
+        match self.more.get(&addr) {
+            Some(&(_, owner)) => {
+                self.met(owner);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -148,28 +194,13 @@ impl<T: Target> Splicer<T> {
         requests: &[SpliceRequest],
         cache: &mut BatchCache,
     ) -> Result<Vec<Planned>, SpliceError> {
-        let points = self.resolve_batch(requests, cache);
-        let mut claimed = self.claimed();
-        let mut out: Vec<Planned> = Vec::with_capacity(requests.len());
-        for (r, point) in requests.iter().zip(points) {
-            let earlier = |site: u64| {
-                out.iter()
-                    .find(|p| p.point.site == site)
-                    .map(|p| p.point.spec_text.clone())
-            };
-            let planned = self.plan_one(r, point?, &earlier, &claimed, cache)?;
-            claimed.add(
-                planned.plan.site,
-                planned.plan.displaced_len,
-                planned.plan.springboard.as_ref(),
-            );
-            out.push(planned);
-        }
-        Ok(out)
+        self.plan_requests(requests, cache, true)
+            .into_iter()
+            .collect()
     }
 
     /// Resolve every request's point, and read the text of their functions ahead.
-    fn resolve_batch(
+    pub(super) fn resolve_batch(
         &self,
         requests: &[SpliceRequest],
         cache: &mut BatchCache,
@@ -224,44 +255,20 @@ impl<T: Target> Splicer<T> {
         requests: &[SpliceRequest],
         cache: &mut BatchCache,
     ) -> Vec<Result<Planned, SpliceError>> {
-        let points = self.resolve_batch(requests, cache);
-        let mut claimed = self.claimed();
-        let mut out: Vec<Result<Planned, SpliceError>> = Vec::with_capacity(requests.len());
-        for (r, point) in requests.iter().zip(points) {
-            let earlier = |site: u64| {
-                out.iter()
-                    .filter_map(|p| p.as_ref().ok())
-                    .find(|p| p.point.site == site)
-                    .map(|p| p.point.spec_text.clone())
-            };
-            match point.and_then(|point| self.plan_one(r, point, &earlier, &claimed, cache)) {
-                Ok(p) => {
-                    claimed.add(
-                        p.plan.site,
-                        p.plan.displaced_len,
-                        p.plan.springboard.as_ref(),
-                    );
-                    out.push(Ok(p));
-                }
-                Err(e) => {
-                    log::debug!("{}: refused: {}", r.at, trapvec::error_chain(&e));
-                    out.push(Err(e));
-                }
-            }
-        }
-        out
+        self.plan_requests(requests, cache, false)
     }
 
     /// Plan `r` at its resolved `point`. `earlier(site)` names the point of an earlier request of
     /// the batch planned at `site`, if any; `claimed` holds the text live splices and earlier
-    /// requests of the batch take.
-    fn plan_one(
+    /// requests of the batch take; `checks` says how its windows go to the target.
+    pub(super) fn plan_one(
         &self,
         r: &SpliceRequest,
         point: ResolvedPoint,
         earlier: &dyn Fn(u64) -> Option<String>,
         claimed: &Claimed,
         cache: &mut BatchCache,
+        checks: &mut Checks<'_>,
     ) -> Result<Planned, SpliceError> {
         let at = r.at.as_str();
         let info = self.target.info();
@@ -354,7 +361,7 @@ impl<T: Target> Splicer<T> {
         if !(plan.mechanism == Mechanism::Trap && cache.leaving_trap(plan.site, plan.displaced_len))
         {
             let t = std::time::Instant::now();
-            let checked = self.check_windows(at, &plan);
+            let checked = self.check_windows(at, &plan, checks);
             cache.check_time += t.elapsed();
             checked?;
         }
@@ -393,42 +400,43 @@ impl<T: Target> Splicer<T> {
         Ok(())
     }
 
-    /// Put the plan's windows to the target's own rules: the displaced window (whole, or one
-    /// instruction at a time when longer than a target checks at once) and the springboard.
-    fn check_windows(&self, at: &str, plan: &Plan) -> Result<(), SpliceError> {
-        let terr = |source| SpliceError::Target {
-            at: at.to_string(),
-            source,
-        };
-        if plan.displaced_len <= CHECK_WINDOW_MAX {
-            self.target
-                .check_site(plan.site, plan.displaced_len)
-                .map_err(terr)?;
-        } else {
-            for i in &plan.displaced {
-                self.target.check_site(i.addr, i.len).map_err(terr)?;
+    /// Put the plan's windows to the target's own rules ([`plan_checks::windows`]), or record
+    /// them for the batch's one check.
+    fn check_windows(
+        &self,
+        at: &str,
+        plan: &Plan,
+        checks: &mut Checks<'_>,
+    ) -> Result<(), SpliceError> {
+        for w in plan_checks::windows(plan) {
+            match checks {
+                Checks::Defer(windows) => windows.push(w),
+                Checks::Now(answers) => answers
+                    .remove(&w)
+                    .unwrap_or_else(|| self.target.check_site(w.0, w.1))
+                    .map_err(|source| SpliceError::Target {
+                        at: at.to_string(),
+                        source,
+                    })?,
             }
-        }
-        if let Some(sb) = &plan.springboard {
-            self.target
-                .check_site(sb.addr, sb.old.len())
-                .map_err(terr)?;
         }
         Ok(())
     }
 
     /// Text claimed by live splices, and by retiring ones (their springboards are still
     /// written; a new splice of their sites waits until they are gone).
-    fn claimed(&self) -> Claimed<'_> {
+    pub(super) fn claimed(&self) -> Claimed<'_> {
         let mut claimed = Claimed {
             live: self.live.index(),
             more: BTreeMap::new(),
+            met: RefCell::new(Vec::new()),
         };
         for s in self.retiring.values().map(|r| &r.splice) {
-            claimed.add(
+            claimed.add_text(
                 s.plan.site,
                 s.plan.displaced_len,
                 s.plan.springboard.as_ref(),
+                None,
             );
         }
         claimed

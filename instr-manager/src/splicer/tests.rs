@@ -560,3 +560,54 @@ fn each_runtime_slot_is_given_back_once_even_when_a_return_slot_holds_the_remova
     assert!(k.state().slots.is_empty());
     assert!(k.pristine(), "every block freed");
 }
+
+#[test]
+fn a_best_effort_batch_puts_every_window_to_the_target_in_one_call() {
+    let k = FakeKernel::new();
+    let f3 = func_addr("f3");
+    k.state().refuse.insert(f3 + 5, SiteRefusal::Extable);
+    let mut sp = Splicer::new(k.clone());
+    let requests: Vec<SpliceRequest> = ["f0", "f1", "f3", "f2"]
+        .iter()
+        .map(|f| count(f, Mechanism::Trap))
+        .collect();
+    let done = sp.apply_best_effort(&requests).unwrap();
+    assert_eq!(done.applied.len(), 3);
+    assert_eq!(done.refused.len(), 1);
+    let (i, err) = &done.refused[0];
+    assert_eq!(*i, 2);
+    let msg = trapvec::error_chain(err);
+    assert!(msg.starts_with("f3: "), "{msg}");
+    assert!(msg.contains("exception-table"), "{msg}");
+    assert_eq!(
+        k.state().check_batches,
+        [4],
+        "one call for the four windows"
+    );
+    assert_eq!(k.state().checked.len(), 4, "each window asked once");
+}
+
+#[test]
+fn a_request_that_met_a_refused_requests_claim_is_planned_again_as_if_checked_in_turn() {
+    let k = FakeKernel::new();
+    let f2 = func_addr("f2");
+    // A jmp at f2+5 displaces push, mov, mov (f2+5..f2+12); the target refuses it. Checked in
+    // turn it claims nothing, so a trap at f2+9 (inside that window) plans and is applied.
+    k.state().refuse.insert(f2 + 5, SiteRefusal::JumpLabel);
+    let mut sp = Splicer::new(k.clone());
+    let requests = [count("f2", Mechanism::Jmp), count("f2+9", Mechanism::Trap)];
+    let done = sp.apply_best_effort(&requests).unwrap();
+    assert_eq!(done.refused.len(), 1, "{:?}", done.refused);
+    assert_eq!(done.refused[0].0, 0);
+    assert_eq!(
+        done.refused[0].1.cause(),
+        Some(crate::RefusalCause::Kernel(SiteRefusal::JumpLabel))
+    );
+    assert_eq!(done.applied.len(), 1);
+    assert_eq!(done.applied[0].0, 1);
+    assert_eq!(k.text(f2 + 9, 2), [0xCD, 0xF5]);
+    // All or nothing: the first refusal, as before.
+    sp.remove(&[done.applied[0].1]).unwrap();
+    let err = sp.apply(&requests).unwrap_err();
+    assert!(trapvec::error_chain(&err).starts_with("f2: "), "{err}");
+}

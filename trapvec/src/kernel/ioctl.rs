@@ -11,17 +11,17 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use nix::errno::Errno;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecCheckMany, TrapvecDispatchAdd,
     TrapvecDispatchEntry, TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo,
     TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TrapvecList,
     TrapvecListEntry, TrapvecPatch, TrapvecQuiesce, TrapvecRead, TrapvecReturnAdd,
     TrapvecReturnRemove, TrapvecReturnStats, TrapvecState, TrapvecWrite, TRAPVEC_IOC_ALLOC,
-    TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_DISPATCH_ADD, TRAPVEC_IOC_DISPATCH_REMOVE,
-    TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS, TRAPVEC_IOC_INFO,
-    TRAPVEC_IOC_KEY_ADD, TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS, TRAPVEC_IOC_LIST,
-    TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE,
-    TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT,
-    TRAPVEC_IOC_WRITE,
+    TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_CHECK_MANY, TRAPVEC_IOC_DISPATCH_ADD,
+    TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS,
+    TRAPVEC_IOC_INFO, TRAPVEC_IOC_KEY_ADD, TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS,
+    TRAPVEC_IOC_LIST, TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_RETURN_ADD,
+    TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET,
+    TRAPVEC_IOC_STATE_PUT, TRAPVEC_IOC_WRITE,
 };
 
 /// One ioctl with its argument, and the memory its pointer fields name.
@@ -42,6 +42,11 @@ pub(crate) enum Request<'a> {
     Seal(&'a mut TrapvecBlock),
     Free(&'a mut TrapvecBlock),
     Check(&'a mut TrapvecCheck),
+    /// `arg.checks`/`arg.count` are set from `checks`, which the module answers in place.
+    CheckMany {
+        arg: &'a mut TrapvecCheckMany,
+        checks: &'a mut [TrapvecCheck],
+    },
     /// `arg.patches`/`arg.count` are set from `patches`.
     Apply {
         arg: &'a mut TrapvecApply,
@@ -107,6 +112,7 @@ impl Request<'_> {
             Request::Seal(_) => "SEAL",
             Request::Free(_) => "FREE",
             Request::Check(_) => "CHECK",
+            Request::CheckMany { .. } => "CHECK_MANY",
             Request::Apply { .. } => "APPLY",
             Request::DispatchAdd { .. } => "DISPATCH_ADD",
             Request::DispatchRemove { .. } => "DISPATCH_REMOVE",
@@ -144,6 +150,10 @@ impl Request<'_> {
             Request::Write { arg, bytes } => {
                 arg.buf = addr(bytes.as_ptr());
                 arg.len = count(bytes.len())?;
+            }
+            Request::CheckMany { arg, checks } => {
+                arg.checks = addr(checks.as_mut_ptr());
+                arg.count = count(checks.len())?;
             }
             Request::Apply { arg, patches } => {
                 arg.patches = addr(patches.as_ptr());
@@ -212,6 +222,7 @@ nix::ioctl_readwrite_bad!(ioc_write, TRAPVEC_IOC_WRITE, TrapvecWrite);
 nix::ioctl_readwrite_bad!(ioc_seal, TRAPVEC_IOC_SEAL, TrapvecBlock);
 nix::ioctl_readwrite_bad!(ioc_free, TRAPVEC_IOC_FREE, TrapvecBlock);
 nix::ioctl_readwrite_bad!(ioc_check, TRAPVEC_IOC_CHECK, TrapvecCheck);
+nix::ioctl_readwrite_bad!(ioc_check_many, TRAPVEC_IOC_CHECK_MANY, TrapvecCheckMany);
 nix::ioctl_readwrite_bad!(ioc_apply, TRAPVEC_IOC_APPLY, TrapvecApply);
 nix::ioctl_readwrite_bad!(
     ioc_dispatch_add,
@@ -276,8 +287,9 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
     // SAFETY: each call passes a pointer to an argument struct that `req` borrows mutably for
     // the whole call, of the type the request code was built from (abi.rs), so the module
     // reads and writes exactly that struct. The pointer fields inside it were set by `bind()`
-    // from slices `req` also borrows (mutably where the module writes: READ's buffer, LIST's
-    // output, STATE_GET's buffer, KEY_STATS's output, DISPATCH_REPLACE's counts), with their exact lengths, so every user address the module
+    // from slices `req` also borrows (mutably where the module writes: READ's buffer, CHECK_MANY's
+    // checks, LIST's output, STATE_GET's buffer, KEY_STATS's output, DISPATCH_REPLACE's counts),
+    // with their exact lengths, so every user address the module
     // touches is valid for the call. The module keeps no pointer after returning.
     let res = unsafe {
         match req {
@@ -288,6 +300,7 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::Seal(a) => ioc_seal(fd, a),
             Request::Free(a) => ioc_free(fd, a),
             Request::Check(a) => ioc_check(fd, a),
+            Request::CheckMany { arg, .. } => ioc_check_many(fd, arg),
             Request::Apply { arg, .. } => ioc_apply(fd, arg),
             Request::DispatchAdd { arg, .. } => ioc_dispatch_add(fd, arg),
             Request::DispatchRemove { arg, .. } => ioc_dispatch_remove(fd, arg),

@@ -32,7 +32,7 @@ use nix::errno::Errno;
 use thiserror::Error;
 
 use crate::abi::{
-    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecDispatchAdd,
+    TrapvecAlloc, TrapvecApply, TrapvecBlock, TrapvecCheck, TrapvecCheckMany, TrapvecDispatchAdd,
     TrapvecDispatchEntry, TrapvecDispatchRemove, TrapvecDispatchReplace, TrapvecHits, TrapvecInfo,
     TrapvecKeyAdd, TrapvecKeyEntry, TrapvecKeyRemove, TrapvecKeyStats, TrapvecList,
     TrapvecListEntry, TrapvecPatch, TrapvecQuiesce, TrapvecRead, TrapvecReturnAdd,
@@ -469,7 +469,14 @@ pub struct KernelTarget {
     task: crate::predicate::TaskLayout,
     /// Text batches are APPLYed with `TRAPVEC_APPLY_DEFERRED` ([`KernelTarget::set_deferred`]).
     deferred: bool,
+    /// The module answered CHECK_MANY with `ENOTTY` or `EINVAL` (an older trapvec.ko, from
+    /// DKMS): windows are checked one CHECK each from then on.
+    no_check_many: std::sync::atomic::AtomicBool,
 }
+
+/// Most windows of one CHECK_MANY ([`KernelTarget::precheck_sites`]): 512 KiB of answers, and
+/// the module's locks held for a bounded time.
+pub const CHECK_MANY_CHUNK: usize = 16_384;
 
 impl KernelTarget {
     /// Open `/dev/trapvec` and read `/proc/kallsyms` (both need root).
@@ -558,6 +565,7 @@ impl KernelTarget {
             symbols: SymbolTable::new(symbols),
             task: Self::task_layout(&raw),
             deferred: false,
+            no_check_many: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -662,13 +670,76 @@ impl KernelTarget {
         };
         self.call(Request::Check(&mut arg))
             .map_err(|errno| SiteRefusal::CheckFailed { errno })?;
+        self.answer(&arg)
+    }
+
+    /// A CHECK's answer (CHECK's or one of CHECK_MANY's): the refusal with its culprit placed.
+    fn answer(&self, arg: &TrapvecCheck) -> Result<(), SiteRefusal> {
         match SiteRefusal::from_abi(arg.reason, arg.error).map(|r| self.placed(r, arg.culprit)) {
             None => Ok(()),
             Some(refusal) => {
-                log::debug!("site {addr:#x}+{len} refused: {refusal}");
+                log::debug!("site {:#x}+{} refused: {refusal}", arg.addr, arg.len);
                 Err(refusal)
             }
         }
+    }
+
+    /// [`KernelTarget::precheck_site`] of many windows, one answer per window in the order
+    /// given: CHECK_MANY in chunks of [`CHECK_MANY_CHUNK`] windows (the module reads and
+    /// decodes each function once for all of a chunk's windows in it), or one CHECK per window
+    /// where the module has no CHECK_MANY (`ENOTTY`, or `EINVAL`: an older trapvec.ko).
+    pub fn precheck_sites(&self, windows: &[(u64, usize)]) -> Vec<Result<(), SiteRefusal>> {
+        use std::sync::atomic::Ordering;
+
+        let mut out = Vec::with_capacity(windows.len());
+        for chunk in windows.chunks(CHECK_MANY_CHUNK) {
+            if !self.no_check_many.load(Ordering::Relaxed) {
+                match self.check_many(chunk) {
+                    Ok(answers) => {
+                        out.extend(answers);
+                        continue;
+                    }
+                    Err(errno @ (Errno::ENOTTY | Errno::EINVAL)) => {
+                        log::debug!("CHECK_MANY: {errno}: an older module, one CHECK per window");
+                        self.no_check_many.store(true, Ordering::Relaxed);
+                    }
+                    Err(errno) => {
+                        out.extend(
+                            chunk
+                                .iter()
+                                .map(|_| Err(SiteRefusal::CheckFailed { errno })),
+                        );
+                        continue;
+                    }
+                }
+            }
+            out.extend(
+                chunk
+                    .iter()
+                    .map(|&(addr, len)| self.precheck_site(addr, len)),
+            );
+        }
+        out
+    }
+
+    /// One CHECK_MANY of `windows` (at most [`CHECK_MANY_CHUNK`]).
+    fn check_many(&self, windows: &[(u64, usize)]) -> Result<Vec<Result<(), SiteRefusal>>, Errno> {
+        let mut checks: Vec<TrapvecCheck> = windows
+            .iter()
+            .map(|&(addr, len)| TrapvecCheck {
+                addr,
+                // Longer than any patch: the module refuses it as BAD_LENGTH, as CHECK does.
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+                flags: TRAPVEC_CHECK_NO_KPROBE,
+                ..Default::default()
+            })
+            .collect();
+        let mut arg = TrapvecCheckMany::default();
+        self.call(Request::CheckMany {
+            arg: &mut arg,
+            checks: &mut checks,
+        })?;
+        Ok(checks.iter().map(|c| self.answer(c)).collect())
     }
 
     /// A refusal with the module's culprit named: the kprobe's `symbol+offset`; the jump-label
@@ -1197,11 +1268,15 @@ impl Target for KernelTarget {
         Ok(())
     }
 
-    /// The module's checks of APPLY ([`KernelTarget::precheck_site`]), without the kprobe
-    /// cross-check: microseconds per window, so a batch of thousands is vetted quickly.
-    fn check_site(&self, addr: u64, len: usize) -> Result<(), TargetError> {
-        self.precheck_site(addr, len)
-            .map_err(|reason| TargetError::SiteRefused { addr, reason })
+    /// The module's checks of APPLY ([`KernelTarget::precheck_sites`]), without the kprobe
+    /// cross-check: CHECK_MANY, each function decoded once in the module for all its windows,
+    /// so a batch of thousands is vetted quickly.
+    fn check_sites(&self, windows: &[(u64, usize)]) -> Vec<Result<(), TargetError>> {
+        self.precheck_sites(windows)
+            .into_iter()
+            .zip(windows)
+            .map(|(r, &(addr, _))| r.map_err(|reason| TargetError::SiteRefused { addr, reason }))
+            .collect()
     }
 
     /// LIST for the table; for counters, HITS of each site, or one LIST when many are asked

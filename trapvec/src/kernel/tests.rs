@@ -55,6 +55,8 @@ struct FakeModule {
     /// CHECK answers by address: `(reason, error)`, and the flags of every CHECK.
     checks: BTreeMap<u64, (u32, i32)>,
     check_flags: Vec<u32>,
+    /// The entries of every CHECK_MANY (answered from `checks` and `culprits`, as CHECK).
+    check_many: Vec<Vec<TrapvecCheck>>,
     /// CHECK's culprit by address, where the default (a kprobe two bytes into the window) does
     /// not fit; the flags of every READ.
     culprits: BTreeMap<u64, u64>,
@@ -96,6 +98,20 @@ struct FakeModule {
 type Shared = Rc<RefCell<FakeModule>>;
 
 impl FakeModule {
+    /// CHECK's answer, and each of CHECK_MANY's: from `checks` by address.
+    fn answer_check(&self, c: &mut TrapvecCheck) {
+        (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default();
+        if c.len as usize > TRAPVEC_PATCH_MAX {
+            c.reason = TRAPVEC_REASON_BAD_LENGTH;
+        }
+        // A kprobe refusal names the probe: here, two bytes into the window.
+        c.culprit = match self.culprits.get(&c.addr) {
+            Some(&culprit) => culprit,
+            None if c.reason == TRAPVEC_REASON_KPROBE => c.addr + 2,
+            None => 0,
+        };
+    }
+
     fn serve(&mut self, req: &mut Request<'_>) -> Result<(), Errno> {
         self.calls.push(req.name());
         if let Some(&(errno, index)) = self.fail.get(req.name()) {
@@ -151,13 +167,19 @@ impl FakeModule {
             Request::Free(b) => self.freed.push(b.id),
             Request::Check(c) => {
                 self.check_flags.push(c.flags);
-                (c.reason, c.error) = self.checks.get(&c.addr).copied().unwrap_or_default();
-                // A kprobe refusal names the probe: here, two bytes into the window.
-                c.culprit = match self.culprits.get(&c.addr) {
-                    Some(&culprit) => culprit,
-                    None if c.reason == TRAPVEC_REASON_KPROBE => c.addr + 2,
-                    None => 0,
-                };
+                self.answer_check(c);
+            }
+            Request::CheckMany { arg, checks } => {
+                assert_eq!(arg.count as usize, checks.len());
+                assert_eq!(arg.flags, 0);
+                self.check_many.push(checks.to_vec());
+                for c in checks.iter_mut() {
+                    assert_eq!(
+                        c.flags, TRAPVEC_CHECK_NO_KPROBE,
+                        "the module refuses others"
+                    );
+                    self.answer_check(c);
+                }
             }
             Request::Apply { arg, patches } => {
                 assert_eq!(arg.count as usize, patches.len());
@@ -1378,7 +1400,7 @@ fn target_check_site_is_the_precheck_with_the_refusal_and_address() {
     let (target, m, _g) = target_with(|m| {
         m.checks.insert(TEXT, (TRAPVEC_REASON_EXTABLE, 0));
     });
-    let err = Target::check_site(&target, TEXT, 3).unwrap_err();
+    let err = TargetExt::check_site(&target, TEXT, 3).unwrap_err();
     assert!(
         matches!(
             err,
@@ -1390,12 +1412,11 @@ fn target_check_site_is_the_precheck_with_the_refusal_and_address() {
         "{err}"
     );
     assert!(err.to_string().contains("exception-table"), "{err}");
-    Target::check_site(&target, TEXT + 4, 2).unwrap();
-    assert_eq!(
-        m.borrow().check_flags,
-        [TRAPVEC_CHECK_NO_KPROBE; 2],
-        "never the slow kprobe cross-check"
-    );
+    TargetExt::check_site(&target, TEXT + 4, 2).unwrap();
+    // CHECK_MANY of one window each, whose entries the fake asserts are TRAPVEC_CHECK_NO_KPROBE:
+    // never the slow kprobe cross-check.
+    assert!(m.borrow().check_flags.is_empty());
+    assert_eq!(m.borrow().check_many.len(), 2);
 }
 
 #[test]
@@ -1664,4 +1685,139 @@ fn key_slot_refusals_name_the_cause() {
     });
     let e = crate::error_chain(&target.free_slot(&slot).unwrap_err());
     assert!(e.contains("keyed count slot 9: KEY_REMOVE"), "{e}");
+}
+
+/// Every reason at its own address (32 bytes apart from `TEXT`), an accepted window after each,
+/// and a window too long for any patch.
+fn every_reason_windows(m: &mut FakeModule) -> Vec<(u64, usize)> {
+    let mut windows = Vec::new();
+    for code in 1..=TRAPVEC_REASON_MAX {
+        let at = TEXT + 32 * u64::from(code);
+        m.checks.insert(at, (code, -16));
+        windows.push((at, 2));
+        windows.push((at + 16, 5));
+    }
+    windows.push((TEXT, 17));
+    windows
+}
+
+#[test]
+fn check_sites_answers_every_reason_as_one_check_each_does_in_one_call() {
+    let mut windows = Vec::new();
+    let (target, m, _g) = target_with(|m| windows = every_reason_windows(m));
+    // Shuffled: the answers follow the order given, not the addresses.
+    windows.reverse();
+    windows.swap(0, 7);
+    let batched = target.precheck_sites(&windows);
+    assert_eq!(m.borrow().calls, ["INFO", "CHECK_MANY"]);
+    let one_by_one: Vec<_> = windows
+        .iter()
+        .map(|&(a, l)| target.precheck_site(a, l))
+        .collect();
+    assert_eq!(batched, one_by_one);
+    assert!(batched.iter().any(Result::is_ok));
+    assert!(batched.contains(&Err(SiteRefusal::BadLength)));
+    assert!(batched.contains(&Err(SiteRefusal::KprobeRefused {
+        errno: Errno::EBUSY
+    })));
+    // The kprobe's place, from the culprit, as CHECK names it.
+    let kprobe = windows
+        .iter()
+        .position(|&(a, _)| a == TEXT + 32 * u64::from(TRAPVEC_REASON_KPROBE))
+        .unwrap();
+    assert!(
+        matches!(&batched[kprobe], Err(SiteRefusal::Kprobe { at, .. }) if *at == windows[kprobe].0 + 2),
+        "{:?}",
+        batched[kprobe]
+    );
+}
+
+#[test]
+fn target_check_sites_names_each_refused_address() {
+    let (target, m, _g) = target_with(|m| {
+        m.checks.insert(TEXT + 8, (TRAPVEC_REASON_EXTABLE, 0));
+    });
+    let answers = Target::check_sites(&target, &[(TEXT, 2), (TEXT + 8, 3)]);
+    assert!(answers[0].is_ok());
+    let err = answers[1].as_ref().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TargetError::SiteRefused {
+                addr,
+                reason: SiteRefusal::Extable
+            } if *addr == TEXT + 8
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        TargetExt::check_site(&target, TEXT + 8, 3)
+            .unwrap_err()
+            .to_string()
+    );
+    assert_eq!(
+        m.borrow().check_many.len(),
+        2,
+        "one for both windows, one for the last"
+    );
+}
+
+#[test]
+fn check_sites_goes_to_the_module_in_chunks() {
+    use super::CHECK_MANY_CHUNK;
+
+    let (target, m, _g) = target_with(|m| {
+        m.checks.insert(TEXT + 5, (TRAPVEC_REASON_FTRACE, 0));
+    });
+    let windows: Vec<(u64, usize)> = (0..2 * CHECK_MANY_CHUNK as u64 + 1)
+        .map(|i| (TEXT + i, 2))
+        .collect();
+    let answers = target.precheck_sites(&windows);
+    assert_eq!(answers.len(), windows.len());
+    assert_eq!(answers[5], Err(SiteRefusal::Ftrace));
+    assert_eq!(answers.iter().filter(|a| a.is_err()).count(), 1);
+    let sizes: Vec<usize> = m.borrow().check_many.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [CHECK_MANY_CHUNK, CHECK_MANY_CHUNK, 1]);
+    assert!(target.precheck_sites(&[]).is_empty());
+    assert_eq!(m.borrow().check_many.len(), 3, "nothing asked for nothing");
+}
+
+#[test]
+fn check_sites_falls_back_to_one_check_each_on_a_module_without_check_many() {
+    for errno in [Errno::ENOTTY, Errno::EINVAL] {
+        let mut windows = Vec::new();
+        let (target, m, _g) = target_with(|m| {
+            windows = every_reason_windows(m);
+            m.fail.insert("CHECK_MANY", (errno, 0));
+        });
+        let answers = target.precheck_sites(&windows);
+        let one_by_one: Vec<_> = windows
+            .iter()
+            .map(|&(a, l)| target.precheck_site(a, l))
+            .collect();
+        assert_eq!(answers, one_by_one, "{errno}");
+        // Asked once; every window then had its CHECK, without the kprobe cross-check.
+        target.precheck_sites(&windows[..2]);
+        let m = m.borrow();
+        assert_eq!(m.calls.iter().filter(|c| **c == "CHECK_MANY").count(), 1);
+        assert_eq!(m.check_flags.len(), 2 * windows.len() + 2);
+        assert!(m.check_flags.iter().all(|&f| f == TRAPVEC_CHECK_NO_KPROBE));
+    }
+}
+
+#[test]
+fn check_sites_that_cannot_ask_the_module_says_so_for_each_window() {
+    let (target, m, _g) = target_with(|m| {
+        m.fail.insert("CHECK_MANY", (Errno::ENOMEM, 0));
+    });
+    let answers = target.precheck_sites(&[(TEXT, 2), (TEXT + 4, 2)]);
+    let failed = Err(SiteRefusal::CheckFailed {
+        errno: Errno::ENOMEM,
+    });
+    assert_eq!(answers, vec![failed.clone(), failed]);
+    assert!(
+        !m.borrow().calls.contains(&"CHECK"),
+        "no fallback for ENOMEM"
+    );
 }
