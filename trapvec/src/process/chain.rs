@@ -156,7 +156,11 @@ pub fn owns(sig: libc::c_int) -> bool {
 /// starts its workers with every signal blocked: each batch of once mode then waited for them
 /// until it gave up, holding the agent's state, and the program's exit lost its coverage).
 pub fn never_blocked() -> [libc::c_int; 3] {
-    [libc::SIGSEGV, libc::SIGTRAP, crate::process::signal::scan_signal()]
+    [
+        libc::SIGSEGV,
+        libc::SIGTRAP,
+        crate::process::signal::scan_signal(),
+    ]
 }
 
 /// Remove [`never_blocked`] from `set`; returns the ones that were in it (bit `sig - 1`).
