@@ -71,6 +71,7 @@ pub fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::FunctionTooShort { .. } => "function too short",
         Refusal::PastFunctionEnd { .. } => "window past the function's end",
         Refusal::BranchTargetInWindow { .. } => "branch target inside the window",
+        Refusal::OutsideTargetInWindow { .. } => "branch target from outside inside the window",
         Refusal::LandingPadInWindow { .. } => "exception landing pad inside the window",
         Refusal::WindowCrossesBlock { .. } => "window crosses a basic block's end",
         Refusal::Unrelocatable { .. } => "displaced instruction cannot be relocated",
@@ -236,6 +237,9 @@ pub fn plan_function(
     let opts = AnalysisOptions {
         read: Some(&read),
         lenient: true,
+        // As the splicer plans: in a process it knows every branch into a function from the
+        // rest of its object; in the kernel it finds `.cold` parts by name only.
+        object_targets: (!image.kernel).then(|| image.object_targets()),
     };
     let Ok(func) = analyze_function_with(&fx.name, fx.start, bytes, &opts) else {
         return false;
@@ -300,6 +304,7 @@ pub fn answer(input: &PlanInput<'_>, site: u64) -> Answer {
                     Refusal::FunctionTooShort { .. }
                     | Refusal::PastFunctionEnd { .. }
                     | Refusal::BranchTargetInWindow { .. }
+                    | Refusal::OutsideTargetInWindow { .. }
                     | Refusal::LandingPadInWindow { .. }
                     | Refusal::WindowCrossesBlock { .. } => {
                         "5-byte window does not fit, no springboard padding"

@@ -113,6 +113,7 @@ pub fn analyse_all(img: &CodeImage, threads: usize) -> (Totals, Duration) {
                     let opts = AnalysisOptions {
                         read: Some(&read),
                         lenient: true,
+                        object_targets: None,
                     };
                     let mut tot = Totals::default();
                     for f in img.functions.iter().skip(t).step_by(threads) {

@@ -66,6 +66,7 @@ pub fn run(data: &[u8]) {
     let opts = AnalysisOptions {
         read: Some(&read),
         lenient,
+        object_targets: None,
     };
     let func = match analyze_function_with("f", start, bytes, &opts) {
         Ok(f) => f,

@@ -8,9 +8,11 @@
 //! Rules:
 //! - Branch targets are the targets of every direct `jmp`/`jcc`/`loop`/`jrcxz`/`xbegin`/`call`
 //!   that lie inside the function, every fall-through of a conditional branch, and every entry
-//!   of a jump table that was found; the splicer adds the targets of jumps back from the
-//!   function's cold parts ([`parts`]) and the exception landing pads the unwinder jumps to
-//!   ([`landing`]).
+//!   of a jump table that was found; with [`AnalysisOptions::object_targets`], also every
+//!   target inside it of a direct branch or call anywhere else in its object ([`outside`]: a
+//!   stripped binary's unnamed `.cold` parts jumping back); the splicer adds the targets of jumps
+//!   back from the function's cold parts found by name ([`parts`]) and the exception landing
+//!   pads the unwinder jumps to ([`landing`]).
 //! - Basic blocks start at the function start and at every branch target that is an instruction
 //!   boundary, and end after every branch, `ret`, `jmp`, `ud2`/`ud0`/`ud1` and interrupt
 //!   instruction (`int3`, `int n`).
@@ -24,6 +26,7 @@
 pub mod jump_table;
 pub mod landing;
 pub mod liveness;
+pub mod outside;
 pub mod padding;
 pub mod parts;
 
@@ -38,6 +41,7 @@ use trapvec::error::hex;
 
 use crate::error::AnalysisError;
 pub use jump_table::{IndirectJump, JumpTable};
+pub use outside::ObjectTargets;
 
 /// Reads `len` bytes of the target (or file) at an address; `None` when not readable.
 pub type ReadFn<'a> = &'a dyn Fn(u64, usize) -> Option<Vec<u8>>;
@@ -135,6 +139,9 @@ pub struct Function {
     /// The exception landing pads among [`Function::branch_targets`] (added by
     /// [`Function::add_landing_pads`]), for refusals that say what the target is.
     pub landing_pads: BTreeSet<u64>,
+    /// Branch targets only code outside the function reaches (a `.cold` part), each with one
+    /// branch from there ([`Function::add_object_targets`]), for refusals that name it.
+    pub outside_targets: std::collections::BTreeMap<u64, u64>,
     pub bytes: Vec<u8>,
     /// The function contains at least one indirect `jmp`.
     pub has_indirect_jumps: bool,
@@ -154,6 +161,9 @@ pub struct AnalysisOptions<'a> {
     /// Keep what decodes instead of failing on an invalid instruction (for inspection): the rest
     /// is marked with [`Function::undecodable_from`].
     pub lenient: bool,
+    /// The whole object's direct branch targets ([`ObjectTargets`]): those inside the function
+    /// that code outside it reaches become branch targets too.
+    pub object_targets: Option<&'a ObjectTargets>,
 }
 
 impl Function {
@@ -306,7 +316,7 @@ pub fn analyze_function_with(
         }
     };
     let blocks = build_blocks(&insns, &branch_targets, &indirect_jumps, start, end);
-    Ok(Function {
+    let mut func = Function {
         name: name.to_string(),
         start,
         end,
@@ -315,10 +325,15 @@ pub fn analyze_function_with(
         blocks,
         branch_targets,
         landing_pads: BTreeSet::new(),
+        outside_targets: Default::default(),
         bytes: bytes.to_vec(),
         indirect_jumps,
         undecodable_from,
-    })
+    };
+    if let Some(t) = opts.object_targets {
+        func.add_object_targets(t);
+    }
+    Ok(func)
 }
 
 /// Decode `[start, start + bytes.len())` linearly up to the first invalid or truncated
@@ -576,6 +591,7 @@ mod tests {
             &AnalysisOptions {
                 read: None,
                 lenient: true,
+                object_targets: None,
             },
         )
         .unwrap();

@@ -79,6 +79,7 @@ causes! {
     TooShort => "too_short", "the function is too short for the patch";
     PastFunctionEnd => "past_function_end", "the window would run past the function's end";
     BranchTargetInWindow => "branch_target_in_window", "a branch target is inside the window: a jump there would land inside the patched bytes";
+    OutsideTargetInWindow => "outside_target_in_window", "a branch target that code outside the function reaches (a split-off .cold part, another function) is inside the window";
     LandingPadInWindow => "landing_pad_in_window", "an exception landing pad is inside the window";
     WindowCrossesBlock => "window_crosses_block", "the window crosses the end of its basic block";
     OverlapsFentry => "overlaps_fentry", "the window overlaps the function's entry (its ftrace site, its endbr64)";
@@ -181,6 +182,7 @@ impl Refusal {
             Refusal::FunctionTooShort { .. } => RefusalCause::TooShort,
             Refusal::PastFunctionEnd { .. } => RefusalCause::PastFunctionEnd,
             Refusal::BranchTargetInWindow { .. } => RefusalCause::BranchTargetInWindow,
+            Refusal::OutsideTargetInWindow { .. } => RefusalCause::OutsideTargetInWindow,
             Refusal::LandingPadInWindow { .. } => RefusalCause::LandingPadInWindow,
             Refusal::WindowCrossesBlock { .. } => RefusalCause::WindowCrossesBlock,
             Refusal::Unrelocatable { cause, .. } => cause.clone(),

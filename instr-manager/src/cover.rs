@@ -15,7 +15,7 @@ use object::{Object as _, ObjectSection as _};
 use thiserror::Error;
 use trapvec::{Symbol, SymbolKind, TargetInfo};
 
-use crate::analysis::{analyze_function_with, AnalysisOptions, Function, ReadFn};
+use crate::analysis::{Function, ReadFn};
 use crate::glob::FunctionGlob;
 use crate::image::CodeImage;
 use crate::plan::{PlanInput, SiteVerdict};
@@ -114,7 +114,8 @@ pub fn glob_names_object(glob: &FunctionGlob) -> bool {
 }
 
 /// Every basic block of every function of `image` (the file `origin`) that one of `globs`
-/// names, each judged as a process splice would be: a jmp rel32 where one fits (cheaper per
+/// names, each judged as a process splice would be (with the object's branch targets from
+/// outside each function, [`CodeImage::object_targets`]): a jmp rel32 where one fits (cheaper per
 /// hit), else a trap, else a jmp by springboard, else refused with the planner's reason. `main_program`: globs without an
 /// object part name the main program's functions (and only them). A name the object defines
 /// at several addresses (static functions of several files) is kept, each copy's points naming
@@ -160,7 +161,12 @@ pub fn object_blocks(
     // functions that enter one another's code, so one block may be two functions'.
     let mut sites: BTreeMap<u64, (&str, u64)> = BTreeMap::new();
     for f in funcs {
-        let Some((_, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
+        // Code outside a function that jumps into it (a stripped binary's unnamed `.cold`
+        // parts, calls to static functions a symbol's extent covers): the object's code is
+        // scanned once, for its first function.
+        let targets = image.object_targets();
+        let Some((_, func)) = analyzed_in(f, image.symbols.function_extent(f), &read, targets)
+        else {
             continue;
         };
         let shared_name = by_name.get(f.name.as_str()).map_or(0, BTreeSet::len) > 1;
@@ -344,35 +350,6 @@ pub fn kernel_blocks(
         }
     }
     out
-}
-
-/// `sym`'s bytes over `extent` and its decoded function (leniently: a listing goes on past what
-/// cannot be decoded), or `None` when either cannot be had. `trapctl points` lists with it too.
-pub fn analyzed(sym: &Symbol, extent: u64, read: ReadFn<'_>) -> Option<(Vec<u8>, Function)> {
-    analyzed_or_why(sym, extent, read).ok()
-}
-
-/// [`analyzed`], or why not: the bytes cannot be read (`unreadable`), or the decoder's cause.
-pub fn analyzed_or_why(
-    sym: &Symbol,
-    extent: u64,
-    read: ReadFn<'_>,
-) -> Result<(Vec<u8>, Function), crate::RefusalCause> {
-    let bytes = usize::try_from(extent)
-        .ok()
-        .and_then(|n| read(sym.addr, n))
-        .ok_or(crate::RefusalCause::Unreadable)?;
-    let func = analyze_function_with(
-        &sym.name,
-        sym.addr,
-        &bytes,
-        &AnalysisOptions {
-            read: Some(read),
-            lenient: true,
-        },
-    )
-    .map_err(|e| e.cause())?;
-    Ok((bytes, func))
 }
 
 /// Why a file's line table cannot be read.
@@ -695,6 +672,9 @@ pub fn symbol_records(object: &str, why: &str, blocks: &[BlockHits<'_>]) -> Stri
     }
     o
 }
+
+mod analyzed;
+pub use analyzed::{analyzed, analyzed_in, analyzed_or_why};
 
 #[cfg(test)]
 mod tests;

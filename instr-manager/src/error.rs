@@ -158,6 +158,17 @@ pub enum Refusal {
         window_end: u64,
         target: u64,
     },
+    #[error("the window [{site:#x}, {window_end:#x}) contains the branch target {target:#x}, reached from {from:#x}{from_where} outside `{func}` (a split-off .cold part or another function): a jump there would land inside the patched bytes")]
+    OutsideTargetInWindow {
+        site: u64,
+        window_end: u64,
+        func: String,
+        target: u64,
+        /// An instruction outside the function that branches to `target`.
+        from: u64,
+        /// Where `from` is, as ` (symbol+0xOFF)`, or empty when no symbol holds it.
+        from_where: String,
+    },
     #[error("the window [{site:#x}, {window_end:#x}) covers the exception landing pad at {func}+{offset:#x} ({pad:#x}, from .gcc_except_table): an exception caught or cleaned up there would land inside the patched bytes")]
     LandingPadInWindow {
         site: u64,

@@ -126,6 +126,9 @@ pub struct CodeImage {
     pub eh_frame_hdr: Option<(u64, u64)>,
     /// A relocatable file with a `.gcc_except_table` (landing pads that are not read).
     pub has_except_table: bool,
+    /// The direct branch targets of every executable region, scanned the first time they are
+    /// asked for ([`CodeImage::object_targets`]).
+    targets: std::sync::OnceLock<crate::analysis::ObjectTargets>,
 }
 
 impl CodeImage {
@@ -138,6 +141,31 @@ impl CodeImage {
         let r = &self.regions[i];
         let off = usize::try_from(addr - r.addr).ok()?;
         r.bytes.get(off..off.checked_add(len)?)
+    }
+
+    /// The direct branch and call targets of the image's executable regions, each decoded
+    /// linearly once (the first call scans, later ones reuse it): what a function's analysis is
+    /// given ([`crate::AnalysisOptions::object_targets`]) so that no window covers an address
+    /// code outside the function jumps to.
+    pub fn object_targets(&self) -> &crate::analysis::ObjectTargets {
+        self.targets.get_or_init(|| {
+            let t0 = std::time::Instant::now();
+            let t = crate::analysis::ObjectTargets::scan(
+                self.regions
+                    .iter()
+                    .filter(|r| r.exec)
+                    .map(|r| (r.addr, r.bytes.as_slice())),
+            );
+            log::debug!(
+                "{}: {} direct branches to {} targets in {} bytes of code, scanned in {:?}",
+                self.name,
+                t.branches,
+                t.len(),
+                t.code_bytes,
+                t0.elapsed()
+            );
+            t
+        })
     }
 
     /// The bytes of a function.
@@ -370,6 +398,7 @@ impl CodeImage {
             section: None,
             eh_frame_hdr: None,
             has_except_table: false,
+            targets: Default::default(),
         }
     }
 

@@ -6,7 +6,8 @@
 //! - the site is an instruction boundary of the decoded function and not inside the ftrace site;
 //! - the window is `[site, site + patch_len)` widened to whole instructions (the *displaced*
 //!   instructions); it lies inside one basic block, contains no branch target except possibly
-//!   the site itself, does not pass the function's end, overlaps no text that is already patched,
+//!   the site itself (the function's own, and those code outside it reaches that the analysis
+//!   was given: [`crate::analysis::outside`]), does not pass the function's end, overlaps no text that is already patched,
 //!   and every displaced instruction can be relocated ([`crate::relocate`]);
 //! - trap: `patch_len` 2 (`CD F5`);
 //! - jmp: a 5-byte `jmp rel32` when that window passes and the trampoline is within reach;
@@ -416,6 +417,22 @@ fn check_window(
                 func: func.name.clone(),
                 offset,
                 pad: target,
+            });
+        }
+        if let Some(&from) = func.outside_targets.get(&target) {
+            let from_where = input
+                .symbols
+                .function_containing(from)
+                .map_or_else(String::new, |s| {
+                    format!(" ({}+{:#x})", s.name, from - s.addr)
+                });
+            return Err(Refusal::OutsideTargetInWindow {
+                site,
+                window_end,
+                func: func.name.clone(),
+                target,
+                from,
+                from_where,
             });
         }
         return Err(Refusal::BranchTargetInWindow {

@@ -251,10 +251,20 @@ fn build(args: &Args) -> Result<Report> {
         &AnalysisOptions {
             read: Some(&read),
             lenient: true,
+            // Jumps into it from the rest of the file (unnamed `.cold` parts).
+            object_targets: Some(image.object_targets()),
         },
     )?;
 
     let mut notes = Vec::new();
+    if !func.outside_targets.is_empty() {
+        let list: Vec<String> = func
+            .outside_targets
+            .iter()
+            .map(|(t, from)| format!("{t:#x} (from {from:#x})"))
+            .collect();
+        notes.push(format!("branch targets that code outside the function jumps or calls to (a split-off .cold part, another function): {}", list.join(", ")));
+    }
     if let Some((addr, len)) = image.eh_frame_hdr {
         match file_landing_pads(&image, &func, EhFrameHdr { addr, len }) {
             Ok(pads) => {

@@ -491,3 +491,146 @@ fn at_o2_trapctl_finds_executed_only_lines_gcov_found_executed() {
     // The loop's body and main's calls are there at -O2 too.
     assert!(ours_x.len() >= 5, "{ours_x:?}\n{info}");
 }
+
+/// `fixtures/cover/cold.c` built as a packaged program is (`gcc -O2
+/// -freorder-blocks-and-partition`), stripped to `.dynsym` (`-rdynamic -s`) as Debian's python3
+/// is, so that its `.cold` parts have no names, in a new directory.
+fn build_cold() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture().with_file_name("cold.c"),
+        dir.path().join("cold.c"),
+    )
+    .unwrap();
+    compile(
+        "gcc",
+        dir.path(),
+        &[
+            "-O2",
+            "-fcf-protection=none",
+            "-freorder-blocks-and-partition",
+            "-rdynamic",
+            "-s",
+            "-o",
+            "cold",
+            "cold.c",
+        ],
+    );
+    dir
+}
+
+/// The jumps back into a function of `image` from code outside it (its `.cold` part) that land
+/// strictly inside the 5-byte jmp window a block of the function's own analysis would take:
+/// `(function, window start, target, the jump's address)`.
+fn jumps_into_naive_windows(
+    image: &instr_manager::image::CodeImage,
+) -> Vec<(String, u64, u64, u64)> {
+    use instr_manager::cover::{analyzed, analyzed_in};
+    let read = |a: u64, n: usize| image.read(a, n).map(<[u8]>::to_vec);
+    let mut out = Vec::new();
+    for f in image
+        .symbols
+        .iter()
+        .filter(|s| s.kind == trapvec::SymbolKind::Function)
+    {
+        let extent = image.symbols.function_extent(f);
+        let (Some((_, naive)), Some((_, full))) = (
+            analyzed(f, extent, &read),
+            analyzed_in(f, extent, &read, image.object_targets()),
+        ) else {
+            continue;
+        };
+        for b in &naive.blocks {
+            // The instructions a jmp rel32 at the block's start displaces, inside the block.
+            let first = naive.insn_index(b.start).unwrap();
+            let mut end = b.start;
+            for i in &naive.insns[first..] {
+                if end >= b.start + 5 || i.addr >= b.end {
+                    break;
+                }
+                end = i.end();
+            }
+            if end < b.start + 5 {
+                continue;
+            }
+            for (&t, &from) in full.outside_targets.range(b.start + 1..end) {
+                // The jump really is one, outside the function, to there.
+                let bytes = image.read(from, 5).unwrap();
+                let jump = instr_manager::analyze_function("from", from, bytes).unwrap();
+                assert_eq!(jump.insns[0].instr.near_branch_target(), t);
+                assert!(!(naive.start..naive.end).contains(&from));
+                out.push((f.name.clone(), b.start, t, from));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_cold_part_jumping_back_into_a_window_is_kept_out_of_it_and_the_program_runs_with_exact_hits() {
+    let dir = build_cold();
+    let d = dir.path();
+    let image = instr_manager::image::CodeImage::from_path(&d.join("cold")).unwrap();
+    assert!(
+        !image.symbols.iter().any(|s| s.name.contains(".cold")),
+        "stripped: the cold parts have no names"
+    );
+    // `mix`: `ja mix.cold; xor eax, esi; (join) rol eax, 7`: the cold part's `jmp` back lands
+    // 2 bytes into the block `ja` falls through to, inside the jmp a naive plan put there.
+    let found = jumps_into_naive_windows(&image);
+    let mix: Vec<_> = found.iter().filter(|f| f.0 == "mix").collect();
+    assert_eq!(mix.len(), 1, "{found:x?}");
+    let (_, window, join, _) = *mix[0];
+    let normal = run(d, "./cold", &[]);
+    let expected = "sum 48 len 11 -1 -1 mix 474134800 walk 543 complaints 6\n";
+    assert_eq!(String::from_utf8_lossy(&normal.stdout), expected);
+
+    let out = trapctl(
+        d,
+        &[
+            "--process",
+            "--mode",
+            "count",
+            "--json",
+            "-o",
+            "r.json",
+            "*",
+            "--",
+            "./cold",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout, expected,
+        "the program's output, as without coverage"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("r.json")).unwrap()).unwrap();
+    assert_eq!(report["exit"], 0);
+    assert_eq!(report["total"]["refused"], 0, "{}", report["total"]);
+    let hits = |function: &str, addr: u64| -> u64 {
+        let b = report["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["function"] == function && b["address"] == format!("{addr:#x}"))
+            .unwrap_or_else(|| panic!("no block of {function} at {addr:#x}: {report}"));
+        b["hits"].as_u64().unwrap()
+    };
+    let entry = |function: &str| image.symbols.lookup(function).unwrap().addr;
+    // mix(k) for k in 0..10: 8 on the hot path, 2 (k = 8, 9) through mix.cold; both reach the
+    // join, now a block of its own.
+    assert_eq!(hits("mix", entry("mix")), 10);
+    assert_eq!(hits("mix", window), 8);
+    assert_eq!(hits("mix", join), 10);
+    assert_eq!(hits("complain", entry("complain")), 6);
+    assert_eq!(hits("checked_len", entry("checked_len")), 3);
+    assert_eq!(hits("sum_list", entry("sum_list")), 1);
+    assert_eq!(hits("walk", entry("walk")), 1);
+    assert_eq!(hits("main", entry("main")), 1);
+}

@@ -6,7 +6,8 @@
 //! their entry blocks with one hit per stream, and the functions the script never reaches at 0;
 //! python3 prints what an uncovered run prints. `trapctl -p PID cover` does the same for a
 //! python3 that is already running and imports bz2 only after the coverage began, and python3
-//! goes on afterwards. Needs /usr/bin/python3 (with libbz2-1.0, `.ci/install-deps`) and the built
+//! goes on afterwards. And python3's own code, whose unnamed cold parts jump back into the middle
+//! of its functions, is covered with python3 running as it does uncovered. Needs /usr/bin/python3 (with libbz2-1.0, `.ci/install-deps`) and the built
 //! agent.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -207,4 +208,80 @@ for line in sys.stdin:
     assert_eq!(say("roundtrip 3"), "roundtrip 3 True");
     drop(stdin);
     assert!(py.wait().unwrap().success());
+}
+
+/// python3 itself: Debian's is built with PGO/LTO and stripped to `.dynsym`, and its functions'
+/// cold parts, which have no names, jump back into their middles (`_Py_wreadlink`'s at
+/// 0x44fbd9 to `_Py_wreadlink+0x55`, inside the jmp a block at +0x52 took before, where
+/// python3 died of SIGSEGV as it started). Every block of the function and then of the whole
+/// program is covered, and python3 prints what it prints uncovered.
+#[test]
+fn python3_s_cold_parts_jump_back_beside_the_windows_not_into_them() {
+    assert!(
+        std::path::Path::new(PYTHON).exists(),
+        "Debian's python3 ({PYTHON}) is needed"
+    );
+    let image = instr_manager::image::CodeImage::from_path(std::path::Path::new(PYTHON)).unwrap();
+    let f = image.symbols.lookup("_Py_wreadlink").unwrap();
+    let read = |a: u64, n: usize| image.read(a, n).map(<[u8]>::to_vec);
+    let (_, func) = instr_manager::cover::analyzed_in(
+        f,
+        image.symbols.function_extent(f),
+        &read,
+        image.object_targets(),
+    )
+    .unwrap();
+    assert!(
+        !func.outside_targets.is_empty(),
+        "jumps into _Py_wreadlink from its cold part: {func:?}"
+    );
+    for (glob, script, say) in [
+        ("_Py_wreadlink", "print(1)", "1\n"),
+        (
+            "*",
+            "import json; print(json.dumps(list(range(10))))",
+            "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let report_path = dir.path().join("report.json");
+        let covered = Command::new(env!("CARGO_BIN_EXE_trapctl"))
+            .args(["cover", "--agent"])
+            .arg(agent())
+            .args(["--process", "--mode", "count", glob, "--json", "-o"])
+            .arg(&report_path)
+            .args(["--", PYTHON, "-c", script])
+            .output()
+            .unwrap();
+        assert!(covered.status.success(), "{glob}: {}", text(&covered));
+        assert_eq!(String::from_utf8_lossy(&covered.stdout), say, "{glob}");
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+        assert_eq!(report["exit"], 0);
+        let total = &report["total"];
+        let refusals = total["refusals"].as_object().unwrap();
+        assert!(!refusals.contains_key("agent_refused"), "{glob}: {total}");
+        // Each address the cold part jumps to starts a block, which the run reached.
+        let blocks: Vec<&Value> = report["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["function"] == "_Py_wreadlink")
+            .collect();
+        for t in func.outside_targets.keys() {
+            assert!(
+                blocks
+                    .iter()
+                    .any(|b| b["address"] == format!("{t:#x}") && b["hits"].as_u64() > Some(0)),
+                "{glob}: no block hit at {t:#x}: {blocks:?}"
+            );
+        }
+        if glob == "*" {
+            assert!(
+                total["functions"].as_u64().unwrap() > 1000
+                    && total["covered"].as_u64().unwrap() > 5000,
+                "{total}"
+            );
+        }
+    }
 }

@@ -177,7 +177,7 @@ fn both_copies_of_a_shared_static_name_are_covered_each_with_its_own_hits() {
 #[test]
 fn code_two_functions_share_is_counted_once_and_refused_in_the_second_with_the_reason() {
     // `inner` begins inside `outer` (fixtures/cover/shared_code.c): its entry is outer's block
-    // at +4. Before, both functions' points were sent to the agent, which refused the second as
+    // at +4, and outer's jump to `1:` makes inner+2 (outer+6) a block of both. Before, both functions' points were sent to the agent, which refused the second as
     // "already spliced" (counted as `agent_refused`, with an error on stderr).
     let dir = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cover");
@@ -233,6 +233,8 @@ fn code_two_functions_share_is_counted_once_and_refused_in_the_second_with_the_r
             row("outer", 4, Some(5), None),
             row("outer", 6, Some(8), None),
             row("inner", 0, None, Some("already_patched")),
+            // outer's `jmp 1f` enters inner at +2: a block of inner's too, outer's at +6.
+            row("inner", 2, None, Some("already_patched")),
         ]
     );
     assert!(report["total"]["refusals"].get("agent_refused").is_none());

@@ -391,10 +391,18 @@ pub struct TargetInfo {
     /// process asks its dynamic linker (`dl_iterate_phdr`) at the time; `None` for the kernel,
     /// whose code throws no exceptions.
     pub unwind_tables: Option<UnwindTables>,
+    /// How to find the code of the object holding an address ([`TargetInfo::object_code`]): a
+    /// process asks its dynamic linker at the time; `None` for the kernel, whose split-off
+    /// `.cold` parts kallsyms names.
+    pub object_code: Option<ObjectCode>,
 }
 
 /// Finds the unwind tables covering an address: `(address, length)` of its `.eh_frame_hdr`.
 pub type UnwindTables = fn(u64) -> Option<(u64, u64)>;
+
+/// Finds the executable segments (`[start, end)`, sorted) of the loaded object whose code
+/// holds an address.
+pub type ObjectCode = fn(u64) -> Option<Vec<(u64, u64)>>;
 
 /// Where a target's code finds the running task's fields ([`TargetInfo::task_fields`]).
 #[derive(Clone, Copy, Debug)]
@@ -426,6 +434,7 @@ impl TargetInfo {
             replace_counters: None,
             task_fields: TaskFields::None,
             unwind_tables: None,
+            object_code: None,
         }
     }
 
@@ -444,6 +453,7 @@ impl TargetInfo {
             replace_counters: None,
             task_fields: TaskFields::None,
             unwind_tables: None,
+            object_code: None,
         }
     }
 
@@ -503,6 +513,14 @@ impl TargetInfo {
     /// none, or the target has no unwind tables ([`TargetInfo::unwind_tables`]).
     pub fn eh_frame_hdr(&self, addr: u64) -> Option<(u64, u64)> {
         self.unwind_tables.and_then(|find| find(addr))
+    }
+
+    /// The executable segments (`[start, end)`, sorted) of the loaded object whose code
+    /// contains `addr`, where the planner looks for branches into a function from outside it
+    /// (a stripped binary's unnamed `.cold` parts). `None` when no object holds `addr` or the
+    /// target cannot say ([`TargetInfo::object_code`]).
+    pub fn object_code(&self, addr: u64) -> Option<Vec<(u64, u64)>> {
+        self.object_code.and_then(|find| find(addr))
     }
 
     /// Where a `replace` trampoline written into `code` counts the tasks inside its

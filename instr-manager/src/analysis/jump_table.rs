@@ -293,6 +293,7 @@ mod tests {
             &AnalysisOptions {
                 read: Some(&read),
                 lenient: false,
+                object_targets: None,
             },
         )
         .unwrap();
@@ -330,6 +331,7 @@ mod tests {
             &AnalysisOptions {
                 read: Some(&read),
                 lenient: false,
+                object_targets: None,
             },
         )
         .unwrap();
@@ -362,6 +364,7 @@ mod tests {
             &AnalysisOptions {
                 read: Some(&read),
                 lenient: false,
+                object_targets: None,
             },
         )
         .unwrap();

@@ -9,8 +9,9 @@
 //! the parent's targets in a cold part (a jump to a label in the middle of `foo.cold`).
 //!
 //! Exception landing pads, which the unwinder jumps to, are outside targets too: [`super::landing`]
-//! reads them and [`Function::add_landing_pads`] adds them. Not found: jumps from other
-//! functions that share no name with this one.
+//! reads them and [`Function::add_landing_pads`] adds them. Jumps from code that shares no name
+//! with this one (a stripped binary's unnamed cold parts, other functions) are found by scanning
+//! the whole object instead ([`super::outside`]), where the target knows its objects' code.
 
 use iced_x86::FlowControl;
 

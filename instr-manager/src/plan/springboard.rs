@@ -59,6 +59,7 @@ pub fn padding_near(input: &PlanInput<'_>, lo: u64, hi: u64) -> Vec<(u64, u64)> 
                     let opts = AnalysisOptions {
                         read: None,
                         lenient: true,
+                        object_targets: None,
                     };
                     if let Ok(f) = analyze_function_with(&sym.name, start, &bytes, &opts) {
                         ranges.extend(f.padding_runs());

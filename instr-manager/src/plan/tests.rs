@@ -581,6 +581,7 @@ fn undecodable_part_is_refused_in_lenient_analysis() {
         &crate::AnalysisOptions {
             read: None,
             lenient: true,
+            object_targets: None,
         },
     )
     .unwrap();

@@ -3,8 +3,9 @@
 //! - [`BatchCache`]: the text of every function the batch splices, read in as few target reads
 //!   as the functions' addresses allow; each function analysed once, however many of its points
 //!   the batch holds (the analysis is kept only for functions with more than one), with its jump
-//!   tables read from the target, the jumps back from its cold parts and its exception landing
-//!   pads (each object's `.eh_frame_hdr` read once); each handler's lean-leaf check made once.
+//!   tables read from the target, the jumps back from its cold parts (by name, and every
+//!   direct branch into it from elsewhere in its object, each object's code scanned once) and
+//!   its exception landing pads (each object's `.eh_frame_hdr` read once); each handler's lean-leaf check made once.
 //! - [`read_words`]: counters of many splices read in a few target reads, not one each.
 //!
 //! A cache lives for one call (`apply`, `apply_best_effort`, `switch`, `plan`, `plan_each`):
@@ -19,7 +20,7 @@ use trapvec::{Symbol, SymbolKind, Target};
 
 use crate::analysis::landing::{landing_pads, EhFrameHdr, HdrTable};
 use crate::analysis::parts::{part_names, targets_into};
-use crate::analysis::{analyze_function_with, AnalysisOptions, Function};
+use crate::analysis::{analyze_function_with, AnalysisOptions, Function, ObjectTargets};
 
 use super::SpliceError;
 
@@ -41,6 +42,9 @@ pub(super) struct BatchCache {
     lean: HashMap<u64, Option<(u64, u64)>>,
     /// Each object's `.eh_frame_hdr`, by address, once read.
     eh_frame_hdrs: HashMap<u64, Rc<HdrTable>>,
+    /// Each object's direct branch targets ([`ObjectTargets`]), by its code segments, once
+    /// scanned (`None`: its code could not be read).
+    object_targets: HashMap<Vec<(u64, u64)>, Option<Rc<ObjectTargets>>>,
     /// The bytes live splices replaced (`(addr, old)`, sorted): a function is analysed as it
     /// was, not as its patches left it (the rest of a longer instruction a trap covered, or the
     /// bytes behind a jmp, decode as other instructions and would hide its real boundaries).
@@ -187,6 +191,9 @@ impl BatchCache {
         if let Some(func) = self.functions.get(&key) {
             return Ok(func.clone());
         }
+        // Jumps into the function from elsewhere in its object (a stripped binary's `.cold`
+        // parts have no names): their targets are branch targets too.
+        let object_targets = self.object_targets(target, f.addr);
         let size = usize::try_from(f.size).unwrap_or(usize::MAX);
         let read;
         let bytes = match self.text_at(f.addr, size) {
@@ -215,6 +222,7 @@ impl BatchCache {
         let opts = AnalysisOptions {
             read: Some(&read),
             lenient: false,
+            object_targets: object_targets.as_deref(),
         };
         let mut func = analyze_function_with(&f.name, f.addr, bytes, &opts).map_err(|e| {
             SpliceError::Point {
@@ -239,6 +247,50 @@ impl BatchCache {
             self.functions.insert(key, func.clone());
         }
         Ok(func)
+    }
+
+    /// The direct branch targets of the whole object whose code holds `addr`
+    /// ([`trapvec::TargetInfo::object_code`]), its code segments read as they were before the
+    /// live splices patched them and scanned once per batch (objects come and go between
+    /// batches). `None` when the target cannot say which object holds `addr` (the kernel,
+    /// whose `.cold` parts have names) or its code cannot be read.
+    fn object_targets<T: Target>(&mut self, target: &T, addr: u64) -> Option<Rc<ObjectTargets>> {
+        let segments = target.info().object_code(addr)?;
+        if let Some(t) = self.object_targets.get(&segments) {
+            return t.clone();
+        }
+        let t0 = std::time::Instant::now();
+        let mut code = Vec::with_capacity(segments.len());
+        let mut unreadable = false;
+        for &(lo, hi) in &segments {
+            match usize::try_from(hi - lo).map(|len| target.read_code(lo, len)) {
+                Ok(Ok(bytes)) => {
+                    let bytes = self.unpatched(lo, &bytes).unwrap_or(bytes);
+                    code.push((lo, bytes));
+                }
+                Ok(Err(e)) => {
+                    log::debug!(
+                        "the code [{lo:#x}, {hi:#x}) of the object holding {addr:#x}: {}",
+                        trapvec::error_chain(&e)
+                    );
+                    unreadable = true;
+                }
+                Err(_) => unreadable = true,
+            }
+        }
+        let t = (!unreadable).then(|| {
+            let t = ObjectTargets::scan(code.iter().map(|(a, b)| (*a, b.as_slice())));
+            log::debug!(
+                "the object holding {addr:#x}: {} direct branches to {} targets in {} bytes of code, read and scanned in {:?}",
+                t.branches,
+                t.len(),
+                t.code_bytes,
+                t0.elapsed()
+            );
+            Rc::new(t)
+        });
+        self.object_targets.insert(segments, t.clone());
+        t
     }
 
     /// Add to `func` the exception landing pads inside it that the LSDAs of its FDEs and of its
@@ -322,6 +374,7 @@ fn add_part_targets<T: Target>(target: &T, func: &mut Function) -> Vec<(u64, u64
             let opts = AnalysisOptions {
                 read: None,
                 lenient: true,
+                object_targets: None,
             };
             let Ok(part) = analyze_function_with(&sym.name, sym.addr, &bytes, &opts) else {
                 continue;

@@ -611,3 +611,63 @@ fn a_request_that_met_a_refused_requests_claim_is_planned_again_as_if_checked_in
     let err = sp.apply(&requests).unwrap_err();
     assert!(trapvec::error_chain(&err).starts_with("f2: "), "{err}");
 }
+
+/// The fake's whole text as one object's code ([`trapvec::TargetInfo::object_code`]).
+fn fake_object_code(_: u64) -> Option<Vec<(u64, u64)>> {
+    Some(vec![(TEXT, TEXT + 32 * FUNCS.len() as u64)])
+}
+
+#[test]
+fn a_jump_back_from_unnamed_code_elsewhere_in_the_object_keeps_a_jmp_rel32_off_its_target() {
+    let info = trapvec::TargetInfo {
+        object_code: Some(fake_object_code),
+        ..trapvec::TargetInfo::user("fake process")
+    };
+    let plain = trapvec::TargetInfo::user("fake process without object code");
+    let f = func_addr("f0");
+    let cold = func_addr("f2");
+    let back = i32::try_from((f + 0x0b).wrapping_sub(cold + 9).cast_signed()).unwrap();
+    let out = i32::try_from(cold.wrapping_sub(f + 8).cast_signed()).unwrap();
+    let (o, b) = (out.to_le_bytes(), back.to_le_bytes());
+    #[rustfmt::skip]
+    let code = [
+        /*00*/ 0x85, 0xFF,                         // test edi, edi
+        /*02*/ 0x0F, 0x88, o[0], o[1], o[2], o[3], // js f2 (the unnamed cold part)
+        /*08*/ 0x8D, 0x47, 0x02,                   // lea eax, [rdi+2]
+        /*0b*/ 0x8D, 0x44, 0x80, 0x01,             // lea eax, [rax+rax*4+1]   <- f2 jumps back
+        /*0f*/ 0xC3,                               // ret
+    ];
+    #[rustfmt::skip]
+    let part = [
+        /*00*/ 0x89, 0xF8,                         // mov eax, edi
+        /*02*/ 0xF7, 0xD8,                         // neg eax
+        /*04*/ 0xE9, b[0], b[1], b[2], b[3],       // jmp f0+0xb
+    ];
+    for (info, springboard) in [(info, true), (plain, false)] {
+        let k = FakeKernel::repository(info, Vec::new());
+        {
+            let mut st = k.state();
+            for (i, x) in code.iter().enumerate() {
+                st.memory.insert(f + i as u64, *x);
+            }
+            for (i, x) in part.iter().enumerate() {
+                st.memory.insert(cold + i as u64, *x);
+            }
+        }
+        let mut sp = Splicer::new(k.clone());
+        let ids = sp.apply(&[count("f0+8", Mechanism::Jmp)]).unwrap();
+        let s = sp.get(ids[0]).unwrap();
+        if springboard {
+            // A jmp rel32 would cover both leas, and f2's jump back would land in its bytes:
+            // a jmp rel8 to a springboard in f0's padding, displacing the first lea alone.
+            assert!(s.plan.springboard.is_some(), "{:?}", s.plan);
+            assert_eq!(s.plan.displaced_len, 3);
+        } else {
+            // Without the object's code the jump back is unknown (the case this guards).
+            assert!(s.plan.springboard.is_none());
+            assert_eq!(s.plan.displaced_len, 7);
+        }
+        sp.remove(&ids).unwrap();
+        assert_eq!(k.text(f, code.len()), code);
+    }
+}

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use instr_manager::analysis::Function;
-use instr_manager::cover::analyzed;
+use instr_manager::cover::{analyzed, analyzed_in};
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::image::CodeImage;
 use instr_manager::point::in_freed_init;
@@ -374,7 +374,8 @@ fn file_sites(
     let read = |a: u64, l: usize| image.read(a, l).map(<[u8]>::to_vec);
     let mut sites = Vec::new();
     for f in &funcs {
-        let Some((bytes, func)) = analyzed(f, image.symbols.function_extent(f), &read) else {
+        let extent = image.symbols.function_extent(f);
+        let Some((bytes, func)) = analyzed_in(f, extent, &read, image.object_targets()) else {
             continue;
         };
         let entry = f.addr

@@ -95,6 +95,7 @@ impl ProcessTarget {
                 // thread id).
                 task_fields: TaskFields::OnFirstUse(tcb::layout),
                 unwind_tables: Some(symbols::eh_frame_hdr),
+                object_code: Some(symbols::object_code),
                 ..TargetInfo::user(format!("process {} ({exe})", std::process::id()))
             },
             symbols,

@@ -131,6 +131,55 @@ pub(crate) fn eh_frame_hdr(addr: u64) -> Option<(u64, u64)> {
     q.found
 }
 
+/// What [`object_code`] looks for and finds.
+struct CodeQuery {
+    addr: u64,
+    found: Option<Vec<(u64, u64)>>,
+}
+
+unsafe extern "C" fn find_object_code(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `data` is the `CodeQuery` passed to dl_iterate_phdr in `object_code`; `info` and
+    // its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
+    unsafe {
+        let q = &mut *data.cast::<CodeQuery>();
+        let info = &*info;
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
+        let bias = info.dlpi_addr;
+        // The file's bytes of each executable segment (what lies past them is zero fill).
+        let mut code: Vec<(u64, u64)> = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
+            .map(|p| {
+                let lo = bias.wrapping_add(p.p_vaddr);
+                (lo, lo.saturating_add(p.p_filesz.min(p.p_memsz)))
+            })
+            .collect();
+        if !code.iter().any(|&(lo, hi)| (lo..hi).contains(&q.addr)) {
+            return 0;
+        }
+        code.sort_unstable();
+        q.found = Some(code);
+        1
+    }
+}
+
+/// The executable segments of the loaded object whose code holds `addr`, asked of the dynamic
+/// linker now (objects come and go).
+pub(crate) fn object_code(addr: u64) -> Option<Vec<(u64, u64)>> {
+    let mut q = CodeQuery { addr, found: None };
+    // SAFETY: `find_object_code` matches the callback signature and only touches `q`.
+    unsafe { libc::dl_iterate_phdr(Some(find_object_code), (&mut q as *mut CodeQuery).cast()) };
+    log::debug!("{addr:#x}: object code {:x?}", q.found);
+    q.found
+}
+
 /// Replace each IFUNC symbol of one object (`path`, or the executable for `None`) by the
 /// implementation `dlsym` binds its name to; its size is the implementation's symbol's where the
 /// object has one at that address, else left 0 (the next function bounds it). A name `dlsym`
