@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
-use super::{build_blocks, Function};
+use super::Function;
 
 /// One target and the lowest and highest addresses of the instructions that branch to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,13 +149,7 @@ impl Function {
         self.branch_targets.extend(new.keys().copied());
         let added = new.len();
         self.outside_targets.extend(new);
-        self.blocks = build_blocks(
-            &self.insns,
-            &self.branch_targets,
-            &self.indirect_jumps,
-            self.start,
-            self.end,
-        );
+        self.rebuild_blocks();
         added
     }
 }

@@ -74,13 +74,7 @@ impl Function {
             .extend(targets.into_iter().filter(|&t| t >= start && t < end));
         let added = self.branch_targets.len() - before;
         if added > 0 {
-            self.blocks = build_blocks(
-                &self.insns,
-                &self.branch_targets,
-                &self.indirect_jumps,
-                self.start,
-                self.end,
-            );
+            self.rebuild_blocks();
         }
         added
     }
@@ -95,6 +89,19 @@ impl Function {
             .collect();
         self.landing_pads.extend(pads.iter().copied());
         self.add_outside_targets(pads)
+    }
+}
+
+impl Function {
+    /// The basic blocks again, after branch targets were added (cold parts, outside targets).
+    pub(super) fn rebuild_blocks(&mut self) {
+        self.blocks = build_blocks(
+            &self.insns,
+            &self.branch_targets,
+            &self.indirect_jumps,
+            self.start,
+            self.end,
+        );
     }
 }
 
