@@ -82,21 +82,22 @@ pub(crate) fn process_symbols() -> Result<SymbolTable, TargetError> {
     Ok(SymbolTable::new(all).with_load_biases(biases))
 }
 
-/// What [`eh_frame_hdr`] looks for and finds.
-struct EhQuery {
+/// What [`loaded_object`] looks for and finds.
+struct ObjectQuery {
     addr: u64,
-    found: Option<(u64, u64)>,
+    /// The object's load bias and program headers.
+    found: Option<(u64, Vec<libc::Elf64_Phdr>)>,
 }
 
-unsafe extern "C" fn find_eh_frame_hdr(
+unsafe extern "C" fn find_loaded_object(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: `data` is the `EhQuery` passed to dl_iterate_phdr in `eh_frame_hdr`; `info` and
-    // its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
+    // SAFETY: `data` is the `ObjectQuery` passed to dl_iterate_phdr in `loaded_object`; `info`
+    // and its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
     unsafe {
-        let q = &mut *data.cast::<EhQuery>();
+        let q = &mut *data.cast::<ObjectQuery>();
         let info = &*info;
         if info.dlpi_phdr.is_null() {
             return 0;
@@ -113,46 +114,42 @@ unsafe extern "C" fn find_eh_frame_hdr(
         if !holds {
             return 0;
         }
-        q.found = phdrs
-            .iter()
-            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
-            .map(|p| (bias.wrapping_add(p.p_vaddr), p.p_memsz));
+        q.found = Some((bias, phdrs.to_vec()));
         1
     }
 }
 
-/// The `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`: address, size) of the loaded object whose
-/// executable segment holds `addr`, asked of the dynamic linker now (objects come and go).
-pub(crate) fn eh_frame_hdr(addr: u64) -> Option<(u64, u64)> {
-    let mut q = EhQuery { addr, found: None };
-    // SAFETY: `find_eh_frame_hdr` matches the callback signature and only touches `q`.
-    unsafe { libc::dl_iterate_phdr(Some(find_eh_frame_hdr), (&mut q as *mut EhQuery).cast()) };
-    log::debug!("{addr:#x}: .eh_frame_hdr {:x?}", q.found);
+/// The load bias and program headers of the loaded object whose executable segment holds
+/// `addr`, asked of the dynamic linker now (objects come and go).
+fn loaded_object(addr: u64) -> Option<(u64, Vec<libc::Elf64_Phdr>)> {
+    let mut q = ObjectQuery { addr, found: None };
+    // SAFETY: `find_loaded_object` matches the callback signature and only touches `q`.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(find_loaded_object),
+            (&mut q as *mut ObjectQuery).cast(),
+        )
+    };
     q.found
 }
 
-/// What [`object_code`] looks for and finds.
-struct CodeQuery {
-    addr: u64,
-    found: Option<Vec<(u64, u64)>>,
+/// The `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`: address, size) of the loaded object whose
+/// executable segment holds `addr`.
+pub(crate) fn eh_frame_hdr(addr: u64) -> Option<(u64, u64)> {
+    let found = loaded_object(addr).and_then(|(bias, phdrs)| {
+        phdrs
+            .iter()
+            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
+            .map(|p| (bias.wrapping_add(p.p_vaddr), p.p_memsz))
+    });
+    log::debug!("{addr:#x}: .eh_frame_hdr {found:x?}");
+    found
 }
 
-unsafe extern "C" fn find_object_code(
-    info: *mut libc::dl_phdr_info,
-    _size: libc::size_t,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    // SAFETY: `data` is the `CodeQuery` passed to dl_iterate_phdr in `object_code`; `info` and
-    // its `dlpi_phnum` program headers at `dlpi_phdr` are valid for the callback's duration.
-    unsafe {
-        let q = &mut *data.cast::<CodeQuery>();
-        let info = &*info;
-        if info.dlpi_phdr.is_null() {
-            return 0;
-        }
-        let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
-        let bias = info.dlpi_addr;
-        // The file's bytes of each executable segment (what lies past them is zero fill).
+/// The executable segments of the loaded object whose code holds `addr`: the file's bytes of
+/// each (what lies past them is zero fill), sorted.
+pub(crate) fn object_code(addr: u64) -> Option<Vec<(u64, u64)>> {
+    let found = loaded_object(addr).and_then(|(bias, phdrs)| {
         let mut code: Vec<(u64, u64)> = phdrs
             .iter()
             .filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
@@ -161,23 +158,13 @@ unsafe extern "C" fn find_object_code(
                 (lo, lo.saturating_add(p.p_filesz.min(p.p_memsz)))
             })
             .collect();
-        if !code.iter().any(|&(lo, hi)| (lo..hi).contains(&q.addr)) {
-            return 0;
-        }
         code.sort_unstable();
-        q.found = Some(code);
-        1
-    }
-}
-
-/// The executable segments of the loaded object whose code holds `addr`, asked of the dynamic
-/// linker now (objects come and go).
-pub(crate) fn object_code(addr: u64) -> Option<Vec<(u64, u64)>> {
-    let mut q = CodeQuery { addr, found: None };
-    // SAFETY: `find_object_code` matches the callback signature and only touches `q`.
-    unsafe { libc::dl_iterate_phdr(Some(find_object_code), (&mut q as *mut CodeQuery).cast()) };
-    log::debug!("{addr:#x}: object code {:x?}", q.found);
-    q.found
+        code.iter()
+            .any(|&(lo, hi)| (lo..hi).contains(&addr))
+            .then_some(code)
+    });
+    log::debug!("{addr:#x}: object code {found:x?}");
+    found
 }
 
 /// Replace each IFUNC symbol of one object (`path`, or the executable for `None`) by the
