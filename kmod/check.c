@@ -536,17 +536,14 @@ u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *ins
 	return trapvec_check_boundary(addr, len, insns);
 }
 
-/* APPLY's checks with the boundary verdict known (trapvec_check_boundaries(), check_many.c). */
-u32 trapvec_check_site_known(unsigned long addr, u32 len, u64 *culprit,
-			     const struct trapvec_boundary *b, u32 *insns)
+/*
+ * APPLY's checks of a window, already made with its batch (trapvec_check_boundaries(),
+ * check_many.c): what trapvec_check_site_insns() would say of it.
+ */
+u32 trapvec_check_site_known(const struct trapvec_boundary *b, u64 *culprit, u32 *insns)
 {
-	u32 reason;
-
-	*insns = 0;
-	reason = trapvec_check_site_early(addr, len, culprit);
-	if (reason)
-		return reason;
-	*insns = b->insns;
+	*culprit = b->culprit;
+	*insns = b->reason ? 0 : b->insns;
 	return b->reason;
 }
 

@@ -35,8 +35,9 @@ struct trapvec_check_at {
 	u64 addr;
 	u32 len;
 	u32 index;		/* in the caller's array */
+	u32 wanted;		/* to be checked (APPLY: not a revert) */
 	u32 boundary;		/* passed the early checks: its symbol decides */
-	struct trapvec_boundary v;	/* out, where boundary is set (zeroed before) */
+	struct trapvec_boundary v;	/* out: the verdict of a wanted window (zeroed before) */
 };
 
 static int trapvec_check_at_cmp(const void *a, const void *b)
@@ -87,18 +88,27 @@ out:
 	return ret;
 }
 
+/* The early checks of at[i] (trapvec_check_site_early()): its verdict, if any, is final. */
+static void trapvec_check_at_early(struct trapvec_check_at *at)
+{
+	if (!at->wanted)
+		return;
+	at->v.reason = trapvec_check_site_early(at->addr, at->len, &at->v.culprit);
+	at->boundary = !at->v.reason;
+}
+
 /*
- * Visit at[0..count) by address. With checks (CHECK_MANY), each window first gets the early
- * checks, its answer going to checks[index]; without (APPLY), every window with boundary set
- * goes to its symbol. Then a symbol's windows get their boundary verdicts together (v).
- * Under trapvec_mutex and kprobe_mutex. 0 or -ENOMEM.
+ * Visit at[0..count) by address. Each window with wanted set first gets the early checks, as
+ * CHECK and APPLY give them; only a window that passes them (boundary) goes to its symbol, so
+ * nothing the early checks refuse (data, another module's text, a user address) is ever read
+ * or decoded: a random address in a data symbol of megabytes once cost APPLY seconds. Then a
+ * symbol's windows get their boundary verdicts together (v). Under trapvec_mutex and
+ * kprobe_mutex. 0 or -ENOMEM.
  */
-static int trapvec_check_sorted(struct trapvec_check_at *at, u32 count,
-				struct trapvec_check *checks)
+static int trapvec_check_sorted(struct trapvec_check_at *at, u32 count)
 {
 	const struct trapvec_ksyms *k = &trapvec_ksyms;
 	unsigned long size, offset, start;
-	struct trapvec_check *c;
 	u32 i, j;
 	int ret;
 
@@ -107,16 +117,11 @@ static int trapvec_check_sorted(struct trapvec_check_at *at, u32 count,
 	sort(at, count, sizeof(*at), trapvec_check_at_cmp, NULL);
 	for (i = 0; i < count; i = j) {
 		j = i + 1;
-		if (checks) {
-			c = &checks[at[i].index];
-			c->error = 0;
-			c->reason = trapvec_check_site_early(c->addr, c->len, &c->culprit);
-			at[i].boundary = !c->reason;
-		}
+		trapvec_check_at_early(&at[i]);
 		if (!at[i].boundary)
 			continue;
 		if (!k->kallsyms_lookup_size_offset(at[i].addr, &size, &offset)) {
-			at[i].v = (struct trapvec_boundary){ TRAPVEC_REASON_NOT_BOUNDARY, 0 };
+			at[i].v.reason = TRAPVEC_REASON_NOT_BOUNDARY;
 			continue;
 		}
 		/*
@@ -125,12 +130,7 @@ static int trapvec_check_sorted(struct trapvec_check_at *at, u32 count,
 		 */
 		start = at[i].addr - offset;
 		for (; j < count && at[j].addr < start + size; j++) {
-			if (!checks)
-				continue;
-			c = &checks[at[j].index];
-			c->error = 0;
-			c->reason = trapvec_check_site_early(c->addr, c->len, &c->culprit);
-			at[j].boundary = !c->reason;
+			trapvec_check_at_early(&at[j]);
 			cond_resched();
 		}
 		ret = trapvec_check_symbol(at + i, j - i, start, size);
@@ -163,22 +163,27 @@ int trapvec_check_many(struct trapvec_check *checks, u32 count)
 		at[i].addr = checks[i].addr;
 		at[i].len = checks[i].len;
 		at[i].index = i;
+		at[i].wanted = 1;
 	}
 	mutex_lock(kprobe_mutex);
-	ret = trapvec_check_sorted(at, count, checks);
+	ret = trapvec_check_sorted(at, count);
 	mutex_unlock(kprobe_mutex);
-	for (i = 0; !ret && i < count; i++)
-		if (at[i].boundary)
-			checks[at[i].index].reason = at[i].v.reason;
+	for (i = 0; !ret && i < count; i++) {
+		struct trapvec_check *c = &checks[at[i].index];
+
+		c->error = 0;
+		c->reason = at[i].v.reason;
+		c->culprit = at[i].v.culprit;
+	}
 	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, at, count * sizeof(*at));
 	return ret;
 }
 
 /*
- * APPLY's boundary verdicts (text.c), before its loop over the batch: out[i] is what
- * trapvec_check_boundary() says of patches[i] (reason, and the instructions its window
- * overlaps), for every patch of a valid length that is not a revert (revert(): the loop skips
- * the site checks of those), each symbol read and decoded once. Nothing
+ * APPLY's site verdicts (text.c), before its loop over the batch: out[i] is what
+ * trapvec_check_site_insns() says of patches[i] (reason, culprit, and the instructions its
+ * window overlaps), for every patch that is not a revert (revert(): the loop skips the site
+ * checks of those), each symbol read and decoded once. Nothing
  * the loop does changes them: it writes no text and makes no live record before its checks
  * are done, and kprobe_mutex is held across. The caller frees *out (n entries). 0 or -ENOMEM.
  */
@@ -201,13 +206,11 @@ int trapvec_check_boundaries(const struct trapvec_patch *patches, u32 n,
 		at[i].addr = patches[i].addr;
 		at[i].len = patches[i].len;
 		at[i].index = i;
-		at[i].boundary = patches[i].len && patches[i].len <= TRAPVEC_PATCH_MAX &&
-				 patches[i].addr + patches[i].len > patches[i].addr &&
-				 !revert(&patches[i]);
-		need += at[i].boundary;
+		at[i].wanted = !revert(&patches[i]);
+		need += at[i].wanted;
 	}
-	/* A batch of reverts only (a removal) has nothing to decode. */
-	ret = need ? trapvec_check_sorted(at, n, NULL) : 0;
+	/* A batch of reverts only (a removal) has nothing to check. */
+	ret = need ? trapvec_check_sorted(at, n) : 0;
 	if (ret)
 		goto out;
 	for (i = 0; i < n; i++)

@@ -156,7 +156,7 @@ static int trapvec_check_new(const struct trapvec_patch *patches, u32 i,
 		trapvec_fail(req, i, TRAPVEC_REASON_LIVE_PATCH, 0);
 		return -EBUSY;
 	}
-	reason = trapvec_check_site_known(p->addr, p->len, &req->culprit, &bounds[i], insns);
+	reason = trapvec_check_site_known(&bounds[i], &req->culprit, insns);
 	if (!reason)
 		reason = trapvec_check_trap(p);
 	if (reason) {

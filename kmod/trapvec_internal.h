@@ -148,8 +148,7 @@ u32 trapvec_check_site(unsigned long addr, u32 len, u64 *culprit);
 u32 trapvec_check_site_early(unsigned long addr, u32 len, u64 *culprit);
 u32 trapvec_check_site_insns(unsigned long addr, u32 len, u64 *culprit, u32 *insns);
 struct trapvec_boundary;
-u32 trapvec_check_site_known(unsigned long addr, u32 len, u64 *culprit,
-			     const struct trapvec_boundary *b, u32 *insns);
+u32 trapvec_check_site_known(const struct trapvec_boundary *b, u64 *culprit, u32 *insns);
 
 /*
  * One kallsyms symbol's original text, read and decoded once from its start (check.c): CHECK
@@ -174,8 +173,9 @@ u32 trapvec_fn_check_window(const struct trapvec_fn *f, unsigned long addr, u32 
 
 /* check_many.c */
 struct trapvec_boundary {
-	u32 reason;	/* trapvec_check_boundary()'s verdict on a window */
+	u32 reason;	/* the early checks' verdict on a window, else its symbol's */
 	u32 insns;	/* instructions that overlap it, when accepted */
+	u64 culprit;	/* as struct trapvec_check's, from the early checks */
 };
 
 int trapvec_check_many(struct trapvec_check *checks, u32 count);

@@ -182,10 +182,25 @@ static int expected_errno(int e)
 	return 0;
 }
 
+static double now(void);
+
+/* The slowest request of the run, printed as FUZZ_SLOWEST: one that holds the module for
+ * seconds is a fault of its own, and it starves the run of requests. */
+static double slowest;
+static const char *slowest_what = "none";
+static unsigned long slowest_cmd;
+
 static long call(unsigned long cmd, void *arg, const char *what)
 {
+	double start = now();
 	long ret = ioctl(fd, cmd, arg);
+	double took = now() - start;
 
+	if (took > slowest) {
+		slowest = took;
+		slowest_what = what;
+		slowest_cmd = cmd;
+	}
 	requests++;
 	if (ret == 0) {
 		oks++;
@@ -784,6 +799,7 @@ int main(int argc, char **argv)
 	}
 
 	printf("FUZZ_REQUESTS=%lu\nFUZZ_OK=%lu\n", requests, oks);
+	printf("FUZZ_SLOWEST=%s cmd %#lx, %.3f s\n", slowest_what, slowest_cmd, slowest);
 	for (int e = 1; e < 256; e++)
 		if (errnos[e])
 			printf("FUZZ_ERRNO_%d=%lu\n", e, errnos[e]);
