@@ -443,41 +443,75 @@ int trapvec_dispatch_hits(struct trapvec_hits *h)
 	return 0;
 }
 
-static int trapvec_cmp_site(const void *a, const void *b)
+/* An entry as LIST visits it: 16 bytes to sort, the entry beside its site. */
+struct trapvec_list_key {
+	u64 site;
+	struct trapvec_site *e;
+};
+
+static int trapvec_cmp_key(const void *a, const void *b)
 {
-	const struct trapvec_list_entry *x = a, *y = b;
+	const struct trapvec_list_key *x = a, *y = b;
 
 	return x->site < y->site ? -1 : x->site > y->site;
 }
 
-/* LIST: entries [start, start + capacity) of the table in site order; count: all of them. */
-int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count)
+/*
+ * LIST (min_hits 0) and LIST_HIT (min_hits 1): of the entries hit at least min_hits times,
+ * [start, start + capacity) in site order; *count: how many such entries there are. The
+ * entries are sorted as 16-byte keys, and only the page asked for is filled in: a LIST that
+ * asks how many (capacity 0) reads no entry, and a look of once-mode coverage at thousands of
+ * sites, none hit since the last, copies nothing. (It sorted whole 96-byte entries, three
+ * times per look with the count calls: 25-66 ms of emulated time for 9,941 sites, every
+ * 100 ms.)
+ */
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u64 min_hits,
+			  u32 *count)
 {
-	struct trapvec_list_entry *all;
+	struct trapvec_list_key *keys;
 	struct trapvec_site *e;
+	u64 hits, missed;
 	unsigned int bkt;
-	u32 n = 0;
+	u32 n = 0, i, end;
 
 	lockdep_assert_held(&trapvec_mutex);
 	*count = trapvec_site_count;
-	if (!trapvec_site_count || start >= trapvec_site_count)
+	if (!trapvec_site_count || (!min_hits && (!capacity || start >= trapvec_site_count)))
 		return 0;
-	all = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, trapvec_site_count, sizeof(*all),
-			       GFP_KERNEL | __GFP_ZERO);
-	if (!all)
+	keys = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, trapvec_site_count, sizeof(*keys),
+				GFP_KERNEL);
+	if (!keys)
 		return -ENOMEM;
 	hash_for_each(trapvec_sites, bkt, e, node) {
-		all[n].site = e->site;
-		all[n].dest = e->dest;
-		trapvec_site_call_of(e, &all[n].handler, &all[n].cookie, &all[n].only);
-		trapvec_sum(e, &all[n].hits, &all[n].missed);
+		if (min_hits) {
+			trapvec_sum(e, &hits, &missed);
+			if (hits < min_hits)
+				continue;
+		}
+		keys[n].site = e->site;
+		keys[n].e = e;
 		n++;
 		if (!(n % 1024))
 			cond_resched();
 	}
-	sort(all, n, sizeof(*all), trapvec_cmp_site, NULL);
-	memcpy(out, all + start, min_t(u64, n - start, capacity) * sizeof(*all));
-	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, all, *count * sizeof(*all));
+	*count = n;
+	if (start < n && capacity) {
+		sort(keys, n, sizeof(*keys), trapvec_cmp_key, NULL);
+		end = min_t(u64, n, start + capacity);
+		for (i = start; i < end; i++) {
+			struct trapvec_list_entry *o = &out[i - start];
+
+			e = keys[i].e;
+			memset(o, 0, sizeof(*o));
+			o->site = e->site;
+			o->dest = e->dest;
+			trapvec_site_call_of(e, &o->handler, &o->cookie, &o->only);
+			trapvec_sum(e, &o->hits, &o->missed);
+			if (!((i + 1) % 1024))
+				cond_resched();
+		}
+	}
+	trapvec_kvfree(TRAPVEC_MEM_SCRATCH, keys, trapvec_site_count * sizeof(*keys));
 	return 0;
 }
 

@@ -368,7 +368,14 @@ static long trapvec_ioc_list(struct file *file, void *arg, struct trapvec_ioc_bu
 {
 	struct trapvec_list *req = arg;
 
-	return trapvec_dispatch_list(bufs->p[0], req->start, req->capacity, &req->count);
+	return trapvec_dispatch_list(bufs->p[0], req->start, req->capacity, 0, &req->count);
+}
+
+static long trapvec_ioc_list_hit(struct file *file, void *arg, struct trapvec_ioc_bufs *bufs)
+{
+	struct trapvec_list *req = arg;
+
+	return trapvec_dispatch_list(bufs->p[0], req->start, req->capacity, 1, &req->count);
 }
 
 static long trapvec_ioc_list_out(void *arg, struct trapvec_ioc_bufs *bufs, long ret)
@@ -466,6 +473,8 @@ static const struct trapvec_ioc trapvec_iocs[] = {
 	TRAPVEC_IOC(HITS, struct trapvec_hits, IN | LOCK | OUT, NULL, trapvec_ioc_hits, NULL),
 	TRAPVEC_IOC(LIST, struct trapvec_list, IN | LOCK | OUT, trapvec_ioc_list_in,
 		    trapvec_ioc_list, trapvec_ioc_list_out),
+	TRAPVEC_IOC(LIST_HIT, struct trapvec_list, IN | LOCK | OUT, trapvec_ioc_list_in,
+		    trapvec_ioc_list_hit, trapvec_ioc_list_out),
 	TRAPVEC_IOC(QUIESCE, struct trapvec_quiesce, LOCK | ALWAYS, NULL, trapvec_ioc_quiesce,
 		    NULL),
 	/* state.c has its own mutex: never called with trapvec_mutex held. */

@@ -111,7 +111,7 @@ static void trapvec_modwatch_clean(struct module *mod, const char *why)
 		count = trapvec_dispatch_count();
 		bytes = (size_t)count * sizeof(*all);
 		all = trapvec_kvmalloc(TRAPVEC_MEM_SCRATCH, count, sizeof(*all), GFP_KERNEL);
-		if (!all || trapvec_dispatch_list(all, 0, count, &count)) {
+		if (!all || trapvec_dispatch_list(all, 0, count, 0, &count)) {
 			/* The entries stay: they send nothing anywhere once their traps are gone. */
 			pr_err("module %s is %s: no memory to look for its dispatch entries\n",
 			       mod->name, why);

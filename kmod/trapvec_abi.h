@@ -353,6 +353,10 @@ struct trapvec_list_entry {
  * LIST: up to capacity entries (at most TRAPVEC_BATCH_MAX per call), ordered by site, from the
  * start-th on; count is the total number of entries. A table larger than one call is read
  * page by page (start = 0, capacity, 2 * capacity, ...).
+ *
+ * LIST_HIT: the same over the entries hit at least once only (count: how many are), for a
+ * reader of thousands of counters that wants the few that moved (once-mode coverage). A module
+ * older than it answers -ENOTTY (the ABI version is unchanged: LIST then does).
  */
 struct trapvec_list {
 	__u64 entries;		/* user pointer to capacity struct trapvec_list_entry */
@@ -412,6 +416,7 @@ struct trapvec_state {
 #define TRAPVEC_IOC_HITS	_IOWR(TRAPVEC_IOC_MAGIC, 10, struct trapvec_hits)
 #define TRAPVEC_IOC_DISPATCH_REPLACE	_IOWR(TRAPVEC_IOC_MAGIC, 15, struct trapvec_dispatch_replace)
 #define TRAPVEC_IOC_CHECK_MANY	_IOWR(TRAPVEC_IOC_MAGIC, 16, struct trapvec_check_many)
+#define TRAPVEC_IOC_LIST_HIT	_IOWR(TRAPVEC_IOC_MAGIC, 17, struct trapvec_list)
 #define TRAPVEC_IOC_LIST	_IOWR(TRAPVEC_IOC_MAGIC, 11, struct trapvec_list)
 #define TRAPVEC_IOC_QUIESCE	_IOWR(TRAPVEC_IOC_MAGIC, 12, struct trapvec_quiesce)
 #define TRAPVEC_IOC_STATE_GET	_IOWR(TRAPVEC_IOC_MAGIC, 13, struct trapvec_state)

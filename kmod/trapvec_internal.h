@@ -119,7 +119,8 @@ int trapvec_dispatch_remove(const u64 *sites, u32 count, u32 *failed_index);
 int trapvec_dispatch_replace(const struct trapvec_dispatch_entry *entries,
 			     struct trapvec_hits *counts, u32 count, u32 *failed_index);
 int trapvec_dispatch_hits(struct trapvec_hits *hits);
-int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u32 *count);
+int trapvec_dispatch_list(struct trapvec_list_entry *out, u64 start, u32 capacity, u64 min_hits,
+			  u32 *count);
 bool trapvec_dispatch_has(unsigned long site);
 unsigned long trapvec_dispatch_targets(unsigned long start, unsigned long end);
 unsigned long trapvec_dispatch_site_calling(unsigned long handler, u32 slot);

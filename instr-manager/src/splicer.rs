@@ -370,6 +370,59 @@ impl<T: Target> Splicer<T> {
         Ok(self.hits_of(splices))
     }
 
+    /// The splices of `ids` hit at least once, with their counters, in the order of `ids`: what
+    /// [`Splicer::hits_many`] would say of them, filtered. Where the dispatcher counts the trap
+    /// splices and the target lists its hit sites ([`TargetExt::trap_sites_hit`]), those are
+    /// found in that list, and a site missing from it was not hit: a look at thousands of
+    /// coverage sites, few hit since the last look, copies those few (the kernel's LIST_HIT)
+    /// instead of every counter. Other splices' counters are read as `hits_many` reads them.
+    pub fn hit_among(&self, ids: &[SpliceId]) -> Result<Vec<(SpliceId, Hits)>, SpliceError> {
+        let splices = ids
+            .iter()
+            .map(|id| {
+                self.live
+                    .get(id)
+                    .map(|s| &**s)
+                    .ok_or(SpliceError::UnknownSplice(id.0))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let by_dispatcher = self.target.info().dispatcher_counts_hits;
+        let listed = by_dispatcher
+            .then(|| self.target.trap_sites_hit())
+            .flatten();
+        let Some(listed) = listed else {
+            let hits = self.hits_of(splices.iter().copied());
+            return Ok(ids
+                .iter()
+                .copied()
+                .zip(hits)
+                .filter(|(_, h)| h.hits > 0)
+                .collect());
+        };
+        let (trapped, other): (Vec<usize>, Vec<usize>) =
+            (0..splices.len()).partition(|&i| splices[i].plan.mechanism == Mechanism::Trap);
+        let mut out: Vec<(usize, Hits)> = trapped
+            .into_iter()
+            .filter_map(|i| {
+                let at = listed
+                    .binary_search_by_key(&splices[i].point.site, |h| h.0)
+                    .ok()?;
+                let h = listed[at].1;
+                Some((
+                    i,
+                    Hits {
+                        hits: h.hits,
+                        missed: h.missed,
+                    },
+                ))
+            })
+            .collect();
+        let others = self.hits_of(other.iter().map(|&i| splices[i]));
+        out.extend(other.into_iter().zip(others).filter(|(_, h)| h.hits > 0));
+        out.sort_unstable_by_key(|o| o.0);
+        Ok(out.into_iter().map(|(i, h)| (ids[i], h)).collect())
+    }
+
     /// The figures of a live return point or timer (`None` for other splices).
     pub fn return_stats(
         &self,

@@ -223,6 +223,34 @@ int main(int argc, char **argv)
 	      le[0].dest == s.tramp && le[0].handler == s.handler && le[0].cookie == 0x1234 &&
 	      le[0].hits == h.hits && le[0].missed == h.missed,
 	      "LIST: one entry with its destination, handler, cookie and counters");
+	/* LIST_HIT: a second entry (getpid+1, where no trap is written) is never hit. */
+	{
+		struct trapvec_dispatch_entry idle = entry;
+		uint64_t idle_site = ksym("__x64_sys_getpid") + 1;
+
+		idle.site = idle_site;
+		check(dispatch_add(&idle, 1, &failed) == 0, "DISPATCH_ADD an entry no trap enters");
+		list.capacity = 0;
+		check(tv(TRAPVEC_IOC_LIST, &list) == 0 && list.count == 2,
+		      "LIST with capacity 0: how many entries (%u, want 2)", list.count);
+		check(tv(TRAPVEC_IOC_LIST_HIT, &list) == 0 && list.count == 1,
+		      "LIST_HIT with capacity 0: how many were hit (%u, want 1)", list.count);
+		list.capacity = 4;
+		memset(le, 0, sizeof(le[0]) * 4);
+		check(tv(TRAPVEC_IOC_LIST_HIT, &list) == 0 && list.count == 1 &&
+		      le[0].site == s.site && le[0].hits == h.hits && le[0].missed == h.missed &&
+		      le[0].cookie == 0x1234 && le[1].site == 0,
+		      "LIST_HIT: the hit entry only, with its counters");
+		check(tv(TRAPVEC_IOC_LIST, &list) == 0 && list.count == 2 &&
+		      (le[0].site < le[1].site) && (le[0].site == idle_site || le[1].site == idle_site),
+		      "LIST: both entries, in site order");
+		list.start = 1;
+		memset(le, 0, sizeof(le[0]) * 4);
+		check(tv(TRAPVEC_IOC_LIST_HIT, &list) == 0 && list.count == 1 && le[0].site == 0,
+		      "LIST_HIT from past its last entry copies nothing");
+		list.start = 0;
+		check(dispatch_remove(&idle_site, 1, &failed) == 0, "DISPATCH_REMOVE it");
+	}
 	info(&in);
 	check(in.live_patches == 1 && in.dispatch_entries == 1, "INFO: 1 live patch, 1 entry");
 

@@ -788,6 +788,7 @@ pub const TRAPVEC_IOC_DISPATCH_REPLACE: u32 =
     iowr(15, core::mem::size_of::<TrapvecDispatchReplace>());
 pub const TRAPVEC_IOC_CHECK_MANY: u32 = iowr(16, core::mem::size_of::<TrapvecCheckMany>());
 pub const TRAPVEC_IOC_LIST: u32 = iowr(11, core::mem::size_of::<TrapvecList>());
+pub const TRAPVEC_IOC_LIST_HIT: u32 = iowr(17, core::mem::size_of::<TrapvecList>());
 pub const TRAPVEC_IOC_QUIESCE: u32 = iowr(12, core::mem::size_of::<TrapvecQuiesce>());
 pub const TRAPVEC_IOC_STATE_GET: u32 = iowr(13, core::mem::size_of::<TrapvecState>());
 pub const TRAPVEC_IOC_STATE_PUT: u32 = iowr(14, core::mem::size_of::<TrapvecState>());

@@ -630,6 +630,16 @@ impl Target for FakeKernel {
                     })
                     .collect(),
             ),
+            DispatchRead::Hit => DispatchReading::Hit(
+                inner
+                    .dispatch
+                    .keys()
+                    .filter_map(|site| {
+                        let hits = inner.hits.get(site).copied().unwrap_or(0);
+                        (hits > 0).then_some((*site, TrapHits { hits, missed: 0 }))
+                    })
+                    .collect(),
+            ),
         }))
     }
 

@@ -593,6 +593,9 @@ pub enum DispatchRead<'a> {
     Table,
     /// The dispatcher's counters of these sites.
     Hits(&'a [u64]),
+    /// The sites whose dispatcher counted at least one hit, with their counters: what a reader
+    /// of thousands of counters wants when few moved ([`TargetExt::trap_sites_hit`]).
+    Hit,
 }
 
 /// What [`Target::read_dispatch`] read, the variant asked for.
@@ -601,6 +604,8 @@ pub enum DispatchReading {
     Table(Vec<DispatchEntry>),
     /// One per site asked about, in that order: `None` for a site without a dispatch entry.
     Hits(Vec<Option<TrapHits>>),
+    /// Every site hit at least once, ordered by site.
+    Hit(Vec<(u64, TrapHits)>),
 }
 
 /// What callers say to any [`Target`] in its own words, written once over the trait's
@@ -654,10 +659,12 @@ pub trait TargetExt: Target {
     fn dispatch_entries(&self) -> Option<Result<Vec<DispatchEntry>, TargetError>> {
         Some(match self.read_dispatch(DispatchRead::Table)? {
             Ok(DispatchReading::Table(entries)) => Ok(entries),
-            Ok(DispatchReading::Hits(_)) => Err(TargetError::Other(format!(
-                "{} answered a read of its dispatch table with counters",
-                self.info().description
-            ))),
+            Ok(DispatchReading::Hits(_) | DispatchReading::Hit(_)) => {
+                Err(TargetError::Other(format!(
+                    "{} answered a read of its dispatch table with counters",
+                    self.info().description
+                )))
+            }
             Err(e) => Err(e),
         })
     }
@@ -671,6 +678,23 @@ pub trait TargetExt: Target {
     /// may answer from one pass over its table): one per site, in order, `None` for a site
     /// without an entry or when the dispatcher counts nothing (or could not be read, which is
     /// logged).
+    /// The sites whose dispatcher counted a hit, with their counters, ordered by site; `None`
+    /// where the target has no such reading (or it failed, which is logged): the caller then
+    /// reads the sites it wants ([`TargetExt::trap_hits_many`]).
+    fn trap_sites_hit(&self) -> Option<Vec<(u64, TrapHits)>> {
+        match self.read_dispatch(DispatchRead::Hit) {
+            Some(Ok(DispatchReading::Hit(mut hit))) => {
+                hit.sort_unstable_by_key(|h| h.0);
+                Some(hit)
+            }
+            Some(Ok(_)) | None => None,
+            Some(Err(e)) => {
+                log::warn!("the hit sites: {}", crate::error_chain(&e));
+                None
+            }
+        }
+    }
+
     fn trap_hits_many(&self, sites: &[u64]) -> Vec<Option<TrapHits>> {
         let none = || vec![None; sites.len()];
         if sites.is_empty() {

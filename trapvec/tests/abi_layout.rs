@@ -235,6 +235,10 @@ fn rust_constants() -> Vec<(&'static str, u64)> {
             "TRAPVEC_IOC_CHECK_MANY",
             u64::from(trapvec::abi::TRAPVEC_IOC_CHECK_MANY),
         ),
+        (
+            "TRAPVEC_IOC_LIST_HIT",
+            u64::from(trapvec::abi::TRAPVEC_IOC_LIST_HIT),
+        ),
         ("TRAPVEC_IOC_APPLY", u64::from(TRAPVEC_IOC_APPLY)),
         (
             "TRAPVEC_IOC_DISPATCH_REPLACE",

@@ -66,7 +66,8 @@ pub fn listing<T: Target>(sp: &Splicer<T>) -> Result<Listing, OpError> {
 
 /// The hits of the live splices `ids` (every one must be live, else none is read and the
 /// unknown ids are named), else of every live splice: a row (id, site, hits) for each hit at
-/// least `min_hits` times, by id. The counters are read together ([`Splicer::hits_many`]);
+/// least `min_hits` times, by id. The counters are read together ([`Splicer::hits_many`]; with
+/// `min_hits` 1 or more, only the hit ones where the target lists them, [`Splicer::hit_among`]);
 /// nothing else of a splice is read or formatted, and only for the rows given back.
 pub fn hits<T: Target>(
     sp: &Splicer<T>,
@@ -91,12 +92,16 @@ pub fn hits<T: Target>(
         }
         None => sp.live().map(|s| s.id).collect(),
     };
-    let counters = sp.hits_many(&ids)?;
-    let splices = ids
-        .iter()
-        .zip(counters)
+    // Asked for hit splices only: those the target lists as hit ([`Splicer::hit_among`]).
+    let counters: Vec<(SpliceId, crate::splicer::Hits)> = if min_hits > 0 {
+        sp.hit_among(&ids)?
+    } else {
+        ids.iter().copied().zip(sp.hits_many(&ids)?).collect()
+    };
+    let splices = counters
+        .into_iter()
         .filter(|(_, h)| h.hits >= min_hits)
-        .filter_map(|(&id, h)| {
+        .filter_map(|(id, h)| {
             sp.get(id).map(|s| HitsRow {
                 id: id.0,
                 site: format!("{:#x}", s.point.site),

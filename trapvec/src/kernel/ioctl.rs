@@ -19,9 +19,9 @@ use crate::abi::{
     TRAPVEC_IOC_APPLY, TRAPVEC_IOC_CHECK, TRAPVEC_IOC_CHECK_MANY, TRAPVEC_IOC_DISPATCH_ADD,
     TRAPVEC_IOC_DISPATCH_REMOVE, TRAPVEC_IOC_DISPATCH_REPLACE, TRAPVEC_IOC_FREE, TRAPVEC_IOC_HITS,
     TRAPVEC_IOC_INFO, TRAPVEC_IOC_KEY_ADD, TRAPVEC_IOC_KEY_REMOVE, TRAPVEC_IOC_KEY_STATS,
-    TRAPVEC_IOC_LIST, TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ, TRAPVEC_IOC_RETURN_ADD,
-    TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_SEAL, TRAPVEC_IOC_STATE_GET,
-    TRAPVEC_IOC_STATE_PUT, TRAPVEC_IOC_WRITE,
+    TRAPVEC_IOC_LIST, TRAPVEC_IOC_LIST_HIT, TRAPVEC_IOC_QUIESCE, TRAPVEC_IOC_READ,
+    TRAPVEC_IOC_RETURN_ADD, TRAPVEC_IOC_RETURN_REMOVE, TRAPVEC_IOC_RETURN_STATS, TRAPVEC_IOC_SEAL,
+    TRAPVEC_IOC_STATE_GET, TRAPVEC_IOC_STATE_PUT, TRAPVEC_IOC_WRITE,
 };
 
 /// One ioctl with its argument, and the memory its pointer fields name.
@@ -70,10 +70,12 @@ pub(crate) enum Request<'a> {
         counts: &'a mut [TrapvecHits],
     },
     Hits(&'a mut TrapvecHits),
-    /// `arg.entries`/`arg.capacity` are set from `out`.
+    /// `arg.entries`/`arg.capacity` are set from `out`. LIST, or with `hit` LIST_HIT (the
+    /// entries hit at least once only).
     List {
         arg: &'a mut TrapvecList,
         out: &'a mut [TrapvecListEntry],
+        hit: bool,
     },
     Quiesce(&'a mut TrapvecQuiesce),
     /// `arg.buf`/`arg.len` are set from `buf`.
@@ -118,7 +120,8 @@ impl Request<'_> {
             Request::DispatchRemove { .. } => "DISPATCH_REMOVE",
             Request::DispatchReplace { .. } => "DISPATCH_REPLACE",
             Request::Hits(_) => "HITS",
-            Request::List { .. } => "LIST",
+            Request::List { hit: false, .. } => "LIST",
+            Request::List { hit: true, .. } => "LIST_HIT",
             Request::Quiesce(_) => "QUIESCE",
             Request::StateGet { .. } => "STATE_GET",
             Request::StatePut { .. } => "STATE_PUT",
@@ -179,7 +182,7 @@ impl Request<'_> {
                 arg.counts = addr(counts.as_mut_ptr());
                 arg.count = count(entries.len())?;
             }
-            Request::List { arg, out } => {
+            Request::List { arg, out, .. } => {
                 arg.entries = addr(out.as_mut_ptr());
                 arg.capacity = count(out.len())?;
             }
@@ -241,6 +244,7 @@ nix::ioctl_readwrite_bad!(
 );
 nix::ioctl_readwrite_bad!(ioc_hits, TRAPVEC_IOC_HITS, TrapvecHits);
 nix::ioctl_readwrite_bad!(ioc_list, TRAPVEC_IOC_LIST, TrapvecList);
+nix::ioctl_readwrite_bad!(ioc_list_hit, TRAPVEC_IOC_LIST_HIT, TrapvecList);
 nix::ioctl_readwrite_bad!(ioc_quiesce, TRAPVEC_IOC_QUIESCE, TrapvecQuiesce);
 nix::ioctl_readwrite_bad!(ioc_state_get, TRAPVEC_IOC_STATE_GET, TrapvecState);
 nix::ioctl_readwrite_bad!(ioc_state_put, TRAPVEC_IOC_STATE_PUT, TrapvecState);
@@ -306,7 +310,10 @@ pub(crate) fn ioctl(dev: BorrowedFd<'_>, mut req: Request<'_>) -> Result<(), Err
             Request::DispatchRemove { arg, .. } => ioc_dispatch_remove(fd, arg),
             Request::DispatchReplace { arg, .. } => ioc_dispatch_replace(fd, arg),
             Request::Hits(a) => ioc_hits(fd, a),
-            Request::List { arg, .. } => ioc_list(fd, arg),
+            Request::List {
+                arg, hit: false, ..
+            } => ioc_list(fd, arg),
+            Request::List { arg, hit: true, .. } => ioc_list_hit(fd, arg),
             Request::Quiesce(a) => ioc_quiesce(fd, a),
             Request::StateGet { arg, .. } => ioc_state_get(fd, arg),
             Request::StatePut { arg, .. } => ioc_state_put(fd, arg),

@@ -20,6 +20,23 @@ pub mod kallsyms;
 pub mod modwatch;
 mod slots;
 
+/// A LIST entry as the backend gives it.
+fn listed(e: &TrapvecListEntry) -> ListedEntry {
+    ListedEntry {
+        entry: DispatchEntry {
+            site: e.site,
+            dest: e.dest,
+            handler: e.handler,
+            cookie: e.cookie,
+            only: e.only.to_match(),
+        },
+        hits: TrapHits {
+            hits: e.hits,
+            missed: e.missed,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -833,6 +850,7 @@ impl KernelTarget {
                 self.call(Request::List {
                     arg: &mut arg,
                     out: &mut out,
+                    hit: false,
                 })
                 .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
                 let count = arg.count as usize;
@@ -848,23 +866,42 @@ impl KernelTarget {
                     break;
                 }
             }
-            return Ok(all
-                .iter()
-                .map(|e| ListedEntry {
-                    entry: DispatchEntry {
-                        site: e.site,
-                        dest: e.dest,
-                        handler: e.handler,
-                        cookie: e.cookie,
-                        only: e.only.to_match(),
-                    },
-                    hits: TrapHits {
-                        hits: e.hits,
-                        missed: e.missed,
-                    },
-                })
-                .collect());
+            return Ok(all.iter().map(listed).collect());
         }
+    }
+
+    /// The live dispatch entries hit at least once, with their counters, ordered by site
+    /// (LIST_HIT): a look at thousands of counters of which few moved copies those few. One
+    /// call asks how many there are, the next copies them with room to spare, again with more
+    /// room should more have been hit meanwhile; each call is one snapshot of the table. A
+    /// module older than LIST_HIT (ENOTTY), or more hit entries than one call copies: the
+    /// whole [`KernelTarget::list`], filtered.
+    pub fn list_hit(&self) -> Result<Vec<ListedEntry>, TargetError> {
+        let mut room = 0;
+        loop {
+            let mut out = vec![TrapvecListEntry::default(); room];
+            let mut arg = TrapvecList::default();
+            match self.call(Request::List {
+                arg: &mut arg,
+                out: &mut out,
+                hit: true,
+            }) {
+                Ok(()) => {}
+                Err(Errno::ENOTTY) => break,
+                Err(e) => return Err(TargetError::os("LIST_HIT of /dev/trapvec", e)),
+            }
+            let count = arg.count as usize;
+            if count <= room {
+                return Ok(out[..count].iter().map(listed).collect());
+            }
+            if count > TRAPVEC_BATCH_MAX as usize {
+                break;
+            }
+            room = (count + count / 4 + 16).min(TRAPVEC_BATCH_MAX as usize);
+        }
+        let mut all = self.list()?;
+        all.retain(|e| e.hits.hits > 0);
+        Ok(all)
     }
 
     /// Take `flock(LOCK_EX)` on the device for as long as this target lives, waiting for
@@ -1290,6 +1327,9 @@ impl Target for KernelTarget {
                 .list()
                 .map(|l| DispatchReading::Table(l.into_iter().map(|e| e.entry).collect())),
             DispatchRead::Hits(sites) => self.hits_many(sites).map(DispatchReading::Hits),
+            DispatchRead::Hit => self.list_hit().map(|l| {
+                DispatchReading::Hit(l.into_iter().map(|e| (e.entry.site, e.hits)).collect())
+            }),
         })
     }
 
@@ -1365,6 +1405,7 @@ impl KernelTarget {
         self.call(Request::List {
             arg: &mut arg,
             out: &mut [],
+            hit: false,
         })
         .map_err(|e| TargetError::os("LIST of /dev/trapvec", e))?;
         Ok(arg.count as usize)

@@ -248,7 +248,7 @@ impl FakeModule {
                 let e = self.dispatch.get(&h.site).ok_or(Errno::ENOENT)?;
                 (h.hits, h.missed) = (e.hits, e.missed);
             }
-            Request::List { arg, out } => {
+            Request::List { arg, out, hit } => {
                 if arg.capacity == 0 {
                     // Entries arrive between this call and the caller's next one.
                     for k in 0..self.list_grows_by as u64 {
@@ -263,15 +263,19 @@ impl FakeModule {
                         );
                     }
                 }
-                arg.count = u32::try_from(self.dispatch.len()).unwrap();
+                // LIST_HIT: as LIST over the entries hit at least once only.
+                let listed: Vec<TrapvecListEntry> = self
+                    .dispatch
+                    .values()
+                    .filter(|e| !*hit || e.hits > 0)
+                    .copied()
+                    .collect();
+                arg.count = u32::try_from(listed.len()).unwrap();
                 // As the module: from the start-th entry, at most TRAPVEC_BATCH_MAX of them.
                 let skip = usize::try_from(arg.start).unwrap();
                 let room = out.len().min(TRAPVEC_BATCH_MAX as usize);
-                for (slot, e) in out[..room]
-                    .iter_mut()
-                    .zip(self.dispatch.values().skip(skip))
-                {
-                    *slot = *e;
+                for (slot, e) in out[..room].iter_mut().zip(listed.into_iter().skip(skip)) {
+                    *slot = e;
                 }
             }
             Request::Quiesce(q) => {
@@ -1198,6 +1202,62 @@ fn list_asks_again_when_entries_were_added_meanwhile() {
     );
     assert_eq!(listed[3].hits.hits, 2);
     assert_eq!(m.borrow().calls.iter().filter(|c| **c == "LIST").count(), 2);
+}
+
+#[test]
+fn list_hit_copies_the_hit_entries_only_and_an_older_module_gets_the_whole_list_filtered() {
+    let (mut target, m, _g) = target_with(|_| {});
+    let entries: Vec<DispatchEntry> = (0..5u64)
+        .map(|k| DispatchEntry {
+            site: TEXT + 0x10 * (k + 1),
+            dest: CODE_ARENA,
+            handler: 0,
+            cookie: k,
+            only: None,
+        })
+        .collect();
+    target.add_dispatch(&entries).unwrap();
+    for (site, hits) in [(TEXT + 0x20, 7), (TEXT + 0x40, 1)] {
+        m.borrow_mut().dispatch.get_mut(&site).unwrap().hits = hits;
+    }
+    let want = vec![
+        (TEXT + 0x20, TrapHits { hits: 7, missed: 0 }),
+        (TEXT + 0x40, TrapHits { hits: 1, missed: 0 }),
+    ];
+    m.borrow_mut().calls.clear();
+    assert_eq!(target.trap_sites_hit(), Some(want.clone()));
+    // How many, then those two with room to spare: no LIST of the five.
+    assert_eq!(m.borrow().calls, ["LIST_HIT", "LIST_HIT"]);
+
+    // Sites hit between the two calls: asked again with more room, one snapshot each time.
+    m.borrow_mut().list_grows_by = 40;
+    m.borrow_mut().calls.clear();
+    let hit = target.list_hit().unwrap();
+    assert_eq!(
+        hit.len(),
+        2 + 39,
+        "the grown entries of hits 1..40 and the two"
+    );
+    assert!(hit.windows(2).all(|w| w[0].entry.site < w[1].entry.site));
+    assert!(hit.iter().all(|e| e.hits.hits > 0));
+    assert!(m.borrow().calls.iter().all(|c| *c == "LIST_HIT"));
+    m.borrow_mut().list_grows_by = 0;
+
+    // A module older than LIST_HIT: the whole LIST, filtered, the same answer.
+    m.borrow_mut().fail.insert("LIST_HIT", (Errno::ENOTTY, 0));
+    m.borrow_mut().calls.clear();
+    let old = target.list_hit().unwrap();
+    assert_eq!(old, hit);
+    assert!(m.borrow().calls.contains(&"LIST"));
+    // Any other refusal is an error that names it.
+    m.borrow_mut().fail.insert("LIST_HIT", (Errno::ENOMEM, 0));
+    let err = target.list_hit().unwrap_err().to_string();
+    assert!(err.contains("LIST_HIT"), "{err}");
+    assert_eq!(
+        target.trap_sites_hit(),
+        None,
+        "logged, and the caller reads its sites"
+    );
 }
 
 #[test]

@@ -508,9 +508,9 @@ const ONCE_PERIOD: Duration = Duration::from_millis(100);
 /// `once` mode: while the run lasts, every [`ONCE_PERIOD`] the sites hit since the last look are
 /// disarmed in one batch (their original bytes back), so a block costs a trap only until the
 /// next batch after its first hit. The module keeps no state of its own for it: a look reads
-/// the live sites' counters together (on the module held; through trapd, one `hits` request
-/// that answers the hit sites only), and the removal is the one `count` mode ends with (one
-/// batch on the module, or `remove` requests to trapd).
+/// the hit sites' counters only (the module's LIST_HIT, on the module held or inside trapd's
+/// `hits` request), and the removal is the one `count` mode ends with (one batch on the
+/// module, or `remove` requests to trapd).
 #[derive(Default)]
 struct Once {
     /// The hits each disarmed block had when it was disarmed (at least 1).
@@ -578,8 +578,9 @@ impl Once {
     }
 }
 
-/// The hits of the sites of `live` now, per block index: of every one on the module held, of
-/// those hit at least once through trapd ([`daemon_hits`]).
+/// The hits of the sites of `live` hit at least once, per block index: on the module held, from
+/// its listing of the hit sites ([`Splicer::hit_among`](instr_manager::splicer::Splicer::hit_among)),
+/// through trapd from its `hits` request ([`daemon_hits`]), which reads them the same way.
 fn live_hits(
     route: &mut Route,
     live: &HashMap<usize, (u64, String)>,
@@ -590,12 +591,14 @@ fn live_hits(
         Route::Direct(k) => {
             let order: Vec<(usize, u64)> = live.iter().map(|(&i, (id, _))| (i, *id)).collect();
             let ids: Vec<SpliceId> = order.iter().map(|&(_, id)| SpliceId(id)).collect();
-            let hits = k
+            // The hit ones only (the module's LIST_HIT): a site not among them was not hit.
+            let index: HashMap<u64, usize> = order.iter().map(|&(i, id)| (id, i)).collect();
+            let hit = k
                 .splicer
-                .hits_many(&ids)
+                .hit_among(&ids)
                 .context("reading the coverage sites' hits")?;
-            for (&(i, _), h) in order.iter().zip(hits) {
-                out.insert(i, h.hits);
+            for (id, h) in hit {
+                out.insert(index[&id.0], h.hits);
             }
         }
         Route::Daemon => {
