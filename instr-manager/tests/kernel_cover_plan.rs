@@ -44,8 +44,9 @@ const TCP_GROUP: [&str; 9] = [
     "do_tcp_*",
 ];
 
-/// Bytes around each function loaded besides its own (reads just past a function's end).
-const MARGIN: u64 = 64;
+/// Bytes around each function loaded besides its own: the gaps the batch's reads of
+/// neighbouring functions span ([`trapvec::target::READ_GAP_MAX`]) and reads just past an end.
+const MARGIN: u64 = trapvec::target::READ_GAP_MAX + 64;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -123,6 +124,18 @@ fn kernel_cover_plan_of_the_tcp_group() {
         let apply_ms = t.elapsed().as_secs_f64() * 1000.0;
         let timings = report.timings.expect("timings");
         let reads = k.state().reads.len() - reads_before;
+        if round == 0 {
+            let mut by_len = std::collections::BTreeMap::<usize, usize>::new();
+            for &(_, n) in &k.state().reads[reads_before..] {
+                *by_len.entry(n).or_default() += 1;
+            }
+            let mut by_len: Vec<_> = by_len.into_iter().collect();
+            by_len.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
+            println!(
+                "KERNEL_COVER_PLAN reads by length (len, count): {:?}",
+                &by_len[..by_len.len().min(6)]
+            );
+        }
         println!(
             "KERNEL_COVER_PLAN round={round} spliced={} refused={} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_ms={apply_ms:.1} reads={reads}",
             report.spliced.len(),
@@ -152,7 +165,15 @@ fn kernel_cover_plan_of_the_tcp_group() {
     if let Ok(out) = std::env::var("TRAPVEC_PLAN_OUT") {
         let sp = Splicer::new(kernel.clone());
         let mut f = std::io::BufWriter::new(std::fs::File::create(out).expect("the out file"));
-        for (r, res) in requests.iter().zip(sp.plan_each(&requests)) {
+        let reads_before = kernel.state().reads.len();
+        let t = Instant::now();
+        let planned = sp.plan_each(&requests);
+        println!(
+            "KERNEL_COVER_PLAN plan_each alone: {:.1} ms, {} reads",
+            t.elapsed().as_secs_f64() * 1000.0,
+            kernel.state().reads.len() - reads_before
+        );
+        for (r, res) in requests.iter().zip(planned) {
             match res {
                 Ok((p, plan)) => writeln!(f, "{} {:?} {plan:?}", r.at, p.site),
                 Err(e) => writeln!(f, "{} refused: {}", r.at, trapvec::error_chain(&e)),
