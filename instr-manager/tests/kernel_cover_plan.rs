@@ -83,8 +83,9 @@ fn kernel_cover_plan_of_the_tcp_group() {
             let extent = kernel.symbols().function_extent(f);
             let lo = f.addr.saturating_sub(MARGIN).max(text_lo);
             let hi = (f.addr + extent + MARGIN).min(text_hi);
-            for a in lo..hi {
-                st.memory.insert(a, data[(a - text_lo) as usize]);
+            let at = |a: u64| usize::try_from(a - text_lo).expect("inside .text");
+            for (a, &b) in (lo..hi).zip(&data[at(lo)..at(hi)]) {
+                st.memory.insert(a, b);
             }
         }
     }
