@@ -250,6 +250,16 @@ impl FakeKernel {
         }
     }
 
+    /// A fake kernel with only `symbols` and no text of its own (a real kernel's symbols, its
+    /// text [`FakeKernel::poke`]d in by the caller): host-side reproductions of a kernel batch.
+    pub fn with_only_symbols(symbols: Vec<Symbol>) -> Self {
+        FakeKernel {
+            info: TargetInfo::kernel("fake kernel", crate::abi::TRAP_VECTOR),
+            symbols: SymbolTable::new(symbols),
+            inner: Arc::new(Mutex::new(FakeState::default())),
+        }
+    }
+
     /// The fake kernel with `symbols` listed besides its own (aliases of its functions, a name
     /// two of them share, `__init_begin`/`__init_end` around some), its text unchanged.
     pub fn with_symbols(symbols: Vec<Symbol>) -> Self {

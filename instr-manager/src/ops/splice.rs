@@ -3,7 +3,7 @@
 use trapvec::Target;
 
 use super::report::{
-    ComponentRow, HitsReply, HitsRow, Listing, SpliceRow, Unspliced, UnsplicedAll,
+    ComponentRow, GoneOwners, HitsReply, HitsRow, Listing, SpliceRow, Unspliced, UnsplicedAll,
 };
 use super::{Made, OpError};
 use crate::splice::SpliceRequest;
@@ -16,9 +16,10 @@ pub(super) fn rows_of<T: Target>(
 ) -> Result<Vec<SpliceRow>, OpError> {
     let hits = sp.hits_many(ids)?;
     let mut rows = Vec::with_capacity(ids.len());
+    let mut gone = GoneOwners::default();
     for (&id, h) in ids.iter().zip(hits) {
         if let Some(s) = sp.get(id) {
-            let mut row = with_component(sp, s, SpliceRow::of(s, h));
+            let mut row = with_component(sp, s, SpliceRow::of_with(s, h, &mut gone));
             row.returns = sp.return_stats(id)?;
             row.keys = sp.key_counts(id)?;
             rows.push(row);
@@ -292,6 +293,7 @@ fn unspliced(named: Vec<(String, u64)>, hits: Vec<Hits>) -> Vec<Unspliced> {
 /// killed by SIGKILL, which could not remove its splice itself); splices without an owner and
 /// those of running commands stay.
 pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, OpError> {
+    let mut gone = GoneOwners::default();
     let ids: Vec<SpliceId> = sp
         .live()
         .filter(|s| {
@@ -299,7 +301,7 @@ pub fn unsplice_orphans<T: Target>(sp: &mut Splicer<T>) -> Result<UnsplicedAll, 
                 .options
                 .owner
                 .as_ref()
-                .is_some_and(crate::owner::Owner::is_gone)
+                .is_some_and(|o| gone.is_gone(o))
         })
         .map(|s| s.id)
         .collect();
