@@ -13,6 +13,16 @@
 //! a fresh splicer (for `perf record`); `TRAPVEC_PLAN_OUT`: a file to write every request's
 //! plan or refusal to (`plan_each`, in order), to compare planners.
 //!
+//! Each round times what `trapctl cover`'s `arm_ms` covers on its direct route (trapctl's
+//! `cmd/cover/kernel.rs`): the spec file read and parsed ([`Spec::from_path`], in
+//! `ops::execute`), the apply, and the state saved ([`StateLog::save`], `Kernel::save` in
+//! `commit_or_undo`), printed as `arm_ms` with its parts: `spec_read_ms`, `apply_ms` (of it the
+//! batch's own `plan_ms` with `check_ms`, `build_ms`, `commit_ms`, and `apply_rest_ms`, the
+//! rest), `save_ms`. The state log is one that continues the snapshot (a module used before:
+//! the save works out the change line, finds it larger than the snapshot and compacts), or with
+//! `TRAPVEC_STATE_FRESH=1` none (a module just loaded: the save compacts at once). The snapshot
+//! is handed to a closure that copies it, as `put_state` copies it to the module.
+//!
 //! ```text
 //! TRAPVEC_VMLINUX=/tmp/kc/vmlinux TRAPVEC_KALLSYMS=/tmp/kc/ks.out \
 //!   cargo test --release -p instr-manager --test kernel_cover_plan -- --ignored --nocapture
@@ -25,6 +35,7 @@ use instr_manager::cover::kernel_blocks;
 use instr_manager::glob::{matching_functions, FunctionGlob};
 use instr_manager::owner::Owner;
 use instr_manager::plan::Mechanism;
+use instr_manager::splicer::state_log::StateLog;
 use instr_manager::splicer::Splicer;
 use instr_manager::{ops, Action, Spec, SpliceRequest};
 use object::{Object, ObjectSection};
@@ -109,8 +120,12 @@ fn kernel_cover_plan_of_the_tcp_group() {
         })
         .collect();
     let spec_text = ops::expand::spec_text(&requests).expect("spec text");
-    let spec_path = std::env::temp_dir().join("trapvec-kernel-cover-plan.toml");
-    let spec = Spec::parse(&spec_text, std::path::Path::new("/"), &spec_path).expect("spec");
+    let dir =
+        std::env::temp_dir().join(format!("trapvec-kernel-cover-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let spec_path = dir.join("cover.toml");
+    std::fs::write(&spec_path, &spec_text).expect("writing the spec");
+    let fresh = std::env::var("TRAPVEC_STATE_FRESH").is_ok_and(|v| v == "1");
     println!(
         "KERNEL_COVER_PLAN functions={} blocks={} requests={} decode_ms={decode_ms:.1}",
         funcs.len(),
@@ -118,16 +133,38 @@ fn kernel_cover_plan_of_the_tcp_group() {
         requests.len()
     );
 
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     let (mut plan, mut check, mut apply) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut arm, mut rest, mut save) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         // Every round on the machine as it was: the text unpatched, nothing live.
         let k = kernel.clone();
         let reads_before = k.state().reads.len();
-        let mut sp = Splicer::new(k.clone());
+        let log_path = dir.join(format!("state-{round}.log"));
+        let (mut sp, mut log, _) = StateLog::load(&log_path, k.clone(), &[]).expect("the log");
+        if !fresh {
+            log.save(&mut sp, |_, _| Ok(()))
+                .expect("the empty state saved");
+        }
+        let mut blob = Vec::new();
+        let t_arm = Instant::now();
+        let t = Instant::now();
+        let spec = Spec::from_path(&spec_path).expect("the spec");
+        let spec_read_ms = ms(t);
         let t = Instant::now();
         let (report, made) = ops::apply(&mut sp, &spec, true).expect("the batch");
-        let apply_ms = t.elapsed().as_secs_f64() * 1000.0;
+        let apply_ms = ms(t);
+        let t = Instant::now();
+        let saved = log
+            .save(&mut sp, |_, bytes| {
+                blob = bytes.to_vec();
+                Ok(())
+            })
+            .expect("the state saved");
+        let save_ms = ms(t);
+        let arm_ms = ms(t_arm);
         let timings = report.timings.expect("timings");
+        let apply_rest_ms = apply_ms - timings.plan_ms - timings.build_ms - timings.commit_ms;
         let reads = k.state().reads.len() - reads_before;
         if round == 0 {
             let mut by_len = std::collections::BTreeMap::<usize, usize>::new();
@@ -142,17 +179,21 @@ fn kernel_cover_plan_of_the_tcp_group() {
             );
         }
         println!(
-            "KERNEL_COVER_PLAN round={round} spliced={} refused={} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_ms={apply_ms:.1} reads={reads}",
+            "KERNEL_COVER_PLAN round={round} spliced={} refused={} arm_ms={arm_ms:.1} spec_read_ms={spec_read_ms:.1} apply_ms={apply_ms:.1} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_rest_ms={apply_rest_ms:.1} save_ms={save_ms:.1} ({saved:?}, snapshot {} bytes) reads={reads}",
             report.spliced.len(),
             report.refused.len(),
             timings.plan_ms,
             timings.check_ms,
             timings.build_ms,
-            timings.commit_ms
+            timings.commit_ms,
+            blob.len()
         );
         plan.push(timings.plan_ms);
         check.push(timings.check_ms);
         apply.push(apply_ms);
+        arm.push(arm_ms);
+        rest.push(apply_rest_ms);
+        save.push(save_ms);
         ops::undo(&mut sp, &made).expect("undo");
         assert!(
             k.state().patched.is_empty(),
@@ -160,12 +201,16 @@ fn kernel_cover_plan_of_the_tcp_group() {
         );
     }
     println!(
-        "KERNEL_COVER_PLAN medians of {rounds}: plan_ms={:.1} check_ms={:.1} apply_ms={:.1} per_request_us={:.1}",
+        "KERNEL_COVER_PLAN medians of {rounds}: arm_ms={:.1} apply_ms={:.1} plan_ms={:.1} check_ms={:.1} apply_rest_ms={:.1} save_ms={:.1} per_request_us={:.1}",
+        median(&mut arm),
+        median(&mut apply),
         median(&mut plan),
         median(&mut check),
-        median(&mut apply),
+        median(&mut rest),
+        median(&mut save),
         median(&mut plan) * 1000.0 / requests.len().max(1) as f64
     );
+    let _ = std::fs::remove_dir_all(&dir);
 
     if let Ok(out) = std::env::var("TRAPVEC_PLAN_OUT") {
         let sp = Splicer::new(kernel.clone());
