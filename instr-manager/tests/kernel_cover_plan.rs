@@ -21,7 +21,8 @@
 //! rest), `save_ms`. The state log is one that continues the snapshot (a module used before:
 //! the save works out the change line, finds it larger than the snapshot and compacts), or with
 //! `TRAPVEC_STATE_FRESH=1` none (a module just loaded: the save compacts at once). The snapshot
-//! is handed to a closure that copies it, as `put_state` copies it to the module.
+//! is handed to a closure that copies it, as `put_state` copies it to the module;
+//! `TRAPVEC_STATE_OUT`: a file to write the first round's snapshot to, to compare savers.
 //!
 //! ```text
 //! TRAPVEC_VMLINUX=/tmp/kc/vmlinux TRAPVEC_KALLSYMS=/tmp/kc/ks.out \
@@ -167,6 +168,9 @@ fn kernel_cover_plan_of_the_tcp_group() {
         let apply_rest_ms = apply_ms - timings.plan_ms - timings.build_ms - timings.commit_ms;
         let reads = k.state().reads.len() - reads_before;
         if round == 0 {
+            if let Ok(out) = std::env::var("TRAPVEC_STATE_OUT") {
+                std::fs::write(out, &blob).expect("writing the snapshot");
+            }
             let mut by_len = std::collections::BTreeMap::<usize, usize>::new();
             for &(_, n) in &k.state().reads[reads_before..] {
                 *by_len.entry(n).or_default() += 1;

@@ -51,6 +51,11 @@ pub const DEFAULT_STATE_LOG: &str = "/var/lib/trapd/state.log";
 /// nearly every change).
 pub const MIN_COMPACT_BYTES: u64 = 64 * 1024;
 
+/// Fewer bytes than any splice's record in a change line takes, with the comma after it: the
+/// shortest, a compact array, has ten elements of a byte or more (two of them quoted strings)
+/// and their nine commas between brackets (a whole record is an object of many named fields).
+const MIN_RECORD_BYTES: u64 = 16;
+
 /// The log path trapctl and trapd use for the kernel: `TRAPVEC_STATE_LOG` or
 /// [`DEFAULT_STATE_LOG`].
 pub fn kernel_state_log() -> PathBuf {
@@ -236,6 +241,14 @@ impl<T: Target> Splicer<T> {
     pub fn state_changed(&self) -> bool {
         !self.live.changed.is_empty()
             || self.live.written_meta != Some(meta_digest(&meta_ref(self)).1)
+    }
+
+    /// Bytes the next [`Splicer::state_change`] line takes at least: [`MIN_RECORD_BYTES`] for
+    /// each splice it adds (the rest of the line not counted).
+    fn state_change_least(&self) -> u64 {
+        let added = self.live.changed.iter();
+        let added = added.filter(|id| self.live.map.contains_key(id)).count();
+        added as u64 * MIN_RECORD_BYTES
     }
 
     /// The change line (ending in `\n`) for everything changed since the state was last
@@ -514,12 +527,16 @@ impl StateLog {
         sp: &mut Splicer<T>,
         put_snapshot: impl FnOnce(&T, &[u8]) -> Result<(), TargetError>,
     ) -> Result<Saved, StateLogError> {
-        if self.file.is_some() {
+        let limit = self.snapshot_len.max(MIN_COMPACT_BYTES);
+        // A line sure to take the log past the limit is not made: the save compacts anyway
+        // (a coverage run's batch of thousands of sites, whose line would cost what the
+        // snapshot costs).
+        if self.file.is_some() && self.log_len + sp.state_change_least() <= limit {
             let Some(line) = sp.state_change() else {
                 return Ok(Saved::Unchanged);
             };
             let len = line.len() as u64;
-            if self.log_len + len <= self.snapshot_len.max(MIN_COMPACT_BYTES) {
+            if self.log_len + len <= limit {
                 let file = self.file.as_mut().expect("checked above");
                 let res = file.write_all(&line).and_then(|()| file.sync_data());
                 if let Err(source) = res {

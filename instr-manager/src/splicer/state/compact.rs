@@ -218,6 +218,8 @@ pub(in crate::splicer) struct Tables<'a> {
     /// Every function a record uses, with the number of records that use it.
     functions: Vec<(FunctionRow, usize)>,
     function_index: HashMap<FunctionRow, usize>,
+    /// [`exact`]'s buffer.
+    scratch: Vec<u8>,
 }
 
 /// The tables of a document, as written.
@@ -234,7 +236,7 @@ impl<'a> Tables<'a> {
             return RecordRef::Whole(s);
         };
         let owner = s.request.options.owner.as_ref();
-        if !exact(s, &c, &function, owner) {
+        if !exact(s, &c, &function, owner, &mut self.scratch) {
             return RecordRef::Whole(s);
         }
         let next = self.functions.len();
@@ -290,13 +292,44 @@ pub(in crate::splicer) struct ReadTables {
 }
 
 /// Whether `c` (with `function` and `owner` for its indexes) decodes to what `s` serializes
-/// to.
-fn exact(s: &LiveSplice, c: &Compact, function: &FunctionRow, owner: Option<&Owner>) -> bool {
-    let whole = serde_json::to_vec(s).ok();
-    let back = expand(c, function, owner)
-        .ok()
-        .and_then(|b| serde_json::to_vec(&b).ok());
-    whole.is_some() && whole == back
+/// to. `scratch` is a buffer kept between calls: `s` is serialized into it, and what `c`
+/// decodes to is compared with it as it is serialized, without a buffer of its own.
+fn exact(
+    s: &LiveSplice,
+    c: &Compact,
+    function: &FunctionRow,
+    owner: Option<&Owner>,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    scratch.clear();
+    if serde_json::to_writer(&mut *scratch, s).is_err() {
+        return false;
+    }
+    let Ok(back) = expand(c, function, owner) else {
+        return false;
+    };
+    let mut same = SameAs(scratch);
+    serde_json::to_writer(&mut same, &back).is_ok() && same.0.is_empty()
+}
+
+/// A writer that takes only the bytes it holds, in order (consuming them), and fails at the
+/// first other byte.
+struct SameAs<'a>(&'a [u8]);
+
+impl std::io::Write for SameAs<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.strip_prefix(buf) {
+            Some(rest) => {
+                self.0 = rest;
+                Ok(buf.len())
+            }
+            None => Err(std::io::ErrorKind::InvalidData.into()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The point text the array leaves out: the site's address (`0x...`, a coverage site's point)
