@@ -355,18 +355,22 @@ impl<T: Target> Splicer<T> {
         Ok(self.hits_of([&**s])[0])
     }
 
-    /// Current hit counters of live splices `ids`, in order, read together (a listing of many
-    /// splices costs a few target reads, not one each).
-    pub fn hits_many(&self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
-        let splices = ids
-            .iter()
+    /// The live splices `ids`, in order; the first id that is not live is the error.
+    fn live_splices(&self, ids: &[SpliceId]) -> Result<Vec<&LiveSplice>, SpliceError> {
+        ids.iter()
             .map(|id| {
                 self.live
                     .get(id)
                     .map(|s| &**s)
                     .ok_or(SpliceError::UnknownSplice(id.0))
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect()
+    }
+
+    /// Current hit counters of live splices `ids`, in order, read together (a listing of many
+    /// splices costs a few target reads, not one each).
+    pub fn hits_many(&self, ids: &[SpliceId]) -> Result<Vec<Hits>, SpliceError> {
+        let splices = self.live_splices(ids)?;
         Ok(self.hits_of(splices))
     }
 
@@ -377,15 +381,7 @@ impl<T: Target> Splicer<T> {
     /// coverage sites, few hit since the last look, copies those few (the kernel's LIST_HIT)
     /// instead of every counter. Other splices' counters are read as `hits_many` reads them.
     pub fn hit_among(&self, ids: &[SpliceId]) -> Result<Vec<(SpliceId, Hits)>, SpliceError> {
-        let splices = ids
-            .iter()
-            .map(|id| {
-                self.live
-                    .get(id)
-                    .map(|s| &**s)
-                    .ok_or(SpliceError::UnknownSplice(id.0))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let splices = self.live_splices(ids)?;
         let by_dispatcher = self.target.info().dispatcher_counts_hits;
         let listed = by_dispatcher
             .then(|| self.target.trap_sites_hit())
