@@ -512,6 +512,11 @@ fn a_generated_spec_writes_a_common_owner_once_and_reads_back_as_its_splices() {
     assert_eq!(text.matches("4242").count(), 1, "the owner once: {text}");
     let back = Spec::parse(&text, Path::new("/"), Path::new("gen.toml")).unwrap();
     assert_eq!(back.splices, all);
+    // The JSON form: the owner once, and the same splices back from a `.json` file.
+    let json = spec_json(&all).unwrap();
+    assert_eq!(json.matches("4242").count(), 1, "the owner once: {json}");
+    let back = Spec::parse(&json, Path::new("/"), Path::new("gen.JSON")).unwrap();
+    assert_eq!(back.splices, all);
     // Splices of two owners, or some with none: each keeps its own (none stays none).
     let other = crate::owner::Owner {
         pid: 7,
@@ -520,6 +525,9 @@ fn a_generated_spec_writes_a_common_owner_once_and_reads_back_as_its_splices() {
     let mixed = vec![owned("f1", &owner), owned("f2", &other), count("f3")];
     let text = spec_text(&mixed).unwrap();
     let back = Spec::parse(&text, Path::new("/"), Path::new("gen.toml")).unwrap();
+    assert_eq!(back.splices, mixed);
+    let json = spec_json(&mixed).unwrap();
+    let back = Spec::parse(&json, Path::new("/"), Path::new("gen.json")).unwrap();
     assert_eq!(back.splices, mixed);
     // A spec's owner is every splice's that names none of its own.
     let text = "[owner]\npid = 1\nstart = 2\ncommand = \"c\"\n\n[[splice]]\nat = \"f1\"\naction = \"count\"\n\n[[splice]]\nat = \"f2\"\naction = \"count\"\nowner = { pid = 3, start = 4, command = \"d\" }\n";

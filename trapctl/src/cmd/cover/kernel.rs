@@ -263,8 +263,9 @@ fn requests(blocks: &[KernelBlock], owner: &Owner) -> Vec<(usize, SpliceRequest)
 
 /// The spec file of `requests`, written where only this command writes.
 fn write_spec(requests: &[SpliceRequest]) -> Result<std::path::PathBuf> {
-    let text = ops::expand::spec_text(requests)?;
-    let path = std::env::temp_dir().join(format!("trapctl-cover-{}.toml", std::process::id()));
+    // JSON: read ten times as fast as the same spec in TOML (instr_manager::spec).
+    let text = ops::expand::spec_json(requests)?;
+    let path = std::env::temp_dir().join(format!("trapctl-cover-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&path);
     // create_new: never through a file (or link) someone else put there.
     std::fs::OpenOptions::new()
