@@ -97,6 +97,10 @@ impl Handler for HoldDaemon {
             Request::Unsplice { at: Some(at), .. } => {
                 ops::unsplice(&mut self.sp, &at).map(|u| serde_json::to_value(u).unwrap())
             }
+            // `unsplice --orphans` removes the orphans in one request.
+            req @ Request::Remove { .. } => {
+                ops::execute(&mut self.sp, &req).map(|(reply, _)| reply.to_fields())
+            }
             other => return protocol::error(format!("not served by this test: {other:?}")),
         };
         match reply {

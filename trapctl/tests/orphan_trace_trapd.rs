@@ -1,7 +1,7 @@
 //! A kernel `trapctl trace` killed by SIGKILL leaves its component `trace_PID` and the call
 //! splices on its handlers, none with an owner (issue 29). Through trapd, `trapctl list` marks
 //! those splices orphaned once no process has that pid (as a dead count's), and `trapctl
-//! unsplice --orphans` removes them, one request each, then unloads the component, by the same
+//! unsplice --orphans` removes them, in one `remove` request, then unloads the component, by the same
 //! rule as the direct path (`instr-manager/tests/orphan_trace.rs`); a live trace's stay.
 //!
 //! The real binary runs against a daemon on a Unix socket (trapd's own server) whose handler
@@ -21,13 +21,18 @@ use trapvec::fake::{knob_component, FakeKernel};
 use trapvec_proto::protocol::{self, Request};
 use trapvec_proto::server::{self, Access, Handler, RequestCounts};
 
-/// The fake daemon: every request executed by the operations layer.
+/// The fake daemon: every request executed by the operations layer; the ops of the requests
+/// that change something, in order.
 struct FakeDaemon {
     sp: Splicer<FakeKernel>,
+    changes: Vec<&'static str>,
 }
 
 impl Handler for FakeDaemon {
     fn handle(&mut self, req: Request) -> Value {
+        if req.changes() {
+            self.changes.push(req.op());
+        }
         match ops::execute(&mut self.sp, &req) {
             Ok((reply, _)) => protocol::ok(reply.to_fields()),
             Err(e) => protocol::error(e),
@@ -64,7 +69,10 @@ fn daemon_with_trace(dir: &Path, pid: u32) -> (FakeKernel, Arc<Mutex<FakeDaemon>
     assert!(k.trapped("f0") && k.trapped("f1") && k.trapped("f3"));
     let socket = dir.join("trapd.sock");
     let listener = server::bind(&socket).unwrap();
-    let d = Arc::new(Mutex::new(FakeDaemon { sp }));
+    let d = Arc::new(Mutex::new(FakeDaemon {
+        sp,
+        changes: Vec::new(),
+    }));
     let served = Arc::clone(&d);
     std::thread::spawn(move || {
         server::serve(
@@ -148,6 +156,11 @@ fn a_killed_traces_splices_are_listed_orphaned_and_unsplice_orphans_through_trap
     assert!(out.contains("unspliced orphan f0 at "), "{out}");
     assert!(out.contains("unspliced orphan f3 at "), "{out}");
     assert!(out.ends_with("unspliced 2 orphaned splice(s)\n"), "{out}");
+    assert_eq!(
+        d.lock().unwrap().changes,
+        ["remove", "unload"],
+        "both splices in one request, then the component"
+    );
     assert!(!k.trapped("f0") && !k.trapped("f3"), "the trace's sites");
     assert!(k.trapped("f1"), "the count no trace made stays");
     let l: Listing = ops::listing(&d.lock().unwrap().sp).unwrap();

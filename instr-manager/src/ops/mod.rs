@@ -62,8 +62,8 @@ pub use reply::{
     SpliceReply, Status, UnspliceReply, WrongReply,
 };
 pub use report::{
-    ApplyReport, CheckReport, CheckRow, ComponentRow, HitsReply, HitsRow, Listing, Loaded,
-    PendingRow, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
+    ApplyReport, CheckReport, CheckRow, ComponentRow, GoneOwners, HitsReply, HitsRow, Listing,
+    Loaded, PendingRow, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
 };
 pub use request::{BadRequest, Request};
 pub use splice::{hits, listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};

@@ -243,8 +243,9 @@ pub fn run(args: &Args) -> Result<()> {
     // Whether an owner is gone is judged here, where its pid was taken (trapd may run in
     // another pid namespace than a trapctl that shares its socket).
     // So is the pid a `trapctl trace` named its component after (`trace_PID`).
+    let mut gone = instr_manager::ops::GoneOwners::default();
     for s in &mut r.listing.splices {
-        s.orphaned = super::splice::is_orphan(s);
+        s.orphaned = super::splice::is_orphan(s, &mut gone);
     }
     if args.stats {
         return print_stats(r.listing.splices.len());

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use instr_manager::ops::{
-    self, parse_u64, ListReply, SpliceReply, SpliceRow, UnspliceReply, Unspliced,
+    self, parse_u64, GoneOwners, ListReply, SpliceReply, SpliceRow, UnspliceReply, Unspliced,
 };
 use instr_manager::owner::{is_orphaned_trace, Owner};
 use instr_manager::splice::{SpliceOptions, When};
@@ -456,14 +456,16 @@ fn hold<R>(
 
 /// Whether listed splice `r` is orphaned, judged in this process's pid namespace: its owner
 /// is gone, or its handler is in the component `trace_PID` of a `trapctl trace` that is gone.
-pub fn is_orphan(r: &SpliceRow) -> bool {
-    r.owner.as_ref().is_some_and(Owner::is_gone)
+/// `gone` asks each owner once (a killed `trapctl cover` leaves thousands of rows of one).
+pub fn is_orphan(r: &SpliceRow, gone: &mut GoneOwners) -> bool {
+    r.owner.as_ref().is_some_and(|o| gone.is_gone(o))
         || r.component.as_deref().is_some_and(is_orphaned_trace)
 }
 
 /// Remove the orphaned splices: through trapd, those of its listing whose owner is gone or
-/// whose handler is in a gone `trapctl trace`'s component, one request each (by site), then
-/// that component; else in one batch on the module.
+/// whose handler is in a gone `trapctl trace`'s component, in one `remove` request (by site;
+/// as many as trapd's line takes, [`route::remove`]), then that component; else in one batch
+/// on the module.
 fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
     if client::is_listening(route::socket()) {
         // Judged here, not by the daemon's flag: the owner's pid was taken in this machine's
@@ -477,15 +479,21 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
             .map(|c| c.name.as_str())
             .filter(|name| is_orphaned_trace(name))
             .collect();
-        let removed = listing
+        let mut gone = GoneOwners::default();
+        let sites: Vec<String> = listing
             .splices
             .iter()
             .filter(|r| {
-                r.owner.as_ref().is_some_and(Owner::is_gone)
+                r.owner.as_ref().is_some_and(|o| gone.is_gone(o))
                     || r.component.as_deref().is_some_and(|c| traces.contains(&c))
             })
-            .map(|r| remove(&r.site))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|r| r.site.clone())
+            .collect();
+        let removed = if sites.is_empty() {
+            Vec::new()
+        } else {
+            route::remove(sites)?
+        };
         for name in traces {
             let _: ops::Unloaded = route::daemon_only(&Request::Unload {
                 name: name.to_string(),
