@@ -29,7 +29,7 @@ const SPEC: Page = Page {
                  protocol. A spec is applied all or nothing unless --best-effort is given. \
                  A spec file named *.json is the same object in JSON ({\"splice\": [{\"at\": \
                  ...}]}), what a program that writes thousands of splices should write: it is \
-                 read ten times as fast.",
+                 read about nine times as fast.",
             ],
         ),
         (

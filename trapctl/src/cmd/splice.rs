@@ -489,11 +489,8 @@ fn unsplice_orphans(args: &UnspliceArgs) -> Result<Vec<Unspliced>> {
             })
             .map(|r| r.site.clone())
             .collect();
-        let removed = if sites.is_empty() {
-            Vec::new()
-        } else {
-            route::remove(sites)?
-        };
+        // No orphan, no request: through trapd `route::remove` sends one per part.
+        let removed = route::remove(sites)?;
         for name in traces {
             let _: ops::Unloaded = route::daemon_only(&Request::Unload {
                 name: name.to_string(),
