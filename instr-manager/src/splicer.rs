@@ -149,7 +149,7 @@ impl From<ComponentError> for SpliceError {
 }
 
 /// A splice that is in the text right now.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LiveSplice {
     pub id: SpliceId,
     pub request: SpliceRequest,

@@ -165,6 +165,12 @@ fn kernel_cover_plan_of_the_tcp_group() {
             .expect("the state saved");
         let save_ms = ms(t);
         let arm_ms = ms(t_arm);
+        // Through trapd the report is the reply: serialized by trapd, parsed by trapctl.
+        let t = Instant::now();
+        let reply = serde_json::to_vec(&report).expect("the reply");
+        let back: ops::ApplyReport = serde_json::from_slice(&reply).expect("the reply read");
+        let reply_ms = ms(t);
+        assert_eq!(back.spliced.len(), report.spliced.len());
         let timings = report.timings.expect("timings");
         let apply_rest_ms = apply_ms - timings.plan_ms - timings.build_ms - timings.commit_ms;
         let reads = k.state().reads.len() - reads_before;
@@ -184,14 +190,15 @@ fn kernel_cover_plan_of_the_tcp_group() {
             );
         }
         println!(
-            "KERNEL_COVER_PLAN round={round} spliced={} refused={} arm_ms={arm_ms:.1} spec_read_ms={spec_read_ms:.1} apply_ms={apply_ms:.1} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_rest_ms={apply_rest_ms:.1} save_ms={save_ms:.1} ({saved:?}, snapshot {} bytes) reads={reads}",
+            "KERNEL_COVER_PLAN round={round} spliced={} refused={} arm_ms={arm_ms:.1} spec_read_ms={spec_read_ms:.1} apply_ms={apply_ms:.1} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_rest_ms={apply_rest_ms:.1} save_ms={save_ms:.1} ({saved:?}, snapshot {} bytes) reads={reads} reply_ms={reply_ms:.1} reply_bytes={}",
             report.spliced.len(),
             report.refused.len(),
             timings.plan_ms,
             timings.check_ms,
             timings.build_ms,
             timings.commit_ms,
-            blob.len()
+            blob.len(),
+            reply.len()
         );
         plan.push(timings.plan_ms);
         check.push(timings.check_ms);

@@ -466,6 +466,32 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
         0,
         "trapd lists no splice after once mode"
     );
+    // A coverage killed by SIGKILL through trapd: its sites stay, orphaned; `unsplice
+    // --orphans` removes every one in one `remove` request, and the text is as before.
+    let armed = run.number("ORPHAN_ARMED");
+    assert!(armed >= 2, "{}", run.stdout);
+    assert_eq!(
+        run.number("ORPHAN_LIVE"),
+        armed,
+        "the killed cover's sites stay"
+    );
+    assert_eq!(
+        run.number("ORPHAN_MARKED"),
+        armed,
+        "each listed as orphaned"
+    );
+    assert_eq!(run.number("ORPHAN_UNSPLICE_STATUS"), 0, "{}", run.stdout);
+    assert_eq!(
+        run.expect("ORPHAN_UNSPLICED"),
+        format!("unspliced {armed} orphaned splice(s)")
+    );
+    assert_eq!(
+        run.expect("ORPHAN_REQUESTS").trim(),
+        "remove",
+        "one remove request, not one unsplice per orphan"
+    );
+    assert_eq!(run.number("ORPHAN_LEFT"), 0);
+    assert_eq!(run.expect("ORPHAN_TEXT_SAME"), "yes");
 
     // Scale: over 1,000 functions, one batch each way.
     assert!(run.number("SCALE_FUNCS") > 1000);

@@ -17,8 +17,8 @@
 //! an array without an owner has ten, as in versions 4 and 5, which it reads the same). Entry, replay and the
 //! dispatch entry's destination are the code block's address; a data block is 16 bytes. Any other
 //! splice, and a count splice the array would not give back exactly, is saved whole (an object):
-//! [`Tables::record`] makes the array only when decoding it yields the same bytes as the whole
-//! form, so nothing can be lost by the encoding.
+//! [`Tables::record`] makes the array only when decoding it yields a splice equal to the live one,
+//! field by field, so nothing can be lost by the encoding.
 //!
 //! **Tables.** What many splices share is written once per *document*, the snapshot or one change
 //! line of the log ([`super::super::state_log`]): `owners`, each distinct owner
@@ -218,8 +218,6 @@ pub(in crate::splicer) struct Tables<'a> {
     /// Every function a record uses, with the number of records that use it.
     functions: Vec<(FunctionRow, usize)>,
     function_index: HashMap<FunctionRow, usize>,
-    /// [`exact`]'s buffer.
-    scratch: Vec<u8>,
 }
 
 /// The tables of a document, as written.
@@ -236,7 +234,7 @@ impl<'a> Tables<'a> {
             return RecordRef::Whole(s);
         };
         let owner = s.request.options.owner.as_ref();
-        if !exact(s, &c, &function, owner, &mut self.scratch) {
+        if !exact(s, &c, &function, owner) {
             return RecordRef::Whole(s);
         }
         let next = self.functions.len();
@@ -291,45 +289,11 @@ pub(in crate::splicer) struct ReadTables {
     pub(in crate::splicer) functions: Vec<FunctionRow>,
 }
 
-/// Whether `c` (with `function` and `owner` for its indexes) decodes to what `s` serializes
-/// to. `scratch` is a buffer kept between calls: `s` is serialized into it, and what `c`
-/// decodes to is compared with it as it is serialized, without a buffer of its own.
-fn exact(
-    s: &LiveSplice,
-    c: &Compact,
-    function: &FunctionRow,
-    owner: Option<&Owner>,
-    scratch: &mut Vec<u8>,
-) -> bool {
-    scratch.clear();
-    if serde_json::to_writer(&mut *scratch, s).is_err() {
-        return false;
-    }
-    let Ok(back) = expand(c, function, owner) else {
-        return false;
-    };
-    let mut same = SameAs(scratch);
-    serde_json::to_writer(&mut same, &back).is_ok() && same.0.is_empty()
-}
-
-/// A writer that takes only the bytes it holds, in order (consuming them), and fails at the
-/// first other byte.
-struct SameAs<'a>(&'a [u8]);
-
-impl std::io::Write for SameAs<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.0.strip_prefix(buf) {
-            Some(rest) => {
-                self.0 = rest;
-                Ok(buf.len())
-            }
-            None => Err(std::io::ErrorKind::InvalidData.into()),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// Whether `c` (with `function` and `owner` for its indexes) decodes to `s`, field by field
+/// (every field of a live splice, those its whole form leaves out too: an array is kept only
+/// where reading it back gives the very splice).
+fn exact(s: &LiveSplice, c: &Compact, function: &FunctionRow, owner: Option<&Owner>) -> bool {
+    expand(c, function, owner).is_ok_and(|back| back == *s)
 }
 
 /// The point text the array leaves out: the site's address (`0x...`, a coverage site's point)
