@@ -380,11 +380,13 @@ fn run(request: &Request) -> Value {
                 }
             },
             Some(state) => {
-                // A spec with points in libraries not loaded yet: those wait for their dlopen.
+                // A spec with points in libraries not loaded yet: those wait for their dlopen
+                // (its report has whole rows, `brief` or not).
                 if let Request::Apply {
                     spec,
                     best_effort,
                     check: false,
+                    ..
                 } = request
                 {
                     match instr_manager::Spec::from_path(spec) {

@@ -96,6 +96,12 @@ pub fn is_unknown_op(error: &anyhow::Error, op: &str) -> bool {
     format!("{error:#}").contains(&format!("unknown variant `{op}`"))
 }
 
+/// Whether `error`, trapd's answer to a request, says it does not know the request's field
+/// `field` (a trapd older than that field refuses the request whole, changing nothing).
+pub fn is_unknown_field(error: &anyhow::Error, field: &str) -> bool {
+    format!("{error:#}").contains(&format!("unknown field `{field}`"))
+}
+
 fn exchange_one(mut stream: UnixStream, request: &Value) -> anyhow::Result<Value> {
     // The line whole, then one write: `writeln!` on the socket wrote each piece the serializer
     // made (a quote, a string, a comma) with a syscall of its own, some 40,000 for a `remove`
@@ -218,5 +224,26 @@ mod tests {
         // A known op refused for another reason is not an unknown op.
         let e = anyhow::anyhow!("trapd: no live splice has id 9 (0 live); nothing was read");
         assert!(!is_unknown_op(&e, "hits"));
+    }
+
+    #[test]
+    fn a_field_the_daemon_does_not_know_is_told_from_other_refusals() {
+        // What a trapd without apply's `later` answers: the parser's error for the field.
+        let line = r#"{"op":"apply","spec":"/s.json","later":true}"#;
+        let unknown = crate::protocol::Request::parse(line)
+            .map(|_| ())
+            .unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sock");
+        let t = fake_daemon(&path, crate::protocol::error(unknown));
+        let err = try_daemon_at(&path, &serde_json::from_str(line).unwrap())
+            .unwrap()
+            .unwrap_err();
+        t.join().unwrap();
+        assert!(is_unknown_field(&err, "later"), "{err:#}");
+        assert!(!is_unknown_field(&err, "brief"), "another field: {err:#}");
+        assert!(!is_unknown_op(&err, "apply"), "the op is known: {err:#}");
+        let e = anyhow::anyhow!("trapd: spec /s.json: no such file");
+        assert!(!is_unknown_field(&e, "later"));
     }
 }

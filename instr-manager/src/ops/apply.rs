@@ -7,7 +7,7 @@ use trapvec::Target;
 
 use super::component::load_declaring;
 use super::expand::{expand, summarize, ExpandError, RefusedPoint, FIRST_REFUSALS};
-use super::report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Timings};
+use super::report::{ApplyReport, CheckReport, CheckRow, ComponentRow, Placed, Timings};
 use super::splice::rows_of;
 use super::var::{fit_signed, var_size, write};
 use super::{undone, Made, OpError};
@@ -75,6 +75,25 @@ pub fn apply<T: Target>(
     spec: &Spec,
     best_effort: bool,
 ) -> Result<(ApplyReport, Made), OpError> {
+    apply_as(sp, spec, best_effort, Rows::Whole)
+}
+
+/// How an apply's report names the splices it made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// A whole row each (`spliced`: hits, owner, displaced text, ...).
+    Whole,
+    /// Id, point and site each (`placed`), the request's `brief`.
+    Brief,
+}
+
+/// [`apply`], its report's splices named as `rows` says.
+pub fn apply_as<T: Target>(
+    sp: &mut Splicer<T>,
+    spec: &Spec,
+    best_effort: bool,
+    rows: Rows,
+) -> Result<(ApplyReport, Made), OpError> {
     let mut made = Made::default();
     let declared = load_components(sp, spec, |_, _| false, &mut made)?;
     let (own, globbed) = match expand(sp, &spec.splices) {
@@ -119,7 +138,10 @@ pub fn apply<T: Target>(
         .filter_map(|&c| sp.components().get(c))
         .map(ComponentRow::of)
         .collect();
-    let spliced = rows_of(sp, &made.splices)?;
+    let (spliced, placed) = match rows {
+        Rows::Whole => (rows_of(sp, &made.splices)?, Vec::new()),
+        Rows::Brief => (Vec::new(), placed_of(sp, &made.splices)),
+    };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let timings = sp.last_batch().map(|t| Timings {
         splices: t.splices,
@@ -132,6 +154,7 @@ pub fn apply<T: Target>(
         ApplyReport {
             components,
             spliced,
+            placed,
             refused,
             refused_reasons,
             refused_causes,
@@ -141,6 +164,18 @@ pub fn apply<T: Target>(
         },
         made,
     ))
+}
+
+/// The splices `ids` by id, point and site.
+fn placed_of<T: Target>(sp: &Splicer<T>, ids: &[SpliceId]) -> Vec<Placed> {
+    ids.iter()
+        .filter_map(|&id| sp.get(id))
+        .map(|s| Placed {
+            id: s.id.0,
+            at: s.request.at.clone(),
+            site: format!("{:#x}", s.point.site),
+        })
+        .collect()
 }
 
 /// After an all-or-nothing batch with globs was refused: every refusal planning finds, as one

@@ -39,9 +39,16 @@ pub fn execute<T: Target>(
             nothing,
         ),
         Request::Apply {
-            spec, best_effort, ..
+            spec,
+            best_effort,
+            brief,
+            ..
         } => {
-            let (report, made) = super::apply(sp, &Spec::from_path(spec)?, *best_effort)?;
+            let rows = match brief {
+                true => super::Rows::Brief,
+                false => super::Rows::Whole,
+            };
+            let (report, made) = super::apply_as(sp, &Spec::from_path(spec)?, *best_effort, rows)?;
             (Reply::Apply(report), made)
         }
         Request::Load { path, name } => {

@@ -53,7 +53,7 @@ use crate::splice::SpliceFormError;
 use crate::splicer::{SpliceError, SpliceId, Splicer};
 use crate::SpecError;
 
-pub use apply::{apply, check, switch, Switched};
+pub use apply::{apply, apply_as, check, switch, Rows, Switched};
 pub(crate) use component::unload_id;
 pub use component::{load, unload};
 pub use execute::execute;
@@ -63,7 +63,8 @@ pub use reply::{
 };
 pub use report::{
     ApplyReport, CheckReport, CheckRow, ComponentRow, GoneOwners, HitsReply, HitsRow, Listing,
-    Loaded, PendingRow, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll, Var,
+    Loaded, PendingRow, Placed, SpliceRow, Timings, Unloaded, Unrecorded, Unspliced, UnsplicedAll,
+    Var,
 };
 pub use request::{BadRequest, Request};
 pub use splice::{hits, listing, splice, splice_batch, unsplice, unsplice_all, unsplice_orphans};

@@ -229,8 +229,12 @@ pub struct Timings {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApplyReport {
     pub components: Vec<ComponentRow>,
-    /// The spec's splices in spec order, then those its components declare.
+    /// The spec's splices in spec order, then those its components declare (none for a
+    /// `brief` apply: `placed` instead).
     pub spliced: Vec<SpliceRow>,
+    /// A `brief` apply's splices, in the same order, by id, point and site only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placed: Vec<Placed>,
     pub refused: Vec<String>,
     /// Why each of `refused` was refused, in its order: its cause's fixed sentence (the same
     /// for every point refused for it), or its own text without the point when it has no cause.
@@ -247,6 +251,15 @@ pub struct ApplyReport {
     /// How many splices the spec has (a glob counts as every function it matches).
     pub requested: usize,
     pub timings: Option<Timings>,
+}
+
+/// A splice made, as a `brief` apply reports it: the id, the point as written, the site.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    pub id: u64,
+    pub at: String,
+    /// The site's address, `0x...`.
+    pub site: String,
 }
 
 /// A splice `check` found possible.

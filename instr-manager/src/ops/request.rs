@@ -56,13 +56,18 @@ pub enum Request {
     /// removes none. What `trapctl count 'GLOB'` and `trapctl time 'GLOB'` end with.
     Remove { at: Vec<String> },
     /// Apply a spec file (components, splices, variables) all or nothing; `best_effort`: every
-    /// splice that validates; `check`: plan only, change nothing.
+    /// splice that validates; `check`: plan only, change nothing; `brief`: the report names each
+    /// splice made by its id, point and site only (`placed`, no `spliced` rows: no hit counts
+    /// read, no owner or displaced text written back), for a caller that keeps its own record
+    /// of thousands of sites (`trapctl cover`); with `check` it changes nothing.
     Apply {
         spec: PathBuf,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         best_effort: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         check: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        brief: bool,
     },
     /// Write a component variable (`size`: 1, 2, 4 or 8; default the symbol's size, else 8);
     /// `value` is a number or a string (decimal, `-decimal`, `0x` hex).
@@ -263,13 +268,15 @@ mod tests {
         assert!(!Request::Apply {
             spec: "/s.toml".into(),
             best_effort: false,
-            check: true
+            check: true,
+            brief: false
         }
         .changes());
         assert!(Request::Apply {
             spec: "/s.toml".into(),
             best_effort: true,
-            check: false
+            check: false,
+            brief: false
         }
         .changes());
         assert!(Request::Activate {
@@ -351,6 +358,7 @@ mod tests {
                 spec: "/s.toml".into(),
                 best_effort: false,
                 check: false,
+                brief: false,
             },
             Request::Set {
                 symbol: "v".into(),

@@ -571,3 +571,61 @@ fn execute_runs_each_request_and_returns_what_a_change_made() {
         );
     }
 }
+
+#[test]
+fn a_brief_apply_names_its_splices_by_id_point_and_site_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("cover.json");
+    std::fs::write(
+        &spec_path,
+        r#"{"splice": [{"at": "f1", "action": "count"}, {"at": "f2", "action": "count"}]}"#,
+    )
+    .unwrap();
+    let wire = |brief: bool| {
+        serde_json::from_value::<Request>(serde_json::json!({
+            "op": "apply", "spec": spec_path, "best_effort": true, "brief": brief,
+        }))
+        .unwrap()
+    };
+    // The same spec on two fresh kernels, whole rows and brief.
+    let whole = {
+        let mut sp = Splicer::new(FakeKernel::new());
+        let Reply::Apply(r) = execute(&mut sp, &wire(false)).unwrap().0 else {
+            panic!("an apply answers Apply")
+        };
+        r
+    };
+    let k = FakeKernel::new();
+    let mut sp = Splicer::new(k.clone());
+    let (reply, made) = execute(&mut sp, &wire(true)).unwrap();
+    let Reply::Apply(brief) = reply else {
+        panic!("an apply answers Apply")
+    };
+    assert!(whole.placed.is_empty() && whole.spliced.len() == 2);
+    assert!(brief.spliced.is_empty(), "no whole row: {brief:?}");
+    let named: Vec<(u64, &str, &str)> = brief
+        .placed
+        .iter()
+        .map(|p| (p.id, p.at.as_str(), p.site.as_str()))
+        .collect();
+    let rows: Vec<(u64, &str, &str)> = whole
+        .spliced
+        .iter()
+        .map(|r| (r.id, r.at.as_str(), r.site.as_str()))
+        .collect();
+    assert_eq!(named, rows, "the same splices, ids and sites");
+    assert_eq!(made.splices.len(), 2);
+    assert!(k.trapped("f1") && k.trapped("f2"));
+    // On the wire: `placed`, and no `spliced` row.
+    let text = serde_json::to_string(&brief).unwrap();
+    assert!(
+        text.contains(r#""spliced":[]"#) && text.contains(r#""placed":[{"id":"#),
+        "{text}"
+    );
+    // A trapd older than `brief` refuses the request whole, naming the field.
+    let err = serde_json::from_value::<Request>(serde_json::json!({
+        "op": "apply", "spec": "/s.json", "later": true,
+    }))
+    .unwrap_err();
+    assert!(err.to_string().contains("unknown field `later`"), "{err}");
+}

@@ -59,6 +59,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         spec: path,
         best_effort: args.best_effort,
         check: args.check,
+        brief: false,
     };
     if args.check {
         let report: CheckReport = route::read(&request)?;

@@ -136,6 +136,7 @@ pub fn apply(pid: i32, args: &crate::cmd::apply::ApplyArgs, verbose: bool) -> Re
         spec: path,
         best_effort: args.best_effort,
         check: args.check,
+        brief: false,
     };
     if args.check {
         let report: CheckReport = attach::ask(pid, &socket, &request)?;

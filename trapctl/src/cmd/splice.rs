@@ -650,6 +650,7 @@ fn apply_glob(glob: &SpliceRequest, best_effort: bool) -> Result<ops::ApplyRepor
         spec: path.clone(),
         best_effort,
         check: false,
+        brief: false,
     };
     let report: Result<ops::ApplyReport> = route::change(&request, |_| {});
     let _ = std::fs::remove_file(&path);

@@ -316,6 +316,7 @@ fn apply(pid: i32, socket: &Path, dir: &Path, text: &str) -> Result<ApplyReport>
         spec: std::fs::canonicalize(&path)?,
         best_effort: true,
         check: false,
+        brief: false,
     };
     attach::ask(pid, socket, &request)
         .with_context(|| format!("process {pid}: applying the coverage splices"))

@@ -217,6 +217,7 @@ fn traced(
             spec: prepared.spec.clone(),
             best_effort: false,
             check: false,
+            brief: false,
         },
     )
     .with_context(|| format!("process {pid}: the probes could not be spliced"))?;

@@ -183,6 +183,7 @@ fn trace(
             spec: spec.clone(),
             best_effort: false,
             check: false,
+            brief: false,
         },
         |_| {},
     )
