@@ -20,7 +20,10 @@
 //! batch's own `plan_ms` with `check_ms`, `build_ms`, `commit_ms`, and `apply_rest_ms`, the
 //! rest), `save_ms`. The state log is one that continues the snapshot (a module used before:
 //! the save works out the change line, finds it larger than the snapshot and compacts), or with
-//! `TRAPVEC_STATE_FRESH=1` none (a module just loaded: the save compacts at once). The snapshot
+//! `TRAPVEC_STATE_FRESH=1` none (a module just loaded: the save compacts at once). With
+//! `TRAPVEC_WHOLE_ROWS=1` the apply reports a whole row per splice, as before `trapctl cover`
+//! asked for a `brief` one; `reply_ms` and `reply_bytes` are the report serialized (by trapd)
+//! and parsed back (by trapctl), as it goes through trapd. The snapshot
 //! is handed to a closure that copies it, as `put_state` copies it to the module;
 //! `TRAPVEC_STATE_OUT`: a file to write the first round's snapshot to, to compare savers.
 //!
@@ -128,6 +131,10 @@ fn kernel_cover_plan_of_the_tcp_group() {
     let spec_path = dir.join("cover.json");
     std::fs::write(&spec_path, &spec_text).expect("writing the spec");
     let fresh = std::env::var("TRAPVEC_STATE_FRESH").is_ok_and(|v| v == "1");
+    let rows = match std::env::var("TRAPVEC_WHOLE_ROWS").is_ok_and(|v| v == "1") {
+        true => ops::Rows::Whole,
+        false => ops::Rows::Brief,
+    };
     println!(
         "KERNEL_COVER_PLAN functions={} blocks={} requests={} decode_ms={decode_ms:.1}",
         funcs.len(),
@@ -154,7 +161,7 @@ fn kernel_cover_plan_of_the_tcp_group() {
         let spec = Spec::from_path(&spec_path).expect("the spec");
         let spec_read_ms = ms(t);
         let t = Instant::now();
-        let (report, made) = ops::apply(&mut sp, &spec, true).expect("the batch");
+        let (report, made) = ops::apply_as(&mut sp, &spec, true, rows).expect("the batch");
         let apply_ms = ms(t);
         let t = Instant::now();
         let saved = log
@@ -171,6 +178,7 @@ fn kernel_cover_plan_of_the_tcp_group() {
         let back: ops::ApplyReport = serde_json::from_slice(&reply).expect("the reply read");
         let reply_ms = ms(t);
         assert_eq!(back.spliced.len(), report.spliced.len());
+        assert_eq!(back.placed.len(), report.placed.len());
         let timings = report.timings.expect("timings");
         let apply_rest_ms = apply_ms - timings.plan_ms - timings.build_ms - timings.commit_ms;
         let reads = k.state().reads.len() - reads_before;
@@ -191,7 +199,7 @@ fn kernel_cover_plan_of_the_tcp_group() {
         }
         println!(
             "KERNEL_COVER_PLAN round={round} spliced={} refused={} arm_ms={arm_ms:.1} spec_read_ms={spec_read_ms:.1} apply_ms={apply_ms:.1} plan_ms={:.1} check_ms={:.1} build_ms={:.1} commit_ms={:.1} apply_rest_ms={apply_rest_ms:.1} save_ms={save_ms:.1} ({saved:?}, snapshot {} bytes) reads={reads} reply_ms={reply_ms:.1} reply_bytes={}",
-            report.spliced.len(),
+            report.spliced.len() + report.placed.len(),
             report.refused.len(),
             timings.plan_ms,
             timings.check_ms,
