@@ -1,5 +1,7 @@
 //! The running kernel as trapctl commands see it: [`Kernel::open`] opens `/dev/trapvec`, takes
-//! `flock(LOCK_EX)` on it for the whole command, reads the state blob the previous trapctl left
+//! `flock(LOCK_EX)` on it for the whole command (a command that waits on something else, such
+//! as `trapctl cover -- COMMAND`, lets go of it meanwhile: [`Kernel::unlock`],
+//! [`Kernel::relock`]), reads the state blob the previous trapctl left
 //! in the module and restores the splicer from it (checked against the module: every dispatch
 //! entry, the bytes at every site, the code of every component), with the changes logged after
 //! that snapshot in the state log (`/var/lib/trapd/state.log`, or `TRAPVEC_STATE_LOG`; shared with
@@ -26,6 +28,17 @@ pub struct Kernel {
     generation: u64,
     /// The log of changes after the blob's snapshot.
     state_log: StateLog,
+    /// While unlocked: the state as this command left it, to know at [`Kernel::relock`]
+    /// whether another command changed it meanwhile.
+    left: Option<Mark>,
+}
+
+/// What moves when a command changes the state: the blob's generation (a snapshot) and the
+/// state log's file and length (a change line).
+#[derive(Debug, PartialEq, Eq)]
+struct Mark {
+    generation: u64,
+    log: Option<(u64, u64, u64)>,
 }
 
 impl Kernel {
@@ -47,7 +60,48 @@ impl Kernel {
             splicer,
             generation: blob.generation,
             state_log,
+            left: None,
         })
+    }
+
+    fn mark(&self) -> Result<Mark> {
+        use std::os::unix::fs::MetadataExt;
+        let generation = self.target().state_generation()?;
+        let log = std::fs::metadata(self.state_log.path())
+            .ok()
+            .map(|m| (m.dev(), m.ino(), m.len()));
+        Ok(Mark { generation, log })
+    }
+
+    /// Let other trapctl commands use the module while this one waits (for its command, or
+    /// between once mode's looks): a `trapctl list` or `trapctl splice` run by the covered
+    /// command itself would otherwise wait for this command, which waits for it, for ever.
+    /// What this command made stays live and saved; before its next change it calls
+    /// [`Kernel::relock`]. Call only after a save (nothing unsaved may be left in memory).
+    pub fn unlock(&mut self) -> Result<()> {
+        if self.left.is_none() {
+            self.left = Some(self.mark()?);
+            self.target().unlock()?;
+        }
+        Ok(())
+    }
+
+    /// Take the lock back after [`Kernel::unlock`] (waiting for another command to finish
+    /// first). If another command changed the state meanwhile, the state is restored from
+    /// the module and the log again, as [`Kernel::open`] does: splice ids stay what they were,
+    /// and a splice another command removed is no longer there.
+    pub fn relock(&mut self) -> Result<()> {
+        let Some(left) = self.left.take() else {
+            return Ok(());
+        };
+        self.target().lock_exclusive()?;
+        if self.mark()? == left {
+            return Ok(());
+        }
+        log::info!("another trapctl changed the state while this one waited: reading it again");
+        self.target().unlock()?;
+        *self = Kernel::open()?;
+        Ok(())
     }
 
     pub fn target(&self) -> &KernelTarget {

@@ -85,6 +85,24 @@ echo "TERM_TOTAL=$(grep '^total: ' /tmp/text.out)"
 echo "TERM_ROW=$(awk '$1 == "__x64_sys_getsid"' /tmp/text.out)"
 echo "TERM_LIST_AFTER=$(trapctl list --json | grep -c '"site"' || true)"
 
+# --- Without trapd the module is locked only while sites are armed or removed: the covered
+# command runs trapctl itself, a listing and a count splice made and removed (a change of the
+# state, which the coverage's removal reads again first).
+cat > /tmp/inner.sh << 'INNER'
+trapctl list --json > /tmp/inner_list.json
+trapctl count __x64_sys_getppid -- ppidloop -n 50 > /tmp/inner_count.out 2>&1
+INNER
+status=0
+timeout 300 trapctl cover __x64_sys_getsid -- sh /tmp/inner.sh > /dev/null 2> /tmp/inner.err || status=$?
+echo "INNER_STATUS=$status"
+echo "INNER_STDERR=$(tr '\n' '|' < /tmp/inner.err)"
+echo "INNER_ARMED=$(sed -n 's/^covering \([0-9]*\) block.*/\1/p' /tmp/inner.err)"
+echo "INNER_LISTED=$(grep -c '"site"' /tmp/inner_list.json || true)"
+echo "INNER_COUNT=$(tail -n 1 /tmp/inner_count.out)"
+echo "INNER_LEFT=$(trapctl list --json | grep -c '"site"' || true)"
+trapctl read __x64_sys_getsid > /tmp/inner.hex
+cmp -s /tmp/before.hex /tmp/inner.hex && echo "INNER_TEXT_SAME=yes" || echo "INNER_TEXT_SAME=no"
+
 # --- Through trapd: armed by one apply request, removed by one remove request.
 start_trapd
 status=0

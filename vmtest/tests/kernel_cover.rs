@@ -394,6 +394,32 @@ fn cover_counts_every_block_as_kprobes_do_and_leaves_nothing_behind() {
     );
     assert_eq!(run.number("TERM_LIST_AFTER"), 0);
 
+    // Without trapd, the covered command ran trapctl itself: its listing showed the sites, its
+    // count splice was made and removed meanwhile, and the coverage's removal (after that
+    // change of the state) left nothing.
+    assert_eq!(
+        run.number("INNER_STATUS"),
+        0,
+        "{}",
+        run.expect("INNER_STDERR")
+    );
+    let armed = run.number("INNER_ARMED");
+    assert!(armed >= 2, "{}", run.expect("INNER_STDERR"));
+    assert_eq!(
+        run.number("INNER_LISTED"),
+        armed,
+        "the command listed the sites"
+    );
+    let inner = run.expect("INNER_COUNT");
+    let n: u64 = inner
+        .strip_prefix("__x64_sys_getppid: ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the command's own count: {inner}"));
+    assert!(n >= 51, "ppidloop -n 50 calls getppid 51 times: {inner}");
+    assert_eq!(run.number("INNER_LEFT"), 0);
+    assert_eq!(run.expect("INNER_TEXT_SAME"), "yes");
+
     // Through trapd: one apply, one remove; the same exact count, nothing left.
     assert_eq!(
         run.number("TRAPD_STATUS"),

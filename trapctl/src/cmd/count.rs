@@ -27,9 +27,10 @@ Output: first `counting FUNCTION at 0xSITE for N s` (or `until Ctrl-C ...`, `whi
 once the trap is live (a script can wait for that line before it drives the function), then
 `FUNCTION: TOTAL calls in N s (R/s)` (the seconds as measured when not ended by --seconds).
 With --mechanism jmp a counting trampoline counts instead (5 bytes written over the entry).
-Without trapd, /dev/trapvec stays locked while counting: other trapctl commands wait until the
-count is over (a COMMAND cannot run trapctl). Through trapd (when one runs) the splice is made and
-removed by two requests, and the daemon serves others in between.
+Without trapd, /dev/trapvec is locked while the splice is made and while it is removed, not in
+between: other trapctl commands (COMMAND's own too) run meanwhile, and if one changed the state
+the removal reads it again first. Through trapd (when one runs) the splice is made and removed by
+two requests, and the daemon serves others in between.
 
 Signals, as `perf stat` takes them: SIGINT, SIGTERM and SIGHUP remove the splice and print the
 figures, then trapctl ends by that same signal (a shell sees status 128+N and a script stops).

@@ -66,7 +66,8 @@ runs (trapctl then exits with its status), or until SIGINT (Ctrl-C), SIGTERM or 
 it ends, every site is removed (one batch, through trapd one `remove` request) and the report
 printed, and a signal then ends trapctl as `trapctl count` does. The sites record this command as
 their owner: if it is killed by SIGKILL, `trapctl unsplice --orphans` removes them. Without
-trapd, /dev/trapvec stays locked while covering (a COMMAND cannot run trapctl). --json gives
+trapd, /dev/trapvec is locked only while sites are armed or removed, so COMMAND may run trapctl
+(`trapctl list` shows the sites). --json gives
 every block (function, offset, address, length, hit, count) with \"schema\": 1; --lcov writes
 source lines when vmlinux's debug file is known (--debuginfo, else
 /usr/lib/debug/boot/vmlinux-RELEASE as Debian's linux-image-*-dbg package installs it), else

@@ -333,7 +333,8 @@ pub struct Held<R> {
 
 /// Hold `request`'s splice for `span` ([`crate::hold`]): watch the signals, make the splice
 /// with this command as its owner (through trapd when one runs: make, read the listing,
-/// remove, three requests; else straight to the module, locked meanwhile, the splice saved
+/// remove, three requests; else straight to the module, locked while the splice is made and
+/// again for its removal (not while it is held), the splice saved
 /// while it lives so that a killed command leaves it known, and orphaned), `announce` it, run
 /// the command if any, wait, read the figures, remove the splice, `report`, and end as the
 /// hold ended ([`hold::finish`]).
@@ -377,6 +378,11 @@ pub fn for_a_while<R>(
     let mut k = Kernel::open()?;
     let (reply, made) = route::execute(&mut k, &Request::Splice(request.clone()))?;
     k.commit_or_undo(&made)?;
+    // Made and saved: other trapctl commands (the held command's own too) may use the module
+    // while this one waits; the removal takes the lock back.
+    if let Err(e) = k.unlock() {
+        log::warn!("keeping the module locked while the splice is held: {e:#}");
+    }
     let SpliceReply::Made(row) = reply else {
         bail!(
             "{}: the module's splice was answered as pending",
@@ -391,6 +397,7 @@ pub fn for_a_while<R>(
     };
     let mut remove = |site: &str| -> Result<Unspliced> {
         let mut k = k.borrow_mut();
+        k.relock()?;
         let unsplice = Request::Unsplice {
             at: Some(site.to_string()),
             all: false,

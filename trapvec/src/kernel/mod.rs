@@ -937,6 +937,31 @@ impl KernelTarget {
         }
     }
 
+    /// Release [`KernelTarget::lock_exclusive`]'s lock while this target stays open (a command
+    /// that waits on something else lets other commands in meanwhile).
+    pub fn unlock(&self) -> Result<(), TargetError> {
+        // SAFETY: as in `lock_exclusive`.
+        if unsafe { libc::flock(self.dev.as_raw_fd(), libc::LOCK_UN) } == 0 {
+            return Ok(());
+        }
+        Err(TargetError::os(
+            format!("flock(LOCK_UN) of {DEVICE_PATH}"),
+            std::io::Error::last_os_error(),
+        ))
+    }
+
+    /// The state blob's generation alone (nothing copied): it moves with every PUT.
+    pub fn state_generation(&self) -> Result<u64, TargetError> {
+        let mut arg = TrapvecState::default();
+        match self.call(Request::StateGet {
+            arg: &mut arg,
+            buf: &mut [],
+        }) {
+            Ok(()) | Err(Errno::ENOSPC) => Ok(arg.generation),
+            Err(e) => Err(TargetError::os("STATE_GET of /dev/trapvec", e)),
+        }
+    }
+
     /// The state blob the module keeps for user space, with its generation.
     pub fn state(&self) -> Result<StateBlob, TargetError> {
         let mut capacity = 0usize;

@@ -463,6 +463,13 @@ pub fn run(args: &Args) -> Result<()> {
         stages.commit_ms = Some(t.commit_ms);
     }
     let live = armed(&mut blocks, &wanted, &report);
+    // Armed and saved: other trapctl commands (the covered command's own too) may use the
+    // module while this one waits; each later change takes the lock back.
+    if let Route::Direct(k) = &mut route {
+        if let Err(e) = k.unlock() {
+            log::warn!("keeping the module locked while the coverage runs: {e:#}");
+        }
+    }
     eprintln!(
         "covering {} block(s) of {nfuncs} function(s) {} ({} refused; armed in {:.1} ms)",
         live.len(),
@@ -675,10 +682,22 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
     let mut hits = HashMap::new();
     match route {
         Route::Direct(k) => {
-            let ids: Vec<SpliceId> = order.iter().map(|&(_, id, _)| SpliceId(id)).collect();
-            if ids.is_empty() {
+            if order.is_empty() {
                 return Ok(hits);
             }
+            k.relock()?;
+            // A site another command removed while this one waited: its count is lost.
+            let (order, gone): (Vec<_>, Vec<_>) = order
+                .into_iter()
+                .partition(|&(_, id, _)| k.splicer.get(SpliceId(id)).is_some());
+            if !gone.is_empty() {
+                eprintln!(
+                    "{} coverage site(s) were removed by another command meanwhile: their counts are lost (0 here)",
+                    gone.len()
+                );
+                hits.extend(gone.iter().map(|&(i, _, _)| (i, 0)));
+            }
+            let ids: Vec<SpliceId> = order.iter().map(|&(_, id, _)| SpliceId(id)).collect();
             let got = k.splicer.remove(&ids);
             // Whatever was removed is saved (a quiescence refused leaves them retiring).
             let saved = k.save();
@@ -686,6 +705,9 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
             saved?;
             for (&(i, _, _), h) in order.iter().zip(got) {
                 hits.insert(i, h.hits);
+            }
+            if let Err(e) = k.unlock() {
+                log::warn!("keeping the module locked: {e:#}");
             }
         }
         Route::Daemon => {
