@@ -412,7 +412,7 @@ pub fn measure_vm(repo: &Path, o: &Options) -> Result<LiveCover, String> {
         append,
         qemu_args: Vec::new(),
         extra_modules: Vec::new(),
-        memory_mib: if o.whole_kernel { 6144 } else { 1024 },
+        memory_mib: if o.whole_kernel { 3072 } else { 1024 },
     };
     let mut console = Vec::new();
     let report = vmtest::runner::run(&opts, &mut console).map_err(|e| e.to_string())?;

@@ -42,7 +42,7 @@ enum Cmd {
     /// --whole-kernel every traceable function at once.
     Cover {
         /// Also cover every function of available_filter_functions at once (LIVECOVER_WHOLE=1;
-        /// a 6 GiB guest, minutes under TCG).
+        /// a 3 GiB guest, long under TCG).
         #[arg(long)]
         whole_kernel: bool,
         /// kprobes registered on a sample of this many of the TCP group's sites.

@@ -58,12 +58,12 @@ covered, percent; most covered first) and a total.
 
 The kernel (no --process): GLOB is a shell glob over /proc/kallsyms functions (`'tcp_*'`;
 `'MOD:GLOB'` for a module's). Every block gets a count trap (the entry block's past the ftrace
-site), armed in best-effort batches of the module's 262,144 sites at most (one for all but the
-largest globs), through trapd when it runs, else straight to the module (as `trapctl apply`
-goes). A block that cannot take one is listed with the reason and counted as not covered, never
-fatal. The coverage lasts --seconds N, or while `-- COMMAND ARGS`
+site), all armed in ONE best-effort batch, through trapd when it runs, else straight to the
+module (as `trapctl apply` goes). A block that cannot take one is listed with the reason and
+counted as not covered, never fatal; so is every block past the module's 262,144 sites of one
+batch (functions in address order; `over_batch_limit`: narrow the globs). The coverage lasts --seconds N, or while `-- COMMAND ARGS`
 runs (trapctl then exits with its status), or until SIGINT (Ctrl-C), SIGTERM or SIGHUP; however
-it ends, every site is removed (in the batches it was armed in; through trapd by `remove` requests) and the report
+it ends, every site is removed (one batch, through trapd one `remove` request) and the report
 printed, and a signal then ends trapctl as `trapctl count` does. The sites record this command as
 their owner: if it is killed by SIGKILL, `trapctl unsplice --orphans` removes them. Without
 trapd, /dev/trapvec is locked only while sites are armed or removed, so COMMAND may run trapctl

@@ -2,16 +2,14 @@
 //! kernel.
 //!
 //! Every basic block of every kallsyms function the globs name ([`kernel_blocks`]) gets a count
-//! trap at its first instruction (the entry block's past the kernel's entry bytes), sent as one
-//! best-effort `apply` of a generated spec per batch of the module's 262,144 sites at most
-//! ([`arm`]; through trapd when it runs, else straight to the module, as `trapctl apply`
-//! goes): a block the planner or the module refuses is listed
+//! trap at its first instruction (the entry block's past the kernel's entry bytes), all sent as
+//! ONE best-effort `apply` of a generated spec (through trapd when it runs, else straight to
+//! the module, as `trapctl apply` goes): a block the planner or the module refuses is listed
 //! with its reason, never fatal. The command runs (or the time passes, or a signal comes: the
 //! watch of [`crate::hold`] starts before anything is armed, so SIGINT and SIGTERM still end
 //! in the removal), then every site is removed and its final hits, which the removal returns,
-//! are the block's count. Without trapd the removal is one batch on the module per 262,144
-//! sites (locked only while it arms and removes); through trapd one `remove` request per part
-//! of trapd's line.
+//! are the block's count. Without trapd the removal is one batch on the module, held locked
+//! meanwhile; through trapd it is one `remove` request of every site.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write as _;
@@ -42,9 +40,8 @@ use crate::route;
 #[cfg(test)]
 mod tests {
     #[test]
-    fn sites_over_one_batch_are_armed_in_several_and_a_later_refusal_keeps_the_earlier() {
+    fn blocks_over_the_batch_limit_are_refused_in_order() {
         use instr_manager::cover::{BlockRefusal, CoverBlock, KernelBlock};
-        use instr_manager::ops::{ApplyReport, Placed, Timings};
         use instr_manager::Mechanism;
         let block = |start: u64, site: Result<Mechanism, BlockRefusal>| KernelBlock {
             block: CoverBlock {
@@ -60,118 +57,50 @@ mod tests {
             module: None,
             site: start,
         };
-        let blocks = || {
-            let refused = Err(BlockRefusal {
+        let refused = || {
+            Err(BlockRefusal {
                 kind: "undefined_opcode".into(),
                 reason: "ud2".into(),
-            });
-            vec![
-                block(0x1000, Ok(Mechanism::Trap)),
-                block(0x1004, refused),
-                block(0x1008, Ok(Mechanism::Trap)),
-                block(0x100c, Ok(Mechanism::Trap)),
-                block(0x1010, Ok(Mechanism::Trap)),
-            ]
-        };
-        let owner = instr_manager::owner::Owner::current("trapctl cover f").unwrap();
-        // A batch arms every site it is given, with 1 ms of each stage.
-        let armed_all = |only: &[instr_manager::SpliceRequest]| -> anyhow::Result<ApplyReport> {
-            Ok(ApplyReport {
-                components: Vec::new(),
-                spliced: Vec::new(),
-                placed: only
-                    .iter()
-                    .map(|r| Placed {
-                        id: u64::from_str_radix(r.at.trim_start_matches("0x"), 16).unwrap(),
-                        at: r.at.clone(),
-                        site: r.at.clone(),
-                    })
-                    .collect(),
-                refused: Vec::new(),
-                refused_reasons: Vec::new(),
-                refused_causes: Vec::new(),
-                refusals: Vec::new(),
-                requested: only.len(),
-                timings: Some(Timings {
-                    splices: only.len(),
-                    plan_ms: 1.0,
-                    check_ms: 1.0,
-                    build_ms: 1.0,
-                    commit_ms: 1.0,
-                }),
             })
         };
-        let kinds = |blocks: &[KernelBlock]| -> Vec<String> {
-            blocks
-                .iter()
-                .map(|b| match &b.block.site {
-                    Ok(_) => "site".into(),
-                    Err(r) => r.kind.clone(),
-                })
-                .collect()
-        };
-
-        // Four sites, two a batch: two applies, every site armed, the stages summed.
-        let mut b = blocks();
-        let wanted = super::requests(&b, &owner);
-        let mut sizes = Vec::new();
-        let mut stages = super::Stages::default();
-        let live = super::arm(&mut b, &wanted, 2, &mut stages, |only| {
-            sizes.push(only.len());
-            armed_all(only)
-        })
-        .unwrap();
-        assert_eq!(sizes, [2, 2]);
-        let mut at: Vec<usize> = live.keys().copied().collect();
-        at.sort_unstable();
-        assert_eq!(at, [0, 2, 3, 4]);
-        assert_eq!(live[&3], (0x100c, "0x100c".to_string()));
-        assert_eq!((stages.plan_ms, stages.commit_ms), (Some(2.0), Some(2.0)));
-
-        // The second batch refused whole: the first stays armed, the rest refused with why.
-        let mut b = blocks();
-        let mut n = 0;
-        let live = super::arm(&mut b, &wanted, 2, &mut super::Stages::default(), |only| {
-            n += 1;
-            match n {
-                1 => armed_all(only),
-                _ => anyhow::bail!("ALLOC: out of memory"),
-            }
-        })
-        .unwrap();
-        let mut at: Vec<usize> = live.keys().copied().collect();
-        at.sort_unstable();
-        assert_eq!(at, [0, 2]);
+        let mut blocks = vec![
+            block(0x1000, Ok(Mechanism::Trap)),
+            block(0x1004, refused()),
+            block(0x1008, Ok(Mechanism::Trap)),
+            block(0x100c, Ok(Mechanism::Trap)),
+            block(0x1010, Ok(Mechanism::Trap)),
+        ];
+        assert_eq!(super::cap_to_batch(&mut blocks, 2), 2);
+        let kinds: Vec<String> = blocks
+            .iter()
+            .map(|b| match &b.block.site {
+                Ok(_) => "site".into(),
+                Err(r) => r.kind.clone(),
+            })
+            .collect();
         assert_eq!(
-            kinds(&b),
+            kinds,
             [
                 "site",
                 "undefined_opcode",
                 "site",
-                super::BATCH_REFUSED,
-                super::BATCH_REFUSED
+                super::OVER_BATCH,
+                super::OVER_BATCH
             ]
         );
-        let Err(r) = &b[4].block.site else {
+        let Err(r) = &blocks[4].block.site else {
             unreachable!()
         };
-        assert_eq!(
-            r.reason,
-            "batch 2 of 2 was refused whole (ALLOC: out of memory); the 2 site(s) of the batches before it are armed"
-        );
-
-        // The first refused whole: the error, nothing armed, no second batch tried.
-        let mut b = blocks();
-        let mut n = 0;
-        let err = super::arm(&mut b, &wanted, 2, &mut super::Stages::default(), |_| {
-            n += 1;
-            anyhow::bail!("E2BIG")
-        })
-        .unwrap_err();
-        assert_eq!(n, 1);
         assert!(
-            format!("{err:#}").starts_with("arming the coverage sites (nothing was armed): E2BIG"),
-            "{err:#}"
+            r.reason
+                .starts_with("one batch of the module takes at most 2 sites and 4 blocks"),
+            "{}",
+            r.reason
+        );
+        assert_eq!(
+            super::cap_to_batch(&mut blocks, 2),
+            0,
+            "within the limit now"
         );
     }
 
@@ -288,101 +217,32 @@ fn blocks(target: &KernelTarget, globs: &[FunctionGlob]) -> (usize, Vec<KernelBl
     (funcs.len(), blocks)
 }
 
-/// The refusal kind of the blocks of a batch the module refused whole after earlier batches
-/// were armed (those stay armed; this one and the later ones are not).
-const BATCH_REFUSED: &str = "batch_refused";
+/// The refusal kind of the blocks over [`cap_to_batch`]'s limit.
+const OVER_BATCH: &str = "over_batch_limit";
 
-/// How many sites one apply arms at most: the module's limit for one batch
-/// (`TRAPVEC_BATCH_MAX`, 262,144; the whole traceable text has about twice as many blocks).
-const BATCH: usize = trapvec::abi::TRAPVEC_BATCH_MAX as usize;
-
-/// The sum of two stage figures that a route may not report.
-fn plus(a: Option<f64>, b: f64) -> Option<f64> {
-    Some(a.unwrap_or(0.0) + b)
-}
-
-/// One best-effort apply of the spec at `path`: brief (the reply names each site by id, point
-/// and site, all `trapctl cover` reads of it: a whole row each was 3.2 MB for the TCP group's
-/// 10,112 sites, with their hits read), and saved on the direct route.
-fn apply_part(route: &mut Route, path: &Path) -> Result<ApplyReport> {
-    let apply = |brief| Request::Apply {
-        spec: path.to_path_buf(),
-        best_effort: true,
-        check: false,
-        brief,
-    };
-    match route {
-        Route::Daemon => match route::change(&apply(true), |_| {}) {
-            Err(e) if client::is_unknown_field(&e, "brief") => {
-                // Refused whole, nothing changed: the request as an older trapd knows it.
-                log::warn!("trapd does not know the `brief` apply (it is older than this trapctl): its reply has a whole row per site");
-                route::change(&apply(false), |_| {})
-            }
-            other => other,
-        },
-        Route::Direct(k) => route::execute::<ApplyReport>(k, &apply(true)).and_then(|(r, made)| {
-            k.commit_or_undo(&made)?;
-            Ok(r)
-        }),
-    }
-}
-
-/// Arm a site at every block of `wanted`, in batches of at most `max` (each one best-effort
-/// apply of its requests by `apply`, in address order), adding each batch's stages to `stages`;
-/// per block index, its live splice. A first batch refused whole is the error (nothing is
-/// armed); a later one leaves the earlier batches armed, and its blocks and those of the
-/// batches after it refused as [`BATCH_REFUSED`] with its error: the coverage goes on with
-/// what is armed, and its removal takes every site that was.
-fn arm(
-    blocks: &mut [KernelBlock],
-    wanted: &[(usize, SpliceRequest)],
-    max: usize,
-    stages: &mut Stages,
-    mut apply: impl FnMut(&[SpliceRequest]) -> Result<ApplyReport>,
-) -> Result<HashMap<usize, (u64, String)>> {
-    let max = max.max(1);
-    let parts = wanted.len().div_ceil(max);
-    if parts > 1 {
-        eprintln!(
-            "arming {} site(s) in {parts} batches of at most {max} (the module's limit for one batch)",
-            wanted.len()
-        );
-    }
-    let mut live = HashMap::new();
-    for (n, part) in wanted.chunks(max).enumerate() {
-        let only: Vec<SpliceRequest> = part.iter().map(|(_, r)| r.clone()).collect();
-        let report = match apply(&only) {
-            Ok(r) => r,
-            // The batch refused as a whole (not one block: the module's own error).
-            Err(e) if n == 0 => {
-                return Err(e.context("arming the coverage sites (nothing was armed)"))
-            }
-            Err(e) => {
-                let reason = format!(
-                    "batch {} of {parts} was refused whole ({}); the {} site(s) of the batches before it are armed",
-                    n + 1,
-                    trapvec::error_chain(e.as_ref()),
-                    live.len()
-                );
-                eprintln!("{reason}");
-                for (i, _) in &wanted[n * max..] {
-                    blocks[*i].block.site = Err(BlockRefusal {
-                        kind: BATCH_REFUSED.into(),
-                        reason: reason.clone(),
-                    });
-                }
-                break;
-            }
-        };
-        if let Some(t) = report.timings {
-            stages.plan_ms = plus(stages.plan_ms, t.plan_ms);
-            stages.check_ms = plus(stages.check_ms, t.check_ms);
-            stages.build_ms = plus(stages.build_ms, t.build_ms);
-            stages.commit_ms = plus(stages.commit_ms, t.commit_ms);
+/// Keep at most `max` of `blocks`' sites (the first, in the order of `blocks`: functions by
+/// address, blocks in order), the module's limit for one batch (`TRAPVEC_BATCH_MAX`, 262,144):
+/// every later block is refused with its reason. Without it, a batch over the limit would be
+/// planned and built whole (a million blocks for the whole traceable text, gigabytes of user
+/// memory) and then refused by the module whole. Returns how many were refused so.
+fn cap_to_batch(blocks: &mut [KernelBlock], max: usize) -> usize {
+    let with_site = blocks.iter().filter(|b| b.block.site.is_ok()).count();
+    let mut kept = 0;
+    let mut over = 0;
+    for b in blocks.iter_mut().filter(|b| b.block.site.is_ok()) {
+        if kept < max {
+            kept += 1;
+            continue;
         }
-        live.extend(armed(blocks, part, &report));
+        over += 1;
+        b.block.site = Err(BlockRefusal {
+            kind: OVER_BATCH.into(),
+            reason: format!(
+                "one batch of the module takes at most {max} sites and {with_site} blocks could take one: the first {max} (functions in address order) are armed; cover the rest with narrower globs in another run"
+            ),
+        });
     }
-    Ok(live)
+    over
 }
 
 /// The spec's points: every block with a site, by its site's address (unambiguous where
@@ -541,22 +401,68 @@ pub fn run(args: &Args) -> Result<()> {
         .collect();
     let owner = Owner::current(command.join(" "))?;
     let t_spec = Instant::now();
+    let over = cap_to_batch(&mut blocks, trapvec::abi::TRAPVEC_BATCH_MAX as usize);
+    if over > 0 {
+        eprintln!(
+            "{over} block(s) over the module's {} sites per batch are not armed (refused as {OVER_BATCH})",
+            trapvec::abi::TRAPVEC_BATCH_MAX
+        );
+    }
     let wanted = requests(&blocks, &owner);
+    let only: Vec<SpliceRequest> = wanted.iter().map(|(_, r)| r.clone()).collect();
+    let path = write_spec(&only)?;
     stages.spec_ms = ms(t_spec.elapsed());
+    // Brief: the reply names each site by id, point and site, all this command reads of it
+    // (a whole row each was 3.2 MB for the TCP group's 10,112 sites, with their hits read).
+    let apply = |brief| Request::Apply {
+        spec: path.clone(),
+        best_effort: true,
+        check: false,
+        brief,
+    };
     let t0 = Instant::now();
-    // The arm is the applies: the specs written before each are `spec_ms`'s.
-    let mut specs = Duration::ZERO;
-    let live = arm(&mut blocks, &wanted, BATCH, &mut stages, |only| {
-        let t = Instant::now();
-        let path = write_spec(only)?;
-        specs += t.elapsed();
-        let got = apply_part(&mut route, &path);
-        let _ = std::fs::remove_file(&path);
-        got
-    })?;
-    stages.spec_ms += ms(specs);
-    let arm = t0.elapsed().saturating_sub(specs);
+    let applied: Result<ApplyReport> = if only.is_empty() {
+        Ok(ApplyReport {
+            components: Vec::new(),
+            spliced: Vec::new(),
+            placed: Vec::new(),
+            refused: Vec::new(),
+            refused_reasons: Vec::new(),
+            refused_causes: Vec::new(),
+            refusals: Vec::new(),
+            requested: 0,
+            timings: None,
+        })
+    } else {
+        match &mut route {
+            Route::Daemon => match route::change(&apply(true), |_| {}) {
+                Err(e) if client::is_unknown_field(&e, "brief") => {
+                    // Refused whole, nothing changed: the request as an older trapd knows it.
+                    log::warn!("trapd does not know the `brief` apply (it is older than this trapctl): its reply has a whole row per site");
+                    route::change(&apply(false), |_| {})
+                }
+                other => other,
+            },
+            Route::Direct(k) => {
+                route::execute::<ApplyReport>(k, &apply(true)).and_then(|(r, made)| {
+                    k.commit_or_undo(&made)?;
+                    Ok(r)
+                })
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    // The batch refused as a whole (not one block: the module's own error): nothing is armed.
+    let report = applied.context("arming the coverage sites (nothing was armed)")?;
+    let arm = t0.elapsed();
     stages.apply_ms = ms(arm);
+    if let Some(t) = report.timings {
+        stages.plan_ms = Some(t.plan_ms);
+        stages.check_ms = Some(t.check_ms);
+        stages.build_ms = Some(t.build_ms);
+        stages.commit_ms = Some(t.commit_ms);
+    }
+    let live = armed(&mut blocks, &wanted, &report);
     // Armed and saved: other trapctl commands (the covered command's own too) may use the
     // module while this one waits; each later change takes the lock back.
     if let Route::Direct(k) = &mut route {
@@ -791,17 +697,14 @@ fn remove(route: &mut Route, live: &HashMap<usize, (u64, String)>) -> Result<Has
                 );
                 hits.extend(gone.iter().map(|&(i, _, _)| (i, 0)));
             }
-            // One batch per BATCH sites, as they were armed (a text batch is at most that).
-            for part in order.chunks(BATCH) {
-                let ids: Vec<SpliceId> = part.iter().map(|&(_, id, _)| SpliceId(id)).collect();
-                let got = k.splicer.remove(&ids);
-                // Whatever was removed is saved (a quiescence refused leaves them retiring).
-                let saved = k.save();
-                let got = got.context("removing the coverage sites")?;
-                saved?;
-                for (&(i, _, _), h) in part.iter().zip(got) {
-                    hits.insert(i, h.hits);
-                }
+            let ids: Vec<SpliceId> = order.iter().map(|&(_, id, _)| SpliceId(id)).collect();
+            let got = k.splicer.remove(&ids);
+            // Whatever was removed is saved (a quiescence refused leaves them retiring).
+            let saved = k.save();
+            let got = got.context("removing the coverage sites")?;
+            saved?;
+            for (&(i, _, _), h) in order.iter().zip(got) {
+                hits.insert(i, h.hits);
             }
             if let Err(e) = k.unlock() {
                 log::warn!("keeping the module locked: {e:#}");
