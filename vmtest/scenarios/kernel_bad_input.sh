@@ -85,11 +85,20 @@ cat /tmp/be.out /tmp/be.err
 tcpmss -n 2 > /dev/null
 trapctl list
 echo "STATE_HITS=$(trapctl list --json | sed -n 's/.*"hits": \([0-9]*\).*/\1/p' | head -n 1)"
-# The lock: a count holds /dev/trapvec; a list started meanwhile waits for it.
+# The lock: a trapctl waits for another holder of /dev/trapvec's lock (devlock holds it as a
+# command changing the kernel does).
+devlock 3 > /tmp/lock.out &
+until grep -q '^held' /tmp/lock.out 2>/dev/null; do sleep 0.1; done
+trapctl list > /tmp/list.out
+grep -q '^released' /tmp/lock.out && echo "LIST_WAITED=yes" || echo "LIST_WAITED=no"
+wait
+# A held count locks only while it changes the kernel: a list meanwhile runs at once and shows
+# the count's splice.
 trapctl count __x64_sys_getppid --seconds 4 > /tmp/count.out &
 until grep -q '^counting' /tmp/count.out 2>/dev/null; do sleep 0.1; done
-trapctl list > /tmp/list.out
-grep -q 'calls in' /tmp/count.out && echo "LIST_WAITED=yes" || echo "LIST_WAITED=no"
+trapctl list > /tmp/list2.out
+grep -q 'calls in' /tmp/count.out && echo "LIST_DURING_COUNT=no" || echo "LIST_DURING_COUNT=yes"
+echo "LIST_SHOWS_COUNT=$(grep -c '__x64_sys_getppid' /tmp/list2.out)"
 wait
 trapctl unsplice tcp_sync_mss
 trapctl unload empty

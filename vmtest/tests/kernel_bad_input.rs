@@ -144,7 +144,17 @@ fn bad_input_is_refused_clearly_and_leaves_the_kernel_unchanged() {
     assert_eq!(
         run.expect("LIST_WAITED"),
         "yes",
-        "a second trapctl waits for the first"
+        "a trapctl waits for another holder of the lock"
+    );
+    assert_eq!(
+        run.expect("LIST_DURING_COUNT"),
+        "yes",
+        "a held count does not hold the lock while it waits"
+    );
+    assert!(
+        run.number("LIST_SHOWS_COUNT") >= 1,
+        "the list shows the count's splice: {}",
+        run.stdout
     );
     assert!(
         run.number("DECLARED_HITS") >= 25,
