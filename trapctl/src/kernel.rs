@@ -77,13 +77,21 @@ impl Kernel {
     /// between once mode's looks): a `trapctl list` or `trapctl splice` run by the covered
     /// command itself would otherwise wait for this command, which waits for it, for ever.
     /// What this command made stays live and saved; before its next change it calls
-    /// [`Kernel::relock`]. Call only after a save (nothing unsaved may be left in memory).
-    pub fn unlock(&mut self) -> Result<()> {
-        if self.left.is_none() {
-            self.left = Some(self.mark()?);
-            self.target().unlock()?;
+    /// [`Kernel::relock`]. Call only after a save (nothing unsaved may be left in memory). If
+    /// the state's mark cannot be read or the lock let go, it says so and keeps the lock (the
+    /// command goes on as before, other commands waiting for it).
+    pub fn unlock(&mut self) {
+        if self.left.is_some() {
+            return;
         }
-        Ok(())
+        let let_go = self.mark().and_then(|mark| {
+            self.target().unlock()?;
+            Ok(mark)
+        });
+        match let_go {
+            Ok(mark) => self.left = Some(mark),
+            Err(e) => log::warn!("keeping /dev/trapvec locked while this command waits: {e:#}"),
+        }
     }
 
     /// Take the lock back after [`Kernel::unlock`] (waiting for another command to finish

@@ -15,6 +15,21 @@ FUNCS="__x64_sys_getsid __x64_sys_getppid __x64_sys_pivot_root exc_int3"
 # once more by the shell, for $PPID).
 WORK="ppidloop -s -n $N > /tmp/sid.out && ppidloop -n $N > /tmp/ppid.out"
 
+# `armed ERRFILE TENTHS`: wait (at most TENTHS tenths of a second) until a background `trapctl
+# cover` has written its announcing line (`covering N block(s) ...`) to ERRFILE: armed.
+armed() {
+	tries=0
+	while ! grep -q '^covering ' "$1" && [ "$tries" -lt "$2" ]; do
+		sleep 0.1
+		tries=$((tries + 1))
+	done
+}
+
+# `trapd_sites`: the sites trapd lists (its reply is one line: the sites are counted, not lines).
+trapd_sites() {
+	trapd send '{"op":"list"}' | grep -o '"site"' | wc -l
+}
+
 trapctl read __x64_sys_getsid > /tmp/before.hex
 
 # --- Coverage of the command.
@@ -70,12 +85,7 @@ cmp -s /tmp/before.hex /tmp/once.hex && echo "ONCE_TEXT_SAME=yes" || echo "ONCE_
 # --- Text report, ended by SIGTERM (a background job's SIGINT is ignored: see DESIGN.md).
 trapctl cover __x64_sys_getsid > /tmp/text.out 2> /tmp/text.err &
 pid=$!
-# Armed once the announcing line is there.
-tries=0
-while ! grep -q '^covering ' /tmp/text.err && [ "$tries" -lt 300 ]; do
-	sleep 0.1
-	tries=$((tries + 1))
-done
+armed /tmp/text.err 300
 ppidloop -s -n 5 > /dev/null
 kill -TERM "$pid"
 status=0
@@ -111,8 +121,7 @@ echo "TRAPD_STATUS=$status"
 echo "TRAPD_STDERR=$(tr '\n' '|' < /tmp/trapd.err)"
 echo "TRAPD_SID_LOOP=$(cat /tmp/tsid.out)"
 echo "TRAPD_JSON=$(tr -d '\n' < /tmp/trapd.json)"
-# (trapd's reply is one line: its sites are counted, not its lines)
-echo "TRAPD_LEFT=$(trapd send '{"op":"list"}' | grep -o '"site"' | wc -l)"
+echo "TRAPD_LEFT=$(trapd_sites)"
 # Once mode through trapd: each look one `hits` request (trapd answers the hit sites only), the
 # hit sites removed by `remove` requests while the command runs. Between its two rounds the
 # command waits (up to 120 s) until trapd answers no hit site: every site the first round hit
@@ -137,21 +146,17 @@ echo "TRAPD_ONCE_STDERR=$(tr '\n' '|' < /tmp/tonce.err)"
 echo "TRAPD_ONCE_SID_LOOP=$(cat /tmp/tonce1.out)"
 cat /tmp/tonce_mid.out
 echo "TRAPD_ONCE_JSON=$(tr -d '\n' < /tmp/tonce.json)"
-echo "TRAPD_ONCE_LEFT=$(trapd send '{"op":"list"}' | grep -o '"site"' | wc -l)"
+echo "TRAPD_ONCE_LEFT=$(trapd_sites)"
 # A coverage killed through trapd (SIGKILL: no report, no removal) leaves its sites orphaned;
 # `trapctl unsplice --orphans` removes them all in one `remove` request (trapd's journal says
 # which requests came), and getsid's text is as before.
 trapctl cover __x64_sys_getsid __x64_sys_getppid --seconds 600 > /dev/null 2> /tmp/orph.err &
 pid=$!
-tries=0
-while ! grep -q '^covering ' /tmp/orph.err && [ "$tries" -lt 600 ]; do
-	sleep 0.1
-	tries=$((tries + 1))
-done
+armed /tmp/orph.err 600
 kill -KILL "$pid"
 wait "$pid" || true
 echo "ORPHAN_ARMED=$(sed -n 's/^covering \([0-9]*\) block.*/\1/p' /tmp/orph.err)"
-echo "ORPHAN_LIVE=$(trapd send '{"op":"list"}' | grep -o '"site"' | wc -l)"
+echo "ORPHAN_LIVE=$(trapd_sites)"
 echo "ORPHAN_MARKED=$(trapctl list --json | grep -c '"orphaned": *true' || true)"
 jl=$(wc -l < /var/lib/trapd/journal)
 status=0
@@ -159,7 +164,7 @@ trapctl unsplice --orphans > /tmp/orph.out 2>&1 || status=$?
 echo "ORPHAN_UNSPLICE_STATUS=$status"
 echo "ORPHAN_UNSPLICED=$(tail -n 1 /tmp/orph.out)"
 echo "ORPHAN_REQUESTS=$(tail -n +$((jl + 1)) /var/lib/trapd/journal | grep '"event":"intent"' | grep -o '"op":"[a-z_]*"' | cut -d'"' -f4 | tr '\n' ' ')"
-echo "ORPHAN_LEFT=$(trapd send '{"op":"list"}' | grep -o '"site"' | wc -l)"
+echo "ORPHAN_LEFT=$(trapd_sites)"
 trapctl read __x64_sys_getsid > /tmp/orph.hex
 cmp -s /tmp/before.hex /tmp/orph.hex && echo "ORPHAN_TEXT_SAME=yes" || echo "ORPHAN_TEXT_SAME=no"
 kill $tdp
